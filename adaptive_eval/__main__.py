@@ -1,0 +1,5 @@
+import sys
+
+from adaptive_eval.cli import main
+
+sys.exit(main())

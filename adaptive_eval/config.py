@@ -1,0 +1,403 @@
+"""One typed configuration schema for the whole system (dataclasses + OmegaConf structured config).
+
+``load_config()`` merges, in order: the schema's defaults (which are the ``default`` preset), a YAML file
+(or a packaged preset by name), then OmegaConf dotlist overrides (``trigger.freq_steps=50``).  Unknown keys,
+wrong types and impossible values raise :class:`ConfigError`, which lists every problem at once, each with
+its full dotted key and, for keys from a file, the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "load_config",
+    "preset_names",
+    "validate",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``problems`` lists each one (key, file and line where known)."""
+
+    def __init__(self, problems: Sequence[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(self.problems[0])
+        else:
+            super().__init__("invalid configuration:\n  - " + "\n  - ".join(self.problems))
+
+
+def _detectors(*specs: dict) -> Any:
+    return field(default_factory=lambda: [dict(s) for s in specs])
+
+
+@dataclass
+class TriggerConfig:
+    """The base schedule, AReaL's ``EvaluatorConfig`` fields (null disables a trigger)."""
+
+    freq_epochs: Optional[int] = None
+    freq_steps: Optional[int] = 100
+    freq_secs: Optional[float] = None
+    eval_before_train: bool = False
+    eval_at_end: bool = True
+
+
+@dataclass
+class EvaluationConfig:
+    sample_size: Optional[int] = None  # null: the whole eval set (fixed schedule); adaptive policies set their own
+    seed: int = 0  # seeds the nested sample order, fixed for the run so evals reuse the same items first
+    confidence: float = 0.95
+    on_error: str = "skip"  # skip | retry | raise
+    max_retries: int = 2
+    retry_backoff_s: float = 1.0
+    timeout_s: Optional[float] = None
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+
+
+@dataclass
+class StreamsConfig:
+    """Which detectors watch which stream.  A detector spec is a mapping with ``type`` and parameters."""
+
+    # Detectors for cheap per-step streams that ``watch`` does not name.
+    default: list[dict[str, Any]] = _detectors({"type": "nonfinite"}, {"type": "cusum", "arl0": 5000})
+    # Stream name -> its own detector list (replaces ``default`` for that stream).
+    watch: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Streams fed to ``observe`` that no detector should watch (exact names).
+    ignore: list[str] = field(default_factory=list)
+    # Detectors for each eval metric (run on the measured means, one update per evaluation).
+    eval: list[dict[str, Any]] = _detectors({"type": "nonfinite"})
+
+
+@dataclass
+class AlarmPolicyConfig:
+    enabled: bool = True
+    cooldown_steps: int = 20  # a burst of alarms within this many steps costs one evaluation
+    urgent_detectors: list[str] = field(default_factory=lambda: ["nonfinite"])  # bypass budget and cooldown
+
+
+@dataclass
+class IntervalPolicyConfig:
+    enabled: bool = True
+    min_factor: float = 0.25  # shortest interval, as a multiple of the base freq_steps / freq_secs
+    max_factor: float = 4.0  # longest interval
+    relax: float = 1.5  # the interval grows by this factor after each quiet evaluation
+    tighten: float = 0.5  # and shrinks by this one after an alarm or a significant change
+    significance: float = 0.05  # p-value below which two successive evals differ
+
+
+@dataclass
+class SampleSizePolicyConfig:
+    enabled: bool = True
+    initial: int = 128
+    min: int = 32
+    max: int = 1024
+    target_half_width: float = 0.05  # of the confidence interval, in the metric's units
+    alarm_factor: float = 2.0  # widen the sample this much after an alarm
+
+
+@dataclass
+class BudgetPolicyConfig:
+    enabled: bool = True
+    max_eval_fraction: float = 0.15  # eval wall time / elapsed wall time
+    bypass_urgent: bool = True
+
+
+@dataclass
+class PeakPolicyConfig:
+    enabled: bool = True
+    improving_factor: float = 1.0  # cap the interval at this multiple of the base while the metric improves
+
+
+@dataclass
+class PolicyConfig:
+    alarm: AlarmPolicyConfig = field(default_factory=AlarmPolicyConfig)
+    interval: IntervalPolicyConfig = field(default_factory=IntervalPolicyConfig)
+    sample_size: SampleSizePolicyConfig = field(default_factory=SampleSizePolicyConfig)
+    budget: BudgetPolicyConfig = field(default_factory=BudgetPolicyConfig)
+    peak: PeakPolicyConfig = field(default_factory=PeakPolicyConfig)
+
+
+@dataclass
+class ResourcesConfig:
+    enabled: bool = False
+    min_free_accelerator_gb: float = 0.0
+    min_free_accelerator_fraction: float = 0.0
+    min_free_host_gb: float = 0.0
+    max_host_cpu_percent: float = 100.0
+    max_deferral_steps: int = 50  # then the evaluation runs anyway, reason resources:forced
+    alarm_bypass: bool = True
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard_dir: Optional[str] = None
+    flush_secs: float = 30.0
+    log_streams: bool = True
+
+
+@dataclass
+class DistributedConfig:
+    timeout_s: float = 600.0
+
+
+@dataclass
+class ReplayConfig:
+    """The simulated clock and eval cost used by offline replay."""
+
+    step_seconds: float = 10.0  # used when the trace has no time column
+    eval_fixed_seconds: float = 20.0
+    eval_seconds_per_sample: float = 0.5
+    eval_set_size: int = 500  # items in the simulated eval set
+
+
+@dataclass
+class Config:
+    trigger: TriggerConfig = field(default_factory=TriggerConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
+    streams: StreamsConfig = field(default_factory=StreamsConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+
+
+_CHOICES = {
+    "evaluation.on_error": ("skip", "retry", "raise"),
+    "evaluation.precision": ("fp32", "bf16", "fp16"),
+}
+_POSITIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "evaluation.sample_size",
+                     "evaluation.timeout_s")
+_POSITIVE = ("policy.alarm.cooldown_steps", "policy.interval.min_factor", "policy.interval.max_factor",
+             "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
+             "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
+             "policy.budget.max_eval_fraction", "policy.peak.improving_factor", "distributed.timeout_s",
+             "replay.step_seconds", "replay.eval_set_size", "logging.flush_secs")
+_NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resources.min_free_accelerator_gb",
+                 "resources.min_free_accelerator_fraction", "resources.min_free_host_gb",
+                 "resources.max_deferral_steps", "replay.eval_fixed_seconds", "replay.eval_seconds_per_sample",
+                 "evaluation.seed")
+_UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
+         "policy.budget.max_eval_fraction")
+_MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
+            ("policy.interval.min_factor", "policy.interval.max_factor"))
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key)
+
+
+def validate(cfg: DictConfig | Config) -> None:
+    """Check values the types cannot express; raise :class:`ConfigError` listing every problem."""
+    if not isinstance(cfg, DictConfig):
+        cfg = OmegaConf.structured(cfg)
+    problems = []
+    for key in _POSITIVE_OR_NULL:
+        v = _get(cfg, key)
+        if v is not None and not v > 0:
+            problems.append(f"{key}: must be positive or null, got {v!r}")
+    for key in _POSITIVE:
+        v = _get(cfg, key)
+        if not (v > 0 and math.isfinite(v)):
+            problems.append(f"{key}: must be a positive finite number, got {v!r}")
+    for key in _NON_NEGATIVE:
+        v = _get(cfg, key)
+        if not (v >= 0 and math.isfinite(v)):
+            problems.append(f"{key}: must be non-negative, got {v!r}")
+    for key in _UNIT:
+        v = _get(cfg, key)
+        if not 0 < v < 1 and not (key == "policy.budget.max_eval_fraction" and v == 1):
+            problems.append(f"{key}: must lie in (0, 1), got {v!r}")
+    for key, choices in _CHOICES.items():
+        v = _get(cfg, key)
+        if v not in choices:
+            problems.append(f"{key}: must be one of {', '.join(choices)}; got {v!r}")
+    for lo_key, hi_key in _MIN_MAX:
+        lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
+        if lo > hi:
+            problems.append(f"{lo_key}: {lo!r} is larger than {hi_key}: {hi!r}")
+    if cfg.policy.interval.relax < 1:
+        problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
+    for section in ("default", "eval"):
+        for i, spec in enumerate(cfg.streams[section]):
+            if "type" not in spec:
+                problems.append(f"streams.{section}[{i}]: a detector spec needs a 'type'")
+    for stream, specs in cfg.streams.watch.items():
+        for i, spec in enumerate(specs):
+            if "type" not in spec:
+                problems.append(f"streams.watch.{stream}[{i}]: a detector spec needs a 'type'")
+    if problems:
+        raise ConfigError(problems)
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped in ``adaptive_eval/configs``."""
+    files = resources.files("adaptive_eval.configs")
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
+    """Return (display name, YAML text) for a file path or a preset name."""
+    p = os.fspath(path)
+    if os.path.exists(p):
+        if os.path.isdir(p):
+            raise ConfigError([f"{p}: is a directory, not a YAML file"])
+        try:
+            with open(p, encoding="utf-8") as f:
+                return p, f.read()
+        except OSError as exc:
+            raise ConfigError([f"{p}: cannot be read ({exc.strerror})"]) from None
+    name = p[:-5] if p.endswith(".yaml") else p
+    if os.sep not in p and name in preset_names():
+        res = resources.files("adaptive_eval.configs") / f"{name}.yaml"
+        return f"preset:{name} ({res})", res.read_text(encoding="utf-8")
+    raise ConfigError([f"{p}: no such config file (and no preset of that name; presets: {', '.join(preset_names())})"])
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """Map each dotted key of a YAML document to its 1-based line number."""
+    import yaml
+
+    lines: dict[str, int] = {}
+
+    def walk(node, prefix):
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = f"{prefix}.{k.value}" if prefix else str(k.value)
+                lines[key] = k.start_mark.line + 1
+                walk(v, key)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                key = f"{prefix}[{i}]"
+                lines[key] = v.start_mark.line + 1
+                walk(v, key)
+
+    try:
+        walk(yaml.compose(text, Loader=yaml.SafeLoader), "")
+    except yaml.YAMLError:
+        pass
+    return lines
+
+
+def _where(key: str, source: str, lines: dict[str, int]) -> str:
+    probe = key
+    while probe:
+        if probe in lines:
+            return f"{source}:{lines[probe]}: "
+        probe = probe.rpartition(".")[0]
+    return f"{source}: "
+
+
+def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]) -> ConfigError:
+    key = getattr(exc, "full_key", None) or "<root>"
+    msg = str(exc).splitlines()[0]
+    if "not in struct" in msg or "Key '" in msg and "not in" in msg:
+        msg = f"unknown key {key!r}"
+    return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
+
+
+def _leaves(schema: DictConfig, data: dict, prefix: str):
+    """Each (dotted key, value) of ``data``, descending into the schema's typed sections only."""
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        child = schema._get_node(k) if isinstance(k, str) and k in schema else None
+        if isinstance(v, dict) and isinstance(child, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+            yield from _leaves(child, v, key + ".")
+        else:
+            yield key, v
+
+
+def _nested(dotted: str, value: Any) -> dict:
+    out: dict = {}
+    node = out
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> DictConfig:
+    """Load the configuration: schema defaults, then ``path`` (a YAML file or preset name), then overrides.
+
+    >>> cfg = load_config(overrides=["trigger.freq_steps=50"])
+    >>> cfg.trigger.freq_steps, cfg.policy.budget.max_eval_fraction
+    (50, 0.15)
+    >>> load_config(overrides=["trigger.freq_stepz=50"])
+    Traceback (most recent call last):
+    ...
+    adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz'
+    """
+    import yaml
+
+    cfg = OmegaConf.structured(Config)
+    if path is not None:
+        source, text = _resolve_path(path)
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError([f"{source}{line}: YAML does not parse: {problem}"]) from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError([f"{source}:1: expected a mapping of sections at the top, got {type(loaded).__name__}"])
+        lines = _key_lines(text)
+        problems = []
+        for key, value in _leaves(cfg, loaded, ""):
+            try:
+                OmegaConf.merge(cfg, _nested(key, value))
+            except OmegaConfBaseException as exc:
+                problems.append(str(_merge_error(exc, source, lines)))
+        if problems:
+            raise ConfigError(problems)
+        cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError([f"override {item!r}: expected KEY=VALUE"])
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or item.split("=", 1)[0]
+            msg = str(exc).splitlines()[0]
+            if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
+                msg = f"unknown key {key!r}"
+            raise ConfigError([f"override {item!r}: {msg}"]) from None
+    validate(cfg)
+    OmegaConf.set_readonly(cfg, True)
+    return cfg
+
+
+def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
+    """Accept a loaded config, a :class:`Config`, a plain nested dict, or None (the defaults)."""
+    if cfg is None:
+        return load_config()
+    if isinstance(cfg, DictConfig):
+        # Re-merge onto the schema so a config built by hand is typed and checked too.
+        try:
+            merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+        except OmegaConfBaseException as exc:
+            raise _merge_error(exc, "config", {}) from None
+        validate(merged)
+        return merged
+    if dataclasses.is_dataclass(cfg):
+        merged = OmegaConf.structured(cfg)
+        validate(merged)
+        return merged
+    if isinstance(cfg, dict):
+        return as_config(OmegaConf.create(cfg))
+    raise TypeError(f"config must be a DictConfig, Config or dict, got {type(cfg).__name__}")

@@ -1,0 +1,212 @@
+"""The base schedule: AReaL's epoch/step/time frequency controller, with its rough edges fixed.
+
+Differences from ``areal.utils.timeutil.EpochStepTimeFreqCtl`` (each has a test):
+
+* With one trigger configured the schedule is exactly AReaL's.
+* With several, they measure staleness since the last evaluation, whatever caused it: one evaluation
+  restarts every counter.  (AReaL keeps independent counters that fire back to back: steps 2, 3, 5, 7, 8
+  for ``freq_epoch=1, freq_step=3`` and 4 steps per epoch.)  Epoch staleness counts the part of an epoch
+  trained since the last evaluation, so an epoch end right after a step-triggered evaluation does not fire.
+* The time trigger works without a process group (AReaL raises ``UnboundLocalError``), reads an injected
+  monotonic ``clock``, and in a process group all ranks agree (the largest elapsed time wins).
+* ``load_state_dict`` restores counters but keeps the frequencies of the current config (AReaL overwrites
+  them), and also reads AReaL's saved format.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+__all__ = ["EpochStepTimeFreqCtl"]
+
+_EPS = 1e-9
+
+
+def _check_freq(name: str, value):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a positive number or None, got {value!r}")
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"{name} must be positive (None disables it), got {value!r}")
+    return value
+
+
+class EpochStepTimeFreqCtl:
+    """Fires every ``freq_epoch`` epochs, ``freq_step`` steps or ``freq_sec`` seconds since the last firing.
+
+    ``check(epochs, steps)`` is called once per training step with the number of epochs completed at this
+    step (0 or 1) and of steps taken (usually 1).  ``last_reason`` says which trigger fired.
+
+    >>> ctl = EpochStepTimeFreqCtl(freq_epoch=1, freq_step=3)
+    >>> [s for s in range(12) if ctl.check(epochs=int(s % 4 == 3), steps=1)]
+    [2, 5, 8, 11]
+    >>> ctl = EpochStepTimeFreqCtl(freq_step=3)
+    >>> [s for s in range(10) if ctl.check(epochs=0, steps=1)]
+    [2, 5, 8]
+    """
+
+    def __init__(
+        self,
+        freq_epoch: int | None = None,
+        freq_step: int | None = None,
+        freq_sec: float | None = None,
+        initial_epoch_value: bool = False,
+        group=None,
+        *,
+        clock: Callable[[], float] | None = None,
+        sync_time: bool = True,
+    ):
+        self.freq_epoch = _check_freq("freq_epoch", freq_epoch)
+        self.freq_step = _check_freq("freq_step", freq_step)
+        self.freq_sec = _check_freq("freq_sec", freq_sec)
+        self.initial_epoch_value = bool(initial_epoch_value)
+        self.group = group
+        self.clock = clock if clock is not None else time.monotonic
+        # When False the time trigger uses this process's clock only (the adaptive evaluator
+        # decides on rank 0 and broadcasts, so it needs no collective here).
+        self.sync_time = sync_time
+        self.last_reason: str | None = None
+        # Only with several triggers does an epoch count by the part trained since the last evaluation.
+        self._several = sum(f is not None for f in (self.freq_epoch, self.freq_step, self.freq_sec)) > 1
+        self._reset()
+
+    def _reset(self) -> None:
+        self._initial_pending = self.initial_epoch_value
+        self._steps_since = 0  # steps since the last firing
+        self._epochs_since = 0.0  # epochs since the last firing, the first one counted by its trained part
+        self._steps_in_epoch = 0  # steps of the current epoch
+        self._steps_in_epoch_since = 0  # of which after the last firing
+        self._last_time = self.clock() if self.freq_sec is not None else 0.0
+
+
+    def poll(self, epochs: int, steps: int) -> str | None:
+        """Like :meth:`check`, returning the reason (``trigger:epochs|steps|time|initial``) or None."""
+        self._steps_since += steps
+        if self.freq_epoch is not None:
+            self._steps_in_epoch += steps
+            self._steps_in_epoch_since += steps
+            if epochs:
+                if self._several and self._steps_in_epoch > 0:
+                    part = self._steps_in_epoch_since / self._steps_in_epoch
+                else:
+                    part = 1.0
+                self._epochs_since += part + (epochs - 1)
+                self._steps_in_epoch = 0
+                self._steps_in_epoch_since = 0
+        reason = None
+        if self._initial_pending:
+            self._initial_pending = False
+            reason = "trigger:initial"
+        elif self.freq_epoch is not None and epochs and self._epochs_since >= self.freq_epoch - _EPS:
+            reason = "trigger:epochs"
+        elif self.freq_step is not None and self._steps_since >= self.freq_step:
+            reason = "trigger:steps"
+        elif self.freq_sec is not None and self._elapsed() >= self.freq_sec:
+            reason = "trigger:time"
+        if reason is not None:
+            self.fired()
+        self.last_reason = reason
+        return reason
+
+    def check(self, epochs: int, steps: int) -> bool:
+        """AReaL's API: True when an evaluation is due at this step."""
+        return self.poll(epochs, steps) is not None
+
+    def fired(self) -> None:
+        """Restart the staleness counters: an evaluation happened now (whatever caused it)."""
+        self._steps_since = 0
+        self._epochs_since = 0.0
+        self._steps_in_epoch_since = 0
+        if self.freq_sec is not None:
+            self._last_time = self.clock()
+
+    def _elapsed(self) -> float:
+        elapsed = self.clock() - self._last_time
+        if self.sync_time:
+            elapsed = _max_over_ranks(elapsed, self.group)
+        return elapsed
+
+    # Staleness, for policies that scale the schedule.
+    @property
+    def steps_since(self) -> int:
+        return self._steps_since
+
+    @property
+    def epochs_since(self) -> float:
+        return self._epochs_since
+
+    def seconds_since(self) -> float:
+        return self.clock() - self._last_time if self.freq_sec is not None else 0.0
+
+    def state_dict(self) -> dict:
+        return {
+            "version": 1,
+            "freq_epoch": self.freq_epoch,
+            "freq_step": self.freq_step,
+            "freq_sec": self.freq_sec,
+            "initial_pending": self._initial_pending,
+            "steps_since": self._steps_since,
+            "epochs_since": self._epochs_since,
+            "steps_in_epoch": self._steps_in_epoch,
+            "steps_in_epoch_since": self._steps_in_epoch_since,
+            "seconds_since": self.seconds_since(),
+        }
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        """Restore counters; the frequencies stay those of this object's (current) config.
+
+        Also reads AReaL's format (``{"epoch": ..., "step": ..., "time": ...}``, each a ``FrequencyControl``
+        state with ``frequence_seconds``, ``steps``, ``last_steps``, ``last_time`` (a wall-clock timestamp),
+        ``initial_value``) and continues AReaL's schedule; time spent while stopped counts, as in AReaL.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        if "step" in state_dict and isinstance(state_dict["step"], Mapping):
+            self._load_areal(state_dict)
+            return
+        try:
+            self._initial_pending = bool(state_dict["initial_pending"])
+            self._steps_since = int(state_dict["steps_since"])
+            self._epochs_since = float(state_dict["epochs_since"])
+            self._steps_in_epoch = int(state_dict.get("steps_in_epoch", 0))
+            self._steps_in_epoch_since = int(state_dict.get("steps_in_epoch_since", 0))
+            seconds_since = float(state_dict.get("seconds_since", 0.0))
+        except KeyError as exc:
+            raise ValueError(f"trigger state_dict: missing key {exc.args[0]!r}") from None
+        self._last_time = self.clock() - seconds_since if self.freq_sec is not None else 0.0
+
+    def _load_areal(self, sd: Mapping) -> None:
+        def counter(part: str) -> tuple[int, bool]:
+            ctl = sd.get(part) or {}
+            return int(ctl.get("steps", 0)) - int(ctl.get("last_steps", 0)), bool(ctl.get("initial_value", False))
+
+        epochs_since, initial = counter("epoch")
+        self._steps_since, _ = counter("step")
+        self._epochs_since = float(epochs_since)
+        self._initial_pending = initial
+        self._steps_in_epoch = 0
+        self._steps_in_epoch_since = 0
+        time_ctl = sd.get("time") or {}
+        if self.freq_sec is not None:
+            last_wall = time_ctl.get("last_time")
+            seconds_since = max(0.0, time.time() - float(last_wall)) if last_wall is not None else 0.0
+            self._last_time = self.clock() - seconds_since
+
+    def __repr__(self) -> str:
+        return (f"EpochStepTimeFreqCtl(freq_epoch={self.freq_epoch}, freq_step={self.freq_step}, "
+                f"freq_sec={self.freq_sec})")
+
+
+def _max_over_ranks(value: float, group) -> float:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    import torch
+
+    device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return float(t.item())

@@ -1,0 +1,153 @@
+"""Value types that cross the public API: requests to evaluate, results, decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+__all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary"]
+
+
+@functools.lru_cache(maxsize=16)
+def _permutation(seed: int, num_items: int) -> tuple[int, ...]:
+    # Tuple so the cached value cannot be mutated by a caller.
+    return tuple(np.random.Generator(np.random.PCG64(seed)).permutation(num_items).tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRequest:
+    """What one evaluation should cover.
+
+    ``sample_size`` is the number of items to evaluate over all ranks together (``None``: the whole set).
+    The sample is nested: items are taken in one fixed, seeded order, so a larger ``sample_size`` extends
+    the same ordering and successive evaluations reuse the same items first (paired comparisons between
+    checkpoints instead of fresh sampling noise).
+
+    >>> req = EvalRequest(step=10, sample_size=4, seed=0, reason="trigger:steps")
+    >>> req.indices(10)
+    [4, 6, 2, 7]
+    >>> EvalRequest(step=10, sample_size=6, seed=0, reason="x").indices(10)[:4]
+    [4, 6, 2, 7]
+    >>> EvalRequest(step=10, sample_size=5, seed=0, reason="x", rank=1, world_size=2).indices(10)
+    [6, 7]
+    """
+
+    step: int
+    sample_size: int | None
+    seed: int
+    reason: str
+    rank: int = 0
+    world_size: int = 1
+    # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
+    _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def num_selected(self, num_items: int) -> int:
+        """How many items all ranks together evaluate from a set of ``num_items``."""
+        if self.sample_size is None:
+            return num_items
+        return min(self.sample_size, num_items)
+
+    def indices(self, num_items: int) -> list[int]:
+        """This rank's part of the deterministic sample of a set of ``num_items`` items.
+
+        The parts of all ranks are disjoint and together cover exactly ``min(sample_size, num_items)``
+        items; shards may differ in size by one (no padding, which would bias the metric).
+        """
+        if isinstance(num_items, bool) or not isinstance(num_items, (int, np.integer)) or num_items < 0:
+            raise ValueError(f"num_items must be a non-negative integer, got {num_items!r}")
+        chosen = _permutation(self.seed, int(num_items))[: self.num_selected(int(num_items))]
+        mine = list(chosen[self.rank :: self.world_size])
+        self._handed["count"] = len(mine)
+        return mine
+
+    @property
+    def items_handed(self) -> int | None:
+        """How many items :meth:`indices` gave this rank (None if it was not called)."""
+        return self._handed.get("count")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSummary:
+    """One metric of one evaluation: its mean, sample count and confidence interval.
+
+    ``total`` and ``total_sq`` (sum and sum of squares of the per-sample values) are kept so that shards
+    from several ranks combine exactly.  ``binary`` marks 0/1 per-sample values (a proportion: Wilson
+    interval); otherwise the interval is Student t.  A metric given as one scalar has ``per_sample`` False
+    and, unless it is a proportion, an unknown (NaN) interval.
+    """
+
+    mean: float
+    n: int
+    ci: tuple[float, float]
+    std: float = math.nan
+    total: float = math.nan
+    total_sq: float = math.nan
+    binary: bool = False
+    per_sample: bool = True
+
+    @property
+    def half_width(self) -> float:
+        return (self.ci[1] - self.ci[0]) / 2.0
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "n": self.n, "ci": list(self.ci), "std": self.std, "binary": self.binary}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """The outcome of one evaluation.
+
+    ``metrics`` maps a metric name to its :class:`MetricSummary`; ``result["acc"]`` is a shortcut.
+    ``raw`` keeps whatever a zero-argument, AReaL-style ``evaluate_fn`` returned that was not a mapping
+    (usually ``None``: such functions log their own results).
+    """
+
+    step: int
+    sample_size: int | None
+    reason: str
+    seconds: float
+    metrics: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
+    epoch: int | None = None
+    raw: object = None
+
+    def __getitem__(self, name: str) -> MetricSummary:
+        return self.metrics[name]
+
+    def mean(self, name: str) -> float:
+        return self.metrics[name].mean
+
+    def to_dict(self) -> dict:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "sample_size": self.sample_size,
+            "reason": self.reason,
+            "seconds": self.seconds,
+            "metrics": {k: v.mean for k, v in self.metrics.items()},
+            "ci": {k: list(v.ci) for k, v in self.metrics.items()},
+            "n": {k: v.n for k, v in self.metrics.items()},
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Whether to evaluate at this step, with how many samples, and why.
+
+    ``reason`` is also set when ``evaluate`` is False and something happened worth showing (a deferral);
+    it is ``""`` for the ordinary "not due".
+    """
+
+    evaluate: bool
+    sample_size: int | None = None
+    reason: str = ""
+    urgent: bool = False
+
+    def __bool__(self) -> bool:
+        return self.evaluate
+
+
+NOT_DUE = Decision(False)

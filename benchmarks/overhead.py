@@ -1,0 +1,49 @@
+"""Per-call cost of the hot path, in microseconds (printed as a table).
+
+Run: python benchmarks/overhead.py [--repeat N]
+
+Rows: the plain trigger's ``check`` (step trigger; step + time trigger), the AReaL drop-in
+``Evaluator.evaluate`` when no evaluation is due.  Each figure is the best of ``--repeat`` timed loops
+(the minimum is the least noisy estimate on a shared machine); ratios compare rows of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import timeit
+from types import SimpleNamespace
+
+
+def per_call_us(stmt, number: int, repeat: int) -> float:
+    return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e6
+
+
+def rows(number: int, repeat: int) -> list[tuple[str, float]]:
+    from adaptive_eval import EpochStepTimeFreqCtl, Evaluator
+
+    out = []
+    ctl = EpochStepTimeFreqCtl(freq_step=10**12)
+    out.append(("EpochStepTimeFreqCtl.check (steps)", per_call_us(lambda: ctl.check(0, 1), number, repeat)))
+    ctl_t = EpochStepTimeFreqCtl(freq_step=10**12, freq_sec=10**12)
+    out.append(("EpochStepTimeFreqCtl.check (steps+time)", per_call_us(lambda: ctl_t.check(0, 1), number, repeat)))
+    cfg = SimpleNamespace(freq_epochs=None, freq_steps=10**12, freq_secs=None, eval_before_train=False)
+    ev = Evaluator(cfg)
+    fn = lambda: None  # noqa: E731
+    out.append(("Evaluator.evaluate, not due", per_call_us(lambda: ev.evaluate(fn, 0, 5, 5), number, repeat)))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--number", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    table = rows(args.number, args.repeat)
+    base = table[0][1]
+    print(f"{'operation':48s} {'us/call':>9s} {'x plain':>8s}")
+    for name, us in table:
+        print(f"{name:48s} {us:9.3f} {us / base:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

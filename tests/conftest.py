@@ -1,0 +1,33 @@
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# The recorded traces live beside the checkout (../shared/traces); CI lays them there too.
+TRACES = pathlib.Path(os.environ.get("ADAPTIVE_EVAL_TRACES", REPO.parent / "shared" / "traces"))
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self, t: float = 0.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def traces_dir():
+    if not TRACES.is_dir():
+        pytest.skip(f"recorded traces not found at {TRACES}")
+    return TRACES

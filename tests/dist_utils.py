@@ -1,0 +1,63 @@
+"""Run a function on N real CPU processes joined in a gloo process group (for tests)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import tempfile
+import traceback
+
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _worker(rank, world, init_file, out_dir, fn, args, timeout_s):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    result = None
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            result = ("ok", fn(rank, world, *args))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - report everything to the parent
+        result = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(result, f)
+
+
+def run_ranks(fn, *args, world: int = 2, timeout_s: float = 60.0, collective_timeout_s: float = 30.0):
+    """Run ``fn(rank, world, *args)`` on ``world`` gloo ranks; return the list of per-rank results.
+
+    ``fn`` must be importable (module level).  Raises ``AssertionError`` with the rank's traceback when
+    a rank failed, and ``TimeoutError`` when the processes do not finish within ``timeout_s`` (a hang).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "init")
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_worker, args=(r, world, init_file, tmp, fn, args, collective_timeout_s))
+                 for r in range(world)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout_s)
+        hung = [i for i, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+        if hung:
+            raise TimeoutError(f"ranks {hung} did not finish within {timeout_s} s")
+        results = []
+        for r in range(world):
+            path = os.path.join(tmp, f"rank{r}.pkl")
+            if not os.path.exists(path):
+                raise AssertionError(f"rank {r} died without a result (exit code {procs[r].exitcode})")
+            with open(path, "rb") as f:
+                status, value = pickle.load(f)
+            if status != "ok":
+                raise AssertionError(f"rank {r} failed:\n{value}")
+            results.append(value)
+        return results

@@ -1,0 +1,85 @@
+import pathlib
+
+import pytest
+from omegaconf import OmegaConf
+
+from adaptive_eval import Config, ConfigError, load_config
+from adaptive_eval.config import preset_names
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_default_yaml_documents_exactly_the_schema_defaults():
+    assert load_config("default") == OmegaConf.structured(Config)
+    assert load_config() == load_config(REPO / "configs" / "default.yaml")
+
+
+def test_presets_all_load():
+    names = preset_names()
+    assert {"default", "areal"} <= set(names)
+    for name in names:
+        load_config(name)
+
+
+def test_areal_preset_is_a_plain_fixed_schedule():
+    cfg = load_config("areal")
+    assert cfg.evaluation.sample_size is None and cfg.streams.default == [] and cfg.streams.eval == []
+    assert not any(cfg.policy[k].enabled for k in cfg.policy)
+
+
+def test_file_then_overrides(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("trigger:\n  freq_steps: 40\npolicy:\n  budget:\n    max_eval_fraction: 0.3\n")
+    cfg = load_config(f, ["trigger.freq_steps=20"])
+    assert cfg.trigger.freq_steps == 20 and cfg.policy.budget.max_eval_fraction == 0.3
+    assert cfg.policy.alarm.cooldown_steps == 20  # untouched defaults stay
+
+
+def test_unknown_keys_and_wrong_types_are_all_reported_with_file_and_line(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("trigger:\n  freq_steps: ten\n  freq_stepz: 3\nlogging:\n  flush_secs: 1\nbogus: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    msg = str(info.value)
+    assert f"{f}:2: trigger.freq_steps" in msg
+    assert f"{f}:3: trigger.freq_stepz: unknown key" in msg
+    assert f"{f}:6: bogus" in msg
+    assert len(info.value.problems) == 3
+
+
+def test_yaml_that_does_not_parse_names_file_and_line(tmp_path):
+    f = tmp_path / "broken.yaml"
+    f.write_text("trigger:\n  freq_steps: 10\n    oops: [\n")
+    with pytest.raises(ConfigError, match=rf"{f}:3: YAML does not parse"):
+        load_config(f)
+
+
+def test_missing_file_is_named():
+    with pytest.raises(ConfigError, match="nope.yaml: no such config file"):
+        load_config("nope.yaml")
+
+
+@pytest.mark.parametrize("override,key", [
+    ("trigger.freq_steps=0", "trigger.freq_steps"),
+    ("trigger.freq_secs=-5", "trigger.freq_secs"),
+    ("policy.sample_size.min=4096", "policy.sample_size.min"),
+    ("policy.interval.min_factor=8", "policy.interval.min_factor"),
+    ("evaluation.on_error=ignore", "evaluation.on_error"),
+    ("policy.budget.max_eval_fraction=1.5", "policy.budget.max_eval_fraction"),
+    ("trigger.freq_steps=abc", "trigger.freq_steps"),
+    ("trigger.nope=1", "trigger.nope"),
+    ("trigger.freq_steps", "KEY=VALUE"),
+])
+def test_bad_values_name_the_dotted_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(overrides=[override])
+
+
+def test_errors_are_value_errors():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_loaded_config_is_read_only():
+    cfg = load_config()
+    with pytest.raises(Exception):
+        cfg.trigger.freq_steps = 3

@@ -1,0 +1,139 @@
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+from statsmodels.stats.proportion import proportion_confint
+
+from adaptive_eval import EvalRequest, EvalResult, Evaluator, load_config
+
+
+@dataclasses.dataclass
+class ArealEvaluatorConfig:
+    """Shaped like areal.api.cli_args.EvaluatorConfig (its _Timer fields)."""
+
+    experiment_name: str = "exp"
+    trial_name: str = "trial"
+    fileroot: str = "/tmp"
+    freq_epochs: int | None = None
+    freq_steps: int | None = None
+    freq_secs: int | None = None
+    eval_before_train: bool = False
+
+
+def run(ev, fn, n, spe):
+    out = []
+    for g in range(n):
+        r = ev.evaluate(fn, g // spe, g % spe, g)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def test_zero_argument_evaluate_fn_areal_style():
+    calls = []
+    ev = Evaluator(ArealEvaluatorConfig(freq_epochs=1), steps_per_epoch=4)
+    results = run(ev, lambda: calls.append(1), 12, 4)
+    assert [r.step for r in results] == [3, 7, 11]
+    assert len(calls) == 3 and all(r.reason == "trigger:epochs" and r.metrics == {} for r in results)
+
+
+def test_request_evaluate_fn_gets_a_nested_sample_and_metrics_are_summarized():
+    data = np.random.default_rng(0).integers(0, 2, size=300)
+    seen = []
+
+    def evaluate_fn(req: EvalRequest):
+        idx = req.indices(len(data))
+        seen.append(idx)
+        return {"acc": data[idx].tolist(), "loss": torch.tensor(data[idx] * 2.0 + 0.5), "score": 0.25}
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", "evaluation.sample_size=100"])
+    ev = Evaluator(cfg)
+    results = run(ev, evaluate_fn, 10, 10)
+    assert [r.step for r in results] == [4, 9]
+    assert seen[0] == seen[1] and len(seen[0]) == 100  # the same items each time (fixed seed)
+    r = results[0]
+    acc = data[seen[0]]
+    assert r["acc"].n == 100 and r.mean("acc") == pytest.approx(acc.mean())
+    low, high = proportion_confint(acc.sum(), 100, alpha=0.05, method="wilson")
+    assert r["acc"].ci == pytest.approx((low, high))
+    loss = acc * 2.0 + 0.5
+    half = sps.t.ppf(0.975, 99) * loss.std(ddof=1) / 10
+    assert r["loss"].ci == pytest.approx((loss.mean() - half, loss.mean() + half))
+    assert not r["loss"].binary and r["acc"].binary
+    # A scalar in [0, 1] is a proportion over the requested items.
+    assert r["score"].n == 100 and r["score"].ci[0] < 0.25 < r["score"].ci[1]
+
+
+def test_eval_before_train_evaluates_initial_weights_before_step_zero():
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=3, eval_before_train=True))
+    first = ev.before_train(lambda: {"acc": 0.5})
+    assert first is not None and first.reason == "before_train" and first.step == 0
+    assert [r.step for r in run(ev, lambda: {"acc": 0.5}, 7, 100)] == [2, 5]
+    assert ev.before_train(lambda: None) is None  # only once
+
+
+def test_eval_before_train_without_before_train_evaluates_at_first_call_like_areal():
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=3, eval_before_train=True))
+    assert [r.reason for r in run(ev, lambda: None, 4, 100)] == ["trigger:initial", "trigger:steps"]
+
+
+def test_final_step_is_evaluated_when_total_is_known():
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=4), total_steps=10)
+    results = run(ev, lambda: None, 10, 100)
+    assert [(r.step, r.reason) for r in results] == [(3, "trigger:steps"), (7, "trigger:steps"), (9, "trigger:final")]
+
+
+def test_failing_evaluate_fn_is_skipped_by_default(caplog):
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=2))
+
+    def boom():
+        raise RuntimeError("eval server down")
+
+    assert run(ev, boom, 4, 100) == []
+    assert isinstance(ev.last_error, RuntimeError)
+    assert "eval server down" in caplog.text and "step 1" in caplog.text
+
+
+def test_failing_evaluate_fn_raises_when_asked():
+    ev = Evaluator(load_config(overrides=["evaluation.on_error=raise", "trigger.freq_steps=1"]))
+    def boom():
+        raise RuntimeError("x")
+
+    with pytest.raises(RuntimeError):
+        ev.evaluate(boom, 0, 0, 0)
+
+
+def test_state_dict_round_trip_and_areal_format():
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=5))
+    run(ev, lambda: None, 7, 100)
+    ev2 = Evaluator(ArealEvaluatorConfig(freq_steps=5))
+    ev2.load_state_dict(ev.state_dict())
+    assert [g for g in range(7, 20) if ev2.evaluate(lambda: None, 0, g, g)] == [9, 14, 19]
+
+
+@pytest.mark.parametrize("bad", [1.5, "3", None, True])
+def test_non_integer_step_is_a_value_error(bad):
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
+    with pytest.raises(ValueError, match="global_step"):
+        ev.evaluate(lambda: None, 0, 0, bad)
+
+
+def test_freq_epochs_needs_steps_per_epoch():
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        Evaluator(ArealEvaluatorConfig(freq_epochs=1))
+
+
+@pytest.mark.parametrize("ret,match", [({"acc": [[1, 0], [0, 1]]}, "acc"), ({"acc": "high"}, "acc"),
+                                       ({"acc": object()}, "acc"), ([1, 2, 3], "mapping")])
+def test_wrong_shape_from_evaluate_fn_is_a_type_error_naming_the_metric(ret, match):
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
+    with pytest.raises(TypeError, match=match):
+        ev.evaluate(lambda: ret, 0, 0, 0)
+
+
+def test_eval_result_is_plain_data():
+    r = EvalResult(step=1, sample_size=None, reason="x", seconds=0.1)
+    assert r.to_dict()["metrics"] == {} and math.isfinite(r.seconds)

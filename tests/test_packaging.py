@@ -1,0 +1,42 @@
+import subprocess
+import sys
+import zipfile
+
+from conftest import REPO
+
+
+def test_wheel_has_one_top_level_package_with_presets(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(REPO)], check=True, cwd=tmp_path)
+    (wheel,) = tmp_path.glob("adaptive_eval-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top == {"adaptive_eval"}
+    assert "adaptive_eval/detectors/__init__.py" in names and "adaptive_eval/policies/__init__.py" in names
+    assert "adaptive_eval/configs/default.yaml" in names and "adaptive_eval/configs/areal.yaml" in names
+    entry = [n for n in names if n.endswith("entry_points.txt")]
+    assert "adaptive-eval = adaptive_eval.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
+
+
+def test_bare_detectors_and_policies_refuse_import():
+    for name in ("detectors", "policies"):
+        proc = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode != 0 and f"adaptive_eval.{name}" in proc.stderr
+
+
+def test_doctests_pass():
+    import doctest
+    import importlib
+    import pkgutil
+
+    import adaptive_eval
+
+    failures = []
+    for mod in pkgutil.walk_packages(adaptive_eval.__path__, "adaptive_eval."):
+        if mod.name.endswith("__main__"):
+            continue
+        m = importlib.import_module(mod.name)
+        res = doctest.testmod(m, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+        if res.failed:
+            failures.append(mod.name)
+    assert not failures
