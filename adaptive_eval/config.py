@@ -58,6 +58,8 @@ class TriggerConfig:
 class EvaluationConfig:
     sample_size: Optional[int] = None  # null: the whole eval set (fixed schedule); adaptive policies set their own
     seed: int = 0  # seeds the nested sample order, fixed for the run so evals reuse the same items first
+    metric: Optional[str] = None  # the metric policies track (sample size, change, peak); null: the first one
+    higher_is_better: bool = True
     confidence: float = 0.95
     on_error: str = "skip"  # skip | retry | raise
     max_retries: int = 2

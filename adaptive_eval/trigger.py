@@ -68,6 +68,8 @@ class EpochStepTimeFreqCtl:
         # decides on rank 0 and broadcasts, so it needs no collective here).
         self.sync_time = sync_time
         self.last_reason: str | None = None
+        # Multiplies every frequency; adaptive policies tighten (< 1) or relax (> 1) the schedule with it.
+        self.scale = 1.0
         # Only with several triggers does an epoch count by the part trained since the last evaluation.
         self._several = sum(f is not None for f in (self.freq_epoch, self.freq_step, self.freq_sec)) > 1
         self._reset()
@@ -81,8 +83,12 @@ class EpochStepTimeFreqCtl:
         self._last_time = self.clock() if self.freq_sec is not None else 0.0
 
 
-    def poll(self, epochs: int, steps: int) -> str | None:
-        """Like :meth:`check`, returning the reason (``trigger:epochs|steps|time|initial``) or None."""
+    def advance(self, epochs: int, steps: int) -> str | None:
+        """Count ``steps`` (and ``epochs`` completed) and return the trigger that is due, without firing.
+
+        A due trigger stays due until :meth:`fired` is called, so a caller may postpone the evaluation.
+        Frequencies are multiplied by :attr:`scale` (1.0: exactly the configured schedule).
+        """
         self._steps_since += steps
         if self.freq_epoch is not None:
             self._steps_in_epoch += steps
@@ -95,16 +101,24 @@ class EpochStepTimeFreqCtl:
                 self._epochs_since += part + (epochs - 1)
                 self._steps_in_epoch = 0
                 self._steps_in_epoch_since = 0
-        reason = None
+        return self.due()
+
+    def due(self) -> str | None:
+        """The trigger that is due now (``trigger:initial|epochs|steps|time``), or None."""
+        scale = self.scale
         if self._initial_pending:
-            self._initial_pending = False
-            reason = "trigger:initial"
-        elif self.freq_epoch is not None and epochs and self._epochs_since >= self.freq_epoch - _EPS:
-            reason = "trigger:epochs"
-        elif self.freq_step is not None and self._steps_since >= self.freq_step:
-            reason = "trigger:steps"
-        elif self.freq_sec is not None and self._elapsed() >= self.freq_sec:
-            reason = "trigger:time"
+            return "trigger:initial"
+        if self.freq_epoch is not None and self._epochs_since >= self.freq_epoch * scale - _EPS:
+            return "trigger:epochs"
+        if self.freq_step is not None and self._steps_since >= self.freq_step * scale:
+            return "trigger:steps"
+        if self.freq_sec is not None and self._elapsed() >= self.freq_sec * scale:
+            return "trigger:time"
+        return None
+
+    def poll(self, epochs: int, steps: int) -> str | None:
+        """Like :meth:`check`, returning the reason (``trigger:epochs|steps|time|initial``) or None."""
+        reason = self.advance(epochs, steps)
         if reason is not None:
             self.fired()
         self.last_reason = reason
@@ -116,6 +130,7 @@ class EpochStepTimeFreqCtl:
 
     def fired(self) -> None:
         """Restart the staleness counters: an evaluation happened now (whatever caused it)."""
+        self._initial_pending = False
         self._steps_since = 0
         self._epochs_since = 0.0
         self._steps_in_epoch_since = 0

@@ -94,7 +94,16 @@ class MetricSummary:
         return (self.ci[1] - self.ci[0]) / 2.0
 
     def to_dict(self) -> dict:
-        return {"mean": self.mean, "n": self.n, "ci": list(self.ci), "std": self.std, "binary": self.binary}
+        """All fields as plain values (``from_dict`` restores them exactly)."""
+        d = dataclasses.asdict(self)
+        d["ci"] = list(self.ci)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "MetricSummary":
+        d = dict(d)
+        d["ci"] = tuple(d["ci"])
+        return cls(**d)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +129,18 @@ class EvalResult:
     def mean(self, name: str) -> float:
         return self.metrics[name].mean
 
+    def state(self) -> dict:
+        """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
+        return {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
+                "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()}}
+
+    @classmethod
+    def from_state(cls, d: Mapping) -> "EvalResult":
+        return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
+                   metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"))
+
     def to_dict(self) -> dict:
+        """The line written to ``evals.jsonl``: means and intervals by metric."""
         return {
             "step": self.step,
             "epoch": self.epoch,

@@ -1,0 +1,79 @@
+"""The policy interface and the neutral (do-nothing) policy."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from adaptive_eval.types import Decision, EvalResult, MetricSummary
+
+__all__ = ["Context", "Policy", "NopPolicy", "primary_metric"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What a policy may know about the run when it decides (plain values, no trainer object)."""
+
+    step: int
+    elapsed: float  # seconds since the run started, on the injected clock
+    eval_seconds: float  # seconds spent evaluating so far
+    last_eval_step: int | None = None
+
+
+class Policy:
+    """A policy decides one thing and says why.  This base class is the neutral element.
+
+    Hooks, all optional:
+
+    * ``scale(scale) -> scale``: the multiplier of the base interval, passed along the chain
+      (interval policies set it, the peak policy caps it);
+    * ``propose(decision, ctx) -> decision``: adjust the decision for this step, passed along the chain
+      (the alarm policy can turn "not due" into "evaluate now", the sample-size policy sets the size,
+      the budget policy can defer);
+    * ``on_alarm(alarm, ctx)`` and ``on_eval(result, ctx)``: what happened;
+    * ``state_dict()`` / ``load_state_dict(sd)``: plain values; later fields are read with defaults.
+    """
+
+    name = "nop"
+
+    def scale(self, scale: float) -> float:
+        return scale
+
+    def propose(self, decision: Decision, ctx: Context) -> Decision:
+        return decision
+
+    def on_alarm(self, alarm, ctx: Context) -> None:
+        pass
+
+    def on_eval(self, result: EvalResult, ctx: Context) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+class NopPolicy(Policy):
+    """Changes nothing: with only this, the adaptive evaluator is the base trigger.
+
+    >>> from adaptive_eval.types import Decision
+    >>> NopPolicy().propose(Decision(False), None)
+    Decision(evaluate=False, sample_size=None, reason='', urgent=False)
+    """
+
+
+def primary_metric(result: EvalResult, metric: str | None) -> tuple[str, MetricSummary] | None:
+    """The metric the policies track: ``metric`` if given and present, else the first one returned."""
+    if not result.metrics:
+        return None
+    if metric is not None:
+        summary = result.metrics.get(metric)
+        return (metric, summary) if summary is not None else None
+    name = next(iter(result.metrics))
+    return name, result.metrics[name]

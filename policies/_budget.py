@@ -1,0 +1,74 @@
+"""Budget policy: keep evaluation wall time under a share of elapsed time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from adaptive_eval.types import Decision, EvalResult
+
+from adaptive_eval.policies._base import Context, Policy
+
+__all__ = ["BudgetPolicy"]
+
+
+class BudgetPolicy(Policy):
+    """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
+
+    The cost of the next evaluation is estimated from the last one, in proportion to its sample size.
+    The first evaluation always runs (nothing is known of its cost).  Urgent evaluations (a NaN, say) run
+    regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
+    allows.
+
+    >>> from adaptive_eval.types import Decision, EvalResult
+    >>> p = BudgetPolicy(max_eval_fraction=0.1)
+    >>> p.on_eval(EvalResult(step=0, sample_size=100, reason="", seconds=10.0), Context(0, 10.0, 10.0))
+    >>> p.propose(Decision(True, 100, "trigger:steps"), Context(5, 60.0, 10.0)).reason
+    'budget:deferred'
+    >>> p.propose(Decision(True, 100, "trigger:steps"), Context(50, 200.0, 10.0)).evaluate
+    True
+    """
+
+    name = "budget"
+
+    def __init__(self, max_eval_fraction: float = 0.15, bypass_urgent: bool = True):
+        if not 0 < max_eval_fraction <= 1:
+            raise ValueError(f"max_eval_fraction must lie in (0, 1], got {max_eval_fraction}")
+        self.max_eval_fraction = float(max_eval_fraction)
+        self.bypass_urgent = bool(bypass_urgent)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._seconds_per_sample: float | None = None
+        self._last_seconds: float | None = None
+        self.deferred = 0
+
+    def expected_seconds(self, sample_size: int | None) -> float:
+        if self._last_seconds is None:
+            return 0.0
+        if sample_size is not None and self._seconds_per_sample is not None:
+            return self._seconds_per_sample * sample_size
+        return self._last_seconds
+
+    def propose(self, decision: Decision, ctx: Context) -> Decision:
+        if not decision.evaluate or self._last_seconds is None or (decision.urgent and self.bypass_urgent):
+            return decision
+        cost = self.expected_seconds(decision.sample_size)
+        total = ctx.elapsed + cost
+        if total > 0 and (ctx.eval_seconds + cost) / total > self.max_eval_fraction:
+            self.deferred += 1
+            return Decision(False, decision.sample_size, "budget:deferred", decision.urgent)
+        return decision
+
+    def on_eval(self, result: EvalResult, ctx: Context) -> None:
+        self._last_seconds = float(result.seconds)
+        if result.sample_size:
+            self._seconds_per_sample = float(result.seconds) / result.sample_size
+
+    def state_dict(self) -> dict:
+        return {"seconds_per_sample": self._seconds_per_sample, "last_seconds": self._last_seconds,
+                "deferred": self.deferred}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        self._seconds_per_sample = sd.get("seconds_per_sample")
+        self._last_seconds = sd.get("last_seconds")
+        self.deferred = int(sd.get("deferred", 0))

@@ -1,0 +1,119 @@
+"""Interval policy: tighten the base interval after alarms or a significant change, relax it when quiet."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from adaptive_eval.types import EvalResult, MetricSummary
+
+from adaptive_eval.policies._base import Context, Policy, primary_metric
+
+__all__ = ["IntervalPolicy", "differs"]
+
+
+def differs(prev: MetricSummary, cur: MetricSummary) -> float:
+    """p-value of "these two evaluations measure the same value" (NaN when it cannot be tested).
+
+    Proportions: two-proportion z-test (statsmodels); other metrics: Welch's t-test from the summary
+    statistics (scipy).  Successive evaluations share items (nested samples), so the unpaired test is
+    conservative: a change it calls significant is real.
+
+    >>> from adaptive_eval.stats import summarize
+    >>> round(differs(summarize([1] * 80 + [0] * 20), summarize([1] * 40 + [0] * 60)), 6)
+    0.0
+    """
+    if prev.n < 2 or cur.n < 2:
+        return math.nan
+    if prev.binary and cur.binary:
+        from statsmodels.stats.proportion import proportions_ztest
+
+        k1, k2 = round(prev.mean * prev.n), round(cur.mean * cur.n)
+        if k1 + k2 == 0 or k1 + k2 == prev.n + cur.n:
+            return 1.0
+        _, p = proportions_ztest([k1, k2], [prev.n, cur.n])
+        return float(p)
+    if not (math.isfinite(prev.std) and math.isfinite(cur.std)):
+        return math.nan
+    if prev.std == 0 and cur.std == 0:
+        return 1.0 if prev.mean == cur.mean else 0.0
+    from scipy.stats import ttest_ind_from_stats
+
+    return float(ttest_ind_from_stats(prev.mean, prev.std, prev.n, cur.mean, cur.std, cur.n, equal_var=False).pvalue)
+
+
+class IntervalPolicy(Policy):
+    """Scale the base interval: x ``tighten`` after an alarm or an evaluation that differs significantly
+    from the previous one, x ``relax`` after a quiet evaluation; always within [``min_factor``, ``max_factor``].
+
+    >>> from adaptive_eval.types import EvalResult
+    >>> from adaptive_eval.stats import summarize
+    >>> p = IntervalPolicy(min_factor=0.25, max_factor=4.0, relax=2.0, tighten=0.5)
+    >>> ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
+    >>> quiet = EvalResult(step=0, sample_size=100, reason="", seconds=1.0, metrics={"acc": summarize([1, 0] * 50)})
+    >>> for _ in range(3):
+    ...     p.on_eval(quiet, ctx)
+    >>> p.scale(1.0)
+    4.0
+    """
+
+    name = "interval"
+
+    def __init__(self, min_factor: float = 0.25, max_factor: float = 4.0, relax: float = 1.5, tighten: float = 0.5,
+                 significance: float = 0.05, metric: str | None = None):
+        if not 0 < min_factor <= max_factor:
+            raise ValueError(f"min_factor ({min_factor}) must be positive and <= max_factor ({max_factor})")
+        if relax < 1:
+            raise ValueError(f"relax must be >= 1, got {relax}")
+        if not 0 < tighten <= 1:
+            raise ValueError(f"tighten must lie in (0, 1], got {tighten}")
+        self.min_factor, self.max_factor = float(min_factor), float(max_factor)
+        self.relax, self.tighten, self.significance = float(relax), float(tighten), float(significance)
+        self.metric = metric
+        self._reset()
+
+    def _reset(self) -> None:
+        self.factor = 1.0
+        self._alarmed = False  # an alarm since the last evaluation
+        self._prev: dict | None = None  # summary of the tracked metric at the last evaluation
+        self.last_change = ""  # why the factor last changed
+
+    def _clamp(self, x: float) -> float:
+        return min(self.max_factor, max(self.min_factor, x))
+
+    def scale(self, scale: float) -> float:
+        return self.factor
+
+    def on_alarm(self, alarm, ctx: Context) -> None:
+        if not self._alarmed:
+            self._alarmed = True
+            self.factor = self._clamp(self.factor * self.tighten)
+            self.last_change = "tightened:alarm"
+
+    def on_eval(self, result: EvalResult, ctx: Context) -> None:
+        found = primary_metric(result, self.metric)
+        changed = False
+        if found is not None:
+            cur = found[1]
+            if self._prev is not None:
+                prev = MetricSummary(**{**self._prev, "ci": tuple(self._prev["ci"])})
+                p = differs(prev, cur)
+                changed = p == p and p < self.significance
+            self._prev = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std, "binary": cur.binary}
+        if changed:
+            self.factor = self._clamp(self.factor * self.tighten)
+            self.last_change = "tightened:change"
+        elif not self._alarmed and not result.reason.startswith("alarm:"):
+            self.factor = self._clamp(self.factor * self.relax)
+            self.last_change = "relaxed:quiet"
+        self._alarmed = False
+
+    def state_dict(self) -> dict:
+        return {"factor": self.factor, "alarmed": self._alarmed, "prev": self._prev, "last_change": self.last_change}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        self.factor = float(sd.get("factor", 1.0))
+        self._alarmed = bool(sd.get("alarmed", False))
+        prev = sd.get("prev")
+        self._prev = dict(prev) if prev is not None else None
+        self.last_change = str(sd.get("last_change", ""))

@@ -1,0 +1,109 @@
+"""Policy registry and the chain that composes the enabled policies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from adaptive_eval.types import Decision, EvalResult
+
+from adaptive_eval.policies._alarm import AlarmPolicy
+from adaptive_eval.policies._base import Context, NopPolicy, Policy
+from adaptive_eval.policies._budget import BudgetPolicy
+from adaptive_eval.policies._interval import IntervalPolicy
+from adaptive_eval.policies._peak import PeakPolicy
+from adaptive_eval.policies._sample_size import SampleSizePolicy
+
+__all__ = ["PolicySet", "available", "make_policies", "make_policy"]
+
+# Order matters: interval then peak for the scale; alarm, sample size, then budget for the decision
+# (the budget judges the size it will cost).
+_REGISTRY: dict[str, type[Policy]] = {
+    "alarm": AlarmPolicy,
+    "interval": IntervalPolicy,
+    "peak": PeakPolicy,
+    "sample_size": SampleSizePolicy,
+    "budget": BudgetPolicy,
+    "nop": NopPolicy,
+}
+_ORDER = ("interval", "peak", "alarm", "sample_size", "budget")
+
+
+def available() -> list[str]:
+    """Names of the registered policies."""
+    return list(_REGISTRY)
+
+
+def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
+    params = {k: v for k, v in section.items() if k != "enabled"}
+    if isinstance(params.get("urgent_detectors"), Sequence):
+        params["urgent_detectors"] = tuple(params["urgent_detectors"])
+    ev = evaluation or {}
+    if name in ("interval", "peak", "sample_size"):
+        params.setdefault("metric", ev.get("metric"))
+    if name == "peak":
+        params.setdefault("higher_is_better", ev.get("higher_is_better", True))
+    if name == "sample_size":
+        params.setdefault("confidence", ev.get("confidence", 0.95))
+    return params
+
+
+def make_policy(name: str, section: Mapping | None = None, evaluation: Mapping | None = None) -> Policy:
+    """Build one policy from its config section (``enabled`` is ignored here)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown policy {name!r}; available: {', '.join(available())}")
+    cls = _REGISTRY[name]
+    params = _params(name, dict(section or {}), dict(evaluation or {}))
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise ValueError(f"policy.{name}: {exc}") from None
+
+
+class PolicySet:
+    """The enabled policies in their fixed order; an empty set is the neutral element (the base trigger)."""
+
+    def __init__(self, policies: Sequence[Policy] = ()):
+        self.policies = list(policies)
+        self.by_name = {p.name: p for p in self.policies}
+
+    def scale(self) -> float:
+        s = 1.0
+        for p in self.policies:
+            s = p.scale(s)
+        return s
+
+    def propose(self, decision: Decision, ctx: Context) -> Decision:
+        for p in self.policies:
+            decision = p.propose(decision, ctx)
+        return decision
+
+    def on_alarm(self, alarm, ctx: Context) -> None:
+        for p in self.policies:
+            p.on_alarm(alarm, ctx)
+
+    def on_eval(self, result: EvalResult, ctx: Context) -> None:
+        for p in self.policies:
+            p.on_eval(result, ctx)
+
+    def state_dict(self) -> dict:
+        return {p.name: p.state_dict() for p in self.policies}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        for p in self.policies:
+            p.load_state_dict(sd.get(p.name, {}))
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.by_name
+
+    def __repr__(self) -> str:
+        return f"PolicySet({self.policies!r})"
+
+
+def make_policies(policy_cfg: Mapping, evaluation_cfg: Mapping | None = None) -> PolicySet:
+    """The enabled policies of a config's ``policy`` section, in their fixed order."""
+    policies = []
+    for name in _ORDER:
+        section = policy_cfg.get(name) if policy_cfg is not None else None
+        if section is not None and section.get("enabled", True):
+            policies.append(make_policy(name, section, evaluation_cfg))
+    return PolicySet(policies)

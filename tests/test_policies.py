@@ -1,0 +1,235 @@
+"""Policies: a contract suite over every registered policy, then tables of inputs -> decisions."""
+
+import json
+import pickle
+import random
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from adaptive_eval import load_config
+from adaptive_eval.policies import (AlarmPolicy, BudgetPolicy, Context, IntervalPolicy, PeakPolicy, SampleSizePolicy,
+                                    available, make_policies, make_policy)
+from adaptive_eval.stats import summarize
+from adaptive_eval.types import Decision, EvalResult
+
+DEFAULTS = OmegaConf.to_container(load_config().policy)
+EVALUATION = OmegaConf.to_container(load_config().evaluation)
+
+
+def ctx(step, elapsed=None, eval_seconds=0.0):
+    return Context(step=step, elapsed=float(step * 10 if elapsed is None else elapsed), eval_seconds=eval_seconds)
+
+
+def alarm(step, stream="train/reward", detector="cusum", direction="down"):
+    return SimpleNamespace(step=step, stream=stream, detector=detector, direction=direction, location=None,
+                           message="")
+
+
+def result(step, acc=None, n=100, reason="trigger:steps", seconds=5.0):
+    metrics = {}
+    if acc is not None:
+        k = round(acc * n)
+        metrics["acc"] = summarize([1] * k + [0] * (n - k))
+    return EvalResult(step=step, sample_size=n, reason=reason, seconds=seconds, metrics=metrics)
+
+
+def drive(policy, events):
+    """Feed a list of events; return what the policy said at each 'propose' and 'scale'."""
+    out = []
+    for ev in events:
+        kind, step = ev[0], ev[1]
+        if kind == "alarm":
+            policy.on_alarm(alarm(step, *ev[2:]), ctx(step))
+        elif kind == "eval":
+            policy.on_eval(result(step, *ev[2:]), ctx(step))
+        elif kind == "propose":
+            due = ev[2]
+            d = policy.propose(Decision(due, None, "trigger:steps" if due else ""), ctx(step, *ev[3:]))
+            out.append((d.evaluate, d.sample_size, d.reason, d.urgent))
+        elif kind == "scale":
+            out.append(round(policy.scale(ev[2]), 6))
+    return out
+
+
+def random_events(seed, n=200):
+    rng = random.Random(seed)
+    events = []
+    for step in range(n):
+        r = rng.random()
+        if r < 0.05:
+            events.append(("alarm", step, "s", rng.choice(["cusum", "nonfinite", "spike"]), rng.choice(["up", "down"])))
+        elif r < 0.15:
+            events.append(("eval", step, rng.random(), rng.choice([32, 100, 400])))
+        events.append(("propose", step, rng.random() < 0.1))
+        events.append(("scale", step, 1.0))
+    return events
+
+
+def build(name):
+    return make_policy(name, DEFAULTS.get(name), EVALUATION)
+
+
+@pytest.mark.parametrize("name", available())
+def test_contract_state_dict_round_trip_mid_stream(name):
+    events = random_events(hash(name) % 1000)
+    cut = len(events) // 2
+    full = drive(build(name), events)
+    first = build(name)
+    head = drive(first, events[:cut])
+    state = json.loads(json.dumps(first.state_dict()))  # plain values survive JSON
+    resumed = build(name)
+    resumed.load_state_dict(state)
+    assert head + drive(resumed, events[cut:]) == full
+
+
+@pytest.mark.parametrize("name", available())
+def test_contract_pickles_and_builds_from_config(name):
+    p = build(name)
+    drive(p, random_events(1, 50))
+    q = pickle.loads(pickle.dumps(p))
+    assert q.state_dict() == p.state_dict()
+    assert p.name == name
+
+
+@pytest.mark.parametrize("name", [n for n in available() if n != "nop"])
+def test_contract_unknown_parameter_is_named(name):
+    with pytest.raises(ValueError, match="bogus"):
+        make_policy(name, {**DEFAULTS[name], "bogus": 1}, EVALUATION)
+
+
+def test_unknown_policy_lists_available():
+    with pytest.raises(ValueError, match="available: alarm"):
+        make_policy("nope")
+
+
+def test_nop_set_is_neutral():
+    ps = make_policies(OmegaConf.to_container(load_config("areal").policy))
+    assert ps.policies == [] and ps.scale() == 1.0
+    d = Decision(True, None, "trigger:steps")
+    assert ps.propose(d, ctx(3)) == d
+
+
+ALARM_TABLE = [
+    # (events, expected proposals)
+    ([("propose", 5, False)], [(False, None, "", False)]),
+    ([("alarm", 5), ("propose", 5, False)], [(True, None, "alarm:train/reward:cusum:down", False)]),
+    # a burst: after the alarm-driven eval at 5, alarms within the 20-step cooldown are absorbed
+    ([("alarm", 5), ("propose", 5, False), ("eval", 5, 0.5), ("alarm", 9), ("propose", 9, False),
+      ("alarm", 30), ("propose", 30, False)],
+     [(True, None, "alarm:train/reward:cusum:down", False), (False, None, "", False),
+      (True, None, "alarm:train/reward:cusum:down", False)]),
+    # nonfinite is urgent and ignores the cooldown of other alarms
+    ([("alarm", 5), ("eval", 5, 0.5), ("alarm", 8, "train/loss", "nonfinite", None), ("propose", 8, False)],
+     [(True, None, "alarm:train/loss:nonfinite", True)]),
+    # ... but a stream stuck at NaN costs one eval per cooldown
+    ([("alarm", 8, "train/loss", "nonfinite", None), ("eval", 8, 0.5),
+      ("alarm", 9, "train/loss", "nonfinite", None), ("propose", 9, False)], [(False, None, "", False)]),
+    # an alarm turns a due scheduled eval into an alarm eval (the more informative reason)
+    ([("alarm", 7, "train/len", "spike", "up"), ("propose", 7, True)], [(True, None, "alarm:train/len:spike:up", False)]),
+]
+
+
+@pytest.mark.parametrize("events,expected", ALARM_TABLE)
+def test_alarm_policy_table(events, expected):
+    assert drive(AlarmPolicy(cooldown_steps=20), events) == expected
+
+
+INTERVAL_TABLE = [
+    # quiet evals relax geometrically up to max_factor
+    ([("eval", 1, 0.5), ("scale", 1, 1.0), ("eval", 2, 0.5), ("scale", 2, 1.0), ("eval", 3, 0.5),
+      ("eval", 4, 0.5), ("eval", 5, 0.5), ("scale", 5, 1.0)], [1.5, 2.25, 4.0]),
+    # an alarm tightens once (a burst does not compound), the alarm-driven eval does not relax
+    ([("alarm", 1), ("alarm", 2), ("scale", 2, 1.0), ("eval", 3, 0.5, 100, "alarm:x:cusum"), ("scale", 3, 1.0)],
+     [0.5, 0.5]),
+    # a significant change between successive evals tightens (after a first quiet relax), down to min_factor
+    ([("eval", 1, 0.8, 400), ("eval", 2, 0.3, 400), ("scale", 2, 1.0), ("eval", 3, 0.8, 400),
+      ("eval", 4, 0.2, 400), ("scale", 4, 1.0)], [0.75, 0.25]),
+    # evals without the tracked metric count as quiet
+    ([("eval", 1), ("scale", 1, 1.0)], [1.5]),
+]
+
+
+@pytest.mark.parametrize("events,expected", INTERVAL_TABLE)
+def test_interval_policy_table(events, expected):
+    assert drive(IntervalPolicy(min_factor=0.25, max_factor=4.0, relax=1.5, tighten=0.5), events) == expected
+
+
+SAMPLE_TABLE = [
+    ([("propose", 1, True)], [(True, 128, "trigger:steps", False)]),
+    # after an eval at p=0.5 the Wilson size for half-width 0.05 is 381; at p=0.9 it is 141
+    ([("eval", 1, 0.5), ("propose", 2, True), ("eval", 3, 0.9), ("propose", 4, True)],
+     [(True, 381, "trigger:steps", False), (True, 141, "trigger:steps", False)]),
+    # widened after an alarm, capped at max
+    ([("eval", 1, 0.5), ("alarm", 2), ("propose", 2, True)], [(True, 762, "trigger:steps", False)]),
+    ([("eval", 1, 0.5), ("alarm", 2), ("eval", 2, 0.5), ("alarm", 3), ("propose", 3, True)],
+     [(True, 762, "trigger:steps", False)]),
+    # near 0 or 1 few samples pin the proportion down (Wilson: 35 at p=1), never below min
+    ([("eval", 1, 1.0), ("propose", 2, True)], [(True, 35, "trigger:steps", False)]),
+    # not due: untouched
+    ([("eval", 1, 0.5), ("propose", 2, False)], [(False, None, "", False)]),
+]
+
+
+@pytest.mark.parametrize("events,expected", SAMPLE_TABLE)
+def test_sample_size_policy_table(events, expected):
+    assert drive(SampleSizePolicy(initial=128, min=32, max=1024, target_half_width=0.05), events) == expected
+
+
+BUDGET_TABLE = [
+    # nothing known of the cost: the first eval runs
+    ([("propose", 1, True, 0.0)], [(True, None, "trigger:steps", False)]),
+    # 5 s per 100 samples; at 30 s elapsed with 5 s spent, 10/35 > 0.15: deferred
+    ([("eval", 1, 0.5, 100, "trigger:steps", 5.0), ("propose", 3, True, 30.0, 5.0)],
+     [(False, None, "budget:deferred", False)]),
+    # at 100 s elapsed 10/105 < 0.15: runs
+    ([("eval", 1, 0.5, 100, "trigger:steps", 5.0), ("propose", 10, True, 100.0, 5.0)],
+     [(True, None, "trigger:steps", False)]),
+]
+
+
+@pytest.mark.parametrize("events,expected", BUDGET_TABLE)
+def test_budget_policy_table(events, expected):
+    assert drive(BudgetPolicy(max_eval_fraction=0.15), events) == expected
+
+
+def test_budget_lets_urgent_through():
+    p = BudgetPolicy(max_eval_fraction=0.01)
+    p.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
+    assert p.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).evaluate
+    assert not BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False).propose(
+        Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).evaluate is False  # no cost known yet
+
+
+PEAK_TABLE = [
+    ([("eval", 1, 0.5), ("scale", 1, 4.0), ("eval", 2, 0.6), ("scale", 2, 4.0), ("eval", 3, 0.55),
+      ("scale", 3, 4.0), ("scale", 3, 0.5)], [1.0, 1.0, 4.0, 0.5]),
+]
+
+
+@pytest.mark.parametrize("events,expected", PEAK_TABLE)
+def test_peak_policy_table(events, expected):
+    assert drive(PeakPolicy(improving_factor=1.0), events) == expected
+
+
+def test_peak_policy_lower_is_better():
+    p = PeakPolicy(improving_factor=1.0, higher_is_better=False)
+    drive(p, [("eval", 1, 0.5), ("eval", 2, 0.4)])
+    assert p.improving
+    drive(p, [("eval", 3, 0.45)])
+    assert not p.improving
+
+
+@pytest.mark.parametrize("cls,kw,key", [
+    (IntervalPolicy, dict(min_factor=2, max_factor=1), "min_factor"),
+    (IntervalPolicy, dict(relax=0.5), "relax"),
+    (SampleSizePolicy, dict(min=100, max=10), "min"),
+    (SampleSizePolicy, dict(alarm_factor=0.5), "alarm_factor"),
+    (BudgetPolicy, dict(max_eval_fraction=0), "max_eval_fraction"),
+    (AlarmPolicy, dict(cooldown_steps=-1), "cooldown_steps"),
+    (PeakPolicy, dict(improving_factor=0), "improving_factor"),
+])
+def test_bad_parameters_name_themselves(cls, kw, key):
+    with pytest.raises(ValueError, match=key):
+        cls(**kw)
