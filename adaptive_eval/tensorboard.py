@@ -1,0 +1,444 @@
+"""TensorBoard logging: what the evaluator decided, when and why, on the training-step axis.
+
+:func:`make_logger` gives rank 0 a :class:`TensorBoardLogger` and every other rank a
+:class:`~adaptive_eval.loggers.NullLogger`.  TensorBoard itself is imported only when a
+:class:`TensorBoardLogger` is made, so importing this module costs nothing.
+
+Tag contract
+------------
+The evaluator calls ``log(step, scalars)`` with these tags (``step`` is the global training step):
+
+==================================  ===========================================================
+tag                                 value
+==================================  ===========================================================
+``eval/<metric>``                   the measured mean (``<metric>`` may contain ``/``)
+``eval/<metric>/ci_low``            lower bound of its confidence interval
+``eval/<metric>/ci_high``           upper bound of its confidence interval
+``eval/<metric>/n``                 samples it was measured on
+``controller/interval``             steps until the next scheduled evaluation
+``controller/sample_size``          sample size of the next evaluation
+``controller/eval_fraction``        share of compute spent on evaluation so far
+``controller/deferred``             1 while an evaluation is deferred, else 0
+``controller/eval_errors``          evaluation errors so far
+``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
+``streams/<name>/<detector>``       a detector's statistic on that stream
+``alarms/<stream>``                 +1 alarm upwards, -1 downwards, 1 without a direction
+==================================  ===========================================================
+
+The suffixes ``/ci_low``, ``/ci_high`` and ``/n`` are reserved: a metric must not be named
+``x/n``.  :func:`eval_scalars` and :func:`alarm_scalar` build these values.  Text markers:
+``text(step, "decisions", reason)`` for every decision with a reason, ``text(step, "alarms", message)``
+for every alarm; ``log_config(yaml)`` writes the resolved configuration under the tag ``config``.
+
+Scalars are stored as TensorBoard's ``simple_value`` (float32), the form every TensorBoard reader
+understands; NaN and infinities are stored as they are.
+
+The custom-scalars dashboard
+----------------------------
+The logger writes a custom-scalars layout (:func:`dashboard_layout`): an ``eval`` category with one
+Margin chart per metric (the mean inside its confidence band), then the controller state and the
+alarms as Multiline charts.  TensorBoard's custom-scalars plugin reads only the *last* layout of each
+run (``custom_scalars_plugin.layout_impl`` reads the config tag with ``downsample=1``, which keeps
+the last point) and merges the layouts of different runs by category title.  So whenever a new eval
+metric appears the logger writes the whole layout again; once every metric is known, ``log`` does
+no layout work at all.
+
+Flushing
+--------
+Events are framed into a buffered file as they are logged and reach the disk when ``flush_secs``
+have passed since the last flush (checked on ``log``), right after every text marker and new eval
+metric, on :meth:`~TensorBoardLogger.flush` and :meth:`~TensorBoardLogger.close`, when the logger
+is garbage-collected, at interpreter exit, before ``os.fork`` and on SIGTERM.  The SIGTERM handler
+is installed only from the main thread and only over a Python-level handler or the default; it
+flushes, then hands the signal on to the handler that was there before (the default one
+terminates the process as SIGTERM would have).  The logger is meant to be used from one thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+import re
+import signal
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from adaptive_eval.loggers import MetricLogger, NullLogger
+
+__all__ = ["TensorBoardLogger", "alarm_scalar", "dashboard_layout", "eval_scalars", "make_logger"]
+
+EVAL_PREFIX = "eval/"
+CI_LOW_SUFFIX = "/ci_low"
+CI_HIGH_SUFFIX = "/ci_high"
+COUNT_SUFFIX = "/n"
+_EVAL_SUFFIXES = (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX)
+CONTROLLER_TAGS = ("controller/interval", "controller/sample_size", "controller/eval_fraction",
+                   "controller/deferred", "controller/eval_errors")
+CONFIG_TAG = "config"
+
+
+def eval_scalars(result) -> dict[str, float]:
+    """The ``eval/...`` scalars of one :class:`~adaptive_eval.EvalResult` (mean, CI bounds, n per metric).
+
+    >>> from adaptive_eval.types import EvalResult, MetricSummary
+    >>> r = EvalResult(step=50, sample_size=200, reason="trigger:steps", seconds=3.0,
+    ...                metrics={"math/acc": MetricSummary(mean=0.5, n=200, ci=(0.43, 0.57))})
+    >>> eval_scalars(r)
+    {'eval/math/acc': 0.5, 'eval/math/acc/ci_low': 0.43, 'eval/math/acc/ci_high': 0.57, 'eval/math/acc/n': 200.0}
+    """
+    out: dict[str, float] = {}
+    for name, m in result.metrics.items():
+        tag = EVAL_PREFIX + name
+        out[tag] = float(m.mean)
+        out[tag + CI_LOW_SUFFIX] = float(m.ci[0])
+        out[tag + CI_HIGH_SUFFIX] = float(m.ci[1])
+        out[tag + COUNT_SUFFIX] = float(m.n)
+    return out
+
+
+def alarm_scalar(direction: str | None) -> float:
+    """The value of an ``alarms/<stream>`` scalar: +1 for "up", -1 for "down", 1 without a direction.
+
+    >>> alarm_scalar("up"), alarm_scalar("down"), alarm_scalar(None)
+    (1.0, -1.0, 1.0)
+    """
+    return -1.0 if direction == "down" else 1.0
+
+
+def _exact(tag: str) -> str:
+    # Multiline charts take regular expressions (matched from the start of the tag).
+    return "^" + re.escape(tag) + "$"
+
+
+def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()) -> dict:
+    """The custom-scalars layout, as ``{category: {chart title: (kind, tags)}}``.
+
+    A metric with a confidence interval gets a Margin chart (value, lower, upper tags); one without
+    gets a Multiline chart.  Multiline tags are regular expressions.
+
+    >>> layout = dashboard_layout(["acc", "reward"], metrics_with_ci=["acc"])
+    >>> list(layout)
+    ['eval', 'controller', 'alarms']
+    >>> layout["eval"]["acc"]
+    ('Margin', ['eval/acc', 'eval/acc/ci_low', 'eval/acc/ci_high'])
+    >>> layout["eval"]["reward"]
+    ('Multiline', ['^eval/reward$'])
+    >>> layout["controller"]["interval and sample size"]
+    ('Multiline', ['^controller/interval$', '^controller/sample_size$'])
+    """
+    with_ci = set(metrics_with_ci)
+    eval_charts: dict[str, tuple[str, list[str]]] = {}
+    for m in metrics:
+        tag = EVAL_PREFIX + m
+        if m in with_ci:
+            eval_charts[m] = ("Margin", [tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX])
+        else:
+            eval_charts[m] = ("Multiline", [_exact(tag)])
+    if eval_charts:
+        eval_charts["samples per evaluation"] = ("Multiline", ["^eval/.*/n$"])
+    # Three charts rather than one: the interval and sample size are counts in the hundreds, the
+    # fraction and the deferral flag live in [0, 1]; on one axis the small ones would be flat lines.
+    controller = {
+        "interval and sample size": ("Multiline", [_exact("controller/interval"), _exact("controller/sample_size")]),
+        "eval fraction and deferrals": ("Multiline", [_exact("controller/eval_fraction"),
+                                                      _exact("controller/deferred")]),
+        "evaluation errors": ("Multiline", [_exact("controller/eval_errors")]),
+    }
+    layout = {"eval": eval_charts} if eval_charts else {}
+    layout["controller"] = controller
+    layout["alarms"] = {"alarms (+1 up, -1 down)": ("Multiline", ["^alarms/"])}
+    return layout
+
+
+def _metric_of(tag: str) -> tuple[str, bool] | None:
+    """(metric, is a CI bound) for an ``eval/...`` tag, None for any other tag."""
+    if not tag.startswith(EVAL_PREFIX):
+        return None
+    for suffix in _EVAL_SUFFIXES:
+        if tag.endswith(suffix) and len(tag) > len(EVAL_PREFIX) + len(suffix):
+            return tag[len(EVAL_PREFIX):-len(suffix)], suffix != COUNT_SUFFIX
+    return tag[len(EVAL_PREFIX):], False
+
+
+def _as_value(tag, value) -> float:
+    if type(value) is float:
+        return value
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__}: {exc}") \
+            from None
+
+
+def _check_step(step) -> int:
+    try:
+        return operator.index(step)
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {type(step).__name__} {step!r}") from None
+
+
+# --- process-wide flushing: exit, SIGTERM, fork --------------------------------------------------------
+
+_LIVE: "weakref.WeakSet[TensorBoardLogger]" = weakref.WeakSet()
+_hooks_lock = threading.Lock()
+_fork_hooks_registered = False
+_previous_sigterm = None  # the handler ours replaced; None while ours is not installed
+_uid = itertools.count()
+
+
+def _flush_all() -> None:
+    for logger in list(_LIVE):
+        try:
+            logger.flush()
+        except Exception:  # noqa: BLE001 - flushing one logger must not stop the others (or the signal)
+            pass
+
+
+def _disown_all_in_child() -> None:
+    # A forked child must neither write into its parent's event files nor flush their buffers again.
+    for logger in list(_LIVE):
+        logger._finalizer.detach()
+    _LIVE.clear()
+
+
+def _on_sigterm(signum, frame) -> None:
+    _flush_all()
+    previous = _previous_sigterm
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        # Terminate exactly as the default disposition would have (exit status -SIGTERM).
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_process_hooks() -> None:
+    global _fork_hooks_registered, _previous_sigterm
+    with _hooks_lock:
+        if not _fork_hooks_registered and hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_flush_all, after_in_child=_disown_all_in_child)
+            _fork_hooks_registered = True
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        current = signal.getsignal(signal.SIGTERM)
+        # Not over SIG_IGN (the process chose to survive SIGTERM) nor over a handler set outside Python
+        # (None: we could not chain to it).
+        if current is _on_sigterm or current is None or current == signal.SIG_IGN:
+            return
+        _previous_sigterm = current
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _uninstall_sigterm() -> None:
+    global _previous_sigterm
+    with _hooks_lock:
+        if _LIVE or _previous_sigterm is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, _previous_sigterm)
+            _previous_sigterm = None
+        # If someone replaced our handler, it is theirs now; leave it, and keep chaining if they call us.
+
+
+def _close_file(file, pid: int) -> None:
+    if os.getpid() == pid:
+        file.close()
+
+
+class TensorBoardLogger(MetricLogger):
+    """Writes scalars, text markers, the configuration and a custom-scalars layout to TensorBoard.
+
+    ``log_dir`` is created if needed; each logger writes one new event file in it (named like
+    TensorBoard's own, ending in ``.rank<N>`` when ``rank`` is given).  ``flush_secs`` bounds how long
+    logged scalars may stay in memory.  See the module documentation for the tags and flushing.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, *, flush_secs: float = 30.0, rank: int | None = None):
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        if not isinstance(flush_secs, (int, float)) or isinstance(flush_secs, bool) or not flush_secs >= 0:
+            raise ValueError(f"flush_secs must be a number >= 0, got {flush_secs!r}")
+        if rank is not None:
+            rank = operator.index(rank)
+        self.log_dir = Path(log_dir)
+        self.flush_secs = float(flush_secs)
+        self.rank = rank
+        name = "events.out.tfevents.%010d.%s.%d.%d" % (time.time(), socket.gethostname(), os.getpid(), next(_uid))
+        if rank is not None:
+            name += f".rank{rank}"
+        self.event_file = self.log_dir / name
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            file = open(self.event_file, "xb")  # noqa: SIM115 - closed by close() or the finalizer
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot create a TensorBoard event file: {exc.strerror}",
+                          str(self.log_dir)) from exc
+        self._file = file
+        self._records = RecordWriter(file)
+        self._Event = event_pb2.Event
+        self._Summary = summary_pb2.Summary
+        self._Value = summary_pb2.Summary.Value
+        self._pid = os.getpid()
+        self._finalizer = weakref.finalize(self, _close_file, file, self._pid)
+        self._seen: set[str] = set()
+        self._metrics: dict[str, None] = {}  # eval metrics in order of appearance
+        self._metrics_with_ci: set[str] = set()
+        self._layout_stale = False
+        self._text_metadata = None
+        self._write(self._Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._write_layout(0)
+        self.flush()
+        self._next_flush = 0.0  # the first scalars go to disk at once, so the run shows up early
+        _LIVE.add(self)
+        _install_process_hooks()
+
+    def __repr__(self) -> str:
+        state = "open" if self._finalizer.alive else "closed"
+        return f"TensorBoardLogger({str(self.log_dir)!r}, flush_secs={self.flush_secs}, rank={self.rank}) [{state}]"
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def _write(self, event) -> None:
+        self._records.write(event.SerializeToString())
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Record scalars (tag -> number) at a training step; NaN and infinities are kept."""
+        if not self._finalizer.alive:
+            return
+        step = _check_step(step)
+        Value = self._Value
+        seen = self._seen
+        values = []
+        for tag, value in scalars.items():
+            value = _as_value(tag, value)
+            if tag not in seen:
+                if not isinstance(tag, str) or not tag:
+                    raise TypeError(f"TensorBoard tags must be non-empty strings, got {tag!r}")
+                self._note_new_tag(tag)
+                seen.add(tag)
+            values.append(Value(tag=tag, simple_value=value))
+        if not values:
+            return
+        self._write(self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=values)))
+        if self._layout_stale:
+            self._write_layout(step)
+            self.flush()
+        elif time.monotonic() >= self._next_flush:
+            self.flush()
+
+    def _note_new_tag(self, tag: str) -> None:
+        """Track eval metrics; mark the dashboard layout stale when one appears or gains its CI."""
+        found = _metric_of(tag)
+        if found is None:
+            return
+        metric, is_ci = found
+        if metric not in self._metrics:
+            self._metrics[metric] = None
+            self._layout_stale = True
+        if is_ci and metric not in self._metrics_with_ci:
+            self._metrics_with_ci.add(metric)
+            self._layout_stale = True
+
+    def _write_layout(self, step: int) -> None:
+        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2
+        from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+
+        categories = []
+        for title, charts in dashboard_layout(self._metrics, self._metrics_with_ci).items():
+            chart_protos = []
+            for chart_title, (kind, tags) in charts.items():
+                if kind == "Margin":
+                    series = layout_pb2.MarginChartContent.Series(value=tags[0], lower=tags[1], upper=tags[2])
+                    chart_protos.append(layout_pb2.Chart(title=chart_title,
+                                                         margin=layout_pb2.MarginChartContent(series=[series])))
+                else:
+                    chart_protos.append(layout_pb2.Chart(title=chart_title,
+                                                         multiline=layout_pb2.MultilineChartContent(tag=tags)))
+            categories.append(layout_pb2.Category(title=title, chart=chart_protos))
+        tensor = tensor_pb2.TensorProto(dtype="DT_STRING", tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                                        string_val=[layout_pb2.Layout(category=categories).SerializeToString()])
+        value = self._Value(tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(),
+                            tensor=tensor)
+        self._write(self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=[value])))
+        self._layout_stale = False
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        """Record a text marker (markdown) under ``tag``; written to disk at once."""
+        if not self._finalizer.alive:
+            return
+        step = _check_step(step)
+        if not isinstance(tag, str) or not tag:
+            raise TypeError(f"TensorBoard tags must be non-empty strings, got {tag!r}")
+        if not isinstance(text, str):
+            raise TypeError(f"text for tag {tag!r} must be a string, got {type(text).__name__}")
+        from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2
+        from tensorboard.plugins.text import metadata
+
+        if self._text_metadata is None:
+            self._text_metadata = metadata.create_summary_metadata(display_name=None, description=None)
+        # A rank-0 string tensor: the text plugin renders it as markdown without a table around it.
+        tensor = tensor_pb2.TensorProto(dtype="DT_STRING", tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+                                        string_val=[text.encode("utf-8")])
+        value = self._Value(tag=tag, metadata=self._text_metadata, tensor=tensor)
+        self._write(self._Event(wall_time=time.time(), step=step, summary=self._Summary(value=[value])))
+        self.flush()
+
+    def log_config(self, config_yaml: str) -> None:
+        """Record the resolved configuration as a YAML code block under the tag ``config`` (step 0)."""
+        if not isinstance(config_yaml, str):
+            raise TypeError(f"config_yaml must be a string, got {type(config_yaml).__name__}")
+        longest = max((len(run) for run in re.findall("`+", config_yaml)), default=0)
+        fence = "`" * max(3, longest + 1)
+        self.text(0, CONFIG_TAG, f"{fence}yaml\n{config_yaml.rstrip()}\n{fence}")
+
+    def flush(self) -> None:
+        """Write everything logged so far to the event file."""
+        if not self._finalizer.alive or os.getpid() != self._pid:
+            return
+        self._next_flush = time.monotonic() + self.flush_secs
+        try:
+            self._file.flush()
+        except RuntimeError:
+            # Only from a signal handler that interrupted this very file's write ("reentrant call");
+            # the interrupted write finishes, and flushes, when the handler returns.
+            pass
+
+    def close(self) -> None:
+        """Flush and close the event file; later calls of any method are no-ops."""
+        if self._finalizer.alive:
+            self._finalizer()
+            _LIVE.discard(self)
+            _uninstall_sigterm()
+
+
+def make_logger(log_dir: str | os.PathLike | None, *, flush_secs: float = 30.0, group=None) -> MetricLogger:
+    """A :class:`TensorBoardLogger` on rank 0 of ``group``, a :class:`NullLogger` everywhere else.
+
+    Without an initialised process group this process counts as rank 0.  ``log_dir=None`` turns
+    logging off (a :class:`NullLogger`).
+
+    >>> make_logger(None)
+    <adaptive_eval.loggers.NullLogger object at ...>
+    """
+    if log_dir is None:
+        return NullLogger()
+    rank = 0
+    global_rank = None
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank(group)  # -1 when this process is not in the group
+        global_rank = dist.get_rank()
+    if rank != 0:
+        return NullLogger()
+    return TensorBoardLogger(log_dir, flush_secs=flush_secs, rank=global_rank)

@@ -1,0 +1,309 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.util import tensor_util
+
+from adaptive_eval.loggers import MetricLogger, NullLogger
+from adaptive_eval.tensorboard import TensorBoardLogger, dashboard_layout, eval_scalars, make_logger
+from adaptive_eval.types import EvalResult, MetricSummary
+from conftest import REPO
+from dist_utils import run_ranks
+
+LAYOUT_TAG = "custom_scalars__config__"
+
+
+def read(log_dir):
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})  # 0: keep everything
+    acc.Reload()
+    return acc
+
+
+def scalars(acc):
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def texts(acc, tag):
+    return [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode()) for e in acc.Tensors(tag)]
+
+
+def last_layout(acc):
+    layout = layout_pb2.Layout()
+    layout.ParseFromString(tensor_util.make_ndarray(acc.Tensors(LAYOUT_TAG)[-1].tensor_proto).item())
+    return layout
+
+
+def same_float32(a, b):
+    a32, b32 = np.float32(a), np.float32(b)
+    return (math.isnan(a32) and math.isnan(b32)) or a32.tobytes() == b32.tobytes()
+
+
+def test_every_scalar_round_trips_with_its_step(tmp_path):
+    rng = np.random.default_rng(1)
+    written = {}
+    with TensorBoardLogger(tmp_path, flush_secs=3600) as logger:
+        assert isinstance(logger, MetricLogger)
+        for step in [0, 1, 2, 7, 1000, 2**40]:
+            row = {"streams/train/reward": float(rng.normal()), "streams/train/reward/cusum": float(rng.random()),
+                   "controller/interval": int(rng.integers(1, 500)), "controller/deferred": bool(step % 2),
+                   "controller/eval_fraction": np.float64(rng.random()), "alarms/train/reward": -1.0}
+            if step == 7:
+                row.update({"eval/math/acc": math.nan, "eval/math/acc/ci_low": -math.inf,
+                            "eval/math/acc/ci_high": math.inf, "eval/math/acc/n": 0})
+            logger.log(step, row)
+            for tag, value in row.items():
+                written.setdefault(tag, []).append((step, float(value)))
+        logger.log(3, {})  # nothing to write
+    got = scalars(read(tmp_path))
+    assert set(got) == set(written)
+    for tag, points in written.items():
+        assert [s for s, _ in got[tag]] == [s for s, _ in points], tag
+        assert all(same_float32(a, b) for (_, a), (_, b) in zip(got[tag], points)), (tag, got[tag], points)
+
+
+def test_text_markers_and_config(tmp_path):
+    with TensorBoardLogger(tmp_path) as logger:
+        logger.log_config("trigger:\n  freq_steps: 50\nnote: '```'\n")
+        logger.text(50, "decisions", "trigger:steps")
+        logger.text(120, "alarms", "cusum down on train/reward (change near step 112)")
+        logger.text(121, "decisions", "alarm:train/reward:cusum:down")
+    acc = read(tmp_path)
+    assert texts(acc, "decisions") == [(50, "trigger:steps"), (121, "alarm:train/reward:cusum:down")]
+    assert texts(acc, "alarms") == [(120, "cusum down on train/reward (change near step 112)")]
+    ((step, config),) = texts(acc, "config")
+    assert step == 0 and config == "````yaml\ntrigger:\n  freq_steps: 50\nnote: '```'\n````"
+    assert acc.SummaryMetadata("decisions").plugin_data.plugin_name == "text"
+
+
+def test_layout_has_a_margin_chart_per_metric_and_the_controller_state(tmp_path):
+    result = EvalResult(step=10, sample_size=64, reason="trigger:steps", seconds=1.0,
+                        metrics={"acc": MetricSummary(0.5, 64, (0.4, 0.6)),
+                                 "math/reward": MetricSummary(1.5, 64, (1.2, 1.8))})
+    with TensorBoardLogger(tmp_path) as logger:
+        for step in range(100):
+            logger.log(step, {"controller/interval": 50, "controller/sample_size": 64})
+            if step == 10:
+                logger.log(step, eval_scalars(result))
+            if step == 60:
+                logger.log(step, {"eval/late": 0.3, "eval/late/ci_low": 0.2, "eval/late/ci_high": 0.4})
+            if step > 60:  # known metrics: no more layout writes
+                logger.log(step, eval_scalars(result))
+    acc = read(tmp_path)
+    assert [e.step for e in acc.Tensors(LAYOUT_TAG)] == [0, 10, 60]  # at start, then once per new metric
+    layout = last_layout(acc)
+    assert [c.title for c in layout.category] == ["eval", "controller", "alarms"]
+    margins = {ch.title: ch.margin.series[0] for ch in layout.category[0].chart if ch.HasField("margin")}
+    assert set(margins) == {"acc", "math/reward", "late"}
+    s = margins["math/reward"]
+    assert (s.value, s.lower, s.upper) == ("eval/math/reward", "eval/math/reward/ci_low", "eval/math/reward/ci_high")
+    controller_tags = [t for ch in layout.category[1].chart for t in ch.multiline.tag]
+    for tag in ["controller/interval", "controller/sample_size", "controller/eval_fraction", "controller/deferred",
+                "controller/eval_errors"]:
+        assert f"^{tag}$" in controller_tags
+
+
+def test_tensorboards_custom_scalars_plugin_shows_the_latest_layout(tmp_path):
+    # What the dashboard itself serves: the plugin keeps the last layout of each run, merges runs by category.
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+
+    for run, metric in [("adaptive", "acc"), ("fixed", "acc"), ("other", "reward")]:
+        with TensorBoardLogger(tmp_path / run) as logger:
+            logger.log(5, {"controller/interval": 10})
+            logger.log(10, {f"eval/{metric}": 0.5, f"eval/{metric}/ci_low": 0.4, f"eval/{metric}/ci_high": 0.6})
+    mux = plugin_event_multiplexer.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(tmp_path))
+    mux.Reload()
+    tb_context = base_plugin.TBContext(logdir=str(tmp_path), multiplexer=mux, plugin_name_to_instance={},
+                                       data_provider=data_provider.MultiplexerDataProvider(mux, str(tmp_path)))
+    plugin = custom_scalars_plugin.CustomScalarsPlugin(tb_context)
+    layout = json.loads(plugin.layout_impl(context.RequestContext(), ""))
+    charts = {c["title"]: [ch["title"] for ch in c["chart"]] for c in layout["category"]}
+    assert charts["eval"][:2] == ["acc", "samples per evaluation"] and "reward" in charts["eval"]
+    assert len(charts["eval"]) == 3  # the identical "acc" and "samples" charts of two runs merged
+    assert charts["controller"] == ["interval and sample size", "eval fraction and deferrals", "evaluation errors"]
+
+
+def test_layout_of_metric_without_interval_is_multiline():
+    layout = dashboard_layout(["loss"])
+    assert layout["eval"]["loss"] == ("Multiline", ["^eval/loss$"])
+    assert "eval" not in dashboard_layout([])
+
+
+def test_flush_on_close_and_on_schedule(tmp_path):
+    logger = TensorBoardLogger(tmp_path / "slow", flush_secs=3600)
+    for step in range(50):
+        logger.log(step, {"streams/loss": 1.0 / (step + 1)})
+    # The first scalars are flushed at once (the run shows up in TensorBoard); the rest wait for a flush.
+    assert [s for s, _ in scalars(read(tmp_path / "slow"))["streams/loss"]] == [0]
+    logger.close()
+    assert [s for s, _ in scalars(read(tmp_path / "slow"))["streams/loss"]] == list(range(50))
+
+    eager = TensorBoardLogger(tmp_path / "eager", flush_secs=0)
+    for step in range(5):
+        eager.log(step, {"streams/loss": float(step)})
+    assert len(scalars(read(tmp_path / "eager"))["streams/loss"]) == 5
+    eager.close()
+
+
+def test_after_close_everything_is_a_noop(tmp_path):
+    logger = TensorBoardLogger(tmp_path, flush_secs=3600)
+    logger.log(0, {"a": 1.0})
+    logger.close()
+    logger.close()
+    logger.log(1, {"a": 2.0})
+    logger.text(1, "decisions", "x")
+    logger.log_config("a: 1")
+    logger.flush()
+    assert logger.closed and "closed" in repr(logger)
+    assert scalars(read(tmp_path)) == {"a": [(0, 1.0)]}
+
+
+def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path):
+    with TensorBoardLogger(tmp_path) as logger:
+        with pytest.raises(TypeError, match="'eval/acc': expected a number, got str"):
+            logger.log(1, {"eval/acc": "high"})
+        with pytest.raises(TypeError, match="'x': expected a number, got NoneType"):
+            logger.log(1, {"eval/acc": 0.5, "x": None})
+        with pytest.raises(TypeError, match="step must be an integer"):
+            logger.log(1.5, {"a": 1.0})
+        with pytest.raises(TypeError, match="tags must be non-empty strings"):
+            logger.log(1, {3: 1.0})
+        with pytest.raises(TypeError, match="must be a string"):
+            logger.text(1, "decisions", None)
+        logger.log(2, {"eval/acc": 0.5, "eval/acc/ci_low": 0.4, "eval/acc/ci_high": 0.6})
+    acc = read(tmp_path)
+    assert scalars(acc)["eval/acc"] == [(2, 0.5)] and "x" not in scalars(acc)
+    assert [ch.title for ch in last_layout(acc).category[0].chart if ch.HasField("margin")] == ["acc"]
+
+
+def test_unwritable_log_dir_is_a_clear_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match="cannot create a TensorBoard event file"):
+        TensorBoardLogger(tmp_path / "file" / "tb")
+
+
+def test_make_logger_without_process_group(tmp_path):
+    assert isinstance(make_logger(None), NullLogger)
+    logger = make_logger(tmp_path / "tb", flush_secs=5)
+    assert isinstance(logger, TensorBoardLogger) and logger.flush_secs == 5 and logger.rank is None
+    logger.close()
+
+
+def _ranks_log(rank, world, root):
+    import torch.distributed as dist
+
+    from adaptive_eval.tensorboard import make_logger
+
+    kinds = []
+    only_rank1 = dist.new_group([1])
+    for name, group in [("world", None), ("group1", only_rank1)]:
+        log_dir = os.path.join(root, name, f"rank{rank}")
+        logger = make_logger(log_dir, group=group)
+        logger.log(1, {"streams/loss": 1.0})
+        logger.text(1, "decisions", "trigger:steps")
+        logger.close()
+        kinds.append((type(logger).__name__, os.path.exists(log_dir)))
+    return kinds
+
+
+def test_make_logger_writes_only_on_rank_0_of_the_group(tmp_path):
+    r0, r1 = run_ranks(_ranks_log, str(tmp_path), world=2)
+    assert r0 == [("TensorBoardLogger", True), ("NullLogger", False)]
+    assert r1 == [("NullLogger", False), ("TensorBoardLogger", True)]
+    assert list((tmp_path / "world").iterdir()) == [tmp_path / "world" / "rank0"]
+    (event_file,) = (tmp_path / "world" / "rank0").iterdir()
+    assert event_file.name.endswith(".rank0")
+
+
+def _run_script(code, tmp_path, **kw):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.Popen([sys.executable, str(script), str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_importing_the_package_does_not_import_tensorboard_or_matplotlib(tmp_path):
+    proc = _run_script("""
+        import sys
+        import adaptive_eval, adaptive_eval.tensorboard, adaptive_eval.plot
+        print(sorted(m for m in ("tensorboard", "matplotlib") if m in sys.modules))
+    """, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == "[]"
+
+
+CHILD = """
+    import os, signal, sys, time
+    from adaptive_eval.tensorboard import TensorBoardLogger
+    root = sys.argv[1]
+    MODE = {mode!r}
+    if MODE == "handler":
+        def on_term(signum, frame):
+            open(os.path.join(root, "user_handler_ran"), "w").close()
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, on_term)
+    kept = TensorBoardLogger(os.path.join(root, "kept"), flush_secs=3600)
+    dropped = TensorBoardLogger(os.path.join(root, "dropped"), flush_secs=3600)
+    for step in range(20):
+        kept.log(step, {{"streams/loss": float(step)}})
+        dropped.log(step, {{"streams/loss": float(step)}})
+    if MODE == "fork":
+        pid = os.fork()
+        if pid == 0:  # the child must neither write into nor re-flush the parent's files
+            kept.log(999, {{"streams/loss": 999.0}})
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        kept.log(20, {{"streams/loss": 20.0}})
+    del dropped  # garbage-collected without close()
+    if MODE in ("term", "handler"):
+        print("ready", flush=True)
+        time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("mode", ["exit", "term", "handler", "fork"])
+def test_data_is_flushed_at_exit_on_sigterm_and_across_fork(tmp_path, mode):
+    proc = _run_script(CHILD.format(mode=mode), tmp_path)
+    if mode in ("term", "handler"):
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    expected_rc = {"exit": 0, "fork": 0, "term": -signal.SIGTERM, "handler": 3}[mode]
+    assert proc.returncode == expected_rc, err
+    steps = list(range(21 if mode == "fork" else 20))
+    assert [s for s, _ in scalars(read(tmp_path / "kept"))["streams/loss"]] == steps
+    assert [s for s, _ in scalars(read(tmp_path / "dropped"))["streams/loss"]] == list(range(20))
+    assert (tmp_path / "user_handler_ran").exists() == (mode == "handler")
+
+
+def test_sigterm_handler_is_restored_when_the_last_logger_closes(tmp_path):
+    proc = _run_script("""
+        import signal, sys
+        from adaptive_eval.tensorboard import TensorBoardLogger
+        def mine(signum, frame): pass
+        signal.signal(signal.SIGTERM, mine)
+        a, b = TensorBoardLogger(sys.argv[1] + "/a"), TensorBoardLogger(sys.argv[1] + "/b")
+        installed = signal.getsignal(signal.SIGTERM)
+        a.close()
+        still = signal.getsignal(signal.SIGTERM) is installed
+        b.close()
+        print(installed is not mine, still, signal.getsignal(signal.SIGTERM) is mine)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        c = TensorBoardLogger(sys.argv[1] + "/c")  # an ignored SIGTERM stays ignored
+        print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)
+    """, tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.split() == ["True", "True", "True", "True"]
