@@ -1,0 +1,484 @@
+"""A one-picture summary of a run or replay folder: ``plot_run(run_dir) -> Path`` writes a PNG.
+
+The folder is the one replay (and the demo) write: ``evals.jsonl`` (one line per evaluation:
+``step``, ``epoch``, ``sample_size``, ``reason``, ``metrics`` {name: mean}, ``ci`` {name: [low, high]},
+``seconds``), ``alarms.jsonl`` (``step``, ``stream``, ``detector``, ``direction``, ``location``),
+``summary.json`` and ``tb/`` (TensorBoard event files, see :mod:`adaptive_eval.tensorboard`).
+Everything but one of ``evals.jsonl`` and ``tb/`` may be missing.
+
+The picture, on the training-step axis: one panel per eval metric (each evaluation a point with its
+confidence interval, the marker's area proportional to the sample size, its colour the kind of
+reason it ran for), then up to four watched streams from ``tb/`` (the streams that raised alarms
+first); alarms are vertical lines in every panel, labelled by detector; stretches where an evaluation
+was deferred are shaded; the title carries the summary figures.
+
+matplotlib is imported only when a picture is drawn, and only its object-oriented Agg canvas is
+used, so plotting neither needs a display nor touches pyplot's global state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["PlotError", "plot_run"]
+
+MAX_STREAM_PANELS = 4
+MAX_EVAL_PANELS = 3
+
+_REASON_COLORS = {"trigger": "tab:blue", "alarm": "tab:red", "budget": "tab:orange", "resources": "tab:purple"}
+_OTHER_REASON_COLOR = "tab:gray"
+_DETECTOR_COLORS = ["crimson", "darkorange", "darkviolet", "teal", "saddlebrown", "deeppink"]
+_ARROWS = {"up": "\u2191", "down": "\u2193"}
+
+
+class PlotError(ValueError):
+    """A folder that cannot be plotted: no run in it, or a file in it that cannot be read."""
+
+
+@dataclass
+class _Run:
+    name: str
+    evals: list[dict] = field(default_factory=list)
+    alarms: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+    streams: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # in order of appearance
+    deferred: tuple[np.ndarray, np.ndarray] | None = None
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) for every line; a torn last line (a crash mid-write) is skipped with a warning."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlotError(f"{path}: cannot read: {exc}") from None
+    lines = text.split("\n")
+    out = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if lineno == len(lines):  # no newline after it: the line being written when the run stopped
+                warnings.warn(f"{path}:{lineno}: skipping an incomplete last line", stacklevel=3)
+                continue
+            raise PlotError(f"{path}:{lineno}: not valid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise PlotError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        out.append((lineno, obj))
+    return out
+
+
+def _number(value, where: str, key: str, *, optional: bool = True) -> float:
+    if value is None and optional:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlotError(f"{where}: {key!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def _step(obj: dict, where: str) -> int:
+    step = obj.get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise PlotError(f"{where}: 'step' must be an integer, got {step!r}" if "step" in obj
+                        else f"{where}: missing key 'step'")
+    return step
+
+
+def _read_evals(path: Path) -> list[dict]:
+    evals = []
+    for lineno, obj in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        metrics = obj.get("metrics")
+        if not isinstance(metrics, Mapping):
+            raise PlotError(f"{where}: missing key 'metrics' (a mapping of metric name to mean)"
+                            if metrics is None else f"{where}: 'metrics' must be a mapping, got {metrics!r}")
+        ci = obj.get("ci") or {}
+        counts = obj.get("n") or {}
+        if not isinstance(ci, Mapping) or not isinstance(counts, Mapping):
+            raise PlotError(f"{where}: 'ci' and 'n' must be mappings of metric name to values")
+        record = {"step": _step(obj, where), "reason": str(obj.get("reason") or ""), "metrics": {}, "ci": {}}
+        for name, mean in metrics.items():
+            record["metrics"][name] = _number(mean, where, f"metrics.{name}")
+            bounds = ci.get(name)
+            if bounds is None:
+                record["ci"][name] = (math.nan, math.nan)
+            elif isinstance(bounds, (list, tuple)) and len(bounds) == 2:
+                record["ci"][name] = (_number(bounds[0], where, f"ci.{name}"), _number(bounds[1], where, f"ci.{name}"))
+            else:
+                raise PlotError(f"{where}: 'ci.{name}' must be [low, high], got {bounds!r}")
+        size = obj.get("sample_size")
+        if size is None:  # the whole eval set: the per-metric counts say how much that was
+            size = max((c for c in counts.values() if isinstance(c, (int, float))), default=None)
+        record["sample_size"] = None if size is None else _number(size, where, "sample_size")
+        evals.append(record)
+    return evals
+
+
+def _read_alarms(path: Path) -> list[dict]:
+    alarms = []
+    for lineno, obj in _read_jsonl(path):
+        where = f"{path}:{lineno}"
+        alarms.append({"step": _step(obj, where), "stream": str(obj.get("stream") or "?"),
+                       "detector": str(obj.get("detector") or "?"), "direction": obj.get("direction")})
+    return alarms
+
+
+def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, list[tuple[int, str]]]]:
+    """All scalars (tag -> (steps, values)) and text markers (tag -> [(step, text)]) of the event files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0, "tensors": 0})
+    try:
+        acc.Reload()
+    except Exception as exc:  # noqa: BLE001 - a damaged event file: say which folder
+        raise PlotError(f"{tb_dir}: cannot read the TensorBoard event files: {exc}") from None
+    tags = acc.Tags()
+    scalars = {}
+    for tag in tags.get("scalars", []):
+        events = acc.Scalars(tag)
+        steps = np.array([e.step for e in events], dtype=np.int64)
+        values = np.array([e.value for e in events], dtype=float)
+        order = np.argsort(steps, kind="stable")
+        scalars[tag] = (steps[order], values[order])
+    texts = {}
+    for tag in ("decisions",):
+        if tag in tags.get("tensors", []):
+            texts[tag] = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode("utf-8", "replace"))
+                          for e in acc.Tensors(tag)]
+    return scalars, texts
+
+
+def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
+    """Evaluations rebuilt from ``eval/<m>`` scalars, for a folder with ``tb/`` but no ``evals.jsonl``."""
+    from adaptive_eval.tensorboard import _metric_of
+
+    by_step: dict[int, dict] = {}
+    reasons = dict(texts.get("decisions", []))
+    for tag, (steps, values) in scalars.items():
+        found = _metric_of(tag)
+        if found is None:
+            continue
+        metric = found[0]
+        for s, v in zip(steps.tolist(), values.tolist()):
+            rec = by_step.setdefault(s, {"step": s, "reason": reasons.get(s, ""), "metrics": {}, "ci": {},
+                                         "sample_size": None, "_lo": {}, "_hi": {}})
+            if tag.endswith("/ci_low"):
+                rec["_lo"][metric] = v
+            elif tag.endswith("/ci_high"):
+                rec["_hi"][metric] = v
+            elif tag.endswith("/n"):
+                rec["sample_size"] = max(v, rec["sample_size"] or 0.0)
+            else:
+                rec["metrics"][metric] = v
+    evals = []
+    for s in sorted(by_step):
+        rec = by_step[s]
+        lo, hi = rec.pop("_lo"), rec.pop("_hi")
+        rec["ci"] = {m: (lo.get(m, math.nan), hi.get(m, math.nan)) for m in rec["metrics"]}
+        if rec["metrics"]:
+            evals.append(rec)
+    return evals
+
+
+def _stream_tags(scalars: Mapping, alarmed: set[str]) -> list[str]:
+    """The ``streams/<name>`` tags that are streams, not detector statistics (``streams/<name>/<detector>``).
+
+    Stream names may contain "/", so a tag counts as a detector statistic when the tag one level up is
+    logged as well, unless an alarm names it as a stream.
+
+    >>> _stream_tags({"streams/train/loss": 0, "streams/train/loss/cusum": 0, "streams/kl": 0}, set())
+    ['streams/train/loss', 'streams/kl']
+    """
+    out = []
+    for tag in scalars:
+        if not tag.startswith("streams/"):
+            continue
+        name = tag[len("streams/"):]
+        parent = tag.rsplit("/", 1)[0]
+        if name in alarmed or parent == "streams" or parent not in scalars:
+            out.append(tag)
+    return out
+
+
+def _choose_streams(names: list[str], alarms: list[dict], limit: int = MAX_STREAM_PANELS) -> list[str]:
+    """At most ``limit`` streams: the ones that raised the most alarms first, then the others as logged.
+
+    >>> _choose_streams(["a", "b", "c", "d", "e"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
+    ...                                              {"stream": "c", "step": 1}])
+    ['d', 'c', 'a', 'b']
+    """
+    counts: dict[str, int] = {}
+    for a in alarms:
+        counts[a["stream"]] = counts.get(a["stream"], 0) + 1
+    rank = {n: i for i, n in enumerate(names)}
+    return sorted(names, key=lambda n: (-counts.get(n, 0), rank[n]))[:limit]
+
+
+def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) step spans where ``controller/deferred`` was on (a span open at the end closes there).
+
+    >>> _deferred_spans(np.array([0, 1, 2, 3, 4, 5]), np.array([0, 1, 1, 0, 1, 1.0]))
+    [(1, 3), (4, 5)]
+    """
+    spans = []
+    start = None
+    for s, v in zip(steps.tolist(), values.tolist()):
+        on = v >= 0.5
+        if on and start is None:
+            start = s
+        elif not on and start is not None:
+            spans.append((start, s))
+            start = None
+    if start is not None:
+        spans.append((start, int(steps[-1]) if steps[-1] > start else start + 1))
+    return spans
+
+
+def _load(run_dir: Path) -> _Run:
+    if not run_dir.is_dir():
+        raise PlotError(f"{run_dir}: not a folder")
+    evals_path, alarms_path, summary_path, tb_dir = (run_dir / "evals.jsonl", run_dir / "alarms.jsonl",
+                                                     run_dir / "summary.json", run_dir / "tb")
+    if not evals_path.is_file() and not tb_dir.is_dir():
+        below = sorted(p.name for p in run_dir.iterdir()
+                       if p.is_dir() and ((p / "evals.jsonl").is_file() or (p / "tb").is_dir()))
+        hint = f"; runs below it: {', '.join(below)}" if below else ""
+        raise PlotError(f"{run_dir}: no run found (expected evals.jsonl or a tb/ folder of TensorBoard logs){hint}")
+    run = _Run(name=run_dir.resolve().name)
+    if alarms_path.is_file():
+        run.alarms = _read_alarms(alarms_path)
+    if summary_path.is_file():
+        try:
+            summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlotError(f"{summary_path}: cannot read: {exc}") from None
+        if not isinstance(summary, dict):
+            raise PlotError(f"{summary_path}: expected a JSON object, got {type(summary).__name__}")
+        run.summary = summary
+    scalars, texts = _read_tb(tb_dir) if tb_dir.is_dir() else ({}, {})
+    run.evals = _read_evals(evals_path) if evals_path.is_file() else _evals_from_tb(scalars, texts)
+    alarmed = {a["stream"] for a in run.alarms}
+    for tag in _stream_tags(scalars, alarmed):
+        run.streams[tag[len("streams/"):]] = scalars[tag]
+    if "controller/deferred" in scalars:
+        run.deferred = scalars["controller/deferred"]
+    return run
+
+
+# --- drawing ---------------------------------------------------------------------------------------------
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":", 1)[0] if reason else "unknown"
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing mean over the finite values of the last ``window`` points (NaN where there are none)."""
+    finite = np.isfinite(values)
+    csum = np.concatenate([[0.0], np.cumsum(np.where(finite, values, 0.0))])
+    ccount = np.concatenate([[0], np.cumsum(finite)])
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(idx - window, 0)
+    total, count = csum[idx] - csum[lo], ccount[idx] - ccount[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _mark_nonfinite(ax, steps, values) -> bool:
+    bad = ~np.isfinite(values)
+    if bad.any():
+        ax.plot(steps[bad], np.full(bad.sum(), 0.02), linestyle="none", marker="|", markersize=10, color="red",
+                transform=ax.get_xaxis_transform(), label="NaN / inf")
+        return True
+    return False
+
+
+def _area(sizes, size_range: tuple[float, float]):
+    """Marker area proportional to the sample size (one middling size when all evaluations had the same)."""
+    smin, smax = size_range
+    if not smax > 0 or smin == smax:
+        return np.full(np.shape(sizes), 70.0)
+    return 20.0 + 180.0 * np.asarray(sizes, dtype=float) / smax
+
+
+def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float, float]) -> None:
+    rows = [e for e in evals if metric in e["metrics"]]
+    steps = np.array([e["step"] for e in rows])
+    means = np.array([e["metrics"][metric] for e in rows])
+    lo = np.array([e["ci"][metric][0] for e in rows])
+    hi = np.array([e["ci"][metric][1] for e in rows])
+    smin, smax = size_range
+    sizes = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows])
+    area = np.where(np.isfinite(sizes), _area(sizes, size_range), 40.0)
+    ok = np.isfinite(means)
+    ax.plot(steps[ok], means[ok], color="0.6", linewidth=0.8, zorder=1)
+    with np.errstate(invalid="ignore"):
+        yerr = np.vstack([np.clip(means - lo, 0, None), np.clip(hi - means, 0, None)])
+    has_ci = ok & np.isfinite(yerr).all(axis=0)
+    ax.errorbar(steps[has_ci], means[has_ci], yerr=yerr[:, has_ci], fmt="none", ecolor="0.35", elinewidth=1.0,
+                capsize=2.5, zorder=2)
+    kinds = [_reason_kind(e["reason"]) for e in rows]
+    for kind in dict.fromkeys(kinds):
+        sel = ok & np.array([k == kind for k in kinds])
+        if sel.any():
+            ax.scatter(steps[sel], means[sel], s=area[sel], color=_REASON_COLORS.get(kind, _OTHER_REASON_COLOR),
+                       edgecolor="black", linewidth=0.5, zorder=3, label=f"eval: {kind} ({int(sel.sum())})")
+    _mark_nonfinite(ax, steps, means)
+    ax.set_ylabel(f"eval/{metric}", fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    if np.isfinite(smax):  # a key to the marker sizes
+        for n in sorted({smin, smax}):
+            handles.append(ax.scatter([], [], s=_area(n, size_range), color="white", edgecolor="black",
+                                      linewidth=0.5))
+            labels.append(f"n = {n:,.0f}")
+    ax.legend(handles, labels, loc="best", fontsize=7, framealpha=0.85, ncol=2, scatterpoints=1)
+
+
+def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> None:
+    if len(steps) > 200:
+        ax.plot(steps, values, color="tab:blue", linewidth=0.6, alpha=0.35)
+        window = max(5, len(steps) // 60)
+        ax.plot(steps, _smooth(values, window), color="tab:blue", linewidth=1.4, label=f"mean of last {window}")
+    else:
+        ax.plot(steps, values, color="tab:blue", linewidth=1.0, marker="." if len(steps) < 60 else None)
+    marked = _mark_nonfinite(ax, steps, values)
+    ax.set_ylabel(name, fontsize=9)
+    if len(steps) > 200 or marked:
+        ax.legend(loc="best", fontsize=7, framealpha=0.85)
+    finite = values[np.isfinite(values)]
+    if len(finite) > 20:  # keep a few wild values from flattening the picture
+        low, high = np.percentile(finite, [0.5, 99.5])
+        pad = 0.08 * (high - low) if high > low else max(abs(high), 1.0) * 0.05
+        ax.set_ylim(low - pad, high + pad)
+
+
+def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
+    colors: dict[str, str] = {}
+    for a in alarms:
+        colors.setdefault(a["detector"], _DETECTOR_COLORS[len(colors) % len(_DETECTOR_COLORS)])
+    for ax in axes:
+        for a in alarms:
+            ax.axvline(a["step"], color=colors[a["detector"]], linewidth=1.0, linestyle="--", alpha=0.8, zorder=0)
+    # Alarms closer together than this share one label (its lines side by side), so labels never overlap.
+    groups: list[list[dict]] = []
+    for a in sorted(alarms, key=lambda a: a["step"]):
+        if groups and a["step"] - groups[-1][0]["step"] < 0.025 * x_range:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    top = axes[0]
+    for group in groups:
+        lines = list(dict.fromkeys(
+            f"{a['detector']} {_ARROWS.get(a['direction'], '')} {a['stream']}".replace("  ", " ") for a in group))
+        if len(lines) > 3:
+            lines = lines[:2] + [f"+{len(lines) - 2} more"]
+        color = colors[group[0]["detector"]] if len({a["detector"] for a in group}) == 1 else "0.2"
+        top.text(group[0]["step"], 0.98, "\n".join(lines), transform=top.get_xaxis_transform(), rotation=90,
+                 ha="right", va="top", fontsize=7, color=color,
+                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
+
+
+def _title(run: _Run) -> str:
+    s = run.summary
+    evals = s.get("evals", len(run.evals))
+    samples = s.get("samples", sum(e["sample_size"] or 0 for e in run.evals))
+    alarms = s.get("alarms", len(run.alarms))
+    if isinstance(alarms, (list, dict)):
+        alarms = len(alarms)
+    parts = [f"{evals} evaluations", f"{samples:,.0f} samples" if isinstance(samples, (int, float)) else None,
+             f"{alarms} alarms"]
+    if isinstance(s.get("steps"), (int, float)):
+        parts.append(f"{s['steps']:,.0f} steps")
+    eval_s, train_s = s.get("eval_seconds"), s.get("train_seconds")
+    if isinstance(eval_s, (int, float)):
+        share = ""
+        if isinstance(train_s, (int, float)) and train_s > 0:
+            share = f" ({100.0 * eval_s / (eval_s + train_s):.1f}% of run time)"
+        parts.append(f"eval time {eval_s:,.0f} s{share}")
+    return f"{run.name}: " + ", ".join(p for p in parts if p)
+
+
+def _draw(run: _Run):
+    from matplotlib.figure import Figure
+
+    metrics = list(dict.fromkeys(m for e in run.evals for m in e["metrics"]))
+    eval_metrics = metrics[:MAX_EVAL_PANELS]
+    stream_names = _choose_streams(list(run.streams), run.alarms)
+    n_panels = max(1, len(eval_metrics) + len(stream_names))
+    height = 1.2 + 2.1 * n_panels
+    fig = Figure(figsize=(11, height), dpi=110, layout="constrained")
+    fig.get_layout_engine().set(rect=(0, 0.25 / height, 1, 1 - 0.25 / height))  # room for the footnote
+    axes = list(np.atleast_1d(fig.subplots(n_panels, 1, sharex=True, squeeze=False)[:, 0]))
+
+    all_steps = [e["step"] for e in run.evals] + [a["step"] for a in run.alarms]
+    for steps, _ in run.streams.values():
+        if len(steps):
+            all_steps += [int(steps[0]), int(steps[-1])]
+    x_range = float(max(all_steps) - min(all_steps)) if all_steps else 1.0
+
+    sizes = [e["sample_size"] for e in run.evals if e["sample_size"] is not None and math.isfinite(e["sample_size"])]
+    size_range = (min(sizes), max(sizes)) if sizes else (math.nan, math.nan)
+    for ax, metric in zip(axes, eval_metrics):
+        _draw_eval_panel(ax, metric, run.evals, size_range)
+    for ax, name in zip(axes[len(eval_metrics):], stream_names):
+        _draw_stream_panel(ax, name, *run.streams[name])
+    if not eval_metrics and not stream_names:
+        axes[0].text(0.5, 0.5, "nothing recorded yet: no evaluations and no watched streams",
+                     transform=axes[0].transAxes, ha="center", va="center", color="0.4")
+
+    if run.deferred is not None and len(run.deferred[0]):
+        spans = _deferred_spans(*run.deferred)
+        for ax in axes:
+            for i, (a, b) in enumerate(spans):
+                ax.axvspan(a, b, color="0.55", alpha=0.18, linewidth=0, zorder=0,
+                           label="evaluation deferred" if i == 0 and ax is axes[-1] else None)
+        if spans:
+            axes[-1].legend(loc="best", fontsize=7, framealpha=0.85)
+    if run.alarms:
+        _draw_alarms(axes, run.alarms, x_range)
+
+    for ax in axes:
+        ax.grid(True, color="0.9", linewidth=0.6)
+        ax.tick_params(labelsize=8)
+    axes[-1].set_xlabel("training step", fontsize=9)
+    notes = []
+    if len(metrics) > len(eval_metrics):
+        notes.append(f"{len(metrics) - len(eval_metrics)} more eval metrics not shown")
+    if len(run.streams) > len(stream_names):
+        notes.append(f"{len(run.streams) - len(stream_names)} more streams not shown")
+    if run.alarms:
+        notes.append("dashed lines: alarms (detector \u2191/\u2193 stream)")
+    if run.deferred is not None and (run.deferred[1] >= 0.5).any():
+        notes.append("shaded: evaluation deferred")
+    if eval_metrics:
+        notes.append("marker area \u221d sample size, colour: why it ran; bars: confidence interval")
+    fig.suptitle(_title(run), fontsize=11, fontweight="bold")
+    fig.text(0.01, 0.04 / height, "; ".join(notes), fontsize=7, color="0.35", ha="left", va="bottom")
+    return fig
+
+
+def plot_run(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = None) -> Path:
+    """Draw the run or replay in ``run_dir`` to a PNG (default ``<run_dir>/run.png``); return its path.
+
+    Raises :class:`PlotError` for a folder with no run in it (neither ``evals.jsonl`` nor ``tb/``), and
+    for a file in it that cannot be read (naming the file and line).
+    """
+    run_dir = Path(run_dir)
+    out = Path(out_path) if out_path is not None else run_dir / "run.png"
+    fig = _draw(_load(run_dir))
+    try:
+        fig.savefig(out, format="png")
+    except OSError as exc:
+        raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None
+    return out

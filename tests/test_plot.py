@@ -1,0 +1,152 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from adaptive_eval.plot import PlotError, _load, plot_run
+from adaptive_eval.tensorboard import TensorBoardLogger, alarm_scalar
+
+FAULT_STEP = 350
+
+
+def _wilson(p, n, z=1.96):
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [centre - half, centre + half]
+
+
+def make_run(root, *, steps=600, with_tb=True, with_evals=True):
+    """A small run folder laid out like replay's: a reward collapse at FAULT_STEP caught by an alarm."""
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    evals, alarms = [], []
+    alarm_steps = {FAULT_STEP + 8: ("train/reward", "cusum", "down"),
+                   FAULT_STEP + 12: ("train/kl", "page_hinkley", "up"),
+                   FAULT_STEP + 100: ("accuracy", "cusum", "down")}
+    logger = TensorBoardLogger(root / "tb", flush_secs=3600) if with_tb else None
+    next_eval, interval, sample_size = 0, 50, 100
+    for step in range(steps):
+        broken = step >= FAULT_STEP
+        reward = (0.2 + 0.6 * step / steps if not broken else 0.1) + rng.normal(0, 0.05)
+        deferred = 200 <= step < 230
+        streams = {"streams/train/reward": reward, "streams/train/reward/cusum": max(0.0, (step - FAULT_STEP) / 10),
+                   "streams/train/loss": 1.0 / (1 + step / 100) + rng.normal(0, 0.02) + (2.0 if broken else 0.0),
+                   "streams/train/kl": 0.01 + (0.05 if broken else 0.0) + abs(rng.normal(0, 0.005)),
+                   "streams/resp_len": 300 + rng.normal(0, 10), "streams/grad_norm": 1 + rng.normal(0, 0.1)}
+        if step == 420:
+            streams["streams/train/loss"] = math.nan
+        if logger:
+            logger.log(step, {**streams, "controller/interval": interval, "controller/sample_size": sample_size,
+                              "controller/deferred": deferred, "controller/eval_fraction": 0.05})
+        if step in alarm_steps:
+            stream, detector, direction = alarm_steps[step]
+            alarms.append({"step": step, "stream": stream, "detector": detector, "direction": direction,
+                           "location": step - 6})
+            if logger:
+                logger.log(step, {f"alarms/{stream}": alarm_scalar(direction)})
+                logger.text(step, "alarms", f"{detector} {direction} on {stream}")
+            interval, sample_size, next_eval = 20, 400, step + 1
+        if step >= next_eval and not deferred:
+            reason = "trigger:steps" if sample_size == 100 else "alarm:train/reward:cusum:down"
+            acc_true = 0.3 + 0.5 * step / steps if not broken else 0.15
+            acc = rng.binomial(sample_size, acc_true) / sample_size
+            record = {"step": step, "epoch": 0, "sample_size": sample_size, "reason": reason,
+                      "metrics": {"accuracy": acc}, "ci": {"accuracy": _wilson(acc, sample_size)},
+                      "seconds": 2.0 + sample_size / 100}
+            evals.append(record)
+            if logger:
+                lo, hi = record["ci"]["accuracy"]
+                logger.log(step, {"eval/accuracy": acc, "eval/accuracy/ci_low": lo, "eval/accuracy/ci_high": hi,
+                                  "eval/accuracy/n": sample_size})
+                logger.text(step, "decisions", reason)
+            next_eval = step + interval
+            if sample_size == 400 and step > FAULT_STEP + 60:
+                interval, sample_size = 50, 100
+    if logger:
+        logger.close()
+    if with_evals:
+        (root / "evals.jsonl").write_text("".join(json.dumps(e) + "\n" for e in evals))
+    (root / "alarms.jsonl").write_text("".join(json.dumps(a) + "\n" for a in alarms))
+    (root / "summary.json").write_text(json.dumps({
+        "steps": steps, "evals": len(evals), "samples": sum(e["sample_size"] for e in evals),
+        "eval_seconds": sum(e["seconds"] for e in evals), "train_seconds": 10.0 * steps, "alarms": len(alarms)}))
+    return root
+
+
+def _check_png(path, min_w=600, min_h=400):
+    import matplotlib.image
+
+    assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = matplotlib.image.imread(path)
+    h, w = img.shape[:2]
+    assert w >= min_w and h >= min_h, (w, h)
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+    return w, h
+
+
+def test_plot_full_run_writes_png_to_default_path(tmp_path):
+    run = make_run(tmp_path / "run")
+    out = plot_run(run)
+    assert out == run / "run.png"
+    w, h = _check_png(out)
+    assert h > w * 0.8  # one eval panel and four stream panels stacked
+
+
+def test_loaded_run_picks_streams_not_detector_statistics(tmp_path):
+    run = _load(make_run(tmp_path / "run"))
+    assert list(run.streams) == ["train/reward", "train/loss", "train/kl", "resp_len", "grad_norm"]
+    assert run.deferred is not None and run.deferred[1].max() == 1.0
+    assert len(run.evals) > 5 and {a["detector"] for a in run.alarms} == {"cusum", "page_hinkley"}
+
+
+def test_plot_without_tb_and_without_evals_jsonl(tmp_path):
+    only_files = make_run(tmp_path / "files", with_tb=False)
+    _check_png(plot_run(only_files, tmp_path / "a.png"), min_h=300)  # the eval panel alone
+    only_tb = make_run(tmp_path / "tb_only", with_evals=False, steps=200)
+    run = _load(only_tb)  # evaluations rebuilt from eval/<m> scalars and the decisions text
+    assert run.evals and run.evals[0]["reason"] == "trigger:steps" and run.evals[0]["sample_size"] == 100
+    lo, hi = run.evals[0]["ci"]["accuracy"]
+    assert lo < run.evals[0]["metrics"]["accuracy"] < hi
+    _check_png(plot_run(only_tb, tmp_path / "b.png"))  # eval panel and four streams
+
+
+def test_folder_without_a_run_is_a_plot_error(tmp_path):
+    with pytest.raises(PlotError, match="no run found \\(expected evals.jsonl"):
+        plot_run(tmp_path)
+    assert not (tmp_path / "run.png").exists()
+    (tmp_path / "adaptive").mkdir()
+    (tmp_path / "adaptive" / "evals.jsonl").write_text("")
+    with pytest.raises(PlotError, match="runs below it: adaptive"):
+        plot_run(tmp_path)
+    with pytest.raises(PlotError, match="not a folder"):
+        plot_run(tmp_path / "missing")
+    assert issubclass(PlotError, ValueError)
+
+
+def test_bad_lines_name_file_and_line_but_a_torn_last_line_is_skipped(tmp_path):
+    good = {"step": 5, "sample_size": 10, "reason": "trigger:steps", "metrics": {"acc": 0.5}, "ci": {"acc": [0.2, 0.8]}}
+    evals = tmp_path / "evals.jsonl"
+    evals.write_text(json.dumps(good) + "\n" + '{"step": 9, "metr')
+    with pytest.warns(UserWarning, match="incomplete last line"):
+        assert [e["step"] for e in _load(tmp_path).evals] == [5]
+    evals.write_text(json.dumps(good) + "\n{oops\n" + json.dumps(good) + "\n")
+    with pytest.raises(PlotError, match=r"evals.jsonl:2: not valid JSON"):
+        plot_run(tmp_path)
+    evals.write_text(json.dumps({"step": 5, "metrics": {"acc": "high"}}) + "\n")
+    with pytest.raises(PlotError, match=r"evals.jsonl:1: 'metrics.acc' must be a number"):
+        plot_run(tmp_path)
+    evals.write_text(json.dumps({"metrics": {}}) + "\n")
+    with pytest.raises(PlotError, match=r"evals.jsonl:1: missing key 'step'"):
+        plot_run(tmp_path)
+
+
+def test_non_finite_values_and_unwritable_output(tmp_path):
+    rows = [{"step": 0, "sample_size": None, "n": {"acc": 50}, "reason": "", "metrics": {"acc": math.nan},
+             "ci": {"acc": None}},
+            {"step": 10, "sample_size": 50, "reason": "trigger:steps", "metrics": {"acc": 0.4},
+             "ci": {"acc": [0.3, math.inf]}}]
+    (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _check_png(plot_run(tmp_path), min_h=200)
+    with pytest.raises(PlotError, match="cannot write"):
+        plot_run(tmp_path, tmp_path / "no" / "such" / "dir.png")
