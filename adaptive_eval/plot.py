@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,9 @@ _REASON_COLORS = {"trigger": "tab:blue", "alarm": "tab:red", "budget": "tab:oran
 _OTHER_REASON_COLOR = "tab:gray"
 _DETECTOR_COLORS = ["crimson", "darkorange", "darkviolet", "teal", "saddlebrown", "deeppink"]
 _ARROWS = {"up": "\u2191", "down": "\u2193"}
+
+
+_DECISION_TEXT = re.compile(r"(?:evaluated:\s*)?(.*?)(?:\s*\(n=[^)]*\))?$", re.DOTALL)
 
 
 class PlotError(ValueError):
@@ -165,7 +169,11 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
     from adaptive_eval.tensorboard import _metric_of
 
     by_step: dict[int, dict] = {}
-    reasons = dict(texts.get("decisions", []))
+    reasons = {}
+    for step, text in texts.get("decisions", []):
+        # The evaluator writes "evaluated: <reason> (n=<size>)" and "deferred: <reason> (was ...)".
+        if text.startswith("evaluated:") or step not in reasons:
+            reasons[step] = _DECISION_TEXT.match(text).group(1)
     for tag, (steps, values) in scalars.items():
         found = _metric_of(tag)
         if found is None:

@@ -17,7 +17,7 @@ tag                                 value
 ``eval/<metric>/n``                 samples it was measured on
 ``controller/interval``             steps until the next scheduled evaluation
 ``controller/sample_size``          sample size of the next evaluation
-``controller/eval_fraction``        share of compute spent on evaluation so far
+``controller/eval_fraction``        evaluation wall time / elapsed wall time so far
 ``controller/deferred``             1 while an evaluation is deferred, else 0
 ``controller/eval_errors``          evaluation errors so far
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
@@ -316,6 +316,8 @@ class TensorBoardLogger(MetricLogger):
         if not self._finalizer.alive:
             return
         step = _check_step(step)
+        if not isinstance(scalars, Mapping):
+            raise TypeError(f"scalars must be a mapping of tag to number, got {type(scalars).__name__}")
         Value = self._Value
         seen = self._seen
         values = []

@@ -59,7 +59,7 @@ def make_run(root, *, steps=600, with_tb=True, with_evals=True):
                 lo, hi = record["ci"]["accuracy"]
                 logger.log(step, {"eval/accuracy": acc, "eval/accuracy/ci_low": lo, "eval/accuracy/ci_high": hi,
                                   "eval/accuracy/n": sample_size})
-                logger.text(step, "decisions", reason)
+                logger.text(step, "decisions", f"evaluated: {reason} (n={sample_size})")  # as the evaluator does
             next_eval = step + interval
             if sample_size == 400 and step > FAULT_STEP + 60:
                 interval, sample_size = 50, 100

@@ -175,6 +175,8 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path):
             logger.log(1, {"eval/acc": "high"})
         with pytest.raises(TypeError, match="'x': expected a number, got NoneType"):
             logger.log(1, {"eval/acc": 0.5, "x": None})
+        with pytest.raises(TypeError, match="scalars must be a mapping"):
+            logger.log(1, [("a", 1.0)])
         with pytest.raises(TypeError, match="step must be an integer"):
             logger.log(1.5, {"a": 1.0})
         with pytest.raises(TypeError, match="tags must be non-empty strings"):
