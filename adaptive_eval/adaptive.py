@@ -62,6 +62,10 @@ class AdaptiveEvaluator:
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = check_step("total_steps", total_steps) if total_steps is not None else None
         self.clock = clock if clock is not None else time.monotonic
+        if logger is None and self.cfg.logging.tensorboard_dir is not None:
+            from adaptive_eval.tensorboard import make_logger
+
+            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs)
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
@@ -166,8 +170,9 @@ class AdaptiveEvaluator:
                  "direction": alarm.direction, "location": alarm.location, "message": alarm.message}
         self._emit(event)
         if self._logging:
-            sign = {"up": 1.0, "down": -1.0}.get(alarm.direction, 1.0)
-            self.logger.log(step, {f"alarms/{alarm.stream}": sign})
+            from adaptive_eval.tensorboard import alarm_scalar
+
+            self.logger.log(step, {f"alarms/{alarm.stream}": alarm_scalar(alarm.direction)})
             self.logger.text(step, "alarms", f"{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
@@ -306,12 +311,9 @@ class AdaptiveEvaluator:
         if self.interval is not None:
             scalars["controller/interval"] = self.interval
         if result is not None:
-            for name, s in result.metrics.items():
-                scalars[f"eval/{name}"] = s.mean
-                if math.isfinite(s.ci[0]):
-                    scalars[f"eval/{name}/ci_low"] = s.ci[0]
-                    scalars[f"eval/{name}/ci_high"] = s.ci[1]
-                scalars[f"eval/{name}/n"] = float(s.n)
+            from adaptive_eval.tensorboard import eval_scalars
+
+            scalars.update(eval_scalars(result))
         self.logger.log(step, scalars)
         self.logger.text(step, "decisions", f"evaluated: {decision.reason} (n={decision.sample_size})")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from adaptive_eval.config import ConfigError, load_config
@@ -25,12 +26,106 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_mapping(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        col, _, scale = item.partition(":")
+        try:
+            out[col] = float(scale) if scale else 1.0
+        except ValueError:
+            raise SystemExit(f"adaptive-eval: --eval {item!r}: the scale after ':' must be a number") from None
+    return out
+
+
+def _load_trace(args: argparse.Namespace):
+    from adaptive_eval.convert import from_columns
+    from adaptive_eval.trace import read_trace
+
+    if args.stream or args.eval:
+        return from_columns(args.trace, step=args.step_column, streams=args.stream or None,
+                            evals=_eval_mapping(args.eval))
+    return read_trace(args.trace)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from adaptive_eval.replay import replay, write_outputs
+
+    cfg = load_config(args.config, args.overrides)
+    trace = _load_trace(args)
+    if len(trace) == 0:
+        print(f"adaptive-eval: {args.trace}: the trace has no records", file=sys.stderr)
+        return 2
+    out = args.out
+    _check_writable(out)
+    logger = None
+    if not args.no_tensorboard:
+        from adaptive_eval.tensorboard import make_logger
+
+        logger = make_logger(os.path.join(out, "tb"), flush_secs=cfg.logging.flush_secs)
+    result = replay(trace, cfg, seed=args.seed, logger=logger, streams=args.stream or None)
+    write_outputs(result, out)
+    s = result.summary
+    frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
+    print(f"replayed {s['steps']} steps of {trace.source}")
+    print(f"  evaluations {s['evals']}, samples {s['samples']}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
+          f"eval time {frac:.1%} of wall time")
+    reasons: dict[str, int] = {}
+    for e in result.evals:
+        key = e["reason"].split(":")[0]
+        reasons[key] = reasons.get(key, 0) + 1
+    if reasons:
+        print("  reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
+    print(f"  wrote {out}/evals.jsonl, alarms.jsonl, summary.json" + ("" if args.no_tensorboard else ", tb/"))
+    return 0
+
+
+def _check_writable(out: str) -> None:
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, ".write-test")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise SystemExit(f"adaptive-eval: --out {out}: not writable ({exc.strerror})") from None
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from adaptive_eval.plot import PlotError, plot_run
+
+    try:
+        path = plot_run(args.dir, args.out)
+    except PlotError as exc:
+        print(f"adaptive-eval: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__.strip())
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("config", help="print the resolved configuration")
     _add_config_args(p)
     p.set_defaults(func=_cmd_config)
+
+    p = sub.add_parser("replay", help="replay a recorded trace offline and write what would have been decided")
+    p.add_argument("trace", help="a trace: CSV, JSONL, or a TensorBoard event folder")
+    _add_config_args(p)
+    p.add_argument("--out", default="runs/replay", help="output folder (default: runs/replay)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    p.add_argument("--no-tensorboard", action="store_true", help="do not write tb/")
+    p.add_argument("--stream", action="append", default=[], metavar="COL",
+                   help="for traces not in the native format: a column to watch as a cheap stream (repeatable)")
+    p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
+                   help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent)")
+    p.add_argument("--step-column", default="step", help="the step column of a non-native trace")
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")
+    p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
+    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
+    p.set_defaults(func=_cmd_plot)
     return parser
 
 
@@ -39,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
 

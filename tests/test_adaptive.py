@@ -1,0 +1,191 @@
+"""The AdaptiveEvaluator end to end through its public API: scenarios, resume, reasons, bad input."""
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+
+from adaptive_eval import AdaptiveEvaluator, EpochStepTimeFreqCtl, EvalRequest, load_config
+from conftest import FakeClock
+
+
+class Run:
+    """A simulated training run: a clock that advances per step and an eval that costs time."""
+
+    def __init__(self, cfg, truth, streams, *, step_seconds=10.0, eval_seconds_per_item=0.05, seed=0, **kw):
+        self.clock = FakeClock()
+        self.ev = AdaptiveEvaluator.from_config(cfg, clock=self.clock, **kw)
+        self.truth, self.streams = truth, streams
+        self.rng = np.random.default_rng(seed)
+        self.step_seconds, self.cost = step_seconds, eval_seconds_per_item
+        self.results = []
+
+    def evaluate_fn(self, request: EvalRequest):
+        idx = request.indices(1000)
+        self.clock.advance(self.cost * len(idx))
+        p = self.truth(request.step)
+        return {"accuracy": (self.rng.random(len(idx)) < p).astype(float)}
+
+    def step(self, g):
+        self.clock.advance(self.step_seconds)
+        self.ev.observe({k: f(g) for k, f in self.streams.items()}, g)
+        r = self.ev.evaluate(self.evaluate_fn, 0, g, g)
+        if r is not None:
+            self.results.append(r)
+        return r
+
+    def run(self, start, stop):
+        for g in range(start, stop):
+            self.step(g)
+        return self
+
+
+def noisy(level_fn, sd, seed):
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0, sd, size=100_000)
+    return lambda g: float(level_fn(g) + noise[g])
+
+
+COLLAPSE_AT = 400
+collapse_truth = lambda g: 0.6 if g < COLLAPSE_AT else 0.05  # noqa: E731
+
+
+def collapse_streams(seed=1):
+    return {"train/reward": noisy(lambda g: 0.6 if g < COLLAPSE_AT else 0.1, 0.05, seed),
+            "train/loss": noisy(lambda g: 1.0, 0.1, seed + 1),
+            "train/response_length": noisy(lambda g: 300.0 if g < COLLAPSE_AT else 1024.0, 20.0, seed + 2)}
+
+
+def test_collapse_in_train_reward_is_evaluated_within_10_steps_with_a_wider_sample():
+    run = Run(load_config(), collapse_truth, collapse_streams()).run(0, 600)
+    before = [r for r in run.results if r.step < COLLAPSE_AT]
+    after = [r for r in run.results if r.step >= COLLAPSE_AT]
+    first = after[0]
+    assert first.step - COLLAPSE_AT <= 10
+    assert first.reason.startswith("alarm:train/")
+    assert first.reason in {"alarm:train/reward:cusum:down", "alarm:train/response_length:cusum:up"}
+    assert first.sample_size > before[-1].sample_size
+    assert first.mean("accuracy") < 0.2  # it saw the collapse
+
+
+def test_quiet_run_relaxes_beyond_the_base_interval():
+    streams = {"train/reward": noisy(lambda g: 0.5, 0.05, 3), "train/loss": noisy(lambda g: 2.0, 0.1, 4)}
+    run = Run(load_config(), lambda g: 0.5, streams).run(0, 3000)
+    gaps = np.diff([r.step for r in run.results])
+    assert gaps.max() > 100 and gaps[-1] > 100
+    assert all(r.reason in ("interval:relaxed", "trigger:steps", "trigger:final") for r in run.results)
+    assert len(run.results) < 3000 / 100
+
+
+def test_areal_preset_reproduces_the_base_trigger_exactly():
+    rng = random.Random(0)
+    for _ in range(20):
+        f = rng.randint(1, 40)
+        cfg = load_config("areal", [f"trigger.freq_steps={f}"])
+        ev = AdaptiveEvaluator.from_config(cfg)
+        ctl = EpochStepTimeFreqCtl(freq_step=f)
+        ours = []
+        for g in range(300):
+            ev.observe({"train/reward": rng.random()}, g)
+            if ev.evaluate(lambda: None, 0, g, g) is not None:
+                ours.append(g)
+        assert ours == [g for g in range(300) if ctl.check(0, 1)]
+
+
+def test_zero_argument_evaluate_fn_still_works():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]))
+    results = [ev.evaluate(lambda: {"acc": 0.75}, 0, g, g) for g in range(10)]
+    got = [r for r in results if r is not None]
+    assert [r.step for r in got] == [4, 9] and got[0].mean("acc") == 0.75
+
+
+def test_resume_equivalence_800_steps_through_json():
+    def make():
+        return Run(load_config(), collapse_truth, collapse_streams(seed=7), seed=5)
+
+    full = make().run(0, 800)
+    first = make().run(0, 400)
+    state = json.loads(json.dumps(first.ev.state_dict()))
+    resumed = make()
+    resumed.clock.t = first.clock.t
+    resumed.rng = first.rng  # the simulated model's randomness continues too
+    resumed.ev.load_state_dict(state)
+    resumed.run(400, 800)
+    got = [(r.step, r.sample_size, r.reason) for r in first.results + resumed.results]
+    assert got == [(r.step, r.sample_size, r.reason) for r in full.results]
+    assert any(r.reason.startswith("alarm:") for r in full.results)
+
+
+def test_at_most_one_evaluation_per_step_and_every_eval_has_a_reason():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
+    for g in range(20):
+        ev.observe({"x": float("nan") if g == 5 else 1.0}, g)
+        first = ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
+        again = ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
+        assert first is not None and again is None
+        assert first.reason
+    assert ev.history[5].reason == "alarm:x:nonfinite"
+
+
+def test_nan_is_an_alarm_not_an_exception():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1000"]))
+    seen = []
+    ev.add_listener(seen.append)
+    for g in range(50):
+        ev.observe({"train/loss": math.inf if g >= 30 else 1.0 + 0.01 * (g % 3)}, g)
+        ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
+    alarms = [e for e in seen if e["kind"] == "alarm" and e["detector"] == "nonfinite"]
+    evals = [e["step"] for e in seen if e["kind"] == "eval"]
+    assert alarms and alarms[0]["step"] == 30 and 30 in evals
+
+
+def test_budget_defers_non_urgent_evaluations_with_a_reason():
+    cfg = load_config(overrides=["trigger.freq_steps=2", "policy.budget.max_eval_fraction=0.05",
+                                 "policy.interval.enabled=false", "policy.peak.enabled=false"])
+    run = Run(cfg, lambda g: 0.5, {"r": noisy(lambda g: 0.5, 0.05, 9)}, eval_seconds_per_item=0.2)
+    deferred = []
+    run.ev.add_listener(lambda e: e["kind"] == "deferred" and deferred.append(e))
+    run.run(0, 400)
+    assert deferred and deferred[0]["reason"] == "budget:deferred"
+    assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.06
+
+
+@pytest.mark.parametrize("bad", ["high", None, [1.0, 2.0], b"1"])
+def test_observe_non_numeric_is_a_type_error_naming_the_key(bad):
+    ev = AdaptiveEvaluator.from_config()
+    with pytest.raises(TypeError, match="train/reward"):
+        ev.observe({"train/reward": bad}, 0)
+
+
+def test_observe_accepts_numpy_and_one_element_tensors():
+    import torch
+
+    ev = AdaptiveEvaluator.from_config()
+    ev.observe({"a": np.float32(1.5), "b": torch.tensor(2.0), "c": 3, "d": np.array([4.0])}, 0)
+
+
+def test_global_step_backwards_is_a_value_error():
+    ev = AdaptiveEvaluator.from_config()
+    ev.observe({"a": 1.0}, 10)
+    ev.observe({"a": 1.0}, 10)  # repeating a step is fine
+    with pytest.raises(ValueError, match="backwards"):
+        ev.observe({"a": 1.0}, 9)
+
+
+def test_evaluate_fn_returning_a_wrong_shape_is_a_type_error_naming_the_metric():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
+    with pytest.raises(TypeError, match="accuracy"):
+        ev.evaluate(lambda: {"accuracy": np.zeros((3, 3))}, 0, 0, 0)
+
+
+def test_failing_evaluate_fn_does_not_stop_training():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]))
+
+    def boom(request):
+        raise RuntimeError("grader crashed")
+
+    for g in range(10):
+        assert ev.evaluate(boom, 0, g, g) is None
+    assert ev.summary()["eval_errors"] == 5
