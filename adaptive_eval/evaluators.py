@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import time
 import traceback
 from collections.abc import Callable, Mapping
 
+from adaptive_eval.distributed import (
+    DistContext,
+    combine_rank_summaries,
+    comm_device_type,
+    eval_context,
+    rank_discrepancies,
+    rank_world,
+    summaries_to_wire,
+)
 from adaptive_eval.stats import summarize_outputs
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import EvalRequest, EvalResult
 
-__all__ = ["Evaluator", "call_evaluate_fn", "check_step", "run_evaluation"]
+__all__ = [
+    "EvalOutcome",
+    "Evaluator",
+    "RemoteEvaluationError",
+    "call_evaluate_fn",
+    "check_step",
+    "run_evaluation",
+    "run_evaluation_outcome",
+]
 
 log = logging.getLogger("adaptive_eval")
 
@@ -40,6 +58,62 @@ def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):
     return evaluate_fn()
 
 
+@dataclasses.dataclass(frozen=True)
+class EvalOutcome:
+    """Everything one (possibly sharded) evaluation produced.
+
+    ``result`` is None when the evaluation failed (on any rank) and was skipped; ``error`` is then this
+    rank's exception, or a :class:`RemoteEvaluationError` when only other ranks failed.  In a process
+    group, ``per_rank_means`` / ``per_rank_n`` give each rank's mean and item count per metric, and
+    ``discrepancies`` the ranks whose mean deviated beyond the configured threshold; ``failed_ranks``
+    lists the ranks whose ``evaluate_fn`` raised at the last attempt.  All of it is identical on every rank.
+    """
+
+    result: EvalResult | None
+    error: BaseException | None = None
+    per_rank_means: Mapping[str, list] = dataclasses.field(default_factory=dict)
+    per_rank_n: Mapping[str, list] = dataclasses.field(default_factory=dict)
+    discrepancies: tuple = ()
+    failed_ranks: tuple = ()
+    attempts: int = 1
+
+
+class RemoteEvaluationError(RuntimeError):
+    """``evaluate_fn`` raised on another rank of the process group (its message says which and what)."""
+
+
+def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None, device_type: str | None):
+    if precision is None:
+        return call_evaluate_fn(evaluate_fn, request)
+    with eval_context(precision, device_type):
+        return call_evaluate_fn(evaluate_fn, request)
+
+
+def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempts: int, where: str = "") -> None:
+    log.error(
+        "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
+        where, request.step, attempt + 1, attempts, request.reason,
+        "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+    )
+
+
+def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float):
+    """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None."""
+    if outputs is None or not isinstance(outputs, Mapping):
+        if outputs is not None and not _is_plain(outputs):
+            raise TypeError(
+                f"evaluate_fn must return a mapping of metric name to values (or None), got {type(outputs).__name__}"
+            )
+        return {}, outputs
+    if num_items is None:
+        num_items = request.items_handed
+    metrics = summarize_outputs(outputs, num_items, confidence)
+    if request.world_size > 1 and num_items == 0:
+        # A rank handed no items contributes nothing, whatever scalar it reported.
+        metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
+    return metrics, None
+
+
 def run_evaluation(
     evaluate_fn: Callable,
     request: EvalRequest,
@@ -52,50 +126,147 @@ def run_evaluation(
     retry_backoff_s: float = 0.0,
     sleep: Callable[[float], None] = time.sleep,
     num_items: int | None = None,
+    dist_context: DistContext | None = None,
+    precision: str | None = None,
+    rank_discrepancy_threshold: float | None = None,
 ) -> tuple[EvalResult | None, BaseException | None]:
     """Run one evaluation and summarize what it returned.
 
     Returns ``(result, None)``, or ``(None, error)`` when ``evaluate_fn`` raised and ``on_error`` is
     ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
     ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
+    A sharded request (``request.world_size > 1``) is reduced over the process group; see
+    :func:`run_evaluation_outcome`, which also returns the per-rank details.
     """
+    outcome = run_evaluation_outcome(
+        evaluate_fn, request, epoch=epoch, clock=clock, confidence=confidence, on_error=on_error,
+        max_retries=max_retries, retry_backoff_s=retry_backoff_s, sleep=sleep, num_items=num_items,
+        dist_context=dist_context, precision=precision, rank_discrepancy_threshold=rank_discrepancy_threshold,
+    )
+    return outcome.result, outcome.error
+
+
+def run_evaluation_outcome(
+    evaluate_fn: Callable,
+    request: EvalRequest,
+    *,
+    epoch: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    confidence: float = 0.95,
+    on_error: str = "skip",
+    max_retries: int = 0,
+    retry_backoff_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+    num_items: int | None = None,
+    dist_context: DistContext | None = None,
+    precision: str | None = None,
+    rank_discrepancy_threshold: float | None = None,
+) -> EvalOutcome:
+    """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
+
+    ``precision`` (``fp32|bf16|fp16``) runs ``evaluate_fn`` under ``torch.inference_mode`` and, for the
+    half precisions, autocast (see :func:`adaptive_eval.distributed.eval_context`); None runs it as is.
+
+    **Sharded** when ``request.world_size > 1`` (every rank of ``dist_context``'s group, default the
+    world, must call this at the same step with a request for its rank).  After each attempt the ranks
+    exchange their outcome in one all-gather: either ``ok`` with the sufficient statistics of each
+    metric, or ``error`` with the exception's text.  So a rank whose ``evaluate_fn`` raised never leaves
+    the others waiting, and all ranks then act alike: all retry (``on_error=retry``, retries left), all
+    skip (``skip``; retries exhausted) or all raise (``raise``: the failing rank re-raises its own
+    exception, the others a :class:`RemoteEvaluationError` naming it).  On success every rank returns
+    the same :class:`EvalResult`: sums, sums of squares and counts combined exactly (metric names
+    sorted; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
+    rank-local.  A return value that is not a mapping raises ``TypeError`` on every rank.
+    """
+    if dist_context is None:
+        dist_context = DistContext()
+    sharded = request.world_size > 1
+    if sharded:
+        rank, world = dist_context.rank_world()
+        if (rank, world) != (request.rank, request.world_size):
+            raise ValueError(
+                f"the request is for rank {request.rank} of {request.world_size}, but this process is rank {rank} "
+                f"of {world} in the process group"
+            )
+        device_type = comm_device_type(dist_context.group)
+    else:
+        device_type = None
     attempts = 1 + (max_retries if on_error == "retry" else 0)
     start = clock()
-    error = None
+    error: BaseException | None = None
     for attempt in range(attempts):
+        outputs = None
+        error = None
         try:
-            outputs = call_evaluate_fn(evaluate_fn, request)
-            break
+            outputs = _attempt(evaluate_fn, request, precision, device_type)
         except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
-            if on_error == "raise":
+            if on_error == "raise" and not sharded:
                 raise
             error = exc
-            log.error(
-                "evaluate_fn failed at step %d (attempt %d/%d, reason %s):\n%s",
-                request.step, attempt + 1, attempts, request.reason,
-                "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            )
+        if not sharded:
+            if error is None:
+                break
+            _log_failure(error, request, attempt, attempts)
             if attempt + 1 < attempts:
                 sleep(retry_backoff_s * (2**attempt))
-    else:
-        return None, error
+            continue
+        # Sharded: one all-gather of this attempt's outcome, whether it succeeded or not.
+        seconds = clock() - start
+        shape_error = None
+        metrics, raw = {}, None
+        if error is None:
+            try:
+                metrics, raw = _summaries(outputs, request, num_items, confidence)
+            except TypeError as exc:
+                shape_error = exc
+        if error is not None:
+            mine = ("error", seconds, f"{type(error).__name__}: {error}")
+        elif shape_error is not None:
+            mine = ("bad_output", seconds, str(shape_error))
+        else:
+            mine = ("ok", seconds, summaries_to_wire(metrics))
+        everyone = dist_context.gather_objects(mine)
+        bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
+        if bad:
+            if shape_error is not None:
+                raise shape_error
+            r, _, text = bad[0]
+            raise TypeError(f"evaluate_fn returned a wrong value on rank {r}: {text}")
+        failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
+        if not failed:
+            combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
+            found = ()
+            if rank_discrepancy_threshold is not None:
+                found = tuple(rank_discrepancies(means, counts, rank_discrepancy_threshold, step=request.step))
+                if found and request.rank == 0:
+                    for d in found:
+                        log.warning("rank discrepancy at step %d: %s", request.step, d.message)
+            result = EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason,
+                                seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw)
+            return EvalOutcome(result, None, means, counts, found, (), attempt + 1)
+        remote = "; ".join(f"rank {r}: {everyone[r][2]}" for r in failed)
+        if error is None:
+            error = RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}")
+        if on_error == "raise":
+            raise error
+        if request.rank in failed:
+            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}")
+        elif request.rank == min(r for r in range(request.world_size) if r not in failed):
+            log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
+                      remote)
+        if attempt + 1 < attempts:
+            sleep(retry_backoff_s * (2**attempt))
+        else:
+            return EvalOutcome(None, error, failed_ranks=failed, attempts=attempt + 1)
+    if error is not None:
+        return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    raw = None
-    if outputs is None or not isinstance(outputs, Mapping):
-        if outputs is not None and not _is_plain(outputs):
-            raise TypeError(
-                f"evaluate_fn must return a mapping of metric name to values (or None), got {type(outputs).__name__}"
-            )
-        raw = outputs
-        metrics = {}
-    else:
-        if num_items is None:
-            num_items = request.items_handed
-        metrics = summarize_outputs(outputs, num_items, confidence)
-    return (
+    metrics, raw = _summaries(outputs, request, num_items, confidence)
+    return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
         None,
+        attempts=attempt + 1,
     )
 
 
@@ -125,6 +296,16 @@ class Evaluator:
     initial weights; if you do not, the first call of ``evaluate`` evaluates (as AReaL does).  Given
     ``total_steps``, the last step is always evaluated.
 
+    In a process group (``group``, default the world, with more than one rank) every rank calls
+    ``evaluate`` at every step; the schedule is deterministic, so all ranks evaluate at the same steps.
+    Each rank evaluates its shard (``request.indices``) and the results are reduced exactly: every rank
+    gets the same :class:`EvalResult` (see :func:`run_evaluation_outcome`).  A step with no evaluation
+    due issues no collective, except with ``freq_secs``: the time trigger takes the largest elapsed time
+    over the ranks (one all-reduce per step) so that skewed clocks still agree.  Collectives wait at most
+    ``config.distributed.timeout_s`` (else the group's timeout).  With ``rank_discrepancy_threshold``
+    (or ``config.distributed.rank_discrepancy_threshold``), a rank whose mean of a metric deviates from
+    the others' by more is reported in :attr:`last_discrepancies` (and logged).
+
     >>> from types import SimpleNamespace
     >>> cfg = SimpleNamespace(freq_epochs=None, freq_steps=2, freq_secs=None, eval_before_train=False)
     >>> ev = Evaluator(cfg, steps_per_epoch=5)
@@ -140,6 +321,7 @@ class Evaluator:
         total_steps: int | None = None,
         clock: Callable[[], float] | None = None,
         group=None,
+        rank_discrepancy_threshold: float | None = None,
     ):
         freq_epochs, freq_steps, freq_secs, eval_before_train = _freqs_from(config)
         if freq_epochs is not None and steps_per_epoch is None:
@@ -165,19 +347,34 @@ class Evaluator:
         self.confidence = getattr(evaluation, "confidence", 0.95) if evaluation is not None else 0.95
         self.on_error = getattr(evaluation, "on_error", "skip") if evaluation is not None else "skip"
         self.max_retries = getattr(evaluation, "max_retries", 0) if evaluation is not None else 0
+        # An AReaL config has no evaluation section: evaluate_fn then runs as is (no inference_mode).
+        self.precision = getattr(evaluation, "precision", "fp32") if evaluation is not None else None
+        self.dist = DistContext.from_config(config, group)
+        if rank_discrepancy_threshold is None:
+            rank_discrepancy_threshold = getattr(getattr(config, "distributed", None), "rank_discrepancy_threshold",
+                                                 None)
+        self.rank_discrepancy_threshold = rank_discrepancy_threshold
         self.last_error: BaseException | None = None
+        self.last_outcome: EvalOutcome | None = None
+
+    @property
+    def last_discrepancies(self) -> tuple:
+        """The rank discrepancies found by the last evaluation (empty when none or not sharded)."""
+        return self.last_outcome.discrepancies if self.last_outcome is not None else ()
 
     def _request(self, step: int, reason: str) -> EvalRequest:
-        rank, world = _rank_world(self.group)
+        rank, world = self.dist.rank_world()
         return EvalRequest(step=step, sample_size=self.sample_size, seed=self.seed, reason=reason,
                            rank=rank, world_size=world)
 
     def _run(self, evaluate_fn: Callable, request: EvalRequest, epoch: int | None) -> EvalResult | None:
-        result, self.last_error = run_evaluation(
+        self.last_outcome = run_evaluation_outcome(
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=self.confidence,
-            on_error=self.on_error, max_retries=self.max_retries,
+            on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
+            precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
         )
-        return result
+        self.last_error = self.last_outcome.error
+        return self.last_outcome.result
 
     def before_train(self, evaluate_fn: Callable, global_step: int = 0) -> EvalResult | None:
         """Evaluate the initial weights (before ``global_step`` is trained), if ``eval_before_train``."""
@@ -211,8 +408,5 @@ class Evaluator:
 
 
 def _rank_world(group) -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(group), dist.get_world_size(group)
-    return 0, 1
+    # Kept for callers of the old private name; see adaptive_eval.distributed.rank_world.
+    return rank_world(group)

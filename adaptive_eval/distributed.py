@@ -1,0 +1,635 @@
+"""torch.distributed helpers: rank-consistent decisions, flag agreement, exact reduction of eval results.
+
+Everything here is safe to call without a process group (or in a group of one): it then does no
+collective and returns the single-process answer.  In a group, every function is a collective that
+**every rank must call at the same point**; each one costs one small collective (two only for an object
+payload above :data:`INLINE_BYTES`).
+
+Collectives are issued asynchronously and waited on with the :class:`DistContext` timeout (the
+configured ``distributed.timeout_s``), or with the process group's own timeout when none is given.  A
+timeout, a peer that died or any other transport failure raises :class:`CollectiveError` on the waiting
+rank, so a failure never becomes a hang.  After such an error the group is not reliably usable again
+(as with torch.distributed itself); the usual reaction is to stop the run.  A timeout cannot be made
+symmetric: gloo does not cancel the timed-out collective (``ProcessGroup.abort()``/``shutdown()`` leave
+it in flight), so a rank that arrives late may still complete it from the buffered data while the
+rank that waited has raised.  A rank that died is seen at once ("Connection closed by peer").
+
+Backends: with NCCL the payloads travel as CUDA tensors on the current device; with gloo (or a mixed
+``cpu:gloo,cuda:nccl`` group) small payloads travel as CPU tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import math
+import pickle
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+
+from adaptive_eval.stats import from_sums
+from adaptive_eval.types import MetricSummary
+
+__all__ = [
+    "INLINE_BYTES",
+    "CollectiveError",
+    "DistContext",
+    "RankDiscrepancy",
+    "all_reduce_flags",
+    "any_true",
+    "broadcast_object",
+    "broadcast_tensor_container",
+    "combine_rank_summaries",
+    "comm_device_type",
+    "eval_context",
+    "is_distributed",
+    "rank_discrepancies",
+    "rank_world",
+    "reduce_summaries",
+    "summaries_to_wire",
+]
+
+INLINE_BYTES = 4088
+"""Pickled payloads up to this size travel in one collective (a fixed 4 KiB buffer); larger ones in two."""
+
+_HEADER = 8  # int64 byte count in front of each inline buffer
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed on this rank: a timeout, a peer that died or a transport error."""
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist
+
+
+def is_distributed(group=None) -> bool:
+    """True when a process group is initialized and ``group`` (default: the world) has more than one rank."""
+    dist = _dist()
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    return rank_world(group)[1] > 1
+
+
+def rank_world(group=None) -> tuple[int, int]:
+    """This process's rank in ``group`` and the group's size; ``(0, 1)`` without a process group.
+
+    Raises ``ValueError`` when this process is not a member of ``group``.
+    """
+    dist = _dist()
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the given process group")
+    return rank, dist.get_world_size(group)
+
+
+def _backend(group) -> str:
+    return str(_dist().get_backend(group)).lower()
+
+
+def _wire_device(group, tensor_device_type: str = "cpu"):
+    """The device a payload must be on for ``group``'s backend (NCCL: CUDA; gloo: CPU)."""
+    import torch
+
+    backend = _backend(group)
+    cuda_ok = "nccl" in backend
+    cpu_ok = "gloo" in backend or "mpi" in backend or "ucc" in backend or not cuda_ok
+    if tensor_device_type != "cpu" and cuda_ok:
+        return torch.device("cuda", torch.cuda.current_device())
+    if cpu_ok:
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _all_gather_flat(out, tensor, group):
+    """Async all-gather of equal-sized 1-D tensors into one flat tensor (``all_gather_single`` from torch 2.12)."""
+    dist = _dist()
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return gather(out, tensor, group=group, async_op=True)
+
+
+def comm_device_type(group=None) -> str:
+    """``"cuda"`` when ``group`` communicates through NCCL only, else ``"cpu"`` (what eval tensors should use)."""
+    if not is_distributed(group):
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return _wire_device(group, "cuda").type
+
+
+@contextlib.contextmanager
+def eval_context(precision: str = "fp32", device_type: str | None = None) -> Iterator[None]:
+    """``torch.inference_mode`` plus, for ``bf16``/``fp16``, autocast on ``device_type``.
+
+    ``device_type`` defaults to ``"cuda"`` when CUDA is available, ``"cpu"`` otherwise.
+
+    >>> import torch
+    >>> with eval_context("bf16", "cpu"):
+    ...     y = torch.ones(2, 2) @ torch.ones(2, 2)
+    >>> y.dtype, y.requires_grad
+    (torch.bfloat16, False)
+    """
+    import torch
+
+    dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if precision not in dtypes:
+        raise ValueError(f"evaluation.precision must be one of fp32, bf16, fp16; got {precision!r}")
+    if device_type is None:
+        device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.inference_mode():
+        if dtypes[precision] is None:
+            yield
+        else:
+            with torch.autocast(device_type=device_type, dtype=dtypes[precision]):
+                yield
+
+
+class DistContext:
+    """The collectives the evaluators use, over one process group, with one timeout.
+
+    ``group`` is a torch ``ProcessGroup`` (None: the default group); ``timeout_s`` bounds every wait
+    (None: the group's own timeout).  The group is looked up at each call, so a context may be built
+    before ``init_process_group``.  ``collectives`` counts the collectives this context issued.
+
+    Without a process group, or in a group of one, every method returns the local answer at once.
+    """
+
+    def __init__(self, group=None, timeout_s: float | None = None):
+        if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
+            raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
+        self.group = group
+        self.timeout_s = timeout_s
+        self.collectives = 0
+
+    @classmethod
+    def from_config(cls, cfg, group=None) -> "DistContext":
+        """Timeout from ``cfg.distributed.timeout_s`` (absent: the group's own timeout)."""
+        section = getattr(cfg, "distributed", None)
+        return cls(group, timeout_s=getattr(section, "timeout_s", None) if section is not None else None)
+
+    # -- where we are -------------------------------------------------------------------------------
+    @property
+    def distributed(self) -> bool:
+        return is_distributed(self.group)
+
+    def rank_world(self) -> tuple[int, int]:
+        return rank_world(self.group)
+
+    @property
+    def rank(self) -> int:
+        return self.rank_world()[0]
+
+    @property
+    def world_size(self) -> int:
+        return self.rank_world()[1]
+
+    # -- plumbing -----------------------------------------------------------------------------------
+    def _wait(self, what: str, issue) -> None:
+        """Issue one async collective and wait for it; any failure becomes a CollectiveError."""
+        self.collectives += 1
+        try:
+            work = issue()
+            if self.timeout_s is None:
+                work.wait()
+            else:
+                work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
+        except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, DistBackendError, ...
+            rank, world = self.rank_world()
+            limit = f"{self.timeout_s:g} s" if self.timeout_s is not None else "the process group's timeout"
+            raise CollectiveError(
+                f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _global_rank(self, group_rank: int) -> int:
+        dist = _dist()
+        if self.group is None or self.group is dist.group.WORLD:
+            return group_rank
+        return dist.get_global_rank(self.group, group_rank)
+
+    def _pack(self, payload: bytes, device):
+        import torch
+
+        buf = torch.zeros(_HEADER + INLINE_BYTES, dtype=torch.uint8)
+        buf[:_HEADER] = torch.tensor([len(payload)], dtype=torch.int64).view(torch.uint8)
+        if len(payload) <= INLINE_BYTES and payload:
+            buf[_HEADER:_HEADER + len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        return buf.to(device)
+
+    @staticmethod
+    def _length(buf) -> int:
+        import torch
+
+        return int(buf[:_HEADER].cpu().view(torch.int64)[0])
+
+    # -- objects ------------------------------------------------------------------------------------
+    def broadcast_object(self, obj=None, src: int = 0):
+        """``obj`` of group rank ``src`` (the decider), returned on every rank; other ranks' ``obj`` is ignored."""
+        if not self.distributed:
+            return obj
+        import torch
+
+        dist = _dist()
+        rank, _ = self.rank_world()
+        device = _wire_device(self.group)
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if rank == src else b""
+        buf = self._pack(payload, device)
+        src_global = self._global_rank(src)
+        self._wait("broadcast_object", lambda: dist.broadcast(buf, src=src_global, group=self.group, async_op=True))
+        n = self._length(buf)
+        if n <= INLINE_BYTES:
+            data = bytes(buf[_HEADER:_HEADER + n].cpu().numpy())
+        else:
+            big = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if rank == src
+                   else torch.empty(n, dtype=torch.uint8)).to(device)
+            self._wait("broadcast_object", lambda: dist.broadcast(big, src=src_global, group=self.group,
+                                                                  async_op=True))
+            data = bytes(big.cpu().numpy())
+        return obj if rank == src else pickle.loads(data)
+
+    def gather_objects(self, obj) -> list:
+        """Every rank's ``obj``, in rank order, on every rank (an all-gather)."""
+        if not self.distributed:
+            return [obj]
+        import torch
+
+        dist = _dist()
+        _, world = self.rank_world()
+        device = _wire_device(self.group)
+        payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        buf = self._pack(payload, device)
+        out = torch.empty(world * buf.numel(), dtype=torch.uint8, device=device)
+        self._wait("gather_objects", lambda: _all_gather_flat(out, buf, self.group))
+        rows = out.view(world, -1).cpu()
+        lengths = [self._length(row) for row in rows]
+        longest = max(lengths)
+        if longest <= INLINE_BYTES:
+            chunks = [bytes(row[_HEADER:_HEADER + n].numpy()) for row, n in zip(rows, lengths)]
+        else:
+            mine = torch.zeros(longest, dtype=torch.uint8)
+            mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+            mine = mine.to(device)
+            big = torch.empty(world * longest, dtype=torch.uint8, device=device)
+            self._wait("gather_objects", lambda: _all_gather_flat(big, mine, self.group))
+            big_rows = big.view(world, -1).cpu()
+            chunks = [bytes(row[:n].numpy()) for row, n in zip(big_rows, lengths)]
+        return [pickle.loads(c) for c in chunks]
+
+    # -- flags and numbers --------------------------------------------------------------------------
+    def all_reduce_max(self, values: Sequence[float]) -> list[float]:
+        """Element-wise maximum over ranks of a short vector of floats, in one all-reduce.
+
+        Carries everything a step needs to agree on at once: flags as 0/1 (any rank), elapsed
+        seconds (the slowest clock), ...
+        """
+        values = [float(v) for v in values]
+        if not self.distributed or not values:
+            return values
+        import torch
+
+        dist = _dist()
+        t = torch.tensor(values, dtype=torch.float64, device=_wire_device(self.group))
+        self._wait("all_reduce_max", lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group,
+                                                             async_op=True))
+        return [float(v) for v in t.cpu().tolist()]
+
+    def all_reduce_flags(self, flags: Sequence[bool]) -> list[bool]:
+        """For each position, whether any rank's flag is set (one all-reduce for all of them)."""
+        return [v > 0.5 for v in self.all_reduce_max([1.0 if f else 0.0 for f in flags])]
+
+    def any_true(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on any rank."""
+        return self.all_reduce_flags([flag])[0]
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether ``flag`` is set on every rank."""
+        return not self.all_reduce_flags([not flag])[0]
+
+    def barrier(self) -> None:
+        """Wait for every rank (an all-reduce of one element, so the timeout applies on every backend)."""
+        self.all_reduce_max([0.0])
+
+    # -- eval results -------------------------------------------------------------------------------
+    def reduce_summaries(
+        self, summaries: Mapping[str, MetricSummary], confidence: float = 0.95
+    ) -> tuple[dict[str, MetricSummary], dict[str, list[float]]]:
+        """Combine each rank's per-metric summaries of its shard; see :func:`combine_rank_summaries`."""
+        per_rank = self.gather_objects(summaries_to_wire(summaries))
+        combined, means, _ = combine_rank_summaries(per_rank, confidence)
+        return combined, means
+
+
+# -- exact reduction of summaries ---------------------------------------------------------------------
+
+def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
+    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``."""
+    return {name: (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
+            for name, s in summaries.items()}
+
+
+def combine_rank_summaries(
+    per_rank: Sequence[Mapping[str, tuple | MetricSummary]], confidence: float = 0.95
+) -> tuple[dict[str, MetricSummary], dict[str, list[float]], dict[str, list[int]]]:
+    """Combine the summaries of disjoint shards, one mapping per rank, into one summary per metric.
+
+    Returns ``(combined, per_rank_means, per_rank_n)``.  Sums, sums of squares and counts add up, so the
+    mean and interval equal those computed on all items at once.  Metric names are taken in sorted
+    order; a metric a rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
+    (Wilson interval) when every rank that has items for it reported 0/1 values.  The computation is a
+    pure function of its input, so every rank that runs it on the gathered data gets the same result.
+
+    >>> from adaptive_eval.stats import summarize
+    >>> combined, means, ns = combine_rank_summaries([{"acc": summarize([1, 0, 1])}, {"acc": summarize([1])}])
+    >>> combined["acc"].mean, combined["acc"].n, combined["acc"].binary, means["acc"], ns["acc"]
+    (0.75, 4, True, [0.6666666666666666, 1.0], [3, 1])
+    """
+    rows = [{name: (_wire(v)) for name, v in part.items()} for part in per_rank]
+    names = sorted({name for row in rows for name in row})
+    combined: dict[str, MetricSummary] = {}
+    means: dict[str, list[float]] = {}
+    counts: dict[str, list[int]] = {}
+    for name in names:
+        parts = [row.get(name, (0.0, 0.0, 0, False, True)) for row in rows]
+        live = [p for p in parts if p[2] > 0]
+        total = math.fsum(p[0] for p in live)
+        total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
+        n = sum(p[2] for p in live)
+        binary = bool(live) and all(p[3] for p in live)
+        summary = from_sums(total, total_sq, n, binary, confidence)
+        per_sample = all(p[4] for p in live)
+        if not per_sample:
+            summary = dataclasses.replace(summary, per_sample=False)
+        combined[name] = summary
+        means[name] = [p[0] / p[2] if p[2] > 0 else math.nan for p in parts]
+        counts[name] = [p[2] for p in parts]
+    return combined, means, counts
+
+
+def _wire(v) -> tuple:
+    if isinstance(v, MetricSummary):
+        return summaries_to_wire({"_": v})["_"]
+    return tuple(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankDiscrepancy:
+    """A rank whose result for a metric deviates from the other ranks' beyond a threshold.
+
+    Shaped like ``adaptive_eval.detectors.Alarm`` (``step``, ``detector``, ``stream``, ``direction``,
+    ``location``, ``message``) so it can be handled as one, plus the details.
+    """
+
+    step: int
+    rank: int
+    metric: str
+    rank_mean: float
+    others_mean: float
+    threshold: float
+    rank_n: int
+    others_n: int
+    detector: str = "rank_discrepancy"
+    location: int | None = None
+
+    @property
+    def stream(self) -> str:
+        return f"eval/{self.metric}"
+
+    @property
+    def direction(self) -> str:
+        return "up" if self.rank_mean > self.others_mean else "down"
+
+    @property
+    def message(self) -> str:
+        return (f"rank {self.rank}: eval/{self.metric} mean {self.rank_mean:.6g} (n={self.rank_n}) deviates from "
+                f"the other ranks' {self.others_mean:.6g} (n={self.others_n}) by "
+                f"{abs(self.rank_mean - self.others_mean):.6g} > {self.threshold:g}")
+
+
+def rank_discrepancies(
+    per_rank_means: Mapping[str, Sequence[float]],
+    per_rank_n: Mapping[str, Sequence[int]],
+    threshold: float,
+    *,
+    step: int,
+    min_n: int = 1,
+) -> list[RankDiscrepancy]:
+    """Ranks whose mean of a metric is farther than ``threshold`` from the pooled mean of the other ranks.
+
+    Ranks with fewer than ``min_n`` items for a metric take no part.  With two ranks a deviation names
+    both (neither can be told to be the odd one); with three or more the outlier stands out.  Sorted by
+    metric, then rank; deterministic, so every rank finds the same list.
+
+    >>> d = rank_discrepancies({"acc": [0.5, 0.5, 1.0]}, {"acc": [10, 10, 10]}, 0.3, step=7)
+    >>> [(x.rank, x.direction) for x in d]
+    [(2, 'up')]
+    """
+    if not threshold >= 0:
+        raise ValueError(f"rank discrepancy threshold must be non-negative, got {threshold!r}")
+    found = []
+    for metric in sorted(per_rank_means):
+        means = list(per_rank_means[metric])
+        ns = list(per_rank_n[metric])
+        live = [r for r, (m, n) in enumerate(zip(means, ns)) if n >= max(min_n, 1) and math.isfinite(m)]
+        if len(live) < 2:
+            continue
+        for r in live:
+            others = [o for o in live if o != r]
+            others_n = sum(ns[o] for o in others)
+            others_mean = math.fsum(means[o] * ns[o] for o in others) / others_n
+            if abs(means[r] - others_mean) > threshold:
+                found.append(RankDiscrepancy(step=step, rank=r, metric=metric, rank_mean=means[r],
+                                             others_mean=others_mean, threshold=threshold, rank_n=ns[r],
+                                             others_n=others_n))
+    return found
+
+
+# -- module-level shortcuts ---------------------------------------------------------------------------
+
+def broadcast_object(obj=None, src: int = 0, group=None, timeout_s: float | None = None):
+    """Group rank ``src``'s ``obj`` on every rank (rank 0 decides, everyone gets the same decision)."""
+    return DistContext(group, timeout_s).broadcast_object(obj, src)
+
+
+def all_reduce_flags(flags: Sequence[bool], group=None, timeout_s: float | None = None) -> list[bool]:
+    """For each position, whether any rank's flag is set, in one all-reduce."""
+    return DistContext(group, timeout_s).all_reduce_flags(flags)
+
+
+def any_true(flag: bool, group=None, timeout_s: float | None = None) -> bool:
+    """Whether ``flag`` is set on any rank."""
+    return DistContext(group, timeout_s).any_true(flag)
+
+
+def reduce_summaries(
+    summaries: Mapping[str, MetricSummary], group=None, confidence: float = 0.95, timeout_s: float | None = None
+) -> tuple[dict[str, MetricSummary], dict[str, list[float]]]:
+    """Exact combination of every rank's shard summaries: ``(combined, per_rank_means)`` on every rank."""
+    return DistContext(group, timeout_s).reduce_summaries(summaries, confidence)
+
+
+# -- broadcast_tensor_container -----------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    index: int  # position in the flat list of tensors
+    shape: tuple
+    dtype: object  # torch.dtype (picklable)
+    device_type: str
+    requires_grad: bool
+    offset: int = 0  # byte offset in its bucket
+    nbytes: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seq:
+    kind: str  # "list" | "tuple"
+    cls: type | None  # a namedtuple class, else None
+    items: list
+
+
+@dataclasses.dataclass(frozen=True)
+class _Map:
+    cls: type
+    items: list  # [(key, node)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Obj:
+    value: object
+
+
+def _skeleton(data, tensors: list):
+    import torch
+
+    if isinstance(data, torch.Tensor) and data.layout == torch.strided:
+        tensors.append(data)
+        return _Leaf(len(tensors) - 1, tuple(data.shape), data.dtype, data.device.type, bool(data.requires_grad))
+    if isinstance(data, list):
+        return _Seq("list", None, [_skeleton(x, tensors) for x in data])
+    if isinstance(data, tuple):
+        cls = type(data) if hasattr(data, "_fields") else None
+        return _Seq("tuple", cls, [_skeleton(x, tensors) for x in data])
+    if isinstance(data, dict):
+        cls = type(data) if type(data) in (dict, OrderedDict) else dict
+        return _Map(cls, [(k, _skeleton(v, tensors)) for k, v in data.items()])
+    return _Obj(data)
+
+
+def _rebuild(node, tensors: list):
+    if isinstance(node, _Leaf):
+        return tensors[node.index]
+    if isinstance(node, _Seq):
+        items = [_rebuild(x, tensors) for x in node.items]
+        if node.kind == "list":
+            return items
+        return node.cls(*items) if node.cls is not None else tuple(items)
+    if isinstance(node, _Map):
+        return node.cls((k, _rebuild(v, tensors)) for k, v in node.items)
+    return node.value
+
+
+def _leaves(node) -> Iterator[_Leaf]:
+    if isinstance(node, _Leaf):
+        yield node
+    elif isinstance(node, _Seq):
+        for x in node.items:
+            yield from _leaves(x)
+    elif isinstance(node, _Map):
+        for _, v in node.items:
+            yield from _leaves(v)
+
+
+def _target_device(device_type: str):
+    """Where a received tensor goes: CPU stays CPU; an accelerator tensor goes to this rank's current one."""
+    import torch
+
+    if device_type == "cpu":
+        return torch.device("cpu")
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and acc.is_available():
+        current = acc.current_accelerator()
+        if current is not None and current.type == device_type:
+            return torch.device(device_type, acc.current_device_index())
+    if device_type == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _as_bytes(t):
+    import torch
+
+    flat = t.detach().reshape(-1)
+    if flat.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8, device=t.device)
+    return flat.contiguous().view(torch.uint8)
+
+
+def broadcast_tensor_container(data, src_rank: int = 0, group=None, *, timeout_s: float | None = None):
+    """Rank ``src_rank``'s ``data`` on every rank: nested dicts, lists, tuples, tensors and plain objects.
+
+    AReaL-compatible (``areal.utils.data.broadcast_tensor_container``): ``src_rank`` is a global rank, as
+    in ``torch.distributed.broadcast``; the other ranks' ``data`` is ignored (pass None).  The structure
+    and every non-tensor value travel pickled in one broadcast; the tensors travel as raw bytes, one
+    broadcast per wire device (so any dtype works, including bool, bfloat16 and complex).  A received
+    CPU tensor stays on CPU; an accelerator tensor lands on the receiving rank's current device (CPU
+    if it has none).  Namedtuples keep their class; dict subclasses other than OrderedDict become dicts;
+    ``requires_grad`` is kept.  The source rank gets ``data`` itself back.  Without a process group (or
+    in a group of one) ``data`` is returned unchanged.
+    """
+    ctx = DistContext(group, timeout_s)
+    if not ctx.distributed:
+        return data
+    import torch
+
+    dist = _dist()
+    is_src = dist.get_rank() == src_rank
+    group_src = src_rank if group is None or group is dist.group.WORLD else dist.get_group_rank(group, src_rank)
+    tensors: list = []
+    skeleton = _skeleton(data, tensors) if is_src else None
+    # Byte layout: one bucket per wire device, leaves packed in order.
+    if is_src:
+        offsets: dict[str, int] = {}
+        nodes = []
+        for leaf, t in zip(_leaves(skeleton), tensors):
+            wire = _wire_device(group, t.device.type).type
+            nbytes = t.numel() * t.element_size()
+            nodes.append(dataclasses.replace(leaf, offset=offsets.get(wire, 0), nbytes=nbytes))
+            offsets[wire] = offsets.get(wire, 0) + nbytes
+        sizes = dict(offsets)
+        meta = (skeleton, nodes, sizes)
+    else:
+        meta = None
+    skeleton, nodes, sizes = ctx.broadcast_object(meta, src=group_src)
+    buckets = {}
+    for wire, size in sorted(sizes.items()):
+        if size == 0:
+            continue
+        device = _wire_device(group, wire)
+        if is_src:
+            parts = [_as_bytes(t).to(device) for t, leaf in zip(tensors, nodes)
+                     if _wire_device(group, t.device.type).type == wire]
+            buf = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
+        else:
+            buf = torch.empty(size, dtype=torch.uint8, device=device)
+        ctx._wait("broadcast_tensor_container",
+                  lambda b=buf: dist.broadcast(b, src=src_rank, group=group, async_op=True))
+        buckets[wire] = buf
+    if is_src:
+        return data
+    received = []
+    for leaf in nodes:
+        wire = _wire_device(group, leaf.device_type).type
+        target = _target_device(leaf.device_type)
+        if leaf.nbytes == 0:
+            t = torch.empty(leaf.shape, dtype=leaf.dtype, device=target)
+        else:
+            raw = buckets[wire][leaf.offset:leaf.offset + leaf.nbytes]
+            t = raw.clone().view(leaf.dtype).reshape(leaf.shape).to(target)
+        if leaf.requires_grad:
+            t.requires_grad_(True)
+        received.append(t)
+    return _rebuild(skeleton, received)
