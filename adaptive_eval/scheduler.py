@@ -1,0 +1,249 @@
+"""The resource-aware scheduler: defer a non-urgent evaluation while the machine is short of memory or CPU.
+
+A :class:`ResourceMonitor` reads free accelerator memory (``torch.cuda.mem_get_info``; NVML through
+nvidia-ml-py when torch sees no CUDA device), free host memory and host CPU use (psutil) into a
+:class:`ResourceSnapshot`.  The :class:`ResourceScheduler` applies the ``resources`` config section to a
+snapshot: an evaluation that is due but finds the machine short is deferred (``resources:deferred (...)``)
+for at most ``max_deferral_steps`` steps, then runs anyway (``resources:forced``); an urgent (alarm-driven)
+evaluation bypasses the check when ``alarm_bypass`` is set.  Reading the monitor is not free, so the
+scheduler samples it only when it is asked about an evaluation that is due.
+
+Tests and replay drive the scheduler with a :class:`FakeResourceMonitor`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "FakeResourceMonitor",
+    "ResourceMonitor",
+    "ResourceScheduler",
+    "ResourceSnapshot",
+    "shortages",
+]
+
+_GB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceSnapshot:
+    """What the machine has left; a reading that could not be taken is None (and never defers)."""
+
+    accelerator_free_gb: float | None = None
+    accelerator_total_gb: float | None = None
+    host_free_gb: float | None = None
+    host_cpu_percent: float | None = None
+    source: str = ""
+
+    @property
+    def accelerator_free_fraction(self) -> float | None:
+        if self.accelerator_free_gb is None or not self.accelerator_total_gb:
+            return None
+        return self.accelerator_free_gb / self.accelerator_total_gb
+
+
+class ResourceMonitor:
+    """Reads the resources of this process's machine.
+
+    ``accelerator``: ``"auto"`` (torch CUDA when available, else NVML when nvidia-ml-py is installed,
+    else none), ``"cuda"``, ``"nvml"`` or ``"none"``.  ``device`` is the CUDA device index (default:
+    the current device); for NVML it is the physical index (NVML ignores ``CUDA_VISIBLE_DEVICES``).
+    CPU use is psutil's system-wide percentage since the previous snapshot.
+    """
+
+    def __init__(self, accelerator: str = "auto", device: int | None = None):
+        if accelerator not in ("auto", "cuda", "nvml", "none"):
+            raise ValueError(f"accelerator must be auto, cuda, nvml or none; got {accelerator!r}")
+        self.accelerator = accelerator
+        self.device = device
+        self._nvml = None
+        import psutil
+
+        self._psutil = psutil
+        psutil.cpu_percent(interval=None)  # the first reading is meaningless; prime it
+
+    def _cuda(self) -> tuple[float, float] | None:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        device = self.device if self.device is not None else torch.cuda.current_device()
+        free, total = torch.cuda.mem_get_info(device)
+        return free / _GB, total / _GB
+
+    def _nvml_reading(self) -> tuple[float, float] | None:
+        if self._nvml is None:
+            try:
+                import pynvml  # nvidia-ml-py (optional)
+
+                pynvml.nvmlInit()
+            except Exception:  # noqa: BLE001 - not installed, no driver, no GPU
+                self._nvml = False
+                return None
+            self._nvml = pynvml
+        if self._nvml is False:
+            return None
+        handle = self._nvml.nvmlDeviceGetHandleByIndex(self.device or 0)
+        info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+        return info.free / _GB, info.total / _GB
+
+    def snapshot(self) -> ResourceSnapshot:
+        reading, source = None, "none"
+        if self.accelerator in ("auto", "cuda"):
+            reading, source = self._cuda(), "cuda"
+        if reading is None and self.accelerator in ("auto", "nvml"):
+            reading, source = self._nvml_reading(), "nvml"
+        if reading is None:
+            source = "none"
+        memory = self._psutil.virtual_memory()
+        return ResourceSnapshot(
+            accelerator_free_gb=reading[0] if reading else None,
+            accelerator_total_gb=reading[1] if reading else None,
+            host_free_gb=memory.available / _GB,
+            host_cpu_percent=float(self._psutil.cpu_percent(interval=None)),
+            source=f"{source}+psutil",
+        )
+
+
+class FakeResourceMonitor:
+    """A scripted monitor: each :meth:`snapshot` returns the next snapshot; the last one repeats.
+
+    Snapshots may be given as :class:`ResourceSnapshot` or as mappings of its fields.  ``calls`` counts
+    the readings taken.
+
+    >>> m = FakeResourceMonitor([{"accelerator_free_gb": 1.0}, {"accelerator_free_gb": 9.0}])
+    >>> [m.snapshot().accelerator_free_gb for _ in range(3)], m.calls
+    ([1.0, 9.0, 9.0], 3)
+    """
+
+    def __init__(self, snapshots: Iterable[ResourceSnapshot | Mapping]):
+        self.snapshots = [s if isinstance(s, ResourceSnapshot) else ResourceSnapshot(**s) for s in snapshots]
+        if not self.snapshots:
+            raise ValueError("FakeResourceMonitor needs at least one snapshot")
+        self.calls = 0
+
+    def snapshot(self) -> ResourceSnapshot:
+        snap = self.snapshots[min(self.calls, len(self.snapshots) - 1)]
+        self.calls += 1
+        return snap
+
+
+def _setting(section, name: str, default):
+    value = getattr(section, name, default) if section is not None else default
+    return default if value is None else value
+
+
+def shortages(snapshot: ResourceSnapshot, section) -> list[str]:
+    """What ``snapshot`` lacks against the thresholds of a ``resources`` config section (empty: nothing).
+
+    >>> from adaptive_eval.config import ResourcesConfig
+    >>> shortages(ResourceSnapshot(accelerator_free_gb=2.0, accelerator_total_gb=80.0, host_cpu_percent=97.0),
+    ...           ResourcesConfig(min_free_accelerator_gb=8.0, max_host_cpu_percent=90.0))
+    ['accelerator free 2.00 GB < 8.00 GB', 'host CPU 97% > 90%']
+    """
+    found = []
+    need_gb = float(_setting(section, "min_free_accelerator_gb", 0.0))
+    if need_gb > 0 and snapshot.accelerator_free_gb is not None and snapshot.accelerator_free_gb < need_gb:
+        found.append(f"accelerator free {snapshot.accelerator_free_gb:.2f} GB < {need_gb:.2f} GB")
+    need_fraction = float(_setting(section, "min_free_accelerator_fraction", 0.0))
+    fraction = snapshot.accelerator_free_fraction
+    if need_fraction > 0 and fraction is not None and fraction < need_fraction:
+        found.append(f"accelerator free {fraction:.1%} < {need_fraction:.1%}")
+    need_host = float(_setting(section, "min_free_host_gb", 0.0))
+    if need_host > 0 and snapshot.host_free_gb is not None and snapshot.host_free_gb < need_host:
+        found.append(f"host free {snapshot.host_free_gb:.2f} GB < {need_host:.2f} GB")
+    max_cpu = float(_setting(section, "max_host_cpu_percent", 100.0))
+    if max_cpu < 100 and snapshot.host_cpu_percent is not None and snapshot.host_cpu_percent > max_cpu:
+        found.append(f"host CPU {snapshot.host_cpu_percent:.0f}% > {max_cpu:.0f}%")
+    return found
+
+
+class ResourceScheduler:
+    """Defers due evaluations while resources are short; built from the ``resources`` config section.
+
+    Call :meth:`decide` only at a step where an evaluation is due (it samples the monitor).  Keep calling
+    it at the following steps while the evaluation stays pending: after ``max_deferral_steps`` steps of
+    deferral it lets the evaluation run with reason ``resources:forced``.
+
+    >>> from adaptive_eval.config import ResourcesConfig
+    >>> cfg = ResourcesConfig(enabled=True, min_free_accelerator_gb=4.0, max_deferral_steps=2)
+    >>> sched = ResourceScheduler(cfg, FakeResourceMonitor([{"accelerator_free_gb": 1.0}]))
+    >>> [sched.decide(step, urgent=False) for step in (10, 11, 12)]
+    [(False, 'resources:deferred (accelerator free 1.00 GB < 4.00 GB)'), (False, 'resources:deferred (accelerator free 1.00 GB < 4.00 GB)'), (True, 'resources:forced')]
+    """
+
+    def __init__(self, config_section=None, monitor=None):
+        section = getattr(config_section, "resources", config_section)
+        self.section = section
+        self.enabled = bool(_setting(section, "enabled", False))
+        self.max_deferral_steps = int(_setting(section, "max_deferral_steps", 50))
+        self.alarm_bypass = bool(_setting(section, "alarm_bypass", True))
+        if self.max_deferral_steps < 0:
+            raise ValueError(f"resources.max_deferral_steps must be non-negative, got {self.max_deferral_steps}")
+        self._monitor = monitor
+        self._reset()
+
+    def _reset(self) -> None:
+        self.deferred_since: int | None = None  # first step of the current run of deferrals
+        self.deferrals = 0  # evaluations deferred in total
+        self.forced = 0  # evaluations run because the deferral limit was reached
+        self.last_snapshot: ResourceSnapshot | None = None
+
+    @property
+    def monitor(self):
+        if self._monitor is None:
+            self._monitor = ResourceMonitor()
+        return self._monitor
+
+    def shortage(self) -> str | None:
+        """Sample the monitor; what is short (``"a; b"``) or None."""
+        self.last_snapshot = self.monitor.snapshot()
+        found = shortages(self.last_snapshot, self.section)
+        return "; ".join(found) if found else None
+
+    def decide(self, step: int, urgent: bool = False) -> tuple[bool, str]:
+        """Whether the evaluation due at ``step`` may run now, and why (``""``: nothing to say).
+
+        Disabled, or urgent with ``alarm_bypass``: always allowed, without sampling the monitor.
+        """
+        if not self.enabled:
+            return True, ""
+        if urgent and self.alarm_bypass:
+            was_deferred = self.deferred_since is not None
+            self.deferred_since = None
+            return True, "resources:bypass" if was_deferred else ""
+        return self.decide_with(step, self.shortage())
+
+    def decide_with(self, step: int, shortage: str | None) -> tuple[bool, str]:
+        """The deferral rule alone, for a shortage found elsewhere (pure given the state).
+
+        In a process group, let each rank find its own shortage, combine them (any rank short: short)
+        with one collective, and call this on every rank with the combined answer, so that all ranks
+        keep the same deferral state.
+        """
+        if shortage is None:
+            self.deferred_since = None
+            return True, ""
+        if self.deferred_since is None:
+            self.deferred_since = step
+        if step - self.deferred_since >= self.max_deferral_steps:
+            self.deferred_since = None
+            self.forced += 1
+            return True, "resources:forced"
+        self.deferrals += 1
+        return False, f"resources:deferred ({shortage})"
+
+    def state_dict(self) -> dict:
+        return {"version": 1, "deferred_since": self.deferred_since, "deferrals": self.deferrals,
+                "forced": self.forced}
+
+    def load_state_dict(self, state_dict: Mapping) -> None:
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
+        since = state_dict.get("deferred_since")
+        self.deferred_since = None if since is None else int(since)
+        self.deferrals = int(state_dict.get("deferrals", 0))
+        self.forced = int(state_dict.get("forced", 0))
+
