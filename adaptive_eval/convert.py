@@ -1,0 +1,687 @@
+"""Converters from other projects' logs to native :class:`~adaptive_eval.trace.Trace` objects, and the
+library of real recorded traces (``real_traces()``, ``load_real(name)``).
+
+* :func:`from_columns`: any CSV, by naming its step column, the stream columns and the eval columns (with a
+  scale, e.g. ``{"eval_acc": 0.01}`` for percent).  The CLI's ``--stream COL`` / ``--eval COL[:scale]``.
+* :func:`convert_grpo`: rasbt/reasoning-from-scratch GRPO metrics (``eval_acc`` in percent every 50 steps).
+* :func:`convert_nanogpt`: modded-nanogpt step logs (``train_loss`` per step, ``val_loss`` every 125 steps).
+* :func:`convert_distill`: rasbt ch08 distillation metrics (``train_loss``/``val_loss`` every 50 steps).
+* :func:`convert_sb3_monitor`, :func:`convert_sb3_evaluations`, :func:`convert_sb3_run`: Stable-Baselines3
+  ``Monitor`` CSVs and ``EvalCallback`` results.
+* :func:`convert_lm_eval_long`, :func:`convert_bigscience`: lm-eval-harness results per checkpoint.
+
+Save any of them with :func:`adaptive_eval.trace.write_trace`.
+
+Eval columns follow ARCHITECTURE.md: ``eval/<metric>`` is the true value at that step (carried forward by
+replay), ``eval/<metric>:std`` its per-sample standard deviation.  lm-eval reports the standard error of the
+mean with the sample standard deviation (ddof 1), so for a proportion ``p`` over ``n`` items
+``stderr = sqrt(p (1 - p) / (n - 1))``: ``n`` is recovered exactly from any proportion metric of a task
+(ARC-Challenge gives 1172, its test-set size) and the per-sample std is ``stderr * sqrt(n)``.  Where ``n``
+cannot be recovered (no proportion metric with ``0 < p < 1``, or no stderr) no ``:std`` column is written,
+so replay returns the value itself.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import decimal
+import json
+import math
+import os
+import pathlib
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from adaptive_eval.synthetic import Event
+from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_int
+
+__all__ = [
+    "RealTrace", "RealTraceInfo", "convert_bigscience", "convert_distill", "convert_grpo", "convert_lm_eval_long",
+    "convert_nanogpt", "convert_sb3_evaluations", "convert_sb3_monitor", "convert_sb3_run", "default_traces_dir",
+    "from_columns", "load_real", "real_traces",
+]
+
+
+# ------------------------------------------------------------------------------------------- generic CSV
+
+
+def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
+    """(header, header line number, [(line number, cells)]) of a CSV file.
+
+    Leading lines that start with ``#`` are skipped (SB3 Monitor files carry a JSON comment there); blank
+    lines are skipped; an unterminated last line with the wrong number of cells is a torn write: dropped
+    with a warning.
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        text = f.read()
+    lines = text.splitlines(keepends=True)
+    skip = 0
+    while skip < len(lines) and lines[skip].lstrip().startswith("#"):
+        skip += 1
+    reader = csv.reader(lines[skip:])
+    header = next(reader, None)
+    if header is None:
+        raise TraceError("no records (no header)", path)
+    header = [h.strip() for h in header]
+    header_line = skip + 1
+    rows = []
+    for cells in reader:
+        if cells and any(c.strip() for c in cells):
+            rows.append((skip + reader.line_num, cells))
+    if rows and len(rows[-1][1]) != len(header) and not text.endswith(("\n", "\r")):
+        line, _ = rows.pop()
+        warnings.warn(f"{path}:{line}: dropped a torn last line", RuntimeWarning, stacklevel=3)
+    return header, header_line, rows
+
+
+def _scaler(scale: float) -> Callable[[str], float]:
+    """A function from a cell's text to ``value * scale``, rounded once.
+
+    The product is taken in decimal, so 41.6 percent becomes exactly the double nearest 0.416 (float
+    arithmetic would give 0.41600000000000004 from ``41.6 / 100``).
+    """
+    scale = float(scale)
+    if scale == 1.0:
+        return float
+    factor = decimal.Decimal(repr(scale))
+
+    def convert(text: str) -> float:
+        try:
+            return float(decimal.Decimal(text.strip()) * factor)
+        except decimal.InvalidOperation:
+            return float(text) * scale
+
+    return convert
+
+
+def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams: Sequence[str] | None = None,
+                 evals: Mapping[str, float] | None = None, epoch: str | None = None, time: str | None = None,
+                 time_scale: float = 1.0, rename: Mapping[str, str] | None = None,
+                 on_restart: str = "error") -> Trace:
+    """Read a CSV that is not in the native format by naming its columns.
+
+    ``step``: the step column (``None``: the row index, from 0).  ``streams``: columns to keep as cheap
+    streams (default: every column not otherwise named).  ``evals``: eval columns and the factor that turns
+    them into the metric (``{"eval_acc": 0.01}`` for percent -> proportion); column ``c`` becomes
+    ``eval/c``.  ``epoch``, ``time``: optional columns (``time`` times ``time_scale`` is seconds since start).
+    ``rename``: output names for input columns (an eval column's name must start with ``eval/``).
+    ``on_restart``: what a decreasing step means.  ``"error"`` (default) raises; ``"keep_last"`` treats it as
+    a restarted or resumed run and keeps the later run: the earlier records at or after the restart step are
+    dropped (TensorBoard does the same).  Empty cells are "not recorded"; a non-numeric cell raises
+    :class:`TraceError` with its file, line and column.
+    """
+    path = pathlib.Path(path)
+    if on_restart not in ("error", "keep_last"):
+        raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
+    header, header_line, rows = _read_rows(path)
+    index = {name: i for i, name in enumerate(header)}
+    evals = dict(evals or {})
+    rename = dict(rename or {})
+    named = [c for c in (step, epoch, time) if c is not None] + list(evals)
+    if streams is None:
+        streams = [c for c in header if c not in named]
+    else:
+        streams = list(streams)
+    missing = [c for c in [*named, *streams] if c not in index]
+    if missing:
+        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)})",
+                         path, header_line)
+    outputs = []  # (cell index, output name, input name, convert)
+    for c in streams:
+        outputs.append((index[c], rename.get(c, c), c, None))
+    for c, scale in evals.items():
+        name = rename.get(c, c if c.startswith("eval/") else f"eval/{c}")
+        if not name.startswith("eval/"):
+            raise ValueError(f"rename[{c!r}] = {name!r}: an eval column's name must start with 'eval/'")
+        outputs.append((index[c], name, c, _scaler(scale)))
+    names = [o[1] for o in outputs]
+    clash = sorted({n for n in names if names.count(n) > 1 or n in RESERVED})
+    if clash:
+        raise ValueError(f"output column name(s) {clash} are duplicated or reserved (step, epoch, time)")
+    i_step = None if step is None else index[step]
+    i_epoch = None if epoch is None else index[epoch]
+    i_time = None if time is None else index[time]
+    to_seconds = _scaler(time_scale)
+    width = len(header)
+    records: list[TraceRecord] = []
+    for k, (line, cells) in enumerate(rows):
+        if len(cells) != width:
+            raise TraceError(f"expected {width} fields, got {len(cells)}", path, line)
+        if i_step is None:
+            s = k
+        else:
+            if not cells[i_step].strip():
+                raise TraceError(f"empty {step!r} cell", path, line)
+            s = _parse_int(cells[i_step], repr(step), path, line)
+        metrics = {}
+        for i, name, col, convert in outputs:
+            cell = cells[i].strip()
+            if not cell:
+                continue
+            try:
+                metrics[name] = float(cell) if convert is None else convert(cell)
+            except ValueError:
+                raise TraceError(f"column {col!r}: {cell!r} is not a number", path, line) from None
+        e = None
+        if i_epoch is not None and cells[i_epoch].strip():
+            e = _parse_int(cells[i_epoch], repr(epoch), path, line)
+        t = None
+        if i_time is not None and cells[i_time].strip():
+            try:
+                t = to_seconds(cells[i_time])
+            except ValueError:
+                raise TraceError(f"column {time!r}: {cells[i_time]!r} is not a number", path, line) from None
+        rec = TraceRecord(s, metrics, e, t)
+        if records and s < records[-1].step:
+            if on_restart == "error":
+                raise TraceError(f"step {s} is below the previous step {records[-1].step}; steps must not "
+                                 "decrease (on_restart='keep_last' keeps the later run)", path, line)
+            while records and records[-1].step >= s:
+                records.pop()
+        if records and records[-1].step == s:
+            rec = _merge(records.pop(), rec)
+        records.append(rec)
+    if not records:
+        raise TraceError("no records", path)
+    return Trace(records, str(path))
+
+
+def _continuous_time(trace: Trace) -> Trace:
+    """Make ``time`` non-decreasing where a logger restarted its timer: after a drop, the timer's new
+    reading counts from the last reading before the drop."""
+    offset, last_raw, out = 0.0, None, []
+    for rec in trace.records:
+        if rec.time is None:
+            out.append(rec)
+            continue
+        if last_raw is not None and rec.time < last_raw:
+            offset += last_raw
+        last_raw = rec.time
+        out.append(dataclasses.replace(rec, time=rec.time + offset))
+    return Trace(out, trace.source)
+
+
+# ------------------------------------------------------------------------------------------- specific logs
+
+# rasbt/reasoning-from-scratch GRPO columns -> stream names shared with the synthetic traces.
+GRPO_STREAMS = {
+    "reward_avg": "train/reward", "loss": "train/loss", "avg_response_len": "train/response_length",
+    "kl_loss": "train/kl", "entropy_avg": "train/entropy", "format_reward_avg": "train/format_reward",
+    "policy_ratio": "train/policy_ratio", "adv_avg": "train/adv_avg", "adv_std": "train/adv_std",
+    "tokens_per_sec": "perf/tokens_per_sec",
+}
+
+
+def _header(path: pathlib.Path) -> list[str]:
+    return _read_rows(path)[0]
+
+
+def convert_grpo(path: str | os.PathLike) -> Trace:
+    """rasbt/reasoning-from-scratch GRPO metrics CSV (ch06, ch07).
+
+    Streams: every column but ``step``, ``total_steps`` (the planned run length, a constant) and
+    ``eval_acc``, named as in ``GRPO_STREAMS`` (``reward_avg`` -> ``train/reward``, ...).  ``eval_acc`` (MATH-500
+    accuracy in percent, recorded every 50 steps) becomes ``eval/accuracy`` as a proportion on the rows where
+    it was recorded.  A step that restarts (the 7_3 log begins with 5 rows of an aborted start) keeps the last
+    run.
+    """
+    path = pathlib.Path(path)
+    header = _header(path)
+    streams = [c for c in header if c not in ("step", "total_steps", "eval_acc")]
+    rename = {c: GRPO_STREAMS.get(c, f"train/{c}") for c in streams}
+    rename["eval_acc"] = "eval/accuracy"
+    evals = {"eval_acc": 0.01} if "eval_acc" in header else {}
+    return from_columns(path, streams=streams, evals=evals, rename=rename, on_restart="keep_last")
+
+
+def convert_nanogpt(path: str | os.PathLike) -> Trace:
+    """modded-nanogpt step log (as CSV): ``train_loss`` -> stream ``train/loss``, ``val_loss`` ->
+    ``eval/val_loss`` (not a proportion, no std: replay returns the value), ``train_time_ms`` -> ``time``.
+
+    The speedrun restarts its timer after the warm-up steps (step 11 reads 1.7 s after step 10 read 97 s);
+    ``time`` continues across the restart so it stays seconds since start.  ``total_steps`` is dropped.
+    """
+    trace = from_columns(path, streams=["train_loss"], evals={"val_loss": 1.0}, time="train_time_ms",
+                         time_scale=0.001, rename={"train_loss": "train/loss", "val_loss": "eval/val_loss"})
+    return _continuous_time(trace)
+
+
+def convert_distill(path: str | os.PathLike) -> Trace:
+    """rasbt ch08 distillation metrics: the step is ``total_steps`` (cumulative), ``epoch`` as given (from 1),
+    ``train_loss`` -> ``train/loss``, ``val_loss`` -> ``eval/val_loss``."""
+    return from_columns(path, step="total_steps", epoch="epoch", streams=["train_loss"], evals={"val_loss": 1.0},
+                        rename={"train_loss": "train/loss", "val_loss": "eval/val_loss"})
+
+
+def convert_sb3_monitor(path: str | os.PathLike) -> Trace:
+    """Stable-Baselines3 ``Monitor`` CSV (a ``#{json}`` first line, then ``r,l,t``): one record per episode,
+    step = episode index from 0, ``r`` -> ``train/episode_return``, ``l`` -> ``train/episode_length``,
+    ``t`` (wall seconds since the monitor started) -> ``time``."""
+    return from_columns(path, step=None, streams=["r", "l"], time="t",
+                        rename={"r": "train/episode_return", "l": "train/episode_length"})
+
+
+def convert_sb3_evaluations(path: str | os.PathLike) -> Trace:
+    """SB3 ``EvalCallback`` results as a long CSV (``timesteps,episode,return,ep_length``): one record per
+    evaluation, step = timesteps, ``eval/return`` = mean episode return, ``eval/return:std`` = the sample
+    standard deviation (ddof 1) of the episode returns (per-sample, as replay wants it)."""
+    path = pathlib.Path(path)
+    header, header_line, rows = _read_rows(path)
+    for c in ("timesteps", "return"):
+        if c not in header:
+            raise TraceError(f"no column {c!r} (columns: {', '.join(header)})", path, header_line)
+    i_ts, i_ret = header.index("timesteps"), header.index("return")
+    groups: dict[int, list[float]] = {}
+    order: list[int] = []
+    for line, cells in rows:
+        ts = _parse_int(cells[i_ts], "timesteps", path, line)
+        if order and ts < order[-1]:
+            raise TraceError(f"timesteps {ts} is below the previous {order[-1]}", path, line)
+        try:
+            value = float(cells[i_ret])
+        except ValueError:
+            raise TraceError(f"column 'return': {cells[i_ret]!r} is not a number", path, line) from None
+        if ts not in groups:
+            groups[ts] = []
+            order.append(ts)
+        groups[ts].append(value)
+    if not order:
+        raise TraceError("no records", path)
+    records = []
+    for ts in order:
+        v = np.asarray(groups[ts])
+        metrics = {"eval/return": float(v.mean())}
+        if len(v) > 1:
+            metrics["eval/return:std"] = float(v.std(ddof=1))
+        records.append(TraceRecord(ts, metrics))
+    return Trace(records, str(path))
+
+
+def convert_sb3_run(monitor: str | os.PathLike, evaluations: str | os.PathLike, *, frame_skip: int = 4) -> Trace:
+    """A Monitor CSV and the EvalCallback results of the same run on one axis: environment timesteps.
+
+    The Monitor counts raw frames; the agent (and EvalCallback's ``timesteps``) acts every ``frame_skip``-th
+    frame (Atari ``MaxAndSkipEnv``), so an episode ends at step ``round(cumsum(l) / frame_skip)``.  For the
+    DQN Pong run this gives 10.03M for 10M training timesteps: the reset no-ops count as frames only.
+    Evaluation rows get their ``time`` by linear interpolation between episode ends.
+    """
+    episodes = convert_sb3_monitor(monitor).records
+    lengths = np.cumsum([r.metrics["train/episode_length"] for r in episodes])
+    ends = np.rint(lengths / frame_skip).astype(np.int64)
+    times = np.array([r.time for r in episodes], dtype=np.float64)
+    by_step: dict[int, TraceRecord] = {}
+    for rec, s in zip(episodes, ends.tolist()):
+        by_step[s] = _merge(by_step[s], dataclasses.replace(rec, step=s)) if s in by_step else \
+            dataclasses.replace(rec, step=s)
+    for rec in convert_sb3_evaluations(evaluations).records:
+        t = float(np.interp(rec.step, ends, times))
+        if rec.step in by_step:
+            by_step[rec.step] = _merge(by_step[rec.step], rec)
+        else:
+            by_step[rec.step] = dataclasses.replace(rec, time=t)
+    return Trace([by_step[s] for s in sorted(by_step)], f"{monitor} + {evaluations}")
+
+
+def _lm_eval_name(task: str, metric: str) -> str:
+    return f"eval/{task}" if metric == "acc" else f"eval/{task}/{metric}"
+
+
+PROPORTION_METRICS = ("acc", "acc_norm", "pct_stereotype")
+
+
+def _items_from_stderr(pairs: list[tuple[float, float]]) -> int | None:
+    """The number of items behind proportions and their lm-eval standard errors (ddof 1), or None."""
+    ns = [p * (1 - p) / (se * se) + 1 for p, se in pairs if 0 < p < 1 and se and se > 0 and math.isfinite(se)]
+    return int(round(float(np.median(ns)))) if ns else None
+
+
+def _lm_eval_records(steps: list[int], table: dict[tuple[str, str], dict[int, tuple[float, float | None]]]
+                     ) -> tuple[list[TraceRecord], dict[str, int]]:
+    """Build records from {(task, metric): {step: (value, stderr)}}; return them and the item counts."""
+    items: dict[str, int] = {}
+    by_task: dict[str, list[tuple[float, float]]] = {}
+    for (task, metric), series in table.items():
+        if metric in PROPORTION_METRICS:
+            by_task.setdefault(task, []).extend((v, se) for v, se in series.values() if se is not None)
+    n_task = {task: _items_from_stderr(pairs) for task, pairs in by_task.items()}
+    metrics_by_step: dict[int, dict[str, float]] = {s: {} for s in steps}
+    for (task, metric), series in table.items():
+        name = _lm_eval_name(task, metric)
+        n = n_task.get(task)
+        if n is not None:
+            items[name] = n
+        for s, (value, se) in series.items():
+            metrics_by_step[s][name] = value
+            if n is not None and se is not None and math.isfinite(se):
+                metrics_by_step[s][f"{name}:std"] = se * math.sqrt(n)
+    return [TraceRecord(s, metrics_by_step[s]) for s in steps], items
+
+
+def convert_lm_eval_long(path: str | os.PathLike, model: str) -> Trace:
+    """One model's lm-eval results from a long CSV (``model,step,task,metric,value,stderr``), e.g. the Pythia
+    zero-shot evals: one record per checkpoint step; ``acc`` -> ``eval/<task>``, another metric ->
+    ``eval/<task>/<metric>``, each with ``:std`` = stderr * sqrt(n) (see the module doc)."""
+    return _lm_eval_long(pathlib.Path(path), model)[0]
+
+
+def _lm_eval_long(path: pathlib.Path, model: str) -> tuple[Trace, dict[str, int]]:
+    header, header_line, rows = _read_rows(path)
+    need = ("model", "step", "task", "metric", "value", "stderr")
+    missing = [c for c in need if c not in header]
+    if missing:
+        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)})",
+                         path, header_line)
+    col = {c: header.index(c) for c in need}
+    table: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+    steps: set[int] = set()
+    models = set()
+    for line, cells in rows:
+        models.add(cells[col["model"]])
+        if cells[col["model"]] != model:
+            continue
+        s = _parse_int(cells[col["step"]], "step", path, line)
+        try:
+            value = float(cells[col["value"]])
+            se = float(cells[col["stderr"]]) if cells[col["stderr"]].strip() else None
+        except ValueError:
+            raise TraceError(f"value/stderr {cells[col['value']]!r}, {cells[col['stderr']]!r} is not a number",
+                             path, line) from None
+        table.setdefault((cells[col["task"]], cells[col["metric"]]), {})[s] = (value, se)
+        steps.add(s)
+    if not steps:
+        raise TraceError(f"no records for model {model!r} (models: {', '.join(sorted(models))})", path)
+    records, items = _lm_eval_records(sorted(steps), table)
+    return Trace(records, f"{path} [{model}]"), items
+
+
+def convert_bigscience(path: str | os.PathLike) -> Trace:
+    """BigScience aggregated lm-eval JSON (``checkpoints``, ``results[task][metric]`` with ``<metric>_stderr``
+    lists): one record per checkpoint step, columns as in :func:`convert_lm_eval_long`.  The ``tokens`` list
+    (tokens seen at each checkpoint, proportional to the step) is not a metric and is left out."""
+    return _bigscience(pathlib.Path(path))[0]
+
+
+def _bigscience(path: pathlib.Path) -> tuple[Trace, dict[str, int]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        steps = [int(s) for s in data["checkpoints"]]
+        results = data["results"]
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise TraceError(f"not a BigScience aggregated results file ({err})", path) from None
+    if any(b < a for a, b in zip(steps, steps[1:])):
+        raise TraceError("checkpoints are not in increasing order", path)
+    table: dict[tuple[str, str], dict[int, tuple[float, float | None]]] = {}
+    for task, metrics in results.items():
+        for metric, values in metrics.items():
+            if metric.endswith("_stderr"):
+                continue
+            errs = metrics.get(f"{metric}_stderr", [None] * len(values))
+            if len(values) != len(steps) or len(errs) != len(steps):
+                raise TraceError(f"results[{task!r}][{metric!r}]: {len(values)} values for {len(steps)} "
+                                 "checkpoints", path)
+            table[(task, metric)] = {s: (float(v), None if e is None else float(e))
+                                     for s, v, e in zip(steps, values, errs) if v is not None}
+    records, items = _lm_eval_records(steps, table)
+    return Trace(records, str(path)), items
+
+
+# ------------------------------------------------------------------------------------------- event rules
+
+
+def reward_change_point(steps: np.ndarray, values: np.ndarray, *, min_segment: int = 10) -> tuple[int, float, float]:
+    """The least-squares single change point in the mean: ``(step where the second segment starts, mean
+    before, mean after)``, over splits leaving at least ``min_segment`` values on each side.
+
+    >>> reward_change_point(np.arange(40), np.r_[np.full(25, 0.7), np.full(15, 0.1)])
+    (25, 0.7, 0.1)
+    """
+    x = np.asarray(values, dtype=np.float64)
+    n = len(x)
+    if n < 2 * min_segment:
+        raise ValueError(f"need at least {2 * min_segment} values, got {n}")
+    c, c2 = np.cumsum(x), np.cumsum(x * x)
+    k = np.arange(min_segment, n - min_segment + 1)
+    left = c2[k - 1] - c[k - 1] ** 2 / k
+    right = (c2[-1] - c2[k - 1]) - (c[-1] - c[k - 1]) ** 2 / (n - k)
+    best = int(k[np.argmin(left + right)])
+    return int(steps[best]), round(float(x[:best].mean()), 12), round(float(x[best:].mean()), 12)
+
+
+def first_significant_drop(steps: np.ndarray, values: np.ndarray, n: int, *, z: float = 2.576) -> int | None:
+    """The step of the first eval that is significantly below the best earlier eval: a one-sided
+    two-proportion z-test (pooled), both measured on ``n`` items, ``z`` = 2.576 (p < 0.005).
+
+    >>> first_significant_drop(np.array([0, 50, 100, 150]), np.array([0.40, 0.46, 0.43, 0.37]), 500)
+    150
+    """
+    best = None
+    for s, v in zip(np.asarray(steps).tolist(), np.asarray(values, dtype=np.float64).tolist()):
+        if best is not None and v < best:
+            pooled = (best + v) / 2
+            se = math.sqrt(max(pooled * (1 - pooled), 1e-12) * 2 / n)
+            if (best - v) / se >= z:
+                return int(s)
+        best = v if best is None else max(best, v)
+    return None
+
+
+def spike_steps(steps: np.ndarray, values: np.ndarray, *, ratio: float = 1.4, window: int = 5) -> list[int]:
+    """One-step spikes: a value at least ``ratio`` times the median of its ``window`` neighbours on each side,
+    with both adjacent values within 10% of that median (so the next step is back to normal)."""
+    x = np.asarray(values, dtype=np.float64)
+    out = []
+    for i in range(window, len(x) - window):
+        m = float(np.median(np.r_[x[i - window:i], x[i + 1:i + 1 + window]]))
+        if m > 0 and x[i] >= ratio * m and x[i - 1] < 1.1 * m and x[i + 1] < 1.1 * m:
+            out.append(int(steps[i]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- the library
+
+
+@dataclasses.dataclass(frozen=True)
+class RealTraceInfo:
+    """What a real trace is, before loading it."""
+
+    name: str
+    files: tuple[str, ...]
+    description: str
+    eval_metric: str | None
+    higher_is_better: bool = True
+    events_rule: str = "none: no change a good evaluator must catch"
+    _load: Callable = dataclasses.field(default=None, repr=False, compare=False)
+
+
+@dataclasses.dataclass
+class RealTrace:
+    """A converted real trace with what is known about it (the fields of ``SyntheticTrace`` and more).
+
+    ``truth[i]``: the eval metric as replay sees it at ``trace.records[i]``: the last recorded value carried
+    forward (NaN before the first); ``None`` when the trace has no eval metric.  ``items``: the number of eval
+    items behind an eval column, where known (MATH-500: 500; lm-eval: recovered from the stderr).
+    """
+
+    name: str
+    kind: str
+    trace: Trace
+    events: list[Event]
+    truth: np.ndarray | None
+    distractors: list[Event]
+    eval_metric: str | None
+    higher_is_better: bool
+    description: str
+    files: tuple[str, ...]
+    items: dict[str, int]
+    events_rule: str
+
+
+def default_traces_dir() -> pathlib.Path:
+    """Where the recorded traces lie: ``$ADAPTIVE_EVAL_TRACES``, else ``shared/traces`` beside the checkout."""
+    env = os.environ.get("ADAPTIVE_EVAL_TRACES")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+
+
+GRPO_RULE = ("collapse: the least-squares single change point of reward_avg (segments >= 10 steps), when the "
+             "mean falls by >= 0.25 and >= 40%; else degradation: the first eval significantly below the best "
+             "earlier eval (one-sided two-proportion z-test, z >= 2.576, n = 500 MATH-500 items); an eval drop "
+             "after a collapse is the same change seen later and is not listed again")
+SPIKE_RULE = ("none; distractors: one-step train_loss spikes >= 1.4x the median of the 5 steps on each side, "
+              "both neighbours within 10% of it")
+
+
+def _grpo_events(trace: Trace) -> list[Event]:
+    steps, reward = trace.column("train/reward")
+    events = []
+    s, before, after = reward_change_point(steps, reward)
+    if before - after >= 0.25 and after <= 0.6 * before:
+        events.append(Event(s, "collapse", "train/reward"))
+    esteps, acc = trace.column("eval/accuracy")
+    if len(esteps):
+        drop = first_significant_drop(esteps, acc, 500)
+        if drop is not None and not (events and events[0].step <= drop):
+            events.append(Event(drop, "degradation", "eval/accuracy"))
+    return events
+
+
+def _grpo(file: str) -> Callable:
+    def load(d: pathlib.Path):
+        trace = convert_grpo(d / file)
+        items = {"eval/accuracy": 500} if "eval/accuracy" in trace.metric_names() else {}
+        return trace, _grpo_events(trace), [], items
+    return load
+
+
+def _nanogpt(file: str) -> Callable:
+    def load(d: pathlib.Path):
+        trace = convert_nanogpt(d / file)
+        steps, loss = trace.column("train/loss")
+        return trace, [], [Event(s, "spike", "train/loss") for s in spike_steps(steps, loss)], {}
+    return load
+
+
+def _plain(convert: Callable, *files: str, items: dict | None = None) -> Callable:
+    def load(d: pathlib.Path):
+        return convert(*(d / f for f in files)), [], [], dict(items or {})
+    return load
+
+
+def _pythia(model: str) -> Callable:
+    def load(d: pathlib.Path):
+        trace, items = _lm_eval_long(d / _PYTHIA, model)
+        return trace, [], [], items
+    return load
+
+
+def _bigscience_loader(d: pathlib.Path):
+    trace, items = _bigscience(d / _BIGSCIENCE)
+    return trace, [], [], items
+
+
+_R = "rasbt__reasoning-from-scratch__"
+_PYTHIA = "EleutherAI__pythia__v1_zero-shot_evals_160m_1.4b_12b.csv"
+_BIGSCIENCE = "bigscience-workshop__bigscience__tr3e-1B3-c4-checkpoints_agg.json"
+_PONG_MONITOR = "DLR-RM__rl-trained-agents__dqn_Pong__0.monitor.csv"
+_PONG_EVALS = "DLR-RM__rl-trained-agents__dqn_Pong__evaluations.csv"
+
+
+def _info(name, files, description, eval_metric, load, *, higher_is_better=True, events_rule=None):
+    return RealTraceInfo(name, tuple(files), description, eval_metric, higher_is_better,
+                         events_rule or RealTraceInfo.events_rule, load)
+
+
+_CATALOG = [
+    _info("grpo_no_kl", [f"{_R}ch07_ch06_rlvr_grpo_original_no_kl_metrics.csv"],
+          "GRPO without KL, Qwen3-0.6B, 500 steps: MATH-500 accuracy peaks at step 50, reward crashes around "
+          "step 224 (length up, partial recovery later), accuracy 46% -> 33%", "eval/accuracy",
+          _grpo(f"{_R}ch07_ch06_rlvr_grpo_original_no_kl_metrics.csv"), events_rule=GRPO_RULE),
+    _info("grpo_tracking", [f"{_R}ch07_7_3_plus_tracking_metrics.csv"],
+          "the same run as grpo_no_kl with advantage/entropy tracking; the log starts with 5 rows of an aborted "
+          "start (step restarts at 1): the last run is kept, so its first eval is at step 50", "eval/accuracy",
+          _grpo(f"{_R}ch07_7_3_plus_tracking_metrics.csv"), events_rule=GRPO_RULE),
+    _info("grpo_clip_ratio", [f"{_R}ch07_7_4_plus_clip_ratio_metrics.csv"],
+          "GRPO with a clipped ratio: stable plateau, accuracy 45% -> 41%", "eval/accuracy",
+          _grpo(f"{_R}ch07_7_4_plus_clip_ratio_metrics.csv"), events_rule=GRPO_RULE),
+    _info("grpo_kl_collapse", [f"{_R}ch07_7_5_plus_kl_metrics.csv"],
+          "GRPO with KL: COLLAPSE, reward 0 from step ~56, response length pinned at the 1024 cap, accuracy "
+          "40.8% (step 50) -> 0% (step 100)", "eval/accuracy",
+          _grpo(f"{_R}ch07_7_5_plus_kl_metrics.csv"), events_rule=GRPO_RULE),
+    _info("grpo_format_reward", [f"{_R}ch07_7_6_plus_format_reward_metrics.csv"],
+          "reasoning model with a format reward: training reward holds while accuracy degrades noisily "
+          "56% -> 9.4% (step 300) -> 35%; one eval at step 149 instead of 150", "eval/accuracy",
+          _grpo(f"{_R}ch07_7_6_plus_format_reward_metrics.csv"), events_rule=GRPO_RULE),
+    _info("grpo_no_kl_stopped", [f"{_R}ch06_rlvr_grpo_original_no_kl_metrics.csv"],
+          "ch06 GRPO run stopped after 258 of 12000 steps: response length blows up, reward falls at the end; "
+          "no eval values", None, _grpo(f"{_R}ch06_rlvr_grpo_original_no_kl_metrics.csv"), events_rule=GRPO_RULE),
+    _info("distill_r1", [f"{_R}ch08_deepseek-r1-2048_distill_metrics.csv"],
+          "SFT distillation, 3 epochs: train/val loss every 50 steps, train loss drops at epoch boundaries",
+          "eval/val_loss", _plain(convert_distill, f"{_R}ch08_deepseek-r1-2048_distill_metrics.csv"),
+          higher_is_better=False),
+    _info("nanogpt_1b", ["KellerJordan__modded-nanogpt__ScaleUp1B_87bd51fd.csv"],
+          "1.5B GPT on FineWeb, 20344 steps: per-step train loss, val loss every 125 steps, many isolated "
+          "one-step loss spikes (e.g. step 5964: 3.00 -> 5.70 -> 3.32)", "eval/val_loss",
+          _nanogpt("KellerJordan__modded-nanogpt__ScaleUp1B_87bd51fd.csv"), higher_is_better=False,
+          events_rule=SPIKE_RULE),
+    _info("nanogpt_124m", ["KellerJordan__modded-nanogpt__ValueEmbed_75a3af7b.csv"],
+          "124M GPT speedrun, 1530 steps: a +1.5 one-step loss spike at step 946", "eval/val_loss",
+          _nanogpt("KellerJordan__modded-nanogpt__ValueEmbed_75a3af7b.csv"), higher_is_better=False,
+          events_rule=SPIKE_RULE),
+    _info("sb3_pong", [_PONG_MONITOR, _PONG_EVALS],
+          "DQN Pong on environment timesteps: episode returns (stream) and a deterministic 10-episode "
+          "evaluation every 10k steps (eval/return with :std); sharp rise -21 -> +20, then a plateau",
+          "eval/return", _plain(convert_sb3_run, _PONG_MONITOR, _PONG_EVALS, items={"eval/return": 10})),
+    _info("sb3_pong_episodes", [_PONG_MONITOR], "DQN Pong episode returns by episode (no eval)", None,
+          _plain(convert_sb3_monitor, _PONG_MONITOR)),
+    _info("sb3_breakout_episodes", ["DLR-RM__rl-trained-agents__dqn_Breakout__0.monitor.csv"],
+          "DQN Breakout episode returns by episode: slow steady rise, heavy-tailed noise (no eval)", None,
+          _plain(convert_sb3_monitor, "DLR-RM__rl-trained-agents__dqn_Breakout__0.monitor.csv")),
+    _info("sb3_humanoid_episodes", ["DLR-RM__rl-trained-agents__a2c_Humanoid-v3__0.monitor.csv"],
+          "A2C Humanoid episode returns by episode: no learning, flat noise for 26k episodes (a false-alarm "
+          "test; no eval)", None,
+          _plain(convert_sb3_monitor, "DLR-RM__rl-trained-agents__a2c_Humanoid-v3__0.monitor.csv")),
+    *[_info(f"pythia_{m}", [_PYTHIA],
+            f"Pythia-{m} zero-shot lm-eval results at 27 checkpoints (log-then-linear spacing, steps 0..143000)",
+            "eval/lambada_openai", _pythia(f"pythia-{m}")) for m in ("160m", "1.4b", "12b")],
+    _info("bigscience_1b3_c4", [_BIGSCIENCE],
+          "1.3B model trained on C4: lm-eval acc/acc_norm (+stderr) for 28 tasks at 34 checkpoints "
+          "(steps 19500..117000)", "eval/lambada", _bigscience_loader),
+]
+
+
+def real_traces(traces_dir: str | os.PathLike | None = None) -> list[RealTraceInfo]:
+    """The real traces whose files are present in ``traces_dir`` (default: :func:`default_traces_dir`)."""
+    d = pathlib.Path(traces_dir) if traces_dir is not None else default_traces_dir()
+    return [info for info in _CATALOG if all((d / f).is_file() for f in info.files)]
+
+
+def _carry_forward(trace: Trace, name: str) -> np.ndarray:
+    out = np.empty(len(trace))
+    last = math.nan
+    for i, rec in enumerate(trace.records):
+        last = rec.metrics.get(name, last)
+        out[i] = last
+    return out
+
+
+def load_real(name: str, traces_dir: str | os.PathLike | None = None) -> RealTrace:
+    """Convert the real trace ``name`` (see :func:`real_traces`) and derive its events by its rule."""
+    d = pathlib.Path(traces_dir) if traces_dir is not None else default_traces_dir()
+    by_name = {info.name: info for info in _CATALOG}
+    if name not in by_name:
+        raise KeyError(f"no real trace {name!r}; known: {', '.join(by_name)}")
+    info = by_name[name]
+    missing = [f for f in info.files if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{name}: {', '.join(missing)} not found in {d} (set ADAPTIVE_EVAL_TRACES)")
+    trace, events, distractors, items = info._load(d)
+    truth = None if info.eval_metric is None else _carry_forward(trace, info.eval_metric)
+    return RealTrace(name=name, kind="real", trace=trace, events=events, truth=truth, distractors=distractors,
+                     eval_metric=info.eval_metric, higher_is_better=info.higher_is_better,
+                     description=info.description, files=info.files, items=items, events_rule=info.events_rule)
