@@ -102,6 +102,20 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from adaptive_eval.demo import DemoError, format_comparison, run_demo
+
+    steps = {} if args.steps is None else {"steps": args.steps}
+    try:
+        report = run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
+                          progress=not args.no_progress, **steps)
+    except DemoError as exc:
+        print(f"adaptive-eval: {exc}", file=sys.stderr)
+        return 2
+    print(format_comparison(report))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__.strip())
     sub = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
     p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
     p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser("demo", help="train a classifier with a fault midway; evaluate it adaptively and on a "
+                                    "fixed schedule at the same budget; write both runs")
+    p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
+    _add_config_args(p)
+    p.add_argument("--steps", type=int, default=None, help="training steps; the fault comes halfway (default: 3000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_demo)
     return parser
 
 
