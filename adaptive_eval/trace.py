@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Trace", "TraceError", "TraceRecord", "TraceRecorder", "read_trace", "write_trace"]
+__all__ = ["Trace", "TraceError", "TraceRecord", "TraceRecorder", "is_eval_name", "read_trace", "write_trace"]
 
 RESERVED = ("step", "epoch", "time")
 _NONFINITE_TO_JSON = {math.inf: "inf", -math.inf: "-inf"}
@@ -589,7 +589,9 @@ def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
     return list(map(_new_record, steps, dicts, epochs, times))
 
 
-def _optional_column(cells: tuple[str, ...], convert) -> list:
+def _optional_column(cells: Sequence[str], convert) -> list:
+    if not any(cells):
+        return [None] * len(cells)
     if "" in cells:
         return [convert(c) if c else None for c in cells]
     return list(map(convert, cells))

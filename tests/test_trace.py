@@ -130,6 +130,17 @@ def test_tensorboard_tensor_scalars(tmp_path):
     assert [r.time for r in trace] == [0.0, 1.0, 2.0]
 
 
+def test_tensorboard_torn_event_file_reads_the_complete_events(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(tmp_path)) as w:
+        for step in range(50):
+            w.add_scalar("train/loss", float(step), step)
+    (event_file,) = tmp_path.glob("*tfevents*")
+    os.truncate(event_file, event_file.stat().st_size - 7)  # a crash mid-record
+    assert read_trace(tmp_path).steps().tolist() == list(range(49))
+
+
 def test_tensorboard_errors(tmp_path):
     (tmp_path / "run1").mkdir()
     from torch.utils.tensorboard import SummaryWriter
