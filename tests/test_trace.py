@@ -90,26 +90,26 @@ def test_jsonl_is_strict_json_and_reads_python_nan_tokens(tmp_path):
 def test_tensorboard_directory_round_trip(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    values = np.random.default_rng(0).normal(size=12_000)
+    values = np.random.default_rng(0).normal(size=10_050)
     with SummaryWriter(str(tmp_path)) as w:
         for step, x in enumerate(values):  # more than the 10,000 TensorBoard keeps by default
             w.add_scalar("train/reward", float(x), step)
             if step % 100 == 0:
                 w.add_scalar("eval/accuracy", 0.5, step)
-        w.add_scalar("train/loss", float("nan"), 12_000)
+        w.add_scalar("train/loss", float("nan"), 10_050)
     trace = read_trace(tmp_path)
-    assert len(trace) == 12_001
-    assert trace.steps().tolist() == list(range(12_001))
+    assert len(trace) == 10_051
+    assert trace.steps().tolist() == list(range(10_051))
     steps, got = trace.column("train/reward")
     np.testing.assert_array_equal(got, values.astype(np.float32).astype(np.float64))  # event files hold float32
-    assert trace.column("eval/accuracy")[0].tolist() == list(range(0, 12_000, 100))
+    assert trace.column("eval/accuracy")[0].tolist() == list(range(0, 10_050, 100))
     assert math.isnan(trace.records[-1].metrics["train/loss"])
     times = [r.time for r in trace]
     assert times[0] == 0.0 and all(a <= b for a, b in zip(times, times[1:]))
     assert trace.eval_names() == ["eval/accuracy"] and set(trace.stream_names()) == {"train/reward", "train/loss"}
     # A single event file reads the same.
     (event_file,) = tmp_path.glob("*tfevents*")
-    assert len(read_trace(event_file)) == 12_001
+    assert len(read_trace(event_file)) == 10_051
 
 
 def test_tensorboard_tensor_scalars(tmp_path):
@@ -258,14 +258,14 @@ def test_truncation_at_any_byte_reads_a_prefix(tmp_path):
 
 
 def test_read_is_fast(tmp_path):
-    # 1M rows take ~3 s; this guards against accidental quadratic or per-cell slow paths.
+    # 1M rows take ~3 s of CPU; this guards against accidental quadratic or per-cell slow paths.
     n = 100_000
     rng = np.random.default_rng(0).random((n, 3)).tolist()
     path = tmp_path / "big.csv"
     path.write_text("step,a,b,eval/c\n" + "".join(f"{i},{a!r},{b!r},{c!r}\n" for i, (a, b, c) in enumerate(rng)))
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: other processes on a shared machine do not count
     trace = read_trace(path)
-    assert time.perf_counter() - t0 < 3.0
+    assert time.process_time() - t0 < 3.0
     assert len(trace) == n and trace.records[-1].metrics["eval/c"] == rng[-1][2]
 
 
