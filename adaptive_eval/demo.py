@@ -252,11 +252,11 @@ def fixed_interval(samples: int, steps: int, set_size: int = HELDOUT_SIZE) -> in
 
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_STEPS, seed: int = 0,
              config: str | None = None, overrides: Sequence[str] = (), fault_step: int | None = None,
-             progress: bool = True) -> dict:
+             progress: bool = True, plot: bool = True) -> dict:
     """Train twice (adaptive, then fixed at the same budget), write both runs, return the comparison.
 
     ``config``/``overrides`` choose the adaptive run's preset (default: ``default``).  ``fault_step``
-    defaults to the middle of the run.  Raises :class:`DemoError` before any training when ``out_dir``
+    defaults to the middle of the run; ``plot=False`` skips the PNGs.  Raises :class:`DemoError` before any training when ``out_dir``
     cannot be written or a setting is impossible.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 20:
@@ -296,7 +296,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
         run_dir = out / name
         write_outputs(result, run_dir)
         report[name] = _figures(result, truth, fault_step)
-        report[name]["png"] = str(plot_run(run_dir))
+        if plot:
+            report[name]["png"] = str(plot_run(run_dir))
     (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
 

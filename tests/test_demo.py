@@ -1,0 +1,118 @@
+"""The demo, end to end through the CLI, on a shortened run (1000 steps, the fault at 500)."""
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import pytest
+
+from adaptive_eval import demo
+from adaptive_eval.cli import main
+
+STEPS = 1000
+FAULT = STEPS // 2
+CATCH_WITHIN = 25  # steps after the fault
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _shows_fault(evals):
+    """Evaluations at or after the fault whose interval lies below the last one before it."""
+    floor = [e for e in evals if e["step"] < FAULT][-1]["ci"]["accuracy"][0]
+    return [e for e in evals if e["step"] >= FAULT and e["ci"]["accuracy"][1] < floor]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "runs"
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["demo", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
+    return rc, buf.getvalue(), out
+
+
+def test_demo_writes_both_runs(demo_run):
+    rc, stdout, out = demo_run
+    assert rc == 0
+    for name in ("adaptive", "fixed"):
+        run = out / name
+        for f in ("evals.jsonl", "alarms.jsonl", "summary.json", "run.png"):
+            assert (run / f).is_file(), f"{name}/{f}"
+        assert (run / "run.png").read_bytes().startswith(b"\x89PNG")
+        assert list((run / "tb").glob("events.out.tfevents.*")), f"{name}/tb has no event file"
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["steps"] == STEPS
+        evals = _lines(run / "evals.jsonl")
+        assert summary["evals"] == len(evals) > 0
+        assert summary["samples"] == sum(e["sample_size"] for e in evals)
+        for e in evals:
+            low, high = e["ci"]["accuracy"]
+            assert 0 <= low <= e["metrics"]["accuracy"] + 1e-12 and e["metrics"]["accuracy"] <= high + 1e-12 <= 1 + 1e-12
+            assert 0 < e["sample_size"] <= demo.HELDOUT_SIZE
+    report = json.loads((out / "comparison.json").read_text())
+    assert report["identical_training"], "the two runs must train the same models"
+    assert report["fault_step"] == FAULT
+    assert "fault caught after" in stdout and "eval samples" in stdout
+
+
+def test_adaptive_catches_the_fault_sooner_and_cheaper(demo_run):
+    _, _, out = demo_run
+    adaptive = _lines(out / "adaptive" / "evals.jsonl")
+    fixed = _lines(out / "fixed" / "evals.jsonl")
+    caught = _shows_fault(adaptive)
+    assert caught and caught[0]["step"] - FAULT <= CATCH_WITHIN, [(e["step"], e["metrics"]) for e in adaptive]
+    assert caught[0]["reason"].startswith("alarm:")
+    fixed_caught = _shows_fault(fixed)
+    assert not fixed_caught or fixed_caught[0]["step"] > caught[0]["step"]
+    samples = lambda evals: sum(e["sample_size"] for e in evals)  # noqa: E731
+    assert samples(adaptive) < samples(fixed)
+    # The collapse is real: the last evaluations of both runs are near chance.
+    assert adaptive[-1]["metrics"]["accuracy"] < 0.3 and fixed[-1]["metrics"]["accuracy"] < 0.3
+    report = json.loads((out / "comparison.json").read_text())
+    assert report["adaptive"]["fault_delay"] == caught[0]["step"] - FAULT
+    assert report["adaptive"]["samples"] == samples(adaptive)
+    alarms = _lines(out / "adaptive" / "alarms.jsonl")
+    assert any(FAULT <= a["step"] <= FAULT + CATCH_WITHIN for a in alarms)
+    assert _lines(out / "fixed" / "alarms.jsonl") == []
+
+
+def test_demo_is_deterministic(tmp_path):
+    runs = [demo.run_demo(tmp_path / str(i), steps=200, seed=3, progress=False, plot=False) for i in range(2)]
+    assert runs[0]["adaptive"] == runs[1]["adaptive"] and runs[0]["fixed"] == runs[1]["fixed"]
+    for name in ("adaptive", "fixed"):
+        for f in ("evals.jsonl", "alarms.jsonl"):
+            assert (tmp_path / "0" / name / f).read_bytes() == (tmp_path / "1" / name / f).read_bytes()
+        sums = [json.loads((tmp_path / str(i) / name / "summary.json").read_text()) for i in range(2)]
+        for s in sums:
+            s.pop("wall_seconds")
+        assert sums[0] == sums[1]
+
+
+def test_rerun_replaces_the_event_files(tmp_path):
+    for _ in range(2):
+        demo.run_demo(tmp_path, steps=40, progress=False, plot=False)
+    assert len(list((tmp_path / "adaptive" / "tb").glob("events.out.tfevents.*"))) == 1
+
+
+def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(demo, "_Training", no_training)
+    assert main(["demo", "--out", str(blocker / "runs"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {blocker / 'runs'}: not writable" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "5"], "steps must be an integer >= 20"),
+    (["--set", "trigger.freq_stepz=3"], "trigger.freq_stepz"),
+])
+def test_bad_settings_exit_2(tmp_path, capsys, args, message):
+    assert main(["demo", "--out", str(tmp_path), "--no-progress", *args]) == 2
+    assert message in capsys.readouterr().err
