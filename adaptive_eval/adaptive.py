@@ -34,7 +34,13 @@ def _as_float(key, value) -> float:
     try:
         return float(value)
     except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}") from None
+        pass
+    # One-element arrays and tensors (NumPy 2 no longer converts 1-D arrays with float()).
+    numel = getattr(value, "numel", None)  # torch
+    size = numel() if callable(numel) else getattr(value, "size", None)  # numpy
+    if size == 1 and hasattr(value, "item"):
+        return _as_float(key, value.item())
+    raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}")
 
 
 class AdaptiveEvaluator:
@@ -94,6 +100,7 @@ class AdaptiveEvaluator:
         self._alarm_pending = False
         self._last_step: int | None = None
         self._last_eval_step: int | None = None
+        self._last_call_step: int | None = None
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
 
@@ -191,8 +198,9 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
-        if global_step == self._last_eval_step:
+        if global_step == self._last_call_step:  # called again in the same step: counted once
             return None
+        self._last_call_step = global_step
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         if reason is None:
@@ -336,6 +344,7 @@ class AdaptiveEvaluator:
             "alarm_pending": self._alarm_pending,
             "last_step": self._last_step,
             "last_eval_step": self._last_eval_step,
+            "last_call_step": self._last_call_step,
             "history": [r.state() for r in self.history],
         }
 
@@ -366,6 +375,7 @@ class AdaptiveEvaluator:
         self._alarm_pending = bool(sd.get("alarm_pending", False))
         self._last_step = sd.get("last_step")
         self._last_eval_step = sd.get("last_eval_step")
+        self._last_call_step = sd.get("last_call_step")
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
 
     def close(self) -> None:

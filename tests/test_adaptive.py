@@ -74,9 +74,10 @@ def test_quiet_run_relaxes_beyond_the_base_interval():
     streams = {"train/reward": noisy(lambda g: 0.5, 0.05, 3), "train/loss": noisy(lambda g: 2.0, 0.1, 4)}
     run = Run(load_config(), lambda g: 0.5, streams).run(0, 3000)
     gaps = np.diff([r.step for r in run.results])
-    assert gaps.max() > 100 and gaps[-1] > 100
-    assert all(r.reason in ("interval:relaxed", "trigger:steps", "trigger:final") for r in run.results)
-    assert len(run.results) < 3000 / 100
+    # Gaps grow past the base interval (100) up to 4x; the odd false alarm does not stop that.
+    assert np.median(gaps) > 100 and gaps.max() >= 300
+    assert sum(r.reason == "interval:relaxed" for r in run.results) >= len(run.results) // 3
+    assert len(run.results) < 3000 / 100 * 0.7
 
 
 def test_areal_preset_reproduces_the_base_trigger_exactly():
@@ -94,9 +95,12 @@ def test_areal_preset_reproduces_the_base_trigger_exactly():
         assert ours == [g for g in range(300) if ctl.check(0, 1)]
 
 
-def test_zero_argument_evaluate_fn_still_works():
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]))
-    results = [ev.evaluate(lambda: {"acc": 0.75}, 0, g, g) for g in range(10)]
+def test_zero_argument_evaluate_fn_still_works(clock):
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]), clock=clock)
+    results = []
+    for g in range(10):
+        clock.advance(10.0)
+        results.append(ev.evaluate(lambda: {"acc": 0.75}, 0, g, g))
     got = [r for r in results if r is not None]
     assert [r.step for r in got] == [4, 9] and got[0].mean("acc") == 0.75
 
@@ -118,15 +122,19 @@ def test_resume_equivalence_800_steps_through_json():
     assert any(r.reason.startswith("alarm:") for r in full.results)
 
 
-def test_at_most_one_evaluation_per_step_and_every_eval_has_a_reason():
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
-    for g in range(20):
+def test_at_most_one_evaluation_per_step_and_every_eval_has_a_reason(clock):
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]), clock=clock)
+    steps = []
+    for g in range(40):
+        clock.advance(10.0)
         ev.observe({"x": float("nan") if g == 5 else 1.0}, g)
         first = ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
-        again = ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
-        assert first is not None and again is None
-        assert first.reason
-    assert ev.history[5].reason == "alarm:x:nonfinite"
+        assert ev.evaluate(lambda: {"acc": 0.5}, 0, g, g) is None
+        if first is not None:
+            assert first.reason and first.step == g
+            steps.append(g)
+    assert len(steps) == len(set(steps)) > 5
+    assert {r.step: r.reason for r in ev.history}[5] == "alarm:x:nonfinite"
 
 
 def test_nan_is_an_alarm_not_an_exception():
@@ -181,7 +189,7 @@ def test_evaluate_fn_returning_a_wrong_shape_is_a_type_error_naming_the_metric()
 
 
 def test_failing_evaluate_fn_does_not_stop_training():
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]))
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=2"]))
 
     def boom(request):
         raise RuntimeError("grader crashed")
