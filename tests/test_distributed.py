@@ -315,7 +315,7 @@ def _dying_rank(rank, world, out_file):
     def fn(req):
         if rank == 1:
             os._exit(3)  # the process dies mid-evaluation
-        return {"x": [1.0]}
+        return {"x": [0.5]}
 
     start = time.monotonic()
     try:
@@ -333,7 +333,7 @@ def test_a_rank_that_dies_is_an_error_on_the_other_not_a_hang(tmp_path):
         run_ranks(_dying_rank, str(out_file), timeout_s=60)
     outcome, seconds = pickle.loads(out_file.read_bytes())
     assert outcome.startswith("CollectiveError") and "rank 0 of 2" in outcome
-    assert seconds < 5 + 2
+    assert seconds < 5  # a dead peer is seen at once, well within the 5 s timeout
 
 
 def _hung_rank(rank, world):
@@ -343,7 +343,7 @@ def _hung_rank(rank, world):
     def fn(req):
         if rank == 1:
             time.sleep(3)  # far slower than the timeout
-        return {"x": [1.0]}
+        return {"x": [0.5]}  # one non-0/1 value: no interval to compute, nothing slow to import
 
     start = time.monotonic()
     try:
@@ -355,7 +355,8 @@ def _hung_rank(rank, world):
 
 def test_a_hung_rank_times_out_on_the_other_within_the_configured_timeout():
     a, b = run_ranks(_hung_rank, timeout_s=60, collective_timeout_s=8)
-    assert a[0] == "CollectiveError" and 0.9 <= a[1] < 1.0 + 1.5 and "timeout 1 s" in a[2]
+    # The timeout, plus slack for a loaded machine: far from the 3 s the late rank takes.
+    assert a[0] == "CollectiveError" and 0.9 <= a[1] < 1.0 + 1.5 and "timeout 1 s" in a[2], a
     # The late rank does not hang either.  gloo cannot cancel the timed-out collective (abort() and
     # shutdown() leave it in flight), so the late rank may still complete it from the buffered data.
     assert b[0] in ("returned", "CollectiveError")
