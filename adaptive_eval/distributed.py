@@ -402,6 +402,13 @@ class RankDiscrepancy:
     def direction(self) -> str:
         return "up" if self.rank_mean > self.others_mean else "down"
 
+    def to_alarm(self):
+        """The same, as an ``adaptive_eval.detectors.Alarm`` (for the alarm handling of the evaluators)."""
+        from adaptive_eval.detectors import Alarm
+
+        return Alarm(step=self.step, detector=self.detector, stream=self.stream, direction=self.direction,
+                     location=self.location, message=self.message)
+
     @property
     def message(self) -> str:
         return (f"rank {self.rank}: eval/{self.metric} mean {self.rank_mean:.6g} (n={self.rank_n}) deviates from "

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping
 from adaptive_eval.distributed import (
     DistContext,
     combine_rank_summaries,
-    comm_device_type,
     eval_context,
     rank_discrepancies,
     rank_world,
@@ -82,10 +81,11 @@ class RemoteEvaluationError(RuntimeError):
     """``evaluate_fn`` raised on another rank of the process group (its message says which and what)."""
 
 
-def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None, device_type: str | None):
+def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None):
     if precision is None:
         return call_evaluate_fn(evaluate_fn, request)
-    with eval_context(precision, device_type):
+    # Autocast on CUDA when there is a GPU (where the model is, whatever the group's backend), else CPU.
+    with eval_context(precision):
         return call_evaluate_fn(evaluate_fn, request)
 
 
@@ -188,9 +188,6 @@ def run_evaluation_outcome(
                 f"the request is for rank {request.rank} of {request.world_size}, but this process is rank {rank} "
                 f"of {world} in the process group"
             )
-        device_type = comm_device_type(dist_context.group)
-    else:
-        device_type = None
     attempts = 1 + (max_retries if on_error == "retry" else 0)
     start = clock()
     error: BaseException | None = None
@@ -198,7 +195,7 @@ def run_evaluation_outcome(
         outputs = None
         error = None
         try:
-            outputs = _attempt(evaluate_fn, request, precision, device_type)
+            outputs = _attempt(evaluate_fn, request, precision)
         except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
             if on_error == "raise" and not sharded:
                 raise

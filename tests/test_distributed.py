@@ -398,6 +398,11 @@ def test_rank_discrepancies_table(means, ns, threshold, expected):
     found = rank_discrepancies(means, ns, threshold, step=4)
     assert [(d.rank, d.direction) for d in found] == expected
     assert all(isinstance(d, RankDiscrepancy) and d.step == 4 and d.location is None for d in found)
+    for d in found:
+        alarm = d.to_alarm()
+        assert (alarm.step, alarm.detector, alarm.stream, alarm.direction) == (4, "rank_discrepancy", "eval/m",
+                                                                              d.direction)
+        assert alarm.message == d.message and f"rank {d.rank}:" in alarm.message
 
 
 # -- collectives per step ------------------------------------------------------------------------------
