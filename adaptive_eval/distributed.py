@@ -512,7 +512,7 @@ class _Obj:
 def _skeleton(data, tensors: list):
     import torch
 
-    if isinstance(data, torch.Tensor) and data.layout == torch.strided:
+    if isinstance(data, torch.Tensor) and data.layout == torch.strided and not data.is_quantized:
         tensors.append(data)
         return _Leaf(len(tensors) - 1, tuple(data.shape), data.dtype, data.device.type, bool(data.requires_grad))
     if isinstance(data, list):
@@ -569,7 +569,7 @@ def _target_device(device_type: str):
 def _as_bytes(t):
     import torch
 
-    flat = t.detach().reshape(-1)
+    flat = t.detach().resolve_conj().resolve_neg().reshape(-1)
     if flat.numel() == 0:
         return torch.empty(0, dtype=torch.uint8, device=t.device)
     return flat.contiguous().view(torch.uint8)

@@ -54,6 +54,8 @@ def _container():
         "u8": torch.tensor([0, 255], dtype=torch.uint8),
         "bool": torch.tensor([[True, False], [False, True]]),
         "c64": torch.complex(base[0], base[1]),
+        "conj": torch.complex(base[2], base[3]).conj(),  # a lazy conjugate view
+        "sparse": torch.eye(3).to_sparse(),  # not strided: travels pickled
         "scalar": torch.tensor(2.5),
         "empty": torch.empty(0, 3),
         "strided": base.t(),  # non-contiguous
@@ -67,7 +69,9 @@ def _container():
 
 def _assert_same(a, b, path="data"):
     assert type(a) is type(b), f"{path}: {type(a)} != {type(b)}"
-    if isinstance(a, torch.Tensor):
+    if isinstance(a, torch.Tensor) and a.layout != torch.strided:
+        assert a.layout == b.layout and torch.equal(a.to_dense(), b.to_dense()), path
+    elif isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, path
         assert a.requires_grad == b.requires_grad, path
         assert torch.equal(a.detach(), b.detach()), path
