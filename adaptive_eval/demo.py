@@ -20,7 +20,9 @@ The evaluators' clock is simulated with the config's ``replay`` costs (by defaul
 the budget policy acts as it would there and the same seed gives the same decisions.  Each run writes
 into ``out_dir/<run>/`` what replay writes (``evals.jsonl``, ``alarms.jsonl``, ``summary.json``, ``tb/``)
 plus ``run.png`` (:func:`~adaptive_eval.plot.plot_run`); ``out_dir/comparison.json`` holds the figures
-that :func:`format_comparison` prints.  ``sample_size`` in ``evals.jsonl`` is the number of items
+that :func:`format_comparison` prints, and ``out_dir/trace.csv`` the run as a replayable trace (the three
+streams and, as ``eval/accuracy``, the accuracy on the whole held-out set at every step), so other presets
+can be tried on it offline with ``adaptive-eval replay``.  ``sample_size`` in ``evals.jsonl`` is the number of items
 actually evaluated.  Running again into the same folder replaces the previous demo's files.
 """
 
@@ -53,6 +55,7 @@ METRIC = "accuracy"
 # accuracy is below this (the trained model scores about 0.97 on the held-out images, chance is 0.1).
 COLLAPSE_BELOW = 0.5
 RUNS = ("adaptive", "fixed")
+TRACE_NAME = "trace.csv"
 
 
 class DemoError(ValueError):
@@ -60,7 +63,8 @@ class DemoError(ValueError):
 
 
 def _prepare_out(out_dir: Path) -> None:
-    """Create the run folders and prove they are writable, before any training; clear old event files."""
+    """Create the run folders and prove they are writable, before any training; clear a previous demo's
+    event files and trace."""
     for name in RUNS:
         run_dir = out_dir / name
         try:
@@ -72,6 +76,10 @@ def _prepare_out(out_dir: Path) -> None:
                 old.unlink()  # a previous demo's: TensorBoard would draw both runs as one
         except OSError as exc:
             raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
+    try:
+        (out_dir / TRACE_NAME).unlink(missing_ok=True)  # a previous demo's: the recorder would continue it
+    except OSError as exc:
+        raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
 
 
 class _Training:
@@ -152,13 +160,16 @@ def _eval_line(r: EvalResult) -> dict:
             "ci": {k: [v.ci[0], v.ci[1]] for k, v in r.metrics.items()}, "seconds": r.seconds}
 
 
-def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Path,
-         progress: bool) -> tuple[ReplayResult, dict[int, float]]:
-    """One training run under ``cfg``: what its evaluator decided, and the true accuracy at every step."""
+def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Path, progress: bool,
+         trace_path: Path | None = None) -> tuple[ReplayResult, dict[int, float]]:
+    """One training run under ``cfg``: what its evaluator decided, and the true accuracy at every step.
+
+    With ``trace_path``, every step's streams and true accuracy (as ``eval/accuracy``) are recorded there."""
     import torch
 
     from adaptive_eval.adaptive import AdaptiveEvaluator
     from adaptive_eval.tensorboard import make_logger
+    from adaptive_eval.trace import TraceRecorder
 
     clock = SimClock()
     training = _Training(seed, fault_step, clock, cfg)
@@ -182,12 +193,15 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
 
     bar = tqdm(total=steps, desc=f"{name:>8} run", unit="step", disable=not progress, file=sys.stderr,
                mininterval=0.25, leave=True)
+    recorder = TraceRecorder(trace_path) if trace_path is not None else None
     started = time.perf_counter()
     try:
         with torch.random.fork_rng(devices=[]):
             for global_step in range(steps):
                 metrics = training.step(global_step)
                 truth[global_step] = training.true_accuracy()
+                if recorder is not None:
+                    recorder.record(global_step, {**metrics, f"eval/{METRIC}": truth[global_step]})
                 evaluator.observe(metrics, global_step)
                 evaluator.evaluate(training.evaluate, 0, global_step, global_step)
                 if global_step % 50 == 49 or global_step == steps - 1:
@@ -196,6 +210,8 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
                         bar.set_postfix(evals=len(out.evals), refresh=False)
     finally:
         bar.close()
+        if recorder is not None:
+            recorder.close()
         s = evaluator.summary()
         evaluator.close()
     out.summary = {"steps": steps, "evals": s["evals"], "samples": sum(e["sample_size"] or 0 for e in out.evals),
@@ -277,7 +293,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and the arithmetic is reproducible
     try:
         adaptive, adaptive_truth = _run("adaptive", adaptive_cfg, steps=steps, seed=seed, fault_step=fault_step,
-                        run_dir=out / "adaptive", progress=progress)
+                        run_dir=out / "adaptive", progress=progress, trace_path=out / TRACE_NAME)
         interval = fixed_interval(adaptive.summary["samples"], steps)
         fixed_cfg = load_config("areal", [f"trigger.freq_steps={interval}"])
         fixed, fixed_truth = _run("fixed", fixed_cfg, steps=steps, seed=seed, fault_step=fault_step,
@@ -342,6 +358,7 @@ def format_comparison(report: dict) -> str:
               "caught: the first evaluation at or after the fault whose interval lies below the last one before it",
               f"true: {report['metric']} on all {report['heldout_size']} held-out digits at that step, computed for "
               "scoring only" + ("" if peak is None else f" (the run's peak: {peak:.3f} at step {a['peak_step']})"),
-              f"wrote {out}/adaptive/ and {out}/fixed/: evals.jsonl, alarms.jsonl, summary.json, tb/, run.png",
+              f"wrote {out}/adaptive/ and {out}/fixed/: evals.jsonl, alarms.jsonl, summary.json, tb/, run.png; "
+              f"the run as a trace: {out}/{TRACE_NAME}",
               f"look: tensorboard --logdir {out}"]
     return "\n".join(lines)

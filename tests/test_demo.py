@@ -8,6 +8,7 @@ import pytest
 
 from adaptive_eval import demo
 from adaptive_eval.cli import main
+from adaptive_eval.trace import read_trace
 
 STEPS = 1000
 FAULT = STEPS // 2
@@ -51,6 +52,9 @@ def test_demo_writes_both_runs(demo_run):
             low, high = e["ci"]["accuracy"]
             assert 0 <= low <= e["metrics"]["accuracy"] + 1e-12 and e["metrics"]["accuracy"] <= high + 1e-12 <= 1 + 1e-12
             assert 0 < e["sample_size"] <= demo.HELDOUT_SIZE
+    trace = read_trace(out / "trace.csv")
+    assert [r.step for r in trace.records] == list(range(STEPS))
+    assert set(trace.records[0].metrics) == {"train/loss", "train/accuracy", "train/grad_norm", "eval/accuracy"}
     report = json.loads((out / "comparison.json").read_text())
     assert report["identical_training"], "the two runs must train the same models"
     assert report["fault_step"] == FAULT
@@ -94,6 +98,7 @@ def test_rerun_replaces_the_event_files(tmp_path):
     for _ in range(2):
         demo.run_demo(tmp_path, steps=40, progress=False, plot=False)
     assert len(list((tmp_path / "adaptive" / "tb").glob("events.out.tfevents.*"))) == 1
+    assert len(read_trace(tmp_path / "trace.csv")) == 40
 
 
 def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
