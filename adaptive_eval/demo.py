@@ -166,6 +166,7 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
 
     With ``trace_path``, every step's streams and true accuracy (as ``eval/accuracy``) are recorded there."""
     import torch
+    from tqdm import tqdm
 
     from adaptive_eval.adaptive import AdaptiveEvaluator
     from adaptive_eval.tensorboard import make_logger
@@ -189,8 +190,6 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
             out.deferrals.append({"step": event["step"], "reason": event["reason"]})
 
     evaluator.add_listener(listen)
-    from tqdm import tqdm
-
     bar = tqdm(total=steps, desc=f"{name:>8} run", unit="step", disable=not progress, file=sys.stderr,
                mininterval=0.25, leave=True)
     recorder = TraceRecorder(trace_path) if trace_path is not None else None
