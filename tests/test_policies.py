@@ -198,8 +198,9 @@ def test_budget_lets_urgent_through():
     p = BudgetPolicy(max_eval_fraction=0.01)
     p.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
     assert p.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).evaluate
-    assert not BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False).propose(
-        Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).evaluate is False  # no cost known yet
+    strict = BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False)
+    strict.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
+    assert strict.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).reason == "budget:deferred"
 
 
 PEAK_TABLE = [
