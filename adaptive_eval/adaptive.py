@@ -300,7 +300,7 @@ class AdaptiveEvaluator:
 
     def summary(self) -> dict:
         """Counts of what happened so far (plain values)."""
-        return {"evals": len(self.history), "samples": sum(r.sample_size or 0 for r in self.history),
+        return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self.clock() - self._start,
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
 
@@ -313,7 +313,8 @@ class AdaptiveEvaluator:
             fn(event)
 
     def _log_eval(self, step: int, decision: Decision, result: EvalResult | None) -> None:
-        scalars = {"controller/sample_size": float(decision.sample_size or 0),
+        items = result.items if result is not None else (decision.sample_size or 0)
+        scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
                    "controller/eval_errors": float(self._eval_errors)}
         if self.interval is not None:

@@ -87,7 +87,7 @@ def _check_writable(out: str) -> None:
             pass
         os.remove(probe)
     except OSError as exc:
-        raise SystemExit(f"adaptive-eval: --out {out}: not writable ({exc.strerror})") from None
+        raise ValueError(f"--out {out}: not writable ({exc.strerror})") from None
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:

@@ -54,7 +54,10 @@ class ReplayResult:
 
 def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | None]]:
     """(cheap stream columns, {eval metric: its std column or None})."""
-    names = list(names)
+    # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
+    # its streams/<name> and evaluates from its eval/<metric> means.
+    names = [n for n in names if not n.startswith(("controller/", "alarms/"))
+             and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n")))]
     evals = {}
     for n in names:
         if n.startswith("eval/") and not n.endswith(":std"):
@@ -108,7 +111,7 @@ class _SimulatedEval:
 
 
 def _eval_line(r: EvalResult) -> dict:
-    return {"step": r.step, "epoch": r.epoch, "sample_size": r.sample_size, "reason": r.reason,
+    return {"step": r.step, "epoch": r.epoch, "sample_size": r.items, "reason": r.reason,
             "metrics": {k: v.mean for k, v in r.metrics.items()},
             "ci": {k: [v.ci[0], v.ci[1]] for k, v in r.metrics.items()}, "seconds": r.seconds}
 

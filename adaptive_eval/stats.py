@@ -37,7 +37,9 @@ def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple
     from statsmodels.stats.proportion import proportion_confint
 
     low, high = proportion_confint(successes, n, alpha=1.0 - confidence, method="wilson")
-    return (float(low), float(high))
+    # Rounding can put a bound a hair inside the estimate at 0% or 100%: the interval must contain it.
+    p = successes / n
+    return (max(0.0, min(float(low), p)), min(1.0, max(float(high), p)))
 
 
 def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -126,6 +126,14 @@ class EvalResult:
     def __getitem__(self, name: str) -> MetricSummary:
         return self.metrics[name]
 
+    @property
+    def items(self) -> int:
+        """Items actually evaluated: the largest count of any metric (the whole set when ``sample_size`` is
+        None), else the requested ``sample_size`` (0 when neither is known)."""
+        if self.metrics:
+            return max(m.n for m in self.metrics.values())
+        return self.sample_size or 0
+
     def mean(self, name: str) -> float:
         return self.metrics[name].mean
 
