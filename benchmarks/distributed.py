@@ -8,6 +8,8 @@ Rows:
 
 * eval wall time on 1 and on 2 ranks (the slowest rank, best of R), the speed-up, and whether both runs
   gave the same mean to 1e-9;
+* the machine's ceiling at the time of the run: the same work in 1 process and split over 2 plain
+  processes (no torch.distributed).  On a shared machine this is what 2 ranks can hope for;
 * per training step with no evaluation due: microseconds and torch.distributed collectives counted
   (every collective function is wrapped with a counter) for the plain ``Evaluator`` with a step
   trigger, with a time trigger (its one all-reduce keeps skewed clocks in agreement), and for one
@@ -121,6 +123,45 @@ def _rank_main(rank, world, init_file, out_dir, args):
         pickle.dump(out, f)
 
 
+def _plain_main(part, parts, out_dir, args):
+    """The same evaluation work on this process's share of the items, without torch.distributed."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    mats = torch.randn(64, args.dim, args.dim, generator=g) / args.dim**0.5
+    best = float("inf")
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        for i in range(part, args.items, parts):
+            a = mats[i % 64]
+            x = a
+            for _ in range(args.work):
+                x = torch.tanh(x @ a)
+            float(x.sum())
+        best = min(best, time.perf_counter() - start)
+    with open(os.path.join(out_dir, f"plain{part}.pkl"), "wb") as f:
+        pickle.dump(best, f)
+
+
+def ceiling(args) -> float:
+    """What the machine gives now: the work on 1 process / on 2 processes at once (no collectives)."""
+    import torch.multiprocessing as mp
+
+    times = {}
+    for parts in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = [mp.get_context("spawn").Process(target=_plain_main, args=(p, parts, tmp, args))
+                     for p in range(parts)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join(600)
+            times[parts] = max(pickle.load(open(os.path.join(tmp, f"plain{p}.pkl"), "rb")) for p in range(parts))
+    return times[1] / times[2]
+
+
 def run(world: int, args) -> dict:
     import torch.multiprocessing as mp
 
@@ -144,7 +185,7 @@ def run(world: int, args) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=4000)
+    ap.add_argument("--items", type=int, default=10000)
     ap.add_argument("--dim", type=int, default=48)
     ap.add_argument("--work", type=int, default=20, help="matrix products per item")
     ap.add_argument("--steps", type=int, default=2000, help="training steps timed for the per-step rows")
@@ -154,6 +195,7 @@ def main(argv=None) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     one = run(1, args)
     two = run(2, args)
+    limit = ceiling(args)
     same = abs(one["mean"] - two["mean"]) <= 1e-9 and one["n"] == two["n"]
     print(f"backend {args.backend}, {args.items} items x {args.work} products of {args.dim}x{args.dim}, "
           f"best of {args.repeat}; host CPUs: {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
@@ -161,6 +203,7 @@ def main(argv=None) -> None:
     print(f"{'sharded evaluation':40s} {'1 rank':>10s} {'2 ranks':>10s} {'speed-up':>9s}")
     print(f"{'eval wall time (s), slowest rank':40s} {one['eval_s']:10.3f} {two['eval_s']:10.3f} "
           f"{one['eval_s'] / two['eval_s']:8.2f}x")
+    print(f"{'machine ceiling: 2 plain processes':40s} {'':10s} {'':10s} {limit:8.2f}x")
     print(f"{'same mean and n (to 1e-9)':40s} {'':10s} {str(same):>10s}")
     print()
     print(f"{'per step, no eval due':40s} {'us (1 rk)':>10s} {'us (2 rk)':>10s} {'colls/step':>11s}")
