@@ -1,0 +1,315 @@
+"""The detector contract: :class:`Alarm`, the :class:`Detector` base class and shared helpers."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+
+__all__ = ["Alarm", "Detector"]
+
+_DIRECTIONS = ("both", "up", "down")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alarm:
+    """One alarm raised by a detector.
+
+    ``step`` is the step of the update that raised it; ``location`` the estimated step of the change
+    (None where the detector cannot tell); ``direction`` is ``"up"``, ``"down"`` or None (no direction:
+    a non-finite value, a change in distribution rather than level).
+    """
+
+    step: int
+    detector: str
+    stream: str
+    direction: str | None
+    location: int | None
+    message: str
+
+
+class Detector:
+    """Base class of every detector.
+
+    A detector watches one stream: :meth:`update` takes one value and its step and returns an
+    :class:`Alarm` or None.  Hyper-parameters are stored under their constructor names; all mutable state
+    is created by ``_reset()`` (called by ``__init__`` and :meth:`reset`), and listed in ``_state`` so that
+    :meth:`state_dict` / :meth:`load_state_dict` carry it as plain values.
+
+    Every detector accepts any real number: ``float`` directly (the fast path), ints, numpy scalars and
+    one-element arrays or tensors.  NaN and inf are ignored (state unchanged) except by ``nonfinite``;
+    anything else (strings, None, booleans, arrays of several values) raises ``TypeError`` naming the stream.
+    """
+
+    name: str = ""
+    # Attribute names of the mutable state, saved by state_dict (without the leading underscore).
+    _state: tuple[str, ...] = ()
+    # Name of the raw threshold parameter that arl0 calibrates (None: the detector has no threshold).
+    _threshold_param: str | None = None
+
+    stream: str
+
+    # ---- calibration hooks (see _calibration.py); only thresholded detectors use them
+    _calibration_method = "first_passage"  # or "bisection" for detectors without a statistic
+    _discrete_statistic = False  # the statistic takes few values: pick the next achievable threshold up
+    _dummy_threshold: float = 1.0  # a valid raw threshold, used to build instances for simulation
+    _table_max_arl = 30000.0  # shipped curves reach this ARL; beyond, extrapolated
+    _calibration_runs = 200
+    _stat_range = (0.0, 1.0)  # bisection range of the statistic threshold
+
+    @classmethod
+    def _table_variants(cls) -> list[dict]:
+        """Parameter variants whose calibration curves ship with the package."""
+        return [{}]
+
+    def _calibration_params(self) -> dict:
+        """The hyper-parameters that change the in-control statistic path (JSON-able)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _threshold_of(cls, stat: float) -> float:
+        """Raw threshold value for a threshold on the statistic (identity unless overridden)."""
+        return stat
+
+    @classmethod
+    def _calibration_instance(cls, params: dict, threshold: float | None = None) -> "Detector":
+        """A detector for simulation: with ``threshold``, or never alarming (``_statistic`` still moves)."""
+        det = cls(**params, **{cls._threshold_param: cls._dummy_threshold if threshold is None else threshold})
+        if threshold is None:
+            det._disable_alarms()
+        return det
+
+    def _disable_alarms(self) -> None:
+        self.threshold_ = math.inf
+
+    def _statistic(self) -> float:
+        """The alarm statistic: the detector alarms on the first update where it exceeds the threshold."""
+        raise NotImplementedError
+
+    def update(self, value: float, step: int) -> Alarm | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _reset(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget everything seen so far (hyper-parameters and calibrated thresholds are kept)."""
+        self._reset()
+
+    # ----------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        """The mutable state as plain (JSON-able) values."""
+        sd = {"type": self.name, "version": 1}
+        for attr in self._state:
+            sd[attr.lstrip("_")] = _plain(getattr(self, attr))
+        return sd
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        """Restore a state taken by :meth:`state_dict`; missing fields keep their fresh values."""
+        if not isinstance(sd, Mapping):
+            raise TypeError(f"{self.name}: state_dict must be a mapping, got {type(sd).__name__}")
+        kind = sd.get("type", self.name)
+        if kind != self.name:
+            raise ValueError(f"state_dict is for detector {kind!r}, not {self.name!r}")
+        self._reset()
+        for attr in self._state:
+            key = attr.lstrip("_")
+            if key in sd:
+                current = getattr(self, attr)
+                value = sd[key]
+                if value is not None and isinstance(current, collections.deque):
+                    value = collections.deque(value, maxlen=current.maxlen)
+                elif value is not None and isinstance(current, list):
+                    value = list(value)
+                setattr(self, attr, value)
+        self._after_load()
+
+    def _after_load(self) -> None:
+        """Rebuild derived state after :meth:`load_state_dict` (override where needed)."""
+
+    # ----------------------------------------------------------------- helpers
+    def _float(self, value) -> float:
+        """Slow path of the input check: anything that is not exactly a ``float``."""
+        return to_float(value, self.stream, self.name)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
+        return f"{type(self).__name__}({params})"
+
+    def _params(self) -> dict:
+        import inspect
+
+        out = {}
+        for p in inspect.signature(type(self).__init__).parameters.values():
+            if p.name != "self" and hasattr(self, p.name):
+                value = getattr(self, p.name)
+                if p.default is inspect.Parameter.empty or value is not p.default and value != p.default:
+                    out[p.name] = value
+        return out
+
+
+def _plain(value):
+    if isinstance(value, (collections.deque, list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def to_float(value, stream: str = "", detector: str = "") -> float:
+    """``value`` as a float, or ``TypeError`` naming the stream.  Overflowing integers become +-inf."""
+    tp = type(value)
+    if tp is float:
+        return value
+    if tp is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    where = f"{detector} on stream {stream!r}" if detector else f"stream {stream!r}"
+    if tp is bool or value is None or isinstance(value, (str, bytes, bytearray, bool)):
+        raise TypeError(f"{where}: expected a real number, got {tp.__name__} {value!r}")
+    item = getattr(value, "item", None)
+    if callable(item):  # numpy scalars and arrays, torch tensors
+        numel = getattr(value, "numel", None)
+        size = numel() if callable(numel) else getattr(value, "size", 1)
+        if callable(size):
+            size = size()
+        if size != 1:
+            shape = getattr(value, "shape", None)
+            raise TypeError(f"{where}: expected one number, got {tp.__name__} of {size} elements"
+                            + (f" (shape {tuple(shape)})" if shape is not None else ""))
+        try:
+            inner = item()
+        except Exception as exc:  # noqa: BLE001 - any failure to extract is a type problem
+            raise TypeError(f"{where}: cannot read a number from {tp.__name__}: {exc}") from None
+        if type(inner) is float:
+            return inner
+        return to_float(inner, stream, detector)
+    if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
+        try:
+            return float(value)
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"{where}: expected a real number, got {tp.__name__}")
+
+
+# --------------------------------------------------------------------- validation helpers
+def check_int(owner: str, name: str, value, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi], or ``ValueError`` naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{owner}: {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{owner}: {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def check_float(owner: str, name: str, value, lo: float = -math.inf, hi: float = math.inf, *,
+                lo_open: bool = False, hi_open: bool = False) -> float:
+    """``value`` as a finite float within the bounds, or ``ValueError`` naming the parameter."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) or (value == hi and not hi_open and math.isinf(hi))
+        ok = ok and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ValueError(f"{owner}: {name} must be a number in {left}{lo}, {hi}{right}, got {value!r}")
+    return value
+
+
+def check_choice(owner: str, name: str, value, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"{owner}: {name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_arl0(owner: str, arl0) -> float:
+    return check_float(owner, "arl0", arl0, 1.0, 1e7, lo_open=True)
+
+
+def check_in_control(owner: str, in_control, block_size) -> tuple[list[float] | None, int | None]:
+    """Validate the optional in-control segment used to calibrate ``arl0`` by block bootstrap."""
+    if in_control is None:
+        if block_size is not None:
+            check_int(owner, "block_size", block_size, 1, 100_000)
+        return None, block_size
+    if isinstance(in_control, (str, bytes)) or not hasattr(in_control, "__len__"):
+        raise ValueError(f"{owner}: in_control must be a sequence of numbers, got {type(in_control).__name__}")
+    values = [to_float(v, "in_control", owner) for v in in_control]
+    values = [v for v in values if math.isfinite(v)]
+    if len(values) < 20:
+        raise ValueError(f"{owner}: in_control needs at least 20 finite values, got {len(values)}")
+    if block_size is not None:
+        block_size = check_int(owner, "block_size", block_size, 1, len(values))
+    return values, block_size
+
+
+def resolve_threshold(owner, threshold, arl0, default_arl0, check_threshold):
+    """Exactly one of a raw ``threshold`` and ``arl0`` (neither: ``default_arl0``).
+
+    Returns ``(threshold or None, arl0 or None)`` after validation; the caller calibrates when the first is None.
+    """
+    if threshold is not None and arl0 is not None:
+        raise ValueError(f"{owner}: give either threshold or arl0, not both")
+    if threshold is not None:
+        return check_threshold(threshold), None
+    if arl0 is None:
+        if default_arl0 is None:
+            raise ValueError(f"{owner}: needs a threshold or an arl0")
+        arl0 = default_arl0
+    return None, check_arl0(owner, arl0)
+
+
+def robust_level_scale(values: Sequence[float]) -> tuple[float, float]:
+    """Median and a robust standard deviation of ``values``.
+
+    The scale is 1.4826 x the median absolute deviation; where more than half the values are equal (MAD 0,
+    common for discrete metrics such as a reward averaged over 8 samples) it falls back to 1.2533 x the mean
+    absolute deviation, then to a tiny fraction of the level, so that a constant stream still has a scale and
+    any later departure from the constant counts as a (large) change.
+    """
+    s = sorted(values)
+    n = len(s)
+    mid = n // 2
+    med = s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+    dev = sorted(abs(v - med) for v in s)
+    mad = dev[mid] if n % 2 else 0.5 * (dev[mid - 1] + dev[mid])
+    scale = 1.482602218505602 * mad
+    if not scale > 0.0:
+        scale = 1.2533141373155001 * sum(dev) / n
+    if not scale > 0.0:
+        scale = tiny_scale(med)
+    return med, scale
+
+
+def tiny_scale(level: float) -> float:
+    """The scale given to a constant stream: any visible departure from the constant is a large change."""
+    return 1e-9 * max(1.0, abs(level))
+
+
+def screened_moments(values: Sequence[float], cut: float = 4.0) -> tuple[float, float, int]:
+    """Mean, standard deviation and count of ``values`` after dropping outliers.
+
+    Outliers are values more than ``cut`` robust standard deviations (median / MAD, see
+    :func:`robust_level_scale`) from the median.  The moments of the rest are robust to a few wild values
+    and, unlike the median and MAD, nearly as efficient as the plain mean and sd on clean data, which
+    matters: estimation error in the level and scale is what shortens a CUSUM's in-control run length.
+    """
+    med, scale = robust_level_scale(values)
+    kept = [v for v in values if abs(v - med) <= cut * scale]
+    n = len(kept)
+    mean = sum(kept) / n
+    var = sum((v - mean) ** 2 for v in kept) / (n - 1) if n > 1 else 0.0
+    sd = math.sqrt(var)
+    if not sd > tiny_scale(mean):
+        sd = tiny_scale(mean)
+    return mean, sd, n

@@ -1,0 +1,336 @@
+"""``cusum``: two-sided CUSUM on values standardized by a robust warm-up."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from adaptive_eval.detectors._base import (
+    _DIRECTIONS,
+    Alarm,
+    Detector,
+    check_choice,
+    check_float,
+    check_in_control,
+    check_int,
+    resolve_threshold,
+    screened_moments,
+)
+
+__all__ = ["CUSUM"]
+
+_INF = math.inf
+_FIXED, _WARMUP, _LEARNING = 0, 1, 2
+# The estimates learn from a value only while every sum stays below this (sd units): no change suspected.
+# A constant, not a fraction of the threshold, so the in-control path does not depend on the threshold
+# (which calibration relies on).
+_FREEZE = 3.0
+
+
+def _log_arl(k: float, h: float) -> float:
+    """log of Siegmund's approximation of a one-sided CUSUM's in-control ARL (N(0,1) data, known parameters)."""
+    b = h + 1.166
+    if k < 1e-6:
+        return 2.0 * math.log(b)
+    x = 2.0 * k * b
+    if x > 700.0:
+        return x - math.log(2.0 * k * k)
+    return math.log((math.expm1(x) - x) / (2.0 * k * k))
+
+
+def _h_for_log_arl(k: float, log_arl: float) -> float:
+    """The threshold of a one-sided CUSUM with allowance ``k`` whose Siegmund log-ARL is ``log_arl``."""
+    lo, hi = -1.166 + 1e-9, 1.0
+    while _log_arl(k, hi) < log_arl:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _log_arl(k, mid) < log_arl:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+class CUSUM(Detector):
+    """Two-sided CUSUM (Page 1954) for a shift of the mean, on robustly standardized values.
+
+    The first ``warmup`` finite values give the in-control level and scale: the median and MAD screen out
+    outliers, and the mean and standard deviation of the rest are the estimates.  After that each value
+    becomes ``z = (x - level) / scale``, clipped to ``+-clip`` so that one wild value cannot raise a level
+    alarm by itself (that is the ``spike`` detector's job), and the one-sided sums
+    ``S+ = max(0, S+ + z - k)`` and ``S- = max(0, S- - z - k)`` run.  An alarm is raised when one exceeds
+    its threshold; its ``location`` is the step at which that sum last left zero (the classical CUSUM
+    estimate of the change point).  After an alarm the detector re-arms on the new level: the sums restart
+    and a fresh warm-up estimates the new level and scale, so one change gives one alarm.
+
+    The estimates keep improving (running mean and variance) over the next values, up to ``reference`` in
+    all, while every sum stays below 3 (no change suspected), then freeze: a 50-value warm-up alone leaves
+    errors in level and scale that make false alarms come much earlier than ``arl0`` on some runs.
+
+    ``k`` is half the shift (in standard deviations) a chart is tuned for.  Several values run several
+    charts at once (a multi-chart CUSUM): the default ``(0.5, 1.5)`` is near-optimal for shifts of 1 and of
+    3 sd alike, where one ``k = 0.5`` chart needs nearly twice the optimal delay for a 3 sd jump.  The
+    ``threshold`` ``h`` is that of the first chart; the others get thresholds with the same one-sided ARL
+    under Siegmund's approximation, so each chart contributes about equally to false alarms.
+
+    Calibration: give ``arl0`` (mean number of updates before a false alarm) instead of ``threshold``;
+    neither gives ``arl0=5000``.  The threshold is found by simulation, warm-up included, assuming the
+    in-control stream is **i.i.d.** (standard normal; the standardization makes level and scale
+    irrelevant), or, with ``in_control``, a circular block bootstrap of that segment (blocks of
+    ``block_size`` values, default n^(1/3)) so that its autocorrelation and tails count.  Real metric
+    streams are autocorrelated: calibrated on i.i.d. data, false alarms on them come sooner than ``arl0``.
+    The thresholds for the default settings are shipped; other settings are simulated once (seconds) and
+    cached.
+
+    Parameters
+    ----------
+    k
+        Allowance (reference value) in standard deviations, or a sequence of them (one chart each).
+    threshold
+        Decision threshold ``h`` of the first chart, in standard deviations (instead of ``arl0``).
+    arl0
+        In-control average run length to calibrate ``threshold`` for.
+    warmup
+        Number of values that estimate the in-control level and scale (again after each alarm).
+    reference
+        The estimates are refined until this many in-control values have been seen (>= ``warmup``).
+    clip
+        Standardized values are clipped to ``[-clip, clip]`` (None: no clipping).
+    direction
+        ``"both"``, ``"up"`` (increases only) or ``"down"``.
+    in_control, block_size
+        Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    stream
+        Name of the watched stream.
+
+    Examples
+    --------
+    A shift of one standard deviation at step 300:
+
+    >>> import random
+    >>> rng = random.Random(7)
+    >>> det = CUSUM(arl0=1000, stream="train/reward")
+    >>> values = [rng.gauss(0.5, 0.1) for _ in range(300)] + [rng.gauss(0.4, 0.1) for _ in range(100)]
+    >>> for step, x in enumerate(values):
+    ...     alarm = det.update(x, step)
+    ...     if alarm:
+    ...         print(alarm.step, alarm.direction, alarm.location)
+    312 down 301
+    """
+
+    name = "cusum"
+    _threshold_param = "threshold"
+    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_sums", "_starts")
+    _default_arl0 = 5000.0
+    _table_max_arl = 30000.0
+    _calibration_runs = 400
+
+    def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
+                 arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
+                 direction: str = "both", in_control=None, block_size: int | None = None, stream: str = ""):
+        owner = self.name
+        if isinstance(k, (str, bytes)) or not isinstance(k, Sequence):
+            k = check_float(owner, "k", k, 0.0, 10.0)
+            ks = (k,)
+        else:
+            if not 1 <= len(k) <= 8:
+                raise ValueError(f"{owner}: k must be a number or a list of 1 to 8 numbers, got {k!r}")
+            ks = tuple(check_float(owner, "k", v, 0.0, 10.0) for v in k)
+            k = ks
+        self.k = k
+        self.threshold = threshold
+        self.arl0 = arl0
+        self.warmup = check_int(owner, "warmup", warmup, 3, 1_000_000)
+        self.reference = check_int(owner, "reference", reference, self.warmup, 100_000_000)
+        self.clip = None if clip is None else check_float(owner, "clip", clip, 0.0, 1e6, lo_open=True)
+        self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
+        self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
+        self.stream = stream
+        self._ks = ks
+        # One "side" per chart and direction: (allowance, sign of z, direction name).
+        signs = {"both": (1.0, -1.0), "up": (1.0,), "down": (-1.0,)}[direction]
+        self._sides = tuple((kk, sign) for kk in ks for sign in signs)
+        self._clip = _INF if self.clip is None else self.clip
+        h, arl0 = resolve_threshold(owner, threshold, arl0, self._default_arl0,
+                                    lambda v: check_float(owner, "threshold", v, 0.0, 1e6, lo_open=True))
+        if h is None:
+            from adaptive_eval.detectors._calibration import calibrate_threshold
+
+            h = calibrate_threshold(self, arl0)
+        self.threshold_ = h
+        self._reset()
+
+    @classmethod
+    def _table_variants(cls) -> list[dict]:
+        return [{}, {"direction": "up"}, {"direction": "down"}, {"k": 0.5}]
+
+    def _calibration_params(self) -> dict:
+        return {"k": list(self._ks), "warmup": self.warmup, "reference": self.reference, "clip": self.clip,
+                "direction": self.direction}
+
+    # The calibration statistic is the largest Siegmund log-ARL of the sums, so that one number orders the
+    # alarms of every chart; _threshold_of turns its threshold back into the first chart's h.
+    def _threshold_of(self, stat: float) -> float:
+        return _h_for_log_arl(self._ks[0], stat)
+
+    def _statistic(self) -> float:
+        return max(_log_arl(kk, s) if s > 0.0 else -_INF for (kk, _), s in zip(self._sides, self._sums))
+
+    @property
+    def threshold_(self) -> float:
+        return self._h
+
+    @threshold_.setter
+    def threshold_(self, h: float) -> None:
+        self._h = h
+        if h == _INF:
+            self._hs = [_INF] * len(self._sides)
+        else:
+            target = _log_arl(self._ks[0], h)
+            self._hs = [h if kk == self._ks[0] else _h_for_log_arl(kk, target) for kk, _ in self._sides]
+        self._plan = tuple((i, kk, sign, hh) for i, ((kk, sign), hh) in enumerate(zip(self._sides, self._hs)))
+        self._two_charts = len(self._ks) == 2 and self.direction == "both"
+        self._pairs = tuple((kk, sign, hh) for _, kk, sign, hh in self._plan[::2])
+
+    def _reset(self) -> None:
+        self._phase = _WARMUP
+        self._warm: list[float] | None = []
+        self._level = 0.0
+        self._scale = 1.0
+        self._inv = 1.0
+        self._n = 0
+        self._m2 = 0.0
+        self._sums = [0.0] * len(self._sides)
+        self._starts: list[int | None] = [None] * len(self._sides)
+
+    def _after_load(self) -> None:
+        self._inv = 1.0 / self._scale
+
+    def update(self, value: float, step: int) -> Alarm | None:
+        if type(value) is not float:
+            value = self._float(value)
+        if value - value != 0.0:  # NaN or inf: ignored
+            return None
+        if self._phase:
+            return self._update_slow(value, step)
+        z = (value - self._level) * self._inv
+        c = self._clip
+        if z > c:
+            z = c
+        elif z < -c:
+            z = -c
+        sums = self._sums
+        if self._two_charts:
+            # The default (two charts, both directions), unrolled: this is the per-step hot path.
+            (k0, _, h0), (k1, _, h1) = self._pairs
+            s = sums[0]
+            v = s + z - k0
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[0] = step
+                if v > h0:
+                    return self._alarm(step, 0, v)
+                sums[0] = v
+            elif s != 0.0:
+                sums[0] = 0.0
+            s = sums[1]
+            v = s - z - k0
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[1] = step
+                if v > h0:
+                    return self._alarm(step, 1, v)
+                sums[1] = v
+            elif s != 0.0:
+                sums[1] = 0.0
+            s = sums[2]
+            v = s + z - k1
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[2] = step
+                if v > h1:
+                    return self._alarm(step, 2, v)
+                sums[2] = v
+            elif s != 0.0:
+                sums[2] = 0.0
+            s = sums[3]
+            v = s - z - k1
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[3] = step
+                if v > h1:
+                    return self._alarm(step, 3, v)
+                sums[3] = v
+            elif s != 0.0:
+                sums[3] = 0.0
+            return None
+        for i, kk, sign, h in self._plan:
+            s = sums[i]
+            v = s + sign * z - kk
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[i] = step
+                if v > h:
+                    return self._alarm(step, i, v)
+                sums[i] = v
+            elif s != 0.0:
+                sums[i] = 0.0
+        return None
+
+    def _update_slow(self, value: float, step: int) -> Alarm | None:
+        if self._phase == _WARMUP:
+            warm = self._warm
+            warm.append(value)
+            if len(warm) >= self.warmup:
+                self._level, self._scale, self._n = screened_moments(warm)
+                self._m2 = self._scale * self._scale * (self._n - 1)
+                self._inv = 1.0 / self._scale
+                self._warm = None
+                self._phase = _LEARNING if self._n < self.reference else _FIXED
+            return None
+        # While learning, standardize as a self-starting CUSUM does (Hawkins 1987): the value's distance from
+        # the running mean, over its predictive sd, is Student-t with n - 1 degrees of freedom; mapping it to
+        # the normal quantile makes in-control z's nearly i.i.d. N(0, 1) from the start, so false alarms do
+        # not bunch up right after (re-)arming.
+        n = self._n
+        t = (value - self._level) * self._inv / math.sqrt(1.0 + 1.0 / n)
+        nu = max(n - 1, 2)
+        z = t * (1.0 - 0.25 / nu) / math.sqrt(1.0 + t * t / (2.0 * nu))  # t -> normal (Fisher's approximation)
+        c = self._clip
+        z = c if z > c else (-c if z < -c else z)
+        sums = self._sums
+        for i, kk, sign, h in self._plan:
+            s = sums[i]
+            v = s + sign * z - kk
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[i] = step
+                if v > h:
+                    return self._alarm(step, i, v)
+                sums[i] = v
+            elif s != 0.0:
+                sums[i] = 0.0
+        if max(sums) < _FREEZE:
+            n += 1
+            delta = value - self._level
+            level = self._level + delta / n
+            self._m2 += delta * (value - level)
+            self._n, self._level = n, level
+            scale = math.sqrt(self._m2 / (n - 1))
+            if scale > 0.0:  # a constant warm-up keeps its tiny scale
+                self._scale, self._inv = scale, 1.0 / scale
+            if n >= self.reference:
+                self._phase = _FIXED
+        return None
+
+    def _alarm(self, step: int, side: int, stat: float) -> Alarm:
+        kk, sign = self._sides[side]
+        direction = "up" if sign > 0 else "down"
+        location = self._starts[side]
+        level, scale, h = self._level, self._scale, self._hs[side]
+        self._reset()
+        chart = f"k={kk:g} " if len(self._ks) > 1 else ""
+        return Alarm(step, self.name, self.stream, direction, location,
+                     f"{self.stream or 'stream'}: level {direction} (CUSUM {chart}{stat:.2f} > {h:.2f} sd-units; "
+                     f"reference level {level:.6g}, scale {scale:.3g}), change near step {location}")

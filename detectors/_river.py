@@ -1,0 +1,556 @@
+"""Thin adapters over river's drift detectors: ``page_hinkley``, ``adwin``, ``kswin``.
+
+river's detectors are built for classification error streams; their defaults suit that use poorly (a
+Page-Hinkley threshold of 50 in the stream's own units, ADWIN checking only every 32 values, KSWIN seeded
+from the clock).  The adapters expose what matters, give the ``update(value, step) -> Alarm`` contract,
+calibrate to ``arl0``, and carry river's internal state in ``state_dict`` as plain values.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import math
+import warnings
+
+import numpy as np
+from river import drift as river_drift
+
+from adaptive_eval.detectors._base import (
+    _DIRECTIONS,
+    Alarm,
+    Detector,
+    check_choice,
+    check_float,
+    check_in_control,
+    check_int,
+    resolve_threshold,
+    screened_moments,
+)
+
+__all__ = ["ADWIN", "KSWIN", "PageHinkley"]
+
+_INF = math.inf
+
+
+def _num(v: float) -> float | None:
+    """A float for JSON: +-inf as None (the only non-finite values river keeps are its initial extremes)."""
+    return None if v - v != 0.0 else v
+
+
+class PageHinkley(Detector):
+    """Page-Hinkley test (river's ``PageHinkley``) on standardized values.
+
+    river's test compares each value with the running mean of all values since the last reset and keeps
+    the cumulative deviations ``m_T = sum(x_t - mean_t - delta)`` (decayed by the forgetting factor ``alpha``);
+    it alarms when ``m_T - min(m)`` (increase) or ``max(m') - m'_T`` (decrease) exceeds ``threshold``.  Here the
+    first ``min_instances`` values also fix a scale (screened sd, see ``cusum``) so that ``delta`` and
+    ``threshold`` are in standard deviations whatever the stream's units (``standardize=False`` feeds raw
+    values, river-style).  The running mean makes it self-starting: no level has to be estimated up front.
+    The alarm's ``location`` is the step after the extreme of the cumulative sum (where the excursion began).
+    After an alarm the detector re-arms from scratch (river resets; the scale is estimated again).
+
+    Calibration: ``arl0`` instead of ``threshold`` (default ``arl0=5000``), simulated on i.i.d. in-control
+    values (standard normal) or a block bootstrap of ``in_control``.  With ``standardize=False`` the
+    calibrated threshold assumes unit variance.
+
+    Parameters
+    ----------
+    delta
+        Magnitude of change tolerated (in sd when standardized), like CUSUM's ``k``.
+    threshold
+        Decision threshold (lambda).
+    arl0
+        In-control average run length to calibrate ``threshold`` for.
+    alpha
+        river's forgetting factor for the cumulative sums (1: no forgetting).
+    min_instances
+        Values before the first possible alarm (and that estimate the scale).
+    mode
+        ``"both"``, ``"up"`` or ``"down"``.
+    standardize
+        Divide by the warm-up scale (and subtract the warm-up level) before river sees the value.
+    in_control, block_size
+        Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    stream
+        Name of the watched stream.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> rng = random.Random(5)
+    >>> det = PageHinkley(arl0=1000, stream="train/loss")
+    >>> values = [rng.gauss(2.0, 0.1) for _ in range(300)] + [rng.gauss(2.15, 0.1) for _ in range(100)]
+    >>> for step, x in enumerate(values):
+    ...     alarm = det.update(x, step)
+    ...     if alarm:
+    ...         print(alarm.step, alarm.direction, alarm.location)
+    313 up 300
+    """
+
+    name = "page_hinkley"
+    _threshold_param = "threshold"
+    _state = ("_warm", "_level", "_inv", "_inc_from", "_dec_from", "_inc_new", "_dec_new")
+    _default_arl0 = 5000.0
+    _table_max_arl = 30000.0
+    _calibration_runs = 400
+
+    def __init__(self, delta: float = 0.5, threshold: float | None = None, arl0: float | None = None,
+                 alpha: float = 1 - 0.0001, min_instances: int = 30, mode: str = "both", standardize: bool = True,
+                 in_control=None, block_size: int | None = None, stream: str = ""):
+        owner = self.name
+        self.delta = check_float(owner, "delta", delta, 0.0, 1e6)
+        self.threshold = threshold
+        self.arl0 = arl0
+        self.alpha = check_float(owner, "alpha", alpha, 0.0, 1.0, lo_open=True)
+        self.min_instances = check_int(owner, "min_instances", min_instances, 3, 1_000_000)
+        self.mode = check_choice(owner, "mode", mode, _DIRECTIONS)
+        if not isinstance(standardize, bool):
+            raise ValueError(f"{owner}: standardize must be true or false, got {standardize!r}")
+        self.standardize = standardize
+        self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
+        self.stream = stream
+        h, arl0 = resolve_threshold(owner, threshold, arl0, self._default_arl0,
+                                    lambda v: check_float(owner, "threshold", v, 0.0, 1e12, lo_open=True))
+        if h is None:
+            from adaptive_eval.detectors._calibration import calibrate_threshold
+
+            h = calibrate_threshold(self, arl0)
+        self.threshold_ = h
+        self._reset()
+
+    @classmethod
+    def _table_variants(cls) -> list[dict]:
+        return [{}, {"mode": "up"}, {"mode": "down"}]
+
+    def _calibration_params(self) -> dict:
+        return {"delta": self.delta, "alpha": self.alpha, "min_instances": self.min_instances, "mode": self.mode,
+                "standardize": self.standardize}
+
+    def _disable_alarms(self) -> None:
+        self.threshold_ = _INF
+        self._ph.threshold = _INF
+
+    def _new_river(self) -> river_drift.PageHinkley:
+        return river_drift.PageHinkley(min_instances=self.min_instances, delta=self.delta, threshold=self.threshold_,
+                                       alpha=self.alpha, mode=self.mode)
+
+    def _reset(self) -> None:
+        self._ph = self._new_river()
+        self._warm: list[float] | None = [] if self.standardize else None
+        self._level = 0.0
+        self._inv = 1.0
+        self._inc_from: int | None = None  # where the current excursion above the minimum began
+        self._dec_from: int | None = None
+        self._inc_new = True  # the last update set a new extreme: the next step starts an excursion
+        self._dec_new = True
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        ph = self._ph
+        sd["river"] = {"drift_detected": ph._drift_detected, "n": ph._x_mean.n, "mean": ph._x_mean._mean,
+                       "sum_increase": ph._sum_increase, "sum_decrease": ph._sum_decrease,
+                       "min_increase": _num(ph._min_increase), "max_decrease": _num(ph._max_decrease)}
+        return sd
+
+    def load_state_dict(self, sd) -> None:
+        super().load_state_dict(sd)
+        r = sd.get("river")
+        if r:
+            ph = self._ph
+            ph._drift_detected = r["drift_detected"]
+            ph._x_mean.n, ph._x_mean._mean = r["n"], r["mean"]
+            ph._sum_increase, ph._sum_decrease = r["sum_increase"], r["sum_decrease"]
+            ph._min_increase = _INF if r["min_increase"] is None else r["min_increase"]
+            ph._max_decrease = -1 if r["max_decrease"] is None else r["max_decrease"]
+
+    def _statistic(self) -> float:
+        ph = self._ph
+        if ph._x_mean.n < self.min_instances:
+            return 0.0
+        up = ph._sum_increase - ph._min_increase
+        down = ph._max_decrease - ph._sum_decrease
+        if self.mode == "up":
+            return up
+        if self.mode == "down":
+            return down
+        return up if up > down else down
+
+    def update(self, value: float, step: int) -> Alarm | None:
+        if type(value) is not float:
+            value = self._float(value)
+        if value - value != 0.0:  # NaN or inf: ignored
+            return None
+        if self._warm is not None:
+            return self._warm_up(value, step)
+        return self._feed((value - self._level) * self._inv, step)
+
+    def _feed(self, z: float, step: int) -> Alarm | None:
+        ph = self._ph
+        ph.update(z)
+        if self._inc_new:
+            self._inc_from = step
+        if self._dec_new:
+            self._dec_from = step
+        self._inc_new = ph._sum_increase <= ph._min_increase
+        self._dec_new = ph._sum_decrease >= ph._max_decrease
+        if ph._drift_detected:
+            return self._alarm(step)
+        return None
+
+    def _warm_up(self, value: float, step: int) -> Alarm | None:
+        warm = self._warm
+        warm.append(value)
+        if len(warm) < self.min_instances:
+            return None
+        self._level, scale, _ = screened_moments(warm)
+        self._inv = 1.0 / scale
+        self._warm = None
+        alarm = None
+        for v in warm:  # river sees the warm-up values too (standardized), so it is armed at once
+            alarm = self._feed((v - self._level) * self._inv, step) or alarm
+        return alarm
+
+    def _alarm(self, step: int) -> Alarm:
+        ph = self._ph
+        up = ph._sum_increase - ph._min_increase
+        down = ph._max_decrease - ph._sum_decrease
+        is_up = self.mode == "up" or (self.mode == "both" and up > self.threshold_ and up >= down)
+        direction = "up" if is_up else "down"
+        location = self._inc_from if is_up else self._dec_from
+        stat = up if is_up else down
+        self._reset()
+        return Alarm(step, self.name, self.stream, direction, location,
+                     f"{self.stream or 'stream'}: level {direction} (Page-Hinkley {stat:.2f} > {self.threshold_:.2f}), "
+                     f"change near step {location}")
+
+
+class ADWIN(Detector):
+    """ADWIN (river's ``ADWIN``): adaptive windowing, alarms when two sub-windows have different means.
+
+    ADWIN keeps a window of recent values (compressed into exponential buckets) and drops its older part
+    when the means of the two parts differ by more than a bound that holds with confidence ``delta``.
+    The alarm's ``location`` is the start of the part that was kept (where the new regime began) and its
+    direction compares the kept part's mean with the dropped part's.  river's ADWIN re-arms by itself.
+
+    ``clock`` is how often (in values) the cut is checked: river's default of 32 delays detection by up to
+    32 steps, so the default here is 1 (about 0.5 us per update).
+
+    Calibration: ``arl0`` instead of ``delta`` (default ``arl0=5000``), by bisection on ``delta`` with
+    simulated i.i.d. standard normal in-control data or a block bootstrap of ``in_control``.  ADWIN's bound
+    is conservative: ``delta=1`` (the largest allowed) still gives an ARL of a few hundred, so smaller
+    ``arl0`` cannot be reached and are served with ``delta=1``.
+
+    Parameters
+    ----------
+    delta
+        Confidence of the cut test (smaller: fewer false alarms).
+    arl0
+        In-control average run length to calibrate ``delta`` for.
+    clock, max_buckets, min_window_length, grace_period
+        river's parameters.
+    in_control, block_size
+        Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    stream
+        Name of the watched stream.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> rng = random.Random(2)
+    >>> det = ADWIN(delta=0.002, stream="train/reward")
+    >>> values = [rng.gauss(0.6, 0.1) for _ in range(300)] + [rng.gauss(0.3, 0.1) for _ in range(100)]
+    >>> for step, x in enumerate(values):
+    ...     alarm = det.update(x, step)
+    ...     if alarm:
+    ...         print(alarm.step, alarm.direction, alarm.location)
+    306 down 298
+    """
+
+    name = "adwin"
+    _threshold_param = "delta"
+    _calibration_method = "bisection"
+    _stat_range = (0.0, 30.0)  # -log(delta): delta from 1 down to 1e-13
+    _state = ("_n", "_total")
+    _default_arl0 = 5000.0
+    _dummy_threshold = 0.002
+    _table_max_arl = 20000.0
+    _calibration_runs = 100
+
+    def __init__(self, delta: float | None = None, arl0: float | None = None, clock: int = 1, max_buckets: int = 5,
+                 min_window_length: int = 5, grace_period: int = 10, in_control=None, block_size: int | None = None,
+                 stream: str = ""):
+        owner = self.name
+        self.delta = delta
+        self.arl0 = arl0
+        self.clock = check_int(owner, "clock", clock, 1, 1_000_000)
+        self.max_buckets = check_int(owner, "max_buckets", max_buckets, 2, 1000)
+        self.min_window_length = check_int(owner, "min_window_length", min_window_length, 1, 1_000_000)
+        self.grace_period = check_int(owner, "grace_period", grace_period, 1, 1_000_000)
+        self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
+        self.stream = stream
+        d, arl0 = resolve_threshold(owner, delta, arl0, self._default_arl0,
+                                    lambda v: check_float(owner, "delta", v, 0.0, 1.0, lo_open=True))
+        if d is None:
+            from adaptive_eval.detectors._calibration import calibrate_threshold
+
+            d = calibrate_threshold(self, arl0)
+        self.delta_ = d
+        self._reset()
+
+    @classmethod
+    def _threshold_of(cls, stat: float) -> float:
+        return math.exp(-stat)
+
+    def _calibration_params(self) -> dict:
+        return {"clock": self.clock, "max_buckets": self.max_buckets, "min_window_length": self.min_window_length,
+                "grace_period": self.grace_period}
+
+    def _new_river(self) -> river_drift.ADWIN:
+        return river_drift.ADWIN(delta=self.delta_, clock=self.clock, max_buckets=self.max_buckets,
+                                 min_window_length=self.min_window_length, grace_period=self.grace_period)
+
+    def _reset(self) -> None:
+        self._adwin = self._new_river()
+        self._n = 0  # values since the last alarm, and their sum (ADWIN's window is their recent part)
+        self._total = 0.0
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        helper = self._adwin._helper
+        # river's ADWIN lives in Rust; its own serialization (bytes) is the only complete state there is.
+        sd["river"] = {"drift_detected": self._adwin._drift_detected,
+                       "helper": base64.b64encode(helper.__getstate__()).decode("ascii")}
+        return sd
+
+    def load_state_dict(self, sd) -> None:
+        super().load_state_dict(sd)
+        r = sd.get("river")
+        if r:
+            self._adwin._helper.__setstate__(base64.b64decode(r["helper"]))
+            self._adwin._drift_detected = r["drift_detected"]
+
+    def update(self, value: float, step: int) -> Alarm | None:
+        if type(value) is not float:
+            value = self._float(value)
+        if value - value != 0.0:  # NaN or inf: ignored
+            return None
+        adwin = self._adwin
+        adwin.update(value)
+        self._n += 1
+        self._total += value
+        if adwin.drift_detected:
+            return self._alarm(step)
+        return None
+
+    def _alarm(self, step: int) -> Alarm:
+        helper = self._adwin._helper
+        width = helper.get_width()
+        kept_mean = helper.get_total() / width if width else 0.0
+        dropped = self._n - width
+        old_mean = (self._total - helper.get_total()) / dropped if dropped > 0 else kept_mean
+        direction = "up" if kept_mean > old_mean else "down"
+        location = step - int(width) + 1
+        # river resets its ADWIN on the next update; our own counters restart from the kept window.
+        self._n, self._total = 0, 0.0
+        self._adwin._drift_detected = False
+        self._adwin._reset()
+        return Alarm(step, self.name, self.stream, direction, location,
+                     f"{self.stream or 'stream'}: mean {direction} from {old_mean:.6g} to {kept_mean:.6g} "
+                     f"(ADWIN, delta {self.delta_:.3g}), change near step {location}")
+
+
+@functools.lru_cache(maxsize=16)
+def _ks_pvalues(stat_size: int) -> tuple[float, ...]:
+    """p-value of scipy's two-sample KS test (as river calls it) for each D = k / stat_size, k = 0..stat_size."""
+    from scipy import stats
+
+    x = np.arange(stat_size, dtype=float)
+    out = [1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # river silences the same warning
+        for k in range(1, stat_size + 1):
+            out.append(float(stats.ks_2samp(x, x + (k - 0.5), method="auto").pvalue))
+    return tuple(out)
+
+
+class KSWIN(Detector):
+    """KSWIN (river's ``KSWIN``): Kolmogorov-Smirnov test between recent values and a sample of older ones.
+
+    river keeps a sliding window of ``window_size`` values and tests the last ``stat_size`` of them against
+    ``stat_size`` drawn at random from the rest; it alarms when the KS p-value is at most ``alpha`` (and the
+    statistic exceeds 0.1).  It detects any change of distribution, not only of the mean, so the alarm has no
+    direction; its ``location`` is the start of the recent part.  Each update runs a KS test (about 0.2 ms):
+    use it on eval streams or as a second stage rather than on every per-step stream.
+
+    Calibration: ``arl0`` instead of ``alpha`` (default ``arl0=5000``), simulated on i.i.d. standard normal
+    in-control values (the test is distribution-free, so only dependence matters) or a block bootstrap of
+    ``in_control``.  With ``stat_size`` values the statistic takes only ``stat_size + 1`` values, so the
+    achieved ARL is the next achievable one at or above ``arl0`` (up to about twice it).
+
+    Parameters
+    ----------
+    alpha
+        Significance level of the KS test.
+    arl0
+        In-control average run length to calibrate ``alpha`` for.
+    window_size, stat_size
+        Sliding window and the size of each of the two compared samples.
+    seed
+        Seed of river's sampling of the reference values (fixed for reproducible alarms).
+    in_control, block_size
+        Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    stream
+        Name of the watched stream.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> rng = random.Random(4)
+    >>> det = KSWIN(arl0=1000, stream="eval/acc")
+    >>> values = [rng.gauss(0.0, 1.0) for _ in range(200)] + [rng.gauss(0.0, 3.0) for _ in range(100)]
+    >>> for step, x in enumerate(values):
+    ...     alarm = det.update(x, step)
+    ...     if alarm:
+    ...         print(alarm.step, alarm.direction, alarm.location)
+    218 None 189
+    """
+
+    name = "kswin"
+    _threshold_param = "alpha"
+    _discrete_statistic = True
+    _state = ("_steps",)
+    _default_arl0 = 5000.0
+    _dummy_threshold = 0.005
+    _table_max_arl = 10000.0
+    _calibration_runs = 200
+
+    def __init__(self, alpha: float | None = None, arl0: float | None = None, window_size: int = 100,
+                 stat_size: int = 30, seed: int = 0, in_control=None, block_size: int | None = None, stream: str = ""):
+        owner = self.name
+        self.alpha = alpha
+        self.arl0 = arl0
+        self.window_size = check_int(owner, "window_size", window_size, 4, 100_000)
+        self.stat_size = check_int(owner, "stat_size", stat_size, 2, self.window_size // 2)
+        self.seed = check_int(owner, "seed", seed, 0, 2**63 - 1)
+        self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
+        self.stream = stream
+        a, arl0 = resolve_threshold(owner, alpha, arl0, self._default_arl0,
+                                    lambda v: check_float(owner, "alpha", v, 0.0, 1.0, lo_open=True, hi_open=True))
+        if a is None:
+            from adaptive_eval.detectors._calibration import calibrate_threshold
+
+            a = calibrate_threshold(self, arl0)
+        self.alpha_ = a
+        self._reset()
+
+    @classmethod
+    def _threshold_of(cls, stat: float) -> float:
+        # Strictly between the achievable p-values at and above the threshold statistic.
+        return math.exp(-stat) * (1.0 - 1e-9)
+
+    def _calibration_params(self) -> dict:
+        return {"window_size": self.window_size, "stat_size": self.stat_size, "seed": self.seed}
+
+    def _disable_alarms(self) -> None:
+        self.alpha_ = 0.0
+        self._kswin.alpha = -1.0
+
+    def _new_river(self) -> river_drift.KSWIN:
+        return river_drift.KSWIN(alpha=self.alpha_, window_size=self.window_size, stat_size=self.stat_size,
+                                 seed=self.seed)
+
+    def _reset(self) -> None:
+        self._kswin = self._new_river()
+        self._steps: list[int] = []  # steps of the values in river's window
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        k = self._kswin
+        version, internal, gauss = k._rng.getstate()
+        sd["river"] = {"drift_detected": k._drift_detected, "p_value": k.p_value, "n": k.n, "window": list(k.window),
+                       "rng": [version, list(internal), gauss]}
+        return sd
+
+    def load_state_dict(self, sd) -> None:
+        super().load_state_dict(sd)
+        r = sd.get("river")
+        if r:
+            k = self._kswin
+            k._drift_detected, k.p_value, k.n = r["drift_detected"], r["p_value"], r["n"]
+            k.window.extend(r["window"])
+            version, internal, gauss = r["rng"]
+            k._rng.setstate((version, tuple(internal), gauss))
+
+    def _statistic(self) -> float:
+        k = self._kswin
+        if len(k.window) < self.window_size and not k._drift_detected:
+            return 0.0
+        p = k.p_value
+        if p > self._p_max():
+            return 0.0  # river also requires the KS statistic to exceed 0.1
+        return -math.log(p) if p > 0.0 else 745.0
+
+    def _p_max(self) -> float:
+        r = self.stat_size
+        k_min = math.floor(0.1 * r + 1e-9) + 1  # smallest k with k / r > 0.1
+        return _ks_pvalues(r)[min(k_min, r)] * (1.0 + 1e-9)
+
+    @classmethod
+    def _statistic_path(cls, params: dict, values: np.ndarray) -> np.ndarray:
+        """The statistic after each update of a never-alarming KSWIN on ``values``, vectorized (for calibration).
+
+        Same distribution as river's (the reference sample is drawn with numpy, not river's generator).
+        """
+        w, r = params["window_size"], params["stat_size"]
+        n = len(values)
+        out = np.zeros(n)
+        if n < w:
+            return out
+        pvals = np.array(_ks_pvalues(r))
+        k_min = math.floor(0.1 * r + 1e-9) + 1
+        stat_of_k = np.where(np.arange(r + 1) >= k_min, -np.log(np.maximum(pvals, 1e-300)), 0.0)
+        rng = np.random.Generator(np.random.PCG64([params["seed"], n]))
+        windows = np.lib.stride_tricks.sliding_window_view(values, w)  # row i ends at value i + w - 1
+        for lo in range(0, len(windows), 4096):
+            win = windows[lo:lo + 4096]
+            m = len(win)
+            pick = np.argsort(rng.random((m, w - r)), axis=1)[:, :r]
+            ref = np.take_along_axis(win[:, : w - r], pick, axis=1)
+            rec = win[:, w - r:]
+            both = np.concatenate([ref, rec], axis=1)
+            order = np.argsort(both, axis=1, kind="stable")
+            sorted_vals = np.take_along_axis(both, order, axis=1)
+            steps = np.where(order < r, 1, -1)
+            diff = np.cumsum(steps, axis=1)
+            last_of_tie = np.ones_like(diff, dtype=bool)
+            last_of_tie[:, :-1] = sorted_vals[:, 1:] != sorted_vals[:, :-1]
+            k = np.max(np.abs(diff) * last_of_tie, axis=1)
+            out[lo + w - 1: lo + w - 1 + m] = stat_of_k[k]
+        return out
+
+    def update(self, value: float, step: int) -> Alarm | None:
+        if type(value) is not float:
+            value = self._float(value)
+        if value - value != 0.0:  # NaN or inf: ignored
+            return None
+        k = self._kswin
+        if k._drift_detected:
+            self._steps = []  # river restarts its window on this update
+        window = list(k.window) if len(k.window) >= self.window_size - 1 else None
+        k.update(value)
+        self._steps.append(step)
+        if len(self._steps) > self.window_size:
+            del self._steps[0]
+        if k._drift_detected:
+            r = self.stat_size
+            old = (window + [value])[-self.window_size:][: self.window_size - r] if window is not None else []
+            new = list(k.window)
+            location = self._steps[-r] if len(self._steps) >= r else step
+            self._steps = self._steps[-r:]
+            up = sum(new) / len(new) > sum(old) / len(old) if old else None
+            return Alarm(step, self.name, self.stream, None, location,
+                         f"{self.stream or 'stream'}: distribution changed near step {location} "
+                         f"(KS p-value {k.p_value:.3g} <= {self.alpha_:.3g}; recent mean "
+                         f"{'above' if up else 'below'} the older values)")
+        return None
