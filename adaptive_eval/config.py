@@ -152,6 +152,9 @@ class LoggingConfig:
 @dataclass
 class DistributedConfig:
     timeout_s: float = 600.0
+    # A rank whose eval mean of a metric deviates from the other ranks' by more raises a rank_discrepancy
+    # alarm (in the metric's units); null: no comparison.
+    rank_discrepancy_threshold: Optional[float] = None
 
 
 @dataclass
@@ -226,6 +229,9 @@ def validate(cfg: DictConfig | Config) -> None:
         v = _get(cfg, key)
         if v not in choices:
             problems.append(f"{key}: must be one of {', '.join(choices)}; got {v!r}")
+    threshold = _get(cfg, "distributed.rank_discrepancy_threshold")
+    if threshold is not None and not (threshold >= 0 and math.isfinite(threshold)):
+        problems.append(f"distributed.rank_discrepancy_threshold: must be non-negative or null, got {threshold!r}")
     for lo_key, hi_key in _MIN_MAX:
         lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
         if lo > hi:
