@@ -1,0 +1,120 @@
+"""Replay through the CLI and the API: outputs as ARCHITECTURE.md says, determinism, bad input."""
+
+import json
+import pathlib
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from adaptive_eval import load_config
+from adaptive_eval.cli import main
+from adaptive_eval.replay import replay
+from adaptive_eval.synthetic import make_trace
+from adaptive_eval.trace import Trace, TraceRecord, write_trace
+
+GRPO_COLLAPSE = "rasbt__reasoning-from-scratch__ch07_7_5_plus_kl_metrics.csv"
+
+
+@pytest.fixture(scope="module")
+def collapse_trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "collapse.jsonl"
+    st = make_trace("collapse", steps=600, seed=11)
+    write_trace(st.trace, path)
+    return path, st
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines()]
+
+
+def test_replay_cli_writes_the_documented_outputs(collapse_trace, tmp_path, capsys):
+    path, st = collapse_trace
+    out = tmp_path / "out"
+    assert main(["replay", str(path), "--out", str(out), "--seed", "3"]) == 0
+    printed = capsys.readouterr().out
+    assert "replayed 600 steps" in printed and "evaluations" in printed
+    evals = read_jsonl(out / "evals.jsonl")
+    alarms = read_jsonl(out / "alarms.jsonl")
+    summary = json.loads((out / "summary.json").read_text())
+    assert evals and set(evals[0]) == {"step", "epoch", "sample_size", "reason", "metrics", "ci", "seconds"}
+    assert set(evals[0]["metrics"]) == {"accuracy"} and len(evals[0]["ci"]["accuracy"]) == 2
+    assert alarms and set(alarms[0]) == {"step", "stream", "detector", "direction", "location"}
+    assert {"steps", "evals", "samples", "eval_seconds", "train_seconds", "alarms"} <= set(summary)
+    assert summary["steps"] == 600 and summary["evals"] == len(evals)
+    # The collapse is caught: an alarm-driven evaluation soon after the onset shows it.
+    onset = st.events[0].step
+    window = [e for e in evals if onset <= e["step"] <= onset + 25]
+    assert window and window[0]["reason"].startswith("alarm:")
+    before = [e for e in evals if e["step"] < onset][-1]["metrics"]["accuracy"]
+    assert min(e["metrics"]["accuracy"] for e in window) < before / 2
+    # TensorBoard: eval metric with its CI, controller state, read back with TensorBoard's own reader.
+    acc = EventAccumulator(str(out / "tb"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"eval/accuracy", "eval/accuracy/ci_low", "eval/accuracy/ci_high", "controller/sample_size"} <= tags
+    assert [e.step for e in acc.Scalars("eval/accuracy")] == [e["step"] for e in evals]
+
+
+def test_same_trace_config_and_seed_give_byte_identical_outputs(collapse_trace, tmp_path):
+    path, _ = collapse_trace
+    outs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}"
+        assert main(["replay", str(path), "--out", str(out), "--seed", "5", "--no-tensorboard"]) == 0
+        outs.append({f: (out / f).read_bytes() for f in ("evals.jsonl", "alarms.jsonl", "summary.json")})
+        assert not (out / "tb").exists()
+    assert outs[0] == outs[1]
+    other = tmp_path / "other"
+    main(["replay", str(path), "--out", str(other), "--seed", "6", "--no-tensorboard"])
+    assert (other / "evals.jsonl").read_bytes() != outs[0]["evals.jsonl"]
+
+
+def test_replay_real_grpo_trace_with_column_mapping(traces_dir, tmp_path):
+    out = tmp_path / "grpo"
+    code = main(["replay", str(traces_dir / GRPO_COLLAPSE), "--stream", "reward_avg", "--stream", "avg_response_len",
+                 "--eval", "eval_acc:0.01", "--out", str(out), "--no-tensorboard"])
+    assert code == 0
+    evals = read_jsonl(out / "evals.jsonl")
+    assert all(0.0 <= e["metrics"]["eval_acc"] <= 1.0 for e in evals if "eval_acc" in e["metrics"])
+    # MATH-500 accuracy 40.8% at step 50, 0% from step 100: an evaluation before step 80 sees it fall.
+    early = [e for e in evals if 56 <= e["step"] <= 80 and "eval_acc" in e["metrics"]]
+    assert early
+
+
+def test_simulated_evals_follow_the_documented_models():
+    recs = [TraceRecord(step=i, metrics={"s": 0.0, "eval/acc": 0.25, "eval/loss": 3.0, "eval/loss:std": 0.5,
+                                         "eval/ppl": 20.0}) for i in range(400)]
+    cfg = load_config("areal", ["trigger.freq_steps=100", "evaluation.sample_size=400", "replay.eval_set_size=400"])
+    res = replay(Trace(recs, "mem"), cfg, seed=0)
+    r = res.results[0]
+    assert r["acc"].binary and r["acc"].n == 400 and abs(r.mean("acc") - 0.25) < 0.08
+    assert not r["loss"].binary and abs(r["loss"].std - 0.5) < 0.1 and abs(r.mean("loss") - 3.0) < 0.1
+    assert r.mean("ppl") == 20.0  # no std column: the value itself
+    # The eval cost model runs on the simulated clock: 4 evals x (5 s + 0.05 s x 400).
+    assert res.summary["eval_seconds"] == pytest.approx(4 * (5.0 + 0.05 * 400))
+
+
+@pytest.mark.parametrize("content,message", [
+    ("step,a\n1,0.5\n0,0.4\n", ":3:"),  # steps going backwards: file and line
+    ("a,b\n1,2\n", "step"),  # no step column
+    ("step,a\n1,x\n2,0.3\n", ":2:"),  # a non-numeric cell
+])
+def test_bad_traces_are_clear_errors(tmp_path, capsys, content, message):
+    f = tmp_path / "bad.csv"
+    f.write_text(content)
+    assert main(["replay", str(f), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "bad.csv" in err and message in err
+
+
+def test_empty_trace_exits_2(tmp_path, capsys):
+    f = tmp_path / "empty.csv"
+    f.write_text("step,a\n")
+    assert main(["replay", str(f), "--out", str(tmp_path / "o")]) == 2
+    assert "empty.csv" in capsys.readouterr().err
+
+
+def test_unknown_set_key_exits_2(collapse_trace, tmp_path, capsys):
+    path, _ = collapse_trace
+    assert main(["replay", str(path), "--set", "policy.alarm.cooldwn=3", "--out", str(tmp_path / "o")]) == 2
+    assert "policy.alarm.cooldwn" in capsys.readouterr().err
