@@ -3,28 +3,65 @@
 Per training step the user calls ``observe(metrics, global_step)`` (cheap streams: reward, loss, response
 length, ...) and ``evaluate(evaluate_fn, epoch, step, global_step)`` (AReaL's signature).  Detectors turn
 stream values into alarms; the policies turn alarms, the base schedule and past results into a
-:class:`~adaptive_eval.types.Decision` (evaluate or not, how many samples, why).  This class is the only
-place that reads the clock and calls the logger; the policies and detectors are pure.
+:class:`~adaptive_eval.types.Decision` (evaluate or not, how many samples, why), which the resource
+scheduler may defer while the machine is short of memory.  This class is the only place that reads the
+clock, the resource monitor and torch.distributed, and calls the logger; the policies and detectors are pure.
+
+In a process group the decision is kept rank-consistent like this (see :meth:`AdaptiveEvaluator.evaluate`):
+
+* every step, one all-reduce (max) of three numbers: "this rank has new alarms", "something may be due
+  here" and this rank's elapsed time.  When neither flag is set on any rank, every rank returns None:
+  that is the only collective of a step with nothing due;
+* otherwise the new alarms of every rank are gathered (only if there are any) and fed, in rank order,
+  to the policies of every rank, so the policies' state stays identical everywhere; then one all-gather
+  carries rank 0's decision and each rank's resource shortage, and every rank follows rank 0's decision.
+  Every branch that leads to a collective is taken on values all ranks hold (reduced or gathered).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 
 from omegaconf import OmegaConf
 
 from adaptive_eval.config import as_config
-from adaptive_eval.evaluators import _rank_world, check_step, run_evaluation
+from adaptive_eval.distributed import DistContext
+from adaptive_eval.evaluators import check_step, run_evaluation_outcome
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
+from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import Decision, EvalRequest, EvalResult
+
+log = logging.getLogger("adaptive_eval")
 
 __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
+_NOT_DUE = Decision(False)
+
+
+def _group_exists(group) -> bool:
+    """Whether a process group of more than one rank is set up, without importing torch when it is not."""
+    if group is None and "torch.distributed" not in sys.modules:
+        return False  # nobody imported torch.distributed, so nobody initialised a process group
+    return DistContext(group).distributed
+
+
+def _alarm_from_wire(wire):
+    from adaptive_eval.detectors import Alarm
+
+    step, detector, stream, direction, location, message = wire
+    return Alarm(step=step, detector=detector, stream=stream, direction=direction, location=location,
+                 message=message)
+
+
+def _alarm_to_wire(alarm) -> tuple:
+    return (alarm.step, alarm.detector, alarm.stream, alarm.direction, alarm.location, alarm.message)
 
 
 def _as_float(key, value) -> float:
@@ -51,6 +88,23 @@ class AdaptiveEvaluator:
     returns its :class:`~adaptive_eval.types.EvalResult` (or None), and never lets an exception from
     ``evaluate_fn`` through unless ``evaluation.on_error`` is ``raise``.
 
+    **Resources.**  With ``resources.enabled``, an evaluation that is due but finds the machine short
+    (``resource_monitor``, default a :class:`~adaptive_eval.scheduler.ResourceMonitor` of this machine) is
+    deferred (``resources:deferred (...)``) for at most ``resources.max_deferral_steps`` steps, then runs
+    (``resources:forced``); an urgent one runs at once when ``resources.alarm_bypass``.  The monitor is
+    read only at steps where an evaluation is due.
+
+    **Process groups.**  Build it after ``init_process_group``, on every rank of ``group`` (default: the
+    world), and call ``observe`` and ``evaluate`` on every rank at every step.  Detectors watch each rank's
+    own streams; an alarm on any rank counts on all of them, the largest elapsed time of any rank drives
+    the time trigger, and every rank takes rank 0's decision (same step, sample size, seed and reason).  Each rank evaluates its shard (``EvalRequest.indices``); the results are
+    reduced exactly, so every rank gets the same :class:`~adaptive_eval.types.EvalResult`.  An exception
+    in ``evaluate_fn`` on any rank makes all ranks skip (or all raise, with ``on_error: raise``).  With
+    ``distributed.rank_discrepancy_threshold`` a rank whose mean of a metric deviates from the others'
+    raises a ``rank_discrepancy`` alarm naming it.  A step with nothing due costs one small all-reduce;
+    collectives wait at most ``distributed.timeout_s``.  Only rank 0 writes the TensorBoard log.  In a
+    group of one, or without a process group, nothing of this costs anything.
+
     >>> from adaptive_eval import load_config
     >>> ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=3"]))
     >>> [g for g in range(7) if ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)]
@@ -58,7 +112,8 @@ class AdaptiveEvaluator:
     """
 
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
-                 clock: Callable[[], float] | None = None, logger: MetricLogger | None = None):
+                 clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
+                 resource_monitor=None):
         self.cfg = as_config(cfg)
         trig = self.cfg.trigger
         if trig.freq_epochs is not None and steps_per_epoch is None:
@@ -68,17 +123,31 @@ class AdaptiveEvaluator:
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = check_step("total_steps", total_steps) if total_steps is not None else None
         self.clock = clock if clock is not None else time.monotonic
+        self.dist = DistContext.from_config(self.cfg, group)
+        # Decided once: a single process pays nothing for the distributed machinery, step after step.
+        self._distributed = _group_exists(group)
+        self._rank, self._world = self.dist.rank_world() if self._distributed else (0, 1)
+        self._now = 0.0  # in a group: the run's elapsed seconds, the same on every rank (max over ranks)
         if logger is None and self.cfg.logging.tensorboard_dir is not None:
             from adaptive_eval.tensorboard import make_logger
 
-            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs)
+            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
+                                 group=group)
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
-            initial_epoch_value=trig.eval_before_train, clock=self.clock, sync_time=False,
+            initial_epoch_value=trig.eval_before_train,
+            # In a group the trigger's time is the group's: every rank then fires at the same step.
+            clock=self._group_time if self._distributed else self.clock, sync_time=False,
         )
+        if resource_monitor is None and self.cfg.resources.enabled:
+            resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
+        self.resources = ResourceScheduler(self.cfg.resources, resource_monitor)
+        self._eval_at_end = bool(trig.eval_at_end)
+        self._resources_enabled = self.resources.enabled
+        self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self.policies: PolicySet = make_policies(plain["policy"], self._evaluation)
@@ -92,7 +161,10 @@ class AdaptiveEvaluator:
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
         self._eval_detectors: dict[str, list] = {}
+        self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
+        self._divergences = 0
         self._start = self.clock()
+        self._now = 0.0
         self._eval_seconds = 0.0
         self._eval_errors = 0
         self._deferrals = 0
@@ -103,14 +175,23 @@ class AdaptiveEvaluator:
         self._last_call_step: int | None = None
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
+        self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
 
     @classmethod
     def from_config(cls, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
-                    clock: Callable[[], float] | None = None,
-                    logger: MetricLogger | None = None) -> "AdaptiveEvaluator":
+                    clock: Callable[[], float] | None = None, logger: MetricLogger | None = None,
+                    group=None, resource_monitor=None) -> "AdaptiveEvaluator":
         """Build from ``load_config()``'s result, a :class:`~adaptive_eval.Config`, a nested dict, or None
-        (the default preset).  ``total_steps`` (optional) lets ``trigger.eval_at_end`` evaluate the last step."""
-        return cls(cfg, steps_per_epoch=steps_per_epoch, total_steps=total_steps, clock=clock, logger=logger)
+        (the default preset).  ``total_steps`` (optional) lets ``trigger.eval_at_end`` evaluate the last step.
+
+        ``group``: the torch process group whose ranks evaluate together (None: the world, when one is
+        initialised).  ``resource_monitor``: anything with ``snapshot() -> ResourceSnapshot`` (tests pass a
+        :class:`~adaptive_eval.scheduler.FakeResourceMonitor`); used when ``resources.enabled``.  A
+        ``logger`` given here is used as given on every rank; one built from ``logging.tensorboard_dir``
+        writes on rank 0 only.
+        """
+        return cls(cfg, steps_per_epoch=steps_per_epoch, total_steps=total_steps, clock=clock, logger=logger,
+                   group=group, resource_monitor=resource_monitor)
 
     # ----------------------------------------------------------------------------------------------
     # Streams and detectors
@@ -160,27 +241,42 @@ class AdaptiveEvaluator:
             for det in dets:
                 alarm = det.update(value, global_step)
                 if alarm is not None:
-                    self._on_alarm(alarm, global_step)
+                    if self._distributed:  # shared with the other ranks at the next evaluate()
+                        self._unsynced.append((alarm, global_step))
+                    else:
+                        self._on_alarm(alarm, global_step)
         if self._log_streams:
             self.logger.log(global_step, {f"streams/{k}": _as_float(k, v) for k, v in metrics.items()})
 
+    def _group_time(self) -> float:
+        return self._now
+
+    def _elapsed(self) -> float:
+        """Seconds since the run started: this process's clock, or in a group the group's time."""
+        return self._now if self._distributed else self.clock() - self._start
+
     def _ctx(self, step: int) -> Context:
-        return Context(step=step, elapsed=self.clock() - self._start, eval_seconds=self._eval_seconds,
+        return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
                        last_eval_step=self._last_eval_step)
 
-    def _on_alarm(self, alarm, step: int) -> None:
+    def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
+        """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
+        ``rank`` names the rank that saw it, None for alarms every rank saw)."""
         self._alarm_count += 1
         self.policies.on_alarm(alarm, self._ctx(step))
         self._alarm_pending = self._alarm_pending or self._policy_pending()
         self.trigger.scale = self.policies.scale()
         event = {"kind": "alarm", "step": alarm.step, "stream": alarm.stream, "detector": alarm.detector,
                  "direction": alarm.direction, "location": alarm.location, "message": alarm.message}
+        if rank is not None:
+            event["rank"] = rank
         self._emit(event)
         if self._logging:
             from adaptive_eval.tensorboard import alarm_scalar
 
+            where = f"rank {rank}: " if rank is not None and alarm.detector != "rank_discrepancy" else ""
             self.logger.log(step, {f"alarms/{alarm.stream}": alarm_scalar(alarm.direction)})
-            self.logger.text(step, "alarms", f"{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
+            self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
     def _policy_pending(self) -> bool:
@@ -191,7 +287,11 @@ class AdaptiveEvaluator:
     # Deciding and evaluating
 
     def evaluate(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
-        """Evaluate if due at this step (AReaL's signature; ``step`` is the step within the epoch)."""
+        """Evaluate if due at this step (AReaL's signature; ``step`` is the step within the epoch).
+
+        In a process group every rank must call this at every step (it is a collective): see the class
+        docstring.  All ranks then return the same result (or None) at the same steps.
+        """
         if type(global_step) is not int:
             global_step = check_step("global_step", global_step)
         if type(step) is not int:
@@ -201,6 +301,8 @@ class AdaptiveEvaluator:
         if global_step == self._last_call_step:  # called again in the same step: counted once
             return None
         self._last_call_step = global_step
+        if self._distributed:
+            return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         if reason is None:
@@ -212,22 +314,93 @@ class AdaptiveEvaluator:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         return self._decide_and_run(evaluate_fn, reason, epoch, global_step)
 
+    def _evaluate_in_group(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
+        """``evaluate`` in a process group: every branch before a collective is on values all ranks hold."""
+        spe = self.steps_per_epoch
+        # This rank's own view first: its elapsed time (never behind the group's) and whether anything is due.
+        self._now = max(self._now, self.clock() - self._start)
+        reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
+        final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
+        mine = self._unsynced
+        maybe_due = reason is not None or self._alarm_pending or final
+        # The one collective of a step with nothing due.
+        new_alarms, due, self._now = self.dist.all_reduce_max([1.0 if mine else 0.0, 1.0 if maybe_due else 0.0,
+                                                               self._now])
+        if new_alarms < 0.5 and due < 0.5:
+            return None
+        if new_alarms >= 0.5:
+            # Every rank feeds every rank's new alarms, in rank order, to its policies: their state stays equal.
+            self._unsynced = []
+            per_rank = self.dist.gather_objects([(_alarm_to_wire(a), s) for a, s in mine])
+            for r, alarms in enumerate(per_rank):
+                for wire, s in alarms:
+                    self._on_alarm(_alarm_from_wire(wire), s, rank=r)
+        reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
+        if reason is None:
+            if not self._alarm_pending and final:
+                reason = "trigger:final"
+        elif reason in _SCHEDULED and self.trigger.scale != 1.0:
+            reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
+        decision = self.decide(reason, global_step) if reason is not None or self._alarm_pending else _NOT_DUE
+        needs_resources = (self._resources_enabled and decision.evaluate
+                           and not (decision.urgent and self.resources.alarm_bypass))
+        shortage = self.resources.shortage() if needs_resources else None
+        # Rank 0's decision and every rank's shortage, in one all-gather; every rank follows rank 0.
+        everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage))
+        agreed = everyone[0][0]
+        if agreed != decision:
+            self._divergences += 1
+            if self._divergences == 1:
+                log.warning("rank %d decided %s at step %d, rank 0 %s; following rank 0 (were the ranks given "
+                            "different steps, configs or states?)", self._rank, decision, global_step, agreed)
+        decision = agreed
+        if self._resources_enabled and decision.evaluate:
+            if decision.urgent and self.resources.alarm_bypass:
+                verdict = self.resources.decide(global_step, urgent=True)  # reads no monitor
+            else:
+                short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
+                verdict = self.resources.decide_with(global_step, short)
+            decision = self._gate(decision, verdict)
+        return self._act(evaluate_fn, decision, reason, epoch, global_step)
+
     def before_train(self, evaluate_fn: Callable, global_step: int = 0) -> EvalResult | None:
         """Evaluate the initial weights before ``global_step`` is trained, if ``trigger.eval_before_train``."""
         global_step = check_step("global_step", global_step)
-        if not self.trigger._initial_pending:
+        if self._distributed:
+            self._now = max(self._now, self.clock() - self._start)
+            pending, self._now = self.dist.all_reduce_max([1.0 if self.trigger._initial_pending else 0.0,
+                                                           self._now])
+            if pending < 0.5:
+                return None
+        elif not self.trigger._initial_pending:
             return None
         return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
                          global_step)
 
     def decide(self, reason: str | None, global_step: int) -> Decision:
-        """The decision for this step given the base trigger's ``reason`` (None: not due), without running."""
+        """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
+        running (and without the resource check)."""
         ctx = self._ctx(global_step)
         decision = Decision(reason is not None, self._evaluation["sample_size"], reason or "")
         return self.policies.propose(decision, ctx)
 
+    @staticmethod
+    def _gate(decision: Decision, verdict: tuple[bool, str]) -> Decision:
+        """Apply the resource scheduler's verdict ``(may run, why)`` to an evaluating decision."""
+        ok, why = verdict
+        if not ok:
+            return Decision(False, decision.sample_size, why, decision.urgent)
+        if why == "resources:forced":
+            return Decision(True, decision.sample_size, why, decision.urgent)
+        return decision  # allowed (an urgent bypass keeps the alarm's reason)
+
     def _decide_and_run(self, evaluate_fn, reason, epoch, global_step) -> EvalResult | None:
         decision = self.decide(reason, global_step)
+        if self._resources_enabled and decision.evaluate:
+            decision = self._gate(decision, self.resources.decide(global_step, decision.urgent))
+        return self._act(evaluate_fn, decision, reason, epoch, global_step)
+
+    def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step) -> EvalResult | None:
         self.last_decision = decision
         if not decision.evaluate:
             if decision.reason:
@@ -241,15 +414,31 @@ class AdaptiveEvaluator:
 
     def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
         ev = self._evaluation
-        rank, world = _rank_world(None)
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
-                              reason=decision.reason, rank=rank, world_size=world)
+                              reason=decision.reason, rank=self._rank, world_size=self._world)
+        # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
+        # import torch before the clock starts, so the first evaluation is not billed seconds for it.
+        import torch  # noqa: F401
+
         start = self.clock()
-        result, error = run_evaluation(
+        outcome = run_evaluation_outcome(
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
             on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
+            dist_context=self.dist, precision=ev["precision"],
+            rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
         )
-        seconds = self.clock() - start
+        self.last_outcome = outcome
+        result, error = outcome.result, outcome.error
+        if self._distributed:
+            # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
+            # failure, which every rank saw, one more all-reduce finds them).
+            if result is not None:
+                seconds = result.seconds
+            else:
+                seconds = self.dist.all_reduce_max([self.clock() - start])[0]
+            self._now += seconds
+        else:
+            seconds = self.clock() - start
         self.trigger.fired()
         self._last_eval_step = global_step
         self._eval_seconds += seconds
@@ -258,15 +447,17 @@ class AdaptiveEvaluator:
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
                         "error": f"{type(error).__name__}: {error}"})
             # The policies see an evaluation without metrics: alarms are consumed, nothing is learned.
-            outcome = EvalResult(step=global_step, sample_size=decision.sample_size, reason=decision.reason,
-                                 seconds=seconds, epoch=epoch)
+            outcome_result = EvalResult(step=global_step, sample_size=decision.sample_size,
+                                        reason=decision.reason, seconds=seconds, epoch=epoch)
         else:
-            outcome = result
+            outcome_result = result
             self.history.append(result)
             for name, summary in result.metrics.items():
                 self._update_eval_detectors(name, summary.mean, global_step)
+            for found in outcome.discrepancies:  # identical on every rank, like the result
+                self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
         self._alarm_pending = False
-        self.policies.on_eval(outcome, self._ctx(global_step))
+        self.policies.on_eval(outcome_result, self._ctx(global_step))
         self.trigger.scale = self.policies.scale()
         if result is not None:
             self._emit({"kind": "eval", "step": global_step, "result": result})
@@ -295,13 +486,13 @@ class AdaptiveEvaluator:
 
     @property
     def eval_fraction(self) -> float:
-        elapsed = self.clock() - self._start
+        elapsed = self._elapsed()
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
     def summary(self) -> dict:
         """Counts of what happened so far (plain values)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
-                "eval_seconds": self._eval_seconds, "elapsed_seconds": self.clock() - self._start,
+                "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
@@ -337,7 +528,7 @@ class AdaptiveEvaluator:
             "policies": self.policies.state_dict(),
             "detectors": {k: [d.state_dict() for d in v] for k, v in self._detectors.items()},
             "eval_detectors": {k: [d.state_dict() for d in v] for k, v in self._eval_detectors.items()},
-            "elapsed": self.clock() - self._start,
+            "elapsed": self._elapsed(),
             "eval_seconds": self._eval_seconds,
             "eval_errors": self._eval_errors,
             "deferrals": self._deferrals,
@@ -347,6 +538,8 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "history": [r.state() for r in self.history],
+            "resources": self.resources.state_dict(),
+            "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
         }
 
     def load_state_dict(self, sd: Mapping) -> None:
@@ -355,6 +548,9 @@ class AdaptiveEvaluator:
         if not isinstance(sd, Mapping) or "trigger" not in sd:
             raise ValueError("not an AdaptiveEvaluator state_dict (no 'trigger' key)")
         self._reset()
+        elapsed = float(sd.get("elapsed", 0.0))
+        self._start = self.clock() - elapsed
+        self._now = elapsed  # in a group: the group's time (the trigger reads it)
         self.trigger.load_state_dict(sd["trigger"])
         self.policies.load_state_dict(sd.get("policies", {}))
         self.trigger.scale = self.policies.scale()
@@ -368,7 +564,6 @@ class AdaptiveEvaluator:
                                      f"the config {len(dets)}")
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
-        self._start = self.clock() - float(sd.get("elapsed", 0.0))
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -378,6 +573,8 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
+        self.resources.load_state_dict(sd.get("resources", {}))
+        self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
 
     def close(self) -> None:
         """Flush and close the logger."""

@@ -1,0 +1,127 @@
+"""The AdaptiveEvaluator with the resource-aware scheduler, in one process, driven by a scripted monitor."""
+
+import json
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from adaptive_eval import AdaptiveEvaluator
+from adaptive_eval.loggers import MetricLogger
+from adaptive_eval.scheduler import FakeResourceMonitor, ResourceMonitor
+from conftest import FakeClock
+
+LOW = {"accelerator_free_gb": 1.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
+OK = {"accelerator_free_gb": 60.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
+SHORT = "resources:deferred (accelerator free 1.00 GB < 4.00 GB)"
+
+
+def cfg(max_deferral_steps=5, alarm_bypass=True, enabled=True, **sections):
+    """Step trigger every 10 steps, no policy but the alarm policy (so the steps are easy to predict)."""
+    base = {
+        "trigger": {"freq_epochs": None, "freq_steps": 10, "freq_secs": None, "eval_before_train": False},
+        "evaluation": {"sample_size": None},
+        "streams": {"default": [{"type": "nonfinite"}], "watch": {}, "ignore": [], "eval": []},
+        "policy": {"alarm": {"enabled": True, "cooldown_steps": 20, "urgent_detectors": ["nonfinite"]},
+                   "interval": {"enabled": False}, "sample_size": {"enabled": False},
+                   "budget": {"enabled": False}, "peak": {"enabled": False}},
+        "resources": {"enabled": enabled, "min_free_accelerator_gb": 4.0, "max_deferral_steps": max_deferral_steps,
+                      "alarm_bypass": alarm_bypass},
+    }
+    return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(sections))
+
+
+class Recorder(MetricLogger):
+    def __init__(self):
+        self.scalars, self.texts = [], []
+
+    def log(self, step, scalars):
+        self.scalars.append((step, dict(scalars)))
+
+    def text(self, step, tag, text):
+        self.texts.append((step, tag, text))
+
+
+def run(ev, steps, *, start=0, nan_at=(), clock=None):
+    """Observe a loss stream (NaN at ``nan_at``) and evaluate every step; return {step: reason} of evals."""
+    done = {}
+    for g in range(start, steps):
+        if clock is not None:
+            clock.advance(1.0)
+        ev.observe({"loss": math.nan if g in nan_at else 1.0}, g)
+        r = ev.evaluate(lambda req: {"acc": [1.0] * len(req.indices(20))}, 0, g, g)
+        if r is not None:
+            done[g] = r.reason
+    return done
+
+
+def test_short_machine_defers_then_forces_and_reads_the_monitor_only_when_due():
+    monitor = FakeResourceMonitor([LOW])
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=monitor)
+    deferred = []
+    ev.add_listener(lambda e: e["kind"] == "deferred" and deferred.append((e["step"], e["reason"])))
+    done = run(ev, 40)
+    assert done == {14: "resources:forced", 29: "resources:forced"}
+    assert deferred == [(g, SHORT) for g in (9, 10, 11, 12, 13, 24, 25, 26, 27, 28, 39)]
+    assert monitor.calls == len(deferred) + len(done)  # never at a step with nothing due
+    assert ev.summary()["deferrals"] == len(deferred)
+    assert ev.resources.forced == 2 and ev.resources.deferrals == len(deferred)
+    assert ev.last_decision.reason == SHORT and not ev.last_decision
+
+
+def test_evaluation_runs_with_its_own_reason_once_the_machine_recovers():
+    monitor = FakeResourceMonitor([LOW, LOW, OK])
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=monitor)
+    assert run(ev, 25) == {11: "trigger:steps", 21: "trigger:steps"}
+    assert ev.resources.deferred_since is None and ev.resources.forced == 0
+
+
+@pytest.mark.parametrize("alarm_bypass,expected", [
+    (True, {14: "resources:forced", 17: "alarm:loss:nonfinite"}),  # the urgent alarm runs at once
+    (False, {14: "resources:forced", 22: "resources:forced"}),  # ... or waits (5 steps) like the rest
+])
+def test_urgent_alarm_bypasses_the_shortage_when_configured(alarm_bypass, expected):
+    ev = AdaptiveEvaluator.from_config(cfg(alarm_bypass=alarm_bypass), resource_monitor=FakeResourceMonitor([LOW]))
+    assert run(ev, 30, nan_at=(17,)) == expected
+
+
+def test_max_deferral_steps_zero_never_defers():
+    ev = AdaptiveEvaluator.from_config(cfg(max_deferral_steps=0), resource_monitor=FakeResourceMonitor([LOW]))
+    assert run(ev, 20) == {9: "resources:forced", 19: "resources:forced"}
+
+
+def test_disabled_scheduler_never_reads_the_monitor():
+    monitor = FakeResourceMonitor([LOW])
+    ev = AdaptiveEvaluator.from_config(cfg(enabled=False), resource_monitor=monitor)
+    assert run(ev, 20) == {9: "trigger:steps", 19: "trigger:steps"}
+    assert monitor.calls == 0
+    # The default: no monitor is built at all when the scheduler is off ...
+    assert AdaptiveEvaluator.from_config(cfg(enabled=False)).resources._monitor is None
+    # ... and this machine's own when it is on.
+    assert isinstance(AdaptiveEvaluator.from_config(cfg()).resources.monitor, ResourceMonitor)
+
+
+def test_deferrals_are_logged_and_a_resumed_run_continues_the_same_deferral():
+    logger = Recorder()
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]), logger=logger)
+    assert run(ev, 12) == {}
+    assert (9, "decisions", f"deferred: {SHORT} (was trigger:steps)") in logger.texts
+    assert (9, {"controller/deferred": 1.0}) in logger.scalars
+    state = json.loads(json.dumps(ev.state_dict()))
+    assert state["resources"]["deferred_since"] == 9
+    whole = run(ev, 40, start=12)
+    resumed = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
+    resumed.load_state_dict(state)
+    assert run(resumed, 40, start=12) == whole == {14: "resources:forced", 29: "resources:forced"}
+    assert resumed.resources.state_dict() == ev.resources.state_dict()
+
+
+def test_old_state_without_resources_still_loads():
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
+    run(ev, 11)
+    state = ev.state_dict()
+    del state["resources"], state["unshared_alarms"]
+    fresh = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
+    fresh.load_state_dict(state)
+    assert fresh.resources.deferred_since is None
+    assert run(fresh, 20, start=11) == {16: "resources:forced"}  # the deferral restarts at step 11
