@@ -74,12 +74,12 @@ class BOCPD(Detector):
     >>> import random
     >>> rng = random.Random(11)
     >>> det = BOCPD(arl0=1000, stream="eval/acc")
-    >>> values = [rng.gauss(0.40, 0.02) for _ in range(200)] + [rng.gauss(0.34, 0.02) for _ in range(50)]
+    >>> values = [rng.gauss(0.40, 0.02) for _ in range(200)] + [rng.gauss(0.37, 0.02) for _ in range(50)]
     >>> for step, x in enumerate(values):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    205 down 200
+    202 down 200
     """
 
     name = "bocpd"

@@ -346,6 +346,10 @@ def write_table(path: str | os.PathLike | None = None, only: str | None = None) 
               f"{time.perf_counter() - t0:7.1f} s", flush=True)
     table = _read_table_file(path)  # read late: another process may have written other entries meanwhile
     table.update(fresh)
+    _write_table_file(path, table)
+
+
+def _write_table_file(path: pathlib.Path, table: dict) -> None:
     lines = ['"""Shipped calibration curves for the default detector settings (generated; do not edit).',
              "",
              "Regenerate with ``python -m adaptive_eval.detectors._calibration [DETECTOR]``.  Each entry maps a",

@@ -15,6 +15,7 @@ from adaptive_eval.detectors._base import (
     check_int,
     resolve_threshold,
     screened_moments,
+    t_to_z,
 )
 
 __all__ = ["CUSUM"]
@@ -116,7 +117,7 @@ class CUSUM(Detector):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    312 down 301
+    320 down 299
     """
 
     name = "cusum"
@@ -295,8 +296,7 @@ class CUSUM(Detector):
         # not bunch up right after (re-)arming.
         n = self._n
         t = (value - self._level) * self._inv / math.sqrt(1.0 + 1.0 / n)
-        nu = max(n - 1, 2)
-        z = t * (1.0 - 0.25 / nu) / math.sqrt(1.0 + t * t / (2.0 * nu))  # t -> normal (Fisher's approximation)
+        z = t_to_z(t, max(n - 1, 2))
         c = self._clip
         z = c if z > c else (-c if z < -c else z)
         sums = self._sums

@@ -9,9 +9,11 @@ calibrate to ``arl0``, and carry river's internal state in ``state_dict`` as pla
 from __future__ import annotations
 
 import base64
+import collections
 import functools
 import math
 import warnings
+import zlib
 
 import numpy as np
 from river import drift as river_drift
@@ -20,17 +22,23 @@ from adaptive_eval.detectors._base import (
     _DIRECTIONS,
     Alarm,
     Detector,
+    best_split,
     check_choice,
     check_float,
     check_in_control,
     check_int,
     resolve_threshold,
     screened_moments,
+    t_to_z,
 )
 
 __all__ = ["ADWIN", "KSWIN", "PageHinkley"]
 
 _INF = math.inf
+_ADWIN_LOCATION_WINDOW = 1024
+# Page-Hinkley's scale learns from a value only while the test statistic stays below this (a constant, so the
+# in-control path does not depend on the threshold, as calibration requires).
+_FREEZE = 3.0
 
 
 def _num(v: float) -> float | None:
@@ -46,7 +54,10 @@ class PageHinkley(Detector):
     it alarms when ``m_T - min(m)`` (increase) or ``max(m') - m'_T`` (decrease) exceeds ``threshold``.  Here the
     first ``min_instances`` values also fix a scale (screened sd, see ``cusum``) so that ``delta`` and
     ``threshold`` are in standard deviations whatever the stream's units (``standardize=False`` feeds raw
-    values, river-style).  The running mean makes it self-starting: no level has to be estimated up front.
+    values, river-style).  As for ``cusum``, the level and scale keep improving over the next values, up to
+    ``reference`` in all, while the test statistic stays below 3, with the self-starting (Student-t to
+    normal) correction meanwhile: a scale fixed from 30 values alone makes false alarms bunch up early on
+    some runs and almost never come on others.  The running mean makes it self-starting: no level has to be estimated up front.
     The alarm's ``location`` is the step after the extreme of the cumulative sum (where the excursion began).
     After an alarm the detector re-arms from scratch (river resets; the scale is estimated again).
 
@@ -63,9 +74,14 @@ class PageHinkley(Detector):
     arl0
         In-control average run length to calibrate ``threshold`` for.
     alpha
-        river's forgetting factor for the cumulative sums (1: no forgetting).
+        river's forgetting factor for the cumulative sums.  river's default 0.9999 bounds the sums near
+        ``-delta / (1 - alpha)`` after about ``1 / (1 - alpha)`` values, after which the test loses its drift
+        and false alarms come at a rate no threshold calibrated on shorter runs foresees; the default here
+        is 1 (no forgetting, the classical test).
     min_instances
         Values before the first possible alarm (and that estimate the scale).
+    reference
+        With ``standardize``, the scale is refined until this many values have been seen.
     mode
         ``"both"``, ``"up"`` or ``"down"``.
     standardize
@@ -77,7 +93,7 @@ class PageHinkley(Detector):
 
     Examples
     --------
-    >>> import warnings
+    >>> import random
     >>> rng = random.Random(5)
     >>> det = PageHinkley(arl0=1000, stream="train/loss")
     >>> values = [rng.gauss(2.0, 0.1) for _ in range(300)] + [rng.gauss(2.15, 0.1) for _ in range(100)]
@@ -85,25 +101,27 @@ class PageHinkley(Detector):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    313 up 300
+    308 up 300
     """
 
     name = "page_hinkley"
     _threshold_param = "threshold"
-    _state = ("_warm", "_level", "_inv", "_inc_from", "_dec_from", "_inc_new", "_dec_new")
+    _state = ("_warm", "_level", "_scale", "_n", "_m2", "_learning", "_inc_from", "_dec_from", "_inc_new",
+              "_dec_new")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
 
     def __init__(self, delta: float = 0.5, threshold: float | None = None, arl0: float | None = None,
-                 alpha: float = 1 - 0.0001, min_instances: int = 30, mode: str = "both", standardize: bool = True,
-                 in_control=None, block_size: int | None = None, stream: str = ""):
+                 alpha: float = 1.0, min_instances: int = 30, reference: int = 500, mode: str = "both",
+                 standardize: bool = True, in_control=None, block_size: int | None = None, stream: str = ""):
         owner = self.name
         self.delta = check_float(owner, "delta", delta, 0.0, 1e6)
         self.threshold = threshold
         self.arl0 = arl0
         self.alpha = check_float(owner, "alpha", alpha, 0.0, 1.0, lo_open=True)
         self.min_instances = check_int(owner, "min_instances", min_instances, 3, 1_000_000)
+        self.reference = check_int(owner, "reference", reference, self.min_instances, 100_000_000)
         self.mode = check_choice(owner, "mode", mode, _DIRECTIONS)
         if not isinstance(standardize, bool):
             raise ValueError(f"{owner}: standardize must be true or false, got {standardize!r}")
@@ -124,8 +142,8 @@ class PageHinkley(Detector):
         return [{}, {"mode": "up"}, {"mode": "down"}]
 
     def _calibration_params(self) -> dict:
-        return {"delta": self.delta, "alpha": self.alpha, "min_instances": self.min_instances, "mode": self.mode,
-                "standardize": self.standardize}
+        return {"delta": self.delta, "alpha": self.alpha, "min_instances": self.min_instances,
+                "reference": self.reference, "mode": self.mode, "standardize": self.standardize}
 
     def _disable_alarms(self) -> None:
         self.threshold_ = _INF
@@ -139,7 +157,11 @@ class PageHinkley(Detector):
         self._ph = self._new_river()
         self._warm: list[float] | None = [] if self.standardize else None
         self._level = 0.0
+        self._scale = 1.0
         self._inv = 1.0
+        self._n = 0
+        self._m2 = 0.0
+        self._learning = False
         self._inc_from: int | None = None  # where the current excursion above the minimum began
         self._dec_from: int | None = None
         self._inc_new = True  # the last update set a new extreme: the next step starts an excursion
@@ -183,7 +205,31 @@ class PageHinkley(Detector):
             return None
         if self._warm is not None:
             return self._warm_up(value, step)
+        if self._learning:
+            return self._learn(value, step)
         return self._feed((value - self._level) * self._inv, step)
+
+    def _after_load(self) -> None:
+        self._inv = 1.0 / self._scale
+
+    def _learn(self, value: float, step: int) -> Alarm | None:
+        n = self._n
+        z = t_to_z((value - self._level) * self._inv / math.sqrt(1.0 + 1.0 / n), max(n - 1, 2))
+        alarm = self._feed(z, step)
+        if alarm is not None:
+            return alarm
+        if self._statistic() < _FREEZE:
+            n += 1
+            delta = value - self._level
+            self._level += delta / n
+            self._m2 += delta * (value - self._level)
+            self._n = n
+            scale = math.sqrt(self._m2 / (n - 1))
+            if scale > 0.0:
+                self._scale, self._inv = scale, 1.0 / scale
+            if n >= self.reference:
+                self._learning = False
+        return None
 
     def _feed(self, z: float, step: int) -> Alarm | None:
         ph = self._ph
@@ -203,8 +249,10 @@ class PageHinkley(Detector):
         warm.append(value)
         if len(warm) < self.min_instances:
             return None
-        self._level, scale, _ = screened_moments(warm)
-        self._inv = 1.0 / scale
+        self._level, self._scale, self._n = screened_moments(warm)
+        self._m2 = self._scale * self._scale * (self._n - 1)
+        self._inv = 1.0 / self._scale
+        self._learning = self._n < self.reference
         self._warm = None
         alarm = None
         for v in warm:  # river sees the warm-up values too (standardized), so it is armed at once
@@ -230,8 +278,8 @@ class ADWIN(Detector):
 
     ADWIN keeps a window of recent values (compressed into exponential buckets) and drops its older part
     when the means of the two parts differ by more than a bound that holds with confidence ``delta``.
-    The alarm's ``location`` is the start of the part that was kept (where the new regime began) and its
-    direction compares the kept part's mean with the dropped part's.  river's ADWIN re-arms by itself.
+    The alarm's ``location`` is the least-squares split of the values since the last alarm (the last 1,024
+    at most) and its direction compares the means on either side; the detector then restarts.
 
     ``clock`` is how often (in values) the cut is checked: river's default of 32 delays detection by up to
     32 steps, so the default here is 1 (about 0.5 us per update).
@@ -256,22 +304,22 @@ class ADWIN(Detector):
 
     Examples
     --------
-    >>> import warnings
+    >>> import random
     >>> rng = random.Random(2)
-    >>> det = ADWIN(delta=0.002, stream="train/reward")
+    >>> det = ADWIN(arl0=1000, stream="train/reward")
     >>> values = [rng.gauss(0.6, 0.1) for _ in range(300)] + [rng.gauss(0.3, 0.1) for _ in range(100)]
     >>> for step, x in enumerate(values):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    306 down 298
+    310 down 300
     """
 
     name = "adwin"
     _threshold_param = "delta"
     _calibration_method = "bisection"
     _stat_range = (0.0, 30.0)  # -log(delta): delta from 1 down to 1e-13
-    _state = ("_n", "_total")
+    _state = ("_n", "_recent", "_recent_steps")
     _default_arl0 = 5000.0
     _dummy_threshold = 0.002
     _table_max_arl = 20000.0
@@ -312,8 +360,10 @@ class ADWIN(Detector):
 
     def _reset(self) -> None:
         self._adwin = self._new_river()
-        self._n = 0  # values since the last alarm, and their sum (ADWIN's window is their recent part)
-        self._total = 0.0
+        self._n = 0  # values since the last alarm
+        # The recent values, to estimate where the change happened when ADWIN cuts its window.
+        self._recent: collections.deque = collections.deque(maxlen=_ADWIN_LOCATION_WINDOW)
+        self._recent_steps: collections.deque = collections.deque(maxlen=_ADWIN_LOCATION_WINDOW)
 
     def state_dict(self) -> dict:
         sd = super().state_dict()
@@ -338,25 +388,25 @@ class ADWIN(Detector):
         adwin = self._adwin
         adwin.update(value)
         self._n += 1
-        self._total += value
+        self._recent.append(value)
+        self._recent_steps.append(step)
         if adwin.drift_detected:
             return self._alarm(step)
         return None
 
     def _alarm(self, step: int) -> Alarm:
-        helper = self._adwin._helper
-        width = helper.get_width()
-        kept_mean = helper.get_total() / width if width else 0.0
-        dropped = self._n - width
-        old_mean = (self._total - helper.get_total()) / dropped if dropped > 0 else kept_mean
-        direction = "up" if kept_mean > old_mean else "down"
-        location = step - int(width) + 1
-        # river resets its ADWIN on the next update; our own counters restart from the kept window.
-        self._n, self._total = 0, 0.0
-        self._adwin._drift_detected = False
+        m = min(self._n, len(self._recent))
+        values = list(self._recent)[-m:]
+        cut = best_split(values)
+        before, after = values[:cut], values[cut:]
+        old_mean, new_mean = sum(before) / len(before), sum(after) / len(after)
+        direction = "up" if new_mean > old_mean else "down"
+        location = list(self._recent_steps)[-m:][cut]
+        # river resets its ADWIN on the next update anyway; do it now so the state is plain.
+        self._n = 0
         self._adwin._reset()
         return Alarm(step, self.name, self.stream, direction, location,
-                     f"{self.stream or 'stream'}: mean {direction} from {old_mean:.6g} to {kept_mean:.6g} "
+                     f"{self.stream or 'stream'}: mean {direction} from {old_mean:.6g} to {new_mean:.6g} "
                      f"(ADWIN, delta {self.delta_:.3g}), change near step {location}")
 
 
@@ -405,15 +455,15 @@ class KSWIN(Detector):
 
     Examples
     --------
-    >>> import warnings
+    >>> import random
     >>> rng = random.Random(4)
     >>> det = KSWIN(arl0=1000, stream="eval/acc")
-    >>> values = [rng.gauss(0.0, 1.0) for _ in range(200)] + [rng.gauss(0.0, 3.0) for _ in range(100)]
+    >>> values = [rng.gauss(0.0, 1.0) for _ in range(200)] + [rng.gauss(1.0, 3.0) for _ in range(100)]
     >>> for step, x in enumerate(values):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    218 None 189
+    231 None 202
     """
 
     name = "kswin"
@@ -510,7 +560,7 @@ class KSWIN(Detector):
         pvals = np.array(_ks_pvalues(r))
         k_min = math.floor(0.1 * r + 1e-9) + 1
         stat_of_k = np.where(np.arange(r + 1) >= k_min, -np.log(np.maximum(pvals, 1e-300)), 0.0)
-        rng = np.random.Generator(np.random.PCG64([params["seed"], n]))
+        rng = np.random.Generator(np.random.PCG64([params["seed"], zlib.crc32(values[:16].tobytes())]))
         windows = np.lib.stride_tricks.sliding_window_view(values, w)  # row i ends at value i + w - 1
         for lo in range(0, len(windows), 4096):
             win = windows[lo:lo + 4096]

@@ -11,6 +11,7 @@ import numpy as np
 from adaptive_eval.detectors._base import (
     Alarm,
     Detector,
+    best_split,
     check_choice,
     check_float,
     check_in_control,
@@ -52,9 +53,9 @@ class WindowTest(Detector):
     * ``method="cusum_ols"``: statsmodels' CUSUM test of parameter stability
       (``breaks_cusumolsresid``) on the residuals of a constant-mean fit over the whole trailing window.
 
-    The alarm's ``location`` is the split (first step of the newer half; for ``cusum_ols``, the step after the
-    largest excursion of the cumulative residuals) and its direction the sign of the change in median.  After
-    an alarm the older half is dropped, so the newer half becomes the reference for the next test.
+    The alarm's ``location`` is the least-squares split of the window (the step where one change in mean
+    fits best) and its direction the sign of the change in median across it.  After an alarm the values
+    before the location are dropped, so the new regime becomes the reference for the next test.
 
     As a second stage, call :meth:`test` with the step of a suspected change (a first-stage alarm's
     ``location``) to get the p-value of the values before against the values after it.
@@ -90,8 +91,8 @@ class WindowTest(Detector):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    329 down 280
-    >>> det = WindowTest(alpha=0.01)
+    319 down 289
+    >>> det = WindowTest(alpha=1e-12)
     >>> for step, x in enumerate(values[200:330], start=200):
     ...     _ = det.update(x, step)
     >>> det.test(300) < 1e-3
@@ -181,18 +182,13 @@ class WindowTest(Detector):
         return _pvalue(self.method, values[:cut], values[cut:])
 
     def _alarm(self, step: int, values: np.ndarray, p: float) -> Alarm:
-        w = self.window
         steps = list(self._steps)
-        cut = w
-        if self.method == "cusum_ols":
-            excursion = np.abs(np.cumsum(values - values.mean()))
-            cut = int(np.argmax(excursion[:-1])) + 1
+        cut = best_split(values)  # the test says something changed; least squares says where
         before, after = values[:cut], values[cut:]
         direction = "up" if np.median(after) > np.median(before) else "down"
         location = steps[cut]
-        # The newer half becomes the reference for the next test.
-        keep = max(len(values) - cut, w) if self.method != "cusum_ols" else len(values) - cut
-        kept_v, kept_s = list(self._values)[-keep:], steps[-keep:]
+        # The values after the change become the reference for the next test.
+        kept_v, kept_s = list(self._values)[cut:], steps[cut:]
         self._reset()
         self._values.extend(kept_v)
         self._steps.extend(kept_s)

@@ -1,0 +1,328 @@
+"""The detector contract, run over every registered detector, and table-driven parameter checks."""
+
+import json
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from adaptive_eval.detectors import Alarm, Detector, available, make_detector, parameters
+
+ALL = available()
+THRESHOLDED = [name for name in ALL if name != "nonfinite"]
+CHECKPOINT = 450
+
+
+def stream(seed=0):
+    """Random data with something for every detector: level shifts, spikes, a change of spread, NaN and inf."""
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([rng.normal(0, 1, 300), rng.normal(4, 1, 300), rng.normal(0, 3, 300)]).tolist()
+    for i in (150, 450, 750):
+        x[i] += 15.0
+    x[200] = math.nan
+    x[600] = math.inf
+    x[700] = -math.inf
+    return x
+
+
+def run(det, values, start=0):
+    return [a for step, v in enumerate(values[start:], start) if (a := det.update(v, step)) is not None]
+
+
+def test_registry_names():
+    assert ALL == ["cusum", "page_hinkley", "adwin", "kswin", "bocpd", "spike", "nonfinite", "window_test"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_build_from_spec_and_update_on_random_data(name):
+    det = make_detector({"type": name}, stream="train/x")
+    assert isinstance(det, Detector) and det.name == name and det.stream == "train/x"
+    alarms = run(det, stream())
+    assert alarms, f"{name} raised no alarm on data with level shifts, spikes and non-finite values"
+    for a in alarms:
+        assert isinstance(a, Alarm) and a.detector == name and a.stream == "train/x"
+        assert a.direction in ("up", "down", None)
+        assert a.location is None or (isinstance(a.location, int) and a.location <= a.step)
+        assert isinstance(a.message, str) and a.message
+    if name == "nonfinite":
+        assert [a.step for a in alarms] == [200, 600, 700]
+        assert all(a.direction is None for a in alarms)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_alarm_is_a_frozen_value(name):
+    alarm = Alarm(step=3, detector=name, stream="s", direction=None, location=None, message="m")
+    with pytest.raises(AttributeError):
+        alarm.step = 4
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_state_dict_round_trip_mid_stream_gives_the_same_later_alarms(name):
+    spec = {"type": name}
+    values = stream(1)
+    uninterrupted = run(make_detector(spec, stream="s"), values)
+    later = [a for a in uninterrupted if a.step >= CHECKPOINT]
+    assert later, f"{name}: the test data should raise alarms after the checkpoint"
+
+    first = make_detector(spec, stream="s")
+    run(first, values[:CHECKPOINT])
+    sd = json.loads(json.dumps(first.state_dict()))  # plain JSON values only
+    assert sd["type"] == name
+    resumed = make_detector(spec, stream="s")
+    resumed.load_state_dict(sd)
+    assert run(resumed, values, CHECKPOINT) == later
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_pickling_mid_stream_keeps_going(name):
+    spec = {"type": name}
+    values = stream(2)
+    reference = make_detector(spec, stream="s")
+    expected = run(reference, values)
+    det = make_detector(spec, stream="s")
+    run(det, values[:CHECKPOINT])
+    clone = pickle.loads(pickle.dumps(det))
+    assert run(clone, values, CHECKPOINT) == [a for a in expected if a.step >= CHECKPOINT]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_reset_forgets_everything(name):
+    det = make_detector({"type": name})
+    fresh = json.dumps(det.state_dict())
+    run(det, stream()[:400])
+    det.reset()
+    assert json.dumps(det.state_dict()) == fresh
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, np.float32("nan"), np.array([np.inf])])
+def test_nonfinite_values_never_raise_and_leave_others_unchanged(name, bad):
+    det = make_detector({"type": name}, stream="s")
+    run(det, stream()[:180])
+    before = json.dumps(det.state_dict())
+    alarm = det.update(bad, 999)
+    if name == "nonfinite":
+        assert alarm is not None and alarm.step == 999 and alarm.direction is None
+    else:
+        assert alarm is None
+        assert json.dumps(det.state_dict()) == before
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("bad", ["1.0", None, b"x", True, [1.0, 2.0], np.array([1.0, 2.0]), 1 + 2j, object()])
+def test_non_numeric_input_raises_type_error_naming_the_stream(name, bad):
+    det = make_detector({"type": name}, stream="train/reward")
+    with pytest.raises(TypeError, match="train/reward"):
+        det.update(bad, 0)
+
+
+def test_multi_element_tensor_raises_and_one_element_tensor_is_its_value():
+    torch = pytest.importorskip("torch")
+    values = stream()[:300]
+    for name in ("cusum", "spike", "nonfinite"):
+        det = make_detector({"type": name}, stream="loss")
+        with pytest.raises(TypeError, match="loss"):
+            det.update(torch.tensor([1.0, 2.0]), 0)
+        plain, other = make_detector({"type": name}), make_detector({"type": name})
+        for step, v in enumerate(values):
+            wrapped = [torch.tensor([v], dtype=torch.float64), np.array([v]), np.float64(v)][step % 3]
+            assert plain.update(v, step) == other.update(wrapped, step)
+        assert plain.state_dict() == other.state_dict()
+
+
+@pytest.mark.parametrize("value", [1, np.int64(3), np.float32(0.5), 10**400, -(10**400)])
+def test_other_real_numbers_are_accepted(value):
+    for name in ("cusum", "nonfinite", "spike"):
+        make_detector({"type": name}).update(value, 0)
+
+
+def test_omegaconf_spec():
+    from omegaconf import OmegaConf
+
+    spec = OmegaConf.create({"type": "cusum", "arl0": 2000, "k": [0.5, 1.5]})
+    det = make_detector(spec, stream="r")
+    assert det.arl0 == 2000 and det.k == (0.5, 1.5)
+
+
+def test_unknown_type_names_it_and_lists_available():
+    with pytest.raises(ValueError) as err:
+        make_detector({"type": "cusmu"})
+    assert "cusmu" in str(err.value)
+    assert all(name in str(err.value) for name in ALL)
+
+
+def test_missing_type():
+    with pytest.raises(ValueError, match="type"):
+        make_detector({"arl0": 100})
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_unknown_parameter_names_it_and_lists_valid_ones(name):
+    with pytest.raises(ValueError) as err:
+        make_detector({"type": name, "treshold": 3})
+    assert "treshold" in str(err.value)
+    assert all(p in str(err.value) for p in parameters(name))
+
+
+BAD_PARAMS = [
+    ("cusum", {"arl0": 1}, "arl0"),
+    ("cusum", {"arl0": 0.5}, "arl0"),
+    ("cusum", {"arl0": -100}, "arl0"),
+    ("cusum", {"arl0": math.inf}, "arl0"),
+    ("cusum", {"arl0": "1000"}, "arl0"),
+    ("cusum", {"threshold": 5.0, "arl0": 1000}, "threshold or arl0"),
+    ("cusum", {"threshold": -1.0}, "threshold"),
+    ("cusum", {"k": -0.5}, "k"),
+    ("cusum", {"k": []}, "k"),
+    ("cusum", {"warmup": 0}, "warmup"),
+    ("cusum", {"warmup": 10**9}, "warmup"),
+    ("cusum", {"warmup": 2.5}, "warmup"),
+    ("cusum", {"warmup": 100, "reference": 50}, "reference"),
+    ("cusum", {"direction": "sideways"}, "direction"),
+    ("cusum", {"in_control": [1.0, 2.0]}, "in_control"),
+    ("cusum", {"in_control": list(range(100)), "block_size": 0}, "block_size"),
+    ("page_hinkley", {"arl0": 1.0}, "arl0"),
+    ("page_hinkley", {"min_instances": 0}, "min_instances"),
+    ("page_hinkley", {"alpha": 1.5}, "alpha"),
+    ("page_hinkley", {"mode": "left"}, "mode"),
+    ("adwin", {"arl0": 0}, "arl0"),
+    ("adwin", {"delta": 2.0}, "delta"),
+    ("adwin", {"clock": 0}, "clock"),
+    ("kswin", {"arl0": 1}, "arl0"),
+    ("kswin", {"window_size": 10**7}, "window_size"),
+    ("kswin", {"window_size": 2}, "window_size"),
+    ("kswin", {"stat_size": 80}, "stat_size"),
+    ("kswin", {"alpha": 0.0}, "alpha"),
+    ("bocpd", {"arl0": 1}, "arl0"),
+    ("bocpd", {"max_run_length": 10**7}, "max_run_length"),
+    ("bocpd", {"max_run_length": 1}, "max_run_length"),
+    ("bocpd", {"hazard": 0.0}, "hazard"),
+    ("bocpd", {"threshold": 1.5}, "threshold"),
+    ("spike", {"arl0": 1}, "arl0"),
+    ("spike", {"window": 2}, "window"),
+    ("spike", {"window": 10**8}, "window"),
+    ("spike", {"window": 64, "min_samples": 100}, "min_samples"),
+    ("spike", {"max_ratio": 0.5}, "max_ratio"),
+    ("nonfinite", {"repeat": "yes"}, "repeat"),
+    ("window_test", {"arl0": -1}, "arl0"),
+    ("window_test", {"window": 1}, "window"),
+    ("window_test", {"window": 10**7}, "window"),
+    ("window_test", {"every": 0}, "every"),
+    ("window_test", {"method": "ttest"}, "method"),
+]
+
+
+@pytest.mark.parametrize("name,params,word", BAD_PARAMS)
+def test_bad_parameters_are_value_errors_naming_the_parameter(name, params, word):
+    with pytest.raises(ValueError, match=word):
+        make_detector({"type": name, **params})
+
+
+@pytest.mark.parametrize("name", THRESHOLDED)
+def test_every_thresholded_detector_accepts_arl0_and_a_raw_threshold(name):
+    det = make_detector({"type": name, "arl0": 2000})
+    assert det.arl0 == 2000
+    raw = det._threshold_param
+    resolved = {"threshold": getattr(det, "threshold_", None), "alpha": getattr(det, "alpha_", None),
+                "delta": getattr(det, "delta_", None)}[raw]
+    assert resolved is not None and math.isfinite(resolved)
+    same = make_detector({"type": name, raw: resolved})
+    values = stream(3)
+    assert run(same, values) == run(det, values)
+
+
+# ----------------------------------------------------------------------------- behaviour, table-driven
+# (detector spec, values as (count, mean, sd) segments drawn with seed 0) -> [(alarm step, direction, location)]
+BEHAVIOUR = [
+    ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 400)]),
+    ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, -3, 1)], [(402, "down", 400)]),
+    ({"type": "cusum", "arl0": 10000, "direction": "up"}, [(400, 0, 1), (200, -3, 1)], []),
+    ({"type": "cusum", "arl0": 10000, "k": 0.5}, [(400, 0, 1), (200, 1, 1)], [(418, "up", 400)]),
+    ({"type": "bocpd", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(403, "up", 400)]),
+    ({"type": "page_hinkley", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 399)]),
+    ({"type": "adwin", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(408, "up", 400)]),
+    ({"type": "kswin", "arl0": 10000}, [(400, 0, 1), (200, 3, 1)], [(417, None, 388)]),
+    ({"type": "window_test", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(429, "up", 400)]),
+    ({"type": "spike"}, [(400, 0, 1)], []),
+    ({"type": "spike", "arl0": 10000, "direction": "down"}, [(400, 0, 1)], []),
+]
+
+
+def segments(spec, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(m, s, n) for n, m, s in spec]).tolist()
+
+
+@pytest.mark.parametrize("spec,segs,expected", BEHAVIOUR)
+def test_behaviour_table(spec, segs, expected):
+    alarms = run(make_detector(spec), segments(segs))
+    assert [(a.step, a.direction, a.location) for a in alarms] == expected
+
+
+@pytest.mark.parametrize("name", ["cusum", "page_hinkley", "bocpd", "adwin"])
+def test_one_change_gives_one_alarm_and_the_detector_rearms_on_the_new_level(name):
+    values = segments([(400, 0, 1), (1200, 3, 1), (400, 0, 1)], seed=4)
+    alarms = run(make_detector({"type": name, "arl0": 10000}), values)
+    steps = [a.step for a in alarms]
+    assert len([s for s in steps if 400 <= s < 500]) == 1, steps
+    assert all(not 500 <= s < 1600 for s in steps), steps  # quiet on the new level
+    assert any(1600 <= s < 1700 for s in steps), steps  # and armed again for the way back
+
+
+def test_cusum_location_estimates_the_change():
+    values = segments([(500, 0, 1), (100, 1.5, 1)], seed=5)
+    (alarm,) = run(make_detector({"type": "cusum", "arl0": 5000}), values)
+    assert abs(alarm.location - 500) <= 15 and alarm.step > alarm.location
+
+
+def test_cusum_ignores_a_single_outlier_but_not_a_level_shift():
+    values = segments([(600, 0, 1)], seed=7)
+    values[550] = 40.0
+    assert run(make_detector({"type": "cusum", "arl0": 5000}), values) == []
+    assert [a.step for a in run(make_detector({"type": "spike"}), values)] == [550]
+
+
+def test_spike_does_not_take_a_spike_for_a_level_change():
+    values = segments([(300, 0, 1)], seed=7)
+    values[200] = 20.0
+    values[250] = -20.0
+    alarms = run(make_detector({"type": "spike"}), values)
+    assert [(a.step, a.direction) for a in alarms] == [(200, "up"), (250, "down")]
+
+
+def test_spike_max_ratio_rule():
+    values = [1.0 + 0.01 * (i % 7) for i in range(100)] + [30.0]
+    alarms = run(make_detector({"type": "spike", "threshold": 1e5, "max_ratio": 10}), values)
+    assert [a.step for a in alarms] == [100]
+
+
+def test_nonfinite_alarms_once_per_run_unless_repeat():
+    values = [1.0, math.nan, math.nan, math.inf, 2.0, math.nan]
+    assert [a.step for a in run(make_detector({"type": "nonfinite"}), values)] == [1, 5]
+    assert [a.step for a in run(make_detector({"type": "nonfinite", "repeat": True}), values)] == [1, 2, 3, 5]
+
+
+def test_constant_stream_then_any_sustained_change_alarms():
+    values = [0.0] * 100 + [0.125] * 5
+    alarms = run(make_detector({"type": "cusum"}), values)
+    # Clipped standardized values: one departure alone cannot alarm, two in a row do.
+    assert [(a.step, a.direction, a.location) for a in alarms] == [(101, "up", 100)]
+
+
+@pytest.mark.parametrize("method", ["mannwhitneyu", "ks", "cusum_ols"])
+def test_window_test_confirms_a_change_as_a_second_stage(method):
+    values = segments([(200, 0, 1), (60, 1.5, 1)], seed=8)
+    det = make_detector({"type": "window_test", "method": method, "alpha": 1e-12, "window": 60})
+    run(det, values)
+    assert det.test(200) < 1e-3
+    quiet = make_detector({"type": "window_test", "method": method, "alpha": 1e-12, "window": 60})
+    run(quiet, segments([(260, 0, 1)], seed=9))
+    assert quiet.test(200) > 1e-3
+
+
+def test_state_dict_reads_old_states_with_defaults():
+    det = make_detector({"type": "cusum"})
+    det.load_state_dict({"type": "cusum"})  # a state from an older version without fields: fresh state
+    with pytest.raises(ValueError, match="spike"):
+        det.load_state_dict({"type": "spike"})
