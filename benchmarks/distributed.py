@@ -12,8 +12,11 @@ Rows:
   processes (no torch.distributed).  On a shared machine this is what 2 ranks can hope for;
 * per training step with no evaluation due: microseconds and torch.distributed collectives counted
   (every collective function is wrapped with a counter) for the plain ``Evaluator`` with a step
-  trigger, with a time trigger (its one all-reduce keeps skewed clocks in agreement), and for one
-  ``DistContext.all_reduce_flags`` (what an adaptive evaluator spends per step to combine alarms);
+  trigger, with a time trigger (its one all-reduce keeps skewed clocks in agreement), for one
+  ``DistContext.all_reduce_flags``, and for the ``AdaptiveEvaluator`` (default preset, a step trigger
+  that is never due): ``evaluate`` alone, and ``observe`` of two noisy streams (the preset's detectors;
+  the alarm policy off, so that a false alarm does not make an evaluation due) plus ``evaluate``.  In a group the adaptive evaluator spends one all-reduce per step (alarm flag, due
+  flag, elapsed time); a detector alarm on any rank adds a few collectives at that step;
 * the reduction itself: one evaluation of a trivial ``evaluate_fn`` (one all-gather).
 
 With ``--backend nccl`` (one GPU per rank) the matrices live on the GPU; the speed-up then measures
@@ -115,6 +118,23 @@ def _rank_main(rank, world, init_file, out_dir, args):
     ev_time = Evaluator(_cfg(freq_secs=10**9))
     out["time trigger"] = per_step(lambda s: ev_time.evaluate(evaluate_fn, 0, s, s), args.steps)
     out["all_reduce_flags"] = per_step(lambda s: ctx.all_reduce_flags([False, s == -1]), args.steps)
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    never_due = load_config(overrides=["trigger.freq_steps=1000000000"])
+    tiny_fn = lambda req: {"x": [1.0] * len(req.indices(64))}  # noqa: E731 - runs only if an alarm fires
+    adaptive = AdaptiveEvaluator.from_config(never_due)
+    out["adaptive evaluate"] = per_step(lambda s: adaptive.evaluate(tiny_fn, 0, s, s), args.steps)
+    AdaptiveEvaluator.from_config(never_due).observe({"train/loss": 1.0}, 0)  # imports the detectors: not timed
+    adaptive = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1000000000",
+                                                                     "policy.alarm.enabled=false"]))
+    noise = torch.randn(args.steps, 2, generator=torch.Generator().manual_seed(rank)).tolist()
+
+    def observe_and_evaluate(s):
+        adaptive.observe({"train/loss": 1.0 + 0.1 * noise[s][0], "train/reward": 0.5 + 0.05 * noise[s][1]}, s)
+        adaptive.evaluate(tiny_fn, 0, s, s)
+
+    out["adaptive observe+evaluate"] = per_step(observe_and_evaluate, args.steps)
+    out["adaptive alarms"] = adaptive.summary()["alarms"]
     ev_tiny = Evaluator(_cfg(freq_steps=1))
     out["reduction"] = per_step(lambda s: ev_tiny.evaluate(lambda req: {"x": [1.0] * len(req.indices(64))},
                                                          0, s, s), max(args.steps // 10, 10))
@@ -210,8 +230,12 @@ def main(argv=None) -> None:
     for key, label in (("step trigger", "Evaluator, step trigger"),
                        ("time trigger", "Evaluator, time trigger (all-reduce)"),
                        ("all_reduce_flags", "DistContext.all_reduce_flags (alarms)"),
+                       ("adaptive evaluate", "AdaptiveEvaluator.evaluate"),
+                       ("adaptive observe+evaluate", "AdaptiveEvaluator observe(2)+evaluate"),
                        ("reduction", "one eval of a trivial fn (reduction)")):
         print(f"{label:40s} {one[key][0]:10.1f} {two[key][0]:10.1f} {two[key][1]:11.2f}")
+    print(f"(detector alarms during the observe+evaluate row: {one['adaptive alarms']} on 1 rank, "
+          f"{two['adaptive alarms']} on 2 ranks, every rank's counted)")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 Run: python benchmarks/overhead.py [--repeat N]
 
 Rows: the plain trigger's ``check`` (step trigger; step + time trigger), the AReaL drop-in
-``Evaluator.evaluate`` when no evaluation is due.  Each figure is the best of ``--repeat`` timed loops
+``Evaluator.evaluate`` when no evaluation is due, and the ``AdaptiveEvaluator`` (default preset, never
+due, no process group): ``evaluate`` alone, and ``observe`` of two streams through the preset's
+detectors plus ``evaluate`` (the alarm policy off, so that a false alarm makes nothing due).  Each figure is the best of ``--repeat`` timed loops
 (the minimum is the least noisy estimate on a shared machine); ratios compare rows of the same run.
 """
 
@@ -30,6 +32,28 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
     ev = Evaluator(cfg)
     fn = lambda: None  # noqa: E731
     out.append(("Evaluator.evaluate, not due", per_call_us(lambda: ev.evaluate(fn, 0, 5, 5), number, repeat)))
+
+    import itertools
+    import random
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    never_due = ["trigger.freq_steps=1000000000", "policy.alarm.enabled=false"]
+    adaptive = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
+    steps = itertools.count()
+    out.append(("AdaptiveEvaluator.evaluate, not due",
+                per_call_us(lambda: adaptive.evaluate(fn, 0, 0, next(steps)), number, repeat)))
+    adaptive = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
+    rng = random.Random(0)
+    noise = [{"train/loss": rng.gauss(1.0, 0.1), "train/reward": rng.gauss(0.5, 0.05)} for _ in range(4096)]
+    steps = itertools.count()
+
+    def observe_and_evaluate():
+        g = next(steps)
+        adaptive.observe(noise[g & 4095], g)
+        adaptive.evaluate(fn, 0, 0, g)
+
+    out.append(("AdaptiveEvaluator observe(2 streams)+evaluate", per_call_us(observe_and_evaluate, number, repeat)))
     return out
 
 
