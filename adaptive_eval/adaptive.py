@@ -97,8 +97,9 @@ class AdaptiveEvaluator:
     **Process groups.**  Build it after ``init_process_group``, on every rank of ``group`` (default: the
     world), and call ``observe`` and ``evaluate`` on every rank at every step.  Detectors watch each rank's
     own streams; an alarm on any rank counts on all of them, the largest elapsed time of any rank drives
-    the time trigger, and every rank takes rank 0's decision (same step, sample size, seed and reason).  Each rank evaluates its shard (``EvalRequest.indices``); the results are
-    reduced exactly, so every rank gets the same :class:`~adaptive_eval.types.EvalResult`.  An exception
+    the time trigger, and every rank takes rank 0's decision (same step, sample size, seed and reason).
+    Each rank evaluates its shard (``EvalRequest.indices``); the results are reduced exactly, so every
+    rank gets the same :class:`~adaptive_eval.types.EvalResult`.  An exception
     in ``evaluate_fn`` on any rank makes all ranks skip (or all raise, with ``on_error: raise``).  With
     ``distributed.rank_discrepancy_threshold`` a rank whose mean of a metric deviates from the others'
     raises a ``rank_discrepancy`` alarm naming it.  A step with nothing due costs one small all-reduce;

@@ -15,8 +15,9 @@ Rows:
   trigger, with a time trigger (its one all-reduce keeps skewed clocks in agreement), for one
   ``DistContext.all_reduce_flags``, and for the ``AdaptiveEvaluator`` (default preset, a step trigger
   that is never due): ``evaluate`` alone, and ``observe`` of two noisy streams (the preset's detectors;
-  the alarm policy off, so that a false alarm does not make an evaluation due) plus ``evaluate``.  In a group the adaptive evaluator spends one all-reduce per step (alarm flag, due
-  flag, elapsed time); a detector alarm on any rank adds a few collectives at that step;
+  the alarm policy off, so that a false alarm does not make an evaluation due) plus ``evaluate``.  In a
+  group the adaptive evaluator spends one all-reduce per step (alarm flag, due flag, elapsed time); a
+  detector alarm on any rank adds one all-gather (the alarms) and one more (rank 0's decision) at that step;
 * the reduction itself: one evaluation of a trivial ``evaluate_fn`` (one all-gather).
 
 With ``--backend nccl`` (one GPU per rank) the matrices live on the GPU; the speed-up then measures

@@ -5,8 +5,9 @@ Run: python benchmarks/overhead.py [--repeat N]
 Rows: the plain trigger's ``check`` (step trigger; step + time trigger), the AReaL drop-in
 ``Evaluator.evaluate`` when no evaluation is due, and the ``AdaptiveEvaluator`` (default preset, never
 due, no process group): ``evaluate`` alone, and ``observe`` of two streams through the preset's
-detectors plus ``evaluate`` (the alarm policy off, so that a false alarm makes nothing due).  Each figure is the best of ``--repeat`` timed loops
-(the minimum is the least noisy estimate on a shared machine); ratios compare rows of the same run.
+detectors plus ``evaluate`` (the alarm policy off, so that a false alarm makes nothing due).  Each
+figure is the best of ``--repeat`` timed loops (the minimum is the least noisy estimate on a shared
+machine); ratios compare rows of the same run.
 """
 
 from __future__ import annotations
