@@ -48,7 +48,7 @@ class TriggerConfig:
     """The base schedule, AReaL's ``EvaluatorConfig`` fields (null disables a trigger)."""
 
     freq_epochs: Optional[int] = None
-    freq_steps: Optional[int] = 100
+    freq_steps: Optional[int] = 10
     freq_secs: Optional[float] = None
     eval_before_train: bool = False
     eval_at_end: bool = True
@@ -92,8 +92,8 @@ class AlarmPolicyConfig:
 @dataclass
 class IntervalPolicyConfig:
     enabled: bool = True
-    min_factor: float = 0.25  # shortest interval, as a multiple of the base freq_steps / freq_secs
-    max_factor: float = 4.0  # longest interval
+    min_factor: float = 0.5  # shortest interval, as a multiple of the base freq_steps / freq_secs
+    max_factor: float = 2.5  # longest interval
     relax: float = 1.5  # the interval grows by this factor after each quiet evaluation
     tighten: float = 0.5  # and shrinks by this one after an alarm or a significant change
     significance: float = 0.05  # p-value below which two successive evals differ
@@ -102,11 +102,11 @@ class IntervalPolicyConfig:
 @dataclass
 class SampleSizePolicyConfig:
     enabled: bool = True
-    initial: int = 128
+    initial: int = 64
     min: int = 32
-    max: int = 1024
-    target_half_width: float = 0.05  # of the confidence interval, in the metric's units
-    alarm_factor: float = 2.0  # widen the sample this much after an alarm
+    max: int = 512
+    target_half_width: float = 0.1  # of the confidence interval, in the metric's units
+    alarm_factor: float = 4.0  # widen the sample this much after an alarm
 
 
 @dataclass
@@ -119,7 +119,7 @@ class BudgetPolicyConfig:
 @dataclass
 class PeakPolicyConfig:
     enabled: bool = True
-    improving_factor: float = 1.0  # cap the interval at this multiple of the base while the metric improves
+    improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
 
 
 @dataclass
@@ -162,8 +162,8 @@ class ReplayConfig:
     """The simulated clock and eval cost used by offline replay."""
 
     step_seconds: float = 10.0  # used when the trace has no time column
-    eval_fixed_seconds: float = 20.0
-    eval_seconds_per_sample: float = 0.5
+    eval_fixed_seconds: float = 5.0
+    eval_seconds_per_sample: float = 0.05
     eval_set_size: int = 500  # items in the simulated eval set
 
 
