@@ -73,7 +73,8 @@ class StreamsConfig:
     """Which detectors watch which stream.  A detector spec is a mapping with ``type`` and parameters."""
 
     # Detectors for cheap per-step streams that ``watch`` does not name.
-    default: list[dict[str, Any]] = _detectors({"type": "nonfinite"}, {"type": "cusum", "arl0": 5000})
+    default: list[dict[str, Any]] = _detectors(
+        {"type": "nonfinite"}, {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30})
     # Stream name -> its own detector list (replaces ``default`` for that stream).
     watch: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Streams fed to ``observe`` that no detector should watch (exact names).

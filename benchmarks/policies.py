@@ -11,8 +11,8 @@ score it with ``adaptive_eval.scoring``:
 * delay: per event, steps from its onset to the first evaluation of at least 32 items at or after it
   (an event never caught counts as a miss and as an infinite delay for the median);
 * caught<=25: share of events caught within 25 steps;
-* regret: true value of the best step minus the true value at the step of the best measured evaluation
-  (in the eval metric's units, mean over traces with an eval metric).
+* regret: true value of the best step minus the true value at the step of the best measured evaluation,
+  as a share of the trace's range of true values (mean over traces with an eval metric).
 
 Headline: the eval samples the fixed schedule needs for the same median delay (interpolated on the fixed
 curve), divided by the preset's.  Also printed: replay speed (steps/s, TensorBoard off).
@@ -138,7 +138,12 @@ def score(case: Case, cfg, seed: int) -> Score:
     regrets = []
     if case.metric is not None and case.truth is not None:
         metric = case.metric[len("eval/"):]
-        regrets.append(selection_regret(evals, list(case.truth), metric, higher_is_better=case.higher_is_better))
+        truth = [float(v) for v in case.truth]
+        finite = [v for v in truth if math.isfinite(v)]
+        spread = (max(finite) - min(finite)) if finite else 0.0
+        r = selection_regret(evals, truth, metric, higher_is_better=case.higher_is_better)
+        # In units of the trace's own range of true values, so that traces of different metrics average.
+        regrets.append(r / spread if spread > 0 and math.isfinite(r) else (0.0 if r == 0 else math.nan))
     return Score(samples=eval_samples(res.evals, full), steps=len(steps), delays=delays, regrets=regrets,
                  seconds=seconds)
 
@@ -209,14 +214,14 @@ def main(argv=None) -> int:
     for label, s in rows:
         missed = sum(d is None for d in s.delays)
         print(f"{label:18s} {s.per_1k:10.0f} {s.median_delay:12.1f} {caught_within(s.delays, 25):10.0%} "
-              f"{missed:6d} {s.regret:7.4f} {s.seconds:8.1f}")
+              f"{missed:6d} {s.regret:7.1%} {s.seconds:8.1f}")
 
     print("\nheadline: fixed-schedule samples at the same median delay / preset samples")
     print(f"{'preset':12s} {'fixed samples/1k':>16s} {'ratio':>7s} {'fixed regret at equal cost':>27s}")
     for name, s in presets.items():
         at_delay = interp_fixed(fixed, s.median_delay)
         ratio = at_delay / s.per_1k if s.per_1k else math.nan
-        print(f"{name:12s} {at_delay:16.0f} {ratio:6.1f}x {interp_regret_at_cost(fixed, s.per_1k):27.4f}")
+        print(f"{name:12s} {at_delay:16.0f} {ratio:6.1f}x {interp_regret_at_cost(fixed, s.per_1k):27.2%}")
 
     print("\nper-event delay of the default preset (steps; - = missed)")
     cfg = load_config("default", args.overrides)

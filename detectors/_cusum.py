@@ -98,6 +98,12 @@ class CUSUM(Detector):
         The estimates are refined until this many in-control values have been seen (>= ``warmup``).
     clip
         Standardized values are clipped to ``[-clip, clip]`` (None: no clipping).
+    adapt
+        0 (default): the reference level and scale are fixed once estimated.  A rate in (0, 0.5]: after the
+        warm-up they follow the stream as exponentially weighted estimates with this rate (an effective
+        memory of about ``1/adapt`` steps), so a slow trend or wander (a reward that keeps climbing, an
+        autocorrelated loss) is not taken for a change, while an abrupt shift still is: it moves the
+        clipped statistic by up to ``clip`` per step and the level by only ``adapt * clip`` sd.
     direction
         ``"both"``, ``"up"`` (increases only) or ``"down"``.
     in_control, block_size
@@ -122,14 +128,15 @@ class CUSUM(Detector):
 
     name = "cusum"
     _threshold_param = "threshold"
-    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_sums", "_starts")
+    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_sums", "_starts", "_floor")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
 
     def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
                  arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
-                 direction: str = "both", in_control=None, block_size: int | None = None, stream: str = ""):
+                 adapt: float = 0.0, direction: str = "both", in_control=None, block_size: int | None = None,
+                 stream: str = ""):
         owner = self.name
         if isinstance(k, (str, bytes)) or not isinstance(k, Sequence):
             k = check_float(owner, "k", k, 0.0, 10.0)
@@ -145,6 +152,8 @@ class CUSUM(Detector):
         self.warmup = check_int(owner, "warmup", warmup, 3, 1_000_000)
         self.reference = check_int(owner, "reference", reference, self.warmup, 100_000_000)
         self.clip = None if clip is None else check_float(owner, "clip", clip, 0.0, 1e6, lo_open=True)
+        self.adapt = check_float(owner, "adapt", adapt, 0.0, 0.5)
+        self._adapt = self.adapt
         self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
@@ -167,8 +176,11 @@ class CUSUM(Detector):
         return [{}, {"direction": "up"}, {"direction": "down"}, {"k": 0.5}]
 
     def _calibration_params(self) -> dict:
-        return {"k": list(self._ks), "warmup": self.warmup, "reference": self.reference, "clip": self.clip,
-                "direction": self.direction}
+        params = {"k": list(self._ks), "warmup": self.warmup, "reference": self.reference, "clip": self.clip,
+                  "direction": self.direction}
+        if self.adapt:  # only then, so the shipped curves of fixed-reference settings keep their keys
+            params["adapt"] = self.adapt
+        return params
 
     # The calibration statistic is the largest Siegmund log-ARL of the sums, so that one number orders the
     # alarms of every chart; _threshold_of turns its threshold back into the first chart's h.
@@ -204,6 +216,18 @@ class CUSUM(Detector):
         self._m2 = 0.0
         self._sums = [0.0] * len(self._sides)
         self._starts: list[int | None] = [None] * len(self._sides)
+        self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
+
+    def _track(self, z: float) -> None:
+        """Follow a slowly moving stream (``adapt``): EWMA steps of the level and of the scale (an M-estimate
+        from the clipped |z|, unbiased for normal data), so trends and slow wander are not alarmed on."""
+        a = self._adapt
+        scale = self._scale
+        self._level += a * z * scale
+        scale *= 1.0 + a * (1.2533141373155001 * (z if z >= 0.0 else -z) - 1.0)
+        if scale < self._floor:
+            scale = self._floor
+        self._scale, self._inv = scale, 1.0 / scale
 
     def _after_load(self) -> None:
         self._inv = 1.0 / self._scale
@@ -265,6 +289,8 @@ class CUSUM(Detector):
                 sums[3] = v
             elif s != 0.0:
                 sums[3] = 0.0
+            if self._adapt:
+                self._track(z)
             return None
         for i, kk, sign, h in self._plan:
             s = sums[i]
@@ -277,6 +303,8 @@ class CUSUM(Detector):
                 sums[i] = v
             elif s != 0.0:
                 sums[i] = 0.0
+        if self._adapt:
+            self._track(z)
         return None
 
     def _update_slow(self, value: float, step: int) -> Alarm | None:
@@ -288,7 +316,9 @@ class CUSUM(Detector):
                 self._m2 = self._scale * self._scale * (self._n - 1)
                 self._inv = 1.0 / self._scale
                 self._warm = None
-                self._phase = _LEARNING if self._n < self.reference else _FIXED
+                self._floor = 0.05 * self._scale if self._adapt else 0.0
+                # A tracking detector (adapt > 0) follows the stream from here instead of refining fixed estimates.
+                self._phase = _LEARNING if self._n < self.reference and not self._adapt else _FIXED
             return None
         # While learning, standardize as a self-starting CUSUM does (Hawkins 1987): the value's distance from
         # the running mean, over its predictive sd, is Student-t with n - 1 degrees of freedom; mapping it to

@@ -1,0 +1,80 @@
+"""CUSUM with ``adapt``: follows slow trends and wander, still catches abrupt shifts (the default preset's
+level detector)."""
+
+import json
+import pickle
+import random
+
+import pytest
+
+from adaptive_eval import load_config
+from adaptive_eval.detectors import make_detector
+from adaptive_eval.synthetic import make_trace
+
+SPEC = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
+
+
+def trend(n=2000, seed=0, slope=0.0006, sd=0.05, phi=0.6):
+    """A reward that climbs steadily with AR(1) noise: no event."""
+    rng = random.Random(seed)
+    e, out = 0.0, []
+    for t in range(n):
+        e = phi * e + rng.gauss(0, sd * (1 - phi * phi) ** 0.5)
+        out.append(0.2 + slope * t + e)
+    return out
+
+
+def alarms(spec, values):
+    det = make_detector(spec, stream="train/reward")
+    return [a for t, v in enumerate(values) if (a := det.update(v, t))]
+
+
+def test_a_climbing_autocorrelated_stream_is_not_a_change():
+    fixed = {**SPEC, "adapt": 0.0}
+    tracked = sum(len(alarms(SPEC, trend(seed=s))) for s in range(5))
+    frozen = sum(len(alarms(fixed, trend(seed=s))) for s in range(5))
+    assert tracked <= 3 and frozen >= 10 * max(tracked, 1)  # 10,000 updates each
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_abrupt_collapse_is_still_caught_within_a_few_steps(seed):
+    values = trend(n=1000, seed=seed)
+    values[600:] = [v - 0.4 for v in values[600:]]  # the reward collapses by ~8 sd
+    found = [a for a in alarms(SPEC, values) if a.step >= 600]
+    assert found and found[0].step - 600 <= 6 and found[0].direction == "down"
+
+
+def test_the_default_preset_watches_streams_with_it():
+    specs = [dict(s) for s in load_config().streams.default]
+    assert {"type": "nonfinite"} in specs and SPEC in specs
+
+
+def test_state_round_trip_mid_stream_and_pickle():
+    values = trend(n=800, seed=3)
+    values[500:] = [v + 0.5 for v in values[500:]]
+    full = [a.step for a in alarms(SPEC, values)]
+    det = make_detector(SPEC, stream="train/reward")
+    got = [a.step for t, v in enumerate(values[:300]) if (a := det.update(v, t))]
+    clone = make_detector(SPEC, stream="train/reward")
+    clone.load_state_dict(json.loads(json.dumps(det.state_dict())))
+    again = pickle.loads(pickle.dumps(clone))
+    got += [a.step for t, v in enumerate(values[300:], start=300) if (a := again.update(v, t))]
+    assert got == full and full
+
+
+def test_false_alarms_on_the_synthetic_suite_stay_rare():
+    n_alarms = n_updates = 0
+    for kind in ("rise_plateau", "flat", "spikes"):
+        for seed in range(3):
+            st = make_trace(kind, steps=1000, seed=seed)
+            for stream in st.trace.stream_names():
+                steps, vals = st.trace.column(stream)
+                n_alarms += len(alarms(SPEC, [float(v) for v in vals]))
+                n_updates += len(vals)
+    assert n_alarms / n_updates < 1 / 500
+
+
+@pytest.mark.parametrize("bad", [-0.1, 0.9])
+def test_adapt_out_of_range_names_the_parameter(bad):
+    with pytest.raises(ValueError, match="adapt"):
+        make_detector({**SPEC, "adapt": bad})
