@@ -137,6 +137,8 @@ class AdaptiveEvaluator:
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
+        self._recorder = None  # see record_to()
+        self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
             initial_epoch_value=trig.eval_before_train,
@@ -246,8 +248,43 @@ class AdaptiveEvaluator:
                         self._unsynced.append((alarm, global_step))
                     else:
                         self._on_alarm(alarm, global_step)
+        if self._outputs:
+            self._write_streams(metrics, global_step)
+
+    def _write_streams(self, metrics: Mapping, step: int) -> None:
+        values = {k: _as_float(k, v) for k, v in metrics.items()}
         if self._log_streams:
-            self.logger.log(global_step, {f"streams/{k}": _as_float(k, v) for k, v in metrics.items()})
+            self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
+        if self._recorder is not None:
+            self._recorder.record(step, values, time=self.clock() - self._start)
+
+    def record_to(self, path, *, fsync: bool = False):
+        """Record what this evaluator observes and measures as a replayable trace (CSV or JSONL by suffix).
+
+        Each ``observe`` appends the step's metrics; each evaluation appends ``eval/<metric>`` (the measured
+        mean) and, for metrics that are not proportions, ``eval/<metric>:std``, so that ``adaptive-eval
+        replay`` can re-run the run under another policy.  Every record is one appended line, written
+        before the call returns (crash-safe; ``fsync`` for power loss too).  Closed by :meth:`close`.
+        """
+        from adaptive_eval.trace import TraceRecorder
+
+        if self._recorder is not None:
+            self._recorder.close()
+        self._recorder = TraceRecorder(path, fsync=fsync)
+        self._outputs = True
+        self.add_listener(self._record_eval)
+        return self._recorder
+
+    def _record_eval(self, event: dict) -> None:
+        if event["kind"] != "eval" or self._recorder is None:
+            return
+        values = {}
+        for name, m in event["result"].metrics.items():
+            values[f"eval/{name}"] = m.mean
+            if not m.binary and m.std == m.std:
+                values[f"eval/{name}:std"] = m.std
+        if values:
+            self._recorder.record(event["step"], values, time=self.clock() - self._start)
 
     def _group_time(self) -> float:
         return self._now
@@ -578,8 +615,11 @@ class AdaptiveEvaluator:
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
 
     def close(self) -> None:
-        """Flush and close the logger."""
+        """Flush and close the logger (and the trace recorder of :meth:`record_to`)."""
         self.logger.close()
+        if self._recorder is not None:
+            self._recorder.close()
+            self._recorder = None
 
     def __enter__(self):
         return self

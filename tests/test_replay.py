@@ -118,3 +118,25 @@ def test_unknown_set_key_exits_2(collapse_trace, tmp_path, capsys):
     path, _ = collapse_trace
     assert main(["replay", str(path), "--set", "policy.alarm.cooldwn=3", "--out", str(tmp_path / "o")]) == 2
     assert "policy.alarm.cooldwn" in capsys.readouterr().err
+
+
+def test_a_live_run_recorded_with_record_to_replays(tmp_path, clock):
+    from adaptive_eval import AdaptiveEvaluator
+    from adaptive_eval.trace import read_trace
+
+    ev = AdaptiveEvaluator.from_config(load_config(), clock=clock)
+    path = tmp_path / "live.jsonl"
+    ev.record_to(path)
+    for g in range(200):
+        clock.advance(10.0)
+        ev.observe({"train/reward": 0.5 if g < 120 else 0.05, "train/loss": float("nan") if g == 150 else 1.0}, g)
+        ev.evaluate(lambda req: {"acc": [1.0, 0.0] * (len(req.indices(500)) // 2),
+                                 "loss": [1.0, 2.0] * (len(req.indices(500)) // 2)}, 0, g, g)
+    ev.close()
+    trace = read_trace(path)
+    assert len(trace) == 200 and trace.records[150].metrics["train/loss"] != trace.records[150].metrics["train/loss"]
+    assert trace.eval_names() == ["eval/acc", "eval/loss"]
+    eval_steps = [r.step for r in trace.records if "eval/acc" in r.metrics]
+    assert eval_steps == [r.step for r in ev.history]
+    assert all("eval/loss:std" in r.metrics for r in trace.records if "eval/loss" in r.metrics)
+    assert replay(trace, load_config(), seed=0).summary["steps"] == 200
