@@ -46,7 +46,8 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
                 per_call_us(lambda: adaptive.evaluate(fn, 0, 0, next(steps)), number, repeat)))
     adaptive = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
     rng = random.Random(0)
-    noise = [{"train/loss": rng.gauss(1.0, 0.1), "train/reward": rng.gauss(0.5, 0.05)} for _ in range(4096)]
+    noise = [{"train/loss": rng.gauss(1.0, 0.1), "train/reward": rng.gauss(0.5, 0.05),
+              "train/response_length": rng.gauss(300.0, 20.0)} for _ in range(4096)]
     steps = itertools.count()
 
     def observe_and_evaluate():
@@ -54,8 +55,49 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
         adaptive.observe(noise[g & 4095], g)
         adaptive.evaluate(fn, 0, 0, g)
 
-    out.append(("AdaptiveEvaluator observe(2 streams)+evaluate", per_call_us(observe_and_evaluate, number, repeat)))
+    out.append(("AdaptiveEvaluator observe(3 streams)+evaluate", per_call_us(observe_and_evaluate, number, repeat)))
+    areal = ArealStyleCheck()
+    out.append(("reference: AReaL-style check (3 controls)", per_call_us(lambda: areal.check(0, 1), number, repeat)))
     return out
+
+
+class _ArealStyleControl:
+    """What one of AReaL's FrequencyControl.check calls does per step: take a lock, read the wall clock
+    with datetime.now(), count steps and compare (re-implemented here as a cost reference)."""
+
+    def __init__(self, frequency_steps=None):
+        import datetime
+        import threading
+
+        self._now = datetime.datetime.now
+        self.frequency_steps = frequency_steps
+        self.steps = self.last_steps = 0
+        self.last_time = self._now()
+        self.lock = threading.Lock()
+
+    def check(self, steps=1):
+        with self.lock:
+            now = self._now()
+            self.steps += steps
+            interval_seconds = (now - self.last_time).total_seconds()
+            interval_steps = self.steps - self.last_steps
+            if self.frequency_steps is None:
+                return False
+            if interval_steps < self.frequency_steps:
+                return False
+            self.last_time, self.last_steps = now, self.steps
+            return interval_seconds >= 0
+
+
+class ArealStyleCheck:
+    """AReaL's EpochStepTimeFreqCtl.check: three controls (epoch, step, time), each checked every step."""
+
+    def __init__(self):
+        self.ctls = (_ArealStyleControl(10**12), _ArealStyleControl(10**12), _ArealStyleControl(None))
+
+    def check(self, epochs, steps):
+        a, b, c = self.ctls
+        return a.check(epochs) | b.check(steps) | c.check()
 
 
 def main(argv=None) -> None:

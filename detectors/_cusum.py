@@ -132,6 +132,7 @@ class CUSUM(Detector):
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
+    _table_runs = 1000
 
     def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
                  arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
@@ -188,7 +189,13 @@ class CUSUM(Detector):
         return _h_for_log_arl(self._ks[0], stat)
 
     def _statistic(self) -> float:
-        return max(_log_arl(kk, s) if s > 0.0 else -_INF for (kk, _), s in zip(self._sides, self._sums))
+        best = -_INF
+        for (kk, _), s in zip(self._sides, self._sums):
+            if s > 0.0:
+                v = _log_arl(kk, s)
+                if v > best:
+                    best = v
+        return best
 
     @property
     def threshold_(self) -> float:
@@ -204,6 +211,7 @@ class CUSUM(Detector):
             self._hs = [h if kk == self._ks[0] else _h_for_log_arl(kk, target) for kk, _ in self._sides]
         self._plan = tuple((i, kk, sign, hh) for i, ((kk, sign), hh) in enumerate(zip(self._sides, self._hs)))
         self._two_charts = len(self._ks) == 2 and self.direction == "both"
+        self._one_chart = len(self._ks) == 1 and self.direction == "both"
         self._pairs = tuple((kk, sign, hh) for _, kk, sign, hh in self._plan[::2])
 
     def _reset(self) -> None:
@@ -246,6 +254,39 @@ class CUSUM(Detector):
         elif z < -c:
             z = -c
         sums = self._sums
+        if self._one_chart:
+            # One chart, both directions (the default preset's), unrolled with the tracking step inlined.
+            k0, _, h0 = self._pairs[0]
+            s = sums[0]
+            v = s + z - k0
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[0] = step
+                if v > h0:
+                    return self._alarm(step, 0, v)
+                sums[0] = v
+            elif s != 0.0:
+                sums[0] = 0.0
+            s = sums[1]
+            v = s - z - k0
+            if v > 0.0:
+                if s == 0.0:
+                    self._starts[1] = step
+                if v > h0:
+                    return self._alarm(step, 1, v)
+                sums[1] = v
+            elif s != 0.0:
+                sums[1] = 0.0
+            a = self._adapt
+            if a:
+                scale = self._scale
+                self._level += a * z * scale
+                scale *= 1.0 + a * (1.2533141373155001 * (z if z >= 0.0 else -z) - 1.0)
+                if scale < self._floor:
+                    scale = self._floor
+                self._scale = scale
+                self._inv = 1.0 / scale
+            return None
         if self._two_charts:
             # The default (two charts, both directions), unrolled: this is the per-step hot path.
             (k0, _, h0), (k1, _, h1) = self._pairs
