@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -23,6 +26,8 @@ from adaptive_eval.types import EvalRequest, EvalResult
 
 __all__ = [
     "EvalOutcome",
+    "EvalTimeout",
+    "EvaluationStillRunning",
     "Evaluator",
     "RemoteEvaluationError",
     "call_evaluate_fn",
@@ -42,6 +47,18 @@ def check_step(name: str, value) -> int:
 
 
 def _wants_request(evaluate_fn: Callable) -> bool:
+    try:
+        return _wants_request_cached(evaluate_fn)
+    except TypeError:  # unhashable callable
+        return _inspect_wants_request(evaluate_fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _wants_request_cached(evaluate_fn: Callable) -> bool:
+    return _inspect_wants_request(evaluate_fn)
+
+
+def _inspect_wants_request(evaluate_fn: Callable) -> bool:
     try:
         params = inspect.signature(evaluate_fn).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature: assume the request form
@@ -79,6 +96,75 @@ class EvalOutcome:
 
 class RemoteEvaluationError(RuntimeError):
     """``evaluate_fn`` raised on another rank of the process group (its message says which and what)."""
+
+
+class EvaluationStillRunning(RuntimeError):
+    """An evaluation was due while one that timed out earlier still runs in its thread: it is skipped
+    (reason ``error:previous-eval-still-running``) rather than started beside it."""
+
+    reason = "error:previous-eval-still-running"
+
+
+class EvalTimeout:
+    """Bounds a single-process evaluation to ``timeout_s`` seconds (``evaluation.timeout_s``).
+
+    ``evaluate_fn`` runs in a daemon worker thread and the caller waits at most ``timeout_s``; past that it
+    gets a ``TimeoutError`` and training goes on.  Python cannot kill a thread: the timed-out ``evaluate_fn``
+    keeps running (and holding what it holds, GPU memory included) until it returns by itself; as a daemon it
+    does not keep the process alive at exit.  While it still runs, the next evaluation is not started beside
+    it but skipped with :class:`EvaluationStillRunning`.  Keep one instance per evaluator: it remembers that
+    thread.  Without a timeout (None) nobody builds one, and ``evaluate_fn`` runs in the caller's thread.
+
+    Not used for a sharded evaluation (a process group): there the other ranks give up on a rank that never
+    reaches the next collective after ``distributed.timeout_s`` (``CollectiveError``), and no thread is added.
+    """
+
+    def __init__(self, timeout_s: float):
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
+        self._abandoned: threading.Thread | None = None
+        self._abandoned_step: int | None = None
+
+    @property
+    def still_running(self) -> int | None:
+        """The step of a timed-out evaluation whose thread has not returned yet, else None."""
+        if self._abandoned is not None and not self._abandoned.is_alive():
+            self._abandoned = self._abandoned_step = None
+        return self._abandoned_step
+
+    def call(self, fn: Callable, *args, step: int):
+        """``fn(*args)`` in a daemon thread: its value or exception, or ``TimeoutError`` after ``timeout_s``."""
+        box: dict = {}
+
+        def target():
+            try:
+                box["value"] = fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name=f"adaptive_eval-evaluate-step{step}", daemon=True)
+        thread.start()
+        thread.join(min(self.timeout_s, threading.TIMEOUT_MAX))
+        if thread.is_alive():
+            self._abandoned, self._abandoned_step = thread, step
+            frame = sys._current_frames().get(thread.ident)
+            stack = traceback.extract_stack(frame) if frame is not None else []
+            names = [f.name for f in stack]
+            stack = stack[names.index("target") + 1:] if "target" in names else stack  # from _attempt on
+            where = "".join(traceback.format_list(stack)) or "(not known)\n"
+            log.error("evaluate_fn is still running at step %d after evaluation.timeout_s=%g s; left running in "
+                      "daemon thread %r (Python cannot stop a thread), it is at:\n%s", step, self.timeout_s,
+                      thread.name, where)
+            raise TimeoutError(f"evaluate_fn did not return within evaluation.timeout_s={self.timeout_s:g} s at "
+                               f"step {step}; it is left running in daemon thread {thread.name!r}")
+        if "error" in box:
+            error = box.pop("error")
+            try:
+                raise error
+            finally:
+                del error  # no reference cycle through the traceback
+        return box["value"]
 
 
 def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None):
@@ -129,6 +215,7 @@ def run_evaluation(
     dist_context: DistContext | None = None,
     precision: str | None = None,
     rank_discrepancy_threshold: float | None = None,
+    timeout: EvalTimeout | None = None,
 ) -> tuple[EvalResult | None, BaseException | None]:
     """Run one evaluation and summarize what it returned.
 
@@ -142,6 +229,7 @@ def run_evaluation(
         evaluate_fn, request, epoch=epoch, clock=clock, confidence=confidence, on_error=on_error,
         max_retries=max_retries, retry_backoff_s=retry_backoff_s, sleep=sleep, num_items=num_items,
         dist_context=dist_context, precision=precision, rank_discrepancy_threshold=rank_discrepancy_threshold,
+        timeout=timeout,
     )
     return outcome.result, outcome.error
 
@@ -161,6 +249,7 @@ def run_evaluation_outcome(
     dist_context: DistContext | None = None,
     precision: str | None = None,
     rank_discrepancy_threshold: float | None = None,
+    timeout: EvalTimeout | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
@@ -177,6 +266,13 @@ def run_evaluation_outcome(
     the same :class:`EvalResult`: sums, sums of squares and counts combined exactly (metric names
     sorted; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
     rank-local.  A return value that is not a mapping raises ``TypeError`` on every rank.
+
+    **Timeout** (``timeout``, single process only; see :class:`EvalTimeout`): each attempt runs in a worker
+    thread and fails with ``TimeoutError`` after ``timeout.timeout_s``; that error is handled like any other
+    (logged with the step, skipped, or raised with ``on_error=raise``), except that it is not retried while
+    the timed-out call still runs.  While it still runs, a later evaluation does not call ``evaluate_fn``:
+    it fails at once with :class:`EvaluationStillRunning`.  Ignored for a sharded request, which the
+    collective timeout bounds.
     """
     if dist_context is None:
         dist_context = DistContext()
@@ -188,6 +284,15 @@ def run_evaluation_outcome(
                 f"the request is for rank {request.rank} of {request.world_size}, but this process is rank {rank} "
                 f"of {world} in the process group"
             )
+    if sharded or timeout is None:
+        timeout = None
+    elif (busy := timeout.still_running) is not None:
+        error = EvaluationStillRunning(f"{EvaluationStillRunning.reason}: the evaluation due at step {request.step} "
+                                       f"is skipped: the one that timed out at step {busy} is still running")
+        log.error("%s", error)
+        if on_error == "raise":
+            raise error
+        return EvalOutcome(None, error, attempts=0)
     attempts = 1 + (max_retries if on_error == "retry" else 0)
     start = clock()
     error: BaseException | None = None
@@ -195,7 +300,10 @@ def run_evaluation_outcome(
         outputs = None
         error = None
         try:
-            outputs = _attempt(evaluate_fn, request, precision)
+            if timeout is None:
+                outputs = _attempt(evaluate_fn, request, precision)
+            else:
+                outputs = timeout.call(_attempt, evaluate_fn, request, precision, step=request.step)
         except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
             if on_error == "raise" and not sharded:
                 raise
@@ -204,6 +312,8 @@ def run_evaluation_outcome(
             if error is None:
                 break
             _log_failure(error, request, attempt, attempts)
+            if timeout is not None and timeout.still_running is not None:
+                return EvalOutcome(None, error, attempts=attempt + 1)  # no retry beside the running call
             if attempt + 1 < attempts:
                 sleep(retry_backoff_s * (2**attempt))
             continue
@@ -301,7 +411,8 @@ class Evaluator:
     over the ranks (one all-reduce per step) so that skewed clocks still agree.  Collectives wait at most
     ``config.distributed.timeout_s`` (else the group's timeout).  With ``rank_discrepancy_threshold``
     (or ``config.distributed.rank_discrepancy_threshold``), a rank whose mean of a metric deviates from
-    the others' by more is reported in :attr:`last_discrepancies` (and logged).
+    the others' by more is reported in :attr:`last_discrepancies` (and logged).  ``evaluation.timeout_s``
+    bounds one evaluation in a single process (see :class:`EvalTimeout`); in a group the collective timeout does.
 
     >>> from types import SimpleNamespace
     >>> cfg = SimpleNamespace(freq_epochs=None, freq_steps=2, freq_secs=None, eval_before_train=False)
@@ -344,6 +455,8 @@ class Evaluator:
         self.confidence = getattr(evaluation, "confidence", 0.95) if evaluation is not None else 0.95
         self.on_error = getattr(evaluation, "on_error", "skip") if evaluation is not None else "skip"
         self.max_retries = getattr(evaluation, "max_retries", 0) if evaluation is not None else 0
+        timeout_s = getattr(evaluation, "timeout_s", None) if evaluation is not None else None
+        self.timeout = EvalTimeout(timeout_s) if timeout_s is not None else None  # single process only
         # An AReaL config has no evaluation section: evaluate_fn then runs as is (no inference_mode).
         self.precision = getattr(evaluation, "precision", "fp32") if evaluation is not None else None
         self.dist = DistContext.from_config(config, group)
@@ -369,6 +482,7 @@ class Evaluator:
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=self.confidence,
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
+            timeout=self.timeout,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result

@@ -6,6 +6,7 @@ imported on first use so that importing adaptive_eval stays cheap.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 
@@ -26,20 +27,40 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=64)
+def normal_quantile(confidence: float) -> float:
+    """The two-sided standard normal quantile for ``confidence`` (scipy), cached: it sits on the eval path."""
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + confidence / 2.0))
+
+
+@functools.lru_cache(maxsize=4096)
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student-t quantile (scipy), cached by degrees of freedom."""
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2.0, df))
+
+
 def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for ``successes`` out of ``n``.
+
+    The closed form statsmodels' ``proportion_confint(method="wilson")`` computes (the tests check the
+    two agree), with the normal quantile cached, because replay computes thousands of these.
 
     >>> tuple(round(x, 4) for x in wilson_interval(8, 10))
     (0.4902, 0.9433)
     """
     if n <= 0:
         return (math.nan, math.nan)
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(successes, n, alpha=1.0 - confidence, method="wilson")
-    # Rounding can put a bound a hair inside the estimate at 0% or 100%: the interval must contain it.
+    z = normal_quantile(confidence)
     p = successes / n
-    return (max(0.0, min(float(low), p)), min(1.0, max(float(high), p)))
+    z2n = z * z / n
+    center = (p + z2n / 2.0) / (1.0 + z2n)
+    half = z / (1.0 + z2n) * math.sqrt(max(p * (1.0 - p) / n + z2n / (4.0 * n), 0.0))
+    # The interval must contain the estimate (rounding can put a bound a hair inside it at 0% or 100%).
+    return (max(0.0, min(center - half, p)), min(1.0, max(center + half, p)))
 
 
 def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -50,9 +71,7 @@ def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tup
     """
     if n < 2 or not math.isfinite(std):
         return (math.nan, math.nan)
-    from scipy.stats import t
-
-    half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
+    half = t_quantile(confidence, n - 1) * std / math.sqrt(n)
     return (mean - half, mean + half)
 
 
@@ -163,9 +182,7 @@ def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) ->
     >>> wilson_sample_size(0.5, 0.05)
     381
     """
-    from scipy.stats import norm
-
-    z = float(norm.ppf(0.5 + confidence / 2.0))
+    z = normal_quantile(confidence)
     p = min(max(p, 0.0), 1.0)
     # Wilson half-width: z/(1+z^2/n) * sqrt(p(1-p)/n + z^2/(4 n^2)); it falls with n, so bisect.
     def hw(n: int) -> float:
@@ -191,9 +208,7 @@ def mean_sample_size(std: float, half_width: float, confidence: float = 0.95) ->
     >>> mean_sample_size(1.0, 0.1)
     385
     """
-    from scipy.stats import norm
-
-    z = float(norm.ppf(0.5 + confidence / 2.0))
+    z = normal_quantile(confidence)
     if half_width <= 0:
         raise ValueError("half_width must be positive")
     return max(1, math.ceil((z * std / half_width) ** 2))

@@ -234,3 +234,25 @@ def test_peak_policy_lower_is_better():
 def test_bad_parameters_name_themselves(cls, kw, key):
     with pytest.raises(ValueError, match=key):
         cls(**kw)
+
+
+@pytest.mark.parametrize("k1,n1,k2,n2", [(80, 100, 40, 100), (5, 32, 9, 40), (300, 500, 280, 512), (1, 50, 0, 60)])
+def test_differs_matches_statsmodels_two_proportion_ztest(k1, n1, k2, n2):
+    from statsmodels.stats.proportion import proportions_ztest
+
+    from adaptive_eval.policies import differs
+
+    a = summarize([1] * k1 + [0] * (n1 - k1))
+    b = summarize([1] * k2 + [0] * (n2 - k2))
+    assert differs(a, b) == pytest.approx(float(proportions_ztest([k1, k2], [n1, n2])[1]), rel=1e-9)
+
+
+@pytest.mark.parametrize("k,n,conf", [(0, 10, 0.95), (10, 10, 0.95), (8, 10, 0.9), (123, 500, 0.99), (1, 1, 0.95)])
+def test_wilson_matches_statsmodels(k, n, conf):
+    from statsmodels.stats.proportion import proportion_confint
+
+    from adaptive_eval.stats import wilson_interval
+
+    low, high = proportion_confint(k, n, alpha=1 - conf, method="wilson")
+    assert wilson_interval(k, n, conf) == pytest.approx((max(0.0, min(low, k / n)), min(1.0, max(high, k / n))),
+                                                         abs=1e-12)
