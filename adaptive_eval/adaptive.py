@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 
 from adaptive_eval.config import as_config
 from adaptive_eval.distributed import DistContext
-from adaptive_eval.evaluators import check_step, run_evaluation_outcome
+from adaptive_eval.evaluators import EvalTimeout, check_step, run_evaluation_outcome
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
@@ -86,7 +86,9 @@ class AdaptiveEvaluator:
     Build it with :meth:`from_config`.  ``observe`` and ``evaluate`` run every step and cost a few
     microseconds when nothing happens.  ``evaluate`` runs at most one evaluation per ``global_step``,
     returns its :class:`~adaptive_eval.types.EvalResult` (or None), and never lets an exception from
-    ``evaluate_fn`` through unless ``evaluation.on_error`` is ``raise``.
+    ``evaluate_fn`` through unless ``evaluation.on_error`` is ``raise``.  With ``evaluation.timeout_s`` a
+    single process runs ``evaluate_fn`` in a daemon thread and gives up on it after that long (``TimeoutError``,
+    an evaluation error like any other); see :class:`~adaptive_eval.evaluators.EvalTimeout`.
 
     **Resources.**  With ``resources.enabled``, an evaluation that is due but finds the machine short
     (``resource_monitor``, default a :class:`~adaptive_eval.scheduler.ResourceMonitor` of this machine) is
@@ -153,6 +155,10 @@ class AdaptiveEvaluator:
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
+        # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
+        # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
+        timeout_s = self._evaluation["timeout_s"]
+        self._eval_timeout = EvalTimeout(timeout_s) if timeout_s is not None and not self._distributed else None
         self.policies: PolicySet = make_policies(plain["policy"], self._evaluation)
         self._streams = plain["streams"]
         self._ignore = frozenset(self._streams["ignore"])
@@ -464,6 +470,7 @@ class AdaptiveEvaluator:
             on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
+            timeout=self._eval_timeout,
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
