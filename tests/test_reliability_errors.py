@@ -1,0 +1,264 @@
+"""A failing or hanging ``evaluate_fn`` through the AdaptiveEvaluator: skip, retry, raise and timeout_s.
+
+Whatever ``evaluate_fn`` does, training goes on (unless ``on_error: raise``): the error is logged with its
+traceback and the step, counted in ``controller/eval_errors`` and handed to listeners as an ``error`` event.
+The timeout tests hold ``evaluate_fn`` on an Event and release it at the end, so no thread outlives a test.
+"""
+
+import logging
+import threading
+import time
+
+import pytest
+import torch
+
+from adaptive_eval import AdaptiveEvaluator, Evaluator, load_config
+from adaptive_eval.evaluators import EvalTimeout, EvaluationStillRunning, run_evaluation_outcome
+from adaptive_eval.loggers import MetricLogger
+
+
+class RecordingLogger(MetricLogger):
+    def __init__(self):
+        self.scalars, self.texts = [], []
+
+    def log(self, step, scalars):
+        self.scalars.append((step, dict(scalars)))
+
+    def text(self, step, tag, text):
+        self.texts.append((step, tag, text))
+
+    def last(self, tag):
+        return [(s, d[tag]) for s, d in self.scalars if tag in d][-1]
+
+
+def every_step(*overrides):
+    """The plain schedule, one evaluation per step: each step's evaluate_fn call is predictable."""
+    return load_config("areal", ["trigger.freq_steps=1", *overrides])
+
+
+def make(*overrides):
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(every_step(*overrides), logger=logger)
+    events = []
+    ev.add_listener(events.append)
+    return ev, logger, events
+
+
+def errors(events):
+    return [(e["step"], e["error"]) for e in events if e["kind"] == "error"]
+
+
+# -- skip (the default), retry, raise ---------------------------------------------------------------------
+
+def test_skip_logs_the_traceback_with_the_step_counts_and_training_goes_on(caplog):
+    ev, logger, events = make("evaluation.on_error=skip")
+
+    def grader(request):
+        if request.step == 3:
+            raise RuntimeError("grader crashed")
+        return {"acc": [1.0, 0.0]}
+
+    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+        got = [ev.evaluate(grader, 0, g, g) for g in range(6)]
+    assert [r is None for r in got] == [False, False, False, True, False, False]
+    assert "evaluate_fn failed at step 3" in caplog.text
+    assert "Traceback" in caplog.text and "in grader" in caplog.text and "RuntimeError: grader crashed" in caplog.text
+    assert errors(events) == [(3, "RuntimeError: grader crashed")]
+    assert ev.summary()["eval_errors"] == 1 and ev.summary()["evals"] == 5
+    assert logger.last("controller/eval_errors") == (5, 1.0)
+    assert (3, 1.0) in [(s, d["controller/eval_errors"]) for s, d in logger.scalars if "controller/eval_errors" in d]
+
+
+def test_retry_succeeds_on_the_second_attempt_with_the_configured_backoff(caplog, monkeypatch):
+    sleeps = []
+    # The evaluator passes evaluation.retry_backoff_s; record the sleeps instead of sleeping them.
+    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    ev, logger, events = make("evaluation.on_error=retry", "evaluation.max_retries=3",
+                              "evaluation.retry_backoff_s=0.01")
+    calls = []
+
+    def flaky(request):
+        calls.append(request.step)
+        if len(calls) == 1:
+            raise ConnectionError("eval server busy")
+        return {"acc": [1.0, 1.0, 0.0]}
+
+    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+        result = ev.evaluate(flaky, 0, 0, 0)
+    assert result is not None and result.mean("acc") == pytest.approx(2 / 3)
+    assert calls == [0, 0] and ev.last_outcome.attempts == 2 and sleeps == [0.01]
+    assert "evaluate_fn failed at step 0 (attempt 1/4" in caplog.text and "ConnectionError" in caplog.text
+    # A retried success is no error.
+    assert errors(events) == [] and ev.summary()["eval_errors"] == 0
+    assert logger.last("controller/eval_errors") == (0, 0.0)
+
+
+def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_error(monkeypatch):
+    sleeps = []
+    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    ev, logger, events = make("evaluation.on_error=retry", "evaluation.max_retries=2",
+                              "evaluation.retry_backoff_s=0.01")
+
+    def down(request):
+        raise ConnectionError("eval server down")
+
+    assert ev.evaluate(down, 0, 0, 0) is None
+    assert ev.last_outcome.attempts == 3 and sleeps == [0.01, 0.02]
+    assert errors(events) == [(0, "ConnectionError: eval server down")] and ev.summary()["eval_errors"] == 1
+    assert logger.last("controller/eval_errors") == (0, 1.0)
+
+
+def test_retry_really_sleeps_the_small_backoff():
+    ev, _, _ = make("evaluation.on_error=retry", "evaluation.max_retries=2", "evaluation.retry_backoff_s=0.01")
+    calls = []
+
+    def flaky():
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise OSError("flaky")
+        return {"acc": 1.0}
+
+    start = time.monotonic()
+    assert ev.evaluate(flaky, 0, 0, 0).mean("acc") == 1.0
+    assert calls[1] - calls[0] >= 0.01 and calls[2] - calls[1] >= 0.02 and time.monotonic() - start < 2.0
+
+
+def test_raise_reraises_the_users_exception_and_the_eval_is_still_due_next_step():
+    ev, _, events = make("evaluation.on_error=raise", "trigger.freq_steps=3")
+    fail = {"on": True}
+
+    def fn(request):
+        if fail["on"]:
+            raise KeyError("missing shard")
+        return {"acc": 0.5}
+
+    assert ev.evaluate(fn, 0, 0, 0) is None and ev.evaluate(fn, 0, 1, 1) is None
+    with pytest.raises(KeyError, match="missing shard"):
+        ev.evaluate(fn, 0, 2, 2)
+    fail["on"] = False
+    assert ev.evaluate(fn, 0, 3, 3).step == 3  # still due: evaluated at the next step
+    assert errors(events) == []
+
+
+# -- evaluation.timeout_s -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def release():
+    """An Event a hanging evaluate_fn waits on; set (and its threads joined) when the test ends."""
+    event = threading.Event()
+    yield event
+    event.set()
+    for t in threading.enumerate():
+        if t.name.startswith("adaptive_eval-evaluate-"):
+            t.join(5)
+
+
+def test_timeout_is_reported_and_training_continues(caplog, release):
+    ev, logger, events = make("evaluation.timeout_s=0.2")
+    calls = []
+
+    def fn(request):
+        calls.append(request.step)
+        if request.step == 1:
+            release.wait()  # hangs until the test lets it go
+        return {"acc": [1.0, 0.0]}
+
+    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+        assert ev.evaluate(fn, 0, 0, 0).mean("acc") == 0.5
+        start = time.monotonic()
+        assert ev.evaluate(fn, 0, 1, 1) is None
+        waited = time.monotonic() - start
+        # The next evaluation is not started beside the one still running: skipped with a reason, counted.
+        assert ev.evaluate(fn, 0, 2, 2) is None
+    assert 0.2 <= waited < 2.0
+    assert calls == [0, 1]
+    (step1, text1), (step2, text2) = errors(events)
+    assert step1 == 1 and text1.startswith("TimeoutError: evaluate_fn did not return within evaluation.timeout_s=0.2 s")
+    assert step2 == 2 and text2.startswith("EvaluationStillRunning: error:previous-eval-still-running")
+    assert "timed out at step 1" in text2
+    assert ev.summary()["eval_errors"] == 2 and logger.last("controller/eval_errors") == (2, 2.0)
+    # Logged with the step, and where the hung evaluate_fn is stuck.
+    assert "evaluate_fn is still running at step 1" in caplog.text and "release.wait()" in caplog.text
+    assert "evaluate_fn failed at step 1" in caplog.text and "TimeoutError" in caplog.text
+    (hung,) = [t for t in threading.enumerate() if t.name == "adaptive_eval-evaluate-step1"]
+    assert hung.daemon and hung.is_alive()
+    release.set()
+    hung.join(5)
+    # Once it has returned, evaluations run again.
+    assert ev.evaluate(fn, 0, 3, 3).mean("acc") == 0.5 and calls == [0, 1, 3]
+    assert ev.summary()["eval_errors"] == 2
+
+
+def test_timeout_with_on_error_raise_raises_timeout_error(release):
+    ev, _, _ = make("evaluation.timeout_s=0.1", "evaluation.on_error=raise")
+    with pytest.raises(TimeoutError, match="timeout_s=0.1 s at step 0"):
+        ev.evaluate(lambda: release.wait(), 0, 0, 0)
+    with pytest.raises(EvaluationStillRunning, match="error:previous-eval-still-running"):
+        ev.evaluate(lambda: {"acc": 1.0}, 0, 1, 1)
+
+
+def test_timed_out_eval_is_not_retried_beside_itself(release, monkeypatch):
+    sleeps = []
+    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    ev, _, events = make("evaluation.timeout_s=0.1", "evaluation.on_error=retry", "evaluation.max_retries=3")
+    calls = []
+
+    def fn():
+        calls.append(1)
+        release.wait()
+
+    assert ev.evaluate(fn, 0, 0, 0) is None
+    assert calls == [1] and sleeps == [] and ev.last_outcome.attempts == 1
+    assert errors(events)[0][1].startswith("TimeoutError")
+
+
+def test_without_timeout_there_is_no_thread_and_with_it_one_daemon_thread_per_eval():
+    seen = []
+
+    def fn(request):
+        seen.append((threading.current_thread(), torch.is_inference_mode_enabled()))
+        return {"acc": 1.0}
+
+    plain = AdaptiveEvaluator.from_config(every_step())
+    assert plain._eval_timeout is None
+    before = threading.active_count()
+    plain.evaluate(fn, 0, 0, 0)
+    assert seen[-1] == (threading.main_thread(), True) and threading.active_count() == before
+
+    bounded = AdaptiveEvaluator.from_config(every_step("evaluation.timeout_s=30"))
+    assert bounded.evaluate(fn, 0, 0, 0).mean("acc") == 1.0
+    thread, inference = seen[-1]
+    # evaluate_fn still runs under inference_mode (thread-local: entered in the worker thread).
+    assert thread is not threading.main_thread() and thread.daemon and inference
+    assert thread.name == "adaptive_eval-evaluate-step0" and not thread.is_alive()
+
+
+def test_an_exception_inside_the_worker_thread_is_an_ordinary_error(caplog):
+    ev, _, events = make("evaluation.timeout_s=30")
+
+    def broken(request):
+        raise ValueError("bad batch")
+
+    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+        assert ev.evaluate(broken, 0, 0, 0) is None
+    assert errors(events) == [(0, "ValueError: bad batch")]
+    assert "in broken" in caplog.text and "evaluate_fn failed at step 0" in caplog.text
+    assert ev._eval_timeout.still_running is None  # it returned: nothing is left running
+    assert ev.evaluate(lambda: {"acc": 1.0}, 0, 1, 1) is not None
+
+
+def test_areal_drop_in_honours_timeout_s_too(release):
+    ev = Evaluator(every_step("evaluation.timeout_s=0.1"))
+    assert ev.evaluate(lambda: release.wait(), 0, 0, 0) is None
+    assert isinstance(ev.last_error, TimeoutError)
+    assert ev.evaluate(lambda: {"acc": 1.0}, 0, 1, 1) is None
+    assert isinstance(ev.last_error, EvaluationStillRunning)
+
+
+def test_eval_timeout_rejects_bad_values_and_huge_ones_work():
+    for bad in (0, -1.0, float("nan"), "5", True):
+        with pytest.raises(ValueError, match="timeout_s"):
+            EvalTimeout(bad)
+    assert EvalTimeout(float("inf")).call(lambda x: x + 1, 1, step=0) == 2  # waits past TIMEOUT_MAX safely
+    assert EvalTimeout(1e300).call(lambda: "ok", step=0) == "ok"
+
