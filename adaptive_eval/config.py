@@ -121,6 +121,7 @@ class BudgetPolicyConfig:
 class PeakPolicyConfig:
     enabled: bool = True
     improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
+    confirm_size: int = 256  # and evaluate at least this many items after a new best (0: off)
 
 
 @dataclass

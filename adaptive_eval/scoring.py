@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["caught_within", "detection_delay", "detection_delays", "eval_samples", "selection_regret"]
+__all__ = ["best_eval", "caught_within", "detection_delay", "detection_delays", "eval_samples", "selection_regret"]
 
 
 def _size(e: Mapping, full_size: int | None) -> float:
@@ -56,9 +56,38 @@ def eval_samples(evals: Sequence[Mapping], full_size: int) -> int:
     return int(sum(_size(e, full_size) for e in evals))
 
 
+def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
+              by: str = "bound") -> Mapping | None:
+    """The evaluation to pick a checkpoint by.
+
+    ``by="mean"``: the best measured mean.  ``by="bound"``: the best pessimistic bound of the confidence
+    interval (the lower bound when higher is better), so that a lucky small sample does not beat a
+    precise large one; an evaluation without a finite interval counts by its mean.
+
+    >>> evals = [{"step": 1, "metrics": {"acc": 1.0}, "ci": {"acc": [0.89, 1.0]}},
+    ...          {"step": 2, "metrics": {"acc": 0.97}, "ci": {"acc": [0.95, 0.98]}}]
+    >>> best_eval(evals, "acc", by="mean")["step"], best_eval(evals, "acc")["step"]
+    (1, 2)
+    """
+    if by not in ("mean", "bound"):
+        raise ValueError(f"by must be 'mean' or 'bound', got {by!r}")
+    sign = 1.0 if higher_is_better else -1.0
+    measured = [e for e in evals if metric in e.get("metrics", {}) and math.isfinite(e["metrics"][metric])]
+
+    def key(e):
+        if by == "bound":
+            ci = e.get("ci", {}).get(metric)
+            if ci is not None and all(math.isfinite(c) for c in ci):
+                return ci[0] if higher_is_better else -ci[1]
+        return sign * e["metrics"][metric]
+
+    return max(measured, key=key, default=None)
+
+
 def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequence[float], metric: str, *,
-                     higher_is_better: bool = True) -> float:
-    """True value of the best step minus the true value of the step whose measured eval was best.
+                     higher_is_better: bool = True, by: str = "mean") -> float:
+    """True value of the best step minus the true value of the step whose eval was best (see
+    :func:`best_eval` for ``by``).
 
     ``truth`` maps each step to the metric's true value (a sequence is indexed by step).  NaN when no
     evaluation measured ``metric``.
@@ -70,9 +99,8 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
     sign = 1.0 if higher_is_better else -1.0
     values = truth.values() if isinstance(truth, Mapping) else truth
     finite = [sign * v for v in values if v is not None and math.isfinite(v)]
-    measured = [e for e in evals if metric in e.get("metrics", {}) and math.isfinite(e["metrics"][metric])]
-    if not finite or not measured:
+    picked = best_eval(evals, metric, higher_is_better=higher_is_better, by=by)
+    if not finite or picked is None:
         return math.nan
-    picked = max(measured, key=lambda e: sign * e["metrics"][metric])
     true_at_pick = truth[picked["step"]]
     return round(max(finite) - sign * true_at_pick, 12)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from adaptive_eval.types import EvalResult
+from adaptive_eval.types import Decision, EvalResult
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
@@ -13,11 +13,14 @@ __all__ = ["PeakPolicy"]
 
 
 class PeakPolicy(Policy):
-    """Cap the interval at ``improving_factor`` x base while the tracked metric reaches new bests.
+    """While the tracked metric reaches new bests: cap the interval at ``improving_factor`` x base, and give
+    the next evaluation at least ``confirm_size`` items.
 
     Model selection is a main reason to evaluate: a relaxed schedule during the climb could step over the
-    best checkpoint.  "Improving" means the last evaluation set a new best (``higher_is_better`` sets
-    the direction).
+    best checkpoint, and a small sample that looks best by luck would be picked over a better one.  A new
+    best is judged by the pessimistic bound of the confidence interval (the lower bound when
+    ``higher_is_better``; the mean when there is no interval), so only a real improvement counts and the
+    region of the best checkpoint gets measured precisely.
 
     >>> from adaptive_eval.types import EvalResult, MetricSummary
     >>> p = PeakPolicy(improving_factor=1.0)
@@ -31,10 +34,14 @@ class PeakPolicy(Policy):
 
     name = "peak"
 
-    def __init__(self, improving_factor: float = 1.0, metric: str | None = None, higher_is_better: bool = True):
+    def __init__(self, improving_factor: float = 1.0, confirm_size: int = 0, metric: str | None = None,
+                 higher_is_better: bool = True):
         if not improving_factor > 0:
             raise ValueError(f"improving_factor must be positive, got {improving_factor}")
+        if confirm_size < 0:
+            raise ValueError(f"confirm_size must be >= 0, got {confirm_size}")
         self.improving_factor = float(improving_factor)
+        self.confirm_size = int(confirm_size)
         self.metric = metric
         self.higher_is_better = bool(higher_is_better)
         self._reset()
@@ -46,12 +53,23 @@ class PeakPolicy(Policy):
     def scale(self, scale: float) -> float:
         return min(scale, self.improving_factor) if self.improving else scale
 
+    def propose(self, decision: Decision, ctx: Context) -> Decision:
+        if not (self.improving and self.confirm_size and decision.evaluate):
+            return decision
+        if decision.sample_size is not None and decision.sample_size >= self.confirm_size:
+            return decision
+        return Decision(True, self.confirm_size, decision.reason, decision.urgent)
+
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         found = primary_metric(result, self.metric)
         if found is None or not math.isfinite(found[1].mean):
             self.improving = False
             return
-        value = found[1].mean if self.higher_is_better else -found[1].mean
+        m = found[1]
+        if self.higher_is_better:
+            value = m.ci[0] if math.isfinite(m.ci[0]) else m.mean
+        else:
+            value = -m.ci[1] if math.isfinite(m.ci[1]) else -m.mean
         self.improving = value > self.best
         self.best = max(self.best, value)
 

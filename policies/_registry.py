@@ -26,6 +26,8 @@ _REGISTRY: dict[str, type[Policy]] = {
     "nop": NopPolicy,
 }
 _ORDER = ("interval", "peak", "alarm", "sample_size", "budget")
+# The decision passes alarm -> sample size -> peak (which may raise the size to confirm a new best) -> budget.
+_PROPOSE_ORDER = ("alarm", "sample_size", "peak", "budget")
 
 
 def available() -> list[str]:
@@ -65,6 +67,8 @@ class PolicySet:
     def __init__(self, policies: Sequence[Policy] = ()):
         self.policies = list(policies)
         self.by_name = {p.name: p for p in self.policies}
+        rank = {name: i for i, name in enumerate(_PROPOSE_ORDER)}
+        self._proposers = sorted(self.policies, key=lambda p: rank.get(p.name, -1))
 
     def scale(self) -> float:
         s = 1.0
@@ -73,7 +77,7 @@ class PolicySet:
         return s
 
     def propose(self, decision: Decision, ctx: Context) -> Decision:
-        for p in self.policies:
+        for p in self._proposers:
             decision = p.propose(decision, ctx)
         return decision
 

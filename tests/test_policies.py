@@ -256,3 +256,14 @@ def test_wilson_matches_statsmodels(k, n, conf):
     low, high = proportion_confint(k, n, alpha=1 - conf, method="wilson")
     assert wilson_interval(k, n, conf) == pytest.approx((max(0.0, min(low, k / n)), min(1.0, max(high, k / n))),
                                                          abs=1e-12)
+
+
+def test_peak_policy_confirms_a_new_best_with_a_larger_sample():
+    p = PeakPolicy(improving_factor=1.0, confirm_size=256)
+    p.on_eval(result(1, 0.5, n=64), ctx(1))  # a first best
+    assert p.propose(Decision(True, 64, "trigger:steps"), ctx(2)).sample_size == 256
+    p.on_eval(result(2, 0.40, n=256), ctx(2))  # lower bound below the best one: not improving
+    assert p.propose(Decision(True, 64, "trigger:steps"), ctx(3)).sample_size == 64
+    # A lucky small sample whose lower bound does not beat the best does not count as a new best.
+    p.on_eval(result(3, 0.55, n=32), ctx(3))
+    assert not p.improving
