@@ -334,7 +334,8 @@ class AdaptiveEvaluator:
         """Evaluate if due at this step (AReaL's signature; ``step`` is the step within the epoch).
 
         In a process group every rank must call this at every step (it is a collective): see the class
-        docstring.  All ranks then return the same result (or None) at the same steps.
+        docstring.  All ranks then return the same result (or None) at the same steps.  A repeated
+        ``global_step`` returns None; one below the previous call's raises ``ValueError``.
         """
         if type(global_step) is not int:
             global_step = check_step("global_step", global_step)
@@ -342,8 +343,12 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
-        if global_step == self._last_call_step:  # called again in the same step: counted once
+        last = self._last_call_step
+        if global_step == last:  # called again in the same step: counted once
             return None
+        if last is not None and global_step < last:  # else a step could be evaluated twice (5, 3, 5)
+            raise ValueError(f"global_step went backwards in evaluate() ({last} -> {global_step}); to resume a "
+                             "run, load_state_dict() into a new AdaptiveEvaluator")
         self._last_call_step = global_step
         if self._distributed:
             return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
