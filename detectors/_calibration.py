@@ -251,8 +251,8 @@ def simulate_curve(cls, params: dict, *, max_arl: float, in_control=None, block_
             raise RuntimeError(f"{cls.name}: calibration failed (no threshold reaches ARL {max_arl})")
         if cls._discrete_statistic:
             # Exact ARL of each achievable threshold, so lookups can pick the next one up.
-            curve = [[h, _mean_run_length(records, cap, h)] for h in pool if _mean_run_length(records, cap, h) >= min_arl]
-            curve = _strictly_increasing(curve)
+            curve = [[h, _mean_run_length(records, cap, h)] for h in pool]
+            curve = _strictly_increasing([point for point in curve if point[1] >= min_arl])
     return {"curve": curve, "max_arl": max_arl, "runs": runs, "seed": seed}
 
 
@@ -339,7 +339,7 @@ def write_table(path: str | os.PathLike | None = None, only: str | None = None) 
         if only and cls.name != only:
             continue
         t0 = time.perf_counter()
-        entry = simulate_curve(cls, params, max_arl=max_arl, table=True)
+        entry = simulate_curve(cls, params, max_arl=max_arl, table=True, runs=getattr(cls, "_table_runs", None))
         entry["extrapolate"] = True
         fresh[calibration_key(cls.name, params)] = entry
         print(f"{cls.name:12s} {json.dumps(params):70s} {len(entry['curve']):3d} points "

@@ -74,7 +74,7 @@ def make_detector(spec, stream: str = "") -> Detector:
     >>> make_detector({"type": "cusum", "arl": 2000})
     Traceback (most recent call last):
     ...
-    ValueError: detector 'cusum': unknown parameter 'arl'; valid parameters: k, threshold, arl0, warmup, reference, clip, direction, in_control, block_size
+    ValueError: detector 'cusum': unknown parameter 'arl'; valid parameters: k, threshold, arl0, warmup, ...
     """
     params = _plain_spec(spec)
     if "type" not in params:

@@ -57,8 +57,7 @@ class PageHinkley(Detector):
     values, river-style).  As for ``cusum``, the level and scale keep improving over the next values, up to
     ``reference`` in all, while the test statistic stays below 3, with the self-starting (Student-t to
     normal) correction meanwhile: a scale fixed from 30 values alone makes false alarms bunch up early on
-    some runs and almost never come on others.  The running mean makes it self-starting: no level has to be estimated up front.
-    The alarm's ``location`` is the step after the extreme of the cumulative sum (where the excursion began).
+    some runs and almost never come on others.  The alarm's ``location`` is the step after the extreme of the cumulative sum (where the excursion began).
     After an alarm the detector re-arms from scratch (river resets; the scale is estimated again).
 
     Calibration: ``arl0`` instead of ``threshold`` (default ``arl0=5000``), simulated on i.i.d. in-control
@@ -111,6 +110,7 @@ class PageHinkley(Detector):
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
+    _table_runs = 1000
 
     def __init__(self, delta: float = 0.5, threshold: float | None = None, arl0: float | None = None,
                  alpha: float = 1.0, min_instances: int = 30, reference: int = 500, mode: str = "both",

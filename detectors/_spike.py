@@ -76,6 +76,7 @@ class Spike(Detector):
     _default_threshold = 6.0
     _table_max_arl = 30000.0
     _calibration_runs = 300
+    _table_runs = 800
 
     def __init__(self, window: int = 128, threshold: float | None = None, arl0: float | None = None,
                  direction: str = "both", min_samples: int = 32, max_ratio: float | None = None,

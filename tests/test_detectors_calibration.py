@@ -32,7 +32,8 @@ def test_common_arl0_values_come_from_the_shipped_table(name, monkeypatch):
 
 @pytest.mark.parametrize("spec", [{"type": "cusum", "direction": "up"}, {"type": "cusum", "k": 0.5},
                                   {"type": "spike", "direction": "down"}, {"type": "page_hinkley", "mode": "up"},
-                                  {"type": "window_test", "method": "ks"}, {"type": "window_test", "method": "cusum_ols"}])
+                                  {"type": "window_test", "method": "ks"},
+                                  {"type": "window_test", "method": "cusum_ols"}])
 def test_shipped_variants(spec, monkeypatch):
     monkeypatch.setattr(calibration, "simulate_curve", no_simulation)
     make_detector({**spec, "arl0": 5000})
