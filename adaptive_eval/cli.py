@@ -43,7 +43,8 @@ def _load_trace(args: argparse.Namespace):
 
     if args.stream or args.eval:
         return from_columns(args.trace, step=args.step_column, streams=args.stream or None,
-                            evals=_eval_mapping(args.eval))
+                            evals=_eval_mapping(args.eval),
+                            on_restart="keep_last" if args.keep_last_run else "error")
     return read_trace(args.trace)
 
 
@@ -134,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
                    help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent)")
     p.add_argument("--step-column", default="step", help="the step column of a non-native trace")
+    p.add_argument("--keep-last-run", action="store_true",
+                   help="a non-native trace whose step restarts (an aborted start logged first): keep the last run")
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")

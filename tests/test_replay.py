@@ -140,3 +140,12 @@ def test_a_live_run_recorded_with_record_to_replays(tmp_path, clock):
     assert eval_steps == [r.step for r in ev.history]
     assert all("eval/loss:std" in r.metrics for r in trace.records if "eval/loss" in r.metrics)
     assert replay(trace, load_config(), seed=0).summary["steps"] == 200
+
+
+def test_a_restarted_log_replays_with_keep_last_run(traces_dir, tmp_path, capsys):
+    trace = traces_dir / "rasbt__reasoning-from-scratch__ch07_7_3_plus_tracking_metrics.csv"
+    args = ["replay", str(trace), "--stream", "reward_avg", "--eval", "eval_acc:0.01", "--no-tensorboard"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 2  # the step restarts at line 7
+    assert ":7:" in capsys.readouterr().err
+    assert main(args + ["--out", str(tmp_path / "b"), "--keep-last-run"]) == 0
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["steps"] == 500
