@@ -42,9 +42,9 @@ RUNS = {
     "page_hinkley": (400, 200, 200),
     "adwin": (300, 150, 200),
     "spike": (400, 200, 200),
-    "bocpd": (80, 30, 60),
+    "bocpd": (300, 60, 100),
     "kswin": (40, 12, 40),
-    "window_test": (60, 20, 60),
+    "window_test": (200, 40, 100),
 }
 FAST = ("cusum", "page_hinkley", "spike", "nonfinite")
 COST_US = {"cusum": 0.5, "page_hinkley": 1.0, "adwin": 0.7, "spike": 0.8, "bocpd": 27.0, "kswin": 200.0,
