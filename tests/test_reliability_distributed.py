@@ -1,0 +1,122 @@
+"""Faults in a process group, through the AdaptiveEvaluator: a hung rank, a stalled rank, a dead rank.
+
+tests/test_distributed.py covers a dead and a hung rank inside ``run_evaluation`` and an exception on one rank;
+tests/test_adaptive_distributed.py an exception on one rank (skip and raise) through the AdaptiveEvaluator.
+Here, in a training loop under the AdaptiveEvaluator, the other rank must get a clear ``CollectiveError``
+within ``distributed.timeout_s`` (never a hang) when a rank
+
+* hangs inside ``evaluate_fn`` (with ``evaluation.timeout_s`` also set: in a group it adds no thread; the
+  collective timeout is what bounds the evaluation),
+* stops calling ``evaluate`` (its loop broke off, the process lives on),
+* dies in the middle of the run.
+
+All three run in one spawned pair of processes (spawning costs seconds): each case on its own subgroup, with a
+barrier on a separate group (default timeout) in between, and the dying rank last.
+"""
+
+import os
+import pickle
+import threading
+import time
+
+import pytest
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from conftest import FakeClock
+from dist_utils import run_ranks
+
+TIMEOUT_S = 1.0  # distributed.timeout_s in every case
+SLACK_S = 2.0  # a loaded two-core machine
+
+
+def config(**extra):
+    # The plain schedule (evaluations at steps 4, 9, 14, ...), so the step of each fault is known.
+    return load_config("areal", ["trigger.freq_steps=5", f"distributed.timeout_s={TIMEOUT_S}",
+                                  *[f"{k}={v}" for k, v in extra.items()]])
+
+
+def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None):
+    """A training loop on this rank; returns (what happened, the step, seconds spent in the failing call)."""
+    from adaptive_eval.distributed import CollectiveError
+
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(cfg, clock=clock, group=group)
+    threads = []
+
+    def fn(req):
+        threads.append(threading.current_thread() is threading.main_thread())
+        if req.step >= fault_at and rank == 1 and fault == "hang":
+            time.sleep(TIMEOUT_S + 1.5)  # far longer than the collective timeout
+        return {"acc": [1.0] * len(req.indices(100))}
+
+    for g in range(steps):
+        clock.advance(10.0)
+        if rank == 1 and g == fault_at and fault == "stall":
+            time.sleep(TIMEOUT_S + 1.0)  # its loop broke off; the process lives on
+            return ("stalled", g, None, threads)
+        if rank == 1 and g == fault_at and fault == "die":
+            os._exit(3)
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 5)}, g)
+        start = time.monotonic()
+        try:
+            ev.evaluate(evaluate_fn or fn, 0, g, g)
+        except CollectiveError as exc:
+            return ("CollectiveError", g, time.monotonic() - start, threads, str(exc))
+    return ("finished", steps, None, threads)
+
+
+def _faults_rank(rank, world, out_dir):
+    import torch.distributed as dist
+
+    sync = dist.new_group(backend="gloo")  # default timeout: the barrier between cases
+    results = {}
+    for case in ("hang", "stall"):
+        sub = dist.new_group(backend="gloo")
+        cfg = config(**({"evaluation.timeout_s": 0.3} if case == "hang" else {}))
+        results[case] = loop(rank, sub, cfg, 40, fault_at=12, fault=case)
+        dist.barrier(group=sync)
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(results, f)
+    sub = dist.new_group(backend="gloo")
+    results["die"] = loop(rank, sub, config(), 40, fault_at=17, fault="die")
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(results, f)
+    return results
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults")
+    start = time.monotonic()
+    with pytest.raises(AssertionError, match="rank 1 died"):
+        run_ranks(_faults_rank, str(out), timeout_s=90, collective_timeout_s=30)  # TimeoutError on a hang
+    seconds = time.monotonic() - start
+    ranks = [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(2)]
+    print(f"\ndistributed fault cases: 3 run on 2 ranks in {seconds:.1f} s, hangs: 0")
+    return ranks
+
+
+def test_a_rank_hanging_in_evaluate_fn_is_a_collective_error_on_the_other_within_the_timeout(faults):
+    r0, r1 = faults[0]["hang"], faults[1]["hang"]
+    kind, step, seconds, main_thread_calls, message = r0
+    assert kind == "CollectiveError" and step == 14  # the first evaluation at or after step 12
+    assert TIMEOUT_S * 0.9 <= seconds < TIMEOUT_S + SLACK_S, seconds
+    assert "gather_objects failed on rank 0 of 2 (timeout 1 s)" in message
+    # evaluation.timeout_s adds no thread in a group: evaluate_fn ran in the main thread on both ranks.
+    assert main_thread_calls and all(main_thread_calls) and all(r1[3])
+    # The late rank does not hang either: its own collective fails (or completes from buffered data).
+    assert r1[0] in ("CollectiveError", "finished")
+
+
+def test_a_rank_that_stops_calling_evaluate_is_a_collective_error_on_the_other(faults):
+    kind, step, seconds, _, message = faults[0]["stall"]
+    assert kind == "CollectiveError" and step == 12 and "all_reduce_max failed on rank 0 of 2" in message
+    assert TIMEOUT_S * 0.9 <= seconds < TIMEOUT_S + SLACK_S, seconds
+    assert faults[1]["stall"][:2] == ("stalled", 12)
+
+
+def test_a_rank_dying_mid_run_is_a_collective_error_on_the_other_at_once(faults):
+    kind, step, seconds, _, message = faults[0]["die"]
+    assert kind == "CollectiveError" and step == 17 and "rank 0 of 2" in message
+    assert seconds < TIMEOUT_S + SLACK_S  # a dead peer is usually seen at once
+    assert "die" not in faults[1]  # rank 1 never got to write it
