@@ -21,7 +21,6 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping

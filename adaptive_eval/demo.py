@@ -39,7 +39,7 @@ from pathlib import Path
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
 from adaptive_eval.scoring import best_eval, detection_delay
-from adaptive_eval.types import EvalRequest, EvalResult
+from adaptive_eval.types import EvalRequest
 
 __all__ = ["DEFAULT_STEPS", "DemoError", "format_comparison", "run_demo"]
 
@@ -153,13 +153,6 @@ class _Training:
             return (self.model(self.x_held).argmax(1) == self.y_held).float().mean().item()
 
 
-def _eval_line(r: EvalResult) -> dict:
-    n = r.metrics[METRIC].n if METRIC in r.metrics else r.sample_size
-    return {"step": r.step, "epoch": r.epoch, "sample_size": n, "reason": r.reason,
-            "metrics": {k: v.mean for k, v in r.metrics.items()},
-            "ci": {k: [v.ci[0], v.ci[1]] for k, v in r.metrics.items()}, "seconds": r.seconds}
-
-
 def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Path, progress: bool,
          trace_path: Path | None = None) -> tuple[ReplayResult, dict[int, float]]:
     """One training run under ``cfg``: what its evaluator decided, and the true accuracy at every step.
@@ -178,18 +171,7 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
     evaluator = AdaptiveEvaluator.from_config(cfg, total_steps=steps, clock=clock, logger=logger)
     out = ReplayResult()
     truth: dict[int, float] = {}
-
-    def listen(event: dict) -> None:
-        kind = event["kind"]
-        if kind == "alarm":
-            out.alarms.append({k: event[k] for k in ("step", "stream", "detector", "direction", "location")})
-        elif kind == "eval":
-            out.results.append(event["result"])
-            out.evals.append(_eval_line(event["result"]))
-        elif kind == "deferred":
-            out.deferrals.append({"step": event["step"], "reason": event["reason"]})
-
-    evaluator.add_listener(listen)
+    evaluator.add_listener(out.listen)
     bar = tqdm(total=steps, desc=f"{name:>8} run", unit="step", disable=not progress, file=sys.stderr,
                mininterval=0.25, leave=True)
     recorder = TraceRecorder(trace_path) if trace_path is not None else None

@@ -257,7 +257,6 @@ class DistContext:
             return [obj]
         import torch
 
-        dist = _dist()
         _, world = self.rank_world()
         device = _wire_device(self.group)
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)

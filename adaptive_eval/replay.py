@@ -51,6 +51,17 @@ class ReplayResult:
     summary: dict = field(default_factory=dict)
     results: list[EvalResult] = field(default_factory=list)
 
+    def listen(self, event: dict) -> None:
+        """An :meth:`AdaptiveEvaluator.add_listener` callback that collects the output lines."""
+        kind = event["kind"]
+        if kind == "alarm":
+            self.alarms.append({k: event[k] for k in ("step", "stream", "detector", "direction", "location")})
+        elif kind == "eval":
+            self.results.append(event["result"])
+            self.evals.append(_eval_line(event["result"]))
+        elif kind == "deferred":
+            self.deferrals.append({"step": event["step"], "reason": event["reason"]})
+
 
 def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | None]]:
     """(cheap stream columns, {eval metric: its std column or None})."""
@@ -143,18 +154,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
                                   logger=logger if logger is not None else NullLogger())
     out = ReplayResult()
-
-    def listen(event: dict) -> None:
-        kind = event["kind"]
-        if kind == "alarm":
-            out.alarms.append({k: event[k] for k in ("step", "stream", "detector", "direction", "location")})
-        elif kind == "eval":
-            out.results.append(event["result"])
-            out.evals.append(_eval_line(event["result"]))
-        elif kind == "deferred":
-            out.deferrals.append({"step": event["step"], "reason": event["reason"]})
-
-    evaluator.add_listener(listen)
+    evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
     use_time = all(r.time is not None for r in records)
     fn = sim.__call__
