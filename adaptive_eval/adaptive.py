@@ -21,6 +21,7 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -69,6 +70,8 @@ def _as_float(key, value) -> float:
         raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
     try:
         return float(value)
+    except OverflowError:  # an int beyond float range is a number: infinite, as a float
+        return math.inf if value > 0 else -math.inf
     except (TypeError, ValueError, RuntimeError):
         pass
     # One-element arrays and tensors (NumPy 2 no longer converts 1-D arrays with float()).

@@ -240,16 +240,33 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{lo_key}: {lo!r} is larger than {hi_key}: {hi!r}")
     if cfg.policy.interval.relax < 1:
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
-    for section in ("default", "eval"):
-        for i, spec in enumerate(cfg.streams[section]):
-            if "type" not in spec:
-                problems.append(f"streams.{section}[{i}]: a detector spec needs a 'type'")
-    for stream, specs in cfg.streams.watch.items():
-        for i, spec in enumerate(specs):
-            if "type" not in spec:
-                problems.append(f"streams.watch.{stream}[{i}]: a detector spec needs a 'type'")
+    if not cfg.policy.sample_size.alarm_factor >= 1:
+        problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
+    specs = [(f"streams.{section}[{i}]", spec) for section in ("default", "eval")
+             for i, spec in enumerate(cfg.streams[section])]
+    specs += [(f"streams.watch.{stream}[{i}]", spec) for stream, lst in cfg.streams.watch.items()
+              for i, spec in enumerate(lst)]
+    for key, spec in specs:
+        problem = _detector_problem(spec)
+        if problem:
+            problems.append(f"{key}: {problem}")
     if problems:
         raise ConfigError(problems)
+
+
+def _detector_problem(spec) -> str | None:
+    """Why a detector spec cannot be built (None if it can): checked at load time, not at the first
+    ``observe`` of a stream hours into a run.  Building is cheap for shipped settings; an unusual ``arl0``
+    is calibrated (and cached) here rather than mid-run."""
+    if "type" not in spec:
+        return "a detector spec needs a 'type'"
+    from adaptive_eval.detectors import make_detector
+
+    try:
+        make_detector(OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec))
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def preset_names() -> list[str]:

@@ -147,7 +147,10 @@ def _as_float(key: str, value) -> float:
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"metric {key!r}: expected a real number, got bool")
     if isinstance(value, numbers.Real):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond float range: infinite as a float, as the evaluator sees it
+            return math.inf if value > 0 else -math.inf
     # 0-d numpy arrays and one-element tensors.
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0 or hasattr(value, "numel") and value.numel() == 1:
         return _as_float(key, value.item())
