@@ -86,6 +86,17 @@ def main(argv=None) -> None:
         if rank == 0:
             print(f"{val['name']}: {world} ranks, loss diverged on any rank: {diverged}")
     finally:
+        # Everything that holds the process group (the DDP model's reducer, pending work) goes first: torch
+        # can abort at exit ("terminate called without an active exception") when the group is destroyed
+        # under a live DDP module.
+        model = opt = None  # noqa: F841
+        import gc
+
+        gc.collect()
+        try:
+            dist.barrier()
+        except Exception:  # noqa: BLE001 - a peer already gone: nothing left to wait for
+            pass
         dist.destroy_process_group()
 
 
