@@ -17,7 +17,9 @@ def test_torchrun_example_on_two_ranks_agrees():
         capture_output=True, text=True, timeout=120, env=env, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = re.findall(r"\[rank (\d)/2\] step\s+(\d+) \((\S+)\) (acc .* items)", proc.stdout)
+    # The launcher forwards both ranks' output to one pipe, where their lines can run together: match each
+    # report on its own rather than by line.
+    lines = re.findall(r"\[rank (\d)/2\] step\s+(\d+) \((\S+)\) (acc [\d.]+ \[[\d., ]+\] on \d+ items)", proc.stdout)
     by_rank = {r: sorted((step, reason, acc) for rr, step, reason, acc in lines if rr == r) for r in "01"}
     assert by_rank["0"] == by_rank["1"] and [s for s, _, _ in by_rank["0"]] == ["49", "59"]
     assert "on 601 items" in by_rank["0"][0][2]
