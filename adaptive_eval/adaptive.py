@@ -356,14 +356,15 @@ class AdaptiveEvaluator:
             return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
+        final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
         if reason is None:
             if not self._alarm_pending:
-                if self.total_steps is None or global_step != self.total_steps - 1 or not self.cfg.trigger.eval_at_end:
+                if not final:
                     return None
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
-        return self._decide_and_run(evaluate_fn, reason, epoch, global_step)
+        return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
 
     def _evaluate_in_group(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         """``evaluate`` in a process group: every branch before a collective is on values all ranks hold."""
@@ -392,7 +393,8 @@ class AdaptiveEvaluator:
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
-        decision = self.decide(reason, global_step) if reason is not None or self._alarm_pending else _NOT_DUE
+        decision = (self.decide(reason, global_step, urgent=final) if reason is not None or self._alarm_pending
+                    else _NOT_DUE)
         needs_resources = (self._resources_enabled and decision.evaluate
                            and not (decision.urgent and self.resources.alarm_bypass))
         shortage = self.resources.shortage() if needs_resources else None
@@ -428,12 +430,16 @@ class AdaptiveEvaluator:
         return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
                          global_step)
 
-    def decide(self, reason: str | None, global_step: int) -> Decision:
+    def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
-        running (and without the resource check)."""
+        running (and without the resource check).  ``urgent`` (the last step, with ``trigger.eval_at_end``)
+        lets the evaluation through the budget and the resource check."""
         ctx = self._ctx(global_step)
-        decision = Decision(reason is not None, self._evaluation["sample_size"], reason or "")
-        return self.policies.propose(decision, ctx)
+        decision = Decision(reason is not None, self._evaluation["sample_size"], reason or "", urgent=urgent)
+        decision = self.policies.propose(decision, ctx)
+        if urgent and not decision.urgent:
+            decision = Decision(decision.evaluate, decision.sample_size, decision.reason, True)
+        return decision
 
     @staticmethod
     def _gate(decision: Decision, verdict: tuple[bool, str]) -> Decision:
@@ -445,8 +451,8 @@ class AdaptiveEvaluator:
             return Decision(True, decision.sample_size, why, decision.urgent)
         return decision  # allowed (an urgent bypass keeps the alarm's reason)
 
-    def _decide_and_run(self, evaluate_fn, reason, epoch, global_step) -> EvalResult | None:
-        decision = self.decide(reason, global_step)
+    def _decide_and_run(self, evaluate_fn, reason, epoch, global_step, final: bool = False) -> EvalResult | None:
+        decision = self.decide(reason, global_step, urgent=final)
         if self._resources_enabled and decision.evaluate:
             decision = self._gate(decision, self.resources.decide(global_step, decision.urgent))
         return self._act(evaluate_fn, decision, reason, epoch, global_step)
@@ -504,12 +510,15 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
+        self._alarm_pending = False
+        self.policies.on_eval(outcome_result, self._ctx(global_step))
+        if result is not None:
+            # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
+            # with a wider sample) instead of being consumed by this one.
             for name, summary in result.metrics.items():
                 self._update_eval_detectors(name, summary.mean, global_step)
             for found in outcome.discrepancies:  # identical on every rank, like the result
                 self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
-        self._alarm_pending = False
-        self.policies.on_eval(outcome_result, self._ctx(global_step))
         self.trigger.scale = self.policies.scale()
         if result is not None:
             self._emit({"kind": "eval", "step": global_step, "result": result})

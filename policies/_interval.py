@@ -105,6 +105,12 @@ class IntervalPolicy(Policy):
         if changed:
             self.factor = self._clamp(self.factor * self.tighten)
             self.last_change = "tightened:change"
+        elif found is None:
+            # No measurement (a failed evaluation, or one that returned nothing): no evidence of quiet.  A
+            # tightened schedule still drifts back to the base, but does not relax past it.
+            if self.factor < 1.0 and not self._alarmed:
+                self.factor = min(1.0, self._clamp(self.factor * self.relax))
+                self.last_change = "relaxed:unmeasured"
         elif not self._alarmed and not result.reason.startswith("alarm:"):
             self.factor = self._clamp(self.factor * self.relax)
             self.last_change = "relaxed:quiet"

@@ -62,7 +62,9 @@ class PeakPolicy(Policy):
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         found = primary_metric(result, self.metric)
-        if found is None or not math.isfinite(found[1].mean):
+        if found is None:  # nothing measured (a failed evaluation): nothing learned
+            return
+        if not math.isfinite(found[1].mean):
             self.improving = False
             return
         m = found[1]

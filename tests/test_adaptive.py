@@ -200,3 +200,40 @@ def test_failing_evaluate_fn_does_not_stop_training():
     for g in range(10):
         assert ev.evaluate(boom, 0, g, g) is None
     assert ev.summary()["eval_errors"] == 5
+
+
+def test_the_last_step_is_evaluated_even_over_budget(clock):
+    ev = AdaptiveEvaluator.from_config(load_config(), total_steps=15, clock=clock)
+
+    def costly(request):
+        clock.advance(5.0)
+        return {"acc": [1.0, 0.0] * 16}
+
+    for g in range(15):
+        clock.advance(1.0)
+        ev.evaluate(costly, 0, g, g)
+    assert ev.history[-1].step == 14 and ev.history[-1].reason == "trigger:final"
+
+
+def test_failing_evaluations_do_not_relax_the_schedule(clock):
+    ev = AdaptiveEvaluator.from_config(load_config(), clock=clock)
+
+    def boom():
+        raise RuntimeError("grader down")
+
+    for g in range(40):
+        clock.advance(10.0)
+        ev.evaluate(boom, 0, g, g)
+    assert ev.interval == load_config().trigger.freq_steps and ev.summary()["eval_errors"] == 4
+
+
+def test_an_alarm_on_an_eval_result_brings_a_wider_evaluation_forward(clock):
+    cfg = load_config(overrides=["policy.budget.enabled=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, clock=clock)
+    for g in range(30):
+        clock.advance(10.0)
+        value = float("nan") if g == 9 else 0.5
+        ev.evaluate(lambda req: {"acc": [value] * len(req.indices(500))}, 0, g, g)
+    steps = [(r.step, r.sample_size, r.reason) for r in ev.history]
+    after = [s for s in steps if s[0] > 9]
+    assert after[0][0] == 10 and after[0][2] == "alarm:eval/acc:nonfinite" and after[0][1] > steps[0][1]

@@ -146,8 +146,10 @@ INTERVAL_TABLE = [
     # a significant change between successive evals tightens (after a first quiet relax), down to min_factor
     ([("eval", 1, 0.8, 400), ("eval", 2, 0.3, 400), ("scale", 2, 1.0), ("eval", 3, 0.8, 400),
       ("eval", 4, 0.2, 400), ("scale", 4, 1.0)], [0.75, 0.25]),
-    # evals without the tracked metric count as quiet
-    ([("eval", 1), ("scale", 1, 1.0)], [1.5]),
+    # an eval without the tracked metric (a failure) is no evidence of quiet: a tightened interval drifts back
+    # to the base, never past it
+    ([("eval", 1), ("scale", 1, 1.0), ("alarm", 2), ("eval", 3, 0.5, 100, "alarm:x:cusum"), ("eval", 4),
+      ("scale", 4, 1.0), ("eval", 5), ("scale", 5, 1.0)], [1.0, 0.75, 1.0]),
 ]
 
 
