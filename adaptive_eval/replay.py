@@ -12,6 +12,10 @@ simulated ``evaluate_fn``.
   the budget policy acts as it would live.
 
 The same trace, config and seed give byte-identical outputs.
+
+Each record is one training step for the evaluator (one ``observe`` and one ``evaluate`` call), as in a live
+run: the trigger's ``freq_steps``, the cooldown and the intervals count records.  A trace logged every k
+steps replays with intervals k times longer in training steps; convert or resample it first if that matters.
 """
 
 from __future__ import annotations
