@@ -81,6 +81,16 @@ class Detector:
             det._disable_alarms()
         return det
 
+    def _threshold_from(self, threshold, arl0, default_arl0, check_threshold) -> float:
+        """The raw threshold: ``threshold`` if given (checked), else calibrated for ``arl0`` (or
+        ``default_arl0``) by simulation, from the shipped table or the on-disk cache when they have it."""
+        value, arl0 = resolve_threshold(self.name, threshold, arl0, default_arl0, check_threshold)
+        if value is None:
+            from adaptive_eval.detectors._calibration import calibrate_threshold
+
+            value = calibrate_threshold(self, arl0)
+        return value
+
     def _disable_alarms(self) -> None:
         self.threshold_ = math.inf
 

@@ -13,7 +13,6 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
-    resolve_threshold,
     screened_moments,
 )
 
@@ -104,13 +103,9 @@ class BOCPD(Detector):
         self.reference = check_int(owner, "reference", reference, self.warmup, 100_000_000)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
-        p, arl0 = resolve_threshold(owner, threshold, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "threshold", v, 0.0, 1.0, lo_open=True,
-                                                          hi_open=True))
-        if p is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            p = calibrate_threshold(self, arl0)
+        p = self._threshold_from(threshold, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "threshold", v, 0.0, 1.0, lo_open=True,
+                                                       hi_open=True))
         self.threshold_ = p
         size = self.max_run_length
         self._prec0 = 1.0 / (self.prior_scale * self.prior_scale)

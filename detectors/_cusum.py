@@ -13,7 +13,6 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
-    resolve_threshold,
     screened_moments,
     t_to_z,
 )
@@ -163,12 +162,8 @@ class CUSUM(Detector):
         signs = {"both": (1.0, -1.0), "up": (1.0,), "down": (-1.0,)}[direction]
         self._sides = tuple((kk, sign) for kk in ks for sign in signs)
         self._clip = _INF if self.clip is None else self.clip
-        h, arl0 = resolve_threshold(owner, threshold, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "threshold", v, 0.0, 1e6, lo_open=True))
-        if h is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            h = calibrate_threshold(self, arl0)
+        h = self._threshold_from(threshold, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "threshold", v, 0.0, 1e6, lo_open=True))
         self.threshold_ = h
         self._reset()
 

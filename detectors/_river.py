@@ -27,7 +27,6 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
-    resolve_threshold,
     screened_moments,
     t_to_z,
 )
@@ -128,12 +127,8 @@ class PageHinkley(Detector):
         self.standardize = standardize
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
-        h, arl0 = resolve_threshold(owner, threshold, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "threshold", v, 0.0, 1e12, lo_open=True))
-        if h is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            h = calibrate_threshold(self, arl0)
+        h = self._threshold_from(threshold, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "threshold", v, 0.0, 1e12, lo_open=True))
         self.threshold_ = h
         self._reset()
 
@@ -337,12 +332,8 @@ class ADWIN(Detector):
         self.grace_period = check_int(owner, "grace_period", grace_period, 1, 1_000_000)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
-        d, arl0 = resolve_threshold(owner, delta, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "delta", v, 0.0, 1.0, lo_open=True))
-        if d is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            d = calibrate_threshold(self, arl0)
+        d = self._threshold_from(delta, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "delta", v, 0.0, 1.0, lo_open=True))
         self.delta_ = d
         self._reset()
 
@@ -485,12 +476,8 @@ class KSWIN(Detector):
         self.seed = check_int(owner, "seed", seed, 0, 2**63 - 1)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
-        a, arl0 = resolve_threshold(owner, alpha, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "alpha", v, 0.0, 1.0, lo_open=True, hi_open=True))
-        if a is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            a = calibrate_threshold(self, arl0)
+        a = self._threshold_from(alpha, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "alpha", v, 0.0, 1.0, lo_open=True, hi_open=True))
         self.alpha_ = a
         self._reset()
 

@@ -14,7 +14,6 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
-    resolve_threshold,
     tiny_scale,
 )
 
@@ -95,11 +94,7 @@ class Spike(Detector):
         if threshold is None and arl0 is None:
             h = self._default_threshold
         else:
-            h, arl0 = resolve_threshold(owner, threshold, arl0, None, check)
-        if h is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            h = calibrate_threshold(self, arl0)
+            h = self._threshold_from(threshold, arl0, None, check)
         self.threshold_ = h
         self._reset()
 

@@ -16,7 +16,6 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
-    resolve_threshold,
 )
 
 __all__ = ["WindowTest"]
@@ -118,12 +117,8 @@ class WindowTest(Detector):
         self.every = check_int(owner, "every", every, 1, 1_000_000)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
-        a, arl0 = resolve_threshold(owner, alpha, arl0, self._default_arl0,
-                                    lambda v: check_float(owner, "alpha", v, 0.0, 1.0, lo_open=True, hi_open=True))
-        if a is None:
-            from adaptive_eval.detectors._calibration import calibrate_threshold
-
-            a = calibrate_threshold(self, arl0)
+        a = self._threshold_from(alpha, arl0, self._default_arl0,
+                                 lambda v: check_float(owner, "alpha", v, 0.0, 1.0, lo_open=True, hi_open=True))
         self.alpha_ = a
         self._reset()
 
