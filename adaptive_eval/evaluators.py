@@ -32,7 +32,6 @@ __all__ = [
     "RemoteEvaluationError",
     "call_evaluate_fn",
     "check_step",
-    "run_evaluation",
     "run_evaluation_outcome",
 ]
 
@@ -200,40 +199,6 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
     return metrics, None
 
 
-def run_evaluation(
-    evaluate_fn: Callable,
-    request: EvalRequest,
-    *,
-    epoch: int | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    confidence: float = 0.95,
-    on_error: str = "skip",
-    max_retries: int = 0,
-    retry_backoff_s: float = 0.0,
-    sleep: Callable[[float], None] = time.sleep,
-    num_items: int | None = None,
-    dist_context: DistContext | None = None,
-    precision: str | None = None,
-    rank_discrepancy_threshold: float | None = None,
-    timeout: EvalTimeout | None = None,
-) -> tuple[EvalResult | None, BaseException | None]:
-    """Run one evaluation and summarize what it returned.
-
-    Returns ``(result, None)``, or ``(None, error)`` when ``evaluate_fn`` raised and ``on_error`` is
-    ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
-    ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
-    A sharded request (``request.world_size > 1``) is reduced over the process group; see
-    :func:`run_evaluation_outcome`, which also returns the per-rank details.
-    """
-    outcome = run_evaluation_outcome(
-        evaluate_fn, request, epoch=epoch, clock=clock, confidence=confidence, on_error=on_error,
-        max_retries=max_retries, retry_backoff_s=retry_backoff_s, sleep=sleep, num_items=num_items,
-        dist_context=dist_context, precision=precision, rank_discrepancy_threshold=rank_discrepancy_threshold,
-        timeout=timeout,
-    )
-    return outcome.result, outcome.error
-
-
 def run_evaluation_outcome(
     evaluate_fn: Callable,
     request: EvalRequest,
@@ -252,6 +217,10 @@ def run_evaluation_outcome(
     timeout: EvalTimeout | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
+
+    The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
+    ``on_error`` is ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
+    ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
 
     ``precision`` (``fp32|bf16|fp16``) runs ``evaluate_fn`` under ``torch.inference_mode`` and, for the
     half precisions, autocast (see :func:`adaptive_eval.distributed.eval_context`); None runs it as is.

@@ -61,3 +61,18 @@ def run_ranks(fn, *args, world: int = 2, timeout_s: float = 60.0, collective_tim
                 raise AssertionError(f"rank {r} failed:\n{value}")
             results.append(value)
         return results
+
+
+def scenario_getter(per_rank):
+    """For ``run_ranks`` results that are dicts of scenario name -> ("ok", value) | ("error", traceback):
+    ``get(name)`` gives every rank's value, failing with the rank's traceback if one failed."""
+
+    def get(name):
+        results = []
+        for rank, res in enumerate(per_rank):
+            status, value = res[name]
+            assert status == "ok", f"scenario {name} failed on rank {rank}:\n{value}"
+            results.append(value)
+        return results
+
+    return get

@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from adaptive_eval import AdaptiveEvaluator
 from adaptive_eval.scheduler import FakeResourceMonitor
 from conftest import FakeClock
-from dist_utils import run_ranks
+from dist_utils import run_ranks, scenario_getter
 
 ITEMS = 1000
 DATA = np.random.default_rng(3).normal(0.6, 0.3, size=101)
@@ -226,17 +226,7 @@ def _scenarios_rank(rank, world, log_dir):
 @pytest.fixture(scope="module")
 def group_run():
     with tempfile.TemporaryDirectory() as log_dir:
-        per_rank = run_ranks(_scenarios_rank, log_dir, timeout_s=120)
-
-        def get(name):
-            results = []
-            for rank, res in enumerate(per_rank):
-                status, value = res[name]
-                assert status == "ok", f"scenario {name} failed on rank {rank}:\n{value}"
-                results.append(value)
-            return results
-
-        yield get
+        yield scenario_getter(run_ranks(_scenarios_rank, log_dir, timeout_s=120))
 
 
 def same_on_both(a, b, *, logger=True):

@@ -7,9 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from adaptive_eval import AdaptiveEvaluator
-from adaptive_eval.loggers import MetricLogger
 from adaptive_eval.scheduler import FakeResourceMonitor, ResourceMonitor
-from conftest import FakeClock
+from conftest import RecordingLogger
 
 LOW = {"accelerator_free_gb": 1.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
 OK = {"accelerator_free_gb": 60.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
@@ -29,17 +28,6 @@ def cfg(max_deferral_steps=5, alarm_bypass=True, enabled=True, **sections):
                       "alarm_bypass": alarm_bypass},
     }
     return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(sections))
-
-
-class Recorder(MetricLogger):
-    def __init__(self):
-        self.scalars, self.texts = [], []
-
-    def log(self, step, scalars):
-        self.scalars.append((step, dict(scalars)))
-
-    def text(self, step, tag, text):
-        self.texts.append((step, tag, text))
 
 
 def run(ev, steps, *, start=0, nan_at=(), clock=None):
@@ -102,7 +90,7 @@ def test_disabled_scheduler_never_reads_the_monitor():
 
 
 def test_deferrals_are_logged_and_a_resumed_run_continues_the_same_deferral():
-    logger = Recorder()
+    logger = RecordingLogger()
     ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]), logger=logger)
     assert run(ev, 12) == {}
     assert (9, "decisions", f"deferred: {SHORT} (was trigger:steps)") in logger.texts

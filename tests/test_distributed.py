@@ -32,9 +32,9 @@ from adaptive_eval.distributed import (
     rank_world,
     reduce_summaries,
 )
-from adaptive_eval.evaluators import RemoteEvaluationError, run_evaluation, run_evaluation_outcome
+from adaptive_eval.evaluators import RemoteEvaluationError, run_evaluation_outcome
 from adaptive_eval.stats import summarize
-from dist_utils import run_ranks
+from dist_utils import run_ranks, scenario_getter
 
 Pair = collections.namedtuple("Pair", "left right")
 DATA = np.random.default_rng(3).normal(0.6, 0.3, size=101)
@@ -137,8 +137,8 @@ def test_without_process_group_everything_is_local():
     assert ctx.collectives == 0
     # A request for rank 0 of 2 without a group is a clear error, not a silent partial result.
     with pytest.raises(ValueError, match="rank 0 of 2"):
-        run_evaluation(lambda req: {"x": [1.0]}, EvalRequest(step=0, sample_size=None, seed=0, reason="t",
-                                                                  rank=0, world_size=2))
+        run_evaluation_outcome(lambda req: {"x": [1.0]}, EvalRequest(step=0, sample_size=None, seed=0, reason="t",
+                                                                          rank=0, world_size=2))
 
 
 def test_dist_context_rejects_bad_timeout():
@@ -155,7 +155,8 @@ def _single_process(sample_size, confidence=0.95):
         return {"loss": DATA[idx], "acc": HITS[idx].tolist(), "score": 0.5}
 
     req = EvalRequest(step=3, sample_size=sample_size, seed=11, reason="trigger:steps")
-    result, error = run_evaluation(fn, req, confidence=confidence)
+    outcome = run_evaluation_outcome(fn, req, confidence=confidence)
+    result, error = outcome.result, outcome.error
     assert error is None
     return result
 
@@ -323,7 +324,7 @@ def _dying_rank(rank, world, out_file):
 
     start = time.monotonic()
     try:
-        run_evaluation(fn, req, dist_context=ctx)
+        run_evaluation_outcome(fn, req, dist_context=ctx)
         outcome = "returned"
     except CollectiveError as exc:
         outcome = f"CollectiveError: {exc}"
@@ -351,7 +352,7 @@ def _hung_rank(rank, world):
 
     start = time.monotonic()
     try:
-        run_evaluation(fn, req, dist_context=ctx)
+        run_evaluation_outcome(fn, req, dist_context=ctx)
         return ("returned", time.monotonic() - start)
     except CollectiveError as exc:
         return ("CollectiveError", time.monotonic() - start, str(exc))
@@ -474,17 +475,7 @@ def _scenarios_rank(rank, world):
 
 @pytest.fixture(scope="module")
 def group_run():
-    per_rank = run_ranks(_scenarios_rank, timeout_s=120)
-
-    def get(name):
-        results = []
-        for rank, res in enumerate(per_rank):
-            status, value = res[name]
-            assert status == "ok", f"scenario {name} failed on rank {rank}:\n{value}"
-            results.append(value)
-        return results
-
-    return get
+    return scenario_getter(run_ranks(_scenarios_rank, timeout_s=120))
 
 
 # -- eval_context --------------------------------------------------------------------------------------
@@ -511,6 +502,7 @@ def test_single_process_outcome_keeps_the_old_behaviour():
     outcome = run_evaluation_outcome(lambda req: {"x": [1.0, 2.0]}, req, precision="bf16")
     assert outcome.result.mean("x") == 1.5 and outcome.per_rank_means == {} and outcome.attempts == 1
     with pytest.raises(RuntimeError, match="boom"):
-        run_evaluation(lambda: (_ for _ in ()).throw(RuntimeError("boom")), req, on_error="raise")
-    assert isinstance(run_evaluation(lambda: 1 / 0, req, on_error="retry", max_retries=1)[1], ZeroDivisionError)
+        run_evaluation_outcome(lambda: (_ for _ in ()).throw(RuntimeError("boom")), req, on_error="raise")
+    assert isinstance(run_evaluation_outcome(lambda: 1 / 0, req, on_error="retry", max_retries=1).error,
+                      ZeroDivisionError)
     assert issubclass(RemoteEvaluationError, RuntimeError)

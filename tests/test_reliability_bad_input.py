@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from adaptive_eval import AdaptiveEvaluator, ConfigError, load_config
+from adaptive_eval import ConfigError, load_config
 from adaptive_eval.cli import main
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

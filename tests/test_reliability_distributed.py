@@ -1,6 +1,6 @@
 """Faults in a process group, through the AdaptiveEvaluator: a hung rank, a stalled rank, a dead rank.
 
-tests/test_distributed.py covers a dead and a hung rank inside ``run_evaluation`` and an exception on one rank;
+tests/test_distributed.py covers a dead and a hung rank inside ``run_evaluation_outcome`` and an exception on one rank;
 tests/test_adaptive_distributed.py an exception on one rank (skip and raise) through the AdaptiveEvaluator.
 Here, in a training loop under the AdaptiveEvaluator, the other rank must get a clear ``CollectiveError``
 within ``distributed.timeout_s`` (never a hang) when a rank

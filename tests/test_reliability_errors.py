@@ -14,21 +14,7 @@ import torch
 
 from adaptive_eval import AdaptiveEvaluator, Evaluator, load_config
 from adaptive_eval.evaluators import EvalTimeout, EvaluationStillRunning, run_evaluation_outcome
-from adaptive_eval.loggers import MetricLogger
-
-
-class RecordingLogger(MetricLogger):
-    def __init__(self):
-        self.scalars, self.texts = [], []
-
-    def log(self, step, scalars):
-        self.scalars.append((step, dict(scalars)))
-
-    def text(self, step, tag, text):
-        self.texts.append((step, tag, text))
-
-    def last(self, tag):
-        return [(s, d[tag]) for s, d in self.scalars if tag in d][-1]
+from conftest import RecordingLogger
 
 
 def every_step(*overrides):
