@@ -62,7 +62,7 @@ class ReplayResult:
             self.alarms.append({k: event[k] for k in ("step", "stream", "detector", "direction", "location")})
         elif kind == "eval":
             self.results.append(event["result"])
-            self.evals.append(_eval_line(event["result"]))
+            self.evals.append(event["result"].to_dict())
         elif kind == "deferred":
             self.deferrals.append({"step": event["step"], "reason": event["reason"]})
 
@@ -123,12 +123,6 @@ class _SimulatedEval:
             else:
                 out[name] = v
         return out
-
-
-def _eval_line(r: EvalResult) -> dict:
-    return {"step": r.step, "epoch": r.epoch, "sample_size": r.items, "reason": r.reason,
-            "metrics": {k: v.mean for k, v in r.metrics.items()},
-            "ci": {k: [v.ci[0], v.ci[1]] for k, v in r.metrics.items()}, "seconds": r.seconds}
 
 
 def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None,

@@ -148,17 +148,11 @@ class EvalResult:
                    metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"))
 
     def to_dict(self) -> dict:
-        """The line written to ``evals.jsonl``: means and intervals by metric."""
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "sample_size": self.sample_size,
-            "reason": self.reason,
-            "seconds": self.seconds,
-            "metrics": {k: v.mean for k, v in self.metrics.items()},
-            "ci": {k: list(v.ci) for k, v in self.metrics.items()},
-            "n": {k: v.n for k, v in self.metrics.items()},
-        }
+        """The line written to ``evals.jsonl``: means and intervals by metric; ``sample_size`` is the number
+        of items actually evaluated (:attr:`items`)."""
+        return {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
+                "metrics": {k: v.mean for k, v in self.metrics.items()},
+                "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds}
 
 
 @dataclasses.dataclass(frozen=True)
