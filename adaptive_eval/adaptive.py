@@ -21,7 +21,6 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 from __future__ import annotations
 
 import logging
-import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +33,7 @@ from adaptive_eval.evaluators import EvalTimeout, check_step, run_evaluation_out
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
+from adaptive_eval.stats import as_float
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import Decision, EvalRequest, EvalResult
 
@@ -62,24 +62,6 @@ def _alarm_from_wire(wire):
 
 def _alarm_to_wire(alarm) -> tuple:
     return (alarm.step, alarm.detector, alarm.stream, alarm.direction, alarm.location, alarm.message)
-
-
-def _as_float(key, value) -> float:
-    """A metric value as a float; ``TypeError`` naming the key for anything that is not one number."""
-    if isinstance(value, (bool, str, bytes)) or value is None:
-        raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int beyond float range is a number: infinite, as a float
-        return math.inf if value > 0 else -math.inf
-    except (TypeError, ValueError, RuntimeError):
-        pass
-    # One-element arrays and tensors (NumPy 2 no longer converts 1-D arrays with float()).
-    numel = getattr(value, "numel", None)  # torch
-    size = numel() if callable(numel) else getattr(value, "size", None)  # numpy
-    if size == 1 and hasattr(value, "item"):
-        return _as_float(key, value.item())
-    raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}")
 
 
 class AdaptiveEvaluator:
@@ -248,7 +230,7 @@ class AdaptiveEvaluator:
             if dets is None:
                 dets = self._watch(name)
             if type(value) is not float:
-                value = _as_float(name, value)
+                value = as_float(name, value)
             for det in dets:
                 alarm = det.update(value, global_step)
                 if alarm is not None:
@@ -260,7 +242,7 @@ class AdaptiveEvaluator:
             self._write_streams(metrics, global_step)
 
     def _write_streams(self, metrics: Mapping, step: int) -> None:
-        values = {k: _as_float(k, v) for k, v in metrics.items()}
+        values = {k: as_float(k, v) for k, v in metrics.items()}
         if self._log_streams:
             self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:

@@ -15,6 +15,7 @@ import numpy as np
 from adaptive_eval.types import MetricSummary
 
 __all__ = [
+    "as_float",
     "combine",
     "from_sums",
     "metric_values",
@@ -41,6 +42,31 @@ def t_quantile(confidence: float, df: int) -> float:
     from scipy.stats import t
 
     return float(t.ppf(0.5 + confidence / 2.0, df))
+
+
+def as_float(key: str, value) -> float:
+    """A metric value as a float; ``TypeError`` naming ``key`` for anything that is not one real number.
+
+    Ints, numpy scalars and one-element arrays or tensors are numbers; booleans, strings, None and
+    containers of several values are not.  An int beyond float range is infinite, as a float is.
+
+    >>> as_float("loss", 3), as_float("n", 10**400)
+    (3.0, inf)
+    """
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    except (TypeError, ValueError, RuntimeError):
+        pass
+    # One-element arrays and tensors (NumPy 2 no longer converts 1-D arrays with float()).
+    numel = getattr(value, "numel", None)  # torch
+    size = numel() if callable(numel) else getattr(value, "size", None)  # numpy
+    if size == 1 and hasattr(value, "item"):
+        return as_float(key, value.item())
+    raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}")
 
 
 def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple[float, float]:

@@ -39,7 +39,6 @@ import io
 import itertools
 import json
 import math
-import numbers
 import operator
 import os
 import pathlib
@@ -47,6 +46,8 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from adaptive_eval.stats import as_float
 
 __all__ = ["Trace", "TraceError", "TraceRecord", "TraceRecorder", "is_eval_name", "read_trace", "write_trace"]
 
@@ -143,20 +144,6 @@ def _infer_format(path: pathlib.Path, fmt: str | None) -> str:
 # ---------------------------------------------------------------------------------------------------- writing
 
 
-def _as_float(key: str, value) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"metric {key!r}: expected a real number, got bool")
-    if isinstance(value, numbers.Real):
-        try:
-            return float(value)
-        except OverflowError:  # an int beyond float range: infinite as a float, as the evaluator sees it
-            return math.inf if value > 0 else -math.inf
-    # 0-d numpy arrays and one-element tensors.
-    if hasattr(value, "item") and getattr(value, "ndim", None) == 0 or hasattr(value, "numel") and value.numel() == 1:
-        return _as_float(key, value.item())
-    raise TypeError(f"metric {key!r}: expected a real number, got {type(value).__name__}")
-
-
 def _as_step(name: str, value, *, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
@@ -174,7 +161,7 @@ def _check_metrics(metrics: Mapping) -> dict[str, float]:
             raise TypeError(f"metric names must be non-empty strings, got {key!r}")
         if key in RESERVED:
             raise ValueError(f"metric {key!r}: 'step', 'epoch' and 'time' are reserved column names")
-        out[key] = _as_float(key, value)
+        out[key] = as_float(key, value)
     return out
 
 
@@ -337,7 +324,7 @@ class TraceRecorder:
         step = _as_step("step", step)
         epoch = _as_step("epoch", epoch, optional=True)
         if time is not None:
-            time = _as_float("time", time)
+            time = as_float("time", time)
         values = _check_metrics(metrics)
         if self._last_step is not None and step < self._last_step:
             raise ValueError(f"{self.path}: step {step} is below the previous step {self._last_step}; "
@@ -442,7 +429,7 @@ def write_trace(trace: Trace | Iterable[TraceRecord], path: str | os.PathLike, *
         last = step
         values = _check_metrics(rec.metrics)
         epoch = _as_step("epoch", rec.epoch, optional=True)
-        time = None if rec.time is None else _as_float("time", rec.time)
+        time = None if rec.time is None else as_float("time", rec.time)
         if fmt == "csv":
             lines.append(_csv_cells(columns, step, values, epoch, time))
         else:
