@@ -522,11 +522,13 @@ class RealTrace:
 
 
 def default_traces_dir() -> pathlib.Path:
-    """Where the recorded traces lie: ``$ADAPTIVE_EVAL_TRACES``, else ``shared/traces`` beside the checkout."""
+    """Where the recorded traces lie: ``$ADAPTIVE_EVAL_TRACES``, else the ones shipped in ``adaptive_eval.traces``."""
     env = os.environ.get("ADAPTIVE_EVAL_TRACES")
     if env:
         return pathlib.Path(env)
-    return pathlib.Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+    import adaptive_eval.traces
+
+    return pathlib.Path(adaptive_eval.traces.__file__).resolve().parent
 
 
 GRPO_RULE = ("collapse: the least-squares single change point of reward_avg (segments >= 10 steps), when the "

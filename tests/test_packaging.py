@@ -14,6 +14,9 @@ def test_wheel_has_one_top_level_package_with_presets(tmp_path):
     assert top == {"adaptive_eval"}
     assert "adaptive_eval/detectors/__init__.py" in names and "adaptive_eval/policies/__init__.py" in names
     assert "adaptive_eval/configs/default.yaml" in names and "adaptive_eval/configs/areal.yaml" in names
+    # The real traces that tests and benchmarks use travel with the package, with their sources and licences.
+    assert "adaptive_eval/traces/SOURCES.md" in names
+    assert "adaptive_eval/traces/rasbt__reasoning-from-scratch__ch07_7_5_plus_kl_metrics.csv" in names
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert "adaptive-eval = adaptive_eval.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
 
