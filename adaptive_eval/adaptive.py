@@ -43,6 +43,7 @@ __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
+_RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
 
 
 def _group_exists(group) -> bool:
@@ -124,6 +125,8 @@ class AdaptiveEvaluator:
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
+        self._record_errors = 0
+        self._renamed: set[str] = set()
         self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
@@ -246,7 +249,25 @@ class AdaptiveEvaluator:
         if self._log_streams:
             self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:
+            self._record(step, values)
+
+    def _record(self, step: int, values: dict) -> None:
+        """Append to the trace of :meth:`record_to`; a failure is logged, never raised into the training step."""
+        if not _RESERVED.isdisjoint(values):
+            # 'step', 'epoch' and 'time' are the trace's own columns: such a metric is recorded as 'epoch_'.
+            for name in _RESERVED.intersection(values):
+                if name not in self._renamed:
+                    self._renamed.add(name)
+                    log.warning("metric %r is recorded in the trace as %r: 'step', 'epoch' and 'time' are the "
+                                "trace's own columns", name, f"{name}_")
+            values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
+        try:
             self._recorder.record(step, values, time=self.clock() - self._start)
+        except Exception as exc:  # noqa: BLE001 - recording must never stop training
+            self._record_errors += 1
+            if self._record_errors == 1:
+                log.error("recording the trace failed at step %d (%s: %s); training goes on, later failures "
+                          "are counted in summary()['record_errors']", step, type(exc).__name__, exc)
 
     def record_to(self, path, *, fsync: bool = False):
         """Record what this evaluator observes and measures as a replayable trace (CSV or JSONL by suffix).
@@ -274,7 +295,7 @@ class AdaptiveEvaluator:
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
         if values:
-            self._recorder.record(event["step"], values, time=self.clock() - self._start)
+            self._record(event["step"], values)
 
     def _group_time(self) -> float:
         return self._now
@@ -536,7 +557,8 @@ class AdaptiveEvaluator:
         """Counts of what happened so far (plain values)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
-                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
+                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
+                "record_errors": self._record_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts)."""
