@@ -237,6 +237,9 @@ class DaemonThreadExecutor(cf.Executor):
         self._shutdown = True
 
 
+_IN_PROCESS = (InlineExecutor, DaemonThreadExecutor, cf.ThreadPoolExecutor)
+
+
 def check_executor(executor) -> None:
     """Refuse an executor that cannot take work, before training (a shut-down pool)."""
     if not isinstance(executor, cf.Executor):
@@ -529,7 +532,9 @@ class AsyncEvaluations:
                 log.warning("asynchronous evaluation of a plain evaluate_fn: it sees the weights the model has "
                             "while it runs, not those of step %d; wrap it as adaptive_eval.asynchronous."
                             "SnapshotEval(model, fn) to evaluate the weights of its step", request.step)
-            options = dict(self.options, epoch=epoch, clock=self.eval_clock)
+            options = dict(self.options, epoch=epoch)
+            if isinstance(self.executor, _IN_PROCESS):  # another process times with its own monotonic clock
+                options["clock"] = self.eval_clock
             try:
                 job.future = self.executor.submit(_run_job, fn, request, weights, options)
             except RuntimeError as exc:  # a shut-down executor, a broken eval rank
