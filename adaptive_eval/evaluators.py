@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 import sys
 import threading
 import time
 import traceback
+import types
+import weakref
 from collections.abc import Callable, Mapping
 
 from adaptive_eval.distributed import (
@@ -45,16 +46,32 @@ def check_step(name: str, value) -> int:
     return value.__index__()
 
 
+# Python functions' answers, held weakly: a fresh ``functools.partial(run_eval, model=ckpt)`` per step must not
+# keep its checkpoint alive (a strong cache of the callables would).  Keyed by the function (for a bound method,
+# its ``__func__``); the answer depends on the function's code and defaults and on whether it is bound.
+_WANTS_REQUEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WANTS_REQUEST_LOCK = threading.Lock()
+
+
 def _wants_request(evaluate_fn: Callable) -> bool:
-    try:
-        return _wants_request_cached(evaluate_fn)
-    except TypeError:  # unhashable callable
+    """Whether ``evaluate_fn`` takes the request: it has a positional parameter without a default (or ``*args``).
+
+    ``evaluate_fn()`` (AReaL style) and ``evaluate_fn(verbose=False)`` are called with no argument.
+    """
+    bound = inspect.ismethod(evaluate_fn)
+    func = evaluate_fn.__func__ if bound else evaluate_fn
+    if not isinstance(func, types.FunctionType):  # partials, callable objects, builtins: inspected each time
         return _inspect_wants_request(evaluate_fn)
-
-
-@functools.lru_cache(maxsize=64)
-def _wants_request_cached(evaluate_fn: Callable) -> bool:
-    return _inspect_wants_request(evaluate_fn)
+    key = (func.__code__, func.__defaults__ is not None and len(func.__defaults__), bound)
+    with _WANTS_REQUEST_LOCK:
+        cached = _WANTS_REQUEST.get(func)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    answer = _inspect_wants_request(evaluate_fn)
+    if getattr(func, "__signature__", None) is None and getattr(func, "__wrapped__", None) is None:
+        with _WANTS_REQUEST_LOCK:
+            _WANTS_REQUEST[func] = (key, answer)
+    return answer
 
 
 def _inspect_wants_request(evaluate_fn: Callable) -> bool:
@@ -62,8 +79,9 @@ def _inspect_wants_request(evaluate_fn: Callable) -> bool:
         params = inspect.signature(evaluate_fn).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature: assume the request form
         return True
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    return bool(positional)
+    return any(p.kind is p.VAR_POSITIONAL
+               or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+               for p in params)
 
 
 def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):
