@@ -4,6 +4,7 @@ import logging
 import os
 
 import pytest
+from conftest import FakeClock
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.trace import read_trace
@@ -27,14 +28,15 @@ def test_reserved_metric_names_are_recorded_renamed_not_raised(tmp_path, caplog)
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_full_disk_while_recording_is_logged_and_training_goes_on(tmp_path, caplog):
+
     (tmp_path / "t.jsonl").symlink_to("/dev/full")  # every write: ENOSPC, a full disk
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]))
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]), clock=FakeClock())
     ev.record_to(tmp_path / "t.jsonl")
     with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
         for g in range(6):
             ev.observe({"loss": 1.0}, g)
             ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
-    plain = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]))
+    plain = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=2"]), clock=FakeClock())
     for g in range(6):
         plain.observe({"loss": 1.0}, g)
         plain.evaluate(lambda: {"acc": 0.5}, 0, g, g)
