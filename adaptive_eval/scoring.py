@@ -136,7 +136,7 @@ def _observation(e: Mapping, metric: str) -> tuple[float, float]:
     return 0.5 * (low + high), (max(high - low, 0.0) / (2.0 * _Z95)) ** 2
 
 
-TIE_SD = 0.0  # estimates within this many sd of the top tie; the most precise of them is picked
+TIE_SD = 0.25  # estimates within this many sd of the top tie; the most precise of them is picked
 _BREAK_Z = 4.0  # an evaluation this many sd from its prediction starts a new segment (a collapse, a NaN run)
 
 
