@@ -216,8 +216,9 @@ def summarize_outputs(
     ``"m/maj@<k>"``: whether the most frequent of the item's first k answers (ties: the one seen first)
     equals the reference, averaged over items, with the interval over items.
 
-    ``item_values``, when given, receives ``{metric: {item index: per-item mean}}`` for the per-item metrics
-    whose items are known (the paired comparison of successive evaluations uses them).
+    ``item_values``, when given, receives ``{metric: {item index: per-item mean}}`` for the items x samples
+    metrics whose items are known and for the per-item metrics of suites (the paired comparison of
+    successive evaluations uses them).
     """
     summaries = {}
     for name, value in outputs.items():
@@ -256,7 +257,9 @@ def summarize_outputs(
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
             summaries[name] = summarize(values, confidence)
-            if item_values is not None and item_ids is not None and len(item_ids) == values.size:
+            # Paired only in a suite, where one value per requested item is checked (a plain 1-D list may
+            # be per-sample values in any order).
+            if item_values is not None and suites is not None and len(item_ids) == values.size:
                 item_values[name] = {int(i): float(v) for i, v in zip(item_ids, values) if v == v}
         else:
             summaries[name] = scalar_summary(scalar, items, confidence)
