@@ -45,6 +45,7 @@ __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
+_RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
 
 
 def _group_exists(group) -> bool:
@@ -126,6 +127,8 @@ class AdaptiveEvaluator:
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
+        self._record_errors = 0
+        self._renamed: set[str] = set()
         self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
@@ -274,7 +277,25 @@ class AdaptiveEvaluator:
         if self._log_streams:
             self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:
+            self._record(step, values)
+
+    def _record(self, step: int, values: dict) -> None:
+        """Append to the trace of :meth:`record_to`; a failure is logged, never raised into the training step."""
+        if not _RESERVED.isdisjoint(values):
+            # 'step', 'epoch' and 'time' are the trace's own columns: such a metric is recorded as 'epoch_'.
+            for name in _RESERVED.intersection(values):
+                if name not in self._renamed:
+                    self._renamed.add(name)
+                    log.warning("metric %r is recorded in the trace as %r: 'step', 'epoch' and 'time' are the "
+                                "trace's own columns", name, f"{name}_")
+            values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
+        try:
             self._recorder.record(step, values, time=self.clock() - self._start)
+        except Exception as exc:  # noqa: BLE001 - recording must never stop training
+            self._record_errors += 1
+            if self._record_errors == 1:
+                log.error("recording the trace failed at step %d (%s: %s); training goes on, later failures "
+                          "are counted in summary()['record_errors']", step, type(exc).__name__, exc)
 
     def record_to(self, path, *, fsync: bool = False):
         """Record what this evaluator observes and measures as a replayable trace (CSV or JSONL by suffix).
@@ -302,7 +323,7 @@ class AdaptiveEvaluator:
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
         if values:
-            self._recorder.record(event["step"], values, time=self.clock() - self._start)
+            self._record(event["step"], values)
 
     def _group_time(self) -> float:
         return self._now
@@ -335,9 +356,15 @@ class AdaptiveEvaluator:
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
-    def _policy_pending(self) -> bool:
+    def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")
         return alarm_policy is not None and alarm_policy.pending
+
+    def _policy_pending(self) -> bool:
+        """A policy wants an evaluation before the trigger is due: an alarm, or a candidate best to re-measure."""
+        alarm_policy = self.policies.by_name.get("alarm")
+        peak = self.policies.by_name.get("peak")
+        return (alarm_policy is not None and alarm_policy.pending) or (peak is not None and peak.pending)
 
     # ----------------------------------------------------------------------------------------------
     # Deciding and evaluating
@@ -381,6 +408,8 @@ class AdaptiveEvaluator:
                 if not final:
                     return None
                 reason = "trigger:final"
+            elif final and not self._alarms_waiting():
+                reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
@@ -410,7 +439,7 @@ class AdaptiveEvaluator:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is None:
-            if not self._alarm_pending and final:
+            if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
@@ -566,8 +595,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-        self._alarm_pending = False
         self.policies.on_eval(outcome_result, self._ctx(global_step))
+        self._alarm_pending = self._policy_pending()
         if result is not None:
             # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
             # with a wider sample) instead of being consumed by this one.
@@ -751,7 +780,8 @@ class AdaptiveEvaluator:
         """Counts of what happened so far (plain values)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
-                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
+                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
+                "record_errors": self._record_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts)."""

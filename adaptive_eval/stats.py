@@ -363,7 +363,11 @@ def mean_sample_size(std: float, half_width: float, confidence: float = 0.95) ->
     z = normal_quantile(confidence)
     if half_width <= 0:
         raise ValueError("half_width must be positive")
-    return max(1, math.ceil((z * std / half_width) ** 2))
+    ratio = z * std / half_width
+    n = ratio * ratio  # a float product: inf on overflow (``** 2`` would raise), as is a huge std / half_width
+    if not n < 1 << 40:
+        return 1 << 40  # beyond any eval set, as wilson_sample_size caps it; the policy clamps to its max
+    return max(1, math.ceil(n))
 
 
 # --------------------------------------------------------------------------------------------------
