@@ -7,6 +7,7 @@ import os
 import sys
 
 from adaptive_eval.config import ConfigError, load_config
+from adaptive_eval.demos import DEFAULT_TASK, TASKS
 
 __all__ = ["main"]
 
@@ -104,16 +105,19 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from adaptive_eval.demo import DemoError, format_comparison, run_demo
+    import importlib
 
+    from adaptive_eval.demos import DemoError
+
+    task = importlib.import_module(f"adaptive_eval.demos.{args.task}")
     steps = {} if args.steps is None else {"steps": args.steps}
     try:
-        report = run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
-                          progress=not args.no_progress, **steps)
+        report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
+                               progress=not args.no_progress, **steps)
     except DemoError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
-    print(format_comparison(report))
+    print(task.format_comparison(report))
     return 0
 
 
@@ -134,6 +138,64 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} of {len(rows)} expectations failed")
         return 1
     return 0
+
+
+def _tune_cases(args: argparse.Namespace, base) -> list:
+    from adaptive_eval.tune import TuneError, case_from_file, case_from_real, case_from_synthetic
+
+    events: dict[str, list[int]] = {}
+    for item in args.events:
+        name, sep, steps = item.rpartition("=")
+        try:
+            if not sep:
+                raise ValueError
+            events[name] = [int(s) for s in steps.split(",") if s.strip()]
+        except ValueError:
+            raise TuneError(f"--events {item!r}: expected TRACE=STEP[,STEP...] (integer steps)") from None
+    unknown = sorted(set(events) - set(args.trace))
+    if unknown:
+        raise TuneError(f"--events names {unknown[0]!r}, which is not one of the traces given")
+    cases = []
+    for t in args.trace:
+        if t.startswith("real:"):
+            try:
+                cases.append(case_from_real(t[len("real:"):]))
+            except KeyError as exc:
+                raise TuneError(str(exc.args[0])) from None
+        elif t.startswith("synthetic:"):
+            from adaptive_eval.synthetic import suite
+
+            try:
+                seed = int(t[len("synthetic:"):])
+            except ValueError:
+                raise TuneError(f"{t}: expected synthetic:SEED (an integer seed of the synthetic suite)") from None
+            cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
+        else:
+            cases.append(case_from_file(t, base, events.get(t, ())))
+    return cases
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from adaptive_eval.tune import TuneError, check_input, table, tune
+
+    base = load_config(args.config, args.overrides)
+    objectives = args.objective or ["cost", "delay", "regret"]
+    try:
+        cases = _tune_cases(args, base)
+        check_input(cases, objectives, args.trials)
+        _check_writable(args.out)
+    except TuneError as exc:
+        print(f"adaptive-eval tune: {exc}", file=sys.stderr)
+        return 2
+    print(f"tuning on {len(cases)} run(s), {sum(len(c.events) for c in cases)} event(s), objectives "
+          f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}", file=sys.stderr)
+    result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
+                  progress=not args.no_progress, n_folds=args.folds)
+    print(table(result))
+    if result.interrupted:
+        print(f"interrupted: kept the {len(result.trials)} finished trial(s)", file=sys.stderr)
+    print(f"wrote {args.out}/pareto.png, pareto.md, pareto.csv, trials.csv, presets/point-*.yaml")
+    return 130 if result.interrupted else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -181,12 +243,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="train a classifier with a fault midway; evaluate it adaptively and on a "
                                     "fixed schedule at the same budget; write both runs")
+    p.add_argument("--task", choices=TASKS, default=DEFAULT_TASK,
+                   help=f"which training run (default: {DEFAULT_TASK})")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     _add_config_args(p)
     p.add_argument("--steps", type=int, default=None, help="training steps; the fault comes halfway (default: 3000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("tune", help="search policy and detector parameters on recorded runs (Optuna); write the "
+                                    "Pareto front and one preset per chosen point")
+    p.add_argument("trace", nargs="+", help="a trace file (CSV, JSONL, TensorBoard folder), real:NAME (a shipped "
+                                            "real trace) or synthetic:SEED (the synthetic suite of that seed)")
+    _add_config_args(p)
+    p.add_argument("--objective", action="append", choices=None, default=[], metavar="NAME",
+                   help="cost, delay or regret (repeatable; default: all three)")
+    p.add_argument("--trials", type=int, default=50, help="trials (default: 50)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: 0)")
+    p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
+    p.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
+                   help="the steps of the changes in a trace file that a schedule should confirm (repeatable)")
+    p.add_argument("--folds", type=int, default=3, help="folds of the runs for cross-validation (default: 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_tune)
     return parser
 
 

@@ -265,7 +265,7 @@ def test_check_passes_limits_and_events_file(collapse, tmp_path, capsys):
     code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "60",
                               "--max-samples-per-1k", "13000")
     assert code == 0 and "53 steps (<= 60)" in out and "5142 (<= 13000)" in out and "FAIL" not in out
-    code, out, _ = check_main(capsys, "grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "5000")
+    code, out, _ = check_main(capsys, "real:grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "5000")
     assert code == 1 and "5142 samples per 1,000 steps, above 5000" in out
     # --events replaces the sidecar.
     events = tmp_path / "other.events.json"

@@ -364,8 +364,9 @@ def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
         from adaptive_eval.convert import load_real, real_traces
 
         names = [info.name for info in real_traces()]
-        if str(path_or_trace) in names:
-            return _load(load_real(str(path_or_trace)))
+        name = str(path_or_trace).removeprefix("real:")  # "real:NAME" as adaptive-eval tune spells it
+        if name in names:
+            return _load(load_real(name))
         raise FileNotFoundError(f"{p}: no such trace file (nor a shipped real trace of that name: "
                                 f"{', '.join(names)})")
     raise TypeError(f"replay_trace takes a trace path, a shipped trace name, a Trace or a RealTrace, "
@@ -385,7 +386,7 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     """Replay a recorded trace under ``config`` and return the :class:`ReplayRun`.
 
     ``path_or_trace``: a trace file or TensorBoard folder (with its sidecar events file, if any), the name
-    of a shipped real trace (``adaptive_eval.convert.real_traces()``, with its events), a
+    of a shipped real trace (``adaptive_eval.convert.real_traces()``, with its events; ``real:NAME`` too), a
     :class:`~adaptive_eval.trace.Trace`, or a ``RealTrace``/``SyntheticTrace``.  ``config``: a preset
     name, a YAML path, a loaded config, or None (the default preset).  ``events`` replaces the events
     that came with the trace: a list of :class:`Event` (or steps, or mappings), or an events file.
