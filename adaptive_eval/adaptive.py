@@ -352,9 +352,15 @@ class AdaptiveEvaluator:
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
-    def _policy_pending(self) -> bool:
+    def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")
         return alarm_policy is not None and alarm_policy.pending
+
+    def _policy_pending(self) -> bool:
+        """A policy wants an evaluation before the trigger is due: an alarm, or a candidate best to re-measure."""
+        alarm_policy = self.policies.by_name.get("alarm")
+        peak = self.policies.by_name.get("peak")
+        return (alarm_policy is not None and alarm_policy.pending) or (peak is not None and peak.pending)
 
     # ----------------------------------------------------------------------------------------------
     # Deciding and evaluating
@@ -398,6 +404,8 @@ class AdaptiveEvaluator:
                 if not final:
                     return None
                 reason = "trigger:final"
+            elif final and not self._alarms_waiting():
+                reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
@@ -427,7 +435,7 @@ class AdaptiveEvaluator:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is None:
-            if not self._alarm_pending and final:
+            if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
@@ -581,8 +589,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-        self._alarm_pending = False
         self.policies.on_eval(outcome_result, self._ctx(global_step))
+        self._alarm_pending = self._policy_pending()
         if result is not None:
             # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
             # with a wider sample) instead of being consumed by this one.

@@ -145,7 +145,8 @@ class BudgetPolicyConfig:
 class PeakPolicyConfig:
     enabled: bool = True
     improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
-    confirm_size: int = 256  # and evaluate at least this many items after a new best (0: off)
+    confirm_size: int = 256  # a small eval that beats the best is re-measured with this many items (0: off)
+    confirm_steps: int = 1  # within this many steps (0: the next scheduled eval is widened instead)
 
 
 @dataclass

@@ -111,7 +111,7 @@ class IntervalPolicy(Policy):
             if self.factor < 1.0 and not self._alarmed:
                 self.factor = min(1.0, self._clamp(self.factor * self.relax))
                 self.last_change = "relaxed:unmeasured"
-        elif not self._alarmed and not result.reason.startswith("alarm:"):
+        elif not self._alarmed and not result.reason.startswith(("alarm:", "peak:")):
             self.factor = self._clamp(self.factor * self.relax)
             self.last_change = "relaxed:quiet"
         self._alarmed = False
