@@ -342,8 +342,10 @@ def combine_rank_summaries(
     """Combine the summaries of disjoint shards, one mapping per rank, into one summary per metric.
 
     Returns ``(combined, per_rank_means, per_rank_n)``.  Sums, sums of squares and counts add up, so the
-    mean and interval equal those computed on all items at once.  Metric names are taken in sorted
-    order; a metric a rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
+    mean and interval equal those computed on all items at once.  Metric names keep the order in which
+    ``evaluate_fn`` returned them (rank 0's first, then any only later ranks reported), as in a single
+    process, so ``evaluation.metric: null`` tracks the same first metric on 1 and on N ranks; a metric a
+    rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
     (Wilson interval) when every rank that has items for it reported 0/1 values.  The computation is a
     pure function of its input, so every rank that runs it on the gathered data gets the same result.
 
@@ -353,7 +355,7 @@ def combine_rank_summaries(
     (0.75, 4, True, [0.6666666666666666, 1.0], [3, 1])
     """
     rows = [{name: (_wire(v)) for name, v in part.items()} for part in per_rank]
-    names = sorted({name for row in rows for name in row})
+    names = list(dict.fromkeys(name for row in rows for name in row))
     combined: dict[str, MetricSummary] = {}
     means: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}

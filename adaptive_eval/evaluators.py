@@ -269,7 +269,7 @@ def run_evaluation_outcome(
     skip (``skip``; retries exhausted) or all raise (``raise``: the failing rank re-raises its own
     exception, the others a :class:`RemoteEvaluationError` naming it).  On success every rank returns
     the same :class:`EvalResult`: sums, sums of squares and counts combined exactly (metric names
-    sorted; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
+    in the order evaluate_fn returned them; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
     rank-local.  A return value that is not a mapping raises ``TypeError`` on every rank.
 
     **Timeout** (``timeout``, single process only; see :class:`EvalTimeout`): each attempt runs in a worker
