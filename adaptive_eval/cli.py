@@ -121,6 +121,25 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from adaptive_eval.testing import check, format_rows, replay_trace
+
+    cfg = load_config(args.config, args.overrides)
+    rows = []
+    for trace in args.trace:
+        run = replay_trace(trace, cfg, seed=args.seed, events=args.events)
+        run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
+        rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
+    print(format_rows(rows))
+    failed = [r for r in rows if not r.ok]
+    for r in failed:
+        print("\n" + r.message)
+    if failed:
+        print(f"\n{len(failed)} of {len(rows)} expectations failed")
+        return 1
+    return 0
+
+
 def _tune_cases(args: argparse.Namespace, base) -> list:
     from adaptive_eval.tune import TuneError, case_from_file, case_from_real, case_from_synthetic
 
@@ -200,6 +219,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-last-run", action="store_true",
                    help="a non-native trace whose step restarts (an aborted start logged first): keep the last run")
     p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("check", help="replay traces under a preset and check their expectations (events "
+                                     "confirmed, quiet windows, cost): exit 1 when one fails, 2 on bad input")
+    p.add_argument("trace", nargs="+", metavar="TRACE",
+                   help="a trace file (its events in TRACE.events.yaml beside it) or a shipped real trace name")
+    p.add_argument("--config", metavar="F", required=True, help="the preset under test: a YAML file or a preset name")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                   help="override one key of it (repeatable)")
+    p.add_argument("--events", metavar="FILE", default=None,
+                   help="an events file for every TRACE, instead of each trace's own")
+    p.add_argument("--within", metavar="N", type=int, default=None,
+                   help="every event must be confirmed within N steps (replaces the events' own 'within')")
+    p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
+                   help="at most M eval samples per 1,000 training steps on each trace")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")
     p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
