@@ -181,7 +181,7 @@ SPACE = [
     ("trigger.freq_steps", int, 5, 100, True),
     ("policy.interval.max_factor", float, 1.0, 8.0, True),
     ("policy.interval.relax", float, 1.0, 3.0, False),
-    ("policy.alarm.cooldown_steps", int, 0, 60, False),
+    ("policy.alarm.cooldown_steps", int, 1, 60, False),
     ("policy.sample_size.initial", int, 16, 256, True),
     ("policy.sample_size.min", int, 8, 128, True),
     ("policy.sample_size.target_half_width", float, 0.03, 0.25, True),
@@ -405,7 +405,11 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     def objective(trial):
         params = _suggest(trial, base)
-        cfg = apply_params(base, params)
+        try:
+            cfg = apply_params(base, params)
+        except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search
+            trial.set_user_attr("error", str(exc))
+            return [math.nan] * len(objectives) if len(objectives) > 1 else math.nan
         scores = [run_case(c, cfg, seed=0) for c in cases]
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
         values = [float(np.nanmean([pf[k] for pf in per_fold])) if any(math.isfinite(pf[k]) for pf in per_fold)
