@@ -48,7 +48,7 @@ class TriggerConfig:
     """The base schedule, AReaL's ``EvaluatorConfig`` fields (null disables a trigger)."""
 
     freq_epochs: Optional[int] = None
-    freq_steps: Optional[int] = 10
+    freq_steps: Optional[int] = 25
     freq_secs: Optional[float] = None
     eval_before_train: bool = False
     eval_at_end: bool = True
@@ -107,7 +107,7 @@ class StreamsConfig:
 @dataclass
 class AlarmPolicyConfig:
     enabled: bool = True
-    cooldown_steps: int = 20  # a burst of alarms within this many steps costs one evaluation
+    cooldown_steps: int = 33  # a burst of alarms within this many steps costs one evaluation
     urgent_detectors: list[str] = field(default_factory=lambda: ["nonfinite"])  # bypass budget and cooldown
 
 
@@ -115,8 +115,8 @@ class AlarmPolicyConfig:
 class IntervalPolicyConfig:
     enabled: bool = True
     min_factor: float = 0.5  # shortest interval, as a multiple of the base freq_steps / freq_secs
-    max_factor: float = 2.5  # longest interval
-    relax: float = 1.5  # the interval grows by this factor after each quiet evaluation
+    max_factor: float = 4.4  # longest interval
+    relax: float = 2.2  # the interval grows by this factor after each quiet evaluation
     tighten: float = 0.5  # and shrinks by this one after an alarm or a significant change
     significance: float = 0.05  # p-value below which two successive evals differ
 
@@ -124,17 +124,17 @@ class IntervalPolicyConfig:
 @dataclass
 class SampleSizePolicyConfig:
     enabled: bool = True
-    initial: int = 64
-    min: int = 32
+    initial: int = 50
+    min: int = 48
     max: int = 512
-    target_half_width: float = 0.1  # of the confidence interval, in the metric's units
-    alarm_factor: float = 4.0  # widen the sample this much after an alarm
+    target_half_width: float = 0.075  # of the confidence interval, in the metric's units
+    alarm_factor: float = 12.0  # widen the sample this much after an alarm
 
 
 @dataclass
 class BudgetPolicyConfig:
     enabled: bool = True
-    max_eval_fraction: float = 0.15  # eval wall time / elapsed wall time
+    max_eval_fraction: float = 0.11  # eval wall time / elapsed wall time
     bypass_urgent: bool = True
     # With evaluation.asynchronous, evaluations cost eval-device time, not training time: this caps the
     # share of the eval workers' time (eval-device seconds / (elapsed x workers)) instead.
@@ -144,9 +144,9 @@ class BudgetPolicyConfig:
 @dataclass
 class PeakPolicyConfig:
     enabled: bool = True
-    improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
-    confirm_size: int = 256  # a small eval that beats the best is re-measured with this many items (0: off)
-    confirm_steps: int = 1  # within this many steps (0: the next scheduled eval is widened instead)
+    improving_factor: float = 3.9  # cap the interval at this multiple of the base while the metric improves
+    confirm_size: int = 120  # a small eval that beats the best is re-measured with this many items (0: off)
+    confirm_steps: int = 8  # within this many steps (0: the next scheduled eval is widened instead)
 
 
 @dataclass

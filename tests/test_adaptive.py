@@ -217,7 +217,7 @@ def test_the_last_step_is_evaluated_even_over_budget(clock):
 
 
 def test_failing_evaluations_do_not_relax_the_schedule(clock):
-    ev = AdaptiveEvaluator.from_config(load_config(), clock=clock)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=10"]), clock=clock)
 
     def boom():
         raise RuntimeError("grader down")
@@ -225,11 +225,11 @@ def test_failing_evaluations_do_not_relax_the_schedule(clock):
     for g in range(40):
         clock.advance(10.0)
         ev.evaluate(boom, 0, g, g)
-    assert ev.interval == load_config().trigger.freq_steps and ev.summary()["eval_errors"] == 4
+    assert ev.interval == 10 and ev.summary()["eval_errors"] == 4
 
 
 def test_an_alarm_on_an_eval_result_brings_a_wider_evaluation_forward(clock):
-    cfg = load_config(overrides=["policy.budget.enabled=false"])
+    cfg = load_config(overrides=["policy.budget.enabled=false", "trigger.freq_steps=10"])
     ev = AdaptiveEvaluator.from_config(cfg, clock=clock)
     for g in range(30):
         clock.advance(10.0)

@@ -32,7 +32,7 @@ def test_file_then_overrides(tmp_path):
     f.write_text("trigger:\n  freq_steps: 40\npolicy:\n  budget:\n    max_eval_fraction: 0.3\n")
     cfg = load_config(f, ["trigger.freq_steps=20"])
     assert cfg.trigger.freq_steps == 20 and cfg.policy.budget.max_eval_fraction == 0.3
-    assert cfg.policy.alarm.cooldown_steps == 20  # untouched defaults stay
+    assert cfg.policy.alarm.cooldown_steps == 33  # untouched defaults stay
 
 
 def test_unknown_keys_and_wrong_types_are_all_reported_with_file_and_line(tmp_path):
