@@ -474,8 +474,9 @@ class AdaptiveEvaluator:
                 return None
         elif not self.trigger._initial_pending:
             return None
-        return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
-                         global_step)
+        # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
+        size = self.decide("before_train", global_step, urgent=True).sample_size
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without

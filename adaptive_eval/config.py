@@ -225,6 +225,8 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
+_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps")
+_RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -240,8 +242,17 @@ def validate(cfg: DictConfig | Config) -> None:
     problems = []
     for key in _POSITIVE_OR_NULL:
         v = _get(cfg, key)
-        if v is not None and not v > 0:
-            problems.append(f"{key}: must be positive or null, got {v!r}")
+        if v is not None and not (v > 0 and (math.isfinite(v) or key == "evaluation.timeout_s")):
+            finite = " finite" if v > 0 else ""
+            problems.append(f"{key}: must be positive{finite} or null, got {v!r}")
+    for key in _COUNTS:
+        v = _get(cfg, key)
+        if not v >= 0:
+            problems.append(f"{key}: must be >= 0, got {v!r}")
+    for key, (lo, hi) in _RANGES.items():
+        v = _get(cfg, key)
+        if not lo <= v <= hi:
+            problems.append(f"{key}: must lie in [{lo:g}, {hi:g}], got {v!r}")
     for key in _POSITIVE:
         v = _get(cfg, key)
         if not (v > 0 and math.isfinite(v)):
@@ -398,16 +409,44 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 def _where(key: str, source: str, lines: dict[str, int]) -> str:
-    probe = key
+    probe = str(key)
     while probe:
         if probe in lines:
             return f"{source}:{lines[probe]}: "
-        probe = probe.rpartition(".")[0]
+        probe = probe[:-len(probe.rpartition("[")[2]) - 1] if probe.endswith("]") else probe.rpartition(".")[0]
     return f"{source}: "
 
 
-def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]) -> ConfigError:
-    key = getattr(exc, "full_key", None) or "<root>"
+def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str, str]:
+    """(dotted key, message) for item ``index`` of a list somewhere in ``value`` (under ``leaf``) that failed:
+    the first such list whose item there is not a mapping (detector specs are the lists of mappings)."""
+    def find(node, path):
+        if isinstance(node, list):
+            if 0 <= index < len(node) and not isinstance(node[index], dict):
+                return path, node[index]
+            return None
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = find(v, f"{path}.{k}" if path else str(k))
+                if found:
+                    return found
+        return None
+
+    found = find(value, leaf)
+    if found is None:
+        return f"{leaf}[{index}]", msg
+    path, got = found
+    return f"{path}[{index}]", f"{msg} (got {got!r}; a detector spec is a mapping such as {{type: nonfinite}})"
+
+
+def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int], leaf: str = "",
+                 value: Any = None) -> ConfigError:
+    """The error of merging ``leaf`` (a dotted key whose ``value`` failed), named by its full key."""
+    key = getattr(exc, "full_key", None)
+    if isinstance(key, int) and not isinstance(key, bool):  # an item of a list: OmegaConf gives only its index
+        key, msg = _list_item_problem(leaf, value, key, str(exc).splitlines()[0])
+        return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
+    key = str(key) if key else (leaf or "<root>")
     msg = str(exc).splitlines()[0]
     if "not in struct" in msg or "Key '" in msg and "not in" in msg:
         msg = f"unknown key {key!r}"
@@ -468,7 +507,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             try:
                 OmegaConf.merge(cfg, _nested(key, value))
             except OmegaConfBaseException as exc:
-                problems.append(str(_merge_error(exc, source, lines)))
+                problems.append(str(_merge_error(exc, source, lines, key, value)))
         if problems:
             raise ConfigError(problems)
         cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
@@ -478,8 +517,16 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or item.split("=", 1)[0]
+            lhs = item.split("=", 1)[0]
+            key = getattr(exc, "full_key", None)
             msg = str(exc).splitlines()[0]
+            if isinstance(key, int) and not isinstance(key, bool):
+                parsed = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
+                for part in lhs.split("."):
+                    parsed = parsed.get(part) if isinstance(parsed, dict) else None
+                key, msg = _list_item_problem(lhs, parsed, key, msg)
+                msg = f"{key}: {msg}"
+            key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = f"unknown key {key!r}"
             raise ConfigError([f"override {item!r}: {msg}"]) from None
