@@ -118,8 +118,12 @@ class AdaptiveEvaluator:
         if logger is None and self.cfg.logging.tensorboard_dir is not None:
             from adaptive_eval.tensorboard import make_logger
 
-            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
-                                 group=group)
+            try:
+                logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
+                                     group=group)
+            except OSError as exc:  # an unwritable folder must not stop the training run
+                log.error("TensorBoard logging is off: %s", exc)
+                logger = None
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
@@ -130,6 +134,7 @@ class AdaptiveEvaluator:
             initial_epoch_value=trig.eval_before_train,
             # In a group the trigger's time is the group's: every rank then fires at the same step.
             clock=self._group_time if self._distributed else self.clock, sync_time=False,
+            independent=trig.independent, steps_per_epoch=steps_per_epoch,
         )
         if resource_monitor is None and self.cfg.resources.enabled:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
@@ -465,7 +470,7 @@ class AdaptiveEvaluator:
             on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout,
+            timeout=self._eval_timeout, metric_kinds=ev["metric_kinds"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
