@@ -20,6 +20,7 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -144,6 +145,7 @@ class AdaptiveEvaluator:
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
+        self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -171,6 +173,7 @@ class AdaptiveEvaluator:
         self._last_step: int | None = None
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
+        self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
@@ -425,7 +428,7 @@ class AdaptiveEvaluator:
         decision = Decision(reason is not None, self._evaluation["sample_size"], reason or "", urgent=urgent)
         decision = self.policies.propose(decision, ctx)
         if urgent and not decision.urgent:
-            decision = Decision(decision.evaluate, decision.sample_size, decision.reason, True)
+            decision = dataclasses.replace(decision, urgent=True)
         return decision
 
     @staticmethod
@@ -435,7 +438,7 @@ class AdaptiveEvaluator:
         if not ok:
             return Decision(False, decision.sample_size, why, decision.urgent)
         if why == "resources:forced":
-            return Decision(True, decision.sample_size, why, decision.urgent)
+            return dataclasses.replace(decision, reason=why)
         return decision  # allowed (an urgent bypass keeps the alarm's reason)
 
     def _decide_and_run(self, evaluate_fn, reason, epoch, global_step, final: bool = False) -> EvalResult | None:
@@ -456,10 +459,32 @@ class AdaptiveEvaluator:
             return None
         return self._run(evaluate_fn, decision, epoch, global_step)
 
+    def _suite_plan(self, decision: Decision) -> tuple[Decision, dict]:
+        """The due suites' requests for this rank, and the decision with its reason saying which and why."""
+        from adaptive_eval.suites import SuitePlan, due_suites, suite_requests, suites_reason
+
+        index = self._evals_run
+        due = due_suites(self._suites, index, decision.reason)
+        sized = {p[0]: SuitePlan(*p) for p in decision.suites}
+        plans = []
+        for name in due:
+            suite = self._suites[name]
+            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            plans.append(sized.get(name, default))
+        requests = suite_requests(self._suites, plans, self._evaluation["seed"], self._rank, self._world)
+        reason = suites_reason(decision.reason, self._suites, due, index)
+        total = sum(r.sample_size for r in requests.values())
+        return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
+
     def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
         ev = self._evaluation
+        suites = {}
+        if self._suites:
+            decision, suites = self._suite_plan(decision)
+            self.last_decision = decision
+        self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
-                              reason=decision.reason, rank=self._rank, world_size=self._world)
+                              reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
         # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
         # import torch before the clock starts, so the first evaluation is not billed seconds for it.
         import torch  # noqa: F401
@@ -470,7 +495,8 @@ class AdaptiveEvaluator:
             on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout, metric_kinds=ev["metric_kinds"],
+            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            metric_kinds=ev["metric_kinds"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
@@ -585,6 +611,7 @@ class AdaptiveEvaluator:
             "last_step": self._last_step,
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
+            "evals_run": self._evals_run,
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
@@ -620,6 +647,7 @@ class AdaptiveEvaluator:
         self._last_step = sd.get("last_step")
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
+        self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]

@@ -7,6 +7,7 @@ import os
 import sys
 
 from adaptive_eval.config import ConfigError, load_config
+from adaptive_eval.demos import DEFAULT_TASK, TASKS
 
 __all__ = ["main"]
 
@@ -104,16 +105,19 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from adaptive_eval.demo import DemoError, format_comparison, run_demo
+    import importlib
 
+    from adaptive_eval.demos import DemoError
+
+    task = importlib.import_module(f"adaptive_eval.demos.{args.task}")
     steps = {} if args.steps is None else {"steps": args.steps}
     try:
-        report = run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
-                          progress=not args.no_progress, **steps)
+        report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
+                               progress=not args.no_progress, **steps)
     except DemoError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
-    print(format_comparison(report))
+    print(task.format_comparison(report))
     return 0
 
 
@@ -146,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="train a classifier with a fault midway; evaluate it adaptively and on a "
                                     "fixed schedule at the same budget; write both runs")
+    p.add_argument("--task", choices=TASKS, default=DEFAULT_TASK,
+                   help=f"which training run (default: {DEFAULT_TASK})")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     _add_config_args(p)
     p.add_argument("--steps", type=int, default=None, help="training steps; the fault comes halfway (default: 3000)")

@@ -59,6 +59,19 @@ class TriggerConfig:
 
 
 @dataclass
+class SuiteConfig:
+    """One named eval set of ``evaluation.suites`` (MATH500, AIME24, ...)."""
+
+    size: int = 0  # items in the suite (required)
+    samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
+    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing and the budget
+    weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
+    every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
+    sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
+    strata: list[str] = field(default_factory=list)  # a stratum label per item (difficulty, subject); [] none
+
+
+@dataclass
 class EvaluationConfig:
     sample_size: Optional[int] = None  # null: the whole eval set (fixed schedule); adaptive policies set their own
     seed: int = 0  # seeds the nested sample order, fixed for the run so evals reuse the same items first
@@ -70,6 +83,8 @@ class EvaluationConfig:
     retry_backoff_s: float = 1.0
     timeout_s: Optional[float] = None
     precision: str = "fp32"  # fp32 | bf16 | fp16
+    pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
+    suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
     # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
     # values that are all 0/1 are proportions, anything else a mean; a bare scalar never gets a guessed kind.
     metric_kinds: dict[str, str] = field(default_factory=dict)
@@ -258,6 +273,7 @@ def validate(cfg: DictConfig | Config) -> None:
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
     if not cfg.policy.sample_size.alarm_factor >= 1:
         problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
+    problems += _evaluation_problems(cfg.evaluation)
     specs = [(f"streams.{section}[{i}]", spec) for section in ("default", "eval")
              for i, spec in enumerate(cfg.streams[section])]
     specs += [(f"streams.watch.{stream}[{i}]", spec) for stream, lst in cfg.streams.watch.items()
@@ -268,6 +284,38 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: {problem}")
     if problems:
         raise ConfigError(problems)
+
+
+def _evaluation_problems(ev) -> list[str]:
+    problems = []
+    for i, k in enumerate(ev.pass_at_k):
+        if not k >= 1:
+            problems.append(f"evaluation.pass_at_k[{i}]: must be a positive integer, got {k!r}")
+    for name, suite in ev.suites.items():
+        key = f"evaluation.suites.{name}"
+        if "/" in name or not name:
+            problems.append(f"{key}: a suite name may not be empty or contain '/'")
+        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1)):
+            v = suite[field_name]
+            if not v >= low:
+                problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
+        if not (suite.cost > 0 and math.isfinite(suite.cost)):
+            problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
+        if not (suite.weight >= 0 and math.isfinite(suite.weight)):
+            problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
+        if suite.sample_size is not None and not suite.sample_size >= 1:
+            problems.append(f"{key}.sample_size: must be positive or null, got {suite.sample_size!r}")
+        strata = list(suite.strata)
+        if strata:
+            missing = [i for i, label in enumerate(strata) if label is None or str(label) == ""]
+            if len(strata) < suite.size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items; item index "
+                                f"{len(strata)} has no stratum label")
+            elif len(strata) > suite.size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items (size)")
+            if missing:
+                problems.append(f"{key}.strata: item index {missing[0]} has an empty stratum label")
+    return problems
 
 
 def _detector_problem(spec) -> str | None:

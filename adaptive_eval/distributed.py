@@ -325,9 +325,15 @@ class DistContext:
 # -- exact reduction of summaries ---------------------------------------------------------------------
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
-    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``."""
-    return {name: (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
-            for name, s in summaries.items()}
+    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``,
+    and for a multi-sample (items x samples) metric also ``(samples, within_ss, nan_count)``."""
+    out = {}
+    for name, s in summaries.items():
+        wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
+        if s.clustered:
+            wire += (int(s.samples), float(s.within_ss), int(s.nan_count))
+        out[name] = wire
+    return out
 
 
 def combine_rank_summaries(
@@ -358,7 +364,13 @@ def combine_rank_summaries(
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        summary = from_sums(total, total_sq, n, binary, confidence)
+        clustered = [p for p in parts if len(p) > 5]
+        if clustered:
+            summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
+                                samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
+                                nan_count=sum(p[7] for p in clustered))
+        else:
+            summary = from_sums(total, total_sq, n, binary, confidence)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 import sys
 import threading
 import time
 import traceback
+import types
+import weakref
 from collections.abc import Callable, Mapping
 
 from adaptive_eval.distributed import (
@@ -45,16 +46,32 @@ def check_step(name: str, value) -> int:
     return value.__index__()
 
 
+# Python functions' answers, held weakly: a fresh ``functools.partial(run_eval, model=ckpt)`` per step must not
+# keep its checkpoint alive (a strong cache of the callables would).  Keyed by the function (for a bound method,
+# its ``__func__``); the answer depends on the function's code and defaults and on whether it is bound.
+_WANTS_REQUEST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WANTS_REQUEST_LOCK = threading.Lock()
+
+
 def _wants_request(evaluate_fn: Callable) -> bool:
-    try:
-        return _wants_request_cached(evaluate_fn)
-    except TypeError:  # unhashable callable
+    """Whether ``evaluate_fn`` takes the request: it has a positional parameter without a default (or ``*args``).
+
+    ``evaluate_fn()`` (AReaL style) and ``evaluate_fn(verbose=False)`` are called with no argument.
+    """
+    bound = inspect.ismethod(evaluate_fn)
+    func = evaluate_fn.__func__ if bound else evaluate_fn
+    if not isinstance(func, types.FunctionType):  # partials, callable objects, builtins: inspected each time
         return _inspect_wants_request(evaluate_fn)
-
-
-@functools.lru_cache(maxsize=64)
-def _wants_request_cached(evaluate_fn: Callable) -> bool:
-    return _inspect_wants_request(evaluate_fn)
+    key = (func.__code__, func.__defaults__ is not None and len(func.__defaults__), bound)
+    with _WANTS_REQUEST_LOCK:
+        cached = _WANTS_REQUEST.get(func)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    answer = _inspect_wants_request(evaluate_fn)
+    if getattr(func, "__signature__", None) is None and getattr(func, "__wrapped__", None) is None:
+        with _WANTS_REQUEST_LOCK:
+            _WANTS_REQUEST[func] = (key, answer)
+    return answer
 
 
 def _inspect_wants_request(evaluate_fn: Callable) -> bool:
@@ -62,8 +79,9 @@ def _inspect_wants_request(evaluate_fn: Callable) -> bool:
         params = inspect.signature(evaluate_fn).parameters.values()
     except (TypeError, ValueError):  # builtins without a signature: assume the request form
         return True
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
-    return bool(positional)
+    return any(p.kind is p.VAR_POSITIONAL
+               or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+               for p in params)
 
 
 def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):
@@ -182,7 +200,13 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
     )
 
 
-def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, kinds=None):
+def _suite_ks(request: EvalRequest, pass_at_k):
+    """The k of pass@k per due suite: those the suite's samples per item allow."""
+    return {name: tuple(k for k in pass_at_k if k <= s.samples_per_item) for name, s in request.suites.items()}
+
+
+def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
+               suites: bool = False, kinds=None):
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None."""
     if outputs is None or not isinstance(outputs, Mapping):
         if outputs is not None and not _is_plain(outputs):
@@ -192,7 +216,11 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         return {}, outputs
     if num_items is None:
         num_items = request.items_handed
-    metrics = summarize_outputs(outputs, num_items, confidence, kinds)
+    if suites:
+        metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k), kinds=kinds,
+                                    suites={name: s.indices for name, s in request.suites.items()})
+    else:
+        metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k), kinds=kinds)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
@@ -215,13 +243,13 @@ def run_evaluation_outcome(
     precision: str | None = None,
     rank_discrepancy_threshold: float | None = None,
     timeout: EvalTimeout | None = None,
+    pass_at_k=(1,),
+    suites: bool = False,
     metric_kinds: Mapping[str, str] | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
-    ``metric_kinds`` (``evaluation.metric_kinds``): metric name -> ``proportion`` or ``mean``.
-
-    The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
+    ``metric_kinds`` (``evaluation.metric_kinds``): metric name -> ``proportion`` or ``mean``.  The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
     ``on_error`` is ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
     ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
 
@@ -245,6 +273,12 @@ def run_evaluation_outcome(
     the timed-out call still runs.  While it still runs, a later evaluation does not call ``evaluate_fn``:
     it fails at once with :class:`EvaluationStillRunning`.  Ignored for a sharded request, which the
     collective timeout bounds.
+
+    **Multi-sample values** (items x samples) are summarized over items with ``pass@k`` for each k in
+    ``pass_at_k`` (see :func:`adaptive_eval.stats.summarize_outputs`).  ``suites``: eval suites are
+    configured, so every metric must be ``"<suite>/<metric>"`` of a suite in ``request.suites``, with one
+    row per item of that suite's request.  A value of the wrong shape or count is a ``TypeError`` or
+    ``ValueError`` whatever ``on_error`` says (on every rank of a group).
     """
     if dist_context is None:
         dist_context = DistContext()
@@ -295,13 +329,13 @@ def run_evaluation_outcome(
         metrics, raw = {}, None
         if error is None:
             try:
-                metrics, raw = _summaries(outputs, request, num_items, confidence, metric_kinds)
-            except TypeError as exc:
+                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, metric_kinds)
+            except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
             mine = ("error", seconds, f"{type(error).__name__}: {error}")
         elif shape_error is not None:
-            mine = ("bad_output", seconds, str(shape_error))
+            mine = ("bad_output", seconds, f"{type(shape_error).__name__}: {shape_error}")
         else:
             mine = ("ok", seconds, summaries_to_wire(metrics))
         everyone = dist_context.gather_objects(mine)
@@ -310,7 +344,8 @@ def run_evaluation_outcome(
             if shape_error is not None:
                 raise shape_error
             r, _, text = bad[0]
-            raise TypeError(f"evaluate_fn returned a wrong value on rank {r}: {text}")
+            raise (ValueError if text.startswith("ValueError: ") else TypeError)(
+                f"evaluate_fn returned a wrong value on rank {r}: {text.partition(': ')[2]}")
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
             combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
@@ -340,7 +375,7 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence, metric_kinds)
+    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, metric_kinds)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
@@ -431,6 +466,7 @@ class Evaluator:
         self.confidence = getattr(evaluation, "confidence", 0.95) if evaluation is not None else 0.95
         self.on_error = getattr(evaluation, "on_error", "skip") if evaluation is not None else "skip"
         self.max_retries = getattr(evaluation, "max_retries", 0) if evaluation is not None else 0
+        self.pass_at_k = tuple(getattr(evaluation, "pass_at_k", (1,)) or (1,)) if evaluation is not None else (1,)
         timeout_s = getattr(evaluation, "timeout_s", None) if evaluation is not None else None
         self.timeout = EvalTimeout(timeout_s) if timeout_s is not None else None  # single process only
         # An AReaL config has no evaluation section: evaluate_fn then runs as is (no inference_mode).
@@ -460,7 +496,7 @@ class Evaluator:
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=self.confidence,
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
-            timeout=self.timeout, metric_kinds=self.metric_kinds,
+            timeout=self.timeout, pass_at_k=self.pass_at_k, metric_kinds=self.metric_kinds,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result

@@ -1,7 +1,11 @@
 """Scoring an evaluation schedule against known events and ground truth (benchmarks and tests share these).
 
-An *evaluation* here is a mapping with ``step``, ``sample_size`` (None: the whole eval set) and
-``metrics`` {name: measured mean}, as in ``evals.jsonl``.
+An *evaluation* here is a mapping with ``step``, ``sample_size`` (None: the whole eval set),
+``metrics`` {name: measured mean} and ``ci`` {name: [low, high]}, as in ``evals.jsonl``.
+
+Two ways to score detection: :func:`detection_delay` counts the first evaluation of some size after an
+event, whether or not it could see the change; :func:`confirmed_delay` counts only an evaluation whose
+interval shows the change (the honest one: an evaluation too small to see it does not count).
 """
 
 from __future__ import annotations
@@ -9,7 +13,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["best_eval", "caught_within", "detection_delay", "detection_delays", "eval_samples", "selection_regret"]
+__all__ = ["best_eval", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
+           "eval_samples", "selection_regret"]
 
 
 def _size(e: Mapping, full_size: int | None) -> float:
@@ -38,6 +43,58 @@ def detection_delay(evals: Sequence[Mapping], event_step: int, *, min_samples: i
 def detection_delays(evals: Sequence[Mapping], event_steps: Sequence[int], **kw) -> list[int | None]:
     """:func:`detection_delay` for each event."""
     return [detection_delay(evals, s, **kw) for s in event_steps]
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, pre_level: float | None = None,
+                    direction: str | None = None) -> int | None:
+    """Steps from ``event_step`` to the first evaluation at or after it whose interval for ``metric``
+    excludes ``pre_level``: the first result that *shows* the change at its own confidence.
+
+    ``pre_level`` defaults to the last measured mean of ``metric`` before the event (None when nothing
+    was measured before it: then nothing can confirm).  ``direction`` "down" needs the interval wholly
+    below ``pre_level``, "up" wholly above it, None either.  An evaluation without a finite interval
+    for ``metric`` confirms nothing.  None when no evaluation confirms the change.
+
+    >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
+    ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
+    ...          {"step": 20, "metrics": {"acc": 0.60}, "ci": {"acc": [0.55, 0.65]}}]
+    >>> confirmed_delay(evals, 10, "acc"), confirmed_delay(evals, 10, "acc", direction="up")
+    (10, None)
+    >>> confirmed_delay(evals, 10, "acc", pre_level=0.68), confirmed_delay(evals, 2, "acc")
+    (10, None)
+    """
+    if direction not in (None, "up", "down"):
+        raise ValueError(f"direction must be 'up', 'down' or None, got {direction!r}")
+    ordered = sorted((e for e in evals if metric in e.get("metrics", {})), key=lambda e: e["step"])
+    if pre_level is None:
+        before = [e for e in ordered if e["step"] < event_step and _finite(e["metrics"][metric])]
+        if not before:
+            return None
+        pre_level = float(before[-1]["metrics"][metric])
+    if not _finite(pre_level):
+        return None
+    for e in ordered:
+        if e["step"] < event_step:
+            continue
+        ci = (e.get("ci") or {}).get(metric)
+        if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+            continue
+        low, high = float(ci[0]), float(ci[1])
+        if (direction != "up" and high < pre_level) or (direction != "down" and low > pre_level):
+            return int(e["step"] - event_step)
+    return None
+
+
+def confirmed_delays(evals: Sequence[Mapping], events: Sequence, metric: str, **kw) -> list[int | None]:
+    """:func:`confirmed_delay` for each event (an int step, or an object with a ``step`` attribute)."""
+    return [confirmed_delay(evals, getattr(ev, "step", ev), metric, **kw) for ev in events]
 
 
 def caught_within(delays: Sequence[int | None], steps: int) -> float:

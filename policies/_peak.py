@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from collections.abc import Mapping
 
@@ -58,7 +60,7 @@ class PeakPolicy(Policy):
             return decision
         if decision.sample_size is not None and decision.sample_size >= self.confirm_size:
             return decision
-        return Decision(True, self.confirm_size, decision.reason, decision.urgent)
+        return dataclasses.replace(decision, evaluate=True, sample_size=self.confirm_size)
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         found = primary_metric(result, self.metric)

@@ -188,7 +188,7 @@ def test_global_step_backwards_is_a_value_error():
 def test_evaluate_fn_returning_a_wrong_shape_is_a_type_error_naming_the_metric():
     ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
     with pytest.raises(TypeError, match="accuracy"):
-        ev.evaluate(lambda: {"accuracy": np.zeros((3, 3))}, 0, 0, 0)
+        ev.evaluate(lambda: {"accuracy": np.zeros((3, 3, 3))}, 0, 0, 0)  # 2-D is items x samples
 
 
 def test_failing_evaluate_fn_does_not_stop_training():

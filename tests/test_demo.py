@@ -6,7 +6,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from adaptive_eval import demo
+from adaptive_eval.demos import digits as demo
 from adaptive_eval.cli import main
 from adaptive_eval.trace import read_trace
 

@@ -1,4 +1,4 @@
-"""``adaptive-eval demo``: a real training run with a fault midway, evaluated two ways side by side.
+"""``adaptive-eval demo --task digits``: a real training run with a fault midway, evaluated two ways side by side.
 
 The run: a small MLP classifier trained with SGD on scikit-learn's bundled handwritten-digits data
 (1797 8x8 images, 10 classes; nothing is downloaded), 500 images held out for evaluation.  Every step
@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptive_eval.config import as_config, load_config
+from adaptive_eval.demos import DemoError
 from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
 from adaptive_eval.scoring import best_eval, detection_delay
 from adaptive_eval.types import EvalRequest
@@ -56,10 +57,6 @@ METRIC = "accuracy"
 COLLAPSE_BELOW = 0.5
 RUNS = ("adaptive", "fixed")
 TRACE_NAME = "trace.csv"
-
-
-class DemoError(ValueError):
-    """The demo cannot run as asked (an output folder that cannot be written, a bad setting)."""
 
 
 def _prepare_out(out_dir: Path) -> None:

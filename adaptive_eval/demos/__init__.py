@@ -1,0 +1,12 @@
+"""The tasks of ``adaptive-eval demo`` (``--task``), one module each: ``digits`` and, later, ``rlvr``."""
+
+from __future__ import annotations
+
+__all__ = ["DEFAULT_TASK", "TASKS", "DemoError"]
+
+TASKS = ("digits",)
+DEFAULT_TASK = "digits"
+
+
+class DemoError(ValueError):
+    """The demo cannot run as asked (an output folder that cannot be written, a bad setting)."""

@@ -1,0 +1,91 @@
+"""How ``evaluate_fn`` is called: by its signature, without keeping the callables it sees alive."""
+
+import functools
+import gc
+import weakref
+
+import numpy as np
+
+from adaptive_eval import AdaptiveEvaluator, EvalRequest, Evaluator, load_config
+from adaptive_eval.evaluators import call_evaluate_fn
+
+REQUEST = EvalRequest(step=0, sample_size=None, seed=0, reason="test")
+
+
+class Checkpoint:
+    """Stands for a model's weights: big, and to be freed once training moves on."""
+
+    def __init__(self):
+        self.weights = np.zeros(1000)
+
+
+def run_eval(request, model):
+    return {"acc": [1.0] * len(request.indices(10))}
+
+
+def test_a_fresh_partial_per_step_does_not_keep_its_checkpoint_alive():
+    for ev in (Evaluator(load_config(overrides=["trigger.freq_steps=1"])),
+               AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))):
+        alive, evaluated = [], 0
+        for g in range(80):
+            ckpt = Checkpoint()
+            alive.append(weakref.ref(ckpt))
+            evaluated += ev.evaluate(functools.partial(run_eval, model=ckpt), 0, g, g) is not None
+            del ckpt
+        gc.collect()
+        assert evaluated > 10 and all(r() is None for r in alive)
+
+
+def test_a_function_per_step_closing_over_its_checkpoint_is_freed():
+    ev = Evaluator(load_config(overrides=["trigger.freq_steps=1"]))
+    alive = []
+    for g in range(80):
+        ckpt = Checkpoint()
+        alive.append(weakref.ref(ckpt))
+
+        def evaluate_fn(request, model=ckpt):
+            return {"acc": 1.0}
+
+        ev.evaluate(evaluate_fn, 0, g, g)
+        del ckpt, evaluate_fn
+    gc.collect()
+    assert all(r() is None for r in alive)
+
+
+def test_only_positional_parameters_without_defaults_take_the_request():
+    seen = []
+
+    def areal_style(verbose=False):
+        seen.append(("areal", verbose))
+
+    def wants(request):
+        seen.append(("request", request.step))
+
+    def wants_with_options(request, verbose=False):
+        seen.append(("request+", request.step))
+
+    def keyword_only(*, verbose=False):
+        seen.append(("kw", verbose))
+
+    def star_args(*args):
+        seen.append(("args", len(args)))
+
+    class Model:
+        def evaluate(self, verbose=False):
+            seen.append(("method", verbose))
+
+        def evaluate_request(self, request):
+            seen.append(("method+", request.step))
+
+        def __call__(self, request):
+            seen.append(("call", request.step))
+
+    m = Model()
+    for fn in (areal_style, wants, wants_with_options, keyword_only, star_args, m.evaluate, m.evaluate_request, m,
+               functools.partial(wants_with_options, verbose=True), functools.partial(run_eval, model=None)):
+        call_evaluate_fn(fn, REQUEST)
+    assert seen == [("areal", False), ("request", 0), ("request+", 0), ("kw", False), ("args", 1),
+                    ("method", False), ("method+", 0), ("call", 0), ("request+", 0)]
+    # the same function again gives the same answer (cached) and a changed default count is seen
+    call_evaluate_fn(areal_style, REQUEST)
+    assert seen[-1] == ("areal", False)
