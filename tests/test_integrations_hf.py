@@ -73,14 +73,16 @@ def make_args(out, **kw):
     return TrainingArguments(str(out), **base)
 
 
-def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_through_the_trainer(tmp_path):
+def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_through_the_trainer(tmp_path,
+                                                                                                 monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     torch.manual_seed(0)
     train, held_out = Points(2000, 0), Points(200, 1)
     tb = tmp_path / "tb"  # the trainer's SummaryWriter and ours write into the same folder
     cb = AdaptiveEvalCallback("default", overrides=FAST + [f"logging.tensorboard_dir={tb}"])
-    args = make_args(tmp_path / "out", report_to=["tensorboard"], logging_dir=str(tb))
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tb))  # transformers 5's TensorBoardCallback folder
+    args = make_args(tmp_path / "out", report_to=["tensorboard"])
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
                       callbacks=[cb, Fault(train, 30)])
     trainer.train()
