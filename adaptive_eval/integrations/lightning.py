@@ -89,6 +89,7 @@ class AdaptiveEvalCallback(Callback):
         self._last_global_step = -1
         self._steps_per_epoch = 1
         self._module_eval = None
+        self._val = None  # (dataset, collate_fn) of this fit
         self.hooks_called: set[str] = set()
 
     @property
@@ -153,7 +154,7 @@ class AdaptiveEvalCallback(Callback):
 
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
-        self._module_eval = None  # holds the trainer
+        self._module_eval = self._val = None  # hold the trainer and the data
         if self.evaluator is None:
             return
         if trainer.is_global_zero:
@@ -164,19 +165,33 @@ class AdaptiveEvalCallback(Callback):
 
     # -- evaluation through the module ------------------------------------------------------------------
     def _dataset(self, trainer, pl_module):
+        """The validation set (and its collate_fn): ``val_dataset``, else what ``fit`` was given (its
+        ``val_dataloaders``, a datamodule's or the module's ``val_dataloader()``), looked up once per fit."""
         if self.val_dataset is not None:
             return self.val_dataset, None
-        loaders = trainer.val_dataloaders
+        if self._val is not None:
+            return self._val
+        loaders = trainer.val_dataloaders  # None when Lightning itself never validates (limit_val_batches=0)
         if loaders is None:
-            source = trainer.datamodule if trainer.datamodule is not None else pl_module
+            source = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
+            source = getattr(source, "_data_source", None)
+            instance = getattr(source, "instance", None)
             try:
-                loaders = source.val_dataloader()
+                if instance is None:
+                    instance = trainer.datamodule if trainer.datamodule is not None else pl_module
+                if isinstance(instance, (lightning.pytorch.LightningModule, lightning.pytorch.LightningDataModule)):
+                    loaders = instance.val_dataloader()
+                else:
+                    loaders = instance
             except Exception as exc:  # noqa: BLE001 - Lightning raises several kinds for "not defined"
                 raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or "
                                  f"evaluate_fn= ({exc})") from None
         if isinstance(loaders, (list, tuple)):
             loaders = loaders[0]
-        return loaders.dataset, loaders.collate_fn
+        if loaders is None:
+            raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
+        self._val = (loaders.dataset, loaders.collate_fn)
+        return self._val
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
         """The default evaluation: ``validation_step`` on this rank's requested items, one at a time; what it
