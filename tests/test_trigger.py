@@ -51,7 +51,8 @@ def schedule(ctl, n, steps_per_epoch, clock=None, dt=1.0):
 
 @pytest.mark.parametrize("freq_epoch,freq_step,spe,initial", [
     (1, None, 4, False), (2, None, 3, False), (3, None, 7, True), (None, 1, 5, False),
-    (None, 3, 4, False), (None, 17, 10, False), (1, None, 1, False),
+    (None, 3, 4, False), (None, 17, 10, False), (1, None, 1, False), (None, 5, 10, True), (None, 1, 3, True),
+    (None, 0, 4, False), (0, None, 4, True),
 ])
 def test_single_trigger_is_exactly_areal(freq_epoch, freq_step, spe, initial):
     ours = EpochStepTimeFreqCtl(freq_epoch=freq_epoch, freq_step=freq_step, initial_epoch_value=initial)
