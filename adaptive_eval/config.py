@@ -83,6 +83,12 @@ class EvaluationConfig:
     retry_backoff_s: float = 1.0
     timeout_s: Optional[float] = None
     precision: str = "fp32"  # fp32 | bf16 | fp16
+    # Asynchronous evaluation (adaptive_eval.asynchronous): evaluate() submits and returns at once.
+    asynchronous: bool = False
+    max_in_flight: int = 1  # evaluations running at once; when full, a due one waits (an urgent one cancels)
+    # A result integrates exactly this many steps after its submission (waiting then if not done): the same
+    # decisions on every run.  null: at the first observe/evaluate after it completes (as soon as possible).
+    async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
     # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
@@ -137,13 +143,17 @@ class BudgetPolicyConfig:
     enabled: bool = True
     max_eval_fraction: float = 0.15  # eval wall time / elapsed wall time
     bypass_urgent: bool = True
+    # With evaluation.asynchronous, evaluations cost eval-device time, not training time: this caps the
+    # share of the eval workers' time (eval-device seconds / (elapsed x workers)) instead.
+    max_eval_device_fraction: float = 1.0
 
 
 @dataclass
 class PeakPolicyConfig:
     enabled: bool = True
     improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
-    confirm_size: int = 256  # and evaluate at least this many items after a new best (0: off)
+    confirm_size: int = 256  # a small eval that beats the best is re-measured with this many items (0: off)
+    confirm_steps: int = 1  # within this many steps (0: the next scheduled eval is widened instead)
 
 
 @dataclass
@@ -179,6 +189,8 @@ class DistributedConfig:
     # A rank whose eval mean of a metric deviates from the other ranks' by more raises a rank_discrepancy
     # alarm (in the metric's units); null: no comparison.
     rank_discrepancy_threshold: Optional[float] = None
+    # Ranks of the world that only evaluate (asynchronously; see adaptive_eval.asynchronous.EvalRanks).
+    eval_ranks: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -207,7 +219,7 @@ _CHOICES = {
     "evaluation.on_error": ("skip", "retry", "raise"),
     "evaluation.precision": ("fp32", "bf16", "fp16"),
 }
-_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s")
+_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
 # 0 fires at every step, as in AReaL.
 _NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs")
 METRIC_KINDS = ("proportion", "mean")
@@ -221,7 +233,7 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "resources.max_deferral_steps", "replay.eval_fixed_seconds", "replay.eval_seconds_per_sample",
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
-         "policy.budget.max_eval_fraction")
+         "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -256,7 +268,7 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: must be non-negative, got {v!r}")
     for key in _UNIT:
         v = _get(cfg, key)
-        if not 0 < v < 1 and not (key == "policy.budget.max_eval_fraction" and v == 1):
+        if not 0 < v < 1 and not (key.startswith("policy.budget.max_eval") and v == 1):
             problems.append(f"{key}: must lie in (0, 1), got {v!r}")
     for key, choices in _CHOICES.items():
         v = _get(cfg, key)
@@ -265,6 +277,7 @@ def validate(cfg: DictConfig | Config) -> None:
     threshold = _get(cfg, "distributed.rank_discrepancy_threshold")
     if threshold is not None and not (threshold >= 0 and math.isfinite(threshold)):
         problems.append(f"distributed.rank_discrepancy_threshold: must be non-negative or null, got {threshold!r}")
+    problems += _async_problems(cfg)
     for lo_key, hi_key in _MIN_MAX:
         lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
         if lo > hi:
@@ -284,6 +297,24 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: {problem}")
     if problems:
         raise ConfigError(problems)
+
+
+def _async_problems(cfg: DictConfig) -> list[str]:
+    """The asynchronous-evaluation keys (the world-size checks of eval ranks happen in EvalRanks)."""
+    problems = []
+    n = cfg.evaluation.max_in_flight
+    if not n >= 1:
+        problems.append(f"evaluation.max_in_flight: must be at least 1 (evaluations running at once), got {n!r}")
+    ranks = list(cfg.distributed.eval_ranks)
+    bad = [r for r in ranks if r < 0]
+    if bad:
+        problems.append(f"distributed.eval_ranks: rank numbers must be >= 0, got {bad[0]!r}")
+    if len(set(ranks)) != len(ranks):
+        problems.append(f"distributed.eval_ranks: a rank is listed twice: {ranks!r}")
+    if ranks and not cfg.evaluation.asynchronous:
+        problems.append("distributed.eval_ranks: eval ranks evaluate asynchronously; set evaluation.asynchronous: "
+                        "true")
+    return problems
 
 
 def _evaluation_problems(ev) -> list[str]:
