@@ -174,6 +174,8 @@ class AdaptiveEvaluator:
 
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
+        self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -239,7 +241,17 @@ class AdaptiveEvaluator:
         if not isinstance(stream, str):
             raise TypeError(f"metric names must be strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
-        return dets
+        return self._index(stream, dets)
+
+    def _index(self, stream: str, dets: list) -> tuple:
+        """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
+        (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
+                                          tuple(d.update for d in dets))
+        return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -258,15 +270,23 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        detectors = self._detectors
+        watchers = self._watchers
         for name, value in items:
-            dets = detectors.get(name)
-            if dets is None:
-                dets = self._watch(name)
+            entry = watchers.get(name)
+            if entry is None:
+                entry = self._watch(name)
             if type(value) is not float:
                 value = as_float(name, value)
-            for det in dets:
-                alarm = det.update(value, global_step)
+            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+                updates = entry[0]
+                if name in self._in_nonfinite_run:
+                    self._in_nonfinite_run.discard(name)
+                    updates = entry[1]
+            else:
+                self._in_nonfinite_run.add(name)
+                updates = entry[1]
+            for update in updates:
+                alarm = update(value, global_step)
                 if alarm is not None:
                     if self._distributed:  # shared with the other ranks at the next evaluate()
                         self._unsynced.append((alarm, global_step))
@@ -861,6 +881,10 @@ class AdaptiveEvaluator:
                                      f"the config {len(dets)}")
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
+        for stream, dets in self._detectors.items():
+            self._index(stream, dets)
+            if any(getattr(d, "_in_run", False) for d in dets):
+                self._in_nonfinite_run.add(stream)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
