@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -120,8 +121,12 @@ class AdaptiveEvaluator:
         if logger is None and self.cfg.logging.tensorboard_dir is not None:
             from adaptive_eval.tensorboard import make_logger
 
-            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
-                                 group=group)
+            try:
+                logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
+                                     group=group)
+            except OSError as exc:  # an unwritable folder must not stop the training run
+                log.error("TensorBoard logging is off: %s", exc)
+                logger = None
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
@@ -134,6 +139,7 @@ class AdaptiveEvaluator:
             initial_epoch_value=trig.eval_before_train,
             # In a group the trigger's time is the group's: every rank then fires at the same step.
             clock=self._group_time if self._distributed else self.clock, sync_time=False,
+            independent=trig.independent, steps_per_epoch=steps_per_epoch,
         )
         if resource_monitor is None and self.cfg.resources.enabled:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
@@ -144,6 +150,8 @@ class AdaptiveEvaluator:
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        if self._suites and hasattr(self.logger, "set_groups"):
+            self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -166,6 +174,8 @@ class AdaptiveEvaluator:
 
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
+        self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -180,6 +190,7 @@ class AdaptiveEvaluator:
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
@@ -230,7 +241,17 @@ class AdaptiveEvaluator:
         if not isinstance(stream, str):
             raise TypeError(f"metric names must be strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
-        return dets
+        return self._index(stream, dets)
+
+    def _index(self, stream: str, dets: list) -> tuple:
+        """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
+        (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
+                                          tuple(d.update for d in dets))
+        return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -249,15 +270,23 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        detectors = self._detectors
+        watchers = self._watchers
         for name, value in items:
-            dets = detectors.get(name)
-            if dets is None:
-                dets = self._watch(name)
+            entry = watchers.get(name)
+            if entry is None:
+                entry = self._watch(name)
             if type(value) is not float:
                 value = as_float(name, value)
-            for det in dets:
-                alarm = det.update(value, global_step)
+            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+                updates = entry[0]
+                if name in self._in_nonfinite_run:
+                    self._in_nonfinite_run.discard(name)
+                    updates = entry[1]
+            else:
+                self._in_nonfinite_run.add(name)
+                updates = entry[1]
+            for update in updates:
+                alarm = update(value, global_step)
                 if alarm is not None:
                     if self._distributed:  # shared with the other ranks at the next evaluate()
                         self._unsynced.append((alarm, global_step))
@@ -564,9 +593,12 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            metric_kinds=ev["metric_kinds"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
+        if result is not None:
+            result = self._pair(result, outcome.item_values)
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -605,6 +637,31 @@ class AdaptiveEvaluator:
         if self._logging:
             self._log_eval(global_step, decision, result)
         return result
+
+    def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
+        """The result with its paired differences against the previous measurement of each metric, on the
+        items both share (this rank's items; in a group one all-gather combines the ranks' sums: an item
+        keeps its rank from one evaluation to the next, see ``EvalRequest.indices``)."""
+        from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
+        from adaptive_eval.stats import from_sums
+
+        local = {}
+        for name, values in item_values.items():
+            prev = self._item_values.get(name)
+            if prev:
+                shared = [i for i in values if i in prev]
+                if shared:
+                    d = [values[i] - prev[i] for i in shared]
+                    local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
+                                            self._evaluation["confidence"])
+            self._item_values[name] = dict(values)
+        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+            per_rank = self.dist.gather_objects(summaries_to_wire(local))
+            paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
+        else:
+            paired = local
+        paired = {k: v for k, v in paired.items() if v.n > 0}
+        return dataclasses.replace(result, paired=paired) if paired else result
 
     # ----------------------------------------------------------------------------------------------
     # Asynchronous evaluation: the machinery is adaptive_eval.asynchronous; here only what it means for the
@@ -682,6 +739,8 @@ class AdaptiveEvaluator:
             else:
                 result = dataclasses.replace(result, step=job.step, epoch=job.epoch, submitted_step=job.step,
                                              integrated_step=global_step)
+                if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
+                    result = self._pair(result, outcome.item_values)
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 learned = result
@@ -794,6 +853,7 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run,
+            "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
@@ -822,6 +882,10 @@ class AdaptiveEvaluator:
                                      f"the config {len(dets)}")
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
+        for stream, dets in self._detectors.items():
+            self._index(stream, dets)
+            if any(getattr(d, "_in_run", False) for d in dets):
+                self._in_nonfinite_run.add(stream)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -831,6 +895,8 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
+                             for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]

@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 __all__ = [
     "Config",
     "ConfigError",
+    "from_areal",
     "load_config",
     "preset_names",
     "validate",
@@ -52,6 +53,9 @@ class TriggerConfig:
     freq_secs: Optional[float] = None
     eval_before_train: bool = False
     eval_at_end: bool = True
+    # With several triggers: count each on its own, as AReaL does (an evaluation restarts only the triggers
+    # that were due), instead of measuring staleness since the last evaluation, whatever caused it.
+    independent: bool = False
 
 
 @dataclass
@@ -87,6 +91,9 @@ class EvaluationConfig:
     async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
+    # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
+    # values that are all 0/1 are proportions, anything else a mean; a bare scalar never gets a guessed kind.
+    metric_kinds: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -212,8 +219,10 @@ _CHOICES = {
     "evaluation.on_error": ("skip", "retry", "raise"),
     "evaluation.precision": ("fp32", "bf16", "fp16"),
 }
-_POSITIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "evaluation.sample_size",
-                     "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
+_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
+# 0 fires at every step, as in AReaL.
+_NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs")
+METRIC_KINDS = ("proportion", "mean")
 _POSITIVE = ("policy.alarm.cooldown_steps", "policy.interval.min_factor", "policy.interval.max_factor",
              "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
@@ -253,6 +262,13 @@ def validate(cfg: DictConfig | Config) -> None:
         v = _get(cfg, key)
         if not lo <= v <= hi:
             problems.append(f"{key}: must lie in [{lo:g}, {hi:g}], got {v!r}")
+    for key in _NON_NEGATIVE_OR_NULL:
+        v = _get(cfg, key)
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            problems.append(f"{key}: must be non-negative or null (0: every step), got {v!r}")
+    for name, kind in _get(cfg, "evaluation.metric_kinds").items():
+        if kind not in METRIC_KINDS:
+            problems.append(f"evaluation.metric_kinds.{name}: must be one of {', '.join(METRIC_KINDS)}; got {kind!r}")
     for key in _POSITIVE:
         v = _get(cfg, key)
         if not (v > 0 and math.isfinite(v)):
@@ -547,10 +563,53 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             raise _merge_error(exc, "config", {}) from None
         validate(merged)
         return merged
-    if dataclasses.is_dataclass(cfg):
-        merged = OmegaConf.structured(cfg)
-        validate(merged)
-        return merged
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        if isinstance(cfg, Config):
+            merged = OmegaConf.structured(cfg)
+            validate(merged)
+            return merged
+        if is_areal_evaluator_config(cfg):
+            return from_areal(cfg)
+        raise ConfigError([f"config: a {type(cfg).__name__} dataclass is neither an adaptive_eval Config nor AReaL's "
+                           "EvaluatorConfig (no freq_epochs/freq_steps/freq_secs); pass load_config(...), a Config "
+                           "or a nested dict"])
     if isinstance(cfg, dict):
         return as_config(OmegaConf.create(cfg))
-    raise TypeError(f"config must be a DictConfig, Config or dict, got {type(cfg).__name__}")
+    raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
+
+
+_AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
+
+
+def is_areal_evaluator_config(obj) -> bool:
+    """Whether ``obj`` looks like AReaL's ``EvaluatorConfig`` (a dataclass with its three ``freq_*`` fields)."""
+    return (dataclasses.is_dataclass(obj) and not isinstance(obj, (type, Config))
+            and all(hasattr(obj, f) for f in _AREAL_FREQS))
+
+
+def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None = None) -> DictConfig:
+    """The config ``preset`` (a name, a file, a loaded config; default: ``default``) with ``trigger.*`` taken
+    from AReaL's ``EvaluatorConfig`` (``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train``).
+
+    A negative or non-numeric frequency is a :class:`ConfigError` naming the field
+    (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.
+    """
+    name = type(evaluator_config).__name__
+    problems, trigger = [], {}
+    for f in _AREAL_FREQS:
+        v = getattr(evaluator_config, f, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+                              or not math.isfinite(v)):
+            problems.append(f"{name}.{f}: must be a non-negative number or null (0: every step), got {v!r}")
+        elif v is not None and f != "freq_secs" and v != int(v):
+            problems.append(f"{name}.{f}: must be a whole number, got {v!r}")
+        else:
+            trigger[f] = v if v is None or f == "freq_secs" else int(v)
+    trigger["eval_before_train"] = bool(getattr(evaluator_config, "eval_before_train", False))
+    if problems:
+        raise ConfigError(problems)
+    base = preset if isinstance(preset, DictConfig) else load_config(preset)
+    merged = OmegaConf.merge(base, {"trigger": trigger})
+    validate(merged)
+    OmegaConf.set_readonly(merged, True)
+    return merged

@@ -326,12 +326,12 @@ class DistContext:
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
     """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``,
-    and for a multi-sample (items x samples) metric also ``(samples, within_ss, nan_count)``."""
+    and for a multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``."""
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
         if s.clustered:
-            wire += (int(s.samples), float(s.within_ss), int(s.nan_count))
+            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
         out[name] = wire
     return out
 
@@ -370,7 +370,8 @@ def combine_rank_summaries(
         if clustered:
             summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
                                 samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
-                                nan_count=sum(p[7] for p in clustered))
+                                nan_count=sum(p[7] for p in clustered),
+                                population=max(p[8] if len(p) > 8 else 0 for p in clustered))
         else:
             summary = from_sums(total, total_sq, n, binary, confidence)
         per_sample = all(p[4] for p in live)
