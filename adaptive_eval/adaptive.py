@@ -541,7 +541,7 @@ class AdaptiveEvaluator:
             plans.append(sized.get(name, default))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
-        reason = suites_reason(decision.reason, self._suites, due, index)
+        reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 
