@@ -22,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 __all__ = [
     "Config",
     "ConfigError",
+    "from_areal",
     "load_config",
     "preset_names",
     "validate",
@@ -52,6 +53,9 @@ class TriggerConfig:
     freq_secs: Optional[float] = None
     eval_before_train: bool = False
     eval_at_end: bool = True
+    # With several triggers: count each on its own, as AReaL does (an evaluation restarts only the triggers
+    # that were due), instead of measuring staleness since the last evaluation, whatever caused it.
+    independent: bool = False
 
 
 @dataclass
@@ -89,6 +93,9 @@ class EvaluationConfig:
     async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
+    # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
+    # values that are all 0/1 are proportions, anything else a mean; a bare scalar never gets a guessed kind.
+    metric_kinds: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -214,8 +221,10 @@ _CHOICES = {
     "evaluation.on_error": ("skip", "retry", "raise"),
     "evaluation.precision": ("fp32", "bf16", "fp16"),
 }
-_POSITIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "evaluation.sample_size",
-                     "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
+_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
+# 0 fires at every step, as in AReaL.
+_NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs")
+METRIC_KINDS = ("proportion", "mean")
 _POSITIVE = ("policy.alarm.cooldown_steps", "policy.interval.min_factor", "policy.interval.max_factor",
              "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
@@ -227,6 +236,8 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
+_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps")
+_RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -242,8 +253,24 @@ def validate(cfg: DictConfig | Config) -> None:
     problems = []
     for key in _POSITIVE_OR_NULL:
         v = _get(cfg, key)
-        if v is not None and not v > 0:
-            problems.append(f"{key}: must be positive or null, got {v!r}")
+        if v is not None and not (v > 0 and (math.isfinite(v) or key == "evaluation.timeout_s")):
+            finite = " finite" if v > 0 else ""
+            problems.append(f"{key}: must be positive{finite} or null, got {v!r}")
+    for key in _COUNTS:
+        v = _get(cfg, key)
+        if not v >= 0:
+            problems.append(f"{key}: must be >= 0, got {v!r}")
+    for key, (lo, hi) in _RANGES.items():
+        v = _get(cfg, key)
+        if not lo <= v <= hi:
+            problems.append(f"{key}: must lie in [{lo:g}, {hi:g}], got {v!r}")
+    for key in _NON_NEGATIVE_OR_NULL:
+        v = _get(cfg, key)
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            problems.append(f"{key}: must be non-negative or null (0: every step), got {v!r}")
+    for name, kind in _get(cfg, "evaluation.metric_kinds").items():
+        if kind not in METRIC_KINDS:
+            problems.append(f"evaluation.metric_kinds.{name}: must be one of {', '.join(METRIC_KINDS)}; got {kind!r}")
     for key in _POSITIVE:
         v = _get(cfg, key)
         if not (v > 0 and math.isfinite(v)):
@@ -402,16 +429,44 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 def _where(key: str, source: str, lines: dict[str, int]) -> str:
-    probe = key
+    probe = str(key)
     while probe:
         if probe in lines:
             return f"{source}:{lines[probe]}: "
-        probe = probe.rpartition(".")[0]
+        probe = probe[:-len(probe.rpartition("[")[2]) - 1] if probe.endswith("]") else probe.rpartition(".")[0]
     return f"{source}: "
 
 
-def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]) -> ConfigError:
-    key = getattr(exc, "full_key", None) or "<root>"
+def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str, str]:
+    """(dotted key, message) for item ``index`` of a list somewhere in ``value`` (under ``leaf``) that failed:
+    the first such list whose item there is not a mapping (detector specs are the lists of mappings)."""
+    def find(node, path):
+        if isinstance(node, list):
+            if 0 <= index < len(node) and not isinstance(node[index], dict):
+                return path, node[index]
+            return None
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = find(v, f"{path}.{k}" if path else str(k))
+                if found:
+                    return found
+        return None
+
+    found = find(value, leaf)
+    if found is None:
+        return f"{leaf}[{index}]", msg
+    path, got = found
+    return f"{path}[{index}]", f"{msg} (got {got!r}; a detector spec is a mapping such as {{type: nonfinite}})"
+
+
+def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int], leaf: str = "",
+                 value: Any = None) -> ConfigError:
+    """The error of merging ``leaf`` (a dotted key whose ``value`` failed), named by its full key."""
+    key = getattr(exc, "full_key", None)
+    if isinstance(key, int) and not isinstance(key, bool):  # an item of a list: OmegaConf gives only its index
+        key, msg = _list_item_problem(leaf, value, key, str(exc).splitlines()[0])
+        return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
+    key = str(key) if key else (leaf or "<root>")
     msg = str(exc).splitlines()[0]
     if "not in struct" in msg or "Key '" in msg and "not in" in msg:
         msg = f"unknown key {key!r}"
@@ -472,7 +527,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             try:
                 OmegaConf.merge(cfg, _nested(key, value))
             except OmegaConfBaseException as exc:
-                problems.append(str(_merge_error(exc, source, lines)))
+                problems.append(str(_merge_error(exc, source, lines, key, value)))
         if problems:
             raise ConfigError(problems)
         cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
@@ -482,8 +537,16 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or item.split("=", 1)[0]
+            lhs = item.split("=", 1)[0]
+            key = getattr(exc, "full_key", None)
             msg = str(exc).splitlines()[0]
+            if isinstance(key, int) and not isinstance(key, bool):
+                parsed = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
+                for part in lhs.split("."):
+                    parsed = parsed.get(part) if isinstance(parsed, dict) else None
+                key, msg = _list_item_problem(lhs, parsed, key, msg)
+                msg = f"{key}: {msg}"
+            key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = f"unknown key {key!r}"
             raise ConfigError([f"override {item!r}: {msg}"]) from None
@@ -504,10 +567,53 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             raise _merge_error(exc, "config", {}) from None
         validate(merged)
         return merged
-    if dataclasses.is_dataclass(cfg):
-        merged = OmegaConf.structured(cfg)
-        validate(merged)
-        return merged
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        if isinstance(cfg, Config):
+            merged = OmegaConf.structured(cfg)
+            validate(merged)
+            return merged
+        if is_areal_evaluator_config(cfg):
+            return from_areal(cfg)
+        raise ConfigError([f"config: a {type(cfg).__name__} dataclass is neither an adaptive_eval Config nor AReaL's "
+                           "EvaluatorConfig (no freq_epochs/freq_steps/freq_secs); pass load_config(...), a Config "
+                           "or a nested dict"])
     if isinstance(cfg, dict):
         return as_config(OmegaConf.create(cfg))
-    raise TypeError(f"config must be a DictConfig, Config or dict, got {type(cfg).__name__}")
+    raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
+
+
+_AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
+
+
+def is_areal_evaluator_config(obj) -> bool:
+    """Whether ``obj`` looks like AReaL's ``EvaluatorConfig`` (a dataclass with its three ``freq_*`` fields)."""
+    return (dataclasses.is_dataclass(obj) and not isinstance(obj, (type, Config))
+            and all(hasattr(obj, f) for f in _AREAL_FREQS))
+
+
+def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None = None) -> DictConfig:
+    """The config ``preset`` (a name, a file, a loaded config; default: ``default``) with ``trigger.*`` taken
+    from AReaL's ``EvaluatorConfig`` (``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train``).
+
+    A negative or non-numeric frequency is a :class:`ConfigError` naming the field
+    (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.
+    """
+    name = type(evaluator_config).__name__
+    problems, trigger = [], {}
+    for f in _AREAL_FREQS:
+        v = getattr(evaluator_config, f, None)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+                              or not math.isfinite(v)):
+            problems.append(f"{name}.{f}: must be a non-negative number or null (0: every step), got {v!r}")
+        elif v is not None and f != "freq_secs" and v != int(v):
+            problems.append(f"{name}.{f}: must be a whole number, got {v!r}")
+        else:
+            trigger[f] = v if v is None or f == "freq_secs" else int(v)
+    trigger["eval_before_train"] = bool(getattr(evaluator_config, "eval_before_train", False))
+    if problems:
+        raise ConfigError(problems)
+    base = preset if isinstance(preset, DictConfig) else load_config(preset)
+    merged = OmegaConf.merge(base, {"trigger": trigger})
+    validate(merged)
+    OmegaConf.set_readonly(merged, True)
+    return merged

@@ -275,9 +275,24 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     s = evaluator.summary()
     out.summary = {"steps": len(records), "evals": s["evals"], "samples": s["samples"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
-                   "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"]}
+                   "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
+                   "best": _best(out.evals, cfg)}
     evaluator.close()
     return out
+
+
+def _best(evals: list[dict], cfg) -> dict | None:
+    """The checkpoint :func:`adaptive_eval.scoring.pick_best` picks on the tracked metric: step, estimate,
+    interval (for ``summary.json``)."""
+    from adaptive_eval.scoring import pick_best
+
+    metric = cfg.evaluation.metric
+    if metric is None:
+        metric = next((m for e in evals for m in e["metrics"]), None)
+    if metric is None:
+        return None
+    pick = pick_best(evals, metric, higher_is_better=bool(cfg.evaluation.higher_is_better))
+    return None if pick is None else pick.to_dict()
 
 
 def _steps_per_epoch(records) -> int | None:
