@@ -38,8 +38,7 @@ def test_an_override_of_a_list_names_the_key():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("trigger.freq_secs=inf", "trigger.freq_secs: must be positive finite or null, got inf"),
-    ("trigger.freq_steps=0", "trigger.freq_steps: must be positive"),
+    ("trigger.freq_secs=inf", "trigger.freq_secs: must be non-negative or null (0: every step), got inf"),
     ("policy.peak.confirm_size=-1", "policy.peak.confirm_size: must be >= 0, got -1"),
     ("policy.peak.confirm_steps=-2", "policy.peak.confirm_steps: must be >= 0, got -2"),
     ("resources.max_host_cpu_percent=-5", "resources.max_host_cpu_percent: must lie in [0, 100], got -5.0"),
