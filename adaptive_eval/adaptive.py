@@ -563,11 +563,12 @@ class AdaptiveEvaluator:
         plans = []
         for name in due:
             suite = self._suites[name]
-            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            items = suite["sample_size"] or (decision.sample_size if decision.sample_size is not None else suite["size"])
+            default = SuitePlan(name, min(items, suite["size"]), suite["samples_per_item"])
             plans.append(sized.get(name, default))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
-        reason = suites_reason(decision.reason, self._suites, due, index)
+        reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 

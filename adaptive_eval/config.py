@@ -64,7 +64,9 @@ class SuiteConfig:
 
     size: int = 0  # items in the suite (required)
     samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
-    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing and the budget
+    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing
+    item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
+    max_samples_per_item: int = 32  # the most samples per item the sample-size policy may choose
     weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
     every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
     sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
@@ -337,12 +339,14 @@ def _evaluation_problems(ev) -> list[str]:
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:
             problems.append(f"{key}: a suite name may not be empty or contain '/'")
-        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1)):
+        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1)):
             v = suite[field_name]
             if not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
         if not (suite.cost > 0 and math.isfinite(suite.cost)):
             problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
+        if not (suite.item_cost >= 0 and math.isfinite(suite.item_cost)):
+            problems.append(f"{key}.item_cost: must be non-negative, got {suite.item_cost!r}")
         if not (suite.weight >= 0 and math.isfinite(suite.weight)):
             problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
         if suite.sample_size is not None and not suite.sample_size >= 1:

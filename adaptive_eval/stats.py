@@ -21,6 +21,7 @@ __all__ = [
     "clopper_pearson",
     "clustered_interval",
     "mean_over_items_var",
+    "two_stage_size",
     "combine",
     "from_sums",
     "metric_values",
@@ -620,3 +621,56 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                       samples=int(m[ok].sum()), nan_count=nan_count,
                                                       population=population)
     return out
+
+
+def two_stage_size(between_var: float, within_var: float, half_width: float, *, cost_per_sample: float = 1.0,
+                   cost_per_item: float = 0.0, population: int = 0, max_samples_per_item: int = 32,
+                   min_items: int = 1, max_items: int | None = None,
+                   confidence: float = 0.95) -> tuple[int, int, str]:
+    """``(items, samples_per_item, why)``: the cheapest two-stage sample whose interval of the mean reaches
+    ``half_width`` (normal approximation), given the between-item variance (of the items' true means) and
+    the within-item variance (of one sample around its item's mean).
+
+    The variance of the mean of ``n`` items x ``m`` samples is ``(1 - n/N) sb2/n + sw2/(n m)`` for a suite
+    of ``N`` items (``population``; 0: unbounded), the cost ``n (cost_per_item + m cost_per_sample)``.
+    Every ``m`` up to ``max_samples_per_item`` is tried with the fewest items that reach the target (with
+    the interval's t quantile; no finite population correction at ``m = 1``, where the interval cannot
+    make one); the cheapest wins.  More samples per item pay only when the items run out (a small suite) or an item is
+    expensive beside a sample (long prompts): the classic optimum is ``m = sqrt(cost_per_item sw2 /
+    (cost_per_sample sb2))``.  When no size reaches the target, the largest (all items x the most samples).
+
+    >>> two_stage_size(0.05, 0.20, 0.05)[:2]                  # a large suite: one sample per item
+    (387, 1)
+    >>> two_stage_size(0.05, 0.20, 0.05, population=30)[:2]   # 30 items: all of them, more samples each
+    (30, 12)
+    >>> two_stage_size(0.05, 0.20, 0.05, cost_per_item=8.0)[:2]  # expensive prompts: a few samples each
+    (141, 5)
+    """
+    z = normal_quantile(confidence)
+    sb2 = max(float(between_var), 0.0) if math.isfinite(between_var) else 0.0
+    sw2 = max(float(within_var), 0.0) if math.isfinite(within_var) else 0.0
+    cap = population if population and population > 0 else None
+    if max_items is not None:
+        cap = max_items if cap is None else min(cap, max_items)
+    best = None
+    for m in range(1, max(int(max_samples_per_item), 1) + 1):
+        # With one sample per item the interval cannot tell the two variances apart, so it makes no finite
+        # population correction (mean_over_items_var): neither may the plan.
+        fpc = sb2 / population if population and population > 0 and m > 1 else 0.0
+        n = 1
+        for _ in range(3):  # the interval's t quantile at the planned item count
+            q = t_quantile(confidence, n - 1) if n >= 2 else z
+            n = max(int(min_items), math.ceil((sb2 + sw2 / m) / ((half_width / q) ** 2 + fpc) - 1e-9), 1)
+        if cap is not None and n > cap:
+            continue
+        cost = n * (cost_per_item + m * cost_per_sample)
+        if best is None or cost < best[2] - 1e-12:
+            best = (n, m, cost)
+    detail = (f"sb2={sb2:.3g} sw2={sw2:.3g}" + (f" N={population}" if population else "")
+              + (f" item_cost/sample_cost={cost_per_item / cost_per_sample:.3g}" if cost_per_item else ""))
+    if best is None:
+        n, m = (cap if cap is not None else int(min_items)), max(int(max_samples_per_item), 1)
+        var = (1.0 - (n / population if population and m > 1 else 0.0)) * sb2 / n + sw2 / (n * m)
+        return n, m, f"two-stage {detail}: +-{half_width:g} unreachable, +-{z * math.sqrt(var):.3g} at {n}x{m}"
+    n, m, cost = best
+    return n, m, f"two-stage {detail}: {n}x{m} reach +-{half_width:g} at least cost ({cost:.4g})"

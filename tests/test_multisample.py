@@ -433,3 +433,75 @@ def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and
     assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
     assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
     assert logger.groups == ("s", "t")
+
+
+# -- sizing by cost (two-stage) ---------------------------------------------------------------------
+
+def test_two_stage_size_reaches_the_target_at_least_cost():
+    from scipy.stats import t
+
+    from adaptive_eval.stats import two_stage_size
+
+    for sb2, sw2, ci, pop in [(0.05, 0.2, 0.0, 0), (0.05, 0.2, 8.0, 0), (0.05, 0.2, 0.0, 30), (0.01, 0.24, 2.0, 500)]:
+        n, m, why = two_stage_size(sb2, sw2, 0.05, cost_per_item=ci, population=pop)
+        var = lambda n, m: (1 - (n / pop if pop and m > 1 else 0)) * sb2 / n + sw2 / (n * m)  # noqa: E731
+        q = lambda n: t.ppf(0.975, n - 1)  # noqa: E731
+        assert q(n) * math.sqrt(var(n, m)) <= 0.05 + 1e-9 and "least cost" in why
+        cost = n * (ci + m)
+        for m2 in range(1, 33):  # no other (n, m) that reaches the target is cheaper
+            for n2 in range(2, (pop or 2000) + 1):
+                if q(n2) * math.sqrt(var(n2, m2)) <= 0.05:
+                    assert n2 * (ci + m2) >= cost - 1e-9
+                    break
+
+
+def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                 "policy.sample_size.target_half_width=0.05", "policy.sample_size.max=4000",
+                                 "evaluation.suites.big.size=4000", "evaluation.suites.big.samples_per_item=4",
+                                 "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=4",
+                                 "evaluation.suites.costly.size=4000", "evaluation.suites.costly.samples_per_item=4",
+                                 "evaluation.suites.costly.item_cost=16"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(11)
+    p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
+    seen = []
+
+    def fn(req):
+        seen.append({n: (s.sample_size, s.samples_per_item) for n, s in req.suites.items()})
+        return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None]).astype(float)
+                for n, s in req.suites.items()}
+
+    results = [r for g in range(12) if (r := ev.evaluate(fn, 0, g, g)) is not None][:3]
+    assert len(results) == 3 and seen[0] == {"big": (64, 4), "small": (30, 4), "costly": (64, 4)}  # policy.sample_size.initial
+    big, small, costly = seen[1]["big"], seen[1]["small"], seen[1]["costly"]
+    assert big[1] == 1 and big[0] > 300  # cheap items, plenty of them: one sample each
+    assert small[0] == 30 and small[1] > 4  # every item already: more samples per item
+    assert costly[1] > 1 and costly[0] < big[0]  # expensive prompts: fewer items, several samples each
+    assert "two-stage" in results[1].reason and "least cost" in results[1].reason
+    # The plans reach about the target (simulated; the interval is over items).
+    assert results[2]["big/acc"].half_width < 0.06 and results[2]["small/acc"].half_width < 0.06
+
+
+# -- replay with per-item ground truth -----------------------------------------------------------------
+
+def test_replay_draws_each_requested_item_from_its_own_truth():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic_items import make_item_trace
+
+    it = make_item_trace("collapse", steps=300, seed=4)
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    a = replay(it.trace, cfg, seed=1)
+    b = replay(it.trace, cfg, seed=1)
+    assert a.evals == b.evals  # same trace and seed: the same evaluations
+    for e in a.evals:
+        assert e["n"]["math500/acc"] == 500 and e["samples_per_item"]["math500/acc"] == 4.0
+        lo, hi = e["ci"]["math500/acc"]
+        assert lo - 0.02 <= it.truth["math500"][e["step"]] <= hi + 0.02  # measured around the suite's truth
+    onset = it.events[0].step
+    before = [e for e in a.evals if e["step"] < onset][-1]["metrics"]["math500/acc"]
+    after = [e for e in a.evals if e["step"] > onset + 20][0]["metrics"]["math500/acc"]
+    assert after < before / 2
+    assert [("aime24/acc" in e["metrics"]) for e in a.evals[:5]] == [True, False, False, False, True]
+    with pytest.raises(ValueError, match="eval columns are eval/<suite>/<metric>"):
+        replay(make_item_trace("flat", steps=40, seed=0, suites={"gsm8k": (10, 0.0)}).trace, cfg)
