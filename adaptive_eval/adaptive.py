@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -144,6 +145,8 @@ class AdaptiveEvaluator:
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        if self._suites and hasattr(self.logger, "set_groups"):
+            self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -180,6 +183,7 @@ class AdaptiveEvaluator:
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
@@ -566,6 +570,8 @@ class AdaptiveEvaluator:
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
+        if result is not None:
+            result = self._pair(result, outcome.item_values)
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -604,6 +610,31 @@ class AdaptiveEvaluator:
         if self._logging:
             self._log_eval(global_step, decision, result)
         return result
+
+    def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
+        """The result with its paired differences against the previous measurement of each metric, on the
+        items both share (this rank's items; in a group one all-gather combines the ranks' sums: an item
+        keeps its rank from one evaluation to the next, see ``EvalRequest.indices``)."""
+        from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
+        from adaptive_eval.stats import from_sums
+
+        local = {}
+        for name, values in item_values.items():
+            prev = self._item_values.get(name)
+            if prev:
+                shared = [i for i in values if i in prev]
+                if shared:
+                    d = [values[i] - prev[i] for i in shared]
+                    local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
+                                            self._evaluation["confidence"])
+            self._item_values[name] = dict(values)
+        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+            per_rank = self.dist.gather_objects(summaries_to_wire(local))
+            paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
+        else:
+            paired = local
+        paired = {k: v for k, v in paired.items() if v.n > 0}
+        return dataclasses.replace(result, paired=paired) if paired else result
 
     # ----------------------------------------------------------------------------------------------
     # Asynchronous evaluation: the machinery is adaptive_eval.asynchronous; here only what it means for the
@@ -681,6 +712,8 @@ class AdaptiveEvaluator:
             else:
                 result = dataclasses.replace(result, step=job.step, epoch=job.epoch, submitted_step=job.step,
                                              integrated_step=global_step)
+                if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
+                    result = self._pair(result, outcome.item_values)
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 learned = result
@@ -793,6 +826,7 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run,
+            "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
@@ -830,6 +864,8 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
+                             for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]

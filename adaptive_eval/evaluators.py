@@ -109,6 +109,8 @@ class EvalOutcome:
     discrepancies: tuple = ()
     failed_ranks: tuple = ()
     attempts: int = 1
+    # This rank's per-item means by metric ({metric: {item index: mean}}), where the items are known (rank-local).
+    item_values: Mapping[str, dict] = dataclasses.field(default_factory=dict)
 
 
 class RemoteEvaluationError(RuntimeError):
@@ -206,8 +208,9 @@ def _suite_ks(request: EvalRequest, pass_at_k):
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
-               suites: bool = False):
-    """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None."""
+               suites: bool = False, item_values: dict | None = None):
+    """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
+    ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
         if outputs is not None and not _is_plain(outputs):
             raise TypeError(
@@ -218,9 +221,12 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         num_items = request.items_handed
     if suites:
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
-                                    suites={name: s.indices for name, s in request.suites.items()})
+                                    suites={name: s.indices for name, s in request.suites.items()},
+                                    populations={name: s.size for name, s in request.suites.items()},
+                                    item_values=item_values)
     else:
-        metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k))
+        metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
+                                    ids=request._handed.get("indices"), item_values=item_values)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
@@ -263,7 +269,7 @@ def run_evaluation_outcome(
     skip (``skip``; retries exhausted) or all raise (``raise``: the failing rank re-raises its own
     exception, the others a :class:`RemoteEvaluationError` naming it).  On success every rank returns
     the same :class:`EvalResult`: sums, sums of squares and counts combined exactly (metric names
-    sorted; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
+    in the order evaluate_fn returned them; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
     rank-local.  A return value that is not a mapping raises ``TypeError`` on every rank.
 
     **Timeout** (``timeout``, single process only; see :class:`EvalTimeout`): each attempt runs in a worker
@@ -304,6 +310,7 @@ def run_evaluation_outcome(
     for attempt in range(attempts):
         outputs = None
         error = None
+        item_values: dict = {}
         try:
             if timeout is None:
                 outputs = _attempt(evaluate_fn, request, precision)
@@ -328,7 +335,7 @@ def run_evaluation_outcome(
         metrics, raw = {}, None
         if error is None:
             try:
-                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites)
+                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
             except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
@@ -356,7 +363,7 @@ def run_evaluation_outcome(
                         log.warning("rank discrepancy at step %d: %s", request.step, d.message)
             result = EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason,
                                 seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw)
-            return EvalOutcome(result, None, means, counts, found, (), attempt + 1)
+            return EvalOutcome(result, None, means, counts, found, (), attempt + 1, item_values)
         remote = "; ".join(f"rank {r}: {everyone[r][2]}" for r in failed)
         if error is None:
             error = RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}")
@@ -374,12 +381,13 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites)
+    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
         None,
         attempts=attempt + 1,
+        item_values=item_values,
     )
 
 

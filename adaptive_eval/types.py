@@ -115,6 +115,7 @@ class MetricSummary:
     samples: int = 0
     within_ss: float = math.nan
     nan_count: int = 0
+    population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
 
     @property
     def half_width(self) -> float:
@@ -181,6 +182,9 @@ class EvalResult:
     metrics: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     epoch: int | None = None
     raw: object = None
+    # Per metric: the paired difference (this evaluation minus the previous one that measured the metric) on
+    # the items both evaluated; ``n`` counts those items, the interval is Student t over them.
+    paired: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     submitted_step: int | None = None
     integrated_step: int | None = None
 
@@ -201,7 +205,8 @@ class EvalResult:
     def state(self) -> dict:
         """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
         d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
-             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()}}
+             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+             "paired": {k: v.to_dict() for k, v in self.paired.items()}}
         return self._add_async(d)
 
     def _add_async(self, d: dict) -> dict:
@@ -214,16 +219,27 @@ class EvalResult:
     def from_state(cls, d: Mapping) -> "EvalResult":
         return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
                    metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
+                   paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
                    submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"))
 
     def to_dict(self) -> dict:
-        """The line written to ``evals.jsonl``: means and intervals by metric; ``sample_size`` is the number
-        of items actually evaluated (:attr:`items`); an asynchronous result adds ``submitted_step`` and
-        ``integrated_step``."""
-        d = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
-             "metrics": {k: v.mean for k, v in self.metrics.items()},
-             "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds}
-        return self._add_async(d)
+        """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for
+        multi-sample metrics also ``samples_per_item`` (and ``nan_count`` when NaN samples were skipped), and
+        ``paired`` differences when there are any; ``sample_size`` is the number of items actually evaluated
+        (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``."""
+        line = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
+                "metrics": {k: v.mean for k, v in self.metrics.items()},
+                "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds,
+                "n": {k: v.n for k, v in self.metrics.items()}}
+        multi = {k: v for k, v in self.metrics.items() if v.clustered}
+        if multi:
+            line["samples_per_item"] = {k: v.samples_per_item for k, v in multi.items()}
+            nans = {k: v.nan_count for k, v in multi.items() if v.nan_count}
+            if nans:
+                line["nan_count"] = nans
+        if self.paired:
+            line["paired"] = {k: {"diff": v.mean, "ci": [v.ci[0], v.ci[1]], "n": v.n} for k, v in self.paired.items()}
+        return self._add_async(line)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -166,6 +166,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # torch.load(weights_only) refuses it
+        return value.item()
     return value
 
 

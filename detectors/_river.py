@@ -509,7 +509,9 @@ class KSWIN(Detector):
         sd = super().state_dict()
         k = self._kswin
         version, internal, gauss = k._rng.getstate()
-        sd["river"] = {"drift_detected": k._drift_detected, "p_value": k.p_value, "n": k.n, "window": list(k.window),
+        # river keeps p_value as a numpy float64, which torch.load(weights_only=True) refuses: plain values only.
+        sd["river"] = {"drift_detected": bool(k._drift_detected), "p_value": float(k.p_value), "n": int(k.n),
+                       "window": [float(v) for v in k.window],
                        "rng": [version, list(internal), gauss]}
         return sd
 

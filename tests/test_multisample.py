@@ -322,3 +322,114 @@ def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
     a, b = ranks("bad_rows")
     assert "rank 1" in a and "suite 'math500', metric 'acc'" in a
     assert "suite 'math500', metric 'acc'" in b and "rows" in b
+
+
+# -- finite suites, maj@k, paired comparisons, TensorBoard, evals.jsonl --------------------------------
+
+def test_all_items_of_a_suite_leave_only_the_answers_sampling_noise():
+    # AIME-like: 30 items, all evaluated; more samples per item narrow the interval of the suite's accuracy.
+    rng = np.random.default_rng(3)
+    p = _sigmoid(rng.normal(0.0, 2.0, 30))
+    widths = []
+    for k in (2, 8, 32):
+        x = (rng.random((30, k)) < p[:, None]).astype(float)
+        suite = summarize_outputs({"a/acc": x}, None, suites={"a": list(range(30))}, populations={"a": 30})["a/acc"]
+        items = summarize_outputs({"acc": x}, None)["acc"]  # the same items seen as a sample of problems
+        assert suite.population == 30 and suite.half_width < items.half_width
+        widths.append(suite.half_width)
+    assert widths[0] > 1.5 * widths[1] > 2.0 * widths[2]
+
+
+def test_maj_at_k_from_answers_and_reference():
+    answers = [["4", "4", "5", "4"], ["7", "1", "1", "7"], ["x", "y", "z", "y"]]
+    out = summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1", "z"]}, None, pass_at_k=(1, 3, 4))
+    # item 0: majority "4" -> right; item 1: first 3 -> "1" right, all 4 tie 7/1 -> "7" (seen first) wrong;
+    # item 2: "y" wrong (k=1: "x" wrong).
+    assert out["acc/maj@1"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].mean == pytest.approx(2 / 3) and out["acc/maj@4"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].n == 3
+    with pytest.raises(ValueError, match=r"acc:reference"):
+        summarize_outputs({"acc:answers": answers}, None)
+    with pytest.raises(ValueError, match=r"item index 2 lacks one"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1"]}, None)
+    with pytest.raises(TypeError, match=r"one reference answer per item"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": [["4"], ["1"], ["z"]]}, None)
+
+
+def _paired_run(extra=(), steps=8, drop_at=None, logger=None):
+    cfg = load_config("areal", ["trigger.freq_steps=1", "evaluation.suites.s.size=200",
+                                "evaluation.suites.s.samples_per_item=4", *extra])
+    other = "t" in cfg.evaluation.suites
+    ev = AdaptiveEvaluator.from_config(cfg, logger=logger)
+    rng = np.random.default_rng(5)
+    p = _sigmoid(rng.normal(0.0, 2.0, 200))
+    results = []
+    for g in range(steps):
+        q = p - (0.15 if drop_at is not None and g >= drop_at else 0.0)
+
+        def fn(req, q=q):
+            s = req.suites["s"]
+            out = {"s/acc": (rng.random((len(s.indices), 4)) < q[s.indices][:, None]).astype(float)}
+            if other:
+                out["t/acc"] = np.ones((len(req.suites["t"].indices), 4))
+            return out
+
+        results.append(ev.evaluate(fn, 0, g, g))
+    return ev, results
+
+
+def test_paired_difference_on_shared_items_is_reported_and_narrower_than_unpaired():
+    ev, results = _paired_run(["evaluation.suites.s.sample_size=120"], steps=3, drop_at=2)
+    assert results[0].paired == {}
+    d = results[2].paired["s/acc"]
+    assert d.n == 120 and d.ci[0] <= d.mean <= d.ci[1] and d.ci[1] < 0  # the drop of 0.15 is seen
+    a, b = results[1]["s/acc"], results[2]["s/acc"]
+    assert d.mean == pytest.approx(b.mean - a.mean)
+    unpaired_half = 1.96 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+    assert d.half_width < 0.6 * unpaired_half  # each item is compared with itself
+    line = results[2].to_dict()
+    assert line["paired"]["s/acc"]["n"] == 120 and line["n"]["s/acc"] == 120
+    assert line["samples_per_item"]["s/acc"] == 4.0
+    # The per-item values survive a resume: the resumed run pairs exactly as the uninterrupted one.
+    ev2 = AdaptiveEvaluator.from_config(ev.cfg)
+    ev2.load_state_dict(ev.state_dict())
+    assert ev2._item_values == ev._item_values
+
+
+def test_interval_policy_tightens_on_a_paired_change_the_unpaired_test_misses():
+    from adaptive_eval.policies import IntervalPolicy, differs, paired_differs
+    from adaptive_eval.policies._base import Context
+
+    _, results = _paired_run(["evaluation.suites.s.sample_size=60"], steps=3)
+    a, b = results[1], results[2]
+    # A small, consistent change on the same items: build it from b by shifting every item's value.
+    from adaptive_eval.stats import from_sums
+
+    shift = from_sums(-0.06 * 60, 60 * (0.06 ** 2 + 0.0009), 60, False)  # diff mean -0.06, sd ~0.03
+    assert paired_differs(shift) < 1e-6
+    changed = b.__class__(**{**b.__dict__, "paired": {"s/acc": shift}})
+    assert differs(a["s/acc"], b["s/acc"]) > 0.05  # unpaired: no evidence at this size
+    pol = IntervalPolicy(min_factor=0.25, max_factor=4.0)
+    ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
+    pol.on_eval(a, ctx)
+    pol.on_eval(changed, ctx)
+    assert pol.last_change == "tightened:change"
+
+
+def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and_paired(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from adaptive_eval.tensorboard import TensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    _paired_run(["evaluation.suites.s.sample_size=50", "evaluation.suites.t.size=20",
+                 "evaluation.suites.t.samples_per_item=4"], steps=2, logger=logger)
+    logger.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for suffix in ("", "/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan"):
+        assert f"eval/s/acc{suffix}" in tags
+    assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
+    assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
+    assert logger.groups == ("s", "t")
