@@ -360,13 +360,13 @@ def test_plugin_with_p_runs_one_test_per_trace_replaying_each_once(plugin_projec
 
 def test_plugin_with_the_ini_option_and_a_config(plugin_project):
     plugin_project.makeini("[pytest]\nadaptive_eval_plugin = true\nadaptive_eval_config = aggressive\n")
-    plugin_project.makepyfile(test_config="""
+    plugin_project.makepyfile(test_ini_preset="""
         def test_config(replay_run):
             assert replay_run.config_name == "aggressive"
         import pytest
         test_config = pytest.mark.replay_traces("traces/a.csv")(test_config)
         """)
-    result = plugin_project.runpytest_inprocess("test_config.py")
+    result = plugin_project.runpytest_inprocess("test_ini_preset.py")
     result.assert_outcomes(passed=1)
 
 
