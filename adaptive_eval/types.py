@@ -64,6 +64,19 @@ class EvalRequest:
     # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
     _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self):
+        def whole(name, v):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"EvalRequest.{name} must be an integer, got {v!r}")
+            return int(v)
+
+        if self.sample_size is not None and whole("sample_size", self.sample_size) < 0:
+            raise ValueError(f"EvalRequest.sample_size must be >= 0 or None (the whole set), got {self.sample_size}")
+        if whole("world_size", self.world_size) < 1:
+            raise ValueError(f"EvalRequest.world_size must be >= 1, got {self.world_size}")
+        if not 0 <= whole("rank", self.rank) < self.world_size:
+            raise ValueError(f"EvalRequest.rank must lie in [0, world_size={self.world_size}), got {self.rank}")
+
     def num_selected(self, num_items: int) -> int:
         """How many items all ranks together evaluate from a set of ``num_items``."""
         if self.sample_size is None:
