@@ -594,7 +594,7 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
-            metric_kinds=ev["metric_kinds"],
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error

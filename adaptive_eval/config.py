@@ -93,6 +93,9 @@ class EvaluationConfig:
     async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
+    # Metric (or, with suites, the part after "<suite>/") -> extra aggregations over its items, reported as
+    # "<metric>/<aggregation>": weighted_mean (weights from "<metric>:weights"), p50, p90, ... (quantiles).
+    aggregations: dict[str, list[str]] = field(default_factory=dict)
     # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
     # values that are all 0/1 are proportions, anything else a mean; a bare scalar never gets a guessed kind.
     metric_kinds: dict[str, str] = field(default_factory=dict)
@@ -335,6 +338,13 @@ def _evaluation_problems(ev) -> list[str]:
     for i, k in enumerate(ev.pass_at_k):
         if not k >= 1:
             problems.append(f"evaluation.pass_at_k[{i}]: must be a positive integer, got {k!r}")
+    from adaptive_eval.stats import aggregation_problem
+
+    for name, kinds in ev.aggregations.items():
+        for i, kind in enumerate(kinds):
+            problem = aggregation_problem(kind)
+            if problem:
+                problems.append(f"evaluation.aggregations.{name}[{i}]: {problem}")
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:

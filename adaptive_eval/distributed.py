@@ -28,7 +28,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import from_sums
+from adaptive_eval.stats import aggregate_summary, from_sums
 from adaptive_eval.types import MetricSummary
 
 __all__ = [
@@ -330,7 +330,9 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
-        if s.clustered:
+        if s.aggregate:
+            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
+        elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
         out[name] = wire
     return out
@@ -366,8 +368,17 @@ def combine_rank_summaries(
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        clustered = [p for p in parts if len(p) > 5]
-        if clustered:
+        aggregated = [p for p in parts if len(p) > 5 and isinstance(p[5], str)]
+        clustered = [p for p in parts if len(p) > 5 and not isinstance(p[5], str)]
+        if aggregated:
+            kind = aggregated[0][5][len("agg:"):]
+            payloads = [p[6] for p in aggregated]
+            if kind == "weighted_mean":  # sums add up
+                merged = tuple(math.fsum(x[i] for x in payloads) for i in range(6))
+            else:  # quantiles: the per-item values of every rank (in rank order)
+                merged = tuple(v for x in payloads for v in x)
+            summary = aggregate_summary(kind, merged, confidence)
+        elif clustered:
             summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
                                 samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
                                 nan_count=sum(p[7] for p in clustered),

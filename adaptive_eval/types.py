@@ -129,6 +129,10 @@ class MetricSummary:
     within_ss: float = math.nan
     nan_count: int = 0
     population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
+    # A custom aggregation (evaluation.aggregations): "weighted_mean" or "p<q>" (a quantile over items), with
+    # ``payload`` its sufficient statistics (weighted sums; the per-item values of a quantile).
+    aggregate: str = ""
+    payload: tuple = ()
 
     @property
     def half_width(self) -> float:
@@ -165,12 +169,15 @@ class MetricSummary:
         """All fields as plain values (``from_dict`` restores them exactly)."""
         d = dataclasses.asdict(self)
         d["ci"] = list(self.ci)
+        d["payload"] = list(self.payload)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "MetricSummary":
         d = dict(d)
         d["ci"] = tuple(d["ci"])
+        if "payload" in d:
+            d["payload"] = tuple(d["payload"])
         return cls(**d)
 
 
@@ -218,7 +225,9 @@ class EvalResult:
     def state(self) -> dict:
         """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
         d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
-             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+             "seconds": self.seconds,
+             # (an aggregation's payload, up to one value per item, is needed only to combine shards)
+             "metrics": {k: {**v.to_dict(), "payload": []} for k, v in self.metrics.items()},
              "paired": {k: v.to_dict() for k, v in self.paired.items()}}
         return self._add_async(d)
 
