@@ -364,6 +364,9 @@ class EvalRanks:
         return _EvalRankExecutor(self)
 
 
+_POLL_S = 0.002
+
+
 class _EvalRankExecutor(cf.Executor):
     """On the first training rank: one sender thread per eval rank, taking jobs from one queue."""
 
@@ -390,14 +393,15 @@ class _EvalRankExecutor(cf.Executor):
 
         layout = self.layout
         pair = layout._pairs[e]
-        answer = DistContext(pair, layout.timeout_s)
+        # Polling waits: a blocking Work.wait() holds the GIL and would stall the training thread meanwhile.
+        answer = DistContext(pair, layout.timeout_s, poll_s=_POLL_S)
         src = layout._group_rank(pair, e)
         while True:
             item = self._queue.get()
             if item is None:
                 try:
                     broadcast_tensor_container({"stop": True}, src_rank=layout.leader, group=pair,
-                                               timeout_s=layout.timeout_s)
+                                               timeout_s=layout.timeout_s, poll_s=_POLL_S)
                 except Exception:  # noqa: BLE001 - a dead eval rank needs no stop
                     pass
                 return
@@ -409,7 +413,8 @@ class _EvalRankExecutor(cf.Executor):
                           and not f.name.startswith("_")}
                 opts = {k: v for k, v in options.items() if k != "clock"}
                 broadcast_tensor_container({"request": fields, "weights": dict(weights), "options": opts},
-                                           src_rank=layout.leader, group=pair, timeout_s=layout.timeout_s)
+                                           src_rank=layout.leader, group=pair, timeout_s=layout.timeout_s,
+                                           poll_s=_POLL_S)
                 wire = answer.broadcast_object(None, src=src)
                 future.set_result(_outcome_from_wire(wire, f"on eval rank {e}"))
             except Exception as exc:  # noqa: BLE001 - a dead or hung eval rank
