@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +45,7 @@ __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
+_RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
 
 
 def _group_exists(group) -> bool:
@@ -119,18 +121,25 @@ class AdaptiveEvaluator:
         if logger is None and self.cfg.logging.tensorboard_dir is not None:
             from adaptive_eval.tensorboard import make_logger
 
-            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
-                                 group=group)
+            try:
+                logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
+                                     group=group)
+            except OSError as exc:  # an unwritable folder must not stop the training run
+                log.error("TensorBoard logging is off: %s", exc)
+                logger = None
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
+        self._record_errors = 0
+        self._renamed: set[str] = set()
         self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
             initial_epoch_value=trig.eval_before_train,
             # In a group the trigger's time is the group's: every rank then fires at the same step.
             clock=self._group_time if self._distributed else self.clock, sync_time=False,
+            independent=trig.independent, steps_per_epoch=steps_per_epoch,
         )
         if resource_monitor is None and self.cfg.resources.enabled:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
@@ -141,6 +150,8 @@ class AdaptiveEvaluator:
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        if self._suites and hasattr(self.logger, "set_groups"):
+            self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -163,6 +174,8 @@ class AdaptiveEvaluator:
 
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
+        self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -177,6 +190,7 @@ class AdaptiveEvaluator:
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
@@ -227,7 +241,17 @@ class AdaptiveEvaluator:
         if not isinstance(stream, str):
             raise TypeError(f"metric names must be strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
-        return dets
+        return self._index(stream, dets)
+
+    def _index(self, stream: str, dets: list) -> tuple:
+        """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
+        (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
+                                          tuple(d.update for d in dets))
+        return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -246,15 +270,23 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        detectors = self._detectors
+        watchers = self._watchers
         for name, value in items:
-            dets = detectors.get(name)
-            if dets is None:
-                dets = self._watch(name)
+            entry = watchers.get(name)
+            if entry is None:
+                entry = self._watch(name)
             if type(value) is not float:
                 value = as_float(name, value)
-            for det in dets:
-                alarm = det.update(value, global_step)
+            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+                updates = entry[0]
+                if name in self._in_nonfinite_run:
+                    self._in_nonfinite_run.discard(name)
+                    updates = entry[1]
+            else:
+                self._in_nonfinite_run.add(name)
+                updates = entry[1]
+            for update in updates:
+                alarm = update(value, global_step)
                 if alarm is not None:
                     if self._distributed:  # shared with the other ranks at the next evaluate()
                         self._unsynced.append((alarm, global_step))
@@ -270,7 +302,25 @@ class AdaptiveEvaluator:
         if self._log_streams:
             self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:
+            self._record(step, values)
+
+    def _record(self, step: int, values: dict) -> None:
+        """Append to the trace of :meth:`record_to`; a failure is logged, never raised into the training step."""
+        if not _RESERVED.isdisjoint(values):
+            # 'step', 'epoch' and 'time' are the trace's own columns: such a metric is recorded as 'epoch_'.
+            for name in _RESERVED.intersection(values):
+                if name not in self._renamed:
+                    self._renamed.add(name)
+                    log.warning("metric %r is recorded in the trace as %r: 'step', 'epoch' and 'time' are the "
+                                "trace's own columns", name, f"{name}_")
+            values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
+        try:
             self._recorder.record(step, values, time=self.clock() - self._start)
+        except Exception as exc:  # noqa: BLE001 - recording must never stop training
+            self._record_errors += 1
+            if self._record_errors == 1:
+                log.error("recording the trace failed at step %d (%s: %s); training goes on, later failures "
+                          "are counted in summary()['record_errors']", step, type(exc).__name__, exc)
 
     def record_to(self, path, *, fsync: bool = False):
         """Record what this evaluator observes and measures as a replayable trace (CSV or JSONL by suffix).
@@ -302,7 +352,7 @@ class AdaptiveEvaluator:
             step = event["integrated_step"]  # with the latency, which replay takes as its latency model
             values["async/latency_steps"] = float(step - event["step"])
         if values:
-            self._recorder.record(step, values, time=self.clock() - self._start)
+            self._record(step, values)
 
     def _group_time(self) -> float:
         return self._now
@@ -335,9 +385,15 @@ class AdaptiveEvaluator:
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
-    def _policy_pending(self) -> bool:
+    def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")
         return alarm_policy is not None and alarm_policy.pending
+
+    def _policy_pending(self) -> bool:
+        """A policy wants an evaluation before the trigger is due: an alarm, or a candidate best to re-measure."""
+        alarm_policy = self.policies.by_name.get("alarm")
+        peak = self.policies.by_name.get("peak")
+        return (alarm_policy is not None and alarm_policy.pending) or (peak is not None and peak.pending)
 
     # ----------------------------------------------------------------------------------------------
     # Deciding and evaluating
@@ -381,6 +437,8 @@ class AdaptiveEvaluator:
                 if not final:
                     return None
                 reason = "trigger:final"
+            elif final and not self._alarms_waiting():
+                reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
@@ -413,7 +471,7 @@ class AdaptiveEvaluator:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is None:
-            if not self._alarm_pending and final:
+            if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
@@ -452,8 +510,9 @@ class AdaptiveEvaluator:
                 return None
         elif not self.trigger._initial_pending:
             return None
-        return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
-                         global_step)
+        # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
+        size = self.decide("before_train", global_step, urgent=True).sample_size
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
@@ -511,11 +570,12 @@ class AdaptiveEvaluator:
         plans = []
         for name in due:
             suite = self._suites[name]
-            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            items = suite["sample_size"] or (decision.sample_size if decision.sample_size is not None else suite["size"])
+            default = SuitePlan(name, min(items, suite["size"]), suite["samples_per_item"])
             plans.append(sized.get(name, default))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
-        reason = suites_reason(decision.reason, self._suites, due, index)
+        reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 
@@ -541,9 +601,12 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
+        if result is not None:
+            result = self._pair(result, outcome.item_values)
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -567,8 +630,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-        self._alarm_pending = False
         self.policies.on_eval(outcome_result, self._ctx(global_step))
+        self._alarm_pending = self._policy_pending()
         if result is not None:
             # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
             # with a wider sample) instead of being consumed by this one.
@@ -582,6 +645,31 @@ class AdaptiveEvaluator:
         if self._logging:
             self._log_eval(global_step, decision, result)
         return result
+
+    def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
+        """The result with its paired differences against the previous measurement of each metric, on the
+        items both share (this rank's items; in a group one all-gather combines the ranks' sums: an item
+        keeps its rank from one evaluation to the next, see ``EvalRequest.indices``)."""
+        from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
+        from adaptive_eval.stats import from_sums
+
+        local = {}
+        for name, values in item_values.items():
+            prev = self._item_values.get(name)
+            if prev:
+                shared = [i for i in values if i in prev]
+                if shared:
+                    d = [values[i] - prev[i] for i in shared]
+                    local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
+                                            self._evaluation["confidence"])
+            self._item_values[name] = dict(values)
+        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+            per_rank = self.dist.gather_objects(summaries_to_wire(local))
+            paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
+        else:
+            paired = local
+        paired = {k: v for k, v in paired.items() if v.n > 0}
+        return dataclasses.replace(result, paired=paired) if paired else result
 
     # ----------------------------------------------------------------------------------------------
     # Asynchronous evaluation: the machinery is adaptive_eval.asynchronous; here only what it means for the
@@ -659,6 +747,8 @@ class AdaptiveEvaluator:
             else:
                 result = dataclasses.replace(result, step=job.step, epoch=job.epoch, submitted_step=job.step,
                                              integrated_step=global_step)
+                if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
+                    result = self._pair(result, outcome.item_values)
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 learned = result
@@ -725,7 +815,8 @@ class AdaptiveEvaluator:
         """Counts of what happened so far (plain values)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
-                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
+                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
+                "record_errors": self._record_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts)."""
@@ -770,6 +861,7 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run,
+            "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
@@ -798,6 +890,10 @@ class AdaptiveEvaluator:
                                      f"the config {len(dets)}")
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
+        for stream, dets in self._detectors.items():
+            self._index(stream, dets)
+            if any(getattr(d, "_in_run", False) for d in dets):
+                self._in_nonfinite_run.add(stream)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -807,6 +903,8 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
+                             for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]

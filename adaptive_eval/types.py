@@ -64,6 +64,19 @@ class EvalRequest:
     # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
     _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self):
+        def whole(name, v):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"EvalRequest.{name} must be an integer, got {v!r}")
+            return int(v)
+
+        if self.sample_size is not None and whole("sample_size", self.sample_size) < 0:
+            raise ValueError(f"EvalRequest.sample_size must be >= 0 or None (the whole set), got {self.sample_size}")
+        if whole("world_size", self.world_size) < 1:
+            raise ValueError(f"EvalRequest.world_size must be >= 1, got {self.world_size}")
+        if not 0 <= whole("rank", self.rank) < self.world_size:
+            raise ValueError(f"EvalRequest.rank must lie in [0, world_size={self.world_size}), got {self.rank}")
+
     def num_selected(self, num_items: int) -> int:
         """How many items all ranks together evaluate from a set of ``num_items``."""
         if self.sample_size is None:
@@ -115,6 +128,11 @@ class MetricSummary:
     samples: int = 0
     within_ss: float = math.nan
     nan_count: int = 0
+    population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
+    # A custom aggregation (evaluation.aggregations): "weighted_mean" or "p<q>" (a quantile over items), with
+    # ``payload`` its sufficient statistics (weighted sums; the per-item values of a quantile).
+    aggregate: str = ""
+    payload: tuple = ()
 
     @property
     def half_width(self) -> float:
@@ -151,12 +169,15 @@ class MetricSummary:
         """All fields as plain values (``from_dict`` restores them exactly)."""
         d = dataclasses.asdict(self)
         d["ci"] = list(self.ci)
+        d["payload"] = list(self.payload)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "MetricSummary":
         d = dict(d)
         d["ci"] = tuple(d["ci"])
+        if "payload" in d:
+            d["payload"] = tuple(d["payload"])
         return cls(**d)
 
 
@@ -181,6 +202,9 @@ class EvalResult:
     metrics: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     epoch: int | None = None
     raw: object = None
+    # Per metric: the paired difference (this evaluation minus the previous one that measured the metric) on
+    # the items both evaluated; ``n`` counts those items, the interval is Student t over them.
+    paired: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     submitted_step: int | None = None
     integrated_step: int | None = None
 
@@ -201,7 +225,10 @@ class EvalResult:
     def state(self) -> dict:
         """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
         d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
-             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()}}
+             "seconds": self.seconds,
+             # (an aggregation's payload, up to one value per item, is needed only to combine shards)
+             "metrics": {k: {**v.to_dict(), "payload": []} for k, v in self.metrics.items()},
+             "paired": {k: v.to_dict() for k, v in self.paired.items()}}
         return self._add_async(d)
 
     def _add_async(self, d: dict) -> dict:
@@ -214,16 +241,27 @@ class EvalResult:
     def from_state(cls, d: Mapping) -> "EvalResult":
         return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
                    metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
+                   paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
                    submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"))
 
     def to_dict(self) -> dict:
-        """The line written to ``evals.jsonl``: means and intervals by metric; ``sample_size`` is the number
-        of items actually evaluated (:attr:`items`); an asynchronous result adds ``submitted_step`` and
-        ``integrated_step``."""
-        d = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
-             "metrics": {k: v.mean for k, v in self.metrics.items()},
-             "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds}
-        return self._add_async(d)
+        """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for
+        multi-sample metrics also ``samples_per_item`` (and ``nan_count`` when NaN samples were skipped), and
+        ``paired`` differences when there are any; ``sample_size`` is the number of items actually evaluated
+        (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``."""
+        line = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
+                "metrics": {k: v.mean for k, v in self.metrics.items()},
+                "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds,
+                "n": {k: v.n for k, v in self.metrics.items()}}
+        multi = {k: v for k, v in self.metrics.items() if v.clustered}
+        if multi:
+            line["samples_per_item"] = {k: v.samples_per_item for k, v in multi.items()}
+            nans = {k: v.nan_count for k, v in multi.items() if v.nan_count}
+            if nans:
+                line["nan_count"] = nans
+        if self.paired:
+            line["paired"] = {k: {"diff": v.mean, "ci": [v.ci[0], v.ci[1]], "n": v.n} for k, v in self.paired.items()}
+        return self._add_async(line)
 
 
 @dataclasses.dataclass(frozen=True)

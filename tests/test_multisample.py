@@ -322,3 +322,240 @@ def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
     a, b = ranks("bad_rows")
     assert "rank 1" in a and "suite 'math500', metric 'acc'" in a
     assert "suite 'math500', metric 'acc'" in b and "rows" in b
+
+
+# -- finite suites, maj@k, paired comparisons, TensorBoard, evals.jsonl --------------------------------
+
+def test_all_items_of_a_suite_leave_only_the_answers_sampling_noise():
+    # AIME-like: 30 items, all evaluated; more samples per item narrow the interval of the suite's accuracy.
+    rng = np.random.default_rng(3)
+    p = _sigmoid(rng.normal(0.0, 2.0, 30))
+    widths = []
+    for k in (2, 8, 32):
+        x = (rng.random((30, k)) < p[:, None]).astype(float)
+        suite = summarize_outputs({"a/acc": x}, None, suites={"a": list(range(30))}, populations={"a": 30})["a/acc"]
+        items = summarize_outputs({"acc": x}, None)["acc"]  # the same items seen as a sample of problems
+        assert suite.population == 30 and suite.half_width < items.half_width
+        widths.append(suite.half_width)
+    assert widths[0] > 1.5 * widths[1] > 2.0 * widths[2]
+
+
+def test_maj_at_k_from_answers_and_reference():
+    answers = [["4", "4", "5", "4"], ["7", "1", "1", "7"], ["x", "y", "z", "y"]]
+    out = summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1", "z"]}, None, pass_at_k=(1, 3, 4))
+    # item 0: majority "4" -> right; item 1: first 3 -> "1" right, all 4 tie 7/1 -> "7" (seen first) wrong;
+    # item 2: "y" wrong (k=1: "x" wrong).
+    assert out["acc/maj@1"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].mean == pytest.approx(2 / 3) and out["acc/maj@4"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].n == 3
+    with pytest.raises(ValueError, match=r"acc:reference"):
+        summarize_outputs({"acc:answers": answers}, None)
+    with pytest.raises(ValueError, match=r"item index 2 lacks one"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1"]}, None)
+    with pytest.raises(TypeError, match=r"one reference answer per item"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": [["4"], ["1"], ["z"]]}, None)
+
+
+def _paired_run(extra=(), steps=8, drop_at=None, logger=None):
+    cfg = load_config("areal", ["trigger.freq_steps=1", "evaluation.suites.s.size=200",
+                                "evaluation.suites.s.samples_per_item=4", *extra])
+    other = "t" in cfg.evaluation.suites
+    ev = AdaptiveEvaluator.from_config(cfg, logger=logger)
+    rng = np.random.default_rng(5)
+    p = _sigmoid(rng.normal(0.0, 2.0, 200))
+    results = []
+    for g in range(steps):
+        q = p - (0.15 if drop_at is not None and g >= drop_at else 0.0)
+
+        def fn(req, q=q):
+            s = req.suites["s"]
+            out = {"s/acc": (rng.random((len(s.indices), 4)) < q[s.indices][:, None]).astype(float)}
+            if other:
+                out["t/acc"] = np.ones((len(req.suites["t"].indices), 4))
+            return out
+
+        results.append(ev.evaluate(fn, 0, g, g))
+    return ev, results
+
+
+def test_paired_difference_on_shared_items_is_reported_and_narrower_than_unpaired():
+    ev, results = _paired_run(["evaluation.suites.s.sample_size=120"], steps=3, drop_at=2)
+    assert results[0].paired == {}
+    d = results[2].paired["s/acc"]
+    assert d.n == 120 and d.ci[0] <= d.mean <= d.ci[1] and d.ci[1] < 0  # the drop of 0.15 is seen
+    a, b = results[1]["s/acc"], results[2]["s/acc"]
+    assert d.mean == pytest.approx(b.mean - a.mean)
+    unpaired_half = 1.96 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+    assert d.half_width < 0.6 * unpaired_half  # each item is compared with itself
+    line = results[2].to_dict()
+    assert line["paired"]["s/acc"]["n"] == 120 and line["n"]["s/acc"] == 120
+    assert line["samples_per_item"]["s/acc"] == 4.0
+    # The per-item values survive a resume: the resumed run pairs exactly as the uninterrupted one.
+    ev2 = AdaptiveEvaluator.from_config(ev.cfg)
+    ev2.load_state_dict(ev.state_dict())
+    assert ev2._item_values == ev._item_values
+
+
+def test_interval_policy_tightens_on_a_paired_change_the_unpaired_test_misses():
+    from adaptive_eval.policies import IntervalPolicy, differs, paired_differs
+    from adaptive_eval.policies._base import Context
+
+    _, results = _paired_run(["evaluation.suites.s.sample_size=60"], steps=3)
+    a, b = results[1], results[2]
+    # A small, consistent change on the same items: build it from b by shifting every item's value.
+    from adaptive_eval.stats import from_sums
+
+    shift = from_sums(-0.06 * 60, 60 * (0.06 ** 2 + 0.0009), 60, False)  # diff mean -0.06, sd ~0.03
+    assert paired_differs(shift) < 1e-6
+    changed = b.__class__(**{**b.__dict__, "paired": {"s/acc": shift}})
+    assert differs(a["s/acc"], b["s/acc"]) > 0.05  # unpaired: no evidence at this size
+    pol = IntervalPolicy(min_factor=0.25, max_factor=4.0)
+    ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
+    pol.on_eval(a, ctx)
+    pol.on_eval(changed, ctx)
+    assert pol.last_change == "tightened:change"
+
+
+def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and_paired(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from adaptive_eval.tensorboard import TensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    _paired_run(["evaluation.suites.s.sample_size=50", "evaluation.suites.t.size=20",
+                 "evaluation.suites.t.samples_per_item=4"], steps=2, logger=logger)
+    logger.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for suffix in ("", "/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan"):
+        assert f"eval/s/acc{suffix}" in tags
+    assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
+    assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
+    assert logger.groups == ("s", "t")
+
+
+# -- sizing by cost (two-stage) ---------------------------------------------------------------------
+
+def test_two_stage_size_reaches_the_target_at_least_cost():
+    from scipy.stats import t
+
+    from adaptive_eval.stats import two_stage_size
+
+    for sb2, sw2, ci, pop in [(0.05, 0.2, 0.0, 0), (0.05, 0.2, 8.0, 0), (0.05, 0.2, 0.0, 30), (0.01, 0.24, 2.0, 500)]:
+        n, m, why = two_stage_size(sb2, sw2, 0.05, cost_per_item=ci, population=pop)
+        var = lambda n, m: (1 - (n / pop if pop and m > 1 else 0)) * sb2 / n + sw2 / (n * m)  # noqa: E731
+        q = lambda n: t.ppf(0.975, n - 1)  # noqa: E731
+        assert q(n) * math.sqrt(var(n, m)) <= 0.05 + 1e-9 and "least cost" in why
+        cost = n * (ci + m)
+        for m2 in range(1, 33):  # no other (n, m) that reaches the target is cheaper
+            for n2 in range(2, (pop or 2000) + 1):
+                if q(n2) * math.sqrt(var(n2, m2)) <= 0.05:
+                    assert n2 * (ci + m2) >= cost - 1e-9
+                    break
+
+
+def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                 "policy.sample_size.target_half_width=0.05", "policy.sample_size.max=4000",
+                                 "evaluation.suites.big.size=4000", "evaluation.suites.big.samples_per_item=4",
+                                 "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=4",
+                                 "evaluation.suites.costly.size=4000", "evaluation.suites.costly.samples_per_item=4",
+                                 "evaluation.suites.costly.item_cost=16"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(11)
+    p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
+    seen = []
+
+    def fn(req):
+        seen.append({n: (s.sample_size, s.samples_per_item) for n, s in req.suites.items()})
+        return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None]).astype(float)
+                for n, s in req.suites.items()}
+
+    results = [r for g in range(12) if (r := ev.evaluate(fn, 0, g, g)) is not None][:3]
+    assert len(results) == 3 and seen[0] == {"big": (64, 4), "small": (30, 4), "costly": (64, 4)}  # policy.sample_size.initial
+    big, small, costly = seen[1]["big"], seen[1]["small"], seen[1]["costly"]
+    assert big[1] == 1 and big[0] > 300  # cheap items, plenty of them: one sample each
+    assert small[0] == 30 and small[1] > 4  # every item already: more samples per item
+    assert costly[1] > 1 and costly[0] < big[0]  # expensive prompts: fewer items, several samples each
+    assert "two-stage" in results[1].reason and "least cost" in results[1].reason
+    # The plans reach about the target (simulated; the interval is over items).
+    assert results[2]["big/acc"].half_width < 0.06 and results[2]["small/acc"].half_width < 0.06
+
+
+# -- replay with per-item ground truth -----------------------------------------------------------------
+
+def test_replay_draws_each_requested_item_from_its_own_truth():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic_items import make_item_trace
+
+    it = make_item_trace("collapse", steps=300, seed=4)
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    a = replay(it.trace, cfg, seed=1)
+    b = replay(it.trace, cfg, seed=1)
+    assert a.evals == b.evals  # same trace and seed: the same evaluations
+    for e in a.evals:
+        assert e["n"]["math500/acc"] == 500 and e["samples_per_item"]["math500/acc"] == 4.0
+        lo, hi = e["ci"]["math500/acc"]
+        assert lo - 0.02 <= it.truth["math500"][e["step"]] <= hi + 0.02  # measured around the suite's truth
+    onset = it.events[0].step
+    before = [e for e in a.evals if e["step"] < onset][-1]["metrics"]["math500/acc"]
+    after = [e for e in a.evals if e["step"] > onset + 20][0]["metrics"]["math500/acc"]
+    assert after < before / 2
+    assert [("aime24/acc" in e["metrics"]) for e in a.evals[:5]] == [True, False, False, False, True]
+    with pytest.raises(ValueError, match="eval columns are eval/<suite>/<metric>"):
+        replay(make_item_trace("flat", steps=40, seed=0, suites={"gsm8k": (10, 0.0)}).trace, cfg)
+
+
+# -- custom aggregations: weighted mean, quantiles ------------------------------------------------------
+
+def test_weighted_mean_and_quantiles_over_items():
+    rng = np.random.default_rng(8)
+    length = rng.lognormal(5.0, 0.6, size=(200, 4))
+    w = rng.integers(1, 5, size=200).astype(float)
+    out = summarize_outputs({"len": length, "len:weights": w}, None,
+                            aggregations={"len": ["mean", "weighted_mean", "p50", "p90"]})
+    assert set(out) == {"len", "len/weighted_mean", "len/p50", "len/p90"}
+    item = length.mean(axis=1)
+    assert out["len/weighted_mean"].mean == pytest.approx(np.average(item, weights=w))
+    assert out["len/p50"].mean == pytest.approx(np.median(item)) and out["len/p90"].mean == pytest.approx(
+        np.quantile(item, 0.9))
+    for name in ("len/weighted_mean", "len/p50", "len/p90"):
+        s = out[name]
+        assert s.n == 200 and s.ci[0] < s.mean < s.ci[1]
+    # Exact across shards: weighted sums add up, quantiles see every rank's items.
+    parts = [summarize_outputs({"len": length[i::2], "len:weights": w[i::2]}, None,
+                               aggregations={"len": ["weighted_mean", "p90"]}) for i in range(2)]
+    combined, _, _ = combine_rank_summaries([summaries_to_wire(p) for p in parts])
+    for name in ("len/weighted_mean", "len/p90"):
+        assert combined[name].mean == pytest.approx(out[name].mean) and combined[name].ci == pytest.approx(out[name].ci)
+
+
+def test_quantile_and_weighted_intervals_cover():
+    # Simulated, seeded: the distribution-free quantile interval and the ratio-estimator interval.
+    from adaptive_eval.stats import aggregate_items
+
+    rng = np.random.default_rng(9)
+    hits = {"p90": 0, "weighted_mean": 0}
+    reps = 300
+    true_p90 = float(np.exp(5.0 + 0.8 * 1.2815515655446004))
+    for _ in range(reps):
+        y = rng.lognormal(5.0, 0.8, 60)
+        s = aggregate_items("x", "p90", y)
+        hits["p90"] += s.ci[0] <= true_p90 <= s.ci[1]
+        w = rng.uniform(0.5, 2.0, 60)
+        s = aggregate_items("x", "weighted_mean", rng.binomial(1, 0.3, 60).astype(float), w)
+        hits["weighted_mean"] += s.ci[0] <= 0.3 <= s.ci[1]
+    assert hits["p90"] / reps >= 0.93 and hits["weighted_mean"] / reps >= 0.92
+
+
+def test_aggregation_bad_input():
+    with pytest.raises(ValueError, match=r"metric 'r': 3 weights for 4 items; item index 3 has no weight"):
+        summarize_outputs({"r": [1.0, 2.0, 3.0, 4.0], "r:weights": [1, 1, 1]}, None,
+                          aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ValueError, match=r"needs per-item weights"):
+        summarize_outputs({"r": [1.0, 2.0]}, None, aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ValueError, match=r"weight of item 1 is -1.0"):
+        summarize_outputs({"r": [1.0, 2.0], "r:weights": [1.0, -1.0]}, None, aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ConfigError, match=r"evaluation.aggregations.len\[1\]: unknown aggregation 'p100'"):
+        load_config(overrides=["evaluation.aggregations.len=[p50,p100]"])

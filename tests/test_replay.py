@@ -36,11 +36,15 @@ def test_replay_cli_writes_the_documented_outputs(collapse_trace, tmp_path, caps
     evals = read_jsonl(out / "evals.jsonl")
     alarms = read_jsonl(out / "alarms.jsonl")
     summary = json.loads((out / "summary.json").read_text())
-    assert evals and set(evals[0]) == {"step", "epoch", "sample_size", "reason", "metrics", "ci", "seconds"}
+    assert evals and set(evals[0]) == {"step", "epoch", "sample_size", "reason", "metrics", "ci", "seconds", "n"}
     assert set(evals[0]["metrics"]) == {"accuracy"} and len(evals[0]["ci"]["accuracy"]) == 2
     assert alarms and set(alarms[0]) == {"step", "stream", "detector", "direction", "location"}
     assert {"steps", "evals", "samples", "eval_seconds", "train_seconds", "alarms"} <= set(summary)
     assert summary["steps"] == 600 and summary["evals"] == len(evals)
+    # The picked checkpoint: a step that was evaluated, its shrunk estimate inside its interval.
+    best = summary["best"]
+    assert best["metric"] == "accuracy" and best["step"] in {e["step"] for e in evals}
+    assert best["interval"][0] <= best["estimate"] <= best["interval"][1]
     # The collapse is caught: an alarm-driven evaluation soon after the onset shows it.
     onset = st.events[0].step
     window = [e for e in evals if onset <= e["step"] <= onset + 25]
