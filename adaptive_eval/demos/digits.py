@@ -182,10 +182,11 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
                     recorder.record(global_step, {**metrics, f"eval/{METRIC}": truth[global_step]})
                 evaluator.observe(metrics, global_step)
                 evaluator.evaluate(training.evaluate, 0, global_step, global_step)
-                if global_step % 50 == 49 or global_step == steps - 1:
+                if out.evals and (global_step % 50 == 49 or global_step == steps - 1):
+                    bar.set_postfix(evals=len(out.evals), refresh=False)
+                if global_step % 50 == 49 and global_step < steps - 1:
                     bar.update(global_step + 1 - bar.n)
-                    if out.evals:
-                        bar.set_postfix(evals=len(out.evals), refresh=False)
+            bar.n = steps  # close() draws the 100% line (an update to 100% first would print it twice in a log)
     finally:
         bar.close()
         if recorder is not None:
