@@ -347,8 +347,12 @@ class AdaptiveEvaluator:
             values[f"eval/{name}"] = m.mean
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
+        step = event["step"]
+        if "integrated_step" in event:  # asynchronous: recorded where it arrived (a trace only goes forward),
+            step = event["integrated_step"]  # with the latency, which replay takes as its latency model
+            values["async/latency_steps"] = float(step - event["step"])
         if values:
-            self._record(event["step"], values)
+            self._record(step, values)
 
     def _group_time(self) -> float:
         return self._now
@@ -452,7 +456,10 @@ class AdaptiveEvaluator:
         # The one collective of a step with nothing due.
         new_alarms, due, self._now, ready = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if ready else 0.0])
-        got = self._integrate_in_group(global_step) if ready >= 0.5 else None
+        got = None
+        if ready >= 0.5:  # identical on every rank, so is what it changes: the trigger, the pending alarms
+            got = self._integrate_in_group(global_step)
+            due = max(due, 1.0 if self.trigger.due() is not None or self._alarm_pending else 0.0)
         if new_alarms < 0.5 and due < 0.5:
             return got
         if new_alarms >= 0.5:
@@ -699,7 +706,7 @@ class AdaptiveEvaluator:
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
 
     def _check_down(self, global_step: int) -> None:
-        down = self._async.down
+        down = self._async.is_down
         if down is None or self._async_down_logged:
             return
         self._async_down_logged = True

@@ -24,6 +24,7 @@ steps replays with intervals k times longer in training steps; convert or resamp
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -77,7 +78,7 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     """(cheap stream columns, {eval metric: its std column or None})."""
     # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
     # its streams/<name> and evaluates from its eval/<metric> means.
-    names = [n for n in names if not n.startswith(("controller/", "alarms/"))
+    names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/"))
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
              and not (n.startswith("eval/") and "/paired_diff" in n)]
     evals = {}
@@ -92,7 +93,7 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
 class _SimulatedEval:
     """A simulated ``evaluate_fn`` over the carried-forward eval columns."""
 
-    def __init__(self, metrics: dict[str, str | None], cfg, clock: SimClock, seed: int):
+    def __init__(self, metrics: dict[str, str | None], cfg, clock, seed: int):
         self.metrics = metrics
         self.truth: dict[str, float] = {}
         self.std: dict[str, float] = {}
@@ -239,18 +240,29 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         stream_cols = list(streams)
     watched = frozenset(stream_cols)
     clock = SimClock()
+    asynchronous = bool(cfg.evaluation.asynchronous)
+    # Asynchronous: an evaluation costs eval-device time (its own clock), not training time.
+    device = SimClock() if asynchronous else None
+    cost_clock = device if asynchronous else clock
     if cfg.evaluation.suites:
         sim = _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
                                                                        and n.startswith("eval/")],
-                                  cfg, clock, seed, trace.source)
+                                  cfg, cost_clock, seed, trace.source)
     else:
-        sim = _SimulatedEval(eval_cols, cfg, clock, seed)
+        sim = _SimulatedEval(eval_cols, cfg, cost_clock, seed)
     steps_per_epoch = _steps_per_epoch(records)
     if cfg.trigger.freq_epochs is not None and steps_per_epoch is None:
         raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch column in the trace")
     total = records[-1].step + 1 if records else 0
+    extra = {}
+    if asynchronous:
+        from adaptive_eval.asynchronous import InlineExecutor
+
+        extra = {"executor": InlineExecutor(), "eval_clock": device}
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
-                                  logger=logger if logger is not None else NullLogger())
+                                  logger=logger if logger is not None else NullLogger(), **extra)
+    if asynchronous:
+        evaluator._async.set_latency(eval_latency_model(trace, cfg))
     out = ReplayResult()
     evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
@@ -279,6 +291,32 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                    "best": _best(out.evals, cfg)}
     evaluator.close()
     return out
+
+
+def eval_latency_model(trace, cfg):
+    """Replay's latency model of asynchronous evaluation: a result integrates ``L`` steps after submission.
+
+    ``L`` is ``evaluation.async_integrate_after_steps`` when set; otherwise the trace's recorded latencies
+    (column ``async/latency_steps``, written by ``record_to`` of an asynchronous run): an evaluation submitted
+    at step s takes the latency recorded last at or before s (the first one recorded before that).
+    """
+    fixed = cfg.evaluation.async_integrate_after_steps
+    if fixed is not None:
+        return int(fixed)
+    recorded = [(r.step, int(round(r.metrics["async/latency_steps"]))) for r in trace.records
+                if "async/latency_steps" in r.metrics and math.isfinite(r.metrics["async/latency_steps"])]
+    if not recorded:
+        raise ValueError(f"{trace.source}: replaying asynchronous evaluation needs a latency model: set "
+                         "evaluation.async_integrate_after_steps, or replay a trace recorded by an asynchronous "
+                         "run (column async/latency_steps)")
+    steps = [s for s, _ in recorded]
+    latencies = [max(0, lat) for _, lat in recorded]
+
+    def latency(step: int) -> int:
+        i = bisect.bisect_right(steps, step) - 1
+        return latencies[max(i, 0)]
+
+    return latency
 
 
 def _best(evals: list[dict], cfg) -> dict | None:
