@@ -20,7 +20,9 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +45,7 @@ __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
+_RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
 
 
 def _group_exists(group) -> bool:
@@ -100,7 +103,7 @@ class AdaptiveEvaluator:
 
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                  clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
-                 resource_monitor=None):
+                 resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None):
         self.cfg = as_config(cfg)
         trig = self.cfg.trigger
         if trig.freq_epochs is not None and steps_per_epoch is None:
@@ -124,6 +127,8 @@ class AdaptiveEvaluator:
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
+        self._record_errors = 0
+        self._renamed: set[str] = set()
         self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
             freq_epoch=trig.freq_epochs, freq_step=trig.freq_steps, freq_sec=trig.freq_secs,
@@ -139,6 +144,9 @@ class AdaptiveEvaluator:
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
+        self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        if self._suites and hasattr(self.logger, "set_groups"):
+            self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -147,6 +155,14 @@ class AdaptiveEvaluator:
         self._streams = plain["streams"]
         self._ignore = frozenset(self._streams["ignore"])
         self._listeners: list[Callable[[dict], None]] = []
+        # evaluation.asynchronous: the evaluations in flight (adaptive_eval.asynchronous); None: synchronous.
+        self._async = None
+        if self._evaluation["asynchronous"] or executor is not None or eval_ranks is not None:
+            from adaptive_eval.asynchronous import build_async
+
+            self._async = build_async(plain, executor=executor, eval_ranks=eval_ranks, clock=self.clock,
+                                      eval_clock=eval_clock, distributed=self._distributed, rank=self._rank)
+        self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
         self._reset()
         if self._logging:
             self.logger.log_config(OmegaConf.to_yaml(self.cfg))
@@ -166,14 +182,21 @@ class AdaptiveEvaluator:
         self._last_step: int | None = None
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
+        self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
+        self._unreturned: EvalResult | None = None  # integrated in observe(), returned by the next evaluate()
+        self._async_down_logged = False
+        if self._async is not None:
+            self._async.load_state_dict({})
 
     @classmethod
     def from_config(cls, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                     clock: Callable[[], float] | None = None, logger: MetricLogger | None = None,
-                    group=None, resource_monitor=None) -> "AdaptiveEvaluator":
+                    group=None, resource_monitor=None, executor=None, eval_ranks=None,
+                    eval_clock=None) -> "AdaptiveEvaluator":
         """Build from ``load_config()``'s result, a :class:`~adaptive_eval.Config`, a nested dict, or None
         (the default preset).  ``total_steps`` (optional) lets ``trigger.eval_at_end`` evaluate the last step.
 
@@ -182,9 +205,15 @@ class AdaptiveEvaluator:
         :class:`~adaptive_eval.scheduler.FakeResourceMonitor`); used when ``resources.enabled``.  A
         ``logger`` given here is used as given on every rank; one built from ``logging.tensorboard_dir``
         writes on rank 0 only.
+
+        Asynchronous evaluation (``evaluation.asynchronous``, see :mod:`adaptive_eval.asynchronous`):
+        ``executor`` (a ``concurrent.futures.Executor``; default a daemon thread per evaluation) or
+        ``eval_ranks`` (an :class:`~adaptive_eval.asynchronous.EvalRanks`, with ``distributed.eval_ranks``)
+        runs the evaluations; ``eval_clock`` times them (eval-device seconds; default ``clock``).
         """
         return cls(cfg, steps_per_epoch=steps_per_epoch, total_steps=total_steps, clock=clock, logger=logger,
-                   group=group, resource_monitor=resource_monitor)
+                   group=group, resource_monitor=resource_monitor, executor=executor, eval_ranks=eval_ranks,
+                   eval_clock=eval_clock)
 
     # ----------------------------------------------------------------------------------------------
     # Streams and detectors
@@ -240,13 +269,33 @@ class AdaptiveEvaluator:
                         self._on_alarm(alarm, global_step)
         if self._outputs:
             self._write_streams(metrics, global_step)
+        if self._async_poll and self._async.jobs and self._async.ready(global_step):
+            self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
 
     def _write_streams(self, metrics: Mapping, step: int) -> None:
         values = {k: as_float(k, v) for k, v in metrics.items()}
         if self._log_streams:
             self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:
+            self._record(step, values)
+
+    def _record(self, step: int, values: dict) -> None:
+        """Append to the trace of :meth:`record_to`; a failure is logged, never raised into the training step."""
+        if not _RESERVED.isdisjoint(values):
+            # 'step', 'epoch' and 'time' are the trace's own columns: such a metric is recorded as 'epoch_'.
+            for name in _RESERVED.intersection(values):
+                if name not in self._renamed:
+                    self._renamed.add(name)
+                    log.warning("metric %r is recorded in the trace as %r: 'step', 'epoch' and 'time' are the "
+                                "trace's own columns", name, f"{name}_")
+            values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
+        try:
             self._recorder.record(step, values, time=self.clock() - self._start)
+        except Exception as exc:  # noqa: BLE001 - recording must never stop training
+            self._record_errors += 1
+            if self._record_errors == 1:
+                log.error("recording the trace failed at step %d (%s: %s); training goes on, later failures "
+                          "are counted in summary()['record_errors']", step, type(exc).__name__, exc)
 
     def record_to(self, path, *, fsync: bool = False):
         """Record what this evaluator observes and measures as a replayable trace (CSV or JSONL by suffix).
@@ -274,7 +323,7 @@ class AdaptiveEvaluator:
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
         if values:
-            self._recorder.record(event["step"], values, time=self.clock() - self._start)
+            self._record(event["step"], values)
 
     def _group_time(self) -> float:
         return self._now
@@ -307,9 +356,15 @@ class AdaptiveEvaluator:
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
-    def _policy_pending(self) -> bool:
+    def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")
         return alarm_policy is not None and alarm_policy.pending
+
+    def _policy_pending(self) -> bool:
+        """A policy wants an evaluation before the trigger is due: an alarm, or a candidate best to re-measure."""
+        alarm_policy = self.policies.by_name.get("alarm")
+        peak = self.policies.by_name.get("peak")
+        return (alarm_policy is not None and alarm_policy.pending) or (peak is not None and peak.pending)
 
     # ----------------------------------------------------------------------------------------------
     # Deciding and evaluating
@@ -336,6 +391,15 @@ class AdaptiveEvaluator:
         self._last_call_step = global_step
         if self._distributed:
             return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
+        if self._async is None:
+            return self._evaluate_here(evaluate_fn, epoch, step, global_step)
+        got, self._unreturned = self._unreturned, None
+        if self._async.jobs and self._async.ready(global_step):
+            got = self._integrate(self._async.take(global_step), global_step) or got
+        self._evaluate_here(evaluate_fn, epoch, step, global_step)  # submits, returns nothing
+        return got
+
+    def _evaluate_here(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
@@ -344,6 +408,8 @@ class AdaptiveEvaluator:
                 if not final:
                     return None
                 reason = "trigger:final"
+            elif final and not self._alarms_waiting():
+                reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
@@ -357,11 +423,13 @@ class AdaptiveEvaluator:
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
         mine = self._unsynced
         maybe_due = reason is not None or self._alarm_pending or final
+        ready = self._async is not None and self._async.ready(global_step)
         # The one collective of a step with nothing due.
-        new_alarms, due, self._now = self.dist.all_reduce_max([1.0 if mine else 0.0, 1.0 if maybe_due else 0.0,
-                                                               self._now])
+        new_alarms, due, self._now, ready = self.dist.all_reduce_max(
+            [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if ready else 0.0])
+        got = self._integrate_in_group(global_step) if ready >= 0.5 else None
         if new_alarms < 0.5 and due < 0.5:
-            return None
+            return got
         if new_alarms >= 0.5:
             # Every rank feeds every rank's new alarms, in rank order, to its policies: their state stays equal.
             self._unsynced = []
@@ -371,7 +439,7 @@ class AdaptiveEvaluator:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is None:
-            if not self._alarm_pending and final:
+            if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
@@ -396,7 +464,8 @@ class AdaptiveEvaluator:
                 short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
                 verdict = self.resources.decide_with(global_step, short)
             decision = self._gate(decision, verdict)
-        return self._act(evaluate_fn, decision, reason, epoch, global_step)
+        out = self._act(evaluate_fn, decision, reason, epoch, global_step)
+        return out if out is not None else got
 
     def before_train(self, evaluate_fn: Callable, global_step: int = 0) -> EvalResult | None:
         """Evaluate the initial weights before ``global_step`` is trained, if ``trigger.eval_before_train``."""
@@ -420,7 +489,7 @@ class AdaptiveEvaluator:
         decision = Decision(reason is not None, self._evaluation["sample_size"], reason or "", urgent=urgent)
         decision = self.policies.propose(decision, ctx)
         if urgent and not decision.urgent:
-            decision = Decision(decision.evaluate, decision.sample_size, decision.reason, True)
+            decision = dataclasses.replace(decision, urgent=True)
         return decision
 
     @staticmethod
@@ -430,7 +499,7 @@ class AdaptiveEvaluator:
         if not ok:
             return Decision(False, decision.sample_size, why, decision.urgent)
         if why == "resources:forced":
-            return Decision(True, decision.sample_size, why, decision.urgent)
+            return dataclasses.replace(decision, reason=why)
         return decision  # allowed (an urgent bypass keeps the alarm's reason)
 
     def _decide_and_run(self, evaluate_fn, reason, epoch, global_step, final: bool = False) -> EvalResult | None:
@@ -440,6 +509,11 @@ class AdaptiveEvaluator:
         return self._act(evaluate_fn, decision, reason, epoch, global_step)
 
     def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step) -> EvalResult | None:
+        if decision.evaluate and self._async is not None:
+            decision, victim = self._async.admit(decision)  # the same on every rank: same records
+            if victim is not None:
+                self._cancel(victim, global_step)
+            self._check_down(global_step)
         self.last_decision = decision
         if not decision.evaluate:
             if decision.reason:
@@ -451,10 +525,37 @@ class AdaptiveEvaluator:
             return None
         return self._run(evaluate_fn, decision, epoch, global_step)
 
+    def _suite_plan(self, decision: Decision, rank: int | None = None, world: int | None = None
+                    ) -> tuple[Decision, dict]:
+        """The due suites' requests for this rank (or ``rank`` of ``world``), and the decision with its reason
+        saying which and why."""
+        from adaptive_eval.suites import SuitePlan, due_suites, suite_requests, suites_reason
+
+        index = self._evals_run
+        due = due_suites(self._suites, index, decision.reason)
+        sized = {p[0]: SuitePlan(*p) for p in decision.suites}
+        plans = []
+        for name in due:
+            suite = self._suites[name]
+            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            plans.append(sized.get(name, default))
+        requests = suite_requests(self._suites, plans, self._evaluation["seed"],
+                                  self._rank if rank is None else rank, self._world if world is None else world)
+        reason = suites_reason(decision.reason, self._suites, due, index)
+        total = sum(r.sample_size for r in requests.values())
+        return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
+
     def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
+        if self._async is not None:
+            return self._submit(evaluate_fn, decision, epoch, global_step)
         ev = self._evaluation
+        suites = {}
+        if self._suites:
+            decision, suites = self._suite_plan(decision)
+            self.last_decision = decision
+        self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
-                              reason=decision.reason, rank=self._rank, world_size=self._world)
+                              reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
         # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
         # import torch before the clock starts, so the first evaluation is not billed seconds for it.
         import torch  # noqa: F401
@@ -465,10 +566,12 @@ class AdaptiveEvaluator:
             on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout,
+            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
+        if result is not None:
+            result = self._pair(result, outcome.item_values)
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -492,8 +595,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-        self._alarm_pending = False
         self.policies.on_eval(outcome_result, self._ctx(global_step))
+        self._alarm_pending = self._policy_pending()
         if result is not None:
             # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
             # with a wider sample) instead of being consumed by this one.
@@ -507,6 +610,147 @@ class AdaptiveEvaluator:
         if self._logging:
             self._log_eval(global_step, decision, result)
         return result
+
+    def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
+        """The result with its paired differences against the previous measurement of each metric, on the
+        items both share (this rank's items; in a group one all-gather combines the ranks' sums: an item
+        keeps its rank from one evaluation to the next, see ``EvalRequest.indices``)."""
+        from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
+        from adaptive_eval.stats import from_sums
+
+        local = {}
+        for name, values in item_values.items():
+            prev = self._item_values.get(name)
+            if prev:
+                shared = [i for i in values if i in prev]
+                if shared:
+                    d = [values[i] - prev[i] for i in shared]
+                    local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
+                                            self._evaluation["confidence"])
+            self._item_values[name] = dict(values)
+        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+            per_rank = self.dist.gather_objects(summaries_to_wire(local))
+            paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
+        else:
+            paired = local
+        paired = {k: v for k, v in paired.items() if v.n > 0}
+        return dataclasses.replace(result, paired=paired) if paired else result
+
+    # ----------------------------------------------------------------------------------------------
+    # Asynchronous evaluation: the machinery is adaptive_eval.asynchronous; here only what it means for the
+    # decisions (submitted: the trigger fires and the alarms are consumed; integrated: the policies learn).
+
+    def _submit(self, evaluate_fn, decision: Decision, epoch, global_step) -> None:
+        suites = {}
+        if self._suites:
+            decision, suites = self._suite_plan(decision, rank=0, world=1)  # one worker evaluates it all
+            self.last_decision = decision
+        self._evals_run += 1
+        request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
+                              reason=decision.reason, suites=suites)
+        self._async.submit(evaluate_fn, request, epoch=epoch, urgent=decision.urgent)
+        self.trigger.fired()
+        self._last_eval_step = global_step
+        self._alarm_pending = False
+        alarm_policy = self.policies.by_name.get("alarm")
+        if alarm_policy is not None:  # the alarms are answered by this submission (cooldown from now)
+            alarm_policy.on_eval(EvalResult(step=global_step, sample_size=decision.sample_size,
+                                            reason=decision.reason, seconds=0.0), self._ctx(global_step))
+        self._emit({"kind": "submitted", "step": global_step, "reason": decision.reason,
+                    "sample_size": decision.sample_size})
+        if self._logging:
+            self.logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs))})
+            self.logger.text(global_step, "decisions", f"submitted: {decision.reason} (n={decision.sample_size})")
+        self._check_down(global_step)
+
+    def _cancel(self, job, global_step: int) -> None:
+        self._async.cancel(job)
+        log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
+                    "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
+                    self._async.max_in_flight)
+        self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
+
+    def _check_down(self, global_step: int) -> None:
+        down = self._async.down
+        if down is None or self._async_down_logged:
+            return
+        self._async_down_logged = True
+        log.error("asynchronous evaluation is DOWN at step %d: %s; training goes on WITHOUT evaluations",
+                  global_step, down)
+        self._emit({"kind": "async_down", "step": global_step, "error": down})
+        if self._logging:
+            self.logger.log(global_step, {"controller/async_down": 1.0})
+            self.logger.text(global_step, "decisions", f"asynchronous evaluation down: {down}; no more evaluations")
+
+    def _integrate_in_group(self, global_step: int) -> EvalResult | None:
+        """The first training rank's outcomes, broadcast, integrated by every training rank at this step."""
+        if self._async.owner:
+            pairs = self._async.take(global_step)
+            self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
+        else:
+            pairs = self._async.outcomes_from_wire(self.dist.broadcast_object(None, src=0))
+        return self._integrate(pairs, global_step)
+
+    def _integrate(self, pairs, global_step: int, *, may_raise: bool = True) -> EvalResult | None:
+        """Integrate finished asynchronous evaluations (in submission order) at ``global_step``."""
+        import dataclasses
+
+        last = None
+        for job, outcome in pairs:
+            result, error = outcome.result, outcome.error
+            if error is not None and may_raise and self._evaluation["on_error"] == "raise":
+                raise error
+            ctx = self._ctx(global_step)
+            if error is not None:
+                self._eval_errors += 1
+                log.error("asynchronous evaluation of step %d failed (noticed at step %d): %s: %s", job.step,
+                          global_step, type(error).__name__, error)
+                self._emit({"kind": "error", "step": job.step, "integrated_step": global_step,
+                            "reason": job.reason, "error": f"{type(error).__name__}: {error}"})
+                learned = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason, seconds=0.0,
+                                     epoch=job.epoch)
+            else:
+                result = dataclasses.replace(result, step=job.step, epoch=job.epoch, submitted_step=job.step,
+                                             integrated_step=global_step)
+                if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
+                    result = self._pair(result, outcome.item_values)
+                self._eval_seconds += result.seconds  # eval-device seconds
+                self.history.append(result)
+                learned = result
+                last = result
+            self.last_outcome = outcome
+            for p in self.policies.policies:  # the alarm policy learned at submission
+                if p.name != "alarm":
+                    p.on_eval(learned, ctx)
+            if result is not None and error is None:
+                for name, summary in result.metrics.items():
+                    self._update_eval_detectors(name, summary.mean, job.step)
+            self.trigger.scale = self.policies.scale()
+            if error is None:
+                self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
+            if self._logging:
+                self._log_async_eval(global_step, job, result if error is None else None)
+        self._check_down(global_step)
+        return last
+
+    def _log_async_eval(self, global_step: int, job, result: EvalResult | None) -> None:
+        # Eval metrics on the step axis of the weights; controller scalars and text where it happened (a
+        # tag written at an earlier step than before would make TensorBoard drop the later points).
+        scalars = {"controller/sample_size": float(result.items if result is not None else job.sample_size or 0),
+                   "controller/eval_fraction": self.eval_fraction,
+                   "controller/eval_errors": float(self._eval_errors),
+                   "controller/async_latency_steps": float(global_step - job.step),
+                   "controller/async_in_flight": float(len(self._async.jobs))}
+        if self.interval is not None:
+            scalars["controller/interval"] = self.interval
+        self.logger.log(global_step, scalars)
+        if result is not None:
+            from adaptive_eval.tensorboard import eval_scalars
+
+            self.logger.log(job.step, eval_scalars(result))
+        what = "integrated" if result is not None else "failed"
+        self.logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, "
+                                                   f"n={job.sample_size})")
 
     def _update_eval_detectors(self, metric: str, value: float, step: int) -> None:
         stream = f"eval/{metric}"
@@ -536,7 +780,8 @@ class AdaptiveEvaluator:
         """Counts of what happened so far (plain values)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
-                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors}
+                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
+                "record_errors": self._record_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts)."""
@@ -580,9 +825,12 @@ class AdaptiveEvaluator:
             "last_step": self._last_step,
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
+            "evals_run": self._evals_run,
+            "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
+            **({"async": self._async.state_dict()} if self._async is not None else {}),
         }
 
     def load_state_dict(self, sd: Mapping) -> None:
@@ -615,12 +863,36 @@ class AdaptiveEvaluator:
         self._last_step = sd.get("last_step")
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
+        self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
+                             for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
+        if self._async is not None:
+            self._async.load_state_dict(sd.get("async", {}))
 
-    def close(self) -> None:
-        """Flush and close the logger (and the trace recorder of :meth:`record_to`)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush and close the logger (and the trace recorder of :meth:`record_to`).
+
+        Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
+        ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
+        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).
+        """
+        if self._async is not None:
+            step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
+            try:
+                if self._distributed:
+                    if self._async.owner:
+                        pairs = self._async.drain(timeout_s)
+                        self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
+                    else:
+                        pairs = self._async.outcomes_from_wire(self.dist.broadcast_object(None, src=0))
+                else:
+                    pairs = self._async.drain(timeout_s)
+                self._integrate(pairs, step, may_raise=False)
+            finally:
+                self._async.close(timeout_s)
         self.logger.close()
         if self._recorder is not None:
             self._recorder.close()

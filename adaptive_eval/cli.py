@@ -121,6 +121,83 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from adaptive_eval.testing import check, format_rows, replay_trace
+
+    cfg = load_config(args.config, args.overrides)
+    rows = []
+    for trace in args.trace:
+        run = replay_trace(trace, cfg, seed=args.seed, events=args.events)
+        run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
+        rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
+    print(format_rows(rows))
+    failed = [r for r in rows if not r.ok]
+    for r in failed:
+        print("\n" + r.message)
+    if failed:
+        print(f"\n{len(failed)} of {len(rows)} expectations failed")
+        return 1
+    return 0
+
+
+def _tune_cases(args: argparse.Namespace, base) -> list:
+    from adaptive_eval.tune import TuneError, case_from_file, case_from_real, case_from_synthetic
+
+    events: dict[str, list[int]] = {}
+    for item in args.events:
+        name, sep, steps = item.rpartition("=")
+        try:
+            if not sep:
+                raise ValueError
+            events[name] = [int(s) for s in steps.split(",") if s.strip()]
+        except ValueError:
+            raise TuneError(f"--events {item!r}: expected TRACE=STEP[,STEP...] (integer steps)") from None
+    unknown = sorted(set(events) - set(args.trace))
+    if unknown:
+        raise TuneError(f"--events names {unknown[0]!r}, which is not one of the traces given")
+    cases = []
+    for t in args.trace:
+        if t.startswith("real:"):
+            try:
+                cases.append(case_from_real(t[len("real:"):]))
+            except KeyError as exc:
+                raise TuneError(str(exc.args[0])) from None
+        elif t.startswith("synthetic:"):
+            from adaptive_eval.synthetic import suite
+
+            try:
+                seed = int(t[len("synthetic:"):])
+            except ValueError:
+                raise TuneError(f"{t}: expected synthetic:SEED (an integer seed of the synthetic suite)") from None
+            cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
+        else:
+            cases.append(case_from_file(t, base, events.get(t, ())))
+    return cases
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from adaptive_eval.tune import TuneError, check_input, table, tune
+
+    base = load_config(args.config, args.overrides)
+    objectives = args.objective or ["cost", "delay", "regret"]
+    try:
+        cases = _tune_cases(args, base)
+        check_input(cases, objectives, args.trials)
+        _check_writable(args.out)
+    except TuneError as exc:
+        print(f"adaptive-eval tune: {exc}", file=sys.stderr)
+        return 2
+    print(f"tuning on {len(cases)} run(s), {sum(len(c.events) for c in cases)} event(s), objectives "
+          f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}", file=sys.stderr)
+    result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
+                  progress=not args.no_progress, n_folds=args.folds)
+    print(table(result))
+    if result.interrupted:
+        print(f"interrupted: kept the {len(result.trials)} finished trial(s)", file=sys.stderr)
+    print(f"wrote {args.out}/pareto.png, pareto.md, pareto.csv, trials.csv, presets/point-*.yaml")
+    return 130 if result.interrupted else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__.strip())
     sub = parser.add_subparsers(dest="command", required=True)
@@ -143,6 +220,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a non-native trace whose step restarts (an aborted start logged first): keep the last run")
     p.set_defaults(func=_cmd_replay)
 
+    p = sub.add_parser("check", help="replay traces under a preset and check their expectations (events "
+                                     "confirmed, quiet windows, cost): exit 1 when one fails, 2 on bad input")
+    p.add_argument("trace", nargs="+", metavar="TRACE",
+                   help="a trace file (its events in TRACE.events.yaml beside it) or a shipped real trace name")
+    p.add_argument("--config", metavar="F", required=True, help="the preset under test: a YAML file or a preset name")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
+                   help="override one key of it (repeatable)")
+    p.add_argument("--events", metavar="FILE", default=None,
+                   help="an events file for every TRACE, instead of each trace's own")
+    p.add_argument("--within", metavar="N", type=int, default=None,
+                   help="every event must be confirmed within N steps (replaces the events' own 'within')")
+    p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
+                   help="at most M eval samples per 1,000 training steps on each trace")
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    p.set_defaults(func=_cmd_check)
+
     p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")
     p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
     p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
@@ -161,6 +254,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
+
+    p = sub.add_parser("tune", help="search policy and detector parameters on recorded runs (Optuna); write the "
+                                    "Pareto front and one preset per chosen point")
+    p.add_argument("trace", nargs="+", help="a trace file (CSV, JSONL, TensorBoard folder), real:NAME (a shipped "
+                                            "real trace) or synthetic:SEED (the synthetic suite of that seed)")
+    _add_config_args(p)
+    p.add_argument("--objective", action="append", choices=None, default=[], metavar="NAME",
+                   help="cost, delay or regret (repeatable; default: all three)")
+    p.add_argument("--trials", type=int, default=50, help="trials (default: 50)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: 0)")
+    p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
+    p.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
+                   help="the steps of the changes in a trace file that a schedule should confirm (repeatable)")
+    p.add_argument("--folds", type=int, default=3, help="folds of the runs for cross-validation (default: 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_tune)
     return parser
 
 

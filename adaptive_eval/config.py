@@ -55,6 +55,19 @@ class TriggerConfig:
 
 
 @dataclass
+class SuiteConfig:
+    """One named eval set of ``evaluation.suites`` (MATH500, AIME24, ...)."""
+
+    size: int = 0  # items in the suite (required)
+    samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
+    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing and the budget
+    weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
+    every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
+    sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
+    strata: list[str] = field(default_factory=list)  # a stratum label per item (difficulty, subject); [] none
+
+
+@dataclass
 class EvaluationConfig:
     sample_size: Optional[int] = None  # null: the whole eval set (fixed schedule); adaptive policies set their own
     seed: int = 0  # seeds the nested sample order, fixed for the run so evals reuse the same items first
@@ -66,6 +79,14 @@ class EvaluationConfig:
     retry_backoff_s: float = 1.0
     timeout_s: Optional[float] = None
     precision: str = "fp32"  # fp32 | bf16 | fp16
+    # Asynchronous evaluation (adaptive_eval.asynchronous): evaluate() submits and returns at once.
+    asynchronous: bool = False
+    max_in_flight: int = 1  # evaluations running at once; when full, a due one waits (an urgent one cancels)
+    # A result integrates exactly this many steps after its submission (waiting then if not done): the same
+    # decisions on every run.  null: at the first observe/evaluate after it completes (as soon as possible).
+    async_integrate_after_steps: Optional[int] = None
+    pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
+    suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
 
 
 @dataclass
@@ -115,13 +136,17 @@ class BudgetPolicyConfig:
     enabled: bool = True
     max_eval_fraction: float = 0.15  # eval wall time / elapsed wall time
     bypass_urgent: bool = True
+    # With evaluation.asynchronous, evaluations cost eval-device time, not training time: this caps the
+    # share of the eval workers' time (eval-device seconds / (elapsed x workers)) instead.
+    max_eval_device_fraction: float = 1.0
 
 
 @dataclass
 class PeakPolicyConfig:
     enabled: bool = True
     improving_factor: float = 2.0  # cap the interval at this multiple of the base while the metric improves
-    confirm_size: int = 256  # and evaluate at least this many items after a new best (0: off)
+    confirm_size: int = 256  # a small eval that beats the best is re-measured with this many items (0: off)
+    confirm_steps: int = 1  # within this many steps (0: the next scheduled eval is widened instead)
 
 
 @dataclass
@@ -157,6 +182,8 @@ class DistributedConfig:
     # A rank whose eval mean of a metric deviates from the other ranks' by more raises a rank_discrepancy
     # alarm (in the metric's units); null: no comparison.
     rank_discrepancy_threshold: Optional[float] = None
+    # Ranks of the world that only evaluate (asynchronously; see adaptive_eval.asynchronous.EvalRanks).
+    eval_ranks: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -186,7 +213,7 @@ _CHOICES = {
     "evaluation.precision": ("fp32", "bf16", "fp16"),
 }
 _POSITIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "evaluation.sample_size",
-                     "evaluation.timeout_s")
+                     "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
 _POSITIVE = ("policy.alarm.cooldown_steps", "policy.interval.min_factor", "policy.interval.max_factor",
              "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
@@ -197,7 +224,7 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "resources.max_deferral_steps", "replay.eval_fixed_seconds", "replay.eval_seconds_per_sample",
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
-         "policy.budget.max_eval_fraction")
+         "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -225,7 +252,7 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: must be non-negative, got {v!r}")
     for key in _UNIT:
         v = _get(cfg, key)
-        if not 0 < v < 1 and not (key == "policy.budget.max_eval_fraction" and v == 1):
+        if not 0 < v < 1 and not (key.startswith("policy.budget.max_eval") and v == 1):
             problems.append(f"{key}: must lie in (0, 1), got {v!r}")
     for key, choices in _CHOICES.items():
         v = _get(cfg, key)
@@ -234,6 +261,7 @@ def validate(cfg: DictConfig | Config) -> None:
     threshold = _get(cfg, "distributed.rank_discrepancy_threshold")
     if threshold is not None and not (threshold >= 0 and math.isfinite(threshold)):
         problems.append(f"distributed.rank_discrepancy_threshold: must be non-negative or null, got {threshold!r}")
+    problems += _async_problems(cfg)
     for lo_key, hi_key in _MIN_MAX:
         lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
         if lo > hi:
@@ -242,6 +270,7 @@ def validate(cfg: DictConfig | Config) -> None:
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
     if not cfg.policy.sample_size.alarm_factor >= 1:
         problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
+    problems += _evaluation_problems(cfg.evaluation)
     specs = [(f"streams.{section}[{i}]", spec) for section in ("default", "eval")
              for i, spec in enumerate(cfg.streams[section])]
     specs += [(f"streams.watch.{stream}[{i}]", spec) for stream, lst in cfg.streams.watch.items()
@@ -252,6 +281,56 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: {problem}")
     if problems:
         raise ConfigError(problems)
+
+
+def _async_problems(cfg: DictConfig) -> list[str]:
+    """The asynchronous-evaluation keys (the world-size checks of eval ranks happen in EvalRanks)."""
+    problems = []
+    n = cfg.evaluation.max_in_flight
+    if not n >= 1:
+        problems.append(f"evaluation.max_in_flight: must be at least 1 (evaluations running at once), got {n!r}")
+    ranks = list(cfg.distributed.eval_ranks)
+    bad = [r for r in ranks if r < 0]
+    if bad:
+        problems.append(f"distributed.eval_ranks: rank numbers must be >= 0, got {bad[0]!r}")
+    if len(set(ranks)) != len(ranks):
+        problems.append(f"distributed.eval_ranks: a rank is listed twice: {ranks!r}")
+    if ranks and not cfg.evaluation.asynchronous:
+        problems.append("distributed.eval_ranks: eval ranks evaluate asynchronously; set evaluation.asynchronous: "
+                        "true")
+    return problems
+
+
+def _evaluation_problems(ev) -> list[str]:
+    problems = []
+    for i, k in enumerate(ev.pass_at_k):
+        if not k >= 1:
+            problems.append(f"evaluation.pass_at_k[{i}]: must be a positive integer, got {k!r}")
+    for name, suite in ev.suites.items():
+        key = f"evaluation.suites.{name}"
+        if "/" in name or not name:
+            problems.append(f"{key}: a suite name may not be empty or contain '/'")
+        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1)):
+            v = suite[field_name]
+            if not v >= low:
+                problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
+        if not (suite.cost > 0 and math.isfinite(suite.cost)):
+            problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
+        if not (suite.weight >= 0 and math.isfinite(suite.weight)):
+            problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
+        if suite.sample_size is not None and not suite.sample_size >= 1:
+            problems.append(f"{key}.sample_size: must be positive or null, got {suite.sample_size!r}")
+        strata = list(suite.strata)
+        if strata:
+            missing = [i for i, label in enumerate(strata) if label is None or str(label) == ""]
+            if len(strata) < suite.size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items; item index "
+                                f"{len(strata)} has no stratum label")
+            elif len(strata) > suite.size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items (size)")
+            if missing:
+                problems.append(f"{key}.strata: item index {missing[0]} has an empty stratum label")
+    return problems
 
 
 def _detector_problem(spec) -> str | None:

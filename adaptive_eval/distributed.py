@@ -325,9 +325,15 @@ class DistContext:
 # -- exact reduction of summaries ---------------------------------------------------------------------
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
-    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``."""
-    return {name: (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
-            for name, s in summaries.items()}
+    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``,
+    and for a multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``."""
+    out = {}
+    for name, s in summaries.items():
+        wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
+        if s.clustered:
+            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
+        out[name] = wire
+    return out
 
 
 def combine_rank_summaries(
@@ -336,8 +342,10 @@ def combine_rank_summaries(
     """Combine the summaries of disjoint shards, one mapping per rank, into one summary per metric.
 
     Returns ``(combined, per_rank_means, per_rank_n)``.  Sums, sums of squares and counts add up, so the
-    mean and interval equal those computed on all items at once.  Metric names are taken in sorted
-    order; a metric a rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
+    mean and interval equal those computed on all items at once.  Metric names keep the order in which
+    ``evaluate_fn`` returned them (rank 0's first, then any only later ranks reported), as in a single
+    process, so ``evaluation.metric: null`` tracks the same first metric on 1 and on N ranks; a metric a
+    rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
     (Wilson interval) when every rank that has items for it reported 0/1 values.  The computation is a
     pure function of its input, so every rank that runs it on the gathered data gets the same result.
 
@@ -347,7 +355,7 @@ def combine_rank_summaries(
     (0.75, 4, True, [0.6666666666666666, 1.0], [3, 1])
     """
     rows = [{name: (_wire(v)) for name, v in part.items()} for part in per_rank]
-    names = sorted({name for row in rows for name in row})
+    names = list(dict.fromkeys(name for row in rows for name in row))
     combined: dict[str, MetricSummary] = {}
     means: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
@@ -358,7 +366,14 @@ def combine_rank_summaries(
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        summary = from_sums(total, total_sq, n, binary, confidence)
+        clustered = [p for p in parts if len(p) > 5]
+        if clustered:
+            summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
+                                samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
+                                nan_count=sum(p[7] for p in clustered),
+                                population=max(p[8] if len(p) > 8 else 0 for p in clustered))
+        else:
+            summary = from_sums(total, total_sq, n, binary, confidence)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

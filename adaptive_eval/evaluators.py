@@ -109,6 +109,8 @@ class EvalOutcome:
     discrepancies: tuple = ()
     failed_ranks: tuple = ()
     attempts: int = 1
+    # This rank's per-item means by metric ({metric: {item index: mean}}), where the items are known (rank-local).
+    item_values: Mapping[str, dict] = dataclasses.field(default_factory=dict)
 
 
 class RemoteEvaluationError(RuntimeError):
@@ -200,8 +202,15 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
     )
 
 
-def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float):
-    """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None."""
+def _suite_ks(request: EvalRequest, pass_at_k):
+    """The k of pass@k per due suite: those the suite's samples per item allow."""
+    return {name: tuple(k for k in pass_at_k if k <= s.samples_per_item) for name, s in request.suites.items()}
+
+
+def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
+               suites: bool = False, item_values: dict | None = None):
+    """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
+    ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
         if outputs is not None and not _is_plain(outputs):
             raise TypeError(
@@ -210,7 +219,14 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         return {}, outputs
     if num_items is None:
         num_items = request.items_handed
-    metrics = summarize_outputs(outputs, num_items, confidence)
+    if suites:
+        metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
+                                    suites={name: s.indices for name, s in request.suites.items()},
+                                    populations={name: s.size for name, s in request.suites.items()},
+                                    item_values=item_values)
+    else:
+        metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
+                                    ids=request._handed.get("indices"), item_values=item_values)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
@@ -233,6 +249,8 @@ def run_evaluation_outcome(
     precision: str | None = None,
     rank_discrepancy_threshold: float | None = None,
     timeout: EvalTimeout | None = None,
+    pass_at_k=(1,),
+    suites: bool = False,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
@@ -251,7 +269,7 @@ def run_evaluation_outcome(
     skip (``skip``; retries exhausted) or all raise (``raise``: the failing rank re-raises its own
     exception, the others a :class:`RemoteEvaluationError` naming it).  On success every rank returns
     the same :class:`EvalResult`: sums, sums of squares and counts combined exactly (metric names
-    sorted; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
+    in the order evaluate_fn returned them; a metric missing on a rank counts n=0 there), ``seconds`` the slowest rank's.  ``raw`` stays
     rank-local.  A return value that is not a mapping raises ``TypeError`` on every rank.
 
     **Timeout** (``timeout``, single process only; see :class:`EvalTimeout`): each attempt runs in a worker
@@ -260,6 +278,12 @@ def run_evaluation_outcome(
     the timed-out call still runs.  While it still runs, a later evaluation does not call ``evaluate_fn``:
     it fails at once with :class:`EvaluationStillRunning`.  Ignored for a sharded request, which the
     collective timeout bounds.
+
+    **Multi-sample values** (items x samples) are summarized over items with ``pass@k`` for each k in
+    ``pass_at_k`` (see :func:`adaptive_eval.stats.summarize_outputs`).  ``suites``: eval suites are
+    configured, so every metric must be ``"<suite>/<metric>"`` of a suite in ``request.suites``, with one
+    row per item of that suite's request.  A value of the wrong shape or count is a ``TypeError`` or
+    ``ValueError`` whatever ``on_error`` says (on every rank of a group).
     """
     if dist_context is None:
         dist_context = DistContext()
@@ -286,6 +310,7 @@ def run_evaluation_outcome(
     for attempt in range(attempts):
         outputs = None
         error = None
+        item_values: dict = {}
         try:
             if timeout is None:
                 outputs = _attempt(evaluate_fn, request, precision)
@@ -310,13 +335,13 @@ def run_evaluation_outcome(
         metrics, raw = {}, None
         if error is None:
             try:
-                metrics, raw = _summaries(outputs, request, num_items, confidence)
-            except TypeError as exc:
+                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
+            except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
             mine = ("error", seconds, f"{type(error).__name__}: {error}")
         elif shape_error is not None:
-            mine = ("bad_output", seconds, str(shape_error))
+            mine = ("bad_output", seconds, f"{type(shape_error).__name__}: {shape_error}")
         else:
             mine = ("ok", seconds, summaries_to_wire(metrics))
         everyone = dist_context.gather_objects(mine)
@@ -325,7 +350,8 @@ def run_evaluation_outcome(
             if shape_error is not None:
                 raise shape_error
             r, _, text = bad[0]
-            raise TypeError(f"evaluate_fn returned a wrong value on rank {r}: {text}")
+            raise (ValueError if text.startswith("ValueError: ") else TypeError)(
+                f"evaluate_fn returned a wrong value on rank {r}: {text.partition(': ')[2]}")
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
             combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
@@ -337,7 +363,7 @@ def run_evaluation_outcome(
                         log.warning("rank discrepancy at step %d: %s", request.step, d.message)
             result = EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason,
                                 seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw)
-            return EvalOutcome(result, None, means, counts, found, (), attempt + 1)
+            return EvalOutcome(result, None, means, counts, found, (), attempt + 1, item_values)
         remote = "; ".join(f"rank {r}: {everyone[r][2]}" for r in failed)
         if error is None:
             error = RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}")
@@ -355,12 +381,13 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence)
+    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
         None,
         attempts=attempt + 1,
+        item_values=item_values,
     )
 
 
@@ -442,6 +469,7 @@ class Evaluator:
         self.confidence = getattr(evaluation, "confidence", 0.95) if evaluation is not None else 0.95
         self.on_error = getattr(evaluation, "on_error", "skip") if evaluation is not None else "skip"
         self.max_retries = getattr(evaluation, "max_retries", 0) if evaluation is not None else 0
+        self.pass_at_k = tuple(getattr(evaluation, "pass_at_k", (1,)) or (1,)) if evaluation is not None else (1,)
         timeout_s = getattr(evaluation, "timeout_s", None) if evaluation is not None else None
         self.timeout = EvalTimeout(timeout_s) if timeout_s is not None else None  # single process only
         # An AReaL config has no evaluation section: evaluate_fn then runs as is (no inference_mode).
@@ -469,7 +497,7 @@ class Evaluator:
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=self.confidence,
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
-            timeout=self.timeout,
+            timeout=self.timeout, pass_at_k=self.pass_at_k,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result

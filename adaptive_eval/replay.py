@@ -72,7 +72,8 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
     # its streams/<name> and evaluates from its eval/<metric> means.
     names = [n for n in names if not n.startswith(("controller/", "alarms/"))
-             and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n")))]
+             and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
+             and not (n.startswith("eval/") and "/paired_diff" in n)]
     evals = {}
     for n in names:
         if n.startswith("eval/") and not n.endswith(":std"):

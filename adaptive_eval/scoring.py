@@ -10,10 +10,11 @@ interval shows the change (the honest one: an evaluation too small to see it doe
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["best_eval", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
+__all__ = ["Pick", "RunScore", "best_eval", "event_direction", "needless_evals", "pick_best", "score_run", "shrunk_estimates", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
            "eval_samples", "selection_regret"]
 
 
@@ -113,32 +114,192 @@ def eval_samples(evals: Sequence[Mapping], full_size: int) -> int:
     return int(sum(_size(e, full_size) for e in evals))
 
 
-def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
-              by: str = "bound") -> Mapping | None:
-    """The evaluation to pick a checkpoint by.
+_Z95 = 1.959963984540054
 
-    ``by="mean"``: the best measured mean.  ``by="bound"``: the best pessimistic bound of the confidence
-    interval (the lower bound when higher is better), so that a lucky small sample does not beat a
-    precise large one; an evaluation without a finite interval counts by its mean.
 
-    >>> evals = [{"step": 1, "metrics": {"acc": 1.0}, "ci": {"acc": [0.89, 1.0]}},
-    ...          {"step": 2, "metrics": {"acc": 0.97}, "ci": {"acc": [0.95, 0.98]}}]
-    >>> best_eval(evals, "acc", by="mean")["step"], best_eval(evals, "acc")["step"]
-    (1, 2)
+def _se(e: Mapping, metric: str) -> float:
+    """Standard error of an evaluation's mean, from its (95%) interval; 0 when it has none (taken as exact)."""
+    ci = (e.get("ci") or {}).get(metric)
+    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+        return 0.0
+    return max(float(ci[1]) - float(ci[0]), 0.0) / (2.0 * _Z95)
+
+
+def _observation(e: Mapping, metric: str) -> tuple[float, float]:
+    """(value, sampling variance) of an evaluation: its interval's midpoint and (half-width / z)^2, or its
+    mean and 0 without an interval.  The midpoint, not the mean: a Wilson interval of a 32-item sample that
+    scored 1.0 is [0.89, 1.0], and 0.945 is the better guess."""
+    ci = (e.get("ci") or {}).get(metric)
+    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+        return float(e["metrics"][metric]), 0.0
+    low, high = float(ci[0]), float(ci[1])
+    return 0.5 * (low + high), (max(high - low, 0.0) / (2.0 * _Z95)) ** 2
+
+
+TIE_SD = 0.25  # estimates within this many sd of the top tie; the most precise of them is picked
+_BREAK_Z = 4.0  # an evaluation this many sd from its prediction starts a new segment (a collapse, a NaN run)
+
+
+def _kalman(y, r, steps, q):
+    """Random walk (variance ``q`` per step) observed with noise ``r``, restarted (a flat prior) at every
+    evaluation more than ``_BREAK_Z`` sd from its prediction: filtered and predicted moments, the segment
+    starts, and the log-likelihood of the observations that were not breaks."""
+    n = len(y)
+    m_f, p_f, m_p, p_p = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+    starts = [False] * n
+    loglik = 0.0
+    for i in range(n):
+        if i > 0:
+            m_p[i], p_p[i] = m_f[i - 1], p_f[i - 1] + q * max(steps[i] - steps[i - 1], 1.0)
+            s = p_p[i] + r[i]
+            v = y[i] - m_p[i]
+            if s > 0 and v * v <= _BREAK_Z * _BREAK_Z * s:
+                loglik -= 0.5 * (math.log(s) + v * v / s)
+            else:
+                starts[i] = True
+                loglik -= 0.5 * (math.log(s) + _BREAK_Z * _BREAK_Z) if s > 0 else 0.0
+        else:
+            starts[i] = True
+        if starts[i]:
+            m_p[i], p_p[i] = y[i], math.inf
+            m_f[i], p_f[i] = y[i], r[i]
+        elif r[i] == 0.0:
+            m_f[i], p_f[i] = y[i], 0.0
+        else:
+            gain = p_p[i] / (p_p[i] + r[i])
+            m_f[i], p_f[i] = m_p[i] + gain * (y[i] - m_p[i]), (1.0 - gain) * p_p[i]
+    return m_f, p_f, m_p, p_p, starts, loglik
+
+
+def shrunk_estimates(evals: Sequence[Mapping], metric: str) -> list[tuple[Mapping, float, float]]:
+    """Each measured evaluation with its shrunk estimate and that estimate's standard error, in step order.
+
+    The true value is modelled as a random walk over steps and each evaluation as that value plus its own
+    sampling noise (the variance its interval implies); the Kalman filter and Rauch-Tung-Striebel smoother
+    give every evaluation's posterior mean and sd given *all* evaluations (empirical Bayes: the walk's
+    variance is the one that makes the evaluations most likely, on a grid).  An evaluation more than 4 sd
+    from what the others predict starts a new segment (a collapse is not smoothed over).  A small, noisy evaluation is
+    pulled towards its neighbours; a large one hardly moves.  Non-finite means are left out.
+
+    >>> evals = [{"step": s, "metrics": {"acc": m}, "ci": {"acc": ci}} for s, m, ci in
+    ...          [(0, .50, [.40, .60]), (10, .52, [.42, .62]), (20, .80, [.55, .95]), (30, .53, [.50, .56])]]
+    >>> [round(est, 2) for _, est, _ in shrunk_estimates(evals, "acc")]
+    [0.53, 0.53, 0.53, 0.53]
     """
-    if by not in ("mean", "bound"):
-        raise ValueError(f"by must be 'mean' or 'bound', got {by!r}")
+    rows = sorted((e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])),
+                  key=lambda e: e["step"])
+    if not rows:
+        return []
+    obs = [_observation(e, metric) for e in rows]
+    y, r = [o[0] for o in obs], [o[1] for o in obs]
+    steps = [float(e["step"]) for e in rows]
+    span = max(steps[-1] - steps[0], 1.0)
+    spread = max((max(y) - min(y)) ** 2, max(r), 1e-12)
+    # Walk variances from "the value hardly moves over the run" to "it moves by the whole spread each step".
+    grid = [spread / span * 10.0 ** (-k / 4.0) for k in range(0, 33)] + [spread]
+    best = max(grid, key=lambda q: _kalman(y, r, steps, q)[5])
+    m_f, p_f, m_p, p_p, starts, _ = _kalman(y, r, steps, best)
+    # Smooth (Rauch-Tung-Striebel) within each segment.
+    m_s, p_s = m_f[:], p_f[:]
+    for i in range(len(y) - 2, -1, -1):
+        if starts[i + 1]:
+            continue
+        c = p_f[i] / p_p[i + 1] if p_p[i + 1] > 0 else 0.0
+        m_s[i] = m_f[i] + c * (m_s[i + 1] - m_p[i + 1])
+        p_s[i] = p_f[i] + c * c * (p_s[i + 1] - p_p[i + 1])
+    return [(e, m, math.sqrt(max(v, 0.0))) for e, m, v in zip(rows, m_s, p_s)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """The checkpoint picked: its evaluation's ``step``, the ``estimate`` it was picked by, that
+    estimate's ``interval`` (95%), the rule (``by``), the ``metric`` and the evaluation itself."""
+
+    step: int
+    estimate: float
+    interval: tuple[float, float]
+    by: str
+    metric: str
+    eval: Mapping
+
+    def to_dict(self) -> dict:
+        """Plain values for ``summary.json``."""
+        return {"metric": self.metric, "step": int(self.step), "estimate": float(self.estimate),
+                "interval": [float(self.interval[0]), float(self.interval[1])], "by": self.by,
+                "measured": float(self.eval["metrics"][self.metric]), "sample_size": self.eval.get("sample_size")}
+
+
+PICK_RULES = ("shrunk", "bound", "mean")
+
+
+def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
+              by: str = "shrunk") -> Pick | None:
+    """The evaluation to pick a checkpoint by, with the estimate that picked it.
+
+    ``by="shrunk"`` (default): the best shrunk estimate (:func:`shrunk_estimates`): many small noisy
+    evaluations each get pulled towards their neighbours, so the luckiest of them does not win (the
+    winner's curse), while a precise evaluation keeps its own value.  ``by="bound"``: the best pessimistic
+    bound of the evaluation's own interval (the lower bound when higher is better).  ``by="mean"``: the
+    best measured mean (what a plain fixed schedule does; prone to the winner's curse).  None when no
+    evaluation measured ``metric``.
+
+    >>> evals = [{"step": s, "sample_size": n, "metrics": {"acc": m}, "ci": {"acc": ci}} for s, n, m, ci in
+    ...          [(10, 32, .90, [.75, .97]), (20, 32, 1.0, [.89, 1.0]), (21, 512, .93, [.91, .95]),
+    ...           (30, 32, .91, [.76, .97])]]
+    >>> pick_best(evals, "acc", by="mean").step, pick_best(evals, "acc").step
+    (20, 21)
+    >>> p = pick_best(evals, "acc"); round(p.estimate, 3), [round(x, 3) for x in p.interval]
+    (0.928, [0.91, 0.947])
+    """
+    if by not in PICK_RULES:
+        raise ValueError(f"by must be one of {', '.join(PICK_RULES)}, got {by!r}")
     sign = 1.0 if higher_is_better else -1.0
-    measured = [e for e in evals if metric in e.get("metrics", {}) and math.isfinite(e["metrics"][metric])]
+    if by == "shrunk":
+        rows = shrunk_estimates(evals, metric)
+        if not rows:
+            return None
+        top = max(sign * row[1] for row in rows)
+        # Estimates this close to the top are a tie (a neighbour of a precise evaluation shares its estimate):
+        # the precisely measured one is the pick.
+        tol = TIE_SD * min(row[2] for row in rows if sign * row[1] == top)
+        e, est, sd = min((row for row in rows if sign * row[1] >= top - tol), key=lambda row: (row[2], -sign * row[1]))
+        return Pick(int(e["step"]), est, (est - _Z95 * sd, est + _Z95 * sd), by, metric, e)
+    measured = [e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])]
+    if not measured:
+        return None
+
+    def interval(e):
+        ci = (e.get("ci") or {}).get(metric)
+        if ci is not None and len(ci) == 2 and _finite(ci[0]) and _finite(ci[1]):
+            return float(ci[0]), float(ci[1])
+        m = float(e["metrics"][metric])
+        return m, m
 
     def key(e):
         if by == "bound":
-            ci = e.get("ci", {}).get(metric)
-            if ci is not None and all(math.isfinite(c) for c in ci):
-                return ci[0] if higher_is_better else -ci[1]
+            low, high = interval(e)
+            return low if higher_is_better else -high
         return sign * e["metrics"][metric]
 
-    return max(measured, key=key, default=None)
+    e = max(measured, key=key)
+    low, high = interval(e)
+    est = (low if higher_is_better else high) if by == "bound" else float(e["metrics"][metric])
+    return Pick(int(e["step"]), est, (low, high), by, metric, e)
+
+
+def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
+              by: str = "shrunk") -> Mapping | None:
+    """The evaluation :func:`pick_best` picks (None when nothing measured ``metric``).
+
+    >>> evals = [{"step": 1, "metrics": {"acc": 1.0}, "ci": {"acc": [0.89, 1.0]}},
+    ...          {"step": 2, "metrics": {"acc": 0.97}, "ci": {"acc": [0.95, 0.98]}}]
+    >>> best_eval(evals, "acc", by="mean")["step"], best_eval(evals, "acc", by="bound")["step"]
+    (1, 2)
+    >>> best_eval(evals, "acc")["step"]
+    2
+    """
+    pick = pick_best(evals, metric, higher_is_better=higher_is_better, by=by)
+    return None if pick is None else pick.eval
 
 
 def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequence[float], metric: str, *,
@@ -161,3 +322,82 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
         return math.nan
     true_at_pick = truth[picked["step"]]
     return round(max(finite) - sign * true_at_pick, 12)
+
+
+def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | None = None) -> tuple[int, int]:
+    """(evaluations an alarm brought forward, all evaluations) on the event-free stretch of a run: before
+    its first event, or the whole run when it has none.  An alarm-driven evaluation there was needless.
+
+    >>> evals = [{"step": 5, "reason": "trigger:steps"}, {"step": 7, "reason": "alarm:loss:cusum:up"},
+    ...          {"step": 30, "reason": "alarm:loss:nonfinite"}]
+    >>> needless_evals(evals, [20]), needless_evals(evals, [])
+    ((1, 2), (2, 3))
+    """
+    first = min((getattr(ev, "step", ev) for ev in events), default=math.inf)
+    quiet = [e for e in evals if e["step"] < first]
+    return sum(str(e.get("reason", "")).startswith("alarm:") for e in quiet), len(quiet)
+
+
+@dataclasses.dataclass
+class RunScore:
+    """How one replayed run scores: cost, confirmed delays of its events, needless evaluations on its
+    event-free stretch, and the regret of the checkpoint it picks (a share of the run's range of true values).
+    """
+
+    steps: int
+    evals: int
+    samples: int
+    delays: list
+    needless: int
+    quiet_evals: int
+    regret: float
+    regret_points: float = math.nan  # the same regret in the metric's own units
+    pick: dict | None = None
+
+
+def event_direction(truth: Sequence[float], index: int, *, higher_is_better: bool = True,
+                    horizon: int = 50) -> tuple[float | None, str | None]:
+    """(true level just before ``index``, "up"/"down" by the mean true value over the next ``horizon``).
+
+    >>> event_direction([0.5, 0.5, 0.1, 0.1, 0.1], 2)
+    (0.5, 'down')
+    """
+    before = [float(v) for v in truth[max(index - 1, 0):index] if _finite(v)]
+    after = [float(v) for v in truth[index:index + horizon] if _finite(v)]
+    if not before:
+        return None, None
+    if not after:
+        return before[-1], None
+    return before[-1], ("up" if sum(after) / len(after) > before[-1] else "down")
+
+
+def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: Sequence = (),
+              truth: Sequence[float] | None = None, metric: str | None = None, higher_is_better: bool = True,
+              by: str = "shrunk") -> RunScore:
+    """Score a run's evaluations (steps are record indices, ``truth[i]`` the true value at index ``i``).
+
+    Each event's delay is :func:`confirmed_delay` against the true level just before it, in the direction
+    the truth moves (:func:`event_direction`); without truth, against the last measured mean, either way.
+    """
+    delays = []
+    for ev in events:
+        step = int(getattr(ev, "step", ev))
+        pre, direction = (event_direction(truth, step, higher_is_better=higher_is_better)
+                          if truth is not None else (None, None))
+        delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction)
+                      if metric is not None else None)
+    needless, quiet = needless_evals(evals, events)
+    regret, points, pick = math.nan, math.nan, None
+    if metric is not None and truth is not None:
+        p = pick_best(evals, metric, higher_is_better=higher_is_better, by=by)
+        finite = [float(v) for v in truth if _finite(v)]
+        if p is not None and finite:
+            sign = 1.0 if higher_is_better else -1.0
+            best = max(sign * v for v in finite)
+            at = float(truth[p.step]) if _finite(truth[p.step]) else math.nan
+            spread = max(finite) - min(finite)
+            points = best - sign * at
+            regret = points / spread if spread > 0 else 0.0
+            pick = {**p.to_dict(), "true": at}
+    return RunScore(steps=int(steps), evals=len(evals), samples=eval_samples(evals, full_size), delays=delays,
+                    needless=needless, quiet_evals=quiet, regret=regret, regret_points=points, pick=pick)

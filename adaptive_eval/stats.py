@@ -6,9 +6,10 @@ imported on first use so that importing adaptive_eval stays cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -16,10 +17,16 @@ from adaptive_eval.types import MetricSummary
 
 __all__ = [
     "as_float",
+    "best_at_k",
+    "clopper_pearson",
+    "clustered_interval",
+    "mean_over_items_var",
     "combine",
     "from_sums",
     "metric_values",
+    "pass_at_k",
     "summarize",
+    "summarize_rows",
     "summarize_outputs",
     "t_interval",
     "wilson_interval",
@@ -101,8 +108,18 @@ def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tup
     return (mean - half, mean + half)
 
 
-def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95) -> MetricSummary:
-    """Summary from the sufficient statistics of per-sample values (exact across shards)."""
+def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95, *,
+              clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
+              nan_count: int = 0, population: int = 0) -> MetricSummary:
+    """Summary from the sufficient statistics of per-sample values (exact across shards).
+
+    ``clustered``: the values are per-item means of several samples each (``samples`` in all); the
+    interval is then over items (:func:`clustered_interval`), for a suite of ``population`` items (0: an
+    unbounded population of problems) with the finite population correction.
+    """
+    if clustered:
+        return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
+                                    population)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary)
     mean = total / n
@@ -176,20 +193,127 @@ def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95) 
     return MetricSummary(mean=value, n=n, ci=(math.nan, math.nan), total=value * n, per_sample=False)
 
 
+_COMPANIONS = (":answers", ":reference", ":weights")
+
+
 def summarize_outputs(
-    outputs: Mapping[str, object], n_items: int | None, confidence: float = 0.95
+    outputs: Mapping[str, object], n_items: int | None, confidence: float = 0.95, *, pass_at_k=(1,),
+    suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
+    ids: Sequence[int] | None = None, item_values: dict | None = None,
 ) -> dict[str, MetricSummary]:
-    """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values)."""
+    """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
+
+    A value is a scalar, per-item values (1-D) or items x samples (2-D, see :func:`summarize_rows`).
+    ``pass_at_k``: the k of pass@k (best@k, worst@k, maj@k), or with suites a mapping of suite name to
+    its k.  ``suites`` (when eval suites are configured) maps each suite due in this evaluation to this
+    rank's item indices: every name must then be ``"<suite>/<metric>"`` of a due suite, and per-item
+    values need one row per index; ``populations`` gives each suite's size (finite population correction).
+    Without suites, a 2-D value needs one row per item handed (``n_items``, when known), and ``ids`` are
+    the indices of those items, if known.
+
+    **maj@k**: for a metric ``m``, ``"m:answers"`` holds each item's sampled answers (items x samples of
+    strings or numbers) and ``"m:reference"`` each item's reference answer (one per item); the result has
+    ``"m/maj@<k>"``: whether the most frequent of the item's first k answers (ties: the one seen first)
+    equals the reference, averaged over items, with the interval over items.
+
+    ``item_values``, when given, receives ``{metric: {item index: per-item mean}}`` for the items x samples
+    metrics whose items are known and for the per-item metrics of suites (the paired comparison of
+    successive evaluations uses them).
+    """
     summaries = {}
     for name, value in outputs.items():
         if not isinstance(name, str):
             raise TypeError(f"metric names must be strings, got {name!r}")
+        label, rows_expected, item_ids, items, population = f"metric {name!r}", None, ids, n_items, 0
+        if suites is not None:
+            suite, _, metric = name.partition("/")
+            if suite not in suites or not metric:
+                raise ValueError(f"evaluate_fn returned {name!r}, which names no suite of this evaluation: expected "
+                                 f"'<suite>/<metric>' with a suite among {sorted(suites)} (evaluation.suites; "
+                                 "the request's suites are the ones due now)")
+            item_ids = list(suites[suite])
+            label, rows_expected, items = f"suite {suite!r}, metric {metric!r}", len(item_ids), len(item_ids)
+            population = int((populations or {}).get(suite, 0))
+        ks = pass_at_k.get(name.partition("/")[0], ()) if isinstance(pass_at_k, Mapping) else pass_at_k
+        if name.endswith(_COMPANIONS):
+            if name.endswith(":answers"):
+                summaries.update(_majority(label, name[: -len(":answers")], value, outputs, ks, confidence,
+                                           rows_expected if rows_expected is not None else n_items, item_ids,
+                                           population))
+            continue
+        rows = item_rows(label, value)
+        if rows is not None:
+            if rows_expected is None and n_items is not None and suites is None:
+                rows_expected = n_items
+            _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
+            summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population))
+            if item_values is not None and item_ids is not None and len(item_ids) == rows[0].shape[0]:
+                with np.errstate(invalid="ignore", all="ignore"):
+                    means = np.nanmean(rows[0], axis=1) if rows[0].shape[1] else np.full(len(item_ids), np.nan)
+                item_values[name] = {int(i): float(v) for i, v in zip(item_ids, means) if v == v}
+            continue
         values, scalar = metric_values(name, value)
         if values is not None:
+            if suites is not None:
+                _check_rows(label, values.size, rows_expected, item_ids)
             summaries[name] = summarize(values, confidence)
+            # Paired only in a suite, where one value per requested item is checked (a plain 1-D list may
+            # be per-sample values in any order).
+            if item_values is not None and suites is not None and len(item_ids) == values.size:
+                item_values[name] = {int(i): float(v) for i, v in zip(item_ids, values) if v == v}
         else:
-            summaries[name] = scalar_summary(scalar, n_items, confidence)
+            summaries[name] = scalar_summary(scalar, items, confidence)
     return summaries
+
+
+def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population):
+    """``<name>/maj@<k>`` from ``<name>:answers`` and ``<name>:reference`` (see :func:`summarize_outputs`)."""
+    ref_key = f"{name}:reference"
+    if ref_key not in outputs:
+        raise ValueError(f"{label}: {name}:answers needs {ref_key} (each item's reference answer) for maj@k")
+    reference = outputs[ref_key]
+    if type(answers).__module__.startswith("torch"):
+        answers = answers.tolist()
+    if type(reference).__module__.startswith("torch") or isinstance(reference, np.ndarray):
+        reference = reference.tolist()
+    if isinstance(answers, np.ndarray):
+        answers = answers.tolist()
+    if not isinstance(answers, (list, tuple)) or not all(isinstance(r, (list, tuple, np.ndarray)) for r in answers):
+        raise TypeError(f"{label}: {name}:answers must be items x samples (a list of per-item lists of answers)")
+    if not isinstance(reference, (list, tuple)) or any(isinstance(r, (list, tuple, np.ndarray)) for r in reference):
+        raise TypeError(f"{label}: {ref_key} must hold one reference answer per item (1-D)")
+    if len(reference) != len(answers):
+        raise ValueError(f"{label}: {len(answers)} rows of answers but {len(reference)} reference answers; item "
+                         f"index {min(len(answers), len(reference))} lacks one")
+    _check_rows(label, len(answers), rows_expected, ids)
+    out = {}
+    for k in ks:
+        per_item = []
+        for i, (row, ref) in enumerate(zip(answers, reference)):
+            row = list(row)
+            if len(row) < k:
+                raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {len(row)} answers "
+                                 f"returned for item {i}")
+            counts: dict = {}
+            for a in row[:k]:
+                counts[a] = counts.get(a, 0) + 1
+            top = max(counts.values())
+            vote = next(a for a in row[:k] if counts[a] == top)  # ties: the answer seen first
+            per_item.append(1.0 if vote == ref else 0.0)
+        v = np.asarray(per_item)
+        out[f"{name}/maj@{k}"] = from_sums(float(v.sum()), float(np.dot(v, v)), int(v.size), True, confidence,
+                                           clustered=True, samples=int(v.size) * int(k), population=population)
+    return out
+
+
+def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
+    if expected is None or got == expected:
+        return
+    if got < expected:
+        where = f"; the first item without a row is index {ids[got]}" if ids is not None else ""
+        raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested{where}")
+    raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested (item index "
+                     f"{got - 1} is beyond the request)")
 
 
 def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricSummary:
@@ -199,7 +323,9 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
     total = sum(p.total for p in parts)
     total_sq = sum(p.total_sq for p in parts)
     binary = all(p.binary for p in parts)
-    return from_sums(total, total_sq, n, binary, confidence)
+    return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
+                     samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
+                     nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts))
 
 
 def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) -> int:
@@ -237,4 +363,240 @@ def mean_sample_size(std: float, half_width: float, confidence: float = 0.95) ->
     z = normal_quantile(confidence)
     if half_width <= 0:
         raise ValueError("half_width must be positive")
-    return max(1, math.ceil((z * std / half_width) ** 2))
+    ratio = z * std / half_width
+    n = ratio * ratio  # a float product: inf on overflow (``** 2`` would raise), as is a huge std / half_width
+    if not n < 1 << 40:
+        return 1 << 40  # beyond any eval set, as wilson_sample_size caps it; the policy clamps to its max
+    return max(1, math.ceil(n))
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi-sample results: items x samples, the item is the statistical unit.
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimator of pass@k from ``n`` samples of which ``c`` are correct (Chen et al. 2021):
+    ``1 - C(n-c, k) / C(n, k)``, the chance that at least one of ``k`` samples drawn without replacement
+    from the ``n`` is correct.
+
+    >>> pass_at_k(10, 3, 1), round(pass_at_k(10, 3, 5), 4), pass_at_k(4, 0, 2), pass_at_k(4, 3, 2)
+    (0.3, 0.9167, 0.0, 1.0)
+    """
+    for name, v in (("n", n), ("c", c), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"pass_at_k: {name} must be an integer, got {v!r}")
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    total = math.comb(int(n), int(k))
+    return (total - math.comb(int(n - c), int(k))) / total
+
+
+def best_at_k(values, k: int) -> float:
+    """Unbiased estimator of the expected best of ``k`` samples drawn without replacement from ``values``
+    (best@k for non-binary values such as a reward; pass@k is its 0/1 case).  ``worst@k`` is
+    ``-best_at_k(-values, k)``.
+
+    >>> best_at_k([0.0, 1.0, 2.0], 1), best_at_k([0.0, 1.0, 2.0], 2), best_at_k([0.0, 1.0, 2.0], 3)
+    (1.0, 1.6666666666666667, 2.0)
+    """
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    m = x.size
+    if not 1 <= k <= m:
+        raise ValueError(f"best_at_k: need 1 <= k <= {m} (the number of values), got k={k}")
+    # The j-th smallest (1-based) is the best of a k-subset in C(j-1, k-1) of the C(m, k) subsets.
+    w = np.array([math.comb(j - 1, k - 1) for j in range(1, m + 1)], dtype=np.float64)
+    return float(np.dot(w, x) / math.comb(m, k))
+
+
+def clustered_interval(mean: float, var_mean: float, n: int, samples: int, proportion: bool,
+                       confidence: float = 0.95) -> tuple[float, float]:
+    """Interval of a mean over ``n`` independent items, given the variance ``var_mean`` of that mean.
+
+    The unit is the item: the samples of one item are correlated, so the variance comes from the spread
+    of the per-item means (``std^2 / n``, cluster-robust; see :func:`mean_over_items_var`).  Other metrics:
+    Student t with ``n - 1`` degrees of freedom.  Proportions (per-sample 0/1): the Korn & Graubard (1998)
+    interval, a Clopper-Pearson interval at the effective sample size ``p(1-p) / var_mean`` (the samples
+    over the design effect, kept between 1 and ``samples``) scaled by ``(z / t_{n-1})^2`` for few items.
+    When the item means do not vary, the effective size is ``n`` at p = 0 or 1 (the samples of an item may
+    be one answer repeated) and ``samples`` otherwise.  One item gives no between-item spread: effective
+    size 1 for a proportion, a NaN interval otherwise.  Coverage is checked by simulation
+    (tests/test_multisample.py, benchmarks/llm_eval.py).
+
+    >>> tuple(round(x, 3) for x in clustered_interval(0.5, 0.3 ** 2 / 30, 30, 480, proportion=True))
+    (0.383, 0.617)
+    >>> tuple(round(x, 3) for x in clustered_interval(0.5, 0.3 ** 2 / 30, 30, 480, proportion=False))
+    (0.388, 0.612)
+    """
+    if n <= 0 or not math.isfinite(mean):
+        return (math.nan, math.nan)
+    if not proportion:
+        if n < 2 or not math.isfinite(var_mean):
+            return (math.nan, math.nan)
+        half = t_quantile(confidence, n - 1) * math.sqrt(max(var_mean, 0.0))
+        return (mean - half, mean + half)
+    p = min(max(mean, 0.0), 1.0)
+    cap = max(float(samples), float(n))
+    if n < 2 or not math.isfinite(var_mean):
+        n_eff = 1.0
+    elif var_mean > 0:
+        n_eff = min(max(p * (1.0 - p) / var_mean, 1.0), cap)
+    else:
+        n_eff = float(n) if p in (0.0, 1.0) else cap
+    if n >= 2:
+        n_eff *= (normal_quantile(confidence) / t_quantile(confidence, n - 1)) ** 2
+    return clopper_pearson(p * n_eff, n_eff, confidence)
+
+
+def mean_over_items_var(std: float, n: int, within_var: float = math.nan, samples_per_item: float = 1.0,
+                        population: int = 0) -> float:
+    """Variance of the mean of ``n`` item means whose sample standard deviation is ``std``.
+
+    ``std^2 / n`` for items drawn from an unbounded population (the items are a sample of problems).  For
+    a suite of ``population`` items sampled without replacement, the between-item part shrinks by the
+    finite population correction ``1 - n / population`` (all items evaluated: only the sampling of
+    answers remains), which needs the within-item variance (two or more samples per item); with one sample
+    per item the two parts cannot be told apart and no correction is made (conservative).
+
+    >>> mean_over_items_var(0.4, 30), mean_over_items_var(0.4, 30, within_var=0.16, samples_per_item=16, population=30)
+    (0.005333333333333334, 0.0003333333333333333)
+    """
+    if n <= 0 or not math.isfinite(std):
+        return math.nan
+    var_means = std * std
+    if population and population > 0 and math.isfinite(within_var) and samples_per_item > 0:
+        within = within_var / samples_per_item
+        between = max(var_means - within, 0.0)
+        f = min(n / population, 1.0)
+        return ((1.0 - f) * between + within) / n
+    return var_means / n
+
+
+def clopper_pearson(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
+    """Clopper-Pearson interval through the beta quantiles (scipy); ``successes`` and ``n`` may be
+    fractional (an effective sample size).
+
+    >>> tuple(round(x, 4) for x in clopper_pearson(8, 10))
+    (0.4439, 0.9748)
+    """
+    from scipy.special import betaincinv
+
+    if n <= 0:
+        return (math.nan, math.nan)
+    a = (1.0 - confidence) / 2.0
+    lo = float(betaincinv(successes, n - successes + 1.0, a)) if successes > 0 else 0.0
+    hi = float(betaincinv(successes + 1.0, n - successes, 1.0 - a)) if successes < n else 1.0
+    p = successes / n
+    return (min(lo, p), max(hi, p))
+
+
+def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, within_ss, nan_count,
+                         population=0) -> MetricSummary:
+    extra = {"clustered": True, "samples": int(samples), "within_ss": float(within_ss), "nan_count": int(nan_count),
+             "population": int(population)}
+    if n <= 0:
+        return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0,
+                             binary=proportion, **extra)
+    mean = total / n
+    std = math.sqrt(max(total_sq - n * mean * mean, 0.0) / (n - 1)) if n > 1 else math.nan
+    summary = MetricSummary(mean=mean, n=n, ci=(math.nan, math.nan), std=std, total=total, total_sq=total_sq,
+                            binary=proportion, **extra)
+    var_mean = mean_over_items_var(std, n, summary.within_var, summary.samples_per_item, population)
+    return dataclasses.replace(summary, ci=clustered_interval(mean, var_mean, n, samples, proportion, confidence))
+
+
+def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(padded, lengths)`` for a 2-D (items x samples) value, else None (a scalar or 1-D value).
+
+    ``padded`` is items x (longest row) with NaN padding, ``lengths`` the number of samples returned per
+    item.  Accepts a 2-D numpy array or tensor, or a sequence of per-item sequences of equal or unequal
+    length.  Anything deeper than 2-D, or rows that are not numbers, is a ``TypeError`` naming ``label``.
+    """
+    if type(value).__module__.startswith("torch"):
+        if value.dim() < 2:
+            return None
+        value = value.detach().to("cpu").double().numpy()
+    if isinstance(value, np.ndarray):
+        if value.ndim < 2 and value.dtype != object:
+            return None
+        if value.ndim == 2 and value.dtype != object:
+            arr = value.astype(np.float64)
+            return arr, np.full(arr.shape[0], arr.shape[1], dtype=np.int64)
+        if value.ndim > 2:
+            raise TypeError(f"{label}: expected per-item values (1-D) or items x samples (2-D), got shape {value.shape}")
+        value = list(value)
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    if not any(isinstance(r, (list, tuple, np.ndarray)) or type(r).__module__.startswith("torch") for r in value):
+        return None
+    rows = []
+    for i, r in enumerate(value):
+        if type(r).__module__.startswith("torch"):
+            r = r.detach().to("cpu").double().numpy()
+        try:
+            a = np.asarray(r, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{label}, item {i}: per-sample values must be numbers, got {r!r:.80}") from None
+        if a.ndim == 0:
+            raise TypeError(f"{label}, item {i}: a number where the other items have a list of samples "
+                            "(give every item a list, or every item one number)")
+        if a.ndim > 1:
+            raise TypeError(f"{label}, item {i}: expected a list of samples, got shape {a.shape}")
+        rows.append(a)
+    lengths = np.array([a.size for a in rows], dtype=np.int64)
+    padded = np.full((len(rows), int(lengths.max(initial=0))), np.nan)
+    for i, a in enumerate(rows):
+        padded[i, : a.size] = a
+    return padded, lengths
+
+
+def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
+                   confidence: float = 0.95, population: int = 0) -> dict[str, MetricSummary]:
+    """The summaries of one items x samples metric: ``name`` (mean@k: the mean of the per-item means) and,
+    for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``.
+
+    NaN samples are data: skipped within their item and counted in ``nan_count`` (an item with no finite
+    sample counts as not evaluated).  A k above the samples returned for an item is a ``ValueError``
+    naming ``label`` and the item.
+    """
+    finite = ~np.isnan(padded)
+    m = finite.sum(axis=1)
+    nan_count = int(lengths.sum() - m.sum())
+    live = m > 0
+    filled = np.where(finite, padded, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = filled.sum(axis=1) / np.maximum(m, 1)
+        dev = np.where(finite, padded - means[:, None], 0.0)
+    within_ss = float(np.sum(dev[live] ** 2))
+    values = padded[finite]
+    binary = bool(values.size) and bool(np.all((values == 0.0) | (values == 1.0)))
+    im = means[live]
+    samples = int(m.sum())
+    out = {name: from_sums(float(im.sum()), float(np.dot(im, im)), int(im.size), binary, confidence,
+                           clustered=True, samples=samples, within_ss=within_ss, nan_count=nan_count,
+                           population=population)}
+    for k in ks:
+        too_few = np.nonzero(lengths < k)[0]
+        if too_few.size:
+            i = int(too_few[0])
+            raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {int(lengths[i])} samples "
+                             f"returned for item {i}")
+        ok = np.nonzero(m >= k)[0]
+        if binary:
+            c = filled.sum(axis=1)
+            per_item = np.array([pass_at_k(int(m[i]), int(c[i]), int(k)) for i in ok], dtype=np.float64)
+            out[f"{name}/pass@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
+                                                int(per_item.size), True, confidence, clustered=True,
+                                                samples=int(m[ok].sum()), nan_count=nan_count,
+                                                population=population)
+        elif k > 1 and values.size:
+            for kind, sign in (("best", 1.0), ("worst", -1.0)):
+                per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], int(k)) for i in ok])
+                out[f"{name}/{kind}@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
+                                                      int(per_item.size), False, confidence, clustered=True,
+                                                      samples=int(m[ok].sum()), nan_count=nan_count,
+                                                      population=population)
+    return out

@@ -14,7 +14,11 @@ tag                                 value
 ``eval/<metric>``                   the measured mean (``<metric>`` may contain ``/``)
 ``eval/<metric>/ci_low``            lower bound of its confidence interval
 ``eval/<metric>/ci_high``           upper bound of its confidence interval
-``eval/<metric>/n``                 samples it was measured on
+``eval/<metric>/n``                 samples it was measured on (items, for items x samples metrics)
+``eval/<metric>/samples_per_item``  items x samples metrics: mean samples per item
+``eval/<metric>/nan``               items x samples metrics: NaN samples skipped
+``eval/<metric>/paired_diff``       change since the previous evaluation on the items both share,
+                                    with its own ``/ci_low``, ``/ci_high`` and ``/n`` (shared items)
 ``controller/interval``             steps until the next scheduled evaluation
 ``controller/sample_size``          sample size of the next evaluation
 ``controller/eval_fraction``        evaluation wall time / elapsed wall time so far
@@ -25,7 +29,7 @@ tag                                 value
 ``alarms/<stream>``                 +1 alarm upwards, -1 downwards, 1 without a direction
 ==================================  ===========================================================
 
-The suffixes ``/ci_low``, ``/ci_high`` and ``/n`` are reserved: a metric must not be named
+The suffixes ``/ci_low``, ``/ci_high``, ``/n``, ``/samples_per_item`` and ``/nan`` are reserved: a metric must not be named
 ``x/n``.  :func:`eval_scalars` and :func:`alarm_scalar` build these values.  Text markers:
 ``text(step, "decisions", reason)`` for every decision with a reason, ``text(step, "alarms", message)``
 for every alarm; ``log_config(yaml)`` writes the resolved configuration under the tag ``config``.
@@ -76,14 +80,19 @@ EVAL_PREFIX = "eval/"
 CI_LOW_SUFFIX = "/ci_low"
 CI_HIGH_SUFFIX = "/ci_high"
 COUNT_SUFFIX = "/n"
-_EVAL_SUFFIXES = (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX)
+SAMPLES_PER_ITEM_SUFFIX = "/samples_per_item"
+NAN_SUFFIX = "/nan"
+PAIRED_SUFFIX = "/paired_diff"
+_EVAL_SUFFIXES = (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX, SAMPLES_PER_ITEM_SUFFIX, NAN_SUFFIX)
 CONTROLLER_TAGS = ("controller/interval", "controller/sample_size", "controller/eval_fraction",
                    "controller/deferred", "controller/eval_errors")
 CONFIG_TAG = "config"
 
 
 def eval_scalars(result) -> dict[str, float]:
-    """The ``eval/...`` scalars of one :class:`~adaptive_eval.EvalResult` (mean, CI bounds, n per metric).
+    """The ``eval/...`` scalars of one :class:`~adaptive_eval.EvalResult` (mean, CI bounds, n per metric;
+    for items x samples metrics also samples per item and NaN samples; paired differences as the metric
+    ``<metric>/paired_diff`` with its own bounds and n).
 
     >>> from adaptive_eval.types import EvalResult, MetricSummary
     >>> r = EvalResult(step=50, sample_size=200, reason="trigger:steps", seconds=3.0,
@@ -98,6 +107,15 @@ def eval_scalars(result) -> dict[str, float]:
         out[tag + CI_LOW_SUFFIX] = float(m.ci[0])
         out[tag + CI_HIGH_SUFFIX] = float(m.ci[1])
         out[tag + COUNT_SUFFIX] = float(m.n)
+        if m.clustered:  # items x samples: n counts items
+            out[tag + SAMPLES_PER_ITEM_SUFFIX] = float(m.samples_per_item)
+            out[tag + NAN_SUFFIX] = float(m.nan_count)
+    for name, d in getattr(result, "paired", {}).items():  # the paired difference on the shared items
+        tag = EVAL_PREFIX + name + PAIRED_SUFFIX
+        out[tag] = float(d.mean)
+        out[tag + CI_LOW_SUFFIX] = float(d.ci[0])
+        out[tag + CI_HIGH_SUFFIX] = float(d.ci[1])
+        out[tag + COUNT_SUFFIX] = float(d.n)
     return out
 
 
@@ -115,11 +133,15 @@ def _exact(tag: str) -> str:
     return "^" + re.escape(tag) + "$"
 
 
-def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()) -> dict:
+def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = (), groups: Iterable[str] = ()) -> dict:
     """The custom-scalars layout, as ``{category: {chart title: (kind, tags)}}``.
 
     A metric with a confidence interval gets a Margin chart (value, lower, upper tags); one without
-    gets a Multiline chart.  Multiline tags are regular expressions.
+    gets a Multiline chart.  Multiline tags are regular expressions.  ``groups`` (the eval suites): a
+    metric ``"<suite>/..."`` goes into the category ``"eval: <suite>"``, one per suite.
+
+    >>> list(dashboard_layout(["math500/acc", "aime24/acc"], groups=["math500", "aime24"]))[:2]
+    ['eval: math500', 'eval: aime24']
 
     >>> layout = dashboard_layout(["acc", "reward"], metrics_with_ci=["acc"])
     >>> list(layout)
@@ -132,13 +154,22 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     ('Multiline', ['^controller/interval$', '^controller/sample_size$'])
     """
     with_ci = set(metrics_with_ci)
+    groups = list(groups)
+    suite_charts: dict[str, dict[str, tuple[str, list[str]]]] = {g: {} for g in groups}
     eval_charts: dict[str, tuple[str, list[str]]] = {}
     for m in metrics:
         tag = EVAL_PREFIX + m
+        head = m.partition("/")[0]
+        charts = suite_charts[head] if head in suite_charts and "/" in m else eval_charts
         if m in with_ci:
-            eval_charts[m] = ("Margin", [tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX])
+            charts[m] = ("Margin", [tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX])
         else:
-            eval_charts[m] = ("Multiline", [_exact(tag)])
+            charts[m] = ("Multiline", [_exact(tag)])
+    for g, charts in suite_charts.items():
+        if charts:
+            prefix = "^" + re.escape(EVAL_PREFIX + g + "/")
+            charts["items per evaluation"] = ("Multiline", [prefix + ".*/n$"])
+            charts["samples per item"] = ("Multiline", [prefix + ".*/samples_per_item$"])
     if eval_charts:
         eval_charts["samples per evaluation"] = ("Multiline", ["^eval/.*/n$"])
     # Three charts rather than one: the interval and sample size are counts in the hundreds, the
@@ -149,7 +180,9 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
                                                       _exact("controller/deferred")]),
         "evaluation errors": ("Multiline", [_exact("controller/eval_errors")]),
     }
-    layout = {"eval": eval_charts} if eval_charts else {}
+    layout = {f"eval: {g}": charts for g, charts in suite_charts.items() if charts}
+    if eval_charts:
+        layout["eval"] = eval_charts
     layout["controller"] = controller
     layout["alarms"] = {"alarms (+1 up, -1 down)": ("Multiline", ["^alarms/"])}
     return layout
@@ -161,7 +194,7 @@ def _metric_of(tag: str) -> tuple[str, bool] | None:
         return None
     for suffix in _EVAL_SUFFIXES:
         if tag.endswith(suffix) and len(tag) > len(EVAL_PREFIX) + len(suffix):
-            return tag[len(EVAL_PREFIX):-len(suffix)], suffix != COUNT_SUFFIX
+            return tag[len(EVAL_PREFIX):-len(suffix)], suffix in (CI_LOW_SUFFIX, CI_HIGH_SUFFIX)
     return tag[len(EVAL_PREFIX):], False
 
 
@@ -291,6 +324,7 @@ class TensorBoardLogger(MetricLogger):
         self._seen: set[str] = set()
         self._metrics: dict[str, None] = {}  # eval metrics in order of appearance
         self._metrics_with_ci: set[str] = set()
+        self.groups: tuple[str, ...] = ()  # eval suites: one dashboard category each (set_groups)
         self._layout_stale = False
         self._text_metadata = None
         self._write(self._Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -338,6 +372,13 @@ class TensorBoardLogger(MetricLogger):
         elif time.monotonic() >= self._next_flush:
             self.flush()
 
+    def set_groups(self, groups: Iterable[str]) -> None:
+        """Group the dashboard's eval charts by these prefixes (the eval suites), one category each."""
+        groups = tuple(groups)
+        if groups != self.groups:
+            self.groups = groups
+            self._layout_stale = True
+
     def _note_new_tag(self, tag: str) -> None:
         """Track eval metrics; mark the dashboard layout stale when one appears or gains its CI."""
         found = _metric_of(tag)
@@ -356,7 +397,7 @@ class TensorBoardLogger(MetricLogger):
         from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
         categories = []
-        for title, charts in dashboard_layout(self._metrics, self._metrics_with_ci).items():
+        for title, charts in dashboard_layout(self._metrics, self._metrics_with_ci, self.groups).items():
             chart_protos = []
             for chart_title, (kind, tags) in charts.items():
                 if kind == "Margin":

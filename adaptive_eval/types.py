@@ -9,13 +9,30 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary"]
+__all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary", "SuiteRequest"]
 
 
 @functools.lru_cache(maxsize=16)
 def _permutation(seed: int, num_items: int) -> tuple[int, ...]:
     # Tuple so the cached value cannot be mutated by a caller.
     return tuple(np.random.Generator(np.random.PCG64(seed)).permutation(num_items).tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteRequest:
+    """What one evaluation asks of one eval suite (``evaluation.suites``).
+
+    ``indices`` are THIS rank's items of the suite (a shard of a deterministic nested sample of
+    ``sample_size`` items over all ranks, stratified when the suite has strata); ``evaluate_fn`` returns,
+    for each metric ``"<name>/<metric>"``, one row per index in this order: a scalar per item, or
+    ``samples_per_item`` values per item (items x samples).
+    """
+
+    name: str
+    size: int
+    sample_size: int
+    samples_per_item: int
+    indices: list = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +59,8 @@ class EvalRequest:
     reason: str
     rank: int = 0
     world_size: int = 1
+    # The suites due in this evaluation (empty without evaluation.suites), by name.
+    suites: Mapping = dataclasses.field(default_factory=dict)
     # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
     _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -62,6 +81,7 @@ class EvalRequest:
         chosen = _permutation(self.seed, int(num_items))[: self.num_selected(int(num_items))]
         mine = list(chosen[self.rank :: self.world_size])
         self._handed["count"] = len(mine)
+        self._handed["indices"] = mine
         return mine
 
     @property
@@ -88,10 +108,45 @@ class MetricSummary:
     total_sq: float = math.nan
     binary: bool = False
     per_sample: bool = True
+    # Multi-sample (items x samples) metrics: ``total``/``total_sq`` are over the per-item means, ``n`` counts
+    # items, ``samples`` the finite per-sample values over all items, ``within_ss`` their squared deviations
+    # from their item's mean (the within-item variation), ``nan_count`` the NaN per-sample values skipped.
+    clustered: bool = False
+    samples: int = 0
+    within_ss: float = math.nan
+    nan_count: int = 0
+    population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
 
     @property
     def half_width(self) -> float:
         return (self.ci[1] - self.ci[0]) / 2.0
+
+    @property
+    def samples_per_item(self) -> float:
+        """Mean number of samples per item (1 for one value per item)."""
+        if not self.clustered:
+            return 1.0
+        return self.samples / self.n if self.n > 0 else math.nan
+
+    @property
+    def within_var(self) -> float:
+        """Pooled within-item variance of the per-sample values (NaN when unknown)."""
+        df = self.samples - self.n
+        if not self.clustered or df <= 0 or not math.isfinite(self.within_ss):
+            return math.nan
+        return self.within_ss / df
+
+    @property
+    def between_var(self) -> float:
+        """Variance of the items' true means: the variance of the per-item means less the part the
+        within-item sampling explains (>= 0; for one value per item, the plain variance)."""
+        if not math.isfinite(self.std):
+            return math.nan
+        var_means = self.std * self.std
+        wv = self.within_var
+        if not self.clustered or not math.isfinite(wv):
+            return var_means
+        return max(var_means - wv / self.samples_per_item, 0.0)
 
     def to_dict(self) -> dict:
         """All fields as plain values (``from_dict`` restores them exactly)."""
@@ -113,6 +168,11 @@ class EvalResult:
     ``metrics`` maps a metric name to its :class:`MetricSummary`; ``result["acc"]`` is a shortcut.
     ``raw`` keeps whatever a zero-argument, AReaL-style ``evaluate_fn`` returned that was not a mapping
     (usually ``None``: such functions log their own results).
+
+    An asynchronous evaluation (``evaluation.asynchronous``) also says when it was ``submitted_step`` (the
+    step of the weights it evaluated, so equal to ``step``) and ``integrated_step`` (the step at which its
+    result joined the decisions); ``seconds`` are then eval-device seconds.  Both are None for a
+    synchronous evaluation.
     """
 
     step: int
@@ -122,6 +182,11 @@ class EvalResult:
     metrics: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     epoch: int | None = None
     raw: object = None
+    # Per metric: the paired difference (this evaluation minus the previous one that measured the metric) on
+    # the items both evaluated; ``n`` counts those items, the interval is Student t over them.
+    paired: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
+    submitted_step: int | None = None
+    integrated_step: int | None = None
 
     def __getitem__(self, name: str) -> MetricSummary:
         return self.metrics[name]
@@ -139,20 +204,42 @@ class EvalResult:
 
     def state(self) -> dict:
         """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
-        return {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
-                "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()}}
+        d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
+             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+             "paired": {k: v.to_dict() for k, v in self.paired.items()}}
+        return self._add_async(d)
+
+    def _add_async(self, d: dict) -> dict:
+        if self.integrated_step is not None:
+            d["submitted_step"] = self.submitted_step
+            d["integrated_step"] = self.integrated_step
+        return d
 
     @classmethod
     def from_state(cls, d: Mapping) -> "EvalResult":
         return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
-                   metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"))
+                   metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
+                   paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
+                   submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"))
 
     def to_dict(self) -> dict:
-        """The line written to ``evals.jsonl``: means and intervals by metric; ``sample_size`` is the number
-        of items actually evaluated (:attr:`items`)."""
-        return {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
+        """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for
+        multi-sample metrics also ``samples_per_item`` (and ``nan_count`` when NaN samples were skipped), and
+        ``paired`` differences when there are any; ``sample_size`` is the number of items actually evaluated
+        (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``."""
+        line = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
                 "metrics": {k: v.mean for k, v in self.metrics.items()},
-                "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds}
+                "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds,
+                "n": {k: v.n for k, v in self.metrics.items()}}
+        multi = {k: v for k, v in self.metrics.items() if v.clustered}
+        if multi:
+            line["samples_per_item"] = {k: v.samples_per_item for k, v in multi.items()}
+            nans = {k: v.nan_count for k, v in multi.items() if v.nan_count}
+            if nans:
+                line["nan_count"] = nans
+        if self.paired:
+            line["paired"] = {k: {"diff": v.mean, "ci": [v.ci[0], v.ci[1]], "n": v.n} for k, v in self.paired.items()}
+        return self._add_async(line)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,13 +247,15 @@ class Decision:
     """Whether to evaluate at this step, with how many samples, and why.
 
     ``reason`` is also set when ``evaluate`` is False and something happened worth showing (a deferral);
-    it is ``""`` for the ordinary "not due".
+    it is ``""`` for the ordinary "not due".  ``suites`` (only with ``evaluation.suites``) sizes each suite.
     """
 
     evaluate: bool
     sample_size: int | None = None
     reason: str = ""
     urgent: bool = False
+    # With evaluation.suites: the sample-size policy's plan, ((suite, items, samples_per_item), ...).
+    suites: tuple = ()
 
     def __bool__(self) -> bool:
         return self.evaluate

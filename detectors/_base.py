@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import math
 import numbers
+import sys
 from collections.abc import Mapping, Sequence
 
 __all__ = ["Alarm", "Detector"]
@@ -165,6 +166,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:  # torch.load(weights_only) refuses it
+        return value.item()
     return value
 
 
@@ -319,6 +322,9 @@ def best_split(values) -> int:
     n = len(x)
     if n < 2:
         return max(n - 1, 0)
+    big = np.max(np.abs(x))
+    if big > _HUGE:  # the split is scale-free; squares of huge values would overflow
+        x = x / big
     csum = np.cumsum(x)
     i = np.arange(1, n)
     left = csum[:-1]
@@ -333,6 +339,15 @@ def tiny_scale(level: float) -> float:
     return 1e-9 * max(1.0, abs(level))
 
 
+_HUGE = 1e150  # beyond this a square may overflow
+
+
+def huge_factor(scale: float) -> float:
+    """1, or for a huge ``scale`` the power of two that brings it near 1: the running variance of values that
+    large is kept scaled by it (exact), since their squares would overflow to inf and blind the detector."""
+    return 2.0 ** -math.frexp(scale)[1] if scale > _HUGE else 1.0
+
+
 def screened_moments(values: Sequence[float], cut: float = 4.0) -> tuple[float, float, int]:
     """Mean, standard deviation and count of ``values`` after dropping outliers.
 
@@ -344,6 +359,13 @@ def screened_moments(values: Sequence[float], cut: float = 4.0) -> tuple[float, 
     med, scale = robust_level_scale(values)
     kept = [v for v in values if abs(v - med) <= cut * scale]
     n = len(kept)
+    big = max(map(abs, kept))
+    if big > _HUGE:
+        # Huge finite values (a perplexity exp(loss) of a diverging run) are data: squares of 1e160 overflow,
+        # so take the moments of the values scaled by a power of two (exact) and scale them back.
+        factor = 2.0 ** -math.frexp(big)[1]
+        mean, sd, _ = screened_moments([v * factor for v in kept], cut=math.inf)
+        return mean / factor, min(sd / factor, sys.float_info.max), n
     mean = sum(kept) / n
     var = sum((v - mean) ** 2 for v in kept) / (n - 1) if n > 1 else 0.0
     sd = math.sqrt(var)

@@ -19,6 +19,8 @@ from adaptive_eval.detectors._base import (
 __all__ = ["BOCPD"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_HUGE = 1e150
+_CLIP = 1e100
 # The reference estimates learn from a value only while the posterior odds of a change stay below e^2
 # (a constant, so the in-control path does not depend on the threshold; calibration relies on that).
 _FREEZE_LOG_ODDS = 2.0
@@ -84,7 +86,7 @@ class BOCPD(Detector):
     name = "bocpd"
     _threshold_param = "threshold"
     _state = ("_warm", "_level", "_scale", "_n", "_m2", "_learning", "_logp", "_sums", "_last_count", "_age",
-              "_recent", "_recent_steps")
+              "_recent", "_recent_steps", "_factor")
     _default_arl0 = 5000.0
     _dummy_threshold = 0.5
     _table_max_arl = 12000.0
@@ -147,6 +149,7 @@ class BOCPD(Detector):
         self._last_count = float(size)
         self._age = 0  # values in the current run (warm-up included)
         self._log_odds = -math.inf
+        self._factor = 1.0  # a power of two the values are scaled by (1 unless they are huge: see _start)
         self._recent: collections.deque = collections.deque(maxlen=size)
         self._recent_steps: collections.deque = collections.deque(maxlen=size)
 
@@ -185,6 +188,10 @@ class BOCPD(Detector):
                 self._start(self._warm)
             return None
         level, scale = self._level, self._scale
+        value *= self._factor
+        # A value beyond 1e100 reference scales is a change whatever its size; clipped, its square stays finite.
+        if not level - _CLIP * scale <= value <= level + _CLIP * scale:
+            value = min(max(value, level - _CLIP * scale), level + _CLIP * scale)
         var0 = scale * scale
         old_logp, old_sums = self._logp, self._sums
         prec = self._prec0 + self._counts
@@ -223,6 +230,12 @@ class BOCPD(Detector):
 
     def _start(self, values: list[float]) -> None:
         """End of warm-up: reference estimates, and the warm-up values as the initial run."""
+        big = max(map(abs, values))
+        # Huge values (1e160 and up) are data: the model runs on them scaled by a power of two (exact), since
+        # the model is scale-free and their squares would overflow.
+        self._factor = 2.0 ** -math.frexp(big)[1] if big > _HUGE else 1.0
+        if self._factor != 1.0:
+            values = [v * self._factor for v in values]
         self._level, self._scale, self._n = screened_moments(values)
         self._m2 = self._scale * self._scale * (self._n - 1)
         self._learning = self._n < self.reference
@@ -266,7 +279,8 @@ class BOCPD(Detector):
         post_mean = (self._prec0 * self._level + float(self._sums[j])) / prec
         direction = "up" if post_mean > self._level else "down"
         prob = 1.0 / (1.0 + math.exp(-odds))
-        level, scale = self._level, self._scale
+        factor = self._factor
+        level, scale, post_mean = self._level / factor, self._scale / factor, post_mean / factor
         self._reset()
         self._warm = recent[-run:]
         self._recent.extend(recent[-run:])

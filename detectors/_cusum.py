@@ -13,6 +13,7 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
+    huge_factor,
     screened_moments,
     t_to_z,
 )
@@ -127,7 +128,7 @@ class CUSUM(Detector):
 
     name = "cusum"
     _threshold_param = "threshold"
-    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_sums", "_starts", "_floor")
+    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts", "_floor")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -217,6 +218,7 @@ class CUSUM(Detector):
         self._inv = 1.0
         self._n = 0
         self._m2 = 0.0
+        self._factor = 1.0  # the running variance is kept scaled by it (see huge_factor)
         self._sums = [0.0] * len(self._sides)
         self._starts: list[int | None] = [None] * len(self._sides)
         self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
@@ -349,7 +351,8 @@ class CUSUM(Detector):
             warm.append(value)
             if len(warm) >= self.warmup:
                 self._level, self._scale, self._n = screened_moments(warm)
-                self._m2 = self._scale * self._scale * (self._n - 1)
+                f = self._factor = huge_factor(self._scale)
+                self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
                 self._inv = 1.0 / self._scale
                 self._warm = None
                 self._floor = 0.05 * self._scale if self._adapt else 0.0
@@ -381,9 +384,10 @@ class CUSUM(Detector):
             n += 1
             delta = value - self._level
             level = self._level + delta / n
-            self._m2 += delta * (value - level)
+            f = self._factor
+            self._m2 += (delta * f) * ((value - level) * f)
             self._n, self._level = n, level
-            scale = math.sqrt(self._m2 / (n - 1))
+            scale = math.sqrt(self._m2 / (n - 1)) / f if self._m2 > 0.0 else 0.0  # inf - inf: not learnable
             if scale > 0.0:  # a constant warm-up keeps its tiny scale
                 self._scale, self._inv = scale, 1.0 / scale
             if n >= self.reference:

@@ -27,6 +27,7 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
+    huge_factor,
     screened_moments,
     t_to_z,
 )
@@ -104,7 +105,7 @@ class PageHinkley(Detector):
 
     name = "page_hinkley"
     _threshold_param = "threshold"
-    _state = ("_warm", "_level", "_scale", "_n", "_m2", "_learning", "_inc_from", "_dec_from", "_inc_new",
+    _state = ("_warm", "_level", "_scale", "_n", "_m2", "_factor", "_learning", "_inc_from", "_dec_from", "_inc_new",
               "_dec_new")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
@@ -156,6 +157,7 @@ class PageHinkley(Detector):
         self._inv = 1.0
         self._n = 0
         self._m2 = 0.0
+        self._factor = 1.0  # the running variance is kept scaled by it (see huge_factor)
         self._learning = False
         self._inc_from: int | None = None  # where the current excursion above the minimum began
         self._dec_from: int | None = None
@@ -217,9 +219,10 @@ class PageHinkley(Detector):
             n += 1
             delta = value - self._level
             self._level += delta / n
-            self._m2 += delta * (value - self._level)
+            f = self._factor
+            self._m2 += (delta * f) * ((value - self._level) * f)
             self._n = n
-            scale = math.sqrt(self._m2 / (n - 1))
+            scale = math.sqrt(self._m2 / (n - 1)) / f if self._m2 > 0.0 else 0.0  # inf - inf: not learnable
             if scale > 0.0:
                 self._scale, self._inv = scale, 1.0 / scale
             if n >= self.reference:
@@ -245,7 +248,8 @@ class PageHinkley(Detector):
         if len(warm) < self.min_instances:
             return None
         self._level, self._scale, self._n = screened_moments(warm)
-        self._m2 = self._scale * self._scale * (self._n - 1)
+        f = self._factor = huge_factor(self._scale)
+        self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
         self._inv = 1.0 / self._scale
         self._learning = self._n < self.reference
         self._warm = None
@@ -505,7 +509,9 @@ class KSWIN(Detector):
         sd = super().state_dict()
         k = self._kswin
         version, internal, gauss = k._rng.getstate()
-        sd["river"] = {"drift_detected": k._drift_detected, "p_value": k.p_value, "n": k.n, "window": list(k.window),
+        # river keeps p_value as a numpy float64, which torch.load(weights_only=True) refuses: plain values only.
+        sd["river"] = {"drift_detected": bool(k._drift_detected), "p_value": float(k.p_value), "n": int(k.n),
+                       "window": [float(v) for v in k.window],
                        "rng": [version, list(internal), gauss]}
         return sd
 

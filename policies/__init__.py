@@ -8,7 +8,7 @@ if __name__ != "adaptive_eval.policies":
 from adaptive_eval.policies._alarm import AlarmPolicy
 from adaptive_eval.policies._base import Context, NopPolicy, Policy, primary_metric
 from adaptive_eval.policies._budget import BudgetPolicy
-from adaptive_eval.policies._interval import IntervalPolicy, differs
+from adaptive_eval.policies._interval import IntervalPolicy, differs, paired_differs
 from adaptive_eval.policies._peak import PeakPolicy
 from adaptive_eval.policies._registry import PolicySet, available, make_policies, make_policy
 from adaptive_eval.policies._sample_size import SampleSizePolicy
@@ -25,6 +25,7 @@ __all__ = [
     "SampleSizePolicy",
     "available",
     "differs",
+    "paired_differs",
     "make_policies",
     "make_policy",
     "primary_metric",

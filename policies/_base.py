@@ -64,7 +64,7 @@ class NopPolicy(Policy):
 
     >>> from adaptive_eval.types import Decision
     >>> NopPolicy().propose(Decision(False), None)
-    Decision(evaluate=False, sample_size=None, reason='', urgent=False)
+    Decision(evaluate=False, sample_size=None, reason='', urgent=False, suites=())
     """
 
 

@@ -19,6 +19,18 @@ class BudgetPolicy(Policy):
     regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
     allows.
 
+    **Asynchronous evaluation** (``asynchronous``): evaluations run beside training on ``eval_workers``
+    workers, so they cost eval-device time, not training time.  The policy then caps the workers' busy
+    share instead: (eval-device seconds so far + the next one's) / (elapsed x ``eval_workers``) must stay
+    within ``max_eval_device_fraction``.  ``ctx.eval_seconds`` is then the eval-device seconds.
+
+    >>> q = BudgetPolicy(asynchronous=True, eval_workers=1, max_eval_device_fraction=0.5)
+    >>> q.on_eval(EvalResult(step=0, sample_size=100, reason="", seconds=10.0), Context(0, 10.0, 10.0))
+    >>> q.propose(Decision(True, 100, "trigger:steps"), Context(5, 30.0, 10.0)).reason
+    'budget:deferred'
+    >>> q.propose(Decision(True, 100, "trigger:steps"), Context(9, 40.0, 10.0)).evaluate
+    True
+
     >>> from adaptive_eval.types import Decision, EvalResult
     >>> p = BudgetPolicy(max_eval_fraction=0.1)
     >>> p.on_eval(EvalResult(step=0, sample_size=100, reason="", seconds=10.0), Context(0, 10.0, 10.0))
@@ -30,11 +42,19 @@ class BudgetPolicy(Policy):
 
     name = "budget"
 
-    def __init__(self, max_eval_fraction: float = 0.15, bypass_urgent: bool = True):
+    def __init__(self, max_eval_fraction: float = 0.15, bypass_urgent: bool = True, *,
+                 max_eval_device_fraction: float = 1.0, asynchronous: bool = False, eval_workers: int = 1):
         if not 0 < max_eval_fraction <= 1:
             raise ValueError(f"max_eval_fraction must lie in (0, 1], got {max_eval_fraction}")
+        if not 0 < max_eval_device_fraction <= 1:
+            raise ValueError(f"max_eval_device_fraction must lie in (0, 1], got {max_eval_device_fraction}")
+        if isinstance(eval_workers, bool) or not isinstance(eval_workers, int) or eval_workers < 1:
+            raise ValueError(f"eval_workers must be a positive integer, got {eval_workers!r}")
         self.max_eval_fraction = float(max_eval_fraction)
         self.bypass_urgent = bool(bypass_urgent)
+        self.max_eval_device_fraction = float(max_eval_device_fraction)
+        self.asynchronous = bool(asynchronous)
+        self.eval_workers = eval_workers
         self._reset()
 
     def _reset(self) -> None:
@@ -53,8 +73,13 @@ class BudgetPolicy(Policy):
         if not decision.evaluate or self._last_seconds is None or (decision.urgent and self.bypass_urgent):
             return decision
         cost = self.expected_seconds(decision.sample_size)
-        total = ctx.elapsed + cost
-        if total > 0 and (ctx.eval_seconds + cost) / total > self.max_eval_fraction:
+        if self.asynchronous:  # eval-device time against the workers' capacity; training time is not spent
+            capacity = ctx.elapsed * self.eval_workers
+            over = (ctx.eval_seconds + cost) > self.max_eval_device_fraction * capacity
+        else:
+            total = ctx.elapsed + cost
+            over = total > 0 and (ctx.eval_seconds + cost) / total > self.max_eval_fraction
+        if over:
             self.deferred += 1
             return Decision(False, decision.sample_size, "budget:deferred", decision.urgent)
         return decision

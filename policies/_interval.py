@@ -9,14 +9,14 @@ from adaptive_eval.types import EvalResult, MetricSummary
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
-__all__ = ["IntervalPolicy", "differs"]
+__all__ = ["IntervalPolicy", "differs", "paired_differs"]
 
 
 def differs(prev: MetricSummary, cur: MetricSummary) -> float:
     """p-value of "these two evaluations measure the same value" (NaN when it cannot be tested).
 
-    Proportions: two-proportion z-test (statsmodels); other metrics: Welch's t-test from the summary
-    statistics (scipy).  Successive evaluations share items (nested samples), so the unpaired test is
+    Proportions: two-proportion z-test (statsmodels); other metrics, and items x samples metrics (whose
+    ``std`` is that of the per-item means), Welch's t-test from the summary statistics (scipy).  Successive evaluations share items (nested samples), so the unpaired test is
     conservative: a change it calls significant is real.
 
     >>> from adaptive_eval.stats import summarize
@@ -25,7 +25,7 @@ def differs(prev: MetricSummary, cur: MetricSummary) -> float:
     """
     if prev.n < 2 or cur.n < 2:
         return math.nan
-    if prev.binary and cur.binary:
+    if prev.binary and cur.binary and not (prev.clustered or cur.clustered):
         # The pooled two-proportion z-test (statsmodels' proportions_ztest; the tests check they agree),
         # in closed form because it runs at every evaluation of a replay.
         k1, k2 = round(prev.mean * prev.n), round(cur.mean * cur.n)
@@ -44,9 +44,30 @@ def differs(prev: MetricSummary, cur: MetricSummary) -> float:
     return float(ttest_ind_from_stats(prev.mean, prev.std, prev.n, cur.mean, cur.std, cur.n, equal_var=False).pvalue)
 
 
+def paired_differs(diff: MetricSummary) -> float:
+    """p-value of "no change" from the paired differences on the items two evaluations share (a paired t
+    test over items: each item is compared with itself, so the between-item spread cancels); NaN with
+    fewer than two shared items.
+
+    >>> from adaptive_eval.stats import from_sums
+    >>> round(paired_differs(from_sums(-2.0, 0.5, 20, False)), 4)
+    0.0
+    """
+    if diff.n < 2 or not math.isfinite(diff.std):
+        return math.nan
+    if diff.std == 0:
+        return 1.0 if diff.mean == 0 else 0.0
+    from scipy.stats import t
+
+    stat = diff.mean / (diff.std / math.sqrt(diff.n))
+    return float(2.0 * t.sf(abs(stat), diff.n - 1))
+
+
 class IntervalPolicy(Policy):
     """Scale the base interval: x ``tighten`` after an alarm or an evaluation that differs significantly
     from the previous one, x ``relax`` after a quiet evaluation; always within [``min_factor``, ``max_factor``].
+    "Differs" is the paired test on the shared items (:func:`paired_differs`) when the result carries a
+    paired difference for the tracked metric, else the unpaired :func:`differs`.
 
     >>> from adaptive_eval.types import EvalResult
     >>> from adaptive_eval.stats import summarize
@@ -96,12 +117,18 @@ class IntervalPolicy(Policy):
         found = primary_metric(result, self.metric)
         changed = False
         if found is not None:
-            cur = found[1]
-            if self._prev is not None:
+            name, cur = found
+            pair = result.paired.get(name)
+            if pair is not None and pair.n >= 2:
+                # The same items measured again: the paired test, far more sensitive than two independent means.
+                p = paired_differs(pair)
+                changed = p == p and p < self.significance
+            elif self._prev is not None:
                 prev = MetricSummary(**{**self._prev, "ci": tuple(self._prev["ci"])})
                 p = differs(prev, cur)
                 changed = p == p and p < self.significance
-            self._prev = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std, "binary": cur.binary}
+            self._prev = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std, "binary": cur.binary,
+                          "clustered": cur.clustered}
         if changed:
             self.factor = self._clamp(self.factor * self.tighten)
             self.last_change = "tightened:change"
@@ -111,7 +138,7 @@ class IntervalPolicy(Policy):
             if self.factor < 1.0 and not self._alarmed:
                 self.factor = min(1.0, self._clamp(self.factor * self.relax))
                 self.last_change = "relaxed:unmeasured"
-        elif not self._alarmed and not result.reason.startswith("alarm:"):
+        elif not self._alarmed and not result.reason.startswith(("alarm:", "peak:")):
             self.factor = self._clamp(self.factor * self.relax)
             self.last_change = "relaxed:quiet"
         self._alarmed = False

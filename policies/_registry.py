@@ -46,6 +46,9 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
         params.setdefault("higher_is_better", ev.get("higher_is_better", True))
     if name == "sample_size":
         params.setdefault("confidence", ev.get("confidence", 0.95))
+    if name == "budget":
+        params.setdefault("asynchronous", bool(ev.get("asynchronous", False)))
+        params.setdefault("eval_workers", int(ev.get("max_in_flight", 1)))
     return params
 
 

@@ -3,6 +3,7 @@
 import json
 import math
 import pickle
+import random
 
 import numpy as np
 import pytest
@@ -326,3 +327,33 @@ def test_state_dict_reads_old_states_with_defaults():
     det.load_state_dict({"type": "cusum"})  # a state from an older version without fields: fresh state
     with pytest.raises(ValueError, match="spike"):
         det.load_state_dict({"type": "spike"})
+
+
+def _not_plain(x, path="state"):
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if type(k) is not str:
+                yield f"{path} key {k!r}"
+            yield from _not_plain(v, f"{path}[{k!r}]")
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _not_plain(v, f"{path}[{i}]")
+    elif type(x) not in (str, int, float, bool, type(None)):
+        yield f"{path}: {type(x).__name__}"
+
+
+@pytest.mark.parametrize("kind", sorted(available()))
+def test_state_is_plain_python_and_loads_with_torch_weights_only(kind, tmp_path):
+    """Lightning resumes with torch.load(weights_only=True), which refuses numpy scalars (KSWIN's p_value was one)."""
+    import torch
+
+    rng = random.Random(0)
+    values = [rng.gauss(0, 1) for _ in range(300)] + [rng.gauss(3, 1) for _ in range(100)] + [math.nan, 1e200]
+    det = make_detector({"type": kind})
+    for g, v in enumerate(values):
+        det.update(v, g)
+        if g in (5, 60, 305, 330, 401):
+            sd = det.state_dict()
+            assert list(_not_plain(sd)) == []
+            torch.save(sd, tmp_path / "sd.pt")
+            assert torch.load(tmp_path / "sd.pt", weights_only=True) == sd

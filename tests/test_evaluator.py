@@ -126,7 +126,7 @@ def test_freq_epochs_needs_steps_per_epoch():
         Evaluator(ArealEvaluatorConfig(freq_epochs=1))
 
 
-@pytest.mark.parametrize("ret,match", [({"acc": [[1, 0], [0, 1]]}, "acc"), ({"acc": "high"}, "acc"),
+@pytest.mark.parametrize("ret,match", [({"acc": [[[1, 0]], [[0, 1]]]}, "acc"), ({"acc": "high"}, "acc"),
                                        ({"acc": object()}, "acc"), ([1, 2, 3], "mapping")])
 def test_wrong_shape_from_evaluate_fn_is_a_type_error_naming_the_metric(ret, match):
     ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))

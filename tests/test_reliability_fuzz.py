@@ -191,7 +191,7 @@ def programs(draw):
             st.builds(lambda x: {"accuracy": x}, NUMBERS),
             st.just({}), st.just(None),
             st.just("raise"),
-            st.sampled_from([{"accuracy": "high"}, {"accuracy": np.zeros((2, 2))}, ["not", "a", "mapping"],
+            st.sampled_from([{"accuracy": "high"}, {"accuracy": np.zeros((2, 2, 2))}, ["not", "a", "mapping"],
                              {"accuracy": [0.5, "x"]}]),
         ))
         ops.append((kind, delta, bad_step, metrics, output, draw(st.sampled_from([0.0, 0.5, 10.0, 120.0]))))
@@ -207,13 +207,14 @@ def non_numeric(value) -> bool:
 
 
 def wrong_shape(output) -> bool:
-    """What evaluate_fn may not return: not a mapping, or a metric that is not numbers (one or one per item)."""
+    """What evaluate_fn may not return: not a mapping, or a metric that is not numbers (one, one per item, or
+    items x samples)."""
     if output in ("per_sample", "raise") or output is None:
         return False
     if not isinstance(output, dict):
         return True
     for value in output.values():
-        if isinstance(value, str) or isinstance(value, np.ndarray) and value.ndim > 1:
+        if isinstance(value, str) or isinstance(value, np.ndarray) and value.ndim > 2:  # 2-D: items x samples
             return True
         if isinstance(value, list) and any(isinstance(v, str) for v in value):
             return True

@@ -36,7 +36,7 @@ def test_replay_cli_writes_the_documented_outputs(collapse_trace, tmp_path, caps
     evals = read_jsonl(out / "evals.jsonl")
     alarms = read_jsonl(out / "alarms.jsonl")
     summary = json.loads((out / "summary.json").read_text())
-    assert evals and set(evals[0]) == {"step", "epoch", "sample_size", "reason", "metrics", "ci", "seconds"}
+    assert evals and set(evals[0]) == {"step", "epoch", "sample_size", "reason", "metrics", "ci", "seconds", "n"}
     assert set(evals[0]["metrics"]) == {"accuracy"} and len(evals[0]["ci"]["accuracy"]) == 2
     assert alarms and set(alarms[0]) == {"step", "stream", "detector", "direction", "location"}
     assert {"steps", "evals", "samples", "eval_seconds", "train_seconds", "alarms"} <= set(summary)

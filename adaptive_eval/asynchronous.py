@@ -1,0 +1,712 @@
+"""Asynchronous evaluation: submit at a due step, keep training, integrate the result at a later step.
+
+With ``evaluation.asynchronous: true`` the :class:`~adaptive_eval.AdaptiveEvaluator` hands a due evaluation
+to :class:`AsyncEvaluations` (this module) instead of running it in the training step.  What runs it:
+
+* by default a daemon thread per evaluation (:class:`DaemonThreadExecutor`);
+* any ``concurrent.futures.Executor`` given as ``AdaptiveEvaluator(..., executor=...)`` (a thread pool, a
+  process pool: then ``evaluate_fn`` must be picklable, a client of an inference server);
+* dedicated eval ranks of a torch.distributed world (``distributed.eval_ranks``, :class:`EvalRanks`): the
+  first training rank sends the weights with :func:`~adaptive_eval.distributed.broadcast_tensor_container`
+  over a two-rank group, the eval rank evaluates and sends the result back, and every training rank
+  integrates it at the same step.
+* :class:`InlineExecutor` runs the evaluation at submission (offline replay, where the latency is modelled).
+
+**Weights that stay put.**  The model keeps training while an evaluation runs, so wrap the evaluation as
+:class:`SnapshotEval` ``(module, fn)``: at submission it copies the module's parameters and buffers
+(:func:`snapshot_weights`: to CPU, to pinned memory, or to a given device) and later calls
+``fn(request, weights)`` on that copy.  An ``fn`` that changes the copy in place is caught
+(:class:`SnapshotMutated`, from the tensors' version counters, which costs nothing).  A plain
+``evaluate_fn`` is submitted as it is and sees whatever weights the model has when it runs.
+
+**When a result counts.**  A result is integrated in submission order, before the decision of the step:
+
+* ``evaluation.async_integrate_after_steps: L`` - exactly at the first ``evaluate`` at or after submission
+  step + L, waiting there if it is not done yet: the same decisions on every run (the deterministic mode,
+  the one replay and the tests use);
+* null - at the first ``observe``/``evaluate`` after it completed (as soon as possible; decisions then
+  depend on timing).
+
+**Full.**  With ``evaluation.max_in_flight`` evaluations running, a due evaluation waits (it stays due,
+reason ``async:waiting (N in flight)``); an urgent one instead cancels the oldest non-urgent one in flight
+(a cancelled evaluation is never integrated: listeners get a ``cancelled`` event; one that already runs
+cannot be stopped in Python, it finishes in its thread and is dropped).  When every one in flight is urgent,
+the urgent one waits too.
+
+**Resume.**  :meth:`AsyncEvaluations.state_dict` waits (at most the drain timeout) for the evaluations in
+flight and stores their finished results, still to be integrated at the step they would have been: a run
+resumed from that state decides exactly as the one that never stopped.  An evaluation that does not finish
+in time is stored as lost: after a resume it counts as a failed evaluation (``async:lost``) at its step.
+They are not re-submitted: the resumed model no longer has the weights of their step.
+
+**Faults.**  An exception (or ``evaluation.timeout_s`` passing since submission) is handled by
+``on_error`` at the step where it is noticed, like a synchronous failure.  When the runner breaks (an eval
+rank died or did not answer within ``distributed.timeout_s``, an executor was shut down), training goes on
+without evaluations: due ones are skipped with reason ``async:down (...)``, logged as an error and as
+``controller/async_down`` in TensorBoard; with ``on_error: raise`` the failure raises.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import datetime
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from adaptive_eval.types import Decision, EvalRequest, EvalResult
+
+log = logging.getLogger("adaptive_eval")
+
+__all__ = [
+    "AsyncEvaluations",
+    "DaemonThreadExecutor",
+    "EvalRanks",
+    "InlineExecutor",
+    "SnapshotEval",
+    "SnapshotMutated",
+    "WeightSnapshot",
+    "build_async",
+    "snapshot_weights",
+]
+
+
+# -- weights ------------------------------------------------------------------------------------------
+
+class SnapshotMutated(RuntimeError):
+    """``evaluate_fn`` changed the weight snapshot in place (the message names the tensor)."""
+
+
+class WeightSnapshot(dict):
+    """Name -> tensor copies of a module's parameters and buffers, taken at one step.
+
+    Loadable with ``module.load_state_dict(snapshot)``.  :meth:`check` raises :class:`SnapshotMutated`
+    when a tensor was changed in place since the snapshot (torch's version counters: no extra pass).
+    """
+
+    def __init__(self, tensors: Mapping, step: int | None = None):
+        super().__init__(tensors)
+        self.step = step
+        self._versions = {k: t._version for k, t in self.items()}
+
+    def check(self) -> None:
+        for name, t in self.items():
+            if t._version != self._versions.get(name):
+                raise SnapshotMutated(f"evaluate_fn modified the weight snapshot in place (tensor {name!r} of "
+                                      f"step {self.step}); evaluate a copy (module.load_state_dict(weights) "
+                                      "copies)")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.values())
+
+    def __reduce__(self):  # versions restart in another process: take them afresh there
+        return (WeightSnapshot, (dict(self), self.step))
+
+
+def snapshot_weights(module, device="cpu", *, pin_memory: bool = False, step: int | None = None) -> WeightSnapshot:
+    """Copy ``module``'s parameters and buffers (its ``state_dict``; or a mapping of tensors) to ``device``.
+
+    ``pin_memory`` (CPU only) puts the copy in page-locked memory, so a later transfer to an accelerator can
+    overlap; without an accelerator there is nothing to pin for and a plain CPU copy is made.  The copy is
+    detached from autograd and independent of the module: training may go on at once.
+    """
+    import torch
+
+    tensors = module.state_dict() if hasattr(module, "state_dict") else module
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"snapshot_weights needs a torch.nn.Module or a mapping of tensors, got "
+                        f"{type(module).__name__}")
+    device = torch.device(device)
+    pin = pin_memory and device.type == "cpu" and torch.cuda.is_available()
+    out = {}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"snapshot_weights: {name!r} is a {type(t).__name__}, not a tensor")
+        t = t.detach()
+        if pin:
+            copy = torch.empty_like(t, device="cpu", pin_memory=True)
+            copy.copy_(t, non_blocking=True)
+        elif t.device == device:
+            copy = t.clone()
+        else:
+            copy = t.to(device, copy=True)
+        out[name] = copy
+    if pin or device.type == "cuda":
+        torch.cuda.synchronize()
+    return WeightSnapshot(out, step)
+
+
+class SnapshotEval:
+    """An ``evaluate_fn`` for asynchronous evaluation: ``fn(request, weights)`` on the weights of its step.
+
+    At submission the evaluator calls :meth:`snapshot` (in the training thread, so the copy is of the step's
+    weights); the worker then calls ``fn(request, weights)`` with that :class:`WeightSnapshot`.  Called
+    directly (synchronous evaluation) it snapshots and evaluates at once, so one object serves both modes.
+    With dedicated eval ranks ``fn`` runs on the eval rank (:meth:`EvalRanks.serve`) and may be None here.
+    """
+
+    def __init__(self, module, fn: Callable | None = None, *, device="cpu", pin_memory: bool = False):
+        self.module = module
+        self.fn = fn
+        self.device = device
+        self.pin_memory = pin_memory
+
+    def snapshot(self, step: int | None = None) -> WeightSnapshot:
+        return snapshot_weights(self.module, self.device, pin_memory=self.pin_memory, step=step)
+
+    def __call__(self, request):
+        if self.fn is None:
+            raise ValueError("SnapshotEval has no fn to evaluate with (it only sends weights to eval ranks)")
+        weights = self.snapshot(request.step)
+        out = self.fn(request, weights)
+        weights.check()
+        return out
+
+
+class _WithWeights:
+    """``fn(request, weights)`` as a one-argument evaluate_fn, with the mutation check after it."""
+
+    def __init__(self, fn: Callable, weights: WeightSnapshot):
+        self.fn = fn
+        self.weights = weights
+
+    def __call__(self, request):
+        out = self.fn(request, self.weights)
+        self.weights.check()
+        return out
+
+
+def _run_job(fn, request: EvalRequest, weights, options: Mapping):
+    """Run one evaluation in a worker (a thread, another process, an eval rank): an EvalOutcome."""
+    from adaptive_eval.evaluators import run_evaluation_outcome
+
+    if weights is not None:
+        if not isinstance(weights, WeightSnapshot):
+            weights = WeightSnapshot(weights, request.step)
+        fn = _WithWeights(fn, weights)
+    clock = options.get("clock") or time.monotonic
+    return run_evaluation_outcome(
+        fn, request, epoch=options.get("epoch"), clock=clock, confidence=options["confidence"],
+        on_error=options["on_error"], max_retries=options["max_retries"],
+        retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
+        pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=bool(options.get("suites")))
+
+
+# -- where it runs --------------------------------------------------------------------------------------
+
+class InlineExecutor(cf.Executor):
+    """Runs each submitted call at once, in the caller's thread (replay: the latency is modelled instead)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        future: cf.Future = cf.Future()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed over through the future
+            future.set_exception(exc)
+        return future
+
+
+class DaemonThreadExecutor(cf.Executor):
+    """A new daemon thread per call: a cancelled or timed-out evaluation that already runs (Python cannot stop
+    it) never holds up the next one, and none keeps the process alive at exit."""
+
+    def __init__(self) -> None:
+        self._shutdown = False
+
+    def submit(self, fn, /, *args, **kwargs):
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future: cf.Future = cf.Future()
+
+        def target():
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001
+                future.set_exception(exc)
+
+        threading.Thread(target=target, name="adaptive_eval-async-eval", daemon=True).start()
+        return future
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        self._shutdown = True
+
+
+_IN_PROCESS = (InlineExecutor, DaemonThreadExecutor, cf.ThreadPoolExecutor)
+
+
+def check_executor(executor) -> None:
+    """Refuse an executor that cannot take work, before training (a shut-down pool)."""
+    if not isinstance(executor, cf.Executor):
+        raise TypeError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    if getattr(executor, "_shutdown", False) or getattr(executor, "_shutdown_thread", False):
+        raise RuntimeError(f"executor {type(executor).__name__} is shut down: it cannot run asynchronous "
+                           "evaluations (evaluation.asynchronous)")
+
+
+# -- dedicated eval ranks -------------------------------------------------------------------------------
+
+def _outcome_to_wire(outcome) -> tuple:
+    result = outcome.result.state() if outcome.result is not None else None
+    error = None if outcome.error is None else (type(outcome.error).__name__, str(outcome.error))
+    return result, error, outcome.attempts
+
+
+def _outcome_from_wire(wire, where: str = "on the eval rank"):
+    from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
+
+    result, error, attempts = wire
+    if error is not None:
+        kind, text = error
+        return EvalOutcome(None, RemoteEvaluationError(f"{kind} {where}: {text}"), attempts=attempts)
+    return EvalOutcome(EvalResult.from_state(result), attempts=attempts)
+
+
+class EvalRanks:
+    """The world split into training ranks and dedicated eval ranks (``distributed.eval_ranks``).
+
+    Build it on **every** rank after ``init_process_group`` (it creates process groups, a collective): the
+    training ranks form :attr:`train_group` (give it to ``AdaptiveEvaluator.from_config(..., group=...,
+    eval_ranks=...)``), and each eval rank shares a two-rank group with the first training rank, which sends
+    it the weights and gets the results back.  On an eval rank call :meth:`serve` with
+    ``evaluate_fn(request, weights)``; it returns when the training ranks close their evaluator.
+
+    ``distributed.timeout_s`` bounds one evaluation on an eval rank (sending, evaluating, answering): past it,
+    or when the eval rank dies, the training ranks get an error and go on without evaluations.
+    ``idle_timeout_s`` bounds how long an eval rank waits for the next job (default one day).
+    """
+
+    def __init__(self, eval_ranks: Sequence[int], *, timeout_s: float = 600.0, idle_timeout_s: float = 86400.0):
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("distributed.eval_ranks: no torch.distributed process group is initialised")
+        world = dist.get_world_size()
+        ranks = [int(r) for r in eval_ranks]
+        for r in ranks:
+            if not 0 <= r < world:
+                raise ValueError(f"distributed.eval_ranks: rank {r} is outside the world of {world} ranks "
+                                 f"(0..{world - 1})")
+        if len(set(ranks)) != len(ranks):
+            raise ValueError(f"distributed.eval_ranks: a rank is listed twice: {ranks}")
+        train = [r for r in range(world) if r not in ranks]
+        if not train:
+            raise ValueError(f"distributed.eval_ranks: {ranks} covers every rank of the world of {world}; "
+                             "at least one rank must train")
+        if not ranks:
+            raise ValueError("distributed.eval_ranks is empty: there is no eval rank")
+        self.eval_ranks = ranks
+        self.train_ranks = train
+        self.leader = train[0]
+        self.rank = dist.get_rank()
+        self.timeout_s = float(timeout_s)
+        self.train_group = dist.new_group(train)
+        idle = datetime.timedelta(seconds=idle_timeout_s)
+        self._pairs = {e: dist.new_group(sorted([self.leader, e]), timeout=idle) for e in ranks}
+
+    @classmethod
+    def from_config(cls, cfg, **kw) -> "EvalRanks":
+        return cls(list(cfg.distributed.eval_ranks), timeout_s=float(cfg.distributed.timeout_s), **kw)
+
+    @property
+    def is_eval_rank(self) -> bool:
+        return self.rank in self.eval_ranks
+
+    def _group_rank(self, pair, global_rank: int) -> int:
+        import torch.distributed as dist
+
+        return dist.get_group_rank(pair, global_rank)
+
+    def serve(self, evaluate_fn: Callable) -> int:
+        """On an eval rank: evaluate each job the training ranks send, until they stop; returns the count."""
+        from adaptive_eval.distributed import DistContext, broadcast_tensor_container
+
+        if not self.is_eval_rank:
+            raise RuntimeError(f"serve() runs on an eval rank; rank {self.rank} trains "
+                               f"(distributed.eval_ranks: {self.eval_ranks})")
+        pair = self._pairs[self.rank]
+        answer = DistContext(pair, self.timeout_s)
+        me = self._group_rank(pair, self.rank)
+        done = 0
+        while True:
+            msg = broadcast_tensor_container(None, src_rank=self.leader, group=pair)  # waits for the next job
+            if msg.get("stop"):
+                return done
+            request = EvalRequest(**msg["request"])
+            try:
+                outcome = _run_job(evaluate_fn, request, msg["weights"], msg["options"])
+            except Exception as exc:  # noqa: BLE001 - on_error raise: the training ranks decide what to do
+                from adaptive_eval.evaluators import EvalOutcome
+
+                outcome = EvalOutcome(None, exc)
+            answer.broadcast_object(_outcome_to_wire(outcome), src=me)
+            done += 1
+
+    def executor(self) -> "_EvalRankExecutor":
+        if self.rank != self.leader:
+            raise RuntimeError(f"only the first training rank ({self.leader}) talks to the eval ranks")
+        return _EvalRankExecutor(self)
+
+
+class _EvalRankExecutor(cf.Executor):
+    """On the first training rank: one sender thread per eval rank, taking jobs from one queue."""
+
+    def __init__(self, layout: EvalRanks):
+        self.layout = layout
+        self.broken: str | None = None
+        self._alive = set(layout.eval_ranks)
+        self._queue: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._serve, args=(e,), name=f"adaptive_eval-eval-rank{e}",
+                                          daemon=True) for e in layout.eval_ranks]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn, /, request, weights, options):
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
+        future: cf.Future = cf.Future()
+        self._queue.put((future, request, weights, options))
+        return future
+
+    def _serve(self, e: int) -> None:
+        from adaptive_eval.distributed import DistContext, broadcast_tensor_container
+
+        layout = self.layout
+        pair = layout._pairs[e]
+        answer = DistContext(pair, layout.timeout_s)
+        src = layout._group_rank(pair, e)
+        while True:
+            item = self._queue.get()
+            if item is None:
+                try:
+                    broadcast_tensor_container({"stop": True}, src_rank=layout.leader, group=pair,
+                                               timeout_s=layout.timeout_s)
+                except Exception:  # noqa: BLE001 - a dead eval rank needs no stop
+                    pass
+                return
+            future, request, weights, options = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                fields = {f.name: getattr(request, f.name) for f in dataclasses.fields(request) if f.init
+                          and not f.name.startswith("_")}
+                opts = {k: v for k, v in options.items() if k != "clock"}
+                broadcast_tensor_container({"request": fields, "weights": dict(weights), "options": opts},
+                                           src_rank=layout.leader, group=pair, timeout_s=layout.timeout_s)
+                wire = answer.broadcast_object(None, src=src)
+                future.set_result(_outcome_from_wire(wire, f"on eval rank {e}"))
+            except Exception as exc:  # noqa: BLE001 - a dead or hung eval rank
+                with self._lock:
+                    self._alive.discard(e)
+                    if not self._alive:
+                        self.broken = f"eval rank {e} failed: {exc}"
+                future.set_exception(RuntimeError(f"eval rank {e} failed (distributed.timeout_s="
+                                                  f"{layout.timeout_s:g}): {exc}"))
+                if not self._alive:  # nobody left to take the queued jobs
+                    while True:
+                        try:
+                            rest = self._queue.get_nowait()
+                        except queue.Empty:
+                            break
+                        if rest is not None and rest[0].set_running_or_notify_cancel():
+                            rest[0].set_exception(RuntimeError(self.broken))
+                return
+
+    def shutdown(self, wait=True, *, cancel_futures=False, timeout_s: float | None = None):
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join(timeout_s)
+
+
+# -- the engine ------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Job:
+    id: int
+    step: int  # the step of the weights (= the submission step)
+    epoch: int | None
+    sample_size: int | None
+    reason: str
+    urgent: bool
+    due_step: int | None  # fixed latency: integrated at the first evaluate at or after this step
+    submitted_at: float
+    future: cf.Future | None = None  # None on training ranks other than the first, and after a resume
+    outcome: object = None  # a finished EvalOutcome (restored from a state, or timed out)
+
+    def record(self) -> dict:
+        return {"id": self.id, "step": self.step, "epoch": self.epoch, "sample_size": self.sample_size,
+                "reason": self.reason, "urgent": self.urgent, "due_step": self.due_step}
+
+
+class AsyncEvaluations:
+    """The evaluations in flight: submission, the rules of integration, cancellation and state.
+
+    Used by :class:`~adaptive_eval.AdaptiveEvaluator` (one per evaluator); ``owner`` is False on training
+    ranks other than the first in a process group: they keep the same records (every rank takes the same
+    decisions) but run nothing, and learn the outcomes from the first rank (:meth:`outcomes_from_wire`).
+    """
+
+    def __init__(self, *, max_in_flight: int = 1, latency: int | Callable[[int], int] | None = None,
+                 executor: cf.Executor | None = None, clock: Callable[[], float] = time.monotonic,
+                 eval_clock: Callable[[], float] | None = None, timeout_s: float | None = None,
+                 wait_limit_s: float = 600.0, owner: bool = True, options: Mapping | None = None,
+                 needs_snapshot: str | None = None):
+        if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"evaluation.max_in_flight must be an integer >= 1, got {max_in_flight!r}")
+        self.max_in_flight = max_in_flight
+        self._latency = latency
+        if owner:
+            if executor is None:
+                executor = DaemonThreadExecutor()
+            check_executor(executor)
+        self.executor = executor
+        self.clock = clock
+        self.eval_clock = eval_clock if eval_clock is not None else clock
+        self.timeout_s = timeout_s
+        self.wait_limit_s = float(wait_limit_s)
+        self.owner = owner
+        self.options = dict(options or {})
+        self.needs_snapshot = needs_snapshot  # why a plain evaluate_fn cannot be sent (eval ranks)
+        self.jobs: list[_Job] = []
+        self._next_id = 0
+        self.down: str | None = None
+        self._warned_plain = False
+
+    @property
+    def fixed_latency(self) -> bool:
+        return self._latency is not None
+
+    def latency_for(self, step: int) -> int | None:
+        lat = self._latency
+        if lat is None:
+            return None
+        return int(lat(step)) if callable(lat) else int(lat)
+
+    # -- admission ----------------------------------------------------------------------------------
+    def admit(self, decision: Decision) -> tuple[Decision, _Job | None]:
+        """``(decision, job to cancel)``: when full, a non-urgent evaluation waits (a deferral); an urgent one
+        takes the place of the oldest non-urgent one in flight (returned; the caller cancels it)."""
+        if self.down is not None:
+            return Decision(False, decision.sample_size, f"async:down ({self.down})", decision.urgent), None
+        if len(self.jobs) < self.max_in_flight:
+            return decision, None
+        if decision.urgent:
+            victim = next((j for j in self.jobs if not j.urgent), None)
+            if victim is not None:
+                return decision, victim
+        return (Decision(False, decision.sample_size, f"async:waiting ({len(self.jobs)} in flight)",
+                         decision.urgent), None)
+
+    def cancel(self, job: _Job) -> None:
+        self.jobs.remove(job)
+        if job.future is not None:
+            job.future.cancel()  # only stops one that has not started; a running one is dropped when done
+
+    def submit(self, evaluate_fn: Callable, request: EvalRequest, *, epoch, urgent: bool) -> _Job:
+        """Record the evaluation of ``request.step`` and, on the owner, start it (the snapshot is taken
+        here, in the caller's thread)."""
+        lat = self.latency_for(request.step)
+        if self.needs_snapshot is not None and not isinstance(evaluate_fn, SnapshotEval):
+            raise ValueError(self.needs_snapshot)  # on every training rank alike, before any collective
+        job = _Job(id=self._next_id, step=request.step, epoch=epoch, sample_size=request.sample_size,
+                   reason=request.reason, urgent=urgent, due_step=None if lat is None else request.step + lat,
+                   submitted_at=self.clock())
+        self._next_id += 1
+        self.jobs.append(job)
+        if self.owner:
+            weights = None
+            fn = evaluate_fn
+            if isinstance(evaluate_fn, SnapshotEval):
+                weights = evaluate_fn.snapshot(request.step)
+                fn = evaluate_fn.fn
+            elif not self._warned_plain:
+                self._warned_plain = True
+                log.warning("asynchronous evaluation of a plain evaluate_fn: it sees the weights the model has "
+                            "while it runs, not those of step %d; wrap it as adaptive_eval.asynchronous."
+                            "SnapshotEval(model, fn) to evaluate the weights of its step", request.step)
+            options = dict(self.options, epoch=epoch)
+            if isinstance(self.executor, _IN_PROCESS):  # another process times with its own monotonic clock
+                options["clock"] = self.eval_clock
+            try:
+                job.future = self.executor.submit(_run_job, fn, request, weights, options)
+            except RuntimeError as exc:  # a shut-down executor, a broken eval rank
+                self.down = f"{type(self.executor).__name__}: {exc}"
+                job.future = cf.Future()
+                job.future.set_exception(RuntimeError(f"asynchronous evaluation of step {request.step} could "
+                                                      f"not be submitted: {exc}"))
+        return job
+
+    # -- integration --------------------------------------------------------------------------------
+    def _timed_out(self, job: _Job) -> bool:
+        return self.timeout_s is not None and self.clock() - job.submitted_at > self.timeout_s
+
+    def ready(self, step: int) -> bool:
+        """Whether the oldest evaluation in flight is to be integrated at ``step`` (by its due step, or,
+        without a fixed latency and on the owner, because it finished or timed out)."""
+        if not self.jobs:
+            return False
+        head = self.jobs[0]
+        if head.due_step is not None:
+            return step >= head.due_step
+        if not self.owner:
+            return False
+        return head.outcome is not None or (head.future is not None and head.future.done()) or self._timed_out(head)
+
+    def take(self, step: int) -> list[tuple[_Job, object]]:
+        """On the owner: the (job, EvalOutcome) pairs to integrate at ``step``, in submission order.  A job due
+        by its fixed latency is waited for (at most its timeout); the others only if they finished."""
+        out = []
+        while self.jobs and self.ready(step):
+            job = self.jobs.pop(0)
+            out.append((job, self._outcome(job)))
+        return out
+
+    def _outcome(self, job: _Job):
+        from adaptive_eval.evaluators import EvalOutcome
+
+        if job.outcome is not None:
+            return job.outcome
+        if job.future is None:
+            return EvalOutcome(None, RuntimeError(f"async:lost: the evaluation of step {job.step} was in flight "
+                                                  "when the state was saved and did not finish"), attempts=0)
+        limit = self.wait_limit_s
+        if self.timeout_s is not None:
+            limit = min(limit, max(0.0, self.timeout_s - (self.clock() - job.submitted_at)))
+        try:
+            return job.future.result(timeout=limit)
+        except cf.TimeoutError:
+            job.future.cancel()
+            what = "evaluation.timeout_s" if self.timeout_s is not None and limit < self.wait_limit_s else "the wait"
+            return EvalOutcome(None, TimeoutError(f"the asynchronous evaluation of step {job.step} did not finish "
+                                                  f"within {what} ({limit:g} s)"))
+        except cf.CancelledError:
+            return EvalOutcome(None, RuntimeError(f"the evaluation of step {job.step} was cancelled"))
+        except Exception as exc:  # noqa: BLE001 - on_error raise in the worker, a broken runner
+            if "eval rank" in str(exc) and getattr(self.executor, "broken", None):
+                self.down = self.executor.broken
+            return EvalOutcome(None, exc)
+
+    def outcomes_to_wire(self, pairs) -> list:
+        return [(job.id, _outcome_to_wire(outcome)) for job, outcome in pairs] + [("down", self.down)]
+
+    def outcomes_from_wire(self, wire) -> list:
+        """On a training rank that is not the owner: the owner's outcomes, matched to this rank's records."""
+        pairs = []
+        *items, (_, down) = wire
+        self.down = down
+        for job_id, w in items:
+            job = next(j for j in self.jobs if j.id == job_id)
+            self.jobs.remove(job)
+            pairs.append((job, _outcome_from_wire(w, "on the first training rank")))
+        return pairs
+
+    # -- state and shutdown -------------------------------------------------------------------------
+    def state_dict(self, drain_timeout_s: float | None = None) -> dict:
+        """The evaluations in flight, each with its finished result (waited for, at most ``drain_timeout_s``
+        in all) or marked lost."""
+        deadline = time.monotonic() + (self.wait_limit_s if drain_timeout_s is None else drain_timeout_s)
+        jobs = []
+        for job in self.jobs:
+            rec = job.record()
+            if self.owner:
+                if job.outcome is None and job.future is not None:
+                    try:
+                        job.outcome = job.future.result(timeout=max(0.0, deadline - time.monotonic()))
+                    except cf.TimeoutError:
+                        pass
+                    except Exception as exc:  # noqa: BLE001
+                        from adaptive_eval.evaluators import EvalOutcome
+
+                        job.outcome = EvalOutcome(None, exc)
+                rec["outcome"] = _outcome_to_wire(job.outcome) if job.outcome is not None else None
+            jobs.append(rec)
+        return {"jobs": jobs, "next_id": self._next_id, "down": self.down}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        self.jobs = []
+        for rec in sd.get("jobs", []):
+            job = _Job(id=int(rec["id"]), step=int(rec["step"]), epoch=rec.get("epoch"),
+                       sample_size=rec.get("sample_size"), reason=str(rec["reason"]), urgent=bool(rec["urgent"]),
+                       due_step=rec.get("due_step"), submitted_at=self.clock())
+            wire = rec.get("outcome")
+            if wire is not None:
+                result, error, attempts = wire
+                job.outcome = _outcome_from_wire((result, error, attempts), "before the resume")
+            self.jobs.append(job)
+        self._next_id = int(sd.get("next_id", len(self.jobs)))
+        self.down = sd.get("down")
+
+    def drain(self, timeout_s: float | None = None) -> list[tuple[_Job, object]]:
+        """Wait for everything in flight (at most ``timeout_s`` in all) and return it to integrate."""
+        deadline = time.monotonic() + (self.wait_limit_s if timeout_s is None else timeout_s)
+        out = []
+        for job in list(self.jobs):
+            saved = self.wait_limit_s
+            self.wait_limit_s = max(0.0, deadline - time.monotonic())
+            try:
+                out.append((job, self._outcome(job)))
+            finally:
+                self.wait_limit_s = saved
+        self.jobs = []
+        return out
+
+    def close(self, timeout_s: float | None = None) -> None:
+        ex = self.executor
+        if isinstance(ex, _EvalRankExecutor):
+            ex.shutdown(wait=True, timeout_s=timeout_s if timeout_s is not None else self.wait_limit_s)
+        elif isinstance(ex, DaemonThreadExecutor):
+            ex.shutdown(wait=False)
+        # A user's executor is the user's to shut down.
+
+
+def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None = None,
+                clock: Callable[[], float] = time.monotonic, eval_clock=None, distributed: bool = False,
+                rank: int = 0, latency: int | Callable[[int], int] | None = None) -> AsyncEvaluations:
+    """The :class:`AsyncEvaluations` of an evaluator, from its plain config (checked here, before training)."""
+    ev, dist_cfg = plain["evaluation"], plain["distributed"]
+    if not ev["asynchronous"]:
+        what = "executor" if executor is not None else "eval_ranks"
+        raise ValueError(f"an {what} was given but evaluation.asynchronous is false; set it to true")
+    configured = list(dist_cfg.get("eval_ranks") or [])
+    if executor is not None and eval_ranks is not None:
+        raise ValueError("give either an executor or eval_ranks (distributed.eval_ranks), not both")
+    needs_snapshot = None
+    if configured or eval_ranks is not None:
+        if eval_ranks is None:
+            raise ValueError(f"distributed.eval_ranks is {configured}: build adaptive_eval.asynchronous.EvalRanks"
+                             ".from_config(cfg) on every rank and pass it as eval_ranks= (and its train_group as "
+                             "group=)")
+        if list(eval_ranks.eval_ranks) != configured:
+            raise ValueError(f"distributed.eval_ranks is {configured} but the EvalRanks given has "
+                             f"{eval_ranks.eval_ranks}")
+        if eval_ranks.is_eval_rank:
+            raise RuntimeError(f"rank {eval_ranks.rank} is an eval rank (distributed.eval_ranks): it runs "
+                               "EvalRanks.serve(evaluate_fn), not an AdaptiveEvaluator")
+        needs_snapshot = ("distributed.eval_ranks: the training ranks send the weights to the eval ranks, so "
+                          "evaluate_fn must be adaptive_eval.asynchronous.SnapshotEval(model) (the eval rank "
+                          "runs its own fn(request, weights))")
+    owner = rank == 0
+    if owner and eval_ranks is not None:
+        executor = eval_ranks.executor()
+    timeout = float(dist_cfg["timeout_s"])
+    if latency is None:
+        latency = ev.get("async_integrate_after_steps")
+    options = {k: ev[k] for k in ("confidence", "on_error", "max_retries", "retry_backoff_s", "precision")}
+    options["pass_at_k"] = list(ev.get("pass_at_k", [1]))
+    options["suites"] = bool(ev.get("suites"))
+    return AsyncEvaluations(
+        max_in_flight=int(ev["max_in_flight"]), latency=latency, executor=executor, clock=clock,
+        eval_clock=eval_clock, timeout_s=ev.get("timeout_s"),
+        # In a group the other training ranks wait for the first one's broadcast at most distributed.timeout_s:
+        # the first one gives up on a late evaluation well before that.
+        wait_limit_s=0.5 * timeout if distributed else timeout, owner=owner, options=options,
+        needs_snapshot=needs_snapshot)

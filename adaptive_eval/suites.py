@@ -1,0 +1,127 @@
+"""Eval suites (``evaluation.suites``): which suites an evaluation covers, and which items of each.
+
+A suite is a named eval set (MATH500, AIME24, ...) with its size, samples per item, relative cost per
+sample, optional strata and a schedule (``every``: run at every m-th evaluation).  This module is pure:
+
+* :func:`suite_order`: the suite's one fixed, seeded order of items (stratified when strata are given:
+  every prefix holds each stratum in proportion, within one item), so that a larger sample extends the
+  same items and successive evaluations share their items first;
+* :func:`due_suites`: which suites the ``index``-th evaluation covers and why (every eval, the m-th eval,
+  an alarm, the last step, before training), for the decision's reason;
+* :func:`suite_requests`: the :class:`~adaptive_eval.types.SuiteRequest` of each due suite for one rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from adaptive_eval.types import SuiteRequest
+
+__all__ = ["SuitePlan", "due_suites", "suite_order", "suite_requests", "suites_reason"]
+
+# Evaluations that cover every suite, whatever its ``every``.
+_ALL_SUITES = ("alarm:", "trigger:final", "before_train")
+
+
+@functools.lru_cache(maxsize=64)
+def suite_order(seed: int, name: str, size: int, strata: tuple = ()) -> tuple[int, ...]:
+    """The nested sampling order of a suite's items (a tuple: cached, not to be mutated).
+
+    Without strata, a seeded permutation.  With strata (one label per item), each stratum is permuted and
+    the strata are interleaved so that every prefix holds each stratum ``h`` about ``t * N_h / N`` times
+    (proportional allocation, never off by more than one item).
+
+    >>> suite_order(0, "aime24", 6)
+    (0, 4, 5, 3, 2, 1)
+    >>> order = suite_order(0, "math", 8, ("easy",) * 6 + ("hard",) * 2)
+    >>> [("easy",) * 6 + ("hard",) * 2][0][order[0]], sorted(order) == list(range(8))
+    ('easy', True)
+    """
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), zlib.crc32(name.encode())])))
+    if not strata:
+        return tuple(rng.permutation(size).tolist())
+    labels = sorted({str(s) for s in strata})
+    members = {h: [i for i, s in enumerate(strata) if str(s) == h] for h in labels}
+    queues = {h: [members[h][j] for j in rng.permutation(len(members[h]))] for h in labels}
+    taken = dict.fromkeys(labels, 0)
+    order = []
+    for t in range(size):
+        # The stratum furthest below its proportional share after t + 1 items (ties: label order).
+        h = max(labels, key=lambda h: (len(members[h]) * (t + 1) / size - taken[h], -labels.index(h)))
+        order.append(queues[h][taken[h]])
+        taken[h] += 1
+    return tuple(order)
+
+
+class SuitePlan(tuple):
+    """``(name, items, samples_per_item)``: how much of one suite an evaluation covers (plain values)."""
+
+    __slots__ = ()
+
+    def __new__(cls, name: str, items: int, samples_per_item: int):
+        return super().__new__(cls, (str(name), int(items), int(samples_per_item)))
+
+    name = property(lambda self: self[0])
+    items = property(lambda self: self[1])
+    samples_per_item = property(lambda self: self[2])
+
+
+def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[str, str]:
+    """The suites the ``index``-th evaluation (0-based) covers, each with why: ``every`` (a suite of every
+    evaluation), ``every <m>th`` (its turn), ``alarm``, ``final`` or ``before_train`` (these cover all).
+
+    >>> cfg = {"math500": {"every": 1}, "aime24": {"every": 4}}
+    >>> due_suites(cfg, 0, "trigger:steps"), due_suites(cfg, 1, "trigger:steps")
+    ({'math500': 'every', 'aime24': 'every 4th'}, {'math500': 'every'})
+    >>> due_suites(cfg, 1, "alarm:train/reward:cusum:down")
+    {'math500': 'every', 'aime24': 'alarm'}
+    """
+    out = {}
+    for name, suite in suites.items():
+        every = int(suite["every"])
+        if every <= 1:
+            out[name] = "every"
+        elif index % every == 0:
+            out[name] = f"every {every}th"
+        elif reason.startswith(_ALL_SUITES):
+            out[name] = "alarm" if reason.startswith("alarm:") else reason.split(":")[-1]
+    return out
+
+
+def suites_reason(reason: str, suites: Mapping[str, Mapping], due: Mapping[str, str], index: int) -> str:
+    """The decision's reason with the suites it covers and why, and when the skipped ones are next due.
+
+    >>> cfg = {"math500": {"every": 1}, "aime24": {"every": 4}}
+    >>> suites_reason("trigger:steps", cfg, {"math500": "every"}, 1)
+    'trigger:steps [math500: every; aime24: skipped, due in 3 evals]'
+    """
+    parts = []
+    for name, suite in suites.items():
+        if name in due:
+            parts.append(f"{name}: {due[name]}")
+        else:
+            every = int(suite["every"])
+            wait = every - index % every
+            parts.append(f"{name}: skipped, due in {wait} eval{'s' if wait != 1 else ''}")
+    return f"{reason} [{'; '.join(parts)}]"
+
+
+def suite_requests(suites: Mapping[str, Mapping], plans: Sequence[SuitePlan], seed: int, rank: int = 0,
+                   world_size: int = 1) -> dict[str, SuiteRequest]:
+    """This rank's :class:`SuiteRequest` for each planned suite: a strided shard of the first ``items``
+    of the suite's nested order (shards are disjoint, differ in size by at most one, and an item keeps its
+    rank from one evaluation to the next)."""
+    out = {}
+    for plan in plans:
+        suite = suites[plan.name]
+        size = int(suite["size"])
+        items = min(int(plan.items), size)
+        order = suite_order(int(seed), plan.name, size, tuple(str(s) for s in suite.get("strata") or ()))
+        out[plan.name] = SuiteRequest(name=plan.name, size=size, sample_size=items,
+                                      samples_per_item=int(plan.samples_per_item),
+                                      indices=list(order[:items][rank::world_size]))
+    return out

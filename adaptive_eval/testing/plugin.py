@@ -1,0 +1,147 @@
+"""pytest plugin: replay recorded traces once per test session and run one test over a folder of them.
+
+Opt in with one of::
+
+    pytest -p adaptive_eval.testing.plugin
+    pytest_plugins = ["adaptive_eval.testing.plugin"]      # in your test module or top-level conftest.py
+    [tool.pytest.ini_options]  adaptive_eval_plugin = true  # pyproject.toml / pytest.ini
+
+Then::
+
+    @pytest.mark.replay_traces("recorded/", config="configs/mine.yaml")   # one test per trace file there
+    def test_mine_catches_what_it_caught(replay_run):
+        for event in replay_run.events:                                 # from recorded/<trace>.events.yaml
+            assert_confirmed(replay_run, event)
+
+* ``replay_traces(source, *, config=None, seed=0)`` (marker): ``source`` is a folder (each trace file in it,
+  sidecar events files left out), a trace file, a shipped real trace name, or a list of these; relative
+  paths are taken from the test file's folder.  ``config``: a YAML path (likewise), a preset name or a
+  loaded config; default: the ini option ``adaptive_eval_config``, else the default preset.
+* ``replay_run`` (fixture): the :class:`~adaptive_eval.testing.ReplayRun` of the test's trace, from
+  ``replay_cache``: each (trace, config, seed) is replayed once per session, however many tests use it.
+* ``recorded_trace`` (fixture): the trace the test runs on (a path, or a shipped trace's name); set by the
+  marker, or parametrize it yourself.
+* ``replay_cache`` (session fixture): ``replay_cache.get(trace, config=None, seed=0)`` for tests that replay
+  several traces or configs themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
+
+MARKER = "replay_traces"
+
+
+class ReplayCache:
+    """Replays each (trace, config, seed) once; later requests get the same :class:`ReplayRun`."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple, ReplayRun] = {}
+        self.replays = 0  # how many replays really ran
+
+    def get(self, trace, config=None, seed: int = 0) -> ReplayRun:
+        run = self._runs.get(key := (_key(trace), _key(config), seed))
+        if run is None:
+            run = self._runs[key] = replay_trace(trace, config, seed=seed)
+            self.replays += 1
+        return run
+
+
+def _key(value):
+    """A cache key: a path by its resolved name and modification time, a config by its YAML, a preset or a
+    shipped trace by its name, anything else by identity."""
+    if value is None or isinstance(value, str) and not os.path.exists(value):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        p = pathlib.Path(value).resolve()
+        return str(p), p.stat().st_mtime_ns
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(value, DictConfig):
+        return OmegaConf.to_yaml(value)
+    return id(value)
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", f"{MARKER}(source, *, config=None, seed=0): run the test once per recorded trace in source "
+                   "(a folder, a trace file, a shipped real trace name, or a list); the replay_run fixture "
+                   "replays it (adaptive_eval.testing.plugin)")
+
+
+def _relative_to(base: pathlib.Path, value):
+    if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value) and (base / value).exists():
+        return base / value
+    return value
+
+
+def _sources(marker, base: pathlib.Path) -> list:
+    if not marker.args:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}() needs a folder, trace file or trace name")
+    source = marker.args[0]
+    items = list(source) if isinstance(source, (list, tuple)) else [source]
+    out = []
+    for item in items:
+        resolved = _relative_to(base, item)
+        if isinstance(resolved, (str, os.PathLike)) and os.path.isdir(resolved):
+            found = trace_files(resolved)
+            if not found:
+                raise pytest.UsageError(f"@pytest.mark.{MARKER}({item!r}): no trace files (*.csv, *.jsonl, *.json) "
+                                        f"in {resolved}")
+            out += found
+        else:
+            out.append(resolved)
+    return out
+
+
+def _trace_id(item) -> str:
+    return pathlib.Path(item).name if isinstance(item, (str, os.PathLike)) else str(getattr(item, "name", item))
+
+
+def pytest_generate_tests(metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker(MARKER)
+    if marker is None or "recorded_trace" not in metafunc.fixturenames:
+        return
+    traces = _sources(marker, metafunc.definition.path.parent)
+    metafunc.parametrize("recorded_trace", traces, ids=[_trace_id(t) for t in traces])
+
+
+@pytest.fixture(scope="session")
+def replay_cache() -> ReplayCache:
+    """Replays shared by the whole test session."""
+    return ReplayCache()
+
+
+@pytest.fixture
+def recorded_trace(request):
+    """The trace this test runs on: set by ``@pytest.mark.replay_traces(...)`` or your own parametrize."""
+    raise pytest.UsageError(f"{request.node.nodeid}: replay_run needs a trace: mark the test with "
+                            f"@pytest.mark.{MARKER}(folder_or_trace) or parametrize 'recorded_trace'")
+
+
+def _ini_config(config) -> str | None:
+    try:
+        value = config.getini("adaptive_eval_config")
+    except ValueError:  # the entry point was not loaded (PYTEST_DISABLE_PLUGIN_AUTOLOAD): no such ini option
+        return None
+    if not value:
+        return None
+    return _relative_to(pathlib.Path(config.rootpath), value)
+
+
+@pytest.fixture
+def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
+    """The replayed run of ``recorded_trace`` under the marker's (or ini's) config and seed, cached per session."""
+    marker = request.node.get_closest_marker(MARKER)
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    unknown = sorted(set(kwargs) - {"config", "seed"})
+    if unknown:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown keyword {unknown[0]!r} (config, seed)")
+    config = kwargs.get("config")
+    config = _relative_to(request.path.parent, config) if config is not None else _ini_config(request.config)
+    return replay_cache.get(recorded_trace, config, seed=int(kwargs.get("seed", 0)))

@@ -1,0 +1,581 @@
+"""Tuning a preset on recorded runs: the scoring harness (shared with ``benchmarks/policies.py``) and
+``adaptive-eval tune`` (an Optuna multi-objective search, cross-validated over the runs).
+
+A :class:`Case` is one run to replay: its trace, the steps of its events (changes a good schedule must
+confirm), the true eval value at every record (``truth``), the eval metric and the eval set's size.
+:func:`run_case` replays a config on it and scores it with :func:`adaptive_eval.scoring.score_run`
+(cost, confirmed delays, needless evaluations, selection regret); :func:`aggregate` pools scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+
+from adaptive_eval.scoring import RunScore, score_run
+
+__all__ = ["OBJECTIVES", "SPACE", "Case", "TuneError", "TuneResult", "aggregate", "apply_params", "case_from_file",
+           "case_from_real", "case_from_synthetic", "check_input", "cost_overrides", "pareto", "replay_case",
+           "run_case", "score_case", "tune"]
+
+
+@dataclasses.dataclass
+class Case:
+    """One run to replay and score.  ``events`` are record indices; ``truth[i]`` the true eval value at
+    record ``i`` (None: no ground truth); ``metric`` the eval column without ``eval/``."""
+
+    name: str
+    trace: object
+    events: list[int]
+    truth: Sequence[float] | None
+    metric: str | None
+    higher_is_better: bool = True
+    items: int = 500
+    overrides: list[str] | None = None  # replay cost model for this run (None: cost_overrides(case))
+
+    @property
+    def steps(self) -> int:
+        return len(self.trace.records)
+
+
+def case_from_synthetic(st) -> Case:
+    """A :class:`~adaptive_eval.synthetic.SyntheticTrace` as a case (its steps are its record indices)."""
+    return Case(f"synthetic/{st.name}", st.trace, [int(e.step) for e in st.events],
+                [float(v) for v in st.truth], st.eval_metric[len("eval/"):], st.higher_is_better)
+
+
+def _index_events(trace, steps: Sequence[int]) -> list[int]:
+    index = [r.step for r in trace.records]
+    out = []
+    for s in steps:
+        i = int(np.searchsorted(index, s))  # the first record at or after the event's step
+        if i < len(index):
+            out.append(i)
+    return out
+
+
+def case_from_real(name: str) -> Case:
+    """A shipped real trace (:func:`adaptive_eval.convert.load_real`) as a case."""
+    from adaptive_eval.convert import load_real
+
+    rt = load_real(name)
+    metric = rt.eval_metric[len("eval/"):] if rt.eval_metric else None
+    items = rt.items.get(rt.eval_metric, 500) if rt.eval_metric else 500
+    truth = None if rt.truth is None else [float(v) for v in rt.truth]
+    return Case(f"real/{name}", rt.trace, _index_events(rt.trace, [e.step for e in rt.events]), truth, metric,
+                rt.higher_is_better, items)
+
+
+def cost_overrides(case: Case) -> list[str]:
+    """The eval cost model, in the run's own time: a whole-set evaluation costs 3 training steps
+    (0.5 fixed + 2.5 in proportion to the items), and the eval set is the case's own size.
+
+    (A GRPO step that generates rollouts takes about as long as generating answers to a few hundred
+    MATH-500 problems.)  Every schedule is replayed under the same model; only the budget policy reads it.
+    """
+    times = [r.time for r in case.trace.records]
+    dt = 10.0
+    if len(times) > 1 and all(t is not None for t in times):
+        dt = float(np.median(np.diff(times)))
+    dt = dt if dt > 0 else 10.0
+    return [f"replay.step_seconds={dt}", f"replay.eval_fixed_seconds={0.5 * dt}",
+            f"replay.eval_seconds_per_sample={2.5 * dt / case.items}", f"replay.eval_set_size={case.items}",
+            "logging.tensorboard_dir=null"]
+
+
+def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
+    """Replay ``cfg`` (a loaded config) on ``case`` under the case's cost model: its evaluations, with
+    steps as record indices."""
+    from omegaconf import OmegaConf
+
+    from adaptive_eval.replay import replay
+
+    overrides = cost_overrides(case) if case.overrides is None else case.overrides
+    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null"]))
+    res = replay(case.trace, cfg, seed=seed)
+    index = {r.step: i for i, r in enumerate(case.trace.records)}
+    return [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
+
+
+def score_case(case: Case, evals: list[dict], *, by: str = "shrunk") -> RunScore:
+    """Score a case's evaluations (from :func:`replay_case`)."""
+    return score_run(evals, steps=case.steps, full_size=case.items, events=case.events, truth=case.truth,
+                     metric=case.metric, higher_is_better=case.higher_is_better, by=by)
+
+
+def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:
+    """Replay ``cfg`` on ``case`` and score it."""
+    return score_case(case, replay_case(case, cfg, seed=seed), by=by)
+
+
+def aggregate(scores: Sequence[RunScore], *, within: int = 25) -> dict:
+    """Pooled figures: ``per_1k`` (eval items per 1,000 steps), ``median_delay`` (confirmed; a miss is
+    infinite), ``confirmed`` (share of events confirmed within ``within`` steps), ``needless`` (share of
+    the evaluations on event-free stretches that an alarm brought forward), ``regret`` (mean over runs
+    with ground truth), ``items_per_eval``, and the counts behind them."""
+    steps = sum(s.steps for s in scores)
+    samples = sum(s.samples for s in scores)
+    evals = sum(s.evals for s in scores)
+    delays = [d for s in scores for d in s.delays]
+    quiet = sum(s.quiet_evals for s in scores)
+    regrets = [s.regret for s in scores if math.isfinite(s.regret)]
+    points = [s.regret_points for s in scores if math.isfinite(s.regret_points)]
+    return {
+        "per_1k": 1000.0 * samples / max(steps, 1),
+        "median_delay": statistics.median(math.inf if d is None else d for d in delays) if delays else math.nan,
+        "confirmed": sum(d is not None and d <= within for d in delays) / len(delays) if delays else math.nan,
+        "needless": sum(s.needless for s in scores) / quiet if quiet else 0.0,
+        "regret": sum(regrets) / len(regrets) if regrets else math.nan,
+        "regret_points": sum(points) / len(points) if points else math.nan,
+        "items_per_eval": samples / evals if evals else math.nan,
+        "runs": len(scores), "events": len(delays), "quiet_evals": quiet, "steps": steps,
+    }
+
+
+# ------------------------------------------------------------------------------------------ adaptive-eval tune
+
+OBJECTIVES = {
+    # name: (what is minimised, the aggregate key, a formatter)
+    "cost": "eval items per 1,000 training steps",
+    "delay": "mean confirmed detection delay in steps (a miss or a delay over 100 counts 100)",
+    "regret": "selection regret, as a share of each run's range of true values (mean over runs)",
+}
+DELAY_CAP = 100
+
+
+class TuneError(ValueError):
+    """Bad input to ``tune``: reported before any trial runs."""
+
+
+def capped_delay(scores: Sequence[RunScore], cap: int = DELAY_CAP) -> float:
+    delays = [cap if d is None else min(d, cap) for s in scores for d in s.delays]
+    return sum(delays) / len(delays) if delays else math.nan
+
+
+def objective_values(scores: Sequence[RunScore], objectives: Sequence[str]) -> list[float]:
+    agg = aggregate(scores)
+    out = []
+    for name in objectives:
+        if name == "cost":
+            out.append(agg["per_1k"])
+        elif name == "delay":
+            out.append(capped_delay(scores))
+        else:
+            out.append(agg["regret"])
+    return out
+
+
+def _cusum(cfg) -> tuple[int, dict] | None:
+    for i, spec in enumerate(cfg.streams.default):
+        if spec.get("type") == "cusum":
+            return i, spec
+    return None
+
+
+# The search space: (dotted key, kind, low, high, log).  Every key is a real config key.
+SPACE = [
+    ("trigger.freq_steps", int, 5, 100, True),
+    ("policy.interval.max_factor", float, 1.0, 8.0, True),
+    ("policy.interval.relax", float, 1.0, 3.0, False),
+    ("policy.alarm.cooldown_steps", int, 0, 60, False),
+    ("policy.sample_size.initial", int, 16, 256, True),
+    ("policy.sample_size.min", int, 8, 128, True),
+    ("policy.sample_size.target_half_width", float, 0.03, 0.25, True),
+    ("policy.sample_size.alarm_factor", float, 1.0, 16.0, True),
+    ("policy.peak.improving_factor", float, 1.0, 4.0, False),
+    ("policy.peak.confirm_size", int, 32, 1024, True),
+    ("policy.peak.confirm_steps", int, 0, 10, False),
+    ("policy.budget.max_eval_fraction", float, 0.02, 0.5, True),
+    ("cusum.threshold", float, 3.0, 16.0, True),
+    ("cusum.k", float, 0.25, 2.0, True),
+    ("cusum.adapt", float, 0.0, 0.2, False),
+]
+
+
+def _get(cfg, key: str):
+    if key.startswith("cusum."):
+        found = _cusum(cfg)
+        return None if found is None else found[1].get(key.split(".", 1)[1])
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key)
+
+
+def apply_params(base, params: dict):
+    """``base`` (a loaded config) with the searched ``params`` set; ``cusum.*`` sets the default streams'
+    CUSUM detector (added after ``nonfinite`` when the base has none)."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=True))
+    cusum = {k.split(".", 1)[1]: v for k, v in params.items() if k.startswith("cusum.")}
+    for k, v in params.items():
+        if not k.startswith("cusum."):
+            OmegaConf.update(cfg, k, v, merge=False)
+    if cusum:
+        found = _cusum(cfg)
+        specs = list(OmegaConf.to_container(cfg.streams.default))
+        if found is None:
+            specs.append({"type": "cusum", "warmup": 30, **cusum})
+        else:
+            specs[found[0]] = {**specs[found[0]], **cusum}
+        cfg.streams.default = specs
+    # Keep the sample-size bounds consistent: min <= initial <= max.
+    ss = cfg.policy.sample_size
+    if ss.min > ss.max:
+        ss.max = ss.min
+    from adaptive_eval.config import as_config
+
+    return as_config(OmegaConf.to_container(cfg))
+
+
+def _suggest(trial, base) -> dict:
+    params = {}
+    for key, kind, low, high, log in SPACE:
+        if kind is int:
+            params[key] = trial.suggest_int(key, low, high, log=log)
+        else:
+            params[key] = trial.suggest_float(key, low, high, log=log)
+    return params
+
+
+def base_params(base) -> dict:
+    """The base config's own values of the searched keys, clipped into the space (the first trial)."""
+    out = {}
+    for key, kind, low, high, _ in SPACE:
+        v = _get(base, key)
+        if v is None:
+            continue
+        out[key] = kind(min(max(v, low), high))
+    return out
+
+
+def folds(n: int, k: int = 3) -> list[list[int]]:
+    """Round-robin folds of the runs (``k`` at most ``n``)."""
+    k = max(1, min(k, n))
+    return [list(range(i, n, k)) for i in range(k)]
+
+
+def pareto(points: Sequence[Sequence[float]]) -> list[int]:
+    """Indices of the points no other point dominates (all objectives minimised; NaN rows excluded).
+
+    >>> pareto([(1, 5), (2, 2), (3, 3), (5, 1), (float("nan"), 0)])
+    [0, 1, 3]
+    """
+    ok = [i for i, p in enumerate(points) if all(math.isfinite(x) for x in p)]
+    front = []
+    for i in ok:
+        p = points[i]
+        if not any(all(a <= b for a, b in zip(points[j], p)) and any(a < b for a, b in zip(points[j], p))
+                   for j in ok if j != i):
+            front.append(i)
+    return front
+
+
+def chosen_points(front: Sequence[int], values: Sequence[Sequence[float]], k: int = 5) -> list[int]:
+    """Up to ``k`` points of the front spread along it: the best of each objective, then the ones
+    farthest (normalised) from those already chosen."""
+    if not front:
+        return []
+    m = len(values[front[0]])
+    lo = [min(values[i][j] for i in front) for j in range(m)]
+    hi = [max(values[i][j] for i in front) for j in range(m)]
+    norm = {i: [(values[i][j] - lo[j]) / (hi[j] - lo[j]) if hi[j] > lo[j] else 0.0 for j in range(m)]
+            for i in front}
+    chosen: list[int] = []
+    for j in range(m):
+        best = min(front, key=lambda i: (values[i][j], i))
+        if best not in chosen:
+            chosen.append(best)
+    # the knee: the point nearest the ideal corner
+    knee = min(front, key=lambda i: (sum(x * x for x in norm[i]), i))
+    if knee not in chosen:
+        chosen.append(knee)
+    while len(chosen) < min(k, len(front)):
+        far = max((i for i in front if i not in chosen),
+                  key=lambda i: (min(sum((a - b) ** 2 for a, b in zip(norm[i], norm[c])) for c in chosen), -i))
+        chosen.append(far)
+    return chosen[:k]
+
+
+def case_from_file(path: str, base, events: Sequence[int] = ()) -> Case:
+    """A recorded trace file (CSV, JSONL or TensorBoard folder) as a case: truth is its eval column
+    (``evaluation.metric``, else the first ``eval/`` column) carried forward; ``events`` are steps."""
+    from adaptive_eval.trace import read_trace
+
+    trace = read_trace(path)
+    names = [n for n in trace.eval_names() if not n.endswith(":std")]
+    metric = base.evaluation.metric
+    col = f"eval/{metric}" if metric is not None else (names[0] if names else None)
+    truth = None
+    if col is not None and col in names:
+        truth, last = [], math.nan
+        for rec in trace.records:
+            last = rec.metrics.get(col, last)
+            truth.append(float(last))
+    return Case(str(path), trace, _index_events(trace, events), truth, col[len("eval/"):] if col else None,
+                bool(base.evaluation.higher_is_better), int(base.replay.eval_set_size), overrides=[])
+
+
+def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int) -> None:
+    """Raise :class:`TuneError` for input ``tune`` cannot work with (before any trial runs)."""
+    unknown = [o for o in objectives if o not in OBJECTIVES]
+    if unknown:
+        raise TuneError(f"unknown objective {unknown[0]!r}; choose from {', '.join(OBJECTIVES)}")
+    if not objectives:
+        raise TuneError(f"no objective; choose from {', '.join(OBJECTIVES)}")
+    if trials < 1:
+        raise TuneError(f"--trials must be at least 1, got {trials}")
+    if not cases:
+        raise TuneError("no traces to tune on")
+    for c in cases:
+        if c.steps < 2:
+            raise TuneError(f"{c.name}: {c.steps} step{'s' if c.steps != 1 else ''}: a trace needs at least 2 "
+                            "steps to tune on")
+        if c.truth is None or not any(math.isfinite(v) for v in c.truth):
+            raise TuneError(f"{c.name}: no eval ground truth (no eval/<metric> column with a value): replay "
+                            "cannot simulate evaluations, so there is nothing to score")
+    if "delay" in objectives and not any(c.events for c in cases):
+        raise TuneError("no events in any trace, so the delay objective cannot be scored: mark the changes with "
+                        "--events TRACE=STEP[,STEP...], tune on real:NAME traces, or drop --objective delay")
+
+
+@dataclasses.dataclass
+class TuneResult:
+    objectives: list[str]
+    trials: list[dict]  # number, params, values (all runs), fold_values
+    front: list[int]  # indices into trials
+    chosen: list[tuple[int, str]]  # (index into trials, rule)
+    cv: dict  # rule -> held-out-fold mean of each objective
+    interrupted: bool = False
+    written: list[str] = dataclasses.field(default_factory=list)
+
+
+def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str) -> int | None:
+    front = [idx[i] for i in pareto([values[j] for j in idx])]
+    if not front:
+        return None
+    if rule.startswith("best "):
+        j = rule.split(" ", 1)[1]
+        return min(front, key=lambda i: (values[i][_OBJ_INDEX[j]], i))
+    m = len(values[front[0]])
+    lo = [min(values[i][k] for i in front) for k in range(m)]
+    hi = [max(values[i][k] for i in front) for k in range(m)]
+    return min(front, key=lambda i: (sum(((values[i][k] - lo[k]) / (hi[k] - lo[k])) ** 2 if hi[k] > lo[k] else 0.0
+                                         for k in range(m)), i))
+
+
+_OBJ_INDEX: dict[str, int] = {}
+
+
+def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "delay", "regret"), trials: int = 50,
+         seed: int = 0, out_dir: str | None = None, progress: bool = True, n_folds: int = 3) -> TuneResult:
+    """Search the policy and detector parameters (:data:`SPACE`) on ``cases`` with Optuna.
+
+    Every trial replays the candidate config on every run (replay seed 0) and scores it per fold of the
+    runs (round-robin, ``n_folds``); its objective values are the mean over folds.  The first trial is the
+    base config's own values.  The sampler is Optuna's TPE (multi-objective when more than one), seeded
+    with ``seed``: the same runs, base, objectives, trials and seed give the same trials.  Cross-validation:
+    for each selection rule (best of each objective, the knee), the rule is applied to the front computed
+    on all folds but one and the pick scored on the one left out; ``cv`` holds the mean over folds.
+    A ``KeyboardInterrupt`` stops the search: the trials done so far are kept and written.
+    """
+    import optuna
+
+    objectives = list(dict.fromkeys(objectives))
+    check_input(cases, objectives, trials)
+    _OBJ_INDEX.clear()
+    _OBJ_INDEX.update({o: i for i, o in enumerate(objectives)})
+    fold_idx = folds(len(cases), n_folds)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(trials // 3, 1)))
+    study = optuna.create_study(directions=["minimize"] * len(objectives), sampler=sampler)
+    study.enqueue_trial(base_params(base))
+    done: list[dict] = []
+    log_path = None
+    if out_dir is not None:
+        import os
+
+        os.makedirs(out_dir, exist_ok=True)
+        log_path = os.path.join(out_dir, "trials.jsonl")
+        open(log_path, "w").close()
+
+    def objective(trial):
+        params = _suggest(trial, base)
+        cfg = apply_params(base, params)
+        scores = [run_case(c, cfg, seed=0) for c in cases]
+        per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
+        values = [float(np.nanmean([pf[k] for pf in per_fold])) if any(math.isfinite(pf[k]) for pf in per_fold)
+                  else math.nan for k in range(len(objectives))]
+        row = {"number": trial.number, "params": params, "values": values, "fold_values": per_fold}
+        done.append(row)
+        if log_path is not None:
+            import json
+
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+        return [v if math.isfinite(v) else 1e18 for v in values] if len(values) > 1 else \
+            (values[0] if math.isfinite(values[0]) else 1e18)
+
+    interrupted = False
+    try:
+        study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False)
+    except KeyboardInterrupt:
+        interrupted = True
+    result = summarize(done, objectives, fold_idx, interrupted)
+    if out_dir is not None:
+        result.written = write_outputs(result, base, out_dir)
+    return result
+
+
+def summarize(done: list[dict], objectives: list[str], fold_idx: list[list[int]], interrupted: bool) -> TuneResult:
+    values = [r["values"] for r in done]
+    front = pareto(values)
+    chosen_idx = chosen_points(front, values)
+    rules = {}
+    for o in objectives:
+        i = min(front, key=lambda i: (values[i][_OBJ_INDEX[o]], i)) if front else None
+        if i is not None:
+            rules.setdefault(i, f"best {o}")
+    if len(objectives) > 1 and front:
+        rules.setdefault(_rule_pick(values, list(range(len(values))), "knee"), "knee")
+    chosen = [(i, rules.get(i, "spread")) for i in chosen_idx]
+    cv = {}
+    if len(fold_idx) > 1 and done:
+        for rule in sorted({r for _, r in chosen if r != "spread"}):
+            held = []
+            for j in range(len(fold_idx)):
+                train = [[float(np.nanmean([r["fold_values"][f][k] for f in range(len(fold_idx)) if f != j]))
+                          for k in range(len(objectives))] for r in done]
+                pick = _rule_pick(train, list(range(len(done))), rule)
+                if pick is not None:
+                    held.append(done[pick]["fold_values"][j])
+            cv[rule] = [float(np.nanmean([h[k] for h in held])) for k in range(len(objectives))] if held else None
+    return TuneResult(objectives, done, front, chosen, cv, interrupted)
+
+
+def _fmt(name: str, v: float) -> str:
+    if not math.isfinite(v):
+        return "-"
+    return f"{v:,.0f}" if name == "cost" else (f"{v:.1f}" if name == "delay" else f"{v:.2%}")
+
+
+def table(result: TuneResult) -> str:
+    """The chosen points of the Pareto front as a Markdown table (all runs, and held-out folds)."""
+    obj = result.objectives
+    head = ["preset", "trial", "rule", *obj, *(f"{o} (held-out)" for o in obj), "freq_steps", "cusum threshold",
+            "target half-width", "confirm size"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for n, (i, rule) in enumerate(result.chosen):
+        t = result.trials[i]
+        held = result.cv.get(rule)
+        p = t["params"]
+        cells = [f"point-{n}.yaml", str(t["number"]), rule, *(_fmt(o, v) for o, v in zip(obj, t["values"])),
+                 *((_fmt(o, v) for o, v in zip(obj, held)) if held else ["-"] * len(obj)),
+                 str(p.get("trigger.freq_steps")), f"{p.get('cusum.threshold', math.nan):.2f}",
+                 f"{p.get('policy.sample_size.target_half_width', math.nan):.3f}", str(p.get("policy.peak.confirm_size"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
+    """``trials.csv``, ``pareto.csv``, ``pareto.md`` (the table), ``pareto.png`` and ``presets/point-<n>.yaml``
+    (complete configs that ``load_config`` reads as they are)."""
+    import csv
+    import json
+    import os
+
+    from omegaconf import OmegaConf
+
+    written = []
+    keys = [k for k, *_ in SPACE]
+    obj = result.objectives
+    path = os.path.join(out_dir, "trials.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["trial", *obj, "pareto", *keys])
+        for i, t in enumerate(result.trials):
+            w.writerow([t["number"], *t["values"], int(i in result.front), *(t["params"].get(k) for k in keys)])
+    written.append(path)
+    path = os.path.join(out_dir, "pareto.csv")
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["trial", *obj, *keys])
+        for i in result.front:
+            t = result.trials[i]
+            w.writerow([t["number"], *t["values"], *(t["params"].get(k) for k in keys)])
+    written.append(path)
+    path = os.path.join(out_dir, "pareto.md")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table(result) + "\n")
+    written.append(path)
+    presets = os.path.join(out_dir, "presets")
+    os.makedirs(presets, exist_ok=True)
+    for n, (i, rule) in enumerate(result.chosen):
+        t = result.trials[i]
+        cfg = apply_params(base, t["params"])
+        held = result.cv.get(rule)
+        header = [f"# adaptive-eval tune: point {n} of the Pareto front (trial {t['number']}, {rule})",
+                  "# over all traces: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, t["values"]))]
+        if held:
+            header.append("# held-out folds: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, held)))
+        path = os.path.join(presets, f"point-{n}.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(header) + "\n" + OmegaConf.to_yaml(cfg))
+        written.append(path)
+    path = os.path.join(out_dir, "pareto.png")
+    draw_front(result, path)
+    written.append(path)
+    path = os.path.join(out_dir, "summary.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
+                   "front": [result.trials[i]["number"] for i in result.front],
+                   "chosen": [{"preset": f"presets/point-{n}.yaml", "trial": result.trials[i]["number"],
+                               "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule)}
+                              for n, (i, rule) in enumerate(result.chosen)]}, f, indent=2)
+    written.append(path)
+    return written
+
+
+def draw_front(result: TuneResult, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    obj = result.objectives
+    vals = [t["values"] for t in result.trials]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if len(obj) == 1:
+        ax.plot(range(len(vals)), [v[0] for v in vals], "o", color="gray", alpha=0.6, label="trials")
+        for n, (i, rule) in enumerate(result.chosen):
+            ax.plot([i], [vals[i][0]], "*", markersize=14, label=f"point-{n} ({rule})")
+        ax.set_xlabel("trial")
+        ax.set_ylabel(OBJECTIVES[obj[0]])
+    else:
+        ok = [v for v in vals if all(math.isfinite(x) for x in v)]
+        if len(obj) > 2:
+            sc = ax.scatter([v[0] for v in ok], [v[1] for v in ok], c=[v[2] for v in ok], cmap="viridis",
+                            alpha=0.6, s=18, label="trials")
+            fig.colorbar(sc, ax=ax, label=obj[2])
+        else:
+            ax.scatter([v[0] for v in ok], [v[1] for v in ok], color="gray", alpha=0.6, s=18, label="trials")
+        front = sorted(result.front, key=lambda i: vals[i][0])
+        ax.plot([vals[i][0] for i in front], [vals[i][1] for i in front], "o", mfc="none", mec="red",
+                markersize=9, label="Pareto front")
+        for n, (i, rule) in enumerate(result.chosen):
+            ax.annotate(f"point-{n}", (vals[i][0], vals[i][1]), textcoords="offset points", xytext=(5, 5),
+                        fontsize=8)
+        ax.set_xlabel(OBJECTIVES[obj[0]])
+        ax.set_ylabel(OBJECTIVES[obj[1]])
+        if obj[0] == "cost":
+            ax.set_xscale("log")
+    ax.set_title(f"adaptive-eval tune: {len(vals)} trials" + (" (interrupted)" if result.interrupted else ""))
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,360 @@
+"""Asynchronous evaluation in one process: submission, integration, weights of the step, full, faults, resume."""
+
+import concurrent.futures as cf
+import json
+import math
+import multiprocessing
+import threading
+
+import pytest
+import torch
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.asynchronous import (
+    DaemonThreadExecutor,
+    InlineExecutor,
+    SnapshotEval,
+    SnapshotMutated,
+    snapshot_weights,
+)
+from adaptive_eval.config import ConfigError
+from conftest import FakeClock, RecordingLogger
+
+
+def cfg(*extra):
+    return load_config(overrides=["evaluation.asynchronous=true", "trigger.freq_steps=5", *extra])
+
+
+def weight_sum_fn(request, weights):
+    """A deterministic evaluation of the weights it is given: every item scores the weights' sum."""
+    value = float(sum(t.double().sum() for t in weights.values()))
+    return {"score": [value] * 8}
+
+
+def stream(g):
+    # A level shift at step 40 (a cusum alarm), a NaN at step 70 (an urgent nonfinite alarm).
+    if g == 70:
+        return math.nan
+    return (1.0 if g < 40 else 4.0) + 0.05 * ((g * 7919) % 11 - 5)
+
+
+def train(ev, model, steps, fn=weight_sum_fn, start=0):
+    """A training loop that changes the weights every step; returns what evaluate returned, by step."""
+    got = {}
+    for g in range(start, steps):
+        ev.observe({"train/loss": stream(g)}, g)
+        r = ev.evaluate(SnapshotEval(model, fn), 0, g, g)
+        if r is not None:
+            got[g] = r
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * (g + 1))
+    return got
+
+
+def decisions(events):
+    """The events without eval-device seconds (real time in a thread)."""
+    out = []
+    for e in events:
+        e = dict(e)
+        if "result" in e:
+            d = e.pop("result").to_dict()
+            d.pop("seconds")
+            e["result"] = d
+        out.append(e)
+    return out
+
+
+def make(cfg_, executor=None, **kw):
+    ev = AdaptiveEvaluator.from_config(cfg_, total_steps=kw.pop("total_steps", 100),
+                                       clock=kw.pop("clock", FakeClock()), eval_clock=lambda: 0.0,
+                                       executor=executor, **kw)
+    events = []
+    ev.add_listener(events.append)
+    return ev, events
+
+
+def model_at(step, seed=0):
+    """The model's weights after training steps 0..step-1 of ``train``."""
+    torch.manual_seed(seed)
+    m = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        for g in range(step):
+            for p in m.parameters():
+                p.add_(0.01 * (g + 1))
+    return m
+
+
+def test_a_due_evaluation_is_submitted_and_integrated_L_steps_later_on_the_weights_of_its_step():
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    got = train(ev, model_at(0), 30)
+    ev.close()
+    submitted = [e["step"] for e in events if e["kind"] == "submitted"]
+    assert submitted[0] == 4 and len(submitted) >= 3
+    for g, r in got.items():
+        assert r.integrated_step == g == r.step + 3 and r.submitted_step == r.step
+        expected = weight_sum_fn(None, snapshot_weights(model_at(r.step)))["score"][0]
+        assert r["score"].mean == pytest.approx(expected, abs=1e-9)  # the weights of its step, not of step g
+    assert [r.step for r in ev.history] == [e["step"] for e in events if e["kind"] == "eval"]
+    assert submitted == [r.step for r in ev.history]  # close() drained the last one
+    line = ev.history[0].to_dict()
+    assert line["submitted_step"] == 4 and line["integrated_step"] == 7
+
+
+def test_thread_runs_with_a_fixed_latency_decide_as_an_inline_run_and_repeat_exactly():
+    runs = []
+    for executor in (None, InlineExecutor(), cf.ThreadPoolExecutor(2), None):
+        ev, events = make(cfg("evaluation.async_integrate_after_steps=4", "evaluation.max_in_flight=2"), executor)
+        train(ev, model_at(0), 100)
+        ev.close()
+        runs.append(decisions(events))
+        if isinstance(executor, cf.ThreadPoolExecutor):
+            executor.shutdown()
+    assert any(e["kind"] == "alarm" for e in runs[0]) and sum(e["kind"] == "eval" for e in runs[0]) >= 8
+    assert all(r == runs[0] for r in runs[1:])
+
+
+def test_without_a_fixed_latency_a_result_joins_at_the_first_observe_after_it_completes():
+    release = threading.Event()
+
+    def slow(request, weights):
+        assert release.wait(10)
+        return weight_sum_fn(request, weights)
+
+    ev, events = make(cfg("policy.budget.enabled=false"))
+    model = model_at(0)
+    for g in range(8):
+        ev.observe({"train/loss": 1.0}, g)
+        assert ev.evaluate(SnapshotEval(model, slow), 0, g, g) is None  # step 4 submits and returns at once
+    assert [e["kind"] for e in events] == ["submitted"]
+    release.set()
+    ev._async.jobs[0].future.result(10)
+    ev.observe({"train/loss": 1.0}, 8)
+    assert [e["kind"] for e in events] == ["submitted", "eval"]
+    r = ev.evaluate(SnapshotEval(model, slow), 0, 8, 8)  # and evaluate hands it over
+    assert (r.step, r.integrated_step) == (4, 8) and ev.history == [r]
+    ev.close()
+
+
+def test_full_a_due_evaluation_waits_and_an_urgent_one_cancels_the_oldest_non_urgent_one():
+    release = threading.Event()
+
+    def blocked(request, weights):
+        assert release.wait(10)
+        return weight_sum_fn(request, weights)
+
+    ev, events = make(cfg("policy.budget.enabled=false", "policy.alarm.cooldown_steps=1"))
+    model = model_at(0)
+    for g in range(12):
+        ev.observe({"train/loss": math.nan if g == 11 else 1.0}, g)
+        ev.evaluate(SnapshotEval(model, blocked), 0, g, g)
+    kinds = [(e["kind"], e["step"], e.get("reason")) for e in events if e["kind"] != "alarm"]
+    assert kinds[0] == ("submitted", 4, "trigger:steps")
+    assert ("deferred", 9, "async:waiting (1 in flight)") in kinds  # due at 9, step 4 still running
+    assert ("cancelled", 4, "trigger:steps") in kinds
+    assert kinds[-1] == ("submitted", 11, "alarm:train/loss:nonfinite")
+    assert [j.step for j in ev._async.jobs] == [11]
+    release.set()
+    ev.close()
+    assert [r.step for r in ev.history] == [11]  # the cancelled evaluation never counts
+
+
+def test_an_exception_is_handled_by_on_error_at_the_step_it_is_noticed():
+    def boom(request, weights):
+        raise ValueError("eval broke")
+
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=skip",
+                          "policy.budget.enabled=false"))
+    train(ev, model_at(0), 12, boom)
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [(e["step"], e["integrated_step"]) for e in errors] == [(4, 6), (9, 11)]
+    assert "eval broke" in errors[0]["error"] and ev.summary()["eval_errors"] == 2
+    ev.close()
+
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=raise"))
+    with pytest.raises(ValueError, match="eval broke"):
+        train(ev, model_at(0), 12, boom)
+    assert ev._last_call_step == 6  # raised where it was noticed, not at submission
+
+
+def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed():
+    clock = FakeClock()
+    release = threading.Event()
+
+    def hung(request, weights):
+        release.wait(10)
+        return {"score": [1.0]}
+
+    ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
+    model = model_at(0)
+    for g in range(10):
+        clock.advance(10.0)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(SnapshotEval(model, hung), 0, g, g)
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [(e["step"], e["integrated_step"]) for e in errors] == [(4, 8)]  # 40 s after submission > 30 s
+    assert "evaluation.timeout_s" in errors[0]["error"]
+    release.set()
+    ev.close()
+
+
+def test_a_run_resumed_with_evaluations_in_flight_decides_exactly_as_the_one_that_never_stopped():
+    overrides = ("evaluation.async_integrate_after_steps=3", "evaluation.max_in_flight=2")
+    ev, full = make(cfg(*overrides))
+    train(ev, model_at(0), 100)
+    ev.close()
+
+    ev, before = make(cfg(*overrides))
+    train(ev, model_at(0), 47)
+    assert ev._async.jobs, "the state must be taken with an evaluation in flight"
+    state = json.loads(json.dumps(ev.state_dict()))
+    ev2, after = make(cfg(*overrides))
+    ev2.load_state_dict(state)
+    train(ev2, model_at(47), 100, start=47)
+    ev2.close()
+    assert decisions(before + after) == decisions(full)
+
+
+def test_an_evaluation_lost_at_the_save_is_a_failed_evaluation_after_the_resume():
+    hold = threading.Event()
+
+    def stuck(request, weights):
+        hold.wait(10)
+        return {"score": [1.0]}
+
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    train(ev, model_at(0), 6, stuck)
+    state = ev._async.state_dict(drain_timeout_s=0.0)  # what a save gets when the wait runs out
+    assert state["jobs"][0]["outcome"] is None
+    ev._async.state_dict = lambda: state
+    sd = ev.state_dict()
+    hold.set()
+    ev2, events = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    ev2.load_state_dict(json.loads(json.dumps(sd)))
+    train(ev2, model_at(6), 8, stuck, start=6)
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [(e["step"], e["integrated_step"]) for e in errors] == [(4, 7)] and "async:lost" in errors[0]["error"]
+    ev.close()
+    ev2.close()
+
+
+def test_an_evaluate_fn_that_changes_the_snapshot_in_place_is_caught():
+    def mutating(request, weights):
+        weights["weight"].mul_(0.0)
+        return {"score": [1.0]}
+
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=1", "evaluation.on_error=raise"))
+    with pytest.raises(SnapshotMutated, match="'weight' of step 4"):
+        train(ev, model_at(0), 10, mutating)
+    ev2, events = make(cfg("evaluation.async_integrate_after_steps=1"))
+    train(ev2, model_at(0), 6, mutating)
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [e["kind"] for e in events if e["kind"] in ("eval", "error")] == ["error"]
+    assert "modified the weight snapshot" in errors[0]["error"]
+
+
+def test_snapshot_weights_copies_parameters_and_buffers_that_training_no_longer_changes():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    snap = snapshot_weights(model, step=3)
+    assert set(snap) == set(model.state_dict()) and "1.running_mean" in snap
+    before = {k: v.clone() for k, v in snap.items()}
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    assert all(torch.equal(snap[k], before[k]) for k in snap) and not snap["0.weight"].requires_grad
+    snap.check()
+    assert snap.nbytes == sum(t.numel() * t.element_size() for t in before.values())
+    copy = snapshot_weights(model, "cpu", pin_memory=True)  # no accelerator: a plain CPU copy
+    assert torch.equal(copy["0.weight"], model[0].weight.detach())
+    torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).load_state_dict(snap)
+
+
+def score_of_weights(request, weights):  # module level: a process pool pickles it
+    return {"score": [float(weights["weight"].sum())] * 4}
+
+
+def test_a_process_pool_evaluates_the_snapshot():
+    pool = cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        ev, events = make(cfg("evaluation.async_integrate_after_steps=2", "policy.budget.enabled=false"), pool,
+                          total_steps=7)
+        train(ev, model_at(0), 7, score_of_weights)
+        ev.close()
+        assert [r.step for r in ev.history] == [4, 6]
+        r = ev.history[0]
+        assert r["score"].mean == pytest.approx(float(model_at(4).weight.detach().sum()), abs=1e-6)
+    finally:
+        pool.shutdown()
+
+
+def test_async_budget_caps_eval_device_time_not_training_time():
+    device = FakeClock()
+
+    def costly(request, weights):
+        device.advance(40.0)  # 40 eval-device seconds per evaluation, 10 s of training per step
+        return weight_sum_fn(request, weights)
+
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(
+        cfg("evaluation.async_integrate_after_steps=1", "policy.budget.max_eval_device_fraction=0.5",
+            "policy.interval.enabled=false", "policy.peak.enabled=false"),
+        clock=clock, eval_clock=device, executor=InlineExecutor())
+    events = []
+    ev.add_listener(events.append)
+    model = model_at(0)
+    for g in range(60):
+        clock.advance(10.0)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(SnapshotEval(model, costly), 0, g, g)
+    ev.close()
+    deferred = [e for e in events if e["kind"] == "deferred"]
+    assert deferred and all(e["reason"] == "budget:deferred" for e in deferred)
+    s = ev.summary()
+    assert s["eval_seconds"] <= 0.5 * s["elapsed_seconds"] + 40.0  # within one evaluation of the cap
+    assert s["eval_seconds"] >= 0.5 * s["elapsed_seconds"] - 80.0  # and the budget was used
+
+
+def test_tensorboard_gets_eval_metrics_on_the_weights_step_and_controller_scalars_where_integrated(tmp_path):
+    from test_tensorboard import read, scalars
+
+    ev = AdaptiveEvaluator.from_config(
+        cfg("evaluation.async_integrate_after_steps=2", f"logging.tensorboard_dir={tmp_path}",
+            "policy.budget.enabled=false", "policy.interval.enabled=false", "policy.peak.enabled=false"),
+        clock=FakeClock(), total_steps=12)
+    train(ev, model_at(0), 12)
+    ev.close()
+    got = scalars(read(tmp_path))
+    assert [s for s, _ in got["eval/score"]] == [4, 9, 11]  # the weights' steps
+    assert got["controller/async_latency_steps"] == [(6, 2.0), (11, 2.0), (11, 0.0)]  # close() drains step 11
+
+
+def test_bad_input_is_refused_before_training():
+    with pytest.raises(ConfigError, match="evaluation.max_in_flight: must be at least 1"):
+        load_config(overrides=["evaluation.asynchronous=true", "evaluation.max_in_flight=0"])
+    with pytest.raises(ConfigError, match="distributed.eval_ranks: eval ranks evaluate asynchronously"):
+        load_config(overrides=["distributed.eval_ranks=[1]"])
+    with pytest.raises(ConfigError, match="distributed.eval_ranks: rank numbers must be >= 0"):
+        load_config(overrides=["evaluation.asynchronous=true", "distributed.eval_ranks=[-1]"])
+    pool = cf.ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="ThreadPoolExecutor is shut down"):
+        AdaptiveEvaluator.from_config(cfg(), executor=pool)
+    with pytest.raises(ValueError, match="evaluation.asynchronous is false"):
+        AdaptiveEvaluator.from_config(None, executor=DaemonThreadExecutor())
+    with pytest.raises(ValueError, match=r"distributed.eval_ranks is \[1\]: build adaptive_eval.asynchronous"):
+        AdaptiveEvaluator.from_config(cfg("distributed.eval_ranks=[1]"))
+
+
+def test_an_executor_shut_down_mid_run_turns_evaluation_off_loudly(caplog):
+    pool = cf.ThreadPoolExecutor(1)
+    logger = RecordingLogger()
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false"), pool,
+                      logger=logger)
+    train(ev, model_at(0), 6)
+    pool.shutdown()
+    train(ev, model_at(6), 40, start=6)
+    ev.close()
+    assert [e["step"] for e in events if e["kind"] == "eval"] == [4]
+    assert [e["kind"] for e in events if e["kind"] in ("error", "async_down")] == ["async_down", "error"]
+    assert any(e["kind"] == "deferred" and e["reason"].startswith("async:down") for e in events)
+    assert "training goes on WITHOUT evaluations" in caplog.text
+    assert logger.last("controller/async_down")[1] == 1.0

@@ -1,0 +1,435 @@
+"""Multi-sample results (items x samples, pass@k) and eval suites (evaluation.suites)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.config import ConfigError
+from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
+from adaptive_eval.stats import best_at_k, clustered_interval, pass_at_k, summarize, summarize_outputs
+from adaptive_eval.suites import due_suites, suite_order, suite_requests
+from adaptive_eval.types import SuiteRequest
+from dist_utils import run_ranks, scenario_getter
+
+SUITES = ["evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=4",
+          "evaluation.suites.aime24.size=30", "evaluation.suites.aime24.samples_per_item=16",
+          "evaluation.suites.aime24.every=4"]
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# -- pass@k, best@k ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,c,k", [(5, 0, 1), (5, 2, 1), (5, 2, 3), (6, 5, 2), (6, 6, 6), (8, 3, 8), (4, 1, 4)])
+def test_pass_at_k_is_the_subset_average(n, c, k):
+    # Unbiased: the mean over all k-subsets of "at least one correct".
+    samples = [1] * c + [0] * (n - c)
+    subsets = list(itertools.combinations(samples, k))
+    assert pass_at_k(n, c, k) == pytest.approx(sum(any(s) for s in subsets) / len(subsets))
+
+
+@pytest.mark.parametrize("args,err", [((4, 5, 1), ValueError), ((4, 1, 5), ValueError), ((4, 1, 0), ValueError),
+                                      ((4.0, 1, 1), TypeError), ((4, True, 1), TypeError)])
+def test_pass_at_k_rejects_impossible_counts(args, err):
+    with pytest.raises(err):
+        pass_at_k(*args)
+
+
+def test_best_and_worst_at_k_are_subset_averages():
+    x = [0.3, -1.0, 2.5, 0.7, 0.0]
+    for k in range(1, 6):
+        subsets = list(itertools.combinations(x, k))
+        assert best_at_k(x, k) == pytest.approx(np.mean([max(s) for s in subsets]))
+        assert -best_at_k([-v for v in x], k) == pytest.approx(np.mean([min(s) for s in subsets]))
+
+
+# -- 2-D results ------------------------------------------------------------------------------------
+
+def test_items_by_samples_reports_mean_at_k_over_items_and_pass_at_k():
+    acc = np.array([[1, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]])
+    out = summarize_outputs({"acc": acc}, None, pass_at_k=(1, 2, 4))
+    m = out["acc"]
+    assert m.n == 4 and m.samples == 16 and m.samples_per_item == 4.0 and m.clustered and m.binary
+    assert m.mean == pytest.approx(np.mean(acc.mean(axis=1)))
+    assert out["acc/pass@1"].mean == pytest.approx(m.mean)
+    expected2 = np.mean([pass_at_k(4, int(c), 2) for c in acc.sum(axis=1)])
+    assert out["acc/pass@2"].mean == pytest.approx(expected2) and out["acc/pass@2"].n == 4
+    assert out["acc/pass@4"].mean == pytest.approx(0.75)  # 3 of 4 items solved at least once
+    for s in out.values():
+        assert s.ci[0] <= s.mean <= s.ci[1]
+    # Within-item variation is measured apart from the between-item one (two-stage sizing uses both).
+    assert m.within_var == pytest.approx(sum(4 * p * (1 - p) for p in acc.mean(axis=1)) / 12)
+
+
+def test_ragged_lists_tensors_and_numpy_agree():
+    rows = [[1.0, 0.0], [1.0, 1.0, 0.0, 1.0], [0.0]]
+    a = summarize_outputs({"acc": rows}, None)["acc"]
+    assert a.n == 3 and a.samples == 7
+    assert a.mean == pytest.approx(np.mean([0.5, 0.75, 0.0]))  # each item weighs the same
+    rect = np.array([[1, 0, 1], [0, 0, 1]], dtype=float)
+    b = summarize_outputs({"r": torch.tensor(rect)}, None, pass_at_k=(1, 2))
+    c = summarize_outputs({"r": rect.tolist()}, None, pass_at_k=(1, 2))
+    assert b.keys() == c.keys() == {"r", "r/pass@1", "r/pass@2"}
+    assert all(b[k] == c[k] for k in b)
+
+
+def test_non_binary_values_get_best_and_worst_at_k_and_a_t_interval_over_items():
+    reward = np.array([[0.1, 0.9, 0.5], [0.2, 0.2, 0.4], [1.5, 0.0, 0.3]])
+    out = summarize_outputs({"reward": reward}, None, pass_at_k=(1, 2))
+    assert set(out) == {"reward", "reward/best@2", "reward/worst@2"}
+    m = out["reward"]
+    item_means = reward.mean(axis=1)
+    assert not m.binary and m.std == pytest.approx(item_means.std(ddof=1))
+    from scipy.stats import t
+
+    half = t.ppf(0.975, 2) * item_means.std(ddof=1) / math.sqrt(3)
+    assert m.ci == pytest.approx((item_means.mean() - half, item_means.mean() + half))
+    assert out["reward/best@2"].mean == pytest.approx(np.mean([best_at_k(r, 2) for r in reward]))
+
+
+def test_nan_samples_are_counted_and_skipped_never_a_crash():
+    out = summarize_outputs({"acc": [[1.0, math.nan, 0.0], [math.nan, math.nan], [1.0, 1.0]]}, None)
+    m = out["acc"]
+    assert m.nan_count == 3 and m.n == 2 and m.samples == 4  # the all-NaN item was not evaluated
+    assert m.mean == pytest.approx(0.75)
+
+
+def test_k_larger_than_the_samples_returned_names_metric_and_item():
+    with pytest.raises(ValueError, match=r"metric 'acc'.*k=4.*2 samples returned for item 1"):
+        summarize_outputs({"acc": [[1, 0, 1, 1], [1, 0]]}, None, pass_at_k=(1, 4))
+
+
+def test_item_count_disagreeing_with_the_request_is_a_value_error():
+    with pytest.raises(ValueError, match=r"metric 'acc': 2 rows .* 3 items"):
+        summarize_outputs({"acc": [[1, 0], [1, 1]]}, 3)
+    with pytest.raises(TypeError, match=r"metric 'acc', item 1: a number"):
+        summarize_outputs({"acc": [[1, 0], 1]}, None)
+    with pytest.raises(TypeError, match="shape"):
+        summarize_outputs({"acc": np.zeros((2, 2, 2))}, None)
+
+
+def test_shards_combine_exactly():
+    rng = np.random.default_rng(0)
+    acc = (rng.random((20, 8)) < rng.random(20)[:, None]).astype(float)
+    acc[3, 2] = math.nan
+    whole = summarize_outputs({"acc": acc}, None, pass_at_k=(1, 4))
+    parts = [summarize_outputs({"acc": acc[i::3]}, None, pass_at_k=(1, 4)) for i in range(3)]
+    combined, _, counts = combine_rank_summaries([summaries_to_wire(p) for p in parts])
+    assert counts["acc"] == [7, 7, 6]
+    for name, s in whole.items():
+        c = combined[name]
+        assert (c.n, c.samples, c.nan_count, c.clustered, c.binary) == (s.n, s.samples, s.nan_count, True, True)
+        assert c.mean == pytest.approx(s.mean) and c.ci == pytest.approx(s.ci)
+        assert c.within_ss == pytest.approx(s.within_ss, nan_ok=True)
+
+
+# -- the interval's coverage (simulated: an item-response model, seeded) ----------------------------
+
+def _coverage(n_items, k, theta, reps, rng, clustered=True):
+    truth = _sigmoid(theta - rng.normal(0.0, 1.5, 400_000)).mean()
+    hits = 0
+    for _ in range(reps):
+        p = _sigmoid(theta - rng.normal(0.0, 1.5, n_items))
+        x = (rng.random((n_items, k)) < p[:, None]).astype(float)
+        s = summarize_outputs({"acc": x}, None)["acc"] if clustered else summarize(x.ravel())
+        hits += s.ci[0] <= truth <= s.ci[1]
+    return hits / reps
+
+
+@pytest.mark.parametrize("n_items,k,theta", [(8, 16, 0.0), (32, 4, 2.0), (64, 16, -1.0), (128, 1, 0.5)])
+def test_interval_over_items_covers_at_its_level(n_items, k, theta):
+    # 95% intervals over 400 simulated evaluations of items of spread-out difficulty (seeded: no flakes).
+    # Coverage within 2.5 standard errors of 95% (>= 0.93); benchmarks/llm_eval.py prints the full grid.
+    rng = np.random.default_rng(1000 * n_items + k)
+    assert _coverage(n_items, k, theta, 400, rng) >= 0.93
+
+
+def test_a_per_sample_interval_would_be_far_too_narrow():
+    # The reason the item is the unit: treating 16 answers to one problem as 16 independent samples.
+    rng = np.random.default_rng(7)
+    assert _coverage(32, 16, 0.0, 300, rng, clustered=False) < 0.7  # measured 0.60
+
+
+def test_one_item_or_no_spread_gives_an_honest_interval():
+    lo, hi = clustered_interval(1.0, 0.0, 5, 80, proportion=True)  # 5 items, each always solved
+    assert hi == 1.0 and lo < 0.6  # no better than 5 independent answers (the answers may be repeats)
+    lo, hi = clustered_interval(1.0, math.nan, 1, 32, proportion=True)
+    assert lo < 0.05
+    assert all(math.isnan(x) for x in clustered_interval(2.0, math.nan, 1, 32, proportion=False))
+
+
+# -- suites: config, nested sharded samples, schedule -----------------------------------------------
+
+def test_suites_in_the_typed_config_and_their_errors():
+    cfg = load_config(overrides=SUITES)
+    assert cfg.evaluation.suites.aime24.samples_per_item == 16 and cfg.evaluation.pass_at_k == [1]
+    with pytest.raises(ConfigError, match=r"evaluation.suites.aime24.every: must be >= 1"):
+        load_config(overrides=SUITES + ["evaluation.suites.aime24.every=0"])
+    with pytest.raises(ConfigError, match=r"evaluation.suites.x.strata: 2 labels for 3 items; item index 2 has no"):
+        load_config(overrides=["evaluation.suites.x.size=3", "evaluation.suites.x.strata=[a,b]"])
+    with pytest.raises(ConfigError, match=r"evaluation.suites.x.strata: item index 1 has an empty stratum label"):
+        load_config(overrides=["evaluation.suites.x.size=3", "evaluation.suites.x.strata=[a,'',b]"])
+    with pytest.raises(ConfigError, match=r"evaluation.suites.x.size"):
+        load_config(overrides=["evaluation.suites.x.cost=2"])
+
+
+def test_suite_samples_are_nested_sharded_and_stratified():
+    suites = {"math": {"size": 40, "strata": ["easy"] * 30 + ["hard"] * 10}}
+    from adaptive_eval.suites import SuitePlan
+
+    small = [suite_requests(suites, [SuitePlan("math", 8, 4)], seed=3, rank=r, world_size=2)["math"]
+             for r in range(2)]
+    large = [suite_requests(suites, [SuitePlan("math", 20, 4)], seed=3, rank=r, world_size=2)["math"]
+             for r in range(2)]
+    assert all(isinstance(s, SuiteRequest) and s.samples_per_item == 4 and s.sample_size == 8 for s in small)
+    assert not set(small[0].indices) & set(small[1].indices)
+    for r in range(2):  # a larger sample extends the same items, on the same rank
+        assert large[r].indices[: len(small[r].indices)] == small[r].indices
+    order = suite_order(3, "math", 40, tuple(suites["math"]["strata"]))
+    for t in range(1, 41):  # every prefix holds each stratum in proportion, within one item
+        hard = sum(i >= 30 for i in order[:t])
+        assert abs(hard - t * 10 / 40) <= 1
+    assert suite_order(3, "math", 40) != suite_order(3, "aime", 40)  # each suite its own order
+
+
+def test_expensive_suites_run_every_mth_eval_or_on_alarm_and_the_reason_says_which():
+    cfg = load_config("areal", ["trigger.freq_steps=2", "evaluation.pass_at_k=[1,4]"] + SUITES)
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(0)
+    requests = []
+
+    def fn(req):
+        requests.append(req)
+        return {f"{name}/acc": rng.binomial(1, 0.4, size=(len(s.indices), s.samples_per_item))
+                for name, s in req.suites.items()}
+
+    results = [r for g in range(18) if (r := ev.evaluate(fn, 0, g, g)) is not None]
+    due = [sorted(req.suites) for req in requests]
+    assert due[:5] == [["aime24", "math500"], ["math500"], ["math500"], ["math500"], ["aime24", "math500"]]
+    assert results[0].reason == "trigger:steps [math500: every; aime24: every 4th]"
+    assert results[1].reason == "trigger:steps [math500: every; aime24: skipped, due in 3 evals]"
+    r = results[0]
+    assert set(r.metrics) == {"math500/acc", "math500/acc/pass@1", "math500/acc/pass@4",
+                              "aime24/acc", "aime24/acc/pass@1", "aime24/acc/pass@4"}
+    assert r["aime24/acc"].n == 30 and r["aime24/acc"].samples_per_item == 16
+    assert r["math500/acc"].n == 500 and requests[0].suites["math500"].samples_per_item == 4
+    # An alarm brings every suite in, whatever its turn.
+    assert due_suites(cfg.evaluation.suites, 1, "alarm:train/reward:cusum:down") == {"math500": "every",
+                                                                                     "aime24": "alarm"}
+    # Resumed from a state, the schedule continues where it was.
+    ev2 = AdaptiveEvaluator.from_config(cfg)
+    ev2.load_state_dict(ev.state_dict())
+    assert ev2._evals_run == ev._evals_run
+
+
+def _suite_evaluator(extra=()):
+    return AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", *SUITES, *extra]))
+
+
+def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
+    ev = _suite_evaluator()
+    with pytest.raises(ValueError, match=r"'gsm8k/acc', which names no suite"):
+        ev.evaluate(lambda req: {"gsm8k/acc": [1.0]}, 0, 0, 0)
+    ev = _suite_evaluator()
+    short = lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices) - 1, 4)),  # noqa: E731
+                         "aime24/acc": np.ones((30, 16))}
+    first_missing = suite_order(0, "math500", 500)[499]
+    with pytest.raises(ValueError, match=rf"suite 'math500', metric 'acc': 499 rows .* 500 items .* index "
+                                         rf"{first_missing}"):
+        ev.evaluate(short, 0, 0, 0)
+    ev = _suite_evaluator(["evaluation.pass_at_k=[1,16]"])
+    few = lambda req: {"aime24/acc": [[1.0] * 16] * 29 + [[1.0] * 8], "math500/acc": np.ones((500, 4))}  # noqa
+    with pytest.raises(ValueError, match=r"suite 'aime24', metric 'acc': k=16 .* 8 samples returned for item 29"):
+        ev.evaluate(few, 0, 0, 0)
+
+
+def test_wrong_shape_raises_whatever_on_error_says():
+    ev = _suite_evaluator(["evaluation.on_error=skip"])
+    with pytest.raises(TypeError):
+        ev.evaluate(lambda req: {"math500/acc": np.zeros((500, 4, 2))}, 0, 0, 0)
+
+
+def test_without_suites_a_2d_metric_gives_metric_and_pass_at_k_through_the_evaluator():
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", "evaluation.pass_at_k=[1,2]"]))
+    r = ev.evaluate(lambda req: {"acc": [[1, 0]] * len(req.indices(10))}, 0, 0, 0)
+    assert set(r.metrics) == {"acc", "acc/pass@1", "acc/pass@2"} and r["acc"].n == 10
+    assert r["acc/pass@2"].mean == 1.0
+
+
+# -- two real ranks ------------------------------------------------------------------------------
+
+def _ranks_scenarios(rank, world):
+    import traceback
+
+    def sharded():
+        ev = _suite_evaluator(["evaluation.pass_at_k=[1,4]", "evaluation.suites.math500.sample_size=37"])
+
+        def fn(req):
+            out = {}
+            for name, s in req.suites.items():
+                # Deterministic per item, so the sharded result must equal the single-process one.
+                out[f"{name}/acc"] = [[float((i * 7 + j) % 3 == 0) for j in range(s.samples_per_item)]
+                                      for i in s.indices]
+            return out
+
+        r = ev.evaluate(fn, 0, 0, 0)
+        return {k: (v.mean, v.n, v.samples, list(v.ci)) for k, v in r.metrics.items()}
+
+    def bad_rows():
+        ev = _suite_evaluator()
+        try:
+            ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices) - rank, 4)),
+                                     "aime24/acc": np.ones((len(req.suites["aime24"].indices), 16))}, 0, 0, 0)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    out = {}
+    for name, run in {"sharded": sharded, "bad_rows": bad_rows}.items():
+        try:
+            out[name] = ("ok", run())
+        except Exception:  # noqa: BLE001
+            out[name] = ("failed", traceback.format_exc())
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    return scenario_getter(run_ranks(_ranks_scenarios, timeout_s=120))
+
+
+def test_two_ranks_evaluate_their_shards_and_agree_with_one_process(ranks):
+    a, b = ranks("sharded")
+    assert a == b
+    single = _ranks_scenarios.__code__  # noqa: F841 - the same scenario, run here in one process:
+    ev = _suite_evaluator(["evaluation.pass_at_k=[1,4]", "evaluation.suites.math500.sample_size=37"])
+    r = ev.evaluate(lambda req: {f"{n}/acc": [[float((i * 7 + j) % 3 == 0) for j in range(s.samples_per_item)]
+                                              for i in s.indices] for n, s in req.suites.items()}, 0, 0, 0)
+    assert a["math500/acc"][1] == 37 and a["aime24/acc"][1:3] == (30, 480)
+    for k, v in r.metrics.items():
+        assert a[k][0] == pytest.approx(v.mean) and a[k][3] == pytest.approx(list(v.ci))
+
+
+def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
+    a, b = ranks("bad_rows")
+    assert "rank 1" in a and "suite 'math500', metric 'acc'" in a
+    assert "suite 'math500', metric 'acc'" in b and "rows" in b
+
+
+# -- finite suites, maj@k, paired comparisons, TensorBoard, evals.jsonl --------------------------------
+
+def test_all_items_of_a_suite_leave_only_the_answers_sampling_noise():
+    # AIME-like: 30 items, all evaluated; more samples per item narrow the interval of the suite's accuracy.
+    rng = np.random.default_rng(3)
+    p = _sigmoid(rng.normal(0.0, 2.0, 30))
+    widths = []
+    for k in (2, 8, 32):
+        x = (rng.random((30, k)) < p[:, None]).astype(float)
+        suite = summarize_outputs({"a/acc": x}, None, suites={"a": list(range(30))}, populations={"a": 30})["a/acc"]
+        items = summarize_outputs({"acc": x}, None)["acc"]  # the same items seen as a sample of problems
+        assert suite.population == 30 and suite.half_width < items.half_width
+        widths.append(suite.half_width)
+    assert widths[0] > 1.5 * widths[1] > 2.0 * widths[2]
+
+
+def test_maj_at_k_from_answers_and_reference():
+    answers = [["4", "4", "5", "4"], ["7", "1", "1", "7"], ["x", "y", "z", "y"]]
+    out = summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1", "z"]}, None, pass_at_k=(1, 3, 4))
+    # item 0: majority "4" -> right; item 1: first 3 -> "1" right, all 4 tie 7/1 -> "7" (seen first) wrong;
+    # item 2: "y" wrong (k=1: "x" wrong).
+    assert out["acc/maj@1"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].mean == pytest.approx(2 / 3) and out["acc/maj@4"].mean == pytest.approx(1 / 3)
+    assert out["acc/maj@3"].n == 3
+    with pytest.raises(ValueError, match=r"acc:reference"):
+        summarize_outputs({"acc:answers": answers}, None)
+    with pytest.raises(ValueError, match=r"item index 2 lacks one"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1"]}, None)
+    with pytest.raises(TypeError, match=r"one reference answer per item"):
+        summarize_outputs({"acc:answers": answers, "acc:reference": [["4"], ["1"], ["z"]]}, None)
+
+
+def _paired_run(extra=(), steps=8, drop_at=None, logger=None):
+    cfg = load_config("areal", ["trigger.freq_steps=1", "evaluation.suites.s.size=200",
+                                "evaluation.suites.s.samples_per_item=4", *extra])
+    other = "t" in cfg.evaluation.suites
+    ev = AdaptiveEvaluator.from_config(cfg, logger=logger)
+    rng = np.random.default_rng(5)
+    p = _sigmoid(rng.normal(0.0, 2.0, 200))
+    results = []
+    for g in range(steps):
+        q = p - (0.15 if drop_at is not None and g >= drop_at else 0.0)
+
+        def fn(req, q=q):
+            s = req.suites["s"]
+            out = {"s/acc": (rng.random((len(s.indices), 4)) < q[s.indices][:, None]).astype(float)}
+            if other:
+                out["t/acc"] = np.ones((len(req.suites["t"].indices), 4))
+            return out
+
+        results.append(ev.evaluate(fn, 0, g, g))
+    return ev, results
+
+
+def test_paired_difference_on_shared_items_is_reported_and_narrower_than_unpaired():
+    ev, results = _paired_run(["evaluation.suites.s.sample_size=120"], steps=3, drop_at=2)
+    assert results[0].paired == {}
+    d = results[2].paired["s/acc"]
+    assert d.n == 120 and d.ci[0] <= d.mean <= d.ci[1] and d.ci[1] < 0  # the drop of 0.15 is seen
+    a, b = results[1]["s/acc"], results[2]["s/acc"]
+    assert d.mean == pytest.approx(b.mean - a.mean)
+    unpaired_half = 1.96 * math.sqrt(a.std ** 2 / a.n + b.std ** 2 / b.n)
+    assert d.half_width < 0.6 * unpaired_half  # each item is compared with itself
+    line = results[2].to_dict()
+    assert line["paired"]["s/acc"]["n"] == 120 and line["n"]["s/acc"] == 120
+    assert line["samples_per_item"]["s/acc"] == 4.0
+    # The per-item values survive a resume: the resumed run pairs exactly as the uninterrupted one.
+    ev2 = AdaptiveEvaluator.from_config(ev.cfg)
+    ev2.load_state_dict(ev.state_dict())
+    assert ev2._item_values == ev._item_values
+
+
+def test_interval_policy_tightens_on_a_paired_change_the_unpaired_test_misses():
+    from adaptive_eval.policies import IntervalPolicy, differs, paired_differs
+    from adaptive_eval.policies._base import Context
+
+    _, results = _paired_run(["evaluation.suites.s.sample_size=60"], steps=3)
+    a, b = results[1], results[2]
+    # A small, consistent change on the same items: build it from b by shifting every item's value.
+    from adaptive_eval.stats import from_sums
+
+    shift = from_sums(-0.06 * 60, 60 * (0.06 ** 2 + 0.0009), 60, False)  # diff mean -0.06, sd ~0.03
+    assert paired_differs(shift) < 1e-6
+    changed = b.__class__(**{**b.__dict__, "paired": {"s/acc": shift}})
+    assert differs(a["s/acc"], b["s/acc"]) > 0.05  # unpaired: no evidence at this size
+    pol = IntervalPolicy(min_factor=0.25, max_factor=4.0)
+    ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
+    pol.on_eval(a, ctx)
+    pol.on_eval(changed, ctx)
+    assert pol.last_change == "tightened:change"
+
+
+def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and_paired(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from adaptive_eval.tensorboard import TensorBoardLogger
+
+    logger = TensorBoardLogger(tmp_path)
+    _paired_run(["evaluation.suites.s.sample_size=50", "evaluation.suites.t.size=20",
+                 "evaluation.suites.t.samples_per_item=4"], steps=2, logger=logger)
+    logger.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for suffix in ("", "/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan"):
+        assert f"eval/s/acc{suffix}" in tags
+    assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
+    assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
+    assert logger.groups == ("s", "t")

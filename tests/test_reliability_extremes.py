@@ -1,0 +1,66 @@
+"""Huge, tiny and badly conditioned values are data: never an exception, and never a blind detector."""
+
+import math
+import random
+import warnings
+
+import numpy as np
+import pytest
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.detectors import available, make_detector
+from adaptive_eval.stats import mean_sample_size
+
+
+def test_huge_finite_values_never_raise_in_observe_default_preset():
+    # train/ppl = exp(loss) of a diverging run: 1e160 and beyond.
+    ev = AdaptiveEvaluator.from_config(load_config())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor a numpy overflow warning (an error under -W error)
+        for g in range(400):
+            ev.observe({"x": 1e200, "train/ppl": math.exp(min(g, 700)), "alt": 1e308 if g % 2 else -1e308,
+                        "loss": 1.0 if g < 100 else 1e300}, g)
+            ev.evaluate(lambda: None, 0, g, g)
+    assert ev.summary()["alarms"] >= 1
+
+
+@pytest.mark.parametrize("kind", ["cusum", "page_hinkley", "bocpd", "kswin", "window_test"])
+def test_detectors_decide_alike_on_values_scaled_to_1e180(kind):
+    """A scale-free detector gives the same alarms on x and on x * 2**600 (about 4e180): huge is not blind."""
+    rng = random.Random(3)
+    base = ([rng.gauss(1.0, 0.1) for _ in range(300)] + [rng.gauss(1.5, 0.1) for _ in range(100)]
+            + [rng.gauss(1.0, 0.1) for _ in range(300)])
+    runs = []
+    for factor in (1.0, 2.0**600, 2.0**1000):
+        det = make_detector({"type": kind})
+        runs.append([(a.step, a.direction, a.location) for g, v in enumerate(base)
+                     if (a := det.update(v * factor, g)) is not None])
+    assert runs[0] and runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("kind", sorted(available()))
+def test_every_detector_takes_extreme_finite_values(kind):
+    patterns = [lambda g: 1e200, lambda g: 1e308 if g % 2 else -1e308, lambda g: 1e150 * g,
+                lambda g: 1.0 if g < 40 else 1e300, lambda g: 5e-324 * (g % 3),
+                lambda g: [1e308, -1e308, 0.0, 1e-300, 1e200][g % 5], lambda g: 1.7976931348623157e308]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for pattern in patterns:
+            det = make_detector({"type": kind})
+            for g in range(300):
+                det.update(pattern(g), g)
+            det.load_state_dict(det.state_dict())
+
+
+def test_sample_size_for_a_huge_std_or_a_tiny_target_is_capped_not_an_overflow():
+    assert mean_sample_size(1e153, 0.05) == 1 << 40
+    assert mean_sample_size(1.0, 1e-160) == 1 << 40
+    assert mean_sample_size(1.0, 0.1) == 385
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.sample_size.target_half_width=1e-160"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    sizes = []
+    for g in range(5):
+        r = ev.evaluate(lambda req: {"ppl": np.linspace(1, 1e153, len(req.indices(10_000)))}, 0, g, g)
+        if r is not None:
+            sizes.append(r.sample_size)
+    assert sizes and max(sizes) <= cfg.policy.sample_size.max

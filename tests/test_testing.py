@@ -1,0 +1,387 @@
+"""adaptive_eval.testing: replay a trace in a test and assert what a preset does, through the public API, the
+``adaptive-eval check`` CLI (subprocess) and the opt-in pytest plugin (pytester)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from adaptive_eval.cli import main
+from adaptive_eval.scoring import confirmed_delay, eval_samples
+from adaptive_eval.synthetic import make_trace
+from adaptive_eval.testing import (
+    Event,
+    ExpectationError,
+    assert_confirmed,
+    assert_cost,
+    assert_quiet,
+    assert_same_decisions,
+    load_expectations,
+    replay_trace,
+)
+from adaptive_eval.trace import Trace, TraceRecord, write_trace
+
+pytest_plugins = ["pytester"]
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ONSET = 116  # of make_trace("collapse", steps=300, seed=11): accuracy falls from ~0.5
+
+
+@pytest.fixture(scope="module")
+def collapse(tmp_path_factory):
+    """A synthetic collapse written as a CSV trace, with its events in the sidecar file beside it."""
+    d = tmp_path_factory.mktemp("traces")
+    st = make_trace("collapse", steps=300, seed=11)
+    assert st.events[0].step == ONSET
+    path = d / "collapse.csv"
+    write_trace(st.trace, path)
+    (d / "collapse.csv.events.yaml").write_text(textwrap.dedent(f"""\
+        events:
+        - step: {ONSET}
+          kind: collapse
+          direction: down
+          within: 10
+        quiet:
+        - {{start: 30, stop: 80, max_alarms: 0, kind: warm-up}}
+        max_samples_per_1k: 12000
+        """))
+    return path
+
+
+@pytest.fixture(scope="module")
+def collapse_run(collapse):
+    return replay_trace(collapse, "default")
+
+
+@pytest.fixture(scope="module")
+def kl_collapse_run():
+    return replay_trace("grpo_kl_collapse", "default")
+
+
+def no_eval_trace(tmp_path) -> pathlib.Path:
+    path = tmp_path / "no_eval.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5 if i < 50 else 0.1}) for i in range(100)]), path)
+    (tmp_path / "no_eval.csv.events.yaml").write_text("- {step: 50, kind: collapse, direction: down}\n")
+    return path
+
+
+# ------------------------------------------------------------------------------------------- the run
+
+
+def test_replay_trace_returns_decisions_evaluations_alarms_and_costs(collapse_run):
+    run = collapse_run
+    assert run.name == "collapse.csv" and run.metric == "accuracy" and run.steps == 300
+    assert run.events == (Event(ONSET, "collapse", "down", None, 10),)
+    assert [e["step"] for e in run.evals] == [d["step"] for d in run.decisions if d["evaluate"]]
+    assert len(run.decisions) == len(run.evals) + len(run.deferrals)
+    assert [d["step"] for d in run.decisions] == sorted(d["step"] for d in run.decisions)
+    assert any(a["step"] >= ONSET for a in run.alarms)
+    assert run.samples == eval_samples(run.evals, 500) and run.samples > 0
+    assert run.samples_per_1k == pytest.approx(1000 * run.samples / 300)
+    assert 0 < run.eval_fraction < 1
+    # "confirmed" is scoring.confirmed_delay with the ground truth just before the event as the level.
+    truth_before = [v for s, v in run.truth["accuracy"] if s < ONSET][-1]
+    assert run.confirmed_after(ONSET) == confirmed_delay(run.evals, ONSET, "accuracy", pre_level=truth_before,
+                                                         direction="down")
+
+
+def test_same_trace_config_and_seed_decide_the_same(collapse, collapse_run):
+    assert_same_decisions(collapse_run, replay_trace(collapse, "default"))
+    other = replay_trace(collapse, "aggressive")
+    with pytest.raises(AssertionError) as err:
+        assert_same_decisions(collapse_run, other)
+    msg = str(err.value)
+    assert "collapse.csv (config default, seed 0) and collapse.csv (config aggressive, seed 0) differ in decisions" \
+        in msg
+    assert f"({len(collapse_run.decisions)} vs {len(other.decisions)})" in msg and "first difference, #1" in msg
+
+
+# ------------------------------------------------------------------------------------------- assertions
+
+
+def test_assert_confirmed_passes_and_returns_the_delay(collapse_run, kl_collapse_run):
+    assert assert_confirmed(collapse_run, ONSET) == collapse_run.confirmed_after(ONSET) <= 10
+    # The shipped GRPO run: reward collapses at step 56, accuracy 40.8% (step 50) -> 0% (step 100).
+    assert kl_collapse_run.events == (Event(56, "collapse", "down"),)
+    assert assert_confirmed(kl_collapse_run, 56, within=60) == 53
+
+
+def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):
+    with pytest.raises(AssertionError) as err:
+        assert_confirmed(kl_collapse_run, 56, within=20)
+    msg = str(err.value)
+    assert msg.startswith("grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) "
+                          "was confirmed only 53 steps after it, not within 20 steps.")
+    assert "ground truth 0.408 (eval/accuracy at step 50)" in msg and "entirely below it" in msg
+    assert "evaluations in steps 56..76: 3" in msg
+    assert "first confirming evaluation: step 109 n=87 0 [0, 0.042]" in msg
+    # The wrong direction is never confirmed.
+    with pytest.raises(AssertionError, match="was never confirmed, not before the trace ends"):
+        assert_confirmed(kl_collapse_run, 56, direction="up")
+
+
+def test_assert_quiet(collapse_run):
+    assert_quiet(collapse_run, 30, 80)  # no alarm before the collapse
+    assert_quiet(collapse_run, 30, 80, max_evals=10)
+    with pytest.raises(AssertionError) as err:
+        assert_quiet(collapse_run, ONSET, ONSET + 10, max_evals=1, max_alarms=0)
+    msg = str(err.value)
+    window = collapse_run.evals_between(ONSET, ONSET + 10)
+    alarms = collapse_run.alarms_between(ONSET, ONSET + 10)
+    assert msg.startswith(f"collapse.csv (config default, seed 0): steps {ONSET}..{ONSET + 10} were not quiet: "
+                          f"{len(window)} evaluations, more than 1; {len(alarms)} alarms, more than 0.")
+    assert f"alarm at step {alarms[0]['step']}: {alarms[0]['stream']} cusum" in msg
+
+
+def test_assert_cost(kl_collapse_run):
+    assert_cost(kl_collapse_run, max_samples_per_1k=6000, max_evals=30, max_eval_fraction=0.1)
+    with pytest.raises(AssertionError) as err:
+        assert_cost(kl_collapse_run, max_samples_per_1k=5000)
+    assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 5142 samples per 1,000 "
+                              "steps, above 5000 (2571 eval samples over 500 steps in 28 evaluations, 5.1% of the "
+                              "simulated time).")
+
+
+# ------------------------------------------------------------------------------------------- events files
+
+
+def test_events_file_forms(tmp_path, collapse):
+    yaml_file = collapse.with_name("collapse.csv.events.yaml")
+    exp = load_expectations(yaml_file)
+    assert exp.events == (Event(ONSET, "collapse", "down", None, 10),) and exp.max_samples_per_1k == 12000
+    assert exp.quiet[0].start == 30 and exp.quiet[0].max_alarms == 0 and exp.quiet[0].kind == "warm-up"
+    as_json = tmp_path / "run.csv.events.json"
+    as_json.write_text(json.dumps([{"step": 7, "kind": "spike"}, 9]))
+    assert load_expectations(as_json).events == (Event(7, "spike"), Event(9))
+    # Events given to replay_trace replace the sidecar's.
+    run = replay_trace(collapse, "default", events=[{"step": 120, "direction": "down"}])
+    assert run.events == (Event(120, direction="down"),) and run.quiet == ()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("events:\n- {step: 5, kind: collapse, directon: down}\n",
+     ":2: events[0]: unknown key 'directon' (an event has direction, kind, metric, step, within)"),
+    ("events:\n- {kind: collapse}\n", ":2: events[0]: an event needs a 'step'"),
+    ("events:\n- {step: 5, direction: sideways}\n",
+     ":2: events[0].direction: direction must be up, down or omitted (either), got 'sideways'"),
+    ("events:\n- {step: 5.5}\n", ":2: events[0].step: expected an integer, got 5.5"),
+    ("evnts: []\n", ":1: evnts: unknown key (expected events, max_samples_per_1k, quiet)"),
+    ("events: [\n", ": does not parse"),
+])
+def test_bad_events_file_names_file_line_and_key(tmp_path, text, message):
+    path = tmp_path / "t.csv.events.yaml"
+    path.write_text(text)
+    with pytest.raises(ExpectationError) as err:
+        load_expectations(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+
+def test_an_expectation_that_needs_eval_ground_truth_on_a_trace_without_it(tmp_path):
+    run = replay_trace(no_eval_trace(tmp_path))
+    assert run.evals == [] or all(not e["metrics"] for e in run.evals)
+    with pytest.raises(ExpectationError, match=r"^no_eval.csv: expected collapse at step 50 \(down\) needs eval "
+                                               r"ground truth, but the trace has no eval/<metric> column"):
+        assert_confirmed(run, 50, within=10)
+    assert_quiet(run, 0, 40)  # what needs no ground truth still works
+
+
+def test_an_event_step_outside_the_trace(collapse, collapse_run, tmp_path):
+    with pytest.raises(ExpectationError, match=r"^collapse.csv: expected change at step 900 \(accuracy\): step 900 "
+                                               r"lies outside the trace \(steps 0..299\)"):
+        assert_confirmed(collapse_run, 900, within=10)
+    with pytest.raises(ExpectationError, match="outside the trace"):
+        replay_trace(collapse, events=[400])
+    with pytest.raises(ExpectationError, match=r"collapse.csv: quiet 250..350: step 350 lies outside"):
+        assert_quiet(collapse_run, 250, 350)
+
+
+def test_expectations_that_contradict_themselves(collapse_run):
+    with pytest.raises(ExpectationError, match="within=-5 is negative"):
+        assert_confirmed(collapse_run, ONSET, within=-5)
+    with pytest.raises(ExpectationError, match="start 80 is after stop 30"):
+        assert_quiet(collapse_run, 80, 30)
+    with pytest.raises(ExpectationError, match="max_evals=-1 is negative"):
+        assert_quiet(collapse_run, 30, 80, max_evals=-1)
+    with pytest.raises(ExpectationError, match="without a limit"):
+        assert_cost(collapse_run)
+
+
+def test_a_metric_without_intervals_cannot_confirm():
+    # nanogpt's val_loss has no per-sample std: replayed evaluations return the value itself, no interval.
+    run = replay_trace("nanogpt_124m", "default")
+    with pytest.raises(ExpectationError, match=r"nanogpt_124m: change at step 946 \(val_loss\): no replayed "
+                                               r"evaluation has a finite interval for val_loss"):
+        assert_confirmed(run, 946, within=50)
+
+
+# ------------------------------------------------------------------------------------------- the CLI
+
+
+def cli(*args):
+    """``adaptive-eval check ARGS`` in a subprocess: (exit code, stdout, stderr)."""
+    r = subprocess.run([sys.executable, "-m", "adaptive_eval", "check", *map(str, args)], capture_output=True,
+                       text=True, timeout=600)
+    return r.returncode, r.stdout, r.stderr
+
+
+def check_main(capsys, *args):
+    """The same in this process (each subprocess spends seconds importing): (exit code, stdout, stderr)."""
+    code = main(["check", *map(str, args)])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_check_cli_prints_the_table_and_exits_1_when_an_expectation_fails(collapse):
+    code, out, err = cli(collapse, "grpo_kl_collapse", "--config", "default", "--within", "20")
+    assert code == 1, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["trace", "event", "confirmed", "after", "samples/1k", "result"]
+    # collapse.csv: its sidecar's event, quiet window and cost limit, each a row; the event meets --within 20.
+    assert lines[1].split()[:5] == ["collapse.csv", "collapse", "at", "step", str(ONSET)]
+    assert "(<= 20)" in lines[1] and lines[1].endswith("ok")
+    assert lines[2].split()[:2] == ["collapse.csv", "warm-up"] and "0 alarms" in lines[2] and lines[2].endswith("ok")
+    assert lines[3].split()[:2] == ["collapse.csv", "cost"] and "(<= 12000)" in lines[3] and lines[3].endswith("ok")
+    # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 53 steps, not within 20.
+    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "53",
+                                "steps", "(<=", "20)", "5142", "FAIL"]
+    assert "grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) was confirmed only " \
+           "53 steps after it, not within 20 steps." in out
+    assert out.rstrip().endswith("1 of 4 expectations failed")
+
+
+def test_check_cli_bad_input_exits_2(tmp_path):
+    code, out, err = cli(no_eval_trace(tmp_path), "--config", "default")
+    assert code == 2 and out == ""
+    assert "adaptive-eval: no_eval.csv: expected collapse at step 50 (down) needs eval ground truth" in err
+
+
+def test_check_passes_limits_and_events_file(collapse, tmp_path, capsys):
+    code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "60",
+                              "--max-samples-per-1k", "13000")
+    assert code == 0 and "53 steps (<= 60)" in out and "5142 (<= 13000)" in out and "FAIL" not in out
+    code, out, _ = check_main(capsys, "real:grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "5000")
+    assert code == 1 and "5142 samples per 1,000 steps, above 5000" in out
+    # --events replaces the sidecar.
+    events = tmp_path / "other.events.json"
+    events.write_text(json.dumps({"events": [{"step": ONSET, "direction": "up"}]}))
+    code, out, _ = check_main(capsys, collapse, "--config", "default", "--events", events)
+    assert code == 1 and f"change at step {ONSET} (accuracy up)  never" in out
+
+
+def test_check_bad_input_names_the_trace_and_the_expectation(collapse, tmp_path, capsys):
+    outside = tmp_path / "outside.yaml"
+    outside.write_text("events:\n- {step: 5000, kind: collapse}\n")
+    code, out, err = check_main(capsys, collapse, "--config", "default", "--events", outside)
+    assert code == 2 and out == ""
+    assert f"collapse.csv: event collapse at step 5000 ({outside}): step 5000 lies outside the trace" in err
+    contradiction = tmp_path / "contradiction.yaml"
+    contradiction.write_text(f"events:\n- {{step: {ONSET}, within: 10}}\n"
+                             f"quiet:\n- {{start: 100, stop: 140, max_evals: 0}}\n")
+    code, _, err = check_main(capsys, collapse, "--config", "default", "--events", contradiction)
+    assert code == 2
+    assert (f"collapse.csv: change at step {ONSET} must be confirmed within 10 steps, by an evaluation in steps "
+            f"{ONSET}..{ONSET + 10}, but the quiet 100..140 allows no evaluation there") in err
+    code, _, err = check_main(capsys, collapse, "--config", "default", "--max-samples-per-1k", "0")
+    assert code == 2 and "max_samples_per_1k=0 allows no evaluation at all" in err
+    code, _, err = check_main(capsys, "nanogpt_124m", "--config", "default", "--within", "-3")
+    assert code == 2 and "nanogpt_124m: --within -3 is negative" in err
+    code, _, err = check_main(capsys, tmp_path / "missing.csv", "--config", "default")
+    assert code == 2 and "missing.csv: no such trace file (nor a shipped real trace of that name" in err
+    with pytest.raises(SystemExit) as exit_:
+        check_main(capsys, collapse)  # --config is required
+    assert exit_.value.code == 2 and "--config" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- the plugin
+
+
+PLUGIN_TEST = """
+import pytest
+from adaptive_eval.testing import assert_confirmed
+
+@pytest.mark.replay_traces("traces")
+def test_a(replay_run):
+    assert_confirmed(replay_run, replay_run.events[0])
+
+@pytest.mark.replay_traces("traces", seed=0)
+def test_b(replay_run, replay_cache):
+    assert replay_run.steps == 300
+
+def test_each_trace_was_replayed_once(replay_cache):
+    assert replay_cache.replays == 2
+"""
+
+
+@pytest.fixture
+def plugin_project(pytester, collapse):
+    traces = pytester.mkdir("traces")
+    for name, within in (("a.csv", 10), ("b.csv", 0)):
+        (traces / name).write_bytes(collapse.read_bytes())
+        (traces / f"{name}.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: {within}}}\n")
+    pytester.makepyfile(test_presets=PLUGIN_TEST)
+    return pytester
+
+
+def test_plugin_is_off_unless_asked(plugin_project):
+    # The entry point is loaded (pytest11), but without -p or the ini option no fixture or marker exists.
+    result = plugin_project.runpytest_inprocess()
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*fixture 'replay_run' not found*"])
+    assert "replay_traces" not in plugin_project.runpytest_inprocess("--markers").stdout.str()
+
+
+def test_plugin_with_p_runs_one_test_per_trace_replaying_each_once(plugin_project):
+    result = plugin_project.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v")
+    # b.csv's event must be confirmed at its very step (within 0): it fails, with the readable message.
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines(["*test_a?a.csv? PASSED*", "*test_a?b.csv? FAILED*", "*test_b?a.csv? PASSED*",
+                                 "*test_b?b.csv? PASSED*", "*test_each_trace_was_replayed_once PASSED*"])
+    result.stdout.fnmatch_lines(["*AssertionError: b.csv (config default, seed 0): the change at step 116 "
+                                 "(accuracy down) was confirmed only * steps after it, not within 0 steps.*"])
+
+
+def test_plugin_with_the_ini_option_and_a_config(plugin_project):
+    plugin_project.makeini("[pytest]\nadaptive_eval_plugin = true\nadaptive_eval_config = aggressive\n")
+    plugin_project.makepyfile(test_config="""
+        def test_config(replay_run):
+            assert replay_run.config_name == "aggressive"
+        import pytest
+        test_config = pytest.mark.replay_traces("traces/a.csv")(test_config)
+        """)
+    result = plugin_project.runpytest_inprocess("test_config.py")
+    result.assert_outcomes(passed=1)
+
+
+def test_plugin_without_a_trace_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_x(replay_run):\n    pass\n")
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin")
+    result.stdout.fnmatch_lines(["*replay_run needs a trace: mark the test with @pytest.mark.replay_traces*"])
+
+
+# ------------------------------------------------------------------------------------------- the example
+
+
+def test_the_example_fails_for_a_preset_that_misses_the_collapse_and_alarms_on_the_spike(pytester, monkeypatch):
+    # examples/test_my_preset.py passes under the default preset (it is collected by this suite: testpaths);
+    # here under a preset that evaluates every 200 steps and watches train/loss with a hair trigger.
+    preset = pytester.path / "bad.yaml"
+    preset.write_text(textwrap.dedent("""\
+        trigger: {freq_steps: 200}
+        policy: {alarm: {enabled: false}, interval: {enabled: false}}
+        streams:
+          watch:
+            train/loss: [{type: cusum, k: 0.25, threshold: 2.0, warmup: 10, adapt: 0.0}]
+        """))
+    pytester.makepyfile(test_copied_preset=(REPO / "examples" / "test_my_preset.py").read_text())
+    monkeypatch.setenv("ADAPTIVE_EVAL_PRESET", str(preset))
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin")
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines([f"*grpo_kl_collapse (config {preset}, seed 0): the collapse at step 56 "
+                                 "(accuracy down) was confirmed only * steps after it, not within 60 steps.*"])
+    result.stdout.fnmatch_lines([f"*nanogpt_124m (config {preset}, seed 0): steps 940..980 were not quiet*"])

@@ -1,0 +1,118 @@
+"""adaptive-eval tune: Optuna search on recorded runs, Pareto front, presets load_config reads, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from adaptive_eval import load_config
+from adaptive_eval.cli import main
+from adaptive_eval.synthetic import make_trace
+from adaptive_eval.trace import Trace, TraceRecord, write_trace
+from adaptive_eval.tune import apply_params, pareto
+
+
+def collapse_csv(tmp_path, name="run.csv", seed=3, steps=300):
+    st = make_trace("collapse", steps=steps, seed=seed)
+    path = tmp_path / name
+    write_trace(st.trace, path)
+    return str(path), st.events[0].step
+
+
+def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
+    path, onset = collapse_csv(tmp_path)
+    out = tmp_path / "tune"
+    rc = main(["tune", path, "--events", f"{path}={onset}", "--objective", "cost", "--objective", "delay",
+               "--trials", "4", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "| preset | trial | rule | cost | delay |" in printed
+    for f in ("pareto.png", "pareto.md", "pareto.csv", "trials.csv", "summary.json"):
+        assert (out / f).is_file(), f
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["trials"] == 4 and summary["chosen"]
+    for chosen in summary["chosen"]:
+        cfg = load_config(str(out / chosen["preset"]))  # read as it is
+        params = next(json.loads(line)["params"] for line in (out / "trials.jsonl").read_text().splitlines()
+                      if json.loads(line)["number"] == chosen["trial"])
+        assert cfg.trigger.freq_steps == params["trigger.freq_steps"]
+        cusum = [d for d in cfg.streams.default if d["type"] == "cusum"][0]
+        assert cusum["threshold"] == pytest.approx(params["cusum.threshold"])
+    # Trial 0 is the base config's own values.
+    first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
+    assert first["params"]["trigger.freq_steps"] == load_config().trigger.freq_steps
+
+
+def test_same_seed_same_trials(tmp_path):
+    path, onset = collapse_csv(tmp_path)
+    rows = []
+    for run in ("a", "b"):
+        assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "3", "--seed", "7",
+                     "--out", str(tmp_path / run), "--no-progress"]) == 0
+        rows.append((tmp_path / run / "trials.csv").read_text())
+    assert rows[0] == rows[1]
+
+
+def one_step_csv(tmp_path):
+    path = tmp_path / "one.csv"
+    write_trace(Trace([TraceRecord(0, {"train/loss": 1.0, "eval/accuracy": 0.5})]), path)
+    return str(path)
+
+
+def no_eval_csv(tmp_path):
+    path = tmp_path / "noeval.csv"
+    write_trace(Trace([TraceRecord(i, {"train/loss": 1.0}) for i in range(50)]), path)
+    return str(path)
+
+
+@pytest.mark.parametrize(("make", "extra", "message"), [
+    (no_eval_csv, ["--events", "{p}=10"], "no eval ground truth"),
+    (lambda t: collapse_csv(t)[0], [], "no events in any trace"),
+    (one_step_csv, ["--events", "{p}=0"], "1 step: a trace needs at least 2 steps"),
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "speed"], "unknown objective 'speed'"),
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}=x"], "expected TRACE=STEP"),
+    (lambda t: "real:no_such_trace", [], "no real trace 'no_such_trace'"),
+])
+def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, message):
+    path = make(tmp_path)
+    out = tmp_path / "tune"
+    rc = main(["tune", path, *[e.replace("{p}", path) for e in extra], "--trials", "2", "--out", str(out),
+               "--no-progress"])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+    assert not (out / "trials.jsonl").exists()
+
+
+def test_ctrl_c_keeps_the_trials_done_and_writes_what_it_has(tmp_path):
+    path, onset = collapse_csv(tmp_path, steps=400)
+    out = tmp_path / "tune"
+    proc = subprocess.Popen([sys.executable, "-m", "adaptive_eval", "tune", path, "--events", f"{path}={onset}",
+                             "--trials", "100000", "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "trials.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted: kept the" in stderr
+    done = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(done) >= 2
+    with open(out / "trials.csv") as f:
+        assert len(f.read().splitlines()) == len(done) + 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["trials"] == len(done)
+    assert (out / "pareto.png").is_file() and os.listdir(out / "presets")
+
+
+def test_pareto_and_params_apply():
+    assert pareto([(1, 1), (1, 1), (2, 0)]) == [0, 1, 2]
+    cfg = apply_params(load_config("areal"), {"cusum.threshold": 5.0, "trigger.freq_steps": 7})
+    assert cfg.trigger.freq_steps == 7
+    assert [d["type"] for d in cfg.streams.default] == ["cusum"]
