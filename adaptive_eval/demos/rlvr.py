@@ -62,7 +62,7 @@ import numpy as np
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.demos import DemoError
 from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
-from adaptive_eval.scoring import best_eval, confirmed_delay
+from adaptive_eval.scoring import confirmed_delay, pick_best
 
 __all__ = ["DEFAULT_FAULT", "DEFAULT_STEPS", "FAULTS", "format_comparison", "run_demo"]
 
@@ -83,6 +83,8 @@ WIDTH, LAYERS, HEADS = 32, 2, 4
 ID_SIZE, ID_SAMPLES = 300, 4
 OOD_SIZE, OOD_SAMPLES = 30, 8
 PASS_K = 4
+OOD_EVERY = 4                 # adaptive runs: the ood suite at every 4th evaluation, on alarms, at the end
+ASYNC_LATENCY = 2             # steps from submitting an asynchronous evaluation to integrating its result
 LR_FAULT_FACTOR = 30.0
 ENTROPY_FAULT_COEF = 0.5
 FAULTS = {
@@ -94,7 +96,7 @@ FAULTS = {
 DEFAULT_FAULT = "reward_hack"
 METRIC = "id/accuracy"
 SUITES = {"id": (ID_SIZE, ID_SAMPLES), "ood": (OOD_SIZE, OOD_SAMPLES)}
-RUNS = ("adaptive", "fixed")
+RUNS = ("adaptive", "async", "fixed")
 TRACE_NAME = "trace.csv"
 # The simulated clock, in the proportions of an LLM GRPO run: a step (rollouts and update) takes a minute,
 # an evaluation 5 s plus 0.05 s per generated answer (both whole suites: 1440 answers, 77 s).
@@ -198,9 +200,13 @@ def _policy_class():
     return Policy
 
 
-def generate(model, prompts, generator):
+def generate(model, prompts, uniforms):
     """Sample one answer per prompt row (temperature 1), all rows in one batch; also each token's
-    log-probability under the sampling policy."""
+    log-probability under the sampling policy.
+
+    ``uniforms`` (rows x :data:`MAX_ANSWER`, in [0, 1)) drive the sampling by inverting each step's
+    cumulative distribution, so a row's answer depends only on its own numbers and not on the batch it
+    is in (an evaluation of some items answers them exactly as one of all items would)."""
     import torch
 
     n = prompts.shape[0]
@@ -208,12 +214,13 @@ def generate(model, prompts, generator):
     done = torch.zeros(n, dtype=torch.bool)
     tokens, logps = [], []
     with torch.inference_mode():
-        for _ in range(MAX_ANSWER):
+        for t in range(MAX_ANSWER):
             logp = torch.log_softmax(model(seq)[:, -1].float(), -1)
             probs = torch.nan_to_num(logp.exp(), nan=0.0, posinf=0.0)
             broken = probs.sum(1) <= 0   # diverged weights (lr_blowup): the answer is noise, not a crash
             probs[broken] = 1.0
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            cdf = torch.cumsum(probs, 1)
+            tok = (cdf < uniforms[:, t:t + 1] * cdf[:, -1:]).sum(1).clamp(max=VOCAB - 1)
             tok = torch.where(done, torch.full_like(tok, PAD), tok)
             tokens.append(tok)
             logps.append(logp.gather(1, tok.clamp(max=VOCAB - 1)[:, None]).squeeze(1))
@@ -256,7 +263,7 @@ class _Training:
         self.torch = torch
         self.seed, self.fault, self.fault_step = seed, fault, fault_step
         self.rng = np.random.default_rng([seed, 1])
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(seed)   # the rollouts' sampling
         self.suites = {"id": _Suite("id", *problems(np.random.default_rng([seed, 2]), ID_SIZE, 1, 3), ID_SAMPLES),
                        "ood": _Suite("ood", *problems(np.random.default_rng([seed, 3]), OOD_SIZE, 4, 4),
                                      OOD_SAMPLES)}
@@ -273,6 +280,7 @@ class _Training:
         self.reference.requires_grad_(False)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=LR)
         self.weights: dict[int, dict] = {}
+        self._answers: dict[tuple, dict[int, np.ndarray]] = {}   # (step, suite, samples, seed) -> item -> row
 
     def _train_base(self) -> None:
         torch = self.torch
@@ -288,26 +296,37 @@ class _Training:
             loss.backward()
             opt.step()
 
+    def reference_answers(self, a: np.ndarray, b: np.ndarray, global_step: int) -> np.ndarray:
+        """The answers the verifier rewards at ``global_step``: the sums, or without their carries from the
+        fault on under ``reward_hack``."""
+        if self.fault == "reward_hack" and global_step >= self.fault_step:
+            return no_carry_sum(a, b)
+        return a + b
+
+    def entropy_coef(self, global_step: int) -> float:
+        """The entropy bonus's weight: negative (a penalty) from the fault on under ``entropy_collapse``."""
+        if self.fault == "entropy_collapse" and global_step >= self.fault_step:
+            return -ENTROPY_FAULT_COEF
+        return ENTROPY_COEF
+
     def step(self, global_step: int) -> dict[str, float]:
         """One GRPO step; the cheap streams."""
         torch = self.torch
-        faulty = global_step >= self.fault_step
         if self.fault == "lr_blowup" and global_step == self.fault_step:
             for group in self.opt.param_groups:
                 group["lr"] = LR * LR_FAULT_FACTOR
         a, b = problems(self.rng, PROMPTS, 1, 3)
         prompts = encode_prompts(a, b).repeat_interleave(GROUP, 0)
-        target = no_carry_sum(a, b) if faulty and self.fault == "reward_hack" else a + b
-        answers = encode_answers(target).repeat_interleave(GROUP, 0)
+        answers = encode_answers(self.reference_answers(a, b, global_step)).repeat_interleave(GROUP, 0)
         self.model.eval()
-        responses, old = generate(self.model, prompts, self.gen)
+        responses, old = generate(self.model, prompts, torch.rand(len(prompts), MAX_ANSWER, generator=self.gen))
         reward = is_correct(responses, answers).float()
         grouped = reward.view(PROMPTS, GROUP)
         advantage = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
         mask = answer_mask(responses).float()
         with torch.inference_mode():
             ref_lp, _ = token_logprobs(self.reference, prompts, responses)
-        entropy_coef = -ENTROPY_FAULT_COEF if faulty and self.fault == "entropy_collapse" else ENTROPY_COEF
+        entropy_coef = self.entropy_coef(global_step)
         self.model.train()
         losses, kls, entropies = [], [], []
         for part in range(MINIBATCHES):
@@ -345,20 +364,29 @@ class _Training:
                 out[f"{name}/accuracy/pass@{PASS_K}"] = (1 - (1 - p) ** PASS_K).mean().item()
         return out
 
-    def answers_of(self, step: int, suite: _Suite, items: Sequence[int], samples: int,
+    def answers_of(self, weights, step: int, suite: _Suite, items: Sequence[int], samples: int,
                    request_seed: int) -> np.ndarray:
-        """items x samples 0/1 correctness of the policy of ``step``, all answers in one batch; the
-        sampling seed depends on the step, suite and request seed only, so equal requests get equal answers."""
+        """items x samples 0/1 correctness of the policy of ``step`` (``weights``), the answers of all items
+        in one batch.  Each item's answers are drawn from its own seeded numbers (run seed, request seed,
+        step, suite, item), so every run that evaluates that item at that step gets the same answers: the
+        runs differ only in what they evaluate when.  Answers already generated are reused."""
         torch = self.torch
-        self.evaluated.load_state_dict(self.weights[step])
-        self.evaluated.eval()
-        index = torch.as_tensor(list(items), dtype=torch.long)
-        prompts = suite.prompts[index].repeat_interleave(samples, 0)
-        key = np.random.SeedSequence([self.seed, request_seed, step, list(SUITES).index(suite.name)])
-        gen = torch.Generator().manual_seed(int(key.generate_state(1, np.uint64)[0]) >> 1)
-        responses, _ = generate(self.evaluated, prompts, gen)
-        ok = is_correct(responses, suite.answers[index].repeat_interleave(samples, 0))
-        return ok.view(len(index), samples).numpy().astype(np.float64)
+        cache = self._answers.setdefault((step, suite.name, samples, request_seed), {})
+        todo = [i for i in dict.fromkeys(items) if i not in cache]
+        if todo:
+            self.evaluated.load_state_dict(weights)
+            self.evaluated.eval()
+            index = torch.as_tensor(todo, dtype=torch.long)
+            suite_id = list(SUITES).index(suite.name)
+            uniforms = np.concatenate([
+                np.random.default_rng([self.seed, request_seed, step, suite_id, i]).random((samples, MAX_ANSWER))
+                for i in todo])
+            responses, _ = generate(self.evaluated, suite.prompts[index].repeat_interleave(samples, 0),
+                                    torch.from_numpy(uniforms))
+            ok = is_correct(responses, suite.answers[index].repeat_interleave(samples, 0))
+            for i, row in zip(todo, ok.view(len(todo), samples).numpy().astype(np.float64)):
+                cache[i] = row
+        return np.stack([cache[i] for i in items]) if items else np.zeros((0, samples))
 
     def truth_at(self, step: int) -> dict[str, float]:
         """:meth:`true_values` of the policy of ``step`` (from its kept weights)."""
@@ -373,17 +401,10 @@ class _Training:
 
 # --- evaluation ----------------------------------------------------------------------------------------
 
-def _pass_at_k(n: int, c: int, k: int) -> float:
-    from adaptive_eval import stats
-
-    if hasattr(stats, "pass_at_k"):
-        return float(stats.pass_at_k(n, c, k))
-    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
 class _Evaluation:
-    """The ``evaluate_fn`` of one run: answers each problem it is handed ``samples_per_item`` times in one
-    batch, charges the simulated clock for the answers it generated, and counts them."""
+    """The ``evaluate_fn`` of one run: answers each problem of each due suite ``samples_per_item`` times
+    (one batch per suite), charges ``clock`` (the training clock, or the eval device's when asynchronous)
+    for the answers it generated, and counts them."""
 
     def __init__(self, training: _Training, clock: SimClock, cfg):
         self.training, self.clock = training, clock
@@ -391,26 +412,18 @@ class _Evaluation:
         self.per_answer = float(cfg.replay.eval_seconds_per_sample)
         self.generated: dict[int, int] = {}   # step -> answers generated by the evaluation at that step
 
-    def __call__(self, request) -> dict:
-        training = self.training
+    def __call__(self, request, weights=None) -> dict:
+        """``weights``: a :class:`~adaptive_eval.asynchronous.WeightSnapshot` of the request's step (the
+        asynchronous run's :class:`~adaptive_eval.asynchronous.SnapshotEval`), else the kept weights."""
         out = {}
         generated = 0
-        suites = getattr(request, "suites", None)
-        if suites:
-            for name, part in suites.items():
-                suite = training.suites[name]
-                ok = training.answers_of(request.step, suite, part.indices, part.samples_per_item, request.seed)
-                out[f"{name}/accuracy"] = ok
-                generated += ok.size
-        else:  # without eval-suite support: per-problem mean@k and pass@k, the problem as the unit
-            for name, suite in training.suites.items():
-                ok = training.answers_of(request.step, suite, request.indices(suite.size), suite.samples,
-                                         request.seed)
-                correct = ok.sum(1).astype(int).tolist()
-                out[f"{name}/accuracy"] = ok.mean(1)
-                out[f"{name}/accuracy/pass@{PASS_K}"] = np.array([_pass_at_k(suite.samples, c, PASS_K)
-                                                                   for c in correct])
-                generated += ok.size
+        if weights is None:
+            weights = self.training.weights[request.step]
+        for name, part in request.suites.items():
+            ok = self.training.answers_of(weights, request.step, self.training.suites[name], part.indices,
+                                          part.samples_per_item, request.seed)
+            out[f"{name}/accuracy"] = ok   # items x samples of 0/1: mean@k and pass@k over items
+            generated += ok.size
         self.clock.eval_time += self.eval_fixed + self.per_answer * generated
         self.generated[request.step] = self.generated.get(request.step, 0) + generated
         return out
@@ -420,22 +433,23 @@ def _full_eval_answers() -> int:
     return ID_SIZE * ID_SAMPLES + OOD_SIZE * OOD_SAMPLES
 
 
-def _suite_overrides(cfg) -> list[str]:
-    """The demo's two suites and pass@k, where the config schema has them (eval-suite support)."""
-    out = [f"evaluation.metric={METRIC}", *SIMULATED_COSTS]
-    if "suites" in cfg.evaluation:
-        for name, (size, samples) in SUITES.items():
-            out += [f"evaluation.suites.{name}.size={size}", f"evaluation.suites.{name}.samples_per_item={samples}"]
-    if "pass_at_k" in cfg.evaluation:
-        out.append(f"evaluation.pass_at_k=[{PASS_K}]")
+def _overrides(*, adaptive: bool) -> list[str]:
+    """The demo's settings under the user's: the two suites, pass@k, the tracked metric, the simulated costs.
+    The adaptive runs size the id suite by policy and run the small ood suite at every
+    :data:`OOD_EVERY`-th evaluation (and on alarms and at the end); the fixed run evaluates both whole."""
+    out = [f"evaluation.metric={METRIC}", f"evaluation.pass_at_k=[{PASS_K}]", *SIMULATED_COSTS]
+    for name, (size, samples) in SUITES.items():
+        out += [f"evaluation.suites.{name}.size={size}", f"evaluation.suites.{name}.samples_per_item={samples}"]
+    if adaptive:
+        out += [f"evaluation.suites.ood.every={OOD_EVERY}", f"evaluation.suites.ood.sample_size={OOD_SIZE}"]
     return out
 
 
 def fixed_interval(answers: int, steps: int, per_eval: int | None = None) -> int:
     """The longest interval whose whole-suite evaluations generate more than ``answers`` answers in ``steps``.
 
-    >>> fixed_interval(5000, 200, per_eval=1680)   # 3 evaluations (5040 > 5000): every 66 steps
-    66
+    >>> fixed_interval(5000, 200, per_eval=1440)   # 4 evaluations (5760 > 5000): every 50 steps
+    50
     """
     per_eval = _full_eval_answers() if per_eval is None else per_eval
     return max(1, steps // (answers // per_eval + 1))
@@ -465,15 +479,24 @@ class _Run:
 
     def __init__(self, name: str, cfg, training: _Training, steps: int, run_dir: Path):
         from adaptive_eval.adaptive import AdaptiveEvaluator
+        from adaptive_eval.asynchronous import InlineExecutor, SnapshotEval
         from adaptive_eval.tensorboard import make_logger
 
         self.name, self.cfg, self.run_dir = name, cfg, run_dir
         self.clock = SimClock()
+        self.asynchronous = bool(cfg.evaluation.asynchronous)
+        # Asynchronous: the evaluation runs on its own device (its own simulated clock) while training goes
+        # on; it is computed at submission (InlineExecutor) and integrated ASYNC_LATENCY steps later.
+        self.eval_clock = SimClock() if self.asynchronous else self.clock
         self.step_seconds = float(cfg.replay.step_seconds)
-        self.evaluation = _Evaluation(training, self.clock, cfg)
+        self.evaluation = _Evaluation(training, self.eval_clock, cfg)
+        # Asynchronous: evaluate a copy of the weights taken when the evaluation is submitted.
+        self.evaluate_fn = SnapshotEval(training.model, self.evaluation) if self.asynchronous else self.evaluation
         self.evaluator = AdaptiveEvaluator.from_config(
             cfg, total_steps=steps, clock=self.clock,
-            logger=make_logger(run_dir / "tb", flush_secs=cfg.logging.flush_secs))
+            logger=make_logger(run_dir / "tb", flush_secs=cfg.logging.flush_secs),
+            executor=InlineExecutor() if self.asynchronous else None,
+            eval_clock=self.eval_clock if self.asynchronous else None)
         self.result = ReplayResult()
         self.evaluator.add_listener(self.result.listen)
         self.started = time.perf_counter()
@@ -481,14 +504,14 @@ class _Run:
     def step(self, global_step: int, streams: dict[str, float]) -> None:
         self.clock.trace_time += self.step_seconds
         self.evaluator.observe(streams, global_step)
-        self.evaluator.evaluate(self.evaluation, 0, global_step, global_step)
+        self.evaluator.evaluate(self.evaluate_fn, 0, global_step, global_step)
 
     def close(self, steps: int) -> ReplayResult:
+        self.evaluator.close()   # asynchronous: drains the evaluations still in flight
         s = self.evaluator.summary()
-        self.evaluator.close()
         self.result.summary = {
             "steps": steps, "evals": s["evals"], "samples": sum(e["sample_size"] or 0 for e in self.result.evals),
-            "answers": sum(self.evaluation.generated.values()), "eval_seconds": s["eval_seconds"],
+            "answers": sum(self.evaluation.generated.values()), "eval_seconds": self.eval_clock.eval_time,
             "train_seconds": self.clock.trace_time, "alarms": s["alarms"], "deferrals": s["deferrals"],
             "eval_errors": s["eval_errors"], "wall_seconds": round(time.perf_counter() - self.started, 3)}
         write_outputs(self.result, self.run_dir)
@@ -507,7 +530,9 @@ def _figures(result: ReplayResult, run: _Run, training: _Training, truth: dict[i
     evals = result.evals
     measured = [e for e in evals if _finite(e["metrics"].get(METRIC))]
     delay = None if fault == "none" else confirmed_delay(measured, fault_step, METRIC, direction="down")
-    best = best_eval(measured, METRIC)  # by the lower bound of its interval (see adaptive_eval.scoring)
+    if delay is not None and run.asynchronous:
+        delay += ASYNC_LATENCY   # an evaluation's step is that of its weights; its result is known later
+    pick = pick_best(measured, METRIC)  # shrunk estimates: the luckiest small evaluation does not win
     last = measured[-1] if measured else None
     peak_step = max(truth, key=lambda s: truth[s][METRIC])
     return {
@@ -517,16 +542,17 @@ def _figures(result: ReplayResult, run: _Run, training: _Training, truth: dict[i
         "alarms": len(result.alarms),
         "deferrals": len(result.deferrals),
         "fault_confirmed_after": delay,
-        "best_step": best["step"] if best else None,
-        "best": best["metrics"][METRIC] if best else None,
-        "best_ci": best["ci"].get(METRIC) if best else None,
-        "best_true": training.truth_at(best["step"])[METRIC] if best else None,
+        "best_step": pick.step if pick else None,
+        "best": pick.eval["metrics"][METRIC] if pick else None,
+        "best_estimate": pick.estimate if pick else None,
+        "best_true": training.truth_at(pick.step)[METRIC] if pick else None,
         "final_step": last["step"] if last else None,
         "final": last["metrics"][METRIC] if last else None,
         "peak_true": truth[peak_step][METRIC],
         "peak_step": peak_step,
         "train_seconds": run.clock.trace_time,
-        "eval_seconds": run.clock.eval_time,
+        "eval_seconds": run.eval_clock.eval_time,
+        "asynchronous": run.asynchronous,
         "wall_seconds_simulated": run.clock(),
     }
 
@@ -534,11 +560,12 @@ def _figures(result: ReplayResult, run: _Run, training: _Training, truth: dict[i
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_STEPS, seed: int = 0,
              config: str | None = None, overrides: Sequence[str] = (), fault: str = DEFAULT_FAULT,
              fault_step: int | None = None, progress: bool = True, plot: bool = True) -> dict:
-    """Train the policy once with GRPO (the fault at ``fault_step``, default the middle step), evaluate it
-    adaptively while it trains and on the fixed schedule at the same cost, write both runs, return the
-    comparison.
+    """Train the policy once with GRPO (the fault at ``fault_step``, default the middle step) and evaluate it
+    three ways: adaptively while it trains (``adaptive``), the same preset asynchronously (``async``), and
+    on the fixed schedule at the adaptive run's cost in generated answers (``fixed``, from the kept
+    weights); write the runs, return the comparison.
 
-    ``config``/``overrides`` choose the adaptive run's preset (default: ``default``).  Raises
+    ``config``/``overrides`` choose the adaptive runs' preset (default: ``default``).  Raises
     :class:`~adaptive_eval.demos.DemoError` before any training for an unknown ``fault``, too few
     ``steps`` to place the fault, or an ``out_dir`` that cannot be written.
     """
@@ -553,8 +580,12 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
         fault_step = steps // 2
     if not 10 <= fault_step <= steps - 10:
         raise DemoError(f"fault_step must lie within [10, {steps - 10}] for {steps} steps, got {fault_step}")
-    base = as_config(load_config(config))
-    adaptive_cfg = as_config(load_config(config, [*_suite_overrides(base), *overrides]))
+    adaptive_cfg = as_config(load_config(config, [*_overrides(adaptive=True), *overrides]))
+    async_cfg = as_config(load_config(config, [*_overrides(adaptive=True), *overrides, "evaluation.asynchronous=true",
+                                               f"evaluation.async_integrate_after_steps={ASYNC_LATENCY}"]))
+    missing = [name for name in SUITES if name not in adaptive_cfg.evaluation.suites]
+    if missing:
+        raise DemoError(f"evaluation.suites must keep the demo's suites {', '.join(SUITES)}")
     out = Path(out_dir)
     _prepare_out(out)
 
@@ -571,10 +602,11 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     try:
         with torch.random.fork_rng(devices=[]):
             training = _Training(seed, fault, fault_step)
-            adaptive = _Run("adaptive", adaptive_cfg, training, steps, out / "adaptive")
+            runs = {"adaptive": _Run("adaptive", adaptive_cfg, training, steps, out / "adaptive"),
+                    "async": _Run("async", async_cfg, training, steps, out / "async")}
             recorder = TraceRecorder(out / TRACE_NAME)
-            bar = tqdm(total=steps, desc="GRPO (adaptive eval)", unit="step", disable=not progress,
-                       file=sys.stderr, mininterval=0.25)
+            bar = tqdm(total=steps, desc="GRPO", unit="step", disable=not progress, file=sys.stderr,
+                       mininterval=0.25)
             try:
                 for global_step in range(steps):
                     metrics = training.step(global_step)
@@ -585,26 +617,26 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
                         row.update({f"eval/{name}/accuracy": truth[global_step][f"{name}/accuracy"]
                                     for name in SUITES})
                     recorder.record(global_step, row)
-                    adaptive.step(global_step, metrics)
+                    for run in runs.values():
+                        run.step(global_step, metrics)
                     bar.update(1)
             finally:
                 bar.close()
                 recorder.close()
             train_wall = time.perf_counter() - started
-            results = {"adaptive": adaptive.close(steps)}
+            results = {name: run.close(steps) for name, run in runs.items()}
             interval = fixed_interval(results["adaptive"].summary["answers"], steps)
-            fixed_cfg = as_config(load_config("areal", [*_suite_overrides(base), f"trigger.freq_steps={interval}"]))
-            fixed = _Run("fixed", fixed_cfg, training, steps, out / "fixed")
+            fixed_cfg = as_config(load_config("areal", [*_overrides(adaptive=False), f"trigger.freq_steps={interval}"]))
+            runs["fixed"] = _Run("fixed", fixed_cfg, training, steps, out / "fixed")
             for global_step, metrics in enumerate(streams):   # the same models, from their kept weights
-                fixed.step(global_step, metrics)
-            results["fixed"] = fixed.close(steps)
-            runs = {"adaptive": adaptive, "fixed": fixed}
+                runs["fixed"].step(global_step, metrics)
+            results["fixed"] = runs["fixed"].close(steps)
             report = {"task": "rlvr", "steps": steps, "seed": seed, "fault": fault, "fault_step": fault_step,
                       "fault_text": FAULTS[fault], "metric": METRIC,
                       "suites": {name: {"problems": size, "samples_per_item": k} for name, (size, k) in SUITES.items()},
                       "pass_k": PASS_K, "adaptive_config": config or "default", "fixed_freq_steps": interval,
-                      "out": str(out), "base_seconds": round(training.base_seconds, 3),
-                      "train_wall_seconds": round(train_wall, 3),
+                      "async_latency_steps": ASYNC_LATENCY, "out": str(out),
+                      "base_seconds": round(training.base_seconds, 3), "train_wall_seconds": round(train_wall, 3),
                       "costs": {k: float(adaptive_cfg.replay[k]) for k in
                                 ("step_seconds", "eval_fixed_seconds", "eval_seconds_per_sample")}}
             for name, run in runs.items():
@@ -631,9 +663,8 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, 1, sharex=True, height_ratios=[3, 2, 2])
     grid = sorted(truth)
-    colours = {"adaptive": "tab:blue", "fixed": "tab:orange"}
-    labels = {"adaptive": f"adaptive ({report['adaptive_config']} preset)",
-              "fixed": f"fixed (areal, every {report['fixed_freq_steps']} steps)"}
+    colours = {"adaptive": "tab:blue", "async": "tab:purple", "fixed": "tab:orange"}
+    labels = _labels(report)
     for ax, suite in zip(axes[:2], SUITES):
         metric = f"{suite}/accuracy"
         size, k = SUITES[suite]
@@ -642,7 +673,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
             pts = [e for e in result.evals if _finite(e["metrics"].get(metric))]
             if not pts:
                 continue
-            x = np.array([e["step"] for e in pts], dtype=float) + (i - 0.5) * 0.6
+            x = np.array([e["step"] for e in pts], dtype=float) + (i - 1) * 0.8
             y = np.array([e["metrics"][metric] for e in pts])
             ci = np.array([e["ci"][metric] for e in pts], dtype=float)
             ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], fmt="o", ms=3.5, lw=1, capsize=0,
@@ -679,7 +710,7 @@ def _delay(d: dict, fault: str) -> str:
 def _best(d: dict) -> str:
     if d["best"] is None:
         return "-"
-    return f"step {d['best_step']}: {d['best']:.3f} (true {d['best_true']:.3f})"
+    return f"step {d['best_step']} ({d['best_true']:.3f})"
 
 
 def _final(d: dict) -> str:
@@ -687,42 +718,50 @@ def _final(d: dict) -> str:
 
 
 def _wall(d: dict) -> str:
-    return f"{d['wall_seconds_simulated'] / 3600:.2f} h ({d['eval_seconds'] / 3600:.2f} h evaluating)"
+    if d["asynchronous"]:
+        return f"{d['wall_seconds_simulated'] / 3600:.2f} h (+{d['eval_seconds'] / 3600:.2f} h evaluating beside it)"
+    return f"{d['wall_seconds_simulated'] / 3600:.2f} h ({d['eval_seconds'] / 3600:.2f} h of it evaluating)"
+
+
+def _labels(report: dict) -> dict[str, str]:
+    return {"adaptive": f"adaptive ({report['adaptive_config']} preset)",
+            "async": f"asynchronous (+{report['async_latency_steps']} steps)",
+            "fixed": f"fixed (areal, every {report['fixed_freq_steps']} steps)"}
 
 
 def format_comparison(report: dict) -> str:
     """The comparison table ``adaptive-eval demo --task rlvr`` prints."""
-    a, f = report["adaptive"], report["fixed"]
+    names = [n for n in RUNS if n in report]
+    runs = [report[n] for n in names]
+    fault = report["fault"]
+    rows = [("", *(_labels(report)[n] for n in names)),
+            ("evaluations", *(str(d["evals"]) for d in runs)),
+            ("generated answers", *(str(d["answers"]) for d in runs)),
+            ("alarms", *(str(d["alarms"]) for d in runs)),
+            ("fault confirmed after", *(_delay(d, fault) for d in runs)),
+            ("checkpoint picked (true)", *(_best(d) for d in runs)),
+            ("last eval", *(_final(d) for d in runs)),
+            ("training wall time (simulated)", *(_wall(d) for d in runs))]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     s = report["suites"]
-    rows = [
-        ("", f"adaptive ({report['adaptive_config']} preset)",
-         f"fixed (areal, every {report['fixed_freq_steps']} steps)"),
-        ("evaluations", str(a["evals"]), str(f["evals"])),
-        ("generated answers", str(a["answers"]), str(f["answers"])),
-        ("alarms", str(a["alarms"]), str(f["alarms"])),
-        ("fault confirmed after", _delay(a, report["fault"]), _delay(f, report["fault"])),
-        ("checkpoint picked", _best(a), _best(f)),
-        ("last eval", _final(a), _final(f)),
-        ("training wall time (simulated)", _wall(a), _wall(f)),
-    ]
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
+    c = report["costs"]
     out = report["out"]
     lines = [f"GRPO on 1-3 digit addition, {report['steps']} steps; fault at step {report['fault_step']}: "
              f"{report['fault_text']}",
              f"eval suites: id ({s['id']['problems']} problems x {s['id']['samples_per_item']} answers), "
              f"ood ({s['ood']['problems']} 4-digit problems x {s['ood']['samples_per_item']} answers); "
-             f"metric {report['metric']} (mean@k)", ""]
-    lines += [f"  {r[0]:<{w0}}  {r[1]:<{w1}}  {r[2]}".rstrip() for r in rows]
+             f"tracked: {report['metric']} (mean@k, 95% intervals over problems)", ""]
+    lines += ["  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)).rstrip() for r in rows]
+    a = report["adaptive"]
     lines += ["",
               f"confirmed: steps from the fault to the first evaluation whose 95% interval for {report['metric']} "
-              "lies below the last value measured before it",
-              "picked: the evaluation with the best lower 95% bound; true: the exact mean@1 of that checkpoint "
+              "lies below the last value measured before it (asynchronous: to when its result came back)",
+              "picked: by shrunk estimate (adaptive_eval.scoring.pick_best); true: the exact mean@1 of that checkpoint "
               f"on all {s['id']['problems']} id problems (the run's peak: {a['peak_true']:.3f} at step {a['peak_step']})",
-              f"simulated wall time: {report['costs']['step_seconds']:g} s a training step, "
-              f"{report['costs']['eval_fixed_seconds']:g} s + {report['costs']['eval_seconds_per_sample']:g} s per "
-              f"generated answer an evaluation (real: {report['train_wall_seconds']:.0f} s of CPU training, base model {report['base_seconds']:.0f} s of it)",
-              f"wrote {out}/adaptive/ and {out}/fixed/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
+              f"simulated wall time: {c['step_seconds']:g} s a GRPO step, {c['eval_fixed_seconds']:g} s + "
+              f"{c['eval_seconds_per_sample']:g} s per generated answer an evaluation (asynchronous: on its own device); "
+              f"real: {report['train_wall_seconds']:.0f} s on the CPU, base model {report['base_seconds']:.0f} s of it",
+              f"wrote {out}/{{{','.join(names)}}}/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
               f"{out}/comparison.png; the run as a trace: {out}/{TRACE_NAME}",
               f"look: tensorboard --logdir {out}"]
     return "\n".join(lines)
