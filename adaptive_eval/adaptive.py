@@ -121,8 +121,12 @@ class AdaptiveEvaluator:
         if logger is None and self.cfg.logging.tensorboard_dir is not None:
             from adaptive_eval.tensorboard import make_logger
 
-            logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
-                                 group=group)
+            try:
+                logger = make_logger(self.cfg.logging.tensorboard_dir, flush_secs=self.cfg.logging.flush_secs,
+                                     group=group)
+            except OSError as exc:  # an unwritable folder must not stop the training run
+                log.error("TensorBoard logging is off: %s", exc)
+                logger = None
         self.logger = logger if logger is not None else NullLogger()
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
@@ -135,6 +139,7 @@ class AdaptiveEvaluator:
             initial_epoch_value=trig.eval_before_train,
             # In a group the trigger's time is the group's: every rank then fires at the same step.
             clock=self._group_time if self._distributed else self.clock, sync_time=False,
+            independent=trig.independent, steps_per_epoch=steps_per_epoch,
         )
         if resource_monitor is None and self.cfg.resources.enabled:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
@@ -169,6 +174,8 @@ class AdaptiveEvaluator:
 
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
+        self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -234,7 +241,17 @@ class AdaptiveEvaluator:
         if not isinstance(stream, str):
             raise TypeError(f"metric names must be strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
-        return dets
+        return self._index(stream, dets)
+
+    def _index(self, stream: str, dets: list) -> tuple:
+        """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
+        (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
+                                          tuple(d.update for d in dets))
+        return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -253,15 +270,23 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        detectors = self._detectors
+        watchers = self._watchers
         for name, value in items:
-            dets = detectors.get(name)
-            if dets is None:
-                dets = self._watch(name)
+            entry = watchers.get(name)
+            if entry is None:
+                entry = self._watch(name)
             if type(value) is not float:
                 value = as_float(name, value)
-            for det in dets:
-                alarm = det.update(value, global_step)
+            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+                updates = entry[0]
+                if name in self._in_nonfinite_run:
+                    self._in_nonfinite_run.discard(name)
+                    updates = entry[1]
+            else:
+                self._in_nonfinite_run.add(name)
+                updates = entry[1]
+            for update in updates:
+                alarm = update(value, global_step)
                 if alarm is not None:
                     if self._distributed:  # shared with the other ranks at the next evaluate()
                         self._unsynced.append((alarm, global_step))
@@ -322,8 +347,12 @@ class AdaptiveEvaluator:
             values[f"eval/{name}"] = m.mean
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
+        step = event["step"]
+        if "integrated_step" in event:  # asynchronous: recorded where it arrived (a trace only goes forward),
+            step = event["integrated_step"]  # with the latency, which replay takes as its latency model
+            values["async/latency_steps"] = float(step - event["step"])
         if values:
-            self._record(event["step"], values)
+            self._record(step, values)
 
     def _group_time(self) -> float:
         return self._now
@@ -427,7 +456,10 @@ class AdaptiveEvaluator:
         # The one collective of a step with nothing due.
         new_alarms, due, self._now, ready = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if ready else 0.0])
-        got = self._integrate_in_group(global_step) if ready >= 0.5 else None
+        got = None
+        if ready >= 0.5:  # identical on every rank, so is what it changes: the trigger, the pending alarms
+            got = self._integrate_in_group(global_step)
+            due = max(due, 1.0 if self.trigger.due() is not None or self._alarm_pending else 0.0)
         if new_alarms < 0.5 and due < 0.5:
             return got
         if new_alarms >= 0.5:
@@ -478,8 +510,9 @@ class AdaptiveEvaluator:
                 return None
         elif not self.trigger._initial_pending:
             return None
-        return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
-                         global_step)
+        # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
+        size = self.decide("before_train", global_step, urgent=True).sample_size
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
@@ -537,11 +570,12 @@ class AdaptiveEvaluator:
         plans = []
         for name in due:
             suite = self._suites[name]
-            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            items = suite["sample_size"] or (decision.sample_size if decision.sample_size is not None else suite["size"])
+            default = SuitePlan(name, min(items, suite["size"]), suite["samples_per_item"])
             plans.append(sized.get(name, default))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
-        reason = suites_reason(decision.reason, self._suites, due, index)
+        reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 
@@ -567,6 +601,7 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
@@ -671,7 +706,7 @@ class AdaptiveEvaluator:
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
 
     def _check_down(self, global_step: int) -> None:
-        down = self._async.down
+        down = self._async.is_down
         if down is None or self._async_down_logged:
             return
         self._async_down_logged = True
@@ -855,6 +890,10 @@ class AdaptiveEvaluator:
                                      f"the config {len(dets)}")
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
+        for stream, dets in self._detectors.items():
+            self._index(stream, dets)
+            if any(getattr(d, "_in_run", False) for d in dets):
+                self._in_nonfinite_run.add(stream)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))

@@ -198,8 +198,22 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptive-eval")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__.strip())
+    parser = argparse.ArgumentParser(
+        prog="adaptive-eval",
+        description="Decide when to evaluate a model during training and how many eval samples to spend: "
+                    "try a preset on a recorded run (replay), see it on a demo training run (demo), draw a run "
+                    "(plot), tune or check a preset, print a configuration.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("config", help="print the resolved configuration")
     _add_config_args(p)

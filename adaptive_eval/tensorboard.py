@@ -61,6 +61,7 @@ terminates the process as SIGTERM would have).  The logger is meant to be used f
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
 import os
 import re
@@ -75,6 +76,8 @@ from pathlib import Path
 from adaptive_eval.loggers import MetricLogger, NullLogger
 
 __all__ = ["TensorBoardLogger", "alarm_scalar", "dashboard_layout", "eval_scalars", "make_logger"]
+
+log = logging.getLogger("adaptive_eval")
 
 EVAL_PREFIX = "eval/"
 CI_LOW_SUFFIX = "/ci_low"
@@ -304,13 +307,24 @@ class TensorBoardLogger(MetricLogger):
         self.log_dir = Path(log_dir)
         self.flush_secs = float(flush_secs)
         self.rank = rank
-        name = "events.out.tfevents.%010d.%s.%d.%d" % (time.time(), socket.gethostname(), os.getpid(), next(_uid))
-        if rank is not None:
-            name += f".rank{rank}"
-        self.event_file = self.log_dir / name
+        # torch's SummaryWriter (used by HF's and Lightning's TensorBoard loggers) names its files
+        # events.out.tfevents.<time>.<host>.<pid>.<its own counter>: with the same pattern, a writer in the
+        # same folder in the same second collides.  The ".adaptive_eval" suffix keeps ours apart (TensorBoard
+        # reads every file whose name contains "tfevents"), and an existing name is skipped, not an error.
+        suffix = ".adaptive_eval" + (f".rank{rank}" if rank is not None else "")
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            file = open(self.event_file, "xb")  # noqa: SIM115 - closed by close() or the finalizer
+            for _ in range(1000):
+                name = "events.out.tfevents.%010d.%s.%d.%d%s" % (time.time(), socket.gethostname(), os.getpid(),
+                                                                next(_uid), suffix)
+                self.event_file = self.log_dir / name
+                try:
+                    file = open(self.event_file, "xb")  # noqa: SIM115 - closed by close() or the finalizer
+                    break
+                except FileExistsError:
+                    continue
+            else:
+                raise FileExistsError(17, "no free event-file name", str(self.log_dir))
         except OSError as exc:
             raise OSError(exc.errno, f"cannot create a TensorBoard event file: {exc.strerror}",
                           str(self.log_dir)) from exc
@@ -343,7 +357,22 @@ class TensorBoardLogger(MetricLogger):
         return not self._finalizer.alive
 
     def _write(self, event) -> None:
-        self._records.write(event.SerializeToString())
+        try:
+            self._records.write(event.SerializeToString())
+        except OSError as exc:
+            self._give_up(exc)
+
+    def _give_up(self, exc: OSError) -> None:
+        """A write failed (disk full, folder removed): report it once and stop logging, never raising into
+        the training step that called us."""
+        log.error("TensorBoard logging to %s stopped: %s", self.event_file, exc)
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _LIVE.discard(self)
+            try:
+                self._file.close()
+            except OSError:
+                pass
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         """Record scalars (tag -> number) at a training step; NaN and infinities are kept."""
@@ -451,6 +480,8 @@ class TensorBoardLogger(MetricLogger):
         self._next_flush = time.monotonic() + self.flush_secs
         try:
             self._file.flush()
+        except OSError as exc:
+            self._give_up(exc)
         except RuntimeError:
             # Only from a signal handler that interrupted this very file's write ("reentrant call");
             # the interrupted write finishes, and flushes, when the handler returns.

@@ -1,6 +1,7 @@
 """Detectors on simulated streams: false-alarm run length, detection delay and speed (printed as a table).
 
 Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
+     python benchmarks/detectors.py --real    (the real-stream table only; see real_streams)
 
 For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibrated threshold):
 
@@ -129,7 +130,91 @@ def job(name: str, arl0: float, quick: bool) -> tuple:
     return name, arl0, arl, delays, rd, time.perf_counter() - t0
 
 
+def real_streams() -> None:
+    """Detectors on the cheap streams of the real traces shipped in ``traces/`` (not simulated).
+
+    Three families, each one detector per stream, fed every finite value in record order:
+    the default preset's ``streams.default`` detectors (``adaptive_eval.load_config()``), and river's own
+    ``river.drift.ADWIN()`` and ``river.drift.PageHinkley()`` at river's defaults.
+    * false alarms per 1,000 steps: alarms on the quiet stretch of each trace (before its first annotated
+      event; the whole trace when it has none) on any of its streams, per 1,000 quiet records x streams
+      watched; exact Poisson 95% interval on the count;
+    * delay: per annotated event (``convert.load_real``'s rules: GRPO collapses and degradations), records
+      from the event to the first alarm at or after it on any stream; no alarm by the end = missed.
+    """
+    from river import drift
+    from scipy.stats import chi2
+
+    from adaptive_eval import load_config
+    from adaptive_eval.convert import load_real, real_traces
+    from adaptive_eval.detectors import make_detector
+
+    specs = list(load_config().streams.default)
+    families = {
+        "default preset": lambda s: [make_detector(dict(spec), stream=s) for spec in specs],
+        "river ADWIN()": lambda s: [drift.ADWIN()],
+        "river PageHinkley()": lambda s: [drift.PageHinkley()],
+    }
+    totals = {f: {"alarms": 0, "exposure": 0, "delays": []} for f in families}
+    rows = []
+    for info in real_traces():
+        rt = load_real(info.name)
+        streams = rt.trace.stream_names()
+        if not streams:
+            continue
+        index = [r.step for r in rt.trace.records]
+        events = sorted(int(np.searchsorted(index, e.step)) for e in rt.events)
+        quiet_end = events[0] if events else len(index)
+        for fam, build in families.items():
+            alarms = []  # record indices
+            for stream in streams:
+                dets = build(stream)
+                for i, rec in enumerate(rt.trace.records):
+                    v = rec.metrics.get(stream)
+                    if v is None:
+                        continue
+                    for d in dets:
+                        if isinstance(d, (drift.ADWIN, drift.PageHinkley)):
+                            if not math.isfinite(v):
+                                continue
+                            d.update(v)
+                            if d.drift_detected:
+                                alarms.append(i)
+                        elif d.update(v, rec.step) is not None:
+                            alarms.append(i)
+            false = sum(1 for a in alarms if a < quiet_end)
+            exposure = quiet_end * len(streams)
+            delays = []
+            for e in events:
+                after = [a - e for a in alarms if a >= e]
+                delays.append(min(after) if after else None)
+            t = totals[fam]
+            t["alarms"] += false
+            t["exposure"] += exposure
+            t["delays"] += delays
+            rows.append((info.name, fam, len(streams), quiet_end, false, delays))
+    print("Detectors on the real traces' streams (per trace: quiet records x streams, false alarms, event delays)")
+    print(f"{'trace':24s} {'detectors':20s} {'streams':>7s} {'quiet':>7s} {'false':>6s}  delays (records; - = missed)")
+    for name, fam, n_streams, quiet, false, delays in rows:
+        shown = ", ".join("-" if d is None else str(d) for d in delays) or "(no events)"
+        print(f"{name:24s} {fam:20s} {n_streams:7d} {quiet:7d} {false:6d}  {shown}")
+    print(f"\n{'detectors':20s} {'false alarms / 1k steps [95%]':>30s} {'n (steps x streams)':>20s} "
+          f"{'events':>6s} {'caught':>6s} {'median delay':>12s}")
+    for fam, t in totals.items():
+        k, n = t["alarms"], t["exposure"]
+        lo = chi2.ppf(0.025, 2 * k) / 2 if k else 0.0
+        hi = chi2.ppf(0.975, 2 * (k + 1)) / 2
+        ds = t["delays"]
+        caught = [d for d in ds if d is not None]
+        med = statistics.median(math.inf if d is None else d for d in ds) if ds else math.nan
+        print(f"{fam:20s} {1000 * k / n:12.2f} [{1000 * lo / n:.2f}, {1000 * hi / n:.2f}]      {n:20,d} "
+              f"{len(ds):6d} {len(caught):6d} {med:12.1f}")
+
+
 def main(argv=None) -> None:
+    if argv is None and "--real" in sys.argv[1:]:
+        real_streams()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")

@@ -56,48 +56,51 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
         adaptive.evaluate(fn, 0, 0, g)
 
     out.append(("AdaptiveEvaluator observe(3 streams)+evaluate", per_call_us(observe_and_evaluate, number, repeat)))
-    areal = ArealStyleCheck()
-    out.append(("reference: AReaL-style check (3 controls)", per_call_us(lambda: areal.check(0, 1), number, repeat)))
+    timeutil = load_areal_timeutil()
+    # As AReaL's Evaluator builds it for a step schedule.  (With freq_sec set and no process group, AReaL's
+    # FrequencyControl.check raises UnboundLocalError on `interval_seconds`, so the time control stays off.)
+    areal = timeutil.EpochStepTimeFreqCtl(freq_epoch=None, freq_step=10**12, freq_sec=None)
+    out.append(("AReaL's own EpochStepTimeFreqCtl.check", per_call_us(lambda: areal.check(0, 1), number, repeat)))
     return out
 
 
-class _ArealStyleControl:
-    """What one of AReaL's FrequencyControl.check calls does per step: take a lock, read the wall clock
-    with datetime.now(), count steps and compare (re-implemented here as a cost reference)."""
+def load_areal_timeutil():
+    """AReaL's own ``areal.utils.timeutil`` module, from the installed ``areal`` package.
 
-    def __init__(self, frequency_steps=None):
-        import datetime
-        import threading
+    ``pip install --no-deps areal`` leaves out what ``areal/__init__.py`` and ``areal.infra.platforms`` import
+    (aiohttp, transformers, ...), none of which ``EpochStepTimeFreqCtl`` uses.  When the plain import fails for
+    that reason, the package modules are bypassed (empty namespace modules) and ``current_platform`` (used only
+    to place a tensor for the time all-reduce in a process group) is given as a CPU stand-in; the module
+    measured, ``timeutil.py``, is AReaL's file as shipped.
+    """
+    import importlib
+    import importlib.util
+    import pathlib
+    import sys
+    import types
 
-        self._now = datetime.datetime.now
-        self.frequency_steps = frequency_steps
-        self.steps = self.last_steps = 0
-        self.last_time = self._now()
-        self.lock = threading.Lock()
-
-    def check(self, steps=1):
-        with self.lock:
-            now = self._now()
-            self.steps += steps
-            interval_seconds = (now - self.last_time).total_seconds()
-            interval_steps = self.steps - self.last_steps
-            if self.frequency_steps is None:
-                return False
-            if interval_steps < self.frequency_steps:
-                return False
-            self.last_time, self.last_steps = now, self.steps
-            return interval_seconds >= 0
-
-
-class ArealStyleCheck:
-    """AReaL's EpochStepTimeFreqCtl.check: three controls (epoch, step, time), each checked every step."""
-
-    def __init__(self):
-        self.ctls = (_ArealStyleControl(10**12), _ArealStyleControl(10**12), _ArealStyleControl(None))
-
-    def check(self, epochs, steps):
-        a, b, c = self.ctls
-        return a.check(epochs) | b.check(steps) | c.check()
+    try:
+        return importlib.import_module("areal.utils.timeutil")
+    except ImportError:
+        pass
+    spec = importlib.util.find_spec("areal")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("benchmarks/overhead.py compares with AReaL's own code: pip install --no-deps areal")
+    root = pathlib.Path(list(spec.submodule_search_locations)[0])
+    for name in ("areal", "areal.infra", "areal.utils"):
+        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
+            sys.modules[name] = mod
+    platforms = types.ModuleType("areal.infra.platforms")
+    platforms.current_platform = types.SimpleNamespace(device_type="cpu")
+    sys.modules.setdefault("areal.infra.platforms", platforms)
+    path = root / "utils" / "timeutil.py"
+    module_spec = importlib.util.spec_from_file_location("areal.utils.timeutil", path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules["areal.utils.timeutil"] = module
+    module_spec.loader.exec_module(module)
+    return module
 
 
 def main(argv=None) -> None:
@@ -107,9 +110,10 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     table = rows(args.number, args.repeat)
     base = table[0][1]
-    print(f"{'operation':48s} {'us/call':>9s} {'x plain':>8s}")
+    areal = dict(table)["AReaL's own EpochStepTimeFreqCtl.check"]
+    print(f"{'operation':48s} {'us/call':>9s} {'x plain':>8s} {'x AReaL':>8s}")
     for name, us in table:
-        print(f"{name:48s} {us:9.3f} {us / base:8.2f}")
+        print(f"{name:48s} {us:9.3f} {us / base:8.2f} {us / areal:8.2f}")
 
 
 if __name__ == "__main__":

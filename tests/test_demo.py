@@ -48,6 +48,9 @@ def test_demo_writes_both_runs(demo_run):
         evals = _lines(run / "evals.jsonl")
         assert summary["evals"] == len(evals) > 0
         assert summary["samples"] == sum(e["sample_size"] for e in evals)
+        best = summary["best"]  # the picked checkpoint, its estimate and interval, and (simulated) its true value
+        assert best["step"] in {e["step"] for e in evals} and best["interval"][0] <= best["estimate"] <= best["interval"][1]
+        assert 0 <= best["true"] <= 1
         for e in evals:
             low, high = e["ci"]["accuracy"]
             assert 0 <= low <= e["metrics"]["accuracy"] + 1e-12 and e["metrics"]["accuracy"] <= high + 1e-12 <= 1 + 1e-12

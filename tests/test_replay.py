@@ -41,6 +41,10 @@ def test_replay_cli_writes_the_documented_outputs(collapse_trace, tmp_path, caps
     assert alarms and set(alarms[0]) == {"step", "stream", "detector", "direction", "location"}
     assert {"steps", "evals", "samples", "eval_seconds", "train_seconds", "alarms"} <= set(summary)
     assert summary["steps"] == 600 and summary["evals"] == len(evals)
+    # The picked checkpoint: a step that was evaluated, its shrunk estimate inside its interval.
+    best = summary["best"]
+    assert best["metric"] == "accuracy" and best["step"] in {e["step"] for e in evals}
+    assert best["interval"][0] <= best["estimate"] <= best["interval"][1]
     # The collapse is caught: an alarm-driven evaluation soon after the onset shows it.
     onset = st.events[0].step
     window = [e for e in evals if onset <= e["step"] <= onset + 25]

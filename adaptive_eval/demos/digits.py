@@ -39,7 +39,7 @@ from pathlib import Path
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.demos import DemoError
 from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
-from adaptive_eval.scoring import best_eval, detection_delay
+from adaptive_eval.scoring import detection_delay, pick_best
 from adaptive_eval.types import EvalRequest
 
 __all__ = ["DEFAULT_STEPS", "DemoError", "format_comparison", "run_demo"]
@@ -182,10 +182,11 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
                     recorder.record(global_step, {**metrics, f"eval/{METRIC}": truth[global_step]})
                 evaluator.observe(metrics, global_step)
                 evaluator.evaluate(training.evaluate, 0, global_step, global_step)
-                if global_step % 50 == 49 or global_step == steps - 1:
+                if out.evals and (global_step % 50 == 49 or global_step == steps - 1):
+                    bar.set_postfix(evals=len(out.evals), refresh=False)
+                if global_step % 50 == 49 and global_step < steps - 1:
                     bar.update(global_step + 1 - bar.n)
-                    if out.evals:
-                        bar.set_postfix(evals=len(out.evals), refresh=False)
+            bar.n = steps  # close() draws the 100% line (an update to 100% first would print it twice in a log)
     finally:
         bar.close()
         if recorder is not None:
@@ -214,7 +215,10 @@ def _figures(result: ReplayResult, truth: dict[int, float], fault_step: int) -> 
     evals = result.evals
     measured = [e for e in evals if math.isfinite(e["metrics"].get(METRIC, math.nan))]
     delay = detection_delay(_shows_fault(measured, fault_step), fault_step, min_samples=1)
-    best = best_eval(measured, METRIC)  # by the lower 95% bound: a lucky small sample does not win
+    # By the shrunk estimate (scoring.pick_best): a lucky small sample is pulled towards its neighbours and
+    # does not win; the estimate and its interval are what the pick is worth.
+    pick = pick_best(measured, METRIC)
+    best = pick.eval if pick else None
     last = measured[-1] if measured else None
     return {
         "evals": len(evals),
@@ -225,6 +229,9 @@ def _figures(result: ReplayResult, truth: dict[int, float], fault_step: int) -> 
         "best_step": best["step"] if best else None,
         "best_accuracy": best["metrics"][METRIC] if best else None,
         "best_true_accuracy": truth.get(best["step"]) if best else None,
+        "best_estimate": pick.estimate if pick else None,
+        "best_interval": list(pick.interval) if pick else None,
+        "best_sample_size": best["sample_size"] if best else None,
         "final_step": last["step"] if last else None,
         "final_accuracy": last["metrics"][METRIC] if last else None,
         "peak_true_accuracy": max(truth.values(), default=None),
@@ -290,8 +297,12 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
               "identical_training": adaptive_truth == fixed_truth}
     for name, result, truth in (("adaptive", adaptive, adaptive_truth), ("fixed", fixed, fixed_truth)):
         run_dir = out / name
-        write_outputs(result, run_dir)
         report[name] = _figures(result, truth, fault_step)
+        f = report[name]
+        result.summary["best"] = None if f["best_step"] is None else {
+            "metric": METRIC, "step": f["best_step"], "estimate": f["best_estimate"], "interval": f["best_interval"],
+            "measured": f["best_accuracy"], "sample_size": f["best_sample_size"], "true": f["best_true_accuracy"]}
+        write_outputs(result, run_dir)
         if plot:
             report[name]["png"] = str(plot_run(run_dir))
     # Where the fault falls between two fixed evaluations is luck: the mean delay over all positions.
@@ -309,7 +320,11 @@ def _delay(d: dict) -> str:
 def _best(d: dict) -> str:
     if d["best_accuracy"] is None:
         return "-"
-    return f"{d['best_accuracy']:.3f} at step {d['best_step']} (true {d['best_true_accuracy']:.3f})"
+    if d.get("best_estimate") is None:
+        return f"{d['best_accuracy']:.3f} at step {d['best_step']} (true {d['best_true_accuracy']:.3f})"
+    low, high = d["best_interval"]
+    return (f"step {d['best_step']}: {d['best_estimate']:.3f} [{low:.3f}, {high:.3f}] (measured {d['best_accuracy']:.3f}"
+            f" on {d['best_sample_size']}; true {d['best_true_accuracy']:.3f})")
 
 
 def _final(d: dict) -> str:
@@ -326,7 +341,7 @@ def format_comparison(report: dict) -> str:
         ("eval samples", str(a["samples"]), str(f["samples"])),
         ("alarms", str(a["alarms"]), str(f["alarms"])),
         ("fault caught after", _delay(a), f"{_delay(f)} (mean {f['mean_fault_delay']:.0f})"),
-        ("best eval (by 95% lower bound)", _best(a), _best(f)),
+        ("best checkpoint (shrunk estimate)", _best(a), _best(f)),
         ("last eval", _final(a), _final(f)),
     ]
     w0 = max(len(r[0]) for r in rows)
