@@ -133,17 +133,16 @@ def test_grpo_learns_before_the_fault():
 
 
 def test_the_exact_truth_matches_sampling(short_base):
-    """true_values is the probability of sampling the right answer: 64 samples per problem agree."""
+    """true_values is the probability of sampling the right answer: 32 answers to each of 60 problems agree."""
     training = _training("none")
     training.step(0)
+    suite = training.suites["id"]
+    suite.prompts, suite.answers = suite.prompts[:60], suite.answers[:60]
     p = training.true_values()["id/accuracy"]
-    assert 0 < p < 1
-    training.suites["id"].prompts = training.suites["id"].prompts[:60]   # 60 problems x 32 answers
-    training.suites["id"].answers = training.suites["id"].answers[:60]
-    sampled = training.answers_of(training.weights[0], 0, training.suites["id"], list(range(60)), 32, 0)
+    assert 0 < p < 1 and training.truth_at(0)["id/accuracy"] == pytest.approx(p)
+    sampled = training.answers_of(training.weights[0], 0, suite, list(range(60)), 32, request_seed=0)
     se = sampled.mean(1).std() / np.sqrt(60)
-    assert abs(sampled.mean() - training.truth_at(0)["id/accuracy"]) < 4 * se + 0.01
-    assert training.truth_at(0)["id/accuracy"] == pytest.approx(p)
+    assert abs(sampled.mean() - p) < 4 * se + 0.01, (sampled.mean(), p)
 
 
 @pytest.mark.parametrize("args, message", [
