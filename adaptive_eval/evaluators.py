@@ -208,7 +208,7 @@ def _suite_ks(request: EvalRequest, pass_at_k):
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
-               suites: bool = False, item_values: dict | None = None):
+               suites: bool = False, item_values: dict | None = None, kinds=None, aggregations=None):
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
     ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
@@ -223,10 +223,11 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
                                     suites={name: s.indices for name, s in request.suites.items()},
                                     populations={name: s.size for name, s in request.suites.items()},
-                                    item_values=item_values)
+                                    item_values=item_values, kinds=kinds, aggregations=aggregations)
     else:
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
-                                    ids=request._handed.get("indices"), item_values=item_values)
+                                    ids=request._handed.get("indices"), item_values=item_values,
+                                    kinds=kinds, aggregations=aggregations)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
@@ -251,10 +252,12 @@ def run_evaluation_outcome(
     timeout: EvalTimeout | None = None,
     pass_at_k=(1,),
     suites: bool = False,
+    metric_kinds: Mapping[str, str] | None = None,
+    aggregations: Mapping | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
-    The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
+    ``metric_kinds`` (``evaluation.metric_kinds``): metric name -> ``proportion`` or ``mean``.  The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
     ``on_error`` is ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
     ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
 
@@ -335,7 +338,8 @@ def run_evaluation_outcome(
         metrics, raw = {}, None
         if error is None:
             try:
-                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
+                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
+                                          aggregations)
             except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
@@ -381,7 +385,8 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values)
+    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
+                                          aggregations)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
@@ -399,7 +404,8 @@ def _freqs_from(config) -> tuple:
     src = getattr(config, "trigger", config)
     try:
         return (getattr(src, "freq_epochs", None), getattr(src, "freq_steps", None),
-                getattr(src, "freq_secs", None), bool(getattr(src, "eval_before_train", False)))
+                getattr(src, "freq_secs", None), bool(getattr(src, "eval_before_train", False)),
+                bool(getattr(src, "independent", False)))
     except Exception as exc:  # noqa: BLE001 - odd config objects
         raise ValueError(f"cannot read the trigger frequencies from {type(config).__name__}: {exc}") from None
 
@@ -444,8 +450,10 @@ class Evaluator:
         clock: Callable[[], float] | None = None,
         group=None,
         rank_discrepancy_threshold: float | None = None,
+        independent: bool | None = None,
     ):
-        freq_epochs, freq_steps, freq_secs, eval_before_train = _freqs_from(config)
+        freq_epochs, freq_steps, freq_secs, eval_before_train, cfg_independent = _freqs_from(config)
+        independent = cfg_independent if independent is None else bool(independent)
         if freq_epochs is not None and steps_per_epoch is None:
             raise ValueError("freq_epochs is set, so Evaluator needs steps_per_epoch to know where epochs end")
         if steps_per_epoch is not None:
@@ -462,6 +470,7 @@ class Evaluator:
         self.freq_ctl = EpochStepTimeFreqCtl(
             freq_epoch=freq_epochs, freq_step=freq_steps, freq_sec=freq_secs,
             initial_epoch_value=eval_before_train, group=group, clock=self.clock,
+            independent=independent, steps_per_epoch=steps_per_epoch,
         )
         evaluation = getattr(config, "evaluation", None)
         self.sample_size = getattr(evaluation, "sample_size", None) if evaluation is not None else None
@@ -474,6 +483,10 @@ class Evaluator:
         self.timeout = EvalTimeout(timeout_s) if timeout_s is not None else None  # single process only
         # An AReaL config has no evaluation section: evaluate_fn then runs as is (no inference_mode).
         self.precision = getattr(evaluation, "precision", "fp32") if evaluation is not None else None
+        kinds = getattr(evaluation, "metric_kinds", None) if evaluation is not None else None
+        self.metric_kinds = dict(kinds) if kinds else {}
+        aggs = getattr(evaluation, "aggregations", None) if evaluation is not None else None
+        self.aggregations = {k: list(v) for k, v in aggs.items()} if aggs else {}
         self.dist = DistContext.from_config(config, group)
         if rank_discrepancy_threshold is None:
             rank_discrepancy_threshold = getattr(getattr(config, "distributed", None), "rank_discrepancy_threshold",
@@ -497,7 +510,8 @@ class Evaluator:
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=self.confidence,
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
-            timeout=self.timeout, pass_at_k=self.pass_at_k,
+            timeout=self.timeout, pass_at_k=self.pass_at_k, metric_kinds=self.metric_kinds,
+            aggregations=self.aggregations,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result
@@ -507,8 +521,7 @@ class Evaluator:
         global_step = check_step("global_step", global_step)
         if not self.freq_ctl.initial_epoch_value or not self.freq_ctl._initial_pending:
             return None
-        self.freq_ctl._initial_pending = False
-        self.freq_ctl.fired()
+        self.freq_ctl.fired()  # AReaL's way: restarts the epoch counter only (see EpochStepTimeFreqCtl.fired)
         return self._run(evaluate_fn, self._request(global_step, "before_train"), None)
 
     def evaluate(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:

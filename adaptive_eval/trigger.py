@@ -2,15 +2,19 @@
 
 Differences from ``areal.utils.timeutil.EpochStepTimeFreqCtl`` (each has a test):
 
-* With one trigger configured the schedule is exactly AReaL's.
+* With one trigger configured the schedule is exactly AReaL's, ``initial_epoch_value`` included: the
+  initial evaluation restarts only the epoch counter it belongs to, so ``freq_step=5`` with it fires at
+  steps 0, 4, 9, ... (not 0, 5, 10).  A frequency of 0 fires at every step, as in AReaL.
 * With several, they measure staleness since the last evaluation, whatever caused it: one evaluation
   restarts every counter.  (AReaL keeps independent counters that fire back to back: steps 2, 3, 5, 7, 8
-  for ``freq_epoch=1, freq_step=3`` and 4 steps per epoch.)  Epoch staleness counts the part of an epoch
-  trained since the last evaluation, so an epoch end right after a step-triggered evaluation does not fire.
+  for ``freq_epoch=1, freq_step=3`` and 4 steps per epoch; ``independent=True`` counts like that.)  Epoch
+  staleness counts the part of an epoch trained since the last evaluation, so an epoch end right after a
+  step-triggered evaluation does not fire.
 * The time trigger works without a process group (AReaL raises ``UnboundLocalError``), reads an injected
   monotonic ``clock``, and in a process group all ranks agree (the largest elapsed time wins).
 * ``load_state_dict`` restores counters but keeps the frequencies of the current config (AReaL overwrites
-  them), and also reads AReaL's saved format.
+  them), and also reads AReaL's saved format: the next evaluation is AReaL's next one (with several
+  triggers; with ``independent=True`` every later one is AReaL's too).
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ def _check_freq(name: str, value):
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a positive number or None, got {value!r}")
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError(f"{name} must be positive (None disables it), got {value!r}")
+        raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
+    if not value >= 0 or value != value or value == float("inf"):
+        raise ValueError(f"{name} must be non-negative (0: every step, as in AReaL; None disables it), got {value!r}")
     return value
 
 
@@ -57,6 +61,8 @@ class EpochStepTimeFreqCtl:
         *,
         clock: Callable[[], float] | None = None,
         sync_time: bool = True,
+        independent: bool = False,
+        steps_per_epoch: int | None = None,
     ):
         self.freq_epoch = _check_freq("freq_epoch", freq_epoch)
         self.freq_step = _check_freq("freq_step", freq_step)
@@ -70,8 +76,16 @@ class EpochStepTimeFreqCtl:
         self.last_reason: str | None = None
         # Multiplies every frequency; adaptive policies tighten (< 1) or relax (> 1) the schedule with it.
         self.scale = 1.0
-        # Only with several triggers does an epoch count by the part trained since the last evaluation.
-        self._several = sum(f is not None for f in (self.freq_epoch, self.freq_step, self.freq_sec)) > 1
+        # AReaL's counting: each trigger restarts only itself when it fires (the initial firing belongs to
+        # the epoch counter).  With one trigger that is also what the joint counting does, except for the
+        # initial firing, which is therefore always counted AReaL's way.
+        self.independent = bool(independent)
+        # Only used to place a resumed AReaL state within its epoch (AReaL's state counts steps and epochs).
+        self.steps_per_epoch = steps_per_epoch
+        # Only with several jointly counted triggers does an epoch count by the part trained since the last
+        # evaluation, and does one evaluation restart every counter.
+        several = sum(f is not None for f in (self.freq_epoch, self.freq_step, self.freq_sec)) > 1
+        self._several = several and not self.independent
         self._reset()
 
     def _reset(self) -> None:
@@ -129,8 +143,28 @@ class EpochStepTimeFreqCtl:
         return self.poll(epochs, steps) is not None
 
     def fired(self) -> None:
-        """Restart the staleness counters: an evaluation happened now (whatever caused it)."""
+        """Restart the staleness counters: an evaluation happened now (whatever caused it).
+
+        Jointly counted triggers all restart.  Counted AReaL's way (one trigger, or ``independent``), a
+        scheduled firing restarts only the triggers that are due (the initial one restarts the epoch
+        counter), and an unscheduled one (an alarm, the last step) restarts all of them.
+        """
+        initial = self._initial_pending
         self._initial_pending = False
+        if not self._several:
+            scale = self.scale
+            epoch_due = self.freq_epoch is not None and self._epochs_since >= self.freq_epoch * scale - _EPS
+            step_due = self.freq_step is not None and self._steps_since >= self.freq_step * scale
+            time_due = self.freq_sec is not None and self.clock() - self._last_time >= self.freq_sec * scale
+            if initial or epoch_due or step_due or time_due:
+                if initial or epoch_due:
+                    self._epochs_since = 0.0
+                    self._steps_in_epoch_since = 0
+                if step_due:
+                    self._steps_since = 0
+                if time_due:
+                    self._last_time = self.clock()
+                return
         self._steps_since = 0
         self._epochs_since = 0.0
         self._steps_in_epoch_since = 0
@@ -201,8 +235,15 @@ class EpochStepTimeFreqCtl:
         self._steps_since, _ = counter("step")
         self._epochs_since = float(epochs_since)
         self._initial_pending = initial
-        self._steps_in_epoch = 0
-        self._steps_in_epoch_since = 0
+        # AReaL counts whole epochs: the epoch being trained counts in full at its end, as if it were all
+        # trained since the last evaluation (so the next epoch firing is AReaL's next one).
+        position = 0
+        spe = self.steps_per_epoch
+        if spe and "steps" in (sd.get("step") or {}) and "steps" in (sd.get("epoch") or {}):
+            position = int(sd["step"]["steps"]) - int(sd["epoch"]["steps"]) * int(spe)
+            position = position if 0 <= position < spe else 0
+        self._steps_in_epoch = position
+        self._steps_in_epoch_since = position
         time_ctl = sd.get("time") or {}
         if self.freq_sec is not None:
             last_wall = time_ctl.get("last_time")

@@ -68,12 +68,25 @@ class NopPolicy(Policy):
     """
 
 
+_BOOKKEEPING_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second")
+
+
+def is_bookkeeping(name: str) -> bool:
+    """Whether a metric name is bookkeeping rather than a measure of the model (HF's ``eval_runtime``,
+    ``eval_samples_per_second``, ``epoch``, ...): never chosen as the tracked metric by default."""
+    last = name.rsplit("/", 1)[-1]
+    return last in ("epoch", "step", "global_step") or last.endswith(_BOOKKEEPING_SUFFIXES)
+
+
 def primary_metric(result: EvalResult, metric: str | None) -> tuple[str, MetricSummary] | None:
-    """The metric the policies track: ``metric`` if given and present, else the first one returned."""
+    """The metric the policies track: ``metric`` if given and present.  Without one (``evaluation.metric:
+    null``): the first metric returned with per-sample values (so it has a real interval), else the first
+    one; bookkeeping names (``eval_runtime``, ``epoch``, ...) only if nothing else was returned."""
     if not result.metrics:
         return None
     if metric is not None:
         summary = result.metrics.get(metric)
         return (metric, summary) if summary is not None else None
-    name = next(iter(result.metrics))
+    names = [n for n in result.metrics if not is_bookkeeping(n)] or list(result.metrics)
+    name = next((n for n in names if result.metrics[n].per_sample), names[0])
     return name, result.metrics[name]

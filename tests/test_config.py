@@ -60,7 +60,7 @@ def test_missing_file_is_named():
 
 
 @pytest.mark.parametrize("override,key", [
-    ("trigger.freq_steps=0", "trigger.freq_steps"),
+    ("trigger.freq_steps=-1", "trigger.freq_steps"),
     ("trigger.freq_secs=-5", "trigger.freq_secs"),
     ("policy.sample_size.min=4096", "policy.sample_size.min"),
     ("policy.interval.min_factor=8", "policy.interval.min_factor"),

@@ -49,7 +49,8 @@ def test_request_evaluate_fn_gets_a_nested_sample_and_metrics_are_summarized():
         seen.append(idx)
         return {"acc": data[idx].tolist(), "loss": torch.tensor(data[idx] * 2.0 + 0.5), "score": 0.25}
 
-    cfg = load_config(overrides=["trigger.freq_steps=5", "evaluation.sample_size=100"])
+    cfg = load_config(overrides=["trigger.freq_steps=5", "evaluation.sample_size=100",
+                                 "evaluation.metric_kinds.score=proportion"])
     ev = Evaluator(cfg)
     results = run(ev, evaluate_fn, 10, 10)
     assert [r.step for r in results] == [4, 9]
@@ -63,7 +64,7 @@ def test_request_evaluate_fn_gets_a_nested_sample_and_metrics_are_summarized():
     half = sps.t.ppf(0.975, 99) * loss.std(ddof=1) / 10
     assert r["loss"].ci == pytest.approx((loss.mean() - half, loss.mean() + half))
     assert not r["loss"].binary and r["acc"].binary
-    # A scalar in [0, 1] is a proportion over the requested items.
+    # A scalar declared a proportion (evaluation.metric_kinds) gets a Wilson interval over the requested items.
     assert r["score"].n == 100 and r["score"].ci[0] < 0.25 < r["score"].ci[1]
 
 

@@ -51,7 +51,8 @@ def schedule(ctl, n, steps_per_epoch, clock=None, dt=1.0):
 
 @pytest.mark.parametrize("freq_epoch,freq_step,spe,initial", [
     (1, None, 4, False), (2, None, 3, False), (3, None, 7, True), (None, 1, 5, False),
-    (None, 3, 4, False), (None, 17, 10, False), (1, None, 1, False),
+    (None, 3, 4, False), (None, 17, 10, False), (1, None, 1, False), (None, 5, 10, True), (None, 1, 3, True),
+    (None, 0, 4, False), (0, None, 4, True),
 ])
 def test_single_trigger_is_exactly_areal(freq_epoch, freq_step, spe, initial):
     ours = EpochStepTimeFreqCtl(freq_epoch=freq_epoch, freq_step=freq_step, initial_epoch_value=initial)
@@ -176,7 +177,7 @@ def test_loads_areal_time_state_counting_downtime():
     assert ours.check(0, 1)
 
 
-@pytest.mark.parametrize("kw", [dict(freq_step=0), dict(freq_step=-3), dict(freq_epoch=0), dict(freq_sec=-1.0),
+@pytest.mark.parametrize("kw", [dict(freq_step=-3), dict(freq_epoch=-1), dict(freq_sec=-1.0),
                                 dict(freq_sec=float("nan")), dict(freq_step="10"), dict(freq_step=True)])
 def test_bad_frequencies_raise_naming_the_key(kw):
     (key,) = kw

@@ -1,0 +1,125 @@
+"""What the framework adapters share: config handling, the per-step guard, per-item metric helpers."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from adaptive_eval.config import Config, as_config, load_config
+
+log = logging.getLogger("adaptive_eval")
+
+EXTRA = "integrations"
+
+# Keys a trainer logs that are schedule or bookkeeping, not a signal about the model: never watched.
+UNWATCHED = ("epoch", "learning_rate", "lr", "total_flos", "step", "global_step", "num_input_tokens_seen")
+UNWATCHED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos")
+
+
+def missing(module: str, what: str, exc: BaseException) -> ModuleNotFoundError:
+    err = ModuleNotFoundError(f"adaptive_eval.integrations.{module} needs {what}: "
+                              f"pip install 'adaptive-eval[{EXTRA}]' ({exc})")
+    err.name = getattr(exc, "name", None)
+    return err
+
+
+def plain_config(config) -> str | dict | None:
+    """``config`` as a JSON-able value (a preset name or file path, or a nested dict), for a framework that
+    rebuilds the callback from its saved arguments."""
+    if config is None or isinstance(config, str):
+        return config
+    if isinstance(config, DictConfig):
+        return OmegaConf.to_container(config, resolve=True)
+    if isinstance(config, Config):
+        return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+    if isinstance(config, Mapping):
+        return OmegaConf.to_container(OmegaConf.create(dict(config)), resolve=True)
+    return OmegaConf.to_container(as_config(config), resolve=True)
+
+
+def build_config(config, overrides=(), defaults: Mapping | None = None) -> DictConfig:
+    """The evaluator's config: a preset name or YAML path (``"default"``), a loaded config, a dict or None
+    (the default preset), then ``overrides`` (dotlist).  ``defaults`` fills keys the user left at their
+    schema default of null (an adapter's sensible choice, e.g. the tracked metric)."""
+    if config is None or isinstance(config, str):
+        cfg = load_config(config, list(overrides))
+    else:
+        cfg = as_config(config)
+        if overrides:
+            cfg = _merge_overrides(cfg, overrides)
+    if defaults:
+        cfg = OmegaConf.merge(cfg, {})  # a writable copy
+        for key, value in defaults.items():
+            if OmegaConf.select(cfg, key) is None:
+                OmegaConf.update(cfg, key, value, merge=False)
+        cfg = as_config(cfg)
+    return cfg
+
+
+def _merge_overrides(cfg: DictConfig, overrides) -> DictConfig:
+    merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    return as_config(merged)
+
+
+def watched(name: str) -> bool:
+    """Whether a logged training key is a signal worth a detector (not a schedule or a counter)."""
+    last = name.rsplit("/", 1)[-1]
+    return last not in UNWATCHED and not last.endswith(UNWATCHED_SUFFIXES) and not name.startswith("eval")
+
+
+def scalar(value) -> float | None:
+    """A logged value as a float, or None when it is not one number (a string, a histogram, ...)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        if hasattr(value, "numel"):
+            if value.numel() != 1:
+                return None
+            value = value.detach().item()
+        out = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    return out
+
+
+class StepGuard:
+    """Keeps every exception out of the user's training step, except the user's own ``on_error: raise``.
+
+    An adapter calls the evaluator inside a framework hook: a failure there is logged once per kind
+    (with its traceback) and counted, and training goes on.
+    """
+
+    def __init__(self, on_error: str = "skip"):
+        self.reraise = on_error == "raise"
+        self.errors = 0
+        self._seen: set[str] = set()
+
+    def __call__(self, what: str, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - nothing may escape into the training step
+            if self.reraise:
+                raise
+            self.errors += 1
+            key = f"{what}:{type(exc).__name__}"
+            if key not in self._seen:
+                self._seen.add(key)
+                log.exception("adaptive_eval: %s failed (training goes on; further %s errors are counted, "
+                              "not logged)", what, type(exc).__name__)
+            return None
+
+
+def result_scalars(result, prefix: str = "") -> dict[str, float]:
+    """An EvalResult as flat scalars for a trainer's loggers: mean, interval bounds and n per metric."""
+    out: dict[str, float] = {}
+    for name, m in result.metrics.items():
+        key = f"{prefix}{name}"
+        out[key] = float(m.mean)
+        if math.isfinite(m.ci[0]) and math.isfinite(m.ci[1]):
+            out[f"{key}_ci_low"] = float(m.ci[0])
+            out[f"{key}_ci_high"] = float(m.ci[1])
+        out[f"{key}_n"] = float(m.n)
+    return out

@@ -1,0 +1,351 @@
+"""Hugging Face ``Trainer`` (and TRL's trainers, which are ``Trainer`` subclasses): one callback.
+
+.. code-block:: python
+
+    from adaptive_eval.integrations.hf import AdaptiveEvalCallback
+
+    trainer = Trainer(model, args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
+                      callbacks=[AdaptiveEvalCallback("default")])
+    trainer.train()
+
+What it does (each step is something a user would otherwise write; see the README's table):
+
+* builds the :class:`~adaptive_eval.AdaptiveEvaluator` at ``on_train_begin``, when ``state.max_steps`` and
+  the steps per epoch are known (``max(ceil(len(train_dataloader) / gradient_accumulation_steps), 1)``, as
+  ``Trainer`` computes it), and inside the process group the trainer set up;
+* feeds **every** optimizer step's training loss to ``observe`` as ``train/loss`` (the sum of what
+  ``training_step`` returned in that step, i.e. what ``Trainer`` adds to the loss it logs every
+  ``logging_steps``), plus every other number the trainer logs (``train/grad_norm``, your own keys; not the
+  schedule: ``learning_rate``, ``epoch``, runtimes), on adaptive_eval's 0-based step axis
+  (``state.global_step - 1``);
+* evaluates when the evaluator decides, on the items the request names, through the trainer's own
+  ``eval_dataset``, ``data_collator``, ``prediction_step`` and ``compute_metrics``: each rank scores only
+  its shard (``request.indices``) with the unwrapped model (no collective inside, no second sharding), one
+  item at a time, so ``eval_loss`` and every ``compute_metrics`` key are per-item values with real
+  intervals.  With ``per_item=False`` each rank's shard is scored in batches and ``compute_metrics`` runs
+  once per shard: the metrics are aggregates, reported with n (items) but no interval, unless
+  ``evaluation.metric_kinds`` declares one a proportion;
+* evaluates the final weights (``trigger.eval_at_end``: the last ``on_step_end`` is step ``max_steps - 1``);
+* logs each result through ``trainer.log`` as ``eval_<metric>``, ``eval_<metric>_ci_low/_ci_high/_n``, so
+  it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
+  step's training log (``control.should_log`` is restored);
+* saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions.
+
+Tracked metric: ``evaluation.metric`` if set; else ``args.metric_for_best_model`` (with
+``greater_is_better``); else, without ``compute_metrics``, ``eval_loss`` (lower is better); else the first
+``compute_metrics`` key (higher is better).  Never ``eval_runtime`` or ``epoch``.
+
+The callback finds its ``Trainer`` when the trainer announces it (``on_init_end``, called from
+``Trainer.__init__``) by looking one frame up the stack; where that cannot work (a callback added after the
+trainer was built), pass ``trainer=``.  Nothing here raises inside the training step, except the user's own
+``evaluation.on_error: raise``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+
+from adaptive_eval.integrations._common import (
+    StepGuard,
+    build_config,
+    missing,
+    plain_config,
+    result_scalars,
+    scalar,
+    watched,
+)
+
+try:
+    import accelerate  # noqa: F401 - TrainingArguments needs it: fail here, naming the extra
+    import transformers
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import ExportableState
+except ImportError as _exc:  # ModuleNotFoundError, or HF's ImportError for a too-old accelerate
+    raise missing("hf", "transformers and accelerate>=1.1.0", _exc) from _exc
+
+if int(transformers.__version__.split(".")[0]) < 5:
+    raise ImportError(f"adaptive_eval.integrations.hf needs transformers>=5 (found {transformers.__version__}): "
+                      "pip install 'adaptive-eval[integrations]'")
+
+__all__ = ["AdaptiveEvalCallback"]
+
+log = logging.getLogger("adaptive_eval")
+
+# Keys HF logs that the per-step loss already covers, or that summarize the whole run.
+_NOT_OBSERVED = ("loss", "train_loss")
+
+
+def _find_trainer(callback) -> object | None:
+    """The ``Trainer`` whose ``__init__``/``train`` is calling us, found on the call stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, transformers.Trainer) and callback in obj.callback_handler.callbacks:
+            return obj
+        frame = frame.f_back
+    return None
+
+
+def _numpy(x):
+    import numpy as np
+
+    if x is None:
+        return None
+    if isinstance(x, (tuple, list)):
+        return type(x)(_numpy(v) for v in x)
+    if hasattr(x, "detach"):
+        x = x.detach().to("cpu")
+        if x.dtype.is_floating_point:
+            x = x.float()
+        return x.numpy()
+    return np.asarray(x)
+
+
+class AdaptiveEvalCallback(TrainerCallback, ExportableState):
+    """Adaptive evaluation inside a Hugging Face ``Trainer`` (see the module documentation).
+
+    ``config``: a preset name or YAML path (``"default"``), a loaded config, a nested dict, or None (the
+    default preset); ``overrides``: dotlist overrides on top.  ``evaluate_fn``: your own evaluation
+    (``evaluate_fn(request)`` or AReaL-style ``evaluate_fn()``); without one the trainer's
+    ``eval_dataset``/``compute_metrics`` are used on the requested items (``eval_dataset=`` picks another
+    set).  ``trainer``: only needed when the callback is added after the ``Trainer`` was built.
+    ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
+    """
+
+    def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
+                 per_item: bool = True, eval_dataset=None, trainer=None):
+        # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
+        # evaluator must be built inside the process group the trainer sets up.
+        self.config = plain_config(config)
+        self.overrides = list(overrides)
+        self.per_item = bool(per_item)
+        self.evaluate_fn = evaluate_fn
+        self.eval_dataset = eval_dataset
+        self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
+        self.evaluator = None
+        self._saved_state: dict | None = None  # set by HF when it restores a callback from its arguments
+        self._guard = StepGuard()
+        self._step_loss = None
+        self._steps_per_epoch = 1
+        self._wrapped_training_step = None
+        self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
+
+    # -- the trainer ----------------------------------------------------------------------------------
+    @property
+    def trainer(self):
+        return self._trainer_ref() if self._trainer_ref is not None else None
+
+    def on_init_end(self, args, state, control, **kwargs):
+        self.hooks_called.add("on_init_end")
+        if self._trainer_ref is None:
+            trainer = _find_trainer(self)
+            if trainer is not None:
+                self._trainer_ref = weakref.ref(trainer)
+
+    def _config_defaults(self, args, trainer) -> list[str]:
+        """The tracked metric, when the user's config leaves it null."""
+        from adaptive_eval.config import as_config, load_config
+
+        cfg = load_config(self.config, self.overrides) if self.config is None or isinstance(self.config, str) \
+            else as_config(self.config)
+        if cfg.evaluation.metric is not None or self.evaluate_fn is not None:
+            return []
+        best = getattr(args, "metric_for_best_model", None)
+        if best:
+            name = best if best.startswith("eval_") else f"eval_{best}"
+            greater = args.greater_is_better if args.greater_is_better is not None else name != "eval_loss"
+            return [f"evaluation.metric={name}", f"evaluation.higher_is_better={bool(greater)}"]
+        if trainer is None or trainer.compute_metrics is None:
+            return ["evaluation.metric=eval_loss", "evaluation.higher_is_better=false"]
+        return []  # null: the first compute_metrics key (per-item, so it has an interval)
+
+    # -- hooks ------------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.hooks_called.add("on_train_begin")
+        if self._trainer_ref is None:
+            trainer = _find_trainer(self)
+            if trainer is not None:
+                self._trainer_ref = weakref.ref(trainer)
+        trainer = self.trainer
+        if trainer is None:
+            log.warning("adaptive_eval: AdaptiveEvalCallback did not find its Trainer; pass trainer=... to "
+                        "evaluate through it and log through its loggers")
+        self._guard("on_train_begin", self._build, args, state, trainer, kwargs.get("train_dataloader"))
+
+    def _build(self, args, state, trainer, train_dataloader) -> None:
+        from adaptive_eval import AdaptiveEvaluator
+
+        cfg = build_config(self.config, self.overrides + self._config_defaults(args, trainer))
+        self._guard.reraise = cfg.evaluation.on_error == "raise"
+        total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
+        spe = None
+        try:
+            spe = max(math.ceil(len(train_dataloader) / max(args.gradient_accumulation_steps, 1)), 1)
+        except TypeError:  # an iterable dataset: no epochs known
+            spe = total
+        self._steps_per_epoch = spe or 1
+        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total)
+        saved = self._saved_state
+        stored = (state.stateful_callbacks or {}).get(type(self).__name__)
+        if isinstance(stored, list):  # several instances: HF keeps a list; take the first
+            stored = stored[0] if stored else None
+        if isinstance(stored, Mapping) and stored.get("attributes", {}).get("_saved_state"):
+            saved = stored["attributes"]["_saved_state"]
+        if saved and state.global_step > 0:  # resuming from a checkpoint
+            self.evaluator.load_state_dict(saved)
+        if trainer is not None and self._wrapped_training_step is None:
+            self._wrap_training_step(trainer)
+
+    def _wrap_training_step(self, trainer) -> None:
+        original = trainer.training_step
+
+        def training_step(*a, **kw):
+            loss = original(*a, **kw)
+            try:
+                self._step_loss = loss.detach() if self._step_loss is None else self._step_loss + loss.detach()
+            except Exception:  # noqa: BLE001 - an odd return value is not ours to fail on
+                pass
+            return loss
+
+        trainer.training_step = training_step
+        self._wrapped_training_step = (trainer, original)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.hooks_called.add("on_step_end")
+        if self.evaluator is None:
+            return
+        global_step = state.global_step - 1  # HF counts optimizer steps from 1 here
+        loss, self._step_loss = self._step_loss, None
+        if loss is not None:
+            value = self._guard("loss", scalar, loss)
+            if value is not None:
+                self._guard("observe", self.evaluator.observe, {"train/loss": value}, global_step)
+        epoch, step = divmod(global_step, self._steps_per_epoch)
+        fn = self.evaluate_fn if self.evaluate_fn is not None else self._evaluate_with_trainer
+        result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        if result is not None:
+            self._guard("report", self._report, result, control)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # Read only: a change to `logs` here would reach neither log_history nor the reporters.
+        self.hooks_called.add("on_log")
+        if self.evaluator is None or not logs or state.global_step < 1:
+            return
+        values = {}
+        for key, value in logs.items():
+            if key in _NOT_OBSERVED or not watched(key):
+                continue
+            v = scalar(value)
+            if v is not None:
+                values[f"train/{key}"] = v
+        if values:
+            self._guard("observe", self.evaluator.observe, values, state.global_step - 1)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.hooks_called.add("on_train_end")
+        if self._wrapped_training_step is not None:
+            trainer, _ = self._wrapped_training_step
+            trainer.__dict__.pop("training_step", None)  # back to the class's method
+            self._wrapped_training_step = None
+        if self.evaluator is not None:
+            self._saved_state = self._guard("state", self.evaluator.state_dict)
+            if state.is_world_process_zero:
+                s = self.evaluator.summary()
+                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
+                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+            self._guard("close", self.evaluator.close)
+
+    # -- evaluation through the trainer -----------------------------------------------------------------
+    def _evaluate_with_trainer(self, request):
+        trainer = self.trainer
+        if trainer is None:
+            raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
+        dataset = self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset
+        if dataset is None:
+            raise ValueError("no eval_dataset: pass Trainer(eval_dataset=...), eval_dataset= or evaluate_fn=")
+        if isinstance(dataset, Mapping):
+            raise ValueError("eval_dataset is a dict of datasets: pass AdaptiveEvalCallback(eval_dataset=...)")
+        indices = request.indices(len(dataset))
+        model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward
+        was_training = model.training
+        model.eval()
+        try:
+            if self.per_item:
+                return self._per_item(trainer, model, dataset, indices)
+            return self._aggregate(trainer, model, dataset, indices)
+        finally:
+            model.train(was_training)
+
+    def _metrics_of(self, trainer, logits, labels) -> dict:
+        from transformers import EvalPrediction
+
+        if trainer.preprocess_logits_for_metrics is not None:
+            logits = trainer.preprocess_logits_for_metrics(logits, labels)
+        if isinstance(logits, tuple) and len(logits) == 1:
+            logits = logits[0]
+        metrics = trainer.compute_metrics(EvalPrediction(predictions=_numpy(logits), label_ids=_numpy(labels)))
+        return {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in metrics.items()}
+
+    def _per_item(self, trainer, model, dataset, indices) -> dict:
+        metrics: dict[str, list] = {}
+        losses: list[float] = []
+        want_metrics = trainer.compute_metrics is not None
+        for i in indices:
+            batch = trainer.data_collator([dataset[i]])
+            loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=not want_metrics)
+            if loss is not None:
+                losses.append(float(loss))
+            if want_metrics and logits is not None:
+                for k, v in self._metrics_of(trainer, logits, labels).items():
+                    metrics.setdefault(k, []).append(v)
+        if losses:
+            metrics["eval_loss"] = losses  # after compute_metrics' keys: with metric null, those are tracked
+        return metrics
+
+    def _aggregate(self, trainer, model, dataset, indices) -> dict:
+        import torch
+
+        bs = max(int(trainer.args.per_device_eval_batch_size), 1)
+        want_metrics = trainer.compute_metrics is not None
+        loss_sum, n, all_logits, all_labels = 0.0, 0, [], []
+        for start in range(0, len(indices), bs):
+            chunk = [dataset[i] for i in indices[start:start + bs]]
+            loss, logits, labels = trainer.prediction_step(model, trainer.data_collator(chunk),
+                                                           prediction_loss_only=not want_metrics)
+            if loss is not None:
+                loss_sum += float(loss) * len(chunk)
+            n += len(chunk)
+            if want_metrics and logits is not None:
+                all_logits.append(logits[0] if isinstance(logits, tuple) and len(logits) == 1 else logits)
+                all_labels.append(labels)
+        out = {}
+        if want_metrics and all_logits:
+            out.update(self._metrics_of(trainer, torch.cat(all_logits), torch.cat(all_labels)))
+        if n:
+            out["eval_loss"] = loss_sum / n
+        return out
+
+    # -- reporting --------------------------------------------------------------------------------------
+    def _report(self, result, control) -> None:
+        trainer = self.trainer
+        if trainer is None:
+            return
+        scalars = {}
+        for key, value in result_scalars(result).items():
+            scalars[key if key.startswith("eval_") else f"eval_{key}"] = value
+        scalars["eval_adaptive_items"] = float(result.items)
+        should_log = control.should_log
+        trainer.log(scalars)  # every rank, as HF itself does; the reporters write on world zero only
+        control.should_log = should_log  # DefaultFlowCallback.on_log cleared it: keep this step's training log
+
+    # -- state ------------------------------------------------------------------------------------------
+    def state(self) -> dict:
+        """HF's ``{"args", "attributes"}``: the arguments rebuild the callback, the attribute is the
+        evaluator's plain state (None before training started)."""
+        saved = self.evaluator.state_dict() if self.evaluator is not None else self._saved_state
+        return {"args": {"config": self.config, "overrides": list(self.overrides), "per_item": self.per_item},
+                "attributes": {"_saved_state": saved}}

@@ -1,0 +1,265 @@
+"""Lightning: one callback.
+
+.. code-block:: python
+
+    from adaptive_eval.integrations.lightning import AdaptiveEvalCallback
+
+    trainer = lightning.Trainer(max_steps=1000, callbacks=[AdaptiveEvalCallback("default")])
+    trainer.fit(model, train_loader, val_loader)
+
+What it does (see the README's table):
+
+* builds the :class:`~adaptive_eval.AdaptiveEvaluator` at ``on_train_start`` (after the strategy set up the
+  process group), from ``trainer.estimated_stepping_batches`` and the steps per epoch
+  (``max(ceil(num_training_batches / accumulate_grad_batches), 1)``); skips sanity checks and non-fit runs;
+* feeds every optimizer step's training loss (``outputs["loss"]``) and every scalar the module logged in
+  that step (``trainer.callback_metrics`` that are not validation keys) to ``observe``, once per optimizer
+  step (``on_train_batch_end`` fires per micro-batch: it acts only when ``trainer.global_step`` moved), on
+  adaptive_eval's 0-based step axis (``global_step - 1``);
+* evaluates when the evaluator decides: by default through the module's own ``validation_step`` on the
+  items the request names, taken from the validation dataloader's dataset, one item at a time, each rank
+  only its shard, the values it ``self.log``-s (or returns) captured per item, so each metric has a real
+  interval.  Lightning has no flag to request a validation run now, so the adapter runs it itself;
+* evaluates the final weights (the last optimizer step is step ``estimated_stepping_batches - 1``);
+* logs each result to every ``trainer.loggers[i].log_metrics`` at the step the trainer's own logging uses
+  (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
+  ``pl_module.log`` (which loses or repeats one-off points);
+* checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
+  resumes with the same decisions.
+
+Nothing here raises inside the training step, except the user's own ``evaluation.on_error: raise``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from adaptive_eval.integrations._common import (
+    StepGuard,
+    build_config,
+    missing,
+    plain_config,
+    result_scalars,
+    scalar,
+    watched,
+)
+
+try:
+    import lightning
+    from lightning.pytorch import Callback
+except ImportError as _exc:
+    raise missing("lightning", "lightning>=2.2", _exc) from _exc
+
+_major, _minor = (int(x) for x in lightning.__version__.split(".")[:2])
+if (_major, _minor) < (2, 2):
+    raise ImportError(f"adaptive_eval.integrations.lightning needs lightning>=2.2 (found {lightning.__version__}): "
+                      "pip install 'adaptive-eval[integrations]'")
+
+__all__ = ["AdaptiveEvalCallback"]
+
+log = logging.getLogger("adaptive_eval")
+
+_VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
+
+
+class AdaptiveEvalCallback(Callback):
+    """Adaptive evaluation inside a Lightning ``Trainer`` (see the module documentation).
+
+    ``config``: a preset name or YAML path, a loaded config, a nested dict, or None (the default preset);
+    ``overrides``: dotlist overrides.  ``evaluate_fn``: your own evaluation (``evaluate_fn(request)`` or
+    ``evaluate_fn()``); without one, the module's ``validation_step`` runs on the requested items of
+    ``val_dataset`` (default: the dataset of the trainer's validation dataloader).  ``name`` tells two
+    instances apart in a checkpoint.  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
+    """
+
+    def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
+                 val_dataset=None, name: str | None = None):
+        # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
+        # inside the process group the strategy sets up.
+        self.config = plain_config(config)
+        self.overrides = list(overrides)
+        self.evaluate_fn = evaluate_fn
+        self.val_dataset = val_dataset
+        self.name = name
+        self.evaluator = None
+        self._stashed: dict | None = None
+        self._guard = StepGuard()
+        self._last_global_step = -1
+        self._steps_per_epoch = 1
+        self._module_eval = None
+        self._val = None  # (dataset, collate_fn) of this fit
+        self.hooks_called: set[str] = set()
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(name=self.name)
+
+    def _active(self, trainer) -> bool:
+        return not trainer.sanity_checking and getattr(trainer.state.fn, "value", trainer.state.fn) == "fit"
+
+    # -- hooks ------------------------------------------------------------------------------------------
+    def on_train_start(self, trainer, pl_module):
+        self.hooks_called.add("on_train_start")
+        if not self._active(trainer):
+            return
+        self._guard("on_train_start", self._build, trainer)
+        self._module_eval = _ModuleEval(self, trainer, pl_module)
+
+    def _build(self, trainer) -> None:
+        from adaptive_eval import AdaptiveEvaluator
+
+        cfg = build_config(self.config, self.overrides)
+        self._guard.reraise = cfg.evaluation.on_error == "raise"
+        total = trainer.estimated_stepping_batches
+        total = int(total) if total is not None and math.isfinite(total) else None
+        batches = trainer.num_training_batches
+        if batches is not None and math.isfinite(batches):
+            spe = max(math.ceil(batches / max(trainer.accumulate_grad_batches, 1)), 1)
+        else:
+            spe = total
+        self._steps_per_epoch = spe or 1
+        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total)
+        if self._stashed:
+            self.evaluator.load_state_dict(self._stashed)
+            self._stashed = None
+        self._last_global_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.hooks_called.add("on_train_batch_end")
+        if self.evaluator is None or trainer.global_step == self._last_global_step:
+            return  # a micro-batch inside gradient accumulation: the optimizer did not step
+        self._last_global_step = trainer.global_step
+        global_step = trainer.global_step - 1
+        values = {}
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if loss is not None:
+            v = scalar(loss)
+            if v is not None:
+                values["train/loss"] = v
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith(_VALIDATION_PREFIXES) or not watched(key) or key.endswith("_epoch"):
+                continue
+            v = scalar(value)
+            if v is not None:
+                values[key] = v
+        if values:
+            self._guard("observe", self.evaluator.observe, values, global_step)
+        epoch, step = divmod(global_step, self._steps_per_epoch)
+        fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+        result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        if result is not None:
+            self._guard("report", self._report, trainer, result)
+
+    def on_train_end(self, trainer, pl_module):
+        self.hooks_called.add("on_train_end")
+        self._module_eval = self._val = None  # hold the trainer and the data
+        if self.evaluator is None:
+            return
+        if trainer.is_global_zero:
+            s = self.evaluator.summary()
+            log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
+                     s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+        self._guard("close", self.evaluator.close)
+
+    # -- evaluation through the module ------------------------------------------------------------------
+    def _dataset(self, trainer, pl_module):
+        """The validation set (and its collate_fn): ``val_dataset``, else what ``fit`` was given (its
+        ``val_dataloaders``, a datamodule's or the module's ``val_dataloader()``), looked up once per fit."""
+        if self.val_dataset is not None:
+            return self.val_dataset, None
+        if self._val is not None:
+            return self._val
+        loaders = trainer.val_dataloaders  # None when Lightning itself never validates (limit_val_batches=0)
+        if loaders is None:
+            source = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
+            source = getattr(source, "_data_source", None)
+            instance = getattr(source, "instance", None)
+            try:
+                if instance is None:
+                    instance = trainer.datamodule if trainer.datamodule is not None else pl_module
+                if isinstance(instance, (lightning.pytorch.LightningModule, lightning.pytorch.LightningDataModule)):
+                    loaders = instance.val_dataloader()
+                else:
+                    loaders = instance
+            except Exception as exc:  # noqa: BLE001 - Lightning raises several kinds for "not defined"
+                raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or "
+                                 f"evaluate_fn= ({exc})") from None
+        if isinstance(loaders, (list, tuple)):
+            loaders = loaders[0]
+        if loaders is None:
+            raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
+        self._val = (loaders.dataset, loaders.collate_fn)
+        return self._val
+
+    def evaluate_with_module(self, trainer, pl_module, request) -> dict:
+        """The default evaluation: ``validation_step`` on this rank's requested items, one at a time; what it
+        logs (``self.log``/``log_dict``) or returns is captured per item."""
+        import torch
+        from torch.utils.data import default_collate
+
+        dataset, collate = self._dataset(trainer, pl_module)
+        collate = collate or default_collate
+        indices = request.indices(len(dataset))
+        captured: dict[str, list] = {}
+        item_values: dict[str, float] = {}
+
+        def capture(name, value, *args, **kwargs):
+            v = scalar(value)
+            if v is not None:
+                item_values[name] = v
+
+        def capture_dict(dictionary, *args, **kwargs):
+            for k, v in dictionary.items():
+                capture(k, v)
+
+        was_training = pl_module.training
+        pl_module.eval()
+        pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
+        try:
+            with torch.no_grad():
+                for n, i in enumerate(indices):
+                    item_values.clear()
+                    batch = pl_module._apply_batch_transfer_handler(collate([dataset[i]]))
+                    out = pl_module.validation_step(batch, n)
+                    if isinstance(out, Mapping):
+                        for k, v in out.items():
+                            capture(k, v)
+                    elif out is not None:
+                        capture("val_loss", out)
+                    for k, v in item_values.items():
+                        captured.setdefault(k, []).append(v)
+        finally:
+            del pl_module.log, pl_module.log_dict
+            pl_module.train(was_training)
+        return captured
+
+    # -- reporting --------------------------------------------------------------------------------------
+    def _report(self, trainer, result) -> None:
+        scalars = {f"adaptive_eval/{k}": v for k, v in result_scalars(result).items()}
+        scalars["adaptive_eval/items"] = float(result.items)
+        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+        for logger in trainer.loggers:  # log_metrics is rank-zero only in every Lightning logger
+            logger.log_metrics(scalars, step=step)
+
+    # -- state ------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        if self.evaluator is not None:
+            return {"evaluator": self.evaluator.state_dict()}
+        return {"evaluator": self._stashed}
+
+    def load_state_dict(self, state_dict) -> None:
+        # Restore runs before or after on_fit_start depending on the strategy: apply it in on_train_start.
+        self._stashed = state_dict.get("evaluator")
+
+
+class _ModuleEval:
+    """``evaluate_fn(request)`` running the module's ``validation_step`` (a class, not a lambda: the
+    signature detection sees one positional parameter)."""
+
+    def __init__(self, callback, trainer, pl_module):
+        self.callback, self.trainer, self.pl_module = callback, trainer, pl_module
+
+    def __call__(self, request):
+        return self.callback.evaluate_with_module(self.trainer, self.pl_module, request)

@@ -1,0 +1,218 @@
+"""The AReaL shim side by side with AReaL's own Evaluator / EpochStepTimeFreqCtl (from the installed package)."""
+
+import json
+import sys
+import types
+
+import pytest
+
+import areal_code
+from adaptive_eval import ConfigError, Evaluator as JointEvaluator
+from adaptive_eval.config import as_config
+from adaptive_eval.integrations import areal as shim
+
+AREAL = areal_code.load()
+pytestmark = pytest.mark.skipif(AREAL is None, reason="the areal package is not installed (see the README's test command)")
+
+
+def areal_config(**kw):
+    return AREAL.EvaluatorConfig(experiment_name="e", trial_name="t", fileroot="/tmp", **kw)
+
+
+def spec(spe, epochs=3, batch=4):
+    return AREAL.FinetuneSpec(total_train_epochs=epochs, dataset_size=spe * batch, train_batch_size=batch)
+
+
+current = [0]
+
+
+def run(evaluator, start, stop, spe, *, request=False):
+    """AReaL's loop: evaluate(evaluate_fn, epoch, epoch_step, global_step) after each step; the steps evaluated."""
+    fired = []
+    for g in range(start, stop):
+        epoch, step = divmod(g, spe)
+        if request:
+            evaluator.evaluate(lambda req: fired.append(req.step) or {"acc": [1.0]}, epoch, step, g)
+        else:
+            evaluator.evaluate(lambda: fired.append(current[0]), epoch, step, current.__setitem__(0, g) or g)
+    return fired
+
+
+SCHEDULES = [  # freq_epochs, freq_steps, eval_before_train, steps per epoch
+    (None, 5, True, 10), (None, 5, False, 10), (1, None, True, 4), (2, None, False, 3), (None, 0, False, 6),
+    (0, None, False, 6), (1, 3, False, 4), (1, 3, True, 4), (2, 5, True, 7), (None, None, True, 5),
+]
+
+
+@pytest.mark.parametrize("fe,fs,before,spe", SCHEDULES)
+def test_the_shims_schedule_is_areals(fe, fs, before, spe):
+    cfg = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    ours, theirs = shim.Evaluator(cfg, spec(spe)), AREAL.Evaluator(cfg, spec(spe))
+    assert run(ours, 0, 60, spe) == run(theirs, 0, 60, spe)
+
+
+@pytest.mark.parametrize("fe,fs,before,spe", [s for s in SCHEDULES if (s[0] is None) != (s[1] is None)])
+def test_one_trigger_is_areals_in_every_evaluator_eval_before_train_included(fe, fs, before, spe):
+    cfg = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    expected = run(AREAL.Evaluator(cfg, spec(spe)), 0, 60, spe)
+    assert run(JointEvaluator(cfg, steps_per_epoch=spe), 0, 60, spe) == expected
+    adaptive = shim.AdaptiveEvaluator(cfg, spec(spe, epochs=100), preset="areal")
+    assert run(adaptive, 0, 60, spe, request=True) == expected
+    if fs == 5 and before:
+        assert expected[:3] == [0, 4, 9]  # the issue's case: not [0, 5, 10]
+
+
+def test_before_train_then_steps_matches_areals_first_call_evaluation():
+    cfg = areal_config(freq_steps=5, eval_before_train=True)
+    ev = JointEvaluator(cfg, steps_per_epoch=10)
+    assert ev.before_train(lambda: None) is not None  # the initial weights
+    assert run(ev, 0, 20, 10) == [4, 9, 14, 19]  # then every 5 trained steps, as AReaL's step counter
+
+
+@pytest.mark.parametrize("fe,fs,before,spe,cut", [(1, 3, False, 4, 6), (1, 3, True, 4, 9), (2, 5, False, 7, 17),
+                                                  (None, 5, True, 10, 7), (1, None, False, 4, 5)])
+def test_areals_saved_state_continues_areals_schedule(tmp_path, fe, fs, before, spe, cut):
+    cfg = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    uninterrupted = run(AREAL.Evaluator(cfg, spec(spe)), 0, 60, spe)
+    theirs = AREAL.Evaluator(cfg, spec(spe))
+    run(theirs, 0, cut, spe)
+    path = tmp_path / "evaluator_info.json"  # what AReaL's RecoverInfo.dump writes
+    path.write_text(json.dumps(theirs.state_dict()))
+    state = json.loads(path.read_text())
+    expected = [g for g in uninterrupted if g >= cut]
+    plain = shim.Evaluator(cfg, spec(spe))
+    plain.load_state_dict(state)
+    assert run(plain, cut, 60, spe) == expected
+    adaptive = shim.AdaptiveEvaluator(cfg, spec(spe, epochs=100), preset="areal")
+    adaptive.load_state_dict(state)
+    assert run(adaptive, cut, 60, spe, request=True) == expected
+    # The joint counting (adaptive_eval.Evaluator, the default preset) keeps AReaL's next evaluation.
+    joint = JointEvaluator(cfg, steps_per_epoch=spe)
+    joint.load_state_dict(state)
+    assert run(joint, cut, 60, spe)[:1] == expected[:1]
+
+
+@pytest.mark.parametrize("fe,fs,before,spe,cut", [(1, 3, False, 4, 6), (None, 5, True, 10, 7), (2, 5, True, 7, 17)])
+def test_our_saved_state_is_read_by_areals_evaluator(tmp_path, fe, fs, before, spe, cut):
+    cfg = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    uninterrupted = run(AREAL.Evaluator(cfg, spec(spe)), 0, 60, spe)
+    for ours in (shim.Evaluator(cfg, spec(spe)), shim.AdaptiveEvaluator(cfg, spec(spe, 100), preset="areal")):
+        run(ours, 0, cut, spe, request=isinstance(ours, shim.AdaptiveEvaluator))
+        path = tmp_path / "evaluator_info.json"
+        path.write_text(json.dumps(ours.state_dict()))
+        state = json.loads(path.read_text())
+        back = AREAL.Evaluator(cfg, spec(spe))  # the user switches back to AReaL's evaluator
+        back.load_state_dict(state)
+        assert run(back, cut, 60, spe) == [g for g in uninterrupted if g >= cut]
+
+
+def test_adaptive_shim_resumes_from_its_own_state_with_the_same_decisions():
+    cfg = areal_config(freq_steps=4)
+    full = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
+    a = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
+
+    def drive(ev, start, stop):
+        out = []
+        for g in range(start, stop):
+            ev.observe({"train/loss": 1.0 + (5.0 if g > 30 else 0.0) + 0.01 * (g % 3)}, g)
+            r = ev.evaluate(lambda req: {"acc": [1.0, 0.0, 1.0]}, *divmod(g, 10), g)
+            if r is not None:
+                out.append((r.step, r.reason))
+        return out
+
+    expected = drive(full, 0, 60)
+    drive(a, 0, 25)
+    b = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert drive(b, 25, 60) == [e for e in expected if e[0] >= 25]
+    assert any(reason.startswith("alarm:") for _, reason in expected)
+
+
+def test_bad_specs_and_configs_are_config_errors_naming_the_field():
+    with pytest.raises(ConfigError, match=r"FinetuneSpec\.steps_per_epoch: must be positive, got 0"):
+        shim.AdaptiveEvaluator(areal_config(freq_steps=5), AREAL.FinetuneSpec(total_train_epochs=1, dataset_size=3,
+                                                                               train_batch_size=8))
+    with pytest.raises(ConfigError, match=r"FinetuneSpec\.steps_per_epoch"):
+        shim.Evaluator(areal_config(freq_steps=5), AREAL.FinetuneSpec(1, 3, 8))
+    for make in (lambda c: shim.Evaluator(c, spec(4)), lambda c: shim.AdaptiveEvaluator(c, spec(4)), as_config):
+        with pytest.raises(ConfigError, match=r"EvaluatorConfig\.freq_steps: must be a non-negative"):
+            make(areal_config(freq_steps=-2))
+        with pytest.raises(ConfigError, match=r"EvaluatorConfig\.freq_secs"):
+            make(areal_config(freq_secs=-1))
+    with pytest.raises(TypeError, match="FinetuneSpec"):
+        shim.Evaluator(areal_config(freq_steps=5), object())
+
+
+def test_as_config_maps_areals_config_and_rejects_other_dataclasses():
+    cfg = as_config(areal_config(freq_epochs=1, freq_steps=7, eval_before_train=True))
+    assert (cfg.trigger.freq_epochs, cfg.trigger.freq_steps, cfg.trigger.eval_before_train) == (1, 7, True)
+    assert cfg.policy.alarm.enabled  # the rest is the default preset
+    with pytest.raises(ConfigError, match="FinetuneSpec dataclass is neither"):
+        as_config(spec(4))
+    # AdaptiveEvaluator.from_config takes it too (it failed deep inside before).
+    from adaptive_eval import AdaptiveEvaluator
+
+    assert AdaptiveEvaluator.from_config(areal_config(freq_steps=3)).cfg.trigger.freq_steps == 3
+
+
+def test_patch_areal_replaces_the_name_the_trainers_build():
+    names = []
+    for n in ("rl", "sft"):  # stand-ins for areal.trainer.*_trainer, whose imports need AReaL's whole stack
+        mod = types.ModuleType(f"_patched_{n}_trainer")
+        mod.Evaluator = AREAL.Evaluator
+        sys.modules[mod.__name__] = mod
+        names.append(mod.__name__)
+    try:
+        assert shim.patch_areal("default", modules=names) == names
+        built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))  # the trainers' call
+        assert isinstance(built, shim.AdaptiveEvaluator) and built.total_steps == 30
+        assert built.cfg.trigger.freq_steps == 5 and built.cfg.policy.alarm.enabled
+    finally:
+        for n in names:
+            sys.modules.pop(n)
+    assert shim.patch_areal("default") == []  # AReaL's real trainer modules cannot import here: skipped, no error
+
+
+class FakeRolloutEngine:
+    """AReaL's eval rollout engine needs an inference server; this one records what it is asked."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, data, workflow, workflow_kwargs=None, group_size=1, is_eval=False):
+        import torch
+
+        self.submitted.append((data["id"], group_size, is_eval))
+        if data["id"] % 7 == 0:
+            return ("rejected", data["id"])
+        return ("ok", torch.tensor([float((data["id"] + k) % 2) for k in range(group_size)]))
+
+    def wait_for_task(self, task, timeout=None):
+        kind, value = task
+        return None if kind == "rejected" else {"rewards": value}
+
+
+def test_rollout_evaluate_fn_submits_only_the_requested_items_with_n_samples_each():
+    engine = FakeRolloutEngine()
+    dataset = [{"id": i} for i in range(100)]
+    fn = shim.rollout_evaluate_fn(engine, dataset, workflow="wf", n_samples=4)
+    ev = shim.AdaptiveEvaluator(areal_config(freq_steps=1), spec(10), preset="default",
+                                )
+    result = ev.evaluate(fn, 0, 0, 0)
+    asked = [i for i, _, _ in engine.submitted]
+    assert len(asked) == len(set(asked)) == ev.cfg.policy.sample_size.initial
+    assert all(g == 4 and is_eval for _, g, is_eval in engine.submitted)
+    rejected = sum(1 for i in asked if i % 7 == 0)
+    assert result["rejected"].n == len(asked) and result["rejected"].mean == pytest.approx(rejected / len(asked))
+    assert result["reward"].n == len(asked) - rejected and result["reward"].mean == pytest.approx(0.5)
+
+
+def test_an_areal_style_evaluate_fn_with_a_default_argument_is_called_without_the_request():
+    seen = []
+
+    def evaluate_fn(verbose=False):  # AReaL-style: no request; `verbose` must not receive it
+        seen.append(verbose)
+
+    ev = shim.Evaluator(areal_config(freq_steps=1), spec(4))
+    ev.evaluate(evaluate_fn, 0, 0, 0)
+    assert seen == [False]

@@ -1,0 +1,225 @@
+"""The Hugging Face adapter on a real transformers Trainer (CPU, a tiny model built in the test, no download)."""
+
+import logging
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+
+from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
+
+FAST = ["policy.sample_size.initial=32", "policy.sample_size.min=16", "policy.sample_size.max=48",
+        "policy.peak.confirm_size=0", "policy.budget.enabled=false"]  # no wall-clock budget: decisions repeat
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        out = {"logits": logits}
+        if labels is not None:
+            out["loss"] = nn.functional.cross_entropy(logits, labels)
+        return out
+
+
+class Points(torch.utils.data.Dataset):
+    """4 classes: the largest of the first four coordinates.  ``corrupt`` (the injected fault) gives every
+    item a random label from then on: a broken data pipeline."""
+
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = self.x[:, :4].argmax(1)
+        self.corrupt = False
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        label = int(self.rng.integers(4)) if self.corrupt else int(self.y[i])
+        return {"x": self.x[i], "labels": label}
+
+
+class Fault(TrainerCallback):
+    def __init__(self, dataset, at):
+        self.dataset, self.at = dataset, at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            self.dataset.corrupt = True
+
+
+def accuracy(pred):
+    return {"accuracy": float((pred.predictions.argmax(-1) == pred.label_ids).mean())}
+
+
+def make_args(out, **kw):
+    base = dict(max_steps=60, per_device_train_batch_size=16, learning_rate=1e-2, eval_strategy="no",
+                save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True, logging_steps=10, seed=0,
+                data_seed=0)
+    base.update(kw)
+    return TrainingArguments(str(out), **base)
+
+
+def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_through_the_trainer(tmp_path,
+                                                                                                 monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    torch.manual_seed(0)
+    train, held_out = Points(2000, 0), Points(200, 1)
+    tb = tmp_path / "tb"  # the trainer's SummaryWriter and ours write into the same folder
+    cb = AdaptiveEvalCallback("default", overrides=FAST + [f"logging.tensorboard_dir={tb}"])
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tb))  # transformers 5's TensorBoardCallback folder
+    args = make_args(tmp_path / "out", report_to=["tensorboard"])
+    trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
+                      callbacks=[cb, Fault(train, 30)])
+    trainer.train()
+    ev = cb.evaluator
+    # every hook the adapter overrides fired (a renamed hook would simply never be called)
+    assert cb.hooks_called == {"on_init_end", "on_train_begin", "on_step_end", "on_log", "on_train_end"}
+    assert cb.trainer is trainer
+    # the fault (labels scrambled from step 30 on, 0-based) is caught within 25 steps by an alarm on train/loss
+    alarms = [r for r in ev.history if r.reason.startswith("alarm:train/loss")]
+    assert alarms and 30 <= alarms[0].step <= 30 + 25, [(r.step, r.reason) for r in ev.history]
+    # the tracked metric is compute_metrics' key, per item, so both metrics have real intervals
+    last = ev.history[-1]
+    assert ev.cfg.evaluation.metric is None
+    assert all(math.isfinite(m.ci[0]) and m.per_sample for m in last.metrics.values())
+    assert last["eval_accuracy"].binary and not last["eval_loss"].binary
+    # the final weights are evaluated: the last step, and the numbers are those of the trained model
+    assert (last.step, last.reason) == (59, "trigger:final")
+    model = trainer.model.eval()
+    with torch.no_grad():
+        idx = list(range(len(held_out)))
+        from adaptive_eval import EvalRequest
+
+        idx = EvalRequest(step=59, sample_size=last.sample_size, seed=0, reason="").indices(len(held_out))
+        x = held_out.x[idx]
+        y = held_out.y[idx]
+        logits = model.net(x)
+        losses = nn.functional.cross_entropy(logits, y, reduction="none")
+    assert last["eval_loss"].mean == pytest.approx(float(losses.mean()), rel=1e-5)
+    assert last["eval_accuracy"].mean == pytest.approx(float((logits.argmax(1) == y).float().mean()))
+    # results went through trainer.log (log_history, the reporters) and the training logs are all still there
+    hist = trainer.state.log_history
+    assert [h["step"] for h in hist if "loss" in h and "eval_loss" not in h] == [10, 20, 30, 40, 50, 60]
+    logged = [h for h in hist if "eval_accuracy" in h]
+    assert [h["step"] - 1 for h in logged] == [r.step for r in ev.history]
+    assert {"eval_accuracy_ci_low", "eval_accuracy_ci_high", "eval_accuracy_n"} <= set(logged[-1])
+    # TensorBoard beside the framework: two event files, both readable by TensorBoard's own reader
+    files = sorted(p.name for p in tb.iterdir() if "tfevents" in p.name)
+    assert len(files) == 2 and sum(".adaptive_eval" in f for f in files) == 1
+    theirs = EventAccumulator(str(tb / next(f for f in files if ".adaptive_eval" not in f))).Reload()
+    ours = EventAccumulator(str(tb / next(f for f in files if ".adaptive_eval" in f))).Reload()
+    assert {"eval/accuracy", "eval/loss", "train/loss"} <= set(theirs.Tags()["scalars"])
+    assert [e.step for e in theirs.Scalars("eval/accuracy")] == [r.step + 1 for r in ev.history]  # HF's 1-based axis
+    assert "eval/eval_accuracy" in ours.Tags()["scalars"]
+
+
+def test_a_resumed_trainer_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
+    def run(out, **kw):
+        torch.manual_seed(0)
+        train, held_out = Points(2000, 0), Points(100, 1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=6"])
+        trainer = Trainer(Tiny(), make_args(out, max_steps=40, save_strategy="steps", save_steps=20),
+                          train_dataset=train, eval_dataset=held_out, callbacks=[cb])
+        trainer.train(**kw)
+        # HF may rebuild callbacks on resume: take the one the trainer ran
+        (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return [(r.step, r.reason, r.sample_size, round(r.mean("eval_loss"), 6)) for r in ran.evaluator.history]
+
+    full = run(tmp_path / "a")
+    resumed = run(tmp_path / "a", resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-20"))
+    assert resumed == full  # the history before the checkpoint comes back from the saved state
+    assert len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
+
+
+def test_aggregates_only_are_reported_with_n_and_no_guessed_interval(tmp_path):
+    from adaptive_eval import EvalRequest
+    from adaptive_eval.evaluators import run_evaluation_outcome
+
+    held_out = Points(120, 1)
+    trainer = Trainer(Tiny(), make_args(tmp_path, per_device_eval_batch_size=16), eval_dataset=held_out,
+                      compute_metrics=accuracy)
+    cb = AdaptiveEvalCallback(per_item=False, trainer=trainer)
+    request = EvalRequest(step=0, sample_size=50, seed=0, reason="test")
+    result = run_evaluation_outcome(cb._evaluate_with_trainer, request).result
+    assert result["eval_loss"].n == 50 and not result["eval_loss"].per_sample
+    assert all(math.isnan(x) for x in result["eval_loss"].ci)  # a bare mean: no made-up interval
+    assert all(math.isnan(x) for x in result["eval_accuracy"].ci)  # even though it lies in [0, 1]
+    declared = run_evaluation_outcome(cb._evaluate_with_trainer, EvalRequest(step=0, sample_size=50, seed=0, reason=""),
+                                      metric_kinds={"eval_accuracy": "proportion"}).result
+    assert declared["eval_accuracy"].binary and math.isfinite(declared["eval_accuracy"].ci[0])
+
+
+def test_rank_branches_and_the_state_before_training():
+    calls = []
+
+    def evaluate_fn(request):
+        calls.append(request.step)
+        return {"score": [1.0, 0.0]}
+
+    cb = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
+    assert cb.state() == {"args": {"config": "areal", "overrides": ["trigger.freq_steps=2"], "per_item": True},
+                          "attributes": {"_saved_state": None}}  # HF calls state() in Trainer.__init__
+    args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
+    control = SimpleNamespace(should_log=False, should_evaluate=False)
+    state = SimpleNamespace(max_steps=6, global_step=0, stateful_callbacks={}, is_world_process_zero=False)
+    cb.on_train_begin(args, state, control, train_dataloader=[0] * 3)
+    assert cb.evaluator.total_steps == 6 and cb.evaluator.steps_per_epoch == 3
+    for g in range(1, 7):  # HF's global_step in on_step_end counts from 1
+        state.global_step = g
+        cb.on_step_end(args, state, control)
+    assert calls == [1, 3, 5]  # on a rank that is not world zero too: every rank evaluates its shard
+    import json
+
+    assert json.loads(json.dumps(cb.state()))["attributes"]["_saved_state"]["last_call_step"] == 5
+
+
+def test_the_summary_line_is_written_on_world_zero_only(caplog):
+    for zero in (False, True):
+        cb = AdaptiveEvalCallback("areal")
+        args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
+        state = SimpleNamespace(max_steps=2, global_step=0, stateful_callbacks={}, is_world_process_zero=zero)
+        cb.on_train_begin(args, state, SimpleNamespace(should_log=False))
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="adaptive_eval"):
+            cb.on_train_end(args, state, SimpleNamespace())
+        assert any("evaluations" in r.message for r in caplog.records) == zero
+
+
+def test_a_failing_evaluation_never_reaches_the_training_step_unless_on_error_raise():
+    def broken(request):
+        raise RuntimeError("eval server down")
+
+    args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
+    for on_error, raises in (("skip", False), ("raise", True)):
+        cb = AdaptiveEvalCallback("areal", broken, overrides=["trigger.freq_steps=1", f"evaluation.on_error={on_error}"])
+        state = SimpleNamespace(max_steps=3, global_step=0, stateful_callbacks={}, is_world_process_zero=True)
+        cb.on_train_begin(args, state, SimpleNamespace())
+        state.global_step = 1
+        if raises:
+            with pytest.raises(RuntimeError, match="eval server down"):
+                cb.on_step_end(args, state, SimpleNamespace(should_log=False))
+        else:
+            cb.on_step_end(args, state, SimpleNamespace(should_log=False))
+            assert cb.evaluator.summary()["eval_errors"] == 1
+    # a bug in the adapter's inputs (here: a non-number loss) is logged, not raised
+    cb = AdaptiveEvalCallback("areal")
+    cb.on_train_begin(args, SimpleNamespace(max_steps=3, global_step=0, stateful_callbacks={},
+                                            is_world_process_zero=True), SimpleNamespace())
+    cb._step_loss = object()
+    cb.on_step_end(args, SimpleNamespace(global_step=1), SimpleNamespace(should_log=False))
+    assert cb._guard.errors == 0 or cb._guard.errors == 1

@@ -1,0 +1,195 @@
+"""The Lightning adapter on a real lightning.Trainer (CPU; BoringModel-based; two gloo ranks with ddp_spawn)."""
+
+import csv
+import json
+import logging
+import math
+from types import SimpleNamespace
+
+import pytest
+
+L = pytest.importorskip("lightning")
+
+import torch  # noqa: E402
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from adaptive_eval import EvalRequest  # noqa: E402
+from adaptive_eval.integrations.lightning import AdaptiveEvalCallback  # noqa: E402
+
+FAST = ["policy.sample_size.initial=32", "policy.sample_size.min=16", "policy.sample_size.max=48",
+        "policy.peak.confirm_size=0", "policy.budget.enabled=false"]
+QUIET = dict(enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", limit_val_batches=0)
+
+
+class Model(BoringModel):
+    train_target = 1.0  # the fault moves it; validation always scores against 1
+
+    def step(self, batch, target=1.0):
+        out = self(batch)
+        return torch.nn.functional.mse_loss(out, torch.full_like(out, target))
+
+    def training_step(self, batch, batch_idx):
+        loss = self.step(batch, self.train_target)
+        self.log("train_loss", loss)
+        return {"loss": loss}
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.step(batch))
+
+
+class DataFault(Callback):
+    """The injected fault: from one step on, the training targets are wrong (-1 instead of 1: a broken label
+    pipeline); the model drifts away from what validation measures."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.at:
+            pl_module.train_target = -1.0
+
+
+def loaders(seed=0, n_train=640, n_val=200):
+    torch.manual_seed(seed)
+    return DataLoader(RandomDataset(32, n_train), batch_size=4), DataLoader(RandomDataset(32, n_val), batch_size=4)
+
+
+def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_to_the_trainers_logger(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
+    train, val = loaders()
+    torch.manual_seed(0)
+    model = Model()
+    cb = AdaptiveEvalCallback("default", overrides=FAST)
+    trainer = L.Trainer(max_steps=70, logger=CSVLogger(tmp_path, name="run"), enable_checkpointing=False,
+                        log_every_n_steps=5, callbacks=[cb, DataFault(35)], **QUIET)
+    trainer.fit(model, train, val)
+    ev = cb.evaluator
+    assert cb.hooks_called == {"on_train_start", "on_train_batch_end", "on_train_end"}
+    alarms = [r for r in ev.history if r.reason.startswith("alarm:")]
+    assert alarms and 35 <= alarms[0].step <= 35 + 25, [(r.step, r.reason) for r in ev.history]
+    before = [r for r in ev.history if r.step < 35][-1]
+    assert alarms[0]["val_loss"].ci[0] > before["val_loss"].ci[1]  # the damage shows in the eval, confirmed
+    last = ev.history[-1]
+    assert (last.step, last.reason) == (69, "trigger:final")
+    idx = EvalRequest(step=69, sample_size=last.sample_size, seed=0, reason="").indices(len(val.dataset))
+    with torch.no_grad():
+        per_item = [float(model.step(val.dataset[i][None])) for i in idx]  # the final weights, item by item
+    assert last["val_loss"].n == len(idx) and last["val_loss"].mean == pytest.approx(sum(per_item) / len(idx))
+    assert math.isfinite(last["val_loss"].ci[0]) and not last["val_loss"].binary
+    # logged through the trainer's logger, at the trainer's own step axis, once per evaluation
+    with open(next(tmp_path.glob("run/*/metrics.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    evals = [r for r in rows if r.get("adaptive_eval/val_loss")]
+    # Lightning's axis here is _batches_that_stepped = global_step - 1: adaptive_eval's 0-based step, the step at
+    # which the module's own self.log values of that batch are written too
+    assert [int(r["step"]) for r in evals] == [r.step for r in ev.history]
+    train_steps = {int(r["step"]) for r in rows if r.get("train_loss")}
+    assert train_steps == set(range(4, 70, 5))
+    assert float(evals[-1]["adaptive_eval/val_loss"]) == pytest.approx(last["val_loss"].mean)
+    assert float(evals[-1]["adaptive_eval/val_loss_n"]) == len(idx)
+
+
+def test_a_resumed_fit_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
+    def run(ckpt_path=None, max_steps=40):
+        train, val = loaders(n_train=80, n_val=100)  # 20 optimizer steps per epoch
+        torch.manual_seed(1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=6"])
+        saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_epochs=1, save_top_k=-1)
+        trainer = L.Trainer(max_steps=max_steps, logger=False, callbacks=[cb, saver], **QUIET)
+        trainer.fit(Model(), train, val, ckpt_path=ckpt_path)
+        return [(r.step, r.reason, r.sample_size, round(r.mean("val_loss"), 6)) for r in cb.evaluator.history]
+
+    full = run()
+    (first,) = [p for p in (tmp_path / "ckpt").iterdir() if "step=20" in p.name]
+    state = torch.load(first, weights_only=True)  # plain values only: loads without unpickling code
+    assert any("AdaptiveEvalCallback" in k for k in state["callbacks"])
+    resumed = run(ckpt_path=str(first))
+    # The same decisions (step, why, how many items); the values measured before the checkpoint come back from
+    # the saved state.  (Lightning's resumed training itself is not bit-identical after an epoch-end checkpoint:
+    # later losses differ in the third decimal, which changes no decision here.)
+    assert [r[:3] for r in resumed] == [r[:3] for r in full]
+    assert [r for r in resumed if r[0] < 20] == [r for r in full if r[0] < 20]
+    assert len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
+
+
+class RecordingCallback(AdaptiveEvalCallback):
+    """Records what each rank was asked to score and what it got back (written by each spawned rank)."""
+
+    def __init__(self, out, **kw):
+        super().__init__("default", **kw)
+        self.out, self.seen = str(out), []
+
+    def evaluate_with_module(self, trainer, pl_module, request):
+        self.seen.append([request.step, request.indices(200)])
+        return super().evaluate_with_module(trainer, pl_module, request)
+
+    def on_train_end(self, trainer, pl_module):
+        super().on_train_end(trainer, pl_module)
+        history = [[r.step, r.reason, r.items, r.mean("val_loss"), list(r["val_loss"].ci)]
+                   for r in self.evaluator.history]
+        with open(f"{self.out}/rank{trainer.global_rank}.json", "w") as f:
+            json.dump({"history": history, "seen": self.seen, "world": self.evaluator._world}, f)
+
+
+class RankSkewedModel(Model):
+    def training_step(self, batch, batch_idx):
+        out = super().training_step(batch, batch_idx)
+        if self.global_rank == 1 and self.global_step >= 25:  # only rank 1's stream goes bad
+            out["loss"] = out["loss"] * 0 + 40.0 + out["loss"]
+        return out
+
+
+def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
+    train, val = loaders(n_train=320, n_val=200)
+    cb = RecordingCallback(tmp_path, overrides=FAST)
+    trainer = L.Trainer(max_steps=40, strategy="ddp_spawn", devices=2, num_nodes=1, logger=False,
+                        enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(RankSkewedModel(), train, val)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
+    assert any(h[1].startswith("alarm:train/loss") for h in r0["history"])  # rank 1's alarm moved both
+    assert [s for s, _ in r0["seen"]] == [h[0] for h in r0["history"]] == [s for s, _ in r1["seen"]]
+    for (step, mine), (_, theirs), h in zip(r0["seen"], r1["seen"], r0["history"]):
+        assert not set(mine) & set(theirs)  # each item scored once
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
+                                                           reason="").indices(200))
+        assert h[2] == len(mine) + len(theirs)
+
+
+def test_rank_branches_state_and_skipped_runs(caplog):
+    calls = []
+
+    def evaluate_fn(request):
+        calls.append(request.step)
+        return {"score": [1.0]}
+
+    cb = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
+    assert cb.state_dict() == {"evaluator": None}  # before training: plain, no evaluator yet
+    trainer = SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="fit"), estimated_stepping_batches=8,
+                              num_training_batches=8, accumulate_grad_batches=2, global_step=0, is_global_zero=False,
+                              callback_metrics={"train_loss": torch.tensor(0.5), "val_acc": torch.tensor(1.0)},
+                              loggers=[], fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(_batches_that_stepped=0)))
+    cb.on_train_start(trainer, None)
+    assert cb.evaluator.steps_per_epoch == 4 and cb.evaluator.total_steps == 8
+    for micro in range(16):  # accumulation 2: on_train_batch_end fires twice per optimizer step
+        trainer.global_step = (micro + 1) // 2
+        cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, None, micro)
+    assert calls == [1, 3, 5, 7]  # once per optimizer step, on a rank that is not global zero too
+    assert set(cb.evaluator._detectors) == {"train/loss", "train_loss"}  # the loss and what the module logged,
+    assert cb.evaluator._last_step == 7  # not validation keys (val_acc)
+    with caplog.at_level(logging.INFO, logger="adaptive_eval"):
+        cb.on_train_end(trainer, None)
+    assert not any("evaluations" in r.message for r in caplog.records)  # the summary: global zero only
+    saved = json.loads(json.dumps(cb.state_dict()))
+    again = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
+    again.load_state_dict(saved)
+    trainer.global_step = 8
+    again.on_train_start(trainer, None)
+    assert again.evaluator.state_dict()["last_call_step"] == 7
+    skipped = AdaptiveEvalCallback("areal")
+    skipped.on_train_start(SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="validate")), None)
+    assert skipped.evaluator is None  # not a fit: nothing to do
