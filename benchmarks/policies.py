@@ -107,10 +107,10 @@ def fmt_ci(x: float, ci: tuple[float, float], spec: str) -> str:
     return f"{f(x)} [{f(ci[0])}, {f(ci[1])}]"
 
 
-def report(title: str, cases: list[Case], overrides: list[str], reps: int) -> dict:
+def report(title: str, cases: list[Case], overrides: list[str], reps: int, presets_run=PRESETS) -> dict:
     print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events ==")
     t0 = time.perf_counter()
-    presets = {name: scores_for(load_config(name, overrides), cases) for name in PRESETS}
+    presets = {name: scores_for(load_config(name, overrides), cases) for name in presets_run}
     whole = {k: scores_for(load_config("areal", [f"trigger.freq_steps={k}"]), cases) for k in FIXED_K}
     out = {}
     rows = []
@@ -182,15 +182,17 @@ def main(argv=None) -> int:
     ap.add_argument("--boot", type=int, default=200, help="bootstrap resamples")
     ap.add_argument("--png", default="benchmarks/policies.png", help="where to draw cost against delay")
     ap.add_argument("--set", action="append", default=[], dest="overrides", help="override for every preset")
+    ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to score")
     args = ap.parse_args(argv)
     reps = 50 if args.quick else args.boot
     syn = synthetic_cases(args.half, per_kind=1 if args.quick else 2)
     print(f"split: synthetic suite seeds {SPLIT['tune']} = tuning half, {SPLIT['heldout']} = held-out half; "
           f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})")
-    res = report(f"synthetic, {args.half} half", syn, args.overrides, reps)
+    chosen = tuple(p for p in args.presets.split(",") if p)
+    res = report(f"synthetic, {args.half} half", syn, args.overrides, reps, chosen)
     if not args.no_real:
         report("real traces (reported separately; nothing tuned on them)", real_cases(args.quick), args.overrides,
-               reps)
+               reps, chosen)
     speed = replay_speed(50_000 if args.quick else 200_000)
     print(f"\nreplay speed (default preset, 3 streams, TensorBoard off): {speed:,.0f} steps/s")
     if args.png:
@@ -212,7 +214,7 @@ def draw(res: dict, path: str) -> None:
     d = res["default"]
     ax.plot([a["median_delay"] for a in d["same"].values()], [a["per_1k"] for a in d["same"].values()], "s--",
             color="tab:blue", alpha=0.6, label=f"fixed every k, {d['size']} items (default's size)")
-    for name in PRESETS:
+    for name in [n for n in PRESETS if n in res]:
         p = res[name]["preset"]
         ax.plot([p["median_delay"]], [p["per_1k"]], "*", markersize=14, label=f"preset {name}")
     ax.set_xscale("symlog", linthresh=1)
