@@ -41,7 +41,7 @@ def cfg(**sections):
             "sample_size": {"enabled": True, "initial": 64, "min": 16, "max": 256, "target_half_width": 0.1,
                             "alarm_factor": 2.0},
             "budget": {"enabled": True, "max_eval_fraction": 0.3, "bypass_urgent": True},
-            "peak": {"enabled": True, "improving_factor": 1.0},
+            "peak": {"enabled": True, "improving_factor": 1.0, "confirm_size": 256, "confirm_steps": 1},
         },
         "resources": {"enabled": False},
         "distributed": {"timeout_s": 30.0, "rank_discrepancy_threshold": None},
@@ -244,8 +244,8 @@ def test_skewed_clocks_the_fastest_clock_drives_the_time_trigger(group_run):
     assert len(runs) >= 5
     # Rank 1's clock reaches 30 s at step 17 (1.7 s a step); rank 0's alone would at step 29.
     assert runs[0][1:4] == (17, 64, "trigger:time")
-    assert all(r[3] in ("trigger:time", "interval:relaxed", "interval:tightened") or r[3].startswith("alarm:")
-               for r in runs)
+    assert all(r[3] in ("trigger:time", "interval:relaxed", "interval:tightened", "peak:confirm")
+               or r[3].startswith("alarm:") for r in runs)
 
 
 def test_an_alarm_seen_by_one_rank_evaluates_on_both(group_run):

@@ -100,7 +100,7 @@ def test_shrinkage_does_not_smooth_over_a_collapse():
 def test_peak_policy_remeasures_a_candidate_best_before_calling_it_best():
     from adaptive_eval.adaptive import AdaptiveEvaluator
 
-    cfg = load_config(overrides=["trigger.freq_steps=10", "policy.peak.confirm_size=256", "policy.budget.enabled=false",
+    cfg = load_config(overrides=["trigger.freq_steps=10", "policy.peak.confirm_size=256", "policy.peak.confirm_steps=1", "policy.budget.enabled=false",
                                  "policy.interval.enabled=false", "streams.default=[]"])
     ev = AdaptiveEvaluator.from_config(cfg)
     level = {"v": 0.5}
