@@ -607,6 +607,12 @@ class AdaptiveEvaluator:
         result, error = outcome.result, outcome.error
         if result is not None:
             result = self._pair(result, outcome.item_values)
+            if self._suites and ev["suite_aggregate"]:
+                from adaptive_eval.suites import weighted_aggregate
+
+                extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
+                if extra:
+                    result = dataclasses.replace(result, metrics={**result.metrics, **extra})
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
