@@ -669,7 +669,12 @@ class AdaptiveEvaluator:
                     local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
                                             self._evaluation["confidence"])
             self._item_values[name] = dict(values)
-        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+        # Items are known only for suites and items x samples metrics; the result (the same on every rank)
+        # says whether there are any, so every rank takes this collective or none does.
+        pairable = bool(self._suites) or any(m.clustered for m in result.metrics.values())
+        if self._distributed and not pairable:
+            return result
+        if self._distributed:
             per_rank = self.dist.gather_objects(summaries_to_wire(local))
             paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
         else:
