@@ -6,8 +6,10 @@ For Hugging Face and Lightning: the same tiny model (an 8-32-4 MLP, batch 16, CP
 optimizer steps without the callback and with ``AdaptiveEvalCallback`` (default preset; no evaluation is
 ever due: ``trigger.freq_steps=null``, ``trigger.eval_at_end=false``, the alarm policy off, so this is the
 cost paid at every step: the loss read-out, ``observe`` through the default detectors, ``evaluate``
-deciding not to).  Each figure is the best of ``--repeat`` runs of the whole loop (wall time / steps), the
-runs of both variants interleaved; the ratio compares rows of the same run.  For AReaL (which has no
+deciding not to).  Two figures per trainer, each the best of ``--repeat`` runs (interleaved): the time spent
+inside the callback's per-step hooks (timed around them, so the machine's load hardly moves it) against the
+bare step, and the end-to-end wall time per step with and without the callback (noisy on a shared machine:
+shown as measured).  For AReaL (which has no
 trainer to wrap): AReaL's own ``Evaluator.evaluate`` when not due, against the shim's
 ``AdaptiveEvaluator.observe`` + ``evaluate`` with the same settings, per call.
 
@@ -74,12 +76,30 @@ def hf_run(steps: int, with_callback: bool) -> float:
     args = TrainingArguments("/tmp/adaptive_eval_bench_hf", max_steps=steps, per_device_train_batch_size=16,
                              eval_strategy="no", save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
                              logging_steps=10**9)
-    callbacks = [AdaptiveEvalCallback("default", overrides=NO_EVAL)] if with_callback else []
+    class Timed(AdaptiveEvalCallback):
+        spent = setup = 0.0
+
+        def on_train_begin(self, *a, **kw):
+            t = time.perf_counter()
+            super().on_train_begin(*a, **kw)
+            Timed.setup += time.perf_counter() - t
+
+        def on_step_end(self, *a, **kw):
+            t = time.perf_counter()
+            super().on_step_end(*a, **kw)
+            Timed.spent += time.perf_counter() - t
+
+        def on_log(self, *a, **kw):
+            t = time.perf_counter()
+            super().on_log(*a, **kw)
+            Timed.spent += time.perf_counter() - t
+
+    callbacks = [Timed("default", overrides=NO_EVAL)] if with_callback else []
     torch.manual_seed(0)
     trainer = Trainer(Tiny(), args, train_dataset=data, callbacks=callbacks)
     start = time.perf_counter()
     trainer.train()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start - Timed.setup) / steps, Timed.spent / steps, Timed.setup
 
 
 def lightning_run(steps: int, with_callback: bool) -> float:
@@ -105,13 +125,26 @@ def lightning_run(steps: int, with_callback: bool) -> float:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16 * steps, 8, generator=g)
     data = list(zip(x, x[:, :4].argmax(1)))
-    callbacks = [AdaptiveEvalCallback("default", overrides=NO_EVAL)] if with_callback else []
+    class Timed(AdaptiveEvalCallback):
+        spent = setup = 0.0
+
+        def on_train_start(self, *a, **kw):
+            t = time.perf_counter()
+            super().on_train_start(*a, **kw)
+            Timed.setup += time.perf_counter() - t
+
+        def on_train_batch_end(self, *a, **kw):
+            t = time.perf_counter()
+            super().on_train_batch_end(*a, **kw)
+            Timed.spent += time.perf_counter() - t
+
+    callbacks = [Timed("default", overrides=NO_EVAL)] if with_callback else []
     torch.manual_seed(0)
     trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", callbacks=callbacks, limit_val_batches=0)
     start = time.perf_counter()
     trainer.fit(Tiny(), DataLoader(data, batch_size=16))
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start - Timed.setup) / steps, Timed.spent / steps, Timed.setup
 
 
 def areal_rows(repeat: int) -> tuple[float, float]:
@@ -159,23 +192,28 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     out = []
     for name, run in (("Hugging Face Trainer", hf_run), ("Lightning Trainer", lightning_run)):
-        bare, with_cb = [], []
+        bare, with_cb, hook, setup = [], [], [], []
         run(20, False), run(20, True)  # warm up imports and caches
         for _ in range(a.repeat):
-            bare.append(run(a.steps, False))
-            with_cb.append(run(a.steps, True))
-        out.append((name, min(bare) * 1e3, min(with_cb) * 1e3))
+            bare.append(run(a.steps, False)[0])
+            total, spent, once = run(a.steps, True)
+            with_cb.append(total)
+            hook.append(spent)
+            setup.append(once)
+        out.append((name, min(bare) * 1e3, min(hook) * 1e3, min(with_cb) * 1e3, min(setup)))
     t_theirs, t_ours = areal_rows(a.repeat)
     integ = ROOT / "adaptive_eval" / "integrations"
     glue = {"hf": code_lines(integ / "hf.py"), "lightning": code_lines(integ / "lightning.py"),
             "areal": code_lines(integ / "areal.py"), "_common": code_lines(integ / "_common.py")}
-    print(f"per-step overhead, {a.steps} optimizer steps, best of {a.repeat} (tiny 8-32-4 MLP, batch 16, CPU; "
-          "no evaluation due)")
-    print(f"{'trainer':24s} {'bare ms/step':>13s} {'+callback ms/step':>18s} {'ratio':>7s} {'added ms/step':>14s}")
-    for name, bare, with_cb in out:
-        print(f"{name:24s} {bare:13.3f} {with_cb:18.3f} {with_cb / bare:7.2f} {with_cb - bare:14.3f}")
-    print(f"{'AReaL (per call)':24s} {t_theirs * 1e6:10.2f} us {t_ours * 1e6:15.2f} us {t_ours / t_theirs:7.2f}"
-          "   (AReaL's Evaluator.evaluate vs the shim's observe of 2 streams + evaluate)")
+    print(f"per-step overhead, {a.steps} optimizer steps, best of {a.repeat} (tiny 8-32-4 MLP, batch 16, CPU, "
+          "1 thread; no evaluation due)")
+    print(f"{'trainer':22s} {'bare ms/step':>12s} {'in callback':>12s} {'overhead':>9s} {'end-to-end ms/step':>19s}"
+          f" {'setup once':>11s}")
+    for name, bare, hook, with_cb, once in out:
+        print(f"{name:22s} {bare:12.3f} {hook:12.4f} {hook / bare:8.2%} {with_cb:10.3f} ({with_cb / bare:.2f}x)"
+              f" {once:9.2f} s")
+    print(f"{'AReaL (per call)':22s} {t_theirs * 1e6:9.2f} us {t_ours * 1e6:9.2f} us {t_ours / t_theirs:8.2f}x"
+          "  AReaL's Evaluator.evaluate vs the shim's observe (2 streams) + evaluate")
     print()
     print("glue each adapter replaces (code lines, no blanks/comments/docstrings; shared helpers counted once)")
     print(f"{'adapter':12s} {'module lines':>12s} {'user writes':>12s}")
