@@ -347,8 +347,12 @@ class AdaptiveEvaluator:
             values[f"eval/{name}"] = m.mean
             if not m.binary and m.std == m.std:
                 values[f"eval/{name}:std"] = m.std
+        step = event["step"]
+        if "integrated_step" in event:  # asynchronous: recorded where it arrived (a trace only goes forward),
+            step = event["integrated_step"]  # with the latency, which replay takes as its latency model
+            values["async/latency_steps"] = float(step - event["step"])
         if values:
-            self._record(event["step"], values)
+            self._record(step, values)
 
     def _group_time(self) -> float:
         return self._now
@@ -452,7 +456,10 @@ class AdaptiveEvaluator:
         # The one collective of a step with nothing due.
         new_alarms, due, self._now, ready = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if ready else 0.0])
-        got = self._integrate_in_group(global_step) if ready >= 0.5 else None
+        got = None
+        if ready >= 0.5:  # identical on every rank, so is what it changes: the trigger, the pending alarms
+            got = self._integrate_in_group(global_step)
+            due = max(due, 1.0 if self.trigger.due() is not None or self._alarm_pending else 0.0)
         if new_alarms < 0.5 and due < 0.5:
             return got
         if new_alarms >= 0.5:
@@ -503,8 +510,9 @@ class AdaptiveEvaluator:
                 return None
         elif not self.trigger._initial_pending:
             return None
-        return self._run(evaluate_fn, Decision(True, self._evaluation["sample_size"], "before_train"), None,
-                         global_step)
+        # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
+        size = self.decide("before_train", global_step, urgent=True).sample_size
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
@@ -562,11 +570,12 @@ class AdaptiveEvaluator:
         plans = []
         for name in due:
             suite = self._suites[name]
-            default = SuitePlan(name, suite["sample_size"] or suite["size"], suite["samples_per_item"])
+            items = suite["sample_size"] or (decision.sample_size if decision.sample_size is not None else suite["size"])
+            default = SuitePlan(name, min(items, suite["size"]), suite["samples_per_item"])
             plans.append(sized.get(name, default))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
-        reason = suites_reason(decision.reason, self._suites, due, index)
+        reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 
@@ -592,7 +601,7 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
-            metric_kinds=ev["metric_kinds"],
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"],
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
@@ -697,7 +706,7 @@ class AdaptiveEvaluator:
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
 
     def _check_down(self, global_step: int) -> None:
-        down = self._async.down
+        down = self._async.is_down
         if down is None or self._async_down_logged:
             return
         self._async_down_logged = True

@@ -90,11 +90,13 @@ class WeightSnapshot(dict):
     def __init__(self, tensors: Mapping, step: int | None = None):
         super().__init__(tensors)
         self.step = step
-        self._versions = {k: t._version for k, t in self.items()}
+        # An inference tensor has no version counter (and cannot be changed in place outside inference mode).
+        self._versions = {k: (None if t.is_inference() else t._version) for k, t in self.items()}
 
     def check(self) -> None:
         for name, t in self.items():
-            if t._version != self._versions.get(name):
+            version = self._versions.get(name)
+            if version is not None and t._version != version:
                 raise SnapshotMutated(f"evaluate_fn modified the weight snapshot in place (tensor {name!r} of "
                                       f"step {self.step}); evaluate a copy (module.load_state_dict(weights) "
                                       "copies)")
@@ -122,6 +124,16 @@ def snapshot_weights(module, device="cpu", *, pin_memory: bool = False, step: in
                         f"{type(module).__name__}")
     device = torch.device(device)
     pin = pin_memory and device.type == "cpu" and torch.cuda.is_available()
+    with torch.inference_mode(False):  # ordinary tensors even when called in an evaluation: they keep versions
+        out = _copies(tensors, device, pin)
+    if pin or device.type == "cuda":
+        torch.cuda.synchronize()
+    return WeightSnapshot(out, step)
+
+
+def _copies(tensors: Mapping, device, pin: bool) -> dict:
+    import torch
+
     out = {}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -135,9 +147,7 @@ def snapshot_weights(module, device="cpu", *, pin_memory: bool = False, step: in
         else:
             copy = t.to(device, copy=True)
         out[name] = copy
-    if pin or device.type == "cuda":
-        torch.cuda.synchronize()
-    return WeightSnapshot(out, step)
+    return out
 
 
 class SnapshotEval:
@@ -194,7 +204,7 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
         on_error=options["on_error"], max_retries=options["max_retries"],
         retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
         pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=bool(options.get("suites")),
-        metric_kinds=options.get("metric_kinds"))
+        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"))
 
 
 # -- where it runs --------------------------------------------------------------------------------------
@@ -355,6 +365,9 @@ class EvalRanks:
         return _EvalRankExecutor(self)
 
 
+_POLL_S = 0.002
+
+
 class _EvalRankExecutor(cf.Executor):
     """On the first training rank: one sender thread per eval rank, taking jobs from one queue."""
 
@@ -369,7 +382,7 @@ class _EvalRankExecutor(cf.Executor):
         for t in self._threads:
             t.start()
 
-    def submit(self, fn, /, request, weights, options):
+    def submit(self, run, fn, request, weights, options):  # run and fn run on the eval rank (its own fn)
         if self.broken is not None:
             raise RuntimeError(self.broken)
         future: cf.Future = cf.Future()
@@ -381,14 +394,15 @@ class _EvalRankExecutor(cf.Executor):
 
         layout = self.layout
         pair = layout._pairs[e]
-        answer = DistContext(pair, layout.timeout_s)
+        # Polling waits: a blocking Work.wait() holds the GIL and would stall the training thread meanwhile.
+        answer = DistContext(pair, layout.timeout_s, poll_s=_POLL_S)
         src = layout._group_rank(pair, e)
         while True:
             item = self._queue.get()
             if item is None:
                 try:
                     broadcast_tensor_container({"stop": True}, src_rank=layout.leader, group=pair,
-                                               timeout_s=layout.timeout_s)
+                                               timeout_s=layout.timeout_s, poll_s=_POLL_S)
                 except Exception:  # noqa: BLE001 - a dead eval rank needs no stop
                     pass
                 return
@@ -400,7 +414,8 @@ class _EvalRankExecutor(cf.Executor):
                           and not f.name.startswith("_")}
                 opts = {k: v for k, v in options.items() if k != "clock"}
                 broadcast_tensor_container({"request": fields, "weights": dict(weights), "options": opts},
-                                           src_rank=layout.leader, group=pair, timeout_s=layout.timeout_s)
+                                           src_rank=layout.leader, group=pair, timeout_s=layout.timeout_s,
+                                           poll_s=_POLL_S)
                 wire = answer.broadcast_object(None, src=src)
                 future.set_result(_outcome_from_wire(wire, f"on eval rank {e}"))
             except Exception as exc:  # noqa: BLE001 - a dead or hung eval rank
@@ -460,7 +475,7 @@ class AsyncEvaluations:
                  executor: cf.Executor | None = None, clock: Callable[[], float] = time.monotonic,
                  eval_clock: Callable[[], float] | None = None, timeout_s: float | None = None,
                  wait_limit_s: float = 600.0, owner: bool = True, options: Mapping | None = None,
-                 needs_snapshot: str | None = None):
+                 needs_snapshot: str | None = None, group: bool = False):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"evaluation.max_in_flight must be an integer >= 1, got {max_in_flight!r}")
         self.max_in_flight = max_in_flight
@@ -479,8 +494,20 @@ class AsyncEvaluations:
         self.needs_snapshot = needs_snapshot  # why a plain evaluate_fn cannot be sent (eval ranks)
         self.jobs: list[_Job] = []
         self._next_id = 0
-        self.down: str | None = None
+        self.down: str | None = None  # what this process knows: the runner broke
+        self.group = group  # in a process group the training ranks learn it together, at an integration
+        self.down_shared: str | None = None
         self._warned_plain = False
+
+    def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
+        """The latency model: integrate each result ``latency`` (or ``latency(step)``) steps after its
+        submission; None: as soon as it completes.  Replay sets it from the config or the trace."""
+        self._latency = latency
+
+    @property
+    def is_down(self) -> str | None:
+        """Why evaluation is off (the runner broke), as every training rank knows it at this step."""
+        return self.down_shared if self.group else self.down
 
     @property
     def fixed_latency(self) -> bool:
@@ -496,8 +523,9 @@ class AsyncEvaluations:
     def admit(self, decision: Decision) -> tuple[Decision, _Job | None]:
         """``(decision, job to cancel)``: when full, a non-urgent evaluation waits (a deferral); an urgent one
         takes the place of the oldest non-urgent one in flight (returned; the caller cancels it)."""
-        if self.down is not None:
-            return Decision(False, decision.sample_size, f"async:down ({self.down})", decision.urgent), None
+        down = self.is_down
+        if down is not None:
+            return Decision(False, decision.sample_size, f"async:down ({down})", decision.urgent), None
         if len(self.jobs) < self.max_in_flight:
             return decision, None
         if decision.urgent:
@@ -529,7 +557,7 @@ class AsyncEvaluations:
             if isinstance(evaluate_fn, SnapshotEval):
                 weights = evaluate_fn.snapshot(request.step)
                 fn = evaluate_fn.fn
-            elif not self._warned_plain:
+            elif not self._warned_plain and not isinstance(self.executor, InlineExecutor):
                 self._warned_plain = True
                 log.warning("asynchronous evaluation of a plain evaluate_fn: it sees the weights the model has "
                             "while it runs, not those of step %d; wrap it as adaptive_eval.asynchronous."
@@ -553,6 +581,11 @@ class AsyncEvaluations:
     def ready(self, step: int) -> bool:
         """Whether the oldest evaluation in flight is to be integrated at ``step`` (by its due step, or,
         without a fixed latency and on the owner, because it finished or timed out)."""
+        if self.group and self.owner and self.down != self.down_shared:
+            return True  # the others must hear of it
+        return self._head_ready(step)
+
+    def _head_ready(self, step: int) -> bool:
         if not self.jobs:
             return False
         head = self.jobs[0]
@@ -566,7 +599,7 @@ class AsyncEvaluations:
         """On the owner: the (job, EvalOutcome) pairs to integrate at ``step``, in submission order.  A job due
         by its fixed latency is waited for (at most its timeout); the others only if they finished."""
         out = []
-        while self.jobs and self.ready(step):
+        while self._head_ready(step):
             job = self.jobs.pop(0)
             out.append((job, self._outcome(job)))
         return out
@@ -597,13 +630,14 @@ class AsyncEvaluations:
             return EvalOutcome(None, exc)
 
     def outcomes_to_wire(self, pairs) -> list:
+        self.down_shared = self.down
         return [(job.id, _outcome_to_wire(outcome)) for job, outcome in pairs] + [("down", self.down)]
 
     def outcomes_from_wire(self, wire) -> list:
         """On a training rank that is not the owner: the owner's outcomes, matched to this rank's records."""
         pairs = []
         *items, (_, down) = wire
-        self.down = down
+        self.down = self.down_shared = down
         for job_id, w in items:
             job = next(j for j in self.jobs if j.id == job_id)
             self.jobs.remove(job)
@@ -630,7 +664,7 @@ class AsyncEvaluations:
                         job.outcome = EvalOutcome(None, exc)
                 rec["outcome"] = _outcome_to_wire(job.outcome) if job.outcome is not None else None
             jobs.append(rec)
-        return {"jobs": jobs, "next_id": self._next_id, "down": self.down}
+        return {"jobs": jobs, "next_id": self._next_id, "down": self.is_down}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self.jobs = []
@@ -644,7 +678,7 @@ class AsyncEvaluations:
                 job.outcome = _outcome_from_wire((result, error, attempts), "before the resume")
             self.jobs.append(job)
         self._next_id = int(sd.get("next_id", len(self.jobs)))
-        self.down = sd.get("down")
+        self.down = self.down_shared = sd.get("down")
 
     def drain(self, timeout_s: float | None = None) -> list[tuple[_Job, object]]:
         """Wait for everything in flight (at most ``timeout_s`` in all) and return it to integrate."""
@@ -705,10 +739,11 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
     options["pass_at_k"] = list(ev.get("pass_at_k", [1]))
     options["suites"] = bool(ev.get("suites"))
     options["metric_kinds"] = dict(ev.get("metric_kinds") or {})
+    options["aggregations"] = {k: list(v) for k, v in (ev.get("aggregations") or {}).items()}
     return AsyncEvaluations(
         max_in_flight=int(ev["max_in_flight"]), latency=latency, executor=executor, clock=clock,
         eval_clock=eval_clock, timeout_s=ev.get("timeout_s"),
         # In a group the other training ranks wait for the first one's broadcast at most distributed.timeout_s:
         # the first one gives up on a late evaluation well before that.
         wait_limit_s=0.5 * timeout if distributed else timeout, owner=owner, options=options,
-        needs_snapshot=needs_snapshot)
+        needs_snapshot=needs_snapshot, group=distributed)

@@ -110,10 +110,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from adaptive_eval.demos import DemoError
 
     task = importlib.import_module(f"adaptive_eval.demos.{args.task}")
-    steps = {} if args.steps is None else {"steps": args.steps}
+    chosen = {key: value for key, value in (("steps", args.steps), ("fault", args.fault)) if value is not None}
     try:
         report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
-                               progress=not args.no_progress, **steps)
+                               progress=not args.no_progress, **chosen)
     except DemoError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
@@ -198,8 +198,22 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptive-eval")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="adaptive-eval", description=__doc__.strip())
+    parser = argparse.ArgumentParser(
+        prog="adaptive-eval",
+        description="Decide when to evaluate a model during training and how many eval samples to spend: "
+                    "try a preset on a recorded run (replay), see it on a demo training run (demo), draw a run "
+                    "(plot), tune or check a preset, print a configuration.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("config", help="print the resolved configuration")
     _add_config_args(p)
@@ -241,13 +255,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
     p.set_defaults(func=_cmd_plot)
 
-    p = sub.add_parser("demo", help="train a classifier with a fault midway; evaluate it adaptively and on a "
-                                    "fixed schedule at the same budget; write both runs")
+    p = sub.add_parser("demo", help="train a model with a fault midway (rlvr: a GRPO policy; digits: a classifier); "
+                                    "evaluate it adaptively and on a fixed schedule at the same cost; write both runs")
     p.add_argument("--task", choices=TASKS, default=DEFAULT_TASK,
                    help=f"which training run (default: {DEFAULT_TASK})")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     _add_config_args(p)
-    p.add_argument("--steps", type=int, default=None, help="training steps; the fault comes halfway (default: 3000)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps; the fault comes halfway (default: rlvr 200, digits 3000)")
+    p.add_argument("--fault", default=None,
+                   help="rlvr: reward_hack (default), lr_blowup, entropy_collapse or none; digits: lr_blowup")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)

@@ -64,7 +64,9 @@ class SuiteConfig:
 
     size: int = 0  # items in the suite (required)
     samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
-    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing and the budget
+    cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing
+    item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
+    max_samples_per_item: int = 32  # the most samples per item the sample-size policy may choose
     weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
     every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
     sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
@@ -91,6 +93,9 @@ class EvaluationConfig:
     async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
+    # Metric (or, with suites, the part after "<suite>/") -> extra aggregations over its items, reported as
+    # "<metric>/<aggregation>": weighted_mean (weights from "<metric>:weights"), p50, p90, ... (quantiles).
+    aggregations: dict[str, list[str]] = field(default_factory=dict)
     # Metric name -> "proportion" (Wilson interval) or "mean" (Student t).  Unnamed metrics: per-sample
     # values that are all 0/1 are proportions, anything else a mean; a bare scalar never gets a guessed kind.
     metric_kinds: dict[str, str] = field(default_factory=dict)
@@ -234,6 +239,8 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
+_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps")
+_RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -249,8 +256,17 @@ def validate(cfg: DictConfig | Config) -> None:
     problems = []
     for key in _POSITIVE_OR_NULL:
         v = _get(cfg, key)
-        if v is not None and not v > 0:
-            problems.append(f"{key}: must be positive or null, got {v!r}")
+        if v is not None and not (v > 0 and (math.isfinite(v) or key == "evaluation.timeout_s")):
+            finite = " finite" if v > 0 else ""
+            problems.append(f"{key}: must be positive{finite} or null, got {v!r}")
+    for key in _COUNTS:
+        v = _get(cfg, key)
+        if not v >= 0:
+            problems.append(f"{key}: must be >= 0, got {v!r}")
+    for key, (lo, hi) in _RANGES.items():
+        v = _get(cfg, key)
+        if not lo <= v <= hi:
+            problems.append(f"{key}: must lie in [{lo:g}, {hi:g}], got {v!r}")
     for key in _NON_NEGATIVE_OR_NULL:
         v = _get(cfg, key)
         if v is not None and not (v >= 0 and math.isfinite(v)):
@@ -322,16 +338,25 @@ def _evaluation_problems(ev) -> list[str]:
     for i, k in enumerate(ev.pass_at_k):
         if not k >= 1:
             problems.append(f"evaluation.pass_at_k[{i}]: must be a positive integer, got {k!r}")
+    from adaptive_eval.stats import aggregation_problem
+
+    for name, kinds in ev.aggregations.items():
+        for i, kind in enumerate(kinds):
+            problem = aggregation_problem(kind)
+            if problem:
+                problems.append(f"evaluation.aggregations.{name}[{i}]: {problem}")
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:
             problems.append(f"{key}: a suite name may not be empty or contain '/'")
-        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1)):
+        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1)):
             v = suite[field_name]
             if not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
         if not (suite.cost > 0 and math.isfinite(suite.cost)):
             problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
+        if not (suite.item_cost >= 0 and math.isfinite(suite.item_cost)):
+            problems.append(f"{key}.item_cost: must be non-negative, got {suite.item_cost!r}")
         if not (suite.weight >= 0 and math.isfinite(suite.weight)):
             problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
         if suite.sample_size is not None and not suite.sample_size >= 1:
@@ -414,16 +439,44 @@ def _key_lines(text: str) -> dict[str, int]:
 
 
 def _where(key: str, source: str, lines: dict[str, int]) -> str:
-    probe = key
+    probe = str(key)
     while probe:
         if probe in lines:
             return f"{source}:{lines[probe]}: "
-        probe = probe.rpartition(".")[0]
+        probe = probe[:-len(probe.rpartition("[")[2]) - 1] if probe.endswith("]") else probe.rpartition(".")[0]
     return f"{source}: "
 
 
-def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]) -> ConfigError:
-    key = getattr(exc, "full_key", None) or "<root>"
+def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str, str]:
+    """(dotted key, message) for item ``index`` of a list somewhere in ``value`` (under ``leaf``) that failed:
+    the first such list whose item there is not a mapping (detector specs are the lists of mappings)."""
+    def find(node, path):
+        if isinstance(node, list):
+            if 0 <= index < len(node) and not isinstance(node[index], dict):
+                return path, node[index]
+            return None
+        if isinstance(node, dict):
+            for k, v in node.items():
+                found = find(v, f"{path}.{k}" if path else str(k))
+                if found:
+                    return found
+        return None
+
+    found = find(value, leaf)
+    if found is None:
+        return f"{leaf}[{index}]", msg
+    path, got = found
+    return f"{path}[{index}]", f"{msg} (got {got!r}; a detector spec is a mapping such as {{type: nonfinite}})"
+
+
+def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int], leaf: str = "",
+                 value: Any = None) -> ConfigError:
+    """The error of merging ``leaf`` (a dotted key whose ``value`` failed), named by its full key."""
+    key = getattr(exc, "full_key", None)
+    if isinstance(key, int) and not isinstance(key, bool):  # an item of a list: OmegaConf gives only its index
+        key, msg = _list_item_problem(leaf, value, key, str(exc).splitlines()[0])
+        return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
+    key = str(key) if key else (leaf or "<root>")
     msg = str(exc).splitlines()[0]
     if "not in struct" in msg or "Key '" in msg and "not in" in msg:
         msg = f"unknown key {key!r}"
@@ -484,7 +537,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             try:
                 OmegaConf.merge(cfg, _nested(key, value))
             except OmegaConfBaseException as exc:
-                problems.append(str(_merge_error(exc, source, lines)))
+                problems.append(str(_merge_error(exc, source, lines, key, value)))
         if problems:
             raise ConfigError(problems)
         cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
@@ -494,8 +547,16 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
         except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or item.split("=", 1)[0]
+            lhs = item.split("=", 1)[0]
+            key = getattr(exc, "full_key", None)
             msg = str(exc).splitlines()[0]
+            if isinstance(key, int) and not isinstance(key, bool):
+                parsed = OmegaConf.to_container(OmegaConf.from_dotlist([item]))
+                for part in lhs.split("."):
+                    parsed = parsed.get(part) if isinstance(parsed, dict) else None
+                key, msg = _list_item_problem(lhs, parsed, key, msg)
+                msg = f"{key}: {msg}"
+            key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = f"unknown key {key!r}"
             raise ConfigError([f"override {item!r}: {msg}"]) from None

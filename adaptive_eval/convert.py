@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from adaptive_eval.synthetic import Event
-from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_int
+from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_int, read_text
 
 __all__ = [
     "RealTrace", "RealTraceInfo", "convert_bigscience", "convert_distill", "convert_grpo", "convert_lm_eval_long",
@@ -57,8 +57,7 @@ def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list
     """
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        text = f.read()
+    text = read_text(path)
     lines = text.splitlines(keepends=True)
     skip = 0
     while skip < len(lines) and lines[skip].lstrip().startswith("#"):

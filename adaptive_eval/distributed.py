@@ -28,7 +28,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import from_sums
+from adaptive_eval.stats import aggregate_summary, from_sums
 from adaptive_eval.types import MetricSummary
 
 __all__ = [
@@ -159,11 +159,14 @@ class DistContext:
     Without a process group, or in a group of one, every method returns the local answer at once.
     """
 
-    def __init__(self, group=None, timeout_s: float | None = None):
+    def __init__(self, group=None, timeout_s: float | None = None, *, poll_s: float | None = None):
         if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
         self.group = group
         self.timeout_s = timeout_s
+        # poll_s: wait by polling, sleeping this long between looks.  For a collective waited on in a
+        # background thread: Work.wait() holds the GIL while it blocks, which would stall the training thread.
+        self.poll_s = poll_s
         self.collectives = 0
 
     @classmethod
@@ -194,7 +197,9 @@ class DistContext:
         self.collectives += 1
         try:
             work = issue()
-            if self.timeout_s is None:
+            if self.poll_s is not None:
+                self._poll(work)
+            elif self.timeout_s is None:
                 work.wait()
             else:
                 work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
@@ -204,6 +209,16 @@ class DistContext:
             raise CollectiveError(
                 f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _poll(self, work) -> None:
+        import time
+
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        while not work.is_completed():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"not completed after {self.timeout_s:g} s")
+            time.sleep(self.poll_s)
+        work.wait()  # raises what the collective failed with
 
     def _global_rank(self, group_rank: int) -> int:
         dist = _dist()
@@ -330,7 +345,9 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
-        if s.clustered:
+        if s.aggregate:
+            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
+        elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
         out[name] = wire
     return out
@@ -366,8 +383,17 @@ def combine_rank_summaries(
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        clustered = [p for p in parts if len(p) > 5]
-        if clustered:
+        aggregated = [p for p in parts if len(p) > 5 and isinstance(p[5], str)]
+        clustered = [p for p in parts if len(p) > 5 and not isinstance(p[5], str)]
+        if aggregated:
+            kind = aggregated[0][5][len("agg:"):]
+            payloads = [p[6] for p in aggregated]
+            if kind == "weighted_mean":  # sums add up
+                merged = tuple(math.fsum(x[i] for x in payloads) for i in range(6))
+            else:  # quantiles: the per-item values of every rank (in rank order)
+                merged = tuple(v for x in payloads for v in x)
+            summary = aggregate_summary(kind, merged, confidence)
+        elif clustered:
             summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
                                 samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
                                 nan_count=sum(p[7] for p in clustered),
@@ -589,7 +615,8 @@ def _as_bytes(t):
     return flat.contiguous().view(torch.uint8)
 
 
-def broadcast_tensor_container(data, src_rank: int = 0, group=None, *, timeout_s: float | None = None):
+def broadcast_tensor_container(data, src_rank: int = 0, group=None, *, timeout_s: float | None = None,
+                               poll_s: float | None = None):
     """Rank ``src_rank``'s ``data`` on every rank: nested dicts, lists, tuples, tensors and plain objects.
 
     AReaL-compatible (``areal.utils.data.broadcast_tensor_container``): ``src_rank`` is a global rank, as
@@ -599,9 +626,10 @@ def broadcast_tensor_container(data, src_rank: int = 0, group=None, *, timeout_s
     CPU tensor stays on CPU; an accelerator tensor lands on the receiving rank's current device (CPU
     if it has none).  Namedtuples keep their class; dict subclasses other than OrderedDict become dicts;
     ``requires_grad`` is kept.  The source rank gets ``data`` itself back.  Without a process group (or
-    in a group of one) ``data`` is returned unchanged.
+    in a group of one) ``data`` is returned unchanged.  ``poll_s``: wait by polling (from a background
+    thread; see :class:`DistContext`).
     """
-    ctx = DistContext(group, timeout_s)
+    ctx = DistContext(group, timeout_s, poll_s=poll_s)
     if not ctx.distributed:
         return data
     import torch

@@ -208,7 +208,7 @@ def _suite_ks(request: EvalRequest, pass_at_k):
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
-               suites: bool = False, item_values: dict | None = None, kinds=None):
+               suites: bool = False, item_values: dict | None = None, kinds=None, aggregations=None):
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
     ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
@@ -223,11 +223,11 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
                                     suites={name: s.indices for name, s in request.suites.items()},
                                     populations={name: s.size for name, s in request.suites.items()},
-                                    item_values=item_values, kinds=kinds)
+                                    item_values=item_values, kinds=kinds, aggregations=aggregations)
     else:
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
-                                    kinds=kinds)
+                                    kinds=kinds, aggregations=aggregations)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
@@ -253,6 +253,7 @@ def run_evaluation_outcome(
     pass_at_k=(1,),
     suites: bool = False,
     metric_kinds: Mapping[str, str] | None = None,
+    aggregations: Mapping | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
@@ -337,7 +338,8 @@ def run_evaluation_outcome(
         metrics, raw = {}, None
         if error is None:
             try:
-                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds)
+                metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
+                                          aggregations)
             except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
@@ -383,7 +385,8 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds)
+    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
+                                          aggregations)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),
@@ -482,6 +485,8 @@ class Evaluator:
         self.precision = getattr(evaluation, "precision", "fp32") if evaluation is not None else None
         kinds = getattr(evaluation, "metric_kinds", None) if evaluation is not None else None
         self.metric_kinds = dict(kinds) if kinds else {}
+        aggs = getattr(evaluation, "aggregations", None) if evaluation is not None else None
+        self.aggregations = {k: list(v) for k, v in aggs.items()} if aggs else {}
         self.dist = DistContext.from_config(config, group)
         if rank_discrepancy_threshold is None:
             rank_discrepancy_threshold = getattr(getattr(config, "distributed", None), "rank_discrepancy_threshold",
@@ -506,6 +511,7 @@ class Evaluator:
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
             timeout=self.timeout, pass_at_k=self.pass_at_k, metric_kinds=self.metric_kinds,
+            aggregations=self.aggregations,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result

@@ -10,6 +10,10 @@ simulated ``evaluate_fn``.
   is ``min(sample_size, replay.eval_set_size)``.
 * Eval cost: ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample * n`` on the simulated clock, so
   the budget policy acts as it would live.
+* With ``evaluation.suites``: per-item ground truth, columns ``eval/<suite>/<metric>@<item>`` (each
+  item's true probability of success or mean reward, carried forward), and each requested item is drawn
+  ``samples_per_item`` times (Binomial per item, so clustered data is simulated honestly); see
+  :class:`_SuiteSimulatedEval` and :mod:`adaptive_eval.synthetic_items` for a generator of such traces.
 
 The same trace, config and seed give byte-identical outputs.
 
@@ -20,13 +24,16 @@ steps replays with intervals k times longer in training steps; convert or resamp
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from adaptive_eval.adaptive import AdaptiveEvaluator
 from adaptive_eval.config import as_config
@@ -71,7 +78,7 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     """(cheap stream columns, {eval metric: its std column or None})."""
     # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
     # its streams/<name> and evaluates from its eval/<metric> means.
-    names = [n for n in names if not n.startswith(("controller/", "alarms/"))
+    names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/"))
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
              and not (n.startswith("eval/") and "/paired_diff" in n)]
     evals = {}
@@ -86,7 +93,7 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
 class _SimulatedEval:
     """A simulated ``evaluate_fn`` over the carried-forward eval columns."""
 
-    def __init__(self, metrics: dict[str, str | None], cfg, clock: SimClock, seed: int):
+    def __init__(self, metrics: dict[str, str | None], cfg, clock, seed: int):
         self.metrics = metrics
         self.truth: dict[str, float] = {}
         self.std: dict[str, float] = {}
@@ -126,6 +133,94 @@ class _SimulatedEval:
         return out
 
 
+_ITEM_COLUMN = re.compile(r"^(?P<suite>[^/]+)/(?P<metric>.+)@(?P<item>\d+)$")
+
+
+class _SuiteSimulatedEval:
+    """A simulated ``evaluate_fn`` for eval suites, from per-item ground truth.
+
+    Columns ``eval/<suite>/<metric>@<item>`` hold item ``item``'s true probability of success (or mean
+    reward), carried forward; ``eval/<suite>/<metric>`` a value for every item of the suite alike.  Each
+    requested item gets ``samples_per_item`` draws: Bernoulli(p_i) for a probability, else Normal(mean_i,
+    std) with the std of a column ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation costs
+    ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over suites of items x (samples x
+    cost + item_cost)`` on the simulated clock.
+    """
+
+    def __init__(self, columns: list[str], cfg, clock: SimClock, seed: int, source: str):
+        self.suites = {name: dict(s) for name, s in OmegaConf.to_container(cfg.evaluation.suites).items()}
+        self.clock = clock
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.fixed = float(cfg.replay.eval_fixed_seconds)
+        self.per_sample = float(cfg.replay.eval_seconds_per_sample)
+        self.where: dict[str, tuple[str, str, int | None]] = {}  # column -> (suite, metric, item or None)
+        self.std_of: dict[str, tuple[str, str]] = {}
+        for col in columns:
+            name = col[len("eval/"):]
+            if name.endswith(":std"):
+                suite, _, metric = name[: -len(":std")].partition("/")
+                if suite in self.suites:
+                    self.std_of[col] = (suite, metric)
+                continue
+            found = _ITEM_COLUMN.match(name)
+            suite, _, metric = name.partition("/")
+            if found is not None and found["suite"] in self.suites:
+                item = int(found["item"])
+                size = int(self.suites[found["suite"]]["size"])
+                if item >= size:
+                    raise ValueError(f"{source}: column {col!r}: item {item} is beyond suite {found['suite']!r} "
+                                     f"(evaluation.suites.{found['suite']}.size={size})")
+                self.where[col] = (found["suite"], found["metric"], item)
+            elif suite in self.suites and metric:
+                self.where[col] = (suite, metric, None)
+            else:
+                raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
+                                 f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})")
+        self.truth: dict[tuple[str, str], np.ndarray] = {}
+        self.std: dict[tuple[str, str], float] = {}
+
+    def update(self, metrics: dict[str, float]) -> None:
+        for col, value in metrics.items():
+            spot = self.where.get(col)
+            if spot is None:
+                if col in self.std_of:
+                    self.std[self.std_of[col]] = float(value)
+                continue
+            suite, metric, item = spot
+            arr = self.truth.get((suite, metric))
+            if arr is None:
+                arr = self.truth[(suite, metric)] = np.full(int(self.suites[suite]["size"]), np.nan)
+            if item is None:
+                arr[:] = value
+            else:
+                arr[item] = value
+
+    def __call__(self, request: EvalRequest) -> dict:
+        out = {}
+        cost = 0.0
+        for name, s in request.suites.items():
+            suite = self.suites[name]
+            idx = np.asarray(s.indices, dtype=np.int64)
+            m = int(s.samples_per_item)
+            cost += len(idx) * (m * float(suite["cost"]) + float(suite["item_cost"]))
+            for (sname, metric), arr in self.truth.items():
+                if sname != name:
+                    continue
+                p = arr[idx]
+                missing = np.nonzero(np.isnan(p))[0]
+                if missing.size:
+                    raise ValueError(f"replay: suite {name!r}, metric {metric!r}: no ground truth for item index "
+                                     f"{int(idx[missing[0]])} (column eval/{name}/{metric}@{int(idx[missing[0]])})")
+                if np.all((p >= 0.0) & (p <= 1.0)):
+                    c = self.rng.binomial(m, p)
+                    out[f"{name}/{metric}"] = (np.arange(m)[None, :] < c[:, None]).astype(np.float64)
+                else:
+                    sd = self.std.get((name, metric), 0.0)
+                    out[f"{name}/{metric}"] = self.rng.normal(p[:, None], sd, size=(len(idx), m))
+        self.clock.eval_time += self.fixed + self.per_sample * cost
+        return out
+
+
 def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None,
            streams: Sequence[str] | None = None, progress: Callable[[int], None] | None = None) -> ReplayResult:
     """Replay ``trace`` (a :class:`~adaptive_eval.trace.Trace`) under ``cfg``; return what was decided.
@@ -145,13 +240,29 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         stream_cols = list(streams)
     watched = frozenset(stream_cols)
     clock = SimClock()
-    sim = _SimulatedEval(eval_cols, cfg, clock, seed)
+    asynchronous = bool(cfg.evaluation.asynchronous)
+    # Asynchronous: an evaluation costs eval-device time (its own clock), not training time.
+    device = SimClock() if asynchronous else None
+    cost_clock = device if asynchronous else clock
+    if cfg.evaluation.suites:
+        sim = _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
+                                                                       and n.startswith("eval/")],
+                                  cfg, cost_clock, seed, trace.source)
+    else:
+        sim = _SimulatedEval(eval_cols, cfg, cost_clock, seed)
     steps_per_epoch = _steps_per_epoch(records)
     if cfg.trigger.freq_epochs is not None and steps_per_epoch is None:
         raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch column in the trace")
     total = records[-1].step + 1 if records else 0
+    extra = {}
+    if asynchronous:
+        from adaptive_eval.asynchronous import InlineExecutor
+
+        extra = {"executor": InlineExecutor(), "eval_clock": device}
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
-                                  logger=logger if logger is not None else NullLogger())
+                                  logger=logger if logger is not None else NullLogger(), **extra)
+    if asynchronous:
+        evaluator._async.set_latency(eval_latency_model(trace, cfg))
     out = ReplayResult()
     evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
@@ -180,6 +291,32 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                    "best": _best(out.evals, cfg)}
     evaluator.close()
     return out
+
+
+def eval_latency_model(trace, cfg):
+    """Replay's latency model of asynchronous evaluation: a result integrates ``L`` steps after submission.
+
+    ``L`` is ``evaluation.async_integrate_after_steps`` when set; otherwise the trace's recorded latencies
+    (column ``async/latency_steps``, written by ``record_to`` of an asynchronous run): an evaluation submitted
+    at step s takes the latency recorded last at or before s (the first one recorded before that).
+    """
+    fixed = cfg.evaluation.async_integrate_after_steps
+    if fixed is not None:
+        return int(fixed)
+    recorded = [(r.step, int(round(r.metrics["async/latency_steps"]))) for r in trace.records
+                if "async/latency_steps" in r.metrics and math.isfinite(r.metrics["async/latency_steps"])]
+    if not recorded:
+        raise ValueError(f"{trace.source}: replaying asynchronous evaluation needs a latency model: set "
+                         "evaluation.async_integrate_after_steps, or replay a trace recorded by an asynchronous "
+                         "run (column async/latency_steps)")
+    steps = [s for s, _ in recorded]
+    latencies = [max(0, lat) for _, lat in recorded]
+
+    def latency(step: int) -> int:
+        i = bisect.bisect_right(steps, step) - 1
+        return latencies[max(i, 0)]
+
+    return latency
 
 
 def _best(evals: list[dict], cfg) -> dict | None:

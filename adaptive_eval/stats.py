@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -21,6 +22,9 @@ __all__ = [
     "clopper_pearson",
     "clustered_interval",
     "mean_over_items_var",
+    "aggregate_summary",
+    "quantile_interval",
+    "two_stage_size",
     "combine",
     "from_sums",
     "metric_values",
@@ -217,6 +221,7 @@ def summarize_outputs(
     outputs: Mapping[str, object], n_items: int | None, confidence: float = 0.95, *, pass_at_k=(1,),
     suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
     ids: Sequence[int] | None = None, item_values: dict | None = None, kinds: Mapping[str, str] | None = None,
+    aggregations: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, MetricSummary]:
     """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
 
@@ -232,6 +237,11 @@ def summarize_outputs(
     strings or numbers) and ``"m:reference"`` each item's reference answer (one per item); the result has
     ``"m/maj@<k>"``: whether the most frequent of the item's first k answers (ties: the one seen first)
     equals the reference, averaged over items, with the interval over items.
+
+    ``aggregations`` (``evaluation.aggregations``) maps a metric (its full name, or with suites the part
+    after the suite) to extra aggregations over its per-item values: ``weighted_mean`` (weights in
+    ``"<metric>:weights"``, one per item) and quantiles ``p<q>``, reported as ``"<metric>/<aggregation>"``
+    (see :func:`aggregate_summary`).
 
     ``item_values``, when given, receives ``{metric: {item index: per-item mean}}`` for the items x samples
     metrics whose items are known and for the per-item metrics of suites (the paired comparison of
@@ -267,6 +277,11 @@ def summarize_outputs(
                 rows_expected = n_items
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population))
+            aggs = _aggregations(aggregations, name)
+            if aggs:
+                with np.errstate(invalid="ignore", all="ignore"):
+                    per_item = np.nanmean(rows[0], axis=1) if rows[0].shape[1] else np.full(rows[0].shape[0], np.nan)
+                summaries.update(_aggregate(label, name, aggs, per_item, outputs, confidence))
             if item_values is not None and item_ids is not None and len(item_ids) == rows[0].shape[0]:
                 with np.errstate(invalid="ignore", all="ignore"):
                     means = np.nanmean(rows[0], axis=1) if rows[0].shape[1] else np.full(len(item_ids), np.nan)
@@ -277,6 +292,9 @@ def summarize_outputs(
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
             summaries[name] = summarize(values, confidence, kinds.get(name))
+            aggs = _aggregations(aggregations, name)
+            if aggs:
+                summaries.update(_aggregate(label, name, aggs, values, outputs, confidence))
             # Paired only in a suite, where one value per requested item is checked (a plain 1-D list may
             # be per-sample values in any order).
             if item_values is not None and suites is not None and len(item_ids) == values.size:
@@ -284,6 +302,27 @@ def summarize_outputs(
         else:
             summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name))
     return summaries
+
+
+def _aggregations(aggregations, name: str) -> list[str]:
+    if not aggregations:
+        return []
+    aggs = aggregations.get(name)
+    if aggs is None and "/" in name:
+        aggs = aggregations.get(name.partition("/")[2])
+    return [k for k in (aggs or ()) if k != "mean"]
+
+
+def _aggregate(label, name, aggs, per_item, outputs, confidence) -> dict[str, MetricSummary]:
+    weights = outputs.get(f"{name}:weights")
+    if weights is not None and type(weights).__module__.startswith("torch"):
+        weights = weights.detach().to("cpu").double().numpy()
+    if weights is not None and not isinstance(weights, np.ndarray):
+        try:
+            weights = np.asarray(weights, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{label}: {name}:weights must be one number per item (1-D)") from None
+    return {f"{name}/{kind}": aggregate_items(label, kind, per_item, weights, confidence) for kind in aggs}
 
 
 def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population):
@@ -620,3 +659,163 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                       samples=int(m[ok].sum()), nan_count=nan_count,
                                                       population=population)
     return out
+
+
+def two_stage_size(between_var: float, within_var: float, half_width: float, *, cost_per_sample: float = 1.0,
+                   cost_per_item: float = 0.0, population: int = 0, max_samples_per_item: int = 32,
+                   min_items: int = 1, max_items: int | None = None,
+                   confidence: float = 0.95, proportion_mean: float | None = None) -> tuple[int, int, str]:
+    """``(items, samples_per_item, why)``: the cheapest two-stage sample whose interval of the mean reaches
+    ``half_width`` (normal approximation), given the between-item variance (of the items' true means) and
+    the within-item variance (of one sample around its item's mean).
+
+    The variance of the mean of ``n`` items x ``m`` samples is ``(1 - n/N) sb2/n + sw2/(n m)`` for a suite
+    of ``N`` items (``population``; 0: unbounded), the cost ``n (cost_per_item + m cost_per_sample)``.
+    Every ``m`` up to ``max_samples_per_item`` is tried with the fewest items that reach the target (with
+    the interval's t quantile; no finite population correction at ``m = 1``, where the interval cannot
+    make one); the cheapest wins.  More samples per item pay only when the items run out (a small suite) or an item is
+    expensive beside a sample (long prompts): the classic optimum is ``m = sqrt(cost_per_item sw2 /
+    (cost_per_sample sb2))``.  When no size reaches the target, the largest (all items x the most samples).
+    ``proportion_mean`` (a proportion's last mean): the plan is checked against the interval the result
+    will really get (:func:`clustered_interval`, wider than the normal one near 0 or 1), adding items
+    until it reaches the target.
+
+    >>> two_stage_size(0.05, 0.20, 0.05)[:2]                  # a large suite: one sample per item
+    (387, 1)
+    >>> two_stage_size(0.05, 0.20, 0.05, population=30)[:2]   # 30 items: all of them, more samples each
+    (30, 12)
+    >>> two_stage_size(0.05, 0.20, 0.05, cost_per_item=8.0)[:2]  # expensive prompts: a few samples each
+    (141, 5)
+    """
+    z = normal_quantile(confidence)
+    sb2 = max(float(between_var), 0.0) if math.isfinite(between_var) else 0.0
+    sw2 = max(float(within_var), 0.0) if math.isfinite(within_var) else 0.0
+    cap = population if population and population > 0 else None
+    if max_items is not None:
+        cap = max_items if cap is None else min(cap, max_items)
+    best = None
+    for m in range(1, max(int(max_samples_per_item), 1) + 1):
+        # With one sample per item the interval cannot tell the two variances apart, so it makes no finite
+        # population correction (mean_over_items_var): neither may the plan.
+        fpc = sb2 / population if population and population > 0 and m > 1 else 0.0
+        n = 1
+        for _ in range(3):  # the interval's t quantile at the planned item count
+            q = t_quantile(confidence, n - 1) if n >= 2 else z
+            n = max(int(min_items), math.ceil((sb2 + sw2 / m) / ((half_width / q) ** 2 + fpc) - 1e-9), 1)
+        if cap is not None and n > cap:
+            continue
+        if proportion_mean is not None and 0.0 < proportion_mean < 1.0:
+            def half(n):
+                f = n / population if population and m > 1 else 0.0
+                var = ((1.0 - f) * sb2 + sw2 / m) / n
+                lo, hi = clustered_interval(proportion_mean, var, n, n * m, True, confidence)
+                return (hi - lo) / 2.0
+            while half(n) > half_width and (cap is None or n < cap):
+                n = n + max(1, n // 50) if cap is None else min(cap, n + max(1, n // 50))
+            if half(n) > half_width:
+                continue
+        cost = n * (cost_per_item + m * cost_per_sample)
+        if best is None or cost < best[2] - 1e-12:
+            best = (n, m, cost)
+    detail = (f"sb2={sb2:.3g} sw2={sw2:.3g}" + (f" N={population}" if population else "")
+              + (f" item_cost/sample_cost={cost_per_item / cost_per_sample:.3g}" if cost_per_item else ""))
+    if best is None:
+        n, m = (cap if cap is not None else int(min_items)), max(int(max_samples_per_item), 1)
+        var = (1.0 - (n / population if population and m > 1 else 0.0)) * sb2 / n + sw2 / (n * m)
+        return n, m, f"two-stage {detail}: +-{half_width:g} unreachable, +-{z * math.sqrt(var):.3g} at {n}x{m}"
+    n, m, cost = best
+    return n, m, f"two-stage {detail}: {n}x{m} reach +-{half_width:g} at least cost ({cost:.4g})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Custom aggregations over items (evaluation.aggregations): weighted mean, quantiles.
+
+_QUANTILE = re.compile(r"^p(\d{1,2})$")
+
+
+def aggregation_problem(kind: str) -> str | None:
+    """Why ``kind`` is not an aggregation (None if it is): ``mean``, ``weighted_mean`` or ``p1``..``p99``."""
+    if kind in ("mean", "weighted_mean"):
+        return None
+    found = _QUANTILE.match(str(kind))
+    if found is not None and 1 <= int(found[1]) <= 99:
+        return None
+    return f"unknown aggregation {kind!r} (mean, weighted_mean, p1..p99)"
+
+
+def quantile_interval(values, q: float, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(estimate, low, high)``: the ``q`` quantile of ``values`` (independent items) and its
+    distribution-free interval from order statistics (the number of values below the true quantile is
+    Binomial(n, q)); an end is infinite when ``n`` is too small for that side.
+
+    >>> est, lo, hi = quantile_interval(range(1, 101), 0.5)
+    >>> est, lo, hi
+    (50.5, 40.0, 61.0)
+    """
+    from scipy.stats import binom
+
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n == 0:
+        return (math.nan, math.nan, math.nan)
+    a = (1.0 - confidence) / 2.0
+    lo_rank = int(binom.ppf(a, n, q))  # P(B < lo_rank) <= a: x_(lo_rank) is a lower bound (1-based)
+    hi_rank = int(binom.ppf(1.0 - a, n, q)) + 1
+    low = float(x[lo_rank - 1]) if lo_rank >= 1 else -math.inf
+    high = float(x[hi_rank - 1]) if hi_rank <= n else math.inf
+    return float(np.quantile(x, q)), low, high
+
+
+def aggregate_summary(kind: str, payload: tuple, confidence: float = 0.95) -> MetricSummary:
+    """The summary of an aggregation from its sufficient statistics (exact across shards: weighted sums
+    add up, quantile values concatenate).
+
+    ``weighted_mean``: ``sum(w y) / sum(w)`` over items (``y`` the item's mean), with the linearised
+    (ratio-estimator) variance ``n/(n-1) sum(w^2 (y - R)^2) / sum(w)^2`` and a t interval over items.
+    ``p<q>``: the quantile over items with :func:`quantile_interval`.
+    """
+    if kind == "weighted_mean":
+        n, sw, swy, sw2, sw2y, sw2y2 = payload
+        n = int(n)
+        if n <= 0 or not sw > 0:
+            return MetricSummary(mean=math.nan, n=n, ci=(math.nan, math.nan), aggregate=kind, payload=tuple(payload))
+        r = swy / sw
+        if n >= 2:
+            ss = max(sw2y2 - 2.0 * r * sw2y + r * r * sw2, 0.0)
+            se = math.sqrt(n / (n - 1) * ss) / sw
+            half = t_quantile(confidence, n - 1) * se
+            ci, std = (r - half, r + half), se * math.sqrt(n)
+        else:
+            ci, std = (math.nan, math.nan), math.nan
+        return MetricSummary(mean=r, n=n, ci=ci, std=std, total=r * n, aggregate=kind, payload=tuple(payload))
+    q = int(kind[1:]) / 100.0
+    est, lo, hi = quantile_interval(payload, q, confidence)
+    return MetricSummary(mean=est, n=len(payload), ci=(lo, hi), total=est * len(payload), aggregate=kind,
+                         payload=tuple(payload))
+
+
+def aggregate_items(label: str, kind: str, item_values: np.ndarray, weights=None,
+                    confidence: float = 0.95) -> MetricSummary:
+    """One aggregation of per-item values (NaN items skipped); ``weights`` for ``weighted_mean``."""
+    y = np.asarray(item_values, dtype=np.float64)
+    if kind == "weighted_mean":
+        if weights is None:
+            raise ValueError(f"{label}: the weighted_mean aggregation needs per-item weights (the key "
+                             "'<metric>:weights', one non-negative number per item)")
+        w = np.asarray(weights, dtype=np.float64)
+        if w.ndim != 1:
+            raise TypeError(f"{label}: weights must be one number per item (1-D), got shape {w.shape}")
+        if w.size != y.size:
+            raise ValueError(f"{label}: {w.size} weights for {y.size} items; item index {min(w.size, y.size)} "
+                             "has no " + ("weight" if w.size < y.size else "value"))
+        bad = np.nonzero(~(w >= 0) | ~np.isfinite(w))[0]
+        if bad.size:
+            raise ValueError(f"{label}: weight of item {int(bad[0])} is {float(w[bad[0]])!r}; weights must be finite "
+                             "and non-negative")
+        ok = ~np.isnan(y)
+        y, w = y[ok], w[ok]
+        payload = (int(y.size), float(w.sum()), float(np.dot(w, y)), float(np.dot(w, w)), float(np.dot(w * w, y)),
+                   float(np.dot(w * w, y * y)))
+        return aggregate_summary(kind, payload, confidence)
+    return aggregate_summary(kind, tuple(float(v) for v in y[~np.isnan(y)]), confidence)

@@ -58,16 +58,18 @@ def suite_order(seed: int, name: str, size: int, strata: tuple = ()) -> tuple[in
 
 
 class SuitePlan(tuple):
-    """``(name, items, samples_per_item)``: how much of one suite an evaluation covers (plain values)."""
+    """``(name, items, samples_per_item, why)``: how much of one suite an evaluation covers, and why
+    (plain values)."""
 
     __slots__ = ()
 
-    def __new__(cls, name: str, items: int, samples_per_item: int):
-        return super().__new__(cls, (str(name), int(items), int(samples_per_item)))
+    def __new__(cls, name: str, items: int, samples_per_item: int, why: str = ""):
+        return super().__new__(cls, (str(name), int(items), int(samples_per_item), str(why)))
 
     name = property(lambda self: self[0])
     items = property(lambda self: self[1])
     samples_per_item = property(lambda self: self[2])
+    why = property(lambda self: self[3])
 
 
 def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[str, str]:
@@ -92,8 +94,10 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
     return out
 
 
-def suites_reason(reason: str, suites: Mapping[str, Mapping], due: Mapping[str, str], index: int) -> str:
-    """The decision's reason with the suites it covers and why, and when the skipped ones are next due.
+def suites_reason(reason: str, suites: Mapping[str, Mapping], due: Mapping[str, str], index: int,
+                  plans: Mapping[str, SuitePlan] | None = None) -> str:
+    """The decision's reason with the suites it covers and why (with each plan's items x samples per item
+    and why, when sized by the policy), and when the skipped ones are next due.
 
     >>> cfg = {"math500": {"every": 1}, "aime24": {"every": 4}}
     >>> suites_reason("trigger:steps", cfg, {"math500": "every"}, 1)
@@ -102,7 +106,9 @@ def suites_reason(reason: str, suites: Mapping[str, Mapping], due: Mapping[str, 
     parts = []
     for name, suite in suites.items():
         if name in due:
-            parts.append(f"{name}: {due[name]}")
+            plan = (plans or {}).get(name)
+            size = f", {plan.items}x{plan.samples_per_item} ({plan.why})" if plan is not None and plan.why else ""
+            parts.append(f"{name}: {due[name]}{size}")
         else:
             every = int(suite["every"])
             wait = every - index % every

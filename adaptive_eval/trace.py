@@ -463,12 +463,26 @@ def read_trace(path: str | os.PathLike) -> Trace:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
     suffix = path.suffix.lower()
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        text = f.read()
+    text = read_text(path)
     if suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{")):
         with _gc_paused():
             return _read_jsonl(path, text)
     return _read_csv(path, text)
+
+
+def read_text(path: pathlib.Path) -> str:
+    """A trace file's text, with any line endings (``\n``, ``\r\n``, old Mac ``\r``) read as ``\n``;
+    a file that is not UTF-8 is a :class:`TraceError` naming the file, line and byte."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise TraceError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the trace "
+                         "as UTF-8", path, line) from None
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 @contextlib.contextmanager
@@ -513,7 +527,8 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
         raise TraceError("no records", path) from None
     names = [h.strip() for h in header]
     if "step" not in names:
-        raise TraceError(f"missing 'step' column (header: {names})", path, 1)
+        raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
+                         "adaptive-eval replay --step-column COL --stream COL --eval COL", path, 1)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TraceError(f"duplicate column(s) {dup} in the header", path, 1)

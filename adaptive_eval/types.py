@@ -64,6 +64,19 @@ class EvalRequest:
     # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
     _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
+    def __post_init__(self):
+        def whole(name, v):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise ValueError(f"EvalRequest.{name} must be an integer, got {v!r}")
+            return int(v)
+
+        if self.sample_size is not None and whole("sample_size", self.sample_size) < 0:
+            raise ValueError(f"EvalRequest.sample_size must be >= 0 or None (the whole set), got {self.sample_size}")
+        if whole("world_size", self.world_size) < 1:
+            raise ValueError(f"EvalRequest.world_size must be >= 1, got {self.world_size}")
+        if not 0 <= whole("rank", self.rank) < self.world_size:
+            raise ValueError(f"EvalRequest.rank must lie in [0, world_size={self.world_size}), got {self.rank}")
+
     def num_selected(self, num_items: int) -> int:
         """How many items all ranks together evaluate from a set of ``num_items``."""
         if self.sample_size is None:
@@ -116,6 +129,10 @@ class MetricSummary:
     within_ss: float = math.nan
     nan_count: int = 0
     population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
+    # A custom aggregation (evaluation.aggregations): "weighted_mean" or "p<q>" (a quantile over items), with
+    # ``payload`` its sufficient statistics (weighted sums; the per-item values of a quantile).
+    aggregate: str = ""
+    payload: tuple = ()
 
     @property
     def half_width(self) -> float:
@@ -152,12 +169,15 @@ class MetricSummary:
         """All fields as plain values (``from_dict`` restores them exactly)."""
         d = dataclasses.asdict(self)
         d["ci"] = list(self.ci)
+        d["payload"] = list(self.payload)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "MetricSummary":
         d = dict(d)
         d["ci"] = tuple(d["ci"])
+        if "payload" in d:
+            d["payload"] = tuple(d["payload"])
         return cls(**d)
 
 
@@ -205,7 +225,9 @@ class EvalResult:
     def state(self) -> dict:
         """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
         d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
-             "seconds": self.seconds, "metrics": {k: v.to_dict() for k, v in self.metrics.items()},
+             "seconds": self.seconds,
+             # (an aggregation's payload, up to one value per item, is needed only to combine shards)
+             "metrics": {k: {**v.to_dict(), "payload": []} for k, v in self.metrics.items()},
              "paired": {k: v.to_dict() for k, v in self.paired.items()}}
         return self._add_async(d)
 

@@ -1,6 +1,6 @@
 """Sharded evaluation under torchrun: every rank evaluates its part of the sample, all get the same result.
 
-Run:  torchrun --nproc_per_node=2 examples/torchrun_eval.py  [--steps 200] [--sample-size 600]
+Run:  torchrun --nproc_per_node=2 examples/torchrun_eval.py  [--steps 200] [--sample-size 601]
 
 gloo on CPU (NCCL with one GPU per rank when CUDA is available).  A logistic-regression model is trained
 data-parallel (DDP); rank 0 owns the validation set and hands it to the other ranks with

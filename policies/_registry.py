@@ -46,6 +46,7 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
         params.setdefault("higher_is_better", ev.get("higher_is_better", True))
     if name == "sample_size":
         params.setdefault("confidence", ev.get("confidence", 0.95))
+        params.setdefault("suites", ev.get("suites") or {})
     if name == "budget":
         params.setdefault("asynchronous", bool(ev.get("asynchronous", False)))
         params.setdefault("eval_workers", int(ev.get("max_in_flight", 1)))
@@ -109,8 +110,12 @@ class PolicySet:
 def make_policies(policy_cfg: Mapping, evaluation_cfg: Mapping | None = None) -> PolicySet:
     """The enabled policies of a config's ``policy`` section, in their fixed order."""
     policies = []
+    sizes = policy_cfg.get("sample_size") if policy_cfg is not None else None
     for name in _ORDER:
         section = policy_cfg.get(name) if policy_cfg is not None else None
         if section is not None and section.get("enabled", True):
+            if name == "peak" and sizes is not None and sizes.get("enabled", True) and "max" in sizes:
+                # The re-measure of a candidate best is an evaluation like any other: within sample_size.max.
+                section = {**section, "confirm_size": min(int(section.get("confirm_size", 0)), int(sizes["max"]))}
             policies.append(make_policy(name, section, evaluation_cfg))
     return PolicySet(policies)

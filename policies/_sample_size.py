@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
-from adaptive_eval.stats import mean_sample_size, wilson_sample_size
+from adaptive_eval.stats import mean_sample_size, two_stage_size, wilson_sample_size
 from adaptive_eval.types import Decision, EvalResult
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
@@ -22,6 +23,12 @@ class SampleSizePolicy(Policy):
     confirmed.  Always within [``min``, ``max``]; ``initial`` before anything is known.  Samples are
     nested (``EvalRequest.indices``), so a larger size extends the same items.
 
+    With eval suites (``evaluation.suites``, those without a fixed ``sample_size``), each suite is sized
+    on its own: items and samples per item from the between- and within-item variances of its tracked
+    metric, at the least cost (:func:`~adaptive_eval.stats.two_stage_size`, the suite's ``cost``,
+    ``item_cost``, ``size`` and ``max_samples_per_item``); the decision carries the plans and the reason
+    says why (``decision.suites``).
+
     >>> from adaptive_eval.types import Decision
     >>> p = SampleSizePolicy(initial=100, min=32, max=1000, target_half_width=0.05)
     >>> ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
@@ -34,7 +41,8 @@ class SampleSizePolicy(Policy):
     name = "sample_size"
 
     def __init__(self, initial: int = 128, min: int = 32, max: int = 1024, target_half_width: float = 0.05,
-                 alarm_factor: float = 2.0, confidence: float = 0.95, metric: str | None = None):
+                 alarm_factor: float = 2.0, confidence: float = 0.95, metric: str | None = None,
+                 suites: Mapping | None = None):
         if not 0 < min <= max:
             raise ValueError(f"min ({min}) must be positive and <= max ({max})")
         if not target_half_width > 0:
@@ -44,12 +52,17 @@ class SampleSizePolicy(Policy):
         self.initial, self.min, self.max = int(initial), int(min), int(max)
         self.target_half_width, self.alarm_factor = float(target_half_width), float(alarm_factor)
         self.confidence, self.metric = float(confidence), metric
+        # Eval suites the policy sizes (those without a fixed sample_size): plain config mappings.
+        self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
         self._reset()
 
     def _reset(self) -> None:
         self.base = self._clamp(self.initial)
         self._widen = False
         self.last_why = "initial"
+        # Per suite: [items, samples per item, why] for its next evaluation.
+        self.plans = {name: [min(self._clamp(self.initial), int(s["size"])), int(s["samples_per_item"]),
+                             "initial"] for name, s in self.suites.items()}
 
     def _clamp(self, n: float) -> int:
         return int(min(self.max, max(self.min, math.ceil(n))))
@@ -61,12 +74,60 @@ class SampleSizePolicy(Policy):
         if not decision.evaluate:
             return decision
         n = self.base
-        if self._widen or decision.reason.startswith("alarm:"):
+        widen = self._widen or decision.reason.startswith("alarm:")
+        if widen:
             n = self._clamp(n * self.alarm_factor)
-        return Decision(True, n, decision.reason, decision.urgent)
+        suites = ()
+        if self.plans:
+            plans = []
+            for name, (items, m, why) in self.plans.items():
+                if widen:
+                    items, why = min(math.ceil(items * self.alarm_factor), int(self.suites[name]["size"])), \
+                        f"{why}; x{self.alarm_factor:g} after an alarm"
+                plans.append((name, int(items), int(m), why))
+            suites = tuple(plans)
+        return dataclasses.replace(decision, sample_size=n, suites=suites)
+
+    def _tracked(self, result: EvalResult, suite: str):
+        if self.metric is not None:
+            name = f"{suite}/{self.metric.split('/', 1)[1] if self.metric.startswith(suite + '/') else self.metric}"
+            return result.metrics.get(name)
+        for name, s in result.metrics.items():  # the suite's first metric (not a pass@k / best@k of it)
+            if name.startswith(suite + "/") and "@" not in name:
+                return s
+        return None
+
+    def _size_suite(self, name: str, s) -> None:
+        """Two-stage sizing of one suite from its last measurement (between- and within-item variances)."""
+        suite = self.suites[name]
+        wv, bv = s.within_var, s.between_var
+        if not math.isfinite(bv):
+            return
+        lo, hi = self.min, self.max
+        if math.isfinite(wv):
+            items, m, why = two_stage_size(bv, wv, self.target_half_width, cost_per_sample=float(suite["cost"]),
+                                           cost_per_item=float(suite["item_cost"]), population=int(suite["size"]),
+                                           max_samples_per_item=int(suite["max_samples_per_item"]),
+                                           min_items=min(lo, int(suite["size"])), max_items=hi,
+                                           confidence=self.confidence,
+                                           proportion_mean=s.mean if s.binary else None)
+        else:
+            # One sample per item: between- and within-item variation cannot be told apart, so no evidence
+            # that more samples would pay; size the items for the total variance, samples per item kept.
+            m = int(s.samples_per_item) if s.clustered else 1
+            items, m, why = two_stage_size(bv, 0.0, self.target_half_width, population=int(suite["size"]),
+                                           max_samples_per_item=m, min_items=min(lo, int(suite["size"])),
+                                           max_items=hi, confidence=self.confidence,
+                                           proportion_mean=s.mean if s.binary else None)
+            why = f"{why} (within-item variance unknown at {m} sample per item)"
+        self.plans[name] = [int(items), int(m), why]
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._widen = False
+        for name in self.plans:
+            s = self._tracked(result, name)
+            if s is not None and s.n >= 2:
+                self._size_suite(name, s)
         found = primary_metric(result, self.metric)
         if found is None:
             return
@@ -79,9 +140,13 @@ class SampleSizePolicy(Policy):
             self.last_why = f"normal(sd={s.std:.3g})"
 
     def state_dict(self) -> dict:
-        return {"base": self.base, "widen": self._widen, "last_why": self.last_why}
+        return {"base": self.base, "widen": self._widen, "last_why": self.last_why,
+                "plans": {k: list(v) for k, v in self.plans.items()}}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self.base = int(sd.get("base", self._clamp(self.initial)))
         self._widen = bool(sd.get("widen", False))
         self.last_why = str(sd.get("last_why", "initial"))
+        for name, plan in sd.get("plans", {}).items():
+            if name in self.plans:
+                self.plans[name] = [int(plan[0]), int(plan[1]), str(plan[2])]

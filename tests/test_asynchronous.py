@@ -268,6 +268,14 @@ def test_snapshot_weights_copies_parameters_and_buffers_that_training_no_longer_
     torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2)).load_state_dict(snap)
 
 
+def test_a_snapshot_eval_also_serves_a_synchronous_evaluator():
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]), clock=FakeClock())
+    got = train(ev, model_at(0), 6)
+    assert list(got)[0] == 4 and got[4]["score"].mean == pytest.approx(
+        weight_sum_fn(None, snapshot_weights(model_at(4)))["score"][0], abs=1e-9)
+    assert got[4].integrated_step is None and "integrated_step" not in got[4].to_dict()
+
+
 def score_of_weights(request, weights):  # module level: a process pool pickles it
     return {"score": [float(weights["weight"].sum())] * 4}
 
@@ -358,3 +366,34 @@ def test_an_executor_shut_down_mid_run_turns_evaluation_off_loudly(caplog):
     assert any(e["kind"] == "deferred" and e["reason"].startswith("async:down") for e in events)
     assert "training goes on WITHOUT evaluations" in caplog.text
     assert logger.last("controller/async_down")[1] == 1.0
+
+
+def test_replay_models_the_latency_from_the_config_and_charges_eval_device_time_not_training_time():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic import make_trace
+
+    trace = make_trace("collapse", steps=300, seed=11).trace
+    runs = [replay(trace, cfg("evaluation.async_integrate_after_steps=6")) for _ in range(2)]
+    assert runs[0].evals == runs[1].evals and runs[0].alarms == runs[1].alarms  # deterministic
+    evals = runs[0].evals
+    assert len(evals) >= 5 and all(e["integrated_step"] - e["step"] == 6 for e in evals[:-1])
+    sync = replay(trace, load_config(overrides=["trigger.freq_steps=5"]))
+    assert runs[0].summary["train_seconds"] == sync.summary["train_seconds"]
+    assert runs[0].summary["eval_seconds"] > 0
+    with pytest.raises(ValueError, match="needs a latency model: set evaluation.async_integrate_after_steps"):
+        replay(trace, cfg())
+
+
+def test_a_trace_recorded_by_an_asynchronous_run_replays_with_its_recorded_latencies(tmp_path):
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import read_trace
+
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    ev.record_to(tmp_path / "run.jsonl")
+    train(ev, model_at(0), 60)
+    ev.close()
+    trace = read_trace(tmp_path / "run.jsonl")
+    assert any("async/latency_steps" in r.metrics for r in trace.records)
+    out = replay(trace, cfg("policy.budget.enabled=false"))  # no latency in the config: the trace's
+    assert out.evals and all(e["integrated_step"] - e["step"] == 3 for e in out.evals[:-1])
+    assert not any("async" in a["stream"] for a in out.alarms)  # the latency column is not a stream

@@ -1,4 +1,4 @@
-"""Detectors on real recorded training traces (../shared/traces; skipped when absent)."""
+"""Detectors on real recorded training traces (the traces/ folder shipped in the repository)."""
 
 import csv
 

@@ -433,3 +433,129 @@ def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and
     assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
     assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
     assert logger.groups == ("s", "t")
+
+
+# -- sizing by cost (two-stage) ---------------------------------------------------------------------
+
+def test_two_stage_size_reaches_the_target_at_least_cost():
+    from scipy.stats import t
+
+    from adaptive_eval.stats import two_stage_size
+
+    for sb2, sw2, ci, pop in [(0.05, 0.2, 0.0, 0), (0.05, 0.2, 8.0, 0), (0.05, 0.2, 0.0, 30), (0.01, 0.24, 2.0, 500)]:
+        n, m, why = two_stage_size(sb2, sw2, 0.05, cost_per_item=ci, population=pop)
+        var = lambda n, m: (1 - (n / pop if pop and m > 1 else 0)) * sb2 / n + sw2 / (n * m)  # noqa: E731
+        q = lambda n: t.ppf(0.975, n - 1)  # noqa: E731
+        assert q(n) * math.sqrt(var(n, m)) <= 0.05 + 1e-9 and "least cost" in why
+        cost = n * (ci + m)
+        for m2 in range(1, 33):  # no other (n, m) that reaches the target is cheaper
+            for n2 in range(2, (pop or 2000) + 1):
+                if q(n2) * math.sqrt(var(n2, m2)) <= 0.05:
+                    assert n2 * (ci + m2) >= cost - 1e-9
+                    break
+
+
+def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                 "policy.sample_size.target_half_width=0.05", "policy.sample_size.max=4000",
+                                 "evaluation.suites.big.size=4000", "evaluation.suites.big.samples_per_item=4",
+                                 "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=4",
+                                 "evaluation.suites.costly.size=4000", "evaluation.suites.costly.samples_per_item=4",
+                                 "evaluation.suites.costly.item_cost=16"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(11)
+    p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
+    seen = []
+
+    def fn(req):
+        seen.append({n: (s.sample_size, s.samples_per_item) for n, s in req.suites.items()})
+        return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None]).astype(float)
+                for n, s in req.suites.items()}
+
+    results = [r for g in range(12) if (r := ev.evaluate(fn, 0, g, g)) is not None][:3]
+    assert len(results) == 3 and seen[0] == {"big": (64, 4), "small": (30, 4), "costly": (64, 4)}  # policy.sample_size.initial
+    big, small, costly = seen[1]["big"], seen[1]["small"], seen[1]["costly"]
+    assert big[1] == 1 and big[0] > 300  # cheap items, plenty of them: one sample each
+    assert small[0] == 30 and small[1] > 4  # every item already: more samples per item
+    assert costly[1] > 1 and costly[0] < big[0]  # expensive prompts: fewer items, several samples each
+    assert "two-stage" in results[1].reason and "least cost" in results[1].reason
+    # The plans reach about the target (simulated; the interval is over items).
+    assert results[2]["big/acc"].half_width < 0.06 and results[2]["small/acc"].half_width < 0.06
+
+
+# -- replay with per-item ground truth -----------------------------------------------------------------
+
+def test_replay_draws_each_requested_item_from_its_own_truth():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic_items import make_item_trace
+
+    it = make_item_trace("collapse", steps=300, seed=4)
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    a = replay(it.trace, cfg, seed=1)
+    b = replay(it.trace, cfg, seed=1)
+    assert a.evals == b.evals  # same trace and seed: the same evaluations
+    for e in a.evals:
+        assert e["n"]["math500/acc"] == 500 and e["samples_per_item"]["math500/acc"] == 4.0
+        lo, hi = e["ci"]["math500/acc"]
+        assert lo - 0.02 <= it.truth["math500"][e["step"]] <= hi + 0.02  # measured around the suite's truth
+    onset = it.events[0].step
+    before = [e for e in a.evals if e["step"] < onset][-1]["metrics"]["math500/acc"]
+    after = [e for e in a.evals if e["step"] > onset + 20][0]["metrics"]["math500/acc"]
+    assert after < before / 2
+    assert [("aime24/acc" in e["metrics"]) for e in a.evals[:5]] == [True, False, False, False, True]
+    with pytest.raises(ValueError, match="eval columns are eval/<suite>/<metric>"):
+        replay(make_item_trace("flat", steps=40, seed=0, suites={"gsm8k": (10, 0.0)}).trace, cfg)
+
+
+# -- custom aggregations: weighted mean, quantiles ------------------------------------------------------
+
+def test_weighted_mean_and_quantiles_over_items():
+    rng = np.random.default_rng(8)
+    length = rng.lognormal(5.0, 0.6, size=(200, 4))
+    w = rng.integers(1, 5, size=200).astype(float)
+    out = summarize_outputs({"len": length, "len:weights": w}, None,
+                            aggregations={"len": ["mean", "weighted_mean", "p50", "p90"]})
+    assert set(out) == {"len", "len/weighted_mean", "len/p50", "len/p90"}
+    item = length.mean(axis=1)
+    assert out["len/weighted_mean"].mean == pytest.approx(np.average(item, weights=w))
+    assert out["len/p50"].mean == pytest.approx(np.median(item)) and out["len/p90"].mean == pytest.approx(
+        np.quantile(item, 0.9))
+    for name in ("len/weighted_mean", "len/p50", "len/p90"):
+        s = out[name]
+        assert s.n == 200 and s.ci[0] < s.mean < s.ci[1]
+    # Exact across shards: weighted sums add up, quantiles see every rank's items.
+    parts = [summarize_outputs({"len": length[i::2], "len:weights": w[i::2]}, None,
+                               aggregations={"len": ["weighted_mean", "p90"]}) for i in range(2)]
+    combined, _, _ = combine_rank_summaries([summaries_to_wire(p) for p in parts])
+    for name in ("len/weighted_mean", "len/p90"):
+        assert combined[name].mean == pytest.approx(out[name].mean) and combined[name].ci == pytest.approx(out[name].ci)
+
+
+def test_quantile_and_weighted_intervals_cover():
+    # Simulated, seeded: the distribution-free quantile interval and the ratio-estimator interval.
+    from adaptive_eval.stats import aggregate_items
+
+    rng = np.random.default_rng(9)
+    hits = {"p90": 0, "weighted_mean": 0}
+    reps = 300
+    true_p90 = float(np.exp(5.0 + 0.8 * 1.2815515655446004))
+    for _ in range(reps):
+        y = rng.lognormal(5.0, 0.8, 60)
+        s = aggregate_items("x", "p90", y)
+        hits["p90"] += s.ci[0] <= true_p90 <= s.ci[1]
+        w = rng.uniform(0.5, 2.0, 60)
+        s = aggregate_items("x", "weighted_mean", rng.binomial(1, 0.3, 60).astype(float), w)
+        hits["weighted_mean"] += s.ci[0] <= 0.3 <= s.ci[1]
+    assert hits["p90"] / reps >= 0.93 and hits["weighted_mean"] / reps >= 0.92
+
+
+def test_aggregation_bad_input():
+    with pytest.raises(ValueError, match=r"metric 'r': 3 weights for 4 items; item index 3 has no weight"):
+        summarize_outputs({"r": [1.0, 2.0, 3.0, 4.0], "r:weights": [1, 1, 1]}, None,
+                          aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ValueError, match=r"needs per-item weights"):
+        summarize_outputs({"r": [1.0, 2.0]}, None, aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ValueError, match=r"weight of item 1 is -1.0"):
+        summarize_outputs({"r": [1.0, 2.0], "r:weights": [1.0, -1.0]}, None, aggregations={"r": ["weighted_mean"]})
+    with pytest.raises(ConfigError, match=r"evaluation.aggregations.len\[1\]: unknown aggregation 'p100'"):
+        load_config(overrides=["evaluation.aggregations.len=[p50,p100]"])

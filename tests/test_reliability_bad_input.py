@@ -46,7 +46,7 @@ def test_replay_unwritable_out_exits_2(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("override,message", [
-    ("trigger.freq_steps=0", "trigger.freq_steps: must be positive or null, got 0"),
+    ("trigger.freq_steps=-1", "trigger.freq_steps: must be non-negative or null (0: every step), got -1"),
     ("evaluation.confidence=1.5", "evaluation.confidence: must lie in (0, 1), got 1.5"),
     ("evaluation.on_error=ignore", "evaluation.on_error: must be one of skip, retry, raise; got 'ignore'"),
     ("evaluation.timeout_s=-1", "evaluation.timeout_s: must be positive or null, got -1.0"),

@@ -336,6 +336,18 @@ def test_plugin_is_off_unless_asked(plugin_project):
     assert "replay_traces" not in plugin_project.runpytest_inprocess("--markers").stdout.str()
 
 
+def test_the_entry_point_is_registered_and_imports_nothing_heavy():
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="pytest11") if e.name == "adaptive_eval"]
+    assert ep.value == "adaptive_eval.testing._pytest_entry"
+    # pytest imports it in every project where adaptive-eval is installed: no replay, numpy or torch then.
+    probe = subprocess.run([sys.executable, "-c", "import sys, adaptive_eval.testing._pytest_entry; print(sorted("
+                            "m for m in ('adaptive_eval.replay', 'numpy', 'torch', 'pytest') if m in sys.modules))"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "[]"
+
+
 def test_plugin_with_p_runs_one_test_per_trace_replaying_each_once(plugin_project):
     result = plugin_project.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v")
     # b.csv's event must be confirmed at its very step (within 0): it fails, with the readable message.
@@ -348,13 +360,13 @@ def test_plugin_with_p_runs_one_test_per_trace_replaying_each_once(plugin_projec
 
 def test_plugin_with_the_ini_option_and_a_config(plugin_project):
     plugin_project.makeini("[pytest]\nadaptive_eval_plugin = true\nadaptive_eval_config = aggressive\n")
-    plugin_project.makepyfile(test_config="""
+    plugin_project.makepyfile(test_ini_preset="""
         def test_config(replay_run):
             assert replay_run.config_name == "aggressive"
         import pytest
         test_config = pytest.mark.replay_traces("traces/a.csv")(test_config)
         """)
-    result = plugin_project.runpytest_inprocess("test_config.py")
+    result = plugin_project.runpytest_inprocess("test_ini_preset.py")
     result.assert_outcomes(passed=1)
 
 

@@ -1,0 +1,675 @@
+"""The code of :mod:`adaptive_eval.testing` (see its docstring); imported on first use of a name there."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from adaptive_eval import scoring
+from adaptive_eval.config import as_config, load_config
+from adaptive_eval.replay import ReplayResult, replay
+from adaptive_eval.trace import Trace, read_trace
+
+__all__ = [
+    "CheckRow", "Event", "ExpectationError", "Expectations", "QuietWindow", "ReplayRun", "assert_confirmed",
+    "assert_cost", "assert_quiet", "assert_same_decisions", "check", "events_path", "format_rows",
+    "load_expectations", "replay_trace", "trace_files",
+]
+
+SIDECAR_SUFFIXES = (".events.yaml", ".events.yml", ".events.json")
+TRACE_SUFFIXES = (".csv", ".jsonl", ".json")
+# Kinds of change after which the eval metric is worse: a shipped trace's collapse is confirmed downwards
+# for accuracy, upwards for a loss.
+_WORSE_KINDS = ("collapse", "degradation")
+
+
+class ExpectationError(ValueError):
+    """An expectation that cannot be checked (no eval ground truth, an event outside the trace) or that
+    contradicts itself.  Not an :class:`AssertionError`: the test is wrong, not the preset."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """A change in a recorded run that a preset must confirm from its evaluations."""
+
+    step: int
+    kind: str = "change"
+    direction: str | None = None  # of the eval metric: "up", "down", None (either)
+    metric: str | None = None  # the eval metric, without "eval/"; None: the run's metric
+    within: int | None = None  # confirmed at most this many steps after the event; None: before the end
+
+    def describe(self) -> str:
+        detail = " ".join(x for x in (self.metric, self.direction) if x)
+        return f"{self.kind} at step {self.step}" + (f" ({detail})" if detail else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuietWindow:
+    """Steps ``start`` to ``stop`` (both included) with at most ``max_alarms`` alarms and ``max_evals``
+    evaluations (None: no limit)."""
+
+    start: int
+    stop: int
+    max_evals: int | None = None
+    max_alarms: int | None = 0
+    kind: str = "quiet"
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.start}..{self.stop}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectations:
+    """What an events file says: events to confirm, quiet windows and a cost limit."""
+
+    events: tuple[Event, ...] = ()
+    quiet: tuple[QuietWindow, ...] = ()
+    max_samples_per_1k: float | None = None
+    source: str | None = None
+
+
+# ------------------------------------------------------------------------------------------- events files
+
+
+_EVENT_KEYS = {f.name for f in dataclasses.fields(Event)}
+_QUIET_KEYS = {f.name for f in dataclasses.fields(QuietWindow)}
+_TOP_KEYS = {"events", "quiet", "max_samples_per_1k"}
+
+
+def events_path(trace_path: str | os.PathLike) -> pathlib.Path | None:
+    """The sidecar events file beside ``trace_path`` (``<trace>.events.yaml``, ``.yml`` or ``.json``), if any."""
+    p = pathlib.Path(trace_path)
+    for suffix in SIDECAR_SUFFIXES:
+        candidate = p.with_name(p.name + suffix)
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExpectationError(f"{where}: expected an integer, got {value!r}")
+    return value
+
+
+def _opt_int(value: Any, where: str) -> int | None:
+    return None if value is None else _int(value, where)
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ExpectationError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _check_direction(direction: Any, where: str) -> str | None:
+    if direction not in (None, "up", "down"):
+        raise ExpectationError(f"{where}: direction must be up, down or omitted (either), got {direction!r}")
+    return direction
+
+
+def _event_from(item: Any, where: str) -> Event:
+    if isinstance(item, Event):
+        return item
+    if isinstance(item, bool):
+        raise ExpectationError(f"{where}: expected a step or a mapping with 'step', got {item!r}")
+    if isinstance(item, int):
+        return Event(item)
+    if not isinstance(item, Mapping):
+        # An adaptive_eval.synthetic.Event (step, kind, stream) or anything alike.
+        if hasattr(item, "step"):
+            return Event(_int(item.step, where), str(getattr(item, "kind", "change")),
+                         _check_direction(getattr(item, "direction", None), where))
+        raise ExpectationError(f"{where}: expected a step or a mapping with 'step', got {item!r}")
+    unknown = sorted(set(map(str, item)) - _EVENT_KEYS)
+    if unknown:
+        raise ExpectationError(f"{where}: unknown key {unknown[0]!r} (an event has {', '.join(sorted(_EVENT_KEYS))})")
+    if "step" not in item:
+        raise ExpectationError(f"{where}: an event needs a 'step'")
+    return Event(step=_int(item["step"], f"{where}.step"), kind=str(item.get("kind", "change")),
+                 direction=_check_direction(item.get("direction"), f"{where}.direction"),
+                 metric=None if item.get("metric") is None else str(item["metric"]),
+                 within=_opt_int(item.get("within"), f"{where}.within"))
+
+
+def _quiet_from(item: Any, where: str) -> QuietWindow:
+    if isinstance(item, QuietWindow):
+        return item
+    if not isinstance(item, Mapping):
+        raise ExpectationError(f"{where}: expected a mapping with 'start' and 'stop', got {item!r}")
+    unknown = sorted(set(map(str, item)) - _QUIET_KEYS)
+    if unknown:
+        raise ExpectationError(f"{where}: unknown key {unknown[0]!r} (a quiet window has "
+                               f"{', '.join(sorted(_QUIET_KEYS))})")
+    for key in ("start", "stop"):
+        if key not in item:
+            raise ExpectationError(f"{where}: a quiet window needs '{key}'")
+    return QuietWindow(start=_int(item["start"], f"{where}.start"), stop=_int(item["stop"], f"{where}.stop"),
+                       max_evals=_opt_int(item.get("max_evals"), f"{where}.max_evals"),
+                       max_alarms=_opt_int(item.get("max_alarms", 0), f"{where}.max_alarms"),
+                       kind=str(item.get("kind", "quiet")))
+
+
+def load_expectations(path: str | os.PathLike) -> Expectations:
+    """Read an events file (the form in the module docstring); errors name the file, line and key."""
+    import yaml
+
+    from adaptive_eval.config import _key_lines
+
+    p = pathlib.Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such events file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ExpectationError(f"{p}{line}: does not parse: {getattr(exc, 'problem', None) or exc}") from None
+    lines = _key_lines(text)
+
+    def where(key: str) -> str:
+        return f"{p}:{lines[key]}: {key}" if key in lines else f"{p}: {key}"
+
+    if data is None:
+        data = {}
+    if isinstance(data, list):
+        data = {"events": data}
+    if not isinstance(data, dict):
+        raise ExpectationError(f"{p}:1: expected a mapping (events, quiet, max_samples_per_1k) or a list of "
+                               f"events, got {type(data).__name__}")
+    unknown = sorted(set(map(str, data)) - _TOP_KEYS)
+    if unknown:
+        raise ExpectationError(f"{where(unknown[0])}: unknown key (expected {', '.join(sorted(_TOP_KEYS))})")
+    events_list = data.get("events") or []
+    quiet_list = data.get("quiet") or []
+    for key, value in (("events", events_list), ("quiet", quiet_list)):
+        if not isinstance(value, list):
+            raise ExpectationError(f"{where(key)}: expected a list, got {type(value).__name__}")
+    events = tuple(_event_from(e, where(f"events[{i}]")) for i, e in enumerate(events_list))
+    quiet = tuple(_quiet_from(q, where(f"quiet[{i}]")) for i, q in enumerate(quiet_list))
+    limit = data.get("max_samples_per_1k")
+    limit = None if limit is None else _number(limit, where("max_samples_per_1k"))
+    return Expectations(events, quiet, limit, str(p))
+
+
+# ------------------------------------------------------------------------------------------- the run
+
+
+@dataclasses.dataclass
+class ReplayRun:
+    """One trace replayed under one config and seed: what was decided, evaluated and alarmed, and what it cost.
+
+    ``evals``/``alarms`` are the ``evals.jsonl``/``alarms.jsonl`` lines of ``adaptive-eval replay``;
+    ``decisions`` one line per step where something was decided (``step``, ``evaluate``, ``sample_size``,
+    ``reason``): every evaluation and every deferral.  ``truth`` holds each eval ground-truth column as
+    recorded, ``{metric: [(step, value), ...]}`` (without ``eval/``).
+    """
+
+    name: str
+    config_name: str
+    seed: int
+    config: Any
+    result: ReplayResult
+    steps: int
+    first_step: int
+    last_step: int
+    truth: dict[str, list[tuple[int, float]]]
+    metric: str | None
+    expectations: Expectations
+
+    @property
+    def evals(self) -> list[dict]:
+        return self.result.evals
+
+    @property
+    def alarms(self) -> list[dict]:
+        return self.result.alarms
+
+    @property
+    def deferrals(self) -> list[dict]:
+        return self.result.deferrals
+
+    @property
+    def summary(self) -> dict:
+        return self.result.summary
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return self.expectations.events
+
+    @property
+    def quiet(self) -> tuple[QuietWindow, ...]:
+        return self.expectations.quiet
+
+    @property
+    def decisions(self) -> list[dict]:
+        made = [{"step": e["step"], "evaluate": True, "sample_size": e["sample_size"], "reason": e["reason"]}
+                for e in self.evals]
+        made += [{"step": d["step"], "evaluate": False, "sample_size": None, "reason": d["reason"]}
+                 for d in self.deferrals]
+        return sorted(made, key=lambda d: (d["step"], not d["evaluate"]))
+
+    @property
+    def eval_set_size(self) -> int:
+        return int(self.config.replay.eval_set_size)
+
+    @property
+    def samples(self) -> int:
+        """Eval items spent (a whole-set evaluation counts ``replay.eval_set_size``)."""
+        return scoring.eval_samples(self.evals, self.eval_set_size)
+
+    @property
+    def samples_per_1k(self) -> float:
+        """Eval items per 1,000 training steps (trace records)."""
+        return 1000.0 * self.samples / max(self.steps, 1)
+
+    @property
+    def eval_fraction(self) -> float:
+        """Simulated evaluation time as a share of all simulated time."""
+        s = self.summary
+        total = s["eval_seconds"] + s["train_seconds"]
+        return s["eval_seconds"] / total if total else 0.0
+
+    def label(self) -> str:
+        return f"{self.name} (config {self.config_name}, seed {self.seed})"
+
+    def evals_between(self, start: int, stop: int) -> list[dict]:
+        return [e for e in self.evals if start <= e["step"] <= stop]
+
+    def alarms_between(self, start: int, stop: int) -> list[dict]:
+        return [a for a in self.alarms if start <= a["step"] <= stop]
+
+    def confirmed_after(self, event: Event | int, *, metric: str | None = None,
+                        direction: str | None = None) -> int | None:
+        """Steps from ``event`` to its confirmation (None: never confirmed); see :func:`assert_confirmed`."""
+        return _confirmation(self, _resolve_event(self, event, metric, direction, None, "confirmed_after"))[0]
+
+
+def _trace_name(source: str) -> str:
+    return pathlib.Path(source).name if source else "<trace>"
+
+
+def trace_files(folder: str | os.PathLike) -> list[pathlib.Path]:
+    """The trace files in ``folder`` (``*.csv``, ``*.jsonl``, ``*.json``, sidecar events files left out),
+    sorted by name; a file is returned as the one trace it is."""
+    p = pathlib.Path(folder)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p}: no such trace folder")
+    return sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+                  and not f.name.endswith(SIDECAR_SUFFIXES))
+
+
+def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
+    """(trace, name, expectations found with it, its eval metric if known)."""
+    if isinstance(path_or_trace, Trace):
+        side = events_path(path_or_trace.source) if path_or_trace.source else None
+        exp = load_expectations(side) if side else Expectations()
+        return path_or_trace, _trace_name(path_or_trace.source), exp, None
+    if hasattr(path_or_trace, "trace") and hasattr(path_or_trace, "events"):
+        # A RealTrace (adaptive_eval.convert.load_real) or a SyntheticTrace: its events are known.
+        t = path_or_trace
+        metric = t.eval_metric
+        worse = None
+        if metric is not None:
+            worse = "down" if getattr(t, "higher_is_better", True) else "up"
+        events = tuple(Event(int(e.step), e.kind, worse if e.kind in _WORSE_KINDS else None) for e in t.events)
+        return t.trace, str(getattr(t, "name", _trace_name(t.trace.source))), Expectations(events), metric
+    if isinstance(path_or_trace, (str, os.PathLike)):
+        p = pathlib.Path(path_or_trace)
+        if p.exists():
+            side = events_path(p)
+            exp = load_expectations(side) if side else Expectations()
+            return read_trace(p), p.name, exp, None
+        from adaptive_eval.convert import load_real, real_traces
+
+        names = [info.name for info in real_traces()]
+        name = str(path_or_trace).removeprefix("real:")  # "real:NAME" as adaptive-eval tune spells it
+        if name in names:
+            return _load(load_real(name))
+        raise FileNotFoundError(f"{p}: no such trace file (nor a shipped real trace of that name: "
+                                f"{', '.join(names)})")
+    raise TypeError(f"replay_trace takes a trace path, a shipped trace name, a Trace or a RealTrace, "
+                    f"got {type(path_or_trace).__name__}")
+
+
+def _config(config) -> tuple[Any, str]:
+    if config is None:
+        return load_config(), "default"
+    if isinstance(config, (str, os.PathLike)):
+        return load_config(config), str(config)
+    return as_config(config), "custom"
+
+
+def replay_trace(path_or_trace, config=None, seed: int = 0, *,
+                 events: Sequence | str | os.PathLike | None = None) -> ReplayRun:
+    """Replay a recorded trace under ``config`` and return the :class:`ReplayRun`.
+
+    ``path_or_trace``: a trace file or TensorBoard folder (with its sidecar events file, if any), the name
+    of a shipped real trace (``adaptive_eval.convert.real_traces()``, with its events; ``real:NAME`` too), a
+    :class:`~adaptive_eval.trace.Trace`, or a ``RealTrace``/``SyntheticTrace``.  ``config``: a preset
+    name, a YAML path, a loaded config, or None (the default preset).  ``events`` replaces the events
+    that came with the trace: a list of :class:`Event` (or steps, or mappings), or an events file.
+    The same trace, config and seed give the same run.
+    """
+    trace, name, exp, metric = _load(path_or_trace)
+    if len(trace) == 0:
+        raise ExpectationError(f"{name}: the trace has no records")
+    cfg, config_name = _config(config)
+    if events is not None:
+        if isinstance(events, (str, os.PathLike)):
+            exp = load_expectations(events)
+        else:
+            exp = Expectations(tuple(_event_from(e, f"{name}: events[{i}]") for i, e in enumerate(events)))
+    truth: dict[str, list[tuple[int, float]]] = {}
+    for rec in trace.records:
+        for key, value in rec.metrics.items():
+            if key.startswith("eval/") and not key.endswith(":std"):
+                truth.setdefault(key[len("eval/"):], []).append((rec.step, value))
+    if cfg.evaluation.metric:
+        metric = str(cfg.evaluation.metric).removeprefix("eval/")
+    elif metric is not None:
+        metric = metric.removeprefix("eval/")
+    elif len(truth) == 1:
+        metric = next(iter(truth))
+    run = ReplayRun(name=name, config_name=config_name, seed=seed, config=cfg, result=ReplayResult(),
+                    steps=len(trace), first_step=trace.records[0].step, last_step=trace.records[-1].step,
+                    truth=truth, metric=metric, expectations=exp)
+    origin = f" ({exp.source})" if exp.source else ""
+    for ev in exp.events:  # bad input before the replay, not after it
+        _check_in_trace(run, ev.step, f"event {ev.describe()}{origin}")
+    for q in exp.quiet:
+        _check_window(run, q.start, q.stop, f"quiet window {q.describe()}{origin}")
+    run.result = replay(trace, cfg, seed=seed)
+    return run
+
+
+# ------------------------------------------------------------------------------------------- assertions
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.3g}" if abs(x) >= 1000 or abs(x) < 0.01 and x != 0 else f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def _eval_text(e: dict, metric: str) -> str:
+    ci = e.get("ci", {}).get(metric)
+    ci_text = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci is not None else ""
+    n = "all" if e["sample_size"] is None else e["sample_size"]
+    return f"step {e['step']} n={n} {_fmt(e['metrics'].get(metric))}{ci_text} ({e['reason']})"
+
+
+def _check_in_trace(run: ReplayRun, step: int, what: str) -> None:
+    if not run.first_step <= step <= run.last_step:
+        raise ExpectationError(f"{run.name}: {what}: step {step} lies outside the trace "
+                               f"(steps {run.first_step}..{run.last_step})")
+
+
+def _check_window(run: ReplayRun, start: int, stop: int, what: str) -> None:
+    if start > stop:
+        raise ExpectationError(f"{run.name}: {what}: start {start} is after stop {stop}")
+    _check_in_trace(run, start, what)
+    _check_in_trace(run, stop, what)
+
+
+def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within, what: str) -> Event:
+    """The event with its metric, direction and limit filled in from the run's own events."""
+    if isinstance(event, Event):
+        base = event
+    else:
+        step = _int(event, f"{run.name}: {what}: event_step")
+        base = next((e for e in run.events if e.step == step), Event(step))
+    ev = dataclasses.replace(base, metric=metric or base.metric or run.metric,
+                             direction=direction if direction is not None else base.direction,
+                             within=within if within is not None else base.within)
+    _check_direction(ev.direction, f"{run.name}: {what} {ev.describe()}")
+    _check_in_trace(run, ev.step, f"{what} {ev.describe()}")
+    if ev.within is not None and ev.within < 0:
+        raise ExpectationError(f"{run.name}: {what} {ev.describe()}: within={ev.within} is negative (a change "
+                               f"cannot be confirmed before it happens)")
+    if not run.truth:
+        raise ExpectationError(f"{run.name}: {what} {ev.describe()} needs eval ground truth, but the trace has "
+                               f"no eval/<metric> column (replay has nothing to evaluate)")
+    if ev.metric is None:
+        raise ExpectationError(f"{run.name}: {what} {ev.describe()}: which eval metric? the trace has "
+                               f"{', '.join(sorted(run.truth))}; pass metric= or set evaluation.metric")
+    if ev.metric not in run.truth:
+        raise ExpectationError(f"{run.name}: {what} {ev.describe()}: no eval ground truth eval/{ev.metric} in the "
+                               f"trace (it has {', '.join('eval/' + m for m in sorted(run.truth))})")
+    return ev
+
+
+def _pre_level(run: ReplayRun, ev: Event) -> tuple[float, str]:
+    before = [(s, v) for s, v in run.truth[ev.metric] if s < ev.step and math.isfinite(v)]
+    if before:
+        s, v = before[-1]
+        return v, f"ground truth {_fmt(v)} (eval/{ev.metric} at step {s})"
+    measured = [e for e in run.evals if e["step"] < ev.step and math.isfinite(e["metrics"].get(ev.metric, math.nan))]
+    if measured:
+        e = measured[-1]
+        return e["metrics"][ev.metric], f"measured {_fmt(e['metrics'][ev.metric])} (evaluation at step {e['step']})"
+    raise ExpectationError(f"{run.name}: {ev.describe()}: no ground truth or evaluation of {ev.metric} before "
+                           f"step {ev.step} to compare with")
+
+
+def _confirmation(run: ReplayRun, ev: Event) -> tuple[int | None, float, str]:
+    """(delay or None, level before the event, where that level came from)."""
+    if not any(all(math.isfinite(c) for c in e.get("ci", {}).get(ev.metric, (math.nan,))) for e in run.evals):
+        raise ExpectationError(
+            f"{run.name}: {ev.describe()}: no replayed evaluation has a finite interval for {ev.metric} (eval/"
+            f"{ev.metric} is not a proportion and has no eval/{ev.metric}:std column), so nothing can confirm it")
+    level, origin = _pre_level(run, ev)
+    delay = scoring.confirmed_delay(run.evals, ev.step, ev.metric, pre_level=level, direction=ev.direction)
+    return delay, level, origin
+
+
+def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None = None, *,
+                     metric: str | None = None, direction: str | None = None) -> int:
+    """Assert that the change at ``event_step`` is confirmed within ``within`` steps; return the delay.
+
+    Confirmed: an evaluation at or after the event whose interval for ``metric`` excludes the level before
+    it (on the side of ``direction``).  ``within``, ``metric`` and ``direction`` default to those of the
+    run's event at that step (from its events file or the shipped trace), then to the run's metric, either
+    direction and "before the trace ends".
+    """
+    ev = _resolve_event(run, event_step, metric, direction, within, "expected")
+    delay, level, origin = _confirmation(run, ev)
+    if delay is not None and (ev.within is None or delay <= ev.within):
+        return delay
+    limit = "before the trace ends" if ev.within is None else f"within {ev.within} steps"
+    stop = run.last_step if ev.within is None else ev.step + ev.within
+    window = [e for e in run.evals if ev.step <= e["step"] <= stop]
+    lines = [f"{run.label()}: the {ev.describe()} was "
+             + ("never confirmed" if delay is None else f"confirmed only {delay} steps after it") + f", not {limit}.",
+             f"  level before the event: {origin}; confirming needs an interval "
+             + {"down": "entirely below it", "up": "entirely above it"}.get(ev.direction or "", "excluding it") + ".",
+             f"  evaluations in steps {ev.step}..{stop}: {len(window)}"
+             + ("" if window else " (none)")]
+    lines += [f"    {_eval_text(e, ev.metric)}" for e in window[:8]]
+    if len(window) > 8:
+        lines.append(f"    ... and {len(window) - 8} more")
+    if delay is not None:
+        first = next(e for e in run.evals if e["step"] == ev.step + delay)
+        lines.append(f"  first confirming evaluation: {_eval_text(first, ev.metric)}")
+    raise AssertionError("\n".join(lines))
+
+
+def assert_quiet(run: ReplayRun, start: int, stop: int, max_evals: int | None = None, *,
+                 max_alarms: int | None = None) -> None:
+    """Assert at most ``max_evals`` evaluations and ``max_alarms`` alarms in steps ``start``..``stop``
+    (both included).  With neither given: no alarm at all."""
+    what = f"quiet {start}..{stop}"
+    _check_window(run, start, stop, what)
+    if max_evals is None and max_alarms is None:
+        max_alarms = 0
+    for key, value in (("max_evals", max_evals), ("max_alarms", max_alarms)):
+        if value is not None and (_int(value, f"{run.name}: {what}: {key}") < 0):
+            raise ExpectationError(f"{run.name}: {what}: {key}={value} is negative, so nothing could pass")
+    evals, alarms = run.evals_between(start, stop), run.alarms_between(start, stop)
+    problems = []
+    if max_evals is not None and len(evals) > max_evals:
+        problems.append(f"{len(evals)} evaluations, more than {max_evals}")
+    if max_alarms is not None and len(alarms) > max_alarms:
+        problems.append(f"{len(alarms)} alarms, more than {max_alarms}")
+    if not problems:
+        return
+    lines = [f"{run.label()}: steps {start}..{stop} were not quiet: {'; '.join(problems)}."]
+    lines += [f"    alarm at step {a['step']}: {a['stream']} {a['detector']} {a['direction'] or ''}".rstrip()
+              for a in alarms[:8]]
+    lines += [f"    evaluation at step {e['step']}, n={e['sample_size']} ({e['reason']})" for e in evals[:8]]
+    raise AssertionError("\n".join(lines))
+
+
+def assert_cost(run: ReplayRun, max_samples_per_1k: float | None = None, *, max_evals: int | None = None,
+                max_eval_fraction: float | None = None) -> None:
+    """Assert the run spent at most ``max_samples_per_1k`` eval items per 1,000 training steps, at most
+    ``max_evals`` evaluations, and at most ``max_eval_fraction`` of the simulated time evaluating."""
+    limits = {"max_samples_per_1k": max_samples_per_1k, "max_evals": max_evals,
+              "max_eval_fraction": max_eval_fraction}
+    if all(v is None for v in limits.values()):
+        raise ExpectationError(f"{run.name}: assert_cost without a limit (give max_samples_per_1k, max_evals "
+                               f"or max_eval_fraction)")
+    for key, value in limits.items():
+        if value is not None and _number(value, f"{run.name}: {key}") < 0:
+            raise ExpectationError(f"{run.name}: {key}={value} is negative, so nothing could pass")
+    spent = (f"{run.samples} eval samples over {run.steps} steps in {len(run.evals)} evaluations, "
+             f"{run.eval_fraction:.1%} of the simulated time")
+    problems = []
+    if max_samples_per_1k is not None and run.samples_per_1k > max_samples_per_1k:
+        problems.append(f"{run.samples_per_1k:.0f} samples per 1,000 steps, above {max_samples_per_1k:g}")
+    if max_evals is not None and len(run.evals) > max_evals:
+        problems.append(f"{len(run.evals)} evaluations, above {max_evals}")
+    if max_eval_fraction is not None and run.eval_fraction > max_eval_fraction:
+        problems.append(f"eval time {run.eval_fraction:.1%}, above {max_eval_fraction:.1%}")
+    if problems:
+        raise AssertionError(f"{run.label()}: costs too much: {'; '.join(problems)} ({spent}).")
+
+
+def _decision_text(d: dict | None) -> str:
+    if d is None:
+        return "nothing"
+    if d["evaluate"]:
+        return f"evaluate n={'all' if d['sample_size'] is None else d['sample_size']} ({d['reason']})"
+    return f"defer ({d['reason']})"
+
+
+def assert_same_decisions(run_a: ReplayRun, run_b: ReplayRun) -> None:
+    """Assert two runs decided exactly alike: the same evaluations (step, sample size, reason), deferrals
+    and alarms.  For refactors: replay one trace before and after and compare."""
+    for what, a_list, b_list, text in (
+            ("decisions", run_a.decisions, run_b.decisions, _decision_text),
+            ("alarms", [{k: a[k] for k in ("step", "stream", "detector", "direction")} for a in run_a.alarms],
+             [{k: a[k] for k in ("step", "stream", "detector", "direction")} for a in run_b.alarms],
+             lambda a: "nothing" if a is None else f"{a['stream']} {a['detector']} {a['direction'] or ''}".rstrip())):
+        if a_list == b_list:
+            continue
+        i = next((i for i, (x, y) in enumerate(zip(a_list, b_list)) if x != y), min(len(a_list), len(b_list)))
+        x = a_list[i] if i < len(a_list) else None
+        y = b_list[i] if i < len(b_list) else None
+        if x is not None and y is not None and x["step"] == y["step"]:
+            where, left, right = f"at step {x['step']}: ", text(x), text(y)
+        else:
+            where = ""
+            left = text(x) + (f" at step {x['step']}" if x else "")
+            right = text(y) + (f" at step {y['step']}" if y else "")
+        raise AssertionError(f"{run_a.label()} and {run_b.label()} differ in {what} ({len(a_list)} vs {len(b_list)}); "
+                             f"the first difference, #{i + 1}, {where}{left} vs {right}")
+
+
+# ------------------------------------------------------------------------------------------- check (CLI)
+
+
+@dataclasses.dataclass
+class CheckRow:
+    """One line of ``adaptive-eval check``: an expectation of one trace and how the run met it."""
+
+    trace: str
+    expectation: str
+    confirmed_after: str
+    samples_per_1k: str
+    ok: bool
+    message: str = ""
+
+
+def _contradictions(run: ReplayRun, events: Sequence[Event], quiet: Sequence[QuietWindow],
+                    max_samples_per_1k: float | None) -> None:
+    for ev in events:
+        if ev.within is not None and ev.within < 0:
+            raise ExpectationError(f"{run.name}: {ev.describe()}: within={ev.within} is negative")
+        if max_samples_per_1k is not None and max_samples_per_1k <= 0:
+            raise ExpectationError(f"{run.name}: {ev.describe()} must be confirmed by an evaluation, but "
+                                   f"max_samples_per_1k={max_samples_per_1k:g} allows no evaluation at all")
+        if ev.within is None:
+            continue
+        for q in quiet:
+            if q.max_evals == 0 and q.start <= ev.step and ev.step + ev.within <= q.stop:
+                raise ExpectationError(
+                    f"{run.name}: {ev.describe()} must be confirmed within {ev.within} steps, by an evaluation in "
+                    f"steps {ev.step}..{ev.step + ev.within}, but the {q.describe()} allows no evaluation there")
+
+
+def check(run: ReplayRun, *, within: int | None = None, max_samples_per_1k: float | None = None) -> list[CheckRow]:
+    """Check every expectation of ``run`` (its events, quiet windows and cost limit); one row each.
+
+    ``within`` replaces every event's own limit; ``max_samples_per_1k`` the events file's.  Bad input
+    (no eval ground truth, a contradiction) raises :class:`ExpectationError`.
+    """
+    if within is not None and _int(within, f"{run.name}: --within") < 0:
+        raise ExpectationError(f"{run.name}: --within {within} is negative (a change cannot be confirmed before "
+                               f"it happens)")
+    events = [dataclasses.replace(e, within=within) if within is not None else e for e in run.events]
+    limit = max_samples_per_1k if max_samples_per_1k is not None else run.expectations.max_samples_per_1k
+    if limit is not None and _number(limit, f"{run.name}: max_samples_per_1k") < 0:
+        raise ExpectationError(f"{run.name}: max_samples_per_1k={limit:g} is negative, so nothing could pass")
+    _contradictions(run, events, run.quiet, limit)
+    cost = f"{run.samples_per_1k:.0f}" + (f" (<= {limit:g})" if limit is not None else "")
+    rows = []
+    for ev in events:
+        full = _resolve_event(run, ev, None, None, None, "expected")
+        delay, _, _ = _confirmation(run, full)
+        try:
+            assert_confirmed(run, full)
+            ok, message = True, ""
+        except AssertionError as exc:
+            ok, message = False, str(exc)
+        limit_text = "" if full.within is None else f" (<= {full.within})"
+        rows.append(CheckRow(run.name, full.describe(), ("never" if delay is None else f"{delay} steps") + limit_text,
+                             cost, ok, message))
+    for q in run.quiet:
+        try:
+            assert_quiet(run, q.start, q.stop, q.max_evals, max_alarms=q.max_alarms)
+            ok, message = True, ""
+        except AssertionError as exc:
+            ok, message = False, str(exc)
+        found = (f"{len(run.alarms_between(q.start, q.stop))} alarms, "
+                 f"{len(run.evals_between(q.start, q.stop))} evals")
+        rows.append(CheckRow(run.name, q.describe(), found, cost, ok, message))
+    if limit is not None:
+        try:
+            assert_cost(run, limit)
+            ok, message = True, ""
+        except AssertionError as exc:
+            ok, message = False, str(exc)
+        rows.append(CheckRow(run.name, "cost", "-", cost, ok, message))
+    if not rows:
+        rows.append(CheckRow(run.name, "(no expectations)", "-", cost, True))
+    return rows
+
+
+def format_rows(rows: Iterable[CheckRow]) -> str:
+    """The table ``adaptive-eval check`` prints."""
+    rows = list(rows)
+    header = ("trace", "event", "confirmed after", "samples/1k", "result")
+    cells = [header] + [(r.trace, r.expectation, r.confirmed_after, r.samples_per_1k, "ok" if r.ok else "FAIL")
+                        for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells)

@@ -1,0 +1,174 @@
+"""Dedicated eval ranks over real gloo process groups: a world of 3 = 2 training ranks + 1 eval rank.
+
+One spawn of three processes runs every case in turn, each on its own EvalRanks layout (fresh groups):
+
+* bad layouts (an eval rank outside the world, eval ranks covering every rank) are refused on every rank;
+* normal: the training ranks send the weights, keep training, and both integrate every result at the same
+  step; the results are those of a single-process run on a thread (same steps, same values);
+* hung: the eval rank sleeps through one evaluation: both training ranks get an error at the same step, within
+  distributed.timeout_s, and train on without evaluations (async:down);
+* dead: the eval rank dies in an evaluation: the same, at once.
+"""
+
+import os
+import pickle
+import time
+
+import pytest
+import torch
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.asynchronous import EvalRanks, SnapshotEval
+from conftest import FakeClock
+from dist_utils import run_ranks
+
+TIMEOUT_S = 2.0
+STEPS = 40
+
+
+def config(*extra):
+    return load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2",
+                                  "trigger.freq_steps=5", "distributed.eval_ranks=[2]",
+                                  f"distributed.timeout_s={TIMEOUT_S}",
+                                  # the eval rank times evaluations with its own clock; the test's is fake
+                                  "policy.budget.enabled=false", *extra])
+
+
+def weight_sum(request, weights):
+    return {"score": [float(sum(t.double().sum() for t in weights.values()))] * 8}
+
+
+def train(ev, steps=STEPS, pause=0.0):
+    """Each training rank trains the same model the same way; returns the events seen and seconds per step."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    events, slowest = [], 0.0
+    ev.add_listener(events.append)
+    for g in range(steps):
+        start = time.monotonic()
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+        ev.evaluate(SnapshotEval(model), 0, g, g)
+        slowest = max(slowest, time.monotonic() - start)
+        with torch.no_grad():
+            model.weight.add_(0.01 * (g + 1))
+        time.sleep(pause)
+    ev.close()
+    return plain(events), slowest
+
+
+def same_decisions(a, b):
+    """Events equal but for error texts (the first training rank has the exception, the other its text)."""
+    strip = lambda evs: [{k: v for k, v in e.items() if k != "error"} for e in evs]  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def plain(events):
+    out = []
+    for e in events:
+        e = dict(e)
+        if "result" in e:
+            d = e.pop("result").to_dict()
+            d.pop("seconds")
+            e["result"] = d
+        out.append(e)
+    return out
+
+
+def _world(rank, world, out_dir):
+    import torch.distributed as dist
+
+    results = {}
+    for bad, match in (([5], "rank 5 is outside the world of 3"), ([0, 1, 2], "covers every rank")):
+        try:
+            EvalRanks(bad)
+            results[f"bad{bad}"] = None
+        except ValueError as exc:
+            results[f"bad{bad}"] = str(exc)
+    for case in ("normal", "hung", "dead"):
+        layout = EvalRanks.from_config(config(), idle_timeout_s=6.0)
+        if layout.is_eval_rank:
+            calls = []
+
+            def fn(request, weights):
+                calls.append(request.step)
+                if case == "hung" and len(calls) == 2:
+                    time.sleep(TIMEOUT_S * 2.5)
+                if case == "dead" and len(calls) == 2:
+                    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+                        pickle.dump(results, f)
+                    os._exit(3)
+                return weight_sum(request, weights)
+
+            try:
+                results[case] = ("served", layout.serve(fn), calls)
+            except Exception as exc:  # noqa: BLE001 - the hung case ends in its own timeout
+                results[case] = ("error", type(exc).__name__, calls)
+        else:
+            ev = AdaptiveEvaluator.from_config(config(), clock=FakeClock(), group=layout.train_group,
+                                               eval_ranks=layout, total_steps=STEPS)
+            results[case] = train(ev, pause=0.02)
+        with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+            pickle.dump(results, f)
+        if case != "dead":  # after it, rank 2 is gone
+            dist.barrier()
+    return results
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evalranks")
+    with pytest.raises(AssertionError, match="rank 2 died"):
+        run_ranks(_world, str(out), world=3, timeout_s=150, collective_timeout_s=40)
+    return [pickle.loads((out / f"rank{r}.pkl").read_bytes()) for r in range(3)]
+
+
+def test_bad_layouts_are_refused_on_every_rank_naming_the_key_and_rank(world):
+    for r in range(3):
+        assert "distributed.eval_ranks: rank 5 is outside the world of 3 ranks" in world[r]["bad[5]"]
+        assert "covers every rank" in world[r]["bad[0, 1, 2]"]
+
+
+def test_both_training_ranks_integrate_each_result_of_the_eval_rank_at_the_same_step(world):
+    (events0, _), (events1, _) = world[0]["normal"], world[1]["normal"]
+    assert events0 == events1
+    evals = [e for e in events0 if e["kind"] == "eval"]
+    assert len(evals) >= 4 and all(e["integrated_step"] == e["step"] + 2 for e in evals[:-1])
+    status, served, calls = world[2]["normal"]
+    assert status == "served" and served == len(calls) == len(evals)
+    # The same decisions and values as one process evaluating on a thread.
+    ev = AdaptiveEvaluator.from_config(
+        load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2",
+                               "trigger.freq_steps=5", f"distributed.timeout_s={TIMEOUT_S}",
+                               "policy.budget.enabled=false"]),
+        clock=FakeClock(), total_steps=STEPS)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    events = []
+    ev.add_listener(events.append)
+    for g in range(STEPS):
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+        ev.evaluate(SnapshotEval(model, weight_sum), 0, g, g)
+        with torch.no_grad():
+            model.weight.add_(0.01 * (g + 1))
+    ev.close()
+    assert plain(events) == events0
+
+
+def test_a_hung_eval_rank_is_an_error_on_both_training_ranks_within_the_timeout_and_training_goes_on(world):
+    (events0, slowest0), (events1, slowest1) = world[0]["hung"], world[1]["hung"]
+    assert same_decisions(events0, events1)
+    errors = [e for e in events0 if e["kind"] == "error"]
+    assert errors and errors[0]["integrated_step"] == errors[0]["step"] + 2
+    assert [e["kind"] for e in events0].count("async_down") == 1
+    assert any(e["kind"] == "deferred" and e["reason"].startswith("async:down") for e in events0)
+    assert slowest0 < TIMEOUT_S + 3.0 and slowest1 < TIMEOUT_S + 3.0  # never a hang
+
+
+def test_a_dead_eval_rank_is_an_error_on_both_training_ranks_and_training_goes_on(world):
+    (events0, _), (events1, _) = world[0]["dead"], world[1]["dead"]
+    assert same_decisions(events0, events1)
+    kinds = [e["kind"] for e in events0]
+    assert kinds.count("eval") == 1 and "error" in kinds and "async_down" in kinds
+    error = next(e for e in events0 if e["kind"] == "error")
+    assert "eval rank 2" in error["error"]
+    assert "dead" not in world[2]

@@ -1,0 +1,77 @@
+"""Config mistakes found by trying them: each is a ConfigError naming the key (and file line), at load time."""
+
+import subprocess
+import sys
+
+import pytest
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.config import ConfigError
+from conftest import FakeClock
+
+
+@pytest.mark.parametrize("text, where", [
+    ("streams:\n  default: [{type: nonfinite}, nonfinite]\n", "c.yaml:2: streams.default[1]:"),
+    ("streams:\n  default: [nonfinite]\n", "c.yaml:2: streams.default[0]:"),
+    ("streams:\n  default:\n  - {type: nonfinite}\n  - 3\n", "c.yaml:4: streams.default[1]:"),
+    ("streams:\n  watch:\n    train/loss: [cusum]\n", "c.yaml:3: streams.watch.train/loss[0]:"),
+])
+def test_a_list_item_of_the_wrong_kind_names_its_key_and_line(tmp_path, text, where):
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "c.yaml")
+    assert where in str(info.value) and "<root>" not in str(info.value)
+    assert "got 'cusum'" in str(info.value) or "got 'nonfinite'" in str(info.value) or "got 3" in str(info.value)
+
+
+def test_the_cli_reports_a_bad_list_item_without_a_traceback(tmp_path):
+    (tmp_path / "c.yaml").write_text("streams:\n  default: [{type: nonfinite}, nonfinite]\n")
+    proc = subprocess.run([sys.executable, "-m", "adaptive_eval.cli", "config", "--config", str(tmp_path / "c.yaml")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "c.yaml:2: streams.default[1]" in proc.stderr
+
+
+def test_an_override_of_a_list_names_the_key():
+    with pytest.raises(ConfigError, match=r"override 'streams.default=\[nonfinite\]': streams.default\[0\]"):
+        load_config(overrides=["streams.default=[nonfinite]"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("trigger.freq_secs=inf", "trigger.freq_secs: must be non-negative or null (0: every step), got inf"),
+    ("policy.peak.confirm_size=-1", "policy.peak.confirm_size: must be >= 0, got -1"),
+    ("policy.peak.confirm_steps=-2", "policy.peak.confirm_steps: must be >= 0, got -2"),
+    ("resources.max_host_cpu_percent=-5", "resources.max_host_cpu_percent: must lie in [0, 100], got -5.0"),
+    ("resources.max_host_cpu_percent=nan", "resources.max_host_cpu_percent: must lie in [0, 100], got nan"),
+    ("resources.max_host_cpu_percent=150", "resources.max_host_cpu_percent: must lie in [0, 100], got 150.0"),
+    ("resources.min_free_accelerator_fraction=2", "resources.min_free_accelerator_fraction: must lie in [0, 1]"),
+])
+def test_impossible_values_fail_at_load_naming_the_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[override])
+    assert message in str(info.value)
+
+
+def test_timeout_inf_means_no_limit_and_still_loads():
+    assert load_config(overrides=["evaluation.timeout_s=inf"]).evaluation.timeout_s == float("inf")
+
+
+def test_no_evaluation_exceeds_sample_size_max():
+    """peak.confirm_size (256) is clamped to sample_size.max, and before_train is sized by the policies too."""
+    cfg = load_config(overrides=["policy.sample_size.max=100", "policy.sample_size.min=10",
+                                 "policy.sample_size.initial=20", "trigger.freq_steps=3",
+                                 "trigger.eval_before_train=true", "policy.budget.enabled=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+    sizes = []
+
+    def evaluate_fn(request):
+        idx = request.indices(5000)
+        sizes.append((request.reason, len(idx)))
+        return {"acc": [float(i % 3 == 0) if request.step < 10 else 1.0 for i in idx]}  # a new best at 12
+
+    ev.before_train(evaluate_fn)
+    for g in range(40):
+        ev.evaluate(evaluate_fn, 0, g, g)
+    assert sizes[0] == ("before_train", 20)
+    assert any(reason == "peak:confirm" for reason, _ in sizes)
+    assert max(n for _, n in sizes) <= 100, sizes
