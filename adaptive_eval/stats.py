@@ -664,7 +664,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
 def two_stage_size(between_var: float, within_var: float, half_width: float, *, cost_per_sample: float = 1.0,
                    cost_per_item: float = 0.0, population: int = 0, max_samples_per_item: int = 32,
                    min_items: int = 1, max_items: int | None = None,
-                   confidence: float = 0.95) -> tuple[int, int, str]:
+                   confidence: float = 0.95, proportion_mean: float | None = None) -> tuple[int, int, str]:
     """``(items, samples_per_item, why)``: the cheapest two-stage sample whose interval of the mean reaches
     ``half_width`` (normal approximation), given the between-item variance (of the items' true means) and
     the within-item variance (of one sample around its item's mean).
@@ -676,6 +676,9 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
     make one); the cheapest wins.  More samples per item pay only when the items run out (a small suite) or an item is
     expensive beside a sample (long prompts): the classic optimum is ``m = sqrt(cost_per_item sw2 /
     (cost_per_sample sb2))``.  When no size reaches the target, the largest (all items x the most samples).
+    ``proportion_mean`` (a proportion's last mean): the plan is checked against the interval the result
+    will really get (:func:`clustered_interval`, wider than the normal one near 0 or 1), adding items
+    until it reaches the target.
 
     >>> two_stage_size(0.05, 0.20, 0.05)[:2]                  # a large suite: one sample per item
     (387, 1)
@@ -701,6 +704,16 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
             n = max(int(min_items), math.ceil((sb2 + sw2 / m) / ((half_width / q) ** 2 + fpc) - 1e-9), 1)
         if cap is not None and n > cap:
             continue
+        if proportion_mean is not None and 0.0 < proportion_mean < 1.0:
+            def half(n):
+                f = n / population if population and m > 1 else 0.0
+                var = ((1.0 - f) * sb2 + sw2 / m) / n
+                lo, hi = clustered_interval(proportion_mean, var, n, n * m, True, confidence)
+                return (hi - lo) / 2.0
+            while half(n) > half_width and (cap is None or n < cap):
+                n = n + max(1, n // 50) if cap is None else min(cap, n + max(1, n // 50))
+            if half(n) > half_width:
+                continue
         cost = n * (cost_per_item + m * cost_per_sample)
         if best is None or cost < best[2] - 1e-12:
             best = (n, m, cost)

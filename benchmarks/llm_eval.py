@@ -80,7 +80,7 @@ def cost_table(reps: int, rng: np.random.Generator) -> None:
                 pilot_n = min(64, size)
                 pilot = measure(pilot_n, 4)
                 n, m, _ = two_stage_size(pilot.between_var, pilot.within_var, 0.05, cost_per_sample=cost,
-                                         population=size, max_samples_per_item=64)
+                                         population=size, max_samples_per_item=64, proportion_mean=pilot.mean)
                 s = measure(n, m)
                 stats["ours"].append((n, m, cost * (pilot_n * 4 + n * m), s.half_width, s.ci[0] <= truth <= s.ci[1]))
                 s = measure(size, fixed_k)

@@ -109,14 +109,16 @@ class SampleSizePolicy(Policy):
                                            cost_per_item=float(suite["item_cost"]), population=int(suite["size"]),
                                            max_samples_per_item=int(suite["max_samples_per_item"]),
                                            min_items=min(lo, int(suite["size"])), max_items=hi,
-                                           confidence=self.confidence)
+                                           confidence=self.confidence,
+                                           proportion_mean=s.mean if s.binary else None)
         else:
             # One sample per item: between- and within-item variation cannot be told apart, so no evidence
             # that more samples would pay; size the items for the total variance, samples per item kept.
             m = int(s.samples_per_item) if s.clustered else 1
             items, m, why = two_stage_size(bv, 0.0, self.target_half_width, population=int(suite["size"]),
                                            max_samples_per_item=m, min_items=min(lo, int(suite["size"])),
-                                           max_items=hi, confidence=self.confidence)
+                                           max_items=hi, confidence=self.confidence,
+                                           proportion_mean=s.mean if s.binary else None)
             why = f"{why} (within-item variance unknown at {m} sample per item)"
         self.plans[name] = [int(items), int(m), why]
 
