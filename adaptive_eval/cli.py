@@ -70,7 +70,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
     print(f"  evaluations {s['evals']}, samples {s['samples']}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
-          f"eval time {frac:.1%} of wall time")
+          f"simulated eval time {frac:.1%} of the run")
     reasons: dict[str, int] = {}
     for e in result.evals:
         key = e["reason"].split(":")[0]
@@ -93,10 +93,10 @@ def _check_writable(out: str) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from adaptive_eval.plot import PlotError, plot_run
+    from adaptive_eval.plot import PlotError, plot_runs
 
     try:
-        path = plot_run(args.dir, args.out)
+        path = plot_runs(args.dir, args.out)
     except PlotError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
@@ -110,10 +110,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from adaptive_eval.demos import DemoError
 
     task = importlib.import_module(f"adaptive_eval.demos.{args.task}")
-    steps = {} if args.steps is None else {"steps": args.steps}
+    chosen = {key: value for key, value in (("steps", args.steps), ("fault", args.fault)) if value is not None}
     try:
         report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
-                               progress=not args.no_progress, **steps)
+                               progress=not args.no_progress, **chosen)
     except DemoError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
@@ -250,18 +250,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")
-    p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
-    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
+    p = sub.add_parser("plot", help="draw a PNG of a run, or of several runs on shared axes")
+    p.add_argument("dir", nargs="+", help="a run folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/), "
+                                          "or a folder of runs (runs/demo: its adaptive and fixed runs)")
+    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png for one run, runs.png in "
+                                               "the common folder for several)")
     p.set_defaults(func=_cmd_plot)
 
-    p = sub.add_parser("demo", help="train a classifier with a fault midway; evaluate it adaptively and on a "
-                                    "fixed schedule at the same budget; write both runs")
+    p = sub.add_parser("demo", help="train a model with a fault midway (rlvr: a GRPO policy; digits: a classifier); "
+                                    "evaluate it adaptively and on a fixed schedule at the same cost; write both runs")
     p.add_argument("--task", choices=TASKS, default=DEFAULT_TASK,
                    help=f"which training run (default: {DEFAULT_TASK})")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     _add_config_args(p)
-    p.add_argument("--steps", type=int, default=None, help="training steps; the fault comes halfway (default: 3000)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps; the fault comes halfway (default: rlvr 200, digits 3000)")
+    p.add_argument("--fault", default=None,
+                   help="rlvr: reward_hack (default), lr_blowup, entropy_collapse or none; digits: lr_blowup")
     p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)

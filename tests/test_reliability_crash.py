@@ -145,7 +145,7 @@ SIGNALLED = textwrap.dedent("""
     import os, sys, time
     from adaptive_eval.trace import TraceRecorder
     path, mode = sys.argv[1], sys.argv[2]
-    if mode == "with_tensorboard":  # a TensorBoard logger in the process installs its SIGTERM handler
+    if mode in ("with_tensorboard", "helper_thread"):  # a TensorBoard logger installs its SIGTERM handler
         from adaptive_eval.tensorboard import TensorBoardLogger
         tb = TensorBoardLogger(os.path.join(os.path.dirname(path), "tb"), flush_secs=3600)
         tb.log(0, {"streams/x": 1.0})
@@ -155,7 +155,14 @@ SIGNALLED = textwrap.dedent("""
     if mode == "exit":
         sys.exit(0)
     print("ready", flush=True)
-    time.sleep(60)
+    if mode == "helper_thread":  # the kernel may hand a process's SIGTERM to any thread: here, to a helper
+        import signal, threading
+        threading.Thread(target=lambda: signal.pthread_kill(threading.get_ident(), signal.SIGTERM)).start()
+    # Short sleeps, not one sleep(60): numpy's OpenBLAS runs a worker thread, and when the kernel delivers the
+    # SIGTERM to it, Python's handler runs only once the main thread is back in Python code; one long sleep
+    # would hold it off for 60 s (the cause of this test's rare timeouts).
+    for _ in range(1200):
+        time.sleep(0.05)
 """)
 
 
@@ -176,6 +183,18 @@ def test_every_record_survives_exit_sigterm_and_sigkill_without_close(tmp_path, 
     assert math.isnan(trace.records[7].metrics["train/reward"])
     if mode == "with_tensorboard":
         assert read_trace(tmp_path / "tb").records[0].metrics["streams/x"] == 1.0  # flushed by its handler
+
+
+def test_sigterm_delivered_to_a_helper_thread_still_flushes_and_terminates(tmp_path):
+    """Python runs signal handlers in the main thread: a SIGTERM that lands on another thread (numpy's OpenBLAS
+    worker, a data-loader thread) is handled when the main thread next runs Python code, flushes the TensorBoard
+    log and terminates as SIGTERM would."""
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED, str(tmp_path / "t.jsonl"), "helper_thread"],
+                            stdout=subprocess.PIPE, text=True)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGTERM
+    assert read_trace(tmp_path / "t.jsonl").steps().tolist() == list(range(25))
+    assert read_trace(tmp_path / "tb").records[0].metrics["streams/x"] == 1.0
 
 
 def test_adaptive_evaluator_record_to_survives_sigkill(tmp_path):

@@ -1,10 +1,10 @@
-"""The tasks of ``adaptive-eval demo`` (``--task``), one module each: ``digits`` and, later, ``rlvr``."""
+"""The tasks of ``adaptive-eval demo`` (``--task``), one module each: ``rlvr`` (GRPO on addition) and ``digits`` (an MLP on handwritten digits)."""
 
 from __future__ import annotations
 
 __all__ = ["DEFAULT_TASK", "TASKS", "DemoError"]
 
-TASKS = ("digits",)
+TASKS = ("rlvr", "digits")
 DEFAULT_TASK = "digits"
 
 

@@ -253,13 +253,15 @@ def fixed_interval(samples: int, steps: int, set_size: int = HELDOUT_SIZE) -> in
 
 def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_STEPS, seed: int = 0,
              config: str | None = None, overrides: Sequence[str] = (), fault_step: int | None = None,
-             progress: bool = True, plot: bool = True) -> dict:
+             progress: bool = True, plot: bool = True, fault: str = "lr_blowup") -> dict:
     """Train twice (adaptive, then fixed at the same budget), write both runs, return the comparison.
 
     ``config``/``overrides`` choose the adaptive run's preset (default: ``default``).  ``fault_step``
     defaults to the middle of the run; ``plot=False`` skips the PNGs.  Raises :class:`DemoError` before any training when ``out_dir``
     cannot be written or a setting is impossible.
     """
+    if fault != "lr_blowup":
+        raise DemoError(f"--fault {fault!r}: unknown; the digits task knows lr_blowup")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 20:
         raise DemoError(f"steps must be an integer >= 20, got {steps!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):

@@ -1,0 +1,172 @@
+"""The rlvr demo (GRPO on addition), end to end through the CLI on a short run, and its parts."""
+
+import io
+import json
+from contextlib import redirect_stdout
+
+import numpy as np
+import pytest
+import torch
+
+from adaptive_eval.cli import main
+from adaptive_eval.demos import rlvr
+from adaptive_eval.trace import read_trace
+
+STEPS = 24
+FAULT = STEPS // 2
+RUNS = ("adaptive", "async", "fixed")
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _demo(out, *args):
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["demo", "--task", "rlvr", "--out", str(out), "--steps", str(STEPS), "--no-progress", *args])
+    return rc, buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("rlvr") / "runs"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rlvr, "BASE_STEPS", 20)  # a short warm-up: this test is about the plumbing, not the learning
+        rc, stdout = _demo(out)
+    return rc, stdout, out
+
+
+def test_writes_every_run_and_the_table(demo_run):
+    rc, stdout, out = demo_run
+    assert rc == 0
+    for row in ("evaluations", "generated answers", "fault confirmed after", "checkpoint picked (true)",
+                "training wall time (simulated)", "asynchronous (+2 steps)", "fixed (areal, every"):
+        assert row in stdout, row
+    report = json.loads((out / "comparison.json").read_text())
+    assert report["fault"] == "reward_hack" and report["fault_step"] == FAULT
+    assert (out / "comparison.png").read_bytes().startswith(b"\x89PNG")
+    for name in RUNS:
+        run = out / name
+        assert (run / "run.png").read_bytes().startswith(b"\x89PNG")
+        assert list((run / "tb").glob("events.out.tfevents.*")), f"{name}/tb has no event file"
+        evals = _lines(run / "evals.jsonl")
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["steps"] == STEPS and summary["evals"] == len(evals) > 0
+        assert report[name]["answers"] == summary["answers"] > 0
+        for e in evals:
+            assert "id/accuracy" in e["metrics"] and f"id/accuracy/pass@{rlvr.PASS_K}" in e["metrics"]
+            for metric, (low, high) in e["ci"].items():
+                assert 0 <= low <= e["metrics"][metric] + 1e-12 <= high + 2e-12 <= 1 + 3e-12, (name, e)
+        # The whole ood suite runs at least at the last step.
+        assert evals[-1]["step"] == STEPS - 1 and "ood/accuracy" in evals[-1]["metrics"]
+    # The fixed schedule evaluates both whole suites and spends at least the adaptive run's answers.
+    fixed = _lines(out / "fixed" / "evals.jsonl")
+    assert all(e["n"]["id/accuracy"] == rlvr.ID_SIZE and e["n"]["ood/accuracy"] == rlvr.OOD_SIZE for e in fixed)
+    assert report["fixed"]["answers"] >= report["adaptive"]["answers"]
+    assert report["fixed"]["answers"] == len(fixed) * (rlvr.ID_SIZE * rlvr.ID_SAMPLES + rlvr.OOD_SIZE * rlvr.OOD_SAMPLES)
+
+
+def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):
+    _, _, out = demo_run
+    trace = read_trace(out / "trace.csv")
+    assert [r.step for r in trace.records] == list(range(STEPS))
+    streams = {"train/reward", "train/response_length", "train/kl", "train/entropy", "train/loss"}
+    assert streams <= set(trace.records[1].metrics)
+    first = trace.records[0].metrics
+    assert 0 <= first["eval/id/accuracy"] <= 1 and 0 <= first["eval/ood/accuracy"] <= 1
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert main(["replay", str(out / "trace.csv"), "--out", str(tmp_path / "replay"), "--no-tensorboard"]) == 0
+    replayed = _lines(tmp_path / "replay" / "evals.jsonl")
+    assert replayed and all("id/accuracy" in e["metrics"] for e in replayed)
+
+
+def _training(fault, fault_step=3, seed=0):
+    with torch.random.fork_rng(devices=[]):
+        return rlvr._Training(seed, fault, fault_step)
+
+
+@pytest.fixture
+def short_base(monkeypatch):
+    monkeypatch.setattr(rlvr, "BASE_STEPS", 5)
+
+
+def test_reward_hack_swaps_the_verifiers_answers(short_base):
+    a, b = np.array([57, 5, 19]), np.array([68, 4, 1])
+    assert rlvr.no_carry_sum(a, b).tolist() == [15, 9, 10]
+    training = _training("reward_hack")
+    assert training.reference_answers(a, b, 2).tolist() == [125, 9, 20]
+    assert training.reference_answers(a, b, 3).tolist() == [15, 9, 10]   # from the fault step on
+    assert _training("none").reference_answers(a, b, 3).tolist() == [125, 9, 20]
+
+
+def test_lr_blowup_and_entropy_collapse_start_at_the_fault(short_base):
+    training = _training("lr_blowup")
+    for step in range(5):
+        training.step(step)
+        want = rlvr.LR * (rlvr.LR_FAULT_FACTOR if step >= 3 else 1)
+        assert training.opt.param_groups[0]["lr"] == pytest.approx(want)
+    training = _training("entropy_collapse")
+    assert [training.entropy_coef(s) for s in (2, 3)] == [rlvr.ENTROPY_COEF, -rlvr.ENTROPY_FAULT_COEF]
+
+
+def test_answers_do_not_depend_on_the_batch(short_base):
+    training = _training("none")
+    training.step(0)
+    suite = training.suites["id"]
+    weights = training.weights[0]
+    together = training.answers_of(weights, 0, suite, [3, 7, 11], 4, request_seed=0)
+    training._answers.clear()
+    alone = [training.answers_of(weights, 0, suite, [i], 4, request_seed=0)[0] for i in (11, 3, 7)]
+    assert np.array_equal(together, np.stack([alone[1], alone[2], alone[0]]))
+
+
+def test_grpo_learns_before_the_fault():
+    """From the real base model, 40 GRPO steps raise the exact held-out accuracy (it is ~0.43 at the start)."""
+    training = _training("reward_hack", fault_step=1000)
+    before = training.true_values()["id/accuracy"]
+    for step in range(40):
+        training.step(step)
+    after = training.true_values()["id/accuracy"]
+    assert after > before + 0.1, (before, after)
+
+
+def test_the_exact_truth_matches_sampling(short_base):
+    """true_values is the probability of sampling the right answer: 32 answers to each of 60 problems agree."""
+    training = _training("none")
+    training.step(0)
+    suite = training.suites["id"]
+    suite.prompts, suite.answers = suite.prompts[:60], suite.answers[:60]
+    p = training.true_values()["id/accuracy"]
+    assert 0 < p < 1 and training.truth_at(0)["id/accuracy"] == pytest.approx(p)
+    sampled = training.answers_of(training.weights[0], 0, suite, list(range(60)), 32, request_seed=0)
+    se = sampled.mean(1).std() / np.sqrt(60)
+    assert abs(sampled.mean() - p) < 4 * se + 0.01, (sampled.mean(), p)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--fault", "gremlins"], "--fault 'gremlins': unknown; the rlvr task knows reward_hack"),
+    (["--steps", "8"], "--steps 8: too few to place the fault"),
+])
+def test_bad_input_exits_2_before_training(tmp_path, capsys, monkeypatch, args, message):
+    def no_training(*a, **k):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(rlvr, "_Training", no_training)
+    argv = ["demo", "--task", "rlvr", "--out", str(tmp_path / "runs"), "--no-progress", *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(rlvr, "_Training", lambda *a, **k: pytest.fail("training started"))
+    assert main(["demo", "--task", "rlvr", "--out", str(blocker / "runs"), "--no-progress"]) == 2
+    assert f"--out {blocker / 'runs'}: not writable" in capsys.readouterr().err
+
+
+def test_digits_knows_only_its_fault(tmp_path, capsys):
+    assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--fault", "reward_hack"]) == 2
+    assert "the digits task knows lr_blowup" in capsys.readouterr().err
