@@ -668,7 +668,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     for ax, suite in zip(axes[:2], SUITES):
         metric = f"{suite}/accuracy"
         size, k = SUITES[suite]
-        ax.plot(grid, [truth[s][metric] for s in grid], color="black", lw=1.2, label="true mean@1")
+        ax.plot(grid, [truth[s][metric] for s in grid], color="black", lw=1.2, label="exact accuracy")
         for i, (name, result) in enumerate(results.items()):
             pts = [e for e in result.evals if _finite(e["metrics"].get(metric))]
             if not pts:
@@ -677,22 +677,26 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
             y = np.array([e["metrics"][metric] for e in pts])
             ci = np.array([e["ci"][metric] for e in pts], dtype=float)
             ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], fmt="o", ms=3.5, lw=1, capsize=0,
-                        color=colours[name], label=f"{labels[name]}: {len(pts)} evals, "
+                        color=colours[name], label=f"{labels[name]}: {report[name]['evals']} evals, "
                         f"{report[name]['answers']} answers")
-        ax.set_ylabel(f"{suite} accuracy (mean@{k})")
+        ax.set_ylabel(f"{suite} accuracy")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{suite}: {size} problems x {k} answers", fontsize=9, loc="left")
+        ax.set_title(f"{suite}: {size} problems x {k} answers; points: measured mean@{k} with 95% intervals, "
+                     "line: exact", fontsize=9, loc="left")
     steps = np.arange(len(streams))
     reward = np.array([m["train/reward"] for m in streams])
     window = max(1, len(streams) // 40)
-    smooth = np.convolve(reward, np.ones(window) / window, mode="same")
+    cumulative = np.concatenate([[0.0], np.cumsum(reward)])
+    lows = np.maximum(steps + 1 - window, 0)
+    smooth = (cumulative[steps + 1] - cumulative[lows]) / (steps + 1 - lows)   # trailing mean, no edge dip
     axes[2].plot(steps, reward, color="tab:green", alpha=0.3, lw=0.8)
     axes[2].plot(steps, smooth, color="tab:green", lw=1.5, label="train/reward (the cheap stream)")
     axes[2].set_ylabel("train reward")
     axes[2].set_xlabel("GRPO step")
     for ax in axes:
         ax.axvline(report["fault_step"], color="red", ls="--", lw=1)
-        ax.legend(fontsize=7.5, loc="lower left")
+    axes[0].legend(fontsize=7.5, loc="lower right")
+    axes[2].legend(fontsize=7.5, loc="lower right")
     fig.suptitle(f"rlvr demo: {report['fault_text']} at step {report['fault_step']} (red line)", fontsize=10)
     path = out / "comparison.png"
     fig.savefig(path, dpi=100)
