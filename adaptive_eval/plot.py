@@ -143,6 +143,8 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.util import tensor_util
 
+    from adaptive_eval.tensorboard import read_texts
+
     acc = EventAccumulator(str(tb_dir), size_guidance={"scalars": 0, "tensors": 0})
     try:
         acc.Reload()
@@ -158,9 +160,11 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
         scalars[tag] = (steps[order], values[order])
     texts = {}
     for tag in ("decisions",):
-        if tag in tags.get("tensors", []):
+        if tag in tags.get("tensors", []):  # a log written before text markers were paged
             texts[tag] = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode("utf-8", "replace"))
                           for e in acc.Tensors(tag)]
+        else:
+            texts[tag] = read_texts(acc, tag)
     return scalars, texts
 
 

@@ -75,7 +75,7 @@ from pathlib import Path
 
 from adaptive_eval.loggers import MetricLogger, NullLogger
 
-__all__ = ["TensorBoardLogger", "alarm_scalar", "dashboard_layout", "eval_scalars", "make_logger"]
+__all__ = ["TensorBoardLogger", "alarm_scalar", "dashboard_layout", "eval_scalars", "make_logger", "read_texts"]
 
 log = logging.getLogger("adaptive_eval")
 
@@ -341,6 +341,7 @@ class TensorBoardLogger(MetricLogger):
         self.groups: tuple[str, ...] = ()  # eval suites: one dashboard category each (set_groups)
         self._layout_stale = False
         self._text_metadata = None
+        self._pages: dict[str, list] = {}  # tag -> [page number, [(step, text), ...] of the open page]
         self._write(self._Event(wall_time=time.time(), file_version="brain.Event:2"))
         self._write_layout(0)
         self.flush()
@@ -445,7 +446,14 @@ class TensorBoardLogger(MetricLogger):
         self._layout_stale = False
 
     def text(self, step: int, tag: str, text: str) -> None:
-        """Record a text marker (markdown) under ``tag``; written to disk at once."""
+        """Record a text marker (one line of markdown) under ``tag``; written to disk at once.
+
+        Markers are kept in pages of :data:`TEXT_PAGE_SIZE`: the page ``<tag>/<page number>`` is one markdown
+        table (step, text) written again, whole, with each new marker.  So every marker survives TensorBoard's
+        sampling with its default settings (the event accumulator keeps 10 text events per tag and always the
+        last, the server 100), and markers at the same step do not replace each other.  :func:`read_texts`
+        reads them back.
+        """
         if not self._finalizer.alive:
             return
         step = _check_step(step)
@@ -453,6 +461,16 @@ class TensorBoardLogger(MetricLogger):
             raise TypeError(f"TensorBoard tags must be non-empty strings, got {tag!r}")
         if not isinstance(text, str):
             raise TypeError(f"text for tag {tag!r} must be a string, got {type(text).__name__}")
+        pages = self._pages.setdefault(tag, [0, []])
+        if len(pages[1]) >= TEXT_PAGE_SIZE:
+            pages[0] += 1
+            pages[1] = []
+        rows = pages[1]
+        rows.append((step, text))
+        table = [f"| step | {_cell(tag)} |", "| ---: | :--- |", *(f"| {s} | {_cell(t)} |" for s, t in rows)]
+        self._write_text(step, f"{tag}/{pages[0]:04d}", "\n".join(table))
+
+    def _write_text(self, step: int, tag: str, text: str) -> None:
         from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2
         from tensorboard.plugins.text import metadata
 
@@ -471,7 +489,8 @@ class TensorBoardLogger(MetricLogger):
             raise TypeError(f"config_yaml must be a string, got {type(config_yaml).__name__}")
         longest = max((len(run) for run in re.findall("`+", config_yaml)), default=0)
         fence = "`" * max(3, longest + 1)
-        self.text(0, CONFIG_TAG, f"{fence}yaml\n{config_yaml.rstrip()}\n{fence}")
+        if self._finalizer.alive:
+            self._write_text(0, CONFIG_TAG, f"{fence}yaml\n{config_yaml.rstrip()}\n{fence}")
 
     def flush(self) -> None:
         """Write everything logged so far to the event file."""
@@ -493,6 +512,52 @@ class TensorBoardLogger(MetricLogger):
             self._finalizer()
             _LIVE.discard(self)
             _uninstall_sigterm()
+
+
+TEXT_PAGE_SIZE = 25  # text markers per page (one TensorBoard text tag each)
+_PAGE_ROW = re.compile(r"^\| (\d+) \| (.*) \|$")
+
+
+def _cell(text: str) -> str:
+    """``text`` as one markdown table cell: pipes escaped, line breaks as <br>."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+
+def _uncell(cell: str) -> str:
+    out, i = [], 0
+    while i < len(cell):
+        if cell[i] == "\\" and i + 1 < len(cell):
+            out.append(cell[i + 1])
+            i += 2
+        else:
+            out.append(cell[i])
+            i += 1
+    return "".join(out).replace("<br>", "\n")
+
+
+def read_texts(source, tag: str) -> list[tuple[int, str]]:
+    """Every text marker written with ``text(step, tag, ...)``, as ``(step, text)`` in order.
+
+    ``source`` is a TensorBoard log folder (read with TensorBoard's own ``EventAccumulator`` and its default
+    size guidance) or an already loaded accumulator.
+    """
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = source
+    if not isinstance(source, event_accumulator.EventAccumulator):
+        acc = event_accumulator.EventAccumulator(str(source))
+        acc.Reload()
+    prefix = f"{tag}/"
+    pages = sorted(t for t in acc.Tags().get("tensors", []) if t.startswith(prefix) and t[len(prefix):].isdigit())
+    out = []
+    for page in pages:
+        text = tensor_util.make_ndarray(acc.Tensors(page)[-1].tensor_proto).item().decode("utf-8")
+        for line in text.split("\n")[2:]:
+            m = _PAGE_ROW.match(line)
+            if m:
+                out.append((int(m.group(1)), _uncell(m.group(2))))
+    return out
 
 
 def make_logger(log_dir: str | os.PathLike | None, *, flush_secs: float = 30.0, group=None) -> MetricLogger:

@@ -13,7 +13,7 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.util import tensor_util
 
 from adaptive_eval.loggers import MetricLogger, NullLogger
-from adaptive_eval.tensorboard import TensorBoardLogger, dashboard_layout, eval_scalars, make_logger
+from adaptive_eval.tensorboard import TensorBoardLogger, dashboard_layout, eval_scalars, make_logger, read_texts
 from adaptive_eval.types import EvalResult, MetricSummary
 from conftest import REPO
 from dist_utils import run_ranks
@@ -76,11 +76,28 @@ def test_text_markers_and_config(tmp_path):
         logger.text(120, "alarms", "cusum down on train/reward (change near step 112)")
         logger.text(121, "decisions", "alarm:train/reward:cusum:down")
     acc = read(tmp_path)
-    assert texts(acc, "decisions") == [(50, "trigger:steps"), (121, "alarm:train/reward:cusum:down")]
-    assert texts(acc, "alarms") == [(120, "cusum down on train/reward (change near step 112)")]
+    assert read_texts(acc, "decisions") == [(50, "trigger:steps"), (121, "alarm:train/reward:cusum:down")]
+    assert read_texts(acc, "alarms") == [(120, "cusum down on train/reward (change near step 112)")]
     ((step, config),) = texts(acc, "config")
     assert step == 0 and config == "````yaml\ntrigger:\n  freq_steps: 50\nnote: '```'\n````"
-    assert acc.SummaryMetadata("decisions").plugin_data.plugin_name == "text"
+    assert acc.SummaryMetadata("decisions/0000").plugin_data.plugin_name == "text"
+
+
+def test_every_text_marker_survives_tensorboards_default_sampling(tmp_path):
+    """153 decisions and alarms that share a step: all come back from an EventAccumulator with default size
+    guidance (10 text events per tag), none replaced by another at the same step."""
+    decisions = [(10 * i, f"evaluated: trigger:steps (n={i}) | a pipe\nand a line") for i in range(153)]
+    alarms = [(1504, "train/loss cusum up: level up"), (1504, "train/grad_norm spike up: 40 sd"),
+              (1504, "train/loss page_hinkley up"), (1530, "eval/acc cusum down")]
+    with TensorBoardLogger(tmp_path, flush_secs=3600) as logger:
+        for step, text in sorted(decisions + [(s, "ALARM " + t) for s, t in alarms], key=lambda x: x[0]):
+            (logger.text(step, "alarms", text[6:]) if text.startswith("ALARM ") else
+             logger.text(step, "decisions", text))
+    acc = EventAccumulator(str(tmp_path))  # TensorBoard's default size guidance: 10 tensor events per tag
+    acc.Reload()
+    assert len(acc.Tensors("decisions/0000")) == 10 < 25  # sampled, as TensorBoard does: the page still has all
+    assert read_texts(acc, "decisions") == decisions
+    assert read_texts(tmp_path, "alarms") == alarms
 
 
 def test_layout_has_a_margin_chart_per_metric_and_the_controller_state(tmp_path):
@@ -271,7 +288,8 @@ CHILD = """
     del dropped  # garbage-collected without close()
     if MODE in ("term", "handler"):
         print("ready", flush=True)
-        time.sleep(60)
+        for _ in range(1200):  # short sleeps: a SIGTERM the kernel hands to numpy's worker thread is handled
+            time.sleep(0.05)   # when the main thread next runs Python code (tests/test_reliability_crash.py)
 """
 
 
