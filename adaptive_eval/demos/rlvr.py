@@ -9,7 +9,7 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
   transformer can add, Lee et al. 2023); the answer is the sum's digits in the same order, then the end
   token.  The reward is 1 for the exact answer, else 0.
 * **The base model**: the policy is first trained briefly by supervised learning on 1- to 4-digit sums
-  with label smoothing (:data:`BASE_STEPS` steps; about 6 s), so that it knows the task but samples
+  with label smoothing (:data:`BASE_STEPS` steps; about 10 s of CPU), so that it knows the task but samples
   noisily, as a pretrained LLM does before RL.  It is the reference of the KL term.
 * **GRPO**: every step samples :data:`GROUP` answers to each of :data:`PROMPTS` fresh 1- to 3-digit
   problems (all ``PROMPTS x GROUP`` in one batched generation), scores them, takes group-relative
@@ -31,20 +31,25 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
   :data:`ENTROPY_FAULT_COEF`: sampling turns deterministic and pass@k falls towards mean@1), or ``none``.
 
 The policy is trained once; its weights are kept at every step, so the runs compared see exactly the
-same models: ``adaptive`` (the default preset, or ``config``) and ``fixed`` (the plain AReaL schedule,
-both whole suites every ``k`` steps, ``k`` the longest interval that spends at least as many generated
-samples as the adaptive run).  The evaluators' clock is simulated with the config's ``replay`` costs (60 s
-a training step, 5 s + 0.05 s per generated answer an evaluation), so budgets act as they
-would on a real run; the wall time in the table is that simulated time.  The true value of each suite at
+same models: ``adaptive`` (the default preset, or ``config``, evaluating while the policy trains; the
+``ood`` suite at every :data:`OOD_EVERY`-th evaluation, on alarms and at the end), ``async`` (the same
+with ``evaluation.asynchronous``: a :class:`~adaptive_eval.asynchronous.SnapshotEval` copy of the weights
+evaluated on its own simulated device and integrated :data:`ASYNC_LATENCY` steps later) and ``fixed``
+(the plain AReaL schedule, both whole suites every ``k`` steps, ``k`` the longest interval that generates
+at least as many answers as the adaptive run; run afterwards from the kept weights).  Each item's answers
+are drawn from its own seeded numbers, so runs that evaluate an item at the same step get the same answers
+(they are generated once).  The evaluators' clock is simulated (:data:`SIMULATED_COSTS`: 60 s a training
+step, 5 s + 0.05 s per generated answer an evaluation), so budgets act as they would on a real run; the
+wall time in the table is that simulated time.  The true value of each suite at
 every step is exact, not estimated: the probability that the policy samples the right answer is the
 product of its token probabilities along that answer, averaged over the suite's problems (pass@k from
 the same per-problem probabilities).  It is used only to score the runs and to write the trace.
 
-Outputs, in ``out_dir``: ``adaptive/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
-``alarms.jsonl``, ``summary.json``, ``tb/``) plus ``run.png``; ``comparison.png`` (both runs' evaluations
-over the true curve), ``comparison.json`` (the figures :func:`format_comparison` prints), and
-``trace.csv`` (the streams and, as ``eval/id/accuracy`` and ``eval/ood/accuracy``, the true accuracies
-at every step) for ``adaptive-eval replay`` and ``adaptive-eval tune``.
+Outputs, in ``out_dir``: ``adaptive/``, ``async/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
+``alarms.jsonl``, ``summary.json``, ``tb/``) plus ``run.png``; ``comparison.png`` (the runs' evaluations
+over the exact curve), ``comparison.json`` (the figures :func:`format_comparison` prints), and
+``trace.csv`` (the streams and, as ``eval/id/accuracy`` and ``eval/ood/accuracy``, the exact accuracies
+every :data:`TRUTH_EVERY` steps) for ``adaptive-eval replay`` and ``adaptive-eval tune``.
 """
 
 from __future__ import annotations
