@@ -124,3 +124,38 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
 def test_bad_settings_exit_2(tmp_path, capsys, args, message):
     assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--no-progress", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_replaying_the_runs_own_tensorboard_log_reproduces_its_trace(demo_run, tmp_path):
+    """adaptive-eval replay of adaptive/tb: the same streams (no 'streams/' prefix), the same alarms as replaying
+    trace.csv, on the simulated clock (the event wall times are not mixed with simulated eval seconds)."""
+    _, _, out = demo_run
+    tb, csv = read_trace(out / "adaptive" / "tb"), read_trace(out / "trace.csv")
+    streams = [n for n in csv.stream_names()]
+    assert sorted(tb.stream_names()) == sorted(streams)
+    for name in streams:
+        assert tb.column(name)[0].tolist() == csv.column(name)[0].tolist()
+        assert tb.column(name)[1].tolist() == pytest.approx(csv.column(name)[1].tolist(), rel=1e-6)  # float32
+    assert all(r.time is None for r in tb)
+    runs = {}
+    for name, src in (("csv", out / "trace.csv"), ("tb", out / "adaptive" / "tb")):
+        with redirect_stdout(io.StringIO()):
+            assert main(["replay", str(src), "--out", str(tmp_path / name), "--no-tensorboard"]) == 0
+        runs[name] = (_lines(tmp_path / name / "alarms.jsonl"), json.loads((tmp_path / name / "summary.json").read_text()))
+    key = lambda a: (a["step"], a["stream"], a["detector"], a["direction"])  # noqa: E731
+    assert [key(a) for a in runs["tb"][0]] == [key(a) for a in runs["csv"][0]] and runs["csv"][0]
+    for name in ("csv", "tb"):
+        s = runs[name][1]
+        assert s["eval_seconds"] / (s["eval_seconds"] + s["train_seconds"]) < 0.3  # not 95% (wall vs simulated)
+
+
+def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(demo_run):
+    from adaptive_eval.tensorboard import read_texts
+
+    _, _, out = demo_run
+    run = out / "adaptive"
+    summary = json.loads((run / "summary.json").read_text())
+    decisions = read_texts(run / "tb", "decisions")  # TensorBoard's EventAccumulator, default size guidance
+    assert len(decisions) == summary["evals"] + summary["deferrals"] > 100
+    alarms = read_texts(run / "tb", "alarms")
+    assert len(alarms) == len(_lines(run / "alarms.jsonl")) == summary["alarms"]
