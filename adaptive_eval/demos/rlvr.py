@@ -28,7 +28,8 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
   the training reward climbs back while the held-out accuracy falls, the case where the cheap stream
   lies and only evaluation shows the truth), ``lr_blowup`` (the learning rate x :data:`LR_FAULT_FACTOR`),
   ``entropy_collapse`` (a sign bug turns the entropy bonus into a penalty of weight
-  :data:`ENTROPY_FAULT_COEF`: sampling turns deterministic and pass@k falls towards mean@1), or ``none``.
+  :data:`ENTROPY_FAULT_COEF`: sampling turns deterministic; on this task that sharpens the policy and the
+  held-out accuracy does not fall, a fault that evaluation rightly finds harmless), or ``none``.
 
 The policy is trained once; its weights are kept at every step, so the runs compared see exactly the
 same models: ``adaptive`` (the default preset, or ``config``, evaluating while the policy trains; the
