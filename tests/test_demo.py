@@ -159,3 +159,30 @@ def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(demo_
     assert len(decisions) == summary["evals"] + summary["deferrals"] > 100
     alarms = read_texts(run / "tb", "alarms")
     assert len(alarms) == len(_lines(run / "alarms.jsonl")) == summary["alarms"]
+
+
+def test_plot_of_the_demo_folder_draws_both_runs_on_shared_axes(demo_run, tmp_path):
+    from adaptive_eval.plot import _draw_comparison, _load, find_runs
+
+    _, _, out = demo_run
+    with redirect_stdout(io.StringIO()):
+        assert main(["plot", str(out), "--out", str(tmp_path / "runs.png")]) == 0  # was: "no run found"
+    assert (tmp_path / "runs.png").read_bytes().startswith(b"\x89PNG")
+    runs = [_load(p) for p in find_runs([out])]
+    assert [r.name for r in runs] == ["adaptive", "fixed"]
+    fig = _draw_comparison(runs)
+    top = fig.axes[0]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert len(labels) == 2 and labels[0].startswith("adaptive: ") and labels[1].startswith("fixed: ")
+    # markers only: no line joins evaluations (it would draw a decline across a 200-step gap nobody measured)
+    assert not [ln for ln in top.get_lines() if ln.get_linestyle() not in ("None", "none", "") and len(ln.get_xdata()) > 2]
+
+
+def test_plot_marks_values_off_the_axis_and_says_eval_time_is_simulated(demo_run):
+    from adaptive_eval.plot import _draw, _load
+
+    _, _, out = demo_run
+    fig = _draw(_load(out / "adaptive"))
+    legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert any("off the axis (above" in t for t in legends)  # the blow-up after the fault is not cut off silently
+    assert "simulated eval time" in fig._suptitle.get_text()
