@@ -185,6 +185,7 @@ class AdaptiveEvaluator:
         self._eval_errors = 0
         self._deferrals = 0
         self._alarm_count = 0
+        self._alarm_counts: dict[str, int] = {}  # per stream, for TensorBoard's alarm chart
         self._alarm_pending = False
         self._last_step: int | None = None
         self._last_eval_step: int | None = None
@@ -381,7 +382,9 @@ class AdaptiveEvaluator:
             from adaptive_eval.tensorboard import alarm_scalar
 
             where = f"rank {rank}: " if rank is not None and alarm.detector != "rank_discrepancy" else ""
-            self.logger.log(step, {f"alarms/{alarm.stream}": alarm_scalar(alarm.direction)})
+            count = self._alarm_counts[alarm.stream] = self._alarm_counts.get(alarm.stream, 0) + 1
+            self.logger.log(step, {f"alarms/{alarm.stream}": alarm_scalar(alarm.direction),
+                                   f"alarm_count/{alarm.stream}": float(count)})
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
@@ -868,6 +871,7 @@ class AdaptiveEvaluator:
             "deferrals": self._deferrals,
             "alarms": self._alarm_count,
             "alarm_pending": self._alarm_pending,
+            "alarm_counts": dict(self._alarm_counts),
             "last_step": self._last_step,
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
@@ -910,6 +914,7 @@ class AdaptiveEvaluator:
         self._deferrals = int(sd.get("deferrals", 0))
         self._alarm_count = int(sd.get("alarms", 0))
         self._alarm_pending = bool(sd.get("alarm_pending", False))
+        self._alarm_counts = {str(k): int(v) for k, v in sd.get("alarm_counts", {}).items()}
         self._last_step = sd.get("last_step")
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
@@ -927,7 +932,9 @@ class AdaptiveEvaluator:
 
         Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
-        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).
+        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
+        process group, call it on every training rank (the first one broadcasts the drained results); with
+        eval ranks it also tells them to stop serving.
         """
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)

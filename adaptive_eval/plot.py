@@ -225,17 +225,17 @@ def _stream_tags(scalars: Mapping, alarmed: set[str]) -> list[str]:
 
 
 def _choose_streams(names: list[str], alarms: list[dict], limit: int = MAX_STREAM_PANELS) -> list[str]:
-    """At most ``limit`` streams: the ones that raised the most alarms first, then the others as logged.
+    """At most ``limit`` streams, chosen by the alarms they raised (most first, then by name), drawn in name
+    order: the same trace gives the same panels in the same order, from the demo's folder or a replay.
 
-    >>> _choose_streams(["a", "b", "c", "d", "e"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
+    >>> _choose_streams(["e", "b", "c", "d", "a"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
     ...                                              {"stream": "c", "step": 1}])
-    ['d', 'c', 'a', 'b']
+    ['a', 'b', 'c', 'd']
     """
     counts: dict[str, int] = {}
     for a in alarms:
         counts[a["stream"]] = counts.get(a["stream"], 0) + 1
-    rank = {n: i for i, n in enumerate(names)}
-    return sorted(names, key=lambda n: (-counts.get(n, 0), rank[n]))[:limit]
+    return sorted(sorted(names, key=lambda n: (-counts.get(n, 0), n))[:limit])
 
 
 def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
@@ -334,7 +334,14 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
     sizes = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows])
     area = np.where(np.isfinite(sizes), _area(sizes, size_range), 40.0)
     ok = np.isfinite(means)
-    ax.plot(steps[ok], means[ok], color="0.6", linewidth=0.8, zorder=1)
+    # Join neighbouring evaluations only: across a gap wider than twice the usual spacing (a fixed schedule's
+    # 200 steps) a line would draw a gradual change that nobody measured.
+    xs, ys = steps[ok].astype(float), means[ok]
+    if len(xs) > 2:
+        gaps = np.diff(xs)
+        cut = np.flatnonzero(gaps > 2.0 * np.median(gaps)) + 1
+        xs, ys = np.insert(xs, cut, np.nan), np.insert(ys, cut, np.nan)
+    ax.plot(xs, ys, color="0.6", linewidth=0.8, zorder=1)
     with np.errstate(invalid="ignore"):
         yerr = np.vstack([np.clip(means - lo, 0, None), np.clip(hi - means, 0, None)])
     has_ci = ok & np.isfinite(yerr).all(axis=0)
@@ -354,7 +361,8 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
             handles.append(ax.scatter([], [], s=_area(n, size_range), color="white", edgecolor="black",
                                       linewidth=0.5))
             labels.append(f"n = {n:,.0f}")
-    ax.legend(handles, labels, loc="best", fontsize=7, framealpha=0.85, ncol=2, scatterpoints=1)
+    # Below the curve's top, where the alarm labels are written (loc="best" could cover one).
+    ax.legend(handles, labels, loc="lower left", fontsize=7, framealpha=0.85, ncol=2, scatterpoints=1)
 
 
 def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> None:
@@ -405,9 +413,9 @@ def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
         if len(lines) > 3:
             lines = lines[:2] + [f"+{len(lines) - 2} more"]
         color = colors[group[0]["detector"]] if len({a["detector"] for a in group}) == 1 else "0.2"
+        # No box behind the label: it must not hide the evaluations just before the alarm; drawn under them.
         top.text(group[0]["step"], 0.98, "\n".join(lines), transform=top.get_xaxis_transform(), rotation=90,
-                 ha="right", va="top", fontsize=7, color=color,
-                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
+                 ha="right", va="top", fontsize=7, color=color, alpha=0.9, zorder=0.5)
 
 
 def _title(run: _Run) -> str:
@@ -463,7 +471,8 @@ def _draw(run: _Run):
         spans = _deferred_spans(*run.deferred)
         for ax in axes:
             for i, (a, b) in enumerate(spans):
-                ax.axvspan(a, b, color="0.55", alpha=0.18, linewidth=0, zorder=0,
+                ax.axvspan(a, b, facecolor="orange", alpha=0.3, hatch="///", edgecolor="darkorange", linewidth=0,
+                           zorder=0,
                            label="evaluation deferred" if i == 0 and ax is axes[-1] else None)
         if spans:
             axes[-1].legend(loc="best", fontsize=7, framealpha=0.85)
