@@ -70,7 +70,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
     print(f"  evaluations {s['evals']}, samples {s['samples']}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
-          f"eval time {frac:.1%} of wall time")
+          f"simulated eval time {frac:.1%} of the run")
     reasons: dict[str, int] = {}
     for e in result.evals:
         key = e["reason"].split(":")[0]
@@ -93,10 +93,10 @@ def _check_writable(out: str) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from adaptive_eval.plot import PlotError, plot_run
+    from adaptive_eval.plot import PlotError, plot_runs
 
     try:
-        path = plot_run(args.dir, args.out)
+        path = plot_runs(args.dir, args.out)
     except PlotError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
@@ -250,9 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("plot", help="draw a PNG of a run or replay folder")
-    p.add_argument("dir", help="a folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/)")
-    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png)")
+    p = sub.add_parser("plot", help="draw a PNG of a run, or of several runs on shared axes")
+    p.add_argument("dir", nargs="+", help="a run folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/), "
+                                          "or a folder of runs (runs/demo: its adaptive and fixed runs)")
+    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png for one run, runs.png in "
+                                               "the common folder for several)")
     p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("demo", help="train a model with a fault midway (rlvr: a GRPO policy; digits: a classifier); "

@@ -225,17 +225,17 @@ def _stream_tags(scalars: Mapping, alarmed: set[str]) -> list[str]:
 
 
 def _choose_streams(names: list[str], alarms: list[dict], limit: int = MAX_STREAM_PANELS) -> list[str]:
-    """At most ``limit`` streams: the ones that raised the most alarms first, then the others as logged.
+    """At most ``limit`` streams, chosen by the alarms they raised (most first, then by name), drawn in name
+    order: the same trace gives the same panels in the same order, from the demo's folder or a replay.
 
-    >>> _choose_streams(["a", "b", "c", "d", "e"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
+    >>> _choose_streams(["e", "b", "c", "d", "a"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
     ...                                              {"stream": "c", "step": 1}])
-    ['d', 'c', 'a', 'b']
+    ['a', 'b', 'c', 'd']
     """
     counts: dict[str, int] = {}
     for a in alarms:
         counts[a["stream"]] = counts.get(a["stream"], 0) + 1
-    rank = {n: i for i, n in enumerate(names)}
-    return sorted(names, key=lambda n: (-counts.get(n, 0), rank[n]))[:limit]
+    return sorted(sorted(names, key=lambda n: (-counts.get(n, 0), n))[:limit])
 
 
 def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
@@ -334,7 +334,14 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
     sizes = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows])
     area = np.where(np.isfinite(sizes), _area(sizes, size_range), 40.0)
     ok = np.isfinite(means)
-    ax.plot(steps[ok], means[ok], color="0.6", linewidth=0.8, zorder=1)
+    # Join neighbouring evaluations only: across a gap wider than twice the usual spacing (a fixed schedule's
+    # 200 steps) a line would draw a gradual change that nobody measured.
+    xs, ys = steps[ok].astype(float), means[ok]
+    if len(xs) > 2:
+        gaps = np.diff(xs)
+        cut = np.flatnonzero(gaps > 2.0 * np.median(gaps)) + 1
+        xs, ys = np.insert(xs, cut, np.nan), np.insert(ys, cut, np.nan)
+    ax.plot(xs, ys, color="0.6", linewidth=0.8, zorder=1)
     with np.errstate(invalid="ignore"):
         yerr = np.vstack([np.clip(means - lo, 0, None), np.clip(hi - means, 0, None)])
     has_ci = ok & np.isfinite(yerr).all(axis=0)
@@ -354,7 +361,8 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
             handles.append(ax.scatter([], [], s=_area(n, size_range), color="white", edgecolor="black",
                                       linewidth=0.5))
             labels.append(f"n = {n:,.0f}")
-    ax.legend(handles, labels, loc="best", fontsize=7, framealpha=0.85, ncol=2, scatterpoints=1)
+    # Below the curve's top, where the alarm labels are written (loc="best" could cover one).
+    ax.legend(handles, labels, loc="lower left", fontsize=7, framealpha=0.85, ncol=2, scatterpoints=1)
 
 
 def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> None:
@@ -373,6 +381,15 @@ def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> 
         low, high = np.percentile(finite, [0.5, 99.5])
         pad = 0.08 * (high - low) if high > low else max(abs(high), 1.0) * 0.05
         ax.set_ylim(low - pad, high + pad)
+        # Say where values lie beyond the axis (a blow-up), instead of cutting them off without a sign.
+        for beyond, y, marker, word in ((values > high + pad, 0.97, "^", "above"),
+                                        (values < low - pad, 0.03, "v", "below")):
+            if beyond.any():
+                extreme = values[beyond].max() if word == "above" else values[beyond].min()
+                ax.plot(steps[beyond], np.full(int(beyond.sum()), y), linestyle="none", marker=marker, markersize=4,
+                        color="crimson", transform=ax.get_xaxis_transform(), zorder=4,
+                        label=f"{int(beyond.sum())} off the axis ({word}; extreme {extreme:.3g})")
+                ax.legend(loc="best", fontsize=7, framealpha=0.85)
 
 
 def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
@@ -396,9 +413,9 @@ def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
         if len(lines) > 3:
             lines = lines[:2] + [f"+{len(lines) - 2} more"]
         color = colors[group[0]["detector"]] if len({a["detector"] for a in group}) == 1 else "0.2"
+        # No box behind the label: it must not hide the evaluations just before the alarm; drawn under them.
         top.text(group[0]["step"], 0.98, "\n".join(lines), transform=top.get_xaxis_transform(), rotation=90,
-                 ha="right", va="top", fontsize=7, color=color,
-                 bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 1})
+                 ha="right", va="top", fontsize=7, color=color, alpha=0.9, zorder=0.5)
 
 
 def _title(run: _Run) -> str:
@@ -416,8 +433,9 @@ def _title(run: _Run) -> str:
     if isinstance(eval_s, (int, float)):
         share = ""
         if isinstance(train_s, (int, float)) and train_s > 0:
-            share = f" ({100.0 * eval_s / (eval_s + train_s):.1f}% of run time)"
-        parts.append(f"eval time {eval_s:,.0f} s{share}")
+            share = f" ({100.0 * eval_s / (eval_s + train_s):.1f}% of the run)"
+        # summary.json comes from replay or the demo, whose clocks are simulated (replay.* seconds per step/item).
+        parts.append(f"simulated eval time {eval_s:,.0f} s{share}")
     return f"{run.name}: " + ", ".join(p for p in parts if p)
 
 
@@ -453,7 +471,8 @@ def _draw(run: _Run):
         spans = _deferred_spans(*run.deferred)
         for ax in axes:
             for i, (a, b) in enumerate(spans):
-                ax.axvspan(a, b, color="0.55", alpha=0.18, linewidth=0, zorder=0,
+                ax.axvspan(a, b, facecolor="orange", alpha=0.3, hatch="///", edgecolor="darkorange", linewidth=0,
+                           zorder=0,
                            label="evaluation deferred" if i == 0 and ax is axes[-1] else None)
         if spans:
             axes[-1].legend(loc="best", fontsize=7, framealpha=0.85)
@@ -489,6 +508,102 @@ def plot_run(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = No
     run_dir = Path(run_dir)
     out = Path(out_path) if out_path is not None else run_dir / "run.png"
     fig = _draw(_load(run_dir))
+    try:
+        fig.savefig(out, format="png")
+    except OSError as exc:
+        raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None
+    return out
+
+
+# --- several runs on shared axes ------------------------------------------------------------------------------
+
+_RUN_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
+
+
+def find_runs(dirs) -> list[Path]:
+    """The run folders in ``dirs``: each one that holds a run, or else the runs right below it (a demo's output)."""
+    runs = []
+    for d in map(Path, dirs):
+        if not d.is_dir():
+            raise PlotError(f"{d}: not a folder")
+        if (d / "evals.jsonl").is_file() or (d / "tb").is_dir():
+            runs.append(d)
+            continue
+        below = sorted(p for p in d.iterdir() if p.is_dir() and ((p / "evals.jsonl").is_file() or (p / "tb").is_dir()))
+        if not below:
+            raise PlotError(f"{d}: no run found (expected evals.jsonl or a tb/ folder of TensorBoard logs, in it or "
+                            "in the folders right below it)")
+        runs += below
+    return runs
+
+
+def _draw_comparison(runs: list[_Run]):
+    from matplotlib.figure import Figure
+
+    metrics = list(dict.fromkeys(m for r in runs for e in r.evals for m in e["metrics"]))[:MAX_EVAL_PANELS]
+    with_streams = next((r for r in runs if r.streams), None)
+    alarms = [a for r in runs for a in r.alarms]
+    stream_names = _choose_streams(list(with_streams.streams), alarms) if with_streams else []
+    n_panels = max(1, len(metrics) + len(stream_names))
+    height = 1.4 + 2.1 * n_panels
+    fig = Figure(figsize=(11, height), dpi=110, layout="constrained")
+    axes = list(np.atleast_1d(fig.subplots(n_panels, 1, sharex=True, squeeze=False)[:, 0]))
+    sizes = [e["sample_size"] for r in runs for e in r.evals if e["sample_size"] is not None]
+    size_range = (min(sizes), max(sizes)) if sizes else (math.nan, math.nan)
+    for ax, metric in zip(axes, metrics):
+        for i, run in enumerate(runs):
+            rows = [e for e in run.evals if metric in e["metrics"] and math.isfinite(e["metrics"][metric])]
+            if not rows:
+                continue
+            color = _RUN_COLORS[i % len(_RUN_COLORS)]
+            steps = np.array([e["step"] for e in rows])
+            means = np.array([e["metrics"][metric] for e in rows])
+            lo = np.array([e["ci"].get(metric, [math.nan, math.nan])[0] for e in rows], dtype=float)
+            hi = np.array([e["ci"].get(metric, [math.nan, math.nan])[1] for e in rows], dtype=float)
+            n = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows], dtype=float)
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            ax.errorbar(steps[ok], means[ok], yerr=np.vstack([means[ok] - lo[ok], hi[ok] - means[ok]]).clip(0),
+                        fmt="none", ecolor=color, elinewidth=0.9, alpha=0.7, capsize=2, zorder=2)
+            # Markers only: a line between two evaluations 200 steps apart would draw a change nobody measured.
+            ax.scatter(steps, means, s=np.where(np.isfinite(n), _area(n, size_range), 40.0), color=color,
+                       edgecolor="black", linewidth=0.4, zorder=3, alpha=0.85,
+                       label=f"{run.name}: {len(rows)} evals, {int(np.nansum(n)):,} samples")
+        ax.set_ylabel(f"eval/{metric}", fontsize=9)
+        ax.legend(loc="lower left", fontsize=7, framealpha=0.9)
+    for ax, name in zip(axes[len(metrics):], stream_names):
+        _draw_stream_panel(ax, f"{name} ({with_streams.name})", *with_streams.streams[name])
+    for i, run in enumerate(runs):
+        for a in run.alarms:
+            for ax in axes:
+                ax.axvline(a["step"], color=_RUN_COLORS[i % len(_RUN_COLORS)], linewidth=0.9, linestyle="--",
+                           alpha=0.7, zorder=0)
+    for ax in axes:
+        ax.grid(True, color="0.9", linewidth=0.6)
+        ax.tick_params(labelsize=8)
+    axes[-1].set_xlabel("training step", fontsize=9)
+    fig.suptitle(" vs ".join(r.name for r in runs) + ": evaluations on shared axes", fontsize=11,
+                 fontweight="bold")
+    notes = ["marker area \u221d sample size; bars: confidence interval; dashed: alarms, in the run's colour"]
+    fig.supxlabel("; ".join(notes), fontsize=7, color="0.35")
+    return fig
+
+
+def plot_runs(dirs, out_path: str | os.PathLike | None = None) -> Path:
+    """One picture of several runs: each folder of ``dirs`` that holds a run, or the runs right below it (the
+    demo's ``runs/demo`` gives its adaptive and fixed runs).  One run is drawn as :func:`plot_run` draws it;
+    several share their axes.  Default output: ``<the common folder>/runs.png`` (one run: its ``run.png``)."""
+    found = find_runs(dirs)
+    if len(found) == 1:
+        return plot_run(found[0], out_path)
+    out = Path(out_path) if out_path is not None else Path(os.path.commonpath([p.resolve() for p in found])) / "runs.png"
+    names = [p.name for p in found]
+    runs = []
+    for p in found:
+        run = _load(p)
+        if names.count(p.name) > 1:
+            run.name = f"{p.parent.name}/{p.name}"
+        runs.append(run)
+    fig = _draw_comparison(runs)
     try:
         fig.savefig(out, format="png")
     except OSError as exc:

@@ -112,10 +112,30 @@ def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tup
     return (mean - half, mean + half)
 
 
+def _variance(total: float, total_sq: float, n: int, m2: float | None) -> float:
+    if m2 is not None and math.isfinite(m2):
+        return max(m2, 0.0) / (n - 1)
+    mean = total / n
+    return max(total_sq - n * mean * mean, 0.0) / (n - 1)
+
+
+def deviations(values: np.ndarray) -> float:
+    """Sum of squared deviations of ``values`` from their mean, in two passes (numerically stable)."""
+    if values.size == 0:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = values - values.mean()
+        return float(np.dot(d, d))
+
+
 def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95, *,
               clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
-              nan_count: int = 0, population: int = 0) -> MetricSummary:
+              nan_count: int = 0, population: int = 0, m2: float | None = None) -> MetricSummary:
     """Summary from the sufficient statistics of per-sample values (exact across shards).
+
+    ``m2``: the sum of squared deviations from the mean, when the values are at hand (:func:`deviations`).
+    The variance then comes from it, not from ``total_sq - n * mean^2``, which cancels catastrophically for
+    values far from 0 relative to their spread (``1e9 + N(0, 1)`` gave a zero-width interval).
 
     ``clustered``: the values are per-item means of several samples each (``samples`` in all); the
     interval is then over items (:func:`clustered_interval`), for a suite of ``population`` items (0: an
@@ -123,12 +143,12 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     """
     if clustered:
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
-                                    population)
+                                    population, m2)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary)
     mean = total / n
     if n > 1:
-        var = max(total_sq - n * mean * mean, 0.0) / (n - 1)
+        var = _variance(total, total_sq, n, m2)
         std = math.sqrt(var)
     else:
         std = math.nan
@@ -191,7 +211,8 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         binary = False
     else:
         binary = bool(arr.size) and bool(np.all((arr == 0.0) | (arr == 1.0)))
-    return from_sums(float(arr.sum()), float(np.dot(arr, arr)), int(arr.size), binary, confidence)
+    return from_sums(float(arr.sum()), float(np.dot(arr, arr)), int(arr.size), binary, confidence,
+                     m2=deviations(arr))
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
@@ -553,14 +574,14 @@ def clopper_pearson(successes: float, n: float, confidence: float = 0.95) -> tup
 
 
 def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, within_ss, nan_count,
-                         population=0) -> MetricSummary:
+                         population=0, m2=None) -> MetricSummary:
     extra = {"clustered": True, "samples": int(samples), "within_ss": float(within_ss), "nan_count": int(nan_count),
              "population": int(population)}
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0,
                              binary=proportion, **extra)
     mean = total / n
-    std = math.sqrt(max(total_sq - n * mean * mean, 0.0) / (n - 1)) if n > 1 else math.nan
+    std = math.sqrt(_variance(total, total_sq, n, m2)) if n > 1 else math.nan
     summary = MetricSummary(mean=mean, n=n, ci=(math.nan, math.nan), std=std, total=total, total_sq=total_sq,
                             binary=proportion, **extra)
     var_mean = mean_over_items_var(std, n, summary.within_var, summary.samples_per_item, population)
@@ -636,7 +657,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
     samples = int(m.sum())
     out = {name: from_sums(float(im.sum()), float(np.dot(im, im)), int(im.size), binary, confidence,
                            clustered=True, samples=samples, within_ss=within_ss, nan_count=nan_count,
-                           population=population)}
+                           population=population, m2=deviations(im))}
     for k in ks:
         too_few = np.nonzero(lengths < k)[0]
         if too_few.size:

@@ -27,6 +27,7 @@ tag                                 value
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
 ``streams/<name>/<detector>``       a detector's statistic on that stream
 ``alarms/<stream>``                 +1 alarm upwards, -1 downwards, 1 without a direction
+``alarm_count/<stream>``            alarms on that stream so far (the dashboard's alarm chart)
 ==================================  ===========================================================
 
 The suffixes ``/ci_low``, ``/ci_high``, ``/n``, ``/samples_per_item`` and ``/nan`` are reserved: a metric must not be named
@@ -153,8 +154,8 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     ('Margin', ['eval/acc', 'eval/acc/ci_low', 'eval/acc/ci_high'])
     >>> layout["eval"]["reward"]
     ('Multiline', ['^eval/reward$'])
-    >>> layout["controller"]["interval and sample size"]
-    ('Multiline', ['^controller/interval$', '^controller/sample_size$'])
+    >>> layout["controller"]["interval (steps)"], layout["alarms"]["alarms so far, per stream"]
+    (('Multiline', ['^controller/interval$']), ('Multiline', ['^alarm_count/']))
     """
     with_ci = set(metrics_with_ci)
     groups = list(groups)
@@ -175,19 +176,23 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
             charts["samples per item"] = ("Multiline", [prefix + ".*/samples_per_item$"])
     if eval_charts:
         eval_charts["samples per evaluation"] = ("Multiline", ["^eval/.*/n$"])
-    # Three charts rather than one: the interval and sample size are counts in the hundreds, the
-    # fraction and the deferral flag live in [0, 1]; on one axis the small ones would be flat lines.
+    # One unit per chart: steps, items, a fraction, a 0/1 flag and a count each get their own axis (on a shared
+    # one, a fixed run's 500 items put the interval off-scale, or the small ones become flat lines).
     controller = {
-        "interval and sample size": ("Multiline", [_exact("controller/interval"), _exact("controller/sample_size")]),
-        "eval fraction and deferrals": ("Multiline", [_exact("controller/eval_fraction"),
-                                                      _exact("controller/deferred")]),
-        "evaluation errors": ("Multiline", [_exact("controller/eval_errors")]),
+        "interval (steps)": ("Multiline", [_exact("controller/interval")]),
+        "sample size (items)": ("Multiline", [_exact("controller/sample_size")]),
+        "eval-time fraction": ("Multiline", [_exact("controller/eval_fraction")]),
+        "deferred (1) or evaluated (0)": ("Multiline", [_exact("controller/deferred")]),
+        "evaluation errors so far": ("Multiline", [_exact("controller/eval_errors")]),
     }
     layout = {f"eval: {g}": charts for g, charts in suite_charts.items() if charts}
     if eval_charts:
         layout["eval"] = eval_charts
     layout["controller"] = controller
-    layout["alarms"] = {"alarms (+1 up, -1 down)": ("Multiline", ["^alarms/"])}
+    # Alarms are rare discrete events: a line through +1/-1 values joins events far apart and TensorBoard's
+    # default smoothing (0.6) shows a lone +1 as 0.25.  The running count per stream is a step function that
+    # neither misreads (the ``alarms/<stream>`` +-1 values stay in the Scalars tab, the messages in Text).
+    layout["alarms"] = {"alarms so far, per stream": ("Multiline", ["^alarm_count/"])}
     return layout
 
 

@@ -801,6 +801,34 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
                 add(tag, int(ev.step), ev.wall_time, float(arr.reshape(()).item()))
     if not by_step:
         raise TraceError("no records (no scalar events)", path)
+    if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):
+        return _own_log(by_step, path)
     t0 = min(wall.values())
     records = [TraceRecord(step, by_step[step], None, wall[step] - t0) for step in sorted(by_step)]
+    return Trace(records, str(path))
+
+
+# The tags an AdaptiveEvaluator's own TensorBoard log has besides its streams and eval means (see tensorboard.py).
+_OWN_TAGS = ("streams/", "controller/")
+_OWN_EVAL_SUFFIXES = ("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")
+
+
+def _own_log(by_step: dict, path) -> Trace:
+    """An adaptive_eval run's own TensorBoard log as the trace it was recorded from: ``streams/<name>`` are the
+    streams ``<name>`` again, ``eval/<metric>`` the measured means (the eval ground truth replay can have), and
+    the controller and alarm tags and the intervals are dropped (replay makes its own).  No time
+    column: the event wall times are the logging machine's, while replay charges simulated eval seconds, so
+    replay runs on its simulated clock (``replay.step_seconds`` per record), as it does for the run's trace."""
+    records = []
+    for step in sorted(by_step):
+        metrics = {}
+        for tag, value in by_step[step].items():
+            if tag.startswith("streams/"):
+                metrics[tag[len("streams/"):]] = value
+            elif tag.startswith("eval/") and not tag.endswith(_OWN_EVAL_SUFFIXES) and "/paired_diff" not in tag:
+                metrics[tag] = value
+        if metrics:
+            records.append(TraceRecord(step, metrics, None, None))
+    if not records:
+        raise TraceError("no records (no streams/ or eval/ scalars)", path)
     return Trace(records, str(path))

@@ -30,7 +30,7 @@ def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "runs"
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = main(["demo", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
+        rc = main(["demo", "--task", "digits", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
     return rc, buf.getvalue(), out
 
 
@@ -112,7 +112,7 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
         raise AssertionError("training started")
 
     monkeypatch.setattr(demo, "_Training", no_training)
-    assert main(["demo", "--out", str(blocker / "runs"), "--no-progress"]) == 2
+    assert main(["demo", "--task", "digits", "--out", str(blocker / "runs"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"--out {blocker / 'runs'}: not writable" in err
 
@@ -122,5 +122,67 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
     (["--set", "trigger.freq_stepz=3"], "trigger.freq_stepz"),
 ])
 def test_bad_settings_exit_2(tmp_path, capsys, args, message):
-    assert main(["demo", "--out", str(tmp_path), "--no-progress", *args]) == 2
+    assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--no-progress", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_replaying_the_runs_own_tensorboard_log_reproduces_its_trace(demo_run, tmp_path):
+    """adaptive-eval replay of adaptive/tb: the same streams (no 'streams/' prefix), the same alarms as replaying
+    trace.csv, on the simulated clock (the event wall times are not mixed with simulated eval seconds)."""
+    _, _, out = demo_run
+    tb, csv = read_trace(out / "adaptive" / "tb"), read_trace(out / "trace.csv")
+    streams = [n for n in csv.stream_names()]
+    assert sorted(tb.stream_names()) == sorted(streams)
+    for name in streams:
+        assert tb.column(name)[0].tolist() == csv.column(name)[0].tolist()
+        assert tb.column(name)[1].tolist() == pytest.approx(csv.column(name)[1].tolist(), rel=1e-6)  # float32
+    assert all(r.time is None for r in tb)
+    runs = {}
+    for name, src in (("csv", out / "trace.csv"), ("tb", out / "adaptive" / "tb")):
+        with redirect_stdout(io.StringIO()):
+            assert main(["replay", str(src), "--out", str(tmp_path / name), "--no-tensorboard"]) == 0
+        runs[name] = (_lines(tmp_path / name / "alarms.jsonl"), json.loads((tmp_path / name / "summary.json").read_text()))
+    key = lambda a: (a["step"], a["stream"], a["detector"], a["direction"])  # noqa: E731
+    assert [key(a) for a in runs["tb"][0]] == [key(a) for a in runs["csv"][0]] and runs["csv"][0]
+    for name in ("csv", "tb"):
+        s = runs[name][1]
+        assert s["eval_seconds"] / (s["eval_seconds"] + s["train_seconds"]) < 0.3  # not 95% (wall vs simulated)
+
+
+def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(demo_run):
+    from adaptive_eval.tensorboard import read_texts
+
+    _, _, out = demo_run
+    run = out / "adaptive"
+    summary = json.loads((run / "summary.json").read_text())
+    decisions = read_texts(run / "tb", "decisions")  # TensorBoard's EventAccumulator, default size guidance
+    assert len(decisions) == summary["evals"] + summary["deferrals"] > 100
+    alarms = read_texts(run / "tb", "alarms")
+    assert len(alarms) == len(_lines(run / "alarms.jsonl")) == summary["alarms"]
+
+
+def test_plot_of_the_demo_folder_draws_both_runs_on_shared_axes(demo_run, tmp_path):
+    from adaptive_eval.plot import _draw_comparison, _load, find_runs
+
+    _, _, out = demo_run
+    with redirect_stdout(io.StringIO()):
+        assert main(["plot", str(out), "--out", str(tmp_path / "runs.png")]) == 0  # was: "no run found"
+    assert (tmp_path / "runs.png").read_bytes().startswith(b"\x89PNG")
+    runs = [_load(p) for p in find_runs([out])]
+    assert [r.name for r in runs] == ["adaptive", "fixed"]
+    fig = _draw_comparison(runs)
+    top = fig.axes[0]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert len(labels) == 2 and labels[0].startswith("adaptive: ") and labels[1].startswith("fixed: ")
+    # markers only: no line joins evaluations (it would draw a decline across a 200-step gap nobody measured)
+    assert not [ln for ln in top.get_lines() if ln.get_linestyle() not in ("None", "none", "") and len(ln.get_xdata()) > 2]
+
+
+def test_plot_marks_values_off_the_axis_and_says_eval_time_is_simulated(demo_run):
+    from adaptive_eval.plot import _draw, _load
+
+    _, _, out = demo_run
+    fig = _draw(_load(out / "adaptive"))
+    legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert any("off the axis (above" in t for t in legends)  # the blow-up after the fault is not cut off silently
+    assert "simulated eval time" in fig._suptitle.get_text()

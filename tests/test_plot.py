@@ -150,3 +150,24 @@ def test_non_finite_values_and_unwritable_output(tmp_path):
     _check_png(plot_run(tmp_path), min_h=200)
     with pytest.raises(PlotError, match="cannot write"):
         plot_run(tmp_path, tmp_path / "no" / "such" / "dir.png")
+
+
+def test_panels_in_name_order_and_no_line_across_a_gap(tmp_path):
+    """The same trace gives the same panel order (chosen by alarms, drawn by name); evaluations far apart are
+    not joined by a line (it would draw a decline nobody measured)."""
+    import json
+
+    from adaptive_eval.plot import _choose_streams, _draw, _load
+
+    assert _choose_streams(["z", "a", "m"], [{"stream": "z"}]) == _choose_streams(["a", "m", "z"], [{"stream": "z"}])
+    run = tmp_path / "run"
+    run.mkdir()
+    steps = [0, 10, 20, 30, 230, 240]
+    (run / "evals.jsonl").write_text("".join(json.dumps({"step": s, "sample_size": 32, "reason": "trigger:steps",
+                                                          "metrics": {"acc": 0.9 if s < 100 else 0.1},
+                                                          "ci": {"acc": [0.8, 0.95] if s < 100 else [0.05, 0.2]}}) + "\n"
+                                             for s in steps))
+    ax = _draw(_load(run)).axes[0]
+    joined = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2][0]
+    xs = np.asarray(joined.get_xdata(), dtype=float)
+    assert np.isnan(xs).sum() == 1 and np.flatnonzero(np.isnan(xs))[0] == 4  # broken between 30 and 230

@@ -64,3 +64,21 @@ def test_sample_size_for_a_huge_std_or_a_tiny_target_is_capped_not_an_overflow()
         if r is not None:
             sizes.append(r.sample_size)
     assert sizes and max(sizes) <= cfg.policy.sample_size.max
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e8, 1e9, 1e12])
+def test_the_interval_of_values_far_from_zero_is_computed_stably(offset):
+    """total_sq - n*mean^2 cancels: 1e9 + N(0,1) over 256 values gave std 0 (a zero-width interval)."""
+    from adaptive_eval.stats import summarize, summarize_rows
+
+    x = offset + np.random.default_rng(0).normal(0.0, 1.0, 256)
+    s = summarize(x)
+    assert s.std == pytest.approx(np.std(x, ddof=1), rel=1e-6)
+    from scipy.stats import t
+
+    assert s.ci[1] - s.ci[0] == pytest.approx(2 * t.ppf(0.975, 255) * np.std(x, ddof=1) / 16, rel=1e-3)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
+    r = ev.evaluate(lambda req: {"reward": x[req.indices(256)]}, 0, 0, 0)
+    assert r["reward"].std > 0.5 and r["reward"].ci[1] > r["reward"].ci[0]
+    rows = summarize_rows("m", "m", np.stack([x, x + 0.5], axis=1), np.full(256, 2), (1,))
+    assert rows["m"].std == pytest.approx(np.std(x + 0.25, ddof=1), rel=1e-6)

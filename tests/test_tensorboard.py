@@ -148,7 +148,24 @@ def test_tensorboards_custom_scalars_plugin_shows_the_latest_layout(tmp_path):
     charts = {c["title"]: [ch["title"] for ch in c["chart"]] for c in layout["category"]}
     assert charts["eval"][:2] == ["acc", "samples per evaluation"] and "reward" in charts["eval"]
     assert len(charts["eval"]) == 3  # the identical "acc" and "samples" charts of two runs merged
-    assert charts["controller"] == ["interval and sample size", "eval fraction and deferrals", "evaluation errors"]
+    assert charts["controller"] == ["interval (steps)", "sample size (items)", "eval-time fraction",
+                                    "deferred (1) or evaluated (0)", "evaluation errors so far"]  # one unit each
+    assert charts["alarms"] == ["alarms so far, per stream"]
+
+
+def test_alarm_chart_is_a_running_count_per_stream(tmp_path):
+    """Discrete alarms as a step function that smoothing and joining lines cannot misread (not +-1 values)."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    logger = TensorBoardLogger(tmp_path, flush_secs=3600)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=50"]), logger=logger)
+    for g in range(120):
+        ev.observe({"loss": float("nan") if g in (30, 60, 90) else 1.0}, g)
+        ev.evaluate(lambda: None, 0, g, g)
+    ev.close()
+    acc = read(tmp_path)
+    assert [(e.step, e.value) for e in acc.Scalars("alarm_count/loss")] == [(30, 1.0), (60, 2.0), (90, 3.0)]
+    assert [c.title for c in last_layout(acc).category[-1].chart] == ["alarms so far, per stream"]
 
 
 def test_layout_of_metric_without_interval_is_multiline():

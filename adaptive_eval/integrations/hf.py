@@ -146,12 +146,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if trainer is not None:
                 self._trainer_ref = weakref.ref(trainer)
 
-    def _config_defaults(self, args, trainer) -> list[str]:
+    def _config_defaults(self, args, trainer, cfg) -> list[str]:
         """The tracked metric, when the user's config leaves it null."""
-        from adaptive_eval.config import as_config, load_config
-
-        cfg = load_config(self.config, self.overrides) if self.config is None or isinstance(self.config, str) \
-            else as_config(self.config)
         if cfg.evaluation.metric is not None or self.evaluate_fn is not None:
             return []
         best = getattr(args, "metric_for_best_model", None)
@@ -179,7 +175,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _build(self, args, state, trainer, train_dataloader) -> None:
         from adaptive_eval import AdaptiveEvaluator
 
-        cfg = build_config(self.config, self.overrides + self._config_defaults(args, trainer))
+        cfg = build_config(self.config, self.overrides)
+        defaults = self._config_defaults(args, trainer, cfg)
+        if defaults:
+            cfg = build_config(cfg, defaults)
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None

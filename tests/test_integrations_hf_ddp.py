@@ -1,0 +1,32 @@
+"""The HF adapter on two gloo ranks: torchrun --nproc_per_node=2, ddp_backend="gloo" (CPU)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+from adaptive_eval import EvalRequest  # noqa: E402
+
+
+def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
+    script = Path(__file__).with_name("hf_ddp_script.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
+    assert r0["history"][-1][:2] == [29, "trigger:final"]
+    assert r0["logged"] == r1["logged"] == [h[0] + 1 for h in r0["history"]]  # trainer.log on every rank
+    for (step, mine), (step1, theirs), h in zip(r0["seen"], r1["seen"], r0["history"]):
+        assert step == step1 == h[0]
+        assert not set(mine) & set(theirs)  # each item scored once
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
+                                                           reason="").indices(200))

@@ -1,0 +1,53 @@
+"""TRL's GRPOTrainer (a Trainer subclass) with the callback: a tiny GPT-2 built from a config, CPU, no download."""
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+
+def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_prompts(tmp_path):
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from trl import GRPOConfig, GRPOTrainer
+
+    from adaptive_eval.integrations.hf import AdaptiveEvalCallback
+
+    words = ["<pad>", "<eos>"] + [str(d) for d in range(10)] + ["+", "="]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(words), n_positions=32, n_embd=32, n_layer=1, n_head=2,
+                                       pad_token_id=0, eos_token_id=1, bos_token_id=1))
+    prompts = [f"{a} + {b} =" for a in range(10) for b in range(10)]
+    answers = [str((a + b) % 10) for a in range(10) for b in range(10)]
+
+    def reward(completions, **kwargs):
+        return [float(c.strip()[:1].isdigit()) for c in completions]
+
+    def evaluate_fn(request):  # the user's eval: greedy completions of the requested prompts, scored per item
+        scores = []
+        for i in request.indices(len(prompts)):
+            ids = tokenizer(prompts[i], return_tensors="pt").input_ids
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=1, do_sample=False, pad_token_id=0)
+            scores.append(float(tokenizer.decode(out[0, ids.shape[1]:]).strip() == answers[i]))
+        return {"exact": scores}
+
+    cb = AdaptiveEvalCallback("default", evaluate_fn, overrides=["trigger.freq_steps=2", "policy.sample_size.min=8",
+                                                                 "policy.sample_size.initial=16"])
+    args = GRPOConfig(str(tmp_path), max_steps=4, per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=3, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no",
+                      disable_tqdm=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict(
+        {"prompt": prompts}), processing_class=tokenizer, callbacks=[cb])
+    trainer.train()
+    ev = cb.evaluator
+    assert {"train/loss", "train/reward", "train/reward_std", "train/entropy"} <= set(ev._detectors)
+    assert ev._last_step == 3
+    assert [r.step for r in ev.history][-1] == 3  # the final weights
+    assert all(r["exact"].n == min(r.sample_size, len(prompts)) for r in ev.history)
+    assert any("eval_exact" in h for h in trainer.state.log_history)
