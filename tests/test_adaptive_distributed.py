@@ -41,7 +41,7 @@ def cfg(**sections):
             "sample_size": {"enabled": True, "initial": 64, "min": 16, "max": 256, "target_half_width": 0.1,
                             "alarm_factor": 2.0},
             "budget": {"enabled": True, "max_eval_fraction": 0.3, "bypass_urgent": True},
-            "peak": {"enabled": True, "improving_factor": 1.0, "confirm_size": 256, "confirm_steps": 1},
+            "peak": {"enabled": True, "improving_factor": 1.0, "confirm_size": 256, "confirm_steps": 0},
         },
         "resources": {"enabled": False},
         "distributed": {"timeout_s": 30.0, "rank_discrepancy_threshold": None},
