@@ -921,7 +921,9 @@ class AdaptiveEvaluator:
 
         Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
-        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).
+        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
+        process group, call it on every training rank (the first one broadcasts the drained results); with
+        eval ranks it also tells them to stop serving.
         """
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)

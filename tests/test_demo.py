@@ -30,7 +30,7 @@ def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "runs"
     buf = io.StringIO()
     with redirect_stdout(buf):
-        rc = main(["demo", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
+        rc = main(["demo", "--task", "digits", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
     return rc, buf.getvalue(), out
 
 
@@ -112,7 +112,7 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
         raise AssertionError("training started")
 
     monkeypatch.setattr(demo, "_Training", no_training)
-    assert main(["demo", "--out", str(blocker / "runs"), "--no-progress"]) == 2
+    assert main(["demo", "--task", "digits", "--out", str(blocker / "runs"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert f"--out {blocker / 'runs'}: not writable" in err
 
@@ -122,7 +122,7 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
     (["--set", "trigger.freq_stepz=3"], "trigger.freq_stepz"),
 ])
 def test_bad_settings_exit_2(tmp_path, capsys, args, message):
-    assert main(["demo", "--out", str(tmp_path), "--no-progress", *args]) == 2
+    assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--no-progress", *args]) == 2
     assert message in capsys.readouterr().err
 
 

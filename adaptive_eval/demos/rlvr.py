@@ -9,7 +9,7 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
   transformer can add, Lee et al. 2023); the answer is the sum's digits in the same order, then the end
   token.  The reward is 1 for the exact answer, else 0.
 * **The base model**: the policy is first trained briefly by supervised learning on 1- to 4-digit sums
-  with label smoothing (:data:`BASE_STEPS` steps; about 6 s), so that it knows the task but samples
+  with label smoothing (:data:`BASE_STEPS` steps; about 10 s of CPU), so that it knows the task but samples
   noisily, as a pretrained LLM does before RL.  It is the reference of the KL term.
 * **GRPO**: every step samples :data:`GROUP` answers to each of :data:`PROMPTS` fresh 1- to 3-digit
   problems (all ``PROMPTS x GROUP`` in one batched generation), scores them, takes group-relative
@@ -28,23 +28,29 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
   the training reward climbs back while the held-out accuracy falls, the case where the cheap stream
   lies and only evaluation shows the truth), ``lr_blowup`` (the learning rate x :data:`LR_FAULT_FACTOR`),
   ``entropy_collapse`` (a sign bug turns the entropy bonus into a penalty of weight
-  :data:`ENTROPY_FAULT_COEF`: sampling turns deterministic and pass@k falls towards mean@1), or ``none``.
+  :data:`ENTROPY_FAULT_COEF`: sampling turns deterministic; on this task that sharpens the policy and the
+  held-out accuracy does not fall, a fault that evaluation rightly finds harmless), or ``none``.
 
 The policy is trained once; its weights are kept at every step, so the runs compared see exactly the
-same models: ``adaptive`` (the default preset, or ``config``) and ``fixed`` (the plain AReaL schedule,
-both whole suites every ``k`` steps, ``k`` the longest interval that spends at least as many generated
-samples as the adaptive run).  The evaluators' clock is simulated with the config's ``replay`` costs (60 s
-a training step, 5 s + 0.05 s per generated answer an evaluation), so budgets act as they
-would on a real run; the wall time in the table is that simulated time.  The true value of each suite at
+same models: ``adaptive`` (the default preset, or ``config``, evaluating while the policy trains; the
+``ood`` suite at every :data:`OOD_EVERY`-th evaluation, on alarms and at the end), ``async`` (the same
+with ``evaluation.asynchronous``: a :class:`~adaptive_eval.asynchronous.SnapshotEval` copy of the weights
+evaluated on its own simulated device and integrated :data:`ASYNC_LATENCY` steps later) and ``fixed``
+(the plain AReaL schedule, both whole suites every ``k`` steps, ``k`` the longest interval that generates
+at least as many answers as the adaptive run; run afterwards from the kept weights).  Each item's answers
+are drawn from its own seeded numbers, so runs that evaluate an item at the same step get the same answers
+(they are generated once).  The evaluators' clock is simulated (:data:`SIMULATED_COSTS`: 60 s a training
+step, 5 s + 0.05 s per generated answer an evaluation), so budgets act as they would on a real run; the
+wall time in the table is that simulated time.  The true value of each suite at
 every step is exact, not estimated: the probability that the policy samples the right answer is the
 product of its token probabilities along that answer, averaged over the suite's problems (pass@k from
 the same per-problem probabilities).  It is used only to score the runs and to write the trace.
 
-Outputs, in ``out_dir``: ``adaptive/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
-``alarms.jsonl``, ``summary.json``, ``tb/``) plus ``run.png``; ``comparison.png`` (both runs' evaluations
-over the true curve), ``comparison.json`` (the figures :func:`format_comparison` prints), and
-``trace.csv`` (the streams and, as ``eval/id/accuracy`` and ``eval/ood/accuracy``, the true accuracies
-at every step) for ``adaptive-eval replay`` and ``adaptive-eval tune``.
+Outputs, in ``out_dir``: ``adaptive/``, ``async/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
+``alarms.jsonl``, ``summary.json``, ``tb/``) plus ``run.png``; ``comparison.png`` (the runs' evaluations
+over the exact curve), ``comparison.json`` (the figures :func:`format_comparison` prints), and
+``trace.csv`` (the streams and, as ``eval/id/accuracy`` and ``eval/ood/accuracy``, the exact accuracies
+every :data:`TRUTH_EVERY` steps) for ``adaptive-eval replay`` and ``adaptive-eval tune``.
 """
 
 from __future__ import annotations
@@ -668,7 +674,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     for ax, suite in zip(axes[:2], SUITES):
         metric = f"{suite}/accuracy"
         size, k = SUITES[suite]
-        ax.plot(grid, [truth[s][metric] for s in grid], color="black", lw=1.2, label="true mean@1")
+        ax.plot(grid, [truth[s][metric] for s in grid], color="black", lw=1.2, label="exact accuracy")
         for i, (name, result) in enumerate(results.items()):
             pts = [e for e in result.evals if _finite(e["metrics"].get(metric))]
             if not pts:
@@ -677,22 +683,26 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
             y = np.array([e["metrics"][metric] for e in pts])
             ci = np.array([e["ci"][metric] for e in pts], dtype=float)
             ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], fmt="o", ms=3.5, lw=1, capsize=0,
-                        color=colours[name], label=f"{labels[name]}: {len(pts)} evals, "
+                        color=colours[name], label=f"{labels[name]}: {report[name]['evals']} evals, "
                         f"{report[name]['answers']} answers")
-        ax.set_ylabel(f"{suite} accuracy (mean@{k})")
+        ax.set_ylabel(f"{suite} accuracy")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{suite}: {size} problems x {k} answers", fontsize=9, loc="left")
+        ax.set_title(f"{suite}: {size} problems x {k} answers; points: measured mean@{k} with 95% intervals, "
+                     "line: exact", fontsize=9, loc="left")
     steps = np.arange(len(streams))
     reward = np.array([m["train/reward"] for m in streams])
     window = max(1, len(streams) // 40)
-    smooth = np.convolve(reward, np.ones(window) / window, mode="same")
+    cumulative = np.concatenate([[0.0], np.cumsum(reward)])
+    lows = np.maximum(steps + 1 - window, 0)
+    smooth = (cumulative[steps + 1] - cumulative[lows]) / (steps + 1 - lows)   # trailing mean, no edge dip
     axes[2].plot(steps, reward, color="tab:green", alpha=0.3, lw=0.8)
     axes[2].plot(steps, smooth, color="tab:green", lw=1.5, label="train/reward (the cheap stream)")
     axes[2].set_ylabel("train reward")
     axes[2].set_xlabel("GRPO step")
     for ax in axes:
         ax.axvline(report["fault_step"], color="red", ls="--", lw=1)
-        ax.legend(fontsize=7.5, loc="lower left")
+    axes[0].legend(fontsize=7.5, loc="lower right")
+    axes[2].legend(fontsize=7.5, loc="lower right")
     fig.suptitle(f"rlvr demo: {report['fault_text']} at step {report['fault_step']} (red line)", fontsize=10)
     path = out / "comparison.png"
     fig.savefig(path, dpi=100)
