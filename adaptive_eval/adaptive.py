@@ -610,6 +610,12 @@ class AdaptiveEvaluator:
         result, error = outcome.result, outcome.error
         if result is not None:
             result = self._pair(result, outcome.item_values)
+            if self._suites and ev["suite_aggregate"]:
+                from adaptive_eval.suites import weighted_aggregate
+
+                extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
+                if extra:
+                    result = dataclasses.replace(result, metrics={**result.metrics, **extra})
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -666,7 +672,12 @@ class AdaptiveEvaluator:
                     local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
                                             self._evaluation["confidence"])
             self._item_values[name] = dict(values)
-        if self._distributed:  # every rank holds the same result, so every rank takes this collective
+        # Items are known only for suites and items x samples metrics; the result (the same on every rank)
+        # says whether there are any, so every rank takes this collective or none does.
+        pairable = bool(self._suites) or any(m.clustered for m in result.metrics.values())
+        if self._distributed and not pairable:
+            return result
+        if self._distributed:
             per_rank = self.dist.gather_objects(summaries_to_wire(local))
             paired, _, _ = combine_rank_summaries(per_rank, self._evaluation["confidence"])
         else:
@@ -921,7 +932,9 @@ class AdaptiveEvaluator:
 
         Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
-        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).
+        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
+        process group, call it on every training rank (the first one broadcasts the drained results); with
+        eval ranks it also tells them to stop serving.
         """
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)

@@ -93,6 +93,9 @@ class EvaluationConfig:
     async_integrate_after_steps: Optional[int] = None
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # k of pass@k (best@k/worst@k) for 2-D metrics
     suites: dict[str, SuiteConfig] = field(default_factory=dict)  # empty: the single eval set
+    # With suites: also report "<suite_aggregate>/<metric>", the weight-weighted mean over all suites, at every
+    # evaluation that covers all of them (null: none).
+    suite_aggregate: Optional[str] = None
     # Metric (or, with suites, the part after "<suite>/") -> extra aggregations over its items, reported as
     # "<metric>/<aggregation>": weighted_mean (weights from "<metric>:weights"), p50, p90, ... (quantiles).
     aggregations: dict[str, list[str]] = field(default_factory=dict)
@@ -345,6 +348,10 @@ def _evaluation_problems(ev) -> list[str]:
             problem = aggregation_problem(kind)
             if problem:
                 problems.append(f"evaluation.aggregations.{name}[{i}]: {problem}")
+    if ev.suite_aggregate is not None and (ev.suite_aggregate in ev.suites or "/" in ev.suite_aggregate
+                                           or not ev.suite_aggregate):
+        problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} must be a new name without '/', not a "
+                        "suite's")
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:

@@ -21,7 +21,7 @@ import numpy as np
 
 from adaptive_eval.types import SuiteRequest
 
-__all__ = ["SuitePlan", "due_suites", "suite_order", "suite_requests", "suites_reason"]
+__all__ = ["SuitePlan", "due_suites", "suite_order", "suite_requests", "suites_reason", "weighted_aggregate"]
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
@@ -130,4 +130,43 @@ def suite_requests(suites: Mapping[str, Mapping], plans: Sequence[SuitePlan], se
         out[plan.name] = SuiteRequest(name=plan.name, size=size, sample_size=items,
                                       samples_per_item=int(plan.samples_per_item),
                                       indices=list(order[:items][rank::world_size]))
+    return out
+
+
+def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: str,
+                       confidence: float = 0.95) -> dict:
+    """``"<prefix>/<metric>"``: the ``weight``-weighted mean over suites of each ``"<suite>/<metric>"`` that
+    every suite reports, with a normal interval whose variance is the weighted sum of the suites' own
+    (each suite's half-width over z; the suites are independent samples).  Empty unless every suite is in
+    ``metrics`` (an evaluation that skipped a suite has no aggregate: the series stays comparable).
+
+    >>> from adaptive_eval.types import MetricSummary
+    >>> m = {"a/acc": MetricSummary(0.5, 100, (0.4, 0.6)), "b/acc": MetricSummary(0.2, 30, (0.1, 0.3))}
+    >>> agg = weighted_aggregate(m, {"a": {"weight": 3.0}, "b": {"weight": 1.0}}, "all")["all/acc"]
+    >>> round(agg.mean, 3), agg.n, tuple(round(x, 3) for x in agg.ci)
+    (0.425, 130, (0.346, 0.504))
+    """
+    import math
+
+    from adaptive_eval.stats import normal_quantile
+    from adaptive_eval.types import MetricSummary
+
+    by_metric: dict[str, dict[str, object]] = {}
+    for name, s in metrics.items():
+        suite, _, metric = name.partition("/")
+        if suite in suites and metric:
+            by_metric.setdefault(metric, {})[suite] = s
+    z = normal_quantile(confidence)
+    total_w = sum(float(s["weight"]) for s in suites.values())
+    out = {}
+    if total_w <= 0:
+        return out
+    for metric, parts in by_metric.items():
+        if set(parts) != set(suites):
+            continue
+        mean = sum(float(suites[k]["weight"]) * p.mean for k, p in parts.items()) / total_w
+        var = sum((float(suites[k]["weight"]) / total_w) ** 2 * (p.half_width / z) ** 2 for k, p in parts.items())
+        half = z * math.sqrt(var) if math.isfinite(var) else math.nan
+        out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for p in parts.values()),
+                                                  ci=(mean - half, mean + half), per_sample=False)
     return out

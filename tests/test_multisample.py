@@ -559,3 +559,14 @@ def test_aggregation_bad_input():
         summarize_outputs({"r": [1.0, 2.0], "r:weights": [1.0, -1.0]}, None, aggregations={"r": ["weighted_mean"]})
     with pytest.raises(ConfigError, match=r"evaluation.aggregations.len\[1\]: unknown aggregation 'p100'"):
         load_config(overrides=["evaluation.aggregations.len=[p50,p100]"])
+
+
+def test_weighted_aggregate_over_suites_when_asked():
+    ev = _suite_evaluator(["evaluation.suite_aggregate=all", "evaluation.suites.aime24.weight=0.5"])
+    r = ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices), 4)),
+                                 "aime24/acc": np.zeros((len(req.suites["aime24"].indices), 16))}, 0, 0, 0)
+    assert r["all/acc"].mean == pytest.approx(1.0 / 1.5) and r["all/acc"].n == 530
+    r = ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices), 4))}, 0, 1, 1)
+    assert "all/acc" not in r.metrics  # aime24 skipped: no aggregate
+    with pytest.raises(ConfigError, match="suite_aggregate"):
+        load_config(overrides=SUITES + ["evaluation.suite_aggregate=aime24"])
