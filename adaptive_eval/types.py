@@ -70,6 +70,8 @@ class EvalRequest:
                 raise ValueError(f"EvalRequest.{name} must be an integer, got {v!r}")
             return int(v)
 
+        if whole("seed", self.seed) < 0:
+            raise ValueError(f"EvalRequest.seed must be >= 0, got {self.seed}")
         if self.sample_size is not None and whole("sample_size", self.sample_size) < 0:
             raise ValueError(f"EvalRequest.sample_size must be >= 0 or None (the whole set), got {self.sample_size}")
         if whole("world_size", self.world_size) < 1:

@@ -77,6 +77,10 @@ def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):
     assert streams <= set(trace.records[1].metrics)
     first = trace.records[0].metrics
     assert 0 <= first["eval/id/accuracy"] <= 1 and 0 <= first["eval/ood/accuracy"] <= 1
+    from adaptive_eval.testing import load_expectations
+
+    events = load_expectations(out / "trace.csv.events.yaml").events
+    assert [(e.step, e.direction, e.metric) for e in events] == [(FAULT, "down", "id/accuracy")]
     buf = io.StringIO()
     with redirect_stdout(buf):
         assert main(["replay", str(out / "trace.csv"), "--out", str(tmp_path / "replay"), "--no-tensorboard"]) == 0

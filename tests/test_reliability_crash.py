@@ -182,7 +182,7 @@ def test_every_record_survives_exit_sigterm_and_sigkill_without_close(tmp_path, 
     assert [r.metrics["train/loss"] for r in trace] == [s / 4 for s in range(25)]
     assert math.isnan(trace.records[7].metrics["train/reward"])
     if mode == "with_tensorboard":
-        assert read_trace(tmp_path / "tb").records[0].metrics["streams/x"] == 1.0  # flushed by its handler
+        assert read_trace(tmp_path / "tb").records[0].metrics["x"] == 1.0  # flushed by its handler
 
 
 def test_sigterm_delivered_to_a_helper_thread_still_flushes_and_terminates(tmp_path):
@@ -194,7 +194,7 @@ def test_sigterm_delivered_to_a_helper_thread_still_flushes_and_terminates(tmp_p
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGTERM
     assert read_trace(tmp_path / "t.jsonl").steps().tolist() == list(range(25))
-    assert read_trace(tmp_path / "tb").records[0].metrics["streams/x"] == 1.0
+    assert read_trace(tmp_path / "tb").records[0].metrics["x"] == 1.0
 
 
 def test_adaptive_evaluator_record_to_survives_sigkill(tmp_path):

@@ -52,3 +52,29 @@ def test_replay_of_an_odd_file_is_a_clear_message_and_exit_2_or_a_replay(tmp_pat
 def test_an_impossible_request_is_a_value_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         EvalRequest(**{"step": 0, "sample_size": None, "seed": 0, "reason": "x", **kwargs})
+
+
+def test_a_negative_seed_is_a_value_error_naming_it():
+    # Found in the adversarial pass: numpy's "expected non-negative integer" named neither the field nor the value.
+    with pytest.raises(ValueError, match="EvalRequest.seed must be >= 0, got -1"):
+        EvalRequest(step=0, sample_size=3, seed=-1, reason="x")
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(num_items=st.integers(0, 300), world=st.integers(1, 9), small=st.integers(0, 400), extra=st.integers(0, 400),
+       seed=st.integers(0, 2**40))
+def test_request_shards_are_disjoint_cover_the_sample_and_nest(num_items, world, small, extra, seed):
+    def shards(size):
+        return [EvalRequest(step=0, sample_size=size, seed=seed, reason="x", rank=r, world_size=world).indices(num_items)
+                for r in range(world)]
+
+    parts = shards(small)
+    flat = [i for p in parts for i in p]
+    assert len(flat) == len(set(flat)) == min(small, num_items)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    bigger = {i for p in shards(small + extra) for i in p}
+    assert set(flat) <= bigger  # a larger sample extends the same items

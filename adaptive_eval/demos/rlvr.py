@@ -476,6 +476,7 @@ def _prepare_out(out_dir: Path) -> None:
             for old in tb.glob("events.out.tfevents.*"):
                 old.unlink()  # a previous demo's: TensorBoard would draw both runs as one
         (out_dir / TRACE_NAME).unlink(missing_ok=True)  # a previous demo's: the recorder would continue it
+        (out_dir / (TRACE_NAME + ".events.yaml")).unlink(missing_ok=True)
     except OSError as exc:
         raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
 
@@ -630,6 +631,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
                 bar.close()
                 recorder.close()
             train_wall = time.perf_counter() - started
+            _write_events(out / TRACE_NAME, fault, fault_step)
             results = {name: run.close(steps) for name, run in runs.items()}
             interval = fixed_interval(results["adaptive"].summary["answers"], steps)
             fixed_cfg = as_config(load_config("areal", [*_overrides(adaptive=False), f"trigger.freq_steps={interval}"]))
@@ -658,6 +660,17 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     report["wall_seconds"] = round(time.perf_counter() - started, 3)
     (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def _write_events(trace: Path, fault: str, fault_step: int) -> Path:
+    """``trace.csv.events.yaml`` beside the trace: the fault as the change a schedule must confirm, read by
+    ``adaptive-eval check`` and :mod:`adaptive_eval.testing` (``tune`` takes ``--events TRACE=STEP``)."""
+    path = trace.with_name(trace.name + ".events.yaml")
+    falls = fault in ("reward_hack", "lr_blowup")   # entropy_collapse does not lower the accuracy here
+    body = (f"events:\n- {{step: {fault_step}, direction: down, metric: {METRIC}}}   # {FAULTS[fault]}\n"
+            if falls else f"events: []   # {FAULTS[fault]}: no fall in {METRIC} to confirm\n")
+    path.write_text(body, encoding="utf-8")
+    return path
 
 
 def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, streams: list) -> Path:
