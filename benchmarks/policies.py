@@ -128,7 +128,7 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         p, s, w = figures(full)
         h = headline(p, s, w)
         ci = {key: boot(lambda idx, key=key: (lambda f: {**f[0], **headline(*f)}[key])(figures(idx)), len(cases),
-                        reps, seed=hash(name) % 1000)
+                        reps, seed=PRESETS.index(name) if name in PRESETS else 0)
               for key in ("per_1k", "median_delay", "confirmed", "needless", "regret", "ratio", "ratio_whole",
                           "fixed_regret", "regret_ratio")}
         out[name] = {"preset": p, "head": h, "ci": ci, "size": size, "same": s}
