@@ -516,7 +516,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
 
     >>> cfg = load_config(overrides=["trigger.freq_steps=50"])
     >>> cfg.trigger.freq_steps, cfg.policy.budget.max_eval_fraction
-    (50, 0.15)
+    (50, 0.11)
     >>> load_config(overrides=["trigger.freq_stepz=50"])
     Traceback (most recent call last):
     ...

@@ -149,10 +149,14 @@ def test_replaying_the_runs_own_tensorboard_log_reproduces_its_trace(demo_run, t
         assert s["eval_seconds"] / (s["eval_seconds"] + s["train_seconds"]) < 0.3  # not 95% (wall vs simulated)
 
 
-def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(demo_run):
+def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(tmp_path):
     from adaptive_eval.tensorboard import read_texts
 
-    _, _, out = demo_run
+    # Frequent evaluations, so that there are more decisions than TensorBoard keeps text events by default (100).
+    out = tmp_path / "runs"
+    with redirect_stdout(io.StringIO()):
+        assert main(["demo", "--task", "digits", "--out", str(out), "--steps", str(STEPS), "--no-progress",
+                     "--set", "trigger.freq_steps=3", "--set", "policy.interval.max_factor=1.5"]) == 0
     run = out / "adaptive"
     summary = json.loads((run / "summary.json").read_text())
     decisions = read_texts(run / "tb", "decisions")  # TensorBoard's EventAccumulator, default size guidance

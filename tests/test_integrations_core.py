@@ -63,7 +63,7 @@ def test_metric_kinds_declare_what_a_metric_is():
     ev = AdaptiveEvaluator.from_config(cfg)
     r = ev.evaluate(lambda req: req.indices(100) and {"eval_accuracy": 0.5, "eval_loss": 0.5}, 0, 0, 0)
     assert r is not None and r["eval_accuracy"].binary and not r["eval_loss"].binary
-    assert r["eval_accuracy"].n == 64 and math.isfinite(r["eval_accuracy"].ci[0])  # over the items handed
+    assert r["eval_accuracy"].n == cfg.policy.sample_size.initial and math.isfinite(r["eval_accuracy"].ci[0])  # over the items handed
     with pytest.raises(ConfigError, match=r"evaluation\.metric_kinds\.acc: must be one of proportion, mean"):
         load_config(overrides=["evaluation.metric_kinds.acc=binary"])
 

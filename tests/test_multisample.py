@@ -473,7 +473,8 @@ def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
                 for n, s in req.suites.items()}
 
     results = [r for g in range(12) if (r := ev.evaluate(fn, 0, g, g)) is not None][:3]
-    assert len(results) == 3 and seen[0] == {"big": (64, 4), "small": (30, 4), "costly": (64, 4)}  # policy.sample_size.initial
+    n0 = cfg.policy.sample_size.initial
+    assert len(results) == 3 and seen[0] == {"big": (n0, 4), "small": (30, 4), "costly": (n0, 4)}  # policy.sample_size.initial
     big, small, costly = seen[1]["big"], seen[1]["small"], seen[1]["costly"]
     assert big[1] == 1 and big[0] > 300  # cheap items, plenty of them: one sample each
     assert small[0] == 30 and small[1] > 4  # every item already: more samples per item
