@@ -106,26 +106,43 @@ def test_our_saved_state_is_read_by_areals_evaluator(tmp_path, fe, fs, before, s
         assert run(back, cut, 60, spe) == [g for g in uninterrupted if g >= cut]
 
 
-def test_adaptive_shim_resumes_from_its_own_state_with_the_same_decisions():
+@pytest.mark.parametrize("eval_seconds", [0.0, 0.5, 2.0])  # 0.5 and 2.0: the budget defers evaluations
+def test_adaptive_shim_resumes_from_its_own_state_with_the_same_decisions(eval_seconds):
+    # An injected clock: a training step costs 1 s, an evaluation eval_seconds, and the restart 100 s.  (On the
+    # wall clock the budget policy's decisions follow the machine's load, and no two runs would agree.)
     cfg = areal_config(freq_steps=4)
-    full = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
-    a = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
+    now = [0.0]
+
+    def make():
+        return shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default", clock=lambda: now[0])
+
+    def evaluate_fn(req):
+        now[0] += eval_seconds
+        return {"acc": [1.0, 0.0, 1.0]}
 
     def drive(ev, start, stop):
         out = []
         for g in range(start, stop):
+            now[0] += 1.0
             ev.observe({"train/loss": 1.0 + (5.0 if g > 30 else 0.0) + 0.01 * (g % 3)}, g)
-            r = ev.evaluate(lambda req: {"acc": [1.0, 0.0, 1.0]}, *divmod(g, 10), g)
+            r = ev.evaluate(evaluate_fn, *divmod(g, 10), g)
             if r is not None:
                 out.append((r.step, r.reason))
         return out
 
+    full = make()
     expected = drive(full, 0, 60)
-    drive(a, 0, 25)
-    b = shim.AdaptiveEvaluator(cfg, spec(10, epochs=6), preset="default")
-    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
-    assert drive(b, 25, 60) == [e for e in expected if e[0] >= 25]
     assert any(reason.startswith("alarm:") for _, reason in expected)
+    assert (full.state_dict()["deferrals"] > 0) == (eval_seconds > 0)  # the budget deferred evaluations
+    for cut in (7, 25, 40):
+        now[0] = 0.0
+        a = make()
+        drive(a, 0, cut)
+        state = json.dumps(a.state_dict())  # saved at the cut; the job restarts later
+        now[0] += 100.0
+        b = make()
+        b.load_state_dict(json.loads(state))
+        assert drive(b, cut, 60) == [e for e in expected if e[0] >= cut], cut
 
 
 def test_bad_specs_and_configs_are_config_errors_naming_the_field():
