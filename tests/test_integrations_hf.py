@@ -231,3 +231,34 @@ def test_a_failing_evaluation_never_reaches_the_training_step_unless_on_error_ra
     cb._step_loss = torch.tensor(0.5)
     cb.on_step_end(args, SimpleNamespace(global_step=3), SimpleNamespace(should_log=False))
     assert cb._guard.errors == 2
+
+
+def test_restore_callback_states_from_checkpoint_keeps_the_users_evaluate_fn_and_decides_as_the_uninterrupted_run(
+        tmp_path):
+    """With restore_callback_states_from_checkpoint=True HF rebuilds the callback from its saved arguments and
+    drops the instance the user passed: the rebuilt one takes evaluate_fn (and eval_dataset) from it."""
+    def run(out, **kw):
+        torch.manual_seed(0)
+        train, held_out = Points(2000, 0), Points(100, 1)
+        box = {}
+
+        def evaluate_fn(request):  # the user's own evaluation, on the trainer's current weights
+            idx = request.indices(len(held_out))
+            with torch.no_grad():
+                logits = box["trainer"].model.net(held_out.x[idx])
+            return {"acc": (logits.argmax(1) == held_out.y[idx]).double().tolist()}
+
+        cb = AdaptiveEvalCallback("default", evaluate_fn, overrides=FAST + ["trigger.freq_steps=6"])
+        args = make_args(out, max_steps=40, save_strategy="steps", save_steps=20,
+                         restore_callback_states_from_checkpoint=True)
+        trainer = box["trainer"] = Trainer(Tiny(), args, train_dataset=train, callbacks=[cb])
+        trainer.train(**kw)
+        (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return ran, cb, [(r.step, r.reason, r.sample_size, round(r.mean("acc"), 6)) for r in ran.evaluator.history]
+
+    ran, cb, full = run(tmp_path / "a")
+    assert ran is cb and len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
+    ran, cb, resumed = run(tmp_path / "a", resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-20"))
+    assert ran is not cb  # HF rebuilt it from the checkpoint ...
+    assert ran.evaluate_fn is cb.evaluate_fn and ran.evaluator.summary()["eval_errors"] == 0  # ... with our fn
+    assert resumed == full
