@@ -29,6 +29,8 @@ __all__ = [
     "from_sums",
     "metric_values",
     "pass_at_k",
+    "pooled_m2",
+    "shard_m2",
     "summarize",
     "summarize_rows",
     "summarize_outputs",
@@ -211,8 +213,9 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         binary = False
     else:
         binary = bool(arr.size) and bool(np.all((arr == 0.0) | (arr == 1.0)))
-    return from_sums(float(arr.sum()), float(np.dot(arr, arr)), int(arr.size), binary, confidence,
-                     m2=deviations(arr))
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
+        total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
+    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr))
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
@@ -396,16 +399,49 @@ def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
                      f"{got - 1} is beyond the request)")
 
 
+def shard_m2(summary: MetricSummary) -> float:
+    """Sum of squared deviations of a summary's values from their mean, ``(n - 1) std^2`` (0 for one value,
+    NaN when unknown): what :func:`pooled_m2` needs of each shard."""
+    if summary.n == 1:
+        return 0.0
+    if summary.n > 1 and math.isfinite(summary.std):
+        return summary.std * summary.std * (summary.n - 1)
+    return math.nan
+
+
+def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
+    """The sum of squared deviations of the union of disjoint shards, from each shard's ``(n, total, m2)``.
+
+    Chan, Golub & LeVeque's parallel combination, ``sum m2_i + sum n_i (mean_i - mean)^2``: only differences
+    of nearby numbers, so it stays exact where ``sum total_sq - n mean^2`` cancels (values ``1e9 + N(0, 1)``).
+    NaN when a shard with values has no finite ``m2`` (the caller then falls back to the raw sums).
+
+    >>> round(pooled_m2([(2, 2e9 + 1.0, 0.5), (2, 2e9 - 1.0, 0.5)]), 6)  # {1e9, 1e9+1} and {1e9-1, 1e9}
+    2.0
+    """
+    live = [(int(n), float(t), float(m)) for n, t, m in parts if n > 0]
+    if not live:
+        return math.nan
+    n = sum(k for k, _, _ in live)
+    mean = math.fsum(t for _, t, _ in live) / n
+    if not math.isfinite(mean) or not all(math.isfinite(m) and math.isfinite(t) for _, t, m in live):
+        return math.nan
+    return math.fsum(m + k * (t / k - mean) * (t / k - mean) for k, t, m in live)  # ``** 2`` raises on overflow
+
+
 def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricSummary:
-    """One summary from the summaries of disjoint shards (as if computed on all their samples at once)."""
+    """One summary from the summaries of disjoint shards (as if computed on all their samples at once); the
+    variance by :func:`pooled_m2` from each shard's ``std``, not from the raw sums of squares."""
     parts = list(parts)
     n = sum(p.n for p in parts)
     total = sum(p.total for p in parts)
     total_sq = sum(p.total_sq for p in parts)
     binary = all(p.binary for p in parts)
+    m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
-                     nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts))
+                     nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
+                     m2=m2)
 
 
 def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) -> int:
