@@ -7,8 +7,10 @@ imported on first use so that importing adaptive_eval stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -161,19 +163,43 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     return MetricSummary(mean=mean, n=n, ci=ci, std=std, total=total, total_sq=total_sq, binary=binary)
 
 
+def _finite_ints(value):
+    """``value`` with every int beyond float range replaced by +-inf (numpy raises ``OverflowError`` on it):
+    a huge metric is data."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+            return value
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, (list, tuple)):
+        return [_finite_ints(v) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_finite_ints(v) for v in value.tolist()]
+    return value
+
+
+def float_array(value) -> np.ndarray:
+    """``np.asarray(value, dtype=float64)``, with ints beyond float range as +-inf instead of ``OverflowError``."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except OverflowError:
+        return np.asarray(_finite_ints(value), dtype=np.float64)
+
+
 def metric_values(name: str, value: object) -> tuple[np.ndarray | None, float | None]:
     """Split what an ``evaluate_fn`` returned for one metric into per-sample values or a scalar.
 
     Returns ``(values, None)`` for per-sample values and ``(None, scalar)`` for a scalar; anything else
     raises ``TypeError`` naming the metric.
     """
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return None, float(value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return None, float(value)
+    if isinstance(value, (numbers.Real, decimal.Decimal, np.integer, np.floating)):  # also Fraction, Decimal
+        return None, as_float(name, value)
     if isinstance(value, (list, tuple, np.ndarray)):
         try:
-            arr = np.asarray(value, dtype=np.float64)
+            arr = float_array(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"metric {name!r}: per-sample values must be numbers ({exc})") from None
         if arr.ndim == 0:
@@ -206,7 +232,7 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
     >>> summarize([1, 0, 1, 1], kind="mean").binary
     False
     """
-    arr = np.asarray(values, dtype=np.float64)
+    arr = float_array(values)
     if kind == "proportion":
         binary = True
     elif kind == "mean":
@@ -653,7 +679,7 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
         if type(r).__module__.startswith("torch"):
             r = r.detach().to("cpu").double().numpy()
         try:
-            a = np.asarray(r, dtype=np.float64)
+            a = float_array(r)
         except (TypeError, ValueError):
             raise TypeError(f"{label}, item {i}: per-sample values must be numbers, got {r!r:.80}") from None
         if a.ndim == 0:
