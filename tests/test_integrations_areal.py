@@ -172,7 +172,7 @@ def test_as_config_maps_areals_config_and_rejects_other_dataclasses():
     assert AdaptiveEvaluator.from_config(areal_config(freq_steps=3)).cfg.trigger.freq_steps == 3
 
 
-def test_patch_areal_replaces_the_name_the_trainers_build():
+def test_patch_areal_replaces_the_name_the_trainers_build(caplog):
     names = []
     for n in ("rl", "sft"):  # stand-ins for areal.trainer.*_trainer, whose imports need AReaL's whole stack
         mod = types.ModuleType(f"_patched_{n}_trainer")
@@ -184,6 +184,14 @@ def test_patch_areal_replaces_the_name_the_trainers_build():
         built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))  # the trainers' call
         assert isinstance(built, shim.AdaptiveEvaluator) and built.total_steps == 30
         assert built.cfg.trigger.freq_steps == 5 and built.cfg.policy.alarm.enabled
+        # an asynchronous preset under AReaL's own trainers is said to be unsafe (live weights, no close())
+        from adaptive_eval import load_config
+
+        shim.patch_areal(load_config(overrides=["evaluation.asynchronous=true"]), modules=names)
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))
+        assert built.cfg.evaluation.asynchronous and "never call evaluator.close()" in caplog.text
+        built.close()
     finally:
         for n in names:
             sys.modules.pop(n)

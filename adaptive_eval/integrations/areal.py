@@ -196,7 +196,13 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
     skipped with a warning (AReaL's trainers need its full set of dependencies)."""
 
     def make(config, ft_spec):
-        return AdaptiveEvaluator(config, ft_spec, preset=preset)
+        evaluator = AdaptiveEvaluator(config, ft_spec, preset=preset)
+        if evaluator.cfg.evaluation.asynchronous:
+            log.warning("adaptive_eval: patch_areal with an asynchronous preset: AReaL's trainers evaluate the live "
+                        "weights through their rollout engine and never call evaluator.close(), so results may "
+                        "mix weight versions and the evaluation in flight at the end is lost; keep "
+                        "evaluation.asynchronous for your own loop (SnapshotEval, close())")
+        return evaluator
 
     patched = []
     for name in modules:

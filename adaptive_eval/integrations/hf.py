@@ -29,7 +29,15 @@ What it does (each step is something a user would otherwise write; see the READM
 * logs each result through ``trainer.log`` as ``eval_<metric>``, ``eval_<metric>_ci_low/_ci_high/_n``, so
   it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
   step's training log (``control.should_log`` is restored);
-* saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions.
+* saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions, also with
+  ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
+  ``state()["args"]``, which takes what is not a plain value (``evaluate_fn``, ``eval_dataset``,
+  ``executor``, ``clock``, the trainer) from the instance it replaces (found in HF's
+  ``Trainer._load_callback_state``; a warning when it cannot be);
+* asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): the trainer's own
+  evaluation runs in the worker on a replica holding the weights of its step (never the live model), results
+  are logged when integrated (``eval_adaptive_step``: the weights' step), and ``on_train_end`` waits for
+  the evaluations still in flight and logs them.
 
 Tracked metric: ``evaluation.metric`` if set; else ``args.metric_for_best_model`` (with
 ``greater_is_better``); else, without ``compute_metrics``, ``eval_loss`` (lower is better); else the first
@@ -138,6 +146,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     (``evaluate_fn(request)`` or AReaL-style ``evaluate_fn()``); without one the trainer's
     ``eval_dataset``/``compute_metrics`` are used on the requested items (``eval_dataset=`` picks another
     set).  ``trainer``: only needed when the callback is added after the ``Trainer`` was built.
+    ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
+    ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
     """
 

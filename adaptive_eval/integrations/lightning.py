@@ -25,7 +25,11 @@ What it does (see the README's table):
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
   ``pl_module.log`` (which loses or repeats one-off points);
 * checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
-  resumes with the same decisions.
+  resumes with the same decisions;
+* asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): ``validation_step``
+  runs in the worker on a replica of the module holding the weights of its step (never the live module),
+  results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
+  waits for the evaluations still in flight and logs them.
 
 Nothing here raises inside the training step, except the user's own ``evaluation.on_error: raise``.
 """
@@ -73,7 +77,9 @@ class AdaptiveEvalCallback(Callback):
     ``overrides``: dotlist overrides.  ``evaluate_fn``: your own evaluation (``evaluate_fn(request)`` or
     ``evaluate_fn()``); without one, the module's ``validation_step`` runs on the requested items of
     ``val_dataset`` (default: the dataset of the trainer's validation dataloader).  ``name`` tells two
-    instances apart in a checkpoint.  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
+    instances apart in a checkpoint.  ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for
+    asynchronous evaluation (turns ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the
+    evaluator's clock (tests).  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
