@@ -312,3 +312,16 @@ def test_asynchronous_evaluation_through_the_trainer_runs_on_the_weights_of_its_
     # every result went through trainer.log, at the step it was integrated (HF's 1-based axis), with its weights' step
     logged = [h for h in trainer.state.log_history if "eval_loss" in h]
     assert [(h["eval_adaptive_step"], h["step"]) for h in logged] == [(r.step, r.integrated_step + 1) for r in history]
+
+
+def test_a_callback_rebuilt_without_the_instance_it_replaces_says_what_is_lost(caplog):
+    def _load_callback_state():  # what HF's Trainer._load_callback_state would be if it named its local otherwise
+        return AdaptiveEvalCallback(**{"config": "areal", "overrides": [], "per_item": True})
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        cb = _load_callback_state()
+    assert cb.evaluate_fn is None and "evaluate_fn, eval_dataset, executor and clock are not restored" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        AdaptiveEvalCallback("areal")  # built by the user: nothing to say
+    assert caplog.text == ""
