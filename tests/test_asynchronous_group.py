@@ -1,14 +1,15 @@
 """Asynchronous evaluation inside a real gloo process group of two training ranks, without eval ranks.
 
-Both ranks train; the first one runs each evaluation on a worker thread (the whole sample: the other rank
-evaluates nothing and keeps training) and broadcasts the outcome when it is integrated, so both ranks
-integrate every result at the same step and take the same decisions.  One spawn runs every case in turn:
+Both ranks train, and each evaluates its shard of every evaluation on its own worker thread; when both
+shards are done (or due, with a fixed latency) one all-gather combines them, so both ranks integrate every
+result at the same step and take the same decisions.  One spawn runs every case in turn:
 
 * fixed: ``evaluation.async_integrate_after_steps: 3``; rank 1's training stream alone jumps: its alarm
   reaches rank 0's decisions too;
 * asap: no fixed latency (a result joins when the first rank's thread has finished it): the integration step
   depends on timing, yet it is the same on both ranks;
-* error: an evaluation that raises is an error on both ranks at the same step, and training goes on;
+* error: one rank's shard raises: the evaluation is an error on both ranks at the same step, and training
+  goes on;
 * resume: each rank saves its state with an evaluation in flight and a new evaluator continues from it with
   the uninterrupted run's decisions.
 """
@@ -78,9 +79,10 @@ def _world(rank, world):
     out = {}
     calls = []
 
-    def weight_sum(request, weights):  # runs on rank 0's worker thread
-        calls.append((request.step, request.rank, request.world_size, len(request.indices(100))))
-        return {"score": [float(sum(t.double().sum() for t in weights.values()))] * 8}
+    def weight_sum(request, weights):  # runs on this rank's worker thread, for this rank's items
+        items = request.indices(100)
+        calls.append((request.step, request.rank, request.world_size, items))
+        return {"score": [float(sum(t.double().sum() for t in weights.values()))] * len(items)}
 
     def make(*extra):
         return AdaptiveEvaluator.from_config(config(*extra), clock=FakeClock(), total_steps=STEPS)
@@ -99,7 +101,7 @@ def _world(rank, world):
 
     def flaky(request, weights):
         failed.append(request.step)
-        if len(failed) == 2:
+        if len(failed) == 2 and rank == 1:  # rank 1's shard alone fails
             raise RuntimeError("eval server down")
         return weight_sum(request, weights)
 
@@ -129,11 +131,17 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     # rank 1's alarm (its stream alone jumped at step 20) brought an evaluation forward on both ranks
     assert any(e["kind"] == "alarm" for e in fixed0)
     assert any(e["result"]["reason"].startswith("alarm:") and e["step"] >= 20 for e in evals)
-    # the first rank evaluated each whole sample on its thread, the other rank none
-    submitted = [e["step"] for e in fixed0 if e["kind"] == "submitted"]
-    ran = [c[0] for c in calls0]  # (one cancelled before its thread started never runs)
-    assert {e["step"] for e in evals} <= set(ran) <= set(submitted) and calls1 == []
-    assert all(c[1:3] == (0, 1) for c in calls0)
+    # each rank evaluated its shard on its thread: disjoint, together the whole sample, counted once
+    from adaptive_eval import EvalRequest
+
+    shards = [{c[0]: c for c in calls} for calls in (calls0, calls1)]  # (one cancelled before it ran: absent)
+    for e in evals:
+        (_, r0, w0, mine), (_, r1, w1, theirs) = shards[0][e["step"]], shards[1][e["step"]]
+        assert (r0, w0, r1, w1) == (0, 2, 1, 2) and not set(mine) & set(theirs)
+        n = e["result"]["sample_size"]
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=e["step"], sample_size=n, seed=0,
+                                                           reason="").indices(100))
+        assert e["result"]["n"]["score"] == len(mine) + len(theirs)
     # the values are those of the weights of each evaluation's step
     for e in evals:
         model = model_at(e["step"])  # (drive evaluates a step before its update)
@@ -147,13 +155,14 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     assert len(evals) >= 3 and evals[-1]["step"] == STEPS - 1
     assert all(e["integrated_step"] > e["step"] for e in evals[:-1])
 
-    # a failed evaluation: an error on both ranks at the same step; the next evaluations still run
+    # rank 1's shard failed: an error on both ranks at the same step; the next evaluations still run
     err0, err1 = ranks[0]["error"], ranks[1]["error"]
     strip = lambda evs: [{k: v for k, v in e.items() if k != "error"} for e in evs]  # noqa: E731
-    assert strip(err0) == strip(err1)  # (rank 0 has the exception's text, rank 1 the broadcast one)
+    assert strip(err0) == strip(err1)  # (rank 1 has its exception, rank 0 the text it was sent)
     errors = [e for e in err0 if e["kind"] == "error"]
     assert len(errors) == 1 and errors[0]["integrated_step"] == errors[0]["step"] + 3
-    assert "eval server down" in errors[0]["error"] and "eval server down" in err1[err0.index(errors[0])]["error"]
+    assert "on rank 1: RuntimeError: eval server down" in errors[0]["error"]
+    assert err1[err0.index(errors[0])]["error"] == "RuntimeError: eval server down"
     assert [e for e in err0 if e["kind"] == "eval" and e["step"] > errors[0]["step"]]
 
     # resume: each rank's saved state held the evaluation in flight; the resumed run decides as the uninterrupted one

@@ -37,16 +37,16 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
 
 
 def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_the_same_steps(tmp_path):
-    """DDP and asynchronous evaluation: the first rank scores each whole sample on a replica in its worker
-    thread while both ranks train; both integrate every result 3 steps later and log it at the same step."""
+    """DDP and asynchronous evaluation: each rank scores its shard on a replica in its worker thread while both
+    ranks train; both integrate every result 3 steps later and log it at the same step."""
     r0, r1 = run(tmp_path, "async")
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3
     assert r0["history"][-1][:2] == [29, "trigger:final"]
     assert [h[5] for h in r0["history"]] == [min(h[0] + 3, 29) for h in r0["history"]]
     assert r0["logged"] == r1["logged"] == [h[5] + 1 for h in r0["history"]]
-    assert r1["seen"] == []  # the other rank scored nothing: it trained on
-    done = {step: (idx, replica) for step, idx, replica in r0["seen"]}
+    done0, done1 = ({step: (idx, replica) for step, idx, replica in r["seen"]} for r in (r0, r1))
     for h in r0["history"]:
-        idx, replica = done[h[0]]
-        assert replica and sorted(idx) == sorted(EvalRequest(step=h[0], sample_size=h[2], seed=0,
-                                                             reason="").indices(200))
+        (mine, replica0), (theirs, replica1) = done0[h[0]], done1[h[0]]
+        assert replica0 and replica1 and not set(mine) & set(theirs)  # each item scored once, on a replica
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=h[0], sample_size=h[2], seed=0,
+                                                           reason="").indices(200))
