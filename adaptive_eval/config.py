@@ -164,8 +164,8 @@ class BudgetPolicyConfig:
 class PeakPolicyConfig:
     enabled: bool = True
     improving_factor: float = 3.9  # cap the interval at this multiple of the base while the metric improves
-    confirm_size: int = 120  # a small eval that beats the best is re-measured with this many items (0: off)
-    confirm_steps: int = 8  # within this many steps (0: the next scheduled eval is widened instead)
+    confirm_size: int = 500  # a small eval that beats the best is re-measured with this many items (0: off)
+    confirm_steps: int = 0  # within this many steps (0: the next scheduled eval is widened instead)
 
 
 @dataclass

@@ -57,7 +57,7 @@ def test_timeout_inf_means_no_limit_and_still_loads():
 
 
 def test_no_evaluation_exceeds_sample_size_max():
-    """peak.confirm_size (256) is clamped to sample_size.max, and before_train is sized by the policies too."""
+    """peak.confirm_size (500) is clamped to sample_size.max, and before_train is sized by the policies too."""
     cfg = load_config(overrides=["policy.sample_size.max=100", "policy.sample_size.min=10",
                                  "policy.sample_size.initial=20", "trigger.freq_steps=3",
                                  "trigger.eval_before_train=true", "policy.budget.enabled=false"])
@@ -73,5 +73,5 @@ def test_no_evaluation_exceeds_sample_size_max():
     for g in range(40):
         ev.evaluate(evaluate_fn, 0, g, g)
     assert sizes[0] == ("before_train", 20)
-    # The peak policy's precise re-measurements (confirm_size 120 by default) come out at the clamp, never above.
+    # The peak policy's precise re-measurements (confirm_size 500 by default) come out at the clamp, never above.
     assert max(n for _, n in sizes) == 100, sizes
