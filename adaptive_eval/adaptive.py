@@ -176,7 +176,7 @@ class AdaptiveEvaluator:
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
-        self._level_streams = 0  # streams watched by a detector other than nonfinite (Context.streams)
+        self._level_streams = 0  # streams with an armed level detector at the last alarm (Context.streams)
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
@@ -254,7 +254,6 @@ class AdaptiveEvaluator:
 
         entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
                                           tuple(d.update for d in dets))
-        self._level_streams = sum(1 for e in self._watchers.values() if e[0])
         return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
@@ -373,6 +372,7 @@ class AdaptiveEvaluator:
         """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
         ``rank`` names the rank that saw it, None for alarms every rank saw)."""
         self._alarm_count += 1
+        self._level_streams = self._witnesses()
         self.policies.on_alarm(alarm, self._ctx(step))
         self._alarm_pending = self._alarm_pending or self._policy_pending()
         self.trigger.scale = self.policies.scale()
@@ -390,6 +390,14 @@ class AdaptiveEvaluator:
                                    f"alarm_count/{alarm.stream}": float(count)})
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
+
+    def _witnesses(self) -> int:
+        """Streams whose level detectors are past their warm-up (``Context.streams``: those that could
+        corroborate an alarm; a stream logged every few hundred steps is not one of them for a long while)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        return sum(1 for dets in self._detectors.values()
+                   if any(type(d) is not NonFinite and d.armed for d in dets))
 
     def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")

@@ -99,6 +99,11 @@ class Detector:
         """The alarm statistic: the detector alarms on the first update where it exceeds the threshold."""
         raise NotImplementedError
 
+    @property
+    def armed(self) -> bool:
+        """Whether the detector can raise a level alarm now (False while it is still warming up)."""
+        return True
+
     def update(self, value: float, step: int) -> Alarm | None:  # pragma: no cover - abstract
         raise NotImplementedError
 

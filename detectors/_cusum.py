@@ -237,6 +237,10 @@ class CUSUM(Detector):
     def _after_load(self) -> None:
         self._inv = 1.0 / self._scale
 
+    @property
+    def armed(self) -> bool:
+        return self._phase != _WARMUP
+
     def update(self, value: float, step: int) -> Alarm | None:
         if type(value) is not float:
             value = self._float(value)

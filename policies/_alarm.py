@@ -27,8 +27,8 @@ class AlarmPolicy(Policy):
     other (a real collapse moves reward, loss and response length together; a false alarm on one noisy
     stream stays alone).  Until then the alarm is *held* (:meth:`admit` says so): the other policies see it
     through ``on_held_alarm`` only (the sample-size policy widens the next scheduled evaluation), so a
-    lone alarm neither runs an evaluation nor tightens the schedule.  Fewer streams watched than
-    ``corroborate`` (``Context.streams``): all of them must agree.
+    lone alarm neither runs an evaluation nor tightens the schedule.  Fewer streams able to alarm than
+    ``corroborate`` (``Context.streams``: those whose detectors are past warm-up): all of them must agree.
 
     >>> from types import SimpleNamespace as A
     >>> from adaptive_eval.types import Decision

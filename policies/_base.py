@@ -18,7 +18,7 @@ class Context:
     elapsed: float  # seconds since the run started, on the injected clock
     eval_seconds: float  # seconds spent evaluating so far
     last_eval_step: int | None = None
-    streams: int | None = None  # per-step streams watched by a level detector (None: not known)
+    streams: int | None = None  # streams whose level detectors are armed (past warm-up); None: not known
 
 
 class Policy:

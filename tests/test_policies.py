@@ -378,3 +378,28 @@ def test_default_preset_holds_lone_false_alarms_and_still_catches_a_collapse():
         onset = st.events[0].step
         after = [e["step"] for e in replay(st.trace, on).evals if e["step"] >= onset]
         assert after and after[0] - onset <= 5
+
+
+def test_a_stream_still_warming_up_is_no_witness():
+    """A loss collapse on the one dense stream is taken alone while the sparse streams beside it (logged every
+    10 steps, their CUSUM still in warm-up) cannot corroborate it."""
+    from adaptive_eval import AdaptiveEvaluator
+    from conftest import FakeClock
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["policy.budget.enabled=false", "trigger.freq_steps=100"]),
+                                       clock=FakeClock())
+    reasons = []
+
+    def fn(request):
+        reasons.append((request.step, request.reason))
+        return {"acc": [1.0, 0.0] * 20}
+
+    rng = random.Random(0)
+    for step in range(120):
+        loss = 1.0 + 0.02 * rng.gauss(0, 1) + (0.03 * (step - 80) if step >= 80 else 0.0)  # a ramp from 80
+        metrics = {"train/loss": loss}
+        if step % 10 == 0:
+            metrics["train/grad_norm"] = 1.0 + 0.1 * rng.gauss(0, 1)
+        ev.observe(metrics, step)
+        ev.evaluate(fn, 0, step, step)
+    assert any(r.startswith("alarm:train/loss") and 80 <= s <= 95 for s, r in reasons), reasons
