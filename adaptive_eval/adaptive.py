@@ -55,6 +55,11 @@ def _group_exists(group) -> bool:
     return DistContext(group).distributed
 
 
+def _no_alarm(value: float, step: int) -> None:
+    """The update of a stream no detector watches on finite values (see ``AdaptiveEvaluator._index``)."""
+    return None
+
+
 def _alarm_from_wire(wire):
     from adaptive_eval.detectors import Alarm
 
@@ -176,6 +181,10 @@ class AdaptiveEvaluator:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
+        # observe()'s fast path: stream -> the one call to make on a finite float, for the watched streams that
+        # are not in a run of NaN/inf and have at most one detector besides nonfinite (kept in step with
+        # _watchers and _in_nonfinite_run by _index and _observe_one).
+        self._ready: dict[str, Callable] = {}
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -247,11 +256,20 @@ class AdaptiveEvaluator:
     def _index(self, stream: str, dets: list) -> tuple:
         """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
         (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
-        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order).
+
+        On a finite value a detector's ``_update_finite`` is used where it has one: ``update`` without the
+        type and finiteness checks, which ``observe`` has already made.  A stream with at most one such
+        update (every preset's) is ready for ``observe``'s fast path, one call per value, until a NaN/inf
+        arrives (see :meth:`_observe_one`); one with several always takes :meth:`_observe_one`."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
-                                          tuple(d.update for d in dets))
+        entry = self._watchers[stream] = (
+            tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite),
+            tuple(d.update for d in dets))
+        self._ready.pop(stream, None)
+        if stream not in self._in_nonfinite_run and len(entry[0]) <= 1:
+            self._ready[stream] = entry[0][0] if entry[0] else _no_alarm
         return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
@@ -271,32 +289,50 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        watchers = self._watchers
+        # The fast path: a finite float on a stream that is ready (see _index), nearly every value of every
+        # step, makes one call.  Everything else (a new stream, an int or numpy scalar, NaN/inf, the first
+        # finite value after them, a stream with several detectors) goes through _observe_one: same updates.
+        ready = self._ready
         for name, value in items:
-            entry = watchers.get(name)
-            if entry is None:
-                entry = self._watch(name)
-            if type(value) is not float:
-                value = as_float(name, value)
-            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
-                updates = entry[0]
-                if name in self._in_nonfinite_run:
-                    self._in_nonfinite_run.discard(name)
-                    updates = entry[1]
-            else:
-                self._in_nonfinite_run.add(name)
-                updates = entry[1]
-            for update in updates:
-                alarm = update(value, global_step)
-                if alarm is not None:
-                    if self._distributed:  # shared with the other ranks at the next evaluate()
-                        self._unsynced.append((alarm, global_step))
-                    else:
-                        self._on_alarm(alarm, global_step)
+            update = ready.get(name)
+            if update is None or type(value) is not float or value - value != 0.0:  # (NaN/inf - itself: NaN)
+                self._observe_one(name, value, global_step)
+                continue
+            alarm = update(value, global_step)
+            if alarm is not None:
+                self._raised(alarm, global_step)
         if self._outputs:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
+
+    def _observe_one(self, name, value, global_step: int) -> None:
+        """One metric of :meth:`observe`, by the general path (any value; any stream, new ones included)."""
+        entry = self._watchers.get(name)
+        if entry is None:
+            entry = self._watch(name)
+        if type(value) is not float:
+            value = as_float(name, value)
+        if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+            updates = entry[0]
+            if name in self._in_nonfinite_run:  # the run ends: every detector sees it (nonfinite re-arms)
+                self._in_nonfinite_run.discard(name)
+                updates = entry[1]
+                self._index(name, self._detectors[name])  # ready again
+        else:
+            self._in_nonfinite_run.add(name)
+            self._ready.pop(name, None)
+            updates = entry[1]
+        for update in updates:
+            alarm = update(value, global_step)
+            if alarm is not None:
+                self._raised(alarm, global_step)
+
+    def _raised(self, alarm, global_step: int) -> None:
+        if self._distributed:  # shared with the other ranks at the next evaluate()
+            self._unsynced.append((alarm, global_step))
+        else:
+            self._on_alarm(alarm, global_step)
 
     def _write_streams(self, metrics: Mapping, step: int) -> None:
         values = {k: as_float(k, v) for k, v in metrics.items()}
@@ -423,28 +459,27 @@ class AdaptiveEvaluator:
         self._last_call_step = global_step
         if self._distributed:
             return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
-        if self._async is None:
-            return self._evaluate_here(evaluate_fn, epoch, step, global_step)
-        got, self._unreturned = self._unreturned, None
-        if self._async.jobs and self._async.ready(global_step):
-            got = self._integrate(self._async.take(global_step), global_step) or got
-        self._evaluate_here(evaluate_fn, epoch, step, global_step)  # submits, returns nothing
-        return got
-
-    def _evaluate_here(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
+        # A single process.  Asynchronously, what finished is integrated first and returned; what is decided
+        # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
+        got = None
+        if self._async is not None:
+            got, self._unreturned = self._unreturned, None
+            if self._async.jobs and self._async.ready(global_step):
+                got = self._integrate(self._async.take(global_step), global_step) or got
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
         if reason is None:
             if not self._alarm_pending:
                 if not final:
-                    return None
+                    return got
                 reason = "trigger:final"
             elif final and not self._alarms_waiting():
                 reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
-        return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
+        out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
+        return out if self._async is None else got
 
     def _evaluate_in_group(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         """``evaluate`` in a process group: every branch before a collective is on values all ranks hold."""
@@ -906,9 +941,9 @@ class AdaptiveEvaluator:
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
         for stream, dets in self._detectors.items():
-            self._index(stream, dets)
             if any(getattr(d, "_in_run", False) for d in dets):
                 self._in_nonfinite_run.add(stream)
+            self._index(stream, dets)  # (after: a stream in a run of NaN/inf is not ready for the fast path)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
