@@ -21,6 +21,7 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import sys
@@ -182,8 +183,8 @@ class AdaptiveEvaluator:
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         # observe()'s fast path: stream -> the one call to make on a finite float, for the watched streams that
-        # are not in a run of NaN/inf and have at most one detector besides nonfinite (kept in step with
-        # _watchers and _in_nonfinite_run by _index and _observe_one).
+        # are not in a run of NaN/inf (kept in step with _watchers and _in_nonfinite_run by _index and
+        # _observe_one).
         self._ready: dict[str, Callable] = {}
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
@@ -259,18 +260,27 @@ class AdaptiveEvaluator:
         it is called to re-arm) and those to call on a non-finite value (all, in their configured order).
 
         On a finite value a detector's ``_update_finite`` is used where it has one: ``update`` without the
-        type and finiteness checks, which ``observe`` has already made.  A stream with at most one such
-        update (every preset's) is ready for ``observe``'s fast path, one call per value, until a NaN/inf
-        arrives (see :meth:`_observe_one`); one with several always takes :meth:`_observe_one`."""
+        type and finiteness checks, which ``observe`` has already made.  The stream is ready for
+        ``observe``'s fast path, one call per finite float (the one detector's, every preset's case), until
+        a NaN/inf arrives (see :meth:`_observe_one`)."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        entry = self._watchers[stream] = (
-            tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite),
-            tuple(d.update for d in dets))
-        self._ready.pop(stream, None)
-        if stream not in self._in_nonfinite_run and len(entry[0]) <= 1:
-            self._ready[stream] = entry[0][0] if entry[0] else _no_alarm
+        finite = tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite)
+        entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
+        if stream in self._in_nonfinite_run:
+            self._ready.pop(stream, None)
+        elif len(finite) == 1:
+            self._ready[stream] = finite[0]
+        else:
+            self._ready[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
         return entry
+
+    def _update_each(self, updates: tuple, value: float, step: int) -> None:
+        """The fast-path call of a stream with several detectors on finite values: each, in order."""
+        for update in updates:
+            alarm = update(value, step)
+            if alarm is not None:
+                self._raised(alarm, step)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -291,7 +301,7 @@ class AdaptiveEvaluator:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
         # The fast path: a finite float on a stream that is ready (see _index), nearly every value of every
         # step, makes one call.  Everything else (a new stream, an int or numpy scalar, NaN/inf, the first
-        # finite value after them, a stream with several detectors) goes through _observe_one: same updates.
+        # finite value after them) goes through _observe_one, which makes the same updates.
         ready = self._ready
         for name, value in items:
             update = ready.get(name)
@@ -451,9 +461,10 @@ class AdaptiveEvaluator:
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
         last = self._last_call_step
-        if global_step == last:  # called again in the same step: counted once
-            return None
-        if last is not None and global_step < last:  # else a step could be evaluated twice (5, 3, 5)
+        if last is not None and global_step <= last:
+            if global_step == last:  # called again in the same step: counted once
+                return None
+            # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(f"global_step went backwards in evaluate() ({last} -> {global_step}); to resume a "
                              "run, load_state_dict() into a new AdaptiveEvaluator")
         self._last_call_step = global_step

@@ -264,32 +264,38 @@ class CUSUM(Detector):
         if self._one_chart:
             # One chart, both directions (the default preset's), unrolled with the tracking step inlined;
             # k and h of the chart are kept as plain attributes (see threshold_) to save the tuple unpacking.
+            # A sum at zero (most steps) only needs a comparison: 0 + z - k > 0 exactly when z > k, and
+            # 0 - z - k > 0 exactly when z < -k (IEEE subtraction is exact in sign), so the sums, their
+            # starts and the alarms are those of the plain recursion below.
             k0 = self._k0
             s = sums[0]
-            v = s + z - k0
-            if v > 0.0:
-                if s == 0.0:
-                    self._starts[0] = step
-                if v > self._h0:
-                    return self._alarm(step, 0, v)
-                sums[0] = v
-            elif s != 0.0:
-                sums[0] = 0.0
+            if s != 0.0 or z > k0:
+                v = s + z - k0
+                if v > 0.0:
+                    if s == 0.0:
+                        self._starts[0] = step
+                    if v > self._h0:
+                        return self._alarm(step, 0, v)
+                    sums[0] = v
+                else:
+                    sums[0] = 0.0
             s = sums[1]
-            v = s - z - k0
-            if v > 0.0:
-                if s == 0.0:
-                    self._starts[1] = step
-                if v > self._h0:
-                    return self._alarm(step, 1, v)
-                sums[1] = v
-            elif s != 0.0:
-                sums[1] = 0.0
+            if s != 0.0 or z < -k0:
+                v = s - z - k0
+                if v > 0.0:
+                    if s == 0.0:
+                        self._starts[1] = step
+                    if v > self._h0:
+                        return self._alarm(step, 1, v)
+                    sums[1] = v
+                else:
+                    sums[1] = 0.0
             a = self._adapt
             if a:
                 scale = self._scale
                 self._level = level + a * z * scale
-                scale *= 1.0 + a * (1.2533141373155001 * (z if z >= 0.0 else -z) - 1.0)
+                # (-1.2533 * z is 1.2533 * -z exactly: the negation is folded into the constant)
+                scale *= 1.0 + a * ((1.2533141373155001 * z if z >= 0.0 else -1.2533141373155001 * z) - 1.0)
                 if scale < self._floor:
                     scale = self._floor
                 self._scale = scale

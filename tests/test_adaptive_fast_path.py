@@ -168,3 +168,39 @@ def test_a_ready_stream_still_rejects_what_is_not_one_number(bad):
     with pytest.raises(TypeError, match="train/loss"):
         ev.observe({"train/loss": bad}, 40)
     assert ev.state_dict()["detectors"] == before
+
+
+def _plain_recursion(det):
+    """The same detector, made to run the general per-chart loop instead of the unrolled one-chart path."""
+    det._one_chart = det._two_charts = False
+    return det
+
+
+@pytest.mark.parametrize("spec", [
+    {"k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30},  # the presets'
+    {"k": 0.0, "threshold": 4.0, "adapt": 0.2, "warmup": 5, "clip": 0.5},
+    {"k": 0.5, "threshold": 3.0, "warmup": 10, "reference": 40},  # fixed reference, learning phase
+    {"k": 2.0, "threshold": 1.0, "adapt": 0.5, "warmup": 3, "clip": None},
+])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_unrolled_one_chart_cusum_is_the_plain_recursion(spec, seed):
+    rng = random.Random(seed)
+    fast = make_detector({"type": "cusum", **spec}, stream="s")
+    plain = _plain_recursion(make_detector({"type": "cusum", **spec}, stream="s"))
+    assert fast._one_chart and not plain._one_chart
+    level, alarms = 0.0, 0
+    for step in range(3000):
+        r = rng.random()
+        if r < 0.01:
+            level += rng.choice([-1, 1]) * rng.uniform(0.5, 5.0)
+        if step % 500 < 40:  # constant stretches: z exactly 0 (and exactly k, for k = 0)
+            x = level
+        elif r < 0.2:  # values on a coarse grid (a reward averaged over 8 samples)
+            x = round(rng.gauss(level, 1.0) * 8) / 8
+        else:
+            x = rng.gauss(level, 1.0) if r < 0.95 else rng.choice([math.nan, 1e300, -1e300, 10.0 ** rng.randint(-300, 300)])
+        a, b = fast.update(x, step), plain.update(x, step)
+        assert (a is None) == (b is None) and (a is None or _key(a) == _key(b)), f"step {step}"
+        alarms += a is not None
+        assert fast.state_dict() == plain.state_dict(), f"step {step}"
+    assert alarms >= 3
