@@ -182,10 +182,10 @@ class AdaptiveEvaluator:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
-        # observe()'s fast path: stream -> the one call to make on a finite float, for the watched streams that
-        # are not in a run of NaN/inf (kept in step with _watchers and _in_nonfinite_run by _index and
-        # _observe_one).
-        self._ready: dict[str, Callable] = {}
+        # observe()'s fast path: stream -> the one call to make on a finite float (for a stream in a run of
+        # NaN/inf: the general path, which ends the run); kept in step with _watchers and _in_nonfinite_run by
+        # _index and _observe_one.
+        self._on_finite: dict[str, Callable] = {}
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -260,19 +260,19 @@ class AdaptiveEvaluator:
         it is called to re-arm) and those to call on a non-finite value (all, in their configured order).
 
         On a finite value a detector's ``_update_finite`` is used where it has one: ``update`` without the
-        type and finiteness checks, which ``observe`` has already made.  The stream is ready for
-        ``observe``'s fast path, one call per finite float (the one detector's, every preset's case), until
-        a NaN/inf arrives (see :meth:`_observe_one`)."""
+        type and finiteness checks, which ``observe`` has already made: ``observe``'s fast path makes one
+        call per finite float (the one detector's, in every preset), except in a run of NaN/inf, where the
+        call is :meth:`_observe_one`, which ends the run."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
         finite = tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite)
         entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
         if stream in self._in_nonfinite_run:
-            self._ready.pop(stream, None)
+            self._on_finite[stream] = functools.partial(self._observe_one, stream)
         elif len(finite) == 1:
-            self._ready[stream] = finite[0]
+            self._on_finite[stream] = finite[0]
         else:
-            self._ready[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
+            self._on_finite[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
         return entry
 
     def _update_each(self, updates: tuple, value: float, step: int) -> None:
@@ -299,18 +299,22 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        # The fast path: a finite float on a stream that is ready (see _index), nearly every value of every
-        # step, makes one call.  Everything else (a new stream, an int or numpy scalar, NaN/inf, the first
-        # finite value after them) goes through _observe_one, which makes the same updates.
-        ready = self._ready
+        # The fast path: a finite float on a known stream, nearly every value of every step, makes one call
+        # (see _index).  Everything else (a new stream, an int or numpy scalar, NaN/inf) goes through
+        # _observe_one, which makes the same updates.
+        on_finite = self._on_finite
         for name, value in items:
-            update = ready.get(name)
-            if update is None or type(value) is not float or value - value != 0.0:  # (NaN/inf - itself: NaN)
+            try:
+                update = on_finite[name]
+            except KeyError:  # a new stream
                 self._observe_one(name, value, global_step)
                 continue
-            alarm = update(value, global_step)
-            if alarm is not None:
-                self._raised(alarm, global_step)
+            if type(value) is float and value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+                alarm = update(value, global_step)
+                if alarm is not None:
+                    self._raised(alarm, global_step)
+            else:
+                self._observe_one(name, value, global_step)
         if self._outputs:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
@@ -328,10 +332,11 @@ class AdaptiveEvaluator:
             if name in self._in_nonfinite_run:  # the run ends: every detector sees it (nonfinite re-arms)
                 self._in_nonfinite_run.discard(name)
                 updates = entry[1]
-                self._index(name, self._detectors[name])  # ready again
+                self._index(name, self._detectors[name])  # the fast path again
         else:
-            self._in_nonfinite_run.add(name)
-            self._ready.pop(name, None)
+            if name not in self._in_nonfinite_run:
+                self._in_nonfinite_run.add(name)
+                self._index(name, self._detectors[name])  # a finite value next ends the run here
             updates = entry[1]
         for update in updates:
             alarm = update(value, global_step)
@@ -954,7 +959,7 @@ class AdaptiveEvaluator:
         for stream, dets in self._detectors.items():
             if any(getattr(d, "_in_run", False) for d in dets):
                 self._in_nonfinite_run.add(stream)
-            self._index(stream, dets)  # (after: a stream in a run of NaN/inf is not ready for the fast path)
+            self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))

@@ -120,8 +120,8 @@ def load_areal_timeutil():
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=50_000, help="calls per timed loop")
-    ap.add_argument("--repeat", type=int, default=20, help="rounds (each times every row once)")
+    ap.add_argument("--number", type=int, default=20_000, help="calls per timed loop")
+    ap.add_argument("--repeat", type=int, default=50, help="rounds (each times every row once)")
     args = ap.parse_args(argv)
     table, ratios = rows(args.number, args.repeat)
     base = table[0][1]
