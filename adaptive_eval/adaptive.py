@@ -172,7 +172,8 @@ class AdaptiveEvaluator:
             from adaptive_eval.asynchronous import build_async
 
             self._async = build_async(plain, executor=executor, eval_ranks=eval_ranks, clock=self.clock,
-                                      eval_clock=eval_clock, distributed=self._distributed, rank=self._rank)
+                                      eval_clock=eval_clock, distributed=self._distributed, rank=self._rank,
+                                      world=self._world)
         self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
         self._reset()
         if self._logging:
@@ -507,11 +508,15 @@ class AdaptiveEvaluator:
         mine = self._unsynced
         maybe_due = reason is not None or self._alarm_pending or final
         ready = self._async is not None and self._async.ready(global_step)
+        # Sharded asynchronous evaluation integrates once every rank has its shard: the vote is "not yet".
+        sharded = self._async is not None and self._async.sharded and bool(self._async.jobs)
+        vote = (not ready) if sharded else ready
         # The one collective of a step with nothing due.
-        new_alarms, due, self._now, ready = self.dist.all_reduce_max(
-            [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if ready else 0.0])
+        new_alarms, due, self._now, vote = self.dist.all_reduce_max(
+            [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0])
         got = None
-        if ready >= 0.5:  # identical on every rank, so is what it changes: the trigger, the pending alarms
+        if (vote < 0.5) if sharded else (vote >= 0.5):  # identical on every rank (the records are), so is what
+            # it changes: the trigger, the pending alarms
             got = self._integrate_in_group(global_step)
             due = max(due, 1.0 if self.trigger.due() is not None or self._alarm_pending else 0.0)
         if new_alarms < 0.5 and due < 0.5:
@@ -742,12 +747,14 @@ class AdaptiveEvaluator:
 
     def _submit(self, evaluate_fn, decision: Decision, epoch, global_step) -> None:
         suites = {}
+        # Sharded (a group without eval ranks): each rank's worker evaluates its shard; else one worker all of it.
+        rank, world = (self._rank, self._world) if self._async.sharded else (0, 1)
         if self._suites:
-            decision, suites = self._suite_plan(decision, rank=0, world=1)  # one worker evaluates it all
+            decision, suites = self._suite_plan(decision, rank=rank, world=world)
             self.last_decision = decision
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
-                              reason=decision.reason, suites=suites)
+                              reason=decision.reason, rank=rank, world_size=world, suites=suites)
         self._async.submit(evaluate_fn, request, epoch=epoch, urgent=decision.urgent)
         self.trigger.fired()
         self._last_eval_step = global_step
@@ -783,8 +790,13 @@ class AdaptiveEvaluator:
             self.logger.text(global_step, "decisions", f"asynchronous evaluation down: {down}; no more evaluations")
 
     def _integrate_in_group(self, global_step: int) -> EvalResult | None:
-        """The first training rank's outcomes, broadcast, integrated by every training rank at this step."""
-        if self._async.owner:
+        """The first training rank's outcomes, broadcast (sharded: every rank's shards, all-gathered and
+        combined), integrated by every training rank at this step."""
+        if self._async.sharded:
+            pairs = self._async.take_head(global_step)
+            everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
+            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+        elif self._async.owner:
             pairs = self._async.take(global_step)
             self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
         else:
@@ -984,13 +996,18 @@ class AdaptiveEvaluator:
         Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
         one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
-        process group, call it on every training rank (the first one broadcasts the drained results); with
+        process group, call it on every training rank (the drained results are shared: all-gathered shards, or
+        the first rank's broadcast with eval ranks); with
         eval ranks it also tells them to stop serving.
         """
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:
-                if self._distributed:
+                if self._distributed and self._async.sharded:
+                    pairs = self._async.drain(timeout_s)
+                    everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
+                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+                elif self._distributed:
                     if self._async.owner:
                         pairs = self._async.drain(timeout_s)
                         self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)

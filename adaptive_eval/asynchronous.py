@@ -12,6 +12,10 @@ to :class:`AsyncEvaluations` (this module) instead of running it in the training
   integrates it at the same step.
 * :class:`InlineExecutor` runs the evaluation at submission (offline replay, where the latency is modelled).
 
+In a process group without eval ranks every training rank runs its shard (``request.indices``) in its own
+worker, with no collective there; the shards are combined exactly (one all-gather of their sums, in the
+training thread) at the first step at which every rank has its part, or at the fixed latency.
+
 **Weights that stay put.**  The model keeps training while an evaluation runs, so wrap the evaluation as
 :class:`SnapshotEval` ``(module, fn)``: at submission it copies the module's parameters and buffers
 (:func:`snapshot_weights`: to CPU, to pinned memory, or to a given device) and later calls
@@ -204,7 +208,7 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
         on_error=options["on_error"], max_retries=options["max_retries"],
         retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
         pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=bool(options.get("suites")),
-        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"))
+        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True)
 
 
 # -- where it runs --------------------------------------------------------------------------------------
@@ -466,16 +470,19 @@ class _Job:
 class AsyncEvaluations:
     """The evaluations in flight: submission, the rules of integration, cancellation and state.
 
-    Used by :class:`~adaptive_eval.AdaptiveEvaluator` (one per evaluator); ``owner`` is False on training
-    ranks other than the first in a process group: they keep the same records (every rank takes the same
-    decisions) but run nothing, and learn the outcomes from the first rank (:meth:`outcomes_from_wire`).
+    Used by :class:`~adaptive_eval.AdaptiveEvaluator` (one per evaluator).  With dedicated eval ranks
+    ``owner`` is False on training ranks other than the first: they keep the same records (every rank takes
+    the same decisions) but run nothing, and learn the outcomes from the first rank
+    (:meth:`outcomes_from_wire`).  ``sharded`` (a process group without eval ranks): every rank runs its
+    shard of each evaluation in its own worker, and the shards are combined when every rank has its part
+    (:meth:`shards_to_wire`, :meth:`combine_shards`: one all-gather in the training thread).
     """
 
     def __init__(self, *, max_in_flight: int = 1, latency: int | Callable[[int], int] | None = None,
                  executor: cf.Executor | None = None, clock: Callable[[], float] = time.monotonic,
                  eval_clock: Callable[[], float] | None = None, timeout_s: float | None = None,
                  wait_limit_s: float = 600.0, owner: bool = True, options: Mapping | None = None,
-                 needs_snapshot: str | None = None, group: bool = False):
+                 needs_snapshot: str | None = None, group: bool = False, sharded: bool = False):
         if isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"evaluation.max_in_flight must be an integer >= 1, got {max_in_flight!r}")
         self.max_in_flight = max_in_flight
@@ -497,6 +504,7 @@ class AsyncEvaluations:
         self.down: str | None = None  # what this process knows: the runner broke
         self.group = group  # in a process group the training ranks learn it together, at an integration
         self.down_shared: str | None = None
+        self.sharded = sharded
         self._warned_plain = False
 
     def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
@@ -581,8 +589,8 @@ class AsyncEvaluations:
     def ready(self, step: int) -> bool:
         """Whether the oldest evaluation in flight is to be integrated at ``step`` (by its due step, or,
         without a fixed latency and on the owner, because it finished or timed out)."""
-        if self.group and self.owner and self.down != self.down_shared:
-            return True  # the others must hear of it
+        if self.group and self.owner and self.down != self.down_shared and not self.sharded:
+            return True  # the others must hear of it (sharded: a broken runner fails its jobs, which are then ready)
         return self._head_ready(step)
 
     def _head_ready(self, step: int) -> bool:
@@ -628,6 +636,55 @@ class AsyncEvaluations:
             if "eval rank" in str(exc) and getattr(self.executor, "broken", None):
                 self.down = self.executor.broken
             return EvalOutcome(None, exc)
+
+    def take_head(self, step: int) -> list[tuple[_Job, object]]:
+        """Sharded: the oldest evaluation in flight and this rank's outcome of its shard (waited for when it
+        is due by a fixed latency).  One per step, so that every rank takes the same one."""
+        if not self._head_ready(step):
+            return []
+        job = self.jobs.pop(0)
+        return [(job, self._outcome(job))]
+
+    def shards_to_wire(self, pairs) -> tuple:
+        """Sharded: this rank's part of each (job, outcome) as plain values, to all-gather."""
+        from adaptive_eval.distributed import summaries_to_wire
+
+        parts = []
+        for job, outcome in pairs:
+            if outcome.result is not None:
+                parts.append((job.id, "ok", float(outcome.result.seconds), summaries_to_wire(outcome.result.metrics),
+                              outcome.attempts))
+            else:
+                parts.append((job.id, "error", 0.0, f"{type(outcome.error).__name__}: {outcome.error}",
+                              outcome.attempts))
+        return parts, self.down
+
+    def combine_shards(self, pairs, everyone: Sequence, rank: int, confidence: float) -> list:
+        """Sharded: the (job, outcome) pairs of the whole group from every rank's parts (the same on every
+        rank): the shards' summaries combined exactly, or an error when any rank's shard failed."""
+        from adaptive_eval.distributed import combine_rank_summaries
+        from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
+
+        self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
+        out = []
+        for k, (job, mine) in enumerate(pairs):
+            parts = [ranks_parts[k] for ranks_parts, _ in everyone]
+            if any(p[0] != job.id for p in parts):  # the records are the same on every rank: a bug if not
+                raise RuntimeError(f"asynchronous evaluation: the ranks integrate different jobs at once "
+                                   f"({[p[0] for p in parts]})")
+            failed = [(r, p[3]) for r, p in enumerate(parts) if p[1] == "error"]
+            attempts = max(p[4] for p in parts)
+            if failed:
+                error = mine.error if mine.error is not None else RemoteEvaluationError(
+                    f"evaluate_fn failed at step {job.step} on " + "; ".join(f"rank {r}: {t}" for r, t in failed))
+                out.append((job, EvalOutcome(None, error, failed_ranks=tuple(r for r, _ in failed),
+                                             attempts=attempts)))
+                continue
+            combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
+            result = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason,
+                                seconds=max(p[2] for p in parts), metrics=combined, epoch=job.epoch)
+            out.append((job, EvalOutcome(result, None, means, counts, attempts=attempts)))
+        return out
 
     def outcomes_to_wire(self, pairs) -> list:
         self.down_shared = self.down
@@ -705,7 +762,8 @@ class AsyncEvaluations:
 
 def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None = None,
                 clock: Callable[[], float] = time.monotonic, eval_clock=None, distributed: bool = False,
-                rank: int = 0, latency: int | Callable[[int], int] | None = None) -> AsyncEvaluations:
+                rank: int = 0, world: int = 1, latency: int | Callable[[int], int] | None = None
+                ) -> AsyncEvaluations:
     """The :class:`AsyncEvaluations` of an evaluator, from its plain config (checked here, before training)."""
     ev, dist_cfg = plain["evaluation"], plain["distributed"]
     if not ev["asynchronous"]:
@@ -729,7 +787,9 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
         needs_snapshot = ("distributed.eval_ranks: the training ranks send the weights to the eval ranks, so "
                           "evaluate_fn must be adaptive_eval.asynchronous.SnapshotEval(model) (the eval rank "
                           "runs its own fn(request, weights))")
-    owner = rank == 0
+    # In a process group without eval ranks every training rank evaluates its shard in its own worker.
+    sharded = distributed and eval_ranks is None and world > 1
+    owner = rank == 0 or sharded
     if owner and eval_ranks is not None:
         executor = eval_ranks.executor()
     timeout = float(dist_cfg["timeout_s"])
@@ -746,4 +806,4 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
         # In a group the other training ranks wait for the first one's broadcast at most distributed.timeout_s:
         # the first one gives up on a late evaluation well before that.
         wait_limit_s=0.5 * timeout if distributed else timeout, owner=owner, options=options,
-        needs_snapshot=needs_snapshot, group=distributed)
+        needs_snapshot=needs_snapshot, group=distributed, sharded=sharded)

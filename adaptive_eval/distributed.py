@@ -28,7 +28,7 @@ import pickle
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import aggregate_summary, from_sums
+from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, shard_m2
 from adaptive_eval.types import MetricSummary
 
 __all__ = [
@@ -340,11 +340,14 @@ class DistContext:
 # -- exact reduction of summaries ---------------------------------------------------------------------
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
-    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample)``,
-    and for a multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``."""
+    """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample,
+    m2)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes), and for a
+    multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``, for a custom
+    aggregation ``("agg:<kind>", payload)``."""
     out = {}
     for name, s in summaries.items():
-        wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample))
+        wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
+                float(shard_m2(s)))
         if s.aggregate:
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
@@ -353,15 +356,20 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     return out
 
 
+_EMPTY_WIRE = (0.0, 0.0, 0, False, True, math.nan)
+_EXTRA = len(_EMPTY_WIRE)  # where a wire's multi-sample or aggregation fields begin
+
+
 def combine_rank_summaries(
     per_rank: Sequence[Mapping[str, tuple | MetricSummary]], confidence: float = 0.95
 ) -> tuple[dict[str, MetricSummary], dict[str, list[float]], dict[str, list[int]]]:
     """Combine the summaries of disjoint shards, one mapping per rank, into one summary per metric.
 
-    Returns ``(combined, per_rank_means, per_rank_n)``.  Sums, sums of squares and counts add up, so the
-    mean and interval equal those computed on all items at once.  Metric names keep the order in which
-    ``evaluate_fn`` returned them (rank 0's first, then any only later ranks reported), as in a single
-    process, so ``evaluation.metric: null`` tracks the same first metric on 1 and on N ranks; a metric a
+    Returns ``(combined, per_rank_means, per_rank_n)``.  Sums and counts add up and the variance pools each
+    shard's own (:func:`adaptive_eval.stats.pooled_m2`, Chan et al.), so the mean and interval equal those
+    computed on all items at once, also for values far from 0 relative to their spread.  Metric names keep the
+    order in which ``evaluate_fn`` returned them (rank 0's first, then any only later ranks reported), as in a
+    single process, so ``evaluation.metric: null`` tracks the same first metric on 1 and on N ranks; a metric a
     rank did not report counts ``n=0`` there (its mean NaN).  A metric is a proportion
     (Wilson interval) when every rank that has items for it reported 0/1 values.  The computation is a
     pure function of its input, so every rank that runs it on the gathered data gets the same result.
@@ -377,17 +385,18 @@ def combine_rank_summaries(
     means: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
     for name in names:
-        parts = [row.get(name, (0.0, 0.0, 0, False, True)) for row in rows]
+        parts = [row.get(name, _EMPTY_WIRE) for row in rows]
         live = [p for p in parts if p[2] > 0]
         total = math.fsum(p[0] for p in live)
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
+        m2 = pooled_m2((p[2], p[0], p[5]) for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        aggregated = [p for p in parts if len(p) > 5 and isinstance(p[5], str)]
-        clustered = [p for p in parts if len(p) > 5 and not isinstance(p[5], str)]
+        aggregated = [p for p in parts if len(p) > _EXTRA and isinstance(p[_EXTRA], str)]
+        clustered = [p for p in parts if len(p) > _EXTRA and not isinstance(p[_EXTRA], str)]
         if aggregated:
-            kind = aggregated[0][5][len("agg:"):]
-            payloads = [p[6] for p in aggregated]
+            kind = aggregated[0][_EXTRA][len("agg:"):]
+            payloads = [p[_EXTRA + 1] for p in aggregated]
             if kind == "weighted_mean":  # sums add up
                 merged = tuple(math.fsum(x[i] for x in payloads) for i in range(6))
             else:  # quantiles: the per-item values of every rank (in rank order)
@@ -395,11 +404,12 @@ def combine_rank_summaries(
             summary = aggregate_summary(kind, merged, confidence)
         elif clustered:
             summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
-                                samples=sum(p[5] for p in clustered), within_ss=math.fsum(p[6] for p in clustered),
-                                nan_count=sum(p[7] for p in clustered),
-                                population=max(p[8] if len(p) > 8 else 0 for p in clustered))
+                                samples=sum(p[_EXTRA] for p in clustered),
+                                within_ss=math.fsum(p[_EXTRA + 1] for p in clustered),
+                                nan_count=sum(p[_EXTRA + 2] for p in clustered),
+                                population=max(p[_EXTRA + 3] for p in clustered), m2=m2)
         else:
-            summary = from_sums(total, total_sq, n, binary, confidence)
+            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

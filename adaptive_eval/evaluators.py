@@ -254,8 +254,12 @@ def run_evaluation_outcome(
     suites: bool = False,
     metric_kinds: Mapping[str, str] | None = None,
     aggregations: Mapping | None = None,
+    local: bool = False,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
+
+    ``local``: summarize this rank's shard only, with no collective (an asynchronous evaluation in a worker
+    thread; the shards are combined later, in the training thread).
 
     ``metric_kinds`` (``evaluation.metric_kinds``): metric name -> ``proportion`` or ``mean``.  The outcome holds ``result`` (an :class:`EvalResult`), or ``error`` when ``evaluate_fn`` raised and
     ``on_error`` is ``skip`` (or ``retry`` and the retries ran out); with ``raise`` the exception propagates.
@@ -290,7 +294,7 @@ def run_evaluation_outcome(
     """
     if dist_context is None:
         dist_context = DistContext()
-    sharded = request.world_size > 1
+    sharded = request.world_size > 1 and not local
     if sharded:
         rank, world = dist_context.rank_world()
         if (rank, world) != (request.rank, request.world_size):

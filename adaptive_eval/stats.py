@@ -7,8 +7,10 @@ imported on first use so that importing adaptive_eval stays cheap.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import functools
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -29,6 +31,8 @@ __all__ = [
     "from_sums",
     "metric_values",
     "pass_at_k",
+    "pooled_m2",
+    "shard_m2",
     "summarize",
     "summarize_rows",
     "summarize_outputs",
@@ -159,19 +163,43 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     return MetricSummary(mean=mean, n=n, ci=ci, std=std, total=total, total_sq=total_sq, binary=binary)
 
 
+def _finite_ints(value):
+    """``value`` with every int beyond float range replaced by +-inf (numpy raises ``OverflowError`` on it):
+    a huge metric is data."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+            return value
+        except OverflowError:
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, (list, tuple)):
+        return [_finite_ints(v) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return [_finite_ints(v) for v in value.tolist()]
+    return value
+
+
+def float_array(value) -> np.ndarray:
+    """``np.asarray(value, dtype=float64)``, with ints beyond float range as +-inf instead of ``OverflowError``."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except OverflowError:
+        return np.asarray(_finite_ints(value), dtype=np.float64)
+
+
 def metric_values(name: str, value: object) -> tuple[np.ndarray | None, float | None]:
     """Split what an ``evaluate_fn`` returned for one metric into per-sample values or a scalar.
 
     Returns ``(values, None)`` for per-sample values and ``(None, scalar)`` for a scalar; anything else
     raises ``TypeError`` naming the metric.
     """
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         return None, float(value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return None, float(value)
+    if isinstance(value, (numbers.Real, decimal.Decimal, np.integer, np.floating)):  # also Fraction, Decimal
+        return None, as_float(name, value)
     if isinstance(value, (list, tuple, np.ndarray)):
         try:
-            arr = np.asarray(value, dtype=np.float64)
+            arr = float_array(value)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"metric {name!r}: per-sample values must be numbers ({exc})") from None
         if arr.ndim == 0:
@@ -204,15 +232,16 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
     >>> summarize([1, 0, 1, 1], kind="mean").binary
     False
     """
-    arr = np.asarray(values, dtype=np.float64)
+    arr = float_array(values)
     if kind == "proportion":
         binary = True
     elif kind == "mean":
         binary = False
     else:
         binary = bool(arr.size) and bool(np.all((arr == 0.0) | (arr == 1.0)))
-    return from_sums(float(arr.sum()), float(np.dot(arr, arr)), int(arr.size), binary, confidence,
-                     m2=deviations(arr))
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
+        total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
+    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr))
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
@@ -396,16 +425,49 @@ def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
                      f"{got - 1} is beyond the request)")
 
 
+def shard_m2(summary: MetricSummary) -> float:
+    """Sum of squared deviations of a summary's values from their mean, ``(n - 1) std^2`` (0 for one value,
+    NaN when unknown): what :func:`pooled_m2` needs of each shard."""
+    if summary.n == 1:
+        return 0.0
+    if summary.n > 1 and math.isfinite(summary.std):
+        return summary.std * summary.std * (summary.n - 1)
+    return math.nan
+
+
+def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
+    """The sum of squared deviations of the union of disjoint shards, from each shard's ``(n, total, m2)``.
+
+    Chan, Golub & LeVeque's parallel combination, ``sum m2_i + sum n_i (mean_i - mean)^2``: only differences
+    of nearby numbers, so it stays exact where ``sum total_sq - n mean^2`` cancels (values ``1e9 + N(0, 1)``).
+    NaN when a shard with values has no finite ``m2`` (the caller then falls back to the raw sums).
+
+    >>> round(pooled_m2([(2, 2e9 + 1.0, 0.5), (2, 2e9 - 1.0, 0.5)]), 6)  # {1e9, 1e9+1} and {1e9-1, 1e9}
+    2.0
+    """
+    live = [(int(n), float(t), float(m)) for n, t, m in parts if n > 0]
+    if not live:
+        return math.nan
+    n = sum(k for k, _, _ in live)
+    mean = math.fsum(t for _, t, _ in live) / n
+    if not math.isfinite(mean) or not all(math.isfinite(m) and math.isfinite(t) for _, t, m in live):
+        return math.nan
+    return math.fsum(m + k * (t / k - mean) * (t / k - mean) for k, t, m in live)  # ``** 2`` raises on overflow
+
+
 def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricSummary:
-    """One summary from the summaries of disjoint shards (as if computed on all their samples at once)."""
+    """One summary from the summaries of disjoint shards (as if computed on all their samples at once); the
+    variance by :func:`pooled_m2` from each shard's ``std``, not from the raw sums of squares."""
     parts = list(parts)
     n = sum(p.n for p in parts)
     total = sum(p.total for p in parts)
     total_sq = sum(p.total_sq for p in parts)
     binary = all(p.binary for p in parts)
+    m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
-                     nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts))
+                     nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
+                     m2=m2)
 
 
 def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) -> int:
@@ -617,7 +679,7 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
         if type(r).__module__.startswith("torch"):
             r = r.detach().to("cpu").double().numpy()
         try:
-            a = np.asarray(r, dtype=np.float64)
+            a = float_array(r)
         except (TypeError, ValueError):
             raise TypeError(f"{label}, item {i}: per-sample values must be numbers, got {r!r:.80}") from None
         if a.ndim == 0:

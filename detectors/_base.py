@@ -308,9 +308,18 @@ def t_to_z(t: float, nu: float) -> float:
     """A Student-t value with ``nu`` degrees of freedom mapped to the standard normal scale.
 
     Fisher's approximation ``t (1 - 1/(4 nu)) / sqrt(1 + t^2 / (2 nu))``: within 0.01 of the exact normal
-    quantile for ``nu >= 20`` and ``|t| <= 5``, and cheap enough for a per-update path.
+    quantile for ``nu >= 20`` and ``|t| <= 5``, and cheap enough for a per-update path.  Beyond ``|t| = 1e150``
+    (where ``t * t`` overflows and the formula would give 0) it is the formula's limit, ``+-(1 - 1/(4 nu))
+    sqrt(2 nu)``: a huge deviation stays a huge deviation.
+
+    >>> t_to_z(1e201, 30) == t_to_z(1e300, 30) > t_to_z(50.0, 30) > 7
+    True
     """
-    return t * (1.0 - 0.25 / nu) / math.sqrt(1.0 + t * t / (2.0 * nu))
+    if -1e150 < t < 1e150:
+        return t * (1.0 - 0.25 / nu) / math.sqrt(1.0 + t * t / (2.0 * nu))
+    if t != t:
+        return t
+    return math.copysign((1.0 - 0.25 / nu) * math.sqrt(2.0 * nu), t)
 
 
 def best_split(values) -> int:

@@ -35,6 +35,9 @@ from adaptive_eval.detectors._base import (
 __all__ = ["ADWIN", "KSWIN", "PageHinkley"]
 
 _INF = math.inf
+# ADWIN sees values beyond this as this (an explosion to 1e200 is still a jump; its squares, summed over a
+# window, stay finite).
+_ADWIN_MAX = 1e100
 _ADWIN_LOCATION_WINDOW = 1024
 # Page-Hinkley's scale learns from a value only while the test statistic stays below this (a constant, so the
 # in-control path does not depend on the threshold, as calibration requires).
@@ -380,6 +383,8 @@ class ADWIN(Detector):
             value = self._float(value)
         if value - value != 0.0:  # NaN or inf: ignored
             return None
+        if not -_ADWIN_MAX <= value <= _ADWIN_MAX:  # river's window variance squares values: inf above ~1e154
+            value = _ADWIN_MAX if value > 0.0 else -_ADWIN_MAX
         adwin = self._adwin
         adwin.update(value)
         self._n += 1

@@ -1,3 +1,4 @@
+import concurrent.futures as cf
 import os
 import pathlib
 
@@ -37,6 +38,31 @@ class FakeClock:
 
     def advance(self, dt: float) -> None:
         self.t += dt
+
+
+class DeferredExecutor(cf.Executor):
+    """A real ``concurrent.futures.Executor`` whose calls run only when their result is asked for, in the
+    asking thread: an asynchronous evaluation then runs at its integration, steps after its submission, so
+    it sees the weights of its own step only if it was given a snapshot of them (deterministically)."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return _DeferredFuture(fn, args, kwargs)
+
+
+class _DeferredFuture(cf.Future):
+    def __init__(self, fn, args, kwargs):
+        super().__init__()
+        self._call = (fn, args, kwargs)
+
+    def result(self, timeout=None):
+        call, self._call = self._call, None
+        if call is not None and self.set_running_or_notify_cancel():
+            fn, args, kwargs = call
+            try:
+                self.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - handed over through the future
+                self.set_exception(exc)
+        return super().result(timeout)
 
 
 @pytest.fixture

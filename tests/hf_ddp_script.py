@@ -1,5 +1,6 @@
 """Run by tests/test_integrations_hf_ddp.py under ``torchrun --nproc_per_node=2``: a HF Trainer on two gloo
-ranks with the callback; each rank writes what it was asked to score and what it got back."""
+ranks with the callback; each rank writes what it was asked to score and what it got back.  A second
+argument ``async`` evaluates asynchronously (results integrated 3 steps after submission)."""
 
 import json
 import os
@@ -17,23 +18,24 @@ from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 class Recording(AdaptiveEvalCallback):
     seen: list = []
 
-    def _evaluate_with_trainer(self, request):
-        Recording.seen.append([request.step, request.indices(200)])
-        return super()._evaluate_with_trainer(request)
+    def _evaluate_on(self, request, model):
+        Recording.seen.append([request.step, request.indices(200), model is not None])  # (not None: a replica)
+        return super()._evaluate_on(request, model)
 
 
-def main(out: str) -> None:
+def main(out: str, mode: str = "sync") -> None:
     rank = int(os.environ["RANK"])
     torch.manual_seed(0)
     train, held_out = Points(1600, rank), Points(200, 1)  # different training data per rank: different streams
     args = TrainingArguments(out, max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2,
                              eval_strategy="no", save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
                              logging_steps=10, ddp_backend="gloo", seed=0)
-    cb = Recording("default", overrides=FAST + ["trigger.freq_steps=5"])
+    extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
+    cb = Recording("default", overrides=FAST + ["trigger.freq_steps=5"] + extra)
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
                       callbacks=[cb])
     trainer.train()
-    history = [[r.step, r.reason, r.items, r.mean("eval_accuracy"), list(r["eval_loss"].ci)]
+    history = [[r.step, r.reason, r.items, r.mean("eval_accuracy"), list(r["eval_loss"].ci), r.integrated_step]
                for r in cb.evaluator.history]
     logged = [h["step"] for h in trainer.state.log_history if "eval_accuracy" in h]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
@@ -41,4 +43,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

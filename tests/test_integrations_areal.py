@@ -172,7 +172,7 @@ def test_as_config_maps_areals_config_and_rejects_other_dataclasses():
     assert AdaptiveEvaluator.from_config(areal_config(freq_steps=3)).cfg.trigger.freq_steps == 3
 
 
-def test_patch_areal_replaces_the_name_the_trainers_build():
+def test_patch_areal_replaces_the_name_the_trainers_build(caplog):
     names = []
     for n in ("rl", "sft"):  # stand-ins for areal.trainer.*_trainer, whose imports need AReaL's whole stack
         mod = types.ModuleType(f"_patched_{n}_trainer")
@@ -184,6 +184,14 @@ def test_patch_areal_replaces_the_name_the_trainers_build():
         built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))  # the trainers' call
         assert isinstance(built, shim.AdaptiveEvaluator) and built.total_steps == 30
         assert built.cfg.trigger.freq_steps == 5 and built.cfg.policy.alarm.enabled
+        # an asynchronous preset under AReaL's own trainers is said to be unsafe (live weights, no close())
+        from adaptive_eval import load_config
+
+        shim.patch_areal(load_config(overrides=["evaluation.asynchronous=true"]), modules=names)
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))
+        assert built.cfg.evaluation.asynchronous and "never call evaluator.close()" in caplog.text
+        built.close()
     finally:
         for n in names:
             sys.modules.pop(n)
@@ -233,3 +241,45 @@ def test_an_areal_style_evaluate_fn_with_a_default_argument_is_called_without_th
     ev = shim.Evaluator(areal_config(freq_steps=1), spec(4))
     ev.evaluate(evaluate_fn, 0, 0, 0)
     assert seen == [False]
+
+
+@pytest.mark.parametrize("executor", ["thread", "deferred"])
+def test_the_adaptive_shim_evaluates_asynchronously_on_a_snapshot_while_areals_loop_goes_on(executor):
+    """AReaL's constructor with executor=: an evaluation is submitted at its step, integrated 3 steps later while
+    the loop trains on, on the weights of its step; close() waits for the final one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from adaptive_eval.asynchronous import SnapshotEval
+    from conftest import DeferredExecutor
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    at = {}
+
+    def score(request, weights):  # per item: the weight sum the snapshot holds
+        return {"score": [float(sum(t.double().sum() for t in weights.values()))] * 8}
+
+    from adaptive_eval import load_config
+
+    # the rest of the configuration (what AReaL's EvaluatorConfig has no keys for) comes from the preset
+    preset = load_config(overrides=["evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"])
+    with ThreadPoolExecutor(1) if executor == "thread" else DeferredExecutor() as pool:
+        ev = shim.AdaptiveEvaluator(areal_config(freq_steps=5), spec(10, epochs=6), preset=preset, executor=pool)
+        assert ev.cfg.evaluation.asynchronous and ev.cfg.trigger.freq_steps == 5  # executor= turned it on
+        events = []
+        ev.add_listener(events.append)
+        for g in range(60):
+            ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+            with torch.no_grad():
+                model.weight.add_(0.1)  # the step's update
+            at[g] = float(sum(t.double().sum() for t in model.state_dict().values()))
+            ev.evaluate(SnapshotEval(model, score), *divmod(g, 10), g)
+        ev.close()
+    cancelled = [e["step"] for e in events if e["kind"] == "cancelled"]  # by the urgent final one, when in flight
+    submitted = [e["step"] for e in events if e["kind"] == "submitted" and e["step"] not in cancelled]
+    results = [e["result"] for e in events if e["kind"] == "eval"]
+    assert submitted == [r.step for r in results] and len(results) >= 3 and results[-1].step == 59
+    assert [r.integrated_step for r in results] == [min(r.step + 3, 59) for r in results]
+    assert [r["score"].mean for r in results] == [pytest.approx(at[r.step], abs=1e-9) for r in results]

@@ -231,3 +231,97 @@ def test_a_failing_evaluation_never_reaches_the_training_step_unless_on_error_ra
     cb._step_loss = torch.tensor(0.5)
     cb.on_step_end(args, SimpleNamespace(global_step=3), SimpleNamespace(should_log=False))
     assert cb._guard.errors == 2
+
+
+def test_restore_callback_states_from_checkpoint_keeps_the_users_evaluate_fn_and_decides_as_the_uninterrupted_run(
+        tmp_path):
+    """With restore_callback_states_from_checkpoint=True HF rebuilds the callback from its saved arguments and
+    drops the instance the user passed: the rebuilt one takes evaluate_fn (and eval_dataset) from it."""
+    def run(out, **kw):
+        torch.manual_seed(0)
+        train, held_out = Points(2000, 0), Points(100, 1)
+        box = {}
+
+        def evaluate_fn(request):  # the user's own evaluation, on the trainer's current weights
+            idx = request.indices(len(held_out))
+            with torch.no_grad():
+                logits = box["trainer"].model.net(held_out.x[idx])
+            return {"acc": (logits.argmax(1) == held_out.y[idx]).double().tolist()}
+
+        cb = AdaptiveEvalCallback("default", evaluate_fn, overrides=FAST + ["trigger.freq_steps=6"])
+        args = make_args(out, max_steps=40, save_strategy="steps", save_steps=20,
+                         restore_callback_states_from_checkpoint=True)
+        trainer = box["trainer"] = Trainer(Tiny(), args, train_dataset=train, callbacks=[cb])
+        trainer.train(**kw)
+        (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return ran, cb, [(r.step, r.reason, r.sample_size, round(r.mean("acc"), 6)) for r in ran.evaluator.history]
+
+    ran, cb, full = run(tmp_path / "a")
+    assert ran is cb and len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
+    ran, cb, resumed = run(tmp_path / "a", resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-20"))
+    assert ran is not cb  # HF rebuilt it from the checkpoint ...
+    assert ran.evaluate_fn is cb.evaluate_fn and ran.evaluator.summary()["eval_errors"] == 0  # ... with our fn
+    assert resumed == full
+
+
+class Weights(TrainerCallback):
+    """The model's weights after each optimizer step, by adaptive_eval's 0-based step."""
+
+    def __init__(self):
+        self.at = {}
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.at[state.global_step - 1] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("executor", ["thread", "deferred"])
+def test_asynchronous_evaluation_through_the_trainer_runs_on_the_weights_of_its_step_while_training_goes_on(
+        tmp_path, executor):
+    """On a real thread pool, and on an executor that runs each evaluation only at its integration, 3 steps
+    later (so an evaluation of the live model would see later weights, every time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from conftest import DeferredExecutor
+
+    torch.manual_seed(0)
+    train, held_out = Points(2000, 0), Points(100, 1)
+    weights = Weights()
+    with ThreadPoolExecutor(1) if executor == "thread" else DeferredExecutor() as pool:
+        cb = AdaptiveEvalCallback("default", executor=pool,  # executor= turns evaluation.asynchronous on
+                                  overrides=FAST + ["trigger.freq_steps=6", "evaluation.async_integrate_after_steps=3"])
+        trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=30), train_dataset=train, eval_dataset=held_out,
+                          callbacks=[weights, cb])
+        trainer.train()
+    ev = cb.evaluator
+    history = ev.history
+    assert len(history) >= 4 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
+    # each result was integrated 3 steps after its submission while the trainer kept training; the final one
+    # (the last step's weights) was waited for at train end
+    assert [r.integrated_step for r in history] == [min(r.step + 3, 29) for r in history]
+    # ... and it is the evaluation of the weights of its step, not of the live model 3 steps later
+    model = Tiny()
+    for r in history:
+        model.load_state_dict(weights.at[r.step])
+        from adaptive_eval import EvalRequest
+
+        idx = EvalRequest(step=r.step, sample_size=r.sample_size, seed=0, reason="").indices(len(held_out))
+        with torch.no_grad():
+            loss = nn.functional.cross_entropy(model.net(held_out.x[idx]), held_out.y[idx])
+        assert r["eval_loss"].mean == pytest.approx(float(loss), rel=1e-6), r.step
+    assert trainer.model.training  # the worker evaluated a replica; the live model was never put in eval mode
+    # every result went through trainer.log, at the step it was integrated (HF's 1-based axis), with its weights' step
+    logged = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert [(h["eval_adaptive_step"], h["step"]) for h in logged] == [(r.step, r.integrated_step + 1) for r in history]
+
+
+def test_a_callback_rebuilt_without_the_instance_it_replaces_says_what_is_lost(caplog):
+    def _load_callback_state():  # what HF's Trainer._load_callback_state would be if it named its local otherwise
+        return AdaptiveEvalCallback(**{"config": "areal", "overrides": [], "per_item": True})
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        cb = _load_callback_state()
+    assert cb.evaluate_fn is None and "evaluate_fn, eval_dataset, executor and clock are not restored" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        AdaptiveEvalCallback("areal")  # built by the user: nothing to say
+    assert caplog.text == ""

@@ -14,19 +14,39 @@ pytest.importorskip("accelerate")
 from adaptive_eval import EvalRequest  # noqa: E402
 
 
-def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
+def run(tmp_path, mode):
     script = Path(__file__).with_name("hf_ddp_script.py")
     env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+                           str(script), str(tmp_path), mode], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
+    r0, r1 = run(tmp_path, "sync")
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
     assert r0["history"][-1][:2] == [29, "trigger:final"]
     assert r0["logged"] == r1["logged"] == [h[0] + 1 for h in r0["history"]]  # trainer.log on every rank
-    for (step, mine), (step1, theirs), h in zip(r0["seen"], r1["seen"], r0["history"]):
+    for (step, mine, _), (step1, theirs, _), h in zip(r0["seen"], r1["seen"], r0["history"]):
         assert step == step1 == h[0]
         assert not set(mine) & set(theirs)  # each item scored once
         assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
+                                                           reason="").indices(200))
+
+
+def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_the_same_steps(tmp_path):
+    """DDP and asynchronous evaluation: each rank scores its shard on a replica in its worker thread while both
+    ranks train; both integrate every result 3 steps later and log it at the same step."""
+    r0, r1 = run(tmp_path, "async")
+    assert r0["history"] == r1["history"] and len(r0["history"]) >= 3
+    assert r0["history"][-1][:2] == [29, "trigger:final"]
+    assert [h[5] for h in r0["history"]] == [min(h[0] + 3, 29) for h in r0["history"]]
+    assert r0["logged"] == r1["logged"] == [h[5] + 1 for h in r0["history"]]
+    done0, done1 = ({step: (idx, replica) for step, idx, replica in r["seen"]} for r in (r0, r1))
+    for h in r0["history"]:
+        (mine, replica0), (theirs, replica1) = done0[h[0]], done1[h[0]]
+        assert replica0 and replica1 and not set(mine) & set(theirs)  # each item scored once, on a replica
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=h[0], sample_size=h[2], seed=0,
                                                            reason="").indices(200))

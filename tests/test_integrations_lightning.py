@@ -193,3 +193,54 @@ def test_rank_branches_state_and_skipped_runs(caplog):
     skipped = AdaptiveEvalCallback("areal")
     skipped.on_train_start(SimpleNamespace(sanity_checking=False, state=SimpleNamespace(fn="validate")), None)
     assert skipped.evaluator is None  # not a fit: nothing to do
+
+
+class Weights(Callback):
+    """The module's weights after each optimizer step, by adaptive_eval's 0-based step."""
+
+    def __init__(self):
+        self.at = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.at[trainer.global_step - 1] = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+@pytest.mark.parametrize("executor", ["thread", "deferred"])
+def test_asynchronous_evaluation_through_the_module_runs_on_the_weights_of_its_step_while_training_goes_on(
+        tmp_path, executor):
+    """On a real thread pool, and on an executor that runs each evaluation only at its integration, 3 steps
+    later (so an evaluation of the live module would see later weights, every time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from conftest import DeferredExecutor
+
+    train, val = loaders(n_train=160, n_val=100)
+    torch.manual_seed(1)
+    weights = Weights()
+    with ThreadPoolExecutor(1) if executor == "thread" else DeferredExecutor() as pool:
+        cb = AdaptiveEvalCallback("default", executor=pool,  # executor= turns evaluation.asynchronous on
+                                  overrides=FAST + ["trigger.freq_steps=6", "evaluation.async_integrate_after_steps=3"])
+        logger = CSVLogger(tmp_path, name="csv")
+        trainer = L.Trainer(max_steps=30, logger=logger, log_every_n_steps=5, callbacks=[weights, cb],
+                            enable_checkpointing=False, **QUIET)
+        model = Model()
+        trainer.fit(model, train, val)
+    history = cb.evaluator.history
+    assert len(history) >= 4 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
+    # integrated 3 steps after submission while training went on; the final one waited for at train end
+    assert [r.integrated_step for r in history] == [min(r.step + 3, 29) for r in history]
+    # the evaluation of the weights of its step (per item: the mean of validation_step's per-item val_loss)
+    check = Model()
+    for r in history:
+        check.load_state_dict(weights.at[r.step])
+        idx = EvalRequest(step=r.step, sample_size=r.sample_size, seed=0, reason="").indices(100)
+        with torch.no_grad():
+            losses = [float(check.step(val.dataset[i][None])) for i in idx]
+        assert r["val_loss"].mean == pytest.approx(sum(losses) / len(losses), rel=1e-6), r.step
+    assert model.training  # the worker evaluated a replica; the live module was never put in eval mode
+    # every result reached the trainer's logger, the final one included, with the step of its weights
+    with open(logger.log_dir + "/metrics.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("adaptive_eval/step")]
+    assert [int(float(r["adaptive_eval/step"])) for r in rows] == [r.step for r in history]

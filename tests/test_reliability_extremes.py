@@ -82,3 +82,46 @@ def test_the_interval_of_values_far_from_zero_is_computed_stably(offset):
     assert r["reward"].std > 0.5 and r["reward"].ci[1] > r["reward"].ci[0]
     rows = summarize_rows("m", "m", np.stack([x, x + 0.5], axis=1), np.full(256, 2), (1,))
     assert rows["m"].std == pytest.approx(np.std(x + 0.25, ddof=1), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["cusum", "page_hinkley", "adwin", "kswin", "bocpd", "spike", "window_test"])
+@pytest.mark.parametrize("big", [1e154, 1e200, -1e300])
+def test_every_detector_sees_an_explosion_to_huge_values(name, big):
+    """CUSUM (the default's) learned a jump to 1e200 as its new scale while self-starting (t * t overflowed:
+    z = 0) and never alarmed; river's ADWIN squared values above ~1e154 into inf and went blind."""
+    import random
+    import warnings
+
+    from adaptive_eval.detectors import make_detector
+
+    det = make_detector({"type": name}, stream="train/loss")
+    rng = random.Random(0)
+    alarms = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warnings either
+        for step in range(400):
+            alarm = det.update(rng.gauss(1.0, 0.1) * (big if step >= 300 else 1.0), step)
+            if alarm is not None:
+                alarms.append(alarm)
+    assert alarms and 300 <= alarms[0].step <= 320
+    if alarms[0].direction is not None:  # KSWIN reports no direction
+        assert alarms[0].direction == ("up" if big > 0 else "down")
+
+
+@pytest.mark.parametrize("value", [10**400, [10**400, 1], [1, -(10**400)], [[10**400, 1], [0, 1]],
+                                   np.array([10**400, 2], dtype=object)])
+def test_an_int_beyond_float_range_from_evaluate_fn_is_an_infinite_value(value):
+    """It raised OverflowError out of evaluate() (numpy cannot convert it); observe() already took it as inf."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
+    r = ev.evaluate(lambda req: {"acc": value}, 0, 0, 0)
+    assert r is not None and math.isinf(r["acc"].mean)
+    ev.observe({"train/loss": 10**400}, 1)  # and on the per-step side
+
+
+@pytest.mark.parametrize("value,mean", [(np.bool_(True), 1.0), (__import__("fractions").Fraction(1, 4), 0.25),
+                                        (__import__("decimal").Decimal("0.5"), 0.5), (np.float16(0.5), 0.5)])
+def test_any_real_scalar_is_a_metric_value(value, mean):
+    """np.bool_, Fraction and Decimal were TypeErrors although bool and numpy floats were numbers."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
+    r = ev.evaluate(lambda req: {"acc": value}, 0, 0, 0)
+    assert r["acc"].mean == mean and not r["acc"].per_sample

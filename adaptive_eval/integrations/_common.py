@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
+import threading
 from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from adaptive_eval.asynchronous import SnapshotEval, WeightSnapshot
 from adaptive_eval.config import Config, as_config, load_config
 
 log = logging.getLogger("adaptive_eval")
@@ -123,3 +126,55 @@ def result_scalars(result, prefix: str = "") -> dict[str, float]:
             out[f"{key}_ci_high"] = float(m.ci[1])
         out[f"{key}_n"] = float(m.n)
     return out
+
+
+def asynchronous(cfg, executor) -> bool:
+    """Whether the evaluator built from ``cfg`` (and ``executor=``) evaluates asynchronously."""
+    return bool(cfg.evaluation.asynchronous) or executor is not None
+
+
+class ReplicaEval(SnapshotEval):
+    """The adapters' default evaluation made asynchronous: evaluate a copy of the live module, never the
+    module that keeps training.
+
+    At submission (in the training thread) the module's parameters and buffers are copied into a replica
+    (``copy.deepcopy`` of the module the first time, then reused: one replica per evaluation in flight, on the
+    module's device; a LightningModule's copy drops its trainer, see its ``__getstate__``), and the worker
+    runs ``fn(request, replica)``.  The live module is neither switched to eval mode nor read by the worker.
+    Thread executors only: the replica does not travel to another process.
+    """
+
+    def __init__(self, module, fn):
+        super().__init__(module, self._run)
+        self._user_fn = fn
+        self._free: list = []
+        self._lock = threading.Lock()
+
+    def snapshot(self, step=None) -> WeightSnapshot:
+        import torch
+
+        with self._lock:
+            replica = self._free.pop() if self._free else None
+        with torch.no_grad(), torch.inference_mode(False):
+            if replica is None:
+                replica = copy.deepcopy(self.module)
+                for p in replica.parameters():
+                    p.grad = None
+                    p.requires_grad_(False)
+                replica.eval()
+            else:
+                replica.load_state_dict(self.module.state_dict())  # copies into the replica's own tensors
+        weights = WeightSnapshot(replica.state_dict(), step)
+        weights.replica = replica
+        return weights
+
+    def _run(self, request, weights):
+        replica = weights.replica
+        try:
+            out = self._user_fn(request, replica)
+            weights.check()  # here: once the replica is back in the pool the next submission overwrites it
+            return out
+        finally:
+            weights._versions = {}
+            with self._lock:
+                self._free.append(replica)

@@ -34,6 +34,8 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+from omegaconf import OmegaConf
+
 from adaptive_eval import adaptive as _adaptive
 from adaptive_eval import evaluators as _evaluators
 from adaptive_eval.config import ConfigError, as_config, from_areal, is_areal_evaluator_config
@@ -146,14 +148,23 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
     config.  ``total_steps`` is ``ft_spec.total_train_steps`` (so the last step is evaluated, with
     ``trigger.eval_at_end``).  ``evaluate(evaluate_fn, epoch, step, global_step)`` is AReaL's call; feed the
     step's training stats with ``observe(stats, global_step)`` (AReaL's ``stats_logger.commit`` has them).
+
+    Asynchronous evaluation (``evaluation.asynchronous`` in ``preset``, or ``executor=``, which turns it on):
+    ``executor`` and ``eval_ranks`` (with ``group=eval_ranks.train_group``) are passed to the evaluator.
+    Give ``evaluate_fn`` as ``adaptive_eval.asynchronous.SnapshotEval(model, fn)`` to evaluate the weights of
+    the due step, and call ``close()`` after the last step: it waits for the evaluations still in flight
+    (AReaL's trainers do not call it).
     """
 
     def __init__(self, config, ft_spec, *, preset: str | None = "default", clock: Callable[[], float] | None = None,
-                 logger=None, group=None, resource_monitor=None):
+                 logger=None, group=None, resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None):
         spe, total = spec_steps(ft_spec)
         cfg = from_areal(config, preset) if is_areal_evaluator_config(config) else as_config(config)
+        if executor is not None and not cfg.evaluation.asynchronous:
+            cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"asynchronous": True}}))
         super().__init__(cfg, steps_per_epoch=spe, total_steps=total, clock=clock, logger=logger, group=group,
-                         resource_monitor=resource_monitor)
+                         resource_monitor=resource_monitor, executor=executor, eval_ranks=eval_ranks,
+                         eval_clock=eval_clock)
         self.ft_spec = ft_spec
 
     def _steps_taken(self) -> int:
@@ -185,7 +196,13 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
     skipped with a warning (AReaL's trainers need its full set of dependencies)."""
 
     def make(config, ft_spec):
-        return AdaptiveEvaluator(config, ft_spec, preset=preset)
+        evaluator = AdaptiveEvaluator(config, ft_spec, preset=preset)
+        if evaluator.cfg.evaluation.asynchronous:
+            log.warning("adaptive_eval: patch_areal with an asynchronous preset: AReaL's trainers evaluate the live "
+                        "weights through their rollout engine and never call evaluator.close(), so results may "
+                        "mix weight versions and the evaluation in flight at the end is lost; keep "
+                        "evaluation.asynchronous for your own loop (SnapshotEval, close())")
+        return evaluator
 
     patched = []
     for name in modules:

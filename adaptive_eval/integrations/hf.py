@@ -29,7 +29,15 @@ What it does (each step is something a user would otherwise write; see the READM
 * logs each result through ``trainer.log`` as ``eval_<metric>``, ``eval_<metric>_ci_low/_ci_high/_n``, so
   it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
   step's training log (``control.should_log`` is restored);
-* saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions.
+* saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions, also with
+  ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
+  ``state()["args"]``, which takes what is not a plain value (``evaluate_fn``, ``eval_dataset``,
+  ``executor``, ``clock``, the trainer) from the instance it replaces (found in HF's
+  ``Trainer._load_callback_state``; a warning when it cannot be);
+* asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): the trainer's own
+  evaluation runs in the worker on a replica holding the weights of its step (never the live model), results
+  are logged when integrated (``eval_adaptive_step``: the weights' step), and ``on_train_end`` waits for
+  the evaluations still in flight and logs them.
 
 Tracked metric: ``evaluation.metric`` if set; else ``args.metric_for_best_model`` (with
 ``greater_is_better``); else, without ``compute_metrics``, ``eval_loss`` (lower is better); else the first
@@ -50,7 +58,9 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
+    ReplicaEval,
     StepGuard,
+    asynchronous,
     build_config,
     missing,
     plain_config,
@@ -77,6 +87,29 @@ log = logging.getLogger("adaptive_eval")
 
 # Keys HF logs that the per-step loss already covers, or that summarize the whole run.
 _NOT_OBSERVED = ("loss", "train_loss")
+
+# What the user passed that is not a plain value: not in state()["args"], so HF's rebuilt callback
+# (restore_callback_states_from_checkpoint) takes it from the instance it replaces.
+_LIVE = ("evaluate_fn", "eval_dataset", "executor", "clock", "_trainer_ref")
+
+
+def _replaced_instance(callback):
+    """``(instance, trainer)`` when HF's ``Trainer._load_callback_state`` is building ``callback`` from a
+    checkpoint's saved arguments to replace ``instance`` (the one the user passed); else ``(None, None)``."""
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # built at the bottom of the stack
+        return None, None
+    for _ in range(4):  # a subclass's __init__ may sit in between
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_load_callback_state":
+            old, trainer = frame.f_locals.get("callback"), frame.f_locals.get("self")
+            if not isinstance(trainer, transformers.Trainer):
+                trainer = None
+            return (old if isinstance(old, type(callback)) and old is not callback else None), trainer or True
+        frame = frame.f_back
+    return None, None
 
 
 def _find_trainer(callback) -> object | None:
@@ -113,11 +146,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     (``evaluate_fn(request)`` or AReaL-style ``evaluate_fn()``); without one the trainer's
     ``eval_dataset``/``compute_metrics`` are used on the requested items (``eval_dataset=`` picks another
     set).  ``trainer``: only needed when the callback is added after the ``Trainer`` was built.
+    ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
+    ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
-                 per_item: bool = True, eval_dataset=None, trainer=None):
+                 per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None):
         # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
@@ -126,6 +161,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
+        self.executor = executor
+        self.clock = clock
         self.evaluator = None
         self._saved_state: dict | None = None  # set by HF when it restores a callback from its arguments
         self._guard = StepGuard()
@@ -133,6 +170,17 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._steps_per_epoch = 1
         self._wrapped_training_step = None
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
+        self._default_fn = None
+        replaced, trainer_found = _replaced_instance(self)
+        if replaced is not None:
+            for name in _LIVE:
+                setattr(self, name, getattr(replaced, name))
+        elif trainer_found is not None:
+            log.warning("adaptive_eval: HF rebuilt AdaptiveEvalCallback from a checkpoint's saved arguments "
+                        "(restore_callback_states_from_checkpoint) without the instance it replaces: evaluate_fn, "
+                        "eval_dataset, executor and clock are not restored; the trainer's own evaluation is used")
+        if self._trainer_ref is None and isinstance(trainer_found, transformers.Trainer):
+            self._trainer_ref = weakref.ref(trainer_found)
 
     # -- the trainer ----------------------------------------------------------------------------------
     @property
@@ -175,7 +223,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _build(self, args, state, trainer, train_dataloader) -> None:
         from adaptive_eval import AdaptiveEvaluator
 
-        cfg = build_config(self.config, self.overrides)
+        overrides = self.overrides + (["evaluation.asynchronous=true"] if self.executor is not None else [])
+        cfg = build_config(self.config, overrides)
         defaults = self._config_defaults(args, trainer, cfg)
         if defaults:
             cfg = build_config(cfg, defaults)
@@ -187,7 +236,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         except TypeError:  # an iterable dataset: no epochs known
             spe = total
         self._steps_per_epoch = spe or 1
-        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total)
+        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
+                                                       executor=self.executor)
+        # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
+        self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
+                            and asynchronous(cfg, self.executor) else self._evaluate_with_trainer)
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)
         if isinstance(stored, list):  # several instances: HF keeps a list; take the first
@@ -224,7 +277,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if value is not None:
                 self._guard("observe", self.evaluator.observe, {"train/loss": value}, global_step)
         epoch, step = divmod(global_step, self._steps_per_epoch)
-        fn = self.evaluate_fn if self.evaluate_fn is not None else self._evaluate_with_trainer
+        fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
         if result is not None:
             self._guard("report", self._report, result, control)
@@ -256,10 +309,20 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 s = self.evaluator.summary()
                 log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
                          s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+            # Asynchronous evaluations still in flight (the final one) are waited for and integrated by
+            # close(): report them like the others.
+            drained = []
+            self.evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
             self._guard("close", self.evaluator.close)
+            for result in drained:
+                self._guard("report", self._report, result, control)
 
     # -- evaluation through the trainer -----------------------------------------------------------------
     def _evaluate_with_trainer(self, request):
+        return self._evaluate_on(request, None)
+
+    def _evaluate_on(self, request, model):
+        """The trainer's evaluation of ``request`` on ``model`` (None: the trainer's own, unwrapped)."""
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
@@ -269,7 +332,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if isinstance(dataset, Mapping):
             raise ValueError("eval_dataset is a dict of datasets: pass AdaptiveEvalCallback(eval_dataset=...)")
         indices = request.indices(len(dataset))
-        model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward
+        if model is None:
+            model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward
         was_training = model.training
         model.eval()
         try:
@@ -337,6 +401,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         for key, value in result_scalars(result).items():
             scalars[key if key.startswith("eval_") else f"eval_{key}"] = value
         scalars["eval_adaptive_items"] = float(result.items)
+        scalars["eval_adaptive_step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
         should_log = control.should_log
         trainer.log(scalars)  # every rank, as HF itself does; the reporters write on world zero only
         control.should_log = should_log  # DefaultFlowCallback.on_log cleared it: keep this step's training log

@@ -25,7 +25,11 @@ What it does (see the README's table):
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
   ``pl_module.log`` (which loses or repeats one-off points);
 * checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
-  resumes with the same decisions.
+  resumes with the same decisions;
+* asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): ``validation_step``
+  runs in the worker on a replica of the module holding the weights of its step (never the live module),
+  results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
+  waits for the evaluations still in flight and logs them.
 
 Nothing here raises inside the training step, except the user's own ``evaluation.on_error: raise``.
 """
@@ -37,7 +41,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
+    ReplicaEval,
     StepGuard,
+    asynchronous,
     build_config,
     missing,
     plain_config,
@@ -71,11 +77,13 @@ class AdaptiveEvalCallback(Callback):
     ``overrides``: dotlist overrides.  ``evaluate_fn``: your own evaluation (``evaluate_fn(request)`` or
     ``evaluate_fn()``); without one, the module's ``validation_step`` runs on the requested items of
     ``val_dataset`` (default: the dataset of the trainer's validation dataloader).  ``name`` tells two
-    instances apart in a checkpoint.  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
+    instances apart in a checkpoint.  ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for
+    asynchronous evaluation (turns ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the
+    evaluator's clock (tests).  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
-                 val_dataset=None, name: str | None = None):
+                 val_dataset=None, name: str | None = None, executor=None, clock=None):
         # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
@@ -83,12 +91,15 @@ class AdaptiveEvalCallback(Callback):
         self.evaluate_fn = evaluate_fn
         self.val_dataset = val_dataset
         self.name = name
+        self.executor = executor
+        self.clock = clock
         self.evaluator = None
         self._stashed: dict | None = None
         self._guard = StepGuard()
         self._last_global_step = -1
         self._steps_per_epoch = 1
         self._module_eval = None
+        self._async = False
         self._val = None  # (dataset, collate_fn) of this fit
         self.hooks_called: set[str] = set()
 
@@ -105,12 +116,15 @@ class AdaptiveEvalCallback(Callback):
         if not self._active(trainer):
             return
         self._guard("on_train_start", self._build, trainer)
-        self._module_eval = _ModuleEval(self, trainer, pl_module)
+        # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
+        self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
+                             else _ModuleEval(self, trainer, pl_module))
 
     def _build(self, trainer) -> None:
         from adaptive_eval import AdaptiveEvaluator
 
-        cfg = build_config(self.config, self.overrides)
+        overrides = self.overrides + (["evaluation.asynchronous=true"] if self.executor is not None else [])
+        cfg = build_config(self.config, overrides)
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         total = trainer.estimated_stepping_batches
         total = int(total) if total is not None and math.isfinite(total) else None
@@ -120,7 +134,9 @@ class AdaptiveEvalCallback(Callback):
         else:
             spe = total
         self._steps_per_epoch = spe or 1
-        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total)
+        self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
+                                                       executor=self.executor)
+        self._async = asynchronous(cfg, self.executor)
         if self._stashed:
             self.evaluator.load_state_dict(self._stashed)
             self._stashed = None
@@ -154,14 +170,19 @@ class AdaptiveEvalCallback(Callback):
 
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
+        if self.evaluator is not None:
+            # Asynchronous evaluations still in flight (the final one) are waited for and integrated by
+            # close(): report them like the others.
+            drained = []
+            self.evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
+            self._guard("close", self.evaluator.close)
+            for result in drained:
+                self._guard("report", self._report, trainer, result)
+            if trainer.is_global_zero:
+                s = self.evaluator.summary()
+                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
+                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
         self._module_eval = self._val = None  # hold the trainer and the data
-        if self.evaluator is None:
-            return
-        if trainer.is_global_zero:
-            s = self.evaluator.summary()
-            log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
-                     s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
-        self._guard("close", self.evaluator.close)
 
     # -- evaluation through the module ------------------------------------------------------------------
     def _dataset(self, trainer, pl_module):
@@ -239,6 +260,7 @@ class AdaptiveEvalCallback(Callback):
     def _report(self, trainer, result) -> None:
         scalars = {f"adaptive_eval/{k}": v for k, v in result_scalars(result).items()}
         scalars["adaptive_eval/items"] = float(result.items)
+        scalars["adaptive_eval/step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for logger in trainer.loggers:  # log_metrics is rank-zero only in every Lightning logger
             logger.log_metrics(scalars, step=step)
@@ -263,3 +285,7 @@ class _ModuleEval:
 
     def __call__(self, request):
         return self.callback.evaluate_with_module(self.trainer, self.pl_module, request)
+
+    def on(self, request, replica):
+        """The same on ``replica`` (asynchronous evaluation: a copy of the module, detached from the trainer)."""
+        return self.callback.evaluate_with_module(self.trainer, replica, request)

@@ -1,0 +1,173 @@
+"""Asynchronous evaluation inside a real gloo process group of two training ranks, without eval ranks.
+
+Both ranks train, and each evaluates its shard of every evaluation on its own worker thread; when both
+shards are done (or due, with a fixed latency) one all-gather combines them, so both ranks integrate every
+result at the same step and take the same decisions.  One spawn runs every case in turn:
+
+* fixed: ``evaluation.async_integrate_after_steps: 3``; rank 1's training stream alone jumps: its alarm
+  reaches rank 0's decisions too;
+* asap: no fixed latency (a result joins when the first rank's thread has finished it): the integration step
+  depends on timing, yet it is the same on both ranks;
+* error: one rank's shard raises: the evaluation is an error on both ranks at the same step, and training
+  goes on;
+* resume: each rank saves its state with an evaluation in flight and a new evaluator continues from it with
+  the uninterrupted run's decisions.
+"""
+
+import json
+import time
+
+import torch
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.asynchronous import SnapshotEval
+from conftest import FakeClock
+from dist_utils import run_ranks
+
+STEPS = 40
+CUT = 16  # the resumed run starts here, with an evaluation still in flight (submitted at 15)
+
+
+def config(*extra):
+    return load_config(overrides=["evaluation.asynchronous=true", "trigger.freq_steps=5",
+                                  "distributed.timeout_s=20", "policy.budget.enabled=false", *extra])
+
+
+def stream(rank, g):
+    jump = 6.0 if rank == 1 and g >= 20 else 0.0  # only rank 1's data goes bad
+    return {"train/loss": 1.0 + jump + 0.01 * (g % 3)}
+
+
+def model_at(g):
+    """The model every rank has before training step ``g`` (the same update on each rank, as DDP gives)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        for s in range(g):
+            model.weight.add_(0.01 * (s + 1))
+    return model
+
+
+def plain(events):
+    out = []
+    for e in events:
+        e = dict(e)
+        if "result" in e:
+            d = e.pop("result").to_dict()
+            d.pop("seconds")
+            e["result"] = d
+        out.append(e)
+    return out
+
+
+def drive(ev, rank, start, stop, fn, *, pause=0.0, close=True):
+    model = model_at(start)
+    events = []
+    ev.add_listener(events.append)
+    for g in range(start, stop):
+        ev.observe(stream(rank, g), g)
+        ev.evaluate(SnapshotEval(model, fn), 0, g, g)
+        with torch.no_grad():
+            model.weight.add_(0.01 * (g + 1))
+        time.sleep(pause)
+    if close:
+        ev.close()
+    return events
+
+
+def _world(rank, world):
+    out = {}
+    calls = []
+
+    def weight_sum(request, weights):  # runs on this rank's worker thread, for this rank's items
+        items = request.indices(100)
+        calls.append((request.step, request.rank, request.world_size, items))
+        return {"score": [float(sum(t.double().sum() for t in weights.values()))] * len(items)}
+
+    def make(*extra):
+        return AdaptiveEvaluator.from_config(config(*extra), clock=FakeClock(), total_steps=STEPS)
+
+    ev = make("evaluation.async_integrate_after_steps=3")
+    out["fixed"] = (plain(drive(ev, rank, 0, STEPS, weight_sum)), list(calls))
+
+    def slow(request, weights):
+        time.sleep(0.05)
+        return weight_sum(request, weights)
+
+    ev = make()
+    out["asap"] = plain(drive(ev, rank, 0, STEPS, slow, pause=0.005))
+
+    failed = []
+
+    def flaky(request, weights):
+        failed.append(request.step)
+        if len(failed) == 2 and rank == 1:  # rank 1's shard alone fails
+            raise RuntimeError("eval server down")
+        return weight_sum(request, weights)
+
+    ev = make("evaluation.async_integrate_after_steps=3")
+    out["error"] = plain(drive(ev, rank, 0, STEPS, flaky))
+
+    first = make("evaluation.async_integrate_after_steps=3")
+    before = drive(first, rank, 0, CUT, weight_sum, close=False)
+    state = json.dumps(first.state_dict())  # this rank's own state, with an evaluation in flight
+    # (first is not closed: it stands for the process that stopped here, with its evaluation unfinished)
+    second = make("evaluation.async_integrate_after_steps=3")
+    second.load_state_dict(json.loads(state))
+    out["resume"] = (plain(before), json.loads(state)["async"]["jobs"], plain(drive(second, rank, CUT, STEPS,
+                                                                                   weight_sum)))
+    return out
+
+
+def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_same_step_and_agree():
+    ranks = run_ranks(_world, world=2, timeout_s=240, collective_timeout_s=60)
+    (fixed0, calls0), (fixed1, calls1) = ranks[0]["fixed"], ranks[1]["fixed"]
+
+    # fixed latency: both ranks hold the same events, each result integrated 3 steps after its submission
+    assert fixed0 == fixed1
+    evals = [e for e in fixed0 if e["kind"] == "eval"]
+    assert len(evals) >= 4 and evals[-1]["step"] == STEPS - 1
+    assert all(e["integrated_step"] == min(e["step"] + 3, STEPS - 1) for e in evals)
+    # rank 1's alarm (its stream alone jumped at step 20) brought an evaluation forward on both ranks
+    assert any(e["kind"] == "alarm" for e in fixed0)
+    assert any(e["result"]["reason"].startswith("alarm:") and e["step"] >= 20 for e in evals)
+    # each rank evaluated its shard on its thread: disjoint, together the whole sample, counted once
+    from adaptive_eval import EvalRequest
+
+    shards = [{c[0]: c for c in calls} for calls in (calls0, calls1)]  # (one cancelled before it ran: absent)
+    for e in evals:
+        (_, r0, w0, mine), (_, r1, w1, theirs) = shards[0][e["step"]], shards[1][e["step"]]
+        assert (r0, w0, r1, w1) == (0, 2, 1, 2) and not set(mine) & set(theirs)
+        n = e["result"]["sample_size"]
+        assert sorted(mine + theirs) == sorted(EvalRequest(step=e["step"], sample_size=n, seed=0,
+                                                           reason="").indices(100))
+        assert e["result"]["n"]["score"] == len(mine) + len(theirs)
+    # the values are those of the weights of each evaluation's step
+    for e in evals:
+        model = model_at(e["step"])  # (drive evaluates a step before its update)
+        expected = float(sum(t.double().sum() for t in model.state_dict().values()))
+        assert abs(e["result"]["metrics"]["score"] - expected) < 1e-9
+
+    # as soon as done: a timing-dependent step, the same one on both ranks, always after the submission
+    asap0, asap1 = ranks[0]["asap"], ranks[1]["asap"]
+    assert asap0 == asap1
+    evals = [e for e in asap0 if e["kind"] == "eval"]
+    assert len(evals) >= 3 and evals[-1]["step"] == STEPS - 1
+    assert all(e["integrated_step"] > e["step"] for e in evals[:-1])
+
+    # rank 1's shard failed: an error on both ranks at the same step; the next evaluations still run
+    err0, err1 = ranks[0]["error"], ranks[1]["error"]
+    strip = lambda evs: [{k: v for k, v in e.items() if k != "error"} for e in evs]  # noqa: E731
+    assert strip(err0) == strip(err1)  # (rank 1 has its exception, rank 0 the text it was sent)
+    errors = [e for e in err0 if e["kind"] == "error"]
+    assert len(errors) == 1 and errors[0]["integrated_step"] == errors[0]["step"] + 3
+    assert "on rank 1: RuntimeError: eval server down" in errors[0]["error"]
+    assert err1[err0.index(errors[0])]["error"] == "RuntimeError: eval server down"
+    assert [e for e in err0 if e["kind"] == "eval" and e["step"] > errors[0]["step"]]
+
+    # resume: each rank's saved state held the evaluation in flight; the resumed run decides as the uninterrupted one
+    for r in range(2):
+        before, jobs, after = ranks[r]["resume"]
+        assert [j["step"] for j in jobs] == [e["step"] for e in fixed0 if e["kind"] == "eval"
+                                             and e["step"] < CUT <= e["integrated_step"]] != []
+        assert before + after == fixed0, r
