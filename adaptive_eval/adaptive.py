@@ -176,6 +176,7 @@ class AdaptiveEvaluator:
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._level_streams = 0  # streams watched by a detector other than nonfinite (Context.streams)
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
@@ -253,6 +254,7 @@ class AdaptiveEvaluator:
 
         entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
                                           tuple(d.update for d in dets))
+        self._level_streams = sum(1 for e in self._watchers.values() if e[0])
         return entry
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
@@ -365,7 +367,7 @@ class AdaptiveEvaluator:
 
     def _ctx(self, step: int) -> Context:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
-                       last_eval_step=self._last_eval_step)
+                       last_eval_step=self._last_eval_step, streams=self._level_streams)
 
     def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
         """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
