@@ -746,7 +746,8 @@ class AdaptiveEvaluator:
         if self._async.sharded:
             pairs = self._async.take_head(global_step)
             everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                               self._discrepancy_threshold)
         elif self._async.owner:
             pairs = self._async.take(global_step)
             self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
@@ -788,6 +789,8 @@ class AdaptiveEvaluator:
             if result is not None and error is None:
                 for name, summary in result.metrics.items():
                     self._update_eval_detectors(name, summary.mean, job.step)
+                for found in outcome.discrepancies:  # sharded in a group: identical on every rank
+                    self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
             self.trigger.scale = self.policies.scale()
             if error is None:
                 self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
@@ -957,7 +960,8 @@ class AdaptiveEvaluator:
                 if self._distributed and self._async.sharded:
                     pairs = self._async.drain(timeout_s)
                     everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                                       self._discrepancy_threshold)
                 elif self._distributed:
                     if self._async.owner:
                         pairs = self._async.drain(timeout_s)
