@@ -182,6 +182,7 @@ class AdaptiveEvaluator:
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
+        self._level_streams = 0  # streams watched by a detector other than nonfinite (Context.streams)
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         # observe()'s fast path: stream -> the one call to make on a finite float (for a stream in a run of
         # NaN/inf: the general path, which ends the run); kept in step with _watchers and _in_nonfinite_run by
@@ -274,6 +275,7 @@ class AdaptiveEvaluator:
             self._on_finite[stream] = finite[0]
         else:
             self._on_finite[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
+        self._level_streams = sum(1 for e in self._watchers.values() if e[0])
         return entry
 
     def _update_each(self, updates: tuple, value: float, step: int) -> None:
@@ -416,7 +418,7 @@ class AdaptiveEvaluator:
 
     def _ctx(self, step: int) -> Context:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
-                       last_eval_step=self._last_eval_step)
+                       last_eval_step=self._last_eval_step, streams=self._level_streams)
 
     def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
         """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
@@ -795,7 +797,8 @@ class AdaptiveEvaluator:
         if self._async.sharded:
             pairs = self._async.take_head(global_step)
             everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                               self._discrepancy_threshold)
         elif self._async.owner:
             pairs = self._async.take(global_step)
             self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
@@ -837,6 +840,8 @@ class AdaptiveEvaluator:
             if result is not None and error is None:
                 for name, summary in result.metrics.items():
                     self._update_eval_detectors(name, summary.mean, job.step)
+                for found in outcome.discrepancies:  # sharded in a group: identical on every rank
+                    self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
             self.trigger.scale = self.policies.scale()
             if error is None:
                 self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
@@ -1006,7 +1011,8 @@ class AdaptiveEvaluator:
                 if self._distributed and self._async.sharded:
                     pairs = self._async.drain(timeout_s)
                     everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                                       self._discrepancy_threshold)
                 elif self._distributed:
                     if self._async.owner:
                         pairs = self._async.drain(timeout_s)

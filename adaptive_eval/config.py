@@ -124,6 +124,9 @@ class AlarmPolicyConfig:
     enabled: bool = True
     cooldown_steps: int = 33  # a burst of alarms within this many steps costs one evaluation
     urgent_detectors: list[str] = field(default_factory=lambda: ["nonfinite"])  # bypass budget and cooldown
+    corroborate: int = 2  # a non-urgent alarm brings an eval forward once this many streams agree
+    corroborate_steps: int = 20  # within this many steps of each other
+    abrupt_steps: Optional[int] = 2  # a lone alarm whose change began this few steps before it counts alone
 
 
 @dataclass
@@ -144,6 +147,7 @@ class SampleSizePolicyConfig:
     max: int = 512
     target_half_width: float = 0.075  # of the confidence interval, in the metric's units
     alarm_factor: float = 12.0  # widen the sample this much after an alarm
+    widen_held: bool = True  # an alarm held for corroboration widens the next scheduled eval
 
 
 @dataclass
@@ -229,9 +233,9 @@ _CHOICES = {
 }
 _POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
 # 0 fires at every step, as in AReaL.
-_NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs")
+_NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "policy.alarm.abrupt_steps")
 METRIC_KINDS = ("proportion", "mean")
-_POSITIVE = ("policy.alarm.cooldown_steps", "policy.interval.min_factor", "policy.interval.max_factor",
+_POSITIVE = ("policy.alarm.cooldown_steps", "policy.alarm.corroborate", "policy.interval.min_factor", "policy.interval.max_factor",
              "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
              "policy.budget.max_eval_fraction", "policy.peak.improving_factor", "distributed.timeout_s",
@@ -242,7 +246,7 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
-_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps")
+_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps", "policy.alarm.corroborate_steps")
 _RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
@@ -273,7 +277,8 @@ def validate(cfg: DictConfig | Config) -> None:
     for key in _NON_NEGATIVE_OR_NULL:
         v = _get(cfg, key)
         if v is not None and not (v >= 0 and math.isfinite(v)):
-            problems.append(f"{key}: must be non-negative or null (0: every step), got {v!r}")
+            every = " (0: every step)" if key.startswith("trigger.") else ""
+            problems.append(f"{key}: must be non-negative or null{every}, got {v!r}")
     for name, kind in _get(cfg, "evaluation.metric_kinds").items():
         if kind not in METRIC_KINDS:
             problems.append(f"evaluation.metric_kinds.{name}: must be one of {', '.join(METRIC_KINDS)}; got {kind!r}")

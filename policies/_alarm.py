@@ -22,6 +22,14 @@ class AlarmPolicy(Policy):
     (so the budget may let it through) and they ignore the cooldown of other alarms, with their own
     cooldown per stream, so a stream stuck at NaN does not evaluate at every step.
 
+    **Corroboration** (``corroborate`` > 1): a non-urgent alarm brings the evaluation forward only once
+    alarms from ``corroborate`` different streams have arrived within ``corroborate_steps`` steps of each
+    other (a real collapse moves reward, loss and response length together; a false alarm on one noisy
+    stream stays alone).  Until then the alarm is *held* (:meth:`admit` says so): the other policies see it
+    through ``on_held_alarm`` only (the sample-size policy widens the next scheduled evaluation), so a
+    lone alarm neither runs an evaluation nor tightens the schedule.  Fewer streams watched than
+    ``corroborate`` (``Context.streams``): all of them must agree.
+
     >>> from types import SimpleNamespace as A
     >>> from adaptive_eval.types import Decision
     >>> p = AlarmPolicy(cooldown_steps=10)
@@ -29,15 +37,34 @@ class AlarmPolicy(Policy):
     >>> p.on_alarm(A(stream="train/reward", detector="cusum", direction="down", step=5), ctx(5))
     >>> p.propose(Decision(False), ctx(5)).reason
     'alarm:train/reward:cusum:down'
+
+    >>> q = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5)
+    >>> c = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0, streams=3)
+    >>> q.admit(A(stream="train/loss", detector="cusum", direction="up", step=5), c(5)), q.pending
+    (False, False)
+    >>> q.admit(A(stream="train/reward", detector="cusum", direction="down", step=8), c(8))
+    True
+    >>> q.on_alarm(A(stream="train/reward", detector="cusum", direction="down", step=8), c(8)); q.pending
+    True
     """
 
     name = "alarm"
 
-    def __init__(self, cooldown_steps: int = 20, urgent_detectors: Sequence[str] = ("nonfinite",)):
+    def __init__(self, cooldown_steps: int = 20, urgent_detectors: Sequence[str] = ("nonfinite",),
+                 corroborate: int = 1, corroborate_steps: int = 0, abrupt_steps: int | None = None):
         if cooldown_steps < 0:
             raise ValueError(f"cooldown_steps must be >= 0, got {cooldown_steps}")
+        if corroborate < 1:
+            raise ValueError(f"corroborate must be >= 1, got {corroborate}")
+        if corroborate_steps < 0:
+            raise ValueError(f"corroborate_steps must be >= 0, got {corroborate_steps}")
         self.cooldown_steps = int(cooldown_steps)
         self.urgent_detectors = tuple(urgent_detectors)
+        self.corroborate = int(corroborate)
+        self.corroborate_steps = int(corroborate_steps)
+        if abrupt_steps is not None and abrupt_steps < 0:
+            raise ValueError(f"abrupt_steps must be >= 0 or None, got {abrupt_steps}")
+        self.abrupt_steps = None if abrupt_steps is None else int(abrupt_steps)
         self._reset()
 
     def _reset(self) -> None:
@@ -45,6 +72,43 @@ class AlarmPolicy(Policy):
         self._last_alarm_eval: int | None = None
         self._last_urgent_eval: dict[str, int] = {}
         self.absorbed = 0  # alarms that cost no evaluation (cooldown)
+        self._recent: list[tuple[str, int, str | None]] = []  # (stream, step, direction): alarms in the window
+        self._moved: dict[str, str] = {}  # stream -> direction of its last corroborated alarm
+        self._taken: int | None = None  # step of the last alarm taken after corroboration (or abrupt)
+        self.held = 0  # alarms held for want of corroboration
+
+    def admit(self, alarm, ctx: Context) -> bool:
+        """Whether ``alarm`` counts now (False: held, waiting for another stream to agree).  Urgent alarms
+        always count; with ``corroborate`` 1 every alarm does."""
+        if self.corroborate <= 1 or alarm.detector in self.urgent_detectors:
+            return True
+        step, stream, direction = ctx.step, alarm.stream, alarm.direction
+        if direction is not None and self._moved.get(stream) not in (None, direction):
+            # The stream moves back against a change that was taken (a recovery after a collapse): the
+            # change is known, its undoing needs no second witness.
+            del self._moved[stream]
+            return True
+        if self._taken is not None and 0 <= step - self._taken <= self.corroborate_steps:
+            # Soon after a change was taken: another witness of it (absorbed by the cooldown), remembered so
+            # that the stream's move back later (a recovery) is recognised.
+            if direction is not None:
+                self._moved[stream] = direction
+            return True
+        keep = [r for r in self._recent if step - r[1] <= self.corroborate_steps and r[0] != stream]
+        keep.append((stream, step, direction))
+        need = self.corroborate if ctx.streams is None else max(1, min(self.corroborate, ctx.streams))
+        location = alarm.location
+        abrupt = self.abrupt_steps is not None and location is not None and alarm.step - location <= self.abrupt_steps
+        if abrupt or len({r[0] for r in keep}) >= need:
+            # Taken: an abrupt shift (the detector crossed its threshold within a few steps of the change),
+            # or enough streams agree.
+            self._recent = []
+            self._taken = step
+            self._moved.update({r[0]: r[2] for r in keep if r[2] is not None})
+            return True
+        self._recent = keep
+        self.held += 1
+        return False
 
     def _cooling(self, last: int | None, step: int) -> bool:
         return last is not None and step - last < self.cooldown_steps
@@ -82,10 +146,17 @@ class AlarmPolicy(Policy):
 
     def state_dict(self) -> dict:
         return {"pending": [list(p) for p in self._pending], "last_alarm_eval": self._last_alarm_eval,
-                "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed}
+                "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
+                "recent": [list(r) for r in self._recent], "moved": dict(self._moved), "taken": self._taken,
+                "held": self.held}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
         self._last_alarm_eval = sd.get("last_alarm_eval")
         self._last_urgent_eval = {str(k): int(v) for k, v in sd.get("last_urgent_eval", {}).items()}
         self.absorbed = int(sd.get("absorbed", 0))
+        self._recent = [(str(r[0]), int(r[1]), None if r[2] is None else str(r[2])) for r in sd.get("recent", [])]
+        self._moved = {str(k): str(v) for k, v in sd.get("moved", {}).items()}
+        taken = sd.get("taken")
+        self._taken = None if taken is None else int(taken)
+        self.held = int(sd.get("held", 0))

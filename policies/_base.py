@@ -18,6 +18,7 @@ class Context:
     elapsed: float  # seconds since the run started, on the injected clock
     eval_seconds: float  # seconds spent evaluating so far
     last_eval_step: int | None = None
+    streams: int | None = None  # per-step streams watched by a level detector (None: not known)
 
 
 class Policy:
@@ -30,7 +31,8 @@ class Policy:
     * ``propose(decision, ctx) -> decision``: adjust the decision for this step, passed along the chain
       (the alarm policy can turn "not due" into "evaluate now", the sample-size policy sets the size,
       the budget policy can defer);
-    * ``on_alarm(alarm, ctx)`` and ``on_eval(result, ctx)``: what happened;
+    * ``on_alarm(alarm, ctx)`` and ``on_eval(result, ctx)``: what happened; ``on_held_alarm(alarm, ctx)``:
+      an alarm the alarm policy holds for want of corroboration (it brings nothing forward);
     * ``state_dict()`` / ``load_state_dict(sd)``: plain values; later fields are read with defaults.
     """
 
@@ -43,6 +45,9 @@ class Policy:
         return decision
 
     def on_alarm(self, alarm, ctx: Context) -> None:
+        pass
+
+    def on_held_alarm(self, alarm, ctx: Context) -> None:
         pass
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:

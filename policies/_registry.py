@@ -86,6 +86,11 @@ class PolicySet:
         return decision
 
     def on_alarm(self, alarm, ctx: Context) -> None:
+        gate = self.by_name.get("alarm")
+        if gate is not None and not gate.admit(alarm, ctx):  # held: waits for another stream to agree
+            for p in self.policies:
+                p.on_held_alarm(alarm, ctx)
+            return
         for p in self.policies:
             p.on_alarm(alarm, ctx)
 

@@ -42,7 +42,7 @@ class SampleSizePolicy(Policy):
 
     def __init__(self, initial: int = 128, min: int = 32, max: int = 1024, target_half_width: float = 0.05,
                  alarm_factor: float = 2.0, confidence: float = 0.95, metric: str | None = None,
-                 suites: Mapping | None = None):
+                 suites: Mapping | None = None, widen_held: bool = True):
         if not 0 < min <= max:
             raise ValueError(f"min ({min}) must be positive and <= max ({max})")
         if not target_half_width > 0:
@@ -52,6 +52,7 @@ class SampleSizePolicy(Policy):
         self.initial, self.min, self.max = int(initial), int(min), int(max)
         self.target_half_width, self.alarm_factor = float(target_half_width), float(alarm_factor)
         self.confidence, self.metric = float(confidence), metric
+        self.widen_held = bool(widen_held)
         # Eval suites the policy sizes (those without a fixed sample_size): plain config mappings.
         self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
         self._reset()
@@ -69,6 +70,9 @@ class SampleSizePolicy(Policy):
 
     def on_alarm(self, alarm, ctx: Context) -> None:
         self._widen = True
+
+    def on_held_alarm(self, alarm, ctx: Context) -> None:
+        self._widen = self._widen or self.widen_held
 
     def propose(self, decision: Decision, ctx: Context) -> Decision:
         if not decision.evaluate:

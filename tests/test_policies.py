@@ -269,3 +269,112 @@ def test_peak_policy_confirms_a_new_best_with_a_larger_sample():
     # A lucky small sample whose lower bound does not beat the best does not count as a new best.
     p.on_eval(result(3, 0.53, n=32), ctx(3))
     assert not p.improving
+
+
+# Corroboration (policy.alarm.corroborate): through the PolicySet, which asks the alarm policy to admit an alarm.
+def corroborating_set(**alarm_kw):
+    pol = {"alarm": {"cooldown_steps": 5, "corroborate": 2, "corroborate_steps": 10, "abrupt_steps": 2, **alarm_kw},
+           "interval": {"min_factor": 0.25, "max_factor": 4.0, "relax": 1.5, "tighten": 0.5},
+           "sample_size": {"initial": 50, "min": 10, "max": 1000, "target_half_width": 0.1, "alarm_factor": 4.0}}
+    return make_policies(pol, EVALUATION)
+
+
+def cusum_alarm(step, stream, direction="down", began=20):
+    """A CUSUM alarm whose excursion began ``began`` steps before it (its location)."""
+    return SimpleNamespace(step=step, stream=stream, detector="cusum", direction=direction, location=step - began,
+                           message="")
+
+
+def drive_set(ps, events, streams=3):
+    out = []
+    for ev in events:
+        kind, step = ev[0], ev[1]
+        c = Context(step=step, elapsed=10.0 * step, eval_seconds=0.0, streams=streams)
+        if kind == "alarm":
+            ps.on_alarm(cusum_alarm(step, *ev[2:]), c)
+        elif kind == "nan":
+            ps.on_alarm(SimpleNamespace(step=step, stream=ev[2], detector="nonfinite", direction=None, location=step,
+                                        message=""), c)
+        elif kind == "eval":
+            ps.on_eval(result(step, 0.5, 50, ev[2] if len(ev) > 2 else "trigger:steps"), c)
+        elif kind == "propose":
+            d = ps.propose(Decision(ev[2], None, "trigger:steps" if ev[2] else ""), c)
+            out.append((d.evaluate, d.sample_size, d.reason))
+        elif kind == "scale":
+            out.append(ps.scale())
+    return out
+
+
+LONE = "alarm:train/loss:cusum:down"
+CORROBORATION_TABLE = [
+    # a lone alarm brings nothing forward and leaves the schedule as it was; the next scheduled eval is widened
+    ([("alarm", 40, "train/loss"), ("propose", 41, False), ("scale", 41), ("propose", 50, True)],
+     [(False, None, ""), 1.0, (True, 200, "trigger:steps")], 3),
+    # a second stream within corroborate_steps: the evaluation comes now, widened, and the schedule tightens
+    ([("alarm", 40, "train/loss"), ("alarm", 45, "train/reward"), ("propose", 45, False), ("scale", 45)],
+     [(True, 200, "alarm:train/reward:cusum:down"), 0.5], 3),
+    # ... but not one further apart, nor another alarm of the same stream
+    ([("alarm", 40, "train/loss"), ("alarm", 51, "train/reward"), ("alarm", 55, "train/reward"),
+      ("propose", 55, False)], [(False, None, "")], 3),
+    # an abrupt shift (the detector crossed within abrupt_steps of the change) counts alone
+    ([("alarm", 40, "train/loss", "down", 1), ("propose", 40, False)], [(True, 200, LONE)], 3),
+    # NaN is urgent: never held
+    ([("nan", 40, "train/loss"), ("propose", 40, False)], [(True, 200, "alarm:train/loss:nonfinite")], 3),
+    # once a change was taken, a stream moving back against it (a recovery) counts alone
+    ([("alarm", 40, "train/loss"), ("alarm", 42, "train/reward"), ("propose", 42, False), ("eval", 42, LONE),
+      ("alarm", 120, "train/reward", "up"), ("propose", 120, False)],
+     [(True, 200, "alarm:train/reward:cusum:down"), (True, 372, "alarm:train/reward:cusum:up")], 3),
+    # one stream watched: nobody can corroborate, so its alarms count alone
+    ([("alarm", 40, "train/loss"), ("propose", 40, False)], [(True, 200, LONE)], 1),
+]
+
+
+@pytest.mark.parametrize("events,expected,streams", CORROBORATION_TABLE)
+def test_alarm_corroboration_table(events, expected, streams):
+    assert drive_set(corroborating_set(), events, streams) == expected
+
+
+def test_alarm_corroboration_off_takes_every_alarm():
+    ps = corroborating_set(corroborate=1)
+    assert drive_set(ps, [("alarm", 40, "train/loss"), ("propose", 40, False)]) == [(True, 200, LONE)]
+
+
+def test_alarm_corroboration_resumes_mid_window():
+    events = [("alarm", 40, "train/loss"), ("propose", 41, False), ("alarm", 46, "train/reward"),
+              ("propose", 46, False), ("eval", 46, "alarm:x"), ("alarm", 90, "train/reward", "up"),
+              ("propose", 90, False)]
+    full = drive_set(corroborating_set(), events)
+    first = corroborating_set()
+    head = drive_set(first, events[:2])
+    resumed = corroborating_set()
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert head + drive_set(resumed, events[2:]) == full
+    assert full[1][0] and full[2][0]  # corroborated across the cut, then the recovery alone
+
+
+@pytest.mark.parametrize("kw,key", [({"corroborate": 0}, "corroborate"), ({"corroborate_steps": -1}, "corroborate_steps"),
+                                    ({"abrupt_steps": -1}, "abrupt_steps")])
+def test_alarm_corroboration_bad_parameters(kw, key):
+    with pytest.raises(ValueError, match=key):
+        AlarmPolicy(**kw)
+
+
+def test_default_preset_holds_lone_false_alarms_and_still_catches_a_collapse():
+    """On synthetic runs (simulated clock), corroboration removes most alarm-driven evaluations of quiet runs
+    while a collapse, which moves reward, loss and length together, is still evaluated within a few steps."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic import make_trace
+
+    def alarm_evals(cfg, kind, seeds):
+        return sum(e["reason"].startswith("alarm:") for s in seeds
+                   for e in replay(make_trace(kind, steps=600, seed=s).trace, cfg).evals)
+
+    on, off = load_config(), load_config(overrides=["policy.alarm.corroborate=1"])
+    quiet_on = sum(alarm_evals(on, k, range(4)) for k in ("rise_plateau", "spikes", "flat"))
+    quiet_off = sum(alarm_evals(off, k, range(4)) for k in ("rise_plateau", "spikes", "flat"))
+    assert quiet_off >= 4 and quiet_on <= quiet_off / 3
+    for seed in range(3):
+        st = make_trace("collapse", steps=600, seed=seed)
+        onset = st.events[0].step
+        after = [e["step"] for e in replay(st.trace, on).evals if e["step"] >= onset]
+        assert after and after[0] - onset <= 5
