@@ -21,6 +21,7 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import sys
@@ -53,6 +54,11 @@ def _group_exists(group) -> bool:
     if group is None and "torch.distributed" not in sys.modules:
         return False  # nobody imported torch.distributed, so nobody initialised a process group
     return DistContext(group).distributed
+
+
+def _no_alarm(value: float, step: int) -> None:
+    """The update of a stream no detector watches on finite values (see ``AdaptiveEvaluator._index``)."""
+    return None
 
 
 def _alarm_from_wire(wire):
@@ -178,6 +184,10 @@ class AdaptiveEvaluator:
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
         self._level_streams = 0  # streams with an armed level detector at the last alarm (Context.streams)
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
+        # observe()'s fast path: stream -> the one call to make on a finite float (for a stream in a run of
+        # NaN/inf: the general path, which ends the run); kept in step with _watchers and _in_nonfinite_run by
+        # _index and _observe_one.
+        self._on_finite: dict[str, Callable] = {}
         self._eval_detectors: dict[str, list] = {}
         self._unsynced: list[tuple] = []  # in a group: this rank's alarms not yet shared, (alarm, step)
         self._divergences = 0
@@ -249,12 +259,30 @@ class AdaptiveEvaluator:
     def _index(self, stream: str, dets: list) -> tuple:
         """The per-step view of a stream's detectors: the bound ``update`` methods to call on a finite value
         (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
-        it is called to re-arm) and those to call on a non-finite value (all, in their configured order)."""
+        it is called to re-arm) and those to call on a non-finite value (all, in their configured order).
+
+        On a finite value a detector's ``_update_finite`` is used where it has one: ``update`` without the
+        type and finiteness checks, which ``observe`` has already made: ``observe``'s fast path makes one
+        call per finite float (the one detector's, in every preset), except in a run of NaN/inf, where the
+        call is :meth:`_observe_one`, which ends the run."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        entry = self._watchers[stream] = (tuple(d.update for d in dets if type(d) is not NonFinite),
-                                          tuple(d.update for d in dets))
+        finite = tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite)
+        entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
+        if stream in self._in_nonfinite_run:
+            self._on_finite[stream] = functools.partial(self._observe_one, stream)
+        elif len(finite) == 1:
+            self._on_finite[stream] = finite[0]
+        else:
+            self._on_finite[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
         return entry
+
+    def _update_each(self, updates: tuple, value: float, step: int) -> None:
+        """The fast-path call of a stream with several detectors on finite values: each, in order."""
+        for update in updates:
+            alarm = update(value, step)
+            if alarm is not None:
+                self._raised(alarm, step)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -273,32 +301,55 @@ class AdaptiveEvaluator:
             items = metrics.items()
         except AttributeError:
             raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
-        watchers = self._watchers
+        # The fast path: a finite float on a known stream, nearly every value of every step, makes one call
+        # (see _index).  Everything else (a new stream, an int or numpy scalar, NaN/inf) goes through
+        # _observe_one, which makes the same updates.
+        on_finite = self._on_finite
         for name, value in items:
-            entry = watchers.get(name)
-            if entry is None:
-                entry = self._watch(name)
-            if type(value) is not float:
-                value = as_float(name, value)
-            if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
-                updates = entry[0]
-                if name in self._in_nonfinite_run:
-                    self._in_nonfinite_run.discard(name)
-                    updates = entry[1]
-            else:
-                self._in_nonfinite_run.add(name)
-                updates = entry[1]
-            for update in updates:
+            try:
+                update = on_finite[name]
+            except KeyError:  # a new stream
+                self._observe_one(name, value, global_step)
+                continue
+            if type(value) is float and value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
                 alarm = update(value, global_step)
                 if alarm is not None:
-                    if self._distributed:  # shared with the other ranks at the next evaluate()
-                        self._unsynced.append((alarm, global_step))
-                    else:
-                        self._on_alarm(alarm, global_step)
+                    self._raised(alarm, global_step)
+            else:
+                self._observe_one(name, value, global_step)
         if self._outputs:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
+
+    def _observe_one(self, name, value, global_step: int) -> None:
+        """One metric of :meth:`observe`, by the general path (any value; any stream, new ones included)."""
+        entry = self._watchers.get(name)
+        if entry is None:
+            entry = self._watch(name)
+        if type(value) is not float:
+            value = as_float(name, value)
+        if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
+            updates = entry[0]
+            if name in self._in_nonfinite_run:  # the run ends: every detector sees it (nonfinite re-arms)
+                self._in_nonfinite_run.discard(name)
+                updates = entry[1]
+                self._index(name, self._detectors[name])  # the fast path again
+        else:
+            if name not in self._in_nonfinite_run:
+                self._in_nonfinite_run.add(name)
+                self._index(name, self._detectors[name])  # a finite value next ends the run here
+            updates = entry[1]
+        for update in updates:
+            alarm = update(value, global_step)
+            if alarm is not None:
+                self._raised(alarm, global_step)
+
+    def _raised(self, alarm, global_step: int) -> None:
+        if self._distributed:  # shared with the other ranks at the next evaluate()
+            self._unsynced.append((alarm, global_step))
+        else:
+            self._on_alarm(alarm, global_step)
 
     def _write_streams(self, metrics: Mapping, step: int) -> None:
         values = {k: as_float(k, v) for k, v in metrics.items()}
@@ -426,36 +477,36 @@ class AdaptiveEvaluator:
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
         last = self._last_call_step
-        if global_step == last:  # called again in the same step: counted once
-            return None
-        if last is not None and global_step < last:  # else a step could be evaluated twice (5, 3, 5)
+        if last is not None and global_step <= last:
+            if global_step == last:  # called again in the same step: counted once
+                return None
+            # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(f"global_step went backwards in evaluate() ({last} -> {global_step}); to resume a "
                              "run, load_state_dict() into a new AdaptiveEvaluator")
         self._last_call_step = global_step
         if self._distributed:
             return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
-        if self._async is None:
-            return self._evaluate_here(evaluate_fn, epoch, step, global_step)
-        got, self._unreturned = self._unreturned, None
-        if self._async.jobs and self._async.ready(global_step):
-            got = self._integrate(self._async.take(global_step), global_step) or got
-        self._evaluate_here(evaluate_fn, epoch, step, global_step)  # submits, returns nothing
-        return got
-
-    def _evaluate_here(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
+        # A single process.  Asynchronously, what finished is integrated first and returned; what is decided
+        # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
+        got = None
+        if self._async is not None:
+            got, self._unreturned = self._unreturned, None
+            if self._async.jobs and self._async.ready(global_step):
+                got = self._integrate(self._async.take(global_step), global_step) or got
         spe = self.steps_per_epoch
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
         if reason is None:
             if not self._alarm_pending:
                 if not final:
-                    return None
+                    return got
                 reason = "trigger:final"
             elif final and not self._alarms_waiting():
                 reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
-        return self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)
+        out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
+        return out if self._async is None else got
 
     def _evaluate_in_group(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         """``evaluate`` in a process group: every branch before a collective is on values all ranks hold."""
@@ -754,7 +805,8 @@ class AdaptiveEvaluator:
         if self._async.sharded:
             pairs = self._async.take_head(global_step)
             everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                               self._discrepancy_threshold)
         elif self._async.owner:
             pairs = self._async.take(global_step)
             self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
@@ -796,6 +848,8 @@ class AdaptiveEvaluator:
             if result is not None and error is None:
                 for name, summary in result.metrics.items():
                     self._update_eval_detectors(name, summary.mean, job.step)
+                for found in outcome.discrepancies:  # sharded in a group: identical on every rank
+                    self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
             self.trigger.scale = self.policies.scale()
             if error is None:
                 self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
@@ -928,9 +982,9 @@ class AdaptiveEvaluator:
                 for det, st in zip(dets, det_states):
                     det.load_state_dict(st)
         for stream, dets in self._detectors.items():
-            self._index(stream, dets)
             if any(getattr(d, "_in_run", False) for d in dets):
                 self._in_nonfinite_run.add(stream)
+            self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -965,7 +1019,8 @@ class AdaptiveEvaluator:
                 if self._distributed and self._async.sharded:
                     pairs = self._async.drain(timeout_s)
                     everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"])
+                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                                       self._discrepancy_threshold)
                 elif self._distributed:
                     if self._async.owner:
                         pairs = self._async.drain(timeout_s)

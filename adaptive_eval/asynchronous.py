@@ -659,10 +659,13 @@ class AsyncEvaluations:
                               outcome.attempts))
         return parts, self.down
 
-    def combine_shards(self, pairs, everyone: Sequence, rank: int, confidence: float) -> list:
+    def combine_shards(self, pairs, everyone: Sequence, rank: int, confidence: float,
+                       discrepancy_threshold: float | None = None) -> list:
         """Sharded: the (job, outcome) pairs of the whole group from every rank's parts (the same on every
-        rank): the shards' summaries combined exactly, or an error when any rank's shard failed."""
-        from adaptive_eval.distributed import combine_rank_summaries
+        rank): the shards' summaries combined exactly, or an error when any rank's shard failed; with
+        ``distributed.rank_discrepancy_threshold`` the ranks whose mean deviates, as a synchronous
+        evaluation finds them."""
+        from adaptive_eval.distributed import combine_rank_summaries, rank_discrepancies
         from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
 
         self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
@@ -681,9 +684,12 @@ class AsyncEvaluations:
                                              attempts=attempts)))
                 continue
             combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
+            found = ()
+            if discrepancy_threshold is not None:
+                found = tuple(rank_discrepancies(means, counts, discrepancy_threshold, step=job.step))
             result = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason,
                                 seconds=max(p[2] for p in parts), metrics=combined, epoch=job.epoch)
-            out.append((job, EvalOutcome(result, None, means, counts, attempts=attempts)))
+            out.append((job, EvalOutcome(result, None, means, counts, found, attempts=attempts)))
         return out
 
     def outcomes_to_wire(self, pairs) -> list:

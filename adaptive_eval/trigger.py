@@ -86,6 +86,7 @@ class EpochStepTimeFreqCtl:
         # evaluation, and does one evaluation restart every counter.
         several = sum(f is not None for f in (self.freq_epoch, self.freq_step, self.freq_sec)) > 1
         self._several = several and not self.independent
+        self._steps_only = self.freq_step is not None and self.freq_epoch is None and self.freq_sec is None
         self._reset()
 
     def _reset(self) -> None:
@@ -103,7 +104,9 @@ class EpochStepTimeFreqCtl:
         A due trigger stays due until :meth:`fired` is called, so a caller may postpone the evaluation.
         Frequencies are multiplied by :attr:`scale` (1.0: exactly the configured schedule).
         """
-        self._steps_since += steps
+        since = self._steps_since = self._steps_since + steps
+        if self._steps_only and since < self.freq_step * self.scale and not self._initial_pending:
+            return None  # due() for a step trigger alone, inlined: the adaptive evaluator calls this every step
         if self.freq_epoch is not None:
             self._steps_in_epoch += steps
             self._steps_in_epoch_since += steps

@@ -1,38 +1,42 @@
 """Per-call cost of the hot path, in microseconds (printed as a table).
 
-Run: python benchmarks/overhead.py [--repeat N]
+Run: python benchmarks/overhead.py [--number N] [--repeat R]
 
 Rows: the plain trigger's ``check`` (step trigger; step + time trigger), the AReaL drop-in
 ``Evaluator.evaluate`` when no evaluation is due, and the ``AdaptiveEvaluator`` (default preset, never
-due, no process group): ``evaluate`` alone, and ``observe`` of two streams through the preset's
-detectors plus ``evaluate`` (the alarm policy off, so that a false alarm makes nothing due).  Each
-figure is the best of ``--repeat`` timed loops (the minimum is the least noisy estimate on a shared
-machine); ratios compare rows of the same run.
+due, no process group): ``evaluate`` alone, and ``observe`` of three streams through the preset's
+detectors plus ``evaluate`` (the alarm policy off, so that a false alarm makes nothing due); last, AReaL's
+own ``EpochStepTimeFreqCtl.check`` (its ``timeutil.py`` as shipped).
+
+The rows are timed side by side: each of ``--repeat`` rounds times every row once (``--number`` calls),
+so a change of machine load hits all rows of a round alike, and timed in CPU time of the process.  Each figure is a row's best round (the
+minimum is the least noisy estimate on a shared machine); ratios compare rows of the same run.  The last
+lines give the adaptive step's ratio to AReaL's ``check``: of the best rounds, and per round (median and
+range over the rounds).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 import timeit
 from types import SimpleNamespace
 
 
-def per_call_us(stmt, number: int, repeat: int) -> float:
-    return min(timeit.repeat(stmt, number=number, repeat=repeat)) / number * 1e6
-
-
-def rows(number: int, repeat: int) -> list[tuple[str, float]]:
+def rows(number: int, repeat: int) -> tuple[list[tuple[str, float]], list[float]]:
+    """The table's rows ``(name, us per call)`` and the per-round ratios of the adaptive step to AReaL's check."""
     from adaptive_eval import EpochStepTimeFreqCtl, Evaluator
 
-    out = []
+    stmts = []
     ctl = EpochStepTimeFreqCtl(freq_step=10**12)
-    out.append(("EpochStepTimeFreqCtl.check (steps)", per_call_us(lambda: ctl.check(0, 1), number, repeat)))
+    stmts.append(("EpochStepTimeFreqCtl.check (steps)", lambda: ctl.check(0, 1)))
     ctl_t = EpochStepTimeFreqCtl(freq_step=10**12, freq_sec=10**12)
-    out.append(("EpochStepTimeFreqCtl.check (steps+time)", per_call_us(lambda: ctl_t.check(0, 1), number, repeat)))
+    stmts.append(("EpochStepTimeFreqCtl.check (steps+time)", lambda: ctl_t.check(0, 1)))
     cfg = SimpleNamespace(freq_epochs=None, freq_steps=10**12, freq_secs=None, eval_before_train=False)
     ev = Evaluator(cfg)
     fn = lambda: None  # noqa: E731
-    out.append(("Evaluator.evaluate, not due", per_call_us(lambda: ev.evaluate(fn, 0, 5, 5), number, repeat)))
+    stmts.append(("Evaluator.evaluate, not due", lambda: ev.evaluate(fn, 0, 5, 5)))
 
     import itertools
     import random
@@ -40,10 +44,9 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
     from adaptive_eval import AdaptiveEvaluator, load_config
 
     never_due = ["trigger.freq_steps=1000000000", "policy.alarm.enabled=false"]
-    adaptive = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
-    steps = itertools.count()
-    out.append(("AdaptiveEvaluator.evaluate, not due",
-                per_call_us(lambda: adaptive.evaluate(fn, 0, 0, next(steps)), number, repeat)))
+    alone = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
+    alone_steps = itertools.count()
+    stmts.append(("AdaptiveEvaluator.evaluate, not due", lambda: alone.evaluate(fn, 0, 0, next(alone_steps))))
     adaptive = AdaptiveEvaluator.from_config(load_config(overrides=never_due))
     rng = random.Random(0)
     noise = [{"train/loss": rng.gauss(1.0, 0.1), "train/reward": rng.gauss(0.5, 0.05),
@@ -55,13 +58,25 @@ def rows(number: int, repeat: int) -> list[tuple[str, float]]:
         adaptive.observe(noise[g & 4095], g)
         adaptive.evaluate(fn, 0, 0, g)
 
-    out.append(("AdaptiveEvaluator observe(3 streams)+evaluate", per_call_us(observe_and_evaluate, number, repeat)))
+    stmts.append((ADAPTIVE_STEP, observe_and_evaluate))
     timeutil = load_areal_timeutil()
     # As AReaL's Evaluator builds it for a step schedule.  (With freq_sec set and no process group, AReaL's
     # FrequencyControl.check raises UnboundLocalError on `interval_seconds`, so the time control stays off.)
     areal = timeutil.EpochStepTimeFreqCtl(freq_epoch=None, freq_step=10**12, freq_sec=None)
-    out.append(("AReaL's own EpochStepTimeFreqCtl.check", per_call_us(lambda: areal.check(0, 1), number, repeat)))
-    return out
+    stmts.append((AREAL_CHECK, lambda: areal.check(0, 1)))
+    # CPU time of this process, not wall time: on a shared machine the other processes' load then changes
+    # the figures far less (on an idle machine the two are the same).
+    timers = [(name, timeit.Timer(stmt, timer=time.process_time)) for name, stmt in stmts]
+    rounds = {name: [] for name, _ in stmts}
+    for _ in range(repeat):
+        for name, timer in timers:
+            rounds[name].append(timer.timeit(number) / number * 1e6)
+    ratios = [ours / theirs for ours, theirs in zip(rounds[ADAPTIVE_STEP], rounds[AREAL_CHECK])]
+    return [(name, min(rounds[name])) for name, _ in stmts], ratios
+
+
+ADAPTIVE_STEP = "AdaptiveEvaluator observe(3 streams)+evaluate"
+AREAL_CHECK = "AReaL's own EpochStepTimeFreqCtl.check"
 
 
 def load_areal_timeutil():
@@ -105,15 +120,20 @@ def load_areal_timeutil():
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=200_000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--number", type=int, default=20_000, help="calls per timed loop")
+    ap.add_argument("--repeat", type=int, default=50, help="rounds (each times every row once)")
     args = ap.parse_args(argv)
-    table = rows(args.number, args.repeat)
+    table, ratios = rows(args.number, args.repeat)
     base = table[0][1]
-    areal = dict(table)["AReaL's own EpochStepTimeFreqCtl.check"]
+    areal = dict(table)[AREAL_CHECK]
     print(f"{'operation':48s} {'us/call':>9s} {'x plain':>8s} {'x AReaL':>8s}")
     for name, us in table:
         print(f"{name:48s} {us:9.3f} {us / base:8.2f} {us / areal:8.2f}")
+    ratios.sort()
+    median = statistics.median(ratios)
+    print(f"\nadaptive step / AReaL's check: {dict(table)[ADAPTIVE_STEP] / areal:.2f}x (best rounds); per round "
+          f"median {median:.2f}x, range [{ratios[0]:.2f}, {ratios[-1]:.2f}] over {len(ratios)} rounds "
+          f"of {args.number} calls")
 
 
 if __name__ == "__main__":

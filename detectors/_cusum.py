@@ -209,6 +209,7 @@ class CUSUM(Detector):
         self._two_charts = len(self._ks) == 2 and self.direction == "both"
         self._one_chart = len(self._ks) == 1 and self.direction == "both"
         self._pairs = tuple((kk, sign, hh) for _, kk, sign, hh in self._plan[::2])
+        self._k0, _, self._h0 = self._pairs[0]  # the one chart of _one_chart
 
     def _reset(self) -> None:
         self._phase = _WARMUP
@@ -246,9 +247,18 @@ class CUSUM(Detector):
             value = self._float(value)
         if value - value != 0.0:  # NaN or inf: ignored
             return None
+        return self._update_finite(value, step)
+
+    def _update_finite(self, value: float, step: int) -> Alarm | None:
+        """:meth:`update` of a value already known to be a finite ``float``.
+
+        ``AdaptiveEvaluator.observe`` has checked that once for all of a stream's detectors and calls this
+        directly: it is the per-step hot path of the default preset (see benchmarks/overhead.py).
+        """
         if self._phase:
             return self._update_slow(value, step)
-        z = (value - self._level) * self._inv
+        level = self._level
+        z = (value - level) * self._inv
         c = self._clip
         if z > c:
             z = c
@@ -256,33 +266,40 @@ class CUSUM(Detector):
             z = -c
         sums = self._sums
         if self._one_chart:
-            # One chart, both directions (the default preset's), unrolled with the tracking step inlined.
-            k0, _, h0 = self._pairs[0]
+            # One chart, both directions (the default preset's), unrolled with the tracking step inlined;
+            # k and h of the chart are kept as plain attributes (see threshold_) to save the tuple unpacking.
+            # A sum at zero (most steps) only needs a comparison: 0 + z - k > 0 exactly when z > k, and
+            # 0 - z - k > 0 exactly when z < -k (IEEE subtraction is exact in sign), so the sums, their
+            # starts and the alarms are those of the plain recursion below.
+            k0 = self._k0
             s = sums[0]
-            v = s + z - k0
-            if v > 0.0:
-                if s == 0.0:
-                    self._starts[0] = step
-                if v > h0:
-                    return self._alarm(step, 0, v)
-                sums[0] = v
-            elif s != 0.0:
-                sums[0] = 0.0
+            if s != 0.0 or z > k0:
+                v = s + z - k0
+                if v > 0.0:
+                    if s == 0.0:
+                        self._starts[0] = step
+                    if v > self._h0:
+                        return self._alarm(step, 0, v)
+                    sums[0] = v
+                else:
+                    sums[0] = 0.0
             s = sums[1]
-            v = s - z - k0
-            if v > 0.0:
-                if s == 0.0:
-                    self._starts[1] = step
-                if v > h0:
-                    return self._alarm(step, 1, v)
-                sums[1] = v
-            elif s != 0.0:
-                sums[1] = 0.0
+            if s != 0.0 or z < -k0:
+                v = s - z - k0
+                if v > 0.0:
+                    if s == 0.0:
+                        self._starts[1] = step
+                    if v > self._h0:
+                        return self._alarm(step, 1, v)
+                    sums[1] = v
+                else:
+                    sums[1] = 0.0
             a = self._adapt
             if a:
                 scale = self._scale
-                self._level += a * z * scale
-                scale *= 1.0 + a * (1.2533141373155001 * (z if z >= 0.0 else -z) - 1.0)
+                self._level = level + a * z * scale
+                # (-1.2533 * z is 1.2533 * -z exactly: the negation is folded into the constant)
+                scale *= 1.0 + a * ((1.2533141373155001 * z if z >= 0.0 else -1.2533141373155001 * z) - 1.0)
                 if scale < self._floor:
                     scale = self._floor
                 self._scale = scale

@@ -10,6 +10,8 @@ result at the same step and take the same decisions.  One spawn runs every case 
   depends on timing, yet it is the same on both ranks;
 * error: one rank's shard raises: the evaluation is an error on both ranks at the same step, and training
   goes on;
+* discrepancy: rank 1's shard scores 0.5 higher (its copy of the model is off): with
+  ``distributed.rank_discrepancy_threshold`` both ranks get the rank_discrepancy alarm, as synchronously;
 * resume: each rank saves its state with an evaluation in flight and a new evaluator continues from it with
   the uninterrupted run's decisions.
 """
@@ -108,6 +110,12 @@ def _world(rank, world):
     ev = make("evaluation.async_integrate_after_steps=3")
     out["error"] = plain(drive(ev, rank, 0, STEPS, flaky))
 
+    def skewed(request, weights):
+        return {"acc": [0.3 + (0.5 if request.rank == 1 else 0.0)] * len(request.indices(100))}
+
+    ev = make("evaluation.async_integrate_after_steps=3", "distributed.rank_discrepancy_threshold=0.3")
+    out["discrepancy"] = plain(drive(ev, rank, 0, STEPS, skewed))
+
     first = make("evaluation.async_integrate_after_steps=3")
     before = drive(first, rank, 0, CUT, weight_sum, close=False)
     state = json.dumps(first.state_dict())  # this rank's own state, with an evaluation in flight
@@ -164,6 +172,14 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     assert "on rank 1: RuntimeError: eval server down" in errors[0]["error"]
     assert err1[err0.index(errors[0])]["error"] == "RuntimeError: eval server down"
     assert [e for e in err0 if e["kind"] == "eval" and e["step"] > errors[0]["step"]]
+
+    # a rank whose shard deviates: the rank_discrepancy alarm on both ranks, at the step its result is integrated
+    disc0, disc1 = ranks[0]["discrepancy"], ranks[1]["discrepancy"]
+    assert disc0 == disc1
+    found = [e for e in disc0 if e["kind"] == "alarm" and e["detector"] == "rank_discrepancy"]
+    evals = [e for e in disc0 if e["kind"] == "eval"]
+    assert found and found[0]["step"] == evals[0]["step"]
+    assert any(e["message"].startswith("rank 1: eval/acc mean 0.8 (n=") for e in found)
 
     # resume: each rank's saved state held the evaluation in flight; the resumed run decides as the uninterrupted one
     for r in range(2):

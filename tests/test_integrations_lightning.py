@@ -123,7 +123,7 @@ class RecordingCallback(AdaptiveEvalCallback):
         self.out, self.seen = str(out), []
 
     def evaluate_with_module(self, trainer, pl_module, request):
-        self.seen.append([request.step, request.indices(200)])
+        self.seen.append([request.step, request.indices(200), pl_module is not trainer.lightning_module])
         return super().evaluate_with_module(trainer, pl_module, request)
 
     def on_train_end(self, trainer, pl_module):
@@ -142,9 +142,14 @@ class RankSkewedModel(Model):
         return out
 
 
-def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
+    """Asynchronous too: each spawned rank scores its shard on a replica in its worker thread while it trains,
+    and both integrate each result 3 steps later (evaluation.asynchronous in the config: ddp_spawn pickles
+    the callback, so no pool is passed)."""
+    extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
     train, val = loaders(n_train=320, n_val=200)
-    cb = RecordingCallback(tmp_path, overrides=FAST)
+    cb = RecordingCallback(tmp_path, overrides=FAST + extra)
     trainer = L.Trainer(max_steps=40, strategy="ddp_spawn", devices=2, num_nodes=1, logger=False,
                         enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(RankSkewedModel(), train, val)
@@ -152,8 +157,15 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
     assert any(h[1].startswith("alarm:train/loss") for h in r0["history"])  # rank 1's alarm moved both
-    assert [s for s, _ in r0["seen"]] == [h[0] for h in r0["history"]] == [s for s, _ in r1["seen"]]
-    for (step, mine), (_, theirs), h in zip(r0["seen"], r1["seen"], r0["history"]):
+    seen0, seen1 = ({s: idx for s, idx, _ in r["seen"]} for r in (r0, r1))
+    # asynchronous: every evaluation ran on a replica of the module, never on the one training
+    assert {replica for r in (r0, r1) for _, _, replica in r["seen"]} == {mode == "async"}
+    if mode == "sync":
+        assert [s for s, *_ in r0["seen"]] == [h[0] for h in r0["history"]] == [s for s, *_ in r1["seen"]]
+    else:  # (an evaluation cancelled by the urgent final one may have run, and is not in the history)
+        assert r0["history"][-1][:2] == [39, "trigger:final"]
+    for h in r0["history"]:
+        step, mine, theirs = h[0], seen0[h[0]], seen1[h[0]]
         assert not set(mine) & set(theirs)  # each item scored once
         assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
                                                            reason="").indices(200))

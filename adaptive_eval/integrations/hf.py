@@ -304,11 +304,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
         if self.evaluator is not None:
-            self._saved_state = self._guard("state", self.evaluator.state_dict)
-            if state.is_world_process_zero:
-                s = self.evaluator.summary()
-                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
-                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
             # Asynchronous evaluations still in flight (the final one) are waited for and integrated by
             # close(): report them like the others.
             drained = []
@@ -316,6 +311,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._guard("close", self.evaluator.close)
             for result in drained:
                 self._guard("report", self._report, result, control)
+            self._saved_state = self._guard("state", self.evaluator.state_dict)
+            if state.is_world_process_zero:
+                s = self.evaluator.summary()
+                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
+                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
 
     # -- evaluation through the trainer -----------------------------------------------------------------
     def _evaluate_with_trainer(self, request):
