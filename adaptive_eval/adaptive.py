@@ -182,7 +182,6 @@ class AdaptiveEvaluator:
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
         self._watchers: dict[str, tuple] = {}  # stream -> (updates on a finite value, all updates); see _index
-        self._level_streams = 0  # streams with an armed level detector at the last alarm (Context.streams)
         self._in_nonfinite_run: set[str] = set()  # streams whose last value was NaN/inf
         # observe()'s fast path: stream -> the one call to make on a finite float (for a stream in a run of
         # NaN/inf: the general path, which ends the run); kept in step with _watchers and _in_nonfinite_run by
@@ -417,13 +416,12 @@ class AdaptiveEvaluator:
 
     def _ctx(self, step: int) -> Context:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
-                       last_eval_step=self._last_eval_step, streams=self._level_streams)
+                       last_eval_step=self._last_eval_step, streams=self._witnesses())
 
     def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
         """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
         ``rank`` names the rank that saw it, None for alarms every rank saw)."""
         self._alarm_count += 1
-        self._level_streams = self._witnesses()
         self.policies.on_alarm(alarm, self._ctx(step))
         self._alarm_pending = self._alarm_pending or self._policy_pending()
         self.trigger.scale = self.policies.scale()
@@ -799,14 +797,18 @@ class AdaptiveEvaluator:
             self.logger.log(global_step, {"controller/async_down": 1.0})
             self.logger.text(global_step, "decisions", f"asynchronous evaluation down: {down}; no more evaluations")
 
+    def _combine_shards(self, pairs: list) -> list:
+        """Sharded (a group without eval ranks): this rank's (job, outcome) pairs, all-gathered and combined
+        into the group's, the same on every rank."""
+        everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
+        return self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
+                                          self._discrepancy_threshold)
+
     def _integrate_in_group(self, global_step: int) -> EvalResult | None:
         """The first training rank's outcomes, broadcast (sharded: every rank's shards, all-gathered and
         combined), integrated by every training rank at this step."""
         if self._async.sharded:
-            pairs = self._async.take_head(global_step)
-            everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-            pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
-                                               self._discrepancy_threshold)
+            pairs = self._combine_shards(self._async.take_head(global_step))
         elif self._async.owner:
             pairs = self._async.take(global_step)
             self.dist.broadcast_object(self._async.outcomes_to_wire(pairs), src=0)
@@ -1017,10 +1019,7 @@ class AdaptiveEvaluator:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:
                 if self._distributed and self._async.sharded:
-                    pairs = self._async.drain(timeout_s)
-                    everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
-                    pairs = self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
-                                                       self._discrepancy_threshold)
+                    pairs = self._combine_shards(self._async.drain(timeout_s))
                 elif self._distributed:
                     if self._async.owner:
                         pairs = self._async.drain(timeout_s)
