@@ -107,6 +107,13 @@ class AdaptiveEvaluator:
     [2, 5]
     """
 
+    # What observe() and a not-due evaluate() read every step lives in slots: CPython (3.11+) keeps an
+    # instance's attributes in its compact, fast-to-index layout only up to 30 of them, and an evaluator has
+    # more (then every access is a dict lookup).  Everything else stays in the instance dict.
+    __slots__ = ("_last_step", "_on_finite", "_outputs", "_async_poll", "_last_call_step", "_distributed",
+                 "_async", "steps_per_epoch", "trigger", "total_steps", "_alarm_pending", "_eval_at_end",
+                 "__dict__", "__weakref__")
+
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                  clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
                  resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None):
@@ -260,13 +267,14 @@ class AdaptiveEvaluator:
         (every detector but ``nonfinite``, which does nothing on one unless it is in a run of NaN/inf, when
         it is called to re-arm) and those to call on a non-finite value (all, in their configured order).
 
-        On a finite value a detector's ``_update_finite`` is used where it has one: ``update`` without the
-        type and finiteness checks, which ``observe`` has already made: ``observe``'s fast path makes one
+        On a finite value a detector's ``_finite_path()`` is called: ``update`` without the type and
+        finiteness checks, which ``observe`` has already made (for the CUSUM of every preset, its unrolled
+        one-chart update).  ``observe``'s fast path makes one
         call per finite float (the one detector's, in every preset), except in a run of NaN/inf, where the
         call is :meth:`_observe_one`, which ends the run."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        finite = tuple(getattr(d, "_update_finite", d.update) for d in dets if type(d) is not NonFinite)
+        finite = tuple(d._finite_path() for d in dets if type(d) is not NonFinite)
         entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
         if stream in self._in_nonfinite_run:
             self._on_finite[stream] = functools.partial(self._observe_one, stream)

@@ -19,6 +19,7 @@ Differences from ``areal.utils.timeutil.EpochStepTimeFreqCtl`` (each has a test)
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -75,7 +76,7 @@ class EpochStepTimeFreqCtl:
         self.sync_time = sync_time
         self.last_reason: str | None = None
         # Multiplies every frequency; adaptive policies tighten (< 1) or relax (> 1) the schedule with it.
-        self.scale = 1.0
+        self._scale = 1.0
         # AReaL's counting: each trigger restarts only itself when it fires (the initial firing belongs to
         # the epoch counter).  With one trigger that is also what the joint counting does, except for the
         # initial firing, which is therefore always counted AReaL's way.
@@ -88,6 +89,43 @@ class EpochStepTimeFreqCtl:
         self._several = several and not self.independent
         self._steps_only = self.freq_step is not None and self.freq_epoch is None and self.freq_sec is None
         self._reset()
+
+    # The frequencies are fixed at construction (load_state_dict keeps them); what the schedule's pace
+    # depends on afterwards is the scale and whether the initial firing is pending, so both are properties
+    # that keep advance()'s shortcut in step.
+    @property
+    def scale(self) -> float:
+        """Multiplies every frequency (1.0: exactly the configured schedule)."""
+        return self._scale
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self._scale = value
+        self._set_quiet_below()
+
+    @property
+    def _initial_pending(self) -> bool:
+        return self._initial
+
+    @_initial_pending.setter
+    def _initial_pending(self, value: bool) -> None:
+        self._initial = value
+        self._set_quiet_below()
+
+    def _set_quiet_below(self) -> None:
+        """advance()'s shortcut for a step trigger alone: while the step count is below ``_quiet_below``
+        nothing is due.  That is ``since < freq_step * scale``, as due() tests it, turned into an integer
+        comparison: for an integer ``since``, ``since < x`` exactly when ``since < ceil(x)`` (math.ceil of a
+        float is exact), and an int-int comparison is several times cheaper than an int-float one.  Without
+        the shortcut (other triggers, the initial firing pending, a bound that does not fit): -inf, so
+        advance() always asks due()."""
+        limit = -math.inf
+        if self._steps_only and not self._initial:
+            try:
+                limit = math.ceil(self.freq_step * self._scale)
+            except (OverflowError, ValueError):  # an inf or NaN bound: due() decides (as before)
+                pass
+        self._quiet_below = limit
 
     def _reset(self) -> None:
         self._initial_pending = self.initial_epoch_value
@@ -105,8 +143,8 @@ class EpochStepTimeFreqCtl:
         Frequencies are multiplied by :attr:`scale` (1.0: exactly the configured schedule).
         """
         since = self._steps_since = self._steps_since + steps
-        if self._steps_only and since < self.freq_step * self.scale and not self._initial_pending:
-            return None  # due() for a step trigger alone, inlined: the adaptive evaluator calls this every step
+        if since < self._quiet_below:  # a step trigger alone, not due (see _set_quiet_below): nearly every step
+            return None
         if self.freq_epoch is not None:
             self._steps_in_epoch += steps
             self._steps_in_epoch_since += steps
@@ -122,8 +160,8 @@ class EpochStepTimeFreqCtl:
 
     def due(self) -> str | None:
         """The trigger that is due now (``trigger:initial|epochs|steps|time``), or None."""
-        scale = self.scale
-        if self._initial_pending:
+        scale = self._scale
+        if self._initial:
             return "trigger:initial"
         if self.freq_epoch is not None and self._epochs_since >= self.freq_epoch * scale - _EPS:
             return "trigger:epochs"
@@ -152,10 +190,10 @@ class EpochStepTimeFreqCtl:
         scheduled firing restarts only the triggers that are due (the initial one restarts the epoch
         counter), and an unscheduled one (an alarm, the last step) restarts all of them.
         """
-        initial = self._initial_pending
+        initial = self._initial
         self._initial_pending = False
         if not self._several:
-            scale = self.scale
+            scale = self._scale
             epoch_due = self.freq_epoch is not None and self._epochs_since >= self.freq_epoch * scale - _EPS
             step_due = self.freq_step is not None and self._steps_since >= self.freq_step * scale
             time_due = self.freq_sec is not None and self.clock() - self._last_time >= self.freq_sec * scale

@@ -107,6 +107,13 @@ class Detector:
     def update(self, value: float, step: int) -> Alarm | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _finite_path(self):
+        """The update to call with a value already known to be a finite ``float``: :meth:`update` without
+        its type and finiteness checks, where a detector has such a method (``AdaptiveEvaluator.observe``
+        and the calibration simulations call it on every value).  Same alarms and states as :meth:`update`
+        on those values.  By default :meth:`update` itself."""
+        return self.update
+
     def _reset(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -170,7 +170,7 @@ def _records(det, values) -> tuple[list[float], list[int]]:
     rec_s: list[float] = []
     rec_t: list[int] = []
     # The simulated paths hold finite floats only, so update's checks can be skipped where a detector allows it.
-    update, statistic = getattr(det, "_update_finite", det.update), det._statistic
+    update, statistic = det._finite_path(), det._statistic
     for t, v in enumerate(values, 1):
         update(v, t)
         s = statistic()
@@ -267,7 +267,7 @@ def _strictly_increasing(curve):
 
 def _first_alarm(cls, params, stat: float, values: list[float], cap: int) -> int:
     det = cls._calibration_instance(params, cls._threshold_of(stat))
-    update = getattr(det, "_update_finite", det.update)  # finite floats only (see _records)
+    update = det._finite_path()  # finite floats only (see _records)
     for t, v in enumerate(values, 1):
         if update(v, t) is not None:
             return t

@@ -127,6 +127,12 @@ class CUSUM(Detector):
     """
 
     name = "cusum"
+    # What the per-step update reads and writes lives in slots.  CPython (3.11+) keeps an instance's
+    # attributes in a compact, fast-to-index layout only up to 30 of them; a CUSUM has more (its
+    # hyper-parameters, calibration and chart constants), and then every attribute access goes through a
+    # dict lookup.  Slot access stays an indexed load whatever the count (about 10% of the hot path).
+    __slots__ = ("_phase", "_level", "_scale", "_inv", "_sums", "_starts", "_adapt", "_floor", "_clip",
+                 "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart")
     _threshold_param = "threshold"
     _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts", "_floor")
     _default_arl0 = 5000.0
@@ -210,6 +216,11 @@ class CUSUM(Detector):
         self._one_chart = len(self._ks) == 1 and self.direction == "both"
         self._pairs = tuple((kk, sign, hh) for _, kk, sign, hh in self._plan[::2])
         self._k0, _, self._h0 = self._pairs[0]  # the one chart of _one_chart
+        # The one-chart path's quiet band: with both sums at zero, a z within +-band leaves them at zero and
+        # needs no clipping (band <= k and band <= clip), so nothing but the tracking step runs.
+        self._band = min(self._k0, self._clip)
+        # The negations, kept: on the hot path a negation costs more than the comparison that uses it.
+        self._nband, self._nk0, self._nclip = -self._band, -self._k0, -self._clip
 
     def _reset(self) -> None:
         self._phase = _WARMUP
@@ -249,62 +260,85 @@ class CUSUM(Detector):
             return None
         return self._update_finite(value, step)
 
-    def _update_finite(self, value: float, step: int) -> Alarm | None:
-        """:meth:`update` of a value already known to be a finite ``float``.
+    def _finite_path(self):
+        """The update for a value already known to be a finite ``float`` (see :meth:`Detector._finite_path`):
+        the unrolled one-chart path where the charts allow it, else :meth:`_update_finite`.  (``_one_chart``
+        depends only on ``k`` and ``direction``, which never change, so the choice holds for good.)"""
+        return self._update_one_chart if self._one_chart else self._update_finite
 
-        ``AdaptiveEvaluator.observe`` has checked that once for all of a stream's detectors and calls this
-        directly: it is the per-step hot path of the default preset (see benchmarks/overhead.py).
-        """
+    def _update_one_chart(self, value: float, step: int) -> Alarm | None:
+        """:meth:`_update_finite` for one chart in both directions (the default preset's), unrolled with the
+        tracking step inlined: the per-step hot path of ``AdaptiveEvaluator.observe``.  The chart's k and h
+        are plain attributes (see threshold_), which saves the tuple unpacking."""
         if self._phase:
             return self._update_slow(value, step)
         level = self._level
         z = (value - level) * self._inv
-        c = self._clip
-        if z > c:
-            z = c
-        elif z < -c:
-            z = -c
         sums = self._sums
-        if self._one_chart:
-            # One chart, both directions (the default preset's), unrolled with the tracking step inlined;
-            # k and h of the chart are kept as plain attributes (see threshold_) to save the tuple unpacking.
-            # A sum at zero (most steps) only needs a comparison: 0 + z - k > 0 exactly when z > k, and
-            # 0 - z - k > 0 exactly when z < -k (IEEE subtraction is exact in sign), so the sums, their
-            # starts and the alarms are those of the plain recursion below.
+        s0, s1 = sums
+        if s0 == 0.0 and s1 == 0.0 and self._nband <= z <= self._band:
+            # Most steps: both sums at zero and |z| <= band (band <= k and band <= clip).  Then z needs no
+            # clipping and both sums stay at zero (0 + z - k <= 0 and 0 - z - k <= 0): only the tracking
+            # step below runs.  (A NaN z fails the band and takes the full step, as before.)
+            pass
+        else:
+            if z > self._clip:
+                z = self._clip
+            elif z < self._nclip:
+                z = self._nclip
+            # A sum at zero only needs a comparison: 0 + z - k > 0 exactly when z > k, and 0 - z - k > 0
+            # exactly when z < -k (IEEE subtraction is exact in sign), so the sums, their starts and the
+            # alarms are those of the plain recursion in _update_finite.
             k0 = self._k0
-            s = sums[0]
-            if s != 0.0 or z > k0:
-                v = s + z - k0
+            if s0 != 0.0 or z > k0:
+                v = s0 + z - k0
                 if v > 0.0:
-                    if s == 0.0:
+                    if s0 == 0.0:
                         self._starts[0] = step
                     if v > self._h0:
                         return self._alarm(step, 0, v)
                     sums[0] = v
                 else:
                     sums[0] = 0.0
-            s = sums[1]
-            if s != 0.0 or z < -k0:
-                v = s - z - k0
+            if s1 != 0.0 or z < self._nk0:
+                v = s1 - z - k0
                 if v > 0.0:
-                    if s == 0.0:
+                    if s1 == 0.0:
                         self._starts[1] = step
                     if v > self._h0:
                         return self._alarm(step, 1, v)
                     sums[1] = v
                 else:
                     sums[1] = 0.0
-            a = self._adapt
-            if a:
-                scale = self._scale
-                self._level = level + a * z * scale
-                # (-1.2533 * z is 1.2533 * -z exactly: the negation is folded into the constant)
-                scale *= 1.0 + a * ((1.2533141373155001 * z if z >= 0.0 else -1.2533141373155001 * z) - 1.0)
-                if scale < self._floor:
-                    scale = self._floor
-                self._scale = scale
-                self._inv = 1.0 / scale
-            return None
+        a = self._adapt
+        if a:
+            scale = self._scale
+            self._level = level + a * z * scale
+            # (-1.2533 * z is 1.2533 * -z exactly: the negation is folded into the constant)
+            scale *= 1.0 + a * ((1.2533141373155001 * z if z >= 0.0 else -1.2533141373155001 * z) - 1.0)
+            if scale < self._floor:
+                scale = self._floor
+            self._scale = scale
+            self._inv = 1.0 / scale
+        return None
+
+    def _update_finite(self, value: float, step: int) -> Alarm | None:
+        """:meth:`update` of a value already known to be a finite ``float``.
+
+        ``AdaptiveEvaluator.observe`` has checked that once for all of a stream's detectors and calls
+        :meth:`_finite_path`'s choice directly (see benchmarks/overhead.py).
+        """
+        if self._one_chart:
+            return self._update_one_chart(value, step)
+        if self._phase:
+            return self._update_slow(value, step)
+        z = (value - self._level) * self._inv
+        sums = self._sums
+        c = self._clip
+        if z > c:
+            z = c
+        elif z < -c:
+            z = -c
         if self._two_charts:
             # The default (two charts, both directions), unrolled: this is the per-step hot path.
             (k0, _, h0), (k1, _, h1) = self._pairs

@@ -1,7 +1,7 @@
 """``AdaptiveEvaluator.observe``'s fast path decides exactly as the detectors' own ``update`` does.
 
 ``observe`` skips ``nonfinite`` on finite values outside a run of NaN/inf, checks a value's type and
-finiteness once for all of a stream's detectors, and calls ``CUSUM._update_finite`` (``update`` without
+finiteness once for all of a stream's detectors, and calls ``CUSUM._finite_path()`` (``update`` without
 those checks).  Here every value goes, in order, through every configured detector's public ``update``
 (the reference), and ``observe`` must give the same alarms (step, detector, stream, direction, location,
 message) and the same detector states, on randomized streams with level shifts, NaN/inf runs, huge values,
