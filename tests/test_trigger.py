@@ -203,3 +203,31 @@ def test_reason_names_the_trigger():
     ctl = EpochStepTimeFreqCtl(freq_epoch=1, initial_epoch_value=True)
     reasons = [ctl.poll(int(g % 3 == 2), 1) for g in range(6)]
     assert reasons == ["trigger:initial", None, "trigger:epochs", None, None, "trigger:epochs"]
+
+
+def test_step_trigger_shortcut_matches_the_float_bound_at_any_scale():
+    """advance() tests a step trigger alone with one integer comparison (ceil of freq_step * scale); it must
+    fire exactly where ``steps_since >= freq_step * scale`` does, for fractional and huge bounds, with the
+    scale changing mid-run (as the interval policy changes it) and the initial firing pending."""
+    rng = random.Random(3)
+    for trial in range(300):
+        freq = rng.choice([0, 1, 2, 3, 7, 10, 33, 2.5, 0.3, 10**15, 10**17 + 1])
+        initial = rng.random() < 0.3
+        ctl = EpochStepTimeFreqCtl(freq_step=freq, initial_epoch_value=initial)
+        pending, since = initial, 0
+        for step in range(120):
+            if rng.random() < 0.1:  # what the interval policy sets: fractions of the base interval
+                ctl.scale = rng.choice([1.0, 0.5, 4.4, 0.37, 1 / 3, 2.2 ** rng.randint(-3, 3)])
+            since += 1
+            step_due = since >= freq * ctl.scale
+            expected = pending or step_due
+            pending = False
+            if step_due:  # (the initial firing restarts only the epoch counter, as in AReaL)
+                since = 0
+            assert ctl.check(0, 1) == expected, (trial, freq, ctl.scale, step)
+        assert ctl.steps_since == since
+        # a resumed trigger takes the shortcut from its loaded state
+        other = EpochStepTimeFreqCtl(freq_step=freq, initial_epoch_value=initial)
+        other.scale = ctl.scale
+        other.load_state_dict(ctl.state_dict())
+        assert [other.check(0, 1) for _ in range(40)] == [ctl.check(0, 1) for _ in range(40)]
