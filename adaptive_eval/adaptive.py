@@ -499,8 +499,16 @@ class AdaptiveEvaluator:
             got, self._unreturned = self._unreturned, None
             if self._async.jobs and self._async.ready(global_step):
                 got = self._integrate(self._async.take(global_step), global_step) or got
-        spe = self.steps_per_epoch
-        reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
+        trigger = self.trigger
+        since = trigger._steps_since + 1
+        if since < trigger._quiet_below:
+            # A step trigger alone that is not due at this step (nearly every step): what advance() does
+            # then, inlined, a call less (see EpochStepTimeFreqCtl._set_quiet_below).
+            trigger._steps_since = since
+            reason = None
+        else:
+            spe = self.steps_per_epoch
+            reason = trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
         if reason is None:
             if not self._alarm_pending:

@@ -118,7 +118,8 @@ class EpochStepTimeFreqCtl:
         comparison: for an integer ``since``, ``since < x`` exactly when ``since < ceil(x)`` (math.ceil of a
         float is exact), and an int-int comparison is several times cheaper than an int-float one.  Without
         the shortcut (other triggers, the initial firing pending, a bound that does not fit): -inf, so
-        advance() always asks due()."""
+        advance() always asks due().  ``AdaptiveEvaluator.evaluate`` takes the same shortcut itself (it
+        reads ``_quiet_below`` and counts ``_steps_since``), so both stay as they are here."""
         limit = -math.inf
         if self._steps_only and not self._initial:
             try:
@@ -144,7 +145,7 @@ class EpochStepTimeFreqCtl:
         """
         since = self._steps_since = self._steps_since + steps
         if since < self._quiet_below:  # a step trigger alone, not due (see _set_quiet_below): nearly every step
-            return None
+            return None  # (AdaptiveEvaluator.evaluate inlines these three lines for steps=1)
         if self.freq_epoch is not None:
             self._steps_in_epoch += steps
             self._steps_in_epoch_since += steps
