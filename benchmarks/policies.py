@@ -21,11 +21,15 @@ replayed on every trace and scored with ``adaptive_eval.scoring.score_run``:
 * needless: share of the evaluations before a run's first event (whole run when it has none) that an alarm
   brought forward;
 * regret: true value of the best step minus the true value at the picked checkpoint, as a share of the
-  run's range of true values (mean over runs); every schedule picks with ``scoring.pick_best`` (shrunk).
+  run's range of true values (mean over runs), and in the metric's own points (accuracy x 100; a flat run's
+  range is its noise-sized wander, so its share-of-range regret is large whatever picks); every schedule
+  picks with ``scoring.pick_best`` (shrunk).
 
 Headline per preset: the fixed same-size schedule's samples at the preset's median confirmed delay
 (log-log interpolation over k), divided by the preset's; and the fixed same-size regret at the preset's
-cost.  Intervals: 95% percentile bootstrap over traces (the independent unit), ``--boot`` resamples;
+cost.  Then, per kind of run, confirmation and regret beside the fixed schedules that bracket the preset's
+cost, and what *any* schedule could confirm within 25 steps (a whole-set evaluation at +25, or at every
+step from the onset: simulated from the truth).  Intervals: 95% percentile bootstrap over traces (the independent unit), ``--boot`` resamples;
 n = traces / events.  Simulated: evaluations are Binomial draws from the traces' true accuracy.
 """
 
@@ -79,13 +83,17 @@ def headline(preset: dict, same: dict[int, dict], whole: dict[int, dict]) -> dic
     """Preset figures against the fixed curves (aggregated dicts)."""
     at_delay = interp([(a["median_delay"], a["per_1k"]) for a in same.values()], preset["median_delay"])
     at_delay_whole = interp([(a["median_delay"], a["per_1k"]) for a in whole.values()], preset["median_delay"])
-    regret_pts = sorted((a["per_1k"], a["regret"]) for a in same.values() if math.isfinite(a["regret"]))
-    fixed_regret = float(np.interp(preset["per_1k"], [p[0] for p in regret_pts], [p[1] for p in regret_pts])) \
-        if regret_pts else math.nan
+    def at_cost(key):
+        pts = sorted((a["per_1k"], a[key]) for a in same.values() if math.isfinite(a[key]))
+        return float(np.interp(preset["per_1k"], [p[0] for p in pts], [p[1] for p in pts])) if pts else math.nan
+
+    fixed_regret, fixed_points = at_cost("regret"), at_cost("regret_points")
     return {"ratio": at_delay / preset["per_1k"] if preset["per_1k"] else math.nan,
             "ratio_whole": at_delay_whole / preset["per_1k"] if preset["per_1k"] else math.nan,
             "fixed_regret": fixed_regret,
-            "regret_ratio": preset["regret"] / fixed_regret if fixed_regret and fixed_regret > 0 else math.nan}
+            "regret_ratio": preset["regret"] / fixed_regret if fixed_regret and fixed_regret > 0 else math.nan,
+            "fixed_points": fixed_points,
+            "points_ratio": preset["regret_points"] / fixed_points if fixed_points and fixed_points > 0 else math.nan}
 
 
 def boot(values_fn, n_cases: int, reps: int, seed: int = 0) -> tuple[float, float]:
@@ -130,8 +138,9 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         ci = {key: boot(lambda idx, key=key: (lambda f: {**f[0], **headline(*f)}[key])(figures(idx)), len(cases),
                         reps, seed=PRESETS.index(name) if name in PRESETS else 0)
               for key in ("per_1k", "median_delay", "confirmed", "needless", "regret", "ratio", "ratio_whole",
-                          "fixed_regret", "regret_ratio")}
-        out[name] = {"preset": p, "head": h, "ci": ci, "size": size, "same": s}
+                          "fixed_regret", "regret_ratio", "regret_points", "fixed_points", "points_ratio")}
+        out[name] = {"preset": p, "head": h, "ci": ci, "size": size, "same": s, "scores": sc,
+                     "same_scores": same}
         rows.append((name, p, h, ci, size, s))
     wagg = {k: aggregate(v) for k, v in whole.items()}
     print(f"\n{'schedule':24s} {'samples/1k':>10s} {'median conf. delay':>18s} {'conf<=25':>8s} {'missed':>6s} "
@@ -160,9 +169,82 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         print(f"    regret {fmt_ci(p['regret'], ci['regret'], '.2%')} vs fixed {size} items at equal cost "
               f"{fmt_ci(h['fixed_regret'], ci['fixed_regret'], '.2%')}: ratio "
               f"{fmt_ci(h['regret_ratio'], ci['regret_ratio'], '.2f')}")
+        print(f"    regret in the metric's points {fmt_ci(100 * p['regret_points'], tuple(100 * v for v in ci['regret_points']), '.2f')}"
+              f" vs fixed {size} items at equal cost "
+              f"{fmt_ci(100 * h['fixed_points'], tuple(100 * v for v in ci['fixed_points']), '.2f')}: ratio "
+              f"{fmt_ci(h['points_ratio'], ci['points_ratio'], '.2f')}")
+    by_kind(cases, out, presets_run, whole)
     print(f"({time.perf_counter() - t0:.0f} s)")
     out["_whole"] = wagg
     return out
+
+
+def kind_of(case: Case) -> str:
+    name = case.name.split("/", 1)[-1]
+    return name.rsplit("-s", 1)[0] if case.name.startswith("synthetic/") else name
+
+
+def by_kind(cases: list[Case], out: dict, presets_run, whole: dict) -> None:
+    """Per kind of run: events confirmed within 25 steps and regret (share of range), for the first preset, the
+    fixed same-size schedules whose cost brackets it, and the every-2-steps whole-set schedule."""
+    name = presets_run[0]
+    res = out[name]
+    cost = res["preset"]["per_1k"]
+    ks = sorted(res["same"], key=lambda k: res["same"][k]["per_1k"])
+    below = [k for k in ks if res["same"][k]["per_1k"] <= cost]
+    above = [k for k in ks if res["same"][k]["per_1k"] > cost]
+    bracket = ([above[0]] if above else []) + ([below[-1]] if below else [])
+    cols = [(f"preset {name}", res["scores"])] + \
+        [(f"fixed {k}, {res['size']} it.", res["same_scores"][k]) for k in bracket] + [("fixed 2, whole", whole[2])]
+    kinds = sorted({kind_of(c) for c in cases}, key=lambda k: [kind_of(c) for c in cases].index(k))
+    print(f"\nper kind (n runs / n events): confirmed <= 25 steps | regret (share of range); "
+          f"{name} costs {cost:.0f} samples/1k, the fixed same-size columns bracket it")
+    print(f"{'kind':22s} {'n':>6s}  " + "  ".join(f"{label:>22s}" for label, _ in cols))
+    for kind in kinds:
+        idx = [i for i, c in enumerate(cases) if kind_of(c) == kind]
+        n_ev = sum(len(cases[i].events) for i in idx)
+        cells = []
+        for _, scores in cols:
+            a = aggregate([scores[i] for i in idx])
+            conf = f"{a['confirmed']:.0%}" if n_ev else "-"
+            cells.append(f"{conf:>6s} | {a['regret']:6.1%}".rjust(22))
+        print(f"{kind:22s} {len(idx):>2d}/{n_ev:<3d}  " + "  ".join(cells))
+
+
+def confirmable(cases: list[Case], within: int = 25, reps: int = 400, seed: int = 0) -> None:
+    """What *any* schedule could confirm (simulated): per event, the chance that a whole-set evaluation (a
+    Binomial draw from the truth, Wilson 95% interval) shows the change within ``within`` steps when it is
+    run (a) once, exactly ``within`` steps after the onset, or (b) at every one of the ``within + 1`` steps
+    from the onset (an oracle that knows the onset; its later looks also win by chance)."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    from adaptive_eval.scoring import event_direction
+
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for c in cases:
+        if c.truth is None:
+            continue
+        truth = np.asarray(c.truth, dtype=float)
+        for e in c.events:
+            pre, direction = event_direction(truth, e, higher_is_better=c.higher_is_better)
+            seg = truth[e:e + within + 1]
+            if pre is None or len(seg) < within + 1:
+                continue
+            k = rng.binomial(c.items, np.clip(np.broadcast_to(seg, (reps, len(seg))), 0.0, 1.0))
+            low, high = proportion_confint(k, c.items, method="wilson")
+            hit = (high < pre) if direction == "down" else (low > pre)
+            rows.setdefault(kind_of(c), []).append((float(hit[:, -1].mean()), float(hit.any(axis=1).mean())))
+    print(f"\nwhat any schedule could confirm within {within} steps (simulated, {reps} draws per event): "
+          f"P(a whole-set eval shows the change)")
+    print(f"{'kind':22s} {'events':>6s} {'one eval at +25':>16s} {'an eval every step':>19s}")
+    everything = []
+    for kind, vals in rows.items():
+        everything += vals
+        print(f"{kind:22s} {len(vals):6d} {np.mean([v[0] for v in vals]):16.0%} {np.mean([v[1] for v in vals]):19.0%}")
+    if everything:
+        print(f"{'all':22s} {len(everything):6d} {np.mean([v[0] for v in everything]):16.0%} "
+              f"{np.mean([v[1] for v in everything]):19.0%}")
 
 
 def replay_speed(steps: int = 200_000) -> float:
@@ -190,6 +272,7 @@ def main(argv=None) -> int:
           f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})")
     chosen = tuple(p for p in args.presets.split(",") if p)
     res = report(f"synthetic, {args.half} half", syn, args.overrides, reps, chosen)
+    confirmable(syn)
     if not args.no_real:
         report("real traces (reported separately; nothing tuned on them)", real_cases(args.quick), args.overrides,
                reps, chosen)

@@ -54,6 +54,11 @@ def test_writes_every_run_and_the_table(demo_run):
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == STEPS and summary["evals"] == len(evals) > 0
         assert report[name]["answers"] == summary["answers"] > 0
+        # The picked checkpoint, with its estimate and interval, is in the run's summary.json.
+        best = summary["best"]
+        assert best["step"] == report[name]["best_step"] in {e["step"] for e in evals}
+        assert best["interval"][0] <= best["estimate"] <= best["interval"][1]
+        assert 0.0 <= best["true"] <= 1.0 and best["metric"] == "id/accuracy"
         for e in evals:
             # pass@4 wherever the sample-size policy chose at least 4 answers per problem (it may choose fewer)
             assert "id/accuracy" in e["metrics"]

@@ -119,3 +119,24 @@ def test_peak_policy_remeasures_a_candidate_best_before_calling_it_best():
     # Step 9: a small scheduled eval beats nothing precise yet -> re-measured at step 10 with 256 items.
     assert steps[0][0] == 9 and steps[0][1] < 256
     assert steps[1] == (10, 256, "peak:confirm")
+
+
+def test_an_alarm_driven_evaluation_starts_a_new_segment_so_a_partial_collapse_does_not_drag_the_peak_down():
+    """A replay of the default preset on a synthetic collapse (tuning seed 3, ``collapse-s1437227251``): a rise
+    to a plateau near 0.44 measured on a few evaluations, then an alarm two steps into the collapse measures the
+    model half-way down (0.222: only 3.9 sd from what the noisy rise predicts, so not a break by itself).  Without
+    the alarm as a segment start the smoother drags the last good checkpoint (step 643, true 0.444) down below
+    a lucky early evaluation (step 276, true 0.372), which is then picked."""
+    from adaptive_eval.scoring import shrunk_estimates
+
+    rows = [(24, 50, 0.26, 0.159, 0.396), (80, 500, 0.29, 0.252, 0.331), (178, 500, 0.298, 0.26, 0.34),
+            (276, 500, 0.412, 0.37, 0.456), (332, 500, 0.342, 0.302, 0.385), (360, 151, 0.338, 0.267, 0.416),
+            (421, 150, 0.367, 0.294, 0.446), (532, 156, 0.404, 0.33, 0.482), (643, 161, 0.385, 0.313, 0.462),
+            (675, 500, 0.222, 0.188, 0.26), (689, 500, 0.026, 0.015, 0.044), (702, 48, 0.042, 0.012, 0.14)]
+    evals = [{**ev(s, m, lo, hi, n), "reason": "interval:relaxed"} for s, n, m, lo, hi in rows]
+    alarmed = [{**e, "reason": "alarm:train/loss:cusum:up"} if e["step"] == 675 else e for e in evals]
+    without = dict((e["step"], est) for e, est, _ in shrunk_estimates(evals, "acc"))
+    with_alarm = dict((e["step"], est) for e, est, _ in shrunk_estimates(alarmed, "acc"))
+    assert without[643] < 0.365 and max(without, key=without.get) == 276
+    assert with_alarm[643] > 0.385 and abs(with_alarm[675] - 0.224) < 0.01
+    assert max(with_alarm, key=with_alarm.get) in (532, 643)

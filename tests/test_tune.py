@@ -42,9 +42,13 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
         assert cfg.trigger.freq_steps == params["trigger.freq_steps"]
         cusum = [d for d in cfg.streams.default if d["type"] == "cusum"][0]
         assert cusum["threshold"] == pytest.approx(params["cusum.threshold"])
+        # The alarm policy's corroboration is searched too, and written into the preset.
+        assert cfg.policy.alarm.corroborate == params["policy.alarm.corroborate"]
+        assert cfg.policy.alarm.corroborate_steps == params["policy.alarm.corroborate_steps"]
     # Trial 0 is the base config's own values.
     first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
     assert first["params"]["trigger.freq_steps"] == load_config().trigger.freq_steps
+    assert first["params"]["policy.alarm.corroborate"] == load_config().policy.alarm.corroborate
 
 
 def test_same_seed_same_trials(tmp_path):
