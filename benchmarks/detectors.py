@@ -145,7 +145,13 @@ class _Preset:
     def __init__(self, specs, stream):
         from adaptive_eval.detectors import make_detector
 
-        self._updates = [make_detector(dict(spec), stream=stream).update for spec in specs]
+        self._dets = [make_detector(dict(spec), stream=stream) for spec in specs]
+        self._updates = [d.update for d in self._dets]
+
+    @property
+    def armed(self) -> bool:
+        """Every detector is past its warm-up (``Detector.armed``) and can alarm on the next value."""
+        return all(d.armed for d in self._dets)
 
     def __call__(self, value, step):
         hit = False
@@ -204,6 +210,26 @@ def _alarms(trace, streams, build) -> list[int]:
                 out.append(i)
     out.sort()
     return out
+
+
+def _warming(trace, streams, specs, at: list[int]) -> list[tuple[list[str], list[str]]]:
+    """For each record index in ``at`` (an event onset): the streams whose preset detectors are still warming
+    up there (the first warm-up or the one after an alarm), and the streams of the first alarm at or after it."""
+    warming = {i: [] for i in at}
+    first = {i: (math.inf, []) for i in at}
+    for stream in streams:
+        watch = _Preset(specs, stream)
+        for i, rec in enumerate(trace.records):
+            if i in warming and not watch.armed:
+                warming[i].append(stream)
+            v = rec.metrics.get(stream)
+            if v is not None and watch(float(v), rec.step):
+                for e in at:
+                    if e <= i < first[e][0]:
+                        first[e] = (i, [stream])
+                    elif i == first[e][0]:
+                        first[e][1].append(stream)
+    return [(warming[i], first[i][1]) for i in at]
 
 
 def _synthetic_quiet(seeds=TUNING_SEEDS) -> list[tuple]:
@@ -406,6 +432,12 @@ def real_streams() -> None:
     for name, fam, n_streams, quiet, false, cells in rows:
         shown = "; ".join(cell(*c) for c in cells) or "(no events)"
         print(f"{name:22s} {fam:24s} {n_streams:7d} {quiet:6d} {false:6d}  {shown}")
+    print("\nDefault preset at each event onset: streams still warming up (first warm-up or after an alarm) -> "
+          "the streams of the first alarm")
+    for name, trace, streams, _, events in real:
+        for e, (warm, caught) in zip(events, _warming(trace, streams, specs, events)):
+            print(f"  {name:22s} record {e:4d}: {len(warm)}/{len(streams)} warming {warm or ''} -> "
+                  f"{', '.join(caught) or 'none'}" + (" (one of them warming)" if set(warm) & set(caught) else ""))
 
     base = [d for _, d, _, _ in totals["default preset"]["events"]]
     inf = math.inf
@@ -590,6 +622,16 @@ def tradeoff() -> None:
         row(cfg, k, n, cols, " (default)" if cfg is default else " (FA above the default's at threshold 30)"
             if k > k0 else "")
     ref = results[0][3]
+    onsets = warming = offset = 0
+    for trace, streams, _, events in tune.quiet:
+        kinds = tune.kinds[offset:offset + len(events)]
+        offset += len(events)
+        st_events = [e for e, kd in zip(events, kinds) if kd in ("collapse", "recovery")]
+        for e, (warm, _) in zip(st_events, _warming(trace, streams, specs_of(default), st_events)):
+            onsets += 1
+            warming += "train/reward" in warm
+    print(f"\nDefault: the event's stream (train/reward) was still warming up at {warming} of the tuning half's "
+          f"{onsets} collapse and recovery onsets.")
     better = [r for r in results[1:] if r[1] <= k0 and _dominates(r[3], ref)]
     midrun = [r for r in results[1:] if r[1] <= k0 and r not in better and _dominates(r[3][:-1], ref[:-1])]
     print(f"\nBeat the default on every column of the tuning half at no more false alarms: {len(better)} setting(s); "
