@@ -141,7 +141,8 @@ class EpochStepTimeFreqCtl:
         """Count ``steps`` (and ``epochs`` completed) and return the trigger that is due, without firing.
 
         A due trigger stays due until :meth:`fired` is called, so a caller may postpone the evaluation.
-        Frequencies are multiplied by :attr:`scale` (1.0: exactly the configured schedule).
+        Frequencies are multiplied by :attr:`scale` (1.0: exactly the configured schedule).  ``steps`` is a
+        whole number (AReaL's count of steps taken), which the step trigger's shortcut relies on.
         """
         since = self._steps_since = self._steps_since + steps
         if since < self._quiet_below:  # a step trigger alone, not due (see _set_quiet_below): nearly every step
