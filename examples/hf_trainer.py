@@ -86,6 +86,10 @@ def main() -> None:
         for r in cb.evaluator.history:
             m = r["eval_accuracy"]
             print(f"  {r.step:4d}  {r.reason:28s} n={m.n:4d}  {m.mean:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]")
+    if torch.distributed.is_initialized():  # under torchrun the Trainer leaves its gloo group alive: exiting with
+        del trainer, cb                     # it can abort at finalization (SIGABRT), so release it first
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 ranks with the callback; each rank writes what it was asked to score and what it got back.  A second
 argument ``async`` evaluates asynchronously (results integrated 3 steps after submission)."""
 
+import gc
 import json
 import os
 import sys
@@ -40,6 +41,14 @@ def main(out: str, mode: str = "sync") -> None:
     logged = [h["step"] for h in trainer.state.log_history if "eval_accuracy" in h]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"history": history, "seen": Recording.seen, "world": cb.evaluator._world, "logged": logged}, f)
+    # The Trainer leaves its gloo group alive.  Exiting with it (and the DDP reducer's pending work) can abort
+    # the interpreter at finalization ("terminate called without an active exception", SIGABRT: gloo's worker
+    # threads still hold work whose tensors need the GIL; pytorch/pytorch#179291), which made this test flaky
+    # under load.  Drop what holds the group, then destroy it on every rank.
+    del trainer, cb
+    gc.collect()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
