@@ -40,6 +40,20 @@ class FakeClock:
         self.t += dt
 
 
+def decisions(events):
+    """An evaluator's listener events as comparable plain values: each result as a dict, without its seconds
+    (real time when the evaluation ran in a thread or on another rank)."""
+    out = []
+    for e in events:
+        e = dict(e)
+        if "result" in e:
+            d = e.pop("result").to_dict()
+            d.pop("seconds")
+            e["result"] = d
+        out.append(e)
+    return out
+
+
 class DeferredExecutor(cf.Executor):
     """A real ``concurrent.futures.Executor`` whose calls run only when their result is asked for, in the
     asking thread: an asynchronous evaluation then runs at its integration, steps after its submission, so

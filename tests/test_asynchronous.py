@@ -18,7 +18,7 @@ from adaptive_eval.asynchronous import (
     snapshot_weights,
 )
 from adaptive_eval.config import ConfigError
-from conftest import FakeClock, RecordingLogger
+from conftest import FakeClock, RecordingLogger, decisions
 
 
 def cfg(*extra):
@@ -50,19 +50,6 @@ def train(ev, model, steps, fn=weight_sum_fn, start=0):
             for p in model.parameters():
                 p.add_(0.01 * (g + 1))
     return got
-
-
-def decisions(events):
-    """The events without eval-device seconds (real time in a thread)."""
-    out = []
-    for e in events:
-        e = dict(e)
-        if "result" in e:
-            d = e.pop("result").to_dict()
-            d.pop("seconds")
-            e["result"] = d
-        out.append(e)
-    return out
 
 
 def make(cfg_, executor=None, **kw):

@@ -19,7 +19,7 @@ import torch
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.asynchronous import EvalRanks, SnapshotEval
-from conftest import FakeClock
+from conftest import FakeClock, decisions
 from dist_utils import run_ranks
 
 TIMEOUT_S = 3.0  # distributed.timeout_s; room for a loaded 2-core machine
@@ -53,25 +53,13 @@ def train(ev, steps=STEPS, pause=0.0):
             model.weight.add_(0.01 * (g + 1))
         time.sleep(pause)
     ev.close()
-    return plain(events), slowest
+    return decisions(events), slowest
 
 
 def same_decisions(a, b):
     """Events equal but for error texts (the first training rank has the exception, the other its text)."""
     strip = lambda evs: [{k: v for k, v in e.items() if k != "error"} for e in evs]  # noqa: E731
     return strip(a) == strip(b)
-
-
-def plain(events):
-    out = []
-    for e in events:
-        e = dict(e)
-        if "result" in e:
-            d = e.pop("result").to_dict()
-            d.pop("seconds")
-            e["result"] = d
-        out.append(e)
-    return out
 
 
 def _world(rank, world, out_dir):
@@ -151,7 +139,7 @@ def test_both_training_ranks_integrate_each_result_of_the_eval_rank_at_the_same_
         with torch.no_grad():
             model.weight.add_(0.01 * (g + 1))
     ev.close()
-    assert plain(events) == events0
+    assert decisions(events) == events0
 
 
 def test_a_hung_eval_rank_is_an_error_on_both_training_ranks_within_the_timeout_and_training_goes_on(world):

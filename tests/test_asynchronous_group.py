@@ -23,7 +23,7 @@ import torch
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.asynchronous import SnapshotEval
-from conftest import FakeClock
+from conftest import FakeClock, decisions
 from dist_utils import run_ranks
 
 STEPS = 40
@@ -48,18 +48,6 @@ def model_at(g):
         for s in range(g):
             model.weight.add_(0.01 * (s + 1))
     return model
-
-
-def plain(events):
-    out = []
-    for e in events:
-        e = dict(e)
-        if "result" in e:
-            d = e.pop("result").to_dict()
-            d.pop("seconds")
-            e["result"] = d
-        out.append(e)
-    return out
 
 
 def drive(ev, rank, start, stop, fn, *, pause=0.0, close=True):
@@ -90,14 +78,14 @@ def _world(rank, world):
         return AdaptiveEvaluator.from_config(config(*extra), clock=FakeClock(), total_steps=STEPS)
 
     ev = make("evaluation.async_integrate_after_steps=3")
-    out["fixed"] = (plain(drive(ev, rank, 0, STEPS, weight_sum)), list(calls))
+    out["fixed"] = (decisions(drive(ev, rank, 0, STEPS, weight_sum)), list(calls))
 
     def slow(request, weights):
         time.sleep(0.05)
         return weight_sum(request, weights)
 
     ev = make()
-    out["asap"] = plain(drive(ev, rank, 0, STEPS, slow, pause=0.005))
+    out["asap"] = decisions(drive(ev, rank, 0, STEPS, slow, pause=0.005))
 
     failed = []
 
@@ -108,13 +96,13 @@ def _world(rank, world):
         return weight_sum(request, weights)
 
     ev = make("evaluation.async_integrate_after_steps=3")
-    out["error"] = plain(drive(ev, rank, 0, STEPS, flaky))
+    out["error"] = decisions(drive(ev, rank, 0, STEPS, flaky))
 
     def skewed(request, weights):
         return {"acc": [0.3 + (0.5 if request.rank == 1 else 0.0)] * len(request.indices(100))}
 
     ev = make("evaluation.async_integrate_after_steps=3", "distributed.rank_discrepancy_threshold=0.3")
-    out["discrepancy"] = plain(drive(ev, rank, 0, STEPS, skewed))
+    out["discrepancy"] = decisions(drive(ev, rank, 0, STEPS, skewed))
 
     first = make("evaluation.async_integrate_after_steps=3")
     before = drive(first, rank, 0, CUT, weight_sum, close=False)
@@ -122,7 +110,7 @@ def _world(rank, world):
     # (first is not closed: it stands for the process that stopped here, with its evaluation unfinished)
     second = make("evaluation.async_integrate_after_steps=3")
     second.load_state_dict(json.loads(state))
-    out["resume"] = (plain(before), json.loads(state)["async"]["jobs"], plain(drive(second, rank, CUT, STEPS,
+    out["resume"] = (decisions(before), json.loads(state)["async"]["jobs"], decisions(drive(second, rank, CUT, STEPS,
                                                                                    weight_sum)))
     return out
 

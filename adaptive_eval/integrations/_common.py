@@ -128,6 +128,23 @@ def result_scalars(result, prefix: str = "") -> dict[str, float]:
     return out
 
 
+def close_and_drain(evaluator, guard: StepGuard) -> list:
+    """At train end: close ``evaluator`` under ``guard`` (asynchronous evaluations still in flight, the final
+    one among them, are waited for and integrated) and return the results that closing integrated, for the
+    adapter to report like the others."""
+    drained = []
+    evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
+    guard("close", evaluator.close)
+    return drained
+
+
+def log_summary(evaluator) -> None:
+    """The one-line account of a run at train end (the adapter calls it on the main process only)."""
+    s = evaluator.summary()
+    log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
+             s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+
+
 def asynchronous(cfg, executor) -> bool:
     """Whether the evaluator built from ``cfg`` (and ``executor=``) evaluates asynchronously."""
     return bool(cfg.evaluation.asynchronous) or executor is not None

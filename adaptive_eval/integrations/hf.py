@@ -62,6 +62,8 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    close_and_drain,
+    log_summary,
     missing,
     plain_config,
     result_scalars,
@@ -304,18 +306,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
         if self.evaluator is not None:
-            # Asynchronous evaluations still in flight (the final one) are waited for and integrated by
-            # close(): report them like the others.
-            drained = []
-            self.evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
-            self._guard("close", self.evaluator.close)
-            for result in drained:
+            for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, result, control)
             self._saved_state = self._guard("state", self.evaluator.state_dict)
             if state.is_world_process_zero:
-                s = self.evaluator.summary()
-                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
-                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+                log_summary(self.evaluator)
 
     # -- evaluation through the trainer -----------------------------------------------------------------
     def _evaluate_with_trainer(self, request):

@@ -36,7 +36,6 @@ Nothing here raises inside the training step, except the user's own ``evaluation
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -45,6 +44,8 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    close_and_drain,
+    log_summary,
     missing,
     plain_config,
     result_scalars,
@@ -65,7 +66,6 @@ if (_major, _minor) < (2, 2):
 
 __all__ = ["AdaptiveEvalCallback"]
 
-log = logging.getLogger("adaptive_eval")
 
 _VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
 
@@ -171,17 +171,10 @@ class AdaptiveEvalCallback(Callback):
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
         if self.evaluator is not None:
-            # Asynchronous evaluations still in flight (the final one) are waited for and integrated by
-            # close(): report them like the others.
-            drained = []
-            self.evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
-            self._guard("close", self.evaluator.close)
-            for result in drained:
+            for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, trainer, result)
             if trainer.is_global_zero:
-                s = self.evaluator.summary()
-                log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
-                         s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+                log_summary(self.evaluator)
         self._module_eval = self._val = None  # hold the trainer and the data
 
     # -- evaluation through the module ------------------------------------------------------------------
