@@ -5,7 +5,8 @@ An *evaluation* here is a mapping with ``step``, ``sample_size`` (None: the whol
 
 Two ways to score detection: :func:`detection_delay` counts the first evaluation of some size after an
 event, whether or not it could see the change; :func:`confirmed_delay` counts only an evaluation whose
-interval shows the change (the honest one: an evaluation too small to see it does not count).
+interval, or whose paired difference on the items it shares with the previous evaluation, shows the change
+(the honest one: an evaluation too small to see it does not count).
 """
 
 from __future__ import annotations
@@ -53,15 +54,30 @@ def _finite(x) -> bool:
         return False
 
 
+def _paired_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
+    """The finite 95% interval of an evaluation's paired difference for ``metric`` (``paired`` in
+    ``evals.jsonl``: this evaluation minus the previous one that measured it, on the items both share)."""
+    d = (e.get("paired") or {}).get(metric)
+    ci = d.get("ci") if isinstance(d, Mapping) else None
+    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+        return None
+    return float(ci[0]), float(ci[1])
+
+
 def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, pre_level: float | None = None,
-                    direction: str | None = None) -> int | None:
-    """Steps from ``event_step`` to the first evaluation at or after it whose interval for ``metric``
-    excludes ``pre_level``: the first result that *shows* the change at its own confidence.
+                    direction: str | None = None, paired: bool = True) -> int | None:
+    """Steps from ``event_step`` to the first evaluation at or after it that *shows* the change at its own
+    confidence: its interval for ``metric`` excludes ``pre_level``, or (``paired``, the default) its paired
+    difference on the items it shares with the previous evaluation of ``metric`` excludes 0.
 
     ``pre_level`` defaults to the last measured mean of ``metric`` before the event (None when nothing
-    was measured before it: then nothing can confirm).  ``direction`` "down" needs the interval wholly
-    below ``pre_level``, "up" wholly above it, None either.  An evaluation without a finite interval
-    for ``metric`` confirms nothing.  None when no evaluation confirms the change.
+    was measured before it: then the interval rule confirms nothing).  ``direction`` "down" needs the interval
+    wholly below ``pre_level`` (or the paired difference wholly below 0), "up" wholly above, None either.  The
+    paired test counts only against a previous evaluation (before the event, or after it: a significant
+    move the same way since then shows the change under way); it is there only for suites and items x samples
+    metrics, whose items are known, and it is the stronger test when items differ in difficulty (the
+    between-item spread cancels).  An evaluation without a finite interval confirms nothing.  None when no
+    evaluation confirms the change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
     ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
@@ -70,25 +86,30 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     (10, None)
     >>> confirmed_delay(evals, 10, "acc", pre_level=0.68), confirmed_delay(evals, 2, "acc")
     (10, None)
+    >>> evals[1]["paired"] = {"acc": {"diff": -0.1, "ci": [-0.16, -0.04], "n": 64}}   # the same items: lower
+    >>> confirmed_delay(evals, 10, "acc"), confirmed_delay(evals, 10, "acc", paired=False)
+    (2, 10)
     """
     if direction not in (None, "up", "down"):
         raise ValueError(f"direction must be 'up', 'down' or None, got {direction!r}")
     ordered = sorted((e for e in evals if metric in e.get("metrics", {})), key=lambda e: e["step"])
     if pre_level is None:
         before = [e for e in ordered if e["step"] < event_step and _finite(e["metrics"][metric])]
-        if not before:
-            return None
-        pre_level = float(before[-1]["metrics"][metric])
-    if not _finite(pre_level):
+        if before:
+            pre_level = float(before[-1]["metrics"][metric])
+    level = float(pre_level) if pre_level is not None and _finite(pre_level) else None
+    if level is None and not paired:
         return None
-    for e in ordered:
+    for i, e in enumerate(ordered):
         if e["step"] < event_step:
             continue
         ci = (e.get("ci") or {}).get(metric)
-        if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
-            continue
-        low, high = float(ci[0]), float(ci[1])
-        if (direction != "up" and high < pre_level) or (direction != "down" and low > pre_level):
+        if level is not None and ci is not None and len(ci) == 2 and _finite(ci[0]) and _finite(ci[1]):
+            low, high = float(ci[0]), float(ci[1])
+            if (direction != "up" and high < level) or (direction != "down" and low > level):
+                return int(e["step"] - event_step)
+        pair = _paired_interval(e, metric) if paired and i > 0 else None
+        if pair is not None and ((direction != "up" and pair[1] < 0.0) or (direction != "down" and pair[0] > 0.0)):
             return int(e["step"] - event_step)
     return None
 
@@ -381,18 +402,19 @@ def event_direction(truth: Sequence[float], index: int, *, higher_is_better: boo
 
 def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: Sequence = (),
               truth: Sequence[float] | None = None, metric: str | None = None, higher_is_better: bool = True,
-              by: str = "shrunk") -> RunScore:
+              by: str = "shrunk", paired: bool = True) -> RunScore:
     """Score a run's evaluations (steps are record indices, ``truth[i]`` the true value at index ``i``).
 
     Each event's delay is :func:`confirmed_delay` against the true level just before it, in the direction
-    the truth moves (:func:`event_direction`); without truth, against the last measured mean, either way.
+    the truth moves (:func:`event_direction`); without truth, against the last measured mean, either way;
+    ``paired``: a paired difference on shared items confirms too.
     """
     delays = []
     for ev in events:
         step = int(getattr(ev, "step", ev))
         pre, direction = (event_direction(truth, step, higher_is_better=higher_is_better)
                           if truth is not None else (None, None))
-        delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction)
+        delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction, paired=paired)
                       if metric is not None else None)
     needless, quiet = needless_evals(evals, events)
     regret, points, pick = math.nan, math.nan, None

@@ -101,10 +101,11 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     return [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
 
 
-def score_case(case: Case, evals: list[dict], *, by: str = "shrunk") -> RunScore:
-    """Score a case's evaluations (from :func:`replay_case`)."""
+def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: bool = True) -> RunScore:
+    """Score a case's evaluations (from :func:`replay_case`); ``paired``: a paired difference on shared items
+    confirms a change too (:func:`adaptive_eval.scoring.confirmed_delay`)."""
     return score_run(evals, steps=case.steps, full_size=case.items, events=case.events, truth=case.truth,
-                     metric=case.metric, higher_is_better=case.higher_is_better, by=by)
+                     metric=case.metric, higher_is_better=case.higher_is_better, by=by, paired=paired)
 
 
 def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:

@@ -1,6 +1,10 @@
 """Does the adaptive evaluator beat a fixed schedule on runs it was not tuned on?  Honest scoring.
 
-Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png]
+Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items]
+
+``--items``: the same runs with per-item ground truth (500 Rasch items, one answer each), so that results carry
+paired differences on shared items and a paired test can confirm a change; a last table says how many
+confirmations the paired test adds.
 
 Split (fixed here, before any tuning): the synthetic suite (``adaptive_eval.synthetic.suite``, every kind,
 2 traces per kind, 1,000 steps, onsets and magnitudes drawn from the seed) with suite seeds 0-3 is the
@@ -15,7 +19,8 @@ replayed on every trace and scored with ``adaptive_eval.scoring.score_run``:
 * fixed, whole set: every evaluation on the whole eval set (500 items, or the trace's own count);
 * samples: eval items per 1,000 training steps;
 * delay: *confirmed* detection delay: steps from an event to the first evaluation whose 95% interval
-  excludes the true level just before the event, on the side the truth moves; an evaluation too small to
+  excludes the true level just before the event, on the side the truth moves (or whose paired difference on
+  the items it shares with the previous evaluation does: item-level runs only); an evaluation too small to
   see the change does not count; never confirmed = a miss (infinite for the median);
 * conf<=25: share of events confirmed within 25 steps;
 * needless: share of the evaluations before a run's first event (whole run when it has none) that an alarm
@@ -40,6 +45,7 @@ import math
 import pathlib
 import sys
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -58,6 +64,53 @@ REAL_WITH_STREAMS = ("grpo_no_kl", "grpo_clip_ratio", "grpo_kl_collapse", "grpo_
 
 def synthetic_cases(half: str, steps: int = 1000, per_kind: int = 2) -> list[Case]:
     return [case_from_synthetic(st) for seed in SPLIT[half] for st in suite(seed, steps=steps, per_kind=per_kind)]
+
+
+# The item-level variant: one MATH500-like suite of 500 Rasch items (adaptive_eval.synthetic_items, difficulty
+# spread 1.5), one answer per item, so the cost is the plain suite's; results carry paired differences.
+ITEM_SUITE = ["evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=1",
+              "evaluation.suites.math500.max_samples_per_item=1"]
+ITEM_FIXED_K = (2, 5, 25, 50, 100)
+
+
+def item_cases(half: str, steps: int = 1000, per_kind: int = 2) -> list[Case]:
+    """The same runs as :func:`synthetic_cases` (same kinds, seeds and events), with per-item ground truth."""
+    from adaptive_eval.synthetic_items import make_item_trace
+
+    out = []
+    for seed in SPLIT[half]:
+        for st in suite(seed, steps=steps, per_kind=per_kind):
+            it = make_item_trace(st.kind, steps=steps, seed=int(st.name.rsplit("-s", 1)[1]),
+                                 suites={"math500": (500, 0.0)})
+            out.append(Case(f"items/{it.name}", it.trace, [int(e.step) for e in it.events],
+                            [float(v) for v in it.truth["math500"]], "math500/acc", True, 500))
+    return out
+
+
+def paired_effect(cases: list[Case], schedules: dict[str, object], within: int = 25) -> None:
+    """Events confirmed within ``within`` steps with and without the paired test on shared items (one replay
+    per schedule and run, scored both ways), with exact 95% intervals over events."""
+    from scipy.stats import binomtest
+
+    from adaptive_eval.tune import replay_case, score_case
+
+    print(f"\nthe paired test's share (item-level runs, {sum(len(c.events) for c in cases)} events): confirmed within "
+          f"{within} steps by the interval alone, and by the interval or the paired difference on shared items")
+    print(f"{'schedule':24s} {'interval only':>22s} {'interval or paired':>22s} {'only paired':>12s}")
+    for label, cfg in schedules.items():
+        hits = {True: 0, False: 0}
+        n = 0
+        for c in cases:
+            evals = replay_case(c, cfg)
+            both = {p: score_case(c, evals, paired=p).delays for p in (True, False)}
+            n += len(both[True])
+            for p in (True, False):
+                hits[p] += sum(d is not None and d <= within for d in both[p])
+
+        def cell(k):
+            ci = binomtest(k, n).proportion_ci() if n else None
+            return f"{k / n:.0%} [{ci.low:.0%}, {ci.high:.0%}]" if n else "-"
+        print(f"{label:24s} {cell(hits[False]):>22s} {cell(hits[True]):>22s} {hits[True] - hits[False]:12d}")
 
 
 def real_cases(quick: bool = False) -> list[Case]:
@@ -116,18 +169,21 @@ def fmt_ci(x: float, ci: tuple[float, float], spec: str) -> str:
     return f"{f(x)} [{f(ci[0])}, {f(ci[1])}]"
 
 
-def report(title: str, cases: list[Case], overrides: list[str], reps: int, presets_run=PRESETS) -> dict:
+def report(title: str, cases: list[Case], overrides: list[str], reps: int, presets_run=PRESETS, *,
+           base: Sequence[str] = (), size_key: str = "evaluation.sample_size", fixed_k=FIXED_K) -> dict:
+    """The tables for ``cases``; ``base`` overrides apply to every schedule (an eval suite), ``size_key`` is the
+    key that fixes the items per evaluation of the fixed same-size schedules."""
     print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events ==")
     t0 = time.perf_counter()
-    presets = {name: scores_for(load_config(name, overrides), cases) for name in presets_run}
-    whole = {k: scores_for(load_config("areal", [f"trigger.freq_steps={k}"]), cases) for k in FIXED_K}
+    presets = {name: scores_for(load_config(name, [*base, *overrides]), cases) for name in presets_run}
+    whole = {k: scores_for(load_config("areal", [*base, f"trigger.freq_steps={k}"]), cases) for k in fixed_k}
     out = {}
     rows = []
     for name, sc in presets.items():
         agg = aggregate(sc)
         size = max(1, int(round(agg["items_per_eval"]))) if math.isfinite(agg["items_per_eval"]) else 32
-        same = {k: scores_for(load_config("areal", [f"trigger.freq_steps={k}", f"evaluation.sample_size={size}"]),
-                              cases) for k in FIXED_K}
+        same = {k: scores_for(load_config("areal", [*base, f"trigger.freq_steps={k}", f"{size_key}={size}"]),
+                              cases) for k in fixed_k}
 
         def figures(idx, sc=sc, same=same):
             pick = lambda scores: aggregate([scores[i] for i in idx])  # noqa: E731
@@ -154,7 +210,7 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
     for k, a in wagg.items():
         line(f"fixed {k:>3d}, whole set", a)
     for name, p, h, ci, size, s in rows:
-        for k in FIXED_K:
+        for k in fixed_k:
             line(f"fixed {k:>3d}, {size} items", s[k])
         line(f"preset {name}", p)
     print(f"\nper preset, 95% bootstrap intervals over the {len(cases)} traces (n events = "
@@ -182,6 +238,8 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
 
 def kind_of(case: Case) -> str:
     name = case.name.split("/", 1)[-1]
+    if case.name.startswith("items/"):
+        return name[len("items-"):].rsplit("-s", 1)[0]
     return name.rsplit("-s", 1)[0] if case.name.startswith("synthetic/") else name
 
 
@@ -266,12 +324,30 @@ def main(argv=None) -> int:
     ap.add_argument("--png", default="benchmarks/policies.png", help="where to draw cost against delay")
     ap.add_argument("--set", action="append", default=[], dest="overrides", help="override for every preset")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to score")
+    ap.add_argument("--items", action="store_true",
+                    help="only the item-level variant: the same runs with 500 Rasch items per suite, results with "
+                         "paired differences (confirmation by the paired test too); no real traces, no figure")
     args = ap.parse_args(argv)
     reps = 50 if args.quick else args.boot
+    chosen = tuple(p for p in args.presets.split(",") if p)
+    if args.items:
+        cases = item_cases(args.half, per_kind=1 if args.quick else 2)
+        print(f"item-level variant of the {args.half} half (suite seeds {SPLIT[args.half]}): the same runs, each eval "
+              f"set 500 Rasch items (difficulty spread 1.5), one answer per item; simulated")
+        res = report(f"item-level, {args.half} half", cases, args.overrides, reps, chosen, base=ITEM_SUITE,
+                     size_key="evaluation.suites.math500.sample_size", fixed_k=ITEM_FIXED_K)
+        first = res[chosen[0]]
+        size = first["size"]
+        paired_effect(cases, {
+            f"preset {chosen[0]}": load_config(chosen[0], [*ITEM_SUITE, *args.overrides]),
+            **{f"fixed {k:>3d}, {size} items": load_config("areal", [*ITEM_SUITE, f"trigger.freq_steps={k}",
+                                                                       f"evaluation.suites.math500.sample_size={size}"])
+               for k in (2, 25)},
+            "fixed   2, whole set": load_config("areal", [*ITEM_SUITE, "trigger.freq_steps=2"])})
+        return 0
     syn = synthetic_cases(args.half, per_kind=1 if args.quick else 2)
     print(f"split: synthetic suite seeds {SPLIT['tune']} = tuning half, {SPLIT['heldout']} = held-out half; "
           f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})")
-    chosen = tuple(p for p in args.presets.split(",") if p)
     res = report(f"synthetic, {args.half} half", syn, args.overrides, reps, chosen)
     confirmable(syn)
     if not args.no_real:

@@ -140,3 +140,52 @@ def test_an_alarm_driven_evaluation_starts_a_new_segment_so_a_partial_collapse_d
     assert without[643] < 0.365 and max(without, key=without.get) == 276
     assert with_alarm[643] > 0.385 and abs(with_alarm[675] - 0.224) < 0.01
     assert max(with_alarm, key=with_alarm.get) in (532, 643)
+
+
+def paired_ev(step, mean, low, high, diff_ci=None):
+    e = ev(step, mean, low, high)
+    if diff_ci is not None:
+        e["paired"] = {"acc": {"diff": sum(diff_ci) / 2, "ci": list(diff_ci), "n": 32}}
+    return e
+
+
+@pytest.mark.parametrize(("evals", "kw", "expected"), [
+    # step 12's interval is too wide, but its paired difference on the items it shares with step 8 is below 0
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04))], {}, 2),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04))], {"paired": False}, None),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04))], {"direction": "up"}, None),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.86, 0.66, 0.99, (0.02, 0.12))], {"direction": "up"}, 2),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, 0.01))], {}, None),         # spans 0
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (math.nan, -0.04))], {}, None),     # not finite
+    ([paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04))], {}, None),     # paired with nothing measured here
+    # a significant move the same way after the event, paired with an evaluation after it, shows it too
+    ([ev(8, 0.78, 0.68, 0.88), ev(11, 0.74, 0.55, 0.90), paired_ev(14, 0.70, 0.50, 0.90, (-0.10, -0.01))],
+     {"pre_level": 0.78}, 4),
+])
+def test_a_paired_difference_on_shared_items_confirms_too(evals, kw, expected):
+    assert confirmed_delay(evals, 10, "acc", **kw) == expected
+
+
+def test_on_items_of_different_difficulty_the_paired_test_confirms_what_the_interval_cannot():
+    """A real replay of a 200-item suite (half the items solved almost always, half almost never): from step 60
+    the easy items slip to 0.90, the suite's accuracy from 0.50 to 0.45.  A whole-set interval (+-0.07) rarely
+    excludes 0.50; the paired difference against step 59's evaluation on the same items (+-0.03) does."""
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    def p(t, i):
+        return (0.999 if t < 60 else 0.90) if i % 2 == 0 else 0.001
+    records = [TraceRecord(t, {"train/loss": 1.0, **({f"eval/math/acc@{i}": p(t, i) for i in range(200)}
+                                                       if t % 10 == 0 or t == 60 else {})}, None, None)
+               for t in range(120)]
+    cfg = load_config("areal", ["evaluation.suites.math.size=200", "trigger.freq_steps=10",
+                                "logging.tensorboard_dir=null"])
+    interval_only, with_paired = [], []
+    for seed in range(10):
+        evals = replay(Trace(records, "test"), cfg, seed=seed).evals
+        assert all("paired" in e for e in evals[1:])
+        kw = dict(pre_level=0.5, direction="down")
+        interval_only.append(confirmed_delay(evals, 60, "math/acc", paired=False, **kw))
+        with_paired.append(confirmed_delay(evals, 60, "math/acc", **kw))
+    assert with_paired == [9] * 10                       # the first evaluation after the change (step 69)
+    assert sum(d == 9 for d in interval_only) <= 3       # the interval alone: seldom at once, often never
+    assert interval_only.count(None) >= 5
