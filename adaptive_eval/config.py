@@ -158,6 +158,9 @@ class BudgetPolicyConfig:
     # With evaluation.asynchronous, evaluations cost eval-device time, not training time: this caps the
     # share of the eval workers' time (eval-device seconds / (elapsed x workers)) instead.
     max_eval_device_fraction: float = 1.0
+    # An alarm's evaluation over budget runs at once on the largest sample that fits (at least this many
+    # items) instead of waiting for the budget; None: it waits like any evaluation.
+    alarm_min_size: Optional[int] = 48
 
 
 @dataclass
@@ -231,7 +234,8 @@ _CHOICES = {
     "evaluation.on_error": ("skip", "retry", "raise"),
     "evaluation.precision": ("fp32", "bf16", "fp16"),
 }
-_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps")
+_POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps",
+                     "policy.budget.alarm_min_size")
 # 0 fires at every step, as in AReaL.
 _NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "policy.alarm.abrupt_steps")
 METRIC_KINDS = ("proportion", "mean")

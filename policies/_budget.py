@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping
 
 from adaptive_eval.types import Decision, EvalResult
@@ -14,10 +16,18 @@ __all__ = ["BudgetPolicy"]
 class BudgetPolicy(Policy):
     """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
 
-    The cost of the next evaluation is estimated from the last one, in proportion to its sample size.
+    The cost of the next evaluation is estimated from the last one, in proportion to its sample size (with
+    eval suites: the items of all the suites planned).
     The first evaluation always runs (nothing is known of its cost).  Urgent evaluations (a NaN, say) run
     regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
     allows.
+
+    **An alarm's evaluation is not deferred** (``alarm_min_size``, default 48): over budget, it runs at once
+    on the largest sample that fits the budget, but never fewer than ``alarm_min_size`` items (and never more
+    than it asked for; with eval suites every suite's items shrink in proportion).  A suspected collapse is
+    looked at now, on a smaller sample, instead of waiting for the budget; when evaluations are dear (minutes
+    of generation per evaluation) the wait was hundreds of steps.  ``None``: an alarm's evaluation waits like
+    any other.  The reason says so: ``... (budget: 62 of 512 items)``.
 
     **Asynchronous evaluation** (``asynchronous``): evaluations run beside training on ``eval_workers``
     workers, so they cost eval-device time, not training time.  The policy then caps the workers' busy
@@ -38,12 +48,16 @@ class BudgetPolicy(Policy):
     'budget:deferred'
     >>> p.propose(Decision(True, 100, "trigger:steps"), Context(50, 200.0, 10.0)).evaluate
     True
+    >>> d = p.propose(Decision(True, 400, "alarm:loss:cusum:up"), Context(5, 160.0, 10.0))
+    >>> d.evaluate, d.sample_size, d.reason
+    (True, 66, 'alarm:loss:cusum:up (budget: 66 of 400 items)')
     """
 
     name = "budget"
 
     def __init__(self, max_eval_fraction: float = 0.15, bypass_urgent: bool = True, *,
-                 max_eval_device_fraction: float = 1.0, asynchronous: bool = False, eval_workers: int = 1):
+                 max_eval_device_fraction: float = 1.0, asynchronous: bool = False, eval_workers: int = 1,
+                 alarm_min_size: int | None = 48):
         if not 0 < max_eval_fraction <= 1:
             raise ValueError(f"max_eval_fraction must lie in (0, 1], got {max_eval_fraction}")
         if not 0 < max_eval_device_fraction <= 1:
@@ -55,6 +69,10 @@ class BudgetPolicy(Policy):
         self.max_eval_device_fraction = float(max_eval_device_fraction)
         self.asynchronous = bool(asynchronous)
         self.eval_workers = eval_workers
+        if alarm_min_size is not None and (isinstance(alarm_min_size, bool) or not isinstance(alarm_min_size, int)
+                                           or alarm_min_size < 1):
+            raise ValueError(f"alarm_min_size must be a positive integer or None, got {alarm_min_size!r}")
+        self.alarm_min_size = alarm_min_size
         self._reset()
 
     def _reset(self) -> None:
@@ -72,7 +90,7 @@ class BudgetPolicy(Policy):
     def propose(self, decision: Decision, ctx: Context) -> Decision:
         if not decision.evaluate or self._last_seconds is None or (decision.urgent and self.bypass_urgent):
             return decision
-        cost = self.expected_seconds(decision.sample_size)
+        cost = self.expected_seconds(self._items(decision))
         if self.asynchronous:  # eval-device time against the workers' capacity; training time is not spent
             capacity = ctx.elapsed * self.eval_workers
             over = (ctx.eval_seconds + cost) > self.max_eval_device_fraction * capacity
@@ -80,9 +98,46 @@ class BudgetPolicy(Policy):
             total = ctx.elapsed + cost
             over = total > 0 and (ctx.eval_seconds + cost) / total > self.max_eval_fraction
         if over:
+            shrunk = self._shrink(decision, ctx)
+            if shrunk is not None:
+                return shrunk
             self.deferred += 1
             return Decision(False, decision.sample_size, "budget:deferred", decision.urgent)
         return decision
+
+    def _items(self, decision: Decision) -> int | None:
+        """Items the decision asks for: with suites, over all of them (an alarm's evaluation covers all)."""
+        if decision.suites:
+            return sum(int(plan[1]) for plan in decision.suites)
+        return decision.sample_size
+
+    def _shrink(self, decision: Decision, ctx: Context) -> Decision | None:
+        """An alarm's evaluation on the largest sample that fits the budget (at least ``alarm_min_size``
+        items); None when it is not an alarm's, or nothing is known to size it by."""
+        if self.alarm_min_size is None or not decision.reason.startswith("alarm:"):
+            return None
+        asked = self._items(decision)
+        spp = self._seconds_per_sample
+        if asked is None or not spp or not math.isfinite(spp) or spp <= 0:
+            return None
+        if self.asynchronous:
+            room = self.max_eval_device_fraction * ctx.elapsed * self.eval_workers - ctx.eval_seconds
+        else:  # (eval + c) / (elapsed + c) <= f  <=>  c <= (f * elapsed - eval) / (1 - f)
+            f = self.max_eval_fraction
+            room = (f * ctx.elapsed - ctx.eval_seconds) / (1.0 - f) if f < 1 else math.inf
+        fit = int(room / spp) if math.isfinite(room) and room > 0 else 0
+        n = min(asked, max(fit, self.alarm_min_size))
+        if n >= asked:
+            return decision
+        ratio = n / asked
+        suites = tuple((name, max(1, min(int(items), math.ceil(int(items) * ratio))), *rest)
+                       for name, items, *rest in decision.suites)
+        sample_size = n if decision.sample_size is None else max(1, min(decision.sample_size,
+                                                                         math.ceil(decision.sample_size * ratio)))
+        if not decision.suites:
+            sample_size = n
+        return dataclasses.replace(decision, sample_size=sample_size, suites=suites,
+                                   reason=f"{decision.reason} (budget: {n} of {asked} items)")
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._last_seconds = float(result.seconds)

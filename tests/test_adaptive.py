@@ -71,6 +71,22 @@ def test_collapse_in_train_reward_is_evaluated_within_10_steps_with_a_wider_samp
     assert first.mean("accuracy") < 0.2  # it saw the collapse
 
 
+def test_when_evaluations_are_dear_an_alarm_is_evaluated_at_once_on_the_sample_the_budget_affords():
+    """An item costs 1 s and a step 10 s (a 500-item evaluation = 50 training steps), budget 11%: the alarm's
+    widened evaluation (512 items) does not fit, so it runs at once on what fits instead of waiting ~50 steps
+    (policy.budget.alarm_min_size: null, the old behaviour)."""
+    run = Run(load_config(), collapse_truth, collapse_streams(), eval_seconds_per_item=1.0).run(0, 700)
+    first = next(r for r in run.results if r.step >= COLLAPSE_AT)
+    assert first.step - COLLAPSE_AT <= 5 and first.reason.startswith("alarm:train/")
+    assert "(budget: " in first.reason and 48 <= first.items < 512
+    assert first.mean("accuracy") < 0.2                                   # it saw the collapse
+    assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.11
+    waits = Run(load_config(overrides=["policy.budget.alarm_min_size=null"]), collapse_truth, collapse_streams(),
+                eval_seconds_per_item=1.0).run(0, 700)
+    late = next(r for r in waits.results if r.step >= COLLAPSE_AT)
+    assert late.step - COLLAPSE_AT > 25 and late.reason.startswith("alarm:train/") and late.items == 512
+
+
 def test_quiet_run_relaxes_beyond_the_base_interval():
     streams = {"train/reward": noisy(lambda g: 0.5, 0.05, 3), "train/loss": noisy(lambda g: 2.0, 0.1, 4)}
     cfg = load_config()

@@ -41,6 +41,7 @@ def test_an_override_of_a_list_names_the_key():
     ("trigger.freq_secs=inf", "trigger.freq_secs: must be non-negative or null (0: every step), got inf"),
     ("policy.peak.confirm_size=-1", "policy.peak.confirm_size: must be >= 0, got -1"),
     ("policy.peak.confirm_steps=-2", "policy.peak.confirm_steps: must be >= 0, got -2"),
+    ("policy.budget.alarm_min_size=0", "policy.budget.alarm_min_size: must be positive or null, got 0"),
     ("resources.max_host_cpu_percent=-5", "resources.max_host_cpu_percent: must lie in [0, 100], got -5.0"),
     ("resources.max_host_cpu_percent=nan", "resources.max_host_cpu_percent: must lie in [0, 100], got nan"),
     ("resources.max_host_cpu_percent=150", "resources.max_host_cpu_percent: must lie in [0, 100], got 150.0"),

@@ -200,9 +200,39 @@ def test_budget_lets_urgent_through():
     p = BudgetPolicy(max_eval_fraction=0.01)
     p.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
     assert p.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).evaluate
-    strict = BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False)
+    strict = BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False, alarm_min_size=None)
     strict.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
     assert strict.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).reason == "budget:deferred"
+    smaller = BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False)  # like any alarm's: on what fits, >= 48
+    smaller.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
+    assert smaller.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).sample_size == 48
+
+
+def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
+    # 5 s per 100 items so far: 0.05 s an item.  At 300 s elapsed with 30 s spent, a 0.1 budget leaves
+    # (0.1 x 300 - 30) / 0.9 = 0 s: nothing fits; at 500 s, 22.2 s = 444 items.
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    p.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
+    trigger = p.propose(Decision(True, 600, "trigger:steps"), ctx(30, 500.0, 30.0))
+    assert (trigger.evaluate, trigger.reason) == (False, "budget:deferred")        # a scheduled one waits
+    now = p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0))
+    assert (now.evaluate, now.sample_size) == (True, 444)
+    assert now.reason == "alarm:train/reward:cusum:down (budget: 444 of 600 items)"
+    floor = p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 300.0, 30.0))
+    assert (floor.evaluate, floor.sample_size) == (True, 48)                       # never below alarm_min_size
+    fits = p.propose(Decision(True, 300, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0))
+    assert (fits.sample_size, fits.reason) == (300, "alarm:train/reward:cusum:down")  # within budget: as asked
+    assert p.deferred == 1
+    waits = BudgetPolicy(max_eval_fraction=0.1, alarm_min_size=None)
+    waits.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
+    assert waits.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0)).reason \
+        == "budget:deferred"
+    # eval suites: every suite's items shrink in proportion (444 of 600)
+    suites = Decision(True, 64, "alarm:x:cusum:up", suites=(("math500", 500, 4, "two-stage"), ("aime24", 100, 16, "")))
+    shrunk = p.propose(suites, ctx(30, 500.0, 30.0))
+    assert shrunk.evaluate and shrunk.suites == (("math500", 370, 4, "two-stage"), ("aime24", 74, 16, ""))
+    with pytest.raises(ValueError, match="alarm_min_size"):
+        BudgetPolicy(alarm_min_size=0)
 
 
 PEAK_TABLE = [
