@@ -106,7 +106,7 @@ def test_assert_confirmed_passes_and_returns_the_delay(collapse_run, kl_collapse
     assert assert_confirmed(collapse_run, ONSET) == collapse_run.confirmed_after(ONSET) <= 10
     # The shipped GRPO run: reward collapses at step 56, accuracy 40.8% (step 50) -> 0% (step 100).
     assert kl_collapse_run.events == (Event(56, "collapse", "down"),)
-    assert assert_confirmed(kl_collapse_run, 56, within=60) == 58
+    assert assert_confirmed(kl_collapse_run, 56, within=60) == 36
 
 
 def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):
@@ -114,10 +114,10 @@ def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run)
         assert_confirmed(kl_collapse_run, 56, within=20)
     msg = str(err.value)
     assert msg.startswith("grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) "
-                          "was confirmed only 58 steps after it, not within 20 steps.")
+                          "was confirmed only 36 steps after it, not within 20 steps.")
     assert "ground truth 0.408 (eval/accuracy at step 50)" in msg and "entirely below it" in msg
     assert "evaluations in steps 56..76: 1" in msg
-    assert "first confirming evaluation: step 114 n=157 0 [0, 0.024]" in msg
+    assert "first confirming evaluation: step 92 n=500 0.362 [0.321, 0.405]" in msg
     # The wrong direction is never confirmed.
     with pytest.raises(AssertionError, match="was never confirmed, not before the trace ends"):
         assert_confirmed(kl_collapse_run, 56, direction="up")
@@ -141,8 +141,8 @@ def test_assert_cost(kl_collapse_run):
     assert_cost(kl_collapse_run, max_samples_per_1k=6000, max_evals=30, max_eval_fraction=0.1)
     with pytest.raises(AssertionError) as err:
         assert_cost(kl_collapse_run, max_samples_per_1k=2000)
-    assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 2990 samples per 1,000 "
-                              "steps, above 2000 (1495 eval samples over 500 steps in 10 evaluations, 2.4% of the "
+    assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 4428 samples per 1,000 "
+                              "steps, above 2000 (2214 eval samples over 500 steps in 12 evaluations, 3.3% of the "
                               "simulated time).")
 
 
@@ -249,10 +249,10 @@ def test_check_cli_prints_the_table_and_exits_1_when_an_expectation_fails(collap
     assert lines[2].split()[:2] == ["collapse.csv", "warm-up"] and "0 alarms" in lines[2] and lines[2].endswith("ok")
     assert lines[3].split()[:2] == ["collapse.csv", "cost"] and "(<= 12000)" in lines[3] and lines[3].endswith("ok")
     # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 58 steps, not within 20.
-    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "58",
-                                "steps", "(<=", "20)", "2990", "FAIL"]
+    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "36",
+                                "steps", "(<=", "20)", "4428", "FAIL"]
     assert "grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) was confirmed only " \
-           "58 steps after it, not within 20 steps." in out
+           "36 steps after it, not within 20 steps." in out
     assert out.rstrip().endswith("1 of 4 expectations failed")
 
 
@@ -265,9 +265,9 @@ def test_check_cli_bad_input_exits_2(tmp_path):
 def test_check_passes_limits_and_events_file(collapse, tmp_path, capsys):
     code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "60",
                               "--max-samples-per-1k", "13000")
-    assert code == 0 and "58 steps (<= 60)" in out and "2990 (<= 13000)" in out and "FAIL" not in out
+    assert code == 0 and "36 steps (<= 60)" in out and "4428 (<= 13000)" in out and "FAIL" not in out
     code, out, _ = check_main(capsys, "real:grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "2000")
-    assert code == 1 and "2990 samples per 1,000 steps, above 2000" in out
+    assert code == 1 and "4428 samples per 1,000 steps, above 2000" in out
     # --events replaces the sidecar.
     events = tmp_path / "other.events.json"
     events.write_text(json.dumps({"events": [{"step": ONSET, "direction": "up"}]}))

@@ -3,7 +3,7 @@
 >>> from adaptive_eval.testing import replay_trace, assert_confirmed, assert_cost
 >>> run = replay_trace("grpo_kl_collapse", "default")          # a shipped real trace, the default preset
 >>> assert_confirmed(run, 56, within=60)                       # the reward collapse at step 56: its delay
-58
+36
 >>> assert_cost(run, max_samples_per_1k=8000)
 
 :func:`replay_trace` runs :func:`adaptive_eval.replay.replay` (the same simulated clock and evaluations) and
@@ -28,7 +28,8 @@ Events and other expectations can sit in a sidecar file beside the trace, ``<tra
 
 A top-level list is read as the ``events`` list alone.  An event is *confirmed* at the first evaluation at or
 after it whose confidence interval for the metric excludes the level before the event, on the side of
-``direction`` (:func:`adaptive_eval.scoring.confirmed_delay`); the level before is the eval ground truth just
+``direction``, or whose paired difference on the items it shares with the previous evaluation excludes 0 on
+that side (:func:`adaptive_eval.scoring.confirmed_delay`); the level before is the eval ground truth just
 before the event (the trace's ``eval/<metric>`` column carried forward), else the last measured mean.
 Costs count eval items as :func:`adaptive_eval.scoring.eval_samples` does (a whole-set evaluation counts
 ``replay.eval_set_size``), per 1,000 trace records (replay runs one training step per record).
