@@ -16,15 +16,22 @@ rank that waited has raised.  A rank that died is seen at once ("Connection clos
 
 Backends: with NCCL the payloads travel as CUDA tensors on the current device; with gloo (or a mixed
 ``cpu:gloo,cuda:nccl`` group) small payloads travel as CPU tensors.
+
+Exit: the tensors of a finished collective stay referenced here until the backend's worker thread has let
+go of them (:func:`_hold`), so a process that exits without ``destroy_process_group`` (Lightning's
+``ddp_spawn`` with gloo never destroys its group) does not abort at interpreter finalization.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import datetime
 import math
 import pickle
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -64,6 +71,58 @@ def _dist():
     import torch.distributed as dist
 
     return dist
+
+
+# -- a finished collective's tensors --------------------------------------------------------------------
+# The backend's work object references the tensors of a collective, and gloo's worker thread drops its
+# reference a little after the work completed (after it woke the waiting thread).  When Python has dropped
+# its own references by then, that thread frees the tensor's Python object, which takes the GIL; during
+# interpreter finalization taking the GIL ends the thread, and the process aborts ("terminate called
+# without an active exception", SIGABRT) after training finished, when its process group was never destroyed
+# (Lightning's ddp_spawn with gloo, a torchrun script without destroy_process_group; pytorch/pytorch#179291).
+# The thread is late only when it is starved of CPU, so this showed as a rare failure of a whole run under
+# load.  Hence each collective's tensors stay referenced here until their use count is back to what it was
+# before the collective (the worker has let go), and at exit the interpreter waits a moment for that.
+_HELD: list = []  # (tensor, its use count before the collective)
+_HELD_LOCK = threading.Lock()
+_HELD_MAX = 64  # beyond this, the oldest go (long released; only a view of one still alive keeps its count up)
+_HELD_AT_EXIT_S = 1.0
+_held_at_exit = False
+
+
+def _use_counts(tensors) -> list[int]:
+    return [t._use_count() if hasattr(t, "_use_count") else 0 for t in tensors]
+
+
+def _still_used(t, before: int) -> bool:
+    return not hasattr(t, "_use_count") or t._use_count() > before
+
+
+def _hold(tensors, before: Sequence[int]) -> None:
+    """Keep ``tensors`` (of a collective that finished, its work object dropped) referenced until the
+    backend no longer references them; ``before``: their use counts before the collective."""
+    global _held_at_exit
+    with _HELD_LOCK:
+        _HELD[:] = [(t, n) for t, n in _HELD if _still_used(t, n)]
+        _HELD.extend((t, n) for t, n in zip(tensors, before) if _still_used(t, n))
+        del _HELD[:-_HELD_MAX]
+        if _HELD and not _held_at_exit:
+            _held_at_exit = True
+            atexit.register(_release_held)
+
+
+def _release_held(timeout_s: float | None = None) -> bool:
+    """Wait (at most ``timeout_s``; at exit, before finalization) until the backend has let go of every
+    tensor held; True when it has."""
+    deadline = time.monotonic() + (_HELD_AT_EXIT_S if timeout_s is None else timeout_s)
+    while True:
+        with _HELD_LOCK:
+            _HELD[:] = [(t, n) for t, n in _HELD if _still_used(t, n)]
+            if not _HELD:
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
 
 
 def is_distributed(group=None) -> bool:
@@ -192,9 +251,12 @@ class DistContext:
         return self.rank_world()[1]
 
     # -- plumbing -----------------------------------------------------------------------------------
-    def _wait(self, what: str, issue) -> None:
-        """Issue one async collective and wait for it; any failure becomes a CollectiveError."""
+    def _wait(self, what: str, issue, *tensors) -> None:
+        """Issue one async collective on ``tensors`` and wait for it; any failure becomes a CollectiveError.
+        The tensors stay referenced until the backend has let go of them (see :func:`_hold`)."""
         self.collectives += 1
+        before = _use_counts(tensors)
+        work = None
         try:
             work = issue()
             if self.poll_s is not None:
@@ -209,6 +271,9 @@ class DistContext:
             raise CollectiveError(
                 f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}"
             ) from exc
+        finally:
+            del work
+            _hold(tensors, before)
 
     def _poll(self, work) -> None:
         import time
@@ -254,7 +319,8 @@ class DistContext:
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL) if rank == src else b""
         buf = self._pack(payload, device)
         src_global = self._global_rank(src)
-        self._wait("broadcast_object", lambda: dist.broadcast(buf, src=src_global, group=self.group, async_op=True))
+        self._wait("broadcast_object", lambda: dist.broadcast(buf, src=src_global, group=self.group, async_op=True),
+                   buf)
         n = self._length(buf)
         if n <= INLINE_BYTES:
             data = bytes(buf[_HEADER:_HEADER + n].cpu().numpy())
@@ -262,7 +328,7 @@ class DistContext:
             big = (torch.frombuffer(bytearray(payload), dtype=torch.uint8) if rank == src
                    else torch.empty(n, dtype=torch.uint8)).to(device)
             self._wait("broadcast_object", lambda: dist.broadcast(big, src=src_global, group=self.group,
-                                                                  async_op=True))
+                                                                  async_op=True), big)
             data = bytes(big.cpu().numpy())
         return obj if rank == src else pickle.loads(data)
 
@@ -277,7 +343,7 @@ class DistContext:
         payload = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
         buf = self._pack(payload, device)
         out = torch.empty(world * buf.numel(), dtype=torch.uint8, device=device)
-        self._wait("gather_objects", lambda: _all_gather_flat(out, buf, self.group))
+        self._wait("gather_objects", lambda: _all_gather_flat(out, buf, self.group), out, buf)
         rows = out.view(world, -1).cpu()
         lengths = [self._length(row) for row in rows]
         longest = max(lengths)
@@ -288,7 +354,7 @@ class DistContext:
             mine[:len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
             mine = mine.to(device)
             big = torch.empty(world * longest, dtype=torch.uint8, device=device)
-            self._wait("gather_objects", lambda: _all_gather_flat(big, mine, self.group))
+            self._wait("gather_objects", lambda: _all_gather_flat(big, mine, self.group), big, mine)
             big_rows = big.view(world, -1).cpu()
             chunks = [bytes(row[:n].numpy()) for row, n in zip(big_rows, lengths)]
         return [pickle.loads(c) for c in chunks]
@@ -308,7 +374,7 @@ class DistContext:
         dist = _dist()
         t = torch.tensor(values, dtype=torch.float64, device=_wire_device(self.group))
         self._wait("all_reduce_max", lambda: dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group,
-                                                             async_op=True))
+                                                             async_op=True), t)
         return [float(v) for v in t.cpu().tolist()]
 
     def all_reduce_flags(self, flags: Sequence[bool]) -> list[bool]:
@@ -675,7 +741,7 @@ def broadcast_tensor_container(data, src_rank: int = 0, group=None, *, timeout_s
         else:
             buf = torch.empty(size, dtype=torch.uint8, device=device)
         ctx._wait("broadcast_tensor_container",
-                  lambda b=buf: dist.broadcast(b, src=src_rank, group=group, async_op=True))
+                  lambda b=buf: dist.broadcast(b, src=src_rank, group=group, async_op=True), buf)
         buckets[wire] = buf
     if is_src:
         return data

@@ -305,7 +305,13 @@ def _max_over_ranks(value: float, group) -> float:
         return value
     import torch
 
+    from adaptive_eval.distributed import _hold, _use_counts
+
     device = "cuda" if dist.get_backend(group) == "nccl" else "cpu"
     t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    before = _use_counts([t])
+    try:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    finally:
+        _hold([t], before)  # until the backend lets go of it (a gloo process group alive at exit)
     return float(t.item())

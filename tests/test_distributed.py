@@ -91,7 +91,42 @@ def _assert_same(a, b, path="data"):
 
 # -- broadcast_tensor_container and the DistContext primitives ----------------------------------------
 
+def _record_backend_tensors():
+    """Every tensor handed to a torch.distributed collective from now on, and every one adaptive_eval holds
+    after its collective (``distributed._hold``); returns (handed, held, undo)."""
+    import adaptive_eval.distributed as d
+
+    handed, held, saved = [], [], {}
+    for name in ("broadcast", "all_reduce", "all_gather_into_tensor", "all_gather_single"):
+        if hasattr(dist, name):
+            saved[name] = orig = getattr(dist, name)
+
+            def wrapped(*args, _orig=orig, **kwargs):
+                handed.extend(a for a in args if isinstance(a, torch.Tensor))
+                return _orig(*args, **kwargs)
+
+            setattr(dist, name, wrapped)
+    orig_hold = d._hold
+
+    def hold(tensors, before):
+        held.extend(tensors)
+        return orig_hold(tensors, before)
+
+    d._hold = hold
+
+    def undo():
+        for name, f in saved.items():
+            setattr(dist, name, f)
+        d._hold = orig_hold
+
+    return handed, held, undo
+
+
 def _broadcast_rank(rank, world):
+    import adaptive_eval.distributed as d
+    from adaptive_eval.trigger import _max_over_ranks
+
+    handed, held, undo = _record_backend_tensors()
     expected = _container()
     got = broadcast_tensor_container(expected if rank == 0 else None, src_rank=0)
     _assert_same(got, expected)
@@ -117,11 +152,45 @@ def _broadcast_rank(rank, world):
     assert ctx.all_reduce_max([rank * 1.5, -rank]) == [1.5, 0.0]
     ctx.barrier()
     assert is_distributed() and rank_world() == (rank, 2)
+    assert _max_over_ranks(float(rank), None) == 1.0  # the time trigger's own all-reduce
+    undo()
+    # Every tensor adaptive_eval handed to the backend stayed referenced from Python until the backend let
+    # go of it: else gloo's worker thread may free it last, which aborts the process at exit (SIGABRT)
+    # when the process group is never destroyed (Lightning's ddp_spawn).
+    assert handed and all(any(h is t for h in held) for t in handed)
+    assert d._release_held(10.0) and not d._HELD
     return True
 
 
 def test_broadcast_tensor_container_and_primitives_on_two_ranks():
     assert run_ranks(_broadcast_rank, timeout_s=90) == [True, True]
+
+
+def test_a_collectives_tensors_stay_referenced_until_the_backend_lets_go_of_them():
+    """``distributed._hold``: what keeps a gloo rank that exits with its process group alive from aborting.
+    A view stands for the backend's own reference (the use count above what it was before)."""
+    import adaptive_eval.distributed as d
+
+    t = torch.zeros(4)
+    before = d._use_counts([t])
+    backend = t.view(2, 2)
+    d._hold([t], before)
+    mine = id(t)
+    del t
+    assert any(id(x) == mine for x, _ in d._HELD)  # the last reference is not the backend's
+    assert not d._release_held(0.0)
+    del backend
+    assert d._release_held(5.0) and not any(id(x) == mine for x, _ in d._HELD)
+    released = torch.ones(2)  # nobody else holds it: not kept
+    d._hold([released], d._use_counts([released]))
+    assert not any(x is released for x, _ in d._HELD)
+    pinned = [torch.zeros(1) for _ in range(3 * d._HELD_MAX)]
+    views = [p.view(1) for p in pinned]  # held for good (a view of one kept alive): the list stays bounded
+    for p in pinned:
+        d._hold([p], [1])
+    assert len(d._HELD) <= d._HELD_MAX
+    del views
+    assert d._release_held(5.0)
 
 
 def test_without_process_group_everything_is_local():
