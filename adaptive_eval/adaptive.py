@@ -919,9 +919,20 @@ class AdaptiveEvaluator:
         elapsed = self._elapsed()
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
+    def _items(self, result: EvalResult) -> int:
+        """Items a result evaluated: with suites, each suite's (its largest metric count) added up."""
+        if not self._suites:
+            return result.items
+        counts: dict[str, int] = {}
+        for name, m in result.metrics.items():
+            suite = name.split("/", 1)[0]
+            if suite in self._suites:
+                counts[suite] = max(counts.get(suite, 0), m.n)
+        return sum(counts.values()) if counts else result.items
+
     def summary(self) -> dict:
-        """Counts of what happened so far (plain values)."""
-        return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
+        """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites)."""
+        return {"evals": len(self.history), "samples": sum(self._items(r) for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
                 "record_errors": self._record_errors}

@@ -228,6 +228,9 @@ def test_expensive_suites_run_every_mth_eval_or_on_alarm_and_the_reason_says_whi
     ev2 = AdaptiveEvaluator.from_config(cfg)
     ev2.load_state_dict(ev.state_dict())
     assert ev2._evals_run == ev._evals_run
+    # summary() counts the items of every suite an evaluation covered (not the largest suite's alone).
+    assert ev.summary()["samples"] == sum(sum(len(s.indices) for s in req.suites.values()) for req in requests) \
+        == 9 * 500 + 3 * 30
 
 
 def _suite_evaluator(extra=()):
