@@ -158,8 +158,8 @@ class BudgetPolicyConfig:
     # With evaluation.asynchronous, evaluations cost eval-device time, not training time: this caps the
     # share of the eval workers' time (eval-device seconds / (elapsed x workers)) instead.
     max_eval_device_fraction: float = 1.0
-    # An alarm's evaluation over budget runs at once on the largest sample that fits (at least this many
-    # items) instead of waiting for the budget; None: it waits like any evaluation.
+    # An alarm's evaluation over budget runs on the largest sample the budget affords once at least this many
+    # items fit, instead of waiting until its whole widened sample fits; None: it waits for its whole sample.
     alarm_min_size: Optional[int] = 48
 
 

@@ -15,7 +15,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Pick", "RunScore", "best_eval", "event_direction", "needless_evals", "pick_best", "score_run", "shrunk_estimates", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
+__all__ = ["PAIRED_MIN_ITEMS", "Pick", "RunScore", "best_eval", "event_direction", "needless_evals", "pick_best", "score_run", "shrunk_estimates", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
            "eval_samples", "selection_regret"]
 
 
@@ -54,12 +54,20 @@ def _finite(x) -> bool:
         return False
 
 
+PAIRED_MIN_ITEMS = 10  # a paired difference on fewer shared items confirms nothing (its t interval is no test)
+
+
 def _paired_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
     """The finite 95% interval of an evaluation's paired difference for ``metric`` (``paired`` in
-    ``evals.jsonl``: this evaluation minus the previous one that measured it, on the items both share)."""
+    ``evals.jsonl``: this evaluation minus the previous one that measured it, on the items both share); None
+    on fewer than :data:`PAIRED_MIN_ITEMS` shared items or a zero-width interval (every shared item moved
+    alike: a t interval of no spread says nothing)."""
     d = (e.get("paired") or {}).get(metric)
     ci = d.get("ci") if isinstance(d, Mapping) else None
     if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+        return None
+    n = d.get("n")
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or n < PAIRED_MIN_ITEMS or float(ci[1]) <= float(ci[0]):
         return None
     return float(ci[0]), float(ci[1])
 
@@ -74,10 +82,13 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     was measured before it: then the interval rule confirms nothing).  ``direction`` "down" needs the interval
     wholly below ``pre_level`` (or the paired difference wholly below 0), "up" wholly above, None either.  The
     paired test counts only against a previous evaluation (before the event, or after it: a significant
-    move the same way since then shows the change under way); it is there only for suites and items x samples
-    metrics, whose items are known, and it is the stronger test when items differ in difficulty (the
-    between-item spread cancels).  An evaluation without a finite interval confirms nothing.  None when no
-    evaluation confirms the change.
+    move the same way since then shows the change under way), on at least :data:`PAIRED_MIN_ITEMS` shared
+    items and an interval of some width; with ``direction`` None it counts on the side the evaluation lies
+    from ``pre_level``.  It is there only for suites and items x samples metrics, whose items are known, and it
+    is the stronger test when items differ in difficulty (the between-item spread cancels).  Two tests per
+    evaluation: under no change, a false confirmation is up to about twice as likely as by the interval
+    alone.  An evaluation without a finite interval confirms nothing.  None when no evaluation confirms the
+    change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
     ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
@@ -109,8 +120,13 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
             if (direction != "up" and high < level) or (direction != "down" and low > level):
                 return int(e["step"] - event_step)
         pair = _paired_interval(e, metric) if paired and i > 0 else None
-        if pair is not None and ((direction != "up" and pair[1] < 0.0) or (direction != "down" and pair[0] > 0.0)):
-            return int(e["step"] - event_step)
+        if pair is not None:
+            side = direction
+            if side is None and level is not None and _finite(e["metrics"][metric]):
+                # Either way: the side this evaluation lies on from the level before (a move back does not count).
+                side = "down" if float(e["metrics"][metric]) < level else "up"
+            if (side != "up" and pair[1] < 0.0) or (side != "down" and pair[0] > 0.0):
+                return int(e["step"] - event_step)
     return None
 
 

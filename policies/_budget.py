@@ -22,12 +22,14 @@ class BudgetPolicy(Policy):
     regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
     allows.
 
-    **An alarm's evaluation is not deferred** (``alarm_min_size``, default 48): over budget, it runs at once
-    on the largest sample that fits the budget, but never fewer than ``alarm_min_size`` items (and never more
-    than it asked for; with eval suites every suite's items shrink in proportion).  A suspected collapse is
-    looked at now, on a smaller sample, instead of waiting for the budget; when evaluations are dear (minutes
-    of generation per evaluation) the wait was hundreds of steps.  ``None``: an alarm's evaluation waits like
-    any other.  The reason says so: ``... (budget: 62 of 512 items)``.
+    **An alarm's evaluation does not wait for its whole sample** (``alarm_min_size``, default 48): over budget,
+    it runs at once on the largest sample the budget affords, as soon as that is at least ``alarm_min_size``
+    items (until then it is deferred like any evaluation; with eval suites every suite's items shrink in
+    proportion; a whole-set request shrinks once a whole-set evaluation has shown its size).  The budget stays a
+    cap.  An alarm's sample is widened (``policy.sample_size.alarm_factor``), so when evaluations are dear
+    (minutes of generation) the whole of it fitted only hundreds of steps later; now a suspected collapse is
+    looked at on what the budget affords.  ``None``: it waits for its whole sample.  The reason says so:
+    ``... (budget: 62 of 512 items)``.
 
     **Asynchronous evaluation** (``asynchronous``): evaluations run beside training on ``eval_workers``
     workers, so they cost eval-device time, not training time.  The policy then caps the workers' busy
@@ -78,6 +80,7 @@ class BudgetPolicy(Policy):
     def _reset(self) -> None:
         self._seconds_per_sample: float | None = None
         self._last_seconds: float | None = None
+        self._whole_items: int | None = None  # items of a whole-set evaluation, once one ran
         self.deferred = 0
 
     def expected_seconds(self, sample_size: int | None) -> float:
@@ -105,50 +108,66 @@ class BudgetPolicy(Policy):
             return Decision(False, decision.sample_size, "budget:deferred", decision.urgent)
         return decision
 
+    @staticmethod
+    def _alarm(decision: Decision) -> bool:
+        return decision.reason.startswith("alarm:")
+
     def _items(self, decision: Decision) -> int | None:
-        """Items the decision asks for: with suites, over all of them (an alarm's evaluation covers all)."""
-        if decision.suites:
+        """Items the decision asks for (None: the whole set, size unknown).  An alarm's evaluation covers every
+        suite, so with suites it asks for all their planned items; a scheduled one is judged by its sample size
+        as before (which suites are due is decided later)."""
+        if decision.suites and self._alarm(decision):
             return sum(int(plan[1]) for plan in decision.suites)
+        if decision.sample_size is None and self._alarm(decision):
+            return self._whole_items
         return decision.sample_size
 
+    def _room(self, ctx: Context) -> float:
+        """Eval seconds the budget still affords now."""
+        if self.asynchronous:
+            return self.max_eval_device_fraction * ctx.elapsed * self.eval_workers - ctx.eval_seconds
+        f = self.max_eval_fraction  # (eval + c) / (elapsed + c) <= f  <=>  c <= (f * elapsed - eval) / (1 - f)
+        return (f * ctx.elapsed - ctx.eval_seconds) / (1.0 - f) if f < 1 else math.inf
+
     def _shrink(self, decision: Decision, ctx: Context) -> Decision | None:
-        """An alarm's evaluation on the largest sample that fits the budget (at least ``alarm_min_size``
-        items); None when it is not an alarm's, or nothing is known to size it by."""
-        if self.alarm_min_size is None or not decision.reason.startswith("alarm:"):
+        """An alarm's evaluation on the largest sample that fits the budget, when at least ``alarm_min_size``
+        items fit; None (deferred) otherwise, when it is not an alarm's, or when nothing is known to size it by.
+        The budget stays a cap: a shrunk evaluation is within it."""
+        if self.alarm_min_size is None or not self._alarm(decision):
             return None
         asked = self._items(decision)
         spp = self._seconds_per_sample
         if asked is None or not spp or not math.isfinite(spp) or spp <= 0:
             return None
-        if self.asynchronous:
-            room = self.max_eval_device_fraction * ctx.elapsed * self.eval_workers - ctx.eval_seconds
-        else:  # (eval + c) / (elapsed + c) <= f  <=>  c <= (f * elapsed - eval) / (1 - f)
-            f = self.max_eval_fraction
-            room = (f * ctx.elapsed - ctx.eval_seconds) / (1.0 - f) if f < 1 else math.inf
-        fit = int(room / spp) if math.isfinite(room) and room > 0 else 0
-        n = min(asked, max(fit, self.alarm_min_size))
-        if n >= asked:
+        room = self._room(ctx)
+        fit = asked if room == math.inf else (int(room / spp) if room > 0 else 0)
+        if fit >= asked:
             return decision
-        ratio = n / asked
-        suites = tuple((name, max(1, min(int(items), math.ceil(int(items) * ratio))), *rest)
+        if fit < self.alarm_min_size:
+            return None
+        ratio = fit / asked
+        suites = tuple((name, max(1, min(int(items), math.floor(int(items) * ratio))), *rest)
                        for name, items, *rest in decision.suites)
-        sample_size = n if decision.sample_size is None else max(1, min(decision.sample_size,
-                                                                         math.ceil(decision.sample_size * ratio)))
-        if not decision.suites:
-            sample_size = n
+        sample_size = fit
+        if decision.suites:  # (the suites are sized by their plans; the plain size shrinks alike)
+            sample_size = None if decision.sample_size is None else max(1, math.floor(decision.sample_size * ratio))
         return dataclasses.replace(decision, sample_size=sample_size, suites=suites,
-                                   reason=f"{decision.reason} (budget: {n} of {asked} items)")
+                                   reason=f"{decision.reason} (budget: {fit} of {asked} items)")
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._last_seconds = float(result.seconds)
-        if result.sample_size:
-            self._seconds_per_sample = float(result.seconds) / result.sample_size
+        items = result.sample_size or result.items
+        if items:
+            self._seconds_per_sample = float(result.seconds) / items
+        if result.sample_size is None and result.items:
+            self._whole_items = int(result.items)
 
     def state_dict(self) -> dict:
         return {"seconds_per_sample": self._seconds_per_sample, "last_seconds": self._last_seconds,
-                "deferred": self.deferred}
+                "whole_items": self._whole_items, "deferred": self.deferred}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._seconds_per_sample = sd.get("seconds_per_sample")
         self._last_seconds = sd.get("last_seconds")
+        self._whole_items = sd.get("whole_items")
         self.deferred = int(sd.get("deferred", 0))

@@ -87,6 +87,19 @@ def test_when_evaluations_are_dear_an_alarm_is_evaluated_at_once_on_the_sample_t
     assert late.step - COLLAPSE_AT > 25 and late.reason.startswith("alarm:train/") and late.items == 512
 
 
+@pytest.mark.parametrize("per_item", [1.0, 5.0])
+def test_a_storm_of_alarms_does_not_break_the_budget(per_item):
+    """Reward and loss switch level every 40 steps, 1,000 steps: an alarm (corroborated) every 40 steps.  Each
+    alarm's evaluation shrinks to what the budget affords or waits; eval time stays within the 11%."""
+    def level(a, b):
+        return lambda g: a if (g // 40) % 2 == 0 else b
+    streams = {"train/reward": noisy(level(0.6, 0.3), 0.03, 1), "train/loss": noisy(level(1.0, 1.5), 0.05, 2)}
+    run = Run(load_config(), lambda g: 0.6, streams, eval_seconds_per_item=per_item).run(0, 1000)
+    shrunk = [r for r in run.results if "(budget: " in r.reason]
+    assert shrunk and all(r.reason.startswith("alarm:") and r.items >= 48 for r in shrunk)
+    assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.11
+
+
 def test_quiet_run_relaxes_beyond_the_base_interval():
     streams = {"train/reward": noisy(lambda g: 0.5, 0.05, 3), "train/loss": noisy(lambda g: 2.0, 0.1, 4)}
     cfg = load_config()

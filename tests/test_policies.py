@@ -205,7 +205,8 @@ def test_budget_lets_urgent_through():
     assert strict.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).reason == "budget:deferred"
     smaller = BudgetPolicy(max_eval_fraction=0.01, bypass_urgent=False)  # like any alarm's: on what fits, >= 48
     smaller.on_eval(result(1, 0.5, seconds=50.0), ctx(1))
-    assert smaller.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).sample_size == 48
+    assert smaller.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2)).reason == "budget:deferred"
+    assert smaller.propose(Decision(True, 100, "alarm:x:nonfinite", urgent=True), ctx(2, 2475.0)).sample_size == 50
 
 
 def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
@@ -218,11 +219,22 @@ def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
     now = p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0))
     assert (now.evaluate, now.sample_size) == (True, 444)
     assert now.reason == "alarm:train/reward:cusum:down (budget: 444 of 600 items)"
-    floor = p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 300.0, 30.0))
-    assert (floor.evaluate, floor.sample_size) == (True, 48)                       # never below alarm_min_size
+    # At 300 s with 30 s spent nothing fits: it waits (the budget stays a cap); at 334 s, 3.8 s = 75 items fit.
+    assert p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 300.0, 30.0)).reason \
+        == "budget:deferred"
+    assert p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 334.0, 30.0)).sample_size == 75
+    # ... but fewer than alarm_min_size items do not count: at 318 s, 1.8 s = 35 items fit, so it waits.
+    assert not p.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 318.0, 30.0)).evaluate
     fits = p.propose(Decision(True, 300, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0))
     assert (fits.sample_size, fits.reason) == (300, "alarm:train/reward:cusum:down")  # within budget: as asked
-    assert p.deferred == 1
+    assert p.deferred == 3
+    # A whole-set request (sample_size None) shrinks once a whole-set evaluation has shown its size (1000 items).
+    whole = BudgetPolicy(max_eval_fraction=0.1)
+    whole.on_eval(EvalResult(step=1, sample_size=None, reason="", seconds=50.0,
+                             metrics={"acc": summarize([1, 0] * 500)}), ctx(1))
+    got = whole.propose(Decision(True, None, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0))
+    assert (got.evaluate, got.sample_size) == (True, 444) and got.reason.endswith("(budget: 444 of 1000 items)")
+    assert whole.propose(Decision(True, None, "trigger:steps"), ctx(30, 500.0, 30.0)).reason == "budget:deferred"
     waits = BudgetPolicy(max_eval_fraction=0.1, alarm_min_size=None)
     waits.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
     assert waits.propose(Decision(True, 600, "alarm:train/reward:cusum:down"), ctx(30, 500.0, 30.0)).reason \

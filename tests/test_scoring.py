@@ -142,10 +142,10 @@ def test_an_alarm_driven_evaluation_starts_a_new_segment_so_a_partial_collapse_d
     assert max(with_alarm, key=with_alarm.get) in (532, 643)
 
 
-def paired_ev(step, mean, low, high, diff_ci=None):
+def paired_ev(step, mean, low, high, diff_ci=None, n=32):
     e = ev(step, mean, low, high)
     if diff_ci is not None:
-        e["paired"] = {"acc": {"diff": sum(diff_ci) / 2, "ci": list(diff_ci), "n": 32}}
+        e["paired"] = {"acc": {"diff": sum(diff_ci) / 2, "ci": list(diff_ci), "n": n}}
     return e
 
 
@@ -158,6 +158,12 @@ def paired_ev(step, mean, low, high, diff_ci=None):
     ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, 0.01))], {}, None),         # spans 0
     ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (math.nan, -0.04))], {}, None),     # not finite
     ([paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04))], {}, None),     # paired with nothing measured here
+    # 3 shared items that all flipped: a t interval of no width is no test; nor are 9 items
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-1.0, -1.0), n=3)], {}, None),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (-0.12, -0.04), n=9)], {}, None),
+    # either way (no direction): a paired move back towards the level before does not count
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.70, 0.50, 0.90, (0.02, 0.12))], {}, None),
+    ([ev(8, 0.78, 0.68, 0.88), paired_ev(12, 0.86, 0.66, 0.99, (0.02, 0.12))], {}, 2),
     # a significant move the same way after the event, paired with an evaluation after it, shows it too
     ([ev(8, 0.78, 0.68, 0.88), ev(11, 0.74, 0.55, 0.90), paired_ev(14, 0.70, 0.50, 0.90, (-0.10, -0.01))],
      {"pre_level": 0.78}, 4),

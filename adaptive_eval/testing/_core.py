@@ -491,7 +491,9 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     lines = [f"{run.label()}: the {ev.describe()} was "
              + ("never confirmed" if delay is None else f"confirmed only {delay} steps after it") + f", not {limit}.",
              f"  level before the event: {origin}; confirming needs an interval "
-             + {"down": "entirely below it", "up": "entirely above it"}.get(ev.direction or "", "excluding it") + ".",
+             + {"down": "entirely below it", "up": "entirely above it"}.get(ev.direction or "", "excluding it")
+             + " (or a paired difference on shared items "
+             + {"down": "below 0", "up": "above 0"}.get(ev.direction or "", "excluding 0") + ").",
              f"  evaluations in steps {ev.step}..{stop}: {len(window)}"
              + ("" if window else " (none)")]
     lines += [f"    {_eval_text(e, ev.metric)}" for e in window[:8]]
