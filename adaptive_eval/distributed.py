@@ -98,10 +98,22 @@ def _still_used(t, before: int) -> bool:
     return not hasattr(t, "_use_count") or t._use_count() > before
 
 
+_HOLD_SPIN_BYTES = 1 << 20  # a buffer this large (a weight bucket) is waited for a moment instead of held
+_HOLD_SPIN_S = 0.005
+
+
 def _hold(tensors, before: Sequence[int]) -> None:
     """Keep ``tensors`` (of a collective that finished, its work object dropped) referenced until the
-    backend no longer references them; ``before``: their use counts before the collective."""
+    backend no longer references them; ``before``: their use counts before the collective.  A large buffer
+    still referenced is first waited for (at most 5 ms), so that a weight bucket is not kept alive until
+    the next collective."""
     global _held_at_exit
+    big = [(t, n) for t, n in zip(tensors, before)
+           if _still_used(t, n) and getattr(t, "nbytes", 0) >= _HOLD_SPIN_BYTES]
+    if big:
+        deadline = time.monotonic() + _HOLD_SPIN_S
+        while any(_still_used(t, n) for t, n in big) and time.monotonic() < deadline:
+            time.sleep(0.0002)
     with _HELD_LOCK:
         _HELD[:] = [(t, n) for t, n in _HELD if _still_used(t, n)]
         _HELD.extend((t, n) for t, n in zip(tensors, before) if _still_used(t, n))

@@ -193,6 +193,29 @@ def test_a_collectives_tensors_stay_referenced_until_the_backend_lets_go_of_them
     assert d._release_held(5.0)
 
 
+def test_a_large_buffer_is_waited_for_a_moment_instead_of_held_until_the_next_collective(monkeypatch):
+    """A weight bucket (1 MiB or more) that the backend lets go of within the wait (5 ms; 5 s here, so that a
+    loaded machine cannot make the timer late) is not kept alive; a small tensor is held without waiting."""
+    import threading
+
+    import adaptive_eval.distributed as d
+
+    monkeypatch.setattr(d, "_HOLD_SPIN_S", 5.0)
+    bucket = torch.zeros(1 << 18)  # 1 MiB of float32
+    before = d._use_counts([bucket])
+    backend = [bucket.view(-1)]
+    threading.Timer(0.001, backend.clear).start()  # the backend's reference goes 1 ms later
+    d._hold([bucket], before)
+    assert not any(x is bucket for x, _ in d._HELD)
+    small = torch.zeros(4)
+    small_before = d._use_counts([small])
+    view = small.view(2, 2)
+    d._hold([small], small_before)
+    assert any(x is small for x, _ in d._HELD)  # held at once, no wait
+    del view
+    assert d._release_held(5.0)
+
+
 def test_without_process_group_everything_is_local():
     assert not is_distributed() and rank_world() == (0, 1)
     data = _container()
