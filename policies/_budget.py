@@ -140,7 +140,8 @@ class BudgetPolicy(Policy):
         if asked is None or not spp or not math.isfinite(spp) or spp <= 0:
             return None
         room = self._room(ctx)
-        fit = asked if room == math.inf else (int(room / spp) if room > 0 else 0)
+        afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
+        fit = asked if afford >= asked else int(afford)
         if fit >= asked:
             return decision
         if fit < self.alarm_min_size:
