@@ -54,6 +54,18 @@ def _finite(x) -> bool:
         return False
 
 
+def _interval(ci) -> tuple[float, float] | None:
+    """``[low, high]`` as floats when it is a pair of finite numbers, else None."""
+    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+        return None
+    return float(ci[0]), float(ci[1])
+
+
+def _eval_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
+    """An evaluation's finite interval for ``metric`` (None without one)."""
+    return _interval((e.get("ci") or {}).get(metric))
+
+
 PAIRED_MIN_ITEMS = 10  # a paired difference on fewer shared items confirms nothing (its t interval is no test)
 
 
@@ -63,13 +75,11 @@ def _paired_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
     on fewer than :data:`PAIRED_MIN_ITEMS` shared items or a zero-width interval (every shared item moved
     alike: a t interval of no spread says nothing)."""
     d = (e.get("paired") or {}).get(metric)
-    ci = d.get("ci") if isinstance(d, Mapping) else None
-    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+    ci = _interval(d.get("ci")) if isinstance(d, Mapping) else None
+    n = d.get("n") if ci is not None else None
+    if ci is None or not isinstance(n, (int, float)) or isinstance(n, bool) or n < PAIRED_MIN_ITEMS or ci[1] <= ci[0]:
         return None
-    n = d.get("n")
-    if not isinstance(n, (int, float)) or isinstance(n, bool) or n < PAIRED_MIN_ITEMS or float(ci[1]) <= float(ci[0]):
-        return None
-    return float(ci[0]), float(ci[1])
+    return ci
 
 
 def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, pre_level: float | None = None,
@@ -114,9 +124,9 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     for i, e in enumerate(ordered):
         if e["step"] < event_step:
             continue
-        ci = (e.get("ci") or {}).get(metric)
-        if level is not None and ci is not None and len(ci) == 2 and _finite(ci[0]) and _finite(ci[1]):
-            low, high = float(ci[0]), float(ci[1])
+        ci = _eval_interval(e, metric) if level is not None else None
+        if ci is not None:
+            low, high = ci
             if (direction != "up" and high < level) or (direction != "down" and low > level):
                 return int(e["step"] - event_step)
         pair = _paired_interval(e, metric) if paired and i > 0 else None
@@ -156,20 +166,18 @@ _Z95 = 1.959963984540054
 
 def _se(e: Mapping, metric: str) -> float:
     """Standard error of an evaluation's mean, from its (95%) interval; 0 when it has none (taken as exact)."""
-    ci = (e.get("ci") or {}).get(metric)
-    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
-        return 0.0
-    return max(float(ci[1]) - float(ci[0]), 0.0) / (2.0 * _Z95)
+    ci = _eval_interval(e, metric)
+    return 0.0 if ci is None else max(ci[1] - ci[0], 0.0) / (2.0 * _Z95)
 
 
 def _observation(e: Mapping, metric: str) -> tuple[float, float]:
     """(value, sampling variance) of an evaluation: its interval's midpoint and (half-width / z)^2, or its
     mean and 0 without an interval.  The midpoint, not the mean: a Wilson interval of a 32-item sample that
     scored 1.0 is [0.89, 1.0], and 0.945 is the better guess."""
-    ci = (e.get("ci") or {}).get(metric)
-    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+    ci = _eval_interval(e, metric)
+    if ci is None:
         return float(e["metrics"][metric]), 0.0
-    low, high = float(ci[0]), float(ci[1])
+    low, high = ci
     return 0.5 * (low + high), (max(high - low, 0.0) / (2.0 * _Z95)) ** 2
 
 
@@ -314,9 +322,9 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
         return None
 
     def interval(e):
-        ci = (e.get("ci") or {}).get(metric)
-        if ci is not None and len(ci) == 2 and _finite(ci[0]) and _finite(ci[1]):
-            return float(ci[0]), float(ci[1])
+        ci = _eval_interval(e, metric)
+        if ci is not None:
+            return ci
         m = float(e["metrics"][metric])
         return m, m
 

@@ -93,14 +93,7 @@ class BudgetPolicy(Policy):
     def propose(self, decision: Decision, ctx: Context) -> Decision:
         if not decision.evaluate or self._last_seconds is None or (decision.urgent and self.bypass_urgent):
             return decision
-        cost = self.expected_seconds(self._items(decision))
-        if self.asynchronous:  # eval-device time against the workers' capacity; training time is not spent
-            capacity = ctx.elapsed * self.eval_workers
-            over = (ctx.eval_seconds + cost) > self.max_eval_device_fraction * capacity
-        else:
-            total = ctx.elapsed + cost
-            over = total > 0 and (ctx.eval_seconds + cost) / total > self.max_eval_fraction
-        if over:
+        if self.expected_seconds(self._items(decision)) > self._room(ctx):
             shrunk = self._shrink(decision, ctx)
             if shrunk is not None:
                 return shrunk
@@ -123,8 +116,8 @@ class BudgetPolicy(Policy):
         return decision.sample_size
 
     def _room(self, ctx: Context) -> float:
-        """Eval seconds the budget still affords now."""
-        if self.asynchronous:
+        """Eval seconds the budget still affords now (an evaluation costing more is over budget)."""
+        if self.asynchronous:  # eval-device time against the workers' capacity; training time is not spent
             return self.max_eval_device_fraction * ctx.elapsed * self.eval_workers - ctx.eval_seconds
         f = self.max_eval_fraction  # (eval + c) / (elapsed + c) <= f  <=>  c <= (f * elapsed - eval) / (1 - f)
         return (f * ctx.elapsed - ctx.eval_seconds) / (1.0 - f) if f < 1 else math.inf
