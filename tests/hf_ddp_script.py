@@ -1,6 +1,8 @@
 """Run by tests/test_integrations_hf_ddp.py under ``torchrun --nproc_per_node=2``: a HF Trainer on two gloo
 ranks with the callback; each rank writes what it was asked to score and what it got back.  A second
-argument ``async`` evaluates asynchronously (results integrated 3 steps after submission)."""
+argument ``async`` evaluates asynchronously (results integrated 3 steps after submission); ``save`` checkpoints
+every 10 steps and records each rank's state at every save, ``resume`` resumes from ``checkpoint-20`` and records
+the state each rank resumed with."""
 
 import gc
 import json
@@ -16,8 +18,23 @@ from test_integrations_hf import FAST, Points, Tiny, accuracy  # noqa: E402
 from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 
 
+def plain(state) -> str:
+    return json.dumps(state, sort_keys=True)  # (NaN != NaN: compare the text)
+
+
 class Recording(AdaptiveEvalCallback):
     seen: list = []
+    saved: dict = {}
+    resumed_with: list = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        super().on_train_begin(args, state, control, **kwargs)
+        if state.global_step > 0:
+            Recording.resumed_with.append(plain(self.evaluator.state_dict()))
+
+    def on_save(self, args, state, control, **kwargs):
+        super().on_save(args, state, control, **kwargs)
+        Recording.saved[state.global_step] = plain(self.evaluator.state_dict())
 
     def _evaluate_on(self, request, model):
         Recording.seen.append([request.step, request.indices(200), model is not None])  # (not None: a replica)
@@ -29,18 +46,21 @@ def main(out: str, mode: str = "sync") -> None:
     torch.manual_seed(0)
     train, held_out = Points(1600, rank), Points(200, 1)  # different training data per rank: different streams
     args = TrainingArguments(out, max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2,
-                             eval_strategy="no", save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
+                             eval_strategy="no", save_strategy="no" if mode in ("sync", "async") else "steps",
+                             save_steps=10, report_to=[], disable_tqdm=True, use_cpu=True,
                              logging_steps=10, ddp_backend="gloo", seed=0)
     extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
     cb = Recording("default", overrides=FAST + ["trigger.freq_steps=5"] + extra)
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
                       callbacks=[cb])
-    trainer.train()
+    trainer.train(resume_from_checkpoint=os.path.join(out, "checkpoint-20") if mode == "resume" else None)
+    cb = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Recording))
     history = [[r.step, r.reason, r.items, r.mean("eval_accuracy"), list(r["eval_loss"].ci), r.integrated_step]
                for r in cb.evaluator.history]
     logged = [h["step"] for h in trainer.state.log_history if "eval_accuracy" in h]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"history": history, "seen": Recording.seen, "world": cb.evaluator._world, "logged": logged}, f)
+        json.dump({"history": history, "seen": Recording.seen, "world": cb.evaluator._world, "logged": logged,
+                   "saved": Recording.saved, "resumed_with": Recording.resumed_with}, f)
     # The Trainer leaves its gloo group alive.  Exiting with it (and the DDP reducer's pending work) can abort
     # the interpreter at finalization ("terminate called without an active exception", SIGABRT: gloo's worker
     # threads still hold work whose tensors need the GIL; pytorch/pytorch#179291), which made this test flaky

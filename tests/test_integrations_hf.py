@@ -1,5 +1,6 @@
 """The Hugging Face adapter on a real transformers Trainer (CPU, a tiny model built in the test, no download)."""
 
+import json
 import logging
 import math
 from types import SimpleNamespace
@@ -325,3 +326,30 @@ def test_a_callback_rebuilt_without_the_instance_it_replaces_says_what_is_lost(c
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         AdaptiveEvalCallback("areal")  # built by the user: nothing to say
     assert caplog.text == ""
+
+
+def test_a_rank_without_its_own_saved_state_resumes_with_rank_zeros_and_says_so(tmp_path, caplog):
+    """Under DDP every rank but zero reads its own state beside the checkpoint (``on_save`` wrote it; the
+    two-rank run is in test_integrations_hf_ddp.py).  Missing, unreadable, or for another step, rank or world
+    size: rank zero's state, and a warning naming the file."""
+    cb = AdaptiveEvalCallback("areal")
+    args = SimpleNamespace(output_dir=str(tmp_path), world_size=2, process_index=1)
+    state = SimpleNamespace(global_step=20)
+    zero, mine = {"who": "zero"}, {"who": "rank 1"}
+    path = tmp_path / "checkpoint-20" / "adaptive_eval_rank1.json"
+    cases = [(None, "it is missing"), ("{not json", "it cannot be read"),
+             ({"global_step": 10, "world_size": 2, "rank": 1, "state": mine}, "it is for"),
+             ({"global_step": 20, "world_size": 4, "rank": 1, "state": mine}, "it is for"),
+             ({"global_step": 20, "world_size": 2, "rank": 1, "state": mine}, None)]
+    for content, why in cases:
+        path.parent.mkdir(exist_ok=True)
+        path.unlink(missing_ok=True)
+        if content is not None:
+            path.write_text(content if isinstance(content, str) else json.dumps(content))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+            got = cb._own_state(args, state, zero)
+        if why is None:
+            assert got == mine and caplog.text == ""
+        else:
+            assert got == zero and why in caplog.text and str(path) in caplog.text, content

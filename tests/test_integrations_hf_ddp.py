@@ -50,3 +50,18 @@ def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_
         assert replica0 and replica1 and not set(mine) & set(theirs)  # each item scored once, on a replica
         assert sorted(mine + theirs) == sorted(EvalRequest(step=h[0], sample_size=h[2], seed=0,
                                                            reason="").indices(200))
+
+
+def test_under_ddp_every_rank_resumes_its_own_detectors_and_decides_as_the_uninterrupted_run(tmp_path):
+    """HF saves callback state from world process zero only; each rank's detectors saw its own losses, so every
+    other rank keeps its state beside the checkpoint and resumes from it (before: rank 1 resumed with rank 0's)."""
+    full = run(tmp_path, "save")
+    folder = tmp_path / "checkpoint-20"
+    assert (folder / "adaptive_eval_rank1.json").is_file() and not (folder / "adaptive_eval_rank0.json").exists()
+    at_20 = [r["saved"]["20"] for r in full]
+    assert at_20[0] != at_20[1]  # the ranks' detectors differ: a rank resumed with the other's would show
+    resumed = run(tmp_path, "resume")
+    assert [r["resumed_with"] for r in resumed] == [[at_20[0]], [at_20[1]]]
+    for f, r in zip(full, resumed):  # the same decisions, and each rank's detectors end where they did
+        assert r["history"] == f["history"] and len(f["history"]) >= 3
+        assert json.loads(r["saved"]["30"])["detectors"] == json.loads(f["saved"]["30"])["detectors"]

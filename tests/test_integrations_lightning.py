@@ -172,6 +172,52 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
         assert h[2] == len(mine) + len(theirs)
 
 
+class StateRecording(AdaptiveEvalCallback):
+    """Each spawned rank's own state at every checkpoint, and the state it resumed with."""
+
+    def __init__(self, out, tag, **kw):
+        super().__init__("default", **kw)
+        self.out, self.tag, self.saved, self.resumed_with = str(out), tag, {}, []
+
+    def on_train_start(self, trainer, pl_module):
+        super().on_train_start(trainer, pl_module)
+        if trainer.global_step > 0:
+            self.resumed_with.append(json.dumps(self.evaluator.state_dict(), sort_keys=True))
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.saved[trainer.global_step] = json.dumps(self.evaluator.state_dict(), sort_keys=True)
+
+    def on_train_end(self, trainer, pl_module):
+        super().on_train_end(trainer, pl_module)
+        history = [[r.step, r.reason, r.items] for r in self.evaluator.history]
+        with open(f"{self.out}/{self.tag}{trainer.global_rank}.json", "w") as f:
+            json.dump({"history": history, "saved": self.saved, "resumed_with": self.resumed_with}, f)
+
+
+def test_under_ddp_every_rank_resumes_its_own_detectors(tmp_path):
+    """Lightning writes global rank zero's checkpoint; each rank's detectors saw its own losses, so the checkpoint
+    holds every rank's state (gathered while Lightning dumps it on all ranks) and each rank resumes its own."""
+    def run(tag, ckpt_path=None):
+        train, val = loaders(n_train=160, n_val=100)  # 20 optimizer steps per epoch on each of 2 ranks
+        cb = StateRecording(tmp_path, tag, overrides=FAST + ["trigger.freq_steps=6"])
+        saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_epochs=1, save_top_k=-1)
+        trainer = L.Trainer(max_steps=40, strategy="ddp_spawn", devices=2, num_nodes=1, logger=False,
+                            callbacks=[cb, saver], **QUIET)
+        trainer.fit(Model(), train, val, ckpt_path=ckpt_path)
+        return [json.loads((tmp_path / f"{tag}{r}.json").read_text()) for r in (0, 1)]
+
+    full = run("full")
+    (first,) = [p for p in (tmp_path / "ckpt").iterdir() if "step=20" in p.name]
+    at_20 = [r["saved"]["20"] for r in full]
+    assert at_20[0] != at_20[1]  # the ranks' detectors differ: a rank resumed with the other's would show
+    (stored,) = [v for k, v in torch.load(first, weights_only=True)["callbacks"].items() if "StateRecording" in k]
+    assert [json.dumps(s, sort_keys=True) for s in stored["ranks"]] == at_20
+    resumed = run("resumed", ckpt_path=str(first))
+    assert [r["resumed_with"] for r in resumed] == [[at_20[0]], [at_20[1]]]
+    assert resumed[0]["history"] == resumed[1]["history"]
+    assert [h[:2] for h in resumed[0]["history"]] == [h[:2] for h in full[0]["history"]]
+
+
 def test_rank_branches_state_and_skipped_runs(caplog):
     calls = []
 
@@ -256,3 +302,17 @@ def test_asynchronous_evaluation_through_the_module_runs_on_the_weights_of_its_s
     with open(logger.log_dir + "/metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("adaptive_eval/step")]
     assert [int(float(r["adaptive_eval/step"])) for r in rows] == [r.step for r in history]
+
+
+def test_a_checkpoint_from_another_number_of_ranks_resumes_with_rank_zeros_state_and_says_so(caplog):
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    cb = AdaptiveEvalCallback("default")
+    cb.evaluator = AdaptiveEvaluator.from_config(load_config("default"))  # one process: rank 0 of 1
+    zero = {"who": "zero"}
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert cb._own_state(zero, None) == zero and cb._own_state(zero, [{"who": "mine"}]) == {"who": "mine"}
+    assert caplog.text == ""
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert cb._own_state(zero, [{"who": "a"}, {"who": "b"}]) == zero
+    assert "holds the states of 2 ranks, this run has 1: rank 0 resumes with rank zero's" in caplog.text

@@ -30,7 +30,10 @@ What it does (each step is something a user would otherwise write; see the READM
   it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
   step's training log (``control.should_log`` is restored);
 * saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions, also with
-  ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
+  ``restore_callback_states_from_checkpoint=True``.  HF keeps callback states from world process zero only,
+  so under DDP every other rank writes its own (its detectors saw its own losses) to
+  ``checkpoint-<step>/adaptive_eval_rank<r>.json`` at ``on_save`` and resumes from it (a warning, and rank
+  zero's state, when it is missing).  With ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
   ``state()["args"]``, which takes what is not a plain value (``evaluate_fn``, ``eval_dataset``,
   ``executor``, ``clock``, the trainer) from the instance it replaces (found in HF's
   ``Trainer._load_callback_state``; a warning when it cannot be);
@@ -51,8 +54,10 @@ trainer was built), pass ``trainer=``.  Nothing here raises inside the training 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -93,6 +98,29 @@ _NOT_OBSERVED = ("loss", "train_loss")
 # What the user passed that is not a plain value: not in state()["args"], so HF's rebuilt callback
 # (restore_callback_states_from_checkpoint) takes it from the instance it replaces.
 _LIVE = ("evaluate_fn", "eval_dataset", "executor", "clock", "_trainer_ref")
+
+# Under DDP, each rank but world process zero keeps its own state beside the checkpoint (HF saves
+# ``stateful_callbacks`` from process zero only): ``checkpoint-<step>/`` + this.
+_RANK_STATE = "adaptive_eval_rank{rank}.json"
+
+
+def _checkpoint_dir(args, global_step: int) -> str:
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    return os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{global_step}")
+
+
+def _resumed_from() -> str | None:
+    """The checkpoint folder ``Trainer.train`` is resuming from (its ``resume_from_checkpoint``, found on the
+    call stack), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in ("_inner_training_loop", "train"):
+            path = frame.f_locals.get("resume_from_checkpoint")
+            if isinstance(path, (str, os.PathLike)):
+                return os.fspath(path)
+        frame = frame.f_back
+    return None
 
 
 def _replaced_instance(callback):
@@ -250,9 +278,35 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if isinstance(stored, Mapping) and stored.get("attributes", {}).get("_saved_state"):
             saved = stored["attributes"]["_saved_state"]
         if saved and state.global_step > 0:  # resuming from a checkpoint
+            if args.world_size > 1 and args.process_index > 0:
+                saved = self._own_state(args, state, saved)
             self.evaluator.load_state_dict(saved)
         if trainer is not None and self._wrapped_training_step is None:
             self._wrap_training_step(trainer)
+
+    def _own_state(self, args, state, zero_state: dict) -> dict:
+        """This rank's state saved beside the checkpoint being resumed (``on_save``); rank zero's, with a
+        warning, when there is none for this rank, step and world size."""
+        folder = _resumed_from() or _checkpoint_dir(args, state.global_step)
+        path = os.path.join(folder, _RANK_STATE.format(rank=args.process_index))
+        why = None
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+        except FileNotFoundError:
+            why = "it is missing"
+        except (OSError, ValueError) as exc:
+            why = f"it cannot be read ({type(exc).__name__}: {exc})"
+        else:
+            expected = {"global_step": state.global_step, "world_size": args.world_size, "rank": args.process_index}
+            found = {key: saved.get(key) for key in expected} if isinstance(saved, Mapping) else {}
+            if found != expected or not isinstance(saved.get("state"), Mapping):
+                why = f"it is for {found or 'something else'}, not {expected}"
+            else:
+                return saved["state"]
+        log.warning("adaptive_eval: rank %d resumes with world process zero's state: its own, %s, %s (its "
+                    "detectors start from rank zero's view of the run)", args.process_index, path, why)
+        return zero_state
 
     def _wrap_training_step(self, trainer) -> None:
         original = trainer.training_step
@@ -298,6 +352,26 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 values[f"train/{key}"] = v
         if values:
             self._guard("observe", self.evaluator.observe, values, state.global_step - 1)
+
+    def on_save(self, args, state, control, **kwargs):
+        # Called on every rank after the checkpoint was written; HF kept state() of process zero only.
+        self.hooks_called.add("on_save")
+        if self.evaluator is None or args.world_size <= 1 or args.process_index == 0:
+            return
+        self._guard("save", self._save_own_state, args, state)
+
+    def _save_own_state(self, args, state) -> None:
+        folder = _checkpoint_dir(args, state.global_step)
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, _RANK_STATE.format(rank=args.process_index))
+        data = {"global_step": state.global_step, "world_size": args.world_size, "rank": args.process_index,
+                "state": self.evaluator.state_dict()}
+        tmp = f"{path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_end")

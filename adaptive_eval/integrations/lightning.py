@@ -25,7 +25,9 @@ What it does (see the README's table):
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
   ``pl_module.log`` (which loses or repeats one-off points);
 * checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
-  resumes with the same decisions;
+  resumes with the same decisions; under DDP the checkpoint (written by global rank zero) holds every rank's
+  state, gathered while Lightning dumps it on all ranks, and each rank resumes its own (its detectors saw its
+  own losses);
 * asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): ``validation_step``
   runs in the worker on a replica of the module holding the weights of its step (never the live module),
   results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
@@ -36,6 +38,7 @@ Nothing here raises inside the training step, except the user's own ``evaluation
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -66,6 +69,7 @@ if (_major, _minor) < (2, 2):
 
 __all__ = ["AdaptiveEvalCallback"]
 
+log = logging.getLogger("adaptive_eval")
 
 _VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
 
@@ -95,6 +99,7 @@ class AdaptiveEvalCallback(Callback):
         self.clock = clock
         self.evaluator = None
         self._stashed: dict | None = None
+        self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
         self._guard = StepGuard()
         self._last_global_step = -1
         self._steps_per_epoch = 1
@@ -138,8 +143,8 @@ class AdaptiveEvalCallback(Callback):
                                                        executor=self.executor)
         self._async = asynchronous(cfg, self.executor)
         if self._stashed:
-            self.evaluator.load_state_dict(self._stashed)
-            self._stashed = None
+            self.evaluator.load_state_dict(self._own_state(self._stashed, self._stashed_ranks))
+            self._stashed = self._stashed_ranks = None
         self._last_global_step = trainer.global_step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -260,13 +265,32 @@ class AdaptiveEvalCallback(Callback):
 
     # -- state ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        if self.evaluator is not None:
-            return {"evaluator": self.evaluator.state_dict()}
-        return {"evaluator": self._stashed}
+        if self.evaluator is None:
+            state, ranks = self._stashed, self._stashed_ranks
+        else:
+            state, ranks = self.evaluator.state_dict(), None
+            if self.evaluator.dist.distributed:
+                # Lightning dumps a checkpoint on every rank (Trainer.save_checkpoint "needs to be called on all
+                # processes") and writes rank zero's: gather every rank's state into it.
+                ranks = self._guard("state", self.evaluator.dist.gather_objects, state)
+        return {"evaluator": state} if ranks is None else {"evaluator": state, "ranks": ranks}
 
     def load_state_dict(self, state_dict) -> None:
         # Restore runs before or after on_fit_start depending on the strategy: apply it in on_train_start.
         self._stashed = state_dict.get("evaluator")
+        self._stashed_ranks = state_dict.get("ranks")
+
+    def _own_state(self, zero_state: dict, ranks) -> dict:
+        """This rank's state from a checkpoint holding every rank's; rank zero's (with a warning when the
+        checkpoint was written by another number of ranks) otherwise."""
+        rank, world = self.evaluator.dist.rank_world()
+        if not ranks:
+            return zero_state
+        if len(ranks) == world and isinstance(ranks[rank], Mapping):
+            return ranks[rank]
+        log.warning("adaptive_eval: the checkpoint holds the states of %d ranks, this run has %d: rank %d resumes "
+                    "with rank zero's (its detectors start from rank zero's view of the run)", len(ranks), world, rank)
+        return zero_state
 
 
 class _ModuleEval:
