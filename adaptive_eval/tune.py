@@ -9,9 +9,12 @@ confirm), the true eval value at every record (``truth``), the eval metric and t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import signal
 import statistics
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -375,6 +378,26 @@ def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str)
 _OBJ_INDEX: dict[str, int] = {}
 
 
+@contextlib.contextmanager
+def _stop_on_sigint(stop: threading.Event):
+    """While the search runs (main thread only): the first SIGINT sets ``stop``, a second one raises
+    ``KeyboardInterrupt``; the previous handler comes back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "delay", "regret"), trials: int = 50,
          seed: int = 0, out_dir: str | None = None, progress: bool = True, n_folds: int = 3) -> TuneResult:
     """Search the policy and detector parameters (:data:`SPACE`) on ``cases`` with Optuna.
@@ -385,7 +408,11 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
     with ``seed``: the same runs, base, objectives, trials and seed give the same trials.  Cross-validation:
     for each selection rule (best of each objective, the knee), the rule is applied to the front computed
     on all folds but one and the pick scored on the one left out; ``cv`` holds the mean over folds.
-    A ``KeyboardInterrupt`` stops the search: the trials done so far are kept and written.
+    Ctrl-C (SIGINT, in the main thread) stops the search after the run being replayed: the trials done so far
+    are kept and written; a second Ctrl-C, or a ``KeyboardInterrupt`` raised elsewhere, stops it at once.
+    (The first one only sets a flag: a ``KeyboardInterrupt`` raised at an arbitrary point can be swallowed
+    by a ``__del__`` or turned into another error by a library caught half-way, OmegaConf's config
+    building among them, and the search then ran on or crashed.)
     """
     import optuna
 
@@ -407,6 +434,8 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         log_path = os.path.join(out_dir, "trials.jsonl")
         open(log_path, "w").close()
 
+    stop = threading.Event()
+
     def objective(trial):
         params = _suggest(trial, base)
         try:
@@ -414,7 +443,12 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search
             trial.set_user_attr("error", str(exc))
             return [math.nan] * len(objectives) if len(objectives) > 1 else math.nan
-        scores = [run_case(c, cfg, seed=0) for c in cases]
+        scores = []
+        for c in cases:
+            if stop.is_set():  # Ctrl-C: this trial is not finished, so not kept
+                trial.study.stop()
+                raise optuna.TrialPruned("interrupted")
+            scores.append(run_case(c, cfg, seed=0))
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
         values = [float(np.nanmean([pf[k] for pf in per_fold])) if any(math.isfinite(pf[k]) for pf in per_fold)
                   else math.nan for k in range(len(objectives))]
@@ -430,9 +464,12 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     interrupted = False
     try:
-        study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False)
+        with _stop_on_sigint(stop):
+            study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False,
+                           callbacks=[lambda study, _: study.stop() if stop.is_set() else None])
     except KeyboardInterrupt:
         interrupted = True
+    interrupted = interrupted or stop.is_set()
     result = summarize(done, objectives, fold_idx, interrupted)
     if out_dir is not None:
         result.written = write_outputs(result, base, out_dir)

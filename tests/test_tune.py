@@ -120,3 +120,24 @@ def test_pareto_and_params_apply():
     cfg = apply_params(load_config("areal"), {"cusum.threshold": 5.0, "trigger.freq_steps": 7})
     assert cfg.trigger.freq_steps == 7
     assert [d["type"] for d in cfg.streams.default] == ["cusum"]
+
+
+def test_the_first_ctrl_c_only_asks_the_search_to_stop_the_second_interrupts():
+    """A KeyboardInterrupt raised at an arbitrary point of a trial was sometimes swallowed (the search ran on:
+    CI timed out waiting for it) or turned into an AttributeError by OmegaConf caught half-way through building
+    a config (the search crashed).  So the first SIGINT only sets a flag that ends the search after the run
+    being replayed; a second one raises at once; the previous handler comes back."""
+    import threading
+
+    from adaptive_eval.tune import _stop_on_sigint
+
+    before = signal.getsignal(signal.SIGINT)
+    stop = threading.Event()
+    with pytest.raises(KeyboardInterrupt):
+        with _stop_on_sigint(stop):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # (the handler runs in the main thread at the next bytecode)
+            assert stop.is_set()
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    assert signal.getsignal(signal.SIGINT) is before
