@@ -170,6 +170,16 @@ class AdaptiveEvaluator:
         timeout_s = self._evaluation["timeout_s"]
         self._eval_timeout = EvalTimeout(timeout_s) if timeout_s is not None and not self._distributed else None
         self.policies: PolicySet = make_policies(plain["policy"], self._evaluation)
+        budget = self.policies.by_name.get("budget")
+        if budget is not None and self._suites:
+            # With suites an item of one is not an item of another (an AIME problem x 16 answers at 4x the
+            # cost against a MATH problem x 1): the budget reckons in the suites' cost units, over the suites
+            # the evaluation will cover.
+            from functools import partial
+
+            from adaptive_eval.suites import result_units
+
+            budget.cost_model(self._planned_units, partial(result_units, self._suites))
         self._streams = plain["streams"]
         self._ignore = frozenset(self._streams["ignore"])
         self._listeners: list[Callable[[dict], None]] = []
@@ -641,11 +651,9 @@ class AdaptiveEvaluator:
             return None
         return self._run(evaluate_fn, decision, epoch, global_step)
 
-    def _suite_plan(self, decision: Decision, rank: int | None = None, world: int | None = None
-                    ) -> tuple[Decision, dict]:
-        """The due suites' requests for this rank (or ``rank`` of ``world``), and the decision with its reason
-        saying which and why."""
-        from adaptive_eval.suites import SuitePlan, due_suites, suite_requests, suites_reason
+    def _due_plans(self, decision: Decision) -> tuple[int, dict, list]:
+        """The index of the next evaluation, the suites it covers (with why) and each one's plan."""
+        from adaptive_eval.suites import SuitePlan, due_suites
 
         index = self._evals_run
         due = due_suites(self._suites, index, decision.reason)
@@ -656,6 +664,21 @@ class AdaptiveEvaluator:
             items = suite["sample_size"] or (decision.sample_size if decision.sample_size is not None else suite["size"])
             default = SuitePlan(name, min(items, suite["size"]), suite["samples_per_item"])
             plans.append(sized.get(name, default))
+        return index, due, plans
+
+    def _planned_units(self, decision: Decision) -> float:
+        """The budget's estimate of an evaluation with suites: its due suites' plans in cost units."""
+        from adaptive_eval.suites import plan_units
+
+        return plan_units(self._suites, self._due_plans(decision)[2])
+
+    def _suite_plan(self, decision: Decision, rank: int | None = None, world: int | None = None
+                    ) -> tuple[Decision, dict]:
+        """The due suites' requests for this rank (or ``rank`` of ``world``), and the decision with its reason
+        saying which and why."""
+        from adaptive_eval.suites import suite_requests, suites_reason
+
+        index, due, plans = self._due_plans(decision)
         requests = suite_requests(self._suites, plans, self._evaluation["seed"],
                                   self._rank if rank is None else rank, self._world if world is None else world)
         reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})

@@ -21,7 +21,8 @@ import numpy as np
 
 from adaptive_eval.types import SuiteRequest
 
-__all__ = ["SuitePlan", "due_suites", "suite_order", "suite_requests", "suites_reason", "weighted_aggregate"]
+__all__ = ["SuitePlan", "due_suites", "plan_units", "result_units", "suite_order", "suite_requests", "suites_reason",
+           "weighted_aggregate"]
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
@@ -170,3 +171,45 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
         out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for p in parts.values()),
                                                   ci=(mean - half, mean + half), per_sample=False)
     return out
+
+
+def plan_units(suites: Mapping[str, Mapping], plans: Sequence) -> float:
+    """What evaluating ``plans`` costs in the suites' own units: per suite, items x (samples per item x ``cost``
+    + ``item_cost``) (the cost model of ``stats.two_stage_size`` and of replay's simulated clock).
+
+    >>> cfg = {"math500": {"cost": 1.0, "item_cost": 0.0}, "aime24": {"cost": 4.0, "item_cost": 0.0}}
+    >>> plan_units(cfg, [SuitePlan("math500", 50, 4), SuitePlan("aime24", 30, 16)])
+    2120.0
+    """
+    total = 0.0
+    for plan in plans:
+        suite = suites.get(plan[0])
+        if suite is not None:
+            total += int(plan[1]) * (int(plan[2]) * float(suite["cost"]) + float(suite["item_cost"]))
+    return total
+
+
+def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | None:
+    """What an evaluation's results cost in the same units as :func:`plan_units`, from each suite's metric of
+    the most items (``"<suite>/<metric>"``: its items, and its answers for an items x samples metric).  None
+    when no suite's metric is there.
+
+    >>> from adaptive_eval.types import MetricSummary
+    >>> cfg = {"math500": {"cost": 1.0, "item_cost": 0.5}, "aime24": {"cost": 4.0, "item_cost": 0.0}}
+    >>> m = {"math500/acc": MetricSummary(0.5, 50, (0.4, 0.6), clustered=True, samples=200),
+    ...      "aime24/acc": MetricSummary(0.2, 30, (0.1, 0.3))}
+    >>> result_units(cfg, m)
+    345.0
+    """
+    best: dict[str, object] = {}
+    for name, m in metrics.items():
+        suite = name.split("/", 1)[0]
+        if suite in suites and "/" in name and (suite not in best or m.n > best[suite].n):
+            best[suite] = m
+    if not best:
+        return None
+    total = 0.0
+    for suite, m in best.items():
+        answers = m.samples if getattr(m, "clustered", False) and m.samples else m.n
+        total += answers * float(suites[suite]["cost"]) + m.n * float(suites[suite]["item_cost"])
+    return total

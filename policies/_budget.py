@@ -16,8 +16,12 @@ __all__ = ["BudgetPolicy"]
 class BudgetPolicy(Policy):
     """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
 
-    The cost of the next evaluation is estimated from the last one, in proportion to its sample size (with
-    eval suites: the items of all the suites planned).
+    The cost of the next evaluation is estimated from the last one, in proportion to its sample size.  With
+    eval suites (:meth:`cost_model`, set by :class:`~adaptive_eval.AdaptiveEvaluator`) it is in the suites'
+    cost units instead, items x (samples per item x ``cost`` + ``item_cost``) over the suites that evaluation
+    covers: an AIME problem answered 16 times at cost 4 is not one MATH answer (counted in items, an
+    evaluation with the dear suite made every later one look dear, and the budget deferred them for hundreds
+    of steps at a fifth of its share).
     The first evaluation always runs (nothing is known of its cost).  Urgent evaluations (a NaN, say) run
     regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
     allows.
@@ -75,7 +79,14 @@ class BudgetPolicy(Policy):
                                            or alarm_min_size < 1):
             raise ValueError(f"alarm_min_size must be a positive integer or None, got {alarm_min_size!r}")
         self.alarm_min_size = alarm_min_size
+        self._planned = self._measured = None  # the cost model with eval suites (cost_model)
         self._reset()
+
+    def cost_model(self, planned, measured) -> None:
+        """Reckon in cost units: ``planned(decision)`` is what an evaluation would cost, ``measured(result)``
+        what one did cost (None: unknown; then its items count).  Not state: the evaluator sets it from its
+        config, the same on every run."""
+        self._planned, self._measured = planned, measured
 
     def _reset(self) -> None:
         self._seconds_per_sample: float | None = None
@@ -105,11 +116,12 @@ class BudgetPolicy(Policy):
     def _alarm(decision: Decision) -> bool:
         return decision.reason.startswith("alarm:")
 
-    def _items(self, decision: Decision) -> int | None:
-        """Items the decision asks for (None: the whole set, size unknown).  An alarm's evaluation covers every
-        suite, so with suites it asks for all their planned items; a scheduled one is judged by its sample size
-        as before (which suites are due is decided later)."""
-        if decision.suites and self._alarm(decision):
+    def _items(self, decision: Decision) -> float | None:
+        """What the decision asks for: cost units of the suites it will cover (with a cost model), else items
+        (None: the whole set, size unknown)."""
+        if self._planned is not None:
+            return self._planned(decision)
+        if decision.suites and self._alarm(decision):  # (no cost model: all the suites' planned items)
             return sum(int(plan[1]) for plan in decision.suites)
         if decision.sample_size is None and self._alarm(decision):
             return self._whole_items
@@ -134,23 +146,34 @@ class BudgetPolicy(Policy):
             return None
         room = self._room(ctx)
         afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
-        fit = asked if afford >= asked else int(afford)
-        if fit >= asked:
+        if afford >= asked:
             return decision
-        if fit < self.alarm_min_size:
-            return None
-        ratio = fit / asked
+        if self._planned is None:  # reckoning in items: whole ones
+            fit = int(afford)
+            if fit < self.alarm_min_size:
+                return None
+            ratio = fit / asked
+        else:  # in cost units (linear in items): every suite's items shrink in proportion
+            ratio = afford / asked
         suites = tuple((name, max(1, min(int(items), math.floor(int(items) * ratio))), *rest)
                        for name, items, *rest in decision.suites)
-        sample_size = fit
-        if decision.suites:  # (the suites are sized by their plans; the plain size shrinks alike)
+        if decision.suites or self._planned is not None:  # (the suites are sized by their plans; the plain size alike)
             sample_size = None if decision.sample_size is None else max(1, math.floor(decision.sample_size * ratio))
-        return dataclasses.replace(decision, sample_size=sample_size, suites=suites,
-                                   reason=f"{decision.reason} (budget: {fit} of {asked} items)")
+        else:
+            sample_size = fit
+        shrunk = dataclasses.replace(decision, sample_size=sample_size, suites=suites)
+        if self._planned is not None:
+            fit = sum(items for _, items, *_ in suites) if suites else sample_size
+            if fit is None or fit < self.alarm_min_size or self._planned(shrunk) > afford:
+                return None
+        wanted = sum(int(items) for _, items, *_ in decision.suites) if decision.suites else asked
+        return dataclasses.replace(shrunk, reason=f"{decision.reason} (budget: {fit} of {wanted:g} items)")
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._last_seconds = float(result.seconds)
-        items = result.sample_size or result.items
+        items = self._measured(result.metrics) if self._measured is not None else None
+        if items is None:
+            items = result.sample_size or result.items
         if items:
             self._seconds_per_sample = float(result.seconds) / items
         if result.sample_size is None and result.items:

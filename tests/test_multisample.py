@@ -511,6 +511,29 @@ def test_replay_draws_each_requested_item_from_its_own_truth():
         replay(make_item_trace("flat", steps=40, seed=0, suites={"gsm8k": (10, 0.0)}).trace, cfg)
 
 
+def test_the_budget_reckons_suites_in_cost_units_so_a_dear_suite_does_not_starve_the_schedule():
+    """An evaluation covering aime24 (30 problems x 16 answers at 4x the cost) costs ten times one of math500
+    alone (50 x 4).  Counted in items, the first evaluation (both suites) made every later one look as dear,
+    and the budget deferred them for 450-575 of 600 steps while spending under 4% of its 11%.  In cost units
+    over the suites each evaluation covers, the schedule runs (the longest gap is the relaxed interval,
+    4.4 x 25 steps, plus what the budget holds) and the budget still caps the share."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.suites import plan_units, result_units
+    from adaptive_eval.synthetic_items import make_item_trace
+
+    cfg = load_config("default", [*SUITES, "evaluation.suites.aime24.cost=4", "trigger.freq_steps=25"])
+    for seed in range(3):
+        run = replay(make_item_trace("flat", steps=600, seed=seed).trace, cfg, seed=seed)
+        steps = [e["step"] for e in run.evals]
+        assert len(steps) >= 6 and max(b - a for a, b in zip(steps, steps[1:])) <= 150, steps
+        assert run.summary["eval_seconds"] <= 0.11 * run.summary["train_seconds"]
+    suites = {"math500": {"cost": 1.0, "item_cost": 0.0}, "aime24": {"cost": 4.0, "item_cost": 2.0}}
+    assert plan_units(suites, [("math500", 50, 4, ""), ("aime24", 30, 16, ""), ("other", 9, 9, "")]) == 200 + 1980
+    results = run.results[0].metrics
+    assert result_units({k: suites[k] for k in ("math500",)}, results) == 4 * results["math500/acc"].n
+    assert result_units(suites, {"acc": results["math500/acc"]}) is None
+
+
 # -- custom aggregations: weighted mean, quantiles ------------------------------------------------------
 
 def test_weighted_mean_and_quantiles_over_items():

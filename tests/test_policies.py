@@ -247,6 +247,28 @@ def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
         BudgetPolicy(alarm_min_size=0)
 
 
+def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
+    """(AdaptiveEvaluator sets it with eval suites.)  An evaluation of 50 cheap items cost 100 s because its
+    30 dear ones cost 2000 of its 2200 units: a plan of 50 cheap items (200 units) is 9 s, not 100 s."""
+    units = {"cheap": 200.0, "both": 2200.0}
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    p.cost_model(lambda d: units[d.reason.split(":")[-1]], lambda metrics: 2200.0)
+    p.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))  # 0.05 s a unit
+    room = ctx(30, 1200.0, 110.0)  # (0.1 x 1200 - 110) / 0.9 = 11.1 s
+    assert p.propose(Decision(True, 50, "trigger:cheap"), room).evaluate
+    assert p.propose(Decision(True, 50, "trigger:both"), room).reason == "budget:deferred"
+    counted = BudgetPolicy(max_eval_fraction=0.1)  # in items: 2.2 s an item, so 50 look like 110 s
+    counted.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))
+    assert counted.propose(Decision(True, 50, "trigger:cheap"), room).reason == "budget:deferred"
+    # An alarm's plan shrinks in proportion, judged in units (here 2200 for all of its 980 answers).
+    alarm = Decision(True, 50, "alarm:x:both", suites=(("cheap", 500, 1, ""), ("dear", 30, 16, "")))
+    p.cost_model(lambda d: sum(i * k for _, i, k, _ in d.suites) * 2200 / 980, lambda metrics: 2200.0)
+    got = p.propose(alarm, ctx(30, 2000.0, 110.0))  # (200 - 110) / 0.9 = 100 s = 2000 of 2200 units
+    assert got.evaluate and got.suites == (("cheap", 454, 1, ""), ("dear", 27, 16, ""))
+    assert got.reason == "alarm:x:both (budget: 481 of 530 items)"
+    assert not p.propose(alarm, ctx(30, 1130.0, 110.0)).evaluate  # 3.3 s: 67 units, 16 items (< 48)
+
+
 PEAK_TABLE = [
     ([("eval", 1, 0.5), ("scale", 1, 4.0), ("eval", 2, 0.6), ("scale", 2, 4.0), ("eval", 3, 0.55),
       ("scale", 3, 4.0), ("scale", 3, 0.5)], [1.0, 1.0, 4.0, 0.5]),
