@@ -666,11 +666,12 @@ class AdaptiveEvaluator:
             plans.append(sized.get(name, default))
         return index, due, plans
 
-    def _planned_units(self, decision: Decision) -> float:
-        """The budget's estimate of an evaluation with suites: its due suites' plans in cost units."""
+    def _planned_units(self, decision: Decision) -> tuple[float, int]:
+        """The budget's estimate of an evaluation with suites: its due suites' plans in cost units, and items."""
         from adaptive_eval.suites import plan_units
 
-        return plan_units(self._suites, self._due_plans(decision)[2])
+        plans = self._due_plans(decision)[2]
+        return plan_units(self._suites, plans), sum(int(p[1]) for p in plans)
 
     def _suite_plan(self, decision: Decision, rank: int | None = None, world: int | None = None
                     ) -> tuple[Decision, dict]:

@@ -191,8 +191,9 @@ def plan_units(suites: Mapping[str, Mapping], plans: Sequence) -> float:
 
 def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | None:
     """What an evaluation's results cost in the same units as :func:`plan_units`, from each suite's metric of
-    the most items (``"<suite>/<metric>"``: its items, and its answers for an items x samples metric).  None
-    when no suite's metric is there.
+    the most answers (``"<suite>/<metric>"``: its answers for an items x samples metric, else its items; a
+    per-item metric beside an items x samples one does not hide the answers).  None when no suite's metric
+    is there.
 
     >>> from adaptive_eval.types import MetricSummary
     >>> cfg = {"math500": {"cost": 1.0, "item_cost": 0.5}, "aime24": {"cost": 4.0, "item_cost": 0.0}}
@@ -201,15 +202,15 @@ def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | Non
     >>> result_units(cfg, m)
     345.0
     """
+    def answers(m):
+        return m.samples if getattr(m, "clustered", False) and m.samples else m.n
+
     best: dict[str, object] = {}
     for name, m in metrics.items():
         suite = name.split("/", 1)[0]
-        if suite in suites and "/" in name and (suite not in best or m.n > best[suite].n):
+        if suite in suites and "/" in name and (suite not in best or (answers(m), m.n) > (answers(best[suite]),
+                                                                                          best[suite].n)):
             best[suite] = m
     if not best:
         return None
-    total = 0.0
-    for suite, m in best.items():
-        answers = m.samples if getattr(m, "clustered", False) and m.samples else m.n
-        total += answers * float(suites[suite]["cost"]) + m.n * float(suites[suite]["item_cost"])
-    return total
+    return sum(answers(m) * float(suites[s]["cost"]) + m.n * float(suites[s]["item_cost"]) for s, m in best.items())

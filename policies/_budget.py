@@ -83,9 +83,9 @@ class BudgetPolicy(Policy):
         self._reset()
 
     def cost_model(self, planned, measured) -> None:
-        """Reckon in cost units: ``planned(decision)`` is what an evaluation would cost, ``measured(result)``
-        what one did cost (None: unknown; then its items count).  Not state: the evaluator sets it from its
-        config, the same on every run."""
+        """Reckon in cost units: ``planned(decision)`` is ``(units, items)`` of the evaluation the decision would
+        run, ``measured(metrics)`` the units an evaluation's results cost (None: none of its suites' metrics).
+        Not state: the evaluator sets it from its config, the same on every run."""
         self._planned, self._measured = planned, measured
 
     def _reset(self) -> None:
@@ -120,7 +120,7 @@ class BudgetPolicy(Policy):
         """What the decision asks for: cost units of the suites it will cover (with a cost model), else items
         (None: the whole set, size unknown)."""
         if self._planned is not None:
-            return self._planned(decision)
+            return self._planned(decision)[0]
         if decision.suites and self._alarm(decision):  # (no cost model: all the suites' planned items)
             return sum(int(plan[1]) for plan in decision.suites)
         if decision.sample_size is None and self._alarm(decision):
@@ -148,43 +148,74 @@ class BudgetPolicy(Policy):
         afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
         if afford >= asked:
             return decision
-        if self._planned is None:  # reckoning in items: whole ones
-            fit = int(afford)
-            if fit < self.alarm_min_size:
-                return None
-            ratio = fit / asked
-        else:  # in cost units (linear in items): every suite's items shrink in proportion
-            ratio = afford / asked
-        suites = tuple((name, max(1, min(int(items), math.floor(int(items) * ratio))), *rest)
-                       for name, items, *rest in decision.suites)
-        if decision.suites or self._planned is not None:  # (the suites are sized by their plans; the plain size alike)
+        if self._planned is not None:
+            return self._shrink_units(decision, afford)
+        fit = int(afford)  # reckoning in items: whole ones
+        if fit < self.alarm_min_size:
+            return None
+        ratio = fit / asked
+        if decision.suites:  # (the suites are sized by their plans; the plain size shrinks alike)
+            suites = self._scaled(decision.suites, ratio)
             sample_size = None if decision.sample_size is None else max(1, math.floor(decision.sample_size * ratio))
         else:
-            sample_size = fit
-        shrunk = dataclasses.replace(decision, sample_size=sample_size, suites=suites)
-        if self._planned is not None:
-            fit = sum(items for _, items, *_ in suites) if suites else sample_size
-            if fit is None or fit < self.alarm_min_size or self._planned(shrunk) > afford:
-                return None
-        wanted = sum(int(items) for _, items, *_ in decision.suites) if decision.suites else asked
-        return dataclasses.replace(shrunk, reason=f"{decision.reason} (budget: {fit} of {wanted:g} items)")
+            suites, sample_size = decision.suites, fit
+        return dataclasses.replace(decision, sample_size=sample_size, suites=suites,
+                                   reason=f"{decision.reason} (budget: {fit} of {asked} items)")
+
+    @staticmethod
+    def _scaled(suites, ratio: float) -> tuple:
+        return tuple((name, max(1, min(int(items), math.floor(int(items) * ratio))), *rest)
+                     for name, items, *rest in suites)
+
+    def _shrink_units(self, decision: Decision, afford: float) -> Decision | None:
+        """In cost units: the largest share of every shrinkable plan (the sample-size policy's suites, the plain
+        size) whose evaluation fits ``afford`` units, found by bisection (a suite of fixed size or at its whole
+        set costs the same at every share); None when fewer than ``alarm_min_size`` items fit."""
+        base = decision.sample_size if decision.sample_size is not None else self._whole_items
+        wanted = self._planned(decision)[1]
+
+        def at(ratio):
+            sample_size = None if base is None else max(1, math.floor(base * ratio))
+            return dataclasses.replace(decision, sample_size=sample_size, suites=self._scaled(decision.suites, ratio))
+
+        lo, best = 0.0, None
+        hi = 1.0
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            shrunk = at(mid)
+            units, items = self._planned(shrunk)
+            if units <= afford:
+                lo, best = mid, (shrunk, items)
+            else:
+                hi = mid
+        if best is None or best[1] < self.alarm_min_size:
+            return None
+        shrunk, fit = best
+        return dataclasses.replace(shrunk, reason=f"{decision.reason} (budget: {fit} of {wanted} items)")
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._last_seconds = float(result.seconds)
-        items = self._measured(result.metrics) if self._measured is not None else None
-        if items is None:
-            items = result.sample_size or result.items
+        if not result.metrics or not result.seconds > 0:
+            # A failed evaluation (no metrics; an asynchronous one reports 0 s): what it cost says nothing of
+            # what the next one will.
+            return
+        items = self._measured(result.metrics) if self._measured is not None else result.sample_size or result.items
         if items:
             self._seconds_per_sample = float(result.seconds) / items
         if result.sample_size is None and result.items:
             self._whole_items = int(result.items)
 
+    def _unit(self) -> str:
+        return "item" if self._planned is None else "cost"
+
     def state_dict(self) -> dict:
-        return {"seconds_per_sample": self._seconds_per_sample, "last_seconds": self._last_seconds,
+        return {"seconds_per_sample": self._seconds_per_sample, "unit": self._unit(),
+                "last_seconds": self._last_seconds,
                 "whole_items": self._whole_items, "deferred": self.deferred}
 
     def load_state_dict(self, sd: Mapping) -> None:
-        self._seconds_per_sample = sd.get("seconds_per_sample")
+        # (a state saved with the other unit, items or cost units, is relearned from the next evaluation)
+        self._seconds_per_sample = sd.get("seconds_per_sample") if sd.get("unit", "item") == self._unit() else None
         self._last_seconds = sd.get("last_seconds")
         self._whole_items = sd.get("whole_items")
         self.deferred = int(sd.get("deferred", 0))

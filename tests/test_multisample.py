@@ -532,6 +532,10 @@ def test_the_budget_reckons_suites_in_cost_units_so_a_dear_suite_does_not_starve
     results = run.results[0].metrics
     assert result_units({k: suites[k] for k in ("math500",)}, results) == 4 * results["math500/acc"].n
     assert result_units(suites, {"acc": results["math500/acc"]}) is None
+    # a per-item metric of the same items listed first does not hide the items x samples one's answers
+    per_item = summarize([1.0] * results["math500/acc"].n)
+    mixed = {"math500/prompt_tokens": per_item, "math500/acc": results["math500/acc"]}
+    assert result_units({"math500": suites["math500"]}, mixed) == 4 * per_item.n
 
 
 # -- custom aggregations: weighted mean, quantiles ------------------------------------------------------

@@ -248,9 +248,9 @@ def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
 
 
 def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
-    """(AdaptiveEvaluator sets it with eval suites.)  An evaluation of 50 cheap items cost 100 s because its
-    30 dear ones cost 2000 of its 2200 units: a plan of 50 cheap items (200 units) is 9 s, not 100 s."""
-    units = {"cheap": 200.0, "both": 2200.0}
+    """(AdaptiveEvaluator sets it with eval suites.)  An evaluation of 50 cheap items cost 110 s because its
+    30 dear ones cost 2000 of its 2200 units: a plan of 50 cheap items (200 units) is 10 s, not 110 s."""
+    units = {"cheap": (200.0, 50), "both": (2200.0, 80)}
     p = BudgetPolicy(max_eval_fraction=0.1)
     p.cost_model(lambda d: units[d.reason.split(":")[-1]], lambda metrics: 2200.0)
     p.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))  # 0.05 s a unit
@@ -260,13 +260,46 @@ def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
     counted = BudgetPolicy(max_eval_fraction=0.1)  # in items: 2.2 s an item, so 50 look like 110 s
     counted.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))
     assert counted.propose(Decision(True, 50, "trigger:cheap"), room).reason == "budget:deferred"
-    # An alarm's plan shrinks in proportion, judged in units (here 2200 for all of its 980 answers).
-    alarm = Decision(True, 50, "alarm:x:both", suites=(("cheap", 500, 1, ""), ("dear", 30, 16, "")))
-    p.cost_model(lambda d: sum(i * k for _, i, k, _ in d.suites) * 2200 / 980, lambda metrics: 2200.0)
-    got = p.propose(alarm, ctx(30, 2000.0, 110.0))  # (200 - 110) / 0.9 = 100 s = 2000 of 2200 units
-    assert got.evaluate and got.suites == (("cheap", 454, 1, ""), ("dear", 27, 16, ""))
-    assert got.reason == "alarm:x:both (budget: 481 of 530 items)"
-    assert not p.propose(alarm, ctx(30, 1130.0, 110.0)).evaluate  # 3.3 s: 67 units, 16 items (< 48)
+    # A failed evaluation (no metrics; asynchronous ones report 0 s) teaches nothing about the next one's cost.
+    for failed in (EvalResult(step=2, sample_size=50, reason="", seconds=20.0),
+                   EvalResult(step=2, sample_size=50, reason="", seconds=0.0)):
+        p.on_eval(failed, ctx(2))
+        assert p.state_dict()["seconds_per_sample"] == 0.05
+    # A state saved counting items is relearned, not read as seconds per unit.
+    q = BudgetPolicy(max_eval_fraction=0.1)
+    q.cost_model(lambda d: units["cheap"], lambda metrics: 200.0)
+    q.load_state_dict(counted.state_dict())
+    assert q.state_dict()["seconds_per_sample"] is None and counted.state_dict()["unit"] == "item"
+    q.load_state_dict(p.state_dict())
+    assert q.state_dict()["seconds_per_sample"] == 0.05
+
+
+def test_with_a_cost_model_an_alarm_over_budget_shrinks_what_can_shrink():
+    """The plans the sample-size policy sized shrink in proportion until the evaluation fits; a suite of fixed
+    size (here ``dear``: 30 x 16 answers at cost 4, 1920 units) costs the same at every share."""
+    def planned(d):  # the evaluator's _planned_units: cheap sized by the plan, dear fixed
+        cheap = dict((name, items) for name, items, *_ in d.suites).get("cheap", 0)
+        return cheap * 1.0 + 1920.0, cheap + 30
+
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    p.cost_model(planned, lambda metrics: 2420.0)
+    p.on_eval(result(1, 0.5, n=50, seconds=121.0), ctx(1))  # 0.05 s a unit
+    alarm = Decision(True, 500, "alarm:x:cusum:down", suites=(("cheap", 500, 1, "two-stage"),))
+    # (0.1 x 2300 - 121) / 0.9 = 121.1 s = 2422 units: all of it; at 2000 s, 87.8 s = 1755 units: not even dear.
+    assert p.propose(alarm, ctx(30, 2300.0, 121.0)) == alarm
+    assert p.propose(alarm, ctx(30, 2000.0, 121.0)).reason == "budget:deferred"
+    # at 2150 s, 104.4 s = 2088 units: 168 cheap items beside the fixed 30 (before: deferred, the share was taken
+    # of all 2420 units as if every one could shrink)
+    got = p.propose(alarm, ctx(30, 2150.0, 121.0))
+    assert got.evaluate and got.suites == (("cheap", 168, 1, "two-stage"),)
+    assert got.reason == "alarm:x:cusum:down (budget: 198 of 530 items)"
+    assert planned(got)[0] <= 2088.9
+    # fewer than alarm_min_size items in all: it waits (at 2130 s: 2044 units, 124 cheap + 30 = 154 >= 48 fits;
+    # with alarm_min_size=200 it does not)
+    strict = BudgetPolicy(max_eval_fraction=0.1, alarm_min_size=200)
+    strict.cost_model(planned, lambda metrics: 2420.0)
+    strict.on_eval(result(1, 0.5, n=50, seconds=121.0), ctx(1))
+    assert strict.propose(alarm, ctx(30, 2150.0, 121.0)).reason == "budget:deferred"
 
 
 PEAK_TABLE = [
