@@ -382,8 +382,8 @@ _OBJ_INDEX: dict[str, int] = {}
 def _stop_on_sigint(stop: threading.Event):
     """While the search runs (main thread only): the first SIGINT sets ``stop``, a second one raises
     ``KeyboardInterrupt``; the previous handler comes back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        yield  # (not the main thread: no handler can be set; SIGINT ignored, as under nohup: leave it so)
         return
 
     def on_sigint(signum, frame):
@@ -395,7 +395,7 @@ def _stop_on_sigint(stop: threading.Event):
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # (None: set from C)
 
 
 def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "delay", "regret"), trials: int = 50,
