@@ -65,3 +65,24 @@ def test_under_ddp_every_rank_resumes_its_own_detectors_and_decides_as_the_unint
     for f, r in zip(full, resumed):  # the same decisions, and each rank's detectors end where they did
         assert r["history"] == f["history"] and len(f["history"]) >= 3
         assert json.loads(r["saved"]["30"])["detectors"] == json.loads(f["saved"]["30"])["detectors"]
+
+
+def test_a_sharded_model_is_evaluated_with_every_rank_in_step_and_never_asynchronously(tmp_path):
+    """FSDP2 (real all-gathers over gloo): the shards of 5, 7 and 1 items differ by one, and without padding the
+    rank with more items waits in an all-gather the other never joins (the run fails after ddp_timeout).  Each
+    rank's results equal those of the unsharded model on its own items, per item and in batches of 2; with an
+    executor, a sharded model is evaluated synchronously, with a warning."""
+    pytest.importorskip("torch.distributed.fsdp")
+    script = Path(__file__).with_name("hf_fsdp_script.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for r, sizes in ((r0, {"5": 3, "7": 4, "1": 1}), (r1, {"5": 2, "7": 3, "1": 0})):
+        assert r["collectives"] == [False, True]
+        for size, n in sizes.items():
+            sharded, plain = r["per_item"][size]
+            assert sharded == plain and len(plain.get("eval_loss", [])) == n
+            assert r["batched"][size][0] == r["batched"][size][1]
+        assert r["async_kept"] is False and r["warned"] is True

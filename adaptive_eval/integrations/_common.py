@@ -150,6 +150,60 @@ def asynchronous(cfg, executor) -> bool:
     return bool(cfg.evaluation.asynchronous) or executor is not None
 
 
+def forward_collectives(module) -> bool:
+    """Whether a forward pass of ``module`` runs collectives every rank must join: FSDP (``FullyShardedDataParallel``
+    or ``fully_shard``), DTensor (tensor-parallel) parameters, DeepSpeed ZeRO-3 parameters.  Then the ranks must
+    make the same number of forward calls in an evaluation (:func:`lockstep_padding`), and a replica must not run
+    them in a worker thread beside training's (the adapters then evaluate synchronously)."""
+    kinds = []
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        kinds.append(FullyShardedDataParallel)
+    except ImportError:  # a torch built without distributed
+        pass
+    try:
+        from torch.distributed.fsdp import FSDPModule
+
+        kinds.append(FSDPModule)
+    except ImportError:
+        pass
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        DTensor = ()
+    kinds = tuple(kinds)
+    if kinds and any(isinstance(m, kinds) for m in module.modules()):
+        return True
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in module.parameters())
+
+
+def lockstep_padding(request, num_items: int, mine: int, per_call: int = 1) -> int:
+    """Forward calls this rank adds (on a dummy item, its result dropped) so that it makes as many as the rank
+    with the largest shard: shards of a request differ by up to one item, and with a sharded model (FSDP,
+    ZeRO-3) a rank that stops early leaves the others waiting in their next all-gather.  ``per_call``: items per
+    forward call (a batch).
+
+    >>> from adaptive_eval import EvalRequest
+    >>> [lockstep_padding(EvalRequest(step=0, sample_size=5, seed=0, reason="", rank=r, world_size=2), 100, n)
+    ...  for r, n in ((0, 3), (1, 2))]
+    [0, 1]
+    """
+    largest = -(-request.num_selected(num_items) // request.world_size)
+    return -(-largest // per_call) - -(-mine // per_call)
+
+
+def synchronous_for_sharded(cfg):
+    """The config without ``evaluation.asynchronous`` (and no executor), with a warning: a replica of a sharded
+    model (FSDP, ZeRO-3, tensor parallel) would run its forward collectives in the worker thread beside the
+    training thread's, which can hang or corrupt both."""
+    log.warning("adaptive_eval: the model is sharded (FSDP, ZeRO-3 or tensor-parallel parameters: its forward runs "
+                "collectives), so the trainer's own evaluation runs synchronously, in the training thread, with "
+                "every rank in step; for asynchronous evaluation pass an evaluate_fn that evaluates elsewhere "
+                "(a gathered copy, an inference server)")
+    return _merge_overrides(cfg, ["evaluation.asynchronous=false"]), None
+
+
 class ReplicaEval(SnapshotEval):
     """The adapters' default evaluation made asynchronous: evaluate a copy of the live module, never the
     module that keeps training.

@@ -32,8 +32,9 @@ What it does (each step is something a user would otherwise write; see the READM
 * saves its state in checkpoints (``state()``: plain JSON) and resumes with the same decisions, also with
   ``restore_callback_states_from_checkpoint=True``.  HF keeps callback states from world process zero only,
   so under DDP every other rank writes its own (its detectors saw its own losses) to
-  ``checkpoint-<step>/adaptive_eval_rank<r>.json`` at ``on_save`` and resumes from it (a warning, and rank
-  zero's state, when it is missing).  With ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
+  ``checkpoint-<step>/adaptive_eval_rank<r>.json`` at ``on_save``, beside HF's own per-rank
+  ``rng_state_<r>.pth``, and resumes from it (a warning, and rank zero's state, when it is missing).  With
+  ``restore_callback_states_from_checkpoint=True``: HF then replaces the callback by one rebuilt from
   ``state()["args"]``, which takes what is not a plain value (``evaluate_fn``, ``eval_dataset``,
   ``executor``, ``clock``, the trainer) from the instance it replaces (found in HF's
   ``Trainer._load_callback_state``; a warning when it cannot be);
@@ -68,11 +69,14 @@ from adaptive_eval.integrations._common import (
     asynchronous,
     build_config,
     close_and_drain,
+    forward_collectives,
+    lockstep_padding,
     log_summary,
     missing,
     plain_config,
     result_scalars,
     scalar,
+    synchronous_for_sharded,
     watched,
 )
 
@@ -201,6 +205,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._wrapped_training_step = None
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
         self._default_fn = None
+        self._warned_trial = False
         replaced, trainer_found = _replaced_instance(self)
         if replaced is not None:
             for name in _LIVE:
@@ -266,11 +271,15 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         except TypeError:  # an iterable dataset: no epochs known
             spe = total
         self._steps_per_epoch = spe or 1
+        executor = self.executor
+        if (self.evaluate_fn is None and trainer is not None and asynchronous(cfg, executor)
+                and forward_collectives(trainer.model)):
+            cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
-                                                       executor=self.executor)
+                                                       executor=executor)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
-                            and asynchronous(cfg, self.executor) else self._evaluate_with_trainer)
+                            and asynchronous(cfg, executor) else self._evaluate_with_trainer)
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)
         if isinstance(stored, list):  # several instances: HF keeps a list; take the first
@@ -361,6 +370,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._guard("save", self._save_own_state, args, state)
 
     def _save_own_state(self, args, state) -> None:
+        if getattr(state, "trial_name", None):  # a hyper-parameter search keeps checkpoints under run-<trial>/
+            if not self._warned_trial:
+                self._warned_trial = True
+                log.warning("adaptive_eval: in a hyper-parameter search rank %d does not keep its own state beside "
+                            "the checkpoints; resumed, it starts from rank zero's", args.process_index)
+            return
         folder = _checkpoint_dir(args, state.global_step)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, _RANK_STATE.format(rank=args.process_index))
@@ -402,15 +417,26 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             raise ValueError("eval_dataset is a dict of datasets: pass AdaptiveEvalCallback(eval_dataset=...)")
         indices = request.indices(len(dataset))
         if model is None:
-            model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward
+            model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
+        lockstep = request.world_size > 1 and forward_collectives(model)
         was_training = model.training
         model.eval()
         try:
             if self.per_item:
-                return self._per_item(trainer, model, dataset, indices)
-            return self._aggregate(trainer, model, dataset, indices)
+                pad = lockstep_padding(request, len(dataset), len(indices)) if lockstep else 0
+                return self._per_item(trainer, model, dataset, indices, pad)
+            bs = max(int(trainer.args.per_device_eval_batch_size), 1)
+            pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
+            return self._aggregate(trainer, model, dataset, indices, pad)
         finally:
             model.train(was_training)
+
+    @staticmethod
+    def _pad(trainer, model, dataset, indices, pad: int) -> None:
+        """``pad`` forward calls on one item, results dropped (see ``lockstep_padding``)."""
+        for _ in range(pad):
+            trainer.prediction_step(model, trainer.data_collator([dataset[indices[0] if indices else 0]]),
+                                    prediction_loss_only=True)
 
     def _metrics_of(self, trainer, logits, labels) -> dict:
         from transformers import EvalPrediction
@@ -422,7 +448,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         metrics = trainer.compute_metrics(EvalPrediction(predictions=_numpy(logits), label_ids=_numpy(labels)))
         return {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in metrics.items()}
 
-    def _per_item(self, trainer, model, dataset, indices) -> dict:
+    def _per_item(self, trainer, model, dataset, indices, pad: int = 0) -> dict:
         metrics: dict[str, list] = {}
         losses: list[float] = []
         want_metrics = trainer.compute_metrics is not None
@@ -434,11 +460,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if want_metrics and logits is not None:
                 for k, v in self._metrics_of(trainer, logits, labels).items():
                     metrics.setdefault(k, []).append(v)
+        self._pad(trainer, model, dataset, indices, pad)
         if losses:
             metrics["eval_loss"] = losses  # after compute_metrics' keys: with metric null, those are tracked
         return metrics
 
-    def _aggregate(self, trainer, model, dataset, indices) -> dict:
+    def _aggregate(self, trainer, model, dataset, indices, pad: int = 0) -> dict:
         import torch
 
         bs = max(int(trainer.args.per_device_eval_batch_size), 1)
@@ -454,6 +481,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if want_metrics and logits is not None:
                 all_logits.append(logits[0] if isinstance(logits, tuple) and len(logits) == 1 else logits)
                 all_labels.append(labels)
+        self._pad(trainer, model, dataset, indices, pad)
         out = {}
         if want_metrics and all_logits:
             out.update(self._metrics_of(trainer, torch.cat(all_logits), torch.cat(all_labels)))

@@ -48,11 +48,14 @@ from adaptive_eval.integrations._common import (
     asynchronous,
     build_config,
     close_and_drain,
+    forward_collectives,
+    lockstep_padding,
     log_summary,
     missing,
     plain_config,
     result_scalars,
     scalar,
+    synchronous_for_sharded,
     watched,
 )
 
@@ -139,9 +142,13 @@ class AdaptiveEvalCallback(Callback):
         else:
             spe = total
         self._steps_per_epoch = spe or 1
+        executor = self.executor
+        if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
+                and forward_collectives(trainer.lightning_module)):
+            cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
-                                                       executor=self.executor)
-        self._async = asynchronous(cfg, self.executor)
+                                                       executor=executor)
+        self._async = asynchronous(cfg, executor)
         if self._stashed:
             self.evaluator.load_state_dict(self._own_state(self._stashed, self._stashed_ranks))
             self._stashed = self._stashed_ranks = None
@@ -233,6 +240,9 @@ class AdaptiveEvalCallback(Callback):
             for k, v in dictionary.items():
                 capture(k, v)
 
+        # A sharded module (FSDP) all-gathers in forward: every rank makes as many calls as the largest shard.
+        pad = (lockstep_padding(request, len(dataset), len(indices))
+               if request.world_size > 1 and forward_collectives(pl_module) else 0)
         was_training = pl_module.training
         pl_module.eval()
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
@@ -249,6 +259,9 @@ class AdaptiveEvalCallback(Callback):
                         capture("val_loss", out)
                     for k, v in item_values.items():
                         captured.setdefault(k, []).append(v)
+                for n in range(pad):  # (results dropped)
+                    batch = pl_module._apply_batch_transfer_handler(collate([dataset[indices[0] if indices else 0]]))
+                    pl_module.validation_step(batch, len(indices) + n)
         finally:
             del pl_module.log, pl_module.log_dict
             pl_module.train(was_training)
