@@ -316,3 +316,25 @@ def test_a_checkpoint_from_another_number_of_ranks_resumes_with_rank_zeros_state
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         assert cb._own_state(zero, [{"who": "a"}, {"who": "b"}]) == zero
     assert "holds the states of 2 ranks, this run has 1: rank 0 resumes with rank zero's" in caplog.text
+
+
+def test_a_sharded_module_is_evaluated_with_every_rank_in_step(tmp_path):
+    """FSDP2 over gloo (tests/lightning_fsdp_script.py, torchrun): shards of 5 and 1 items differ by one, and each
+    rank's per-item losses on the sharded module equal the unsharded module's on its own items; without the
+    padding forward the rank with more items waits in an all-gather the other never joins (timeout: a failure)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("torch.distributed.fsdp")
+    script = Path(__file__).with_name("lightning_fsdp_script.py")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    for r, sizes in ((r0, {"5": 3, "1": 1}), (r1, {"5": 2, "1": 0})):
+        for size, n in sizes.items():
+            sharded, plain = r[size]
+            assert sharded == plain and len(plain) == n

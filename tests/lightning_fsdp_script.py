@@ -1,0 +1,45 @@
+"""Run by tests/test_integrations_lightning.py under ``torchrun --nproc_per_node=2``: the Lightning adapter's own
+evaluation (``validation_step`` per item) on a module sharded with FSDP2 (``fully_shard``, real all-gathers over
+gloo), as its replica path hands it a module.  (Lightning's FSDP strategy needs an accelerator.)  Shards of 5 and
+1 items differ by one: each rank must still make as many forward calls as the other."""
+
+import copy
+import datetime
+import json
+import os
+import sys
+
+import torch
+from torch.distributed.fsdp import fully_shard
+
+sys.path.insert(0, os.path.dirname(__file__))
+from lightning.pytorch.demos.boring_classes import RandomDataset  # noqa: E402
+from test_integrations_lightning import Model  # noqa: E402
+
+from adaptive_eval import EvalRequest  # noqa: E402
+from adaptive_eval.integrations.lightning import AdaptiveEvalCallback  # noqa: E402
+
+
+def main(out: str) -> None:
+    torch.distributed.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    rank = torch.distributed.get_rank()
+    torch.manual_seed(0)
+    plain = Model()
+    sharded = copy.deepcopy(plain)
+    fully_shard(sharded.layer)
+    fully_shard(sharded)
+    torch.manual_seed(1)
+    cb = AdaptiveEvalCallback("default", val_dataset=RandomDataset(32, 20))
+    got = {}
+    for size in (5, 1):
+        request = EvalRequest(step=0, sample_size=size, seed=0, reason="t", rank=rank, world_size=2)
+        got[size] = [[round(v, 5) for v in cb.evaluate_with_module(None, m, request).get("val_loss", [])]
+                     for m in (sharded, plain)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(got, f)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
