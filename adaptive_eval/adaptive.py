@@ -163,6 +163,9 @@ class AdaptiveEvaluator:
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        from adaptive_eval.suites import reported_strata
+
+        self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
         if self._suites and hasattr(self.logger, "set_groups"):
             self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
@@ -708,7 +711,7 @@ class AdaptiveEvaluator:
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
-            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"],
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
         )
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error

@@ -208,7 +208,8 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
         on_error=options["on_error"], max_retries=options["max_retries"],
         retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
         pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=bool(options.get("suites")),
-        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True)
+        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
+        strata=options.get("strata"))
 
 
 # -- where it runs --------------------------------------------------------------------------------------
@@ -806,6 +807,9 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
     options["suites"] = bool(ev.get("suites"))
     options["metric_kinds"] = dict(ev.get("metric_kinds") or {})
     options["aggregations"] = {k: list(v) for k, v in (ev.get("aggregations") or {}).items()}
+    from adaptive_eval.suites import reported_strata
+
+    options["strata"] = reported_strata(ev.get("suites") or {})
     return AsyncEvaluations(
         max_in_flight=int(ev["max_in_flight"]), latency=latency, executor=executor, clock=clock,
         eval_clock=eval_clock, timeout_s=ev.get("timeout_s"),

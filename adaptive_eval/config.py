@@ -71,6 +71,7 @@ class SuiteConfig:
     every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
     sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
     strata: list[str] = field(default_factory=list)  # a stratum label per item (difficulty, subject); [] none
+    report_strata: bool = False  # also report each metric per stratum, as "<suite>/<metric>/stratum=<label>"
 
 
 @dataclass

@@ -11,7 +11,7 @@ import time
 import traceback
 import types
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.distributed import (
     DistContext,
@@ -208,7 +208,7 @@ def _suite_ks(request: EvalRequest, pass_at_k):
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
-               suites: bool = False, item_values: dict | None = None, kinds=None, aggregations=None):
+               suites: bool = False, item_values: dict | None = None, kinds=None, aggregations=None, strata=None):
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
     ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
@@ -223,7 +223,8 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
                                     suites={name: s.indices for name, s in request.suites.items()},
                                     populations={name: s.size for name, s in request.suites.items()},
-                                    item_values=item_values, kinds=kinds, aggregations=aggregations)
+                                    item_values=item_values, kinds=kinds, aggregations=aggregations,
+                                    strata=strata)
     else:
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
@@ -255,6 +256,7 @@ def run_evaluation_outcome(
     metric_kinds: Mapping[str, str] | None = None,
     aggregations: Mapping | None = None,
     local: bool = False,
+    strata: Mapping[str, Sequence[str]] | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
@@ -343,7 +345,7 @@ def run_evaluation_outcome(
         if error is None:
             try:
                 metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
-                                          aggregations)
+                                          aggregations, strata)
             except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
@@ -390,7 +392,7 @@ def run_evaluation_outcome(
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
     metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
-                                          aggregations)
+                                          aggregations, strata)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),

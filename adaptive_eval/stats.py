@@ -271,7 +271,7 @@ def summarize_outputs(
     outputs: Mapping[str, object], n_items: int | None, confidence: float = 0.95, *, pass_at_k=(1,),
     suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
     ids: Sequence[int] | None = None, item_values: dict | None = None, kinds: Mapping[str, str] | None = None,
-    aggregations: Mapping[str, Sequence[str]] | None = None,
+    aggregations: Mapping[str, Sequence[str]] | None = None, strata: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, MetricSummary]:
     """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
 
@@ -298,6 +298,10 @@ def summarize_outputs(
     successive evaluations uses them).
     ``kinds`` maps a metric name to ``"proportion"`` or ``"mean"`` (``evaluation.metric_kinds``): the interval
     of a 1-D or scalar value; without it only per-sample 0/1 values are proportions, never a bare scalar.
+
+    ``strata`` (with suites) maps a suite to one stratum label per item of the suite: each of its per-item and
+    items x samples metrics is then also reported per stratum present among this rank's items, as
+    ``"<suite>/<metric>/stratum=<label>"`` (mean, or mean@k, with its interval over that stratum's items).
     """
     summaries = {}
     kinds = kinds or {}
@@ -327,6 +331,8 @@ def summarize_outputs(
                 rows_expected = n_items
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population))
+            for key, mask in _stratum_masks(strata, name, item_ids):
+                summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], (), confidence, 0))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 with np.errstate(invalid="ignore", all="ignore"):
@@ -342,6 +348,9 @@ def summarize_outputs(
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
             summaries[name] = summarize(values, confidence, kinds.get(name))
+            if suites is not None and len(item_ids) == values.size:
+                for key, mask in _stratum_masks(strata, name, item_ids):
+                    summaries[key] = summarize(values[mask], confidence, kinds.get(name))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 summaries.update(_aggregate(label, name, aggs, values, outputs, confidence))
@@ -352,6 +361,15 @@ def summarize_outputs(
         else:
             summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name))
     return summaries
+
+
+def _stratum_masks(strata, name: str, item_ids):
+    """``("<name>/stratum=<label>", mask over this rank's items)`` for each stratum present, in label order."""
+    labels = (strata or {}).get(name.partition("/")[0])
+    if not labels or item_ids is None:
+        return []
+    mine = np.array([str(labels[int(i)]) for i in item_ids])
+    return [(f"{name}/stratum={label}", mine == label) for label in sorted(set(mine.tolist()))]
 
 
 def _aggregations(aggregations, name: str) -> list[str]:

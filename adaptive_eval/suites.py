@@ -21,8 +21,8 @@ import numpy as np
 
 from adaptive_eval.types import SuiteRequest
 
-__all__ = ["SuitePlan", "due_suites", "plan_units", "result_units", "suite_order", "suite_requests", "suites_reason",
-           "weighted_aggregate"]
+__all__ = ["SuitePlan", "due_suites", "plan_units", "reported_strata", "result_units", "suite_order", "suite_requests",
+           "suites_reason", "weighted_aggregate"]
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
@@ -214,3 +214,9 @@ def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | Non
     if not best:
         return None
     return sum(answers(m) * float(suites[s]["cost"]) + m.n * float(suites[s]["item_cost"]) for s, m in best.items())
+
+
+def reported_strata(suites: Mapping[str, Mapping]) -> dict[str, list[str]]:
+    """The suites whose metrics are also reported per stratum (``report_strata``), with their labels."""
+    return {name: [str(x) for x in s["strata"]] for name, s in suites.items()
+            if s.get("report_strata") and s.get("strata")}

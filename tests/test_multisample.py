@@ -269,6 +269,24 @@ def test_without_suites_a_2d_metric_gives_metric_and_pass_at_k_through_the_evalu
 
 # -- two real ranks ------------------------------------------------------------------------------
 
+LEVELS = [f"level{1 + i % 5}" for i in range(500)]  # MATH500-like difficulty levels, one per item
+
+
+def _strata_evaluator():
+    return _suite_evaluator(["evaluation.suites.math500.sample_size=101", "evaluation.suites.math500.report_strata=true",
+                             "evaluation.suites.math500.strata=[" + ",".join(LEVELS) + "]"])
+
+
+def _strata_fn(req):
+    s = req.suites["math500"]  # deterministic per item: the shards must add up to the single-process result
+    out = {"math500/acc": [[float((i * 7 + j) % (2 + i % 5) == 0) for j in range(s.samples_per_item)]
+                           for i in s.indices],
+           "math500/tokens": [float(i % 13) for i in s.indices]}
+    if "aime24" in req.suites:
+        out["aime24/acc"] = np.ones((len(req.suites["aime24"].indices), 16))
+    return out
+
+
 def _ranks_scenarios(rank, world):
     import traceback
 
@@ -295,8 +313,12 @@ def _ranks_scenarios(rank, world):
             return str(exc)
         return None
 
+    def strata():
+        r = _strata_evaluator().evaluate(_strata_fn, 0, 0, 0)
+        return {k: (v.mean, v.n, v.samples, list(v.ci)) for k, v in r.metrics.items()}
+
     out = {}
-    for name, run in {"sharded": sharded, "bad_rows": bad_rows}.items():
+    for name, run in {"sharded": sharded, "bad_rows": bad_rows, "strata": strata}.items():
         try:
             out[name] = ("ok", run())
         except Exception:  # noqa: BLE001
@@ -319,6 +341,32 @@ def test_two_ranks_evaluate_their_shards_and_agree_with_one_process(ranks):
     assert a["math500/acc"][1] == 37 and a["aime24/acc"][1:3] == (30, 480)
     for k, v in r.metrics.items():
         assert a[k][0] == pytest.approx(v.mean) and a[k][3] == pytest.approx(list(v.ci))
+
+
+def test_report_strata_adds_each_metric_per_stratum_and_two_ranks_agree_with_one_process(ranks):
+    """MATH500-like levels: ``math500/<metric>/stratum=<level>`` is the metric over that level's items (per-item
+    values known in advance here), with n = its items; two ranks' shards combine to the one-process result.
+    Off by default (the sharded scenario above reports none)."""
+    from adaptive_eval.suites import suite_order
+
+    a, b = ranks("strata")
+    assert a == b
+    assert not any("/stratum=" in k for k in ranks("sharded")[0])
+    r = _strata_evaluator().evaluate(_strata_fn, 0, 0, 0)
+    assert [k for k in r.metrics if k.startswith("math500/acc/stratum=")] == [
+        f"math500/acc/stratum=level{lv}" for lv in range(1, 6)]
+    for k, v in r.metrics.items():
+        assert a[k][0] == pytest.approx(v.mean) and a[k][3] == pytest.approx(list(v.ci))
+    chosen = suite_order(0, "math500", 500, tuple(LEVELS))[:101]  # the nested sample's first 101 items
+    assert r.metrics["math500/acc"].n == 101
+    for lv in range(1, 6):
+        mine = [i for i in chosen if LEVELS[i] == f"level{lv}"]
+        acc, tokens = r.metrics[f"math500/acc/stratum=level{lv}"], r.metrics[f"math500/tokens/stratum=level{lv}"]
+        assert acc.n == tokens.n == len(mine) and acc.samples == 4 * len(mine)
+        assert acc.mean == pytest.approx(np.mean([np.mean([float((i * 7 + j) % (1 + lv) == 0) for j in range(4)])
+                                                  for i in mine]))
+        assert tokens.mean == pytest.approx(np.mean([i % 13 for i in mine]))
+        assert acc.ci[0] <= acc.mean <= acc.ci[1] and acc.ci[1] - acc.ci[0] > 0
 
 
 def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
