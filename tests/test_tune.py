@@ -94,9 +94,12 @@ def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, messa
 def test_ctrl_c_keeps_the_trials_done_and_writes_what_it_has(tmp_path):
     path, onset = collapse_csv(tmp_path, steps=400)
     out = tmp_path / "tune"
+    # (SIGINT at its default in the child: a test run started in the background, `pytest &`, ignores SIGINT, the
+    # child inherits that, and a process that ignores SIGINT keeps ignoring it, as Python itself does.)
     proc = subprocess.Popen([sys.executable, "-m", "adaptive_eval", "tune", path, "--events", f"{path}={onset}",
                              "--trials", "100000", "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = out / "trials.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 2):
@@ -131,13 +134,23 @@ def test_the_first_ctrl_c_only_asks_the_search_to_stop_the_second_interrupts():
 
     from adaptive_eval.tune import _stop_on_sigint
 
-    before = signal.getsignal(signal.SIGINT)
-    stop = threading.Event()
-    with pytest.raises(KeyboardInterrupt):
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background test run ignores SIGINT)
+    try:
+        stop = threading.Event()
+        with pytest.raises(KeyboardInterrupt):
+            with _stop_on_sigint(stop):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # (the handler runs in the main thread at the next bytecode)
+                assert stop.is_set()
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.0)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # A process that ignores SIGINT (started in the background) keeps ignoring it: nothing is set.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop = threading.Event()
         with _stop_on_sigint(stop):
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.05)  # (the handler runs in the main thread at the next bytecode)
-            assert stop.is_set()
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1.0)
-    assert signal.getsignal(signal.SIGINT) is before
+            time.sleep(0.05)
+        assert not stop.is_set() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, outer)
