@@ -194,12 +194,13 @@ class BudgetPolicy(Policy):
         return dataclasses.replace(shrunk, reason=f"{decision.reason} (budget: {fit} of {wanted} items)")
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
-        self._last_seconds = float(result.seconds)
-        if not result.metrics or not result.seconds > 0:
-            # A failed evaluation (no metrics; an asynchronous one reports 0 s): what it cost says nothing of
-            # what the next one will.
+        if not result.seconds > 0:  # a failed asynchronous evaluation reports 0 s: it says nothing of the next
             return
-        items = self._measured(result.metrics) if self._measured is not None else result.sample_size or result.items
+        self._last_seconds = float(result.seconds)
+        if self._measured is not None:  # cost units; None when no suite's metric came back (a failure): unknown
+            items = self._measured(result.metrics)
+        else:
+            items = result.sample_size or result.items
         if items:
             self._seconds_per_sample = float(result.seconds) / items
         if result.sample_size is None and result.items:

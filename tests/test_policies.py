@@ -252,7 +252,7 @@ def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
     30 dear ones cost 2000 of its 2200 units: a plan of 50 cheap items (200 units) is 10 s, not 110 s."""
     units = {"cheap": (200.0, 50), "both": (2200.0, 80)}
     p = BudgetPolicy(max_eval_fraction=0.1)
-    p.cost_model(lambda d: units[d.reason.split(":")[-1]], lambda metrics: 2200.0)
+    p.cost_model(lambda d: units[d.reason.split(":")[-1]], lambda metrics: 2200.0 if metrics else None)
     p.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))  # 0.05 s a unit
     room = ctx(30, 1200.0, 110.0)  # (0.1 x 1200 - 110) / 0.9 = 11.1 s
     assert p.propose(Decision(True, 50, "trigger:cheap"), room).evaluate
@@ -260,7 +260,8 @@ def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
     counted = BudgetPolicy(max_eval_fraction=0.1)  # in items: 2.2 s an item, so 50 look like 110 s
     counted.on_eval(result(1, 0.5, n=50, seconds=110.0), ctx(1))
     assert counted.propose(Decision(True, 50, "trigger:cheap"), room).reason == "budget:deferred"
-    # A failed evaluation (no metrics; asynchronous ones report 0 s) teaches nothing about the next one's cost.
+    # A failed evaluation (no suite's metric came back; asynchronous ones report 0 s) teaches nothing about the
+    # next one's cost (counted in items, the 20 s would have read as 0.4 s a unit).
     for failed in (EvalResult(step=2, sample_size=50, reason="", seconds=20.0),
                    EvalResult(step=2, sample_size=50, reason="", seconds=0.0)):
         p.on_eval(failed, ctx(2))
