@@ -740,9 +740,10 @@ class AdaptiveEvaluator:
             self._eval_errors += 1
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
                         "error": f"{type(error).__name__}: {error}"})
-            # The policies see an evaluation without metrics: alarms are consumed, nothing is learned.
+            # The policies see an evaluation without metrics: alarms are consumed, nothing is learned (not its
+            # cost either: 0 s; its seconds count in the eval time the budget caps).
             outcome_result = EvalResult(step=global_step, sample_size=decision.sample_size,
-                                        reason=decision.reason, seconds=seconds, epoch=epoch)
+                                        reason=decision.reason, seconds=0.0, epoch=epoch)
         else:
             outcome_result = result
             self.history.append(result)
@@ -923,6 +924,8 @@ class AdaptiveEvaluator:
                                                    f"n={job.sample_size})")
 
     def _update_eval_detectors(self, metric: str, value: float, step: int) -> None:
+        if "/stratum=" in metric:  # a few items each (report_strata): shown, not watched
+            return
         stream = f"eval/{metric}"
         dets = self._eval_detectors.get(stream)
         if dets is None:

@@ -379,6 +379,8 @@ def _evaluation_problems(ev) -> list[str]:
         if suite.sample_size is not None and not suite.sample_size >= 1:
             problems.append(f"{key}.sample_size: must be positive or null, got {suite.sample_size!r}")
         strata = list(suite.strata)
+        if suite.report_strata and not strata:
+            problems.append(f"{key}.report_strata: true needs {key}.strata (one stratum label per item)")
         if strata:
             missing = [i for i, label in enumerate(strata) if label is None or str(label) == ""]
             if len(strata) < suite.size:

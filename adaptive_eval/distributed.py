@@ -556,7 +556,9 @@ def rank_discrepancies(
 
     Ranks with fewer than ``min_n`` items for a metric take no part.  With two ranks a deviation names
     both (neither can be told to be the odd one); with three or more the outlier stands out.  Sorted by
-    metric, then rank; deterministic, so every rank finds the same list.
+    metric, then rank; deterministic, so every rank finds the same list.  Per-stratum metrics
+    (``"/stratum="``, ``report_strata``) are left out: each rank holds a few items of a stratum, and their
+    means differ by chance far more than the whole shard's.
 
     >>> d = rank_discrepancies({"acc": [0.5, 0.5, 1.0]}, {"acc": [10, 10, 10]}, 0.3, step=7)
     >>> [(x.rank, x.direction) for x in d]
@@ -566,6 +568,8 @@ def rank_discrepancies(
         raise ValueError(f"rank discrepancy threshold must be non-negative, got {threshold!r}")
     found = []
     for metric in sorted(per_rank_means):
+        if "/stratum=" in metric:
+            continue
         means = list(per_rank_means[metric])
         ns = list(per_rank_n[metric])
         live = [r for r, (m, n) in enumerate(zip(means, ns)) if n >= max(min_n, 1) and math.isfinite(m)]

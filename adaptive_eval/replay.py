@@ -80,7 +80,10 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     # its streams/<name> and evaluates from its eval/<metric> means.
     names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/"))
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
-             and not (n.startswith("eval/") and "/paired_diff" in n)]
+             and not (n.startswith("eval/") and "/paired_diff" in n)
+             # What an evaluation derives from a metric is not ground truth of its own: its per-stratum means
+             # (report_strata) and its pass@k / best@k / worst@k / maj@k (replay derives them again).
+             and not (n.startswith("eval/") and _DERIVED.search(n))]
     evals = {}
     for n in names:
         if n.startswith("eval/") and not n.endswith(":std"):
@@ -134,6 +137,7 @@ class _SimulatedEval:
 
 
 _ITEM_COLUMN = re.compile(r"^(?P<suite>[^/]+)/(?P<metric>.+)@(?P<item>\d+)$")
+_DERIVED = re.compile(r"/stratum=|/(pass|best|worst|maj)@\d+(:std)?$")
 
 
 class _SuiteSimulatedEval:

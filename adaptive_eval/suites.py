@@ -155,7 +155,7 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
     by_metric: dict[str, dict[str, object]] = {}
     for name, s in metrics.items():
         suite, _, metric = name.partition("/")
-        if suite in suites and metric:
+        if suite in suites and metric and "/stratum=" not in metric:  # (strata are each suite's own)
             by_metric.setdefault(metric, {})[suite] = s
     z = normal_quantile(confidence)
     total_w = sum(float(s["weight"]) for s in suites.values())

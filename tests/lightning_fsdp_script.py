@@ -35,6 +35,18 @@ def main(out: str) -> None:
         request = EvalRequest(step=0, sample_size=size, seed=0, reason="t", rank=rank, world_size=2)
         got[size] = [[round(v, 5) for v in cb.evaluate_with_module(None, m, request).get("val_loss", [])]
                      for m in (sharded, plain)]
+    # Tensor parallel: the ranks compute one forward pass together, so a shard of the items per rank would be
+    # blended silently; the adapters' own evaluation refuses it.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    tp = parallelize_module(copy.deepcopy(plain), init_device_mesh("cpu", (2,)), {"layer": ColwiseParallel()})
+    try:
+        cb.evaluate_with_module(None, tp, EvalRequest(step=0, sample_size=5, seed=0, reason="t", rank=rank,
+                                                      world_size=2))
+        got["tp"] = "evaluated"
+    except ValueError as exc:
+        got["tp"] = str(exc)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(got, f)
     torch.distributed.barrier()

@@ -321,7 +321,8 @@ def test_a_checkpoint_from_another_number_of_ranks_resumes_with_rank_zeros_state
 def test_a_sharded_module_is_evaluated_with_every_rank_in_step(tmp_path):
     """FSDP2 over gloo (tests/lightning_fsdp_script.py, torchrun): shards of 5 and 1 items differ by one, and each
     rank's per-item losses on the sharded module equal the unsharded module's on its own items; without the
-    padding forward the rank with more items waits in an all-gather the other never joins (timeout: a failure)."""
+    padding forward the rank with more items waits in an all-gather the other never joins (timeout: a failure).
+    A tensor-parallel module is refused (a ValueError naming it), not evaluated blended."""
     import os
     import subprocess
     import sys
@@ -338,3 +339,4 @@ def test_a_sharded_module_is_evaluated_with_every_rank_in_step(tmp_path):
         for size, n in sizes.items():
             sharded, plain = r[size]
             assert sharded == plain and len(plain) == n
+        assert "tensor-parallel" in r["tp"]  # refused: its ranks would blend their different items

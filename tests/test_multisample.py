@@ -586,6 +586,44 @@ def test_the_budget_reckons_suites_in_cost_units_so_a_dear_suite_does_not_starve
     assert result_units({"math500": suites["math500"]}, mixed) == 4 * per_item.n
 
 
+def test_replaying_a_recorded_suite_run_ignores_what_it_derived_strata_and_pass_at_k():
+    """A run recorded with report_strata and pass@k has eval/<suite>/<metric>/stratum=<label> and
+    .../pass@<k> columns: derived from the metric, not ground truth of their own (replay derives them again).
+    Before, the stratum columns became metrics of the suite, stratified once more (acc/stratum=a/stratum=b),
+    and the pass@k ones were read as items (pass@3: item 3 of metric acc/pass)."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.synthetic_items import make_item_trace
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    it = make_item_trace("flat", steps=60, seed=0, suites={"math": (20, 0.0)})
+    extra = {"eval/math/acc/stratum=a": 0.5, "eval/math/acc/stratum=b": 0.4, "eval/math/acc/pass@1": 0.45,
+             "eval/math/acc/pass@3": 0.7}
+    trace = Trace([TraceRecord(r.step, {**r.metrics, **extra} if any(k.startswith("eval/") for k in r.metrics)
+                               else r.metrics, r.epoch, r.time) for r in it.trace.records])
+    strata = ["a"] * 10 + ["b"] * 10
+    cfg = load_config("areal", ["trigger.freq_steps=20", "evaluation.suites.math.size=20",
+                                "evaluation.suites.math.report_strata=true",
+                                "evaluation.suites.math.strata=[" + ",".join(strata) + "]"])
+    run = replay(trace, cfg, seed=0)
+    names = set(run.results[0].metrics)
+    assert names == {"math/acc", "math/acc/pass@1", "math/acc/stratum=a", "math/acc/stratum=b"}, names
+
+
+def test_report_strata_without_strata_is_a_config_error_and_strata_stay_out_of_cross_suite_aggregates():
+    from adaptive_eval.config import ConfigError
+    from adaptive_eval.distributed import rank_discrepancies
+    from adaptive_eval.suites import weighted_aggregate
+
+    with pytest.raises(ConfigError, match=r"evaluation.suites.x.report_strata: true needs evaluation.suites.x.strata"):
+        load_config(overrides=["evaluation.suites.x.size=3", "evaluation.suites.x.report_strata=true"])
+    m = {f"{s}/acc{tail}": summarize([1, 0, 1]) for s in ("a", "b") for tail in ("", "/stratum=hard")}
+    assert set(weighted_aggregate(m, {"a": {"weight": 1.0}, "b": {"weight": 1.0}}, "all")) == {"all/acc"}
+    # a few items of a stratum per rank differ by chance: not a rank discrepancy (the whole shard's mean is)
+    found = rank_discrepancies({"a/acc": [0.5, 0.55], "a/acc/stratum=hard": [0.0, 1.0]},
+                               {"a/acc": [50, 50], "a/acc/stratum=hard": [3, 3]}, 0.2, step=0)
+    assert found == []
+
+
 # -- custom aggregations: weighted mean, quantiles ------------------------------------------------------
 
 def test_weighted_mean_and_quantiles_over_items():

@@ -175,7 +175,31 @@ def forward_collectives(module) -> bool:
     kinds = tuple(kinds)
     if kinds and any(isinstance(m, kinds) for m in module.modules()):
         return True
-    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") for p in module.parameters())
+    # (FSDP1's flat parameters; DTensor: fully_shard or tensor parallel; ds_id: DeepSpeed ZeRO-3)
+    return any(isinstance(p, DTensor) or hasattr(p, "ds_id") or type(p).__name__ == "FlatParameter"
+               for p in module.parameters())
+
+
+def tensor_parallel(module) -> bool:
+    """Whether ``module`` has tensor-parallel parameters (DTensors not sharded by FSDP2 alone: without a
+    ``fully_shard`` module, or on a mesh of more than one dimension).  Every rank of its group must then see the
+    same inputs, which a shard of the items per rank is not."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return False
+    fsdp2 = any(isinstance(m, FSDPModule) for m in module.modules())
+    return any(isinstance(p, DTensor) and (not fsdp2 or p.device_mesh.ndim > 1) for p in module.parameters())
+
+
+def refuse_tensor_parallel(module, request) -> None:
+    """A ``ValueError`` for the adapters' own evaluation of a tensor-parallel model across ranks (it would
+    blend the ranks' different items in one forward pass, silently)."""
+    if request.world_size > 1 and tensor_parallel(module):
+        raise ValueError("the model is tensor-parallel (DTensor parameters): every rank of its group computes one "
+                         "forward pass together, so it cannot score its own shard of the items; pass an "
+                         "evaluate_fn that feeds every rank the same items (all of request.indices over ranks)")
 
 
 def lockstep_padding(request, num_items: int, mine: int, per_call: int = 1) -> int:

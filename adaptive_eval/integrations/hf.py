@@ -74,6 +74,7 @@ from adaptive_eval.integrations._common import (
     log_summary,
     missing,
     plain_config,
+    refuse_tensor_parallel,
     result_scalars,
     scalar,
     synchronous_for_sharded,
@@ -418,6 +419,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         indices = request.indices(len(dataset))
         if model is None:
             model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
+        refuse_tensor_parallel(model, request)
         lockstep = request.world_size > 1 and forward_collectives(model)
         was_training = model.training
         model.eval()
@@ -432,11 +434,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             model.train(was_training)
 
     @staticmethod
-    def _pad(trainer, model, dataset, indices, pad: int) -> None:
-        """``pad`` forward calls on one item, results dropped (see ``lockstep_padding``)."""
+    def _pad(trainer, model, dataset, indices, pad: int, batch: int = 1) -> None:
+        """``pad`` calls of ``batch`` items each, results dropped (see ``lockstep_padding``), made exactly as the
+        real ones are (a ``Seq2SeqTrainer`` generating with ``synced_gpus`` runs collectives per token)."""
+        loss_only = trainer.compute_metrics is None
         for _ in range(pad):
-            trainer.prediction_step(model, trainer.data_collator([dataset[indices[0] if indices else 0]]),
-                                    prediction_loss_only=True)
+            chunk = [dataset[indices[0] if indices else 0]] * batch
+            trainer.prediction_step(model, trainer.data_collator(chunk), prediction_loss_only=loss_only)
 
     def _metrics_of(self, trainer, logits, labels) -> dict:
         from transformers import EvalPrediction
@@ -481,7 +485,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if want_metrics and logits is not None:
                 all_logits.append(logits[0] if isinstance(logits, tuple) and len(logits) == 1 else logits)
                 all_labels.append(labels)
-        self._pad(trainer, model, dataset, indices, pad)
+        self._pad(trainer, model, dataset, indices, pad, bs)
         out = {}
         if want_metrics and all_logits:
             out.update(self._metrics_of(trainer, torch.cat(all_logits), torch.cat(all_labels)))

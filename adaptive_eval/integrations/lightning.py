@@ -53,6 +53,7 @@ from adaptive_eval.integrations._common import (
     log_summary,
     missing,
     plain_config,
+    refuse_tensor_parallel,
     result_scalars,
     scalar,
     synchronous_for_sharded,
@@ -144,7 +145,7 @@ class AdaptiveEvalCallback(Callback):
         self._steps_per_epoch = spe or 1
         executor = self.executor
         if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
-                and forward_collectives(trainer.lightning_module)):
+                and _sharded(trainer, trainer.lightning_module)):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor)
@@ -241,8 +242,9 @@ class AdaptiveEvalCallback(Callback):
                 capture(k, v)
 
         # A sharded module (FSDP) all-gathers in forward: every rank makes as many calls as the largest shard.
+        refuse_tensor_parallel(pl_module, request)
         pad = (lockstep_padding(request, len(dataset), len(indices))
-               if request.world_size > 1 and forward_collectives(pl_module) else 0)
+               if request.world_size > 1 and _sharded(trainer, pl_module) else 0)
         was_training = pl_module.training
         pl_module.eval()
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
@@ -304,6 +306,15 @@ class AdaptiveEvalCallback(Callback):
         log.warning("adaptive_eval: the checkpoint holds the states of %d ranks, this run has %d: rank %d resumes "
                     "with rank zero's (its detectors start from rank zero's view of the run)", len(ranks), world, rank)
         return zero_state
+
+
+def _sharded(trainer, pl_module) -> bool:
+    """The module's forward runs collectives: FSDP inside it, or wrapping it from outside (Lightning's
+    ``FSDPStrategy`` without an auto-wrap policy wraps the whole module: ``trainer.strategy.model``)."""
+    if forward_collectives(pl_module):
+        return True
+    wrapper = getattr(getattr(trainer, "strategy", None), "model", None) if trainer is not None else None
+    return wrapper is not None and wrapper is not pl_module and forward_collectives(wrapper)
 
 
 class _ModuleEval:
