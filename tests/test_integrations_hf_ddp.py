@@ -23,8 +23,16 @@ def run(tmp_path, mode):
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path):
-    r0, r1 = run(tmp_path, "sync")
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One two-rank run that checkpoints every 10 steps (the folder, and each rank's record): it serves as the
+    plain synchronous run and as the uninterrupted run the resume is compared with (one torchrun less)."""
+    folder = tmp_path_factory.mktemp("hf_ddp_saved")
+    return folder, run(folder, "save")
+
+
+def test_two_gloo_ranks_score_each_item_once_and_agree(saved):
+    r0, r1 = saved[1]
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
     assert r0["history"][-1][:2] == [29, "trigger:final"]
@@ -52,10 +60,10 @@ def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_
                                                            reason="").indices(200))
 
 
-def test_under_ddp_every_rank_resumes_its_own_detectors_and_decides_as_the_uninterrupted_run(tmp_path):
+def test_under_ddp_every_rank_resumes_its_own_detectors_and_decides_as_the_uninterrupted_run(saved):
     """HF saves callback state from world process zero only; each rank's detectors saw its own losses, so every
     other rank keeps its state beside the checkpoint and resumes from it (before: rank 1 resumed with rank 0's)."""
-    full = run(tmp_path, "save")
+    tmp_path, full = saved
     folder = tmp_path / "checkpoint-20"
     assert (folder / "adaptive_eval_rank1.json").is_file() and not (folder / "adaptive_eval_rank0.json").exists()
     at_20 = [r["saved"]["20"] for r in full]
