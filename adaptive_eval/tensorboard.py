@@ -84,6 +84,7 @@ EVAL_PREFIX = "eval/"
 CI_LOW_SUFFIX = "/ci_low"
 CI_HIGH_SUFFIX = "/ci_high"
 COUNT_SUFFIX = "/n"
+STRATUM_MARK = "/stratum="  # a per-stratum metric: <suite>/<metric>/stratum=<label>
 SAMPLES_PER_ITEM_SUFFIX = "/samples_per_item"
 NAN_SUFFIX = "/nan"
 PAIRED_SUFFIX = "/paired_diff"
@@ -169,13 +170,19 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
             charts[m] = ("Margin", [tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX])
         else:
             charts[m] = ("Multiline", [_exact(tag)])
+    # The count charts: a suite's own metrics, its strata apart (a stratum's few items on the suite's axis would
+    # crowd it), and the loose metrics without any suite's.
+    not_stratum = "(?!.*" + re.escape(STRATUM_MARK) + ")"
     for g, charts in suite_charts.items():
         if charts:
             prefix = "^" + re.escape(EVAL_PREFIX + g + "/")
-            charts["items per evaluation"] = ("Multiline", [prefix + ".*/n$"])
-            charts["samples per item"] = ("Multiline", [prefix + ".*/samples_per_item$"])
+            charts["items per evaluation"] = ("Multiline", [prefix + not_stratum + ".*/n$"])
+            charts["samples per item"] = ("Multiline", [prefix + not_stratum + ".*/samples_per_item$"])
+            if any(STRATUM_MARK in m for m in charts):
+                charts["items per stratum"] = ("Multiline", [prefix + ".*" + re.escape(STRATUM_MARK) + "[^/]*/n$"])
     if eval_charts:
-        eval_charts["samples per evaluation"] = ("Multiline", ["^eval/.*/n$"])
+        suites_out = "(?!(?:" + "|".join(re.escape(g + "/") for g in groups) + "))" if groups else ""
+        eval_charts["samples per evaluation"] = ("Multiline", ["^" + re.escape(EVAL_PREFIX) + suites_out + ".*/n$"])
     # One unit per chart: steps, items, a fraction, a 0/1 flag and a count each get their own axis (on a shared
     # one, a fixed run's 500 items put the interval off-scale, or the small ones become flat lines).
     controller = {

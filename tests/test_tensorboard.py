@@ -344,3 +344,30 @@ def test_sigterm_handler_is_restored_when_the_last_logger_closes(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert out.split() == ["True", "True", "True", "True"]
+
+
+def test_count_charts_keep_suites_strata_and_loose_metrics_apart():
+    """A suite's "items per evaluation" chart plots its metrics' item counts, not its strata's (a few items each,
+    on a separate chart), and the loose metrics' "samples per evaluation" chart none of the suites'."""
+    import re
+
+    tags = ["eval/math/acc/n", "eval/math/acc/stratum=hard/n", "eval/math/acc/stratum=easy/n",
+            "eval/math/acc/samples_per_item", "eval/math/acc/stratum=hard/samples_per_item", "eval/reward/n",
+            "eval/mathx/acc/n"]
+    layout = dashboard_layout(["math/acc", "math/acc/stratum=hard", "math/acc/stratum=easy", "reward", "mathx/acc"],
+                              groups=["math", "mathx"])
+
+    def plotted(category, chart):
+        kind, patterns = layout[category][chart]
+        assert kind == "Multiline"
+        return [t for t in tags if any(re.search(p, t) for p in patterns)]
+
+    assert plotted("eval: math", "items per evaluation") == ["eval/math/acc/n"]
+    assert plotted("eval: math", "samples per item") == ["eval/math/acc/samples_per_item"]
+    assert plotted("eval: math", "items per stratum") == ["eval/math/acc/stratum=hard/n",
+                                                          "eval/math/acc/stratum=easy/n"]
+    assert plotted("eval: mathx", "items per evaluation") == ["eval/mathx/acc/n"]
+    assert "items per stratum" not in layout["eval: mathx"]
+    assert plotted("eval", "samples per evaluation") == ["eval/reward/n"]
+    assert plotted("eval", "samples per evaluation") == [t for t in tags if re.search("^eval/.*/n$", t)
+                                                         and not t.startswith(("eval/math/", "eval/mathx/"))]
