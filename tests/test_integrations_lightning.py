@@ -56,12 +56,24 @@ def loaders(seed=0, n_train=640, n_val=200):
     return DataLoader(RandomDataset(32, n_train), batch_size=4), DataLoader(RandomDataset(32, n_val), batch_size=4)
 
 
+class StageModel(Model):
+    """Records the trainer's stage in each validation_step call (what the README tells accumulating steps to check)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stages = []
+
+    def validation_step(self, batch, batch_idx):
+        self.stages.append((self.trainer.validating, self.trainer.training))
+        super().validation_step(batch, batch_idx)
+
+
 def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_to_the_trainers_logger(tmp_path):
     from lightning.pytorch.loggers import CSVLogger
 
     train, val = loaders()
     torch.manual_seed(0)
-    model = Model()
+    model = StageModel()
     cb = AdaptiveEvalCallback("default", overrides=FAST)
     trainer = L.Trainer(max_steps=70, logger=CSVLogger(tmp_path, name="run"), enable_checkpointing=False,
                         log_every_n_steps=5, callbacks=[cb, DataFault(35)], **QUIET)
@@ -90,6 +102,10 @@ def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_
     assert train_steps == set(range(4, 70, 5))
     assert float(evals[-1]["adaptive_eval/val_loss"]) == pytest.approx(last["val_loss"].mean)
     assert float(evals[-1]["adaptive_eval/val_loss_n"]) == len(idx)
+    # the adapter's validation_step calls run inside training: a step that accumulates outputs for
+    # on_validation_epoch_end can leave them out by checking self.trainer.validating
+    assert len(model.stages) == sum(r.sample_size for r in ev.history)
+    assert set(model.stages) == {(False, True)}
 
 
 def test_a_resumed_fit_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
