@@ -12,6 +12,34 @@ from adaptive_eval.policies._base import Context, Policy
 
 __all__ = ["BudgetPolicy"]
 
+_WINDOW = 12  # evaluations the fixed cost is fitted over
+_SPREAD = 1.5  # their sizes must differ by this factor for a fixed cost to be fitted
+_NEGLIGIBLE = 0.01  # a fitted fixed cost under this share of the cheapest evaluation is taken as none
+
+
+def fixed_cost(observations) -> float:
+    """The fixed seconds per evaluation that a line fitted by least squares through ``(units, seconds)`` pairs
+    implies, within 0 and 90% of the cheapest evaluation's seconds; 0 when the sizes hardly differ or the fit
+    finds (almost) none.
+
+    >>> fixed_cost([(32, 6.6), (384, 24.2), (32, 6.6)])
+    5.0
+    >>> fixed_cost([(32, 1.6), (384, 19.2)]), fixed_cost([(32, 6.6), (40, 7.0)])
+    (0.0, 0.0)
+    """
+    obs = [(float(u), float(s)) for u, s in observations]
+    if len(obs) < 2:
+        return 0.0
+    units, seconds = [o[0] for o in obs], [o[1] for o in obs]
+    if max(units) < _SPREAD * min(units):
+        return 0.0
+    mu, ms = sum(units) / len(units), sum(seconds) / len(seconds)
+    sxx = sum((u - mu) ** 2 for u in units)
+    slope = sum((u - mu) * (s - ms) for u, s in zip(units, seconds)) / sxx
+    cheapest = min(seconds)
+    fixed = min(max(ms - slope * mu, 0.0), 0.9 * cheapest)
+    return round(fixed, 9) if fixed >= _NEGLIGIBLE * cheapest else 0.0
+
 
 class BudgetPolicy(Policy):
     """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
@@ -22,6 +50,12 @@ class BudgetPolicy(Policy):
     covers: an AIME problem answered 16 times at cost 4 is not one MATH answer (counted in items, an
     evaluation with the dear suite made every later one look dear, and the budget deferred them for hundreds
     of steps at a fifth of its share).
+    **A fixed cost per evaluation** (loading weights into an inference engine, warming it up) is learnt once the
+    evaluations' sizes differ: seconds = fixed + per-unit x units, the fixed part fitted by least squares over the
+    last ``_WINDOW`` evaluations (between 0 and 90% of the cheapest one's seconds), the per-unit part from the
+    last evaluation.  In proportion only, a 32-item evaluation of 5 s + 0.05 s per item made a widened 384-item one
+    look 79 s long instead of 24 s.  Costs in proportion to the size (or sizes that never differ) keep the plain
+    proportion.
     The first evaluation always runs (nothing is known of its cost).  Urgent evaluations (a NaN, say) run
     regardless when ``bypass_urgent``.  A deferred evaluation stays due and runs as soon as the budget
     allows.
@@ -89,7 +123,9 @@ class BudgetPolicy(Policy):
         self._planned, self._measured = planned, measured
 
     def _reset(self) -> None:
-        self._seconds_per_sample: float | None = None
+        self._seconds_per_sample: float | None = None  # per unit, beyond the fixed cost
+        self._fixed_seconds = 0.0
+        self._observed: list[list[float]] = []  # the last _WINDOW [units, seconds]
         self._last_seconds: float | None = None
         self._whole_items: int | None = None  # items of a whole-set evaluation, once one ran
         self.deferred = 0
@@ -98,7 +134,7 @@ class BudgetPolicy(Policy):
         if self._last_seconds is None:
             return 0.0
         if sample_size is not None and self._seconds_per_sample is not None:
-            return self._seconds_per_sample * sample_size
+            return self._fixed_seconds + self._seconds_per_sample * sample_size
         return self._last_seconds
 
     def propose(self, decision: Decision, ctx: Context) -> Decision:
@@ -145,6 +181,7 @@ class BudgetPolicy(Policy):
         if asked is None or not spp or not math.isfinite(spp) or spp <= 0:
             return None
         room = self._room(ctx)
+        room -= self._fixed_seconds
         afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
         if afford >= asked:
             return decision
@@ -202,7 +239,9 @@ class BudgetPolicy(Policy):
         else:
             items = result.sample_size or result.items
         if items:
-            self._seconds_per_sample = float(result.seconds) / items
+            self._observed = [*self._observed, [float(items), float(result.seconds)]][-_WINDOW:]
+            self._fixed_seconds = fixed_cost(self._observed)
+            self._seconds_per_sample = (float(result.seconds) - self._fixed_seconds) / items
         if result.sample_size is None and result.items:
             self._whole_items = int(result.items)
 
@@ -211,12 +250,16 @@ class BudgetPolicy(Policy):
 
     def state_dict(self) -> dict:
         return {"seconds_per_sample": self._seconds_per_sample, "unit": self._unit(),
+                "fixed_seconds": self._fixed_seconds, "observed": [list(o) for o in self._observed],
                 "last_seconds": self._last_seconds,
                 "whole_items": self._whole_items, "deferred": self.deferred}
 
     def load_state_dict(self, sd: Mapping) -> None:
         # (a state saved with the other unit, items or cost units, is relearned from the next evaluation)
-        self._seconds_per_sample = sd.get("seconds_per_sample") if sd.get("unit", "item") == self._unit() else None
+        same_unit = sd.get("unit", "item") == self._unit()
+        self._seconds_per_sample = sd.get("seconds_per_sample") if same_unit else None
+        self._fixed_seconds = float(sd.get("fixed_seconds", 0.0)) if same_unit else 0.0
+        self._observed = [[float(u), float(t)] for u, t in sd.get("observed", [])] if same_unit else []
         self._last_seconds = sd.get("last_seconds")
         self._whole_items = sd.get("whole_items")
         self.deferred = int(sd.get("deferred", 0))

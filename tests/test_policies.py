@@ -501,3 +501,54 @@ def test_a_stream_still_warming_up_is_no_witness():
         ev.observe(metrics, step)
         ev.evaluate(fn, 0, step, step)
     assert any(r.startswith("alarm:train/loss") and 80 <= s <= 95 for s, r in reasons), reasons
+
+
+def test_the_budget_learns_a_fixed_cost_per_evaluation_once_sizes_differ():
+    """Evaluations of 5 s + 0.05 s per item (an inference engine's weight load): in proportion only, a 32-item
+    evaluation made a widened 384-item one look 79 s long (it takes 24.2 s), so the alarm's evaluation was cut to
+    a fifth; and after a large evaluation, small ones looked 2 s long and ran past the budget."""
+    cost = lambda n: 5.0 + 0.05 * n  # noqa: E731
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    p.on_eval(result(0, 0.5, n=32, seconds=cost(32)), ctx(0))
+    assert p.expected_seconds(384) == pytest.approx(79.2)
+    p.on_eval(result(10, 0.5, n=384, seconds=cost(384)), ctx(10))
+    assert p.state_dict()["fixed_seconds"] == pytest.approx(5.0)
+    for n in (32, 100, 384, 1000):
+        assert p.expected_seconds(n) == pytest.approx(cost(n))
+    # an alarm that the room (30 s) affords whole runs whole; in proportion it was cut to 145 of 384 items
+    room = ctx(50, 10 * (0.9 * 30.0 + 10.0), 10.0)
+    assert p.propose(Decision(True, 384, "alarm:x:cusum:up"), room) == Decision(True, 384, "alarm:x:cusum:up")
+    # and one that it does not afford is cut to what fits after the fixed cost: (26.26 - 5) / 0.05 = 425 items
+    d = p.propose(Decision(True, 1000, "alarm:x:cusum:up"), ctx(50, 10 * (0.9 * 26.26 + 10.0), 10.0))
+    assert d.evaluate and d.sample_size == 425
+    # the state carries it (plain values)
+    q = BudgetPolicy(max_eval_fraction=0.1)
+    q.load_state_dict(json.loads(json.dumps(p.state_dict())))
+    assert q.expected_seconds(32) == pytest.approx(cost(32)) and q.state_dict() == p.state_dict()
+
+
+def test_with_a_fixed_cost_and_alternating_sizes_the_budget_stays_a_cap():
+    """The fitted fixed cost never lets evaluations run past the budget once both sizes have been seen (the
+    first small one, with nothing to fit yet, runs over: 11.4% of the time against 10%)."""
+    cost = lambda n: 5.0 + 0.05 * n  # noqa: E731
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    eval_seconds, worst = 0.0, 0.0
+    for step in range(2000):
+        size = 384 if step % 200 == 0 else 32
+        c = ctx(step, step * 10.0 + eval_seconds, eval_seconds)
+        d = p.propose(Decision(True, size, "trigger:steps"), c)
+        if d.evaluate:
+            eval_seconds += cost(d.sample_size)
+            elapsed = step * 10.0 + eval_seconds
+            if step > 200:
+                worst = max(worst, eval_seconds / elapsed)
+            p.on_eval(result(step, 0.5, n=d.sample_size, seconds=cost(d.sample_size)),
+                      ctx(step, elapsed, eval_seconds))
+    assert worst <= 0.1 + 1e-9, worst
+
+
+def test_costs_in_proportion_to_the_size_keep_the_plain_proportion():
+    p = BudgetPolicy(max_eval_fraction=0.1)
+    for step, n in enumerate((32, 384, 32, 100)):
+        p.on_eval(result(step, 0.5, n=n, seconds=0.05 * n), ctx(step))
+        assert p.state_dict()["fixed_seconds"] == 0.0 and p.state_dict()["seconds_per_sample"] == 0.05 * n / n
