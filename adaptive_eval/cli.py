@@ -143,16 +143,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _tune_cases(args: argparse.Namespace, base) -> list:
     from adaptive_eval.tune import TuneError, case_from_file, case_from_real, case_from_synthetic
 
+    def key(trace: str) -> str:  # (./run.csv and run.csv are one trace)
+        return trace if trace.startswith(("real:", "synthetic:")) else os.path.realpath(trace)
+
     events: dict[str, list[int]] = {}
     for item in args.events:
         name, sep, steps = item.rpartition("=")
         try:
             if not sep:
                 raise ValueError
-            events[name] = [int(s) for s in steps.split(",") if s.strip()]
+            events[key(name)] = [int(s) for s in steps.split(",") if s.strip()]
         except ValueError:
             raise TuneError(f"--events {item!r}: expected TRACE=STEP[,STEP...] (integer steps)") from None
-    unknown = sorted(set(events) - set(args.trace))
+    unknown = [item.rpartition("=")[0] for item in args.events
+               if key(item.rpartition("=")[0]) not in {key(t) for t in args.trace}]
     if unknown:
         raise TuneError(f"--events names {unknown[0]!r}, which is not one of the traces given")
     cases = []
@@ -171,7 +175,16 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                 raise TuneError(f"{t}: expected synthetic:SEED (an integer seed of the synthetic suite)") from None
             cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
         else:
-            cases.append(case_from_file(t, base, events.get(t, ())))
+            steps = events.get(key(t))
+            if steps is None:  # the events file beside the trace, as adaptive-eval check reads it
+                from adaptive_eval.testing import ExpectationError, events_path, load_expectations
+
+                sidecar = events_path(t)
+                try:
+                    steps = [e.step for e in load_expectations(sidecar).events] if sidecar is not None else []
+                except ExpectationError as exc:
+                    raise TuneError(str(exc)) from None
+            cases.append(case_from_file(t, base, steps))
     return cases
 
 

@@ -40,7 +40,7 @@ from adaptive_eval.config import as_config
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.types import EvalRequest, EvalResult
 
-__all__ = ["ReplayResult", "SimClock", "replay", "write_outputs"]
+__all__ = ["ReplayResult", "SimClock", "ground_truth", "replay", "replay_units", "write_outputs"]
 
 
 class SimClock:
@@ -144,7 +144,11 @@ class _SuiteSimulatedEval:
     """A simulated ``evaluate_fn`` for eval suites, from per-item ground truth.
 
     Columns ``eval/<suite>/<metric>@<item>`` hold item ``item``'s true probability of success (or mean
-    reward), carried forward; ``eval/<suite>/<metric>`` a value for every item of the suite alike.  Each
+    reward), carried forward; ``eval/<suite>/<metric>`` a value for every item of the suite alike (ignored for a
+    metric that has per-item columns: it is then their mean, as a recorded run writes it, not more truth).  A
+    metric with per-item columns must have one for every item of its suite (a skipped index is an error at
+    load, not a failed evaluation later); an item's NaN is data (its answers are NaN, which evaluations skip).
+    Before every requested item has a value, the metric is not measured (no ground truth yet).  Each
     requested item gets ``samples_per_item`` draws: Bernoulli(p_i) for a probability, else Normal(mean_i,
     std) with the std of a column ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation costs
     ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over suites of items x (samples x
@@ -159,6 +163,8 @@ class _SuiteSimulatedEval:
         self.per_sample = float(cfg.replay.eval_seconds_per_sample)
         self.where: dict[str, tuple[str, str, int | None]] = {}  # column -> (suite, metric, item or None)
         self.std_of: dict[str, tuple[str, str]] = {}
+        whole: dict[str, tuple[str, str]] = {}
+        items: dict[tuple[str, str], set[int]] = {}
         for col in columns:
             name = col[len("eval/"):]
             if name.endswith(":std"):
@@ -175,15 +181,30 @@ class _SuiteSimulatedEval:
                     raise ValueError(f"{source}: column {col!r}: item {item} is beyond suite {found['suite']!r} "
                                      f"(evaluation.suites.{found['suite']}.size={size})")
                 self.where[col] = (found["suite"], found["metric"], item)
+                items.setdefault((found["suite"], found["metric"]), set()).add(item)
             elif suite in self.suites and metric:
-                self.where[col] = (suite, metric, None)
+                whole[col] = (suite, metric)
             else:
                 raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
                                  f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})")
+        for (suite, metric), given in items.items():
+            size = int(self.suites[suite]["size"])
+            missing = [i for i in range(size) if i not in given]
+            if missing:
+                shown = ", ".join(map(str, missing[:5])) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                raise ValueError(f"{source}: per-item ground truth of {suite}/{metric} has no column for item"
+                                 f"{'s' if len(missing) > 1 else ''} {shown} (eval/{suite}/{metric}@<item> for "
+                                 f"every item 0-{size - 1} of evaluation.suites.{suite}.size={size})")
+        for col, spot in whole.items():  # a suite-wide value, unless per-item columns say more
+            if spot not in items:
+                self.where[col] = (*spot, None)
         self.truth: dict[tuple[str, str], np.ndarray] = {}
+        self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}
 
-    def update(self, metrics: dict[str, float]) -> None:
+    def update(self, metrics: dict[str, float]) -> set[tuple[str, str]]:
+        """Take a record's values; the (suite, metric) pairs it gave a value to."""
+        touched = set()
         for col, value in metrics.items():
             spot = self.where.get(col)
             if spot is None:
@@ -191,13 +212,30 @@ class _SuiteSimulatedEval:
                     self.std[self.std_of[col]] = float(value)
                 continue
             suite, metric, item = spot
-            arr = self.truth.get((suite, metric))
+            key = (suite, metric)
+            arr = self.truth.get(key)
             if arr is None:
-                arr = self.truth[(suite, metric)] = np.full(int(self.suites[suite]["size"]), np.nan)
+                size = int(self.suites[suite]["size"])
+                arr = self.truth[key] = np.full(size, np.nan)
+                self.given[key] = np.zeros(size, dtype=bool)
             if item is None:
                 arr[:] = value
+                self.given[key][:] = True
             else:
                 arr[item] = value
+                self.given[key][item] = True
+            touched.add(key)
+        return touched
+
+    def mean(self, key: tuple[str, str]) -> float | None:
+        """The suite's true mean of ``key``: the mean over its items (of the finite ones; NaN when none is);
+        None until every item has a value."""
+        given = self.given.get(key)
+        if given is None or not given.all():
+            return None
+        arr = self.truth[key]
+        finite = arr[np.isfinite(arr)]
+        return float(finite.mean()) if finite.size else math.nan
 
     def __call__(self, request: EvalRequest) -> dict:
         out = {}
@@ -208,21 +246,76 @@ class _SuiteSimulatedEval:
             m = int(s.samples_per_item)
             cost += len(idx) * (m * float(suite["cost"]) + float(suite["item_cost"]))
             for (sname, metric), arr in self.truth.items():
-                if sname != name:
-                    continue
+                if sname != name or not self.given[(sname, metric)][idx].all():
+                    continue  # (no ground truth yet for some requested item: not measured, as without suites)
                 p = arr[idx]
-                missing = np.nonzero(np.isnan(p))[0]
-                if missing.size:
-                    raise ValueError(f"replay: suite {name!r}, metric {metric!r}: no ground truth for item index "
-                                     f"{int(idx[missing[0]])} (column eval/{name}/{metric}@{int(idx[missing[0]])})")
-                if np.all((p >= 0.0) & (p <= 1.0)):
-                    c = self.rng.binomial(m, p)
-                    out[f"{name}/{metric}"] = (np.arange(m)[None, :] < c[:, None]).astype(np.float64)
+                finite = np.isfinite(p)
+                q = np.where(finite, p, 0.0)
+                if np.all((q >= 0.0) & (q <= 1.0)):
+                    c = self.rng.binomial(m, q)
+                    values = (np.arange(m)[None, :] < c[:, None]).astype(np.float64)
                 else:
-                    sd = self.std.get((name, metric), 0.0)
-                    out[f"{name}/{metric}"] = self.rng.normal(p[:, None], sd, size=(len(idx), m))
+                    values = self.rng.normal(q[:, None], self.std.get((name, metric), 0.0), size=(len(idx), m))
+                if not finite.all():
+                    values[~finite] = p[~finite][:, None]  # a NaN or inf item: its answers are that value
+                out[f"{name}/{metric}"] = values
         self.clock.eval_time += self.fixed + self.per_sample * cost
         return out
+
+
+def _refuse_item_columns(eval_cols: Iterable[str], source: str) -> None:
+    """Per-item ground truth without ``evaluation.suites`` would replay as one metric per item: refuse it."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for name in eval_cols:
+        found = _ITEM_COLUMN.match(name)
+        if found is not None:
+            seen.setdefault((found["suite"], found["metric"]), []).append(name)
+    for (suite, metric), cols in seen.items():
+        if len(cols) > 1:
+            raise ValueError(f"{source}: columns eval/{cols[0]}, eval/{cols[1]}, ... are per-item ground truth "
+                             f"(eval/<suite>/<metric>@<item>), which needs eval suites: set evaluation.suites."
+                             f"{suite}.size (the number of items) and evaluation.metric={suite}/{metric}")
+
+
+def _simulator(trace, cfg, names: Sequence[str], eval_cols, clock, seed: int):
+    if cfg.evaluation.suites:
+        return _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
+                                                                       and n.startswith("eval/")],
+                                   cfg, clock, seed, trace.source)
+    _refuse_item_columns(eval_cols, trace.source)
+    return _SimulatedEval(eval_cols, cfg, clock, seed)
+
+
+def ground_truth(trace, cfg=None) -> dict[str, list[tuple[int, float]]]:
+    """The true value of every eval metric, as replay simulates it: ``{metric: [(step, value), ...]}`` (names
+    without ``eval/``) at the records that give it a value.  With ``evaluation.suites`` a metric with
+    per-item columns is ``"<suite>/<metric>"``, the mean over the suite's items of their carried-forward
+    values (from the first record at which every item has one); errors as :func:`replay` gives them.
+
+    >>> from adaptive_eval import load_config
+    >>> from adaptive_eval.trace import Trace, TraceRecord
+    >>> rows = [TraceRecord(0, {"loss": 1.0, "eval/m/acc@0": 0.2, "eval/m/acc@1": 0.6}),
+    ...         TraceRecord(1, {"loss": 1.0}), TraceRecord(2, {"eval/m/acc@1": 1.0})]
+    >>> ground_truth(Trace(rows), load_config(overrides=["evaluation.suites.m.size=2"]))
+    {'m/acc': [(0, 0.4), (2, 0.6)]}
+    """
+    cfg = as_config(cfg)
+    names = sorted({k for r in trace.records for k in r.metrics})
+    _, eval_cols = _split_columns(names)
+    sim = _simulator(trace, cfg, names, eval_cols, SimClock(), 0)
+    out: dict[str, list[tuple[int, float]]] = {}
+    for rec in trace.records:
+        if isinstance(sim, _SuiteSimulatedEval):
+            for key in sorted(sim.update(rec.metrics)):
+                value = sim.mean(key)
+                if value is not None:
+                    out.setdefault(f"{key[0]}/{key[1]}", []).append((rec.step, value))
+        else:
+            for name in eval_cols:
+                value = rec.metrics.get(f"eval/{name}")
+                if value is not None:
+                    out.setdefault(name, []).append((rec.step, float(value)))
+    return out
 
 
 def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None,
@@ -248,12 +341,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # Asynchronous: an evaluation costs eval-device time (its own clock), not training time.
     device = SimClock() if asynchronous else None
     cost_clock = device if asynchronous else clock
-    if cfg.evaluation.suites:
-        sim = _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
-                                                                       and n.startswith("eval/")],
-                                  cfg, cost_clock, seed, trace.source)
-    else:
-        sim = _SimulatedEval(eval_cols, cfg, cost_clock, seed)
+    sim = _simulator(trace, cfg, names, eval_cols, cost_clock, seed)
     steps_per_epoch = _steps_per_epoch(records)
     if cfg.trigger.freq_epochs is not None and steps_per_epoch is None:
         raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch column in the trace")
@@ -295,6 +383,17 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                    "best": _best(out.evals, cfg)}
     evaluator.close()
     return out
+
+
+def replay_units(result: ReplayResult, cfg) -> float | None:
+    """With ``evaluation.suites``, what the replayed evaluations cost in the suites' units (items x (samples
+    per item x ``cost`` + ``item_cost``), :func:`adaptive_eval.suites.result_units`); None without suites."""
+    if not cfg.evaluation.suites:
+        return None
+    from adaptive_eval.suites import result_units
+
+    suites = OmegaConf.to_container(cfg.evaluation.suites)
+    return float(sum(result_units(suites, r.metrics) or 0.0 for r in result.results))
 
 
 def eval_latency_model(trace, cfg):

@@ -335,12 +335,10 @@ def summarize_outputs(
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], (), confidence, 0))
             aggs = _aggregations(aggregations, name)
             if aggs:
-                with np.errstate(invalid="ignore", all="ignore"):
-                    per_item = np.nanmean(rows[0], axis=1) if rows[0].shape[1] else np.full(rows[0].shape[0], np.nan)
+                per_item = _row_means(rows[0])
                 summaries.update(_aggregate(label, name, aggs, per_item, outputs, confidence))
             if item_values is not None and item_ids is not None and len(item_ids) == rows[0].shape[0]:
-                with np.errstate(invalid="ignore", all="ignore"):
-                    means = np.nanmean(rows[0], axis=1) if rows[0].shape[1] else np.full(len(item_ids), np.nan)
+                means = _row_means(rows[0])
                 item_values[name] = {int(i): float(v) for i, v in zip(item_ids, means) if v == v}
             continue
         values, scalar = metric_values(name, value)
@@ -666,6 +664,15 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
                             binary=proportion, **extra)
     var_mean = mean_over_items_var(std, n, summary.within_var, summary.samples_per_item, population)
     return dataclasses.replace(summary, ci=clustered_interval(mean, var_mean, n, samples, proportion, confidence))
+
+
+def _row_means(rows: np.ndarray) -> np.ndarray:
+    """Each row's mean over its non-NaN values; NaN for a row with none (numpy's nanmean warns "Mean of empty
+    slice" there, into the user's logs: an item whose answers all failed is data, not a warning)."""
+    counts = np.sum(~np.isnan(rows), axis=1)
+    sums = np.nansum(rows, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
 def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None:

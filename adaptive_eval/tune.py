@@ -101,14 +101,24 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null"]))
     res = replay(case.trace, cfg, seed=seed)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
-    return [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
+    evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
+    if cfg.evaluation.suites:  # what each cost in the suites' units (answers x cost + items x item_cost)
+        from adaptive_eval.suites import result_units
+
+        suites = OmegaConf.to_container(cfg.evaluation.suites)
+        for e, r in zip(evals, res.results):
+            e["units"] = result_units(suites, r.metrics) or 0.0
+    return evals
 
 
 def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: bool = True) -> RunScore:
     """Score a case's evaluations (from :func:`replay_case`); ``paired``: a paired difference on shared items
     confirms a change too (:func:`adaptive_eval.scoring.confirmed_delay`)."""
-    return score_run(evals, steps=case.steps, full_size=case.items, events=case.events, truth=case.truth,
-                     metric=case.metric, higher_is_better=case.higher_is_better, by=by, paired=paired)
+    score = score_run(evals, steps=case.steps, full_size=case.items, events=case.events, truth=case.truth,
+                      metric=case.metric, higher_is_better=case.higher_is_better, by=by, paired=paired)
+    if evals and all("units" in e for e in evals):  # eval suites: the cost is in their units, not items
+        score = dataclasses.replace(score, samples=int(round(sum(e["units"] for e in evals))))
+    return score
 
 
 def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:
@@ -144,7 +154,8 @@ def aggregate(scores: Sequence[RunScore], *, within: int = 25) -> dict:
 
 OBJECTIVES = {
     # name: (what is minimised, the aggregate key, a formatter)
-    "cost": "eval items per 1,000 training steps",
+    "cost": "eval samples per 1,000 training steps (items; with eval suites, their cost units: answers x cost + "
+            "items x item_cost)",
     "delay": "mean confirmed detection delay in steps (a miss or a delay over 100 counts 100)",
     "regret": "selection regret, as a share of each run's range of true values (mean over runs)",
 }
@@ -313,17 +324,23 @@ def case_from_file(path: str, base, events: Sequence[int] = ()) -> Case:
     (``evaluation.metric``, else the first ``eval/`` column) carried forward; ``events`` are steps."""
     from adaptive_eval.trace import read_trace
 
+    from adaptive_eval.replay import ground_truth
+
     trace = read_trace(path)
-    names = [n for n in trace.eval_names() if not n.endswith(":std")]
+    try:
+        known = ground_truth(trace, base)  # (per-item columns of an eval suite: the suite's mean)
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
     metric = base.evaluation.metric
-    col = f"eval/{metric}" if metric is not None else (names[0] if names else None)
+    metric = str(metric).removeprefix("eval/") if metric is not None else next(iter(sorted(known)), None)
     truth = None
-    if col is not None and col in names:
+    if metric in known:
+        at = dict(known[metric])
         truth, last = [], math.nan
         for rec in trace.records:
-            last = rec.metrics.get(col, last)
+            last = at.get(rec.step, last)
             truth.append(float(last))
-    return Case(str(path), trace, _index_events(trace, events), truth, col[len("eval/"):] if col else None,
+    return Case(str(path), trace, _index_events(trace, events), truth, metric,
                 bool(base.evaluation.higher_is_better), int(base.replay.eval_set_size), overrides=[])
 
 
@@ -343,8 +360,9 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int) -
             raise TuneError(f"{c.name}: {c.steps} step{'s' if c.steps != 1 else ''}: a trace needs at least 2 "
                             "steps to tune on")
         if c.truth is None or not any(math.isfinite(v) for v in c.truth):
-            raise TuneError(f"{c.name}: no eval ground truth (no eval/<metric> column with a value): replay "
-                            "cannot simulate evaluations, so there is nothing to score")
+            raise TuneError(f"{c.name}: no eval ground truth for {c.metric or 'any metric'} (no eval/<metric> column "
+                            "with a value, or per-item eval/<suite>/<metric>@<item> columns of an eval suite in "
+                            "evaluation.suites): replay cannot simulate evaluations, so there is nothing to score")
     if "delay" in objectives and not any(c.events for c in cases):
         raise TuneError("no events in any trace, so the delay objective cannot be scored: mark the changes with "
                         "--events TRACE=STEP[,STEP...], tune on real:NAME traces, or drop --objective delay")
@@ -450,7 +468,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
                 raise optuna.TrialPruned("interrupted")
             scores.append(run_case(c, cfg, seed=0))
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
-        values = [float(np.nanmean([pf[k] for pf in per_fold])) if any(math.isfinite(pf[k]) for pf in per_fold)
+        values = [_nanmean([pf[k] for pf in per_fold]) if any(math.isfinite(pf[k]) for pf in per_fold)
                   else math.nan for k in range(len(objectives))]
         row = {"number": trial.number, "params": params, "values": values, "fold_values": per_fold}
         done.append(row)
@@ -476,6 +494,13 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
     return result
 
 
+def _nanmean(values: Sequence[float]) -> float:
+    """The mean of the non-NaN values; NaN when there are none (a fold without events has no delay), without
+    numpy's "Mean of empty slice" warning in the user's terminal."""
+    kept = [float(v) for v in values if not math.isnan(v)]
+    return sum(kept) / len(kept) if kept else math.nan
+
+
 def summarize(done: list[dict], objectives: list[str], fold_idx: list[list[int]], interrupted: bool) -> TuneResult:
     values = [r["values"] for r in done]
     front = pareto(values)
@@ -493,12 +518,12 @@ def summarize(done: list[dict], objectives: list[str], fold_idx: list[list[int]]
         for rule in sorted({r for _, r in chosen if r != "spread"}):
             held = []
             for j in range(len(fold_idx)):
-                train = [[float(np.nanmean([r["fold_values"][f][k] for f in range(len(fold_idx)) if f != j]))
+                train = [[_nanmean([r["fold_values"][f][k] for f in range(len(fold_idx)) if f != j])
                           for k in range(len(objectives))] for r in done]
                 pick = _rule_pick(train, list(range(len(done))), rule)
                 if pick is not None:
                     held.append(done[pick]["fold_values"][j])
-            cv[rule] = [float(np.nanmean([h[k] for h in held])) for k in range(len(objectives))] if held else None
+            cv[rule] = [_nanmean([h[k] for h in held]) for k in range(len(objectives))] if held else None
     return TuneResult(objectives, done, front, chosen, cv, interrupted)
 
 

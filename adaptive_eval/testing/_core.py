@@ -11,7 +11,7 @@ from typing import Any
 
 from adaptive_eval import scoring
 from adaptive_eval.config import as_config, load_config
-from adaptive_eval.replay import ReplayResult, replay
+from adaptive_eval.replay import ReplayResult, ground_truth, replay, replay_units
 from adaptive_eval.trace import Trace, read_trace
 
 __all__ = [
@@ -260,12 +260,15 @@ class ReplayRun:
 
     @property
     def samples(self) -> int:
-        """Eval items spent (a whole-set evaluation counts ``replay.eval_set_size``)."""
-        return scoring.eval_samples(self.evals, self.eval_set_size)
+        """Eval samples spent: items (a whole-set evaluation counts ``replay.eval_set_size``); with eval suites
+        their cost units, items x (samples per item x ``cost`` + ``item_cost``) over the suites each evaluation
+        covered (the answers generated, when every cost is 1 and no item cost), as the budget reckons them."""
+        units = replay_units(self.result, self.config)
+        return scoring.eval_samples(self.evals, self.eval_set_size) if units is None else int(round(units))
 
     @property
     def samples_per_1k(self) -> float:
-        """Eval items per 1,000 training steps (trace records)."""
+        """Eval samples (:attr:`samples`) per 1,000 training steps (trace records)."""
         return 1000.0 * self.samples / max(self.steps, 1)
 
     @property
@@ -367,11 +370,10 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
             exp = load_expectations(events)
         else:
             exp = Expectations(tuple(_event_from(e, f"{name}: events[{i}]") for i, e in enumerate(events)))
-    truth: dict[str, list[tuple[int, float]]] = {}
-    for rec in trace.records:
-        for key, value in rec.metrics.items():
-            if key.startswith("eval/") and not key.endswith(":std"):
-                truth.setdefault(key[len("eval/"):], []).append((rec.step, value))
+    try:  # as replay simulates it: per-item columns of an eval suite give the suite's mean
+        truth = ground_truth(trace, cfg)
+    except ValueError as exc:
+        raise ExpectationError(str(exc)) from None
     if cfg.evaluation.metric:
         metric = str(cfg.evaluation.metric).removeprefix("eval/")
     elif metric is not None:

@@ -1,0 +1,154 @@
+"""Per-item (per-problem) eval ground truth, ``eval/<suite>/<metric>@<item>``, through every tool that reads a
+trace: replay, ``adaptive_eval.testing`` and ``adaptive-eval check``, and ``adaptive-eval tune``."""
+
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+from adaptive_eval import load_config
+from adaptive_eval.cli import main
+from adaptive_eval.replay import ground_truth, replay
+from adaptive_eval.synthetic_items import make_item_trace
+from adaptive_eval.testing import ExpectationError, assert_confirmed, replay_trace
+from adaptive_eval.trace import Trace, TraceRecord, write_trace
+from adaptive_eval.tune import TuneError, case_from_file, check_input, replay_case, score_case
+
+SUITES = ["evaluation.suites.math.size=60", "evaluation.suites.math.samples_per_item=4",
+          "evaluation.suites.aime.size=12", "evaluation.suites.aime.samples_per_item=8",
+          "evaluation.suites.aime.cost=4", "evaluation.suites.aime.every=4", "evaluation.metric=math/acc"]
+
+
+@pytest.fixture(scope="module")
+def collapse():
+    return make_item_trace("collapse", steps=300, seed=4, suites={"math": (60, 0.0), "aime": (12, 1.0)})
+
+
+def with_column(trace, fn):
+    return Trace([TraceRecord(r.step, fn(dict(r.metrics), r.step), r.epoch, r.time) for r in trace.records],
+                 trace.source)
+
+
+def test_ground_truth_of_a_suite_is_the_mean_of_its_items(collapse):
+    cfg = load_config(overrides=SUITES)
+    truth = ground_truth(collapse.trace, cfg)
+    assert set(truth) == {"math/acc", "aime/acc"}
+    steps = [s for s, _ in truth["math/acc"]]
+    assert steps == [r.step for r in collapse.trace.records if "eval/math/acc@0" in r.metrics]
+    assert [v for _, v in truth["math/acc"]] == pytest.approx([collapse.truth["math"][s] for s in steps])
+
+
+def test_testing_and_check_confirm_a_collapse_from_per_item_truth(collapse, tmp_path, capsys):
+    """Before, they refused the trace: "no eval ground truth eval/math/acc in the trace" (replay took it)."""
+    onset = collapse.events[0].step
+    run = replay_trace(collapse.trace, load_config(overrides=SUITES), events=[onset])
+    assert run.truth["math/acc"][0][1] == pytest.approx(collapse.truth["math"][0])
+    assert_confirmed(run, onset, within=25)
+    # cost in answers (x the suite's cost), not in the items of one suite
+    answers = sum(e["n"][m] * e["samples_per_item"][m] * (4 if m.startswith("aime") else 1)
+                  for e in run.evals for m in ("math/acc", "aime/acc") if m in e["n"])
+    assert run.samples == answers and run.samples > 4 * sum(e["sample_size"] for e in run.evals)
+    path = tmp_path / "run.csv"
+    write_trace(collapse.trace, path)
+    (tmp_path / "suites.yaml").write_text(
+        "evaluation:\n  metric: math/acc\n  suites:\n    math: {size: 60, samples_per_item: 4}\n"
+        "    aime: {size: 12, samples_per_item: 8, cost: 4, every: 4}\n")
+    (tmp_path / "run.csv.events.yaml").write_text(f"events:\n  - {{step: {onset}, metric: math/acc}}\n")
+    capsys.readouterr()
+    assert main(["check", str(path), "--config", str(tmp_path / "suites.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"collapse at step {onset}" in out or f"step {onset}" in out, out
+
+
+def test_tune_reads_per_item_truth_and_counts_cost_in_the_suites_units(collapse, tmp_path):
+    path = tmp_path / "run.jsonl"
+    write_trace(collapse.trace, path)
+    base = load_config(overrides=SUITES)
+    case = case_from_file(str(path), base, events=[collapse.events[0].step])
+    check_input([case], ["cost", "delay", "regret"], 2)  # before: "no eval ground truth"
+    assert case.metric == "math/acc"
+    assert case.truth[-1] == pytest.approx(collapse.truth["math"][collapse.trace.records[-1].step])
+    evals = replay_case(case, base)
+    units = sum(e["n"][m] * e["samples_per_item"][m] * (4 if m.startswith("aime") else 1)
+                for e in evals for m in ("math/acc", "aime/acc") if m in e["n"])
+    assert score_case(case, evals).samples == units
+    bare = tmp_path / "bare.csv"
+    write_trace(with_column(collapse.trace, lambda m, s: {k: v for k, v in m.items() if not k.startswith("eval/")}),
+                bare)
+    with pytest.raises(TuneError, match="no eval ground truth for math/acc"):
+        check_input([case_from_file(str(bare), base)], ["cost"], 2)
+    with pytest.raises(TuneError, match="per-item ground truth"):  # per-item columns without suites
+        case_from_file(str(path), load_config())
+
+
+def test_a_suite_mean_beside_the_item_columns_does_not_flatten_them(collapse):
+    """A recorded run also writes the suite's mean, eval/math/acc: it used to overwrite every item's truth with it
+    (so every item had the same p, no between-item variance), depending on column order."""
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    means = with_column(collapse.trace, lambda m, s: {**m, "eval/math/acc": 0.123} if "eval/math/acc@0" in m else m)
+    assert replay(means, cfg, seed=1).evals == replay(collapse.trace, cfg, seed=1).evals
+    assert [v for _, v in ground_truth(means, cfg)["math/acc"]] == [v for _, v in ground_truth(collapse.trace, cfg)["math/acc"]]
+
+
+def test_a_skipped_item_column_is_an_error_at_load_naming_the_items_and_the_key(collapse, tmp_path, capsys):
+    gap = with_column(collapse.trace, lambda m, s: {k: v for k, v in m.items() if not k.endswith(("@17", "@40"))})
+    cfg = load_config(overrides=SUITES)
+    message = (r"per-item ground truth of math/acc has no column for items 17, 40 \(eval/math/acc@<item> for every "
+               r"item 0-59 of evaluation.suites.math.size=60\)")
+    with pytest.raises(ValueError, match=message):
+        replay(gap, cfg)
+    with pytest.raises(ExpectationError, match=message):
+        replay_trace(gap, cfg)
+    path = tmp_path / "gap.csv"
+    write_trace(gap, path)
+    (tmp_path / "s.yaml").write_text("evaluation:\n  suites:\n    math: {size: 60}\n    aime: {size: 12}\n")
+    capsys.readouterr()
+    assert main(["replay", str(path), "--config", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"),
+                 "--no-tensorboard"]) == 2
+    err = capsys.readouterr().err
+    assert "no column for items 17, 40" in err and "Traceback" not in err
+
+
+def test_a_nan_item_is_data_and_an_item_without_a_value_yet_is_not_measured(collapse):
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    nan = with_column(collapse.trace, lambda m, s: {**m, "eval/math/acc@3": math.nan} if "eval/math/acc@3" in m else m)
+    evals = replay(nan, cfg, seed=1).evals
+    assert evals and all(e["nan_count"]["math/acc"] == 4 for e in evals)  # item 3's 4 answers, skipped
+    assert all(e["n"]["math/acc"] == 59 for e in evals)  # (an item with no answer left is not counted)
+    # item 5 first gets a value at step 100: math/acc is not measured before, and is from then on
+    late = with_column(collapse.trace, lambda m, s: m if s >= 100 else {k: v for k, v in m.items() if k != "eval/math/acc@5"})
+    evals = replay(late, cfg, seed=1).evals
+    assert [("math/acc" in e["metrics"]) for e in evals] == [e["step"] >= 100 for e in evals]
+    assert all("aime/acc" in e["metrics"] for e in evals if e["step"] % 120 == 0)
+
+
+def test_per_item_columns_without_eval_suites_are_refused_naming_the_key(collapse):
+    """They replayed as 72 separate metrics (and the tracked one became aime/acc@0)."""
+    with pytest.raises(ValueError, match=r"per-item ground truth \(eval/<suite>/<metric>@<item>\), which needs eval "
+                                         r"suites: set evaluation.suites.aime.size"):
+        replay(collapse.trace, load_config())
+    one = Trace([TraceRecord(0, {"loss": 1.0, "eval/x/acc@1": 0.5})])  # a single such column is a metric's name
+    assert replay(one, load_config()).evals[0]["metrics"] == {"x/acc@1": pytest.approx(0.5, abs=0.5)}
+    assert np.isfinite(replay(one, load_config()).evals[0]["metrics"]["x/acc@1"])
+
+
+def test_tune_reads_the_events_file_beside_a_trace_and_matches_event_paths_as_paths(collapse, tmp_path,
+                                                                                    monkeypatch):
+    """As ``adaptive-eval check`` does; and ``--events ./run.jsonl=...`` names the trace given as ``run.jsonl``
+    (it was "not one of the traces given")."""
+    import argparse
+
+    from adaptive_eval.cli import _tune_cases
+
+    monkeypatch.chdir(tmp_path)
+    write_trace(collapse.trace, "run.jsonl")
+    write_trace(collapse.trace, "other.jsonl")
+    pathlib.Path("other.jsonl.events.yaml").write_text("events:\n  - {step: 141}\n  - {step: 200}\n")
+    base = load_config(overrides=SUITES)
+    args = argparse.Namespace(trace=["run.jsonl", "other.jsonl"], events=["./run.jsonl=120"])
+    run, other = _tune_cases(args, base)
+    index = [r.step for r in collapse.trace.records]
+    assert [index[i] for i in run.events] == [120] and [index[i] for i in other.events] == [141, 200]
+    with pytest.raises(TuneError, match="--events names 'elsewhere.jsonl'"):
+        _tune_cases(argparse.Namespace(trace=["run.jsonl"], events=["elsewhere.jsonl=3"]), base)
