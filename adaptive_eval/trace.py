@@ -228,8 +228,15 @@ class TraceRecorder:
     at once and a record with any other metric raises ``ValueError``.  Nothing is silently dropped.
     JSONL has no header, so new metrics cost nothing.
 
+    **A resumed run** (a recorder opened on an existing trace whose first record's step is below the last
+    recorded one: training went back to a checkpoint) replaces the rows from that step on, which the run that
+    crashed or stopped recorded after its checkpoint: they move to ``<trace>.superseded`` (appended, with the
+    CSV header) and the trace is rewritten without them, atomically, with a warning.  The trace stays the
+    history of the run that goes on, in step order, and replays as it is.
+
     Errors: a non-numeric metric raises ``TypeError`` naming the key; a step below the previous one raises
-    ``ValueError`` (steps may repeat: the reader merges lines of one step).
+    ``ValueError`` (steps may repeat: the reader merges lines of one step), except as the first record after
+    opening an existing trace (a resumed run, above).
     """
 
     def __init__(self, path: str | os.PathLike, *, fsync: bool = False, format: str | None = None,
@@ -253,8 +260,10 @@ class TraceRecorder:
                 raise ValueError(f"duplicate column names in {fixed}")
             fixed = [*RESERVED, *fixed]
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._continued = False  # opened on an existing trace and nothing recorded since: a resume may go back
         if self.path.exists() and self.path.stat().st_size > 0:
             self._continue_existing()
+            self._continued = self._last_step is not None
             if columns is not None and set(fixed) != set(self._columns or fixed):
                 raise ValueError(f"{self.path}: the existing header {self._columns} does not match columns={list(columns)}")
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -327,8 +336,11 @@ class TraceRecorder:
             time = as_float("time", time)
         values = _check_metrics(metrics)
         if self._last_step is not None and step < self._last_step:
-            raise ValueError(f"{self.path}: step {step} is below the previous step {self._last_step}; "
-                             "steps must not decrease")
+            if not self._continued:
+                raise ValueError(f"{self.path}: step {step} is below the previous step {self._last_step}; "
+                                 "steps must not decrease")
+            self._rewind(step)
+        self._continued = False
         if self.format == "jsonl":
             self._write(_jsonl_line(step, values, epoch, time))
         else:
@@ -346,6 +358,49 @@ class TraceRecorder:
                     self._add_columns(new)
             self._write(prefix + _csv_text([_csv_cells(self._columns, step, values, epoch, time)]))
         self._last_step = step
+
+    def _rewind(self, step: int) -> None:
+        """A resumed run: move the rows at ``step`` and later into ``<trace>.superseded`` and swap in the trace
+        without them (atomically)."""
+        text = read_text(self.path)
+        lines = text.split("\n")
+        header = lines[0] if self.format == "csv" else None
+        body = lines[1:] if self.format == "csv" else lines
+        columns = None if header is None else [h.strip() for h in next(csv.reader([header]))]
+        kept, dropped, last = [], [], None
+        for number, line in enumerate(body, start=2 if header is not None else 1):
+            if not line.strip():
+                continue
+            rec = _parse_line(self.format, line, columns, self.path, number)
+            if rec.step < step:
+                kept.append(line)
+                last = rec.step
+            else:
+                dropped.append(line)
+        aside = self.path.with_name(self.path.name + ".superseded")
+        with open(aside, "a", encoding="utf-8", newline="") as f:
+            if header is not None and (not aside.exists() or aside.stat().st_size == 0):
+                f.write(header + "\n")
+            f.write("".join(line + "\n" for line in dropped))
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(line + "\n" for line in ([header] if header is not None else []) + kept))
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+        os.close(self._fd)
+        self._fd = None
+        os.replace(tmp, self.path)
+        if self.fsync:
+            _fsync_dir(self.path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        warnings.warn(f"{self.path}: a resumed run records step {step}, below the last recorded step "
+                      f"{self._last_step}: the {len(dropped)} row(s) from step {step} on, of the run before, are "
+                      f"replaced (kept in {aside.name})", RuntimeWarning, stacklevel=3)
+        self._last_step = last
 
     def _add_columns(self, new: list[str]) -> None:
         """Rewrite the CSV file with more columns (empty in the old rows) and swap it in atomically."""

@@ -349,9 +349,9 @@ def test_recorder_continues_an_existing_file_and_cuts_a_torn_tail(tmp_path, suff
         f.write(b'5,,' if suffix == ".csv" else b'{"step": 5, "met')  # crash mid-write
     with pytest.warns(RuntimeWarning, match="torn"):
         rec = TraceRecorder(path)
-    with pytest.raises(ValueError, match="below the previous step 1"):
-        rec.record(0, {"a": 0.0})
     rec.record(2, {"a": 3.0})
+    with pytest.raises(ValueError, match="below the previous step 2"):
+        rec.record(0, {"a": 0.0})
     rec.close()
     assert [r.metrics["a"] for r in read_trace(path)] == [1.0, 2.0, 3.0]
 
@@ -378,3 +378,61 @@ def test_sigkill_leaves_a_readable_trace(tmp_path):
         warnings.simplefilter("ignore")
         trace = read_trace(path)
     assert len(trace) > 200 and trace.steps().tolist() == list(range(len(trace)))
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_resumed_run_replaces_the_rows_recorded_after_its_checkpoint(tmp_path, suffix):
+    """Training went back to the checkpoint of step 5 after recording up to step 9: the recorder opened on the
+    trace used to refuse step 5 ("below the previous step 9"; record_to logged it and lost every re-run step)."""
+    path = tmp_path / f"t{suffix}"
+    with TraceRecorder(path) as rec:
+        for t in range(10):
+            rec.record(t, {"a": float(t)})
+    with pytest.warns(RuntimeWarning, match=r"resumed run records step 5, below the last recorded step 9: the 5 "
+                                            r"row\(s\) from step 5 on, of the run before, are replaced"):
+        rec = TraceRecorder(path)
+        rec.record(5, {"a": 50.0, "b": 1.0})
+    for t in range(6, 12):
+        rec.record(t, {"a": 10.0 * t})
+    with pytest.raises(ValueError, match="below the previous step 11"):  # within one run, still an error
+        rec.record(3, {"a": 0.0})
+    rec.close()
+    trace = read_trace(path)
+    assert [r.step for r in trace] == list(range(12))
+    assert [r.metrics["a"] for r in trace] == [0.0, 1.0, 2.0, 3.0, 4.0] + [10.0 * t for t in range(5, 12)]
+    superseded = read_trace(tmp_path / f"t{suffix}.superseded", ) if suffix == ".jsonl" else None
+    if superseded is None:  # (a CSV keeps its header, so it reads as a trace of its own)
+        import shutil
+
+        shutil.copy(tmp_path / "t.csv.superseded", tmp_path / "old.csv")
+        superseded = read_trace(tmp_path / "old.csv")
+    assert [(r.step, r.metrics["a"]) for r in superseded] == [(t, float(t)) for t in range(5, 10)]
+
+
+def test_an_evaluator_resumed_from_its_state_records_on_into_the_same_trace(tmp_path):
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    path = tmp_path / "run.csv"
+    cfg = load_config(overrides=["trigger.freq_steps=4"])
+    first = AdaptiveEvaluator.from_config(cfg)
+    first.record_to(path)
+    state = None
+    for t in range(10):
+        first.observe({"loss": 1.0}, t)
+        first.evaluate(lambda: {"acc": [1, 0, 1, 1]}, 0, t, t)
+        if t == 5:
+            state = first.state_dict()
+    first.close()
+    resumed = AdaptiveEvaluator.from_config(cfg)
+    resumed.load_state_dict(state)
+    with pytest.warns(RuntimeWarning, match="resumed run records step 6"):
+        resumed.record_to(path)
+        resumed.observe({"loss": 2.0}, 6)
+    for t in range(7, 12):
+        resumed.observe({"loss": 2.0}, t)
+        resumed.evaluate(lambda: {"acc": [1, 0, 1, 1]}, 0, t, t)
+    resumed.close()
+    trace = read_trace(path)
+    assert [r.step for r in trace] == list(range(12))
+    assert [r.metrics["loss"] for r in trace] == [1.0] * 6 + [2.0] * 6
+    assert resumed.summary()["record_errors"] == 0
