@@ -432,16 +432,22 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
     raise ConfigError([f"{p}: no such config file (and no preset of that name; presets: {', '.join(preset_names())})"])
 
 
-def _key_lines(text: str) -> dict[str, int]:
-    """Map each dotted key of a YAML document to its 1-based line number."""
+def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]:
+    """Map each dotted key of a YAML document to its 1-based line number; a key given twice in one mapping
+    (YAML keeps the last silently) is added to ``duplicates`` as ``"<line>: <key> ... line <first>"``."""
     import yaml
 
     lines: dict[str, int] = {}
+    seen: list[str] = []  # the keys given twice (not their children again)
 
     def walk(node, prefix):
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 key = f"{prefix}.{k.value}" if prefix else str(k.value)
+                if key in lines and duplicates is not None and not any(key.startswith(d + ".") for d in seen):
+                    seen.append(key)
+                    duplicates.append(f"{k.start_mark.line + 1}: {key}: given twice (also at line {lines[key]}; "
+                                      "YAML would keep only the last)")
                 lines[key] = k.start_mark.line + 1
                 walk(v, key)
         elif isinstance(node, yaml.SequenceNode):
@@ -537,6 +543,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     import yaml
 
     cfg = OmegaConf.structured(Config)
+    source = ""
     if path is not None:
         source, text = _resolve_path(path)
         try:
@@ -550,21 +557,35 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             loaded = {}
         if not isinstance(loaded, dict):
             raise ConfigError([f"{source}:1: expected a mapping of sections at the top, got {type(loaded).__name__}"])
-        lines = _key_lines(text)
-        problems = []
+    # Every problem at once: the file's (types, unknown keys, duplicates), the overrides', and the values'
+    # (validate), each named by its key and, for the file's, file and line.
+    problems: list[str] = []
+    lines: dict[str, int] = {}
+    if path is not None:
+        duplicates: list[str] = []
+        lines = _key_lines(text, duplicates)
+        problems += [f"{source}:{d}" for d in duplicates]
+        good = []
         for key, value in _leaves(cfg, loaded, ""):
             try:
                 OmegaConf.merge(cfg, _nested(key, value))
             except OmegaConfBaseException as exc:
                 problems.append(str(_merge_error(exc, source, lines, key, value)))
-        if problems:
-            raise ConfigError(problems)
-        cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+            else:
+                good.append((key, value))
+        if problems:  # (go on with the keys that merge, to report the other problems too)
+            for key, value in good:
+                cfg = OmegaConf.merge(cfg, _nested(key, value))
+        else:
+            cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+    overridden: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
-            raise ConfigError([f"override {item!r}: expected KEY=VALUE"])
+            problems.append(f"override {item!r}: expected KEY=VALUE")
+            continue
         try:
             cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+            overridden[item.split("=", 1)[0].strip()] = item
         except OmegaConfBaseException as exc:
             lhs = item.split("=", 1)[0]
             key = getattr(exc, "full_key", None)
@@ -578,10 +599,26 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = f"unknown key {key!r}"
-            raise ConfigError([f"override {item!r}: {msg}"]) from None
-    validate(cfg)
+            problems.append(f"override {item!r}: {msg}")
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        problems += [_locate(p, source, lines, overridden) for p in exc.problems]
+    if problems:
+        raise ConfigError(problems)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[str, str]) -> str:
+    """A value problem (``"<key>: ..."``) with the file and line that set its key (as it was when an override
+    set it last: its message names the key)."""
+    key = problem.split(":", 1)[0].strip()
+    if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden):
+        return problem
+    if source and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in lines):
+        return f"{_where(key, source, lines)}{problem}"
+    return problem
 
 
 def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:

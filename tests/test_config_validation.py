@@ -76,3 +76,23 @@ def test_no_evaluation_exceeds_sample_size_max():
     assert sizes[0] == ("before_train", 20)
     # The peak policy's precise re-measurements (confirm_size 500 by default) come out at the clamp, never above.
     assert max(n for _, n in sizes) == 100, sizes
+
+
+def test_every_problem_of_a_file_and_its_overrides_is_reported_at_once_with_its_line(tmp_path):
+    """Before, a type error hid the value errors (they showed only once it was fixed, and then without file and
+    line), the file's errors hid the overrides', and a key given twice was silently the last one."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("trigger:\n  freq_steps: ten\npolicy:\n  budget:\n    max_eval_fraction: 1.5\n"
+                    "  sample_size:\n    min: 600\n    max: 100\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["policy.alarm.cooldown_steps=abc", "trigger.nope=1"])
+    assert info.value.problems == [
+        f"{path}:2: trigger.freq_steps: Value 'ten' of type 'str' could not be converted to Integer",
+        "override 'policy.alarm.cooldown_steps=abc': Value 'abc' of type 'str' could not be converted to Integer",
+        "override 'trigger.nope=1': unknown key 'trigger.nope'",
+        f"{path}:5: policy.budget.max_eval_fraction: must lie in (0, 1), got 1.5",
+        f"{path}:7: policy.sample_size.min: 600 is larger than policy.sample_size.max: 100"]
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("trigger:\n  freq_steps: 10\npolicy: {}\ntrigger:\n  freq_steps: 20\n")
+    with pytest.raises(ConfigError, match=r"twice.yaml:4: trigger: given twice \(also at line 1"):
+        load_config(twice)

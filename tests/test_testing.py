@@ -398,3 +398,14 @@ def test_the_example_fails_for_a_preset_that_misses_the_collapse_and_alarms_on_t
     result.stdout.fnmatch_lines([f"*grpo_kl_collapse (config {preset}, seed 0): the collapse at step 56 "
                                  "(accuracy down) was confirmed only * steps after it, not within 60 steps.*"])
     result.stdout.fnmatch_lines([f"*nanogpt_124m (config {preset}, seed 0): steps 940..980 were not quiet*"])
+
+
+def test_a_failed_assert_shows_the_users_line_and_the_run_prints_short(collapse_run):
+    """pytest showed the whole library function's source before the message, and a ReplayRun's repr was tens
+    of KB (the config and every truth series)."""
+    from adaptive_eval.testing import _core
+
+    for fn in (_core.assert_confirmed, _core.assert_quiet, _core.assert_cost, _core.assert_same_decisions):
+        assert fn.__code__.co_consts and "__tracebackhide__" in fn.__code__.co_varnames
+    text = repr(collapse_run)
+    assert len(text) < 600 and "collapse.csv" in text and "truth" not in text and "policy" not in text

@@ -213,12 +213,12 @@ class ReplayRun:
     name: str
     config_name: str
     seed: int
-    config: Any
-    result: ReplayResult
+    config: Any = dataclasses.field(repr=False)
+    result: ReplayResult = dataclasses.field(repr=False)
     steps: int
     first_step: int
     last_step: int
-    truth: dict[str, list[tuple[int, float]]]
+    truth: dict[str, list[tuple[int, float]]] = dataclasses.field(repr=False)
     metric: str | None
     expectations: Expectations
 
@@ -483,6 +483,7 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     run's event at that step (from its events file or the shipped trace), then to the run's metric, either
     direction and "before the trace ends".
     """
+    __tracebackhide__ = True  # (pytest: the failure shows the user's line, not this function)
     ev = _resolve_event(run, event_step, metric, direction, within, "expected")
     delay, level, origin = _confirmation(run, ev)
     if delay is not None and (ev.within is None or delay <= ev.within):
@@ -511,6 +512,7 @@ def assert_quiet(run: ReplayRun, start: int, stop: int, max_evals: int | None = 
                  max_alarms: int | None = None) -> None:
     """Assert at most ``max_evals`` evaluations and ``max_alarms`` alarms in steps ``start``..``stop``
     (both included).  With neither given: no alarm at all."""
+    __tracebackhide__ = True  # (pytest: the failure shows the user's line, not this function)
     what = f"quiet {start}..{stop}"
     _check_window(run, start, stop, what)
     if max_evals is None and max_alarms is None:
@@ -537,6 +539,7 @@ def assert_cost(run: ReplayRun, max_samples_per_1k: float | None = None, *, max_
                 max_eval_fraction: float | None = None) -> None:
     """Assert the run spent at most ``max_samples_per_1k`` eval items per 1,000 training steps, at most
     ``max_evals`` evaluations, and at most ``max_eval_fraction`` of the simulated time evaluating."""
+    __tracebackhide__ = True  # (pytest: the failure shows the user's line, not this function)
     limits = {"max_samples_per_1k": max_samples_per_1k, "max_evals": max_evals,
               "max_eval_fraction": max_eval_fraction}
     if all(v is None for v in limits.values()):
@@ -569,6 +572,7 @@ def _decision_text(d: dict | None) -> str:
 def assert_same_decisions(run_a: ReplayRun, run_b: ReplayRun) -> None:
     """Assert two runs decided exactly alike: the same evaluations (step, sample size, reason), deferrals
     and alarms.  For refactors: replay one trace before and after and compare."""
+    __tracebackhide__ = True  # (pytest: the failure shows the user's line, not this function)
     for what, a_list, b_list, text in (
             ("decisions", run_a.decisions, run_b.decisions, _decision_text),
             ("alarms", [{k: a[k] for k in ("step", "stream", "detector", "direction")} for a in run_a.alarms],
