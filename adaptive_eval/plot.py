@@ -439,10 +439,27 @@ def _title(run: _Run) -> str:
     return f"{run.name}: " + ", ".join(p for p in parts if p)
 
 
+def _panel_metrics(evals) -> list[str]:
+    """The eval metrics in the order they get panels: the measured ones before what is derived from them
+    (pass@k, maj@k, per stratum), and each suite's first metric before any suite's second, so that a second
+    suite is not crowded out by the first one's pass@1 (the same number as its mean@1)."""
+    from adaptive_eval.replay import _DERIVED
+
+    metrics = list(dict.fromkeys(m for e in evals for m in e["metrics"]))
+    primary = [m for m in metrics if not _DERIVED.search(m)]
+    rank: dict[str, int] = {}
+    order = []
+    for m in primary:
+        head = m.split("/", 1)[0] if "/" in m else ""
+        order.append((rank.get(head, 0), len(order), m))
+        rank[head] = rank.get(head, 0) + 1
+    return [m for _, _, m in sorted(order)] + [m for m in metrics if _DERIVED.search(m)]
+
+
 def _draw(run: _Run):
     from matplotlib.figure import Figure
 
-    metrics = list(dict.fromkeys(m for e in run.evals for m in e["metrics"]))
+    metrics = _panel_metrics(run.evals)
     eval_metrics = metrics[:MAX_EVAL_PANELS]
     stream_names = _choose_streams(list(run.streams), run.alarms)
     n_panels = max(1, len(eval_metrics) + len(stream_names))
@@ -540,7 +557,7 @@ def find_runs(dirs) -> list[Path]:
 def _draw_comparison(runs: list[_Run]):
     from matplotlib.figure import Figure
 
-    metrics = list(dict.fromkeys(m for r in runs for e in r.evals for m in e["metrics"]))[:MAX_EVAL_PANELS]
+    metrics = _panel_metrics([e for r in runs for e in r.evals])[:MAX_EVAL_PANELS]
     with_streams = next((r for r in runs if r.streams), None)
     alarms = [a for r in runs for a in r.alarms]
     stream_names = _choose_streams(list(with_streams.streams), alarms) if with_streams else []

@@ -171,3 +171,22 @@ def test_panels_in_name_order_and_no_line_across_a_gap(tmp_path):
     joined = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2][0]
     xs = np.asarray(joined.get_xdata(), dtype=float)
     assert np.isnan(xs).sum() == 1 and np.flatnonzero(np.isnan(xs))[0] == 4  # broken between 30 and 230
+
+
+def test_a_second_suite_gets_a_panel_before_the_first_ones_pass_at_k(tmp_path):
+    """Panels went in the order metrics first appear: math/acc, then its pass@1 (the same number as mean@1)
+    and pass@4, and the aime suite was "not shown"."""
+    import json
+
+    from adaptive_eval.plot import _draw, _load
+
+    run = tmp_path / "run"
+    run.mkdir()
+    names = ["math/acc", "math/acc/pass@1", "math/acc/pass@4", "math/acc/stratum=hard", "aime/acc",
+             "aime/acc/pass@1"]
+    (run / "evals.jsonl").write_text("".join(
+        json.dumps({"step": s, "sample_size": 32, "reason": "trigger:steps", "metrics": {m: 0.5 for m in names},
+                    "ci": {m: [0.4, 0.6] for m in names}}) + "\n" for s in (0, 10, 20)))
+    fig = _draw(_load(run))
+    labels = [ax.get_ylabel() for ax in fig.axes]
+    assert labels[:3] == ["eval/math/acc", "eval/aime/acc", "eval/math/acc/pass@1"], labels
