@@ -86,8 +86,11 @@ class SampleSizePolicy(Policy):
             plans = []
             for name, (items, m, why) in self.plans.items():
                 if widen:
-                    items, why = min(math.ceil(items * self.alarm_factor), int(self.suites[name]["size"])), \
-                        f"{why}; x{self.alarm_factor:g} after an alarm"
+                    size = int(self.suites[name]["size"])
+                    wanted = math.ceil(items * self.alarm_factor)
+                    items = min(wanted, size)
+                    why = f"{why}; x{self.alarm_factor:g} after an alarm" + (
+                        f" (capped at the whole suite, {size} items)" if wanted > size else "")
                 plans.append((name, int(items), int(m), why))
             suites = tuple(plans)
         return dataclasses.replace(decision, sample_size=n, suites=suites)

@@ -552,3 +552,14 @@ def test_costs_in_proportion_to_the_size_keep_the_plain_proportion():
     for step, n in enumerate((32, 384, 32, 100)):
         p.on_eval(result(step, 0.5, n=n, seconds=0.05 * n), ctx(step))
         assert p.state_dict()["fixed_seconds"] == 0.0 and p.state_dict()["seconds_per_sample"] == 0.05 * n / n
+
+
+def test_an_alarms_widening_of_a_suite_already_whole_says_it_is_capped():
+    """The reason said "x12 after an alarm" for a suite evaluated whole (40 x 5 stayed 40 x 5)."""
+    p = SampleSizePolicy(initial=32, min=16, max=512, alarm_factor=12.0,
+                         suites={"math": {"size": 40, "samples_per_item": 5},
+                                 "big": {"size": 5000, "samples_per_item": 1}})
+    d = p.propose(Decision(True, 32, "alarm:train/reward:cusum:down"), ctx(10))
+    plans = {name: (items, m, why) for name, items, m, why in d.suites}
+    assert plans["math"] == (40, 5, "initial; x12 after an alarm (capped at the whole suite, 40 items)")
+    assert plans["big"] == (384, 1, "initial; x12 after an alarm")
