@@ -331,8 +331,9 @@ def summarize_outputs(
                 rows_expected = n_items
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population))
-            for key, mask in _stratum_masks(strata, name, item_ids):
-                summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], (), confidence, 0))
+            for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
+                summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
+                                                size if population else 0))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 per_item = _row_means(rows[0])
@@ -347,7 +348,7 @@ def summarize_outputs(
                 _check_rows(label, values.size, rows_expected, item_ids)
             summaries[name] = summarize(values, confidence, kinds.get(name))
             if suites is not None and len(item_ids) == values.size:
-                for key, mask in _stratum_masks(strata, name, item_ids):
+                for key, mask, _ in _stratum_masks(strata, name, item_ids):
                     summaries[key] = summarize(values[mask], confidence, kinds.get(name))
             aggs = _aggregations(aggregations, name)
             if aggs:
@@ -362,12 +363,18 @@ def summarize_outputs(
 
 
 def _stratum_masks(strata, name: str, item_ids):
-    """``("<name>/stratum=<label>", mask over this rank's items)`` for each stratum present, in label order."""
+    """``("<name>/stratum=<label>", mask over this rank's items, the stratum's items in the whole suite)`` for
+    each stratum present, in label order."""
     labels = (strata or {}).get(name.partition("/")[0])
     if not labels or item_ids is None:
         return []
     mine = np.array([str(labels[int(i)]) for i in item_ids])
-    return [(f"{name}/stratum={label}", mine == label) for label in sorted(set(mine.tolist()))]
+    present = sorted(set(mine.tolist()))
+    sizes = {label: 0 for label in present}
+    for x in labels:
+        if str(x) in sizes:
+            sizes[str(x)] += 1
+    return [(f"{name}/stratum={label}", mine == label, sizes[label]) for label in present]
 
 
 def _aggregations(aggregations, name: str) -> list[str]:

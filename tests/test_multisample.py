@@ -354,7 +354,7 @@ def test_report_strata_adds_each_metric_per_stratum_and_two_ranks_agree_with_one
     assert not any("/stratum=" in k for k in ranks("sharded")[0])
     r = _strata_evaluator().evaluate(_strata_fn, 0, 0, 0)
     assert [k for k in r.metrics if k.startswith("math500/acc/stratum=")] == [
-        f"math500/acc/stratum=level{lv}" for lv in range(1, 6)]
+        f"math500/acc/stratum=level{lv}{tail}" for lv in range(1, 6) for tail in ("", "/pass@1")]
     for k, v in r.metrics.items():
         assert a[k][0] == pytest.approx(v.mean) and a[k][3] == pytest.approx(list(v.ci))
     chosen = suite_order(0, "math500", 500, tuple(LEVELS))[:101]  # the nested sample's first 101 items
@@ -367,6 +367,9 @@ def test_report_strata_adds_each_metric_per_stratum_and_two_ranks_agree_with_one
                                                   for i in mine]))
         assert tokens.mean == pytest.approx(np.mean([i % 13 for i in mine]))
         assert acc.ci[0] <= acc.mean <= acc.ci[1] and acc.ci[1] - acc.ci[0] > 0
+        # pass@k per stratum too, and the finite population correction of the stratum's own 100 items
+        assert r.metrics[f"math500/acc/stratum=level{lv}/pass@1"].mean == pytest.approx(acc.mean)
+        assert acc.population == 100 and r.metrics["math500/acc"].population == 500
 
 
 def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
@@ -606,7 +609,8 @@ def test_replaying_a_recorded_suite_run_ignores_what_it_derived_strata_and_pass_
                                 "evaluation.suites.math.strata=[" + ",".join(strata) + "]"])
     run = replay(trace, cfg, seed=0)
     names = set(run.results[0].metrics)
-    assert names == {"math/acc", "math/acc/pass@1", "math/acc/stratum=a", "math/acc/stratum=b"}, names
+    assert names == {"math/acc", "math/acc/pass@1", "math/acc/stratum=a", "math/acc/stratum=b",
+                     "math/acc/stratum=a/pass@1", "math/acc/stratum=b/pass@1"}, names
 
 
 def test_report_strata_without_strata_is_a_config_error_and_strata_stay_out_of_cross_suite_aggregates():
