@@ -264,14 +264,18 @@ class _SuiteSimulatedEval:
 
 
 def _refuse_item_columns(eval_cols: Iterable[str], source: str) -> None:
-    """Per-item ground truth without ``evaluation.suites`` would replay as one metric per item: refuse it."""
+    """Per-item ground truth without ``evaluation.suites`` would replay as one metric per item: refuse it.
+    Columns count as items when there are at least 3 of one metric, numbered 0, 1, 2, ... without a gap
+    (``imagenet/acc@1`` and ``acc@5``, top-k accuracies, are metrics of their own)."""
     seen: dict[tuple[str, str], list[str]] = {}
     for name in eval_cols:
         found = _ITEM_COLUMN.match(name)
         if found is not None:
             seen.setdefault((found["suite"], found["metric"]), []).append(name)
     for (suite, metric), cols in seen.items():
-        if len(cols) > 1:
+        numbers = sorted(int(_ITEM_COLUMN.match(c)["item"]) for c in cols)
+        if len(numbers) >= 3 and numbers == list(range(len(numbers))):
+            cols = sorted(cols, key=lambda c: int(_ITEM_COLUMN.match(c)["item"]))
             raise ValueError(f"{source}: columns eval/{cols[0]}, eval/{cols[1]}, ... are per-item ground truth "
                              f"(eval/<suite>/<metric>@<item>), which needs eval suites: set evaluation.suites."
                              f"{suite}.size (the number of items) and evaluation.metric={suite}/{metric}")

@@ -230,8 +230,9 @@ class TraceRecorder:
 
     **A resumed run** (a recorder opened on an existing trace whose first record's step is below the last
     recorded one: training went back to a checkpoint) replaces the rows from that step on, which the run that
-    crashed or stopped recorded after its checkpoint: they move to ``<trace>.superseded`` (appended, with the
-    CSV header) and the trace is rewritten without them, atomically, with a warning.  The trace stays the
+    crashed or stopped recorded after its checkpoint: they move to ``<name>.superseded-<k>.<suffix>`` (a trace of their
+    own, one per resume) and the trace is rewritten without them, atomically, with a warning.  (A first record
+    at the last recorded step itself merges into that step's row, as repeated steps do.)  The trace stays the
     history of the run that goes on, in step order, and replays as it is.
 
     Errors: a non-numeric metric raises ``TypeError`` naming the key; a step below the previous one raises
@@ -335,11 +336,12 @@ class TraceRecorder:
         if time is not None:
             time = as_float("time", time)
         values = _check_metrics(metrics)
+        resumed = None
         if self._last_step is not None and step < self._last_step:
             if not self._continued:
                 raise ValueError(f"{self.path}: step {step} is below the previous step {self._last_step}; "
                                  "steps must not decrease")
-            self._rewind(step)
+            resumed = self._rewind(step)
         self._continued = False
         if self.format == "jsonl":
             self._write(_jsonl_line(step, values, epoch, time))
@@ -358,10 +360,12 @@ class TraceRecorder:
                     self._add_columns(new)
             self._write(prefix + _csv_text([_csv_cells(self._columns, step, values, epoch, time)]))
         self._last_step = step
+        if resumed is not None:  # (after the record is written: a warning turned into an error loses nothing)
+            warnings.warn(resumed, RuntimeWarning, stacklevel=2)
 
-    def _rewind(self, step: int) -> None:
-        """A resumed run: move the rows at ``step`` and later into ``<trace>.superseded`` and swap in the trace
-        without them (atomically)."""
+    def _rewind(self, step: int) -> str:
+        """A resumed run: move the rows at ``step`` and later into ``<name>.superseded-<k>.<suffix>`` (a trace of its
+        own, the first free k) and swap in the trace without them (atomically); what to warn."""
         text = read_text(self.path)
         lines = text.split("\n")
         header = lines[0] if self.format == "csv" else None
@@ -377,11 +381,11 @@ class TraceRecorder:
                 last = rec.step
             else:
                 dropped.append(line)
-        aside = self.path.with_name(self.path.name + ".superseded")
-        with open(aside, "a", encoding="utf-8", newline="") as f:
-            if header is not None and (not aside.exists() or aside.stat().st_size == 0):
-                f.write(header + "\n")
-            f.write("".join(line + "\n" for line in dropped))
+        k = 1
+        while (aside := self.path.with_name(f"{self.path.stem}.superseded-{k}{self.path.suffix}")).exists():
+            k += 1
+        with open(aside, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(line + "\n" for line in ([header] if header is not None else []) + dropped))
             f.flush()
             if self.fsync:
                 os.fsync(f.fileno())
@@ -397,10 +401,11 @@ class TraceRecorder:
         if self.fsync:
             _fsync_dir(self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        warnings.warn(f"{self.path}: a resumed run records step {step}, below the last recorded step "
-                      f"{self._last_step}: the {len(dropped)} row(s) from step {step} on, of the run before, are "
-                      f"replaced (kept in {aside.name})", RuntimeWarning, stacklevel=3)
+        message = (f"{self.path}: a resumed run records step {step}, below the last recorded step "
+                   f"{self._last_step}: the {len(dropped)} row(s) from step {step} on, of the run before, are "
+                   f"replaced (kept in {aside.name})")
         self._last_step = last
+        return message
 
     def _add_columns(self, new: list[str]) -> None:
         """Rewrite the CSV file with more columns (empty in the old rows) and swap it in atomically."""

@@ -19,13 +19,15 @@ _NEGLIGIBLE = 0.01  # a fitted fixed cost under this share of the cheapest evalu
 
 def fixed_cost(observations) -> float:
     """The fixed seconds per evaluation that a line fitted by least squares through ``(units, seconds)`` pairs
-    implies, within 0 and 90% of the cheapest evaluation's seconds; 0 when the sizes hardly differ or the fit
-    finds (almost) none.
+    implies; 0 when the sizes hardly differ, when the line falls with size or puts more than 90% of the
+    cheapest evaluation's seconds in the fixed part, or when it finds (almost) no fixed part.
 
     >>> fixed_cost([(32, 6.6), (384, 24.2), (32, 6.6)])
     5.0
     >>> fixed_cost([(32, 1.6), (384, 19.2)]), fixed_cost([(32, 6.6), (40, 7.0)])
     (0.0, 0.0)
+    >>> fixed_cost([(32, 60.0), (384, 24.0)])  # (a warm-up: no line, the plain proportion)
+    0.0
     """
     obs = [(float(u), float(s)) for u, s in observations]
     if len(obs) < 2:
@@ -37,7 +39,11 @@ def fixed_cost(observations) -> float:
     sxx = sum((u - mu) ** 2 for u in units)
     slope = sum((u - mu) * (s - ms) for u, s in zip(units, seconds)) / sxx
     cheapest = min(seconds)
-    fixed = min(max(ms - slope * mu, 0.0), 0.9 * cheapest)
+    fixed = ms - slope * mu
+    if slope <= 0 or fixed > 0.9 * cheapest:
+        # Not a line through these (a first evaluation slowed by warm-up, timing noise): the plain proportion,
+        # which overestimates large evaluations rather than underestimating them.
+        return 0.0
     return round(fixed, 9) if fixed >= _NEGLIGIBLE * cheapest else 0.0
 
 
@@ -52,8 +58,8 @@ class BudgetPolicy(Policy):
     of steps at a fifth of its share).
     **A fixed cost per evaluation** (loading weights into an inference engine, warming it up) is learnt once the
     evaluations' sizes differ: seconds = fixed + per-unit x units, the fixed part fitted by least squares over the
-    last ``_WINDOW`` evaluations (between 0 and 90% of the cheapest one's seconds), the per-unit part from the
-    last evaluation.  In proportion only, a 32-item evaluation of 5 s + 0.05 s per item made a widened 384-item one
+    last ``_WINDOW`` evaluations (none when that line falls with size or its fixed part exceeds 90% of the
+    cheapest one's seconds: a warm-up, noise), the per-unit part from the last evaluation.  In proportion only, a 32-item evaluation of 5 s + 0.05 s per item made a widened 384-item one
     look 79 s long instead of 24 s.  Costs in proportion to the size (or sizes that never differ) keep the plain
     proportion.
     The first evaluation always runs (nothing is known of its cost).  Urgent evaluations (a NaN, say) run

@@ -152,3 +152,14 @@ def test_tune_reads_the_events_file_beside_a_trace_and_matches_event_paths_as_pa
     assert [index[i] for i in run.events] == [120] and [index[i] for i in other.events] == [141, 200]
     with pytest.raises(TuneError, match="--events names 'elsewhere.jsonl'"):
         _tune_cases(argparse.Namespace(trace=["run.jsonl"], events=["elsewhere.jsonl=3"]), base)
+
+
+def test_top_k_metrics_are_not_taken_for_items():
+    """``imagenet/acc@1`` and ``acc@5`` (top-k accuracies, as record_to writes them) are metrics of their own, not
+    items 1 and 5: only columns numbered 0, 1, 2, ... without a gap are refused without suites."""
+    rows = [TraceRecord(s, {"train/loss": 1.0, **({"eval/imagenet/acc@1": 0.7, "eval/imagenet/acc@5": 0.9,
+                                                    "eval/rec/recall@10": 0.3, "eval/rec/recall@50": 0.6}
+                                                   if s % 50 == 0 else {})}) for s in range(200)]
+    run = replay(Trace(rows, "run.csv"), load_config(overrides=["trigger.freq_steps=50"]))
+    assert set(run.evals[0]["metrics"]) == {"imagenet/acc@1", "imagenet/acc@5", "rec/recall@10", "rec/recall@50"}
+    assert set(ground_truth(Trace(rows, "run.csv"))) == set(run.evals[0]["metrics"])

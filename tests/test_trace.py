@@ -400,13 +400,22 @@ def test_a_resumed_run_replaces_the_rows_recorded_after_its_checkpoint(tmp_path,
     trace = read_trace(path)
     assert [r.step for r in trace] == list(range(12))
     assert [r.metrics["a"] for r in trace] == [0.0, 1.0, 2.0, 3.0, 4.0] + [10.0 * t for t in range(5, 12)]
-    superseded = read_trace(tmp_path / f"t{suffix}.superseded", ) if suffix == ".jsonl" else None
-    if superseded is None:  # (a CSV keeps its header, so it reads as a trace of its own)
-        import shutil
-
-        shutil.copy(tmp_path / "t.csv.superseded", tmp_path / "old.csv")
-        superseded = read_trace(tmp_path / "old.csv")
+    superseded = read_trace(tmp_path / f"t.superseded-1{suffix}")
     assert [(r.step, r.metrics["a"]) for r in superseded] == [(t, float(t)) for t in range(5, 10)]
+    # A second resume, after a column was added (CSV: rewritten wider), and under warnings as errors: the record
+    # is written before the warning is raised, so nothing is lost; each resume's rows are a trace of their own.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = TraceRecorder(path)
+        with pytest.raises(RuntimeWarning, match="resumed run records step 8"):
+            rec.record(8, {"a": 80.0, "c": 1.0})
+        rec.record(9, {"a": 90.0})
+        rec.close()
+    assert [(r.step, r.metrics["a"]) for r in read_trace(path)][-3:] == [(7, 70.0), (8, 80.0), (9, 90.0)]
+    second = read_trace(tmp_path / f"t.superseded-2{suffix}")
+    assert [r.step for r in second] == [8, 9, 10, 11] and second.records[0].metrics.get("b") is None
 
 
 def test_an_evaluator_resumed_from_its_state_records_on_into_the_same_trace(tmp_path):
