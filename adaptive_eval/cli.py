@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 
 from adaptive_eval.config import ConfigError, load_config
@@ -124,9 +125,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, format_rows, replay_trace
 
+    from adaptive_eval.testing import trace_files
+
     cfg = load_config(args.config, args.overrides)
+    traces = []
+    for trace in args.trace:  # a folder of trace files, as the pytest marker takes it (not a TensorBoard run)
+        folder = pathlib.Path(trace)
+        if folder.is_dir() and not any(folder.glob("*tfevents*")) and trace_files(folder):
+            traces += [str(f) for f in trace_files(folder)]
+        else:
+            traces.append(trace)
     rows = []
-    for trace in args.trace:
+    for trace in traces:
         run = replay_trace(trace, cfg, seed=args.seed, events=args.events)
         run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
         rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
@@ -250,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="replay traces under a preset and check their expectations (events "
                                      "confirmed, quiet windows, cost): exit 1 when one fails, 2 on bad input")
     p.add_argument("trace", nargs="+", metavar="TRACE",
-                   help="a trace file (its events in TRACE.events.yaml beside it) or a shipped real trace name")
+                   help="a trace file (its events in TRACE.events.yaml beside it), a folder of trace files, or a shipped "
+                        "real trace name")
     p.add_argument("--config", metavar="F", required=True, help="the preset under test: a YAML file or a preset name")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override one key of it (repeatable)")

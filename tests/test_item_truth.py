@@ -163,3 +163,17 @@ def test_top_k_metrics_are_not_taken_for_items():
     run = replay(Trace(rows, "run.csv"), load_config(overrides=["trigger.freq_steps=50"]))
     assert set(run.evals[0]["metrics"]) == {"imagenet/acc@1", "imagenet/acc@5", "rec/recall@10", "rec/recall@50"}
     assert set(ground_truth(Trace(rows, "run.csv"))) == set(run.evals[0]["metrics"])
+
+
+def test_check_takes_a_folder_of_traces_as_the_pytest_marker_does(collapse, tmp_path, capsys):
+    """It said "no TensorBoard event files in this directory"; the superseded rows of a resumed recording are
+    not traces to check."""
+    for name in ("a.csv", "b.jsonl", "a.superseded-1.csv"):
+        write_trace(collapse.trace, tmp_path / name)
+    (tmp_path / "suites.yaml").write_text("evaluation:\n  metric: math/acc\n  suites:\n    math: {size: 60}\n"
+                                          "    aime: {size: 12}\n")
+    capsys.readouterr()
+    assert main(["check", str(tmp_path), "--config", str(tmp_path / "suites.yaml"), "--max-samples-per-1k",
+                 "1000000"]) == 0
+    out = capsys.readouterr().out
+    assert "a.csv" in out and "b.jsonl" in out and "superseded" not in out, out

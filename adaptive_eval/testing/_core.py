@@ -298,15 +298,16 @@ def _trace_name(source: str) -> str:
 
 
 def trace_files(folder: str | os.PathLike) -> list[pathlib.Path]:
-    """The trace files in ``folder`` (``*.csv``, ``*.jsonl``, ``*.json``, sidecar events files left out),
-    sorted by name; a file is returned as the one trace it is."""
+    """The trace files in ``folder`` (``*.csv``, ``*.jsonl``, ``*.json``; sidecar events files and the rows a
+    resumed recording superseded, ``*.superseded-<k>.*``, left out), sorted by name; a file is returned as the
+    one trace it is."""
     p = pathlib.Path(folder)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"{p}: no such trace folder")
     return sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-                  and not f.name.endswith(SIDECAR_SUFFIXES))
+                  and not f.name.endswith(SIDECAR_SUFFIXES) and ".superseded-" not in f.name)
 
 
 def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
