@@ -39,15 +39,49 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
     return out
 
 
-def _load_trace(args: argparse.Namespace):
-    from adaptive_eval.convert import from_columns
-    from adaptive_eval.trace import read_trace
+def _add_trace_args(p: argparse.ArgumentParser) -> None:
+    """The options that read a trace not in the native format (replay, check and tune alike)."""
+    p.add_argument("--stream", action="append", default=[], metavar="COL",
+                   help="a column (metric) to watch as a cheap stream, the others left out (repeatable)")
+    p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
+                   help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent); with "
+                        "it, other eval/ columns are not ground truth")
+    p.add_argument("--step-column", default="step", help="the step column of a CSV not in the native format")
+    p.add_argument("--keep-last-run", action="store_true",
+                   help="steps that go back (a run restarted or resumed into the same log): keep the later run")
 
+
+def _foreign(args: argparse.Namespace) -> bool:
+    """Whether a trace option was given (else a trace is read as it is)."""
+    return bool(getattr(args, "stream", None) or getattr(args, "eval", None) or getattr(args, "keep_last_run", False)
+                or getattr(args, "step_column", "step") != "step")
+
+
+def _load_trace_file(path: str, args: argparse.Namespace):
+    """A trace file or TensorBoard folder read with the trace options (``_add_trace_args``)."""
+    from adaptive_eval.convert import from_columns, select_columns
+    from adaptive_eval.trace import TraceError, read_text, read_trace
+
+    on_restart = "keep_last" if args.keep_last_run else "error"
+    p = pathlib.Path(path)
+    tensorboard = p.is_dir() or "tfevents" in p.name
+    jsonl = not tensorboard and (p.suffix.lower() in (".jsonl", ".json")
+                                 or (p.suffix.lower() != ".csv" and p.is_file()
+                                     and read_text(p).lstrip().startswith("{")))
+    if not tensorboard and not jsonl and (args.stream or args.eval or args.step_column != "step"):
+        return from_columns(path, step=args.step_column, streams=args.stream or None,
+                            evals=_eval_mapping(args.eval), on_restart=on_restart)
+    if args.step_column != "step":
+        raise TraceError(f"--step-column applies to a CSV; a {'TensorBoard folder' if tensorboard else 'JSONL'} "
+                         "trace has its steps", path)
+    trace = read_trace(path, on_restart=on_restart)
     if args.stream or args.eval:
-        return from_columns(args.trace, step=args.step_column, streams=args.stream or None,
-                            evals=_eval_mapping(args.eval),
-                            on_restart="keep_last" if args.keep_last_run else "error")
-    return read_trace(args.trace)
+        trace = select_columns(trace, streams=args.stream or None, evals=_eval_mapping(args.eval))
+    return trace
+
+
+def _load_trace(args: argparse.Namespace):
+    return _load_trace_file(args.trace, args)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -70,6 +104,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
+    if s["evals"] and not any(e["metrics"] for e in result.evals):
+        print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
+              "evaluation measured nothing; name it with --eval COL", file=sys.stderr)
     print(f"  evaluations {s['evals']}, samples {s['samples']}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
           f"simulated eval time {frac:.1%} of the run")
     reasons: dict[str, int] = {}
@@ -137,7 +174,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
             traces.append(trace)
     rows = []
     for trace in traces:
-        run = replay_trace(trace, cfg, seed=args.seed, events=args.events)
+        source = trace
+        if _foreign(args) and os.path.exists(trace):  # (its events file beside it, as for a trace read as is)
+            from adaptive_eval.testing import events_path
+
+            source = _load_trace_file(trace, args)
+            sidecar = events_path(trace)
+            events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)
+        else:
+            events = args.events
+        run = replay_trace(source, cfg, seed=args.seed, events=events)
         run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
         rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
     print(format_rows(rows))
@@ -194,7 +240,7 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                     steps = [e.step for e in load_expectations(sidecar).events] if sidecar is not None else []
                 except ExpectationError as exc:
                     raise TuneError(str(exc)) from None
-            cases.append(case_from_file(t, base, steps))
+            cases.append(case_from_file(t, base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None))
     return cases
 
 
@@ -248,13 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/replay", help="output folder (default: runs/replay)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write tb/")
-    p.add_argument("--stream", action="append", default=[], metavar="COL",
-                   help="for traces not in the native format: a column to watch as a cheap stream (repeatable)")
-    p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
-                   help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent)")
-    p.add_argument("--step-column", default="step", help="the step column of a non-native trace")
-    p.add_argument("--keep-last-run", action="store_true",
-                   help="a non-native trace whose step restarts (an aborted start logged first): keep the last run")
+    _add_trace_args(p)
     p.set_defaults(func=_cmd_replay)
 
     p = sub.add_parser("check", help="replay traces under a preset and check their expectations (events "
@@ -272,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
                    help="at most M eval samples per 1,000 training steps on each trace")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    _add_trace_args(p)
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("plot", help="draw a PNG of a run, or of several runs on shared axes")
@@ -308,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
                    help="the steps of the changes in a trace file that a schedule should confirm (repeatable)")
     p.add_argument("--folds", type=int, default=3, help="folds of the runs for cross-validation (default: 3)")
+    _add_trace_args(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_tune)
     return parser

@@ -39,6 +39,7 @@ from adaptive_eval.synthetic import Event
 from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_int, read_text
 
 __all__ = [
+    "select_columns",
     "RealTrace", "RealTraceInfo", "convert_bigscience", "convert_distill", "convert_grpo", "convert_lm_eval_long",
     "convert_nanogpt", "convert_sb3_evaluations", "convert_sb3_monitor", "convert_sb3_run", "default_traces_dir",
     "from_columns", "load_real", "real_traces",
@@ -122,8 +123,8 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     evals = dict(evals or {})
     rename = dict(rename or {})
     named = [c for c in (step, epoch, time) if c is not None] + list(evals)
-    if streams is None:
-        streams = [c for c in header if c not in named]
+    if streams is None:  # (with evals named, another eval/ column is not ground truth, nor a stream)
+        streams = [c for c in header if c not in named and not (evals and c.startswith("eval/"))]
     else:
         streams = list(streams)
     missing = [c for c in [*named, *streams] if c not in index]
@@ -188,6 +189,39 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if not records:
         raise TraceError("no records", path)
     return Trace(records, str(path))
+
+
+def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
+                   evals: Mapping[str, float] | None = None) -> Trace:
+    """A trace of any format (TensorBoard, JSONL, native CSV) narrowed as :func:`from_columns` narrows a CSV:
+    only ``streams`` as cheap streams (default: every metric not otherwise named), and ``evals`` as the eval
+    ground truth, metric ``c`` times its scale as ``eval/c`` (``c`` itself when it starts with ``eval/``); with
+    ``evals`` named, the trace's other ``eval/`` metrics are dropped.  A name the trace lacks is a
+    :class:`TraceError` listing what it has.
+    """
+    evals = dict(evals or {})
+    names = trace.metric_names()
+    missing = [c for c in [*(streams or ()), *evals] if c not in names]
+    if missing:
+        raise TraceError(f"no metric {', '.join(map(repr, missing))} (metrics: {', '.join(names)})", trace.source)
+    if streams is None:
+        keep = [c for c in names if c not in evals and not (evals and c.startswith("eval/"))]
+    else:
+        keep = list(streams)
+    out_name = {c: c for c in keep}
+    scale = {}
+    for c, factor in evals.items():
+        out_name[c] = c if c.startswith("eval/") else f"eval/{c}"
+        scale[c] = float(factor)
+    clash = sorted({n for n in out_name.values() if list(out_name.values()).count(n) > 1})
+    if clash:
+        raise ValueError(f"output metric name(s) {clash} are duplicated")
+    records = []
+    for rec in trace.records:
+        metrics = {out_name[k]: (v * scale[k] if k in scale and scale[k] != 1.0 else v)
+                   for k, v in rec.metrics.items() if k in out_name}
+        records.append(TraceRecord(rec.step, metrics, rec.epoch, rec.time))
+    return Trace(records, trace.source)
 
 
 def _continuous_time(trace: Trace) -> Trace:

@@ -506,7 +506,7 @@ def write_trace(trace: Trace | Iterable[TraceRecord], path: str | os.PathLike, *
 # ---------------------------------------------------------------------------------------------------- reading
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
+def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     """Read a CSV or JSONL trace file, or a TensorBoard event directory (or single event file).
 
     CSV: a header with a ``step`` column; ``epoch`` and ``time`` columns are optional; every other column is a
@@ -514,9 +514,19 @@ def read_trace(path: str | os.PathLike) -> Trace:
     metrics beside ``step`` when there is no ``metrics`` key).  TensorBoard: every scalar tag is a metric, one
     record per step, ``time`` is the wall time since the first event; all events are kept.
 
+    JSONL objects may nest metrics (``{"step": 3, "actor": {"kl": 0.01}}`` is metric ``actor/kl``), and a
+    ``data`` object in place of ``metrics`` holds them (verl's file logger: ``{"step": 3, "data": {...}}``).
+
+    ``on_restart``: ``"error"`` (default) for a step below the previous one; ``"keep_last"`` takes it for a
+    run restarted or resumed into the same log and keeps the later run (the earlier records at or after that
+    step are dropped, as TensorBoard does).
+
     Raises :class:`TraceError` for a malformed line (file and line number), a missing ``step`` column,
     decreasing steps, a non-numeric cell, or a file without records.
     """
+    if on_restart not in ("error", "keep_last"):
+        raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
+    keep_last = on_restart == "keep_last"
     path = pathlib.Path(path)
     if path.is_dir() or "tfevents" in path.name:
         return _read_tensorboard(path)
@@ -526,8 +536,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
     text = read_text(path)
     if suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{")):
         with _gc_paused():
-            return _read_jsonl(path, text)
-    return _read_csv(path, text)
+            return _read_jsonl(path, text, keep_last)
+    return _read_csv(path, text, keep_last)
 
 
 def read_text(path: pathlib.Path) -> str:
@@ -597,7 +607,7 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
     return names, reader
 
 
-def _read_csv(path, text: str) -> Trace:
+def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
     # The header alone (copying the whole text into a reader costs a second on a large file).
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]
@@ -606,7 +616,7 @@ def _read_csv(path, text: str) -> Trace:
         try:
             records = _read_csv_fast(path, text, names)
         except (_Fallback, ValueError, TypeError):
-            records = _read_csv_careful(path, text, names)
+            records = _read_csv_careful(path, text, names, keep_last)
     if not records:
         raise TraceError("no records", path)
     return Trace(records, str(path))
@@ -715,12 +725,18 @@ def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
     return _json_record(line, path, line_no)
 
 
-def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line) -> None:
+def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False) -> None:
     if records:
         prev = records[-1]
+        if rec.step < prev.step and keep_last:  # a restarted or resumed run: the later one is kept
+            while records and records[-1].step >= rec.step:
+                records.pop()
+            records.append(rec)
+            return
         if rec.step < prev.step:
-            raise TraceError(f"step {rec.step} is below the previous step {prev.step}; steps must not decrease",
-                             path, line)
+            raise TraceError(f"step {rec.step} is below the previous step {prev.step}; steps must not decrease "
+                             "(a run resumed into the same log: read_trace(..., on_restart='keep_last'), "
+                             "adaptive-eval --keep-last-run, keeps the later run)", path, line)
         if rec.step == prev.step:
             records[-1] = _merge(prev, rec)
             return
@@ -731,7 +747,7 @@ def _drop_torn(path, line, why: str, stacklevel: int) -> None:
     warnings.warn(f"{path}:{line}: dropped a torn last line ({why})", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def _read_csv_careful(path, text: str, names: list[str]) -> list[TraceRecord]:
+def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False) -> list[TraceRecord]:
     _, reader = _csv_header(path, text)
     unterminated = not text.endswith(("\n", "\r"))
     rows = []
@@ -743,7 +759,7 @@ def _read_csv_careful(path, text: str, names: list[str]) -> list[TraceRecord]:
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
-            _finish_line(rec, records, path, line)
+            _finish_line(rec, records, path, line, keep_last)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:
                 _drop_torn(path, line, str(err).split(": ", 1)[-1], stacklevel=4)
@@ -786,24 +802,37 @@ def _json_record(text: str, path, line) -> TraceRecord:
         raise TraceError("'step' is null", path, line)
     epoch = _json_int(obj.get("epoch"), "epoch", path, line)
     time = _json_number(obj.get("time"), "time", path, line)
-    if "metrics" in obj:
-        extra = sorted(set(obj) - {"step", "epoch", "time", "metrics"})
+    box = "metrics" if "metrics" in obj else "data" if isinstance(obj.get("data"), dict) else None
+    if box is not None:
+        extra = sorted(set(obj) - {"step", "epoch", "time", box})
         if extra:
-            raise TraceError(f"unexpected key(s) {extra} beside 'metrics'", path, line)
-        raw = obj["metrics"]
+            raise TraceError(f"unexpected key(s) {extra} beside {box!r}", path, line)
+        raw = obj[box]
         if not isinstance(raw, dict):
             raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}", path, line)
     else:
         raw = {k: v for k, v in obj.items() if k not in RESERVED}
     metrics = {}
-    for key, value in raw.items():
-        x = _json_number(value, f"metric {key!r}", path, line)
-        if x is not None:
-            metrics[key] = x
+    _json_metrics(raw, "", metrics, path, line)
     return _new_record(step, metrics, epoch, time)
 
 
-def _read_jsonl(path, text: str) -> Trace:
+def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line) -> None:
+    """Numbers of ``raw`` into ``metrics``; a nested object's under ``<key>/`` (``{"actor": {"kl": 0.01}}``:
+    ``actor/kl``)."""
+    for key, value in raw.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            _json_metrics(value, name + "/", metrics, path, line)
+            continue
+        x = _json_number(value, f"metric {name!r}", path, line)
+        if x is not None:
+            if name in metrics:
+                raise TraceError(f"metric {name!r} is given twice (nested and flat)", path, line)
+            metrics[name] = x
+
+
+def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
@@ -814,7 +843,7 @@ def _read_jsonl(path, text: str) -> Trace:
             continue
         try:
             rec = _json_record(raw, path, i + 1)
-            _finish_line(rec, records, path, i + 1)
+            _finish_line(rec, records, path, i + 1, keep_last)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)

@@ -319,14 +319,15 @@ def chosen_points(front: Sequence[int], values: Sequence[Sequence[float]], k: in
     return chosen[:k]
 
 
-def case_from_file(path: str, base, events: Sequence[int] = ()) -> Case:
+def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -> Case:
     """A recorded trace file (CSV, JSONL or TensorBoard folder) as a case: truth is its eval column
     (``evaluation.metric``, else the first ``eval/`` column) carried forward; ``events`` are steps."""
     from adaptive_eval.trace import read_trace
 
     from adaptive_eval.replay import ground_truth
 
-    trace = read_trace(path)
+    if trace is None:  # (else the trace read from ``path`` with the CLI's trace options)
+        trace = read_trace(path)
     try:
         known = ground_truth(trace, base)  # (per-item columns of an eval suite: the suite's mean)
     except ValueError as exc:

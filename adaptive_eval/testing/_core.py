@@ -444,7 +444,8 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
                                f"no eval/<metric> column (replay has nothing to evaluate)")
     if ev.metric is None:
         raise ExpectationError(f"{run.name}: {what} {ev.describe()}: which eval metric? the trace has "
-                               f"{', '.join(sorted(run.truth))}; pass metric= or set evaluation.metric")
+                               f"{', '.join(sorted(run.truth))}; pass metric= (or metric: in the events file), or set "
+                               "evaluation.metric (adaptive-eval check --set evaluation.metric=NAME)")
     if ev.metric not in run.truth:
         raise ExpectationError(f"{run.name}: {what} {ev.describe()}: no eval ground truth eval/{ev.metric} in the "
                                f"trace (it has {', '.join('eval/' + m for m in sorted(run.truth))})")
