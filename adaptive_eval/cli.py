@@ -160,9 +160,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from adaptive_eval.testing import check, format_rows, replay_trace
-
-    from adaptive_eval.testing import trace_files
+    from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
 
     cfg = load_config(args.config, args.overrides)
     traces = []
@@ -176,8 +174,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for trace in traces:
         source = trace
         if _foreign(args) and os.path.exists(trace):  # (its events file beside it, as for a trace read as is)
-            from adaptive_eval.testing import events_path
-
             source = _load_trace_file(trace, args)
             sidecar = events_path(trace)
             events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 import signal
 import statistics
 import threading
@@ -333,7 +334,12 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -
     except ValueError as exc:
         raise TuneError(str(exc)) from None
     metric = base.evaluation.metric
-    metric = str(metric).removeprefix("eval/") if metric is not None else next(iter(sorted(known)), None)
+    if metric is not None:
+        metric = str(metric).removeprefix("eval/")
+    else:  # the first eval column of the trace (a suite's metric when its items come first)
+        order = [n[len("eval/"):] for n in trace.eval_names() if not n.endswith(":std")]
+        order = [m for n in order for m in (n, re.sub(r"@\d+$", "", n))]  # (an item's column: its suite's metric)
+        metric = next((n for n in order if n in known), next(iter(sorted(known)), None))
     truth = None
     if metric in known:
         at = dict(known[metric])
