@@ -60,20 +60,16 @@ def _foreign(args: argparse.Namespace) -> bool:
 def _load_trace_file(path: str, args: argparse.Namespace):
     """A trace file or TensorBoard folder read with the trace options (``_add_trace_args``)."""
     from adaptive_eval.convert import from_columns, select_columns
-    from adaptive_eval.trace import TraceError, read_text, read_trace
+    from adaptive_eval.trace import TraceError, read_trace, trace_format
 
     on_restart = "keep_last" if args.keep_last_run else "error"
-    p = pathlib.Path(path)
-    tensorboard = p.is_dir() or "tfevents" in p.name
-    jsonl = not tensorboard and (p.suffix.lower() in (".jsonl", ".json")
-                                 or (p.suffix.lower() != ".csv" and p.is_file()
-                                     and read_text(p).lstrip().startswith("{")))
-    if not tensorboard and not jsonl and (args.stream or args.eval or args.step_column != "step"):
+    kind = trace_format(path)
+    if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):
         return from_columns(path, step=args.step_column, streams=args.stream or None,
                             evals=_eval_mapping(args.eval), on_restart=on_restart)
     if args.step_column != "step":
-        raise TraceError(f"--step-column applies to a CSV; a {'TensorBoard folder' if tensorboard else 'JSONL'} "
-                         "trace has its steps", path)
+        what = "TensorBoard folder" if kind == "tensorboard" else "JSONL trace"
+        raise TraceError(f"--step-column applies to a CSV; a {what} has its steps", path)
     trace = read_trace(path, on_restart=on_restart)
     if args.stream or args.eval:
         trace = select_columns(trace, streams=args.stream or None, evals=_eval_mapping(args.eval))
@@ -296,8 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="replay traces under a preset and check their expectations (events "
                                      "confirmed, quiet windows, cost): exit 1 when one fails, 2 on bad input")
     p.add_argument("trace", nargs="+", metavar="TRACE",
-                   help="a trace file (its events in TRACE.events.yaml beside it), a folder of trace files, or a shipped "
-                        "real trace name")
+                   help="a trace file (its events in TRACE.events.yaml beside it), a folder of trace files, or a "
+                        "shipped real trace name")
     p.add_argument("--config", metavar="F", required=True, help="the preset under test: a YAML file or a preset name")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override one key of it (repeatable)")

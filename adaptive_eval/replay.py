@@ -389,15 +389,15 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     return out
 
 
-def replay_units(result: ReplayResult, cfg) -> float | None:
-    """With ``evaluation.suites``, what the replayed evaluations cost in the suites' units (items x (samples
+def replay_units(result: ReplayResult, cfg) -> list[float] | None:
+    """With ``evaluation.suites``, what each replayed evaluation cost in the suites' units (items x (samples
     per item x ``cost`` + ``item_cost``), :func:`adaptive_eval.suites.result_units`); None without suites."""
     if not cfg.evaluation.suites:
         return None
     from adaptive_eval.suites import result_units
 
     suites = OmegaConf.to_container(cfg.evaluation.suites)
-    return float(sum(result_units(suites, r.metrics) or 0.0 for r in result.results))
+    return [float(result_units(suites, r.metrics) or 0.0) for r in result.results]
 
 
 def eval_latency_model(trace, cfg):

@@ -384,23 +384,11 @@ class TraceRecorder:
         k = 1
         while (aside := self.path.with_name(f"{self.path.stem}.superseded-{k}{self.path.suffix}")).exists():
             k += 1
-        with open(aside, "w", encoding="utf-8", newline="") as f:
-            f.write("".join(line + "\n" for line in ([header] if header is not None else []) + dropped))
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+        head = [header] if header is not None else []
+        self._write_lines(aside, head + dropped)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
-            f.write("".join(line + "\n" for line in ([header] if header is not None else []) + kept))
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
-        os.close(self._fd)
-        self._fd = None
-        os.replace(tmp, self.path)
-        if self.fsync:
-            _fsync_dir(self.path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._write_lines(tmp, head + kept)
+        self._swap_in(tmp)
         message = (f"{self.path}: a resumed run records step {step}, below the last recorded step "
                    f"{self._last_step}: the {len(dropped)} row(s) from step {step} on, of the run before, are "
                    f"replaced (kept in {aside.name})")
@@ -424,13 +412,24 @@ class TraceRecorder:
             dst.flush()
             if self.fsync:
                 os.fsync(dst.fileno())
+        self._swap_in(tmp)
+        self._columns = columns
+
+    def _write_lines(self, path: pathlib.Path, lines: list[str]) -> None:
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write("".join(line + "\n" for line in lines))
+            f.flush()
+            if self.fsync:
+                os.fsync(f.fileno())
+
+    def _swap_in(self, tmp: pathlib.Path) -> None:
+        """Replace the trace by ``tmp`` atomically and go on appending to it."""
         os.close(self._fd)
         self._fd = None
         os.replace(tmp, self.path)
         if self.fsync:
             _fsync_dir(self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._columns = columns
 
     def close(self) -> None:
         """Close the file (everything is already written); a second close is a no-op."""
@@ -528,16 +527,31 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
     keep_last = on_restart == "keep_last"
     path = pathlib.Path(path)
-    if path.is_dir() or "tfevents" in path.name:
+    if trace_format(path) == "tensorboard":
         return _read_tensorboard(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
-    suffix = path.suffix.lower()
     text = read_text(path)
-    if suffix in (".jsonl", ".json") or (suffix != ".csv" and text.lstrip().startswith("{")):
+    if trace_format(path, text) == "jsonl":
         with _gc_paused():
             return _read_jsonl(path, text, keep_last)
     return _read_csv(path, text, keep_last)
+
+
+def trace_format(path: str | os.PathLike, text: str | None = None) -> str:
+    """How :func:`read_trace` reads ``path``: ``"tensorboard"`` (a folder or an event file), ``"jsonl"`` (by
+    suffix, or a file of another suffix whose ``text`` starts with ``{``) or ``"csv"``."""
+    path = pathlib.Path(path)
+    if path.is_dir() or "tfevents" in path.name:
+        return "tensorboard"
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix != ".csv" and path.is_file():
+        text = read_text(path) if text is None else text
+        if text.lstrip().startswith("{"):
+            return "jsonl"
+    return "csv"
 
 
 def read_text(path: pathlib.Path) -> str:

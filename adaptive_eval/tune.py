@@ -96,19 +96,16 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     steps as record indices."""
     from omegaconf import OmegaConf
 
-    from adaptive_eval.replay import replay
+    from adaptive_eval.replay import replay, replay_units
 
     overrides = cost_overrides(case) if case.overrides is None else case.overrides
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null"]))
     res = replay(case.trace, cfg, seed=seed)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
     evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
-    if cfg.evaluation.suites:  # what each cost in the suites' units (answers x cost + items x item_cost)
-        from adaptive_eval.suites import result_units
-
-        suites = OmegaConf.to_container(cfg.evaluation.suites)
-        for e, r in zip(evals, res.results):
-            e["units"] = result_units(suites, r.metrics) or 0.0
+    units = replay_units(res, cfg)  # with suites, what each cost in their units (answers x cost + ...)
+    for e, u in zip(evals, units or ()):
+        e["units"] = u
     return evals
 
 

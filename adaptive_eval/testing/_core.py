@@ -264,7 +264,7 @@ class ReplayRun:
         their cost units, items x (samples per item x ``cost`` + ``item_cost``) over the suites each evaluation
         covered (the answers generated, when every cost is 1 and no item cost), as the budget reckons them."""
         units = replay_units(self.result, self.config)
-        return scoring.eval_samples(self.evals, self.eval_set_size) if units is None else int(round(units))
+        return scoring.eval_samples(self.evals, self.eval_set_size) if units is None else int(round(sum(units)))
 
     @property
     def samples_per_1k(self) -> float:
