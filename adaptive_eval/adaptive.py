@@ -110,9 +110,9 @@ class AdaptiveEvaluator:
     # What observe() and a not-due evaluate() read every step lives in slots: CPython (3.11+) keeps an
     # instance's attributes in its compact, fast-to-index layout only up to 30 of them, and an evaluator has
     # more (then every access is a dict lookup).  Everything else stays in the instance dict.
-    __slots__ = ("_last_step", "_on_finite", "_outputs", "_async_poll", "_last_call_step", "_distributed",
-                 "_async", "steps_per_epoch", "trigger", "total_steps", "_alarm_pending", "_eval_at_end",
-                 "__dict__", "__weakref__")
+    __slots__ = ("_last_step", "_stride", "_on_finite", "_outputs", "_async_poll", "_last_call_step",
+                 "_distributed", "_async", "steps_per_epoch", "trigger", "total_steps", "_alarm_pending",
+                 "_eval_at_end", "__dict__", "__weakref__")
 
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                  clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
@@ -219,6 +219,7 @@ class AdaptiveEvaluator:
         self._alarm_counts: dict[str, int] = {}  # per stream, for TensorBoard's alarm chart
         self._alarm_pending = False
         self._last_step: int | None = None
+        self._stride = 1  # steps between the latest two observe() calls (Context.stride)
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
@@ -313,9 +314,11 @@ class AdaptiveEvaluator:
         if type(global_step) is not int:
             global_step = check_step("global_step", global_step)
         last = self._last_step
-        if last is not None and global_step < last:
-            raise ValueError(f"global_step went backwards ({last} -> {global_step}); to resume a run, "
-                             "load_state_dict() into a new AdaptiveEvaluator")
+        if last is not None and global_step != last:
+            if global_step < last:
+                raise ValueError(f"global_step went backwards ({last} -> {global_step}); to resume a run, "
+                                 "load_state_dict() into a new AdaptiveEvaluator")
+            self._stride = global_step - last  # a run logged every k steps: the alarm windows count k steps each
         self._last_step = global_step
         try:
             items = metrics.items()
@@ -437,7 +440,7 @@ class AdaptiveEvaluator:
 
     def _ctx(self, step: int) -> Context:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
-                       last_eval_step=self._last_eval_step, streams=self._witnesses())
+                       last_eval_step=self._last_eval_step, streams=self._witnesses(), stride=self._stride)
 
     def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
         """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
@@ -1008,6 +1011,7 @@ class AdaptiveEvaluator:
             "alarm_pending": self._alarm_pending,
             "alarm_counts": dict(self._alarm_counts),
             "last_step": self._last_step,
+            "stride": self._stride,
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run,
@@ -1051,6 +1055,7 @@ class AdaptiveEvaluator:
         self._alarm_pending = bool(sd.get("alarm_pending", False))
         self._alarm_counts = {str(k): int(v) for k, v in sd.get("alarm_counts", {}).items()}
         self._last_step = sd.get("last_step")
+        self._stride = int(sd.get("stride", 1))
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))

@@ -30,6 +30,10 @@ class AlarmPolicy(Policy):
     lone alarm neither runs an evaluation nor tightens the schedule.  Fewer streams able to alarm than
     ``corroborate`` (``Context.streams``: those whose detectors are past warm-up): all of them must agree.
 
+    ``corroborate_steps`` and ``abrupt_steps`` count the streams' own updates: on a run whose metrics are
+    observed every k steps (``Context.stride``, a trace logged every k steps) each counts k steps, so an
+    abrupt shift caught on the second value after it still counts alone.
+
     >>> from types import SimpleNamespace as A
     >>> from adaptive_eval.types import Decision
     >>> p = AlarmPolicy(cooldown_steps=10)
@@ -83,22 +87,25 @@ class AlarmPolicy(Policy):
         if self.corroborate <= 1 or alarm.detector in self.urgent_detectors:
             return True
         step, stream, direction = ctx.step, alarm.stream, alarm.direction
+        stride = ctx.stride if ctx.stride > 1 else 1
+        window = self.corroborate_steps * stride
         if direction is not None and self._moved.get(stream) not in (None, direction):
             # The stream moves back against a change that was taken (a recovery after a collapse): the
             # change is known, its undoing needs no second witness.
             del self._moved[stream]
             return True
-        if self._taken is not None and 0 <= step - self._taken <= self.corroborate_steps:
+        if self._taken is not None and 0 <= step - self._taken <= window:
             # Soon after a change was taken: another witness of it (absorbed by the cooldown), remembered so
             # that the stream's move back later (a recovery) is recognised.
             if direction is not None:
                 self._moved[stream] = direction
             return True
-        keep = [r for r in self._recent if step - r[1] <= self.corroborate_steps and r[0] != stream]
+        keep = [r for r in self._recent if step - r[1] <= window and r[0] != stream]
         keep.append((stream, step, direction))
         need = self.corroborate if ctx.streams is None else max(1, min(self.corroborate, ctx.streams))
         location = alarm.location
-        abrupt = self.abrupt_steps is not None and location is not None and alarm.step - location <= self.abrupt_steps
+        abrupt = (self.abrupt_steps is not None and location is not None
+                  and alarm.step - location <= self.abrupt_steps * stride)
         if abrupt or len({r[0] for r in keep}) >= need:
             # Taken: an abrupt shift (the detector crossed its threshold within a few steps of the change),
             # or enough streams agree.

@@ -19,6 +19,7 @@ class Context:
     eval_seconds: float  # seconds spent evaluating so far
     last_eval_step: int | None = None
     streams: int | None = None  # streams whose level detectors are armed (past warm-up); None: not known
+    stride: int = 1  # steps between the latest two observe() calls (a run logged every k steps: k)
 
 
 class Policy:

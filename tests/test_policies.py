@@ -5,6 +5,7 @@ import pickle
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -383,11 +384,11 @@ def cusum_alarm(step, stream, direction="down", began=20):
                            message="")
 
 
-def drive_set(ps, events, streams=3):
+def drive_set(ps, events, streams=3, stride=1):
     out = []
     for ev in events:
         kind, step = ev[0], ev[1]
-        c = Context(step=step, elapsed=10.0 * step, eval_seconds=0.0, streams=streams)
+        c = Context(step=step, elapsed=10.0 * step, eval_seconds=0.0, streams=streams, stride=stride)
         if kind == "alarm":
             ps.on_alarm(cusum_alarm(step, *ev[2:]), c)
         elif kind == "nan":
@@ -435,6 +436,39 @@ def test_alarm_corroboration_table(events, expected, streams):
 def test_alarm_corroboration_off_takes_every_alarm():
     ps = corroborating_set(corroborate=1)
     assert drive_set(ps, [("alarm", 40, "train/loss"), ("propose", 40, False)]) == [(True, 200, LONE)]
+
+
+@pytest.mark.parametrize("stride,expected", [(1, [(False, None, "")] * 2),
+                                             (10, [(True, 200, LONE), (True, 200, "alarm:train/reward:cusum:down")])])
+def test_alarm_windows_count_the_updates_of_streams_logged_every_k_steps(stride, expected):
+    """Logged every 10 steps, a change caught on the second value after it began 10-20 steps before the alarm,
+    and two streams agreeing 6 updates apart are 60 steps apart: abrupt_steps (2) and corroborate_steps (10)
+    count updates, so both count as they do at one value per step."""
+    abrupt = drive_set(corroborating_set(), [("alarm", 400, "train/loss", "down", 15), ("propose", 400, False)],
+                       stride=stride)
+    agree = drive_set(corroborating_set(), [("alarm", 400, "train/loss", "down", 50), ("alarm", 460, "train/reward"),
+                                            ("propose", 460, False)], stride=stride)
+    assert abrupt + agree == expected
+
+
+def test_a_trace_logged_every_10_steps_replays_as_the_same_run_logged_every_step():
+    """A lone abrupt loss jump (one stream) is evaluated 2 records after it whether the trace is logged every
+    step or every 10: the same evaluations, at the same records, for the same reasons and sizes."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    def trace(stride):
+        rng = np.random.default_rng(0)
+        return Trace([TraceRecord(i * stride, {"train/loss": float(rng.normal(1.0 if i < 200 else 3.0, 0.05)),
+                                               "train/reward": float(rng.normal(0.5, 0.05)),
+                                               "train/response_length": float(rng.normal(100.0, 5.0)),
+                                               "eval/acc": 0.6 if i < 200 else 0.3}) for i in range(300)])
+
+    cfg = load_config(overrides=["logging.tensorboard_dir=null"])
+    every_step = [(e["step"], e["reason"], e["sample_size"]) for e in replay(trace(1), cfg).evals]
+    every_10 = [(e["step"] // 10, e["reason"], e["sample_size"]) for e in replay(trace(10), cfg).evals]
+    assert (202, "alarm:train/loss:cusum:up", 500) in every_step
+    assert every_10 == every_step
 
 
 def test_alarm_corroboration_resumes_mid_window():
