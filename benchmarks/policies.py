@@ -31,11 +31,13 @@ replayed on every trace and scored with ``adaptive_eval.scoring.score_run``:
   picks with ``scoring.pick_best`` (shrunk).
 
 Headline per preset: the fixed same-size schedule's samples at the preset's median confirmed delay
-(log-log interpolation over k), divided by the preset's; and the fixed same-size regret at the preset's
-cost.  Then, per kind of run, confirmation and regret beside the fixed schedules that bracket the preset's
-cost, and what *any* schedule could confirm within 25 steps (a whole-set evaluation at +25, or at every
-step from the onset: simulated from the truth).  Intervals: 95% percentile bootstrap over traces (the independent unit), ``--boot`` resamples;
-n = traces / events.  Simulated: evaluations are Binomial draws from the traces' true accuracy.
+(log-log interpolation over k), divided by the preset's; the fixed same-size regret at the preset's cost;
+and the cheapest fixed schedule (either size) whose regret in points is within 0.7x the fixed same-size
+regret at equal cost (the issue's target), as a multiple of the preset's cost.  Then, per kind of run,
+confirmation and regret beside the fixed schedules that bracket the preset's cost, and what *any* schedule
+could confirm within 25 steps (a whole-set evaluation at +25, or at every step from the onset: simulated
+from the truth).  Intervals: 95% percentile bootstrap over traces (the independent unit), ``--boot``
+resamples; n = traces / events.  Simulated: evaluations are Binomial draws from the traces' true accuracy.
 """
 
 from __future__ import annotations
@@ -201,12 +203,12 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         rows.append((name, p, h, ci, size, s))
     wagg = {k: aggregate(v) for k, v in whole.items()}
     print(f"\n{'schedule':24s} {'samples/1k':>10s} {'median conf. delay':>18s} {'conf<=25':>8s} {'missed':>6s} "
-          f"{'needless':>8s} {'regret':>7s}")
+          f"{'needless':>8s} {'regret':>7s} {'points':>6s}")
 
     def line(label, a):
         print(f"{label:24s} {a['per_1k']:10.0f} {a['median_delay']:18.1f} {a['confirmed']:8.0%} "
               f"{round((1 - a['confirmed']) * a['events']) if a['events'] else 0:6d} {a['needless']:8.1%} "
-              f"{a['regret']:7.1%}")
+              f"{a['regret']:7.1%} {100 * a['regret_points']:6.2f}")
     for k, a in wagg.items():
         line(f"fixed {k:>3d}, whole set", a)
     for name, p, h, ci, size, s in rows:
@@ -230,10 +232,26 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
               f" vs fixed {size} items at equal cost "
               f"{fmt_ci(100 * h['fixed_points'], tuple(100 * v for v in ci['fixed_points']), '.2f')}: ratio "
               f"{fmt_ci(h['points_ratio'], ci['points_ratio'], '.2f')}")
+        regret_floor(p, h, s, wagg, size)
     by_kind(cases, out, presets_run, whole)
     print(f"({time.perf_counter() - t0:.0f} s)")
     out["_whole"] = wagg
     return out
+
+
+def regret_floor(preset: dict, head: dict, same: dict[int, dict], whole: dict[int, dict], size: int) -> None:
+    """What a regret of 0.7x the fixed same-size schedule's at equal cost (the issue's target) costs a fixed
+    schedule: the cheapest of the fixed schedules above (either size) whose regret in points is at or below it."""
+    target = 0.7 * head["fixed_points"]
+    if not math.isfinite(target):
+        return
+    rows = [(a["per_1k"], f"fixed {k}, whole set", a) for k, a in whole.items()] + \
+        [(a["per_1k"], f"fixed {k}, {size} items", a) for k, a in same.items()]
+    below = sorted((r for r in rows if r[2]["regret_points"] <= target), key=lambda r: r[0])
+    text = (f"the cheapest is {below[0][1]} ({100 * below[0][2]['regret_points']:.2f} points), at "
+            f"{below[0][0]:.0f} samples/1k = {below[0][0] / preset['per_1k']:.1f}x this preset's"
+            if below else "none of the fixed schedules above gets there")
+    print(f"    0.7x the fixed same-size regret at equal cost is {100 * target:.2f} points: {text}")
 
 
 def kind_of(case: Case) -> str:
