@@ -20,8 +20,11 @@ class SampleSizePolicy(Policy):
     Proportions use the Wilson interval's width at the last measured proportion; other metrics the
     normal approximation with the last measured standard deviation.  After an alarm (or for an
     alarm-driven evaluation) the size is multiplied by ``alarm_factor`` so the suspected change can be
-    confirmed.  Always within [``min``, ``max``]; ``initial`` before anything is known.  Samples are
-    nested (``EvalRequest.indices``), so a larger size extends the same items.
+    confirmed; for a proportion, no more than the half-width that gives near 0.5 needs (``sqrt(alarm_factor)``
+    times tighter), which near 0 or 1 is fewer items: the Wilson interval narrows faster there (a collapsed
+    accuracy of 0.0 gets 85 items for +-0.022, not 12 x the 48-item minimum).  Always within
+    [``min``, ``max``]; ``initial`` before anything is known.  Samples are nested (``EvalRequest.indices``),
+    so a larger size extends the same items.
 
     With eval suites (``evaluation.suites``, those without a fixed ``sample_size``), each suite is sized
     on its own: items and samples per item from the between- and within-item variances of its tracked
@@ -59,6 +62,7 @@ class SampleSizePolicy(Policy):
 
     def _reset(self) -> None:
         self.base = self._clamp(self.initial)
+        self.widened: int | None = None  # the size after an alarm (None: base x alarm_factor)
         self._widen = False
         self.last_why = "initial"
         # Per suite: [items, samples per item, why] for its next evaluation.
@@ -80,7 +84,7 @@ class SampleSizePolicy(Policy):
         n = self.base
         widen = self._widen or decision.reason.startswith("alarm:")
         if widen:
-            n = self._clamp(n * self.alarm_factor)
+            n = self._clamp(n * self.alarm_factor if self.widened is None else self.widened)
         suites = ()
         if self.plans:
             plans = []
@@ -139,19 +143,25 @@ class SampleSizePolicy(Policy):
         if found is None:
             return
         s = found[1]
+        tight = self.target_half_width / math.sqrt(self.alarm_factor)
         if s.binary and math.isfinite(s.mean):
             self.base = self._clamp(wilson_sample_size(s.mean, self.target_half_width, self.confidence))
+            self.widened = min(self._clamp(self.base * self.alarm_factor),
+                               self._clamp(wilson_sample_size(s.mean, tight, self.confidence)))
             self.last_why = f"wilson(p={s.mean:.3f})"
         elif math.isfinite(s.std) and s.std > 0:
             self.base = self._clamp(mean_sample_size(s.std, self.target_half_width, self.confidence))
+            self.widened = None  # the normal interval: alarm_factor x the items is that half-width already
             self.last_why = f"normal(sd={s.std:.3g})"
 
     def state_dict(self) -> dict:
-        return {"base": self.base, "widen": self._widen, "last_why": self.last_why,
+        return {"base": self.base, "widened": self.widened, "widen": self._widen, "last_why": self.last_why,
                 "plans": {k: list(v) for k, v in self.plans.items()}}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self.base = int(sd.get("base", self._clamp(self.initial)))
+        widened = sd.get("widened")
+        self.widened = None if widened is None else int(widened)
         self._widen = bool(sd.get("widen", False))
         self.last_why = str(sd.get("last_why", "initial"))
         for name, plan in sd.get("plans", {}).items():

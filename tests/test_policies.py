@@ -597,3 +597,23 @@ def test_an_alarms_widening_of_a_suite_already_whole_says_it_is_capped():
     plans = {name: (items, m, why) for name, items, m, why in d.suites}
     assert plans["math"] == (40, 5, "initial; x12 after an alarm (capped at the whole suite, 40 items)")
     assert plans["big"] == (384, 1, "initial; x12 after an alarm")
+
+
+@pytest.mark.parametrize("acc,widened", [(0.0, 85), (0.02, 194), (0.4, 512), (1.0, 85)])
+def test_an_alarm_widens_a_proportion_for_a_tighter_half_width_not_a_multiple_of_the_minimum(acc, widened):
+    """After a collapse to 0.0 an alarm's evaluation was 12 x the 48-item minimum (576, capped at 512) though
+    85 items give +-0.022 there, the half-width that 12 x the items gives at 0.5; mid-range it is unchanged."""
+    p = SampleSizePolicy(initial=50, min=48, max=512, target_half_width=0.075, alarm_factor=12.0)
+    p.on_eval(result(10, acc, n=100), ctx(10))
+    assert p.propose(Decision(True, None, "alarm:train/reward:cusum:up"), ctx(20)).sample_size == widened
+    assert p.propose(Decision(True, None, "trigger:steps"), ctx(30)).sample_size == p.base
+    resumed = SampleSizePolicy(initial=50, min=48, max=512, target_half_width=0.075, alarm_factor=12.0)
+    resumed.load_state_dict(json.loads(json.dumps(p.state_dict())))
+    assert resumed.propose(Decision(True, None, "alarm:x"), ctx(40)).sample_size == widened
+
+
+def test_an_alarm_still_multiplies_the_items_of_a_mean():
+    p = SampleSizePolicy(initial=50, min=10, max=5000, target_half_width=0.1, alarm_factor=4.0)
+    p.on_eval(EvalResult(step=1, sample_size=100, reason="trigger:steps", seconds=1.0,
+                         metrics={"loss": summarize([0.5, 1.5] * 50)}), ctx(1))
+    assert p.propose(Decision(True, None, "alarm:train/loss:cusum:up"), ctx(2)).sample_size == 4 * p.base
