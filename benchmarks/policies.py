@@ -1,6 +1,9 @@
 """Does the adaptive evaluator beat a fixed schedule on runs it was not tuned on?  Honest scoring.
 
-Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items]
+Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items] [--seeds S]
+
+``--seeds S``: every run replayed under S seeds of the simulated evaluations and pooled per run (the bootstrap
+still resamples runs), which steadies the regret figures: one seed's draws decide the picks on flat runs.
 
 ``--items``: the same runs with per-item ground truth (500 Rasch items, one answer each), so that results carry
 paired differences on shared items and a paired test can confirm a change; a last table says how many
@@ -53,6 +56,7 @@ import numpy as np
 
 from adaptive_eval import load_config
 from adaptive_eval.replay import replay
+from adaptive_eval.scoring import RunScore
 from adaptive_eval.synthetic import make_trace, suite
 from adaptive_eval.tune import Case, aggregate, case_from_real, case_from_synthetic, run_case
 
@@ -122,8 +126,23 @@ def real_cases(quick: bool = False) -> list[Case]:
     return [case_from_real(n) for n in REAL_WITH_STREAMS if n in present and not (quick and n == "nanogpt_1b")]
 
 
+SEEDS = 1  # replays of every run, seeds 0..SEEDS-1 of the simulated evaluations (--seeds)
+
+
 def scores_for(cfg, cases: list[Case]) -> list:
-    return [run_case(c, cfg, seed=0) for c in cases]
+    """One score per run; with SEEDS > 1 the run's replays under each seed pooled into one (costs and counts
+    summed, every event once per seed, regret averaged), so the bootstrap still resamples runs."""
+    if SEEDS <= 1:
+        return [run_case(c, cfg, seed=0) for c in cases]
+    out = []
+    for c in cases:
+        runs = [run_case(c, cfg, seed=s) for s in range(SEEDS)]
+        mean = lambda xs: float(np.mean(xs)) if all(map(math.isfinite, xs)) else math.nan  # noqa: E731
+        out.append(RunScore(steps=sum(r.steps for r in runs), evals=sum(r.evals for r in runs),
+                            samples=sum(r.samples for r in runs), delays=[d for r in runs for d in r.delays],
+                            needless=sum(r.needless for r in runs), quiet_evals=sum(r.quiet_evals for r in runs),
+                            regret=mean([r.regret for r in runs]), regret_points=mean([r.regret_points for r in runs])))
+    return out
 
 
 def interp(points: list[tuple[float, float]], x: float) -> float:
@@ -176,6 +195,9 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
     """The tables for ``cases``; ``base`` overrides apply to every schedule (an eval suite), ``size_key`` is the
     key that fixes the items per evaluation of the fixed same-size schedules."""
     print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events ==")
+    if SEEDS > 1:
+        print(f"(every run replayed under seeds 0-{SEEDS - 1} of the simulated evaluations, pooled per run: "
+              f"costs and counts summed, each event once per seed, regret averaged)")
     t0 = time.perf_counter()
     presets = {name: scores_for(load_config(name, [*base, *overrides]), cases) for name in presets_run}
     whole = {k: scores_for(load_config("areal", [*base, f"trigger.freq_steps={k}"]), cases) for k in fixed_k}
@@ -207,7 +229,7 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
 
     def line(label, a):
         print(f"{label:24s} {a['per_1k']:10.0f} {a['median_delay']:18.1f} {a['confirmed']:8.0%} "
-              f"{round((1 - a['confirmed']) * a['events']) if a['events'] else 0:6d} {a['needless']:8.1%} "
+              f"{round((1 - a['confirmed']) * a['events'] / SEEDS) if a['events'] else 0:6d} {a['needless']:8.1%} "
               f"{a['regret']:7.1%} {100 * a['regret_points']:6.2f}")
     for k, a in wagg.items():
         line(f"fixed {k:>3d}, whole set", a)
@@ -221,7 +243,8 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         print(f"  {name}: {p['items_per_eval']:.0f} items/eval; samples/1k {fmt_ci(p['per_1k'], ci['per_1k'], '.0f')}; "
               f"median confirmed delay {fmt_ci(p['median_delay'], ci['median_delay'], '.1f')}; "
               f"confirmed<=25 {fmt_ci(p['confirmed'], ci['confirmed'], '.0%')}; "
-              f"needless {fmt_ci(p['needless'], ci['needless'], '.1%')} (n = {p['quiet_evals']} evals)")
+              f"needless {fmt_ci(p['needless'], ci['needless'], '.1%')} (n = {p['quiet_evals']} evals"
+              f"{f' over {SEEDS} seeds' if SEEDS > 1 else ''})")
         print(f"    fewer samples at equal median confirmed delay: vs fixed {size} items "
               f"{fmt_ci(h['ratio'], ci['ratio'], '.1f')}x, vs fixed whole set "
               f"{fmt_ci(h['ratio_whole'], ci['ratio_whole'], '.1f')}x")
@@ -339,6 +362,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="one trace per kind, no 20k-step trace, 50 resamples")
     ap.add_argument("--no-real", action="store_true", help="skip the real traces")
     ap.add_argument("--boot", type=int, default=200, help="bootstrap resamples")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="replay every run under this many seeds of the simulated evaluations and pool them per run "
+                         "(regret and the needless and missed counts then average over seeds; default 1)")
     ap.add_argument("--png", default="benchmarks/policies.png", help="where to draw cost against delay")
     ap.add_argument("--set", action="append", default=[], dest="overrides", help="override for every preset")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to score")
@@ -347,6 +373,8 @@ def main(argv=None) -> int:
                          "paired differences (confirmation by the paired test too); no real traces, no figure")
     args = ap.parse_args(argv)
     reps = 50 if args.quick else args.boot
+    global SEEDS
+    SEEDS = max(1, args.seeds)
     chosen = tuple(p for p in args.presets.split(",") if p)
     if args.items:
         cases = item_cases(args.half, per_kind=1 if args.quick else 2)
