@@ -407,6 +407,10 @@ def test_wrong_output_on_one_rank_is_a_type_error_on_both(group_run):
 
 
 def _dying_rank(rank, world, out_file):
+    # Both ranks through init first: gloo's init_process_group can return on rank 1 before rank 0 has finished
+    # connecting, and a rank 1 that died that early failed rank 0's init ("Connection closed by peer"), not
+    # its evaluation (seen once in a CI run).
+    dist.barrier()
     ctx = DistContext(timeout_s=5)
     req = EvalRequest(step=0, sample_size=None, seed=0, reason="t", rank=rank, world_size=world)
 
