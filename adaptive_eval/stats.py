@@ -6,6 +6,7 @@ imported on first use so that importing adaptive_eval stays cheap.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import decimal
 import functools
@@ -370,10 +371,7 @@ def _stratum_masks(strata, name: str, item_ids):
         return []
     mine = np.array([str(labels[int(i)]) for i in item_ids])
     present = sorted(set(mine.tolist()))
-    sizes = {label: 0 for label in present}
-    for x in labels:
-        if str(x) in sizes:
-            sizes[str(x)] += 1
+    sizes = collections.Counter(map(str, labels))
     return [(f"{name}/stratum={label}", mine == label, sizes[label]) for label in present]
 
 

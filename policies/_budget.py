@@ -6,6 +6,8 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from adaptive_eval.types import Decision, EvalResult
 
 from adaptive_eval.policies._base import Context, Policy
@@ -35,11 +37,8 @@ def fixed_cost(observations) -> float:
     units, seconds = [o[0] for o in obs], [o[1] for o in obs]
     if max(units) < _SPREAD * min(units):
         return 0.0
-    mu, ms = sum(units) / len(units), sum(seconds) / len(seconds)
-    sxx = sum((u - mu) ** 2 for u in units)
-    slope = sum((u - mu) * (s - ms) for u, s in zip(units, seconds)) / sxx
+    slope, fixed = (float(v) for v in np.polyfit(units, seconds, 1))
     cheapest = min(seconds)
-    fixed = ms - slope * mu
     if slope <= 0 or fixed > 0.9 * cheapest:
         # Not a line through these (a first evaluation slowed by warm-up, timing noise): the plain proportion,
         # which overestimates large evaluations rather than underestimating them.
