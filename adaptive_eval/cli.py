@@ -76,6 +76,16 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     return trace
 
 
+def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
+    """Say on stderr how a trace logged every k steps is counted, unless ``replay.every_step`` is set."""
+    if cfg.replay.every_step or records < 2 or (last - first) / (records - 1) < 1.5:
+        return
+    gap = (last - first) / (records - 1)
+    print(f"  note: {source} has a record every {gap:.3g} steps on average: each record counts as one training "
+          "step (freq_steps, cooldowns, costs per 1,000 steps); --set replay.every_step=true replays every "
+          "training step", file=sys.stderr)
+
+
 def _load_trace(args: argparse.Namespace):
     return _load_trace_file(args.trace, args)
 
@@ -100,6 +110,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
+    if len(trace) > 1:
+        _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
     if s["evals"] and not any(e["metrics"] for e in result.evals):
         print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
               "evaluation measured nothing; name it with --eval COL", file=sys.stderr)
@@ -176,6 +188,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         else:
             events = args.events
         run = replay_trace(source, cfg, seed=args.seed, events=events)
+        _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
         run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
         rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
     print(format_rows(rows))

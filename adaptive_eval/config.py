@@ -217,6 +217,10 @@ class ReplayConfig:
     eval_fixed_seconds: float = 5.0
     eval_seconds_per_sample: float = 0.05
     eval_set_size: int = 500  # items in the simulated eval set
+    # true: a trace logged every k steps replays one training step at a time (the steps between its records
+    # observe nothing), so freq_steps, costs per 1,000 steps and delays count training steps; false: each
+    # record is one step (a series of checkpoints, a log of environment frames).
+    every_step: bool = False
 
 
 @dataclass

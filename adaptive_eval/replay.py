@@ -19,7 +19,9 @@ The same trace, config and seed give byte-identical outputs.
 
 Each record is one training step for the evaluator (one ``observe`` and one ``evaluate`` call), as in a live
 run: the trigger's ``freq_steps``, the cooldown and the intervals count records.  A trace logged every k
-steps replays with intervals k times longer in training steps; convert or resample it first if that matters.
+steps replays with intervals k times longer in training steps, unless ``replay.every_step: true``: then
+every training step from the first record's to the last is replayed (:func:`every_step`; the steps between
+records observe nothing and evaluate the last recorded truth), so they count training steps.
 """
 
 from __future__ import annotations
@@ -40,7 +42,43 @@ from adaptive_eval.config import as_config
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.types import EvalRequest, EvalResult
 
-__all__ = ["ReplayResult", "SimClock", "ground_truth", "replay", "replay_units", "write_outputs"]
+__all__ = ["ReplayResult", "SimClock", "every_step", "ground_truth", "replay", "replay_units", "write_outputs"]
+
+MAX_FILLED_STEPS = 2_000_000  # replay.every_step: at most this many training steps (about 100 bytes each)
+
+
+def every_step(trace):
+    """``trace`` with a record at every training step from its first record's step to its last: the steps
+    between two records get a record without metrics (nothing observed, the eval truth carried forward), the
+    epoch of the record before them and, where every record has a time, a time interpolated linearly.  The
+    trace itself when no step is missing.  Raises ``ValueError`` (naming ``replay.every_step``) for a trace
+    spanning more than 2,000,000 steps (a log of environment frames: replay it record by record).
+
+    >>> from adaptive_eval.trace import Trace, TraceRecord
+    >>> t = every_step(Trace([TraceRecord(10, {"loss": 1.0}, 0, 5.0), TraceRecord(13, {"loss": 2.0}, 0, 11.0)]))
+    >>> [(r.step, r.metrics, r.time) for r in t.records]
+    [(10, {'loss': 1.0}, 5.0), (11, {}, 7.0), (12, {}, 9.0), (13, {'loss': 2.0}, 11.0)]
+    """
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    records = trace.records
+    if len(records) < 2 or all(b.step - a.step <= 1 for a, b in zip(records, records[1:])):
+        return trace
+    span = records[-1].step - records[0].step + 1
+    if span > MAX_FILLED_STEPS:
+        raise ValueError(f"{trace.source or 'trace'}: replay.every_step: the trace spans {span:,} steps in "
+                         f"{len(records):,} records, more than {MAX_FILLED_STEPS:,} to replay one by one; replay it "
+                         "record by record (replay.every_step: false) with freq_steps in records")
+    timed = all(r.time is not None for r in records)
+    out = []
+    for a, b in zip(records, records[1:]):
+        out.append(a)
+        gap = b.step - a.step
+        for j in range(1, gap):
+            t = a.time + (b.time - a.time) * j / gap if timed else None
+            out.append(TraceRecord(a.step + j, {}, a.epoch, t))
+    out.append(records[-1])
+    return Trace(out, trace.source)
 
 
 class SimClock:
@@ -330,6 +368,8 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     ``seed`` seeds the simulated evaluations (and nothing else: decisions are deterministic given them).
     """
     cfg = as_config(cfg)
+    if cfg.replay.every_step:
+        trace = every_step(trace)
     records = trace.records
     names = sorted({k for r in records for k in r.metrics})
     stream_cols, eval_cols = _split_columns(names)

@@ -99,7 +99,9 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     from adaptive_eval.replay import replay, replay_units
 
     overrides = cost_overrides(case) if case.overrides is None else case.overrides
-    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null"]))
+    # (replay.every_step off: the case's trace is replayed as it is, filled when the case was made)
+    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null",
+                                                       "replay.every_step=false"]))
     res = replay(case.trace, cfg, seed=seed)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
     evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
@@ -326,6 +328,13 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -
 
     if trace is None:  # (else the trace read from ``path`` with the CLI's trace options)
         trace = read_trace(path)
+    if base.replay.every_step:  # every training step a record, so that costs and delays count steps
+        from adaptive_eval.replay import every_step
+
+        try:
+            trace = every_step(trace)
+        except ValueError as exc:
+            raise TuneError(str(exc)) from None
     try:
         known = ground_truth(trace, base)  # (per-item columns of an eval suite: the suite's mean)
     except ValueError as exc:

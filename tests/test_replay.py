@@ -155,3 +155,81 @@ def test_a_restarted_log_replays_with_keep_last_run(traces_dir, tmp_path, capsys
     assert ":7:" in capsys.readouterr().err
     assert main(args + ["--out", str(tmp_path / "b"), "--keep-last-run"]) == 0
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["steps"] == 500
+
+
+# ------------------------------------------------------------------ a trace logged every k steps (replay.every_step)
+
+
+def _every(trace, k):
+    """``trace`` as a run that logged its first step and then every ``k``-th (steps k-1, 2k-1, ...)."""
+    return Trace([r for r in trace.records if r.step == 0 or (r.step + 1) % k == 0], "every-k")
+
+
+def test_every_step_replays_a_sparse_trace_on_the_training_steps_schedule(collapse_trace):
+    _, st = collapse_trace
+    sparse = _every(st.trace, 10)
+    fixed = ["trigger.freq_steps=50", "logging.tensorboard_dir=null"]
+    full = replay(st.trace, load_config("areal", fixed), seed=3)
+    by_record = replay(sparse, load_config("areal", fixed), seed=3)
+    by_step = replay(sparse, load_config("areal", [*fixed, "replay.every_step=true"]), seed=3)
+    # Every 50 training steps, as on the trace logged every step: same steps, sizes and measured values.
+    assert [(e["step"], e["sample_size"], e["metrics"]) for e in by_step.evals] == \
+        [(e["step"], e["sample_size"], e["metrics"]) for e in full.evals]
+    assert by_step.summary["steps"] == full.summary["steps"] == 600
+    # Record by record (the default), 50 records are 500 training steps.
+    assert len(full.evals) == 12 and [e["step"] for e in by_record.evals] == [sparse.records[49].step]
+    assert by_record.summary["steps"] == len(sparse) == 61
+
+
+def test_every_step_counts_costs_per_1k_training_steps(collapse_trace):
+    from adaptive_eval.testing import replay_trace
+
+    _, st = collapse_trace
+    sparse = _every(st.trace, 10)
+    event = [int(e.step) for e in st.events]
+    run_full = replay_trace(st.trace, "default", events=event)
+    run_records = replay_trace(sparse, "default", events=event)
+    run_steps = replay_trace(sparse, load_config("default", ["replay.every_step=true"]), events=event)
+    assert run_steps.steps == run_full.steps == 600
+    # Per 1,000 training steps the sparse run costs what the full one does (its evaluations are as frequent),
+    # not ~10x as much, as counted per 1,000 records.
+    assert 0.5 < run_steps.samples_per_1k / run_full.samples_per_1k < 1.5
+    assert run_records.samples_per_1k > 3 * run_full.samples_per_1k
+
+
+def test_every_step_in_tune_cases(collapse_trace, tmp_path):
+    from adaptive_eval.tune import case_from_file, replay_case
+
+    _, st = collapse_trace
+    path = tmp_path / "sparse.csv"
+    write_trace(_every(st.trace, 10), path)
+    base = load_config("default", ["replay.every_step=true"])
+    case = case_from_file(str(path), base, [int(e.step) for e in st.events])
+    assert case.steps == 600 and case.events == [int(e.step) for e in st.events]
+    assert len(case.truth) == 600 and case.truth[315] == case.truth[309]  # carried forward between records
+    evals = replay_case(case, base)
+    assert len(evals) >= 600 // 100 and max(e["step"] for e in evals) == 599
+    plain = case_from_file(str(path), load_config("default"), [int(e.step) for e in st.events])
+    assert plain.steps == 61
+
+
+def test_every_step_refuses_a_trace_of_millions_of_steps_naming_the_key(tmp_path, capsys):
+    path = tmp_path / "frames.csv"
+    path.write_text("step,reward,eval/accuracy\n0,1.0,0.5\n5000000,1.0,0.5\n")
+    assert main(["replay", str(path), "--out", str(tmp_path / "out"), "--no-tensorboard",
+                 "--set", "replay.every_step=true"]) == 2
+    err = capsys.readouterr().err
+    assert "replay.every_step" in err and "5,000,001 steps" in err and "Traceback" not in err
+
+
+def test_replay_cli_says_how_a_sparse_trace_is_counted(collapse_trace, tmp_path, capsys):
+    _, st = collapse_trace
+    path = tmp_path / "sparse.csv"
+    write_trace(_every(st.trace, 10), path)
+    assert main(["replay", str(path), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    out = capsys.readouterr()
+    assert "replayed 61 steps" in out.out and "every 9.98 steps" in out.err and "replay.every_step=true" in out.err
+    assert main(["replay", str(path), "--out", str(tmp_path / "b"), "--no-tensorboard",
+                 "--set", "replay.every_step=true"]) == 0
+    out = capsys.readouterr()
+    assert "replayed 600 steps" in out.out and "note:" not in out.err

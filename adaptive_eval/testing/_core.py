@@ -11,7 +11,7 @@ from typing import Any
 
 from adaptive_eval import scoring
 from adaptive_eval.config import as_config, load_config
-from adaptive_eval.replay import ReplayResult, ground_truth, replay, replay_units
+from adaptive_eval.replay import ReplayResult, every_step, ground_truth, replay, replay_units
 from adaptive_eval.trace import Trace, read_trace
 
 __all__ = [
@@ -268,7 +268,8 @@ class ReplayRun:
 
     @property
     def samples_per_1k(self) -> float:
-        """Eval samples (:attr:`samples`) per 1,000 training steps (trace records)."""
+        """Eval samples (:attr:`samples`) per 1,000 training steps (trace records; with ``replay.every_step``
+        every training step)."""
         return 1000.0 * self.samples / max(self.steps, 1)
 
     @property
@@ -366,6 +367,8 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     if len(trace) == 0:
         raise ExpectationError(f"{name}: the trace has no records")
     cfg, config_name = _config(config)
+    if cfg.replay.every_step:  # every training step a record: steps and costs count training steps
+        trace = every_step(trace)
     if events is not None:
         if isinstance(events, (str, os.PathLike)):
             exp = load_expectations(events)
