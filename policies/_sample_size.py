@@ -88,8 +88,13 @@ class SampleSizePolicy(Policy):
         suites = ()
         if self.plans:
             plans = []
-            for name, (items, m, why) in self.plans.items():
-                if widen:
+            for name, (items, m, why, *alarm) in self.plans.items():
+                if widen and alarm and alarm[0] is not None:  # the precision an alarm wants, for less
+                    items, m = alarm
+                    why = (f"{why}; after an alarm {items}x{m} reach "
+                           f"+-{self.target_half_width / math.sqrt(self.alarm_factor):.3g} (fewer than "
+                           f"x{self.alarm_factor:g})")
+                elif widen:
                     size = int(self.suites[name]["size"])
                     wanted = math.ceil(items * self.alarm_factor)
                     items = min(wanted, size)
@@ -131,7 +136,30 @@ class SampleSizePolicy(Policy):
                                            max_items=hi, confidence=self.confidence,
                                            proportion_mean=s.mean if s.binary else None)
             why = f"{why} (within-item variance unknown at {m} sample per item)"
-        self.plans[name] = [int(items), int(m), why]
+        self.plans[name] = [int(items), int(m), why, *self._alarm_plan(suite, s, int(items), int(m))]
+
+    def _alarm_plan(self, suite, s, items: int, m: int) -> tuple:
+        """(items, samples per item) for an alarm's evaluation of a suite: the plan that reaches the half-width
+        ``alarm_factor`` x the items gives near 0.5 (``target_half_width / sqrt(alarm_factor)``) at the last
+        measured variances, when it costs less than ``alarm_factor`` x the items (a collapsed suite scoring
+        0.0 needs fewer answers than a suite near 0.5); else (None, None): ``alarm_factor`` x the items."""
+        size, lo = int(suite["size"]), min(self.min, int(suite["size"]))
+        tight = self.target_half_width / math.sqrt(self.alarm_factor)
+        wv = s.within_var if math.isfinite(s.within_var) else 0.0
+        top = m if not math.isfinite(s.within_var) else int(suite["max_samples_per_item"])
+        n, k, _ = two_stage_size(s.between_var, wv, tight, cost_per_sample=float(suite["cost"]),
+                                 cost_per_item=float(suite["item_cost"]), population=size, max_samples_per_item=top,
+                                 min_items=lo, max_items=self.max, confidence=self.confidence,
+                                 proportion_mean=s.mean if s.binary else None)
+        if s.binary and not 0.0 < s.mean < 1.0:  # no variance to size by: the Wilson size of the answers
+            n, k = min(size, max(lo, math.ceil(wilson_sample_size(s.mean, tight, self.confidence) / m))), m
+
+        def cost(n, k):
+            return n * (float(suite["item_cost"]) + k * float(suite["cost"]))
+
+        if cost(n, k) < cost(min(math.ceil(items * self.alarm_factor), size), m):
+            return int(n), int(k)
+        return None, None
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         self._widen = False
@@ -166,4 +194,5 @@ class SampleSizePolicy(Policy):
         self.last_why = str(sd.get("last_why", "initial"))
         for name, plan in sd.get("plans", {}).items():
             if name in self.plans:
-                self.plans[name] = [int(plan[0]), int(plan[1]), str(plan[2])]
+                alarm = [None if v is None else int(v) for v in plan[3:5]] if len(plan) >= 5 else []
+                self.plans[name] = [int(plan[0]), int(plan[1]), str(plan[2]), *alarm]

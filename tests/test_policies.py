@@ -617,3 +617,38 @@ def test_an_alarm_still_multiplies_the_items_of_a_mean():
     p.on_eval(EvalResult(step=1, sample_size=100, reason="trigger:steps", seconds=1.0,
                          metrics={"loss": summarize([0.5, 1.5] * 50)}), ctx(1))
     assert p.propose(Decision(True, None, "alarm:train/loss:cusum:up"), ctx(2)).sample_size == 4 * p.base
+
+
+def _suite_result(step, x, suite="math", size=500):
+    """An evaluation of ``suite`` whose answers are ``x`` (items x samples of 0/1)."""
+    from adaptive_eval.stats import summarize_outputs
+
+    metrics = summarize_outputs({f"{suite}/acc": x}, None, suites={suite: list(range(len(x)))},
+                                populations={suite: size})
+    return EvalResult(step=step, sample_size=len(x), reason="trigger:steps", seconds=1.0, metrics=metrics)
+
+
+@pytest.mark.parametrize("p, most_items", [(0.0, 85), (0.02, 300), (0.4, 2000)])
+def test_an_alarms_evaluation_of_a_suite_is_sized_for_its_precision_not_as_factor_times_its_items(p, most_items):
+    """After a collapse to 0.0 an alarm evaluated 12 x the items of the suite (the whole suite, to measure a
+    zero); it now takes what the alarm's half-width needs at the last variances, as a single proportion does."""
+    rng = np.random.default_rng(0)
+    suites = {"math": {"size": 2000, "samples_per_item": 4, "max_samples_per_item": 4, "cost": 1.0,
+                       "item_cost": 0.0}}
+    pol = SampleSizePolicy(initial=48, min=48, max=512, alarm_factor=12.0, target_half_width=0.075, suites=suites)
+    x = (rng.random((200, 4)) < p).astype(float)
+    pol.on_eval(_suite_result(5, x, size=2000), ctx(5))
+    normal = {n: (i, m) for n, i, m, _ in pol.propose(Decision(True, 48, "trigger:steps"), ctx(10)).suites}
+    alarm = {n: (i, m, why) for n, i, m, why in
+             pol.propose(Decision(True, 48, "alarm:train/reward:cusum:down"), ctx(10)).suites}
+    items, m, why = alarm["math"]
+    assert items <= most_items and items >= normal["math"][0], (items, why)
+    if p < 0.1:
+        assert items < 12 * normal["math"][0] and "fewer than x12" in why
+    else:  # near 0.5 the alarm's half-width takes the 12 x the items (capped at the whole suite), as before
+        assert items == min(12 * normal["math"][0], 2000) and "x12 after an alarm" in why
+    # The alarm plan survives a resume from plain values (JSON).
+    again = SampleSizePolicy(initial=48, min=48, max=512, alarm_factor=12.0, target_half_width=0.075, suites=suites)
+    again.load_state_dict(json.loads(json.dumps(pol.state_dict())))
+    assert again.propose(Decision(True, 48, "alarm:x:cusum:up"), ctx(10)).suites == \
+        pol.propose(Decision(True, 48, "alarm:x:cusum:up"), ctx(10)).suites
