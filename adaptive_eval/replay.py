@@ -3,11 +3,12 @@ simulated ``evaluate_fn``.
 
 * Clock: the trace's ``time`` column (seconds since start) or ``replay.step_seconds`` per step, plus the
   simulated time of every evaluation so far (evaluations take wall time in a live run too).
-* ``evaluate_fn``: built from the ``eval/<metric>`` columns, each carried forward between rows.  A value
-  within [0, 1] is a proportion: an eval of n items draws Binomial(n, p) correct answers.  Another value
-  with a column ``eval/<metric>:std`` (per-sample standard deviation) draws n samples of Normal(mean, std)
-  (so the mean is Normal(mean, std/sqrt(n))); without it the value itself is returned.  The number of items
-  is ``min(sample_size, replay.eval_set_size)``.
+* ``evaluate_fn``: built from the ``eval/<metric>`` columns, each carried forward between rows.  A column
+  whose every value lies within [0, 1] is a proportion (unless its ``:std`` column says otherwise, or
+  ``evaluation.metric_kinds``; see :func:`_column_kinds`): an eval of n items draws Binomial(n, p) correct
+  answers.  Another metric with a column ``eval/<metric>:std`` (per-sample standard deviation) draws n
+  samples of Normal(mean, std) (so the mean is Normal(mean, std/sqrt(n))); without it the value itself is
+  returned.  The number of items is ``min(sample_size, replay.eval_set_size)``.
 * Eval cost: ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample * n`` on the simulated clock, so
   the budget policy acts as it would live.
 * With ``evaluation.suites``: per-item ground truth, columns ``eval/<suite>/<metric>@<item>`` (each
@@ -131,11 +132,45 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     return streams, evals
 
 
+def _column_kinds(trace, eval_cols: dict[str, str | None], cfg) -> dict[str, str]:
+    """How replay simulates each eval metric: ``"proportion"`` (Binomial answers) or ``"mean"`` (Normal
+    samples with its ``:std``, else the value itself).
+
+    ``evaluation.metric_kinds`` decides where it names the metric.  Otherwise a metric is a proportion when
+    every value of its column lies within [0, 1] (the whole column, so one metric is not simulated two ways
+    in one run) and its ``:std`` column, if any, is what 0/1 answers would have (within 10% of
+    ``sqrt(p (1 - p))`` at every row giving both: lm-eval's accuracies); an eval loss below 1 with its own
+    ``:std`` is a mean."""
+    declared = dict(cfg.evaluation.metric_kinds or {})
+    out = {}
+    for name, std_col in eval_cols.items():
+        kind = declared.get(name, declared.get(f"eval/{name}"))
+        if kind is None:
+            col, ok = f"eval/{name}", True
+            for rec in trace.records:
+                v = rec.metrics.get(col)
+                if v is None or not math.isfinite(v):
+                    continue
+                if not 0.0 <= v <= 1.0:
+                    ok = False
+                    break
+                sd = rec.metrics.get(std_col) if std_col is not None else None
+                if sd is not None and math.isfinite(sd):
+                    bern = math.sqrt(v * (1.0 - v))
+                    if abs(sd - bern) > max(0.1 * bern, 1e-3):
+                        ok = False
+                        break
+            kind = "proportion" if ok else "mean"
+        out[name] = str(kind)
+    return out
+
+
 class _SimulatedEval:
     """A simulated ``evaluate_fn`` over the carried-forward eval columns."""
 
-    def __init__(self, metrics: dict[str, str | None], cfg, clock, seed: int):
+    def __init__(self, metrics: dict[str, str | None], cfg, clock, seed: int, kinds: dict[str, str] | None = None):
         self.metrics = metrics
+        self.kinds = kinds if kinds is not None else {}
         self.truth: dict[str, float] = {}
         self.std: dict[str, float] = {}
         self.clock = clock
@@ -162,7 +197,7 @@ class _SimulatedEval:
                 continue
             if not math.isfinite(v):
                 out[name] = v
-            elif 0.0 <= v <= 1.0:
+            elif 0.0 <= v <= 1.0 and self.kinds.get(name, "proportion") == "proportion":
                 k = int(self.rng.binomial(n, v))
                 values = np.zeros(n)
                 values[:k] = 1.0
@@ -187,8 +222,10 @@ class _SuiteSimulatedEval:
     metric with per-item columns must have one for every item of its suite (a skipped index is an error at
     load, not a failed evaluation later); an item's NaN is data (its answers are NaN, which evaluations skip).
     Before every requested item has a value, the metric is not measured (no ground truth yet).  Each
-    requested item gets ``samples_per_item`` draws: Bernoulli(p_i) for a probability, else Normal(mean_i,
-    std) with the std of a column ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation costs
+    requested item gets ``samples_per_item`` draws: Bernoulli(p_i) for a probability (a metric without a
+    ``:std`` column whose values all lie within [0, 1], or declared a proportion in
+    ``evaluation.metric_kinds``), else Normal(mean_i, std) with the std of a column
+    ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation costs
     ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over suites of items x (samples x
     cost + item_cost)`` on the simulated clock.
     """
@@ -239,6 +276,25 @@ class _SuiteSimulatedEval:
         self.truth: dict[tuple[str, str], np.ndarray] = {}
         self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}
+        self.kinds: dict[tuple[str, str], str] = {}  # (suite, metric) -> proportion | mean (_suite_kinds)
+
+    def set_kinds(self, trace, cfg) -> None:
+        """Per (suite, metric), as :func:`_column_kinds` decides for one eval set: ``evaluation.metric_kinds``
+        (``<suite>/<metric>``) where it names it; else a mean when it has a ``:std`` column or any value outside
+        [0, 1] in the whole trace (a mean reward), a proportion (Bernoulli answers) otherwise."""
+        declared = dict(cfg.evaluation.metric_kinds or {})
+        with_std = set(self.std_of.values())
+        outside: set[tuple[str, str]] = set()
+        for rec in trace.records:
+            for col, value in rec.metrics.items():
+                spot = self.where.get(col)
+                if spot is not None and math.isfinite(value) and not 0.0 <= value <= 1.0:
+                    outside.add(spot[:2])
+        for spot in {w[:2] for w in self.where.values()}:
+            kind = declared.get(f"{spot[0]}/{spot[1]}")
+            if kind is None:
+                kind = "mean" if spot in with_std or spot in outside else "proportion"
+            self.kinds[spot] = str(kind)
 
     def update(self, metrics: dict[str, float]) -> set[tuple[str, str]]:
         """Take a record's values; the (suite, metric) pairs it gave a value to."""
@@ -289,7 +345,7 @@ class _SuiteSimulatedEval:
                 p = arr[idx]
                 finite = np.isfinite(p)
                 q = np.where(finite, p, 0.0)
-                if np.all((q >= 0.0) & (q <= 1.0)):
+                if self.kinds.get((sname, metric), "proportion") == "proportion" and np.all((q >= 0.0) & (q <= 1.0)):
                     c = self.rng.binomial(m, q)
                     values = (np.arange(m)[None, :] < c[:, None]).astype(np.float64)
                 else:
@@ -321,11 +377,13 @@ def _refuse_item_columns(eval_cols: Iterable[str], source: str) -> None:
 
 def _simulator(trace, cfg, names: Sequence[str], eval_cols, clock, seed: int):
     if cfg.evaluation.suites:
-        return _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
-                                                                       and n.startswith("eval/")],
-                                   cfg, clock, seed, trace.source)
+        sim = _SuiteSimulatedEval([f"eval/{c}" for c in eval_cols] + [n for n in names if n.endswith(":std")
+                                                                      and n.startswith("eval/")],
+                                  cfg, clock, seed, trace.source)
+        sim.set_kinds(trace, cfg)
+        return sim
     _refuse_item_columns(eval_cols, trace.source)
-    return _SimulatedEval(eval_cols, cfg, clock, seed)
+    return _SimulatedEval(eval_cols, cfg, clock, seed, _column_kinds(trace, eval_cols, cfg))
 
 
 def ground_truth(trace, cfg=None) -> dict[str, list[tuple[int, float]]]:

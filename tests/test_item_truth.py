@@ -177,3 +177,20 @@ def test_check_takes_a_folder_of_traces_as_the_pytest_marker_does(collapse, tmp_
                  "1000000"]) == 0
     out = capsys.readouterr().out
     assert "a.csv" in out and "b.jsonl" in out and "superseded" not in out, out
+
+
+def test_a_suites_mean_reward_with_its_own_std_is_not_simulated_as_bernoulli_answers():
+    """Per-item mean rewards within [0, 1] with a :std column were drawn as 0/1 answers (their std ignored)."""
+    recs = []
+    for i in range(120):
+        m = {"loss": 1.0, "eval/r/score:std": 0.05}
+        m.update({f"eval/r/score@{j}": 0.2 + 0.005 * j for j in range(100)})  # partial credit, 0.2-0.7
+        m.update({f"eval/b/acc@{j}": 0.5 for j in range(100)})  # no :std: a probability of success
+        recs.append(TraceRecord(step=i, metrics=m))
+    cfg = load_config("areal", ["trigger.freq_steps=50", "evaluation.suites.r.size=100",
+                                "evaluation.suites.r.samples_per_item=4", "evaluation.suites.b.size=100",
+                                "evaluation.suites.b.samples_per_item=4"])
+    r = replay(Trace(recs, "mem"), cfg, seed=0).results[0]
+    score, acc = r.metrics["r/score"], r.metrics["b/acc"]
+    assert not score.binary and score.within_var == pytest.approx(0.05 ** 2, rel=0.3)
+    assert acc.binary and acc.within_var == pytest.approx(0.25, rel=0.2)

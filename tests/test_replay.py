@@ -100,6 +100,27 @@ def test_simulated_evals_follow_the_documented_models():
     assert res.summary["eval_seconds"] == pytest.approx(4 * (5.0 + 0.05 * 400))
 
 
+def test_what_is_simulated_as_a_proportion_is_decided_per_column():
+    """An eval loss below 1 with its own :std, and a return that crosses [0, 1], were simulated as proportions
+    (0/1 answers) at the rows where their value lay within [0, 1]."""
+    n = 400
+    recs = []
+    for i in range(400):
+        m = {"s": 0.0,
+             "eval/loss": 0.6, "eval/loss:std": 0.1,  # a mean below 1 with its own per-sample std
+             "eval/ret": 0.5 if i < 200 else 7.0, "eval/ret:std": 2.0,  # a return that crosses [0, 1]
+             "eval/acc": 0.3, "eval/acc:std": (0.3 * 0.7 * 1172 / 1171) ** 0.5,  # lm-eval's accuracy
+             "eval/ok": 0.8}  # declared a mean below: the value itself
+        recs.append(TraceRecord(step=i, metrics=m))
+    cfg = load_config("areal", ["trigger.freq_steps=100", f"evaluation.sample_size={n}", f"replay.eval_set_size={n}",
+                                "evaluation.metric_kinds.ok=mean"])
+    r = replay(Trace(recs, "mem"), cfg, seed=0).results[0]
+    assert not r["loss"].binary and abs(r["loss"].std - 0.1) < 0.02 and abs(r.mean("loss") - 0.6) < 0.03
+    assert not r["ret"].binary and abs(r["ret"].std - 2.0) < 0.3
+    assert r["acc"].binary and r["acc"].n == n and r["acc"].total == int(r["acc"].total)
+    assert r.mean("ok") == 0.8
+
+
 @pytest.mark.parametrize("content,message", [
     ("step,a\n1,0.5\n0,0.4\n", ":3:"),  # steps going backwards: file and line
     ("a,b\n1,2\n", "step"),  # no step column
