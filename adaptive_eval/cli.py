@@ -245,7 +245,10 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                     steps = [e.step for e in load_expectations(sidecar).events] if sidecar is not None else []
                 except ExpectationError as exc:
                     raise TuneError(str(exc)) from None
-            cases.append(case_from_file(t, base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None))
+            case = case_from_file(t, base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None)
+            if len(case.trace) > 1:
+                _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
+            cases.append(case)
     return cases
 
 

@@ -154,3 +154,27 @@ def test_the_first_ctrl_c_only_asks_the_search_to_stop_the_second_interrupts():
         assert not stop.is_set() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+def test_tune_on_a_trace_logged_every_10_steps_counts_training_steps_with_every_step(tmp_path, capsys):
+    from adaptive_eval.trace import Trace
+
+    st = make_trace("collapse", steps=600, seed=5)
+    path = tmp_path / "sparse.csv"
+    write_trace(Trace([r for r in st.trace.records if r.step % 10 == 0], "sparse"), path)
+    onset = int(st.events[0].step)
+    args = ["tune", str(path), "--events", f"{path}={onset}", "--trials", "1", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert "record every 10 steps" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "b"), "--set", "replay.every_step=true"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    full = tmp_path / "full.csv"
+    write_trace(st.trace, full)
+    assert main(["tune", str(full), "--events", f"{full}={onset}", "--trials", "1", "--no-progress",
+                 "--out", str(tmp_path / "c")]) == 0
+    per_1k = {d: json.loads(line)["values"][0] for d in "abc"  # (objectives: cost, delay, regret)
+              for line in (tmp_path / d / "trials.jsonl").read_text().splitlines()}
+    # Replayed every training step, the sparse run costs about what the run logged every step does; record
+    # by record its evaluations are 10x further apart in training steps, yet cost more per 1,000 "steps".
+    assert 0.6 < per_1k["b"] / per_1k["c"] < 1.4, per_1k
+    assert per_1k["a"] > 1.5 * per_1k["c"], per_1k
