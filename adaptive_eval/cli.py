@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 import sys
@@ -36,7 +37,34 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
             out[col] = float(scale) if scale else 1.0
         except ValueError:
             raise SystemExit(f"adaptive-eval: --eval {item!r}: the scale after ':' must be a number") from None
+        if not (math.isfinite(out[col]) and out[col] > 0):
+            raise SystemExit(f"adaptive-eval: --eval {item!r}: the scale after ':' must be a positive number "
+                             "(e.g. 0.01 for percent)")
     return out
+
+
+def _truth_note(trace, cfg) -> None:
+    """Say on stderr which eval columns replay can only return as they are: values beyond [0, 1] without a
+    ``:std`` column give evaluations without an interval, which can confirm nothing (a percentage?)."""
+    import numpy as np
+
+    from adaptive_eval.replay import _split_columns
+
+    if cfg.evaluation.suites:
+        return
+    _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))
+    declared = dict(cfg.evaluation.metric_kinds or {})
+    for name, std in evals.items():
+        if std is not None or name in declared:
+            continue
+        _, values = trace.column(f"eval/{name}")
+        values = values[np.isfinite(values)]
+        if values.size and (values.max() > 1.0 or values.min() < 0.0):
+            hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0 and values.min() >= 0.0
+                    else f"; give eval/{name}:std (per-sample sd) for Normal draws")
+            print(f"  note: eval/{name} lies in [{values.min():.4g}, {values.max():.4g}] and has no eval/{name}:std "
+                  f"column, so every evaluation returns its value with no interval (nothing can be confirmed)"
+                  f"{hint}", file=sys.stderr)
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -91,7 +119,7 @@ def _load_trace(args: argparse.Namespace):
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from adaptive_eval.replay import replay, write_outputs
+    from adaptive_eval.replay import replay, replay_units, write_outputs
 
     cfg = load_config(args.config, args.overrides)
     trace = _load_trace(args)
@@ -112,11 +140,26 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     print(f"replayed {s['steps']} steps of {trace.source}")
     if len(trace) > 1:
         _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
+    _truth_note(trace, cfg)
     if s["evals"] and not any(e["metrics"] for e in result.evals):
         print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
               "evaluation measured nothing; name it with --eval COL", file=sys.stderr)
-    print(f"  evaluations {s['evals']}, samples {s['samples']}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
+    units = replay_units(result, cfg)  # with eval suites: the cost units check, tune and the budget count
+    samples = (f"samples {s['samples']}" if units is None else
+               f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
+    print(f"  evaluations {s['evals']}, {samples}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
           f"simulated eval time {frac:.1%} of the run")
+    if s["deferrals"] > max(s["evals"], 10):  # the budget binds: say what the clock and the eval cost are
+        times = [r.time for r in trace.records]
+        timed = cfg.replay.trace_time and len(times) > 1 and all(t is not None for t in times)
+        step = (times[-1] - times[0]) / (len(times) - 1) if timed else float(cfg.replay.step_seconds)
+        whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * int(
+            cfg.replay.eval_set_size)
+        source = "the trace's time column" if timed else "replay.step_seconds"
+        print(f"  note: the budget deferred {s['deferrals']} evaluations: a step takes {step:.3g} s ({source}) and an "
+              f"evaluation of the whole set {whole:.3g} s (replay.eval_fixed_seconds, replay.eval_seconds_per_sample)"
+              + ("; --set replay.trace_time=false times steps by replay.step_seconds instead" if timed else ""),
+              file=sys.stderr)
     reasons: dict[str, int] = {}
     for e in result.evals:
         key = e["reason"].split(":")[0]
@@ -248,6 +291,7 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
             case = case_from_file(t, base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None)
             if len(case.trace) > 1:
                 _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
+            _truth_note(case.trace, base)
             cases.append(case)
     return cases
 
@@ -258,6 +302,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     base = load_config(args.config, args.overrides)
     objectives = args.objective or ["cost", "delay", "regret"]
     try:
+        if args.folds < 1:
+            raise TuneError(f"--folds must be at least 1, got {args.folds}")
         cases = _tune_cases(args, base)
         check_input(cases, objectives, args.trials)
         _check_writable(args.out)
@@ -310,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="+", metavar="TRACE",
                    help="a trace file (its events in TRACE.events.yaml beside it), a folder of trace files, or a "
                         "shipped real trace name")
-    p.add_argument("--config", metavar="F", required=True, help="the preset under test: a YAML file or a preset name")
+    p.add_argument("--config", metavar="F", default="default",
+                   help="the preset under test: a YAML file or a preset name (default: default)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override one key of it (repeatable)")
     p.add_argument("--events", metavar="FILE", default=None,
@@ -318,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--within", metavar="N", type=int, default=None,
                    help="every event must be confirmed within N steps (replaces the events' own 'within')")
     p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
-                   help="at most M eval samples per 1,000 training steps on each trace")
+                   help="at most M eval samples per 1,000 steps on each trace (records of a trace logged every k "
+                        "steps; training steps with --set replay.every_step=true)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
     _add_trace_args(p)
     p.set_defaults(func=_cmd_check)

@@ -221,6 +221,9 @@ class ReplayConfig:
     # observe nothing), so freq_steps, costs per 1,000 steps and delays count training steps; false: each
     # record is one step (a series of checkpoints, a log of environment frames).
     every_step: bool = False
+    # true: the trace's time column (a TensorBoard folder's wall times) is the training clock; false: every
+    # step takes step_seconds.
+    trace_time: bool = True
 
 
 @dataclass

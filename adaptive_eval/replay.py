@@ -1,8 +1,9 @@
 """Offline replay: drive an :class:`AdaptiveEvaluator` over a recorded trace with a simulated clock and a
 simulated ``evaluate_fn``.
 
-* Clock: the trace's ``time`` column (seconds since start) or ``replay.step_seconds`` per step, plus the
-  simulated time of every evaluation so far (evaluations take wall time in a live run too).
+* Clock: the trace's ``time`` column (seconds since start; ``replay.trace_time: false`` ignores it) or
+  ``replay.step_seconds`` per step, plus the simulated time of every evaluation so far (evaluations take
+  wall time in a live run too).
 * ``evaluate_fn``: built from the ``eval/<metric>`` columns, each carried forward between rows.  A column
   whose every value lies within [0, 1] is a proportion (unless its ``:std`` column says otherwise, or
   ``evaluation.metric_kinds``; see :func:`_column_kinds`): an eval of n items draws Binomial(n, p) correct
@@ -117,12 +118,23 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     """(cheap stream columns, {eval metric: its std column or None})."""
     # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
     # its streams/<name> and evaluates from its eval/<metric> means.
+    names = list(names)
+    present = set(names)
+
+    def derived(n: str) -> bool:
+        # What an evaluation derives from a metric is not ground truth of its own: its per-stratum means
+        # (report_strata) and its pass@k / best@k / worst@k / maj@k (replay derives them again) -- when the
+        # metric itself is in the trace.  A pass@1 column alone (verl's, lm-eval's) is the ground truth.
+        found = _DERIVED.search(n)
+        if found is None:
+            return False
+        base = n[:found.start()]
+        return base in present or any(m.startswith(base + "@") for m in present)
+
     names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/"))
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
              and not (n.startswith("eval/") and "/paired_diff" in n)
-             # What an evaluation derives from a metric is not ground truth of its own: its per-stratum means
-             # (report_strata) and its pass@k / best@k / worst@k / maj@k (replay derives them again).
-             and not (n.startswith("eval/") and _DERIVED.search(n))]
+             and not (n.startswith("eval/") and derived(n))]
     evals = {}
     for n in names:
         if n.startswith("eval/") and not n.endswith(":std"):
@@ -258,6 +270,11 @@ class _SuiteSimulatedEval:
                 self.where[col] = (found["suite"], found["metric"], item)
                 items.setdefault((found["suite"], found["metric"]), set()).add(item)
             elif suite in self.suites and metric:
+                item_id = metric.rpartition("@")[2] if "@" in metric else None
+                if item_id is not None and not item_id.isdigit():
+                    size = int(self.suites[suite]["size"])
+                    raise ValueError(f"{source}: column {col!r}: an item's id after '@' is its index, 0-{size - 1} "
+                                     f"(evaluation.suites.{suite}.size={size}), not {item_id!r}; number the items")
                 whole[col] = (suite, metric)
             else:
                 raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
@@ -460,7 +477,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     out = ReplayResult()
     evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
-    use_time = all(r.time is not None for r in records)
+    use_time = bool(cfg.replay.trace_time) and all(r.time is not None for r in records)
     fn = sim.__call__
     epoch_start = 0
     last_epoch = None

@@ -724,7 +724,7 @@ def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
         if name == "step":
             step = _parse_int(cell, "step", path, line)
         elif name == "epoch":
-            epoch = _parse_int(cell, "epoch", path, line)
+            epoch = _parse_epoch(cell, path, line)
         elif name == "time":
             time = _parse_float(cell, "column 'time'", path, line)
         else:
@@ -788,10 +788,37 @@ def _json_number(value, key: str, path, line) -> float | None:
     if isinstance(value, bool):
         raise TraceError(f"{key}: {value!r} is not a number", path, line)
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float range is data, as a CSV cell of it is: +-inf
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, str) and value in _JSON_TO_NONFINITE:
         return _JSON_TO_NONFINITE[value]
     raise TraceError(f"{key}: {value!r} is not a number", path, line)
+
+
+def _epoch(x: float, text, path, line) -> int:
+    """An epoch column's value: a whole number, or a fraction (HF Trainer logs 0.05 for a twentieth of the
+    first epoch), taken as the epoch in progress (its floor)."""
+    if not math.isfinite(x):
+        raise TraceError(f"epoch {text!r} is not a finite number", path, line)
+    return int(math.floor(x))
+
+
+def _json_epoch(value, path, line) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TraceError(f"epoch {value!r} is not a number", path, line)
+    return _epoch(float(value), value, path, line)
+
+
+def _parse_epoch(text: str, path, line) -> int:
+    try:
+        x = float(text.strip())
+    except ValueError:
+        raise TraceError(f"epoch {text!r} is not a number", path, line) from None
+    return _epoch(x, text, path, line)
 
 
 def _json_int(value, key: str, path, line) -> int | None:
@@ -814,7 +841,7 @@ def _json_record(text: str, path, line) -> TraceRecord:
     step = _json_int(obj["step"], "step", path, line)
     if step is None:
         raise TraceError("'step' is null", path, line)
-    epoch = _json_int(obj.get("epoch"), "epoch", path, line)
+    epoch = _json_epoch(obj.get("epoch"), path, line)
     time = _json_number(obj.get("time"), "time", path, line)
     box = "metrics" if "metrics" in obj else "data" if isinstance(obj.get("data"), dict) else None
     if box is not None:
@@ -846,7 +873,46 @@ def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line) -> None:
             metrics[name] = x
 
 
+def _json_document(path, text: str) -> list | None:
+    """The records of a file that is one JSON document, not one object a line: an array of record objects,
+    or an object holding them under ``log_history`` (Hugging Face Trainer's ``trainer_state.json``); None
+    for JSONL.  Another single document is a :class:`TraceError` saying what was expected."""
+    head = text.lstrip()
+    if not head.startswith(("[", "{")):
+        return None
+    first = head.split("\n", 1)[0]
+    if head.startswith("{"):
+        try:
+            json.loads(first)
+            return None  # one object a line: JSONL
+        except json.JSONDecodeError:
+            pass
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return None  # JSONL with a malformed line: its own error names the line
+    rows = doc.get("log_history") if isinstance(doc, dict) else doc
+    if not isinstance(rows, list):
+        keys = ", ".join(map(repr, list(doc)[:6])) if isinstance(doc, dict) else type(doc).__name__
+        raise TraceError(f"one JSON document, not one object a line (JSONL), and no 'log_history' list in it "
+                         f"(keys: {keys}); write one record a line, or a list of records", path)
+    return rows
+
+
 def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
+    rows = _json_document(path, text)
+    if rows is not None:
+        records: list[TraceRecord] = []
+        for i, row in enumerate(rows):
+            where = f"record {i}"
+            try:
+                rec = _json_record(json.dumps(row), path, None)
+                _finish_line(rec, records, path, None, keep_last)
+            except TraceError as err:
+                raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
+        if not records:
+            raise TraceError("no records", path)
+        return Trace(records, str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
@@ -877,7 +943,8 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
     if path.is_dir() and not any("tfevents" in p.name for p in path.iterdir() if p.is_file()):
         nested = sorted({str(p.parent) for p in path.rglob("*tfevents*")})
         hint = f"; event files lie in {nested[:5]}: pass one of those" if nested else ""
-        raise TraceError(f"no TensorBoard event files in this directory{hint}", path)
+        raise TraceError(f"no trace here: a folder is read as a TensorBoard run and holds no event files{hint} "
+                         "(a trace file is .csv, .jsonl or .json)", path)
     # size 0 = keep every event (the default keeps a reservoir sample of 10,000 scalars per tag).
     guidance = {ea.SCALARS: 0, ea.TENSORS: 0, ea.IMAGES: 1, ea.AUDIO: 1, ea.HISTOGRAMS: 1,
                 ea.COMPRESSED_HISTOGRAMS: 1}

@@ -346,6 +346,12 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -
         order = [n[len("eval/"):] for n in trace.eval_names() if not n.endswith(":std")]
         order = [m for n in order for m in (n, re.sub(r"@\d+$", "", n))]  # (an item's column: its suite's metric)
         metric = next((n for n in order if n in known), next(iter(sorted(known)), None))
+    if trace.records:
+        first, last = trace.records[0].step, trace.records[-1].step
+        outside = [int(e) for e in events if not first <= int(e) <= last]
+        if outside:
+            raise TuneError(f"{path}: event step{'s' if len(outside) > 1 else ''} "
+                            f"{', '.join(map(str, outside))} outside the trace's steps {first}-{last}")
     truth = None
     if metric in known:
         at = dict(known[metric])

@@ -119,3 +119,141 @@ def test_verl_file_logs_nest_their_metrics_under_data(tmp_path, capsys):
     # without ground truth named, replay says why every evaluation is empty
     assert main(["replay", str(path), "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
     assert "no eval ground truth" in capsys.readouterr().err
+
+
+# --------------------------------------------------------- found by a new user's trial with traces of their own
+
+
+def _hf_log_history(collapse_at=500):
+    """A Hugging Face Trainer's log_history: a train row every 10 steps with a fractional epoch, an eval row
+    every 50 steps at the same step, the closing summary row."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for step in range(10, 1010, 10):
+        epoch = round(3 * step / 1000, 4)
+        loss = 2.0 - step / 1000 + 0.05 * rng.normal() + (3.0 if step >= collapse_at else 0.0)
+        rows.append({"epoch": epoch, "grad_norm": 1.0, "learning_rate": 1e-5, "loss": loss, "step": step})
+        if step % 50 == 0:
+            rows.append({"epoch": epoch, "eval_accuracy": 0.6 if step < collapse_at else 0.2, "eval_runtime": 3.2,
+                         "step": step})
+    rows.append({"epoch": 3.0, "step": 1000, "total_flos": 1e15, "train_loss": 1.2, "train_runtime": 1234.5})
+    return rows
+
+
+def test_a_hf_trainer_state_json_and_a_json_array_of_records_are_read(tmp_path, capsys):
+    """trainer_state.json was "malformed JSON" (read as JSONL) and log_history's fractional epoch "not an
+    integer"; a JSON array of records was dropped as a torn line, then "no records"."""
+    rows = _hf_log_history()
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 1000, "log_history": rows}, indent=2))
+    (tmp_path / "history.json").write_text(json.dumps(rows))
+    (tmp_path / "history.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    traces = [read_trace(tmp_path / n) for n in ("trainer_state.json", "history.json", "history.jsonl")]
+    for t in traces:
+        assert [r.step for r in t.records] == list(range(10, 1010, 10))  # train and eval rows of a step merged
+        assert t.records[0].epoch == 0 and t.records[-1].epoch == 3 and t.records[40].epoch == 1  # floor
+        assert t.records[4].metrics["eval_accuracy"] == 0.6 and t.records[4].metrics["loss"] == rows[4]["loss"]
+    assert traces[0].records == traces[1].records == traces[2].records
+    (tmp_path / "other.json").write_text(json.dumps({"a": 1, "b": [1, 2]}, indent=2))
+    with pytest.raises(TraceError, match="one JSON document.*no 'log_history' list.*'a', 'b'"):
+        read_trace(tmp_path / "other.json")
+    # The collapse at step 500 is confirmed from the eval rows, replayed every training step.
+    (tmp_path / "trainer_state.json.events.yaml").write_text("events:\n  - {step: 500, within: 60}\n")
+    assert main(["check", str(tmp_path / "trainer_state.json"), "--eval", "eval_accuracy", "--stream", "loss",
+                 "--set", "replay.every_step=true"]) == 0
+    assert "collapse" not in capsys.readouterr().err
+
+
+def test_a_fractional_epoch_in_a_csv_and_a_huge_json_integer_are_data(tmp_path):
+    (tmp_path / "run.csv").write_text("step,epoch,loss\n1,0.05,1.0\n2,0.1,1.0\n3,1.02,1.0\n")
+    assert [r.epoch for r in read_trace(tmp_path / "run.csv").records] == [0, 0, 1]
+    (tmp_path / "run.jsonl").write_text('{"step": 1, "loss": 1' + "0" * 400 + '}\n{"step": 2, "loss": -1' + "0" * 400
+                                        + '}\n')
+    assert [r.metrics["loss"] for r in read_trace(tmp_path / "run.jsonl").records] == [float("inf"), float("-inf")]
+    (tmp_path / "bad.csv").write_text("step,epoch,loss\n1,0.5,1.0\n2,inf,1.0\n")
+    with pytest.raises(TraceError, match=r"bad.csv:3: epoch 'inf' is not a finite number"):
+        read_trace(tmp_path / "bad.csv")
+
+
+def test_a_pass_at_1_column_alone_is_ground_truth_a_derived_one_beside_its_metric_is_not(tmp_path, capsys):
+    """verl logs eval/math/pass@1: it was dropped as "derived", and replay warned there was no ground truth
+    even with --eval naming it."""
+    lines = ["step,train/reward,eval/math/pass@1"] + [f"{s},{1.0 if s < 150 else 0.2},{0.6 if s < 150 else 0.2}"
+                                                      for s in range(300)]
+    (tmp_path / "verl.csv").write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(tmp_path / "verl.csv"), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    assert "no eval ground truth" not in capsys.readouterr().err
+    assert all("math/pass@1" in e["metrics"] for e in evals_of(tmp_path / "a"))
+    # Beside its metric (what an evaluation writes to TensorBoard), pass@4 is derived again, not truth.
+    lines = ["step,train/reward,eval/acc,eval/acc/pass@4"] + [f"{s},1.0,0.5,0.9" for s in range(100)]
+    (tmp_path / "tb_like.csv").write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(tmp_path / "tb_like.csv"), "--out", str(tmp_path / "b"), "--no-tensorboard"]) == 0
+    assert all(set(e["metrics"]) == {"acc"} for e in evals_of(tmp_path / "b"))
+
+
+def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_scale(tmp_path, capsys):
+    lines = ["step,train/reward,eval/acc"] + [f"{s},1.0,{60 if s < 150 else 20}" for s in range(300)]
+    (tmp_path / "pct.csv").write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert "eval/acc lies in [20, 60] and has no eval/acc:std column" in err and "--eval eval/acc:0.01" in err
+    assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "b"), "--no-tensorboard",
+                 "--eval", "eval/acc:0.01"]) == 0
+    assert "note:" not in capsys.readouterr().err
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit, match="must be a positive number"):
+            main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "c"), "--eval", f"eval/acc:{bad}"])
+
+
+def test_tune_refuses_events_outside_the_trace_and_folds_below_1(tmp_path, capsys):
+    """An event at 9999 was dropped silently (then "no events in any trace"), one at -5 counted."""
+    write_wandb(tmp_path / "run.csv")
+    base = ["tune", str(tmp_path / "run.csv"), "--step-column", "Step", "--trials", "1", "--no-progress",
+            "--out", str(tmp_path / "t")]
+    for events in ("9999", "-5,250"):
+        assert main([*base, "--events", f"{tmp_path / 'run.csv'}={events}"]) == 2
+        assert f"event step {events.split(',')[0]} outside the trace's steps 0-399" in capsys.readouterr().err
+    assert main([*base, "--folds", "0"]) == 2
+    assert "--folds must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_suite_item_id_that_is_not_an_index_is_an_error_naming_the_column(tmp_path, capsys):
+    """eval/aime/acc@prob0 became a metric of its own per item (ten metrics, no aime/acc)."""
+    (tmp_path / "ids.csv").write_text("step,loss,eval/aime/acc@prob0,eval/aime/acc@prob1\n0,1,0.5,0.4\n1,1,0.5,0.4\n")
+    assert main(["replay", str(tmp_path / "ids.csv"), "--out", str(tmp_path / "o"), "--no-tensorboard",
+                 "--set", "evaluation.suites.aime.size=2"]) == 2
+    assert ("column 'eval/aime/acc@prob0': an item's id after '@' is its index, 0-1 (evaluation.suites.aime.size=2), "
+            "not 'prob0'") in capsys.readouterr().err
+
+
+def test_a_tensorboard_folders_wall_clock_can_be_left_out_and_replay_says_when_it_binds(tmp_path, capsys):
+    """A TensorBoard run written in a tight loop has steps 0.1 ms apart: every evaluation was deferred by the
+    budget (2 evaluations, an alarm's 97 steps late) with nothing said."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rng = np.random.default_rng(0)
+    with SummaryWriter(str(tmp_path / "tb")) as w:
+        for s in range(400):
+            w.add_scalar("train/loss", (1.0 if s < 200 else 3.0) + 0.05 * rng.normal(), s)
+            if s % 20 == 0:
+                w.add_scalar("eval/accuracy", 0.7 if s < 200 else 0.3, s)
+    args = ["replay", str(tmp_path / "tb"), "--no-tensorboard"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr()
+    assert "note: the budget deferred" in out.err and "(the trace's time column)" in out.err
+    assert main([*args, "--out", str(tmp_path / "b"), "--set", "replay.trace_time=false"]) == 0
+    assert "deferred" not in capsys.readouterr().err
+    alarm_evals = [e["step"] for e in evals_of(tmp_path / "b") if e["reason"].startswith("alarm:")]
+    assert alarm_evals and 200 <= alarm_evals[0] <= 210
+    assert len(evals_of(tmp_path / "b")) > 2 * len(evals_of(tmp_path / "a"))
+
+
+def test_replay_prints_the_suites_cost_units_beside_the_items(tmp_path, capsys):
+    from adaptive_eval.synthetic_items import make_item_trace
+    from adaptive_eval.trace import write_trace
+
+    it = make_item_trace("flat", steps=60, seed=0, suites={"math": (20, 0.0)})
+    write_trace(it.trace, tmp_path / "items.csv")
+    assert main(["replay", str(tmp_path / "items.csv"), "--out", str(tmp_path / "o"), "--no-tensorboard",
+                 "--set", "evaluation.suites.math.size=20", "--set", "evaluation.suites.math.samples_per_item=4"]) == 0
+    out = capsys.readouterr().out
+    assert "items, " in out and "cost units (answers x cost + items x item_cost)" in out

@@ -147,7 +147,7 @@ def test_tensorboard_errors(tmp_path):
 
     with SummaryWriter(str(tmp_path / "run1")) as w:
         w.add_text("note", "no scalars", 0)
-    with pytest.raises(TraceError, match="no TensorBoard event files.*run1"):
+    with pytest.raises(TraceError, match="holds no event files.*run1"):
         read_trace(tmp_path)
     with pytest.raises(TraceError, match="no records"):
         read_trace(tmp_path / "run1")
