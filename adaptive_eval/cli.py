@@ -411,14 +411,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line for a user of the command line (not the library's source line)."""
+    print(f"adaptive-eval: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         return args.func(args)
     except (ConfigError, ValueError, FileNotFoundError) as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = shown
 
 
 if __name__ == "__main__":

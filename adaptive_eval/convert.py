@@ -36,7 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from adaptive_eval.synthetic import Event
-from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_int, read_text
+from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_epoch, _parse_int, read_text
+
+# Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
+_BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
 
 __all__ = [
     "select_columns",
@@ -122,9 +125,14 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     index = {name: i for i, name in enumerate(header)}
     evals = dict(evals or {})
     rename = dict(rename or {})
+    if epoch is None and "epoch" in index and step != "epoch":  # (an HF Trainer CSV's epoch column)
+        epoch = "epoch"
+    if time is None and "time" in index and step != "time":
+        time = "time"
     named = [c for c in (step, epoch, time) if c is not None] + list(evals)
     if streams is None:  # (with evals named, another eval/ column is not ground truth, nor a stream)
-        streams = [c for c in header if c not in named and not (evals and c.startswith("eval/"))]
+        streams = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
+                   and not c.startswith("Unnamed: ") and not (evals and c.startswith("eval/"))]
     else:
         streams = list(streams)
     missing = [c for c in [*named, *streams] if c not in index]
@@ -149,14 +157,16 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     to_seconds = _scaler(time_scale)
     width = len(header)
     records: list[TraceRecord] = []
+    stepless = 0
     for k, (line, cells) in enumerate(rows):
         if len(cells) != width:
             raise TraceError(f"expected {width} fields, got {len(cells)}", path, line)
         if i_step is None:
             s = k
         else:
-            if not cells[i_step].strip():
-                raise TraceError(f"empty {step!r} cell", path, line)
+            if not cells[i_step].strip():  # (a W&B export's system-metrics rows have no step)
+                stepless += 1
+                continue
             s = _parse_int(cells[i_step], repr(step), path, line)
         metrics = {}
         for i, name, col, convert in outputs:
@@ -169,7 +179,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
                 raise TraceError(f"column {col!r}: {cell!r} is not a number", path, line) from None
         e = None
         if i_epoch is not None and cells[i_epoch].strip():
-            e = _parse_int(cells[i_epoch], repr(epoch), path, line)
+            e = _parse_epoch(cells[i_epoch], path, line)
         t = None
         if i_time is not None and cells[i_time].strip():
             try:
@@ -186,8 +196,11 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         if records and records[-1].step == s:
             rec = _merge(records.pop(), rec)
         records.append(rec)
+    if stepless:
+        warnings.warn(f"{path}: {stepless} row{'s' if stepless > 1 else ''} without a {step!r} value skipped "
+                      "(a W&B export's system rows)", stacklevel=2)
     if not records:
-        raise TraceError("no records", path)
+        raise TraceError("no records" + (f" with a {step!r} value" if stepless else ""), path)
     return Trace(records, str(path))
 
 

@@ -257,3 +257,26 @@ def test_replay_prints_the_suites_cost_units_beside_the_items(tmp_path, capsys):
                  "--set", "evaluation.suites.math.size=20", "--set", "evaluation.suites.math.samples_per_item=4"]) == 0
     out = capsys.readouterr().out
     assert "items, " in out and "cost units (answers x cost + items x item_cost)" in out
+
+
+def test_a_wandb_export_with_system_rows_and_bookkeeping_columns(tmp_path, capsys):
+    """A row without a step (W&B's system metrics) was fatal ("empty 'Step' cell"); W&B's _runtime and
+    _timestamp and a pandas index column were watched as streams; an HF CSV's epoch column clashed."""
+    from adaptive_eval.convert import from_columns
+
+    rows = [",Step,_runtime,_timestamp,epoch,train/loss,eval/accuracy"]
+    for s in range(300):
+        rows.append(f"{s},{s},{10 * s},{1.7e9 + 10 * s},{s / 100},{1.0 if s < 150 else 3.0},"
+                    f"{(0.8 if s < 150 else 0.3) if s % 25 == 0 else ''}")
+        if s % 100 == 50:
+            rows.append(f"{s}.5,,,{1.7e9 + 10 * s + 5},,,")  # a system-metrics row
+    (tmp_path / "wandb.csv").write_text("\n".join(rows) + "\n")
+    with pytest.warns(UserWarning, match="3 rows without a 'Step' value skipped"):
+        t = from_columns(tmp_path / "wandb.csv", step="Step")
+    assert t.stream_names() == ["train/loss"] and len(t) == 300
+    assert [r.epoch for r in t.records[99:102]] == [0, 1, 1]
+    assert main(["replay", str(tmp_path / "wandb.csv"), "--step-column", "Step", "--out", str(tmp_path / "o"),
+                 "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert "adaptive-eval: warning: " in err and "3 rows without a 'Step' value skipped" in err
+    assert "warnings.warn" not in err and "convert.py" not in err  # one line, not the library's source
