@@ -613,6 +613,24 @@ class AdaptiveEvaluator:
         size = self.decide("before_train", global_step, urgent=True).sample_size
         return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
 
+    def after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
+        """Evaluate the last trained weights (``global_step``) when training stopped before ``total_steps``
+        (early stopping, a stop on a condition) or ran without a known total, if ``trigger.eval_at_end`` and
+        that step has no evaluation yet; reason ``trigger:final``, urgent (through the budget and the resource
+        check), sized by the policies.  None otherwise: a run that reached its last step evaluated it in
+        :meth:`evaluate`.  In a process group every rank calls it (the same decision on every rank: the same
+        steps).  Asynchronously it submits; :meth:`close` waits for it."""
+        global_step = check_step("global_step", global_step)
+        if not self._eval_at_end or self._last_eval_step == global_step:
+            return None
+        if self.total_steps is not None and global_step >= self.total_steps - 1:
+            return None  # the last step: evaluate() took it (at the step it was called)
+        if self._last_call_step is not None and global_step < self._last_call_step:
+            raise ValueError(f"after_train: global_step {global_step} is below the last step evaluate() saw "
+                             f"({self._last_call_step})")
+        size = self.decide("trigger:final", global_step, urgent=True).sample_size
+        return self._run(evaluate_fn, Decision(True, size, "trigger:final", urgent=True), None, global_step)
+
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
         running (and without the resource check).  ``urgent`` (the last step, with ``trigger.eval_at_end``)

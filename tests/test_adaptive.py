@@ -267,3 +267,23 @@ def test_an_alarm_on_an_eval_result_brings_a_wider_evaluation_forward(clock):
     steps = [(r.step, r.sample_size, r.reason) for r in ev.history]
     after = [s for s in steps if s[0] > 9]
     assert after[0][0] == 10 and after[0][2] == "alarm:eval/acc:nonfinite" and after[0][1] > steps[0][1]
+
+
+def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
+    """trigger:final fired only at total_steps - 1: a run stopped early (EarlyStopping) never evaluated its
+    last weights."""
+    streams = {"train/loss": noisy(lambda g: 1.0, 0.1, 3)}
+    run = Run(load_config("default"), lambda g: 0.6, streams, total_steps=200).run(0, 120)
+    last = run.ev.history[-1].step
+    assert last < 119
+    r = run.ev.after_train(run.evaluate_fn, 119)
+    assert r is not None and (r.step, r.reason) == (119, "trigger:final") and r.sample_size >= 48
+    assert run.ev.after_train(run.evaluate_fn, 119) is None  # once: that step has its evaluation
+    # A run that reached its last step evaluated it in evaluate(); eval_at_end false: nothing.
+    done = Run(load_config("default"), lambda g: 0.6, streams, total_steps=50).run(0, 50)
+    assert done.ev.history[-1].reason == "trigger:final" and done.ev.after_train(done.evaluate_fn, 49) is None
+    off = Run(load_config("default", ["trigger.eval_at_end=false"]), lambda g: 0.6, streams, total_steps=200).run(0, 120)
+    assert off.ev.after_train(off.evaluate_fn, 119) is None
+    with pytest.raises(ValueError, match="below the last step evaluate"):
+        Run(load_config("default"), lambda g: 0.6, streams, total_steps=200).run(0, 120).ev.after_train(
+            lambda r: {}, 100)

@@ -263,6 +263,8 @@ def test_restore_callback_states_from_checkpoint_keeps_the_users_evaluate_fn_and
     assert ran is not cb  # HF rebuilt it from the checkpoint ...
     assert ran.evaluate_fn is cb.evaluate_fn and ran.evaluator.summary()["eval_errors"] == 0  # ... with our fn
     assert resumed == full
+    # ... and the instance the user holds sees the rebuilt one's evaluator (cb.evaluator was None)
+    assert cb.evaluator is ran.evaluator and cb.evaluator.history == ran.evaluator.history
 
 
 class Weights(TrainerCallback):
@@ -353,3 +355,28 @@ def test_a_rank_without_its_own_saved_state_resumes_with_rank_zeros_and_says_so(
             assert got == mine and caplog.text == ""
         else:
             assert got == zero and why in caplog.text and str(path) in caplog.text, content
+
+
+class StopAt(TrainerCallback):
+    """Stops training at a step, as EarlyStoppingCallback does (control.should_training_stop)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.at:
+            control.should_training_stop = True
+
+
+def test_a_run_stopped_early_evaluates_its_last_weights(tmp_path):
+    """trigger:final fired only at max_steps - 1: a run stopped at step 30 of 200 never evaluated its last
+    weights."""
+    torch.manual_seed(0)
+    train, held_out = Points(2000, 0), Points(100, 1)
+    cb = AdaptiveEvalCallback("default", overrides=FAST)
+    trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=200), train_dataset=train, eval_dataset=held_out,
+                      callbacks=[cb, StopAt(30)])
+    trainer.train()
+    assert trainer.state.global_step == 30
+    last = cb.evaluator.history[-1]
+    assert (last.step, last.reason) == (29, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0

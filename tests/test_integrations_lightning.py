@@ -356,3 +356,66 @@ def test_a_sharded_module_is_evaluated_with_every_rank_in_step(tmp_path):
             sharded, plain = r[size]
             assert sharded == plain and len(plain) == n
         assert "tensor-parallel" in r["tp"]  # refused: its ranks would blend their different items
+
+
+class StopAt(Callback):
+    """Stops training at a step, as EarlyStopping does (trainer.should_stop)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step >= self.at:
+            trainer.should_stop = True
+
+
+def test_a_run_stopped_early_evaluates_its_last_weights():
+    """trigger:final fired only at the planned last step: a run stopped at step 40 of 200 (EarlyStopping)
+    ended with its last evaluation well before its last weights."""
+    train, val = loaders()
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST)
+    trainer = L.Trainer(max_steps=200, logger=False, enable_checkpointing=False, callbacks=[cb, StopAt(40)], **QUIET)
+    trainer.fit(Model(), train, val)
+    assert trainer.global_step == 40
+    last = cb.evaluator.history[-1]
+    assert (last.step, last.reason) == (39, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+
+
+SEEN_STEPS = []  # (not on the module: an asynchronous replica is a copy of it)
+
+
+class AccModel(Model):
+    """Logs its loss first and an accuracy-like score second, and reads the trainer in validation_step."""
+
+    def validation_step(self, batch, batch_idx):
+        assert not self.trainer.validating  # the README's guard for accumulating steps
+        SEEN_STEPS.append(self.global_step)
+        loss = self.step(batch)
+        self.log("val_loss", loss)
+        self.log("val_score", (loss < 1.0).float())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_tracked_metric_is_not_the_loss_and_an_asynchronous_replica_sees_the_trainer(asynchronous):
+    """With evaluation.metric null the first logged metric (val_loss) was tracked as higher-is-better; and the
+    asynchronous replica was detached: self.trainer raised in every evaluation (evals 0, eval_errors 4) and
+    self.global_step read 0."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    train, val = loaders()
+    torch.manual_seed(0)
+    model = AccModel()
+    SEEN_STEPS.clear()
+    pool = ThreadPoolExecutor(1) if asynchronous else None
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"], executor=pool)
+    trainer = L.Trainer(max_steps=40, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    try:
+        trainer.fit(model, train, val)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    s = cb.evaluator.summary()
+    assert s["evals"] >= 2 and s["eval_errors"] == 0
+    assert list(cb.evaluator.history[-1].metrics)[0] == "val_score"  # tracked, not val_loss
+    assert SEEN_STEPS and max(SEEN_STEPS) > 0  # the trainer's step, not 0 on a detached replica

@@ -211,6 +211,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if replaced is not None:
             for name in _LIVE:
                 setattr(self, name, getattr(replaced, name))
+            # The instance the user holds (``cb.evaluator``, ``cb.evaluator.summary()``) is the one HF dropped:
+            # it shares this one's attributes from now on, so it sees the evaluator this one builds.
+            replaced.__dict__ = self.__dict__
         elif trainer_found is not None:
             log.warning("adaptive_eval: HF rebuilt AdaptiveEvalCallback from a checkpoint's saved arguments "
                         "(restore_callback_states_from_checkpoint) without the instance it replaces: evaluate_fn, "
@@ -396,6 +399,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
         if self.evaluator is not None:
+            if state.global_step > 0:  # stopped early (EarlyStoppingCallback, should_training_stop): its last weights
+                fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
+                result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
+                if result is not None:
+                    self._guard("report", self._report, result, control)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, result, control)
             self._saved_state = self._guard("state", self.evaluator.state_dict)

@@ -110,6 +110,8 @@ class AdaptiveEvalCallback(Callback):
         self._module_eval = None
         self._async = False
         self._val = None  # (dataset, collate_fn) of this fit
+        self._pick_metric = False
+        self._loss_warned = False
         self.hooks_called: set[str] = set()
 
     @property
@@ -149,6 +151,11 @@ class AdaptiveEvalCallback(Callback):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor)
+        # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
+        # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
+        # when only a loss is left to track as higher-is-better.
+        self._pick_metric = cfg.evaluation.metric is None
+        self._loss_warned = not bool(cfg.evaluation.higher_is_better)
         self._async = asynchronous(cfg, executor)
         if self._stashed:
             self.evaluator.load_state_dict(self._own_state(self._stashed, self._stashed_ranks))
@@ -184,6 +191,11 @@ class AdaptiveEvalCallback(Callback):
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
         if self.evaluator is not None:
+            if trainer.global_step > 0:  # stopped early (EarlyStopping, should_stop): its last weights
+                fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+                result = self._guard("evaluate", self.evaluator.after_train, fn, trainer.global_step - 1)
+                if result is not None:
+                    self._guard("report", self._report, trainer, result)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, trainer, result)
             if trainer.is_global_zero:
@@ -267,6 +279,13 @@ class AdaptiveEvalCallback(Callback):
         finally:
             del pl_module.log, pl_module.log_dict
             pl_module.train(was_training)
+        if self._pick_metric and captured:
+            captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
+            first = next(iter(captured))
+            if "loss" in first.lower() and not self._loss_warned:
+                self._loss_warned = True
+                log.warning("adaptive_eval: tracking %r, the first metric validation_step logs, as higher-is-better; "
+                            "for a loss set evaluation.metric: %s and evaluation.higher_is_better: false", first, first)
         return captured
 
     # -- reporting --------------------------------------------------------------------------------------
@@ -328,5 +347,21 @@ class _ModuleEval:
         return self.callback.evaluate_with_module(self.trainer, self.pl_module, request)
 
     def on(self, request, replica):
-        """The same on ``replica`` (asynchronous evaluation: a copy of the module, detached from the trainer)."""
-        return self.callback.evaluate_with_module(self.trainer, replica, request)
+        """The same on ``replica`` (asynchronous evaluation: a copy of the module).  Its copy drops the trainer;
+        the replica is attached to it for each ``validation_step`` call, so that ``self.trainer.validating``,
+        ``self.global_step`` and ``self.current_epoch`` read as in a synchronous evaluation (the live trainer's;
+        ``self.log`` is captured), and detached while its batch is moved to the device (with a trainer,
+        Lightning would run the live module's transfer hooks from the worker thread)."""
+        trainer = self.trainer
+        if trainer is not None and "validation_step" not in vars(replica):
+            step = type(replica).validation_step
+
+            def validation_step(*args, **kwargs):  # (an instance attribute of the replica, kept with it)
+                replica._trainer = trainer
+                try:
+                    return step(replica, *args, **kwargs)
+                finally:
+                    replica._trainer = None
+
+            replica.validation_step = validation_step
+        return self.callback.evaluate_with_module(trainer, replica, request)
