@@ -877,11 +877,13 @@ def _json_document(path, text: str) -> list | None:
     """The records of a file that is one JSON document, not one object a line: an array of record objects,
     or an object holding them under ``log_history`` (Hugging Face Trainer's ``trainer_state.json``); None
     for JSONL.  Another single document is a :class:`TraceError` saying what was expected."""
-    head = text.lstrip()
-    if not head.startswith(("[", "{")):
+    lead = text[:4096]  # (the leading blanks, without copying a big file)
+    start = len(lead) - len(lead.lstrip())
+    if not text.startswith(("[", "{"), start):
         return None
-    first = head.split("\n", 1)[0]
-    if head.startswith("{"):
+    end = text.find("\n", start)
+    first = text[start:end if end >= 0 else len(text)]
+    if text.startswith("{", start):
         try:
             json.loads(first)
             return None  # one object a line: JSONL
