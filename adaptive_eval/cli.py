@@ -60,8 +60,9 @@ def _truth_note(trace, cfg) -> None:
         _, values = trace.column(f"eval/{name}")
         values = values[np.isfinite(values)]
         if values.size and (values.max() > 1.0 or values.min() < 0.0):
-            hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0 and values.min() >= 0.0
-                    else f"; give eval/{name}:std (per-sample sd) for Normal draws")
+            hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0
+                    and values.min() >= 0.0 and "loss" not in name.lower() else "")
+            hint += f"; a mean? give eval/{name}:std (its per-sample sd) for Normal draws"
             print(f"  note: eval/{name} lies in [{values.min():.4g}, {values.max():.4g}] and has no eval/{name}:std "
                   f"column, so every evaluation returns its value with no interval (nothing can be confirmed)"
                   f"{hint}", file=sys.stderr)
