@@ -112,10 +112,13 @@ class PeakPolicy(Policy):
         self.best = max(self.best, value)
         if not self.confirm_size:
             return
-        # Precise: enough items, the whole eval set, a re-measure already (a small eval set cannot give more),
-        # or a bare scalar (nothing to re-measure more precisely).
+        # Precise: enough items, the whole eval set (asked for, or all a smaller set had: fewer items than
+        # requested), a re-measure already (a small eval set cannot give more), or a bare scalar (nothing to
+        # re-measure more precisely).  (Suites and items x samples metrics: their plans size them, not this.)
+        exhausted = (result.sample_size is not None and m.n < result.sample_size and not m.clustered
+                     and not m.population)
         precise = (m.n >= self.confirm_size or result.sample_size is None or result.reason == "peak:confirm"
-                   or m.n <= 1 or not math.isfinite(m.ci[0]))
+                   or exhausted or m.n <= 1 or not math.isfinite(m.ci[0]))
         if precise:
             self.best_precise = max(self.best_precise, sign * m.mean)
             self._confirm_at = None

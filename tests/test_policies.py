@@ -652,3 +652,15 @@ def test_an_alarms_evaluation_of_a_suite_is_sized_for_its_precision_not_as_facto
     again.load_state_dict(json.loads(json.dumps(pol.state_dict())))
     assert again.propose(Decision(True, 48, "alarm:x:cusum:up"), ctx(10)).suites == \
         pol.propose(Decision(True, 48, "alarm:x:cusum:up"), ctx(10)).suites
+
+
+def test_an_eval_set_smaller_than_confirm_size_sets_the_best_when_evaluated_whole():
+    """A 300-item eval set never reached confirm_size 500: every evaluation was a mere candidate and the
+    best stayed None for the whole run."""
+    p = PeakPolicy(improving_factor=1.0, confirm_size=500, confirm_steps=0)
+    p.on_eval(result(10, 0.7, n=300), ctx(10))  # (result() asks for its n; the set gave all it had:)
+    assert p.best_value is None
+    whole = EvalResult(step=20, sample_size=500, reason="peak:x", seconds=1.0,
+                       metrics={"acc": summarize([1] * 210 + [0] * 90)})  # 500 asked, 300 evaluated
+    p.on_eval(whole, ctx(20))
+    assert p.best_value == pytest.approx(0.7) and not p.pending
