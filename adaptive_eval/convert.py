@@ -3,6 +3,8 @@ library of real recorded traces (``real_traces()``, ``load_real(name)``).
 
 * :func:`from_columns`: any CSV, by naming its step column, the stream columns and the eval columns (with a
   scale, e.g. ``{"eval_acc": 0.01}`` for percent).  The CLI's ``--stream COL`` / ``--eval COL[:scale]``.
+* :func:`from_item_results`: per-problem eval results in long form (step, problem, answer's score) as the
+  per-item ground truth of an eval suite.
 * :func:`convert_grpo`: rasbt/reasoning-from-scratch GRPO metrics (``eval_acc`` in percent every 50 steps).
 * :func:`convert_nanogpt`: modded-nanogpt step logs (``train_loss`` per step, ``val_loss`` every 125 steps).
 * :func:`convert_distill`: rasbt ch08 distillation metrics (``train_loss``/``val_loss`` every 50 steps).
@@ -44,6 +46,7 @@ _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
 __all__ = [
     "select_columns",
     "RealTrace", "RealTraceInfo", "convert_bigscience", "convert_distill", "convert_grpo", "convert_lm_eval_long",
+    "from_item_results",
     "convert_nanogpt", "convert_sb3_evaluations", "convert_sb3_monitor", "convert_sb3_run", "default_traces_dir",
     "from_columns", "load_real", "real_traces",
 ]
@@ -202,6 +205,69 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if not records:
         raise TraceError("no records" + (f" with a {step!r} value" if stepless else ""), path)
     return Trace(records, str(path))
+
+
+_TRUE_FALSE = {"true": 1.0, "false": 0.0, "yes": 1.0, "no": 0.0}
+
+
+def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "accuracy", step: str = "step",
+                      item: str = "item", value: str = "correct", streams: Trace | None = None,
+                      scale: float = 1.0) -> tuple[Trace, list[str]]:
+    """Per-problem eval results in long form as per-item ground truth: ``(trace, item ids)``.
+
+    The CSV has a row per checkpoint ``step`` x problem (``item``: any id) x answer, with the answer's
+    ``value`` (1/0, true/false, or a score; times ``scale``).  A problem's rows at a step are averaged: with k
+    answers per problem, its fraction correct is its probability of success at that checkpoint, what replay
+    draws ``samples_per_item`` answers from.  The ids are numbered 0..N-1 in order of first appearance
+    (returned, so ``ids[i]`` is item ``i``), and the trace gets columns ``eval/<suite>/<metric>@<i>``; set
+    ``evaluation.suites.<suite>.size`` to N.  ``streams``: a trace of the run's training log (reward, loss,
+    ...) merged in by step.  A problem without a row at some step keeps its last value there (replay carries
+    every item forward); a missing column, a bad step or value is a :class:`TraceError` naming file and line.
+    """
+    path = pathlib.Path(path)
+    header, header_line, rows = _read_rows(path)
+    index = {name: i for i, name in enumerate(header)}
+    missing = [c for c in (step, item, value) if c not in index]
+    if missing:
+        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)}; name them "
+                         "with step=, item=, value=)", path, header_line)
+    if "/" in suite or "@" in suite or not suite:
+        raise ValueError(f"suite {suite!r}: a suite name is not empty and has no '/' or '@'")
+    to_value = _scaler(scale)
+    ids: dict[str, int] = {}
+    sums: dict[int, dict[int, list[float]]] = {}
+    for line, cells in rows:
+        if len(cells) != len(header):
+            raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
+        s = _parse_int(cells[index[step]], repr(step), path, line)
+        key = cells[index[item]].strip()
+        if not key:
+            raise TraceError(f"empty {item!r} cell", path, line)
+        text = cells[index[value]].strip()
+        if not text:
+            continue  # not scored: no answer for this row
+        try:
+            v = _TRUE_FALSE[text.lower()] if text.lower() in _TRUE_FALSE else to_value(text)
+        except ValueError:
+            raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path, line) from None
+        i = ids.setdefault(key, len(ids))
+        acc = sums.setdefault(s, {}).setdefault(i, [0.0, 0])
+        acc[0] += v
+        acc[1] += 1
+    if not sums:
+        raise TraceError("no scored rows", path)
+    by_step: dict[int, dict[str, float]] = {
+        s: {f"eval/{suite}/{metric}@{i}": total / n for i, (total, n) in per_item.items()}
+        for s, per_item in sums.items()}
+    if streams is not None:
+        for rec in streams.records:
+            merged = by_step.setdefault(rec.step, {})
+            for k, v in rec.metrics.items():
+                merged.setdefault(k, v)
+    epochs = {r.step: r.epoch for r in streams.records} if streams is not None else {}
+    times = {r.step: r.time for r in streams.records} if streams is not None else {}
+    records = [TraceRecord(s, by_step[s], epochs.get(s), times.get(s)) for s in sorted(by_step)]
+    return Trace(records, str(path)), list(ids)
 
 
 def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,

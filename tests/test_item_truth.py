@@ -194,3 +194,38 @@ def test_a_suites_mean_reward_with_its_own_std_is_not_simulated_as_bernoulli_ans
     score, acc = r.metrics["r/score"], r.metrics["b/acc"]
     assert not score.binary and score.within_var == pytest.approx(0.05 ** 2, rel=0.3)
     assert acc.binary and acc.within_var == pytest.approx(0.25, rel=0.2)
+
+
+def test_per_problem_results_in_long_form_become_a_suites_item_truth(tmp_path):
+    """Real per-problem eval results come as rows (checkpoint, problem, answer's score), not as item columns."""
+    from adaptive_eval.convert import from_item_results
+    from adaptive_eval.trace import TraceError
+
+    rng = np.random.default_rng(0)
+    skill = rng.normal(0.0, 1.5, 30)
+    lines = ["step,problem_id,sample,is_correct"]
+    for step in range(0, 300, 10):
+        shift = 1.0 if step < 150 else -2.5  # the collapse at step 150
+        p = 1.0 / (1.0 + np.exp(-(skill + shift)))
+        for j, pid in enumerate(f"aime-{k:02d}" for k in range(30)):
+            for a in range(4):
+                lines.append(f"{step},{pid},{a},{'true' if rng.random() < p[j] else 'false'}")
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    log = Trace([TraceRecord(s, {"train/reward": (0.6 if s < 150 else 0.1) + 0.02 * rng.normal()})
+                 for s in range(300)], "log")
+    trace, ids = from_item_results(tmp_path / "results.csv", suite="aime", metric="acc", item="problem_id",
+                                   value="is_correct", streams=log)
+    assert ids[:2] == ["aime-00", "aime-01"] and len(ids) == 30 and len(trace) == 300
+    at_10 = trace.records[10].metrics
+    assert set(at_10) == {"train/reward"} | {f"eval/aime/acc@{i}" for i in range(30)}
+    assert all(v in (0.0, 0.25, 0.5, 0.75, 1.0) for k, v in at_10.items() if k.startswith("eval/"))
+    cfg = load_config(overrides=["evaluation.suites.aime.size=30", "evaluation.suites.aime.samples_per_item=4"])
+    truth = ground_truth(trace, cfg)["aime/acc"]
+    assert truth[0][0] == 0 and truth[-1][1] < truth[0][1] - 0.3
+    run = replay_trace(trace, cfg, events=[{"step": 150, "direction": "down"}])
+    assert_confirmed(run, 150, within=25)
+    (tmp_path / "bad.csv").write_text("step,problem_id,is_correct\n0,a,1\n10,a,maybe\n")
+    with pytest.raises(TraceError, match=r"bad.csv:3: column 'is_correct': 'maybe' is not a number"):
+        from_item_results(tmp_path / "bad.csv", suite="aime", item="problem_id", value="is_correct")
+    with pytest.raises(TraceError, match=r"no column 'correct'.*name them with step=, item=, value="):
+        from_item_results(tmp_path / "bad.csv", suite="aime", item="problem_id")
