@@ -1008,7 +1008,9 @@ class AdaptiveEvaluator:
 
             scalars.update(eval_scalars(result))
         self.logger.log(step, scalars)
-        self.logger.text(step, "decisions", f"evaluated: {decision.reason} (n={decision.sample_size})")
+        asked = decision.sample_size
+        n = f"n={items}" if result is None or asked is None or items == asked else f"n={items} of {asked} asked"
+        self.logger.text(step, "decisions", f"evaluated: {decision.reason} ({n})")
 
     # ----------------------------------------------------------------------------------------------
     # State

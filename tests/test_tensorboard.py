@@ -371,3 +371,17 @@ def test_count_charts_keep_suites_strata_and_loose_metrics_apart():
     assert plotted("eval", "samples per evaluation") == ["eval/reward/n"]
     assert plotted("eval", "samples per evaluation") == [t for t in tags if re.search("^eval/.*/n$", t)
                                                          and not t.startswith(("eval/math/", "eval/mathx/"))]
+
+
+def test_a_decision_says_how_many_items_were_evaluated_when_fewer_than_asked(tmp_path):
+    """A 300-item validation set asked for 500: the decision text said (n=500)."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    cfg = load_config("areal", ["trigger.freq_steps=5", "evaluation.sample_size=500",
+                                f"logging.tensorboard_dir={tmp_path / 'tb'}"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    for g in range(10):
+        ev.evaluate(lambda r: {"acc": [1.0, 0.0] * (len(r.indices(300)) // 2)}, 0, g, g)
+    ev.close()
+    found = [t for _, t in read_texts(str(tmp_path / "tb"), "decisions")]
+    assert found and all(t.endswith("(n=300 of 500 asked)") for t in found), found
