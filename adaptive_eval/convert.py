@@ -259,14 +259,13 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     by_step: dict[int, dict[str, float]] = {
         s: {f"eval/{suite}/{metric}@{i}": total / n for i, (total, n) in per_item.items()}
         for s, per_item in sums.items()}
-    if streams is not None:
-        for rec in streams.records:
-            merged = by_step.setdefault(rec.step, {})
-            for k, v in rec.metrics.items():
-                merged.setdefault(k, v)
-    epochs = {r.step: r.epoch for r in streams.records} if streams is not None else {}
-    times = {r.step: r.time for r in streams.records} if streams is not None else {}
-    records = [TraceRecord(s, by_step[s], epochs.get(s), times.get(s)) for s in sorted(by_step)]
+    log = {r.step: r for r in streams.records} if streams is not None else {}
+    for step_, rec in log.items():
+        merged = by_step.setdefault(step_, {})
+        for k, v in rec.metrics.items():
+            merged.setdefault(k, v)
+    records = [TraceRecord(s, by_step[s], getattr(log.get(s), "epoch", None), getattr(log.get(s), "time", None))
+               for s in sorted(by_step)]
     return Trace(records, str(path)), list(ids)
 
 

@@ -72,6 +72,11 @@ class SampleSizePolicy(Policy):
     def _clamp(self, n: float) -> int:
         return int(min(self.max, max(self.min, math.ceil(n))))
 
+    @property
+    def alarm_half_width(self) -> float:
+        """The half-width an alarm's evaluation is sized for: what ``alarm_factor`` x the items gives near 0.5."""
+        return self.target_half_width / math.sqrt(self.alarm_factor)
+
     def on_alarm(self, alarm, ctx: Context) -> None:
         self._widen = True
 
@@ -92,7 +97,7 @@ class SampleSizePolicy(Policy):
                 if widen and alarm and alarm[0] is not None:  # the precision an alarm wants, for less
                     items, m = alarm
                     why = (f"{why}; after an alarm {items}x{m} reach "
-                           f"+-{self.target_half_width / math.sqrt(self.alarm_factor):.3g} (fewer than "
+                           f"+-{self.alarm_half_width:.3g} (fewer than "
                            f"x{self.alarm_factor:g})")
                 elif widen:
                     size = int(self.suites[name]["size"])
@@ -144,7 +149,7 @@ class SampleSizePolicy(Policy):
         measured variances, when it costs less than ``alarm_factor`` x the items (a collapsed suite scoring
         0.0 needs fewer answers than a suite near 0.5); else (None, None): ``alarm_factor`` x the items."""
         size, lo = int(suite["size"]), min(self.min, int(suite["size"]))
-        tight = self.target_half_width / math.sqrt(self.alarm_factor)
+        tight = self.alarm_half_width
         wv = s.within_var if math.isfinite(s.within_var) else 0.0
         top = m if not math.isfinite(s.within_var) else int(suite["max_samples_per_item"])
         n, k, _ = two_stage_size(s.between_var, wv, tight, cost_per_sample=float(suite["cost"]),
@@ -171,7 +176,7 @@ class SampleSizePolicy(Policy):
         if found is None:
             return
         s = found[1]
-        tight = self.target_half_width / math.sqrt(self.alarm_factor)
+        tight = self.alarm_half_width
         if s.binary and math.isfinite(s.mean):
             self.base = self._clamp(wilson_sample_size(s.mean, self.target_half_width, self.confidence))
             self.widened = min(self._clamp(self.base * self.alarm_factor),
