@@ -1009,7 +1009,12 @@ class AdaptiveEvaluator:
             scalars.update(eval_scalars(result))
         self.logger.log(step, scalars)
         asked = decision.sample_size
-        n = f"n={items}" if result is None or asked is None or items == asked else f"n={items} of {asked} asked"
+        if decision.suites:  # (its items, suite by suite, are in the reason's plans; n is their sum)
+            n = f"n={asked}"
+        elif result is None or asked is None or items == asked:
+            n = f"n={items}"
+        else:
+            n = f"n={items} of {asked} asked"
         self.logger.text(step, "decisions", f"evaluated: {decision.reason} ({n})")
 
     # ----------------------------------------------------------------------------------------------

@@ -385,3 +385,21 @@ def test_a_decision_says_how_many_items_were_evaluated_when_fewer_than_asked(tmp
     ev.close()
     found = [t for _, t in read_texts(str(tmp_path / "tb"), "decisions")]
     assert found and all(t.endswith("(n=300 of 500 asked)") for t in found), found
+
+
+def test_a_decision_with_eval_suites_gives_the_sum_of_the_suites_items_not_of_asked(tmp_path):
+    """With suites the text said "(n=50 of 80 asked)" for 50 + 30 items of two suites, all evaluated."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    cfg = load_config("areal", ["trigger.freq_steps=5", f"logging.tensorboard_dir={tmp_path / 'tb'}",
+                                "evaluation.suites.a.size=50", "evaluation.suites.b.size=30"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+
+    def evaluate_fn(request):
+        return {f"{name}/acc": [[1.0]] * len(s.indices) for name, s in request.suites.items()}
+
+    for g in range(10):
+        ev.evaluate(evaluate_fn, 0, g, g)
+    ev.close()
+    found = [t for _, t in read_texts(str(tmp_path / "tb"), "decisions")]
+    assert found and all(t.endswith("(n=80)") for t in found), found
