@@ -648,17 +648,22 @@ def tradeoff() -> None:
 
 
 def main(argv=None) -> None:
-    if argv is None and "--real" in sys.argv[1:]:
-        real_streams()
-        return
-    if argv is None and "--tradeoff" in sys.argv[1:]:
-        tradeoff()
-        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--real", action="store_true",
+                      help="only the tables on the shipped real traces' streams, beside river's ADWIN and PageHinkley")
+    mode.add_argument("--tradeoff", action="store_true",
+                      help="only the default CUSUM's settings against alternatives, on synthetic streams")
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--only", default="", help="comma-separated detector names")
     args = ap.parse_args(argv)
+    if args.real:
+        real_streams()
+        return
+    if args.tradeoff:
+        tradeoff()
+        return
 
     from adaptive_eval.detectors import available
 
