@@ -19,8 +19,10 @@ from adaptive_eval.testing import (
     assert_cost,
     assert_quiet,
     assert_same_decisions,
+    events_path,
     load_expectations,
     replay_trace,
+    trace_files,
 )
 from adaptive_eval.trace import Trace, TraceRecord, write_trace
 
@@ -160,6 +162,20 @@ def test_events_file_forms(tmp_path, collapse):
     # Events given to replay_trace replace the sidecar's.
     run = replay_trace(collapse, "default", events=[{"step": 120, "direction": "down"}])
     assert run.events == (Event(120, direction="down"),) and run.quiet == ()
+
+
+def test_a_sidecar_named_after_the_trace_without_its_suffix_is_found(tmp_path, collapse):
+    # run.events.yaml beside run.csv is what many write for "<trace>.events.yaml"; it was silently ignored.
+    trace = tmp_path / "run.csv"
+    trace.write_bytes(collapse.read_bytes())
+    (tmp_path / "run.events.yaml").write_text(f"events:\n- {{step: {ONSET}, direction: down}}\n")
+    assert events_path(trace) == tmp_path / "run.events.yaml"
+    assert replay_trace(trace, "default").events == (Event(ONSET, direction="down"),)
+    # The full name wins when both are there.
+    (tmp_path / "run.csv.events.yaml").write_text("events:\n- {step: 50}\n")
+    assert events_path(trace) == tmp_path / "run.csv.events.yaml"
+    # A folder's traces leave both sidecars out.
+    assert trace_files(tmp_path) == [trace]
 
 
 @pytest.mark.parametrize("text, message", [

@@ -81,12 +81,16 @@ _TOP_KEYS = {"events", "quiet", "max_samples_per_1k"}
 
 
 def events_path(trace_path: str | os.PathLike) -> pathlib.Path | None:
-    """The sidecar events file beside ``trace_path`` (``<trace>.events.yaml``, ``.yml`` or ``.json``), if any."""
+    """The sidecar events file beside ``trace_path``, if any: ``<trace>.events.yaml`` (``.yml``, ``.json``), the
+    trace's file name with its suffix (``run1.csv.events.yaml``) or without it (``run1.events.yaml``), the first
+    found in that order."""
     p = pathlib.Path(trace_path)
-    for suffix in SIDECAR_SUFFIXES:
-        candidate = p.with_name(p.name + suffix)
-        if candidate.is_file():
-            return candidate
+    names = [p.name] + ([p.stem] if p.suffix else [])
+    for name in names:
+        for suffix in SIDECAR_SUFFIXES:
+            candidate = p.with_name(name + suffix)
+            if candidate.is_file():
+                return candidate
     return None
 
 
