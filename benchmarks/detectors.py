@@ -250,12 +250,25 @@ def _synthetic_quiet(seeds=TUNING_SEEDS) -> list[tuple]:
 REPEATS = {"grpo_tracking": "grpo_no_kl", "sb3_pong_episodes": "sb3_pong"}
 
 
-def _real_data() -> list[tuple]:
+def _real_data(paths=()) -> list[tuple]:
     """(name, trace, streams, quiet_end, event record indices) of the shipped real traces with streams, repeats
-    of another trace's run (``REPEATS``) left out."""
+    of another trace's run (``REPEATS``) left out; or, given ``paths``, of those trace files, their events from
+    their sidecar files (``<trace>.events.yaml``, as ``adaptive-eval check`` reads them)."""
     from adaptive_eval.convert import load_real, real_traces
 
     out = []
+    if paths:
+        from adaptive_eval.testing._core import _load
+
+        for path in paths:
+            trace, name, exp, _ = _load(path)
+            streams = trace.stream_names()
+            if not streams:
+                raise ValueError(f"{path}: no stream to watch (every column is step, epoch, time or eval/)")
+            index = [r.step for r in trace.records]
+            events = sorted(int(np.searchsorted(index, e.step)) for e in exp.events)
+            out.append((name, trace, streams, events[0] if events else len(index), events))
+        return out
     for info in real_traces():
         if info.name in REPEATS:
             continue
@@ -352,7 +365,7 @@ def _median_ci(values: list[float]) -> tuple[float, float, float]:
     return xs[j - 1], xs[n - j], 1 - 2 * binom.cdf(j - 1, n, 0.5)
 
 
-def real_streams() -> None:
+def real_streams(paths=(), real=None) -> None:
     """Detectors on the cheap streams of the real traces shipped in ``traces/`` (not simulated).
 
     Families, each one detector set per stream, fed every value in record order (river's: the finite ones):
@@ -403,7 +416,8 @@ def real_streams() -> None:
         lo, hi = _poisson_ci(k, n)
         print(f"  {f:24s} {1000 * k / n:7.2f} [{lo:.2f}, {hi:.2f}]  ({k} alarms)")
 
-    real = _real_data()
+    if real is None:
+        real = _real_data(paths)
     totals = {f: {"alarms": 0, "exposure": 0, "events": []} for f in families}
     rows = []
     for name, trace, streams, quiet_end, events in real:
@@ -411,8 +425,10 @@ def real_streams() -> None:
             alarms = _alarms(trace, streams, build)
             false = sum(1 for a in alarms if a < quiet_end)
             cells = []
-            for e in events:
-                after = [a for a in alarms if a >= e]
+            for j, e in enumerate(events):
+                # An event's alarm comes before the next event (a trace with one event: before the end).
+                stop = events[j + 1] if j + 1 < len(events) else math.inf
+                after = [a for a in alarms if e <= a < stop]
                 d = after[0] - e if after else None
                 med, q = _placebo(alarms, quiet_end, d)
                 cells.append((d, med, q))
@@ -443,6 +459,13 @@ def real_streams() -> None:
     inf = math.inf
     shown = lambda x: "-" if x == inf else "none" if x is None else f"{x:g}"  # noqa: E731
     exposure = {t["exposure"] for t in totals.values()}.pop()
+    if not base:
+        print("\nNo annotated events in these traces: false alarms only.")
+        for fam, t in totals.items():
+            lo, hi = _poisson_ci(t["alarms"], exposure)
+            print(f"  {fam:24s} {1000 * t['alarms'] / exposure:7.2f} [{lo:.2f}, {hi:.2f}] per 1k ({t['alarms']} alarms)")
+        print(f"\nn = {exposure:,d} quiet steps x streams over {len(real)} traces; {time.perf_counter() - t0:.0f} s")
+        return
     cover = _median_ci([0.0] * len(base))[2]
     print(f"\n{'detectors':24s} {'false alarms/1k [95%]':>21s} {'caught':>6s} "
           f"{f'median delay [{100 * cover:.1f}%]':>20s} "
@@ -457,6 +480,8 @@ def real_streams() -> None:
         known = sum(1 for _, d, _, q in ev if d is not None and q is not None)
         per = ", ".join(shown(d) for d in ds)
         chance = ", ".join("none" if m == inf else shown(m) for _, _, m, _ in ev)
+        if len(ev) > 8:  # listed per trace above
+            per = chance = "(per trace above)"
         if fam == "default preset":
             versus = ""
         else:
@@ -471,9 +496,10 @@ def real_streams() -> None:
         fa = f"{1000 * k / exposure:.2f} [{lo:.2f}, {hi:.2f}]"
         print(f"{fam:24s} {fa:>21s} {sum(d != inf for d in ds):4d}/{len(ds)} "
               f"{med:>20s} {per:>18s} {chance:>26s} {f'{beyond}/{known}':>8s} {versus:>21s}")
-    print(f"\nn = {exposure:,d} quiet steps x streams over {len(real)} real traces ("
-          + ", ".join(f"{k} left out: the run of {v}" for k, v in REPEATS.items())
-          + f"), {len(base)} events (all GRPO); "
+    where = (f"{len(real)} traces given, {len(base)} events from their sidecar files (an event's alarm must come "
+             f"before the next event)" if paths else f"{len(real)} real traces ("
+             + ", ".join(f"{k} left out: the run of {v}" for k, v in REPEATS.items()) + f"), {len(base)} events (all GRPO)")
+    print(f"\nn = {exposure:,d} quiet steps x streams over {where}; "
           f"median delay: exact order-statistic interval ({100 * cover:.1f}%); placebo median: the family's own quiet "
           f"alarms from a random onset (none: most onsets see no alarm); q < 0.05: events caught sooner than 5% of "
           f"placebo onsets would be (of those with a placebo window); faster/slower: per event, sign test two-sided; "
@@ -657,9 +683,19 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--only", default="", help="comma-separated detector names")
+    ap.add_argument("traces", nargs="*", metavar="TRACE",
+                    help="with --real: these trace files instead of the shipped real traces (CSV, JSONL or a "
+                         "TensorBoard folder; events from each one's sidecar <trace>.events.yaml, as "
+                         "adaptive-eval check reads it; the quiet stretch is what comes before the first event)")
     args = ap.parse_args(argv)
+    if args.traces and not args.real:
+        ap.error("trace files are read with --real only")
     if args.real:
-        real_streams()
+        try:
+            data = _real_data(args.traces)
+        except (OSError, ValueError) as e:
+            ap.exit(2, f"detectors.py: {e}\n")
+        real_streams(args.traces, data)
         return
     if args.tradeoff:
         tradeoff()
