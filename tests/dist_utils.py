@@ -16,16 +16,24 @@ def _worker(rank, world, init_file, out_dir, fn, args, timeout_s):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result = None
     try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        try:
+            dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        except RuntimeError as exc:
+            if "connectFullMesh" not in str(exc):
+                raise
+            # Gloo's TCP mesh set-up, before any of our code ran (torch's own CI sees it too: pytorch#53270).
+            result = ("setup", f"{type(exc).__name__}: {exc}")
+            return
         try:
             result = ("ok", fn(rank, world, *args))
         finally:
             dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
         result = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
-        pickle.dump(result, f)
+    finally:
+        with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+            pickle.dump(result, f)
 
 
 def run_ranks(fn, *args, world: int = 2, timeout_s: float = 60.0, collective_timeout_s: float = 30.0):
@@ -33,7 +41,17 @@ def run_ranks(fn, *args, world: int = 2, timeout_s: float = 60.0, collective_tim
 
     ``fn`` must be importable (module level).  Raises ``AssertionError`` with the rank's traceback when
     a rank failed, and ``TimeoutError`` when the processes do not finish within ``timeout_s`` (a hang).
+    When gloo fails to connect its TCP mesh in ``init_process_group`` (no rank has run ``fn``; a rare failure
+    of gloo's set-up on a loaded machine: "Connection closed by peer"), the ranks start again, up to twice.
     """
+    for attempt in range(3):
+        results = _run_once(fn, args, world, timeout_s, collective_timeout_s, last=attempt == 2)
+        if results is not None:
+            return results
+    raise AssertionError("unreachable")
+
+
+def _run_once(fn, args, world, timeout_s, collective_timeout_s, last):
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         ctx = mp.get_context("spawn")
@@ -50,13 +68,18 @@ def run_ranks(fn, *args, world: int = 2, timeout_s: float = 60.0, collective_tim
                 p.join()
         if hung:
             raise TimeoutError(f"ranks {hung} did not finish within {timeout_s} s")
-        results = []
+        outcomes = []
         for r in range(world):
             path = os.path.join(tmp, f"rank{r}.pkl")
             if not os.path.exists(path):
                 raise AssertionError(f"rank {r} died without a result (exit code {procs[r].exitcode})")
             with open(path, "rb") as f:
-                status, value = pickle.load(f)
+                outcomes.append(pickle.load(f))
+        if not last and any(status == "setup" for status, _ in outcomes) \
+                and all(status in ("setup", "error") for status, _ in outcomes):
+            return None  # gloo's mesh set-up failed on a rank and nothing of fn ran to completion: again
+        results = []
+        for r, (status, value) in enumerate(outcomes):
             if status != "ok":
                 raise AssertionError(f"rank {r} failed:\n{value}")
             results.append(value)
