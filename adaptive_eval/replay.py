@@ -478,7 +478,15 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
     use_time = bool(cfg.replay.trace_time) and all(r.time is not None for r in records)
-    fn = sim.__call__
+    # The step of the last record that gave ground truth, as each evaluation drew from it: with truth logged
+    # every k steps (checkpoints), an evaluation between two of them measures the earlier checkpoint.
+    truth = [None]
+    truth_at: dict[int, int | None] = {}
+
+    def fn(request):
+        truth_at[request.step] = truth[0]
+        return sim(request)
+
     epoch_start = 0
     last_epoch = None
     for i, rec in enumerate(records):
@@ -486,6 +494,10 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         metrics = rec.metrics
         if eval_cols:
             sim.update(metrics)
+            for k in metrics:
+                if k.startswith("eval/"):
+                    truth[0] = rec.step
+                    break
         cheap = {k: v for k, v in metrics.items() if k in watched}
         if cheap:
             evaluator.observe(cheap, rec.step)
@@ -495,6 +507,10 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         evaluator.evaluate(fn, epoch, i - epoch_start, rec.step)
         if progress is not None and i % 1000 == 0:
             progress(i)
+    for e in out.evals:
+        # Only where it differs: the evaluation measured the model of an earlier step (or none yet).
+        if e["step"] in truth_at and truth_at[e["step"]] != e["step"]:
+            e["truth_step"] = truth_at[e["step"]]
     s = evaluator.summary()
     out.summary = {"steps": len(records), "evals": s["evals"], "samples": s["samples"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,

@@ -97,8 +97,9 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     from ``pre_level``.  It is there only for suites and items x samples metrics, whose items are known, and it
     is the stronger test when items differ in difficulty (the between-item spread cancels).  Two tests per
     evaluation: under no change, a false confirmation is up to about twice as likely as by the interval
-    alone.  An evaluation without a finite interval confirms nothing.  None when no evaluation confirms the
-    change.
+    alone.  An evaluation without a finite interval confirms nothing, nor does a replayed one that measured
+    a model from before the event (``truth_step``: with ground truth logged every k steps, an evaluation
+    between two records of it measures the earlier one).  None when no evaluation confirms the change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
     ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
@@ -122,7 +123,7 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     if level is None and not paired:
         return None
     for i, e in enumerate(ordered):
-        if e["step"] < event_step:
+        if e["step"] < event_step or _before(e, event_step):
             continue
         ci = _eval_interval(e, metric) if level is not None else None
         if ci is not None:
@@ -138,6 +139,16 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
             if (side != "up" and pair[1] < 0.0) or (side != "down" and pair[0] > 0.0):
                 return int(e["step"] - event_step)
     return None
+
+
+def _before(e: Mapping, event_step: int) -> bool:
+    """A replayed evaluation that measured the model of a step before ``event_step`` (``truth_step`` in
+    ``evals.jsonl``: ground truth logged every k steps, an evaluation between two of them measures the earlier
+    one; None: no ground truth yet).  It cannot show the change, whatever its interval says."""
+    if "truth_step" not in e:
+        return False
+    t = e["truth_step"]
+    return t is None or t < event_step
 
 
 def confirmed_delays(evals: Sequence[Mapping], events: Sequence, metric: str, **kw) -> list[int | None]:
@@ -277,7 +288,8 @@ class Pick:
         """Plain values for ``summary.json``."""
         return {"metric": self.metric, "step": int(self.step), "estimate": float(self.estimate),
                 "interval": [float(self.interval[0]), float(self.interval[1])], "by": self.by,
-                "measured": float(self.eval["metrics"][self.metric]), "sample_size": self.eval.get("sample_size")}
+                "measured": float(self.eval["metrics"][self.metric]), "sample_size": self.eval.get("sample_size"),
+                **({"truth_step": self.eval["truth_step"]} if "truth_step" in self.eval else {})}
 
 
 PICK_RULES = ("shrunk", "bound", "mean")

@@ -27,10 +27,10 @@ PRESET = os.environ.get("ADAPTIVE_EVAL_PRESET", "default")  # the preset under t
 
 
 @pytest.mark.replay_traces("grpo_kl_collapse", config=PRESET)
-def test_collapse_is_confirmed_within_60_steps_at_a_bounded_cost(replay_run):
+def test_collapse_is_confirmed_within_80_steps_at_a_bounded_cost(replay_run):
     assert replay_run.events, "the shipped GRPO traces come with their collapse"
     for event in replay_run.events:  # confirmed: an eval interval wholly below the accuracy before it
-        assert_confirmed(replay_run, event, within=60)
+        assert_confirmed(replay_run, event, within=80)
     assert_cost(replay_run, max_samples_per_1k=8000)
 
 
@@ -40,9 +40,9 @@ def test_collapse_is_confirmed_within_60_steps_at_a_bounded_cost(replay_run):
 # Kept as a strict xfail so that the regression stays visible and a fix shows up as XPASS.
 @pytest.mark.xfail(PRESET == "default", strict=True, reason="default preset: grpo_no_kl confirmed after 270 steps")
 @pytest.mark.replay_traces("grpo_no_kl", config=PRESET)
-def test_slow_decline_is_confirmed_within_60_steps_at_a_bounded_cost(replay_run):
+def test_slow_decline_is_confirmed_within_80_steps_at_a_bounded_cost(replay_run):
     for event in replay_run.events:
-        assert_confirmed(replay_run, event, within=60)
+        assert_confirmed(replay_run, event, within=80)
     assert_cost(replay_run, max_samples_per_1k=8000)
 
 

@@ -108,7 +108,7 @@ def test_assert_confirmed_passes_and_returns_the_delay(collapse_run, kl_collapse
     assert assert_confirmed(collapse_run, ONSET) == collapse_run.confirmed_after(ONSET) <= 10
     # The shipped GRPO run: reward collapses at step 56, accuracy 40.8% (step 50) -> 0% (step 100).
     assert kl_collapse_run.events == (Event(56, "collapse", "down"),)
-    assert assert_confirmed(kl_collapse_run, 56, within=60) == 36
+    assert assert_confirmed(kl_collapse_run, 56, within=80) == 64
 
 
 def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):
@@ -116,10 +116,15 @@ def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run)
         assert_confirmed(kl_collapse_run, 56, within=20)
     msg = str(err.value)
     assert msg.startswith("grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) "
-                          "was confirmed only 36 steps after it, not within 20 steps.")
+                          "was confirmed only 64 steps after it, not within 20 steps.")
     assert "ground truth 0.408 (eval/accuracy at step 50)" in msg and "entirely below it" in msg
     assert "evaluations in steps 56..76: 1" in msg
-    assert "first confirming evaluation: step 92 n=500 0.362 [0.321, 0.405]" in msg
+    # The trace has ground truth at steps 50 and 100: the evaluation at 68 measured the model of step 50 (the
+    # one at 92 scored 0.362 [0.321, 0.405] on it, sampling noise, and no longer counts as confirming).
+    assert "step 68 n=500 0.394 [0.352, 0.437] (interval:tightened; ground truth of step 50)" in msg
+    assert "measured the model before the event and confirms nothing" in msg
+    assert "first confirming evaluation: step 120 n=155 0 [0, 0.024] (interval:relaxed; ground truth of step 100)" \
+        in msg
     # The wrong direction is never confirmed.
     with pytest.raises(AssertionError, match="was never confirmed, not before the trace ends"):
         assert_confirmed(kl_collapse_run, 56, direction="up")
@@ -264,11 +269,11 @@ def test_check_cli_prints_the_table_and_exits_1_when_an_expectation_fails(collap
     assert "(<= 20)" in lines[1] and lines[1].endswith("ok")
     assert lines[2].split()[:2] == ["collapse.csv", "warm-up"] and "0 alarms" in lines[2] and lines[2].endswith("ok")
     assert lines[3].split()[:2] == ["collapse.csv", "cost"] and "(<= 12000)" in lines[3] and lines[3].endswith("ok")
-    # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 58 steps, not within 20.
-    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "36",
+    # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 64 steps, not within 20.
+    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "64",
                                 "steps", "(<=", "20)", "4428", "FAIL"]
     assert "grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) was confirmed only " \
-           "36 steps after it, not within 20 steps." in out
+           "64 steps after it, not within 20 steps." in out
     assert out.rstrip().endswith("1 of 4 expectations failed")
 
 
@@ -279,9 +284,9 @@ def test_check_cli_bad_input_exits_2(tmp_path):
 
 
 def test_check_passes_limits_and_events_file(collapse, tmp_path, capsys):
-    code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "60",
+    code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "80",
                               "--max-samples-per-1k", "13000")
-    assert code == 0 and "36 steps (<= 60)" in out and "4428 (<= 13000)" in out and "FAIL" not in out
+    assert code == 0 and "64 steps (<= 80)" in out and "4428 (<= 13000)" in out and "FAIL" not in out
     code, out, _ = check_main(capsys, "real:grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "2000")
     assert code == 1 and "4428 samples per 1,000 steps, above 2000" in out
     # --events replaces the sidecar.
@@ -411,7 +416,7 @@ def test_the_example_fails_for_a_preset_that_misses_the_collapse_and_alarms_on_t
     result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin")
     result.assert_outcomes(passed=1, failed=3)
     result.stdout.fnmatch_lines([f"*grpo_kl_collapse (config {preset}, seed 0): the collapse at step 56 "
-                                 "(accuracy down) was confirmed only * steps after it, not within 60 steps.*"])
+                                 "(accuracy down) was confirmed only * steps after it, not within 80 steps.*"])
     result.stdout.fnmatch_lines([f"*nanogpt_124m (config {preset}, seed 0): steps 940..980 were not quiet*"])
 
 
