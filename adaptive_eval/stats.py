@@ -120,23 +120,46 @@ def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tup
 def _variance(total: float, total_sq: float, n: int, m2: float | None) -> float:
     if m2 is not None and math.isfinite(m2):
         return max(m2, 0.0) / (n - 1)
+    if m2 == math.inf:  # deviations beyond float range when squared: an unbounded spread, not NaN
+        return math.inf
     mean = total / n
     return max(total_sq - n * mean * mean, 0.0) / (n - 1)
 
 
-def deviations(values: np.ndarray) -> float:
-    """Sum of squared deviations of ``values`` from their mean, in two passes (numerically stable)."""
+def stable_mean(values: np.ndarray) -> float:
+    """The mean of ``values``; finite when every value is and the sum overflows (200 values of 1e306).
+
+    >>> stable_mean(np.array([1e306] * 200)) == 1e306
+    True
+    """
+    if values.size == 0:
+        return math.nan
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = float(values.mean())
+        if not math.isfinite(mean) and bool(np.all(np.isfinite(values))):
+            scale = float(np.max(np.abs(values)))
+            mean = scale * float(np.mean(values / scale))
+    return mean
+
+
+def deviations(values: np.ndarray, mean: float | None = None) -> float:
+    """Sum of squared deviations of ``values`` from their mean (``mean`` when given), in two passes
+    (numerically stable)."""
     if values.size == 0:
         return 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        d = values - values.mean()
+        d = values - (values.mean() if mean is None else mean)
         return float(np.dot(d, d))
 
 
 def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95, *,
               clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
-              nan_count: int = 0, population: int = 0, m2: float | None = None) -> MetricSummary:
+              nan_count: int = 0, population: int = 0, m2: float | None = None,
+              mean: float | None = None) -> MetricSummary:
     """Summary from the sufficient statistics of per-sample values (exact across shards).
+
+    ``mean``: the values' mean when it is known better than ``total / n`` (finite values whose sum
+    overflows: :func:`stable_mean`).
 
     ``m2``: the sum of squared deviations from the mean, when the values are at hand (:func:`deviations`).
     The variance then comes from it, not from ``total_sq - n * mean^2``, which cancels catastrophically for
@@ -151,7 +174,8 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
                                     population, m2)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary)
-    mean = total / n
+    if mean is None or not math.isfinite(mean):
+        mean = total / n
     if n > 1:
         var = _variance(total, total_sq, n, m2)
         std = math.sqrt(var)
@@ -242,7 +266,8 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         binary = bool(arr.size) and bool(np.all((arr == 0.0) | (arr == 1.0)))
     with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
         total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
-    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr))
+    mean = stable_mean(arr)
+    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr, mean), mean=mean)
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,

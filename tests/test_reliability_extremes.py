@@ -125,3 +125,15 @@ def test_any_real_scalar_is_a_metric_value(value, mean):
     ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
     r = ev.evaluate(lambda req: {"acc": value}, 0, 0, 0)
     assert r["acc"].mean == mean and not r["acc"].per_sample
+
+
+def test_finite_eval_values_whose_sum_overflows_have_a_finite_mean():
+    """200 per-sample values of 1e306 summed to inf: the mean was inf and the interval NaN (a new user's
+    evaluate_fn returning a diverging perplexity)."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = ev.evaluate(lambda req: {"ppl": [1e306] * 200, "wide": [1e308, 5e307] * 100}, 0, 0, 0)
+    assert r["ppl"].mean == 1e306 and r["ppl"].ci == (1e306, 1e306) and r["ppl"].std == 0.0
+    assert r["wide"].mean == pytest.approx(7.5e307)
+    assert r["wide"].std == math.inf and all(math.isnan(c) for c in r["wide"].ci)  # spread beyond range: no interval
