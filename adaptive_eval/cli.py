@@ -36,9 +36,9 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
         try:
             out[col] = float(scale) if scale else 1.0
         except ValueError:
-            raise SystemExit(f"adaptive-eval: --eval {item!r}: the scale after ':' must be a number") from None
+            raise ValueError(f"--eval {item!r}: the scale after ':' must be a number") from None
         if not (math.isfinite(out[col]) and out[col] > 0):
-            raise SystemExit(f"adaptive-eval: --eval {item!r}: the scale after ':' must be a positive number "
+            raise ValueError(f"--eval {item!r}: the scale after ':' must be a positive number "
                              "(e.g. 0.01 for percent)")
     return out
 

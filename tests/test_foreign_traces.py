@@ -199,9 +199,13 @@ def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_sc
     assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "b"), "--no-tensorboard",
                  "--eval", "eval/acc:0.01"]) == 0
     assert "note:" not in capsys.readouterr().err
-    for bad in ("0", "-1", "nan"):
-        with pytest.raises(SystemExit, match="must be a positive number"):
-            main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "c"), "--eval", f"eval/acc:{bad}"])
+    for bad in ("0", "-1", "nan"):  # exit 2, as all bad input (a SystemExit with the message exited 1)
+        assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "c"), "--eval",
+                     f"eval/acc:{bad}"]) == 2
+        assert f"adaptive-eval: --eval 'eval/acc:{bad}': the scale after ':' must be a positive number" \
+            in capsys.readouterr().err
+    assert main(["check", str(tmp_path / "pct.csv"), "--eval", "eval/acc:x"]) == 2
+    assert "the scale after ':' must be a number" in capsys.readouterr().err
 
 
 def test_tune_refuses_events_outside_the_trace_and_folds_below_1(tmp_path, capsys):
