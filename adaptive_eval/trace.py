@@ -885,10 +885,15 @@ def _json_document(path, text: str) -> list | None:
     first = text[start:end if end >= 0 else len(text)]
     if text.startswith("{", start):
         try:
-            json.loads(first)
-            return None  # one object a line: JSONL
+            obj = json.loads(first)
         except json.JSONDecodeError:
             pass
+        else:
+            # One object a line (JSONL), unless it is the whole file and no record: a trainer_state.json
+            # written on one line (its log_history), or another document (said below).
+            alone = end < 0 or not text[end:].strip()
+            if not (isinstance(obj, dict) and "step" not in obj and ("log_history" in obj or alone)):
+                return None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:

@@ -153,9 +153,19 @@ def test_a_hf_trainer_state_json_and_a_json_array_of_records_are_read(tmp_path, 
         assert t.records[0].epoch == 0 and t.records[-1].epoch == 3 and t.records[40].epoch == 1  # floor
         assert t.records[4].metrics["eval_accuracy"] == 0.6 and t.records[4].metrics["loss"] == rows[4]["loss"]
     assert traces[0].records == traces[1].records == traces[2].records
-    (tmp_path / "other.json").write_text(json.dumps({"a": 1, "b": [1, 2]}, indent=2))
-    with pytest.raises(TraceError, match="one JSON document.*no 'log_history' list.*'a', 'b'"):
-        read_trace(tmp_path / "other.json")
+    # The same document written compactly on one line (with or without a final newline) was read as JSONL:
+    # "missing 'step'", or a torn last line dropped and "no records".
+    for name, end in (("compact.json", ""), ("compact_nl.json", "\n")):
+        (tmp_path / name).write_text(json.dumps({"global_step": 1000, "log_history": rows}) + end)
+        assert read_trace(tmp_path / name).records == traces[0].records
+    for name, end in (("other.json", None), ("other_line.json", ""), ("other_line_nl.json", "\n")):
+        doc = {"a": 1, "b": [1, 2]}
+        (tmp_path / name).write_text(json.dumps(doc, indent=2) if end is None else json.dumps(doc) + end)
+        with pytest.raises(TraceError, match="one JSON document.*no 'log_history' list.*'a', 'b'"):
+            read_trace(tmp_path / name)
+    # A one-line JSONL trace is still one record.
+    (tmp_path / "one.jsonl").write_text('{"step": 3, "loss": 1.0}\n')
+    assert [r.step for r in read_trace(tmp_path / "one.jsonl").records] == [3]
     # The collapse at step 500 is confirmed from the eval rows, replayed every training step.
     (tmp_path / "trainer_state.json.events.yaml").write_text("events:\n  - {step: 500, within: 60}\n")
     assert main(["check", str(tmp_path / "trainer_state.json"), "--eval", "eval_accuracy", "--stream", "loss",
