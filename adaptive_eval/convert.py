@@ -69,7 +69,7 @@ def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list
     skip = 0
     while skip < len(lines) and lines[skip].lstrip().startswith("#"):
         skip += 1
-    reader = csv.reader(lines[skip:])
+    reader = csv.reader(lines[skip:], skipinitialspace=True)
     header = next(reader, None)
     if header is None:
         raise TraceError("no records (no header)", path)

@@ -286,7 +286,7 @@ class TraceRecorder:
                     warnings.warn(f"{self.path}: cut off a torn header line", RuntimeWarning, stacklevel=3)
                     os.truncate(self.path, 0)
                     return
-                header = [h.strip() for h in next(csv.reader([first.decode("utf-8-sig")]))]
+                header = [h.strip() for h in next(csv.reader([first.decode("utf-8-sig")], skipinitialspace=True))]
                 if "step" not in header:
                     raise TraceError(f"missing 'step' column (header: {header})", self.path, 1)
                 self._columns = header
@@ -370,7 +370,7 @@ class TraceRecorder:
         lines = text.split("\n")
         header = lines[0] if self.format == "csv" else None
         body = lines[1:] if self.format == "csv" else lines
-        columns = None if header is None else [h.strip() for h in next(csv.reader([header]))]
+        columns = None if header is None else [h.strip() for h in next(csv.reader([header], skipinitialspace=True))]
         kept, dropped, last = [], [], None
         for number, line in enumerate(body, start=2 if header is not None else 1):
             if not line.strip():
@@ -401,7 +401,7 @@ class TraceRecorder:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(self.path, newline="", encoding="utf-8-sig") as src, \
                 open(tmp, "w", newline="", encoding="utf-8") as dst:
-            reader = csv.reader(src)
+            reader = csv.reader(src, skipinitialspace=True)
             next(reader)
             writer = csv.writer(dst, lineterminator="\n")
             writer.writerow(columns)
@@ -604,7 +604,7 @@ def _merge(prev: TraceRecord, rec: TraceRecord) -> TraceRecord:
 
 
 def _csv_header(path, text) -> tuple[list[str], csv.reader]:
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     try:
         header = next(reader)
     except StopIteration:
@@ -650,7 +650,7 @@ def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
     if not body:
         return []
     if '"' in text or "\r" in body:
-        rows = list(csv.reader(io.StringIO(body)))
+        rows = list(csv.reader(io.StringIO(body), skipinitialspace=True))
         if any(len(row) != width for row in rows):
             raise _Fallback
         cols = list(zip(*rows))
@@ -734,7 +734,7 @@ def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
 
 def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
     if fmt == "csv":
-        row = next(csv.reader([line]), [])
+        row = next(csv.reader([line], skipinitialspace=True), [])
         return _csv_record(row, header, path, line_no)
     return _json_record(line, path, line_no)
 

@@ -294,3 +294,20 @@ def test_a_wandb_export_with_system_rows_and_bookkeeping_columns(tmp_path, capsy
     err = capsys.readouterr().err
     assert "adaptive-eval: warning: " in err and "3 rows without a 'Step' value skipped" in err
     assert "warnings.warn" not in err and "convert.py" not in err  # one line, not the library's source
+
+
+def test_a_header_with_a_space_before_each_quoted_name_is_read_as_the_names(tmp_path):
+    """`"Step", "train/reward"` (a space after each comma, names quoted): the quotes stayed in the names, so
+    "Step" was not found and `_runtime` was watched as a stream."""
+    from adaptive_eval.convert import from_columns
+
+    path = tmp_path / "spaced.csv"
+    path.write_text('"Step", "train/reward", "_runtime", "eval/accuracy"\n'
+                    + "".join(f'{s}, {0.5 + 0.001 * s}, {s * 10.0}, {"0.7" if s % 10 == 0 else ""}\n'
+                              for s in range(50)))
+    t = from_columns(path, step="Step")
+    assert t.stream_names() == ["train/reward"] and [r.step for r in t.records][:3] == [0, 1, 2]
+    assert t.records[10].metrics["eval/accuracy"] == 0.7
+    plain = tmp_path / "plain.csv"
+    plain.write_text('step, "train/reward"\n0, 1.5\n1, 2.5\n')
+    assert [r.metrics["train/reward"] for r in read_trace(plain).records] == [1.5, 2.5]
