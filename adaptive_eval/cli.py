@@ -315,10 +315,24 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}", file=sys.stderr)
     result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
                   progress=not args.no_progress, n_folds=args.folds)
+    names = [os.path.relpath(p, args.out) for p in (result.written or [])]
+    presets = [n for n in names if n.startswith("presets")]
+    wrote = ", ".join([n for n in names if not n.startswith("presets")]
+                      + ([f"presets/point-*.yaml ({len(presets)})"] if presets else []))
+    if not result.trials:
+        print("interrupted before any trial finished: nothing to choose, no preset written", file=sys.stderr)
+        print(f"wrote {args.out}/: {wrote}")
+        return 130
     print(table(result))
     if result.interrupted:
         print(f"interrupted: kept the {len(result.trials)} finished trial(s)", file=sys.stderr)
-    print(f"wrote {args.out}/pareto.png, pareto.md, pareto.csv, trials.csv, presets/point-*.yaml")
+    with_events = sum(1 for c in cases if c.events)
+    folds = min(args.folds, len(cases))
+    if "delay" in objectives and folds > 1 and with_events < folds:
+        print(f"  note: {with_events} of the {len(cases)} runs have events and there are {folds} folds: a held-out "
+              "delay is '-' where the runs left out have no event (give more runs with events, or --folds "
+              f"{max(with_events, 1)})", file=sys.stderr)
+    print(f"wrote {args.out}/: {wrote}")
     return 130 if result.interrupted else 0
 
 

@@ -178,3 +178,33 @@ def test_tune_on_a_trace_logged_every_10_steps_counts_training_steps_with_every_
     # by record its evaluations are 10x further apart in training steps, yet cost more per 1,000 "steps".
     assert 0.6 < per_1k["b"] / per_1k["c"] < 1.4, per_1k
     assert per_1k["a"] > 1.5 * per_1k["c"], per_1k
+
+
+def test_interrupted_before_any_trial_says_nothing_was_chosen(tmp_path, capsys, monkeypatch):
+    """It printed an empty table and "wrote ... presets/point-*.yaml" with no preset there."""
+    import optuna
+
+    def interrupted(self, *a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optuna.study.Study, "optimize", interrupted)
+    path, onset = collapse_csv(tmp_path)
+    out = tmp_path / "tune"
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "4", "--out", str(out),
+                 "--no-progress"]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted before any trial finished: nothing to choose, no preset written" in captured.err
+    assert "| preset |" not in captured.out and "presets/point-*.yaml" not in captured.out
+    assert json.loads((out / "summary.json").read_text())["trials"] == 0 and not os.listdir(out / "presets")
+
+
+def test_a_note_when_a_fold_has_no_event_for_the_held_out_delay(tmp_path, capsys):
+    """Two runs, one with an event, three folds: the held-out delay column was '-' with no word why."""
+    path, onset = collapse_csv(tmp_path)
+    quiet = tmp_path / "quiet.csv"
+    write_trace(make_trace("flat", steps=300, seed=1).trace, quiet)
+    assert main(["tune", path, str(quiet), "--events", f"{path}={onset}", "--trials", "2", "--out",
+                 str(tmp_path / "t"), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "note: 1 of the 2 runs have events and there are 2 folds: a held-out delay is '-'" in captured.err
+    assert "presets/point-*.yaml (" in captured.out
