@@ -56,9 +56,11 @@ def main() -> None:
     train = DataLoader(RandomDataset(32, 4000), batch_size=4)
     val = DataLoader(RandomDataset(32, 500), batch_size=4)
     # A toy model trains in a millisecond a step, so scoring items one by one is relatively dear: let
-    # evaluation take up to half the wall time (the default budget is 15%).
+    # evaluation take up to half the wall time (the default budget is 15%).  The tracked metric is a loss:
+    # lower is better (else the peak policy and the pick would chase the worst checkpoint).
     cb = AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=128",  # 2
-                                                    "policy.budget.max_eval_fraction=0.5"])
+                                                    "policy.budget.max_eval_fraction=0.5",
+                                                    "evaluation.metric=val_loss", "evaluation.higher_is_better=false"])
     trainer = L.Trainer(max_steps=a.steps, callbacks=[cb, FlipTarget(a.steps // 2)],  # 3
                         logger=CSVLogger(a.out), limit_val_batches=0, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",

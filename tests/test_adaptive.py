@@ -217,7 +217,8 @@ def test_global_step_backwards_is_a_value_error():
 
 def test_evaluate_fn_returning_a_wrong_shape_is_a_type_error_naming_the_metric():
     ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
-    with pytest.raises(TypeError, match="accuracy"):
+    with pytest.raises(TypeError, match=r"^metric 'accuracy': expected per-item values \(1-D\) or items x samples "
+                                        r"\(2-D\), got shape \(3, 3, 3\)$"):  # the README's Bad input row
         ev.evaluate(lambda: {"accuracy": np.zeros((3, 3, 3))}, 0, 0, 0)  # 2-D is items x samples
 
 
