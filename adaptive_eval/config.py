@@ -501,6 +501,22 @@ def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str
     return f"{path}[{index}]", f"{msg} (got {got!r}; a detector spec is a mapping such as {{type: nonfinite}})"
 
 
+def _unknown(key: str) -> str:
+    """"unknown key 'K'", with the closest key of its section when one is close (a misspelling)."""
+    import difflib
+
+    parent, _, name = str(key).rpartition(".")
+    node: Any = OmegaConf.structured(Config)
+    for part in parent.split(".") if parent else []:
+        node = node.get(part) if isinstance(node, DictConfig) else None
+    msg = f"unknown key {key!r}"
+    if isinstance(node, DictConfig):
+        close = difflib.get_close_matches(name, [str(k) for k in node.keys()], n=1, cutoff=0.75)
+        if close:
+            msg += f" (did you mean {((parent + '.') if parent else '') + close[0]!r}?)"
+    return msg
+
+
 def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int], leaf: str = "",
                  value: Any = None) -> ConfigError:
     """The error of merging ``leaf`` (a dotted key whose ``value`` failed), named by its full key."""
@@ -511,7 +527,7 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     key = str(key) if key else (leaf or "<root>")
     msg = str(exc).splitlines()[0]
     if "not in struct" in msg or "Key '" in msg and "not in" in msg:
-        msg = f"unknown key {key!r}"
+        msg = _unknown(key)
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
 
 
@@ -545,7 +561,8 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     >>> load_config(overrides=["trigger.freq_stepz=50"])
     Traceback (most recent call last):
     ...
-    adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz'
+    adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz' (did you mean
+    'trigger.freq_steps'?)
     """
     import yaml
 
@@ -605,7 +622,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
                 msg = f"{key}: {msg}"
             key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
-                msg = f"unknown key {key!r}"
+                msg = _unknown(key)
             problems.append(f"override {item!r}: {msg}")
     try:
         validate(cfg)

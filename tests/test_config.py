@@ -83,3 +83,15 @@ def test_loaded_config_is_read_only():
     cfg = load_config()
     with pytest.raises(Exception):
         cfg.trigger.freq_steps = 3
+
+
+def test_a_misspelt_key_gets_the_closest_key_of_its_section(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["policy.sample_size.target_halfwidth=0.05", "trigger.zzz=1"])
+    text = str(err.value)
+    assert ("unknown key 'policy.sample_size.target_halfwidth' (did you mean "
+            "'policy.sample_size.target_half_width'?)") in text
+    assert "unknown key 'trigger.zzz'\n" in text + "\n" and "trigger.zzz' (did" not in text  # nothing close
+    (tmp_path / "mine.yaml").write_text("polcy:\n  alarm: {enabled: false}\n")
+    with pytest.raises(ConfigError, match=r"mine.yaml:1: polcy: unknown key 'polcy' \(did you mean 'policy'\?\)"):
+        load_config(str(tmp_path / "mine.yaml"))
