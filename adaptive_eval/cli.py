@@ -222,6 +222,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             traces += [str(f) for f in trace_files(folder)]
         else:
             traces.append(trace)
+    names = [pathlib.Path(t).name for t in traces]
     rows = []
     for trace in traces:
         source = trace
@@ -232,6 +233,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         else:
             events = args.events
         run = replay_trace(source, cfg, seed=args.seed, events=events)
+        if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
+            run.name = trace
         _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
         run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
         rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)

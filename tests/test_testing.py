@@ -429,3 +429,14 @@ def test_a_failed_assert_shows_the_users_line_and_the_run_prints_short(collapse_
         assert fn.__code__.co_consts and "__tracebackhide__" in fn.__code__.co_varnames
     text = repr(collapse_run)
     assert len(text) < 600 and "collapse.csv" in text and "truth" not in text and "policy" not in text
+
+
+def test_check_names_traces_of_the_same_file_name_by_their_paths(collapse, tmp_path, capsys):
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "run.csv").write_bytes(collapse.read_bytes())
+    code, out, _ = check_main(capsys, str(tmp_path / "a" / "run.csv"), str(tmp_path / "b" / "run.csv"),
+                              "--config", "default")
+    assert code == 0
+    rows = out.splitlines()[1:]
+    assert rows[0].startswith(str(tmp_path / "a" / "run.csv")) and rows[1].startswith(str(tmp_path / "b" / "run.csv"))
