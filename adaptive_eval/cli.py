@@ -116,6 +116,14 @@ def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
 
 
 def _load_trace(args: argparse.Namespace):
+    """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
+    ``real:NAME``, as ``check`` and ``tune`` take it) when no such path exists."""
+    if not os.path.exists(args.trace) and not _foreign(args):
+        from adaptive_eval.convert import load_real, real_traces
+
+        name = args.trace.removeprefix("real:")
+        if name in {info.name for info in real_traces()}:
+            return load_real(name).trace
     return _load_trace_file(args.trace, args)
 
 
@@ -361,7 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_config)
 
     p = sub.add_parser("replay", help="replay a recorded trace offline and write what would have been decided")
-    p.add_argument("trace", help="a trace: CSV, JSONL, or a TensorBoard event folder")
+    p.add_argument("trace", help="a trace: CSV, JSONL, or a TensorBoard event folder; or a shipped real trace "
+                                 "by name (real:NAME)")
     _add_config_args(p)
     p.add_argument("--out", default="runs/replay", help="output folder (default: runs/replay)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")

@@ -291,3 +291,14 @@ def test_an_evaluation_between_two_checkpoints_measures_the_earlier_one_and_cann
     # summary.json's pick says which checkpoint's truth it measured when that is not its own step.
     assert ("truth_step" in best) == (best["step"] % 50 != 0)
     assert best.get("truth_step", best["step"]) == best["step"] // 50 * 50
+
+
+def test_replay_takes_a_shipped_trace_by_name_as_check_and_tune_do(tmp_path, capsys):
+    """`adaptive-eval replay real:grpo_kl_collapse` said "no such trace file"; check and tune took the name."""
+    assert main(["replay", "real:grpo_kl_collapse", "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    assert main(["replay", "grpo_kl_collapse", "--out", str(tmp_path / "b"), "--no-tensorboard"]) == 0
+    a = (tmp_path / "a" / "evals.jsonl").read_text()
+    assert a and a == (tmp_path / "b" / "evals.jsonl").read_text()
+    assert '"truth_step": 50' in a  # the shipped GRPO trace has ground truth every 50 steps
+    assert main(["replay", "real:nonesuch", "--out", str(tmp_path / "c")]) == 2
+    assert "real:nonesuch: no such trace file" in capsys.readouterr().err
