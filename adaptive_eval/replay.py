@@ -478,13 +478,14 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     evaluator.add_listener(out.listen)
     step_seconds = float(cfg.replay.step_seconds)
     use_time = bool(cfg.replay.trace_time) and all(r.time is not None for r in records)
-    # The step of the last record that gave ground truth, as each evaluation drew from it: with truth logged
-    # every k steps (checkpoints), an evaluation between two of them measures the earlier checkpoint.
-    truth = [None]
-    truth_at: dict[int, int | None] = {}
+    # Per eval metric, the step of the last record that gave its ground truth, as each evaluation drew from
+    # it: with truth logged every k steps (checkpoints), an evaluation between two of them measures the
+    # earlier checkpoint.
+    truth: dict[str, int] = {}
+    truth_at: dict[int, dict[str, int]] = {}
 
     def fn(request):
-        truth_at[request.step] = truth[0]
+        truth_at[request.step] = dict(truth)
         return sim(request)
 
     epoch_start = 0
@@ -496,8 +497,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
             sim.update(metrics)
             for k in metrics:
                 if k.startswith("eval/"):
-                    truth[0] = rec.step
-                    break
+                    truth[_truth_key(k)] = rec.step
         cheap = {k: v for k, v in metrics.items() if k in watched}
         if cheap:
             evaluator.observe(cheap, rec.step)
@@ -507,17 +507,54 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         evaluator.evaluate(fn, epoch, i - epoch_start, rec.step)
         if progress is not None and i % 1000 == 0:
             progress(i)
-    for e in out.evals:
-        # Only where it differs: the evaluation measured the model of an earlier step (or none yet).
-        if e["step"] in truth_at and truth_at[e["step"]] != e["step"]:
-            e["truth_step"] = truth_at[e["step"]]
     s = evaluator.summary()
+    before_close = len(out.evals)
+    evaluator.close()  # (an asynchronous evaluation still in flight joins here)
+    known = {_truth_key(f"eval/{name}") for name in eval_cols} | {_truth_key(n) for n in names if n.startswith("eval/")}
+    for e in out.evals:
+        marks = _truth_marks(e, truth_at.get(e["step"]), known)
+        if marks:
+            e["truth_step"] = marks
     out.summary = {"steps": len(records), "evals": s["evals"], "samples": s["samples"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
                    "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
-                   "best": _best(out.evals, cfg)}
-    evaluator.close()
+                   "best": _best(out.evals[:before_close], cfg)}
     return out
+
+
+def _truth_key(column: str) -> str:
+    """The eval metric an ``eval/`` column gives ground truth for: ``eval/acc`` and ``eval/acc:std`` ->
+    ``acc``; a suite's per-item ``eval/math/acc@3`` -> ``math/acc``."""
+    key = column[len("eval/"):].split(":", 1)[0]
+    return key.rsplit("@", 1)[0] if "@" in key else key
+
+
+def truth_metric(metric: str, known) -> str | None:
+    """The ground-truth key of an evaluation's ``metric`` among ``known``: itself, or the metric it is
+    derived from (``acc/pass@4`` -> ``acc``); None when no eval column gives it."""
+    key = metric
+    while True:
+        if key in known:
+            return key
+        if "/" not in key:
+            return None
+        key = key.rsplit("/", 1)[0]
+
+
+def _truth_marks(e: dict, at: dict | None, known) -> dict:
+    """``truth_step`` of an evaluation: per metric whose ground truth is from another step than the
+    evaluation's (an earlier checkpoint), that step; None when it had no ground truth yet."""
+    if at is None:
+        return {}
+    marks = {}
+    for metric in e.get("metrics", {}):
+        key = truth_metric(metric, known)
+        if key is None:
+            continue
+        t = at.get(key)
+        if t != e["step"]:
+            marks[metric] = t
+    return marks
 
 
 def replay_units(result: ReplayResult, cfg) -> list[float] | None:

@@ -123,7 +123,7 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     if level is None and not paired:
         return None
     for i, e in enumerate(ordered):
-        if e["step"] < event_step or _before(e, event_step):
+        if e["step"] < event_step or _before(e, event_step, metric):
             continue
         ci = _eval_interval(e, metric) if level is not None else None
         if ci is not None:
@@ -141,13 +141,19 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     return None
 
 
-def _before(e: Mapping, event_step: int) -> bool:
-    """A replayed evaluation that measured the model of a step before ``event_step`` (``truth_step`` in
-    ``evals.jsonl``: ground truth logged every k steps, an evaluation between two of them measures the earlier
-    one; None: no ground truth yet).  It cannot show the change, whatever its interval says."""
-    if "truth_step" not in e:
-        return False
-    t = e["truth_step"]
+def truth_step(e: Mapping, metric: str) -> int | None:
+    """The step whose ground truth a replayed evaluation drew ``metric`` from (``truth_step`` in
+    ``evals.jsonl``, written per metric only where it is not the evaluation's own step; None: no ground truth
+    yet).  The evaluation's own step when it says nothing."""
+    marks = e.get("truth_step") or {}
+    return marks[metric] if metric in marks else int(e["step"])
+
+
+def _before(e: Mapping, event_step: int, metric: str) -> bool:
+    """A replayed evaluation that measured ``metric`` on the model of a step before ``event_step`` (ground
+    truth logged every k steps: an evaluation between two of them measures the earlier one).  It cannot show
+    the change, whatever its interval says."""
+    t = truth_step(e, metric)
     return t is None or t < event_step
 
 
@@ -289,7 +295,8 @@ class Pick:
         return {"metric": self.metric, "step": int(self.step), "estimate": float(self.estimate),
                 "interval": [float(self.interval[0]), float(self.interval[1])], "by": self.by,
                 "measured": float(self.eval["metrics"][self.metric]), "sample_size": self.eval.get("sample_size"),
-                **({"truth_step": self.eval["truth_step"]} if "truth_step" in self.eval else {})}
+                **({"truth_step": truth_step(self.eval, self.metric)}
+                   if self.metric in (self.eval.get("truth_step") or {}) else {})}
 
 
 PICK_RULES = ("shrunk", "bound", "mean")

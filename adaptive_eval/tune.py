@@ -9,6 +9,7 @@ confirm), the true eval value at every record (``truth``), the eval metric and t
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import math
@@ -105,6 +106,11 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     res = replay(case.trace, cfg, seed=seed)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
     evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
+    steps = [r.step for r in case.trace.records]
+    for e in evals:
+        if e.get("truth_step"):  # (trace steps, like "step": their record indices too)
+            e["truth_step"] = {m: None if t is None else max(bisect.bisect_right(steps, t) - 1, 0)
+                               for m, t in e["truth_step"].items()}
     units = replay_units(res, cfg)  # with suites, what each cost in their units (answers x cost + ...)
     for e, u in zip(evals, units or ()):
         e["units"] = u

@@ -275,7 +275,7 @@ def test_an_evaluation_between_two_checkpoints_measures_the_earlier_one_and_cann
     trace = Trace(rows, source="ckpt.csv")
     result = replay(trace, load_config(overrides=["policy.sample_size.min=20", "policy.sample_size.initial=20"]))
     between = [e for e in result.evals if e["step"] % 50]
-    assert between and all(e["truth_step"] == e["step"] // 50 * 50 for e in between)
+    assert between and all(e["truth_step"] == {"accuracy": e["step"] // 50 * 50} for e in between)
     assert all("truth_step" not in e for e in result.evals if e["step"] % 50 == 0)
     early = [e for e in between if 120 <= e["step"] < 150]
     assert early, "the reward's collapse brings an evaluation forward before the next checkpoint"
@@ -299,6 +299,55 @@ def test_replay_takes_a_shipped_trace_by_name_as_check_and_tune_do(tmp_path, cap
     assert main(["replay", "grpo_kl_collapse", "--out", str(tmp_path / "b"), "--no-tensorboard"]) == 0
     a = (tmp_path / "a" / "evals.jsonl").read_text()
     assert a and a == (tmp_path / "b" / "evals.jsonl").read_text()
-    assert '"truth_step": 50' in a  # the shipped GRPO trace has ground truth every 50 steps
+    assert '"truth_step": {"accuracy": 50}' in a  # the shipped GRPO trace has ground truth every 50 steps
     assert main(["replay", "real:nonesuch", "--out", str(tmp_path / "c")]) == 2
     assert "real:nonesuch: no such trace file" in capsys.readouterr().err
+
+
+def _checkpointed(steps=400, first=0, loss_every=None):
+    import random
+
+    rng = random.Random(5)
+    rows = []
+    for i in range(steps):
+        m = {"train/reward": rng.gauss(0.6 if i < 120 else 0.1, 0.05)}
+        if i % 50 == 0:
+            m["eval/accuracy"] = 0.7 if i <= 100 else 0.2
+        if loss_every and i % loss_every == 0:
+            m["eval/loss"] = 1.0 if i < 120 else 3.0
+            m["eval/loss:std"] = 0.5
+        rows.append(TraceRecord(first + i, m))
+    return Trace(rows, source="ckpt.csv")
+
+
+def test_truth_step_is_per_metric_and_reaches_the_last_asynchronous_evaluation():
+    """The review found: a record with any eval/ column moved every metric's truth step (eval/loss logged
+    every 10 steps made an accuracy logged every 50 look current), and the asynchronous run's last result,
+    which joins at close(), was never marked."""
+    cfg = ["policy.sample_size.min=20", "policy.sample_size.initial=20"]
+    result = replay(_checkpointed(loss_every=10), load_config(overrides=cfg))
+    for e in result.evals:
+        marks = e.get("truth_step", {})
+        assert marks.get("accuracy", e["step"]) == e["step"] // 50 * 50
+        assert marks.get("loss", e["step"]) == e["step"] // 10 * 10
+    asyn = replay(_checkpointed(), load_config(overrides=cfg + ["evaluation.asynchronous=true",
+                                                                "evaluation.async_integrate_after_steps=7"]))
+    last = asyn.evals[-1]
+    assert last["step"] == 399 and last["truth_step"] == {"accuracy": 350}
+
+
+def test_tune_scores_truth_steps_as_record_indices_like_its_steps():
+    """tune renumbers evaluation steps to record indices; truth_step stayed in trace steps, so on a trace
+    starting at step 1000 no evaluation was ever 'before' an event (the guard was off)."""
+    from adaptive_eval.scoring import confirmed_delay
+    from adaptive_eval.tune import Case, replay_case
+
+    trace = _checkpointed(first=1000)
+    truth = [0.7 if i < 150 else 0.2 for i in range(400)]
+    evals = replay_case(Case("x", trace, [120], truth, "accuracy"),
+                        load_config(overrides=["policy.sample_size.min=20", "policy.sample_size.initial=20"]))
+    early = [e for e in evals if 120 <= e["step"] < 150]
+    assert early and all(e["truth_step"] == {"accuracy": 100} for e in early)
+    for e in early:
+        e["ci"]["accuracy"] = [0.1, 0.3]  # a low draw on the old model confirms nothing
+    assert confirmed_delay(evals, 120, "accuracy", pre_level=0.7, direction="down") >= 30

@@ -416,8 +416,9 @@ def _eval_text(e: dict, metric: str) -> str:
     ci_text = f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci is not None else ""
     n = "all" if e["sample_size"] is None else e["sample_size"]
     truth = ""
-    if "truth_step" in e:  # replayed between two records of ground truth: it measured the earlier one
-        truth = "; no ground truth yet" if e["truth_step"] is None else f"; ground truth of step {e['truth_step']}"
+    if metric in (e.get("truth_step") or {}):  # replayed between two records of ground truth: the earlier one
+        t = e["truth_step"][metric]
+        truth = "; no ground truth yet" if t is None else f"; ground truth of step {t}"
     return f"step {e['step']} n={n} {_fmt(e['metrics'].get(metric))}{ci_text} ({e['reason']}{truth})"
 
 
@@ -514,7 +515,7 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     lines += [f"    {_eval_text(e, ev.metric)}" for e in window[:8]]
     if len(window) > 8:
         lines.append(f"    ... and {len(window) - 8} more")
-    if any(scoring._before(e, ev.step) for e in window):
+    if any(scoring._before(e, ev.step, ev.metric) for e in window):
         lines.append(f"  (the trace logs ground truth every few steps: an evaluation whose ground truth is from before "
                      f"step {ev.step} measured the model before the event and confirms nothing)")
     if delay is not None:
