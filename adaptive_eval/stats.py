@@ -171,7 +171,7 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     """
     if clustered:
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
-                                    population, m2)
+                                    population, m2, mean)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary)
     if mean is None or not math.isfinite(mean):
@@ -682,13 +682,14 @@ def clopper_pearson(successes: float, n: float, confidence: float = 0.95) -> tup
 
 
 def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, within_ss, nan_count,
-                         population=0, m2=None) -> MetricSummary:
+                         population=0, m2=None, mean=None) -> MetricSummary:
     extra = {"clustered": True, "samples": int(samples), "within_ss": float(within_ss), "nan_count": int(nan_count),
              "population": int(population)}
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0,
                              binary=proportion, **extra)
-    mean = total / n
+    if mean is None or not math.isfinite(mean):
+        mean = total / n
     std = math.sqrt(_variance(total, total_sq, n, m2)) if n > 1 else math.nan
     summary = MetricSummary(mean=mean, n=n, ci=(math.nan, math.nan), std=std, total=total, total_sq=total_sq,
                             binary=proportion, **extra)
@@ -764,17 +765,23 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
     nan_count = int(lengths.sum() - m.sum())
     live = m > 0
     filled = np.where(finite, padded, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # (huge values are data)
         means = filled.sum(axis=1) / np.maximum(m, 1)
+        if not np.all(np.isfinite(means[m > 0])) and np.all(np.isfinite(filled)):
+            scale = float(np.max(np.abs(filled)))  # finite answers whose sum overflows: a finite item mean
+            means = (filled / scale).sum(axis=1) / np.maximum(m, 1) * scale
         dev = np.where(finite, padded - means[:, None], 0.0)
-    within_ss = float(np.sum(dev[live] ** 2))
+        within_ss = float(np.sum(dev[live] ** 2))
     values = padded[finite]
     binary = bool(values.size) and bool(np.all((values == 0.0) | (values == 1.0)))
     im = means[live]
     samples = int(m.sum())
-    out = {name: from_sums(float(im.sum()), float(np.dot(im, im)), int(im.size), binary, confidence,
-                           clustered=True, samples=samples, within_ss=within_ss, nan_count=nan_count,
-                           population=population, m2=deviations(im))}
+    with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
+        sums = float(im.sum()), float(np.dot(im, im))
+    im_mean = stable_mean(im)
+    out = {name: from_sums(*sums, int(im.size), binary, confidence, clustered=True, samples=samples,
+                           within_ss=within_ss, nan_count=nan_count, population=population,
+                           m2=deviations(im, im_mean), mean=im_mean)}
     for k in ks:
         too_few = np.nonzero(lengths < k)[0]
         if too_few.size:

@@ -883,6 +883,7 @@ def _json_document(path, text: str) -> list | None:
         return None
     end = text.find("\n", start)
     first = text[start:end if end >= 0 else len(text)]
+    one_line = False
     if text.startswith("{", start):
         try:
             obj = json.loads(first)
@@ -894,6 +895,7 @@ def _json_document(path, text: str) -> list | None:
             alone = end < 0 or not text[end:].strip()
             if not (isinstance(obj, dict) and "step" not in obj and ("log_history" in obj or alone)):
                 return None
+            one_line = alone
     try:
         doc = json.loads(text)
     except json.JSONDecodeError:
@@ -901,6 +903,8 @@ def _json_document(path, text: str) -> list | None:
     rows = doc.get("log_history") if isinstance(doc, dict) else doc
     if not isinstance(rows, list):
         keys = ", ".join(map(repr, list(doc)[:6])) if isinstance(doc, dict) else type(doc).__name__
+        if one_line and str(path).endswith(".jsonl"):  # a one-record JSONL trace without its step
+            raise TraceError(f"missing 'step' (keys: {keys})", path, 1)
         raise TraceError(f"one JSON document, not one object a line (JSONL), and no 'log_history' list in it "
                          f"(keys: {keys}); write one record a line, or a list of records", path)
     return rows

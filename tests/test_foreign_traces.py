@@ -311,3 +311,11 @@ def test_a_header_with_a_space_before_each_quoted_name_is_read_as_the_names(tmp_
     plain = tmp_path / "plain.csv"
     plain.write_text('step, "train/reward"\n0, 1.5\n1, 2.5\n')
     assert [r.metrics["train/reward"] for r in read_trace(plain).records] == [1.5, 2.5]
+
+
+def test_a_one_line_jsonl_trace_without_its_step_says_so(tmp_path):
+    """After one-line JSON documents were read as documents, a one-line .jsonl without 'step' said "one JSON
+    document ... no 'log_history'" instead of naming the missing step (found in review)."""
+    (tmp_path / "b.jsonl").write_text('{"_step": 0, "loss": 1.0}\n')
+    with pytest.raises(TraceError, match=r"b.jsonl:1: missing 'step' \(keys: '_step', 'loss'\)"):
+        read_trace(tmp_path / "b.jsonl")

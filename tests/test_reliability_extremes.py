@@ -137,3 +137,14 @@ def test_finite_eval_values_whose_sum_overflows_have_a_finite_mean():
     assert r["ppl"].mean == 1e306 and r["ppl"].ci == (1e306, 1e306) and r["ppl"].std == 0.0
     assert r["wide"].mean == pytest.approx(7.5e307)
     assert r["wide"].std == math.inf and all(math.isnan(c) for c in r["wide"].ci)  # spread beyond range: no interval
+
+
+def test_items_x_samples_values_whose_sum_overflows_have_a_finite_mean():
+    """The same for a 2-D (items x samples) value: mean@k read inf (found in review)."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = ev.evaluate(lambda req: {"ppl": np.full((200, 4), 1e306), "wide": [[1e308, 1e308], [5e307, 5e307]] * 100},
+                        0, 0, 0)
+    assert r["ppl"].mean == 1e306 and r["ppl"].ci == (1e306, 1e306)
+    assert r["wide"].mean == pytest.approx(7.5e307)
