@@ -327,6 +327,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
                   progress=not args.no_progress, n_folds=args.folds)
     names = [os.path.relpath(p, args.out) for p in (result.written or [])]
+    if os.path.exists(os.path.join(args.out, "trials.jsonl")):
+        names.insert(0, "trials.jsonl")
     presets = [n for n in names if n.startswith("presets")]
     wrote = ", ".join([n for n in names if not n.startswith("presets")]
                       + ([f"presets/point-*.yaml ({len(presets)})"] if presets else []))
