@@ -119,11 +119,9 @@ def _load_trace(args: argparse.Namespace):
     """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
     ``real:NAME``, as ``check`` and ``tune`` take it) when no such path exists."""
     if not os.path.exists(args.trace) and not _foreign(args):
-        from adaptive_eval.convert import load_real, real_traces
+        from adaptive_eval.testing._core import _load  # (check's and replay_trace's reading of a name)
 
-        name = args.trace.removeprefix("real:")
-        if name in {info.name for info in real_traces()}:
-            return load_real(name).trace
+        return _load(args.trace)[0]
     return _load_trace_file(args.trace, args)
 
 

@@ -510,7 +510,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     s = evaluator.summary()
     before_close = len(out.evals)
     evaluator.close()  # (an asynchronous evaluation still in flight joins here)
-    known = {_truth_key(f"eval/{name}") for name in eval_cols} | {_truth_key(n) for n in names if n.startswith("eval/")}
+    known = {_truth_key(n) for n in names if n.startswith("eval/")}
     for e in out.evals:
         marks = _truth_marks(e, truth_at.get(e["step"]), known)
         if marks:
