@@ -75,7 +75,8 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
                    help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent); with "
                         "it, other eval/ columns are not ground truth")
-    p.add_argument("--step-column", default="step", help="the step column of a CSV not in the native format")
+    p.add_argument("--step-column", default="step",
+                   help="the step column of a CSV not in the native format; none: the row number (from 0)")
     p.add_argument("--keep-last-run", action="store_true",
                    help="steps that go back (a run restarted or resumed into the same log): keep the later run")
 
@@ -94,7 +95,8 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     on_restart = "keep_last" if args.keep_last_run else "error"
     kind = trace_format(path)
     if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):
-        return from_columns(path, step=args.step_column, streams=args.stream or None,
+        step = None if args.step_column == "none" else args.step_column
+        return from_columns(path, step=step, streams=args.stream or None,
                             evals=_eval_mapping(args.eval), on_restart=on_restart)
     if args.step_column != "step":
         what = "TensorBoard folder" if kind == "tensorboard" else "JSONL trace"

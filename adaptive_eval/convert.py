@@ -38,7 +38,18 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from adaptive_eval.synthetic import Event
-from adaptive_eval.trace import RESERVED, Trace, TraceError, TraceRecord, _merge, _parse_epoch, _parse_int, read_text
+from adaptive_eval.trace import (
+    RESERVED,
+    Trace,
+    TraceError,
+    TraceRecord,
+    _dates_relative,
+    _merge,
+    _parse_epoch,
+    _parse_int,
+    _parse_time,
+    read_text,
+)
 
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
 _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
@@ -187,8 +198,8 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         if i_time is not None and cells[i_time].strip():
             try:
                 t = to_seconds(cells[i_time])
-            except ValueError:
-                raise TraceError(f"column {time!r}: {cells[i_time]!r} is not a number", path, line) from None
+            except ValueError:  # a date (seconds since the first record's), or an error naming the cell
+                t = _parse_time(cells[i_time], f"column {time!r}", path, line)
         rec = TraceRecord(s, metrics, e, t)
         if records and s < records[-1].step:
             if on_restart == "error":
@@ -204,7 +215,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
                       "(a W&B export's system rows)", stacklevel=2)
     if not records:
         raise TraceError("no records" + (f" with a {step!r} value" if stepless else ""), path)
-    return Trace(records, str(path))
+    return Trace(_dates_relative(records, path), str(path))
 
 
 _TRUE_FALSE = {"true": 1.0, "false": 0.0, "yes": 1.0, "no": 0.0}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import datetime
 import gc
 import io
 import itertools
@@ -42,6 +43,7 @@ import math
 import operator
 import os
 import pathlib
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -612,7 +614,8 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
     names = [h.strip() for h in header]
     if "step" not in names:
         raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
-                         "adaptive-eval replay --step-column COL --stream COL --eval COL", path, 1)
+                         "adaptive-eval replay --step-column COL --stream COL --eval COL (--step-column none: the row "
+                         "number)", path, 1)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise TraceError(f"duplicate column(s) {dup} in the header", path, 1)
@@ -633,7 +636,7 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
             records = _read_csv_careful(path, text, names, keep_last)
     if not records:
         raise TraceError("no records", path)
-    return Trace(records, str(path))
+    return Trace(_dates_relative(records, path), str(path))
 
 
 def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
@@ -711,6 +714,46 @@ def _parse_float(text: str, what: str, path, line) -> float:
         raise TraceError(f"{what}: {text!r} is not a number", path, line) from None
 
 
+class _Date(float):
+    """A ``time`` cell that held a date: its POSIX seconds, until :func:`_dates_relative` makes the trace's
+    times seconds since its first record."""
+
+
+_YEAR_MONTH = re.compile(r"\d{4}-\d{2}")
+
+
+def _parse_time(text: str, what: str, path, line) -> float:
+    """A ``time`` cell: seconds (a number), or an ISO 8601 date or date-time (``2014-04-01 00:00:00``,
+    ``1871-01-01``, ``1871-01``; one without a zone is taken as UTC), returned as a :class:`_Date`."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    s = text.strip()
+    try:
+        d = datetime.datetime.fromisoformat(s + "-01" if _YEAR_MONTH.fullmatch(s) else s)
+    except ValueError:
+        raise TraceError(f"{what}: {text!r} is neither a number of seconds nor an ISO 8601 date or time",
+                         path, line) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    return _Date(d.timestamp())
+
+
+def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
+    """Records whose ``time`` held dates, with their times as seconds since the first record's (the trace's
+    clock starts at 0); others as they are.  Dates mixed with numbers of seconds are an error."""
+    times = [r.time for r in records if r.time is not None]
+    dated = sum(isinstance(t, _Date) for t in times)
+    if not dated:
+        return records
+    if dated < len(times):
+        raise TraceError(f"the time column mixes dates ({dated} records) with numbers of seconds "
+                         f"({len(times) - dated}); give one or the other", path)
+    t0 = times[0]
+    return [r if r.time is None else _new_record(r.step, r.metrics, r.epoch, float(r.time) - t0) for r in records]
+
+
 def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
     if len(row) != len(names):
         raise TraceError(f"expected {len(names)} fields, got {len(row)}", path, line)
@@ -726,7 +769,7 @@ def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
         elif name == "epoch":
             epoch = _parse_epoch(cell, path, line)
         elif name == "time":
-            time = _parse_float(cell, "column 'time'", path, line)
+            time = _parse_time(cell, "column 'time'", path, line)
         else:
             metrics[name] = _parse_float(cell, f"column {name!r}", path, line)
     return TraceRecord(step, metrics, epoch, time)
@@ -842,7 +885,11 @@ def _json_record(text: str, path, line) -> TraceRecord:
     if step is None:
         raise TraceError("'step' is null", path, line)
     epoch = _json_epoch(obj.get("epoch"), path, line)
-    time = _json_number(obj.get("time"), "time", path, line)
+    time = obj.get("time")
+    if isinstance(time, str) and time not in _JSON_TO_NONFINITE:
+        time = _parse_time(time, "time", path, line)  # a date
+    else:
+        time = _json_number(time, "time", path, line)
     box = "metrics" if "metrics" in obj else "data" if isinstance(obj.get("data"), dict) else None
     if box is not None:
         extra = sorted(set(obj) - {"step", "epoch", "time", box})
@@ -923,7 +970,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
-        return Trace(records, str(path))
+        return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
@@ -942,7 +989,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
             raise
     if not records:
         raise TraceError("no records", path)
-    return Trace(records, str(path))
+    return Trace(_dates_relative(records, path), str(path))
 
 
 def _read_tensorboard(path: pathlib.Path) -> Trace:

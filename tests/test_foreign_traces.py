@@ -319,3 +319,48 @@ def test_a_one_line_jsonl_trace_without_its_step_says_so(tmp_path):
     (tmp_path / "b.jsonl").write_text('{"_step": 0, "loss": 1.0}\n')
     with pytest.raises(TraceError, match=r"b.jsonl:1: missing 'step' \(keys: '_step', 'loss'\)"):
         read_trace(tmp_path / "b.jsonl")
+
+
+def test_dates_in_a_time_column_are_seconds_since_the_first_record(tmp_path):
+    """A change-point series or a monitoring export carries dates ("1871-01", "2014-04-01 00:00:00"): the time
+    column failed with "'1871-01' is not a number"; it is now the trace's clock, in seconds from its first date."""
+    native = tmp_path / "monthly.csv"
+    native.write_text("step,time,value\n0,1871-01,1120\n1,1871-02,1160\n2,,963\n3,1871-04,1210\n")
+    t = read_trace(native)
+    assert [r.time for r in t.records] == [0.0, 31 * 86400.0, None, (31 + 28 + 31) * 86400.0]
+    assert [r.metrics["value"] for r in t.records] == [1120.0, 1160.0, 963.0, 1210.0]
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text('{"step": 0, "time": "2014-04-01T00:00:00Z", "loss": 1}\n'
+                     '{"step": 1, "time": "2014-04-01T00:05:00+00:00", "loss": 2}\n')
+    assert [r.time for r in read_trace(jsonl).records] == [0.0, 300.0]
+    nab = tmp_path / "nab.csv"  # another tool's CSV, its time column named
+    nab.write_text("time,value\n2014-04-01 00:00:00,0.5\n2014-04-01 00:10:00,0.7\n")
+    from adaptive_eval.convert import from_columns
+
+    t = from_columns(nab, step=None, time="time", time_scale=0.001)  # (a scale applies to numbers, not dates)
+    assert [(r.step, r.time, r.metrics) for r in t.records] == [(0, 0.0, {"value": 0.5}), (1, 600.0, {"value": 0.7})]
+
+
+@pytest.mark.parametrize("cells, message", [
+    ("0,1871-01,1\n1,12.5,2\n", "mixes dates (1 records) with numbers of seconds (1)"),
+    ("0,1871-01,1\n1,next month,2\n", ":3: column 'time': 'next month' is neither a number of seconds nor an ISO 8601"),
+])
+def test_a_time_column_of_mixed_or_unreadable_cells_is_an_error_naming_it(tmp_path, cells, message):
+    path = tmp_path / "t.csv"
+    path.write_text("step,time,value\n" + cells)
+    with pytest.raises(TraceError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_trace(path)
+
+
+def test_step_column_none_numbers_the_rows_of_a_csv_without_steps(tmp_path, capsys):
+    """A NAB-style ``timestamp,value`` file had no way in: --step-column must name a column.  ``none`` numbers
+    the rows, and the error for a CSV without steps says so."""
+    path = tmp_path / "nab.csv"
+    path.write_text("timestamp,value\n" + "".join(f"2014-04-01 00:{m:02d}:00,{0.5 + 0.01 * (m % 3)}\n"
+                                                  for m in range(60)))
+    assert main(["replay", str(path), "--out", str(tmp_path / "o0"), "--no-tensorboard"]) == 2
+    assert "--step-column none: the row number" in capsys.readouterr().err
+    assert main(["replay", str(path), "--stream", "value", "--step-column", "none", "--out", str(tmp_path / "o"),
+                 "--no-tensorboard"]) == 0
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["steps"] == 60
