@@ -788,22 +788,51 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
             i = int(too_few[0])
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {int(lengths[i])} samples "
                              f"returned for item {i}")
-        ok = np.nonzero(m >= k)[0]
+        # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers) with
+        # what it has, pass@m of its m (a lower bound on its pass@k): leaving it out biased the mean up, as
+        # the answers that fail to score are mostly the hard problems'.
+        ok = np.nonzero(live)[0]
         if binary:
             c = filled.sum(axis=1)
-            per_item = np.array([pass_at_k(int(m[i]), int(c[i]), int(k)) for i in ok], dtype=np.float64)
+            per_item = np.array([pass_at_k(int(m[i]), int(c[i]), min(int(k), int(m[i]))) for i in ok],
+                                dtype=np.float64)
             out[f"{name}/pass@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
                                                 int(per_item.size), True, confidence, clustered=True,
                                                 samples=int(m[ok].sum()), nan_count=nan_count,
-                                                population=population)
+                                                population=population,
+                                                within_ss=_pass_within_ss(m[ok], c[ok], int(k)))
         elif k > 1 and values.size:
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
-                per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], int(k)) for i in ok])
+                per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
+                                     for i in ok])
                 out[f"{name}/{kind}@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
                                                       int(per_item.size), False, confidence, clustered=True,
                                                       samples=int(m[ok].sum()), nan_count=nan_count,
                                                       population=population)
     return out
+
+
+def _pass_within_ss(m: np.ndarray, c: np.ndarray, k: int) -> float:
+    """The within-item part of pass@k's spread, as the ``within_ss`` of :func:`from_sums` (so that a suite's
+    finite population correction applies to it as to mean@k).
+
+    Item i's estimate (:func:`pass_at_k` of its ``m`` answers, ``c`` correct) varies with the draw of its
+    answers; its jackknife variance over the answers, ``(m-1)/m * c(m-c)/m * (t1 - t0)^2`` with ``t1``, ``t0``
+    the estimate without one correct, one wrong answer (conservative for a U-statistic: Efron-Stein), is
+    stored as ``V m (m-1)``: for k = 1 that is the item's sum of squared deviations, so pass@1 gets mean@k's
+    interval, and a sum over items, so shards combine exactly.  NaN (no correction) when an item has no
+    more than k answers (nothing to leave out).
+    """
+    total = 0.0
+    for mi, ci in zip(m.tolist(), c.tolist()):
+        mi, ci = int(mi), int(round(ci))
+        if mi - 1 < k:
+            return math.nan
+        if ci == 0 or ci == mi:
+            continue
+        d = pass_at_k(mi - 1, ci - 1, k) - pass_at_k(mi - 1, ci, k)
+        total += (mi - 1) * (mi - 1) * ci * (mi - ci) / mi * d * d
+    return total
 
 
 def two_stage_size(between_var: float, within_var: float, half_width: float, *, cost_per_sample: float = 1.0,
