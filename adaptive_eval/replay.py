@@ -252,8 +252,11 @@ class _SuiteSimulatedEval:
         self.std_of: dict[str, tuple[str, str]] = {}
         whole: dict[str, tuple[str, str]] = {}
         items: dict[tuple[str, str], set[int]] = {}
+        aggregate = cfg.evaluation.suite_aggregate
         for col in columns:
             name = col[len("eval/"):]
+            if aggregate and aggregate not in self.suites and name.partition("/")[0] == aggregate:
+                continue  # the weighted mean over the suites a run recorded: derived again here, not ground truth
             if name.endswith(":std"):
                 suite, _, metric = name[: -len(":std")].partition("/")
                 if suite in self.suites:
@@ -277,8 +280,11 @@ class _SuiteSimulatedEval:
                                      f"(evaluation.suites.{suite}.size={size}), not {item_id!r}; number the items")
                 whole[col] = (suite, metric)
             else:
+                hint = ("; the weighted mean over the suites a run recorded? set evaluation.suite_aggregate: "
+                        f"{suite}" if not aggregate and metric else "")
                 raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
-                                 f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})")
+                                 f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})"
+                                 f"{hint}")
         for (suite, metric), given in items.items():
             size = int(self.suites[suite]["size"])
             missing = [i for i in range(size) if i not in given]
@@ -290,6 +296,13 @@ class _SuiteSimulatedEval:
         for col, spot in whole.items():  # a suite-wide value, unless per-item columns say more
             if spot not in items:
                 self.where[col] = (*spot, None)
+        covered = {suite for suite, _, _ in self.where.values()}
+        empty = [name for name in self.suites if name not in covered]
+        if empty and covered:  # (it would be "evaluated" with nothing to measure, on the budget of the others)
+            raise ValueError(f"{source}: no ground truth for eval suite{'s' if len(empty) > 1 else ''} "
+                             f"{', '.join(map(repr, empty))} (no eval/<suite>/<metric> column); the trace's suites: "
+                             f"{', '.join(sorted(covered)) or 'none'}; leave "
+                             + ", ".join(f"evaluation.suites.{name}" for name in empty) + " out of the config")
         self.truth: dict[tuple[str, str], np.ndarray] = {}
         self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}

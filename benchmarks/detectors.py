@@ -1,7 +1,8 @@
 """Detectors on simulated streams: false-alarm run length, detection delay and speed (printed as a table).
 
 Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
-     python benchmarks/detectors.py --real      (the real-stream tables only; see real_streams)
+     python benchmarks/detectors.py --real [--config F] [--set K=V] [trace options] [TRACE...]
+                                                (the real-stream tables only; see real_streams)
      python benchmarks/detectors.py --tradeoff  (the default CUSUM's settings on synthetic streams; see tradeoff)
 
 For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibrated threshold):
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pathlib
 import statistics
 import sys
 import time
@@ -199,26 +201,61 @@ class _River:
         return self._feed(value)
 
 
-def _alarms(trace, streams, build) -> list[int]:
-    """Record indices of the alarms on each stream (one per stream and record at most), sorted."""
-    out = []
+def _scan(trace, streams, build, quiet_end: int) -> tuple[list[int], int, int]:
+    """The alarms of ``build``'s detectors on each stream: (their record indices, one per stream and record at
+    most, sorted; the false alarms; the exposure).  The exposure counts, per stream, the quiet records (before
+    ``quiet_end``) where the stream has a finite value, after its first ``WARM`` finite values (where no family
+    can alarm yet); the false alarms are the alarms on those same cells, so that both count the same thing."""
+    out, k, n = [], 0, 0
     for stream in streams:
         watch = build(stream)
+        seen = 0
         for i, rec in enumerate(trace.records):
             v = rec.metrics.get(stream)
-            if v is not None and watch(float(v), rec.step):
+            if v is None:
+                continue
+            v = float(v)
+            counted = False
+            if math.isfinite(v):
+                seen += 1
+                counted = seen > WARM and i < quiet_end
+                n += counted
+            if watch(v, rec.step):
                 out.append(i)
+                k += counted
     out.sort()
-    return out
+    return out, k, n
 
 
-def _warming(trace, streams, specs, at: list[int]) -> list[tuple[list[str], list[str]]]:
-    """For each record index in ``at`` (an event onset): the streams whose preset detectors are still warming
-    up there (the first warm-up or the one after an alarm), and the streams of the first alarm at or after it."""
+def _alarms(trace, streams, build) -> list[int]:
+    """Record indices of the alarms on each stream (one per stream and record at most), sorted."""
+    return _scan(trace, streams, build, 0)[0]
+
+
+def _armed_from(trace, streams) -> int | float:
+    """The first record index at which some stream is past its first ``WARM`` finite values (inf: none is):
+    an event before it lies in every stream's warm-up, where its delay measures the warm-up's end."""
+    first = math.inf
+    for stream in streams:
+        seen = 0
+        for i, rec in enumerate(trace.records):
+            v = rec.metrics.get(stream)
+            if v is not None and math.isfinite(float(v)):
+                seen += 1
+                if seen == WARM:
+                    first = min(first, i + 1)
+                    break
+    return first
+
+
+def _warming(trace, streams, specs_for, at: list[int]) -> list[tuple[list[str], list[str]]]:
+    """For each record index in ``at`` (an event onset): the streams whose preset detectors
+    (``specs_for(stream)``) are still warming up there (the first warm-up or the one after an alarm), and the
+    streams of the first alarm at or after it."""
     warming = {i: [] for i in at}
     first = {i: (math.inf, []) for i in at}
     for stream in streams:
-        watch = _Preset(specs, stream)
+        watch = _Preset(specs_for(stream), stream)
         for i, rec in enumerate(trace.records):
             if i in warming and not watch.armed:
                 warming[i].append(stream)
@@ -250,22 +287,42 @@ def _synthetic_quiet(seeds=TUNING_SEEDS) -> list[tuple]:
 REPEATS = {"grpo_tracking": "grpo_no_kl", "sb3_pong_episodes": "sb3_pong"}
 
 
-def _real_data(paths=()) -> list[tuple]:
+TRACE_DEFAULTS = argparse.Namespace(stream=[], eval=[], step_column="step", keep_last_run=False)
+
+
+def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
     """(name, trace, streams, quiet_end, event record indices) of the shipped real traces with streams, repeats
-    of another trace's run (``REPEATS``) left out; or, given ``paths``, of those trace files, their events from
-    their sidecar files (``<trace>.events.yaml``, as ``adaptive-eval check`` reads them)."""
+    of another trace's run (``REPEATS``) left out; or, given ``paths``, of those trace files read with the trace
+    options ``trace_args`` (``adaptive_eval.cli._add_trace_args``: --stream, --eval, --step-column,
+    --keep-last-run), their events from their sidecar files (``<trace>.events.yaml``, as ``adaptive-eval check``
+    reads them; an event outside the trace is an error, as there)."""
     from adaptive_eval.convert import load_real, real_traces
 
     out = []
     if paths:
+        from adaptive_eval.cli import _foreign, _load_trace_file
+        from adaptive_eval.testing import Expectations, events_path, load_expectations
         from adaptive_eval.testing._core import _load
 
         for path in paths:
-            trace, name, exp, _ = _load(path)
+            if os.path.exists(path) or _foreign(trace_args):
+                trace, name = _load_trace_file(path, trace_args), pathlib.Path(path).name
+                sidecar = events_path(path)
+                exp = load_expectations(sidecar) if sidecar is not None else Expectations()
+                where = sidecar
+            else:  # a shipped real trace by name, with its events (as check reads it)
+                trace, name, exp, _ = _load(path)
+                where = name
+            if len(trace) == 0:
+                raise ValueError(f"{path}: the trace has no records")
             streams = trace.stream_names()
             if not streams:
                 raise ValueError(f"{path}: no stream to watch (every column is step, epoch, time or eval/)")
             index = [r.step for r in trace.records]
+            for e in exp.events:
+                if not index[0] <= e.step <= index[-1]:
+                    raise ValueError(f"{where}: event at step {e.step} lies outside the trace {path} "
+                                     f"(steps {index[0]}..{index[-1]})")
             events = sorted(int(np.searchsorted(index, e.step)) for e in exp.events)
             out.append((name, trace, streams, events[0] if events else len(index), events))
         return out
@@ -283,11 +340,12 @@ def _real_data(paths=()) -> list[tuple]:
 
 
 def _quiet_rate(build, data) -> tuple[int, int]:
-    """False alarms (before each trace's first event) and quiet records x streams, over ``data``."""
+    """False alarms and exposure over ``data`` (before each trace's first event; see ``_scan``)."""
     k = n = 0
     for trace, streams, quiet_end, _ in data:
-        k += sum(1 for a in _alarms(trace, streams, build) if a < quiet_end)
-        n += quiet_end * len(streams)
+        _, dk, dn = _scan(trace, streams, build, quiet_end)
+        k += dk
+        n += dn
     return k, n
 
 
@@ -325,6 +383,14 @@ def _poisson_ci(k: int, n: int) -> tuple[float, float]:
 
     lo = chi2.ppf(0.025, 2 * k) / 2 if k else 0.0
     return 1000 * lo / n, 1000 * chi2.ppf(0.975, 2 * (k + 1)) / 2 / n
+
+
+def _rate(k: int, n: int) -> str:
+    """False alarms per 1,000 with the exact Poisson 95% interval; n/a when nothing was exposed (n = 0)."""
+    if not n:
+        return "n/a (n = 0)"
+    lo, hi = _poisson_ci(k, n)
+    return f"{1000 * k / n:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def _placebo(alarms: list[int], quiet_end: int, delay: int | None) -> tuple[float, float | None]:
@@ -365,35 +431,59 @@ def _median_ci(values: list[float]) -> tuple[float, float, float]:
     return xs[j - 1], xs[n - j], 1 - 2 * binom.cdf(j - 1, n, 0.5)
 
 
-def real_streams(paths=(), real=None) -> None:
+def _specs_of(cfg):
+    """stream -> its detector specs under ``cfg``, resolved as ``AdaptiveEvaluator._specs_for`` does: none for a
+    stream in ``streams.ignore``, its own list when ``streams.watch`` names it, else ``streams.default``."""
+    from omegaconf import OmegaConf
+
+    streams = OmegaConf.to_container(cfg.streams, resolve=True)
+    ignore, watch, default = frozenset(streams["ignore"]), streams["watch"], streams["default"]
+    return lambda stream: [] if stream in ignore else watch.get(stream, default)
+
+
+def _preset_label(config=None, overrides=()) -> str:
+    """The preset family's row label: "default preset", or the config's name with its overrides."""
+    if config in (None, "default") and not overrides:
+        return "default preset"
+    name = "default" if config is None else pathlib.Path(config).name
+    return " ".join([f"{name} preset", *(f"--set {o}" for o in overrides)])
+
+
+def real_streams(paths=(), real=None, config=None, overrides=()) -> None:
     """Detectors on the cheap streams of the real traces shipped in ``traces/`` (not simulated).
 
     Families, each one detector set per stream, fed every value in record order (river's: the finite ones):
-    the default preset's ``streams.default`` detectors (``adaptive_eval.load_config()``); river's
-    ``ADWIN()`` and ``PageHinkley()`` at river's defaults; and the same two re-thresholded to the default
-    preset's false-alarm rate on the SYNTHETIC tuning suite (``adaptive_eval.synthetic.suite`` seeds 0-3, their
-    quiet stretches; nothing is chosen on the real traces), on values standardized by each stream's first 30
-    (see ``_River``): Page-Hinkley's ``threshold`` and ADWIN's ``delta`` by bisection.
-    * false alarms per 1,000 steps: alarms on the quiet stretch of each trace (before its first annotated
-      event; the whole trace when it has none) on any of its streams, per 1,000 quiet records x streams
-      watched; exact Poisson 95% interval on the count; a trace that repeats another's run (``REPEATS``) is
+    the preset's detectors (``adaptive_eval.load_config(config, overrides)``, the default preset by default),
+    per stream as ``AdaptiveEvaluator`` resolves them (``streams.watch``, ``streams.ignore``, else
+    ``streams.default``); river's ``ADWIN()`` and ``PageHinkley()`` at river's defaults; and the same two
+    re-thresholded to the preset's false-alarm rate on the SYNTHETIC tuning suite
+    (``adaptive_eval.synthetic.suite`` seeds 0-3, their quiet stretches; nothing is chosen on the real traces),
+    on values standardized by each stream's first 30 (see ``_River``): Page-Hinkley's ``threshold`` and
+    ADWIN's ``delta`` by bisection.
+    * false alarms per 1,000: alarms on the quiet stretch of each trace (before its first annotated event; the
+      whole trace when it has none) on any of its streams, per 1,000 quiet values: per stream, the quiet
+      records where it has a finite value, after its first 30 (its warm-up, where no family can alarm; see
+      ``_scan``); exact Poisson 95% interval on the count; a trace that repeats another's run (``REPEATS``) is
       left out, so that events and quiet stretches are independent;
     * delay: per annotated event (``convert.load_real``'s rules: GRPO collapses and degradations), records
       from the event to the first alarm at or after it on any stream; no alarm by the end = missed.  The
-      median carries the exact order-statistic interval (n = 4 events: min to max, 87.5%);
+      median carries the exact order-statistic interval (n = 4 events: min to max, 87.5%).  An event before
+      any stream is past its first 30 values is flagged "(in warm-up)": its delay measures the warm-up's end;
     * chance: the same family's alarms on the same trace's quiet stretch, at placebo onsets (every record from
       30 to the event): their median wait to the next alarm, and q = the share of placebo onsets that get an
       alarm within the event's delay.  An event is caught beyond chance when q < 0.05: a family that alarms
-      all the time gets short "delays" whether or not anything changed.
+      all the time gets short "delays" whether or not anything changed.  n/a: the quiet stretch is no longer
+      than the warm-up.
     """
     from river import drift
 
     from adaptive_eval import load_config
 
-    specs = list(load_config().streams.default)
+    specs_for = _specs_of(load_config(config, overrides))
+    label = _preset_label(config, overrides)
     t0 = time.perf_counter()
     synth = _synthetic_quiet()
-    preset = lambda s: _Preset(specs, s)  # noqa: E731
+    preset = lambda s: _Preset(specs_for(s), s)  # noqa: E731
     k_syn, n_syn = _quiet_rate(preset, synth)
     target = k_syn / n_syn
     ph_h = _match_rate(lambda h: lambda s: _River(drift.PageHinkley(threshold=h), True), target, synth,
@@ -401,29 +491,32 @@ def real_streams(paths=(), real=None) -> None:
     ad_d = _match_rate(lambda d: lambda s: _River(drift.ADWIN(delta=d), True), target, synth,
                        1e-30, 0.5, increasing=True)
     families = {
-        "default preset": preset,
+        label: preset,
         "river ADWIN()": lambda s: _River(drift.ADWIN()),
         "river PageHinkley()": lambda s: _River(drift.PageHinkley()),
         "ADWIN, matched FA": lambda s: _River(drift.ADWIN(delta=ad_d), True),
         "PageHinkley, matched FA": lambda s: _River(drift.PageHinkley(threshold=ph_h), True),
     }
+    w = max(24, len(label))
     syn = {f: _quiet_rate(b, synth) for f, b in families.items()}
-    print(f"Re-thresholded on the synthetic tuning suite (seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}, "
-          f"{len(synth)} traces, quiet stretches, {n_syn:,d} steps x streams; standardized by each stream's first "
-          f"{WARM} values): PageHinkley(threshold={ph_h:.4g}), ADWIN(delta={ad_d:.3g}).  Synthetic false alarms "
-          "/ 1k [95%]:")
+    print(f"Re-thresholded to the {label}'s rate on the synthetic tuning suite (seeds {TUNING_SEEDS[0]}-"
+          f"{TUNING_SEEDS[-1]}, {len(synth)} traces, quiet stretches, {n_syn:,d} values after each stream's first "
+          f"{WARM}; standardized by those {WARM}): PageHinkley(threshold={ph_h:.4g}), ADWIN(delta={ad_d:.3g}).  "
+          "Synthetic false alarms / 1k [95%]:")
     for f, (k, n) in syn.items():
         lo, hi = _poisson_ci(k, n)
-        print(f"  {f:24s} {1000 * k / n:7.2f} [{lo:.2f}, {hi:.2f}]  ({k} alarms)")
+        print(f"  {f:{w}s} {1000 * k / n:7.2f} [{lo:.2f}, {hi:.2f}]  ({k} alarms)")
 
     if real is None:
         real = _real_data(paths)
     totals = {f: {"alarms": 0, "exposure": 0, "events": []} for f in families}
     rows = []
+    in_warmup = 0
     for name, trace, streams, quiet_end, events in real:
+        armed = _armed_from(trace, streams)
+        in_warmup += sum(e < armed for e in events)
         for fam, build in families.items():
-            alarms = _alarms(trace, streams, build)
-            false = sum(1 for a in alarms if a < quiet_end)
+            alarms, false, exposure = _scan(trace, streams, build, quiet_end)
             cells = []
             for j, e in enumerate(events):
                 # An event's alarm comes before the next event (a trace with one event: before the end).
@@ -431,58 +524,59 @@ def real_streams(paths=(), real=None) -> None:
                 after = [a for a in alarms if e <= a < stop]
                 d = after[0] - e if after else None
                 med, q = _placebo(alarms, quiet_end, d)
-                cells.append((d, med, q))
+                cells.append((d, med, q, e < armed))
                 totals[fam]["events"].append((name, d, med, q))
             totals[fam]["alarms"] += false
-            totals[fam]["exposure"] += quiet_end * len(streams)
-            rows.append((name, fam, len(streams), quiet_end, false, cells))
+            totals[fam]["exposure"] += exposure
+            rows.append((name, fam, len(streams), quiet_end, exposure, false, cells))
 
-    def cell(d, med, q):
-        c = "none" if med == math.inf else f"{med:g}"
-        return "missed" if d is None else f"{d} (chance {c}, q {'n/a' if q is None else format(q, '.2f')})"
+    def cell(d, med, q, warm):
+        c = "none" if med == math.inf else "n/a" if math.isnan(med) else f"{med:g}"
+        if d is None:
+            return "missed (in warm-up)" if warm else "missed"
+        return f"{d} ({'in warm-up; ' if warm else ''}chance {c}, q {'n/a' if q is None else format(q, '.2f')})"
 
-    print("\nDetectors on the real traces' streams (per trace: quiet records x streams, false alarms; per event: "
-          "delay in records,\nthe median placebo delay from the family's own quiet alarms, and q = P(placebo "
-          "delay <= delay))")
-    print(f"{'trace':22s} {'detectors':24s} {'streams':>7s} {'quiet':>6s} {'false':>6s}  events")
-    for name, fam, n_streams, quiet, false, cells in rows:
+    print(f"\nDetectors on the real traces' streams (per trace: quiet records, n = quiet values counted (per stream: "
+          f"records with a finite value, after its first {WARM}), false alarms on them; per event: delay in "
+          "records,\nthe median placebo delay from the family's own quiet alarms, and q = P(placebo delay <= delay))")
+    print(f"{'trace':22s} {'detectors':{w}s} {'streams':>7s} {'quiet':>6s} {'n':>7s} {'false':>6s}  events")
+    for name, fam, n_streams, quiet, exposure, false, cells in rows:
         shown = "; ".join(cell(*c) for c in cells) or "(no events)"
-        print(f"{name:22s} {fam:24s} {n_streams:7d} {quiet:6d} {false:6d}  {shown}")
-    print("\nDefault preset at each event onset: streams still warming up (first warm-up or after an alarm) -> "
+        print(f"{name:22s} {fam:{w}s} {n_streams:7d} {quiet:6d} {exposure:7d} {false:6d}  {shown}")
+    print(f"\nThe {label} at each event onset: streams still warming up (first warm-up or after an alarm) -> "
           "the streams of the first alarm")
     for name, trace, streams, _, events in real:
-        for e, (warm, caught) in zip(events, _warming(trace, streams, specs, events)):
+        for e, (warm, caught) in zip(events, _warming(trace, streams, specs_for, events)):
             print(f"  {name:22s} record {e:4d}: {len(warm)}/{len(streams)} warming {warm or ''} -> "
                   f"{', '.join(caught) or 'none'}" + (" (one of them warming)" if set(warm) & set(caught) else ""))
 
-    base = [d for _, d, _, _ in totals["default preset"]["events"]]
+    base = [d for _, d, _, _ in totals[label]["events"]]
     inf = math.inf
-    shown = lambda x: "-" if x == inf else "none" if x is None else f"{x:g}"  # noqa: E731
+    shown = lambda x: "-" if x == inf else "none" if x is None else "n/a" if math.isnan(x) else f"{x:g}"  # noqa: E731
     exposure = {t["exposure"] for t in totals.values()}.pop()
+    counted = f"quiet values (per stream: the quiet records where it has a finite value, after its first {WARM})"
     if not base:
         print("\nNo annotated events in these traces: false alarms only.")
         for fam, t in totals.items():
-            lo, hi = _poisson_ci(t["alarms"], exposure)
-            print(f"  {fam:24s} {1000 * t['alarms'] / exposure:7.2f} [{lo:.2f}, {hi:.2f}] per 1k ({t['alarms']} alarms)")
-        print(f"\nn = {exposure:,d} quiet steps x streams over {len(real)} traces; {time.perf_counter() - t0:.0f} s")
+            print(f"  {fam:{w}s} {_rate(t['alarms'], exposure)} per 1k ({t['alarms']} alarms)")
+        print(f"\nn = {exposure:,d} {counted} over {len(real)} traces; {time.perf_counter() - t0:.0f} s")
         return
-    cover = _median_ci([0.0] * len(base))[2]
-    print(f"\n{'detectors':24s} {'false alarms/1k [95%]':>21s} {'caught':>6s} "
-          f"{f'median delay [{100 * cover:.1f}%]':>20s} "
-          f"{'delay per event':>18s} {'placebo median':>26s} {'q < 0.05':>8s} {'default faster/slower':>21s}")
+    cover = _median_ci([0.0] * len(base))[2] if len(base) > 1 else None
+    versus_head = "default faster/slower" if label == "default preset" else "preset faster/slower"
+    print(f"\n{'detectors':{w}s} {'false alarms/1k [95%]':>21s} {'caught':>6s} "
+          f"{'median delay' + ('' if cover is None else f' [{100 * cover:.1f}%]'):>20s} "
+          f"{'delay per event':>18s} {'placebo median':>26s} {'q < 0.05':>8s} {versus_head:>21s}")
     for fam, t in totals.items():
         k = t["alarms"]
-        lo, hi = _poisson_ci(k, exposure)
         ev = t["events"]
         ds = [inf if d is None else d for _, d, _, _ in ev]
-        mlo, mhi, _ = _median_ci(ds)
         beyond = sum(1 for _, d, _, q in ev if d is not None and q is not None and q < 0.05)
         known = sum(1 for _, d, _, q in ev if d is not None and q is not None)
         per = ", ".join(shown(d) for d in ds)
         chance = ", ".join("none" if m == inf else shown(m) for _, _, m, _ in ev)
         if len(ev) > 8:  # listed per trace above
             per = chance = "(per trace above)"
-        if fam == "default preset":
+        if fam == label:
             versus = ""
         else:
             from scipy.stats import binomtest
@@ -492,16 +586,24 @@ def real_streams(paths=(), real=None) -> None:
             loss = sum(a > b for a, b in zip(bd, ds))
             p = binomtest(win, win + loss, 0.5).pvalue if win + loss else 1.0
             versus = f"{win}/{loss} (p {p:.2f})"
-        med = f"{shown(statistics.median(ds))} [{shown(mlo)}, {shown(mhi)}]"
-        fa = f"{1000 * k / exposure:.2f} [{lo:.2f}, {hi:.2f}]"
-        print(f"{fam:24s} {fa:>21s} {sum(d != inf for d in ds):4d}/{len(ds)} "
+        if cover is None:
+            med = f"{shown(statistics.median(ds))} [-]"
+        else:
+            mlo, mhi, _ = _median_ci(ds)
+            med = f"{shown(statistics.median(ds))} [{shown(mlo)}, {shown(mhi)}]"
+        fa = _rate(k, exposure)
+        print(f"{fam:{w}s} {fa:>21s} {sum(d != inf for d in ds):4d}/{len(ds)} "
               f"{med:>20s} {per:>18s} {chance:>26s} {f'{beyond}/{known}':>8s} {versus:>21s}")
     where = (f"{len(real)} traces given, {len(base)} events from their sidecar files (an event's alarm must come "
              f"before the next event)" if paths else f"{len(real)} real traces ("
              + ", ".join(f"{k} left out: the run of {v}" for k, v in REPEATS.items()) + f"), {len(base)} events (all GRPO)")
-    print(f"\nn = {exposure:,d} quiet steps x streams over {where}; "
-          f"median delay: exact order-statistic interval ({100 * cover:.1f}%); placebo median: the family's own quiet "
-          f"alarms from a random onset (none: most onsets see no alarm); q < 0.05: events caught sooner than 5% of "
+    warm_note = (f"; {in_warmup} event(s) in every stream's warm-up (flagged above: the delay measures its end)"
+                 if in_warmup else "")
+    print(f"\nn = {exposure:,d} {counted} over {where}{warm_note}; "
+          + ("median delay: one event, no interval" if cover is None else
+             f"median delay: exact order-statistic interval ({100 * cover:.1f}%)")
+          + "; placebo median: the family's own quiet alarms from a random onset (none: most onsets see no alarm; "
+          f"n/a: no quiet record after the first {WARM}); q < 0.05: events caught sooner than 5% of "
           f"placebo onsets would be (of those with a placebo window); faster/slower: per event, sign test two-sided; "
           f"{time.perf_counter() - t0:.0f} s")
 
@@ -653,7 +755,7 @@ def tradeoff() -> None:
         kinds = tune.kinds[offset:offset + len(events)]
         offset += len(events)
         st_events = [e for e, kd in zip(events, kinds) if kd in ("collapse", "recovery")]
-        for e, (warm, _) in zip(st_events, _warming(trace, streams, specs_of(default), st_events)):
+        for e, (warm, _) in zip(st_events, _warming(trace, streams, lambda s: specs_of(default), st_events)):
             onsets += 1
             warming += "train/reward" in warm
     print(f"\nDefault: the event's stream (train/reward) was still warming up at {warming} of the tuning half's "
@@ -687,15 +789,27 @@ def main(argv=None) -> None:
                     help="with --real: these trace files instead of the shipped real traces (CSV, JSONL or a "
                          "TensorBoard folder; events from each one's sidecar <trace>.events.yaml, as "
                          "adaptive-eval check reads it; the quiet stretch is what comes before the first event)")
+    from adaptive_eval.cli import _add_config_args, _add_trace_args, _foreign
+
+    real = ap.add_argument_group("with --real (as adaptive-eval replay reads them)")
+    _add_config_args(real)
+    _add_trace_args(real)
     args = ap.parse_args(argv)
     if args.traces and not args.real:
         ap.error("trace files are read with --real only")
+    if (args.config is not None or args.overrides) and not args.real:
+        ap.error("--config and --set apply with --real only")
+    if _foreign(args) and not args.traces:
+        ap.error("--stream, --eval, --step-column and --keep-last-run apply to the TRACE files given with --real")
     if args.real:
         try:
-            data = _real_data(args.traces)
+            from adaptive_eval import load_config
+
+            load_config(args.config, args.overrides)  # a bad config or override: exit 2 before any work
+            data = _real_data(args.traces, args)
         except (OSError, ValueError) as e:
             ap.exit(2, f"detectors.py: {e}\n")
-        real_streams(args.traces, data)
+        real_streams(args.traces, data, args.config, args.overrides)
         return
     if args.tradeoff:
         tradeoff()

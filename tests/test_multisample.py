@@ -651,6 +651,41 @@ def test_replaying_a_recorded_suite_run_ignores_what_it_derived_strata_and_pass_
                      "math/acc/stratum=a/pass@1", "math/acc/stratum=b/pass@1"}, names
 
 
+def test_a_run_recorded_with_a_suite_aggregate_replays_with_its_own_config(tmp_path):
+    """A run with two suites and ``suite_aggregate: all`` records eval/all/<metric> columns; replaying its
+    trace with the config that made it failed: "column 'eval/all/acc': with evaluation.suites, eval columns
+    are eval/<suite>/<metric>...".  The aggregate is derived (replay derives it again), not ground truth."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import read_trace
+
+    overrides = ["trigger.freq_steps=10", "evaluation.pass_at_k=[1,2]", "evaluation.suite_aggregate=all",
+                 "evaluation.suites.a.size=20", "evaluation.suites.a.samples_per_item=2",
+                 "evaluation.suites.b.size=10", "evaluation.suites.b.samples_per_item=2"]
+    cfg = load_config("areal", overrides)
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=40)
+    ev.record_to(tmp_path / "trace.csv")
+    rng = np.random.default_rng(0)
+
+    def fn(req):
+        return {f"{name}/acc": (rng.random((len(s.indices), 2)) < 0.6).astype(float)
+                for name, s in req.suites.items()}
+
+    for step in range(40):
+        ev.observe({"train/reward": float(rng.normal())}, step)
+        ev.evaluate(fn, 0, step, step)
+    ev.close()
+    trace = read_trace(tmp_path / "trace.csv")
+    assert "eval/all/acc" in trace.eval_names()
+    run = replay(trace, cfg, seed=0)
+    assert {"a/acc", "b/acc", "all/acc"} <= set(run.results[0].metrics)
+    with pytest.raises(ValueError, match=r"eval/all/acc.*evaluation.suite_aggregate"):
+        replay(trace, load_config("areal", [o for o in overrides if "aggregate" not in o]), seed=0)
+    # a configured suite the trace has no column of was "evaluated" with nothing to measure, on the budget
+    more = load_config("areal", overrides + ["evaluation.suites.c.size=5"])
+    with pytest.raises(ValueError, match=r"no ground truth for eval suite 'c' .* leave evaluation.suites.c out"):
+        replay(trace, more, seed=0)
+
+
 def test_report_strata_without_strata_is_a_config_error_and_strata_stay_out_of_cross_suite_aggregates():
     from adaptive_eval.config import ConfigError
     from adaptive_eval.distributed import rank_discrepancies
