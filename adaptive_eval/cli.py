@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import pathlib
+import re
 import sys
 
 from adaptive_eval.config import ConfigError, load_config
@@ -43,17 +44,36 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
     return out
 
 
+_LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|error|err|mse|mae|rmse|bpb|bpc)"
+                              r"(?:$|[_/.\-@])", re.IGNORECASE)
+
+
 def _truth_note(trace, cfg) -> None:
     """Say on stderr which eval columns replay can only return as they are: values beyond [0, 1] without a
-    ``:std`` column give evaluations without an interval, which can confirm nothing (a percentage?)."""
+    ``:std`` column give evaluations without an interval, which can confirm nothing (a percentage?); and
+    which look lower-is-better (``eval_loss``, ``eval_wer``) while ``evaluation.higher_is_better`` is true."""
     import numpy as np
 
     from adaptive_eval.replay import _split_columns
 
-    if cfg.evaluation.suites:
-        return
     _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))
     declared = dict(cfg.evaluation.metric_kinds or {})
+    tracked = cfg.evaluation.metric
+    for name in ([tracked] if tracked else evals):
+        found = _LOWER_IS_BETTER.search(str(name))
+        if found is None or name not in evals or not cfg.evaluation.higher_is_better:
+            continue
+        kind = ""
+        if found.group(1).lower() in ("loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "bpb", "bpc") \
+                and name not in declared and evals[name] is None and not cfg.evaluation.suites:
+            kind = (f"; and a {found.group(1)} is not a proportion of correct answers, which is how replay draws "
+                    f"a column in [0, 1] without a :std column: --set 'evaluation.metric_kinds={{{name}: mean}}' (with "
+                    f"no eval/{name}:std column, its per-sample sd, it then gets no interval)")
+        print(f"  note: eval/{name} looks lower-is-better (a {found.group(1)}), but evaluation.higher_is_better is "
+              f"true: the best checkpoint is its highest value, and a rise reads as improving; --set "
+              f"evaluation.higher_is_better=false{kind}", file=sys.stderr)
+    if cfg.evaluation.suites:
+        return
     for name, std in evals.items():
         if std is not None or name in declared:
             continue
@@ -107,6 +127,14 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     return trace
 
 
+def _no_truth_warning(trace) -> None:
+    """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
+    likely = [n for n in trace.stream_names() if re.match(r"(eval|val|test)[_/]", n, re.IGNORECASE)]
+    print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
+          "evaluation measured nothing; name it with --eval COL"
+          + (f" (eval-like columns here: {', '.join(likely[:6])})" if likely else ""), file=sys.stderr)
+
+
 def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
     """Say on stderr how a trace logged every k steps is counted, unless ``replay.every_step`` is set."""
     if cfg.replay.every_step or records < 2 or (last - first) / (records - 1) < 1.5:
@@ -151,8 +179,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
     _truth_note(trace, cfg)
     if s["evals"] and not any(e["metrics"] for e in result.evals):
-        print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
-              "evaluation measured nothing; name it with --eval COL", file=sys.stderr)
+        _no_truth_warning(trace)
     units = replay_units(result, cfg)  # with eval suites: the cost units check, tune and the budget count
     samples = (f"samples {s['samples']}" if units is None else
                f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
@@ -230,26 +257,42 @@ def _cmd_check(args: argparse.Namespace) -> int:
             traces += [str(f) for f in trace_files(folder)]
         else:
             traces.append(trace)
+    from adaptive_eval.testing._core import _load
+
     names = [pathlib.Path(t).name for t in traces]
-    rows = []
+    rows, errors = [], []
     for trace in traces:
-        source = trace
-        if _foreign(args) and os.path.exists(trace):  # (its events file beside it, as for a trace read as is)
-            source = _load_trace_file(trace, args)
-            sidecar = events_path(trace)
-            events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)
-        else:
-            events = args.events
-        run = replay_trace(source, cfg, seed=args.seed, events=events)
-        if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
-            run.name = trace
-        _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
-        run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
-        rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
-    print(format_rows(rows))
+        try:
+            source = trace
+            if _foreign(args) and os.path.exists(trace):  # (its events file beside it, as for a trace read as is)
+                source = _load_trace_file(trace, args)
+                sidecar = events_path(trace)
+                events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)
+            else:
+                events = args.events
+            run = replay_trace(source, cfg, seed=args.seed, events=events)
+            if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
+                run.name = trace
+            _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
+            loaded = _load(source)[0]
+            _truth_note(loaded, cfg)
+            if run.evals and not any(e["metrics"] for e in run.evals):
+                _no_truth_warning(loaded)
+            run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
+            rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
+        except (ValueError, FileNotFoundError) as exc:
+            if len(traces) == 1:
+                raise
+            errors.append(str(exc))  # the other traces are still checked (each message names its trace)
+            print(f"adaptive-eval: {exc}", file=sys.stderr)
+    if rows:
+        print(format_rows(rows))
     failed = [r for r in rows if not r.ok]
     for r in failed:
         print("\n" + r.message)
+    if errors:
+        print(f"\n{len(errors)} of {len(traces)} traces could not be checked:\n  " + "\n  ".join(errors))
+        return 2
     if failed:
         print(f"\n{len(failed)} of {len(rows)} expectations failed")
         return 1

@@ -285,7 +285,7 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     """A trace of any format (TensorBoard, JSONL, native CSV) narrowed as :func:`from_columns` narrows a CSV:
     only ``streams`` as cheap streams (default: every metric not otherwise named), and ``evals`` as the eval
     ground truth, metric ``c`` times its scale as ``eval/c`` (``c`` itself when it starts with ``eval/``); with
-    ``evals`` named, the trace's other ``eval/`` metrics are dropped.  A name the trace lacks is a
+    ``evals`` named, the trace's other ``eval/`` (and ``eval_``) metrics are dropped.  A name the trace lacks is a
     :class:`TraceError` listing what it has.
     """
     evals = dict(evals or {})
@@ -293,8 +293,8 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     missing = [c for c in [*(streams or ()), *evals] if c not in names]
     if missing:
         raise TraceError(f"no metric {', '.join(map(repr, missing))} (metrics: {', '.join(names)})", trace.source)
-    if streams is None:
-        keep = [c for c in names if c not in evals and not (evals and c.startswith("eval/"))]
+    if streams is None:  # (nor is an HF eval row's other eval_<m> a stream: an eval result, not a step's)
+        keep = [c for c in names if c not in evals and not (evals and c.startswith(("eval/", "eval_")))]
     else:
         keep = list(streams)
     out_name = {c: c for c in keep}

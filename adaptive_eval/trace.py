@@ -714,6 +714,11 @@ def _parse_float(text: str, what: str, path, line) -> float:
         raise TraceError(f"{what}: {text!r} is not a number", path, line) from None
 
 
+# A Hugging Face Trainer's log_history rows carry how fast it ran and its closing summary: not streams.
+_HF_BOOKKEEPING = frozenset({"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
+                             "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
+
+
 class _Date(float):
     """A ``time`` cell that held a date: its POSIX seconds, until :func:`_dates_relative` makes the trace's
     times seconds since its first record."""
@@ -899,7 +904,7 @@ def _json_record(text: str, path, line) -> TraceRecord:
         if not isinstance(raw, dict):
             raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}", path, line)
     else:
-        raw = {k: v for k, v in obj.items() if k not in RESERVED}
+        raw = {k: v for k, v in obj.items() if k not in RESERVED and k not in _HF_BOOKKEEPING}
     metrics = {}
     _json_metrics(raw, "", metrics, path, line)
     return _new_record(step, metrics, epoch, time)

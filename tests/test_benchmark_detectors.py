@@ -1,11 +1,23 @@
 """benchmarks/detectors.py --real on the user's own annotated traces (subprocess, as a user runs it)."""
 
+import argparse
+import importlib.util
+import math
 import pathlib
 import random
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_detectors", REPO / "benchmarks" / "detectors.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def run(*args):
@@ -27,7 +39,9 @@ def test_real_on_given_traces_scores_their_sidecar_events(tmp_path):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "over 2 traces given, 1 events from their sidecar files" in text
-    assert "n = 700 quiet steps x streams" in text  # 300 before the event + the quiet trace's 400
+    # 300 before the event + the quiet trace's 400, less each stream's first 30 (its warm-up)
+    assert "n = 640 quiet values (per stream: the quiet records where it has a finite value, after its first 30)" \
+        in text
     summary = {line.split("  ")[0]: line for line in text.splitlines()
                if line.startswith(("default preset ", "river ADWIN() "))}
     default = summary["default preset"].split()
@@ -42,3 +56,90 @@ def test_real_on_a_trace_without_a_stream_or_missing_exits_2(tmp_path):
     assert out.returncode == 2 and "evals_only.csv: no stream to watch" in out.stderr
     out = run(str(tmp_path / "missing.csv"))
     assert out.returncode == 2 and "missing.csv: no such trace file" in out.stderr
+
+
+def _step_trace(tmp_path, name="step.csv", at=300, n=500, event=300, header="step,value", row=None):
+    rng = random.Random(5)
+    path = tmp_path / name
+    row = row or (lambda i, v: f"{i},{v!r}")
+    path.write_text(header + "\n" + "".join(row(i, rng.gauss(0, 1) + (6.0 if i >= at else 0.0)) + "\n"
+                                           for i in range(n)))
+    if event is not None:
+        (tmp_path / f"{name}.events.yaml").write_text(f"events:\n- {{step: {event}, kind: change}}\n")
+    return path
+
+
+def test_real_refuses_an_event_outside_the_trace(tmp_path):
+    for step in (500, -5):  # beyond the last record, before the first
+        path = _step_trace(tmp_path, f"out{step}.csv", n=100, event=step)
+        out = run(str(path))
+        assert out.returncode == 2, out.stdout
+        assert f"out{step}.csv.events.yaml: event at step {step} lies outside the trace" in out.stderr
+        assert "(steps 0..99)" in out.stderr
+
+
+def test_real_takes_the_trace_options(tmp_path):
+    mod = _module()
+    # Another tool's CSV: a timestamp, no step column; the event at row 300.
+    path = _step_trace(tmp_path, "nab.csv", header="timestamp,value,other",
+                       row=lambda i, v: f"2020-01-01 00:{i // 60:02d}:{i % 60:02d},{v!r},{i % 7}")
+    out = run(str(path))
+    assert out.returncode == 2 and "--step-column" in out.stderr
+    out = run("--stream", "value", "--step-column", "none", str(path))
+    assert out.returncode == 0, out.stderr
+    assert "nab.csv                default preset                 1    300     270      0  " in out.stdout
+    # --eval and --keep-last-run, as adaptive-eval replay reads them (through adaptive_eval.cli)
+    restarted = tmp_path / "restart.csv"
+    restarted.write_text("step,value,acc\n" + "".join(f"{i},{i % 5},{i / 100}\n" for i in [*range(60), *range(40, 100)]))
+    args = argparse.Namespace(stream=[], eval=["acc:0.5"], step_column="step", keep_last_run=False)
+    with pytest.raises(ValueError, match="steps must not decrease"):
+        mod._real_data([str(restarted)], args)
+    args.keep_last_run = True
+    (name, trace, streams, quiet_end, events), = mod._real_data([str(restarted)], args)
+    assert streams == ["value"] and len(trace) == 100 and quiet_end == 100 and events == []
+
+
+def test_real_preset_from_config_resolves_streams_as_the_evaluator(tmp_path):
+    mod = _module()
+    from adaptive_eval import load_config
+
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text("streams:\n  watch:\n    value: [{type: nonfinite}]\n  ignore: [skip]\n")
+    specs_for = mod._specs_of(load_config(str(cfg)))
+    assert specs_for("value") == [{"type": "nonfinite"}] and specs_for("skip") == []
+    assert [s["type"] for s in specs_for("other")] == ["nonfinite", "cusum"]  # streams.default
+    # The default preset catches the 6 sd step (test above); with only `nonfinite` on the stream, nothing does.
+    path = _step_trace(tmp_path)
+    out = run("--config", str(cfg), "--set", "streams.ignore=[skip]", str(path))
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("mine.yaml preset --set")]
+    assert rows and rows[-1][7] == "0/1", out.stdout  # label, 3 words with the --set; FA 3 fields; caught
+    assert "the mine.yaml preset --set streams.ignore=[skip]'s rate" in out.stdout
+
+
+def test_real_exposure_counts_values_after_the_warm_up(tmp_path):
+    mod = _module()
+    from adaptive_eval.trace import read_trace
+
+    path = tmp_path / "sparse.csv"  # a dense stream, and one logged every 10th record (20 values in all)
+    path.write_text("step,dense,sparse\n" + "".join(f"{i},{i % 3},{i if i % 10 == 0 else ''}\n" for i in range(200)))
+    trace = read_trace(path)
+    every = lambda stream: (lambda v, step: True)  # noqa: E731  (alarms at every value)
+    alarms, k, n = mod._scan(trace, ["dense", "sparse"], every, 150)
+    assert len(alarms) == 220
+    assert n == 150 - 30  # dense: its quiet records after its first 30; sparse: its 15 quiet values are warm-up
+    assert k == n  # false alarms counted on the same cells
+    assert mod._quiet_rate(every, [(trace, ["dense", "sparse"], 150, [])]) == (n, n)
+
+
+def test_real_flags_an_event_in_the_warm_up_and_prints_no_nan(tmp_path):
+    path = _step_trace(tmp_path, "early.csv", at=10, n=200, event=10)
+    out = run(str(path))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    rows = [line for line in text.splitlines() if line.startswith("early.csv ")]
+    assert len(rows) == 5 and all("in warm-up" in line for line in rows), rows
+    assert "1 event(s) in every stream's warm-up" in text
+    assert "nan" not in text and "[0.0%]" not in text  # no placebo (quiet stretch 10 < 30), one event
+    assert "median delay [" not in text and " [-] " in text
+    assert "chance n/a" in text or "missed" in text

@@ -364,3 +364,52 @@ def test_step_column_none_numbers_the_rows_of_a_csv_without_steps(tmp_path, caps
                  "--no-tensorboard"]) == 0
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["steps"] == 60
+
+
+def test_a_hf_eval_loss_or_wer_is_flagged_lower_is_better_and_hf_bookkeeping_is_not_a_stream(tmp_path, capsys):
+    """Found on real trainer_state.json files: ``--eval eval_loss`` was replayed as a higher-is-better
+    proportion without a word (the "best" checkpoint had the highest loss), eval_runtime, total_flos and
+    train_runtime were watched as training streams, and with --eval eval_wer, eval_loss still was."""
+    rows = _hf_log_history()
+    for r in rows:
+        if "eval_accuracy" in r:
+            r["eval_loss"] = 1.0 - r["eval_accuracy"]
+            r["eval_wer"] = 0.5 * r["eval_loss"]
+            r["eval_samples_per_second"] = 12.0
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 1000, "log_history": rows}))
+    trace = read_trace(path)
+    assert trace.stream_names() == ["grad_norm", "learning_rate", "loss", "eval_accuracy", "eval_loss", "eval_wer",
+                                    "train_loss"]
+    assert main(["replay", str(path), "--eval", "eval_wer", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert "eval/eval_wer looks lower-is-better (a wer)" in err and "higher_is_better=false" in err
+    assert "metric_kinds" not in err  # a word error rate is a rate
+    from adaptive_eval.convert import select_columns
+
+    assert select_columns(trace, evals={"eval_wer": 1.0}).stream_names() == ["grad_norm", "learning_rate", "loss",
+                                                                             "train_loss"]
+    assert main(["replay", str(path), "--eval", "eval_loss", "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
+    assert "a loss is not a proportion" in capsys.readouterr().err
+    assert main(["replay", str(path), "--eval", "eval_loss", "--set", "evaluation.higher_is_better=false",
+                 "--out", str(tmp_path / "o3"), "--no-tensorboard"]) == 0
+    assert "lower-is-better" not in capsys.readouterr().err
+    # without --eval: the warning names the eval-like columns
+    assert main(["replay", str(path), "--out", str(tmp_path / "o4"), "--no-tensorboard"]) == 0
+    assert "eval-like columns here: eval_accuracy, eval_loss, eval_wer" in capsys.readouterr().err
+
+
+def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_path, capsys):
+    """``check traces/`` stopped at the first trace without ground truth (exit 2) and left the rest unchecked;
+    and ``check`` said nothing where ``replay`` warns that every evaluation measured nothing."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    write_wandb(folder / "a_wandb.csv")  # needs --step-column: cannot be read as it is
+    (folder / "b_plain.csv").write_text("step,loss\n" + "".join(f"{s},{1.0 + 0.01 * (s % 5)}\n" for s in range(200)))
+    (folder / "c_truth.csv").write_text("step,loss,eval/acc\n" + "".join(
+        f"{s},{1.0 + 0.01 * (s % 5)},{0.6 if s % 50 == 0 else ''}\n" for s in range(200)))
+    assert main(["check", str(folder)]) == 2
+    captured = capsys.readouterr()
+    assert "b_plain.csv  (no expectations)" in captured.out and "c_truth.csv  (no expectations)" in captured.out
+    assert "1 of 3 traces could not be checked" in captured.out and "a_wandb.csv:1: missing 'step'" in captured.out
+    assert captured.err.count("warning: the trace has no eval ground truth") == 1  # b_plain's
