@@ -233,7 +233,8 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     (returned, so ``ids[i]`` is item ``i``), and the trace gets columns ``eval/<suite>/<metric>@<i>``; set
     ``evaluation.suites.<suite>.size`` to N.  ``streams``: a trace of the run's training log (reward, loss,
     ...) merged in by step.  A problem without a row at some step keeps its last value there (replay carries
-    every item forward); a missing column, a bad step or value is a :class:`TraceError` naming file and line.
+    every item forward); an empty or NaN value is an answer not scored (skipped); a missing column, a bad
+    step or value is a :class:`TraceError` naming file and line.
     """
     path = pathlib.Path(path)
     header, header_line, rows = _read_rows(path)
@@ -261,6 +262,8 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
             v = _TRUE_FALSE[text.lower()] if text.lower() in _TRUE_FALSE else to_value(text)
         except ValueError:
             raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path, line) from None
+        if v != v:
+            continue  # NaN: not scored, as an empty cell (and as evaluate_fn's NaN answers), not a NaN problem
         i = ids.setdefault(key, len(ids))
         acc = sums.setdefault(s, {}).setdefault(i, [0.0, 0])
         acc[0] += v

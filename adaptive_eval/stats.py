@@ -204,8 +204,32 @@ def _finite_ints(value):
     return value
 
 
+def _text_in(value) -> object | None:
+    """The first string (or bytes) in a (nested) list, tuple or object array, else None."""
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "US":
+            return value.ravel()[0] if value.size else None
+        if value.dtype != object:
+            return None
+        value = value.ravel().tolist()
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            found = _text_in(v)
+            if found is not None:
+                return found
+    return None
+
+
 def float_array(value) -> np.ndarray:
-    """``np.asarray(value, dtype=float64)``, with ints beyond float range as +-inf instead of ``OverflowError``."""
+    """``np.asarray(value, dtype=float64)``, with ints beyond float range as +-inf instead of ``OverflowError``.
+
+    Text is refused (``TypeError``): numpy would read ``"42"`` as 42, and answers returned where their scores
+    belong would silently average (``[["42", "17"], ["3", "3"]]`` read 16.25)."""
+    found = _text_in(value)
+    if found is not None:
+        raise TypeError(f"text {found!r:.40} where a number belongs (answers go in '<metric>:answers')")
     try:
         return np.asarray(value, dtype=np.float64)
     except OverflowError:
@@ -356,7 +380,8 @@ def summarize_outputs(
             if rows_expected is None and n_items is not None and suites is None:
                 rows_expected = n_items
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
-            summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population))
+            summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
+                                            ids=item_ids))
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
                                                 size if population else 0))
@@ -752,13 +777,13 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
 
 
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
-                   confidence: float = 0.95, population: int = 0) -> dict[str, MetricSummary]:
+                   confidence: float = 0.95, population: int = 0, ids=None) -> dict[str, MetricSummary]:
     """The summaries of one items x samples metric: ``name`` (mean@k: the mean of the per-item means) and,
     for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``.
 
     NaN samples are data: skipped within their item and counted in ``nan_count`` (an item with no finite
     sample counts as not evaluated).  A k above the samples returned for an item is a ``ValueError``
-    naming ``label`` and the item.
+    naming ``label`` and the item (its index in ``ids``, the request's, when given).
     """
     finite = ~np.isnan(padded)
     m = finite.sum(axis=1)
@@ -786,8 +811,10 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         too_few = np.nonzero(lengths < k)[0]
         if too_few.size:
             i = int(too_few[0])
+            which = (f"item {ids[i]} (row {i})" if ids is not None and len(ids) == lengths.size
+                     and ids[i] != i else f"item {i}")  # the dataset index the request gave, not the row
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {int(lengths[i])} samples "
-                             f"returned for item {i}")
+                             f"returned for {which}")
         # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers) with
         # what it has, pass@m of its m (a lower bound on its pass@k): leaving it out biased the mean up, as
         # the answers that fail to score are mostly the hard problems'.

@@ -229,3 +229,8 @@ def test_per_problem_results_in_long_form_become_a_suites_item_truth(tmp_path):
         from_item_results(tmp_path / "bad.csv", suite="aime", item="problem_id", value="is_correct")
     with pytest.raises(TraceError, match=r"no column 'correct'.*name them with step=, item=, value="):
         from_item_results(tmp_path / "bad.csv", suite="aime", item="problem_id")
+    # One NaN answer made its problem NaN (and every replayed answer of it): it is an answer not scored.
+    (tmp_path / "nan.csv").write_text("step,problem_id,is_correct\n0,a,1\n0,a,nan\n0,a,0\n0,b,NaN\n0,c,1\n")
+    trace, ids = from_item_results(tmp_path / "nan.csv", suite="s", metric="acc", item="problem_id",
+                                   value="is_correct")
+    assert ids == ["a", "c"] and trace.records[0].metrics == {"eval/s/acc@0": 0.5, "eval/s/acc@1": 1.0}

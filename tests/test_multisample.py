@@ -119,6 +119,18 @@ def test_an_item_with_fewer_scored_answers_than_k_stays_in_pass_at_k():
 def test_k_larger_than_the_samples_returned_names_metric_and_item():
     with pytest.raises(ValueError, match=r"metric 'acc'.*k=4.*2 samples returned for item 1"):
         summarize_outputs({"acc": [[1, 0, 1, 1], [1, 0]]}, None, pass_at_k=(1, 4))
+    # in a suite the item is the dataset index the request handed out (it named the row: "item 2")
+    with pytest.raises(ValueError, match=r"suite 's', metric 'acc'.*2 samples returned for item 62 \(row 2\)"):
+        summarize_outputs({"s/acc": [[1, 0, 1, 1], [1, 0, 1, 1], [1, 0]]}, None, pass_at_k={"s": (1, 4)},
+                          suites={"s": [10, 40, 62]})
+
+
+@pytest.mark.parametrize("value", [[["42", "17"], ["3", "3"]], ["1", "0", "1"], np.array(["1", "0"]),
+                                   np.array([[1, "0"]], dtype=object)])
+def test_text_where_scores_belong_is_a_type_error_not_a_number(value):
+    """numpy read "42" as 42: extracted answers returned as the metric averaged to acc = 16.25, silently."""
+    with pytest.raises(TypeError, match=r"metric 'acc'.*numbers"):
+        summarize_outputs({"acc": value}, None)
 
 
 def test_item_count_disagreeing_with_the_request_is_a_value_error():
@@ -287,9 +299,16 @@ def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
                                          rf"{first_missing}"):
         ev.evaluate(short, 0, 0, 0)
     ev = _suite_evaluator(["evaluation.pass_at_k=[1,16]"])
-    few = lambda req: {"aime24/acc": [[1.0] * 16] * 29 + [[1.0] * 8], "math500/acc": np.ones((500, 4))}  # noqa
-    with pytest.raises(ValueError, match=r"suite 'aime24', metric 'acc': k=16 .* 8 samples returned for item 29"):
+    handed = []
+
+    def few(req):
+        handed.append(req.suites["aime24"].indices[29])
+        return {"aime24/acc": [[1.0] * 16] * 29 + [[1.0] * 8], "math500/acc": np.ones((500, 4))}
+
+    with pytest.raises(ValueError, match=r"suite 'aime24', metric 'acc': k=16 .* 8 samples returned for item (\d+) "
+                                         r"\(row 29\)") as err:
         ev.evaluate(few, 0, 0, 0)
+    assert f"item {handed[0]} (row 29)" in str(err.value)  # the dataset index the request gave for that row
 
 
 def test_wrong_shape_raises_whatever_on_error_says():
