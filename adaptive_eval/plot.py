@@ -86,6 +86,8 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
 def _number(value, where: str, key: str, *, optional: bool = True) -> float:
     if value is None and optional:
         return math.nan
+    if value in ("inf", "-inf"):  # (replay writes strict JSON: +-inf as strings, NaN as null)
+        return math.inf if value == "inf" else -math.inf
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PlotError(f"{where}: {key!r} must be a number, got {value!r}")
     return float(value)

@@ -634,8 +634,24 @@ def _steps_per_epoch(records) -> int | None:
     return max(lengths) if lengths else run
 
 
+def _strict(obj):
+    """``obj`` with NaN as null and +-inf as "inf"/"-inf": strict JSON (jq and other strict parsers refuse a
+    bare NaN), read back by ``adaptive-eval plot``."""
+    if isinstance(obj, float):
+        if obj != obj:
+            return None
+        if obj in (math.inf, -math.inf):
+            return "inf" if obj > 0 else "-inf"
+        return obj
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def _dump(obj) -> str:
-    return json.dumps(obj, allow_nan=True, separators=(", ", ": "))
+    return json.dumps(_strict(obj), allow_nan=False, separators=(", ", ": "))
 
 
 def write_outputs(result: ReplayResult, out_dir: str | os.PathLike) -> None:
@@ -646,4 +662,4 @@ def write_outputs(result: ReplayResult, out_dir: str | os.PathLike) -> None:
     with open(os.path.join(out_dir, "alarms.jsonl"), "w", encoding="utf-8") as f:
         f.writelines(_dump(a) + "\n" for a in result.alarms)
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
-        f.write(json.dumps(result.summary, indent=2, allow_nan=True) + "\n")
+        f.write(json.dumps(_strict(result.summary), indent=2, allow_nan=False) + "\n")

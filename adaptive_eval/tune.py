@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from adaptive_eval.replay import _strict
 from adaptive_eval.scoring import RunScore, score_run
 
 __all__ = ["OBJECTIVES", "SPACE", "Case", "TuneError", "TuneResult", "aggregate", "apply_params", "case_from_file",
@@ -501,7 +502,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             import json
 
             with open(log_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(_strict(row), allow_nan=False) + "\n")
         return [v if math.isfinite(v) else 1e18 for v in values] if len(values) > 1 else \
             (values[0] if math.isfinite(values[0]) else 1e18)
 
@@ -626,11 +627,11 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
     written.append(path)
     path = os.path.join(out_dir, "summary.json")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
+        json.dump(_strict({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
                    "front": [result.trials[i]["number"] for i in result.front],
                    "chosen": [{"preset": f"presets/point-{n}.yaml", "trial": result.trials[i]["number"],
                                "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule)}
-                              for n, (i, rule) in enumerate(result.chosen)]}, f, indent=2)
+                              for n, (i, rule) in enumerate(result.chosen)]}), f, indent=2, allow_nan=False)
     written.append(path)
     return written
 

@@ -413,3 +413,22 @@ def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_pa
     assert "b_plain.csv  (no expectations)" in captured.out and "c_truth.csv  (no expectations)" in captured.out
     assert "1 of 3 traces could not be checked" in captured.out and "a_wandb.csv:1: missing 'step'" in captured.out
     assert captured.err.count("warning: the trace has no eval ground truth") == 1  # b_plain's
+
+
+def test_replay_writes_strict_json_that_plot_reads_back(tmp_path):
+    """evals.jsonl held a bare NaN ("ci": {"eval_loss": [NaN, NaN]}), which jq and other strict parsers refuse:
+    NaN is now null and +-inf "inf"/"-inf", and adaptive-eval plot reads them back."""
+    path = tmp_path / "run.csv"
+    path.write_text("step,loss,eval/loss\n" + "".join(
+        f"{s},{1.0 + 0.01 * (s % 5)},{2.5 if s % 25 == 0 else ''}\n" for s in range(100)))
+    assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+
+    def refuse(token):
+        raise ValueError(f"not strict JSON: {token}")
+
+    lines = (tmp_path / "o" / "evals.jsonl").read_text().splitlines()
+    evals = [json.loads(line, parse_constant=refuse) for line in lines]
+    assert evals[0]["ci"]["loss"] == [None, None] and evals[0]["metrics"]["loss"] == 2.5
+    json.loads((tmp_path / "o" / "summary.json").read_text(), parse_constant=refuse)
+    assert main(["plot", str(tmp_path / "o"), "--out", str(tmp_path / "o" / "run.png")]) == 0
+    assert (tmp_path / "o" / "run.png").stat().st_size > 0

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.demos import DemoError
-from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
+from adaptive_eval.replay import ReplayResult, SimClock, _strict, write_outputs
 from adaptive_eval.scoring import detection_delay, pick_best
 from adaptive_eval.types import EvalRequest
 
@@ -307,7 +307,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
             report[name]["png"] = str(plot_run(run_dir))
     # Where the fault falls between two fixed evaluations is luck: the mean delay over all positions.
     report["fixed"]["mean_fault_delay"] = (interval - 1) / 2
-    (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "comparison.json").write_text(json.dumps(_strict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return report
 
 

@@ -67,7 +67,7 @@ import numpy as np
 
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.demos import DemoError
-from adaptive_eval.replay import ReplayResult, SimClock, write_outputs
+from adaptive_eval.replay import ReplayResult, SimClock, _strict, write_outputs
 from adaptive_eval.scoring import confirmed_delay, pick_best
 
 __all__ = ["DEFAULT_FAULT", "DEFAULT_STEPS", "FAULTS", "format_comparison", "run_demo"]
@@ -667,7 +667,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
             report[name]["png"] = str(plot_run(out / name))
         report["comparison_png"] = str(_plot_comparison(out, report, results, truth, streams))
     report["wall_seconds"] = round(time.perf_counter() - started, 3)
-    (out / "comparison.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out / "comparison.json").write_text(json.dumps(_strict(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return report
 
 
