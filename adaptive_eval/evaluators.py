@@ -202,6 +202,12 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
     )
 
 
+def _log_bad_output(exc: BaseException, request: EvalRequest) -> None:
+    log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s); the evaluation "
+              "counts as failed (evaluation.on_error: raise raises it):\n%s", request.step, request.reason,
+              "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
 def _suite_ks(request: EvalRequest, pass_at_k):
     """The k of pass@k per due suite: those the suite's samples per item allow."""
     return {name: tuple(k for k in pass_at_k if k <= s.samples_per_item) for name, s in request.suites.items()}
@@ -212,6 +218,12 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
     ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
+        if type(outputs).__module__.startswith(("torch", "numpy")) and getattr(outputs, "ndim", None) == 0:
+            try:  # a 0-d tensor or numpy number is a bare number (AReaL style), as a float is
+                outputs = outputs.item()
+            except Exception as exc:  # noqa: BLE001 - a meta or otherwise unreadable tensor
+                raise TypeError(f"evaluate_fn returned a {type(outputs).__name__} that cannot be read: "
+                                f"{type(exc).__name__}: {exc}") from exc
         if outputs is not None and not _is_plain(outputs):
             raise TypeError(
                 f"evaluate_fn must return a mapping of metric name to values (or None), got {type(outputs).__name__}"
@@ -219,6 +231,17 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         return {}, outputs
     if num_items is None:
         num_items = request.items_handed
+    try:
+        return _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item_values, kinds,
+                           aggregations, strata)
+    except (TypeError, ValueError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a value that cannot be read (a meta tensor's NotImplementedError)
+        raise TypeError(f"evaluate_fn returned a value that cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item_values, kinds, aggregations,
+                strata):
     if suites:
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
                                     suites={name: s.indices for name, s in request.suites.items()},
@@ -291,8 +314,9 @@ def run_evaluation_outcome(
     **Multi-sample values** (items x samples) are summarized over items with ``pass@k`` for each k in
     ``pass_at_k`` (see :func:`adaptive_eval.stats.summarize_outputs`).  ``suites``: eval suites are
     configured, so every metric must be ``"<suite>/<metric>"`` of a suite in ``request.suites``, with one
-    row per item of that suite's request.  A value of the wrong shape or count is a ``TypeError`` or
-    ``ValueError`` whatever ``on_error`` says (on every rank of a group).
+    row per item of that suite's request.  A value of the wrong shape or count (a ``TypeError`` or
+    ``ValueError``) is a failed evaluation, as if ``evaluate_fn`` had raised it, but not retried (on every rank
+    of a group alike).
     """
     if dist_context is None:
         dist_context = DistContext()
@@ -357,11 +381,14 @@ def run_evaluation_outcome(
         everyone = dist_context.gather_objects(mine)
         bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
         if bad:
-            if shape_error is not None:
-                raise shape_error
             r, _, text = bad[0]
-            raise (ValueError if text.startswith("ValueError: ") else TypeError)(
-                f"evaluate_fn returned a wrong value on rank {r}: {text.partition(': ')[2]}")
+            if shape_error is None:
+                shape_error = (ValueError if text.startswith("ValueError: ") else TypeError)(
+                    f"evaluate_fn returned a wrong value on rank {r}: {text.partition(': ')[2]}")
+            if on_error == "raise":
+                raise shape_error
+            _log_bad_output(shape_error, request)  # every rank alike: not retried (the same code returns it again)
+            return EvalOutcome(None, shape_error, failed_ranks=tuple(r for r, _, _ in bad), attempts=attempt + 1)
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
             combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
@@ -391,8 +418,14 @@ def run_evaluation_outcome(
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start
-    metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values, metric_kinds,
-                                          aggregations, strata)
+    try:
+        metrics, raw = _summaries(outputs, request, num_items, confidence, pass_at_k, suites, item_values,
+                                  metric_kinds, aggregations, strata)
+    except (TypeError, ValueError) as exc:
+        if on_error == "raise":
+            raise
+        _log_bad_output(exc, request)  # a failed evaluation, as if evaluate_fn had raised it; not retried
+        return EvalOutcome(None, exc, attempts=attempt + 1)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
                    metrics=metrics, epoch=epoch, raw=raw),

@@ -729,8 +729,9 @@ def tradeoff() -> None:
               + " ".join(f"{_cell(c):>18s}" for c in cols[2:]) + mark, flush=True)
 
     print(f"CUSUM settings on synthetic streams only, tuning half (suite seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}): "
-          f"threshold = the lowest with <= {k0} false alarms on its quiet stretches ({n0:,d} steps x streams; the "
-          f"default's count).\nDelays in records, median [exact ~90% interval]: {tune.kinds.count('collapse')} "
+          f"threshold = the lowest with <= {k0} false alarms (the default's count) on its quiet stretches ({n0:,d} "
+          f"values after each stream's first {WARM}).\nDelays in records, median [exact ~90% interval]: "
+          f"{tune.kinds.count('collapse')} "
           f"collapses, {tune.kinds.count('recovery')} recoveries, {len(tune.cases)} injected shifts per size")
     print(head)
     print("-" * len(head))

@@ -215,11 +215,27 @@ def test_global_step_backwards_is_a_value_error():
         ev.observe({"a": 1.0}, 9)
 
 
-def test_evaluate_fn_returning_a_wrong_shape_is_a_type_error_naming_the_metric():
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]))
+def test_evaluate_fn_returning_a_wrong_shape_is_a_failed_evaluation_naming_the_metric(caplog):
+    """A value that cannot be summarized raised whatever on_error said, before the evaluation was booked: it
+    stayed due, so an adapter that caught the TypeError had evaluate_fn called at every later step (17 calls
+    in 20 steps), with eval_errors 0.  It is now a failed evaluation, handled by on_error like an exception."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "evaluation.on_error=raise"]))
     with pytest.raises(TypeError, match=r"^metric 'accuracy': expected per-item values \(1-D\) or items x samples "
                                         r"\(2-D\), got shape \(3, 3, 3\)$"):  # the README's Bad input row
         ev.evaluate(lambda: {"accuracy": np.zeros((3, 3, 3))}, 0, 0, 0)  # 2-D is items x samples
+    good = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=4"]), total_steps=20)
+    due = [g for g in range(20) if good.evaluate(lambda: {"accuracy": 1.0}, 0, g, g) is not None]
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=4"]), total_steps=20)
+    calls = []
+
+    def bad():
+        calls.append(1)
+        return {"accuracy": None}
+
+    with caplog.at_level("ERROR"):
+        assert all(ev.evaluate(bad, 0, g, g) is None for g in range(20))
+    assert len(calls) == len(due) == 5 and ev.summary()["eval_errors"] == 5
+    assert "metric 'accuracy'" in caplog.text and "counts as failed" in caplog.text
 
 
 def test_failing_evaluate_fn_does_not_stop_training():

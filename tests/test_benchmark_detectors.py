@@ -2,7 +2,6 @@
 
 import argparse
 import importlib.util
-import math
 import pathlib
 import random
 import subprocess
@@ -90,7 +89,8 @@ def test_real_takes_the_trace_options(tmp_path):
     assert "nab.csv                default preset                 1    300     270      0  " in out.stdout
     # --eval and --keep-last-run, as adaptive-eval replay reads them (through adaptive_eval.cli)
     restarted = tmp_path / "restart.csv"
-    restarted.write_text("step,value,acc\n" + "".join(f"{i},{i % 5},{i / 100}\n" for i in [*range(60), *range(40, 100)]))
+    steps = [*range(60), *range(40, 100)]  # restarted at step 40
+    restarted.write_text("step,value,acc\n" + "".join(f"{i},{i % 5},{i / 100}\n" for i in steps))
     args = argparse.Namespace(stream=[], eval=["acc:0.5"], step_column="step", keep_last_run=False)
     with pytest.raises(ValueError, match="steps must not decrease"):
         mod._real_data([str(restarted)], args)

@@ -129,12 +129,23 @@ def test_freq_epochs_needs_steps_per_epoch():
 
 @pytest.mark.parametrize("ret,match", [({"acc": [[[1, 0]], [[0, 1]]]}, "acc"), ({"acc": "high"}, "acc"),
                                        ({"acc": object()}, "acc"), ([1, 2, 3], "mapping")])
-def test_wrong_shape_from_evaluate_fn_is_a_type_error_naming_the_metric(ret, match):
+def test_wrong_shape_from_evaluate_fn_is_a_failed_evaluation_naming_the_metric(ret, match, caplog):
     ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
-    with pytest.raises(TypeError, match=match):
-        ev.evaluate(lambda: ret, 0, 0, 0)
+    with caplog.at_level("ERROR"):
+        assert ev.evaluate(lambda: ret, 0, 0, 0) is None  # the drop-in's on_error is skip: training goes on
+    assert "TypeError" in caplog.text and match in caplog.text
 
 
 def test_eval_result_is_plain_data():
     r = EvalResult(step=1, sample_size=None, reason="x", seconds=0.1)
     assert r.to_dict()["metrics"] == {} and math.isfinite(r.seconds)
+
+
+def test_a_bare_0d_tensor_is_a_number_and_a_meta_tensor_a_failed_evaluation(caplog):
+    """A bare float was kept as raw, a 0-d tensor a TypeError; a meta tensor escaped as NotImplementedError."""
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
+    assert ev.evaluate(lambda: torch.tensor(0.75), 0, 0, 0).raw == 0.75
+    assert ev.evaluate(lambda: np.float32(0.5), 0, 1, 1).raw == 0.5
+    with caplog.at_level("ERROR"):
+        assert ev.evaluate(lambda: {"acc": torch.ones(3, device="meta")}, 0, 2, 2) is None
+    assert "cannot be read: NotImplementedError" in caplog.text

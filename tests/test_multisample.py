@@ -288,17 +288,17 @@ def _suite_evaluator(extra=()):
 
 
 def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
-    ev = _suite_evaluator()
+    ev = _suite_evaluator(["evaluation.on_error=raise"])
     with pytest.raises(ValueError, match=r"'gsm8k/acc', which names no suite"):
         ev.evaluate(lambda req: {"gsm8k/acc": [1.0]}, 0, 0, 0)
-    ev = _suite_evaluator()
+    ev = _suite_evaluator(["evaluation.on_error=raise"])
     short = lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices) - 1, 4)),  # noqa: E731
                          "aime24/acc": np.ones((30, 16))}
     first_missing = suite_order(0, "math500", 500)[499]
     with pytest.raises(ValueError, match=rf"suite 'math500', metric 'acc': 499 rows .* 500 items .* index "
                                          rf"{first_missing}"):
         ev.evaluate(short, 0, 0, 0)
-    ev = _suite_evaluator(["evaluation.pass_at_k=[1,16]"])
+    ev = _suite_evaluator(["evaluation.pass_at_k=[1,16]", "evaluation.on_error=raise"])
     handed = []
 
     def few(req):
@@ -311,10 +311,13 @@ def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
     assert f"item {handed[0]} (row 29)" in str(err.value)  # the dataset index the request gave for that row
 
 
-def test_wrong_shape_raises_whatever_on_error_says():
+def test_a_wrong_shape_is_a_failed_evaluation_handled_by_on_error():
+    bad = lambda req: {"math500/acc": np.zeros((500, 4, 2))}  # noqa: E731
     ev = _suite_evaluator(["evaluation.on_error=skip"])
-    with pytest.raises(TypeError):
-        ev.evaluate(lambda req: {"math500/acc": np.zeros((500, 4, 2))}, 0, 0, 0)
+    assert ev.evaluate(bad, 0, 0, 0) is None and ev.summary()["eval_errors"] == 1
+    assert ev.evaluate(bad, 0, 1, 1) is None and ev.summary()["eval_errors"] == 2  # every step: freq_steps=1
+    with pytest.raises(TypeError, match="shape"):
+        _suite_evaluator(["evaluation.on_error=raise"]).evaluate(bad, 0, 0, 0)
 
 
 def test_without_suites_a_2d_metric_gives_metric_and_pass_at_k_through_the_evaluator():
@@ -362,10 +365,13 @@ def _ranks_scenarios(rank, world):
         return {k: (v.mean, v.n, v.samples, list(v.ci)) for k, v in r.metrics.items()}
 
     def bad_rows():
-        ev = _suite_evaluator()
+        fn = lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices) - rank, 4)),  # noqa: E731
+                          "aime24/acc": np.ones((len(req.suites["aime24"].indices), 16))}
+        skipped = _suite_evaluator()  # on_error: skip (default): a failed evaluation on both ranks
+        assert skipped.evaluate(fn, 0, 0, 0) is None and skipped.summary()["eval_errors"] == 1
+        ev = _suite_evaluator(["evaluation.on_error=raise"])
         try:
-            ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices) - rank, 4)),
-                                     "aime24/acc": np.ones((len(req.suites["aime24"].indices), 16))}, 0, 0, 0)
+            ev.evaluate(fn, 0, 0, 0)
         except ValueError as exc:
             return str(exc)
         return None
