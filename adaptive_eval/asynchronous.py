@@ -755,6 +755,15 @@ class AsyncEvaluations:
                 out.append((job, self._outcome(job)))
             finally:
                 self.wait_limit_s = saved
+        stuck = [job.step for job in self.jobs if job.future is not None and not job.future.done()]
+        if stuck and isinstance(self.executor, cf.ThreadPoolExecutor):
+            # Its worker threads are not daemons: Python joins them at exit, so the process would wait for the
+            # hung evaluation forever after training returned (found by a new user).
+            log.warning("the evaluation of step(s) %s still runs in your ThreadPoolExecutor after the drain timeout: "
+                        "Python waits for a ThreadPoolExecutor's threads at exit, so this process will not exit until "
+                        "it returns; pass executor=adaptive_eval.asynchronous.DaemonThreadExecutor() (or none: "
+                        "evaluation.asynchronous uses daemon threads) and set evaluation.timeout_s",
+                        ", ".join(map(str, stuck)))
         self.jobs = []
         return out
 

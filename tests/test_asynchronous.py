@@ -384,3 +384,26 @@ def test_a_trace_recorded_by_an_asynchronous_run_replays_with_its_recorded_laten
     out = replay(trace, cfg("policy.budget.enabled=false"))  # no latency in the config: the trace's
     assert out.evals and all(e["integrated_step"] - e["step"] == 3 for e in out.evals[:-1])
     assert not any("async" in a["stream"] for a in out.alarms)  # the latency column is not a stream
+
+
+def test_a_hung_evaluation_in_a_users_thread_pool_is_named_at_close(caplog):
+    """With the README's executor=ThreadPoolExecutor(1) an evaluation that hangs let close() return after its
+    timeout, and then the interpreter waited forever at exit for the pool's (non-daemon) worker: close() now
+    says so and what to use instead.  A daemon-thread executor is not warned about."""
+    release = threading.Event()
+
+    def hangs(request, weights):
+        release.wait(30)
+        return {"score": [1.0] * 8}
+
+    try:
+        for executor, warned in ((cf.ThreadPoolExecutor(1), True), (DaemonThreadExecutor(), False)):
+            caplog.clear()
+            ev, _ = make(cfg("policy.budget.enabled=false"), executor)
+            train(ev, model_at(0), 6, fn=hangs)
+            with caplog.at_level("WARNING", logger="adaptive_eval"):
+                ev.close(timeout_s=0.2)
+            assert ("still runs in your ThreadPoolExecutor" in caplog.text) is warned
+            assert ("DaemonThreadExecutor()" in caplog.text) is warned
+    finally:
+        release.set()
