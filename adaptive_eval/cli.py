@@ -75,11 +75,16 @@ def _truth_note(trace, cfg) -> None:
     if cfg.evaluation.suites:
         return
     for name, std in evals.items():
-        if std is not None or name in declared:
+        if std is not None or declared.get(name) == "proportion":
             continue
         _, values = trace.column(f"eval/{name}")
         values = values[np.isfinite(values)]
-        if values.size and (values.max() > 1.0 or values.min() < 0.0):
+        if declared.get(name) == "mean" and values.size:  # (tune searched for confirmations that cannot come)
+            print(f"  note: eval/{name} is declared a mean (evaluation.metric_kinds) and has no eval/{name}:std "
+                  f"column, so every evaluation returns its value with no interval (nothing can be confirmed: "
+                  f"every delay is a miss); give its per-sample sd as eval/{name}:std for Normal draws",
+                  file=sys.stderr)
+        elif values.size and (values.max() > 1.0 or values.min() < 0.0):
             hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0
                     and values.min() >= 0.0 and "loss" not in name.lower() else "")
             hint += f"; a mean? give eval/{name}:std (its per-sample sd) for Normal draws"

@@ -216,6 +216,11 @@ def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_sc
             in capsys.readouterr().err
     assert main(["check", str(tmp_path / "pct.csv"), "--eval", "eval/acc:x"]) == 2
     assert "the scale after ':' must be a number" in capsys.readouterr().err
+    # a column declared a mean without its :std: tune searched for confirmations that could not come, silently
+    (tmp_path / "pct.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    assert main(["tune", str(tmp_path / "pct.csv"), "--set", "evaluation.metric_kinds={acc: mean}", "--trials", "1",
+                 "--no-progress", "--out", str(tmp_path / "t")]) == 0
+    assert "eval/acc is declared a mean (evaluation.metric_kinds) and has no eval/acc:std" in capsys.readouterr().err
 
 
 def test_tune_refuses_events_outside_the_trace_and_folds_below_1(tmp_path, capsys):
