@@ -607,9 +607,23 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         if "=" not in item:
             problems.append(f"override {item!r}: expected KEY=VALUE")
             continue
+        lhs = item.split("=", 1)[0].strip()
         try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
-            overridden[item.split("=", 1)[0].strip()] = item
+            if any(part.isdigit() for part in lhs.split(".")):
+                # An item of a list (streams.default.1.adapt=0): a dotlist merge cannot index a list (it raised
+                # TypeError "Cannot merge incompatible container types"); update the item in place.
+                value = OmegaConf.from_dotlist([f"v={item.split('=', 1)[1]}"]).v
+                updated = cfg.copy()
+                try:
+                    OmegaConf.update(updated, lhs, value, merge=True)
+                except (IndexError, KeyError, TypeError, ValueError) as exc:
+                    problems.append(f"override {item!r}: {lhs}: no such list item or key "
+                                    f"({str(exc).splitlines()[0]})")
+                    continue
+                cfg = updated
+            else:
+                cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+            overridden[lhs] = item
         except OmegaConfBaseException as exc:
             lhs = item.split("=", 1)[0]
             key = getattr(exc, "full_key", None)

@@ -96,3 +96,16 @@ def test_every_problem_of_a_file_and_its_overrides_is_reported_at_once_with_its_
     twice.write_text("trigger:\n  freq_steps: 10\npolicy: {}\ntrigger:\n  freq_steps: 20\n")
     with pytest.raises(ConfigError, match=r"twice.yaml:4: trigger: given twice \(also at line 1"):
         load_config(twice)
+
+
+def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
+    """``--set streams.default.1.adapt=0.02`` (the default CUSUM's adapt) was an uncaught TypeError from
+    OmegaConf ("Cannot merge incompatible container types"): a traceback and exit 1 from the CLI."""
+    cfg = load_config(overrides=["streams.default.1.adapt=0.02", "policy.alarm.urgent_detectors.0=cusum"])
+    assert cfg.streams.default[1].adapt == 0.02 and cfg.streams.default[1].threshold == 8.0
+    assert list(cfg.policy.alarm.urgent_detectors) == ["cusum"]
+    with pytest.raises(ConfigError, match=r"override 'streams.default.5.adapt=0.02': streams.default.5.adapt: no "
+                                          r"such list item"):
+        load_config(overrides=["streams.default.5.adapt=0.02"])
+    with pytest.raises(ConfigError, match=r"cusum: adapt must be a number in \[0.0, 0.5\], got 0.9"):
+        load_config(overrides=["streams.default.1.adapt=0.9"])
