@@ -234,3 +234,14 @@ def test_per_problem_results_in_long_form_become_a_suites_item_truth(tmp_path):
     trace, ids = from_item_results(tmp_path / "nan.csv", suite="s", metric="acc", item="problem_id",
                                    value="is_correct")
     assert ids == ["a", "c"] and trace.records[0].metrics == {"eval/s/acc@0": 0.5, "eval/s/acc@1": 1.0}
+
+
+def test_a_suite_runs_cost_is_named_in_cost_units(collapse):
+    """With suites ``check`` said "7836 eval samples" for a total of cost units (answers x cost + items x
+    item_cost): fewer answers were generated than it claimed."""
+    from adaptive_eval.testing import assert_cost
+
+    run = replay_trace(collapse.trace, load_config(overrides=SUITES))
+    with pytest.raises(AssertionError, match=r"cost units per 1,000 steps, above 1 \(\d+ eval cost units \(answers "
+                                             r"x cost \+ items x item_cost\) over 300 steps"):
+        assert_cost(run, max_samples_per_1k=1)

@@ -564,11 +564,13 @@ def assert_cost(run: ReplayRun, max_samples_per_1k: float | None = None, *, max_
     for key, value in limits.items():
         if value is not None and _number(value, f"{run.name}: {key}") < 0:
             raise ExpectationError(f"{run.name}: {key}={value} is negative, so nothing could pass")
-    spent = (f"{run.samples} eval samples over {run.steps} steps in {len(run.evals)} evaluations, "
+    unit = "eval cost units (answers x cost + items x item_cost)" if run.config.evaluation.suites else "eval samples"
+    spent = (f"{run.samples} {unit} over {run.steps} steps in {len(run.evals)} evaluations, "
              f"{run.eval_fraction:.1%} of the simulated time")
     problems = []
     if max_samples_per_1k is not None and run.samples_per_1k > max_samples_per_1k:
-        problems.append(f"{run.samples_per_1k:.0f} samples per 1,000 steps, above {max_samples_per_1k:g}")
+        problems.append(f"{run.samples_per_1k:.0f} {'cost units' if run.config.evaluation.suites else 'samples'} per "
+                        f"1,000 steps, above {max_samples_per_1k:g}")
     if max_evals is not None and len(run.evals) > max_evals:
         problems.append(f"{len(run.evals)} evaluations, above {max_evals}")
     if max_eval_fraction is not None and run.eval_fraction > max_eval_fraction:
