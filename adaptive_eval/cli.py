@@ -285,7 +285,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 _no_truth_warning(loaded)
             run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
             rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, OSError) as exc:
             if len(traces) == 1:
                 raise
             errors.append(str(exc))  # the other traces are still checked (each message names its trace)
@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         return args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError) as exc:
+    except (ConfigError, ValueError, OSError) as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
     finally:

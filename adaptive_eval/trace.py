@@ -735,6 +735,8 @@ def _parse_time(text: str, what: str, path, line) -> float:
     except ValueError:
         pass
     s = text.strip()
+    if s.endswith(("Z", "z")):  # (UTC; Python 3.10's fromisoformat does not take the Z)
+        s = s[:-1] + "+00:00"
     try:
         d = datetime.datetime.fromisoformat(s + "-01" if _YEAR_MONTH.fullmatch(s) else s)
     except ValueError:
@@ -755,8 +757,17 @@ def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
     if dated < len(times):
         raise TraceError(f"the time column mixes dates ({dated} records) with numbers of seconds "
                          f"({len(times) - dated}); give one or the other", path)
+    back = next((i for i in range(1, len(times)) if times[i] < times[i - 1]), None)
+    if back is not None:  # (newest first: the clock would run backwards, every step a negative time)
+        step = [r.step for r in records if r.time is not None][back]
+        raise TraceError(f"the time column's dates go back at step {step} ({_iso(times[back - 1])} -> "
+                         f"{_iso(times[back])}): records must be oldest first (sort the file by date)", path)
     t0 = times[0]
     return [r if r.time is None else _new_record(r.step, r.metrics, r.epoch, float(r.time) - t0) for r in records]
+
+
+def _iso(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat()
 
 
 def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
