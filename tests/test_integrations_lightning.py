@@ -79,7 +79,7 @@ def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_
                         log_every_n_steps=5, callbacks=[cb, DataFault(35)], **QUIET)
     trainer.fit(model, train, val)
     ev = cb.evaluator
-    assert cb.hooks_called == {"on_train_start", "on_train_batch_end", "on_train_end"}
+    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_end"}
     alarms = [r for r in ev.history if r.reason.startswith("alarm:")]
     assert alarms and 35 <= alarms[0].step <= 35 + 25, [(r.step, r.reason) for r in ev.history]
     before = [r for r in ev.history if r.step < 35][-1]
@@ -152,10 +152,11 @@ class RecordingCallback(AdaptiveEvalCallback):
 
 class RankSkewedModel(Model):
     def training_step(self, batch, batch_idx):
-        out = super().training_step(batch, batch_idx)
+        loss = self.step(batch, self.train_target)
         if self.global_rank == 1 and self.global_step >= 25:  # only rank 1's stream goes bad
-            out["loss"] = out["loss"] * 0 + 40.0 + out["loss"]
-        return out
+            loss = loss * 0 + 40.0 + loss
+        self.log("train_loss", loss)  # (the module's own loss: the loss stream observed)
+        return {"loss": loss}
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -172,7 +173,7 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["world"] == r1["world"] == 2
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
-    assert any(h[1].startswith("alarm:train/loss") for h in r0["history"])  # rank 1's alarm moved both
+    assert any(h[1].startswith("alarm:train_loss") for h in r0["history"])  # rank 1's alarm moved both
     seen0, seen1 = ({s: idx for s, idx, _ in r["seen"]} for r in (r0, r1))
     # asynchronous: every evaluation ran on a replica of the module, never on the one training
     assert {replica for r in (r0, r1) for _, _, replica in r["seen"]} == {mode == "async"}
@@ -251,10 +252,12 @@ def test_rank_branches_state_and_skipped_runs(caplog):
     assert cb.evaluator.steps_per_epoch == 4 and cb.evaluator.total_steps == 8
     for micro in range(16):  # accumulation 2: on_train_batch_end fires twice per optimizer step
         trainer.global_step = (micro + 1) // 2
+        trainer.callback_metrics["train_loss"] = torch.tensor(0.5 + micro)  # logged anew by each micro-batch
         cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, None, micro)
     assert calls == [1, 3, 5, 7]  # once per optimizer step, on a rank that is not global zero too
-    assert set(cb.evaluator._detectors) == {"train/loss", "train_loss"}  # the loss and what the module logged,
-    assert cb.evaluator._last_step == 7  # not validation keys (val_acc)
+    # what the module logged, its own loss taking the place of outputs["loss"]; not validation keys (val_acc)
+    assert set(cb.evaluator._detectors) == {"train_loss"}
+    assert cb.evaluator._last_step == 7
     with caplog.at_level(logging.INFO, logger="adaptive_eval"):
         cb.on_train_end(trainer, None)
     assert not any("evaluations" in r.message for r in caplog.records)  # the summary: global zero only
@@ -419,3 +422,175 @@ def test_the_tracked_metric_is_not_the_loss_and_an_asynchronous_replica_sees_the
     assert s["evals"] >= 2 and s["eval_errors"] == 0
     assert list(cb.evaluator.history[-1].metrics)[0] == "val_score"  # tracked, not val_loss
     assert SEEN_STEPS and max(SEEN_STEPS) > 0  # the trainer's step, not 0 on a detached replica
+
+
+class Observing(AdaptiveEvalCallback):
+    """Records every observe call: {stream: [(step, value), ...]}."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.observed = {}
+
+    def on_train_start(self, trainer, pl_module):
+        super().on_train_start(trainer, pl_module)
+        observe = self.evaluator.observe
+
+        def recording(values, step):
+            for k, v in values.items():
+                self.observed.setdefault(k, []).append((step, v))
+            return observe(values, step)
+
+        self.evaluator.observe = recording
+
+
+class SparseLogModel(Model):
+    """Logs a stationary noise every 10 steps (1 + 0.05 N(0,1)), a loss-free score with on_step and on_epoch, and an
+    epoch-only aggregate; records what it logged, by adaptive_eval's 0-based step."""
+
+    def __init__(self):
+        super().__init__()
+        self.logged = {"grad_scale": [], "score": []}
+        self.noise = torch.Generator().manual_seed(0)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.step(batch)
+        if self.global_step % 10 == 0:
+            v = 1.0 + 0.05 * float(torch.randn(1, generator=self.noise))
+            self.log("grad_scale", v)
+            self.logged["grad_scale"].append((self.global_step, v))
+        score = float(torch.rand(1, generator=self.noise))
+        self.log("score", score, on_step=True, on_epoch=True)
+        self.logged["score"].append((self.global_step, score))
+        self.log("weight_norm", self.layer.weight.norm(), on_step=False, on_epoch=True)
+        return {"loss": loss}
+
+
+def test_a_logged_metric_is_observed_once_per_value_it_was_logged_with():
+    """Lightning keeps a key's last value in callback_metrics until it is logged again: a metric logged every 10
+    steps was observed at every step, 10 times per real value (3 CUSUM alarms from 30 values of stationary noise in
+    the user's run).  Also: name and name_step (on_step and on_epoch) are one value, and an epoch aggregate is not a
+    step's value."""
+    train, _ = loaders(n_train=100)  # 25 steps per epoch: two epoch boundaries in 60 steps
+    torch.manual_seed(0)
+    model = SparseLogModel()
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(model, train)
+    assert trainer.current_epoch >= 2
+    f32 = lambda pairs: [(s, pytest.approx(v, rel=1e-6)) for s, v in pairs]  # noqa: E731 - logged as float32
+    assert cb.observed["grad_scale"] == f32(model.logged["grad_scale"])  # 6 values, each once, at its step
+    assert len(cb.observed["grad_scale"]) == 6
+    assert cb.observed["score"] == f32(model.logged["score"])  # every step, once
+    assert "score_step" not in cb.observed and "weight_norm" not in cb.observed
+    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_end"}
+
+
+class LoggedLossModel(Model):
+    """Logs its loss in one of several ways; records each micro-batch's (unscaled) loss by optimizer step."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how, self.losses = how, {}
+
+    def training_step(self, batch, batch_idx):
+        loss = self.step(batch, self.train_target)
+        self.losses.setdefault(self.global_step, []).append(float(loss.detach()))
+        if self.how == "train_loss":
+            self.log("train_loss", loss)
+        elif self.how == "objective":  # the loss under a name without "loss"
+            self.log("objective", loss)
+        elif self.how == "twice":  # the same loss under two loss names
+            self.log("loss", loss)
+            self.log("train_loss", loss)
+        elif self.how == "sparse":  # its own loss, logged every 5 steps only
+            if self.global_step % 5 == 0:
+                self.log("train_loss", loss)
+        self.log("score", float(batch_idx % 7))
+        return {"loss": loss}
+
+
+@pytest.mark.parametrize("how,loss_streams", [
+    ("none", {"train/loss"}), ("train_loss", {"train_loss"}), ("objective", {"objective"}),
+    ("twice", {"loss"}), ("sparse", {"train_loss"})])
+def test_the_loss_is_one_stream_when_the_module_logs_it_too(how, loss_streams):
+    """outputs["loss"] (as train/loss) and the module's own self.log("train_loss", loss) were both watched: every
+    loss alarm was doubled and corroborated itself (the default preset needs 2 streams to agree).  The module's
+    own logged loss now takes precedence, from its first log on; one loss under two names is one stream."""
+    train, _ = loaders(n_train=160)
+    torch.manual_seed(0)
+    model = LoggedLossModel(how)
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(model, train)
+    assert set(cb.observed) - {"score"} == loss_streams
+    (stream,) = loss_streams
+    steps = [s for s, _ in cb.observed[stream]]
+    assert steps == (list(range(0, 20, 5)) if how == "sparse" else list(range(20)))
+    assert [v for _, v in cb.observed[stream]] == pytest.approx([model.losses[s][0] for s in steps], rel=1e-6)
+
+
+def test_a_fault_in_the_loss_is_not_corroborated_by_the_same_loss_under_another_name():
+    """With the loss observed twice, the fault's alarm on train/loss and on train_loss were two streams agreeing."""
+    train, _ = loaders()
+    torch.manual_seed(0)
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=FAST + ["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, callbacks=[cb, DataFault(30)],
+                        **QUIET)
+    trainer.fit(LoggedLossModel("train_loss"), train)
+    assert set(cb.observed) == {"train_loss", "score"}
+    reasons = [r.reason for r in cb.evaluator.history]
+    assert reasons[0].startswith("alarm:train_loss:") and cb.evaluator.summary()["alarms"] == 1, reasons
+
+
+def test_with_gradient_accumulation_the_loss_is_the_mean_of_the_steps_micro_batches():
+    """With accumulate_grad_batches=2 the observed train/loss was the last micro-batch's loss divided by 2
+    (Lightning scales outputs["loss"] for backward).  5 batches an epoch: the epoch's last step has one."""
+    train, _ = loaders(n_train=20)  # 5 batches of 4: steps of 2, 2 and 1 micro-batches
+    torch.manual_seed(0)
+    model = LoggedLossModel("none")
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=9, accumulate_grad_batches=2, logger=False, enable_checkpointing=False,
+                        callbacks=[cb], **QUIET)
+    trainer.fit(model, train)
+    observed = cb.observed["train/loss"]
+    assert [s for s, _ in observed] == list(range(9))
+    # the module's global_step during a step's micro-batches is the step's 0-based index
+    assert [len(model.losses[s]) for s in range(9)] == [2, 2, 1] * 3
+    assert [v for _, v in observed] == pytest.approx([sum(model.losses[s]) / len(model.losses[s]) for s in range(9)],
+                                                     rel=1e-6)
+
+
+class TwoLoaderModel(Model):
+    """validation_step with a dataloader_idx without default (Lightning passes it with several loaders)."""
+
+    def validation_step(self, batch, batch_idx, dataloader_idx):
+        self.log("val_loss", self.step(batch, 1.0 + dataloader_idx))  # loader 1 scored against 2
+        self.log("val_seen", float(dataloader_idx), add_dataloader_idx=False)
+
+
+def test_every_validation_dataloader_is_evaluated_and_named_as_lightning_names_it():
+    """Only the first validation dataloader was evaluated; and a validation_step whose dataloader_idx has no
+    default failed every evaluation (TypeError: missing 'dataloader_idx'; 0 evaluations)."""
+    from torch.utils.data import DataLoader as DL
+
+    train, val0 = loaders(n_train=160, n_val=60)
+    val1 = DL(RandomDataset(32, 30), batch_size=4)
+    torch.manual_seed(0)
+    model = TwoLoaderModel()
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.metric=val_loss/dataloader_idx_0",
+                                                           "evaluation.higher_is_better=false"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(model, train, [val0, val1])
+    s = cb.evaluator.summary()
+    assert s["evals"] >= 2 and s["eval_errors"] == 0
+    last = cb.evaluator.history[-1]
+    assert last.step == 19
+    assert set(last.metrics) == {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1", "val_seen"}
+    for i, (ds, target) in enumerate(((val0.dataset, 1.0), (val1.dataset, 2.0))):
+        idx = EvalRequest(step=19, sample_size=last.sample_size, seed=0, reason="").indices(len(ds))
+        with torch.no_grad():
+            per_item = [float(model.step(ds[j][None], target)) for j in idx]
+        m = last[f"val_loss/dataloader_idx_{i}"]
+        assert m.n == len(idx) and m.mean == pytest.approx(sum(per_item) / len(idx), rel=1e-6)
+    n0, n1 = last["val_loss/dataloader_idx_0"].n, last["val_loss/dataloader_idx_1"].n
+    assert last["val_seen"].n == n0 + n1 and last["val_seen"].mean == pytest.approx(n1 / (n0 + n1))

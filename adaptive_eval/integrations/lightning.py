@@ -12,12 +12,21 @@ What it does (see the README's table):
 * builds the :class:`~adaptive_eval.AdaptiveEvaluator` at ``on_train_start`` (after the strategy set up the
   process group), from ``trainer.estimated_stepping_batches`` and the steps per epoch
   (``max(ceil(num_training_batches / accumulate_grad_batches), 1)``); skips sanity checks and non-fit runs;
-* feeds every optimizer step's training loss (``outputs["loss"]``) and every scalar the module logged in
-  that step (``trainer.callback_metrics`` that are not validation keys) to ``observe``, once per optimizer
-  step (``on_train_batch_end`` fires per micro-batch: it acts only when ``trainer.global_step`` moved), on
-  adaptive_eval's 0-based step axis (``global_step - 1``);
+* feeds each optimizer step's training loss (``train/loss``: the mean of the step's micro-batch losses,
+  unscaled, i.e. ``outputs["loss"]`` times ``accumulate_grad_batches`` averaged over the accumulation window)
+  and each scalar the module logged anew in that step (``trainer.callback_metrics`` that are not validation
+  keys) to ``observe``, once per optimizer step (``on_train_batch_end`` fires per micro-batch: it acts only
+  when ``trainer.global_step`` moved), on adaptive_eval's 0-based step axis (``global_step - 1``).  A logged
+  value is observed once: Lightning keeps the last value of a key in ``callback_metrics`` until it is logged
+  again (re-reading it gives a new ``detach()`` of the same storage), so a key whose tensor storage has not
+  changed since the last step is skipped; ``name``/``name_step`` (``on_step`` and ``on_epoch``) share one
+  storage and are observed once, under ``name``; epoch aggregates are not observed.  The loss is one stream:
+  once the module logs a loss of its own (a training key named ``*loss*``, or one equal to the step's loss),
+  ``outputs["loss"]`` is no longer observed, and two loss keys carrying the same value are observed once;
 * evaluates when the evaluator decides: by default through the module's own ``validation_step`` on the
-  items the request names, taken from the validation dataloader's dataset, one item at a time, each rank
+  items the request names, taken from each validation dataloader's dataset (with several, each gets the
+  request, ``validation_step`` gets ``dataloader_idx=i`` and the metrics are named as Lightning names them,
+  ``<name>/dataloader_idx_<i>``), one item at a time, each rank
   only its shard, the values it ``self.log``-s (or returns) captured per item, so each metric has a real
   interval.  Lightning has no flag to request a validation run now, so the adapter runs it itself;
 * evaluates the final weights (the last optimizer step is step ``estimated_stepping_batches - 1``);
@@ -109,10 +118,23 @@ class AdaptiveEvalCallback(Callback):
         self._steps_per_epoch = 1
         self._module_eval = None
         self._async = False
-        self._val = None  # (dataset, collate_fn) of this fit
+        self._val = None  # [(dataset, collate_fn)] of this fit, one per validation dataloader
         self._pick_metric = False
         self._loss_warned = False
+        self._reset_stream_state()
         self.hooks_called: set[str] = set()
+
+    def _reset_stream_state(self) -> None:
+        # what on_train_batch_end needs between steps (plain values or tensors; reset at each fit's start)
+        self._seen: dict[str, tuple] = {}  # key -> (the tensor last read, its data_ptr): holding it keeps its
+        #                                    storage alive, so a new value cannot reuse the address
+        self._kinds: dict[str, int] = {}  # key -> 0 not observed, 1 observed, 2 observed and a loss
+        self._own_loss = False  # the module logs its own loss: outputs["loss"] is not observed too
+        self._aliases: set[str] = set()  # loss keys found carrying another loss key's value
+        self._loss_sum = None  # the accumulation window's micro-batch losses (as returned: scaled)
+        self._loss_last = None
+        self._loss_n = 0
+        self._loss_scale = 1  # accumulate_grad_batches under automatic optimization (Lightning divides by it)
 
     @property
     def state_key(self) -> str:
@@ -126,7 +148,10 @@ class AdaptiveEvalCallback(Callback):
         self.hooks_called.add("on_train_start")
         if not self._active(trainer):
             return
+        self._reset_stream_state()
         self._guard("on_train_start", self._build, trainer)
+        if getattr(pl_module, "automatic_optimization", True):
+            self._loss_scale = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
                              else _ModuleEval(self, trainer, pl_module))
@@ -158,28 +183,41 @@ class AdaptiveEvalCallback(Callback):
         self._loss_warned = not bool(cfg.evaluation.higher_is_better)
         self._async = asynchronous(cfg, executor)
         if self._stashed:
-            self.evaluator.load_state_dict(self._own_state(self._stashed, self._stashed_ranks))
+            state = self._own_state(self._stashed, self._stashed_ranks)
+            self.evaluator.load_state_dict(state)
             self._stashed = self._stashed_ranks = None
+            # a resumed run whose module logged its own loss keeps outputs["loss"] unobserved from its first step
+            self._own_loss = any(k != "train/loss" and _kind(k) == 2 for k in (state.get("detectors") or {}))
         self._last_global_step = trainer.global_step
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.hooks_called.add("on_train_epoch_start")
+        if self.evaluator is None:
+            return
+        # The epoch aggregates Lightning put in callback_metrics at the last epoch's end (on_epoch=True) are not
+        # values the module logged in a step: mark them read.
+        seen = self._seen
+        for key, value in trainer.callback_metrics.items():
+            if hasattr(value, "data_ptr"):
+                seen[key] = (value, value.data_ptr())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.hooks_called.add("on_train_batch_end")
-        if self.evaluator is None or trainer.global_step == self._last_global_step:
+        if self.evaluator is None:
+            return
+        if not self._own_loss:  # every micro-batch's loss: train/loss is the window's mean
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if loss is not None:
+                if hasattr(loss, "detach"):
+                    loss = loss.detach()
+                self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+                self._loss_last = loss
+                self._loss_n += 1
+        if trainer.global_step == self._last_global_step:
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
         self._last_global_step = trainer.global_step
         global_step = trainer.global_step - 1
-        values = {}
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if loss is not None:
-            v = scalar(loss)
-            if v is not None:
-                values["train/loss"] = v
-        for key, value in trainer.callback_metrics.items():
-            if key.startswith(_VALIDATION_PREFIXES) or not watched(key) or key.endswith("_epoch"):
-                continue
-            v = scalar(value)
-            if v is not None:
-                values[key] = v
+        values = self._guard("observe", self._step_values, trainer.callback_metrics)
         if values:
             self._guard("observe", self.evaluator.observe, values, global_step)
         epoch, step = divmod(global_step, self._steps_per_epoch)
@@ -187,6 +225,65 @@ class AdaptiveEvalCallback(Callback):
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
         if result is not None:
             self._guard("report", self._report, trainer, result)
+
+    def _step_values(self, metrics) -> dict[str, float]:
+        """What this optimizer step observes: ``train/loss`` (unless the module logs its own loss) and each
+        training key of ``metrics`` (``trainer.callback_metrics``) logged anew since the last step."""
+        seen, kinds, aliases = self._seen, self._kinds, self._aliases
+        fresh: dict[str, float] = {}
+        losses: list[str] = []
+        ptrs = set()
+        for key, value in metrics.items():
+            kind = kinds.get(key)
+            if kind is None:
+                kind = kinds[key] = _kind(key)
+            if not kind or key in aliases:
+                continue
+            prev = seen.get(key)
+            if prev is not None and prev[0] is value:
+                continue
+            ptr = value.data_ptr() if hasattr(value, "data_ptr") else None
+            seen[key] = (value, ptr)
+            if ptr is not None:
+                if prev is not None and prev[1] == ptr:
+                    continue  # not logged again: Lightning's last value, re-read
+                if ptr in ptrs:
+                    continue  # the same logged tensor under a second name (name_step of on_step+on_epoch)
+                ptrs.add(ptr)
+            v = scalar(value)
+            if v is not None:
+                fresh[key] = v
+                if kind == 2:
+                    losses.append(key)
+        if len(losses) > 1:  # one loss logged under two names is one stream
+            kept: list[float] = []
+            for key in losses:
+                v = fresh[key]
+                if v != 0 and any(math.isclose(v, k, rel_tol=1e-6) for k in kept):
+                    aliases.add(key)
+                    del fresh[key]
+                else:
+                    kept.append(v)
+        if self._own_loss or self._loss_n == 0:
+            self._loss_sum = self._loss_last = None
+            self._loss_n = 0
+            return fresh
+        total, last, n = self._loss_sum, self._loss_last, self._loss_n
+        self._loss_sum = self._loss_last = None
+        self._loss_n = 0
+        if losses:
+            self._own_loss = True  # the module logs its loss itself: that is the loss stream from now on
+            return fresh
+        mean = scalar(total / n if n > 1 else total)
+        if mean is None:
+            return fresh
+        mean *= self._loss_scale
+        if fresh:  # a key equal to the last micro-batch's loss (what Lightning keeps of an on_step log) is the loss
+            last = mean if n == 1 else (scalar(last) or 0.0) * self._loss_scale
+            if any(math.isclose(v, last, rel_tol=1e-5) for v in fresh.values()):
+                self._own_loss = True
+                return fresh
+        return {"train/loss": mean, **fresh}
 
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
@@ -203,11 +300,12 @@ class AdaptiveEvalCallback(Callback):
         self._module_eval = self._val = None  # hold the trainer and the data
 
     # -- evaluation through the module ------------------------------------------------------------------
-    def _dataset(self, trainer, pl_module):
-        """The validation set (and its collate_fn): ``val_dataset``, else what ``fit`` was given (its
-        ``val_dataloaders``, a datamodule's or the module's ``val_dataloader()``), looked up once per fit."""
+    def _datasets(self, trainer, pl_module) -> list:
+        """The validation sets (each with its collate_fn), one per validation dataloader: ``val_dataset``, else
+        what ``fit`` was given (its ``val_dataloaders``, a datamodule's or the module's ``val_dataloader()``),
+        looked up once per fit."""
         if self.val_dataset is not None:
-            return self.val_dataset, None
+            return [(self.val_dataset, None)]
         if self._val is not None:
             return self._val
         loaders = trainer.val_dataloaders  # None when Lightning itself never validates (limit_val_batches=0)
@@ -225,11 +323,14 @@ class AdaptiveEvalCallback(Callback):
             except Exception as exc:  # noqa: BLE001 - Lightning raises several kinds for "not defined"
                 raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or "
                                  f"evaluate_fn= ({exc})") from None
-        if isinstance(loaders, (list, tuple)):
-            loaders = loaders[0]
-        if loaders is None:
+        if isinstance(loaders, Mapping):  # named dataloaders: Lightning numbers them in this order
+            loaders = list(loaders.values())
+        if not isinstance(loaders, (list, tuple)):
+            loaders = [loaders]
+        loaders = [loader for loader in loaders if loader is not None]
+        if not loaders:
             raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
-        self._val = (loaders.dataset, loaders.collate_fn)
+        self._val = [(loader.dataset, getattr(loader, "collate_fn", None)) for loader in loaders]
         return self._val
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
@@ -238,44 +339,52 @@ class AdaptiveEvalCallback(Callback):
         import torch
         from torch.utils.data import default_collate
 
-        dataset, collate = self._dataset(trainer, pl_module)
-        collate = collate or default_collate
-        indices = request.indices(len(dataset))
+        sets = self._datasets(trainer, pl_module)
+        several = len(sets) > 1  # as Lightning: dataloader_idx passed, metrics named <name>/dataloader_idx_<i>
         captured: dict[str, list] = {}
         item_values: dict[str, float] = {}
+        suffix = ""
 
-        def capture(name, value, *args, **kwargs):
+        def capture(name, value, *args, add_dataloader_idx=True, **kwargs):
             v = scalar(value)
             if v is not None:
-                item_values[name] = v
+                item_values[name + suffix if add_dataloader_idx else name] = v
 
-        def capture_dict(dictionary, *args, **kwargs):
+        def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
-                capture(k, v)
+                capture(k, v, add_dataloader_idx=add_dataloader_idx)
+
+        def call(batch, batch_idx, dl_idx):
+            batch = pl_module._apply_batch_transfer_handler(batch, dataloader_idx=dl_idx)
+            if several:
+                return pl_module.validation_step(batch, batch_idx, dataloader_idx=dl_idx)
+            return pl_module.validation_step(batch, batch_idx)
 
         # A sharded module (FSDP) all-gathers in forward: every rank makes as many calls as the largest shard.
         refuse_tensor_parallel(pl_module, request)
-        pad = (lockstep_padding(request, len(dataset), len(indices))
-               if request.world_size > 1 and _sharded(trainer, pl_module) else 0)
+        sharded = request.world_size > 1 and _sharded(trainer, pl_module)
         was_training = pl_module.training
         pl_module.eval()
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
         try:
             with torch.no_grad():
-                for n, i in enumerate(indices):
-                    item_values.clear()
-                    batch = pl_module._apply_batch_transfer_handler(collate([dataset[i]]))
-                    out = pl_module.validation_step(batch, n)
-                    if isinstance(out, Mapping):
-                        for k, v in out.items():
-                            capture(k, v)
-                    elif out is not None:
-                        capture("val_loss", out)
-                    for k, v in item_values.items():
-                        captured.setdefault(k, []).append(v)
-                for n in range(pad):  # (results dropped)
-                    batch = pl_module._apply_batch_transfer_handler(collate([dataset[indices[0] if indices else 0]]))
-                    pl_module.validation_step(batch, len(indices) + n)
+                for dl_idx, (dataset, collate) in enumerate(sets):
+                    collate = collate or default_collate
+                    suffix = f"/dataloader_idx_{dl_idx}" if several else ""
+                    indices = request.indices(len(dataset))
+                    for n, i in enumerate(indices):
+                        item_values.clear()
+                        out = call(collate([dataset[i]]), n, dl_idx)
+                        if isinstance(out, Mapping):
+                            for k, v in out.items():
+                                capture(k, v)
+                        elif out is not None:
+                            capture("val_loss", out)
+                        for k, v in item_values.items():
+                            captured.setdefault(k, []).append(v)
+                    pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
+                    for n in range(pad):  # (results dropped)
+                        call(collate([dataset[indices[0] if indices else 0]]), len(indices) + n, dl_idx)
         finally:
             del pl_module.log, pl_module.log_dict
             pl_module.train(was_training)
@@ -325,6 +434,13 @@ class AdaptiveEvalCallback(Callback):
         log.warning("adaptive_eval: the checkpoint holds the states of %d ranks, this run has %d: rank %d resumes "
                     "with rank zero's (its detectors start from rank zero's view of the run)", len(ranks), world, rank)
         return zero_state
+
+
+def _kind(key: str) -> int:
+    """0: a key the adapter does not observe (validation, schedule, epoch aggregate); 2: a loss; 1: another."""
+    if key.startswith(_VALIDATION_PREFIXES) or not watched(key) or key.endswith("_epoch"):
+        return 0
+    return 2 if "loss" in key.lower() else 1
 
 
 def _sharded(trainer, pl_module) -> bool:
