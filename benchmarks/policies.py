@@ -1,6 +1,14 @@
 """Does the adaptive evaluator beat a fixed schedule on runs it was not tuned on?  Honest scoring.
 
 Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items] [--seeds S]
+     python benchmarks/policies.py TRACE... [--events TRACE=STEP,...] [--presets mine.yaml] [--set K=V]
+                                   [--stream COL] [--eval COL[:scale]] [--step-column COL|none] [--keep-last-run]
+
+``TRACE...``: your own recorded runs instead (CSV, JSONL, a TensorBoard folder, ``real:NAME``), each with eval
+ground truth (an ``eval/<metric>`` column, or ``--eval COL``) and its events from its sidecar
+``<trace>.events.yaml`` (as ``adaptive-eval check`` reads it) or ``--events``: the same tables, the preset(s)
+against fixed schedules of the same per-evaluation size and of the whole set, on your runs (the evaluations
+simulated from the ground truth; the eval set is ``replay.eval_set_size`` items unless the trace's suites say).
 
 ``--seeds S``: every run replayed under S seeds of the simulated evaluations and pooled per run (the bootstrap
 still resamples runs), which steadies the regret figures: one seed's draws decide the picks on flat runs.
@@ -371,11 +379,23 @@ def main(argv=None) -> int:
     ap.add_argument("--items", action="store_true",
                     help="only the item-level variant: the same runs with 500 Rasch items per suite, results with "
                          "paired differences (confirmation by the paired test too); no real traces, no figure")
+    ap.add_argument("traces", nargs="*", metavar="TRACE",
+                    help="your own recorded runs instead of the synthetic suite and the shipped traces (each with eval "
+                         "ground truth; events from its sidecar <trace>.events.yaml or --events)")
+    ap.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
+                    help="with TRACE: the steps of a trace's events (instead of its sidecar file)")
+    from adaptive_eval.cli import _add_trace_args
+
+    _add_trace_args(ap)  # --stream, --eval, --step-column, --keep-last-run: as replay, check and tune read them
     args = ap.parse_args(argv)
     reps = 50 if args.quick else args.boot
     global SEEDS
     SEEDS = max(1, args.seeds)
     chosen = tuple(p for p in args.presets.split(",") if p)
+    if args.traces:
+        return your_traces(args, chosen, reps)
+    if args.events or args.stream or args.eval or args.step_column != "step" or args.keep_last_run:
+        ap.error("--events and the trace options apply to TRACE files")
     if args.items:
         cases = item_cases(args.half, per_kind=1 if args.quick else 2)
         print(f"item-level variant of the {args.half} half (suite seeds {SPLIT[args.half]}): the same runs, each eval "
@@ -404,6 +424,27 @@ def main(argv=None) -> int:
     if args.png:
         draw(res, args.png)
         print(f"wrote {args.png}")
+    return 0
+
+
+def your_traces(args, chosen: tuple, reps: int) -> int:
+    """The tables on the user's own traces (``TRACE...``); exit 2 on input that cannot be scored."""
+    from adaptive_eval.cli import _tune_cases
+    from adaptive_eval.config import ConfigError
+    from adaptive_eval.tune import TuneError, check_input
+
+    try:
+        base = load_config(chosen[0], args.overrides)
+        cases = _tune_cases(argparse.Namespace(trace=args.traces, events=args.events, stream=args.stream,
+                                               eval=args.eval, step_column=args.step_column,
+                                               keep_last_run=args.keep_last_run), base)
+        check_input(cases, ["cost", "regret"], 1)  # (no event is fine: then false alarms and cost only)
+    except (TuneError, ConfigError, ValueError, OSError) as exc:
+        print(f"policies.py: {exc}", file=sys.stderr)
+        return 2
+    print(f"your traces: {len(cases)} runs, {sum(len(c.events) for c in cases)} events; evaluations SIMULATED from "
+          "each trace's eval ground truth (Binomial draws for a proportion), on its recorded streams")
+    report("your traces", cases, args.overrides, reps, chosen)
     return 0
 
 
