@@ -134,7 +134,7 @@ def _load_trace_file(path: str, args: argparse.Namespace):
 
 def _no_truth_warning(trace) -> None:
     """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
-    likely = [n for n in trace.stream_names() if re.match(r"(eval|val|test)[_/]", n, re.IGNORECASE)]
+    likely = [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
     print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
           "evaluation measured nothing; name it with --eval COL"
           + (f" (eval-like columns here: {', '.join(likely[:6])})" if likely else ""), file=sys.stderr)

@@ -439,3 +439,22 @@ def test_replay_writes_strict_json_that_plot_reads_back(tmp_path):
     json.loads((tmp_path / "o" / "summary.json").read_text(), parse_constant=refuse)
     assert main(["plot", str(tmp_path / "o"), "--out", str(tmp_path / "o" / "run.png")]) == 0
     assert (tmp_path / "o" / "run.png").stat().st_size > 0
+
+
+def test_a_verl_log_replays_with_its_validation_column_named(tmp_path, capsys):
+    """verl's file logger: {"step", "data": {...}} with validation metrics named val-core/<source>/<m>/mean@1,
+    whose "@1" is not an item of a suite; without --eval the warning names them."""
+    rows = []
+    for s in range(1, 301):
+        d = {"actor/kl_loss": 0.01 + 0.0001 * (s % 7), "critic/score/mean": (0.6 if s < 200 else 0.2) + 0.001 * (s % 5)}
+        if s % 20 == 0:
+            d["val-core/openai/gsm8k/reward/mean@1"] = 0.7 if s < 200 else 0.3
+        rows.append(json.dumps({"step": s, "data": d}))
+    path = tmp_path / "verl.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["replay", str(path), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    assert "eval-like columns here: val-core/openai/gsm8k/reward/mean@1" in capsys.readouterr().err
+    assert main(["replay", str(path), "--eval", "val-core/openai/gsm8k/reward/mean@1", "--out", str(tmp_path / "b"),
+                 "--no-tensorboard"]) == 0
+    metrics = [e["metrics"] for e in evals_of(tmp_path / "b")]
+    assert all(set(m) == {"val-core/openai/gsm8k/reward/mean@1"} for m in metrics) and len(metrics) >= 3
