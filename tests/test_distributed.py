@@ -394,16 +394,29 @@ def test_exception_on_one_rank_makes_both_retry_together(group_run):
 
 def _bad_output_rank(rank, world):
     ev = Evaluator(SimpleNamespace(freq_epochs=None, freq_steps=1, freq_secs=None, eval_before_train=False))
+    result = ev.evaluate(lambda: {"acc": "high"} if rank == 0 else {"acc": 1.0}, 0, 0, 0)
+    ctx = DistContext(timeout_s=30)
+    req = EvalRequest(step=0, sample_size=None, seed=0, reason="t", rank=rank, world_size=world)
+    fn = lambda r: {"acc": "high"} if rank == 0 else {"acc": [1.0]}  # noqa: E731
+    out = run_evaluation_outcome(fn, req, dist_context=ctx)  # on_error: skip
     try:
-        ev.evaluate(lambda: {"acc": "high"} if rank == 0 else {"acc": 1.0}, 0, 0, 0)
+        run_evaluation_outcome(fn, req, dist_context=ctx, on_error="raise")
+        raised = None
     except TypeError as exc:
-        return str(exc)
-    return None
+        raised = str(exc)
+    return {"result": result, "error": f"{type(out.error).__name__}: {out.error}", "failed": out.failed_ranks,
+            "raised": raised}
 
 
-def test_wrong_output_on_one_rank_is_a_type_error_on_both(group_run):
+def test_wrong_output_on_one_rank_is_a_failed_evaluation_on_both(group_run):
+    """A value one rank's evaluate_fn returns that cannot be summarized fails the evaluation on every rank
+    alike (on_error: skip: both return None, neither waits for the other); with on_error: raise both raise."""
     a, b = group_run("bad_output")
-    assert "'acc'" in a and "rank 0" in b and "'acc'" in b
+    assert a["result"] is None and b["result"] is None
+    assert a["error"].startswith("TypeError") and "'acc'" in a["error"]
+    assert b["error"].startswith("TypeError") and "rank 0" in b["error"] and "'acc'" in b["error"]
+    assert a["failed"] == b["failed"] == (0,)
+    assert "'acc'" in a["raised"] and "rank 0" in b["raised"]
 
 
 def _dying_rank(rank, world, out_file):
