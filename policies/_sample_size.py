@@ -111,8 +111,13 @@ class SampleSizePolicy(Policy):
 
     def _tracked(self, result: EvalResult, suite: str):
         if self.metric is not None:
-            name = f"{suite}/{self.metric.split('/', 1)[1] if self.metric.startswith(suite + '/') else self.metric}"
-            return result.metrics.get(name)
+            # evaluation.metric names one suite's metric (math500/acc): the others are sized by their own metric
+            # of that name (aime/acc); "aime/math500/acc" matched nothing and left aime at its first size.
+            head, _, rest = self.metric.partition("/")
+            base = rest if rest and head in self.suites else self.metric
+            found = result.metrics.get(f"{suite}/{base}")
+            if found is not None:
+                return found
         for name, s in result.metrics.items():  # the suite's first metric (not a pass@k / best@k of it)
             if name.startswith(suite + "/") and "@" not in name:
                 return s

@@ -639,6 +639,33 @@ def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
     assert results[2]["big/acc"].half_width < 0.06 and results[2]["small/acc"].half_width < 0.06
 
 
+def test_every_suite_is_sized_when_evaluation_metric_names_one_suites_metric():
+    """With evaluation.metric = big/acc the policy looked for "small/big/acc" in the small suite, found nothing,
+    and left it at its first size (30 x 16 at every evaluation, twice the cost; found by a new user): each
+    suite is sized by its own metric of that name."""
+    plans = []
+    for metric in ([], ["evaluation.metric=big/acc"]):
+        cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                     "evaluation.suites.big.size=400", "evaluation.suites.big.samples_per_item=4",
+                                     "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=16",
+                                     *metric])
+        ev = AdaptiveEvaluator.from_config(cfg)
+        rng = np.random.default_rng(3)
+        p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
+        seen = []
+
+        def fn(req):
+            seen.append({n: (s.sample_size, s.samples_per_item) for n, s in req.suites.items()})
+            return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None])
+                    .astype(float) for n, s in req.suites.items()}
+
+        for g in range(12):
+            ev.evaluate(fn, 0, g, g)
+        assert len(seen) >= 2
+        plans.append(seen[1]["small"])
+    assert plans[0] == plans[1] and plans[1] != (30, 16)  # sized from its variances, as without the metric
+
+
 # -- replay with per-item ground truth -----------------------------------------------------------------
 
 def test_replay_draws_each_requested_item_from_its_own_truth():
