@@ -340,15 +340,24 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
             cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
         else:
             steps = events.get(key(t))
+            case_base = base
             if steps is None:  # the events file beside the trace, as adaptive-eval check reads it
                 from adaptive_eval.testing import ExpectationError, events_path, load_expectations
 
                 sidecar = events_path(t)
                 try:
-                    steps = [e.step for e in load_expectations(sidecar).events] if sidecar is not None else []
+                    found = load_expectations(sidecar).events if sidecar is not None else ()
                 except ExpectationError as exc:
                     raise TuneError(str(exc)) from None
-            case = case_from_file(t, base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None)
+                steps = [e.step for e in found]
+                named = {str(e.metric).removeprefix("eval/") for e in found if e.metric}
+                if len(named) == 1 and base.evaluation.metric is None:
+                    # the metric its events name is what they are scored on, as check scores them (tune took
+                    # the first eval column, another suite's)
+                    from omegaconf import OmegaConf
+
+                    case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})
+            case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None)
             if len(case.trace) > 1:
                 _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
             _truth_note(case.trace, base)
@@ -371,7 +380,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         print(f"adaptive-eval tune: {exc}", file=sys.stderr)
         return 2
     print(f"tuning on {len(cases)} run(s), {sum(len(c.events) for c in cases)} event(s), objectives "
-          f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}", file=sys.stderr)
+          f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}; scored on "
+          + ", ".join(f"{c.name}: {c.metric}" for c in cases[:6]) + (" ..." if len(cases) > 6 else ""),
+          file=sys.stderr)
     result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
                   progress=not args.no_progress, n_folds=args.folds)
     names = [os.path.relpath(p, args.out) for p in (result.written or [])]

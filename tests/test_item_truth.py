@@ -245,3 +245,21 @@ def test_a_suite_runs_cost_is_named_in_cost_units(collapse):
     with pytest.raises(AssertionError, match=r"cost units per 1,000 steps, above 1 \(\d+ eval cost units \(answers "
                                              r"x cost \+ items x item_cost\) over 300 steps"):
         assert_cost(run, max_samples_per_1k=1)
+
+
+def test_tune_scores_the_metric_the_sidecar_events_name(collapse, tmp_path, capsys):
+    """tune read only the sidecar's event steps and scored the first eval column, another suite's (aime before
+    math): a delay that check confirmed after a few steps was a miss in tune."""
+    import argparse
+
+    from adaptive_eval.cli import _tune_cases
+
+    write_trace(collapse.trace, tmp_path / "run.csv")
+    onset = collapse.events[0].step
+    (tmp_path / "run.csv.events.yaml").write_text(f"events:\n  - {{step: {onset}, metric: aime/acc, direction: down}}\n")
+    args = argparse.Namespace(trace=[str(tmp_path / "run.csv")], events=[], stream=[], eval=[], step_column="step",
+                              keep_last_run=False)
+    (case,) = _tune_cases(args, load_config(overrides=SUITES[:-1]))  # (no evaluation.metric; math/acc comes first)
+    assert case.metric == "aime/acc"
+    (case,) = _tune_cases(args, load_config(overrides=SUITES))  # evaluation.metric=math/acc: the config's choice stands
+    assert case.metric == "math/acc"
