@@ -442,9 +442,27 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
     except (TuneError, ConfigError, ValueError, OSError) as exc:
         print(f"policies.py: {exc}", file=sys.stderr)
         return 2
+    import json
+
+    from omegaconf import OmegaConf
+
+    # What the data needs (eval suites, the tracked metric and its direction, metric kinds, pass@k) is the same for
+    # every schedule, the fixed ones included: the first preset's evaluation section, as given.
+    evaluation = OmegaConf.to_container(base, resolve=True)["evaluation"]
+    shared = [f"evaluation.{k}={json.dumps(v)}" for k, v in evaluation.items() if k != "sample_size"]
+    size_key = "evaluation.sample_size"
+    if evaluation["suites"]:  # the same-size schedules fix the tracked suite's items (the others: whole)
+        head = (cases[0].metric or "").split("/", 1)[0]
+        suite = head if head in evaluation["suites"] else next(iter(evaluation["suites"]))
+        size_key = f"evaluation.suites.{suite}.sample_size"
     print(f"your traces: {len(cases)} runs, {sum(len(c.events) for c in cases)} events; evaluations SIMULATED from "
-          "each trace's eval ground truth (Binomial draws for a proportion), on its recorded streams")
-    report("your traces", cases, args.overrides, reps, chosen)
+          "each trace's eval ground truth (Binomial draws for a proportion), on its recorded streams"
+          + (f"; the fixed same-size schedules fix {size_key}" if evaluation["suites"] else ""))
+    try:
+        report("your traces", cases, args.overrides, reps, chosen, base=shared, size_key=size_key)
+    except (ValueError, OSError) as exc:
+        print(f"policies.py: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -35,3 +35,20 @@ def test_policies_scores_your_traces_against_fixed_schedules_or_exits_2(tmp_path
     assert out.returncode == 2 and "no eval ground truth" in out.stderr
     out = run("--events", "x=5")
     assert out.returncode == 2 and "apply to TRACE files" in out.stderr
+
+
+def test_policies_on_traces_with_eval_suites_gives_every_schedule_the_suites(tmp_path):
+    """The fixed schedules were built from "areal" alone, without the preset's eval suites: replaying a trace of
+    per-item suite columns crashed with a traceback (found by a new user)."""
+    from adaptive_eval.synthetic_items import make_item_trace
+    from adaptive_eval.trace import write_trace
+
+    it = make_item_trace("collapse", steps=300, seed=4, suites={"math": (60, 0.0), "aime": (12, 1.0)})
+    write_trace(it.trace, tmp_path / "run.csv")
+    (tmp_path / "run.csv.events.yaml").write_text(f"events:\n  - {{step: {it.events[0].step}, metric: math/acc}}\n")
+    (tmp_path / "suites.yaml").write_text("evaluation:\n  suites:\n    math: {size: 60, samples_per_item: 4}\n"
+                                          "    aime: {size: 12, samples_per_item: 8, cost: 4, every: 4}\n")
+    out = run(str(tmp_path / "run.csv"), "--presets", str(tmp_path / "suites.yaml"), "--boot", "10")
+    assert out.returncode == 0, out.stderr
+    assert "the fixed same-size schedules fix evaluation.suites.math.sample_size" in out.stdout
+    assert "preset " + str(tmp_path / "suites.yaml") in out.stdout
