@@ -288,8 +288,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as exc:
             if len(traces) == 1:
                 raise
-            errors.append(str(exc))  # the other traces are still checked (each message names its trace)
-            print(f"adaptive-eval: {exc}", file=sys.stderr)
+            errors.append(str(exc))  # the other traces are still checked (each message names its trace; listed
+            #                           at the end)
     if rows:
         print(format_rows(rows))
     failed = [r for r in rows if not r.ok]
