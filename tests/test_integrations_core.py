@@ -133,3 +133,12 @@ def test_a_tensorboard_error_never_reaches_the_training_step(tmp_path, caplog):
             assert ev.evaluate(lambda: {"a": 1.0}, 0, g, g) is not None
     assert caplog.text.count("TensorBoard logging to") == 1  # reported once, then off
     ev.close()
+
+
+def test_counters_and_timings_the_trainers_log_are_not_watched():
+    """TRL's cumulative num_tokens and its step_time were watched by detectors (a counter always "shifts")."""
+    from adaptive_eval.integrations._common import watched
+
+    assert not any(watched(k) for k in ("num_tokens", "train/num_tokens", "step_time", "train/step_time",
+                                        "learning_rate", "eval_loss", "train_runtime"))
+    assert all(watched(k) for k in ("train/reward", "train/kl", "train/completions/mean_length", "loss"))

@@ -380,3 +380,37 @@ def test_a_run_stopped_early_evaluates_its_last_weights(tmp_path):
     assert trainer.state.global_step == 30
     last = cb.evaluator.history[-1]
     assert (last.step, last.reason) == (29, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+
+
+class WindowedLog(Trainer):
+    """As TRL's GRPOTrainer does: metrics gathered over logging_steps, averaged and cleared in its own log()."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.window = []
+        self.flushed = []
+
+    def training_step(self, *args, **kwargs):
+        self.window.append(self.state.global_step)
+        return super().training_step(*args, **kwargs)
+
+    def log(self, logs, start_time=None):
+        self.flushed.append((self.state.global_step, len(self.window), sorted(k for k in logs if k.startswith("eval_"))))
+        self.window = []
+        super().log(logs, start_time)
+
+
+def test_results_are_logged_through_trainer_log_itself_not_a_subclass_window(tmp_path):
+    """The callback reported each result through trainer.log: TRL's GRPOTrainer.log averages and clears the
+    reward/KL it gathers over logging_steps, so every evaluation cut that window short (windows of 5, 2, 3 steps
+    at logging_steps=5, and an off-schedule point in TensorBoard)."""
+    train = Points(512, 0)
+    cb = AdaptiveEvalCallback("areal", overrides=[*FAST, "trigger.freq_steps=7"])
+    trainer = WindowedLog(Tiny(), make_args(tmp_path, max_steps=20, logging_steps=5), train_dataset=train,
+                          eval_dataset=Points(120, 1), compute_metrics=accuracy, callbacks=[cb])
+    trainer.train()
+    evaluated = [h for h in trainer.state.log_history if "eval_adaptive_step" in h]
+    assert [h["eval_adaptive_step"] for h in evaluated] == [6.0, 13.0]  # reported, in log_history
+    windows = [(step, n) for step, n, evals in trainer.flushed if n]  # (not the closing summary's log)
+    assert windows == [(5, 5), (10, 5), (15, 5), (20, 5)]  # the subclass's window: logging_steps, untouched
+    assert not any(evals for _, _, evals in trainer.flushed)  # no result went through the override

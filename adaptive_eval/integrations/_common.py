@@ -18,7 +18,8 @@ log = logging.getLogger("adaptive_eval")
 EXTRA = "integrations"
 
 # Keys a trainer logs that are schedule or bookkeeping, not a signal about the model: never watched.
-UNWATCHED = ("epoch", "learning_rate", "lr", "total_flos", "step", "global_step", "num_input_tokens_seen")
+UNWATCHED = ("epoch", "learning_rate", "lr", "total_flos", "step", "global_step", "num_input_tokens_seen",
+             "num_tokens", "step_time")  # (TRL's cumulative token count and its timing)
 UNWATCHED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos")
 
 

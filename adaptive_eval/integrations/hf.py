@@ -512,7 +512,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         scalars["eval_adaptive_items"] = float(result.items)
         scalars["eval_adaptive_step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
         should_log = control.should_log
-        trainer.log(scalars)  # every rank, as HF itself does; the reporters write on world zero only
+        # Trainer.log itself, not a subclass's override: TRL's GRPOTrainer.log averages and clears the metrics it
+        # gathers over logging_steps, so logging through it cut TRL's window short at every result (found by a
+        # new user).  Every rank, as HF itself does; the reporters write on world zero only.
+        log = transformers.Trainer.log if isinstance(trainer, transformers.Trainer) else type(trainer).log
+        log(trainer, scalars)
         control.should_log = should_log  # DefaultFlowCallback.on_log cleared it: keep this step's training log
 
     # -- state ------------------------------------------------------------------------------------------
