@@ -595,7 +595,7 @@ class AdaptiveEvaluator:
                 short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
                 verdict = self.resources.decide_with(global_step, short)
             decision = self._gate(decision, verdict)
-        out = self._act(evaluate_fn, decision, reason, epoch, global_step)
+        out = self._act(evaluate_fn, decision, reason, epoch, global_step, final)
         return out if out is not None else got
 
     def before_train(self, evaluate_fn: Callable, global_step: int = 0) -> EvalResult | None:
@@ -656,11 +656,12 @@ class AdaptiveEvaluator:
         decision = self.decide(reason, global_step, urgent=final)
         if self._resources_enabled and decision.evaluate:
             decision = self._gate(decision, self.resources.decide(global_step, decision.urgent))
-        return self._act(evaluate_fn, decision, reason, epoch, global_step)
+        return self._act(evaluate_fn, decision, reason, epoch, global_step, final)
 
-    def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step) -> EvalResult | None:
+    def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step, final: bool = False
+             ) -> EvalResult | None:
         if decision.evaluate and self._async is not None:
-            decision, victim = self._async.admit(decision)  # the same on every rank: same records
+            decision, victim = self._async.admit(decision, final)  # the same on every rank: same records
             if victim is not None:
                 self._cancel(victim, global_step)
             self._check_down(global_step)

@@ -33,6 +33,7 @@ training thread) at the first step at which every rank has its part, or at the f
 
 **Full.**  With ``evaluation.max_in_flight`` evaluations running, a due evaluation waits (it stays due,
 reason ``async:waiting (N in flight)``); an urgent one instead cancels the oldest non-urgent one in flight
+(the last step's cancels nothing: it runs beside them, and ``close`` waits for all)
 (a cancelled evaluation is never integrated: listeners get a ``cancelled`` event; one that already runs
 cannot be stopped in Python, it finishes in its thread and is dropped).  When every one in flight is urgent,
 the urgent one waits too.
@@ -529,13 +530,15 @@ class AsyncEvaluations:
         return int(lat(step)) if callable(lat) else int(lat)
 
     # -- admission ----------------------------------------------------------------------------------
-    def admit(self, decision: Decision) -> tuple[Decision, _Job | None]:
+    def admit(self, decision: Decision, final: bool = False) -> tuple[Decision, _Job | None]:
         """``(decision, job to cancel)``: when full, a non-urgent evaluation waits (a deferral); an urgent one
-        takes the place of the oldest non-urgent one in flight (returned; the caller cancels it)."""
+        takes the place of the oldest non-urgent one in flight (returned; the caller cancels it).  The last
+        step's (``final``) cancels nothing: it runs beside them, as ``close`` waits for them all anyway (it
+        cancelled an alarm's evaluation in flight at the end of training)."""
         down = self.is_down
         if down is not None:
             return Decision(False, decision.sample_size, f"async:down ({down})", decision.urgent), None
-        if len(self.jobs) < self.max_in_flight:
+        if len(self.jobs) < self.max_in_flight or final:
             return decision, None
         if decision.urgent:
             victim = next((j for j in self.jobs if not j.urgent), None)

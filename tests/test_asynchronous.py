@@ -407,3 +407,15 @@ def test_a_hung_evaluation_in_a_users_thread_pool_is_named_at_close(caplog):
             assert ("DaemonThreadExecutor()" in caplog.text) is warned
     finally:
         release.set()
+
+
+def test_the_last_steps_evaluation_cancels_nothing_in_flight():
+    """The final evaluation is urgent, and an urgent one cancels the oldest in flight when full: at the end of a
+    run the alarm's (or any) evaluation still running was thrown away, though close() waits for them all."""
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=10", "evaluation.max_in_flight=1",
+                          "policy.budget.enabled=false", "policy.interval.enabled=false"), total_steps=8)
+    train(ev, model_at(0), 8)
+    ev.close()
+    assert [e["kind"] for e in events if e["kind"] == "cancelled"] == []
+    steps = [r.step for r in ev.history]
+    assert steps == [4, 7], steps  # step 4's (in flight at the last step) and the final one, both integrated
