@@ -436,7 +436,9 @@ def run_evaluation_outcome(
 
 
 def _is_plain(value) -> bool:
-    return isinstance(value, (bool, int, float, str))
+    """A bare number evaluate_fn may return (kept as ``EvalResult.raw``, AReaL style); not text: a string
+    there is a mistake (it was kept as raw and counted as a good evaluation)."""
+    return isinstance(value, (bool, int, float))
 
 
 def _freqs_from(config) -> tuple:

@@ -128,7 +128,8 @@ def test_freq_epochs_needs_steps_per_epoch():
 
 
 @pytest.mark.parametrize("ret,match", [({"acc": [[[1, 0]], [[0, 1]]]}, "acc"), ({"acc": "high"}, "acc"),
-                                       ({"acc": object()}, "acc"), ([1, 2, 3], "mapping")])
+                                       ({"acc": object()}, "acc"), ([1, 2, 3], "mapping"),
+                                       ("accuracy: 0.8", "mapping")])  # (a string was kept as raw, "a success")
 def test_wrong_shape_from_evaluate_fn_is_a_failed_evaluation_naming_the_metric(ret, match, caplog):
     ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
     with caplog.at_level("ERROR"):
