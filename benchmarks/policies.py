@@ -449,7 +449,12 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
     # What the data needs (eval suites, the tracked metric and its direction, metric kinds, pass@k) is the same for
     # every schedule, the fixed ones included: the first preset's evaluation section, as given.
     evaluation = OmegaConf.to_container(base, resolve=True)["evaluation"]
-    shared = [f"evaluation.{k}={json.dumps(v)}" for k, v in evaluation.items() if k != "sample_size"]
+    def value(v):  # YAML flow for the dotlist (JSON is, but for inf and nan, which YAML spells .inf / .nan)
+        if isinstance(v, float) and not math.isfinite(v):
+            return ".nan" if v != v else (".inf" if v > 0 else "-.inf")
+        return json.dumps(v)
+
+    shared = [f"evaluation.{k}={value(v)}" for k, v in evaluation.items() if k != "sample_size"]
     size_key = "evaluation.sample_size"
     if evaluation["suites"]:  # the same-size schedules fix the tracked suite's items (the others: whole)
         head = (cases[0].metric or "").split("/", 1)[0]

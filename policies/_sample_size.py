@@ -58,6 +58,7 @@ class SampleSizePolicy(Policy):
         self.widen_held = bool(widen_held)
         # Eval suites the policy sizes (those without a fixed sample_size): plain config mappings.
         self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
+        self._suite_names = set(suites or {})  # (all of them, the fixed-size ones too: evaluation.metric may name one)
         self._reset()
 
     def _reset(self) -> None:
@@ -114,7 +115,7 @@ class SampleSizePolicy(Policy):
             # evaluation.metric names one suite's metric (math500/acc): the others are sized by their own metric
             # of that name (aime/acc); "aime/math500/acc" matched nothing and left aime at its first size.
             head, _, rest = self.metric.partition("/")
-            base = rest if rest and head in self.suites else self.metric
+            base = rest if rest and head in self._suite_names else self.metric
             found = result.metrics.get(f"{suite}/{base}")
             if found is not None:
                 return found

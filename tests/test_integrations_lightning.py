@@ -255,8 +255,9 @@ def test_rank_branches_state_and_skipped_runs(caplog):
         trainer.callback_metrics["train_loss"] = torch.tensor(0.5 + micro)  # logged anew by each micro-batch
         cb.on_train_batch_end(trainer, None, {"loss": torch.tensor(1.0)}, None, micro)
     assert calls == [1, 3, 5, 7]  # once per optimizer step, on a rank that is not global zero too
-    # what the module logged, its own loss taking the place of outputs["loss"]; not validation keys (val_acc)
-    assert set(cb.evaluator._detectors) == {"train_loss"}
+    # outputs["loss"] and what the module logged (a train_loss that is not the step's loss does not take its
+    # place); not validation keys (val_acc)
+    assert set(cb.evaluator._detectors) == {"train/loss", "train_loss"}
     assert cb.evaluator._last_step == 7
     with caplog.at_level(logging.INFO, logger="adaptive_eval"):
         cb.on_train_end(trainer, None)
@@ -509,24 +510,58 @@ class LoggedLossModel(Model):
         return {"loss": loss}
 
 
-@pytest.mark.parametrize("how,loss_streams", [
-    ("none", {"train/loss"}), ("train_loss", {"train_loss"}), ("objective", {"objective"}),
-    ("twice", {"loss"}), ("sparse", {"train_loss"})])
-def test_the_loss_is_one_stream_when_the_module_logs_it_too(how, loss_streams):
+ALL = list(range(20))
+
+
+@pytest.mark.parametrize("how,streams", [
+    ("none", {"train/loss": ALL}),
+    ("train_loss", {"train/loss": [0, 1], "train_loss": ALL}),
+    ("objective", {"train/loss": [0, 1], "objective": ALL}),
+    ("twice", {"train/loss": [0, 1], "loss": ALL, "train_loss": [0, 1]}),
+    ("sparse", {"train/loss": list(range(10)), "train_loss": [0, 5, 10, 15]})])
+def test_the_loss_is_one_stream_when_the_module_logs_it_too(how, streams):
     """outputs["loss"] (as train/loss) and the module's own self.log("train_loss", loss) were both watched: every
-    loss alarm was doubled and corroborated itself (the default preset needs 2 streams to agree).  The module's
-    own logged loss now takes precedence, from its first log on; one loss under two names is one stream."""
+    loss alarm was doubled and corroborated itself (the default preset needs 2 streams to agree).  A key whose
+    fresh value is the step's loss 3 times in a row (not 0) takes its place from then on, whatever its name; one
+    loss under two names is one stream."""
     train, _ = loaders(n_train=160)
     torch.manual_seed(0)
     model = LoggedLossModel(how)
     cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(model, train)
-    assert set(cb.observed) - {"score"} == loss_streams
-    (stream,) = loss_streams
-    steps = [s for s, _ in cb.observed[stream]]
-    assert steps == (list(range(0, 20, 5)) if how == "sparse" else list(range(20)))
-    assert [v for _, v in cb.observed[stream]] == pytest.approx([model.losses[s][0] for s in steps], rel=1e-6)
+    assert {k: [s for s, _ in v] for k, v in cb.observed.items() if k != "score"} == streams
+    for stream, steps in streams.items():
+        assert [v for _, v in cb.observed[stream]] == pytest.approx([model.losses[s][0] for s in steps], rel=1e-6)
+
+
+class PartsModel(Model):
+    """Logs parts of its loss only: an auxiliary term, and a KL that is exactly 0 at first (the policy is still
+    the reference), so that the NLL equals the total loss there."""
+
+    def training_step(self, batch, batch_idx):
+        nll = self.step(batch, self.train_target)
+        kl = 0.0 * nll if self.global_step < 3 else 0.01 * nll.detach() ** 2
+        aux = 0.01 * nll.detach() ** 2
+        self.log("aux_loss", aux)
+        self.log("train/nll_loss", nll)
+        self.log("train/kl_loss", kl)
+        return {"loss": nll + kl}
+
+
+def test_a_part_of_the_loss_never_takes_the_losss_place():
+    """Any training key named like a loss (aux_loss) turned train/loss off for good, and a KL term equal to 0 at
+    the first step hid the NLL (equal to the total there) for the rest of the run (found in review)."""
+    train, _ = loaders(n_train=160)
+    torch.manual_seed(0)
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(PartsModel(), train)
+    observed = {k: [s for s, _ in v] for k, v in cb.observed.items()}
+    assert observed["aux_loss"] == ALL and observed["train/nll_loss"] == ALL and observed["train/kl_loss"] == ALL
+    # the NLL equalled the loss at steps 0-2 (KL 0): it stood in for it at step 2, and gave the place back at
+    # step 3, when the KL moved
+    assert observed["train/loss"] == [0, 1, *range(3, 20)]
 
 
 def test_a_fault_in_the_loss_is_not_corroborated_by_the_same_loss_under_another_name():
@@ -537,7 +572,8 @@ def test_a_fault_in_the_loss_is_not_corroborated_by_the_same_loss_under_another_
     trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, callbacks=[cb, DataFault(30)],
                         **QUIET)
     trainer.fit(LoggedLossModel("train_loss"), train)
-    assert set(cb.observed) == {"train_loss", "score"}
+    assert set(cb.observed) == {"train_loss", "score", "train/loss"}
+    assert [s for s, _ in cb.observed["train/loss"]] == [0, 1]  # until train_loss was the step's loss 3 times
     reasons = [r.reason for r in cb.evaluator.history]
     assert reasons[0].startswith("alarm:train_loss:") and cb.evaluator.summary()["alarms"] == 1, reasons
 
@@ -594,3 +630,53 @@ def test_every_validation_dataloader_is_evaluated_and_named_as_lightning_names_i
         assert m.n == len(idx) and m.mean == pytest.approx(sum(per_item) / len(idx), rel=1e-6)
     n0, n1 = last["val_loss/dataloader_idx_0"].n, last["val_loss/dataloader_idx_1"].n
     assert last["val_seen"].n == n0 + n1 and last["val_seen"].mean == pytest.approx(n1 / (n0 + n1))
+
+
+class ValLogModel(LoggedLossModel):
+    """Logs its validation loss in the TensorBoard style, without a val/eval/test prefix."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("loss/val", self.step(batch))
+
+
+def test_what_lightnings_own_validation_logs_is_not_a_training_stream():
+    """With val_check_interval, a validation key without a val prefix ("loss/val") written mid-epoch was then
+    observed as a training value (found in review)."""
+    train, val = loaders(n_train=160, n_val=16)
+    torch.manual_seed(0)
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb],
+                        **{**QUIET, "limit_val_batches": 2}, val_check_interval=5)
+    trainer.fit(ValLogModel("none"), train, val)
+    assert set(cb.observed) == {"train/loss", "score"}
+    assert [s for s, _ in cb.observed["train/loss"]] == ALL
+
+
+class ManualModel(Model):
+    """Manual optimization, an optimizer step every 2 batches, a per-sample loss vector returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        out = self(batch)
+        per_sample = ((out - 1.0) ** 2).mean(dim=1)
+        self.manual_backward(per_sample.mean())
+        if batch_idx % 2 == 1:
+            opt.step()
+            opt.zero_grad()
+        return {"loss": per_sample}
+
+
+def test_a_per_sample_loss_from_manual_optimization_never_reaches_the_training_step():
+    """The micro-batch accumulation ran outside the guard: a per-sample loss vector whose last batch was
+    shorter raised "size of tensor a (2) must match ... b (4)" inside training (found in review)."""
+    torch.manual_seed(0)
+    train = DataLoader(RandomDataset(32, 22), batch_size=4)  # the last batch has 2 items
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(ManualModel(), train)
+    assert "train/loss" not in cb.observed  # a vector is not a step's loss
+    assert cb.evaluator is not None and cb.evaluator.summary()["eval_errors"] == 0

@@ -20,9 +20,10 @@ What it does (see the README's table):
   value is observed once: Lightning keeps the last value of a key in ``callback_metrics`` until it is logged
   again (re-reading it gives a new ``detach()`` of the same storage), so a key whose tensor storage has not
   changed since the last step is skipped; ``name``/``name_step`` (``on_step`` and ``on_epoch``) share one
-  storage and are observed once, under ``name``; epoch aggregates are not observed.  The loss is one stream:
-  once the module logs a loss of its own (a training key named ``*loss*``, or one equal to the step's loss),
-  ``outputs["loss"]`` is no longer observed, and two loss keys carrying the same value are observed once;
+  storage and are observed once, under ``name``; epoch aggregates and what Lightning's own validation logs are
+  not observed.  The loss is one stream: a training key whose fresh value is the step's loss (not 0) at 3
+  optimizer steps in a row takes the place of ``outputs["loss"]`` until it stops being the step's loss, and
+  another key logging the same loss is observed once;
 * evaluates when the evaluator decides: by default through the module's own ``validation_step`` on the
   items the request names, taken from each validation dataloader's dataset (with several, each gets the
   request, ``validation_step`` gets ``dataloader_idx=i`` and the metrics are named as Lightning names them,
@@ -113,6 +114,7 @@ class AdaptiveEvalCallback(Callback):
         self.evaluator = None
         self._stashed: dict | None = None
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
+        self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
         self._guard = StepGuard()
         self._last_global_step = -1
         self._steps_per_epoch = 1
@@ -128,13 +130,14 @@ class AdaptiveEvalCallback(Callback):
         # what on_train_batch_end needs between steps (plain values or tensors; reset at each fit's start)
         self._seen: dict[str, tuple] = {}  # key -> (the tensor last read, its data_ptr): holding it keeps its
         #                                    storage alive, so a new value cannot reuse the address
-        self._kinds: dict[str, int] = {}  # key -> 0 not observed, 1 observed, 2 observed and a loss
-        self._own_loss = False  # the module logs its own loss: outputs["loss"] is not observed too
-        self._aliases: set[str] = set()  # loss keys found carrying another loss key's value
-        self._loss_sum = None  # the accumulation window's micro-batch losses (as returned: scaled)
+        self._kinds: dict[str, int] = {}  # key -> 0 not observed (validation, schedule, aggregate), 1 observed
+        self._twin: str | None = None  # the key the module logs the step's loss under (then train/loss is not
+        #                                observed too: one quantity under two names would corroborate itself)
+        self._votes: dict[str, int] = {}  # key -> steps in a row its fresh value was the step's loss
+        self._aliases: set[str] = set()  # other keys found logging the same loss: skipped while equal to it
+        self._loss_sum = None  # the accumulation window's micro-batch losses (unscaled, float32)
         self._loss_last = None
         self._loss_n = 0
-        self._loss_scale = 1  # accumulate_grad_batches under automatic optimization (Lightning divides by it)
 
     @property
     def state_key(self) -> str:
@@ -150,8 +153,6 @@ class AdaptiveEvalCallback(Callback):
             return
         self._reset_stream_state()
         self._guard("on_train_start", self._build, trainer)
-        if getattr(pl_module, "automatic_optimization", True):
-            self._loss_scale = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
                              else _ModuleEval(self, trainer, pl_module))
@@ -186,8 +187,10 @@ class AdaptiveEvalCallback(Callback):
             state = self._own_state(self._stashed, self._stashed_ranks)
             self.evaluator.load_state_dict(state)
             self._stashed = self._stashed_ranks = None
-            # a resumed run whose module logged its own loss keeps outputs["loss"] unobserved from its first step
-            self._own_loss = any(k != "train/loss" and _kind(k) == 2 for k in (state.get("detectors") or {}))
+            # a resumed run whose module logged the step's loss itself keeps outputs["loss"] unobserved from its
+            # first step, as the uninterrupted run did
+            if self._stashed_twin:
+                self._twin, self._aliases = self._stashed_twin[0], set(self._stashed_twin[1])
         self._last_global_step = trainer.global_step
 
     def on_train_epoch_start(self, trainer, pl_module):
@@ -201,18 +204,36 @@ class AdaptiveEvalCallback(Callback):
             if hasattr(value, "data_ptr"):
                 seen[key] = (value, value.data_ptr())
 
+    def on_validation_end(self, trainer, pl_module):
+        self.hooks_called.add("on_validation_end")
+        if self.evaluator is None:
+            return
+        # What Lightning's own validation logged (mid-epoch with val_check_interval) is not a training value,
+        # whatever its name ("loss/val"): mark it read; a key only validation wrote is never observed.
+        seen, kinds = self._seen, self._kinds
+        for key, value in trainer.callback_metrics.items():
+            if hasattr(value, "data_ptr"):
+                seen[key] = (value, value.data_ptr())
+            kinds.setdefault(key, 0)
+
+    def _add_loss(self, trainer, pl_module, outputs) -> None:
+        """Add a micro-batch's loss to the window: unscaled (automatic optimization divides it by
+        ``accumulate_grad_batches``, read now: a GradientAccumulationScheduler changes it by epoch), as float."""
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
+            return  # (nothing, a number that is not a tensor, or per-sample losses: not a step's loss)
+        loss = loss.detach().float().reshape(())
+        if getattr(pl_module, "automatic_optimization", True):
+            loss = loss * max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+        self._loss_last = loss
+        self._loss_n += 1
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.hooks_called.add("on_train_batch_end")
         if self.evaluator is None:
             return
-        if not self._own_loss:  # every micro-batch's loss: train/loss is the window's mean
-            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-            if loss is not None:
-                if hasattr(loss, "detach"):
-                    loss = loss.detach()
-                self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
-                self._loss_last = loss
-                self._loss_n += 1
+        self._guard("observe", self._add_loss, trainer, pl_module, outputs)  # train/loss: the window's mean
         if trainer.global_step == self._last_global_step:
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
         self._last_global_step = trainer.global_step
@@ -227,17 +248,16 @@ class AdaptiveEvalCallback(Callback):
             self._guard("report", self._report, trainer, result)
 
     def _step_values(self, metrics) -> dict[str, float]:
-        """What this optimizer step observes: ``train/loss`` (unless the module logs its own loss) and each
-        training key of ``metrics`` (``trainer.callback_metrics``) logged anew since the last step."""
-        seen, kinds, aliases = self._seen, self._kinds, self._aliases
+        """What this optimizer step observes: ``train/loss`` (unless the module logs the step's loss itself)
+        and each training key of ``metrics`` (``trainer.callback_metrics``) logged anew since the last step."""
+        seen, kinds = self._seen, self._kinds
         fresh: dict[str, float] = {}
-        losses: list[str] = []
         ptrs = set()
         for key, value in metrics.items():
             kind = kinds.get(key)
             if kind is None:
                 kind = kinds[key] = _kind(key)
-            if not kind or key in aliases:
+            if not kind:
                 continue
             prev = seen.get(key)
             if prev is not None and prev[0] is value:
@@ -253,36 +273,47 @@ class AdaptiveEvalCallback(Callback):
             v = scalar(value)
             if v is not None:
                 fresh[key] = v
-                if kind == 2:
-                    losses.append(key)
-        if len(losses) > 1:  # one loss logged under two names is one stream
-            kept: list[float] = []
-            for key in losses:
-                v = fresh[key]
-                if v != 0 and any(math.isclose(v, k, rel_tol=1e-6) for k in kept):
-                    aliases.add(key)
+        twin = self._twin
+        if twin is not None and self._aliases and twin in fresh:  # the same loss under another name: once
+            for key in self._aliases:
+                if key in fresh and fresh[key] != 0 and math.isclose(fresh[key], fresh[twin], rel_tol=1e-6):
                     del fresh[key]
-                else:
-                    kept.append(v)
-        if self._own_loss or self._loss_n == 0:
-            self._loss_sum = self._loss_last = None
-            self._loss_n = 0
+        if self._loss_n == 0:
             return fresh
         total, last, n = self._loss_sum, self._loss_last, self._loss_n
         self._loss_sum = self._loss_last = None
         self._loss_n = 0
-        if losses:
-            self._own_loss = True  # the module logs its loss itself: that is the loss stream from now on
-            return fresh
-        mean = scalar(total / n if n > 1 else total)
+        mean = scalar(total / n)
         if mean is None:
             return fresh
-        mean *= self._loss_scale
-        if fresh:  # a key equal to the last micro-batch's loss (what Lightning keeps of an on_step log) is the loss
-            last = mean if n == 1 else (scalar(last) or 0.0) * self._loss_scale
-            if any(math.isclose(v, last, rel_tol=1e-5) for v in fresh.values()):
-                self._own_loss = True
+        last = scalar(last)
+
+        def is_loss(v: float) -> bool:
+            return v != 0 and any(x is not None and math.isclose(v, x, rel_tol=1e-5) for x in (last, mean))
+
+        if twin is not None:
+            if twin not in fresh or is_loss(fresh[twin]):
                 return fresh
+            # it no longer carries the step's loss (a part of it that equalled it while the rest was 0):
+            # train/loss is observed again, and the search starts over
+            self._twin, self._aliases = None, set()
+            self._votes.pop(twin, None)
+        # The module's own self.log of the step's loss (what Lightning keeps of an on_step log is the last
+        # micro-batch's): a key whose fresh value is that loss, not zero, 3 optimizer steps in a row.  From then
+        # on it is the loss stream and train/loss is not observed too.  (A name alone says nothing: "aux_loss" is
+        # a part of the loss; one equal value says little: a KL term is 0 at the start.)
+        votes = self._votes
+        for key, v in fresh.items():  # (a key not logged this step keeps its count: a loss logged every k steps)
+            if is_loss(v):
+                votes[key] = votes.get(key, 0) + 1
+            else:
+                votes.pop(key, None)
+        confirmed = [key for key in fresh if votes.get(key, 0) >= 3]
+        if confirmed:
+            self._twin, self._aliases = confirmed[0], set(confirmed[1:])
+            for key in confirmed[1:]:
+                fresh.pop(key, None)
+            return fresh
         return {"train/loss": mean, **fresh}
 
     def on_train_end(self, trainer, pl_module):
@@ -416,12 +447,17 @@ class AdaptiveEvalCallback(Callback):
                 # Lightning dumps a checkpoint on every rank (Trainer.save_checkpoint "needs to be called on all
                 # processes") and writes rank zero's: gather every rank's state into it.
                 ranks = self._guard("state", self.evaluator.dist.gather_objects, state)
-        return {"evaluator": state} if ranks is None else {"evaluator": state, "ranks": ranks}
+        out = {"evaluator": state} if ranks is None else {"evaluator": state, "ranks": ranks}
+        twin = (self._twin, sorted(self._aliases)) if self.evaluator is not None else self._stashed_twin
+        if twin is not None and twin[0] is not None:
+            out["loss_twin"] = list(twin)
+        return out
 
     def load_state_dict(self, state_dict) -> None:
         # Restore runs before or after on_fit_start depending on the strategy: apply it in on_train_start.
         self._stashed = state_dict.get("evaluator")
         self._stashed_ranks = state_dict.get("ranks")
+        self._stashed_twin = state_dict.get("loss_twin")
 
     def _own_state(self, zero_state: dict, ranks) -> dict:
         """This rank's state from a checkpoint holding every rank's; rank zero's (with a warning when the
@@ -437,10 +473,10 @@ class AdaptiveEvalCallback(Callback):
 
 
 def _kind(key: str) -> int:
-    """0: a key the adapter does not observe (validation, schedule, epoch aggregate); 2: a loss; 1: another."""
+    """0: a key the adapter does not observe (validation, schedule, epoch aggregate); 1: another."""
     if key.startswith(_VALIDATION_PREFIXES) or not watched(key) or key.endswith("_epoch"):
         return 0
-    return 2 if "loss" in key.lower() else 1
+    return 1
 
 
 def _sharded(trainer, pl_module) -> bool:
