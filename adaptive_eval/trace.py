@@ -1048,8 +1048,19 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
     if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):
         return _own_log(by_step, path)
     t0 = min(wall.values())
-    records = [TraceRecord(step, by_step[step], None, wall[step] - t0) for step in sorted(by_step)]
+    records = []
+    for step in sorted(by_step):
+        row = by_step[step]
+        epoch = None
+        for tag in _EPOCH_TAGS:  # (a Hugging Face run's TensorBoard: its epoch is a scalar, not a stream)
+            if tag in row:
+                value = row.pop(tag)
+                epoch = _epoch(value, value, path, None) if math.isfinite(value) else None
+        records.append(TraceRecord(step, row, epoch, wall[step] - t0))
     return Trace(records, str(path))
+
+
+_EPOCH_TAGS = ("epoch", "train/epoch")
 
 
 # The tags an AdaptiveEvaluator's own TensorBoard log has besides its streams and eval means (see tensorboard.py).

@@ -458,3 +458,25 @@ def test_a_verl_log_replays_with_its_validation_column_named(tmp_path, capsys):
                  "--no-tensorboard"]) == 0
     metrics = [e["metrics"] for e in evals_of(tmp_path / "b")]
     assert all(set(m) == {"val-core/openai/gsm8k/reward/mean@1"} for m in metrics) and len(metrics) >= 3
+
+
+def test_an_hf_runs_train_epoch_is_its_epoch_in_tensorboard_and_a_wandb_export(tmp_path):
+    """HF logs its epoch as the scalar train/epoch (0.05 for a twentieth of the first): in a TensorBoard folder and
+    a W&B export it was watched as a stream and every record's epoch was None, so epoch triggers could not work."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    for s in range(1, 41):
+        writer.add_scalar("train/loss", 1.0 / s, s)
+        writer.add_scalar("train/epoch", s / 20, s)
+    writer.close()
+    t = read_trace(tmp_path / "tb")
+    assert t.stream_names() == ["train/loss"]
+    assert [r.epoch for r in t.records][:3] == [0, 0, 0] and t.records[-1].epoch == 2 and t.records[19].epoch == 1
+    (tmp_path / "wandb.csv").write_text("train/global_step,train/loss,train/epoch\n" + "".join(
+        f"{s},{1.0 / s},{s / 20}\n" for s in range(1, 41)))
+    args = argparse.Namespace(stream=[], eval=[], step_column="train/global_step", keep_last_run=False)
+    from adaptive_eval.cli import _load_trace_file
+
+    w = _load_trace_file(str(tmp_path / "wandb.csv"), args)
+    assert w.stream_names() == ["train/loss"] and w.records[19].epoch == 1
