@@ -263,6 +263,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         else:
             traces.append(trace)
     from adaptive_eval.testing._core import _load
+    from adaptive_eval.trace import Trace, read_trace
 
     names = [pathlib.Path(t).name for t in traces]
     rows, errors = [], []
@@ -274,12 +275,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 sidecar = events_path(trace)
                 events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)
             else:
+                if os.path.exists(trace):  # read once, for the replay and the notes (its sidecar: by its source)
+                    source = read_trace(trace)
                 events = args.events
             run = replay_trace(source, cfg, seed=args.seed, events=events)
             if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
                 run.name = trace
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
-            loaded = _load(source)[0]
+            loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
             _truth_note(loaded, cfg)
             if run.evals and not any(e["metrics"] for e in run.evals):
                 _no_truth_warning(loaded)

@@ -432,13 +432,11 @@ def _median_ci(values: list[float]) -> tuple[float, float, float]:
 
 
 def _specs_of(cfg):
-    """stream -> its detector specs under ``cfg``, resolved as ``AdaptiveEvaluator._specs_for`` does: none for a
-    stream in ``streams.ignore``, its own list when ``streams.watch`` names it, else ``streams.default``."""
-    from omegaconf import OmegaConf
+    """stream -> its detector specs under ``cfg``: the evaluator's own resolution (``streams.ignore``: none;
+    ``streams.watch``: its own list; else ``streams.default``)."""
+    from adaptive_eval import AdaptiveEvaluator
 
-    streams = OmegaConf.to_container(cfg.streams, resolve=True)
-    ignore, watch, default = frozenset(streams["ignore"]), streams["watch"], streams["default"]
-    return lambda stream: [] if stream in ignore else watch.get(stream, default)
+    return AdaptiveEvaluator.from_config(cfg)._specs_for
 
 
 def _preset_label(config=None, overrides=()) -> str:

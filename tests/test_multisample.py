@@ -610,15 +610,11 @@ def test_two_stage_size_reaches_the_target_at_least_cost():
                     break
 
 
-def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
-    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
-                                 "policy.sample_size.target_half_width=0.05", "policy.sample_size.max=4000",
-                                 "evaluation.suites.big.size=4000", "evaluation.suites.big.samples_per_item=4",
-                                 "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=4",
-                                 "evaluation.suites.costly.size=4000", "evaluation.suites.costly.samples_per_item=4",
-                                 "evaluation.suites.costly.item_cost=16"])
+def _sized_run(cfg, seed: int, steps: int = 12):
+    """12 steps of an evaluator over ``cfg``'s suites of Rasch-like items (seeded): each evaluation's plan per
+    suite, ``{suite: (items, samples per item)}``, and the results."""
     ev = AdaptiveEvaluator.from_config(cfg)
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(seed)
     p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
     seen = []
 
@@ -627,7 +623,19 @@ def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
         return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None]).astype(float)
                 for n, s in req.suites.items()}
 
-    results = [r for g in range(12) if (r := ev.evaluate(fn, 0, g, g)) is not None][:3]
+    results = [r for g in range(steps) if (r := ev.evaluate(fn, 0, g, g)) is not None]
+    return seen, results
+
+
+def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                 "policy.sample_size.target_half_width=0.05", "policy.sample_size.max=4000",
+                                 "evaluation.suites.big.size=4000", "evaluation.suites.big.samples_per_item=4",
+                                 "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=4",
+                                 "evaluation.suites.costly.size=4000", "evaluation.suites.costly.samples_per_item=4",
+                                 "evaluation.suites.costly.item_cost=16"])
+    seen, results = _sized_run(cfg, seed=11)
+    results = results[:3]
     n0 = cfg.policy.sample_size.initial
     assert len(results) == 3 and seen[0] == {"big": (n0, 4), "small": (30, 4), "costly": (n0, 4)}  # policy.sample_size.initial
     big, small, costly = seen[1]["big"], seen[1]["small"], seen[1]["costly"]
@@ -649,18 +657,7 @@ def test_every_suite_is_sized_when_evaluation_metric_names_one_suites_metric():
                                      "evaluation.suites.big.size=400", "evaluation.suites.big.samples_per_item=4",
                                      "evaluation.suites.small.size=30", "evaluation.suites.small.samples_per_item=16",
                                      *metric])
-        ev = AdaptiveEvaluator.from_config(cfg)
-        rng = np.random.default_rng(3)
-        p = {name: _sigmoid(rng.normal(0.0, 1.0, s.size)) for name, s in cfg.evaluation.suites.items()}
-        seen = []
-
-        def fn(req):
-            seen.append({n: (s.sample_size, s.samples_per_item) for n, s in req.suites.items()})
-            return {f"{n}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[n][s.indices][:, None])
-                    .astype(float) for n, s in req.suites.items()}
-
-        for g in range(12):
-            ev.evaluate(fn, 0, g, g)
+        seen, _ = _sized_run(cfg, seed=3)
         assert len(seen) >= 2
         plans.append(seen[1]["small"])
     assert plans[0] == plans[1] and plans[1] != (30, 16)  # sized from its variances, as without the metric

@@ -199,10 +199,16 @@ class AdaptiveEvalCallback(Callback):
             return
         # The epoch aggregates Lightning put in callback_metrics at the last epoch's end (on_epoch=True) are not
         # values the module logged in a step: mark them read.
-        seen = self._seen
-        for key, value in trainer.callback_metrics.items():
+        self._mark_read(trainer.callback_metrics)
+
+    def _mark_read(self, metrics, unseen_kind: int | None = None) -> None:
+        """Take every value now in ``metrics`` as read; a key not met before gets ``unseen_kind`` if given."""
+        seen, kinds = self._seen, self._kinds
+        for key, value in metrics.items():
             if hasattr(value, "data_ptr"):
                 seen[key] = (value, value.data_ptr())
+            if unseen_kind is not None:
+                kinds.setdefault(key, unseen_kind)
 
     def on_validation_end(self, trainer, pl_module):
         self.hooks_called.add("on_validation_end")
@@ -210,11 +216,7 @@ class AdaptiveEvalCallback(Callback):
             return
         # What Lightning's own validation logged (mid-epoch with val_check_interval) is not a training value,
         # whatever its name ("loss/val"): mark it read; a key only validation wrote is never observed.
-        seen, kinds = self._seen, self._kinds
-        for key, value in trainer.callback_metrics.items():
-            if hasattr(value, "data_ptr"):
-                seen[key] = (value, value.data_ptr())
-            kinds.setdefault(key, 0)
+        self._mark_read(trainer.callback_metrics, unseen_kind=0)
 
     def _add_loss(self, trainer, pl_module, outputs) -> None:
         """Add a micro-batch's loss to the window: unscaled (automatic optimization divides it by
@@ -283,16 +285,18 @@ class AdaptiveEvalCallback(Callback):
         total, last, n = self._loss_sum, self._loss_last, self._loss_n
         self._loss_sum = self._loss_last = None
         self._loss_n = 0
+        if twin is not None and twin not in fresh:
+            return fresh  # (nothing to compare the loss with: no .item(), no device sync, this step)
         mean = scalar(total / n)
         if mean is None:
             return fresh
-        last = scalar(last)
+        last = scalar(last) if fresh else None
 
         def is_loss(v: float) -> bool:
             return v != 0 and any(x is not None and math.isclose(v, x, rel_tol=1e-5) for x in (last, mean))
 
         if twin is not None:
-            if twin not in fresh or is_loss(fresh[twin]):
+            if is_loss(fresh[twin]):
                 return fresh
             # it no longer carries the step's loss (a part of it that equalled it while the rest was 0):
             # train/loss is observed again, and the search starts over
