@@ -229,6 +229,7 @@ class AdaptiveEvaluator:
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
         self._unreturned: EvalResult | None = None  # integrated in observe(), returned by the next evaluate()
         self._async_down_logged = False
+        self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
         if self._async is not None:
             self._async.load_state_dict({})
 
@@ -455,12 +456,11 @@ class AdaptiveEvaluator:
             event["rank"] = rank
         self._emit(event)
         if self._logging:
-            from adaptive_eval.tensorboard import alarm_scalar
+            from adaptive_eval.tensorboard import ALARMS_PREFIX
 
             where = f"rank {rank}: " if rank is not None and alarm.detector != "rank_discrepancy" else ""
             count = self._alarm_counts[alarm.stream] = self._alarm_counts.get(alarm.stream, 0) + 1
-            self.logger.log(step, {f"alarms/{alarm.stream}": alarm_scalar(alarm.direction),
-                                   f"alarm_count/{alarm.stream}": float(count)})
+            self.logger.log(step, {ALARMS_PREFIX + alarm.stream: float(count)})
             self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
                                              f"{alarm.message}".strip())
 
@@ -672,7 +672,13 @@ class AdaptiveEvaluator:
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
                 if self._logging:
                     self.logger.log(global_step, {"controller/deferred": 1.0})
-                    self.logger.text(global_step, "decisions", f"deferred: {decision.reason} (was {reason})")
+                    text = f"deferred: {decision.reason} (was {reason})"
+                    # Once per deferral, not at every step it lasts (controller/deferred is 1 at each of them).
+                    if self._deferring is None or self._deferring[1] != text:
+                        self._deferring = (global_step, text)
+                        self.logger.text(global_step, "decisions", text)
+            else:
+                self._deferring = None  # nothing due any more
             return None
         return self._run(evaluate_fn, decision, epoch, global_step)
 
@@ -841,7 +847,8 @@ class AdaptiveEvaluator:
                     "sample_size": decision.sample_size})
         if self._logging:
             self.logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs))})
-            self.logger.text(global_step, "decisions", f"submitted: {decision.reason} (n={decision.sample_size})")
+            self.logger.text(global_step, "decisions",
+                             f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)
 
     def _cancel(self, job, global_step: int) -> None:
@@ -1016,7 +1023,15 @@ class AdaptiveEvaluator:
             n = f"n={items}"
         else:
             n = f"n={items} of {asked} asked"
-        self.logger.text(step, "decisions", f"evaluated: {decision.reason} ({n})")
+        self.logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
+
+    def _deferred_since(self) -> str:
+        """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""
+        if self._deferring is None:
+            return ""
+        first = self._deferring[0]
+        self._deferring = None
+        return f", deferred since step {first}"
 
     # ----------------------------------------------------------------------------------------------
     # State

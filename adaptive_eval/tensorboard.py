@@ -26,12 +26,17 @@ tag                                 value
 ``controller/eval_errors``          evaluation errors so far
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
 ``streams/<name>/<detector>``       a detector's statistic on that stream
-``alarms/<stream>``                 +1 alarm upwards, -1 downwards, 1 without a direction
-``alarm_count/<stream>``            alarms on that stream so far (the dashboard's alarm chart)
+``controller/alarms/<stream>``      alarms on that stream so far, written at each alarm (it only grows,
+                                    so no smoothing hides an alarm; the direction and message of each
+                                    are in the ``alarms`` text)
 ==================================  ===========================================================
 
+The alarm counts are under ``controller/`` so that TensorBoard's Time Series tab, which opens the first
+two tag groups in alphabetical order and collapses the rest, opens on ``controller`` (the alarms, the
+interval and sample size they changed) and ``eval`` (the results), not on two groups of alarms.
+
 The suffixes ``/ci_low``, ``/ci_high``, ``/n``, ``/samples_per_item`` and ``/nan`` are reserved: a metric must not be named
-``x/n``.  :func:`eval_scalars` and :func:`alarm_scalar` build these values.  Text markers:
+``x/n``.  :func:`eval_scalars` builds the eval values.  Text markers:
 ``text(step, "decisions", reason)`` for every decision with a reason, ``text(step, "alarms", message)``
 for every alarm; ``log_config(yaml)`` writes the resolved configuration under the tag ``config``.
 
@@ -76,7 +81,7 @@ from pathlib import Path
 
 from adaptive_eval.loggers import MetricLogger, NullLogger
 
-__all__ = ["TensorBoardLogger", "alarm_scalar", "dashboard_layout", "eval_scalars", "make_logger", "read_texts"]
+__all__ = ["TensorBoardLogger", "dashboard_layout", "eval_scalars", "make_logger", "read_texts"]
 
 log = logging.getLogger("adaptive_eval")
 
@@ -91,6 +96,7 @@ PAIRED_SUFFIX = "/paired_diff"
 _EVAL_SUFFIXES = (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX, SAMPLES_PER_ITEM_SUFFIX, NAN_SUFFIX)
 CONTROLLER_TAGS = ("controller/interval", "controller/sample_size", "controller/eval_fraction",
                    "controller/deferred", "controller/eval_errors")
+ALARMS_PREFIX = "controller/alarms/"
 CONFIG_TAG = "config"
 
 
@@ -124,15 +130,6 @@ def eval_scalars(result) -> dict[str, float]:
     return out
 
 
-def alarm_scalar(direction: str | None) -> float:
-    """The value of an ``alarms/<stream>`` scalar: +1 for "up", -1 for "down", 1 without a direction.
-
-    >>> alarm_scalar("up"), alarm_scalar("down"), alarm_scalar(None)
-    (1.0, -1.0, 1.0)
-    """
-    return -1.0 if direction == "down" else 1.0
-
-
 def _exact(tag: str) -> str:
     # Multiline charts take regular expressions (matched from the start of the tag).
     return "^" + re.escape(tag) + "$"
@@ -156,7 +153,7 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     >>> layout["eval"]["reward"]
     ('Multiline', ['^eval/reward$'])
     >>> layout["controller"]["interval (steps)"], layout["alarms"]["alarms so far, per stream"]
-    (('Multiline', ['^controller/interval$']), ('Multiline', ['^alarm_count/']))
+    (('Multiline', ['^controller/interval$']), ('Multiline', ['^controller/alarms/']))
     """
     with_ci = set(metrics_with_ci)
     groups = list(groups)
@@ -197,9 +194,9 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
         layout["eval"] = eval_charts
     layout["controller"] = controller
     # Alarms are rare discrete events: a line through +1/-1 values joins events far apart and TensorBoard's
-    # default smoothing (0.6) shows a lone +1 as 0.25.  The running count per stream is a step function that
-    # neither misreads (the ``alarms/<stream>`` +-1 values stay in the Scalars tab, the messages in Text).
-    layout["alarms"] = {"alarms so far, per stream": ("Multiline", ["^alarm_count/"])}
+    # default smoothing (0.6) shows a lone +1 as 0.25.  The running count per stream only grows, so no smoothing
+    # hides an alarm (the direction and message of each are in the Text tab).
+    layout["alarms"] = {"alarms so far, per stream": ("Multiline", ["^" + re.escape(ALARMS_PREFIX)])}
     return layout
 
 

@@ -150,6 +150,8 @@ def test_replaying_the_runs_own_tensorboard_log_reproduces_its_trace(demo_run, t
 
 
 def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     from adaptive_eval.tensorboard import read_texts
 
     # Frequent evaluations, so that there are more decisions than TensorBoard keeps text events by default (100).
@@ -159,8 +161,18 @@ def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(tmp_p
                      "--set", "trigger.freq_steps=3", "--set", "policy.interval.max_factor=1.5"]) == 0
     run = out / "adaptive"
     summary = json.loads((run / "summary.json").read_text())
-    decisions = read_texts(run / "tb", "decisions")  # TensorBoard's EventAccumulator, default size guidance
-    assert len(decisions) == summary["evals"] + summary["deferrals"] > 100
+    acc = EventAccumulator(str(run / "tb"))  # TensorBoard's own reader, default size guidance
+    acc.Reload()
+    decisions = read_texts(acc, "decisions")
+    evaluated = [s for s, t in decisions if t.startswith("evaluated: ")]
+    deferred = [s for s, t in decisions if t.startswith("deferred: ")]
+    assert len(evaluated) == summary["evals"] and len(decisions) == len(evaluated) + len(deferred) > 100
+    # A deferral is one line where it starts (not one per step it lasts: 500 lines of the same words);
+    # controller/deferred is 1 at every step of it.
+    deferred_steps = [e.step for e in acc.Scalars("controller/deferred") if e.value == 1.0]
+    assert len(deferred_steps) == summary["deferrals"] > len(deferred) > 0
+    starts = [s for i, s in enumerate(deferred_steps) if i == 0 or deferred_steps[i - 1] != s - 1]
+    assert set(starts) <= set(deferred) <= set(deferred_steps)
     alarms = read_texts(run / "tb", "alarms")
     assert len(alarms) == len(_lines(run / "alarms.jsonl")) == summary["alarms"]
 

@@ -54,7 +54,7 @@ def test_every_scalar_round_trips_with_its_step(tmp_path):
         for step in [0, 1, 2, 7, 1000, 2**40]:
             row = {"streams/train/reward": float(rng.normal()), "streams/train/reward/cusum": float(rng.random()),
                    "controller/interval": int(rng.integers(1, 500)), "controller/deferred": bool(step % 2),
-                   "controller/eval_fraction": np.float64(rng.random()), "alarms/train/reward": -1.0}
+                   "controller/eval_fraction": np.float64(rng.random()), "controller/alarms/train/reward": 2.0}
             if step == 7:
                 row.update({"eval/math/acc": math.nan, "eval/math/acc/ci_low": -math.inf,
                             "eval/math/acc/ci_high": math.inf, "eval/math/acc/n": 0})
@@ -164,8 +164,26 @@ def test_alarm_chart_is_a_running_count_per_stream(tmp_path):
         ev.evaluate(lambda: None, 0, g, g)
     ev.close()
     acc = read(tmp_path)
-    assert [(e.step, e.value) for e in acc.Scalars("alarm_count/loss")] == [(30, 1.0), (60, 2.0), (90, 3.0)]
+    assert [(e.step, e.value) for e in acc.Scalars("controller/alarms/loss")] == [(30, 1.0), (60, 2.0), (90, 3.0)]
     assert [c.title for c in last_layout(acc).category[-1].chart] == ["alarms so far, per stream"]
+
+
+def test_time_series_tab_opens_on_the_controller_and_the_results(tmp_path):
+    """TensorBoard's Time Series tab groups scalar tags by their first path segment, sorts the groups by name
+    and opens only the first two (``tagGroupExpanded`` in its webapp): those must be ``controller`` (alarms,
+    interval, sample size) and ``eval`` (the results), not groups of alarms."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    logger = TensorBoardLogger(tmp_path, flush_secs=3600)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=50"]), logger=logger)
+    for g in range(120):
+        ev.observe({"train/loss": float("nan") if g == 30 else 1.0}, g)
+        ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
+    ev.close()
+    acc = read(tmp_path)
+    groups = sorted({tag.split("/", 1)[0] for tag in acc.Tags()["scalars"]})
+    assert groups[:2] == ["controller", "eval"], groups
+    assert "controller/alarms/train/loss" in acc.Tags()["scalars"]
 
 
 def test_layout_of_metric_without_interval_is_multiline():
