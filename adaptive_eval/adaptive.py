@@ -216,7 +216,6 @@ class AdaptiveEvaluator:
         self._eval_errors = 0
         self._deferrals = 0
         self._alarm_count = 0
-        self._alarm_counts: dict[str, int] = {}  # per stream, for TensorBoard's alarm chart
         self._alarm_pending = False
         self._last_step: int | None = None
         self._stride = 1  # steps between the latest two observe() calls (Context.stride)
@@ -456,13 +455,13 @@ class AdaptiveEvaluator:
             event["rank"] = rank
         self._emit(event)
         if self._logging:
-            from adaptive_eval.tensorboard import ALARMS_PREFIX
-
             where = f"rank {rank}: " if rank is not None and alarm.detector != "rank_discrepancy" else ""
-            count = self._alarm_counts[alarm.stream] = self._alarm_counts.get(alarm.stream, 0) + 1
-            self.logger.log(step, {ALARMS_PREFIX + alarm.stream: float(count)})
-            self.logger.text(step, "alarms", f"{where}{alarm.stream} {alarm.detector} {alarm.direction or ''}: "
-                                             f"{alarm.message}".strip())
+            message = alarm.message or ""
+            if message.startswith(f"{alarm.stream}: "):  # (a detector's message names its stream first)
+                message = message[len(alarm.stream) + 2:]
+            self.logger.log(step, {"controller/alarms": float(self._alarm_count)})
+            head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
+            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip())
 
     def _witnesses(self) -> int:
         """Streams whose level detectors are past their warm-up (``Context.streams``: those that could
@@ -1008,7 +1007,7 @@ class AdaptiveEvaluator:
         items = result.items if result is not None else (decision.sample_size or 0)
         scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
-                   "controller/eval_errors": float(self._eval_errors)}
+                   "controller/eval_errors": float(self._eval_errors), "controller/alarms": float(self._alarm_count)}
         if self.interval is not None:
             scalars["controller/interval"] = self.interval
         if result is not None:
@@ -1050,7 +1049,6 @@ class AdaptiveEvaluator:
             "deferrals": self._deferrals,
             "alarms": self._alarm_count,
             "alarm_pending": self._alarm_pending,
-            "alarm_counts": dict(self._alarm_counts),
             "last_step": self._last_step,
             "stride": self._stride,
             "last_eval_step": self._last_eval_step,
@@ -1094,7 +1092,6 @@ class AdaptiveEvaluator:
         self._deferrals = int(sd.get("deferrals", 0))
         self._alarm_count = int(sd.get("alarms", 0))
         self._alarm_pending = bool(sd.get("alarm_pending", False))
-        self._alarm_counts = {str(k): int(v) for k, v in sd.get("alarm_counts", {}).items()}
         self._last_step = sd.get("last_step")
         self._stride = int(sd.get("stride", 1))
         self._last_eval_step = sd.get("last_eval_step")

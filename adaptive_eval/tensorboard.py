@@ -26,19 +26,21 @@ tag                                 value
 ``controller/eval_errors``          evaluation errors so far
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
 ``streams/<name>/<detector>``       a detector's statistic on that stream
-``controller/alarms/<stream>``      alarms on that stream so far, written at each alarm (it only grows,
-                                    so no smoothing hides an alarm; the direction and message of each
-                                    are in the ``alarms`` text)
+``controller/alarms``               alarms so far, on every stream, written at each alarm and each
+                                    evaluation (it only grows, so no smoothing hides an alarm; the stream,
+                                    direction and message of each are in the ``alarms`` text)
 ==================================  ===========================================================
 
-The alarm counts are under ``controller/`` so that TensorBoard's Time Series tab, which opens the first
-two tag groups in alphabetical order and collapses the rest, opens on ``controller`` (the alarms, the
-interval and sample size they changed) and ``eval`` (the results), not on two groups of alarms.
+The alarm count is one tag under ``controller/`` so that TensorBoard's Time Series tab, which opens the
+first two tag groups in alphabetical order and collapses the rest, opens on ``controller`` (six charts:
+the alarms, the interval and sample size they changed, ...) and ``eval`` (the results).  The text tags
+are ``alarms/<page>``, ``decisions/<page>`` and ``run_config``, in that order, so the Text tab opens on
+the first two.
 
 The suffixes ``/ci_low``, ``/ci_high``, ``/n``, ``/samples_per_item`` and ``/nan`` are reserved: a metric must not be named
 ``x/n``.  :func:`eval_scalars` builds the eval values.  Text markers:
 ``text(step, "decisions", reason)`` for every decision with a reason, ``text(step, "alarms", message)``
-for every alarm; ``log_config(yaml)`` writes the resolved configuration under the tag ``config``.
+for every alarm; ``log_config(yaml)`` writes the resolved configuration under the tag ``run_config``.
 
 Scalars are stored as TensorBoard's ``simple_value`` (float32), the form every TensorBoard reader
 understands; NaN and infinities are stored as they are.
@@ -96,8 +98,7 @@ PAIRED_SUFFIX = "/paired_diff"
 _EVAL_SUFFIXES = (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX, SAMPLES_PER_ITEM_SUFFIX, NAN_SUFFIX)
 CONTROLLER_TAGS = ("controller/interval", "controller/sample_size", "controller/eval_fraction",
                    "controller/deferred", "controller/eval_errors")
-ALARMS_PREFIX = "controller/alarms/"
-CONFIG_TAG = "config"
+CONFIG_TAG = "run_config"  # (sorts after "decisions": the Text tab opens its first two tags)
 
 
 def eval_scalars(result) -> dict[str, float]:
@@ -152,8 +153,8 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     ('Margin', ['eval/acc', 'eval/acc/ci_low', 'eval/acc/ci_high'])
     >>> layout["eval"]["reward"]
     ('Multiline', ['^eval/reward$'])
-    >>> layout["controller"]["interval (steps)"], layout["alarms"]["alarms so far, per stream"]
-    (('Multiline', ['^controller/interval$']), ('Multiline', ['^controller/alarms/']))
+    >>> layout["controller"]["interval (steps)"], layout["alarms"]["alarms so far"]
+    (('Multiline', ['^controller/interval$']), ('Multiline', ['^controller/alarms$']))
     """
     with_ci = set(metrics_with_ci)
     groups = list(groups)
@@ -194,9 +195,9 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
         layout["eval"] = eval_charts
     layout["controller"] = controller
     # Alarms are rare discrete events: a line through +1/-1 values joins events far apart and TensorBoard's
-    # default smoothing (0.6) shows a lone +1 as 0.25.  The running count per stream only grows, so no smoothing
-    # hides an alarm (the direction and message of each are in the Text tab).
-    layout["alarms"] = {"alarms so far, per stream": ("Multiline", ["^" + re.escape(ALARMS_PREFIX)])}
+    # default smoothing (0.6) shows a lone +1 as 0.25.  The running count only grows, so no smoothing hides an
+    # alarm (the stream, direction and message of each are in the Text tab).
+    layout["alarms"] = {"alarms so far": ("Multiline", [_exact("controller/alarms")])}
     return layout
 
 
@@ -493,7 +494,7 @@ class TensorBoardLogger(MetricLogger):
         self.flush()
 
     def log_config(self, config_yaml: str) -> None:
-        """Record the resolved configuration as a YAML code block under the tag ``config`` (step 0)."""
+        """Record the resolved configuration as a YAML code block under the tag ``run_config`` (step 0)."""
         if not isinstance(config_yaml, str):
             raise TypeError(f"config_yaml must be a string, got {type(config_yaml).__name__}")
         longest = max((len(run) for run in re.findall("`+", config_yaml)), default=0)

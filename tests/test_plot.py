@@ -44,7 +44,7 @@ def make_run(root, *, steps=600, with_tb=True, with_evals=True):
             alarms.append({"step": step, "stream": stream, "detector": detector, "direction": direction,
                            "location": step - 6})
             if logger:
-                logger.log(step, {f"controller/alarms/{stream}": float(sum(a["stream"] == stream for a in alarms))})
+                logger.log(step, {"controller/alarms": float(len(alarms))})
                 logger.text(step, "alarms", f"{detector} {direction} on {stream}")
             interval, sample_size, next_eval = 20, 400, step + 1
         if step >= next_eval and not deferred:

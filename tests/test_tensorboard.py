@@ -54,7 +54,7 @@ def test_every_scalar_round_trips_with_its_step(tmp_path):
         for step in [0, 1, 2, 7, 1000, 2**40]:
             row = {"streams/train/reward": float(rng.normal()), "streams/train/reward/cusum": float(rng.random()),
                    "controller/interval": int(rng.integers(1, 500)), "controller/deferred": bool(step % 2),
-                   "controller/eval_fraction": np.float64(rng.random()), "controller/alarms/train/reward": 2.0}
+                   "controller/eval_fraction": np.float64(rng.random()), "controller/alarms": 2.0}
             if step == 7:
                 row.update({"eval/math/acc": math.nan, "eval/math/acc/ci_low": -math.inf,
                             "eval/math/acc/ci_high": math.inf, "eval/math/acc/n": 0})
@@ -78,7 +78,7 @@ def test_text_markers_and_config(tmp_path):
     acc = read(tmp_path)
     assert read_texts(acc, "decisions") == [(50, "trigger:steps"), (121, "alarm:train/reward:cusum:down")]
     assert read_texts(acc, "alarms") == [(120, "cusum down on train/reward (change near step 112)")]
-    ((step, config),) = texts(acc, "config")
+    ((step, config),) = texts(acc, "run_config")
     assert step == 0 and config == "````yaml\ntrigger:\n  freq_steps: 50\nnote: '```'\n````"
     assert acc.SummaryMetadata("decisions/0000").plugin_data.plugin_name == "text"
 
@@ -150,7 +150,7 @@ def test_tensorboards_custom_scalars_plugin_shows_the_latest_layout(tmp_path):
     assert len(charts["eval"]) == 3  # the identical "acc" and "samples" charts of two runs merged
     assert charts["controller"] == ["interval (steps)", "sample size (items)", "eval-time fraction",
                                     "deferred (1) or evaluated (0)", "evaluation errors so far"]  # one unit each
-    assert charts["alarms"] == ["alarms so far, per stream"]
+    assert charts["alarms"] == ["alarms so far"]
 
 
 def test_alarm_chart_is_a_running_count_per_stream(tmp_path):
@@ -158,14 +158,17 @@ def test_alarm_chart_is_a_running_count_per_stream(tmp_path):
     from adaptive_eval import AdaptiveEvaluator, load_config
 
     logger = TensorBoardLogger(tmp_path, flush_secs=3600)
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=50"]), logger=logger)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=20"]), logger=logger)
     for g in range(120):
         ev.observe({"loss": float("nan") if g in (30, 60, 90) else 1.0}, g)
         ev.evaluate(lambda: None, 0, g, g)
     ev.close()
     acc = read(tmp_path)
-    assert [(e.step, e.value) for e in acc.Scalars("controller/alarms/loss")] == [(30, 1.0), (60, 2.0), (90, 3.0)]
-    assert [c.title for c in last_layout(acc).category[-1].chart] == ["alarms so far, per stream"]
+    points = [(e.step, e.value) for e in acc.Scalars("controller/alarms")]
+    assert {(30, 1.0), (60, 2.0), (90, 3.0)} <= set(points)
+    assert all(v == sum(a <= s for a in (30, 60, 90)) for s, v in points), points
+    assert points[0][1] == 0.0  # written with every evaluation too: the chart starts from 0
+    assert [c.title for c in last_layout(acc).category[-1].chart] == ["alarms so far"]
 
 
 def test_time_series_tab_opens_on_the_controller_and_the_results(tmp_path):
@@ -175,15 +178,29 @@ def test_time_series_tab_opens_on_the_controller_and_the_results(tmp_path):
     from adaptive_eval import AdaptiveEvaluator, load_config
 
     logger = TensorBoardLogger(tmp_path, flush_secs=3600)
+    logger.log_config("trigger:\n  freq_steps: 50\n")
     ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=50"]), logger=logger)
-    for g in range(120):
-        ev.observe({"train/loss": float("nan") if g == 30 else 1.0}, g)
+    rng = np.random.default_rng(0)
+    for g in range(120):  # a level shift in each stream (the CUSUM's message starts with the stream's name)
+        ev.observe({"train/loss": 1.0 + (g >= 40) + 0.01 * rng.normal(), "train/kl": 0.1 + 0.05 * (g >= 60)
+                    + 0.001 * rng.normal()}, g)
         ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
     ev.close()
     acc = read(tmp_path)
     groups = sorted({tag.split("/", 1)[0] for tag in acc.Tags()["scalars"]})
     assert groups[:2] == ["controller", "eval"], groups
-    assert "controller/alarms/train/loss" in acc.Tags()["scalars"]
+    # The controller group stays six charts whatever the number of streams that alarm (eval comes after it).
+    assert sorted(t for t in acc.Tags()["scalars"] if t.startswith("controller/")) == [
+        "controller/alarms", "controller/deferred", "controller/eval_errors", "controller/eval_fraction",
+        "controller/interval", "controller/sample_size"]
+    # The Text tab, too, opens its first two sections by name: the alarms and the decisions, not the config.
+    text_tags = [t for t in acc.Tags()["tensors"] if acc.SummaryMetadata(t).plugin_data.plugin_name == "text"]
+    assert sorted({t.split("/", 1)[0] for t in text_tags}) == ["alarms", "decisions", "run_config"]
+    # An alarm's line names its stream once (the detector's message starts with it too).
+    (s1, loss), (s2, kl) = read_texts(acc, "alarms")
+    assert 40 <= s1 < 45 and 60 <= s2 < 65, (s1, s2)
+    assert loss.startswith("train/loss cusum up: level up (CUSUM ") and loss.count("train/loss") == 1, loss
+    assert kl.startswith("train/kl cusum up: level up (CUSUM ") and kl.count("train/kl") == 1, kl
 
 
 def test_layout_of_metric_without_interval_is_multiline():

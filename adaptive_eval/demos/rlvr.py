@@ -796,5 +796,5 @@ def format_comparison(report: dict) -> str:
               f"real: {report['train_wall_seconds']:.0f} s on the CPU, base model {report['base_seconds']:.0f} s of it",
               f"wrote {out}/{{{','.join(names)}}}/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
               f"{out}/comparison.png; the run as a trace: {out}/{TRACE_NAME}",
-              f"look: tensorboard --logdir {out}"]
+              f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
     return "\n".join(lines)
