@@ -73,6 +73,32 @@ def _alarm_to_wire(alarm) -> tuple:
     return (alarm.step, alarm.detector, alarm.stream, alarm.direction, alarm.location, alarm.message)
 
 
+_FLOAT_TAG = "__float__"  # a non-finite float in a state_dict: {"__float__": "nan" | "inf" | "-inf"}
+
+
+def _strict(obj):
+    """``obj`` with every NaN and infinity as ``{"__float__": "nan"}`` (or "inf", "-inf"): strict JSON, which
+    a checkpoint's JSON file (AReaL's, HF's trainer_state.json) read by any other tool must be."""
+    if type(obj) is float:
+        return obj if math.isfinite(obj) else {_FLOAT_TAG: repr(obj)}
+    if isinstance(obj, Mapping):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_strict(v) for v in obj)
+    return obj
+
+
+def _unstrict(obj):
+    """The inverse of :func:`_strict` (a state without tags, from an older version, is unchanged)."""
+    if isinstance(obj, Mapping):
+        if len(obj) == 1 and _FLOAT_TAG in obj:
+            return float(obj[_FLOAT_TAG])
+        return {k: _unstrict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_unstrict(v) for v in obj)
+    return obj
+
+
 class AdaptiveEvaluator:
     """Decides at every training step whether to evaluate, with how many samples, and why.
 
@@ -1036,8 +1062,9 @@ class AdaptiveEvaluator:
     # State
 
     def state_dict(self) -> dict:
-        """Everything the decisions depend on, as plain (JSON-able) values."""
-        return {
+        """Everything the decisions depend on, as plain values that are strict JSON (a NaN or infinity, say a
+        metric's, is ``{"__float__": "nan"}``)."""
+        return _strict({
             "version": 1,
             "trigger": self.trigger.state_dict(),
             "policies": self.policies.state_dict(),
@@ -1059,13 +1086,14 @@ class AdaptiveEvaluator:
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
             **({"async": self._async.state_dict()} if self._async is not None else {}),
-        }
+        })
 
     def load_state_dict(self, sd: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (also after a JSON round trip); later decisions are
         the same as those of the run that never stopped."""
         if not isinstance(sd, Mapping) or "trigger" not in sd:
             raise ValueError("not an AdaptiveEvaluator state_dict (no 'trigger' key)")
+        sd = _unstrict(sd)
         self._reset()
         elapsed = float(sd.get("elapsed", 0.0))
         self._start = self.clock() - elapsed

@@ -605,7 +605,9 @@ class AsyncEvaluations:
             return step >= head.due_step
         if not self.owner:
             return False
-        return head.outcome is not None or (head.future is not None and head.future.done()) or self._timed_out(head)
+        # (no future on the owner: a job in flight when the state was saved, lost by the resume: ready at once,
+        # as a failed evaluation, or its slot would stay taken for good when no timeout_s ends it)
+        return head.outcome is not None or head.future is None or head.future.done() or self._timed_out(head)
 
     def take(self, step: int) -> list[tuple[_Job, object]]:
         """On the owner: the (job, EvalOutcome) pairs to integrate at ``step``, in submission order.  A job due
@@ -669,7 +671,7 @@ class AsyncEvaluations:
         rank): the shards' summaries combined exactly, or an error when any rank's shard failed; with
         ``distributed.rank_discrepancy_threshold`` the ranks whose mean deviates, as a synchronous
         evaluation finds them."""
-        from adaptive_eval.distributed import combine_rank_summaries, rank_discrepancies
+        from adaptive_eval.distributed import combine_rank_summaries, rank_discrepancies, warn_missing_shards
         from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
 
         self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
@@ -688,6 +690,8 @@ class AsyncEvaluations:
                                              attempts=attempts)))
                 continue
             combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
+            if rank == 0:
+                warn_missing_shards(counts, job.step)
             found = ()
             if discrepancy_threshold is not None:
                 found = tuple(rank_discrepancies(means, counts, discrepancy_threshold, step=job.step))
@@ -715,19 +719,28 @@ class AsyncEvaluations:
     def state_dict(self, drain_timeout_s: float | None = None) -> dict:
         """The evaluations in flight, each with its finished result (waited for, at most ``drain_timeout_s``
         in all) or marked lost."""
+        from adaptive_eval.evaluators import EvalOutcome
+
         deadline = time.monotonic() + (self.wait_limit_s if drain_timeout_s is None else drain_timeout_s)
         jobs = []
         for job in self.jobs:
             rec = job.record()
             if self.owner:
                 if job.outcome is None and job.future is not None:
+                    limit, by_timeout = max(0.0, deadline - time.monotonic()), False
+                    if self.timeout_s is not None:  # no longer than the run that goes on would wait for it
+                        left = max(0.0, self.timeout_s - (self.clock() - job.submitted_at))
+                        if left <= limit:
+                            limit, by_timeout = left, True
                     try:
-                        job.outcome = job.future.result(timeout=max(0.0, deadline - time.monotonic()))
+                        job.outcome = job.future.result(timeout=limit)
                     except cf.TimeoutError:
-                        pass
+                        if by_timeout:  # failed, as it fails in the run that goes on
+                            job.future.cancel()
+                            job.outcome = EvalOutcome(None, TimeoutError(
+                                f"the asynchronous evaluation of step {job.step} did not finish within "
+                                f"evaluation.timeout_s ({self.timeout_s:g} s)"))
                     except Exception as exc:  # noqa: BLE001
-                        from adaptive_eval.evaluators import EvalOutcome
-
                         job.outcome = EvalOutcome(None, exc)
                 rec["outcome"] = _outcome_to_wire(job.outcome) if job.outcome is not None else None
             jobs.append(rec)

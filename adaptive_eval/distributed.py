@@ -28,6 +28,7 @@ import atexit
 import contextlib
 import dataclasses
 import datetime
+import logging
 import math
 import pickle
 import threading
@@ -37,6 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, shard_m2
 from adaptive_eval.types import MetricSummary
+
+log = logging.getLogger("adaptive_eval")
 
 __all__ = [
     "INLINE_BYTES",
@@ -495,6 +498,32 @@ def combine_rank_summaries(
         means[name] = [p[0] / p[2] if p[2] > 0 else math.nan for p in parts]
         counts[name] = [p[2] for p in parts]
     return combined, means, counts
+
+
+def missing_shards(counts: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+    """The metrics some ranks have no value of while the ranks together have at least one per rank (so each
+    rank's shard had items: shards differ in size by at most one), with those ranks: their shards are missing
+    from the combined result (a rank's ``evaluate_fn`` returned None, another name, or only NaN).
+
+    >>> missing_shards({"acc": [4, 0], "loss": [4, 3], "tiny": [1, 0]})
+    {'acc': [1]}
+    """
+    out = {}
+    for name, ns in counts.items():
+        if len(ns) > 1 and sum(ns) >= len(ns):
+            empty = [r for r, n in enumerate(ns) if n == 0]
+            if empty:
+                out[name] = empty
+    return out
+
+
+def warn_missing_shards(counts: Mapping[str, Sequence[int]], step: int) -> None:
+    """Log :func:`missing_shards` (on one rank: the caller's choice)."""
+    for name, ranks in missing_shards(counts).items():
+        have = sum(counts[name])
+        log.warning("step %d: metric %r has no value from rank(s) %s (the other ranks: %d values); their shards "
+                    "are left out of its result.  Does evaluate_fn return %r on every rank?", step, name,
+                    ", ".join(map(str, ranks)), have, name)
 
 
 def _wire(v) -> tuple:

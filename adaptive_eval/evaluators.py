@@ -20,6 +20,7 @@ from adaptive_eval.distributed import (
     rank_discrepancies,
     rank_world,
     summaries_to_wire,
+    warn_missing_shards,
 )
 from adaptive_eval.stats import summarize_outputs
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
@@ -392,6 +393,8 @@ def run_evaluation_outcome(
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
             combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
+            if request.rank == 0:
+                warn_missing_shards(counts, request.step)
             found = ()
             if rank_discrepancy_threshold is not None:
                 found = tuple(rank_discrepancies(means, counts, rank_discrepancy_threshold, step=request.step))

@@ -202,27 +202,53 @@ def test_a_run_resumed_with_evaluations_in_flight_decides_exactly_as_the_one_tha
     assert decisions(before + after) == decisions(full)
 
 
-def test_an_evaluation_lost_at_the_save_is_a_failed_evaluation_after_the_resume():
+@pytest.mark.parametrize("latency,integrated", [(3, 7), (None, 6)])
+def test_an_evaluation_lost_at_the_save_is_a_failed_evaluation_after_the_resume(latency, integrated):
+    """With a fixed latency, at its due step; without one (the default), at once: it used to hold its slot
+    for good (no timeout_s to end it), and the resumed run never evaluated again."""
     hold = threading.Event()
 
     def stuck(request, weights):
         hold.wait(10)
         return {"score": [1.0]}
 
-    ev, _ = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    over = ["policy.budget.enabled=false", *([f"evaluation.async_integrate_after_steps={latency}"] if latency else [])]
+    ev, _ = make(cfg(*over))
     train(ev, model_at(0), 6, stuck)
     state = ev._async.state_dict(drain_timeout_s=0.0)  # what a save gets when the wait runs out
     assert state["jobs"][0]["outcome"] is None
     ev._async.state_dict = lambda: state
     sd = ev.state_dict()
     hold.set()
-    ev2, events = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"))
+    ev2, events = make(cfg(*over), executor=InlineExecutor())
     ev2.load_state_dict(json.loads(json.dumps(sd)))
-    train(ev2, model_at(6), 8, stuck, start=6)
+    train(ev2, model_at(6), 12, stuck, start=6)
     errors = [e for e in events if e["kind"] == "error"]
-    assert [(e["step"], e["integrated_step"]) for e in errors] == [(4, 7)] and "async:lost" in errors[0]["error"]
+    assert [(e["step"], e["integrated_step"]) for e in errors] == [(4, integrated)]
+    assert "async:lost" in errors[0]["error"]
+    assert [e["step"] for e in events if e["kind"] == "submitted"] == [9]  # evaluations go on
     ev.close()
     ev2.close()
+
+
+def test_a_save_waits_for_an_evaluation_in_flight_no_longer_than_its_timeout():
+    """state_dict() waited up to distributed.timeout_s (600 s) for a job past evaluation.timeout_s, and stored
+    the result the run that goes on rejects: the resumed run then decided otherwise."""
+    hold = threading.Event()
+
+    def stuck(request, weights):
+        hold.wait(10)
+        return {"score": [1.0]}
+
+    ev, _ = make(cfg("policy.budget.enabled=false", "evaluation.timeout_s=0.2"))
+    train(ev, model_at(0), 6, stuck)
+    try:
+        (job,) = ev.state_dict()["async"]["jobs"]
+    finally:
+        hold.set()
+    result, error, _ = job["outcome"]
+    assert result is None and error[0] == "TimeoutError" and "evaluation.timeout_s (0.2 s)" in error[1], error
+    ev.close()
 
 
 def test_an_evaluate_fn_that_changes_the_snapshot_in_place_is_caught():

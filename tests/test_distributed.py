@@ -419,6 +419,38 @@ def test_wrong_output_on_one_rank_is_a_failed_evaluation_on_both(group_run):
     assert "'acc'" in a["raised"] and "rank 0" in b["raised"]
 
 
+def _missing_shard_rank(rank, world):
+    """Rank 1's evaluate_fn returns another metric name at step 0 and None at step 1 (a typo, a failing
+    scorer): its shard is missing from the result, which rank 0 says; it said nothing."""
+    import logging
+
+    ev = Evaluator(load_config(overrides=["trigger.freq_steps=1"]))
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        def fn(req):
+            idx = req.indices(7)
+            if rank == 1:
+                return {"accuracy": [1.0] * len(idx)} if req.step == 0 else None
+            return {"acc": [1.0] * len(idx)}
+
+        ns = [{k: v.n for k, v in ev.evaluate(fn, 0, g, g).metrics.items()} for g in (0, 1)]
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return ns, [r.getMessage() for r in records if r.levelno == logging.WARNING]
+
+
+def test_a_rank_without_a_metric_the_others_report_is_named(group_run):
+    a, b = group_run("missing_shard")
+    assert a[0] == b[0] == [{"acc": 4, "accuracy": 3}, {"acc": 4}]  # the result itself: as before
+    assert len(a[1]) == 3 and not b[1]  # rank 0 warns, once per metric and evaluation
+    assert "step 0: metric 'acc' has no value from rank(s) 1" in a[1][0]
+    assert "step 0: metric 'accuracy' has no value from rank(s) 0" in a[1][1]
+    assert "step 1: metric 'acc' has no value from rank(s) 1" in a[1][2]
+
+
 def _dying_rank(rank, world, out_file):
     # Both ranks through init first: gloo's init_process_group can return on rank 1 before rank 0 has finished
     # connecting, and a rank 1 that died that early failed rank 0's init ("Connection closed by peer"), not
@@ -572,6 +604,7 @@ def _scenarios_rank(rank, world):
         "error_raise": lambda: _error_rank(rank, world, "raise"),
         "error_retry": lambda: _error_rank(rank, world, "retry"),
         "bad_output": lambda: _bad_output_rank(rank, world),
+        "missing_shard": lambda: _missing_shard_rank(rank, world),
         "collectives": lambda: _collectives_rank(rank, world),  # last: it patches torch.distributed
     }
     out = {}

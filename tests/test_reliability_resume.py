@@ -145,18 +145,18 @@ def check_resume_equivalence(run):
         start = cut
     full.play(start, steps)
     assert full.events == plain_run.events
-    final = json.dumps(full.ev.state_dict())
+    final = json.dumps(full.ev.state_dict(), allow_nan=False)  # strict JSON: no bare NaN or Infinity
     for i, cut in enumerate(cuts):
         state, t, seen = saved[cut]
         # Every cut through JSON, as users keep the state in checkpoint metadata; the first also as is.
-        for restored in [json.loads(json.dumps(state))] + ([state] if i == 0 else []):
+        for restored in [json.loads(json.dumps(state, allow_nan=False))] + ([state] if i == 0 else []):
             resumed = Simulation(run)
             resumed.new_evaluator(t)
             resumed.ev.load_state_dict(restored)
             resumed.play(cut, steps)
             assert full.events[:seen] + resumed.events == full.events, f"resumed at step {cut}"
             assert resumed.ev.summary() == full.ev.summary()
-            assert json.dumps(resumed.ev.state_dict()) == final
+            assert json.dumps(resumed.ev.state_dict(), allow_nan=False) == final
         EXAMPLES["cuts"] += 1
         EXAMPLES["distinct"].add((steps, cut))
         EXAMPLES["evals_after_cut"] += sum(e[0] == "eval" for e in full.events[seen:])
@@ -168,3 +168,23 @@ def test_resume_from_any_cut_point_makes_the_same_decisions():
           f"({len(EXAMPLES['distinct'])} distinct (length, cut) pairs), {EXAMPLES['evals_after_cut']} evaluations "
           "after the cuts compared")
     assert EXAMPLES["run"] >= 60 and EXAMPLES["evals_after_cut"] > 0
+
+
+def test_a_state_holding_nan_and_infinities_is_strict_json_and_restores_them():
+    """A metric's NaN within-item spread, an infinite loss, a stream of NaN: state_dict() used to hold bare
+    NaN and Infinity, which json.dumps writes and strict JSON readers of a checkpoint (jq, JavaScript) refuse."""
+    def run(ev, start, stop):
+        for g in range(start, stop):
+            ev.observe({"train/loss": math.nan if g % 7 == 3 else 1.0 + 0.01 * (g % 5)}, g)
+            ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0], "loss": math.inf}, 0, g, g)
+
+    cfg = load_config(overrides=["trigger.freq_steps=5"])
+    ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+    run(ev, 0, 20)
+    state = ev.state_dict()
+    text = json.dumps(state, allow_nan=False)
+    assert '{"__float__": "inf"}' in text and '{"__float__": "nan"}' in text
+    resumed = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+    resumed.load_state_dict(json.loads(text))
+    assert resumed.history[-1]["loss"].mean == math.inf and math.isnan(resumed.history[-1]["acc"].within_ss)
+    assert json.dumps(resumed.state_dict(), allow_nan=False) == text
