@@ -297,8 +297,8 @@ class AdaptiveEvaluator:
         return [make_detector(spec, stream=stream) for spec in specs]
 
     def _watch(self, stream) -> list:
-        if not isinstance(stream, str):
-            raise TypeError(f"metric names must be strings, got {stream!r}")
+        if not isinstance(stream, str) or not stream:  # ('' cannot be a trace column: record_to lost every row)
+            raise TypeError(f"metric names must be non-empty strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
         return self._index(stream, dets)
 

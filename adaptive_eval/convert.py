@@ -48,6 +48,7 @@ from adaptive_eval.trace import (
     _parse_epoch,
     _parse_int,
     _parse_time,
+    check_separator,
     read_text,
 )
 
@@ -86,6 +87,7 @@ def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list
         raise TraceError("no records (no header)", path)
     header = [h.strip() for h in header]
     header_line = skip + 1
+    check_separator(header, path, header_line)
     rows = []
     for cells in reader:
         if cells and any(c.strip() for c in cells):

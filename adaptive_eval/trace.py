@@ -605,6 +605,16 @@ def _merge(prev: TraceRecord, rec: TraceRecord) -> TraceRecord:
                        prev.time if rec.time is None else rec.time)
 
 
+def check_separator(header: Sequence[str], path, line: int) -> None:
+    """A header read as one column that holds ';', a tab or '|' is a file separated by that, not by commas
+    (a European spreadsheet's export, a TSV): say so, instead of "missing column"."""
+    if len(header) == 1:
+        sep = next((c for c in (";", "\t", "|") if c in header[0]), None)
+        if sep is not None:
+            raise TraceError(f"the header is one column, {header[0]!r}: the file is separated by {sep!r}, not by "
+                             "commas; save it as comma-separated CSV (with decimal points: 0.5, not 0,5)", path, line)
+
+
 def _csv_header(path, text) -> tuple[list[str], csv.reader]:
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     try:
@@ -612,6 +622,7 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
     except StopIteration:
         raise TraceError("no records", path) from None
     names = [h.strip() for h in header]
+    check_separator(names, path, 1)
     if "step" not in names:
         raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
                          "adaptive-eval replay --step-column COL --stream COL --eval COL (--step-column none: the row "

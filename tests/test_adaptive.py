@@ -200,6 +200,17 @@ def test_observe_non_numeric_is_a_type_error_naming_the_key(bad):
         ev.observe({"train/reward": bad}, 0)
 
 
+@pytest.mark.parametrize("name", ["", 3, None])
+def test_a_metric_name_that_is_not_a_non_empty_string_is_a_type_error(name, tmp_path):
+    """'' was watched as a stream, and record_to then failed to write every row that held it (the other
+    metrics of those steps lost from the trace, 40 rows in a user's run)."""
+    ev = AdaptiveEvaluator.from_config()
+    ev.record_to(tmp_path / "t.csv")
+    ev.observe({"train/loss": 1.0}, 0)
+    with pytest.raises(TypeError, match="metric names must be non-empty strings"):
+        ev.observe({name: 2.0}, 1)
+
+
 def test_observe_accepts_numpy_and_one_element_tensors():
     import torch
 

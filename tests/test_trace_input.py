@@ -1,5 +1,6 @@
 """Trace files as users have them: other line endings and encodings; bad requests."""
 
+import re
 import subprocess
 import sys
 
@@ -40,6 +41,18 @@ def test_replay_of_an_odd_file_is_a_clear_message_and_exit_2_or_a_replay(tmp_pat
         assert proc.returncode == 2 and "--step-column" in proc.stderr  # says how to read another tool's CSV
     else:
         assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("text,sep", [("step;loss;eval/acc\n0;1,0;0,5\n", ";"), ("step\tloss\n0\t1.0\n", "\t")])
+def test_a_file_separated_by_semicolons_or_tabs_is_named_as_such(tmp_path, text, sep):
+    """A European spreadsheet's export was "missing 'step' column", with a hint (--step-column) that could
+    not work: the header was read as one column."""
+    (tmp_path / "t.csv").write_text(text)
+    want = rf"t\.csv:1: the header is one column, .*: the file is separated by {re.escape(repr(sep))}, not by commas"
+    with pytest.raises(TraceError, match=want):
+        read_trace(tmp_path / "t.csv")
+    with pytest.raises(TraceError, match=want):
+        from_columns(tmp_path / "t.csv", step="step", streams=["loss"])
 
 
 @pytest.mark.parametrize("kwargs, message", [
