@@ -405,7 +405,14 @@ def _detector_problem(spec) -> str | None:
     ``observe`` of a stream hours into a run.  Building is cheap for shipped settings; an unusual ``arl0``
     is calibrated (and cached) here rather than mid-run."""
     if "type" not in spec:
-        return "a detector spec needs a 'type'"
+        keys = [str(k) for k in spec]
+        if not keys:
+            return "a detector spec needs a 'type' (got an empty mapping)"
+        msg = f"a detector spec needs a 'type' (got the keys {', '.join(repr(k) for k in keys)})"
+        if any(":" in k for k in keys):
+            msg += ("; in a YAML flow mapping put a space after each ':', as in {type: cusum, k: 0.5} "
+                    "({type:cusum} is one key 'type:cusum')")
+        return msg
     from adaptive_eval.detectors import make_detector
 
     try:

@@ -109,3 +109,14 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
         load_config(overrides=["streams.default.5.adapt=0.02"])
     with pytest.raises(ConfigError, match=r"cusum: adapt must be a number in \[0.0, 0.5\], got 0.9"):
         load_config(overrides=["streams.default.1.adapt=0.9"])
+
+
+def test_a_detector_spec_without_type_names_the_keys_and_the_flow_mapping_space():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["streams.watch.train/reward=[{type:cusum,k:0.5}]"])
+    assert str(info.value) == (
+        "streams.watch.train/reward[0]: a detector spec needs a 'type' (got the keys 'type:cusum', 'k:0.5'); in a "
+        "YAML flow mapping put a space after each ':', as in {type: cusum, k: 0.5} ({type:cusum} is one key "
+        "'type:cusum')")
+    with pytest.raises(ConfigError, match=r"needs a 'type' \(got the keys 'k'\)$"):
+        load_config(overrides=["streams.default=[{k: 0.5}]"])
