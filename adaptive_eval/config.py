@@ -573,6 +573,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     """
     import yaml
 
+    if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
+        raise TypeError(f"overrides must be a list of 'KEY=VALUE' strings, got {type(overrides).__name__}")
+    for item in overrides:
+        if not isinstance(item, str):
+            raise TypeError(f"overrides must be a list of 'KEY=VALUE' strings, got a {type(item).__name__} item: "
+                            f"{item!r}")
     cfg = OmegaConf.structured(Config)
     source = ""
     if path is not None:

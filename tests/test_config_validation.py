@@ -120,3 +120,12 @@ def test_a_detector_spec_without_type_names_the_keys_and_the_flow_mapping_space(
         "'type:cusum')")
     with pytest.raises(ConfigError, match=r"needs a 'type' \(got the keys 'k'\)$"):
         load_config(overrides=["streams.default=[{k: 0.5}]"])
+
+
+def test_overrides_must_be_a_list_of_strings():
+    """A str was split into its characters: 20 errors, one per character."""
+    with pytest.raises(TypeError, match=r"^overrides must be a list of 'KEY=VALUE' strings, got str$"):
+        load_config(overrides="trigger.freq_steps=5")
+    with pytest.raises(TypeError, match=r"got a int item: 5$"):
+        load_config(overrides=[5])
+    assert load_config(overrides=("trigger.freq_steps=5",)).trigger.freq_steps == 5
