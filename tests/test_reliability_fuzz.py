@@ -265,7 +265,7 @@ def run_program(overrides, spe, ops):
                 count("ValueError (backwards step)" if backwards else "ValueError (non-integer step)")
             except TypeError as exc:
                 assert valid_int and not backwards
-                bad = [k for k, v in metrics.items() if not isinstance(k, str) or non_numeric(v)]
+                bad = [k for k, v in metrics.items() if not isinstance(k, str) or not k or non_numeric(v)]
                 assert bad, f"TypeError on valid metrics {metrics!r}: {exc}"
                 count("TypeError (metric)")
                 last_observe = at
