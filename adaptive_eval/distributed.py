@@ -424,7 +424,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample,
     m2)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes), and for a
     multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``, for a custom
-    aggregation ``("agg:<kind>", payload)``."""
+    aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
@@ -433,6 +433,8 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
+        elif s.nan_count:
+            wire += ("nan", int(s.nan_count))
         out[name] = wire
     return out
 
@@ -473,8 +475,9 @@ def combine_rank_summaries(
         n = sum(p[2] for p in live)
         m2 = pooled_m2((p[2], p[0], p[5]) for p in live)
         binary = bool(live) and all(p[3] for p in live)
-        aggregated = [p for p in parts if len(p) > _EXTRA and isinstance(p[_EXTRA], str)]
+        aggregated = [p for p in parts if len(p) > _EXTRA and isinstance(p[_EXTRA], str) and p[_EXTRA] != "nan"]
         clustered = [p for p in parts if len(p) > _EXTRA and not isinstance(p[_EXTRA], str)]
+        nans = sum(p[_EXTRA + 1] for p in parts if len(p) > _EXTRA and p[_EXTRA] == "nan")
         if aggregated:
             kind = aggregated[0][_EXTRA][len("agg:"):]
             payloads = [p[_EXTRA + 1] for p in aggregated]
@@ -490,7 +493,7 @@ def combine_rank_summaries(
                                 nan_count=sum(p[_EXTRA + 2] for p in clustered),
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2)
         else:
-            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2)
+            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

@@ -173,7 +173,8 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
                                     population, m2, mean)
     if n <= 0:
-        return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary)
+        return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary,
+                             nan_count=nan_count)
     if mean is None or not math.isfinite(mean):
         mean = total / n
     if n > 1:
@@ -185,7 +186,8 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
         ci = wilson_interval(total, n, confidence)
     else:
         ci = t_interval(mean, std, n, confidence)
-    return MetricSummary(mean=mean, n=n, ci=ci, std=std, total=total, total_sq=total_sq, binary=binary)
+    return MetricSummary(mean=mean, n=n, ci=ci, std=std, total=total, total_sq=total_sq, binary=binary,
+                         nan_count=nan_count)
 
 
 def _finite_ints(value):
@@ -282,15 +284,23 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
     """Summary of per-sample values: Wilson interval when they are all 0/1, Student t otherwise.
 
     ``kind`` (``evaluation.metric_kinds``) overrides the guess: ``"proportion"`` (Wilson; values in [0, 1])
-    or ``"mean"`` (Student t, even for 0/1 values).
+    or ``"mean"`` (Student t, even for 0/1 values).  NaN values are skipped and counted in ``nan_count``, as
+    within items x samples (a grader that timed out on one item of 500); all NaN: a NaN mean, ``n = 0``.
 
     >>> s = summarize([1, 0, 1, 1])
     >>> s.mean, s.n, s.binary
     (0.75, 4, True)
     >>> summarize([1, 0, 1, 1], kind="mean").binary
     False
+    >>> s = summarize([1, float("nan"), 0, 1])
+    >>> round(s.mean, 4), s.n, s.nan_count, s.binary
+    (0.6667, 3, 1, True)
     """
     arr = float_array(values)
+    nan = np.isnan(arr)
+    nan_count = int(nan.sum())
+    if nan_count:
+        arr = arr[~nan]
     if kind == "proportion":
         binary = True
     elif kind == "mean":
@@ -300,7 +310,8 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
     with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
         total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     mean = stable_mean(arr)
-    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr, mean), mean=mean)
+    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr, mean), mean=mean,
+                     nan_count=nan_count)
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,

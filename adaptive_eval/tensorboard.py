@@ -16,7 +16,7 @@ tag                                 value
 ``eval/<metric>/ci_high``           upper bound of its confidence interval
 ``eval/<metric>/n``                 samples it was measured on (items, for items x samples metrics)
 ``eval/<metric>/samples_per_item``  items x samples metrics: mean samples per item
-``eval/<metric>/nan``               items x samples metrics: NaN samples skipped
+``eval/<metric>/nan``               NaN samples skipped (items x samples metrics: always; others: when any)
 ``eval/<metric>/paired_diff``       change since the previous evaluation on the items both share,
                                     with its own ``/ci_low``, ``/ci_high`` and ``/n`` (shared items)
 ``controller/interval``             steps until the next scheduled evaluation
@@ -121,6 +121,7 @@ def eval_scalars(result) -> dict[str, float]:
         out[tag + COUNT_SUFFIX] = float(m.n)
         if m.clustered:  # items x samples: n counts items
             out[tag + SAMPLES_PER_ITEM_SUFFIX] = float(m.samples_per_item)
+        if m.clustered or m.nan_count:
             out[tag + NAN_SUFFIX] = float(m.nan_count)
     for name, d in getattr(result, "paired", {}).items():  # the paired difference on the shared items
         tag = EVAL_PREFIX + name + PAIRED_SUFFIX

@@ -248,7 +248,7 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for
-        multi-sample metrics also ``samples_per_item`` (and ``nan_count`` when NaN samples were skipped), and
+        multi-sample metrics also ``samples_per_item``, ``nan_count`` where NaN samples were skipped, and
         ``paired`` differences when there are any; ``sample_size`` is the number of items actually evaluated
         (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``."""
         line = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
@@ -258,9 +258,9 @@ class EvalResult:
         multi = {k: v for k, v in self.metrics.items() if v.clustered}
         if multi:
             line["samples_per_item"] = {k: v.samples_per_item for k, v in multi.items()}
-            nans = {k: v.nan_count for k, v in multi.items() if v.nan_count}
-            if nans:
-                line["nan_count"] = nans
+        nans = {k: v.nan_count for k, v in self.metrics.items() if v.nan_count}
+        if nans:
+            line["nan_count"] = nans
         if self.paired:
             line["paired"] = {k: {"diff": v.mean, "ci": [v.ci[0], v.ci[1]], "n": v.n} for k, v in self.paired.items()}
         return self._add_async(line)

@@ -148,3 +148,30 @@ def test_items_x_samples_values_whose_sum_overflows_have_a_finite_mean():
                         0, 0, 0)
     assert r["ppl"].mean == 1e306 and r["ppl"].ci == (1e306, 1e306)
     assert r["wide"].mean == pytest.approx(7.5e307)
+
+
+def test_a_nan_among_per_item_values_is_skipped_and_counted_as_within_items_x_samples():
+    """One NaN in a 1-D result (a grader that timed out on one item) made the whole evaluation NaN: a
+    nonfinite eval alarm, an urgent evaluation at the largest size, and NaN at every later evaluation that
+    had one.  Items x samples already skipped and counted them; now 1-D values do too, on one rank or sharded."""
+    from adaptive_eval.distributed import combine_rank_summaries
+    from adaptive_eval.stats import summarize
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]))
+    alarms = []
+    ev.add_listener(lambda e: alarms.append(e) if e["kind"] == "alarm" else None)
+    for g in range(30):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(lambda: {"acc": [1.0, math.nan, 0.0, 1.0]}, 0, g, g)
+    r = ev.history[0]["acc"]
+    assert (r.mean, r.n, r.nan_count, r.binary) == (pytest.approx(2 / 3), 3, 1, True)
+    assert ev.history[0].to_dict()["nan_count"] == {"acc": 1}
+    assert not alarms and all(h["acc"].mean == pytest.approx(2 / 3) for h in ev.history)
+    # All NaN is still a NaN result (the nonfinite eval alarm's case), counted.
+    assert math.isnan(summarize([math.nan] * 3).mean) and summarize([math.nan] * 3).nan_count == 3
+    # Shards: the counts add up, and the combined result is the unsharded one.
+    combined, _, ns = combine_rank_summaries([{"acc": summarize([1.0, math.nan])},
+                                              {"acc": summarize([math.nan, 0.0, 1.0])}])
+    whole = summarize([1.0, math.nan, math.nan, 0.0, 1.0])
+    assert (combined["acc"].mean, combined["acc"].n, combined["acc"].nan_count) == (whole.mean, 3, 2)
+    assert combined["acc"].ci == pytest.approx(whole.ci) and ns["acc"] == [1, 2]
