@@ -8,9 +8,12 @@ its full dotted key and, for keys from a file, the file and line.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
 import math
 import os
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -273,6 +276,12 @@ def validate(cfg: DictConfig | Config) -> None:
     if not isinstance(cfg, DictConfig):
         cfg = OmegaConf.structured(cfg)
     problems = []
+    bad = _interpolation_problems(cfg)
+    if bad:  # each named once; the other checks run on a copy without them
+        problems += [f"{key}: {msg}" for key, msg, _, _ in bad]
+        cfg = copy.deepcopy(cfg)
+        OmegaConf.set_readonly(cfg, False)
+        _drop_interpolations(_interpolation_problems(cfg))
     for key in _POSITIVE_OR_NULL:
         v = _get(cfg, key)
         if v is not None and not (v > 0 and (math.isfinite(v) or key == "evaluation.timeout_s")):
@@ -416,7 +425,7 @@ def _detector_problem(spec) -> str | None:
     from adaptive_eval.detectors import make_detector
 
     try:
-        make_detector(OmegaConf.to_container(spec) if isinstance(spec, DictConfig) else dict(spec))
+        make_detector(OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec))
     except (TypeError, ValueError) as exc:
         return str(exc)
     return None
@@ -510,18 +519,88 @@ def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str
 
 def _unknown(key: str) -> str:
     """"unknown key 'K'", with the closest key of its section when one is close (a misspelling)."""
+    return f"unknown key {key!r}{_suggestion(key)}"
+
+
+def _suggestion(key: str) -> str:
+    """" (did you mean 'K2'?)" when the schema has a key close to ``key`` in the same section, else ""."""
     import difflib
 
     parent, _, name = str(key).rpartition(".")
-    node: Any = OmegaConf.structured(Config)
-    for part in parent.split(".") if parent else []:
-        node = node.get(part) if isinstance(node, DictConfig) else None
-    msg = f"unknown key {key!r}"
-    if isinstance(node, DictConfig):
-        close = difflib.get_close_matches(name, [str(k) for k in node.keys()], n=1, cutoff=0.75)
-        if close:
-            msg += f" (did you mean {((parent + '.') if parent else '') + close[0]!r}?)"
-    return msg
+    close = difflib.get_close_matches(name, _keys_of(parent), n=1, cutoff=0.75)
+    return f" (did you mean {((parent + '.') if parent else '') + close[0]!r}?)" if close else ""
+
+
+def _keys_of(dotted: str) -> list[str]:
+    """The keys the schema allows under ``dotted`` (a section, or an item of a mapping of sections such as
+    ``evaluation.suites.<name>``); [] if it names no section."""
+    hint: Any = Config
+    for part in dotted.split(".") if dotted else []:
+        hint = _unoptional(hint)
+        if dataclasses.is_dataclass(hint):
+            hint = _field_hints(hint).get(part)
+        elif typing.get_origin(hint) is dict:
+            hint = typing.get_args(hint)[1]
+        else:
+            return []
+    hint = _unoptional(hint)
+    return list(_field_hints(hint)) if dataclasses.is_dataclass(hint) else []
+
+
+@functools.lru_cache(maxsize=None)
+def _field_hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unoptional(hint):
+    if typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else Any
+    return hint
+
+
+_SHAPES = {
+    list[dict[str, Any]]: "a list (of detector specs)",
+    list[int]: "a list (of integers)",
+    list[str]: "a list (of strings)",
+    dict[str, Any]: "a mapping (a detector spec such as {type: cusum})",
+    dict[str, list[dict[str, Any]]]: "a mapping (stream name -> its list of detector specs)",
+    dict[str, SuiteConfig]: "a mapping (suite name -> its settings)",
+    dict[str, list[str]]: "a mapping (metric -> its list of aggregations)",
+    dict[str, str]: "a mapping (metric -> proportion or mean)",
+}
+
+
+def _shape_problems(value: Any, hint: Any = Config, path: str = "") -> list[tuple[str, str]]:
+    """(dotted key, message) for each place in ``value`` (plain data) where a list stands where the schema
+    wants a mapping, or the reverse: OmegaConf's merge raises a bare ``TypeError("Cannot merge incompatible
+    container types")`` there (or names a type hint), without the key."""
+    hint = _unoptional(hint)
+    origin = typing.get_origin(hint)
+    want_list = origin in (list, tuple)
+    want_map = origin is dict or dataclasses.is_dataclass(hint)
+    container = isinstance(value, (dict, list, tuple))
+    # A scalar (not null, not an interpolation) for a section or list is one too, but a detector spec that is
+    # not a mapping has its own message (_list_item_problem).
+    scalar = (not container and value is not None and hint != dict[str, Any]
+              and not (isinstance(value, str) and "${" in value))
+    if ((want_list and (isinstance(value, dict) or scalar))
+            or (want_map and (isinstance(value, (list, tuple)) or scalar))):
+        expected = _SHAPES.get(hint) or (f"a mapping (of keys such as {', '.join(list(_field_hints(hint))[:3])})"
+                                         if dataclasses.is_dataclass(hint) else "a mapping" if want_map else "a list")
+        got = "a mapping" if isinstance(value, dict) else "a list" if container else repr(value)
+        return [(path or "<root>", f"expected {expected}, got {got}")]
+    out: list[tuple[str, str]] = []
+    if isinstance(value, dict) and want_map:
+        hints = _field_hints(hint) if dataclasses.is_dataclass(hint) else None
+        for k, v in value.items():
+            sub = hints.get(k) if hints is not None else typing.get_args(hint)[1]
+            if sub is not None:
+                out += _shape_problems(v, sub, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)) and want_list:
+        for i, v in enumerate(value):
+            out += _shape_problems(v, typing.get_args(hint)[0], f"{path}[{i}]")
+    return out
 
 
 def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int], leaf: str = "",
@@ -538,25 +617,94 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
 
 
-def _leaves(schema: DictConfig, data: dict, prefix: str):
-    """Each (dotted key, value) of ``data``, descending into the schema's typed sections only."""
+def _leaves(hint: Any, data: dict, prefix: tuple = ()):
+    """Each (key parts, value) of ``data``, descending into the schema's typed sections, and into each item of
+    a mapping of sections (``evaluation.suites.<name>``, first as ``{}`` to create it) so that every key of
+    every suite is checked on its own."""
+    hints = _field_hints(hint) if dataclasses.is_dataclass(hint) else None
     for k, v in data.items():
-        key = f"{prefix}{k}"
-        child = schema._get_node(k) if isinstance(k, str) and k in schema else None
-        if isinstance(v, dict) and isinstance(child, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
-            yield from _leaves(child, v, key + ".")
+        parts = prefix + (str(k),)
+        if hints is not None:
+            sub = _unoptional(hints.get(k)) if isinstance(k, str) else None
+        else:  # a mapping of sections
+            sub = _unoptional(typing.get_args(hint)[1])
+        if isinstance(v, dict) and dataclasses.is_dataclass(sub):
+            if hints is None:
+                yield parts, {}
+            yield from _leaves(sub, v, parts)
+        elif (isinstance(v, dict) and typing.get_origin(sub) is dict
+              and dataclasses.is_dataclass(_unoptional(typing.get_args(sub)[1]))):
+            if not v:
+                yield parts, v
+            yield from _leaves(sub, v, parts)
         else:
-            yield key, v
+            yield parts, v
 
 
-def _nested(dotted: str, value: Any) -> dict:
+def _nested(parts: tuple, value: Any) -> dict:
     out: dict = {}
     node = out
-    parts = dotted.split(".")
     for part in parts[:-1]:
         node = node.setdefault(part, {})
     node[parts[-1]] = value
     return out
+
+
+def _yaml_reason(exc: Exception, value: str) -> str:
+    """The short reason PyYAML gives (not its multi-line report), with a hint to quote a string that starts
+    with a character YAML reserves."""
+    reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if value.strip()[:1] in tuple("@`%*!&|>"):
+        reason += f"; to pass a string, quote it: '\"{value.strip()}\"'"
+    return reason
+
+
+def _interpolation_problems(cfg: DictConfig) -> list[tuple[str, str, Any, Any]]:
+    """(dotted key, message, container, key in it) for each interpolation of ``cfg`` that does not resolve to
+    a valid value: a missing key (with the schema's closest key), itself, a value of the wrong type."""
+    from omegaconf import ListConfig
+    from omegaconf.errors import InterpolationKeyError
+
+    found = []
+
+    def walk(node, path):
+        keys = range(len(node)) if isinstance(node, ListConfig) else list(node.keys())
+        for k in keys:
+            key = f"{path}[{k}]" if isinstance(node, ListConfig) else (f"{path}.{k}" if path else str(k))
+            if OmegaConf.is_interpolation(node, k):
+                raw = node._get_node(k)._value()
+                try:
+                    node[k]
+                except InterpolationKeyError as exc:
+                    missing = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
+                    hint = _suggestion(missing) if missing and not missing.startswith(".") else ""
+                    found.append((key, f"{raw}: interpolation key {missing!r} not found{hint}", node, k))
+                except (OmegaConfBaseException, ValueError, TypeError, LookupError) as exc:
+                    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                    if msg.startswith("While dereferencing interpolation") and "': " in msg:
+                        msg = msg.split("': ", 1)[1]
+                    found.append((key, f"{raw}: {msg[:1].lower() + msg[1:]}", node, k))
+                continue
+            child = node._get_node(k)
+            if isinstance(child, (DictConfig, ListConfig)) and not child._is_none():
+                walk(child, key)
+
+    walk(cfg, "")
+    return found
+
+
+def _drop_interpolations(bad: list[tuple[str, str, Any, Any]]) -> None:
+    """Replace each interpolation of ``bad`` by its schema default (a typed section's key) or remove it (from
+    a list or a plain mapping), so that the other checks can run."""
+    from omegaconf import ListConfig, open_dict
+
+    for _, _, node, k in reversed(bad):
+        kind = OmegaConf.get_type(node)
+        with open_dict(node):
+            if isinstance(node, DictConfig) and dataclasses.is_dataclass(kind):
+                node[k] = getattr(kind(), k)
+            elif isinstance(node, (DictConfig, ListConfig)):
+                del node[k]
 
 
 def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> DictConfig:
@@ -565,11 +713,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     >>> cfg = load_config(overrides=["trigger.freq_steps=50"])
     >>> cfg.trigger.freq_steps, cfg.policy.budget.max_eval_fraction
     (50, 0.11)
-    >>> load_config(overrides=["trigger.freq_stepz=50"])
+    >>> load_config(overrides=["trigger.freq_stepz=50"])  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz' (did you mean
-    'trigger.freq_steps'?)
+    adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz' (did you ...
     """
     import yaml
 
@@ -602,17 +749,25 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         duplicates: list[str] = []
         lines = _key_lines(text, duplicates)
         problems += [f"{source}:{d}" for d in duplicates]
+        # A list where a mapping belongs or the reverse: OmegaConf's merge raises a bare TypeError there.
+        shapes = _shape_problems(loaded)
         good = []
-        for key, value in _leaves(cfg, loaded, ""):
+        for parts, value in _leaves(Config, loaded):
+            key = ".".join(parts)
+            mine = [(b, msg) for b, msg in shapes if b == key or b.startswith((key + ".", key + "["))]
+            if mine:
+                problems += [f"{_where(b, source, lines)}{b}: {msg}" for b, msg in mine
+                             if f"{_where(b, source, lines)}{b}: {msg}" not in problems]
+                continue
             try:
-                OmegaConf.merge(cfg, _nested(key, value))
-            except OmegaConfBaseException as exc:
+                OmegaConf.merge(cfg, _nested(parts, value))
+            except (OmegaConfBaseException, TypeError) as exc:
                 problems.append(str(_merge_error(exc, source, lines, key, value)))
             else:
-                good.append((key, value))
+                good.append((parts, value))
         if problems:  # (go on with the keys that merge, to report the other problems too)
-            for key, value in good:
-                cfg = OmegaConf.merge(cfg, _nested(key, value))
+            for parts, value in good:
+                cfg = OmegaConf.merge(cfg, _nested(parts, value))
         else:
             cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
     overridden: dict[str, str] = {}
@@ -620,12 +775,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         if "=" not in item:
             problems.append(f"override {item!r}: expected KEY=VALUE")
             continue
-        lhs = item.split("=", 1)[0].strip()
+        lhs, rhs = item.split("=", 1)
+        lhs = lhs.strip()
         try:
             if any(part.isdigit() for part in lhs.split(".")):
                 # An item of a list (streams.default.1.adapt=0): a dotlist merge cannot index a list (it raised
                 # TypeError "Cannot merge incompatible container types"); update the item in place.
-                value = OmegaConf.from_dotlist([f"v={item.split('=', 1)[1]}"]).v
+                value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={rhs}"]))["v"]  # (not resolved)
                 updated = cfg.copy()
                 try:
                     OmegaConf.update(updated, lhs, value, merge=True)
@@ -635,9 +791,16 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
                     continue
                 cfg = updated
             else:
-                cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([item]))
+                dotlist = OmegaConf.from_dotlist([item])
+                shapes = _shape_problems(OmegaConf.to_container(dotlist))
+                if shapes:
+                    problems += [f"override {item!r}: {key}: {msg}" for key, msg in shapes]
+                    continue
+                cfg = OmegaConf.merge(cfg, dotlist)
             overridden[lhs] = item
-        except OmegaConfBaseException as exc:
+        except yaml.YAMLError as exc:
+            problems.append(f"override {item!r}: the value does not parse as YAML: {_yaml_reason(exc, rhs)}")
+        except (OmegaConfBaseException, TypeError) as exc:
             lhs = item.split("=", 1)[0]
             key = getattr(exc, "full_key", None)
             msg = str(exc).splitlines()[0]
@@ -651,14 +814,30 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = _unknown(key)
             problems.append(f"override {item!r}: {msg}")
+    # Interpolations (${evaluation.seed}, ${oc.env:VAR,default}) resolve only when read: check each here,
+    # named by the file line or the override that set it.
+    bad = _interpolation_problems(cfg)
+    problems += [f"{_origin(key, source, lines, overridden)}{key}: {msg}" for key, msg, _, _ in bad]
+    _drop_interpolations(bad)
     try:
         validate(cfg)
     except ConfigError as exc:
         problems += [_locate(p, source, lines, overridden) for p in exc.problems]
     if problems:
         raise ConfigError(problems)
+    # The configuration as it is used (and printed): an environment variable is read once, here.
+    OmegaConf.resolve(cfg)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+def _origin(key: str, source: str, lines: dict[str, int], overridden: dict[str, str]) -> str:
+    """"override '<item>': " for a key the last override that covers it set, else "<file>:<line>: "."""
+    dotted = key.replace("[", ".").replace("]", "")
+    for lhs, item in reversed(overridden.items()):
+        if dotted == lhs or dotted.startswith(lhs + "."):
+            return f"override {item!r}: "
+    return _where(key, source, lines) if source else ""
 
 
 def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[str, str]) -> str:
@@ -678,9 +857,12 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
         return load_config()
     if isinstance(cfg, DictConfig):
         # Re-merge onto the schema so a config built by hand is typed and checked too.
+        shapes = _shape_problems(OmegaConf.to_container(cfg))
+        if shapes:
+            raise ConfigError([f"config: {key}: {msg}" for key, msg in shapes])
         try:
             merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
-        except OmegaConfBaseException as exc:
+        except (OmegaConfBaseException, TypeError) as exc:
             raise _merge_error(exc, "config", {}) from None
         validate(merged)
         return merged

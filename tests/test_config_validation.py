@@ -111,6 +111,148 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
         load_config(overrides=["streams.default.1.adapt=0.9"])
 
 
+# A user trial's bad inputs: each was a raw traceback from OmegaConf or PyYAML (exit 1 from the CLI), or a
+# message without the file, line or override.
+
+@pytest.mark.parametrize("text, message", [
+    ("streams:\n  default: {type: cusum}\n", "c.yaml:2: streams.default: expected a list (of detector specs), got a mapping"),
+    ("evaluation:\n  metric_kinds: [a]\n",
+     "c.yaml:2: evaluation.metric_kinds: expected a mapping (metric -> proportion or mean), got a list"),
+    ("streams:\n  watch: [a]\n",
+     "c.yaml:2: streams.watch: expected a mapping (stream name -> its list of detector specs), got a list"),
+    ("streams:\n  watch:\n    train/loss: {type: cusum}\n",
+     "c.yaml:3: streams.watch.train/loss: expected a list (of detector specs), got a mapping"),
+    ("evaluation:\n  suites:\n    math:\n      size: 3\n      strata: {a: 1}\n",
+     "c.yaml:5: evaluation.suites.math.strata: expected a list (of strings), got a mapping"),
+    ("evaluation:\n  pass_at_k: 4\n", "c.yaml:2: evaluation.pass_at_k: expected a list (of integers), got 4"),
+])
+def test_a_list_where_a_mapping_belongs_or_the_reverse_names_the_key_and_line(tmp_path, text, message):
+    """Was ``TypeError: Cannot merge incompatible container types`` (no key, no line)."""
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "c.yaml")
+    assert str(info.value) == f"{tmp_path / 'c.yaml'}:{message.split(':', 1)[1]}"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("evaluation.suites=[a]", "evaluation.suites: expected a mapping (suite name -> its settings), got a list"),
+    ("streams.default={type:cusum}", "streams.default: expected a list (of detector specs), got a mapping"),
+])
+def test_an_override_of_the_wrong_shape_names_the_override_and_key(override, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[override])
+    assert str(info.value) == f"override {override!r}: {message}"
+
+
+def test_from_config_with_a_mapping_for_a_list_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"^config: streams.default: expected a list \(of detector specs\), got a "
+                                          r"mapping$"):
+        AdaptiveEvaluator.from_config({"streams": {"default": {"type": "cusum"}}})
+
+
+def test_the_cli_reports_a_wrong_shape_and_a_bad_override_value_with_exit_2(tmp_path, capsys):
+    from adaptive_eval.cli import main
+
+    (tmp_path / "listmap.yaml").write_text("streams:\n  default: {type: cusum}\n")
+    assert main(["config", "--config", str(tmp_path / "listmap.yaml")]) == 2
+    assert capsys.readouterr().err == (f"adaptive-eval: {tmp_path / 'listmap.yaml'}:2: streams.default: expected a "
+                                       "list (of detector specs), got a mapping\n")
+    assert main(["config", "--set", "trigger.freq_steps=[1"]) == 2
+    assert capsys.readouterr().err == ("adaptive-eval: override 'trigger.freq_steps=[1': the value does not parse "
+                                       "as YAML: did not find expected ',' or ']'\n")
+
+
+@pytest.mark.parametrize("value, reason", [
+    ("[1", "did not find expected ',' or ']'"),
+    ("{a", "did not find expected ',' or '}'"),
+    ("@x", "found character that cannot start any token; to pass a string, quote it: '\"@x\"'"),
+    ("%x", "found unknown directive name"),
+    ("`x", "found character that cannot start any token"),
+    ("*x", "found undefined alias"),
+    ("!x", "could not determine a constructor for the tag '!x'"),
+])
+def test_an_override_value_yaml_cannot_parse_is_a_config_error(value, reason):
+    """Was a raw yaml.parser.ParserError (ScannerError, ComposerError, ConstructorError)."""
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=[f"trigger.freq_steps={value}"])
+    assert str(info.value).startswith(f"override 'trigger.freq_steps={value}': the value does not parse as YAML: "
+                                      f"{reason}")
+    with pytest.raises(ConfigError, match="does not parse as YAML"):
+        load_config(overrides=[f"streams.default.0={value}"])  # (an item of a list: another code path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("trigger:\n  freq_steps: ${evaluation.on_error}\n", "c.yaml:2: trigger.freq_steps: ${evaluation.on_error}: "
+     "value 'skip' of type 'str' could not be converted to Integer"),
+    ("trigger:\n  freq_steps: ${trigger.freq_steps}\n",
+     "c.yaml:2: trigger.freq_steps: ${trigger.freq_steps}: recursive interpolation detected"),
+    ("evaluation:\n  seed: 3\ntrigger:\n  freq_steps: ${evaluation.sead}\n", "c.yaml:4: trigger.freq_steps: "
+     "${evaluation.sead}: interpolation key 'evaluation.sead' not found (did you mean 'evaluation.seed'?)"),
+    ("trigger:\n  freq_steps: ${oc.env:MY_FREQ,40}\n", "c.yaml:2: trigger.freq_steps: ${oc.env:MY_FREQ,40}: "
+     "value 'abc' of type 'str' could not be converted to Integer"),
+])
+def test_an_interpolation_that_fails_names_the_file_line_key_and_interpolation(tmp_path, monkeypatch, text, message):
+    """Was an omegaconf InterpolationKeyError (...) from load_config, and from the CLI a message without the file
+    and line."""
+    monkeypatch.setenv("MY_FREQ", "abc")
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "c.yaml")
+    assert str(info.value) == f"{tmp_path / 'c.yaml'}:{message.split(':', 1)[1]}"
+
+
+def test_an_interpolation_that_fails_names_the_override_and_the_other_problems_still_show():
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["trigger.freq_steps=${nope}", "policy.sample_size.min=1000"])
+    assert info.value.problems == [
+        "override 'trigger.freq_steps=${nope}': trigger.freq_steps: ${nope}: interpolation key 'nope' not found",
+        "policy.sample_size.min: 1000 is larger than policy.sample_size.max: 512"]
+    with pytest.raises(ConfigError, match=r"^override 'streams.default.1.k=\$\{nope\}': streams.default\[1\].k: "
+                                          r"\$\{nope\}: interpolation key 'nope' not found$"):
+        load_config(overrides=["streams.default.1.k=${nope}"])
+    with pytest.raises(ConfigError, match=r"^trigger.freq_steps: \$\{evaluation.sead\}: interpolation key "
+                                          r"'evaluation.sead' not found \(did you mean 'evaluation.seed'\?\)$"):
+        AdaptiveEvaluator.from_config({"trigger": {"freq_steps": "${evaluation.sead}"}})
+
+
+def test_interpolations_that_resolve_are_resolved_once_at_load(tmp_path, monkeypatch, capsys):
+    """``adaptive-eval config`` says it prints the resolved configuration; it printed ``${oc.env:MY_FREQ,40}``."""
+    from adaptive_eval.cli import main
+
+    (tmp_path / "c.yaml").write_text("trigger:\n  freq_steps: ${oc.env:MY_FREQ,40}\n")
+    monkeypatch.setenv("MY_FREQ", "12")
+    cfg = load_config(tmp_path / "c.yaml", ["streams.default.1.adapt=${policy.interval.significance}"])
+    monkeypatch.setenv("MY_FREQ", "13")
+    assert cfg.trigger.freq_steps == 12 and cfg.streams.default[1].adapt == 0.05
+    assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "  freq_steps: 13\n" in out and "${" not in out
+    monkeypatch.delenv("MY_FREQ")
+    assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0
+    assert "  freq_steps: 40\n" in capsys.readouterr().out
+
+
+def test_every_misspelt_key_of_every_suite_is_reported_at_once_with_a_suggestion(tmp_path):
+    """Only the first was reported, and without "did you mean"."""
+    path = tmp_path / "suites.yaml"
+    path.write_text("evaluation:\n  suites:\n    math:\n      size: 100\n      costt: 2\n      samples_per_itme: 4\n"
+                    "    aime:\n      size: 30\n      everyy: 4\n    empty: {}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}:5: evaluation.suites.math.costt: unknown key 'evaluation.suites.math.costt' (did you mean "
+        "'evaluation.suites.math.cost'?)",
+        f"{path}:6: evaluation.suites.math.samples_per_itme: unknown key 'evaluation.suites.math.samples_per_itme' "
+        "(did you mean 'evaluation.suites.math.samples_per_item'?)",
+        f"{path}:9: evaluation.suites.aime.everyy: unknown key 'evaluation.suites.aime.everyy' (did you mean "
+        "'evaluation.suites.aime.every'?)",
+        f"{path}:10: evaluation.suites.empty.size: must be >= 1, got 0"]
+    with pytest.raises(ConfigError, match=r"did you mean 'evaluation.suites.math.cost'\?"):
+        load_config(overrides=["evaluation.suites.math.costt=2"])
+    path.write_text("evaluation:\n  suites:\n    math.v2:\n      size: 10\n      every: 2\n")
+    assert load_config(path).evaluation.suites["math.v2"].every == 2
+
+
 def test_a_detector_spec_without_type_names_the_keys_and_the_flow_mapping_space():
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["streams.watch.train/reward=[{type:cusum,k:0.5}]"])
