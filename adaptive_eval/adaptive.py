@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from omegaconf import OmegaConf
 
 from adaptive_eval.config import as_config
-from adaptive_eval.distributed import DistContext
+from adaptive_eval.distributed import CollectiveError, DistContext
 from adaptive_eval.evaluators import EvalTimeout, check_step, run_evaluation_outcome
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
@@ -255,6 +255,7 @@ class AdaptiveEvaluator:
         self._unreturned: EvalResult | None = None  # integrated in observe(), returned by the next evaluate()
         self._async_down_logged = False
         self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
+        self._group_failed: str | None = None  # a collective of evaluate() failed (CollectiveError): why
         if self._async is not None:
             self._async.load_state_dict({})
 
@@ -532,7 +533,18 @@ class AdaptiveEvaluator:
                              "run, load_state_dict() into a new AdaptiveEvaluator")
         self._last_call_step = global_step
         if self._distributed:
-            return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
+            if self._group_failed is not None:
+                return None  # (no collective: the ranks are out of step since the failure)
+            try:
+                return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
+            except CollectiveError as exc:
+                # Raised, as documented.  A loop that catches it and goes on would pair this rank's next
+                # collectives with different ones of the others (wrong results, a hang at exit): no more.
+                self._group_failed = f"step {global_step}: {exc}"
+                log.error("the process group failed at step %d (%s): no more evaluations on rank %d of this run "
+                          "(its collectives would no longer match the other ranks'); resume from a checkpoint "
+                          "to evaluate again", global_step, exc, self._rank)
+                raise
         # A single process.  Asynchronously, what finished is integrated first and returned; what is decided
         # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
         got = None

@@ -35,8 +35,10 @@ def config(**extra):
                                   *[f"{k}={v}" for k, v in extra.items()]])
 
 
-def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None):
-    """A training loop on this rank; returns (what happened, the step, seconds spent in the failing call)."""
+def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None, keep_going=False):
+    """A training loop on this rank; returns (what happened, the step, seconds spent in the failing call).
+    ``keep_going``: the loop catches a CollectiveError and goes on; returns ("caught", the step, the results
+    and errors of the later calls)."""
     from adaptive_eval.distributed import CollectiveError
 
     clock = FakeClock()
@@ -45,10 +47,11 @@ def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None):
 
     def fn(req):
         threads.append(threading.current_thread() is threading.main_thread())
-        if req.step >= fault_at and rank == 1 and fault == "hang":
+        if req.step >= fault_at and rank == 1 and fault == "hang" and not (keep_going and req.step > fault_at + 5):
             time.sleep(TIMEOUT_S + 1.5)  # far longer than the collective timeout
         return {"acc": [1.0] * len(req.indices(100))}
 
+    caught, later = None, []
     for g in range(steps):
         clock.advance(10.0)
         if rank == 1 and g == fault_at and fault == "stall":
@@ -59,9 +62,18 @@ def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None):
         ev.observe({"train/loss": 1.0 + 0.01 * (g % 5)}, g)
         start = time.monotonic()
         try:
-            ev.evaluate(evaluate_fn or fn, 0, g, g)
+            r = ev.evaluate(evaluate_fn or fn, 0, g, g)
+            if caught is not None:
+                later.append(r)
         except CollectiveError as exc:
-            return ("CollectiveError", g, time.monotonic() - start, threads, str(exc))
+            if not keep_going:
+                return ("CollectiveError", g, time.monotonic() - start, threads, str(exc))
+            if caught is None:
+                caught = g
+            else:
+                later.append("CollectiveError")
+    if keep_going:
+        return ("caught", caught, later)
     return ("finished", steps, None, threads)
 
 
@@ -70,10 +82,11 @@ def _faults_rank(rank, world, out_dir):
 
     sync = dist.new_group(backend="gloo")  # default timeout: the barrier between cases
     results = {}
-    for case in ("hang", "stall"):
+    for case in ("hang", "stall", "caught"):
         sub = dist.new_group(backend="gloo")
         cfg = config(**({"evaluation.timeout_s": 0.3} if case == "hang" else {}))
-        results[case] = loop(rank, sub, cfg, 40, fault_at=12, fault=case)
+        results[case] = loop(rank, sub, cfg, 40, fault_at=12, fault="hang" if case == "caught" else case,
+                             keep_going=case == "caught")
         dist.barrier(group=sync)
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
@@ -106,6 +119,15 @@ def test_a_rank_hanging_in_evaluate_fn_is_a_collective_error_on_the_other_within
     assert main_thread_calls and all(main_thread_calls) and all(r1[3])
     # The late rank does not hang either: its own collective fails (or completes from buffered data).
     assert r1[0] in ("CollectiveError", "finished")
+
+
+def test_after_a_collective_error_a_loop_that_goes_on_gets_no_more_collectives_nor_evaluations(faults):
+    """A user who catches the CollectiveError and trains on: the ranks used to go on evaluating out of step,
+    pairing one rank's collectives with the other's (a 'successful' evaluation on one, errors on the other,
+    a hang at exit).  Now each rank stops evaluating at its own failure: every later call returns None."""
+    (k0, s0, later0), (k1, s1, later1) = faults[0]["caught"], faults[1]["caught"]
+    assert k0 == k1 == "caught" and s0 == 14 and s1 is not None and s1 >= 14, (s0, s1)
+    assert later0 == [None] * (40 - 1 - s0) and later1 == [None] * (40 - 1 - s1)
 
 
 def test_a_rank_that_stops_calling_evaluate_is_a_collective_error_on_the_other(faults):
