@@ -463,6 +463,11 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     stream_cols, eval_cols = _split_columns(names)
     if streams is not None:
         missing = [s for s in streams if s not in stream_cols]
+        truth = [s for s in missing if s in names]
+        if truth:  # an eval column: the ground truth replay evaluates from, not a stream
+            raise ValueError(f"{trace.source}: {', '.join(map(repr, truth))}: an eval column (the ground truth "
+                             "replay evaluates from), not a stream to watch; --stream takes the per-step columns "
+                             "(copy it under another name to watch it as a stream)")
         if missing:
             raise ValueError(f"{trace.source}: no column {', '.join(map(repr, missing))} to watch "
                              f"(columns: {', '.join(names)})")

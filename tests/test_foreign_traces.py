@@ -96,6 +96,13 @@ def test_stream_and_eval_select_columns_of_a_tensorboard_folder_and_of_jsonl(tmp
     assert "no metric 'nope' (metrics: critic/score/mean, acc_pct)" in capsys.readouterr().err
     assert main(["replay", str(path), "--step-column", "Step", "--out", str(tmp_path / "o4")]) == 2
     assert "--step-column applies to a CSV" in capsys.readouterr().err
+    # An eval column asked for as a stream: "no column 'eval/accuracy' to watch (columns: eval/accuracy)" was a
+    # riddle.
+    own = tmp_path / "own.csv"
+    own.write_text("step,train/reward,eval/accuracy\n" + "".join(f"{s},0.5,0.4\n" for s in range(40)))
+    assert main(["replay", str(own), "--stream", "eval/accuracy", "--out", str(tmp_path / "o5")]) == 2
+    assert "'eval/accuracy': an eval column (the ground truth replay evaluates from), not a stream" in \
+        capsys.readouterr().err
 
 
 def test_verl_file_logs_nest_their_metrics_under_data(tmp_path, capsys):
