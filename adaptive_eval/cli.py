@@ -15,6 +15,17 @@ from adaptive_eval.demos import DEFAULT_TASK, TASKS
 __all__ = ["main"]
 
 
+def _seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2**32) (numpy's seeds), refused by argparse naming the option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value < 2**32:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**32), got {value}")
+    return value
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="F", default=None,
                    help="a YAML file or a preset name (default, areal, aggressive, budget); default: default")
@@ -437,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "by name (real:NAME)")
     _add_config_args(p)
     p.add_argument("--out", default="runs/replay", help="output folder (default: runs/replay)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the simulated evaluations")
     p.add_argument("--no-tensorboard", action="store_true", help="do not write tb/")
     _add_trace_args(p)
     p.set_defaults(func=_cmd_replay)
@@ -458,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
                    help="at most M eval samples per 1,000 steps on each trace (records of a trace logged every k "
                         "steps; training steps with --set replay.every_step=true)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated evaluations")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the simulated evaluations")
     _add_trace_args(p)
     p.set_defaults(func=_cmd_check)
 
@@ -479,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training steps; the fault comes halfway (default: rlvr 200, digits 3000)")
     p.add_argument("--fault", default=None,
                    help="rlvr: reward_hack (default), lr_blowup, entropy_collapse or none; digits: lr_blowup")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data split, weights and batches (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the data split, weights and batches (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_demo)
 
@@ -491,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", action="append", choices=None, default=[], metavar="NAME",
                    help="cost, delay or regret (repeatable; default: all three)")
     p.add_argument("--trials", type=int, default=50, help="trials (default: 50)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampler (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the sampler (default: 0)")
     p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
     p.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
                    help="the steps of the changes in a trace file that a schedule should confirm (repeatable)")

@@ -351,3 +351,14 @@ def test_tune_scores_truth_steps_as_record_indices_like_its_steps():
     for e in early:
         e["ci"]["accuracy"] = [0.1, 0.3]  # a low draw on the old model confirms nothing
     assert confirmed_delay(evals, 120, "accuracy", pre_level=0.7, direction="down") >= 30
+
+
+@pytest.mark.parametrize("command", [["replay", "real:grpo_kl_collapse"], ["tune", "real:grpo_kl_collapse"],
+                                     ["check", "real:grpo_kl_collapse"], ["demo"]])
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "x"])
+def test_a_bad_seed_is_refused_naming_the_option_before_anything_runs(command, seed, capsys):
+    """--seed -1 was 'expected non-negative integer' (no option named), and tune printed its header first."""
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--seed", seed])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --seed: " in err and "Traceback" not in err, err
