@@ -339,14 +339,16 @@ def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
     return out
 
 
+def _quiet_counts(build, data) -> list[tuple[int, int]]:
+    """(false alarms, exposure) of each trace of ``data`` (before its first event; see ``_scan``): the series
+    that ``_rate`` resamples."""
+    return [_scan(trace, streams, build, quiet_end)[1:] for trace, streams, quiet_end, _ in data]
+
+
 def _quiet_rate(build, data) -> tuple[int, int]:
-    """False alarms and exposure over ``data`` (before each trace's first event; see ``_scan``)."""
-    k = n = 0
-    for trace, streams, quiet_end, _ in data:
-        _, dk, dn = _scan(trace, streams, build, quiet_end)
-        k += dk
-        n += dn
-    return k, n
+    """False alarms and exposure over ``data``, summed over its traces (see ``_quiet_counts``)."""
+    per = _quiet_counts(build, data)
+    return sum(k for k, _ in per), sum(n for _, n in per)
 
 
 def _delays(build, data) -> list[int | None]:
@@ -379,18 +381,53 @@ def _match_rate(make, target: float, data, lo: float, hi: float, increasing: boo
 
 
 def _poisson_ci(k: int, n: int) -> tuple[float, float]:
+    """Exact (Garwood) 95% Poisson interval on the rate per 1,000 of ``k`` alarms in ``n`` values taken as
+    independent; with k = 0 the upper end is 3.69 / n (the "rule of three" at 97.5%)."""
     from scipy.stats import chi2
 
     lo = chi2.ppf(0.025, 2 * k) / 2 if k else 0.0
     return 1000 * lo / n, 1000 * chi2.ppf(0.975, 2 * (k + 1)) / 2 / n
 
 
-def _rate(k: int, n: int) -> str:
-    """False alarms per 1,000 with the exact Poisson 95% interval; n/a when nothing was exposed (n = 0)."""
+def _series_ci(per_series, resamples: int = 9999, seed: int = 0) -> tuple[float, float, int, bool]:
+    """False alarms per 1,000 values, 95% interval over series: (low, high, n series, exact).
+
+    ``per_series``: (false alarms, exposure) of each series (a trace: its streams share a run, and a detector
+    that misfires on a hard series misfires there again, so the values are not independent; the series is the
+    unit).  The rate is the ratio of the summed counts to the summed exposure, as the point estimate; the
+    interval is scipy's percentile bootstrap resampling series with replacement (seeded); a series with no
+    exposure is left out.  No alarm at all (or a single series): the exact Poisson interval on the values
+    (``_poisson_ci``, which takes them as independent) and ``exact`` True: a bootstrap of zeros has no width,
+    and that bound is the only one zeros allow.
+    """
+    from scipy.stats import bootstrap
+
+    kept = [(k, n) for k, n in per_series if n > 0]
+    k = np.array([c for c, _ in kept], dtype=float)
+    n = np.array([e for _, e in kept], dtype=float)
+    if not kept:
+        return math.nan, math.nan, 0, False
+    if k.sum() == 0 or len(kept) < 2:
+        return (*_poisson_ci(int(k.sum()), int(n.sum())), len(kept), True)
+    res = bootstrap((k, n), lambda k, n, axis=-1: 1000 * k.sum(axis) / n.sum(axis), paired=True,
+                    vectorized=True, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high), len(kept), False
+
+
+def _rate(per_series) -> str:
+    """False alarms per 1,000 with its 95% interval over series (``_series_ci``), "*" marking an exact bound;
+    n/a when nothing was exposed."""
+    k = sum(c for c, _ in per_series)
+    n = sum(e for _, e in per_series)
     if not n:
         return "n/a (n = 0)"
-    lo, hi = _poisson_ci(k, n)
-    return f"{1000 * k / n:.2f} [{lo:.2f}, {hi:.2f}]"
+    lo, hi, _, exact = _series_ci(per_series)
+    return f"{1000 * k / n:.2f} [{lo:.2f}, {hi:.2f}]{'*' if exact else ''}"
+
+
+EXACT_NOTE = ("intervals: 95% percentile bootstrap over series (traces resampled with replacement, ratio of summed "
+              "alarms to summed values; seeded); * = no alarm (or one series): exact Poisson bound on the values "
+              "instead, which takes them as independent")
 
 
 def _placebo(alarms: list[int], quiet_end: int, delay: int | None) -> tuple[float, float | None]:
@@ -461,8 +498,9 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
     * false alarms per 1,000: alarms on the quiet stretch of each trace (before its first annotated event; the
       whole trace when it has none) on any of its streams, per 1,000 quiet values: per stream, the quiet
       records where it has a finite value, after its first 30 (its warm-up, where no family can alarm; see
-      ``_scan``); exact Poisson 95% interval on the count; a trace that repeats another's run (``REPEATS``) is
-      left out, so that events and quiet stretches are independent;
+      ``_scan``); 95% interval over traces (``_series_ci``: alarms cluster on a hard series, so the trace is
+      the unit resampled, not the value; no alarm at all: the exact Poisson bound, marked "*"); a trace that
+      repeats another's run (``REPEATS``) is left out, so that events and quiet stretches are independent;
     * delay: per annotated event (``convert.load_real``'s rules: GRPO collapses and degradations), records
       from the event to the first alarm at or after it on any stream; no alarm by the end = missed.  The
       median carries the exact order-statistic interval (n = 4 events: min to max, 87.5%).  An event before
@@ -496,18 +534,17 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
         "PageHinkley, matched FA": lambda s: _River(drift.PageHinkley(threshold=ph_h), True),
     }
     w = max(24, len(label))
-    syn = {f: _quiet_rate(b, synth) for f, b in families.items()}
+    syn = {f: _quiet_counts(b, synth) for f, b in families.items()}
     seeds = f"seed {TUNING_SEEDS[0]}, --quick" if quick else f"seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}"
     print(f"Re-thresholded to the {label}'s rate on the synthetic tuning suite ({seeds}, {len(synth)} traces, quiet stretches, {n_syn:,d} values after each stream's first "
           f"{WARM}; standardized by those {WARM}): PageHinkley(threshold={ph_h:.4g}), ADWIN(delta={ad_d:.3g}).  "
-          "Synthetic false alarms / 1k [95%]:")
-    for f, (k, n) in syn.items():
-        lo, hi = _poisson_ci(k, n)
-        print(f"  {f:{w}s} {1000 * k / n:7.2f} [{lo:.2f}, {hi:.2f}]  ({k} alarms)")
+          f"Synthetic false alarms / 1k [95% over the {_series_ci(syn[label])[2]} series with quiet values]:")
+    for f, per in syn.items():
+        print(f"  {f:{w}s} {_rate(per):>21s}  ({sum(k for k, _ in per)} alarms)")
 
     if real is None:
         real = _real_data(paths)
-    totals = {f: {"alarms": 0, "exposure": 0, "events": []} for f in families}
+    totals = {f: {"alarms": 0, "exposure": 0, "series": [], "events": []} for f in families}
     rows = []
     in_warmup = 0
     for name, trace, streams, quiet_end, events in real:
@@ -526,6 +563,7 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
                 totals[fam]["events"].append((name, d, med, q))
             totals[fam]["alarms"] += false
             totals[fam]["exposure"] += exposure
+            totals[fam]["series"].append((false, exposure))
             rows.append((name, fam, len(streams), quiet_end, exposure, false, cells))
 
     def cell(d, med, q, warm):
@@ -552,12 +590,14 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
     inf = math.inf
     shown = lambda x: "-" if x == inf else "none" if x is None else "n/a" if math.isnan(x) else f"{x:g}"  # noqa: E731
     exposure = {t["exposure"] for t in totals.values()}.pop()
+    n_series = f"n = {sum(e > 0 for _, e in totals[label]['series'])} of them with quiet values"
     counted = f"quiet values (per stream: the quiet records where it has a finite value, after its first {WARM})"
     if not base:
         print("\nNo annotated events in these traces: false alarms only.")
         for fam, t in totals.items():
-            print(f"  {fam:{w}s} {_rate(t['alarms'], exposure)} per 1k ({t['alarms']} alarms)")
-        print(f"\nn = {exposure:,d} {counted} over {len(real)} traces; {time.perf_counter() - t0:.0f} s")
+            print(f"  {fam:{w}s} {_rate(t['series'])} per 1k ({t['alarms']} alarms)")
+        print(f"\nn = {exposure:,d} {counted} over {len(real)} traces ({n_series}); {EXACT_NOTE}; "
+              f"{time.perf_counter() - t0:.0f} s")
         return
     cover = _median_ci([0.0] * len(base))[2] if len(base) > 1 else None
     versus_head = "default faster/slower" if label == "default preset" else "preset faster/slower"
@@ -589,7 +629,7 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
         else:
             mlo, mhi, _ = _median_ci(ds)
             med = f"{shown(statistics.median(ds))} [{shown(mlo)}, {shown(mhi)}]"
-        fa = _rate(k, exposure)
+        fa = _rate(t["series"])
         print(f"{fam:{w}s} {fa:>21s} {sum(d != inf for d in ds):4d}/{len(ds)} "
               f"{med:>20s} {per:>18s} {chance:>26s} {f'{beyond}/{known}':>8s} {versus:>21s}")
     where = (f"{len(real)} traces given, {len(base)} events from their sidecar files (an event's alarm must come "
@@ -597,7 +637,7 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
              + ", ".join(f"{k} left out: the run of {v}" for k, v in REPEATS.items()) + f"), {len(base)} events (all GRPO)")
     warm_note = (f"; {in_warmup} event(s) in every stream's warm-up (flagged above: the delay measures its end)"
                  if in_warmup else "")
-    print(f"\nn = {exposure:,d} {counted} over {where}{warm_note}; "
+    print(f"\nn = {exposure:,d} {counted} over {where}{warm_note}; false alarms/1k: {n_series}, {EXACT_NOTE}; "
           + ("median delay: one event, no interval" if cover is None else
              f"median delay: exact order-statistic interval ({100 * cover:.1f}%)")
           + "; placebo median: the family's own quiet alarms from a random onset (none: most onsets see no alarm; "
@@ -667,15 +707,17 @@ class _Synthetic:
     def false_alarms(self, specs) -> int:
         return _quiet_rate(lambda s: _Preset(specs, s), self.quiet)[0]
 
-    def score(self, specs) -> tuple[int, int, list[list[float]]]:
-        """False alarms, exposure, and the delays per column: collapse, recovery, each injected shift."""
+    def score(self, specs) -> tuple[int, int, list[list[float]], list[tuple[int, int]]]:
+        """False alarms, exposure, the delays per column (collapse, recovery, each injected shift), and the
+        false alarms and exposure per trace (for the interval over traces)."""
         build = lambda s: _Preset(specs, s)  # noqa: E731
-        k, n = _quiet_rate(build, self.quiet)
+        per = _quiet_counts(build, self.quiet)
+        k, n = sum(c for c, _ in per), sum(e for _, e in per)
         ds = [math.inf if d is None else d for d in _delays(build, self.quiet)]
         cols = [[d for d, kd in zip(ds, self.kinds) if kd == kind] for kind in ("collapse", "recovery")]
         cols += [_injected_delays(specs, self.cases, d) for d in INJECT_SHIFTS]
         cols.append(_injected_delays(specs, self.early, INJECT_SHIFTS[-1]))
-        return k, n, cols
+        return k, n, cols, per
 
 
 def _cell(values: list[float]) -> str:
@@ -713,22 +755,22 @@ def tradeoff() -> None:
     specs_of = lambda cfg: others + [{**cusum, **cfg}]  # noqa: E731
     tune, held = _Synthetic(TUNING_SEEDS), _Synthetic(HELDOUT_SEEDS)
     default = {key: cusum[key] for key in ("k", "threshold", "adapt", "warmup")}
-    k0, n0, _ = tune.score(specs_of(default))
+    k0, n0, _, per0 = tune.score(specs_of(default))
     settings = [default] + [dict(k=k, adapt=a, warmup=w) for k in (0.5, 0.75, 1.0, 1.5) for a in (0.02, 0.05, 0.1)
                             for w in (30, 50) if (k, a, w) != (default["k"], default["adapt"], default["warmup"])]
     head = (f"{'k':>5s} {'adapt':>5s} {'warmup':>6s} {'thresh':>6s} {'FA/1k [95%]':>17s} "
             f"{'collapse':>14s} {'recovery':>14s} " + " ".join(f"{f'shift {d:g} sd':>18s}" for d in INJECT_SHIFTS)
             + f" {f'early {INJECT_SHIFTS[-1]:g} sd':>18s}")
 
-    def row(cfg, k, n, cols, mark=""):
-        flo, fhi = _poisson_ci(k, n)
+    def row(cfg, k, n, cols, per, mark=""):
         print(f"{cfg['k']:5g} {cfg['adapt']:5g} {cfg['warmup']:6d} {cfg['threshold']:6g} "
-              f"{1000 * k / n:5.2f} [{flo:.2f}, {fhi:.2f}] " + " ".join(f"{_cell(c):>14s}" for c in cols[:2]) + " "
+              f"{_rate(per):>17s} " + " ".join(f"{_cell(c):>14s}" for c in cols[:2]) + " "
               + " ".join(f"{_cell(c):>18s}" for c in cols[2:]) + mark, flush=True)
 
     print(f"CUSUM settings on synthetic streams only, tuning half (suite seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}): "
           f"threshold = the lowest with <= {k0} false alarms (the default's count) on its quiet stretches ({n0:,d} "
-          f"values after each stream's first {WARM}).\nDelays in records, median [exact ~90% interval]: "
+          f"values after each stream's first {WARM}; FA/1k: over the {_series_ci(per0)[2]} traces with quiet values, "
+          f"{EXACT_NOTE}).\nDelays in records, median [exact ~90% interval]: "
           f"{tune.kinds.count('collapse')} "
           f"collapses, {tune.kinds.count('recovery')} recoveries, {len(tune.cases)} injected shifts per size")
     print(head)
@@ -744,9 +786,9 @@ def tradeoff() -> None:
                 else:
                     lo = mid
             cfg = {**cfg, "threshold": round(hi, 2)}
-        k, n, cols = tune.score(specs_of(cfg))
+        k, n, cols, per = tune.score(specs_of(cfg))
         results.append((cfg, k, n, cols))
-        row(cfg, k, n, cols, " (default)" if cfg is default else " (FA above the default's at threshold 30)"
+        row(cfg, k, n, cols, per, " (default)" if cfg is default else " (FA above the default's at threshold 30)"
             if k > k0 else "")
     ref = results[0][3]
     onsets = warming = offset = 0

@@ -144,3 +144,50 @@ def test_real_flags_an_event_in_the_warm_up_and_prints_no_nan(tmp_path):
     assert "nan" not in text and "[0.0%]" not in text  # no placebo (quiet stretch 10 < 30), one event
     assert "median delay [" not in text and " [-] " in text
     assert "chance n/a" in text or "missed" in text
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_false_alarm_interval_resamples_series_not_values():
+    mod = _module()
+    # Ten series of 1,000 quiet values; one misfires 12 times, the rest never: clustered alarms.
+    per = [(12, 1000)] + [(0, 1000)] * 9
+    point = 1000 * 12 / 10_000
+    lo, hi, n_series, exact = mod._series_ci(per)
+    plo, phi = mod._poisson_ci(12, 10_000)
+    assert n_series == 10 and not exact
+    assert lo <= point <= hi
+    assert hi - lo > phi - plo  # the values are not independent: the interval over series is wider
+    assert lo < plo  # a run of draws without the hard series: no alarm at all
+    assert mod._series_ci(per) == (lo, hi, n_series, exact)  # seeded
+    assert mod._rate(per).startswith(f"{point:.2f} [")  # the point estimate is the ratio of the sums
+    # The same 12 alarms spread over the ten series: close to the Poisson interval (the values look independent).
+    spread = [(2, 1000), (1, 1000)] * 4 + [(1, 1000), (1, 1000)]
+    slo, shi, _, _ = mod._series_ci(spread)
+    assert shi - slo < hi - lo
+    # A series without exposure is no series.
+    assert mod._series_ci(per + [(0, 0)])[2] == 10
+
+
+def test_no_false_alarm_gets_an_exact_upper_bound_not_a_zero_width_interval():
+    mod = _module()
+    lo, hi, n_series, exact = mod._series_ci([(0, 500)] * 4)
+    assert exact and n_series == 4 and lo == 0
+    assert hi == pytest.approx(1000 * 3.689 / 2000, rel=1e-3)  # the exact Poisson bound: 3.69 / n
+    assert mod._rate([(0, 500)] * 4) == "0.00 [0.00, 1.84]*"
+    assert mod._rate([]) == "n/a (n = 0)"
+    fc = _load("false_confirmations")
+    import numpy as np
+
+    none = np.zeros((24, 5))
+    lo, hi, exact = fc.share_interval(none)
+    assert exact and lo == 0 and hi == pytest.approx(1 - 0.025 ** (1 / 24), rel=1e-6)  # 0 of 24 runs: 14%
+    some = none.copy()
+    some[3, :] = 1  # one run confirms all its five made-up events
+    lo, hi, exact = fc.share_interval(some, resamples=999)
+    assert not exact and lo <= some.mean() <= hi and hi > 0
