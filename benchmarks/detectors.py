@@ -764,7 +764,7 @@ def tradeoff() -> None:
 
     def row(cfg, k, n, cols, per, mark=""):
         print(f"{cfg['k']:5g} {cfg['adapt']:5g} {cfg['warmup']:6d} {cfg['threshold']:6g} "
-              f"{_rate(per):>17s} " + " ".join(f"{_cell(c):>14s}" for c in cols[:2]) + " "
+              f"{_rate(per):>18s} " + " ".join(f"{_cell(c):>14s}" for c in cols[:2]) + " "
               + " ".join(f"{_cell(c):>18s}" for c in cols[2:]) + mark, flush=True)
 
     print(f"CUSUM settings on synthetic streams only, tuning half (suite seeds {TUNING_SEEDS[0]}-{TUNING_SEEDS[-1]}): "
