@@ -69,7 +69,8 @@ class SuiteConfig:
     samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
     cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing
     item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
-    max_samples_per_item: int = 32  # the most samples per item the sample-size policy may choose
+    # The most samples per item the sample-size policy may choose; null: 32, or samples_per_item when that is more
+    max_samples_per_item: Optional[int] = None
     weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
     every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
     sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
@@ -384,8 +385,13 @@ def _evaluation_problems(ev) -> list[str]:
             problems.append(f"{key}: a suite name may not be empty or contain '/'")
         for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1)):
             v = suite[field_name]
-            if not v >= low:
+            if v is not None and not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
+        if (suite.max_samples_per_item is not None and suite.samples_per_item >= 1
+                and suite.max_samples_per_item < suite.samples_per_item):
+            problems.append(f"{key}.max_samples_per_item: {suite.max_samples_per_item} is below {key}.samples_per_item: "
+                            f"{suite.samples_per_item} (the sample-size policy could never ask for the answers per item "
+                            "generated; raise it, or leave it null)")
         if not (suite.cost > 0 and math.isfinite(suite.cost)):
             problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
         if not (suite.item_cost >= 0 and math.isfinite(suite.item_cost)):
@@ -394,6 +400,9 @@ def _evaluation_problems(ev) -> list[str]:
             problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
         if suite.sample_size is not None and not suite.sample_size >= 1:
             problems.append(f"{key}.sample_size: must be positive or null, got {suite.sample_size!r}")
+        elif suite.sample_size is not None and suite.size >= 1 and suite.sample_size > suite.size:
+            problems.append(f"{key}.sample_size: {suite.sample_size} is larger than {key}.size: {suite.size} (items per "
+                            "evaluation cannot exceed the suite; null evaluates all of it)")
         strata = list(suite.strata)
         if suite.report_strata and not strata:
             problems.append(f"{key}.report_strata: true needs {key}.strata (one stratum label per item)")

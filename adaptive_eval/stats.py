@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import decimal
 import functools
+import logging
 import math
 import numbers
 import re
@@ -18,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from adaptive_eval.types import MetricSummary
+
+log = logging.getLogger("adaptive_eval")
 
 __all__ = [
     "as_float",
@@ -342,6 +345,7 @@ def summarize_outputs(
     suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
     ids: Sequence[int] | None = None, item_values: dict | None = None, kinds: Mapping[str, str] | None = None,
     aggregations: Mapping[str, Sequence[str]] | None = None, strata: Mapping[str, Sequence[str]] | None = None,
+    samples_asked: Mapping[str, int] | None = None,
 ) -> dict[str, MetricSummary]:
     """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
 
@@ -372,6 +376,9 @@ def summarize_outputs(
     ``strata`` (with suites) maps a suite to one stratum label per item of the suite: each of its per-item and
     items x samples metrics is then also reported per stratum present among this rank's items, as
     ``"<suite>/<metric>/stratum=<label>"`` (mean, or mean@k, with its interval over that stratum's items).
+
+    ``samples_asked`` (with suites) maps a suite to the answers per item its request asked for: items x samples
+    rows shorter than that, or than the largest k, are logged as a warning (:func:`short_rows_warning`).
     """
     summaries = {}
     kinds = kinds or {}
@@ -393,7 +400,7 @@ def summarize_outputs(
             if name.endswith(":answers"):
                 summaries.update(_majority(label, name[: -len(":answers")], value, outputs, ks, confidence,
                                            rows_expected if rows_expected is not None else n_items, item_ids,
-                                           population))
+                                           population, (samples_asked or {}).get(name.partition("/")[0])))
             continue
         rows = item_rows(label, value)
         if rows is not None:
@@ -402,6 +409,10 @@ def summarize_outputs(
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
                                             ids=item_ids))
+            short = short_rows_warning(label, rows[1], ks, (samples_asked or {}).get(name.partition("/")[0]),
+                                       item_ids)
+            if short:
+                log.warning(short)
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
                                                 size if population else 0))
@@ -466,7 +477,7 @@ def _aggregate(label, name, aggs, per_item, outputs, confidence) -> dict[str, Me
     return {f"{name}/{kind}": aggregate_items(label, kind, per_item, weights, confidence) for kind in aggs}
 
 
-def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population):
+def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population, asked=None):
     """``<name>/maj@<k>`` from ``<name>:answers`` and ``<name>:reference`` (see :func:`summarize_outputs`)."""
     ref_key = f"{name}:reference"
     if ref_key not in outputs:
@@ -489,20 +500,28 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
     out = {}
     for k in ks:
         per_item = []
-        for i, (row, ref) in enumerate(zip(answers, reference)):
-            row = list(row)
-            if len(row) < k:
-                raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {len(row)} answers "
-                                 f"returned for item {i}")
+        if answers and max(len(row) for row in answers) < k:
+            i = max(range(len(answers)), key=lambda j: len(answers[j]))
+            raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the answers returned for every "
+                             f"item (at most {len(answers[i])}, for {_item_name(i, ids, len(answers))})")
+        for row, ref in zip(answers, reference):
+            row = list(row)[:k]  # (a shorter row, an item that returned fewer answers: maj@m of its m)
+            if not row:
+                continue  # an item with no answer was not evaluated (as an item of NaN scores)
             counts: dict = {}
-            for a in row[:k]:
+            for a in row:
                 counts[a] = counts.get(a, 0) + 1
             top = max(counts.values())
-            vote = next(a for a in row[:k] if counts[a] == top)  # ties: the answer seen first
+            vote = next(a for a in row if counts[a] == top)  # ties: the answer seen first
             per_item.append(1.0 if vote == ref else 0.0)
         v = np.asarray(per_item)
         out[f"{name}/maj@{k}"] = from_sums(float(v.sum()), float(np.dot(v, v)), int(v.size), True, confidence,
-                                           clustered=True, samples=int(v.size) * int(k), population=population)
+                                           clustered=True, samples=sum(min(len(r), k) for r in answers),
+                                           population=population)
+    short = short_rows_warning(label, np.array([len(r) for r in answers], dtype=np.int64),
+                               ks, asked, ids)
+    if short:
+        log.warning(short)
     return out
 
 
@@ -808,14 +827,39 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
     return padded, lengths
 
 
+def _item_name(i: int, ids, rows: int) -> str:
+    """Row ``i`` as the dataset index the request gave (``ids``), not the row, where that differs."""
+    return f"item {ids[i]} (row {i})" if ids is not None and len(ids) == rows and ids[i] != i else f"item {i}"
+
+
+def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | None = None, ids=None) -> str | None:
+    """The warning for items that returned fewer answers than asked (``asked``, a suite's ``samples_per_item``)
+    or than the largest k of pass@k, or None.  Such an item still counts, with what it returned (its mean@k over
+    its answers, pass@m of its m): a generation that dropped answers should be seen, not fail the evaluation.
+
+    >>> short_rows_warning("metric 'acc'", np.array([4, 4, 2]), ks=(1, 4))
+    "metric 'acc': 1 of 3 items returned fewer than 4 answers (the largest k of evaluation.pass_at_k); the fewest: 2, for item 2; each counts with the answers it returned (pass@m of its m)"
+    """
+    need = max([int(asked or 0), *(int(k) for k in ks)])
+    short = np.nonzero(lengths < need)[0]
+    if not short.size:
+        return None
+    i = int(short[np.argmin(lengths[short])])
+    why = "asked (samples_per_item)" if asked and need == int(asked) else "(the largest k of evaluation.pass_at_k)"
+    return (f"{label}: {short.size} of {lengths.size} items returned fewer than {need} answers {why}; the fewest: "
+            f"{int(lengths[i])}, for {_item_name(i, ids, lengths.size)}; each counts with the answers it returned "
+            "(pass@m of its m)")
+
+
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
                    confidence: float = 0.95, population: int = 0, ids=None) -> dict[str, MetricSummary]:
     """The summaries of one items x samples metric: ``name`` (mean@k: the mean of the per-item means) and,
     for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``.
 
     NaN samples are data: skipped within their item and counted in ``nan_count`` (an item with no finite
-    sample counts as not evaluated).  A k above the samples returned for an item is a ``ValueError``
-    naming ``label`` and the item (its index in ``ids``, the request's, when given).
+    sample counts as not evaluated); so does a shorter row (an item that returned fewer answers than the others):
+    its pass@k is pass@m of its m answers.  A k above the samples returned for *every* item is a ``ValueError``
+    naming ``label`` and the longest row's item (its index in ``ids``, the request's, when given).
     """
     finite = ~np.isnan(padded)
     m = finite.sum(axis=1)
@@ -840,16 +884,14 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                            within_ss=within_ss, nan_count=nan_count, population=population,
                            m2=deviations(im, im_mean), mean=im_mean)}
     for k in ks:
-        too_few = np.nonzero(lengths < k)[0]
-        if too_few.size:
-            i = int(too_few[0])
-            which = (f"item {ids[i]} (row {i})" if ids is not None and len(ids) == lengths.size
-                     and ids[i] != i else f"item {i}")  # the dataset index the request gave, not the row
-            raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the {int(lengths[i])} samples "
-                             f"returned for {which}")
-        # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers) with
-        # what it has, pass@m of its m (a lower bound on its pass@k): leaving it out biased the mean up, as
-        # the answers that fail to score are mostly the hard problems'.
+        if lengths.size and int(lengths.max()) < k:
+            i = int(np.argmax(lengths))
+            raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the samples returned for every "
+                             f"item (at most {int(lengths[i])}, for {_item_name(i, ids, lengths.size)})")
+        # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers, or a
+        # shorter list: see :func:`short_rows_warning`) with what it has, pass@m of its m (a lower bound on its
+        # pass@k): leaving it out biased the mean up, as the answers that fail to score are mostly the hard
+        # problems'.
         ok = np.nonzero(live)[0]
         if binary:
             c = filled.sum(axis=1)

@@ -199,9 +199,11 @@ def fmt_ci(x: float, ci: tuple[float, float], spec: str) -> str:
 
 
 def report(title: str, cases: list[Case], overrides: list[str], reps: int, presets_run=PRESETS, *,
-           base: Sequence[str] = (), size_key: str = "evaluation.sample_size", fixed_k=FIXED_K) -> dict:
+           base: Sequence[str] = (), size_key: str = "evaluation.sample_size", fixed_k=FIXED_K,
+           size_cap: int | None = None) -> dict:
     """The tables for ``cases``; ``base`` overrides apply to every schedule (an eval suite), ``size_key`` is the
-    key that fixes the items per evaluation of the fixed same-size schedules."""
+    key that fixes the items per evaluation of the fixed same-size schedules, at most ``size_cap`` (the suite's
+    size: a preset whose cost units over all suites exceed it is matched by the whole suite)."""
     print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events ==")
     if SEEDS > 1:
         print(f"(every run replayed under seeds 0-{SEEDS - 1} of the simulated evaluations, pooled per run: "
@@ -214,6 +216,7 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
     for name, sc in presets.items():
         agg = aggregate(sc)
         size = max(1, int(round(agg["items_per_eval"]))) if math.isfinite(agg["items_per_eval"]) else 32
+        size = min(size, size_cap) if size_cap else size
         same = {k: scores_for(load_config("areal", [*base, f"trigger.freq_steps={k}", f"{size_key}={size}"]),
                               cases) for k in fixed_k}
 
@@ -401,7 +404,7 @@ def main(argv=None) -> int:
         print(f"item-level variant of the {args.half} half (suite seeds {SPLIT[args.half]}): the same runs, each eval "
               f"set 500 Rasch items (difficulty spread 1.5), one answer per item; simulated")
         res = report(f"item-level, {args.half} half", cases, args.overrides, reps, chosen, base=ITEM_SUITE,
-                     size_key="evaluation.suites.math500.sample_size", fixed_k=ITEM_FIXED_K)
+                     size_key="evaluation.suites.math500.sample_size", fixed_k=ITEM_FIXED_K, size_cap=500)
         first = res[chosen[0]]
         size = first["size"]
         paired_effect(cases, {
@@ -455,16 +458,17 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
         return json.dumps(v)
 
     shared = [f"evaluation.{k}={value(v)}" for k, v in evaluation.items() if k != "sample_size"]
-    size_key = "evaluation.sample_size"
+    size_key, size_cap = "evaluation.sample_size", None
     if evaluation["suites"]:  # the same-size schedules fix the tracked suite's items (the others: whole)
         head = (cases[0].metric or "").split("/", 1)[0]
         suite = head if head in evaluation["suites"] else next(iter(evaluation["suites"]))
         size_key = f"evaluation.suites.{suite}.sample_size"
+        size_cap = int(evaluation["suites"][suite]["size"])
     print(f"your traces: {len(cases)} runs, {sum(len(c.events) for c in cases)} events; evaluations SIMULATED from "
           "each trace's eval ground truth (Binomial draws for a proportion), on its recorded streams"
           + (f"; the fixed same-size schedules fix {size_key}" if evaluation["suites"] else ""))
     try:
-        report("your traces", cases, args.overrides, reps, chosen, base=shared, size_key=size_key)
+        report("your traces", cases, args.overrides, reps, chosen, base=shared, size_key=size_key, size_cap=size_cap)
     except (ValueError, OSError) as exc:
         print(f"policies.py: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,15 @@ from adaptive_eval.types import Decision, EvalResult
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
+DEFAULT_MAX_SAMPLES_PER_ITEM = 32  # a suite's max_samples_per_item when null (or its samples_per_item, if more)
+
 __all__ = ["SampleSizePolicy"]
+
+
+def _max_samples_per_item(suite: Mapping) -> int:
+    """A suite's ``max_samples_per_item``; null (the default): 32, or the answers generated per item when more."""
+    top = suite.get("max_samples_per_item")
+    return int(top) if top is not None else max(DEFAULT_MAX_SAMPLES_PER_ITEM, int(suite.get("samples_per_item", 1)))
 
 
 class SampleSizePolicy(Policy):
@@ -58,6 +66,8 @@ class SampleSizePolicy(Policy):
         self.widen_held = bool(widen_held)
         # Eval suites the policy sizes (those without a fixed sample_size): plain config mappings.
         self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
+        for s in self.suites.values():
+            s["max_samples_per_item"] = _max_samples_per_item(s)
         self._suite_names = set(suites or {})  # (all of them, the fixed-size ones too: evaluation.metric may name one)
         self._reset()
 

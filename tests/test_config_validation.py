@@ -271,3 +271,30 @@ def test_overrides_must_be_a_list_of_strings():
     with pytest.raises(TypeError, match=r"got a int item: 5$"):
         load_config(overrides=[5])
     assert load_config(overrides=("trigger.freq_steps=5",)).trigger.freq_steps == 5
+
+
+def test_a_suite_sized_beyond_itself_or_capped_below_its_answers_names_both_keys_and_the_line(tmp_path):
+    """A fixed sample_size above the suite's size was clamped silently, and a max_samples_per_item below the
+    answers generated per item was accepted (the sizing policy then asked for fewer answers than generated)."""
+    path = tmp_path / "suites.yaml"
+    path.write_text("evaluation:\n  suites:\n    aime:\n      size: 30\n      sample_size: 64\n"
+                    "      samples_per_item: 64\n      max_samples_per_item: 16\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}:7: evaluation.suites.aime.max_samples_per_item: 16 is below evaluation.suites.aime.samples_per_item: "
+        "64 (the sample-size policy could never ask for the answers per item generated; raise it, or leave it null)",
+        f"{path}:5: evaluation.suites.aime.sample_size: 64 is larger than evaluation.suites.aime.size: 30 (items per "
+        "evaluation cannot exceed the suite; null evaluates all of it)"]
+
+
+def test_a_null_max_samples_per_item_lets_the_policy_keep_every_answer_generated():
+    """64 answers per item with the old default cap of 32 would now be a config error: null (the default) is
+    32, or samples_per_item when that is more."""
+    from adaptive_eval.policies import SampleSizePolicy
+
+    cfg = load_config(overrides=["evaluation.suites.aime.size=30", "evaluation.suites.aime.samples_per_item=64",
+                                 "evaluation.suites.math.size=500", "evaluation.suites.math.samples_per_item=4"])
+    assert cfg.evaluation.suites.aime.max_samples_per_item is None
+    policy = SampleSizePolicy(suites=cfg.evaluation.suites)
+    assert policy.suites["aime"]["max_samples_per_item"] == 64 and policy.suites["math"]["max_samples_per_item"] == 32

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 
 import numpy as np
@@ -123,13 +124,40 @@ def test_an_item_with_fewer_scored_answers_than_k_stays_in_pass_at_k():
     assert best.n == 2 and best.mean == pytest.approx((best_at_k([0.5, 0.2, 0.1], 2) + 0.3) / 2)
 
 
-def test_k_larger_than_the_samples_returned_names_metric_and_item():
-    with pytest.raises(ValueError, match=r"metric 'acc'.*k=4.*2 samples returned for item 1"):
-        summarize_outputs({"acc": [[1, 0, 1, 1], [1, 0]]}, None, pass_at_k=(1, 4))
+def test_a_ragged_row_shorter_than_k_counts_as_its_nan_padded_twin_with_a_warning(caplog):
+    """A ragged answer list shorter than k failed the whole evaluation, while the same data NaN-padded was
+    accepted (pass@m of the short item's m answers): both now give the same summaries, and the short row is
+    logged, naming the metric, the count and the shortest item."""
+    ragged = [[1, 0, 0, 0], [0, 1], [0, 0, 0, 0]]
+    padded = [[1, 0, 0, 0], [0, 1, math.nan, math.nan], [0, 0, 0, 0]]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        a = summarize_outputs({"acc": ragged}, None, pass_at_k=(1, 4))
+    b = summarize_outputs({"acc": padded}, None, pass_at_k=(1, 4))
+    for key in ("acc", "acc/pass@1", "acc/pass@4"):
+        assert (a[key].n, a[key].mean, a[key].samples) == (b[key].n, b[key].mean, b[key].samples)
+    assert a["acc/pass@4"].mean == pytest.approx(2 / 3)
+    assert "metric 'acc': 1 of 3 items returned fewer than 4 answers" in caplog.text
+    assert "the fewest: 2, for item 1" in caplog.text
+
+
+def test_k_larger_than_the_samples_returned_for_every_item_names_metric_and_item():
+    with pytest.raises(ValueError, match=r"metric 'acc'.*k=4.*every item \(at most 3, for item 1\)"):
+        summarize_outputs({"acc": [[1, 0], [1, 0, 1], [1]]}, None, pass_at_k=(1, 4))
     # in a suite the item is the dataset index the request handed out (it named the row: "item 2")
-    with pytest.raises(ValueError, match=r"suite 's', metric 'acc'.*2 samples returned for item 62 \(row 2\)"):
-        summarize_outputs({"s/acc": [[1, 0, 1, 1], [1, 0, 1, 1], [1, 0]]}, None, pass_at_k={"s": (1, 4)},
+    with pytest.raises(ValueError, match=r"suite 's', metric 'acc'.*k=4.*at most 2, for item 62 \(row 2\)"):
+        summarize_outputs({"s/acc": [[1], [1], [1, 0]]}, None, pass_at_k={"s": (1, 4)},
                           suites={"s": [10, 40, 62]})
+    with pytest.raises(ValueError, match=r"metric 'acc:answers'.*k=4.*every item"):
+        summarize_outputs({"acc:answers": [["1", "2"], ["3"]], "acc:reference": ["1", "3"]}, None, pass_at_k=(4,))
+
+
+def test_maj_at_k_counts_a_short_answer_list_with_the_answers_it_has(caplog):
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = summarize_outputs({"acc:answers": [["1", "1", "2"], ["3"], []], "acc:reference": ["1", "3", "4"]},
+                                None, pass_at_k=(3,))
+    maj = out["acc/maj@3"]
+    assert maj.n == 2 and maj.mean == 1.0 and maj.samples == 4  # the empty item was not evaluated
+    assert "2 of 3 items returned fewer than 3 answers" in caplog.text
 
 
 @pytest.mark.parametrize("value", [[["42", "17"], ["3", "3"]], ["1", "0", "1"], np.array(["1", "0"]),
@@ -336,17 +364,26 @@ def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
     with pytest.raises(ValueError, match=rf"suite 'math500', metric 'acc': 499 rows .* 500 items .* index "
                                          rf"{first_missing}"):
         ev.evaluate(short, 0, 0, 0)
+
+
+def test_a_suite_item_with_fewer_answers_than_asked_is_evaluated_and_logged(caplog):
+    """One AIME problem came back with 8 of its 16 answers: the whole evaluation failed (k=16 too large for
+    that item).  It now counts with pass@8 of its 8, and the warning names the suite, the answers asked and the
+    dataset index the request gave for that row."""
     ev = _suite_evaluator(["evaluation.pass_at_k=[1,16]", "evaluation.on_error=raise"])
     handed = []
 
     def few(req):
         handed.append(req.suites["aime24"].indices[29])
-        return {"aime24/acc": [[1.0] * 16] * 29 + [[1.0] * 8], "math500/acc": np.ones((500, 4))}
+        return {"aime24/acc": [[1.0] * 16] * 29 + [[0.0] * 7 + [1.0]], "math500/acc": np.ones((500, 4))}
 
-    with pytest.raises(ValueError, match=r"suite 'aime24', metric 'acc': k=16 .* 8 samples returned for item (\d+) "
-                                         r"\(row 29\)") as err:
-        ev.evaluate(few, 0, 0, 0)
-    assert f"item {handed[0]} (row 29)" in str(err.value)  # the dataset index the request gave for that row
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        result = ev.evaluate(few, 0, 0, 0)
+    assert result.metrics["aime24/acc/pass@16"].n == 30 and result.metrics["aime24/acc/pass@16"].mean == 1.0
+    assert result.metrics["aime24/acc"].samples == 29 * 16 + 8
+    assert (f"suite 'aime24', metric 'acc': 1 of 30 items returned fewer than 16 answers asked (samples_per_item); "
+            f"the fewest: 8, for item {handed[0]} (row 29)") in caplog.text
+    assert "math500" not in caplog.text  # its 4 answers per item were all there
 
 
 def test_a_wrong_shape_is_a_failed_evaluation_handled_by_on_error():
