@@ -63,17 +63,22 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(t.ppf(0.5 + confidence / 2.0, df))
 
 
+_BOOL_DTYPES = frozenset({"bool", "torch.bool"})
+
+
 def as_float(key: str, value) -> float:
     """A metric value as a float; ``TypeError`` naming ``key`` for anything that is not one real number.
 
-    Ints, numpy scalars and one-element arrays or tensors are numbers; booleans, strings, None and
-    containers of several values are not.  An int beyond float range is infinite, as a float is.
+    Ints, numpy scalars and one-element arrays or tensors are numbers; booleans (bool tensors and arrays
+    too), strings, None and containers of several values are not.  An int beyond float range is infinite, as a float is.
 
     >>> as_float("loss", 3), as_float("n", 10**400)
     (3.0, inf)
     """
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
+    if str(getattr(value, "dtype", "")) in _BOOL_DTYPES:  # a bool tensor or array is a bool, as True is
+        raise TypeError(f"metric {key!r}: expected a number, got a {type(value).__name__} of dtype {value.dtype}")
     try:
         return float(value)
     except OverflowError:

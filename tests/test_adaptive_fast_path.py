@@ -18,6 +18,7 @@ import math
 import random
 
 import numpy as np
+import torch
 import pytest
 from omegaconf import OmegaConf
 
@@ -159,7 +160,8 @@ def test_a_resumed_observe_continues_exactly_even_inside_a_nan_run(seed):
         assert second.state_dict()["detectors"] == whole.state_dict()["detectors"], f"cut at step {cut}"
 
 
-@pytest.mark.parametrize("bad", [True, False, np.bool_(True), "1.0", None, np.array([1.0, 2.0])])
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), "1.0", None, np.array([1.0, 2.0]),
+                                 torch.tensor(True), torch.tensor([False]), np.array([True])])
 def test_a_ready_stream_still_rejects_what_is_not_one_number(bad):
     ev = AdaptiveEvaluator.from_config(_config("default"))
     for step in range(40):  # past the warm-up: the stream is on the fast path
