@@ -433,7 +433,8 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
         # and the middle of a run (on the tuning half that raised every fixed schedule's regret by a third).
         i = max(range(len(m_s)), key=lambda j: (sign * m_s[j], -p_s[j]))
         est = m_s[i]
-        return Pick(int(fit.rows[i]["step"]), est, _shrunk_interval(fit, i, est), by, metric, fit.rows[i])
+        return Pick(int(fit.rows[i]["step"]), est, _clipped(_shrunk_interval(fit, i, est), fit.rows, metric), by,
+                    metric, fit.rows[i])
     measured = [e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])]
     if not measured:
         return None
@@ -461,7 +462,23 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     mean = float(e["metrics"][metric])
     widen = _sidak_z(len(measured)) / _Z95
     low, high = min(low, mean - widen * max(mean - low, 0.0)), max(high, mean + widen * max(high - mean, 0.0))
-    return Pick(int(e["step"]), est, (low, high), by, metric, e)
+    return Pick(int(e["step"]), est, _clipped((low, high), measured, metric), by, metric, e)
+
+
+def _clipped(interval: tuple[float, float], evals: Sequence[Mapping], metric: str) -> tuple[float, float]:
+    """A widened interval clipped to [0, 1] when every evaluation's mean and interval lie there (a proportion,
+    such as accuracy: an end at 1.02 says nothing more than 1.0).
+
+    >>> _clipped((0.9, 1.03), [{"metrics": {"acc": 0.95}, "ci": {"acc": [0.9, 0.99]}}], "acc")
+    (0.9, 1.0)
+    >>> _clipped((0.9, 1.03), [{"metrics": {"r": 0.95}, "ci": {"r": [0.9, 1.01]}}], "r")
+    (0.9, 1.03)
+    """
+    for e in evals:
+        values = [float(e["metrics"][metric]), *(_eval_interval(e, metric) or ())]
+        if not all(0.0 <= v <= 1.0 for v in values):
+            return interval
+    return max(interval[0], 0.0), min(interval[1], 1.0)
 
 
 def _sidak_z(n: int, level: float = 0.95) -> float:

@@ -279,3 +279,16 @@ def test_the_interval_is_deterministic_and_leaves_the_global_random_state_alone(
     first = pick_best(evals, "acc").interval
     assert pick_best(evals, "acc").interval == first
     assert (np.random.get_state()[1] == before[0]).all() and random.getstate() == before[1]
+
+
+@pytest.mark.parametrize("by", ["shrunk", "mean", "bound"])
+def test_a_widened_interval_of_an_accuracy_stays_within_0_and_1(by):
+    """The post-selection widening put the upper end of a near-perfect accuracy above 1."""
+    from adaptive_eval.scoring import pick_best
+    from adaptive_eval.stats import wilson_interval
+
+    evals = [{"step": s, "sample_size": n, "metrics": {"acc": c / n}, "ci": {"acc": list(wilson_interval(c, n))}}
+             for s, (c, n) in zip(range(0, 400, 25), [(27, 32), (28, 32), (29, 32), (98, 100), (29, 32), (28, 32),
+                                                      (27, 32), (29, 32), (199, 200), (28, 32)])]
+    low, high = pick_best(evals, "acc", by=by).interval
+    assert 0.0 <= low < high <= 1.0
