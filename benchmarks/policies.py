@@ -192,6 +192,18 @@ def boot(values_fn, n_cases: int, reps: int, seed: int = 0) -> tuple[float, floa
     return float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))
 
 
+def exact_if_degenerate(share: float, ci: tuple[float, float], clusters: int) -> tuple[tuple[float, float], str]:
+    """``(interval, mark)``: a share the bootstrap resamples to one value (0%: no trace confirmed anything; 100%)
+    says nothing about its bound there ("[0%, 0%]"); it gets the exact Clopper-Pearson interval of 0 (or all) of
+    ``clusters`` traces instead, marked ``*`` (conservative: a trace is the unit resampled)."""
+    from scipy.stats import binomtest
+
+    if clusters < 1 or not (math.isfinite(share) and ci[0] == ci[1] and share in (0.0, 1.0)):
+        return ci, ""
+    exact = binomtest(round(share * clusters), clusters).proportion_ci(0.95, method="exact")
+    return (float(exact.low), float(exact.high)), "*"
+
+
 def fmt_ci(x: float, ci: tuple[float, float], spec: str) -> str:
     def f(v):
         return "inf" if v == math.inf else format(v, spec)
@@ -250,11 +262,15 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         line(f"preset {name}", p)
     print(f"\nper preset, 95% bootstrap intervals over the {len(cases)} traces (n events = "
           f"{sum(len(c.events) for c in cases)}):")
+    marks = set()
     for name, p, h, ci, size, s in rows:
+        conf_ci, conf_mark = exact_if_degenerate(p["confirmed"], ci["confirmed"], sum(1 for c in cases if c.events))
+        need_ci, need_mark = exact_if_degenerate(p["needless"], ci["needless"], len(cases))
+        marks |= {conf_mark, need_mark}
         print(f"  {name}: {p['items_per_eval']:.0f} items/eval; samples/1k {fmt_ci(p['per_1k'], ci['per_1k'], '.0f')}; "
               f"median confirmed delay {fmt_ci(p['median_delay'], ci['median_delay'], '.1f')}; "
-              f"confirmed<=25 {fmt_ci(p['confirmed'], ci['confirmed'], '.0%')}; "
-              f"needless {fmt_ci(p['needless'], ci['needless'], '.1%')} (n = {p['quiet_evals']} evals"
+              f"confirmed<=25 {fmt_ci(p['confirmed'], conf_ci, '.0%')}{conf_mark}; "
+              f"needless {fmt_ci(p['needless'], need_ci, '.1%')}{need_mark} (n = {p['quiet_evals']} evals"
               f"{f' over {SEEDS} seeds' if SEEDS > 1 else ''})")
         print(f"    fewer samples at equal median confirmed delay: vs fixed {size} items "
               f"{fmt_ci(h['ratio'], ci['ratio'], '.1f')}x, vs fixed whole set "
@@ -267,6 +283,8 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
               f"{fmt_ci(100 * h['fixed_points'], tuple(100 * v for v in ci['fixed_points']), '.2f')}: ratio "
               f"{fmt_ci(h['points_ratio'], ci['points_ratio'], '.2f')}")
         regret_floor(p, h, s, wagg, size)
+    if "*" in marks:
+        print("  * every resample gave the same share: the exact (Clopper-Pearson) interval over the traces instead")
     by_kind(cases, out, presets_run, whole)
     print(f"({time.perf_counter() - t0:.0f} s)")
     out["_whole"] = wagg

@@ -191,3 +191,17 @@ def test_no_false_alarm_gets_an_exact_upper_bound_not_a_zero_width_interval():
     some[3, :] = 1  # one run confirms all its five made-up events
     lo, hi, exact = fc.share_interval(some, resamples=999)
     assert not exact and lo <= some.mean() <= hi and hi > 0
+
+
+def test_one_confirmation_is_never_given_a_narrower_interval_than_the_exact_one_over_events():
+    """1 of 120 made-up events read [0%, 3%] by the bootstrap over runs: below the exact upper bound (4.6%) that
+    one event in 120 allows even taken as independent."""
+    import numpy as np
+    from scipy.stats import binomtest
+
+    fc = _load("false_confirmations")
+    one = np.zeros((24, 5))
+    one[7, 2] = 1
+    lo, hi, exact = fc.share_interval(one, resamples=999)
+    assert not exact and lo == 0.0
+    assert hi >= binomtest(1, 120).proportion_ci(0.95, method="exact").high == pytest.approx(0.0456, abs=1e-3)

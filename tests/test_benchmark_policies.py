@@ -52,3 +52,18 @@ def test_policies_on_traces_with_eval_suites_gives_every_schedule_the_suites(tmp
     assert out.returncode == 0, out.stderr
     assert "the fixed same-size schedules fix evaluation.suites.math.sample_size" in out.stdout
     assert "preset " + str(tmp_path / "suites.yaml") in out.stdout
+
+
+def test_a_share_every_resample_agrees_on_gets_the_exact_interval_not_zero_width():
+    """The real traces printed "confirmed<=25 0% [0%, 0%]": a bootstrap of three zeros has no width.  0 of 3
+    traces with an event allows up to 71% (Clopper-Pearson), marked '*'; a share with spread keeps its interval."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("policies_bench", REPO / "benchmarks" / "policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (lo, hi), mark = mod.exact_if_degenerate(0.0, (0.0, 0.0), 3)
+    assert mark == "*" and lo == 0.0 and round(hi, 3) == 0.708
+    (lo, hi), mark = mod.exact_if_degenerate(1.0, (1.0, 1.0), 40)
+    assert mark == "*" and round(lo, 3) == 0.912 and hi == 1.0
+    assert mod.exact_if_degenerate(0.8, (0.65, 0.92), 40) == ((0.65, 0.92), "")
