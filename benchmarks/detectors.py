@@ -395,8 +395,8 @@ def _series_ci(per_series, resamples: int = 9999, seed: int = 0) -> tuple[float,
     ``per_series``: (false alarms, exposure) of each series (a trace: its streams share a run, and a detector
     that misfires on a hard series misfires there again, so the values are not independent; the series is the
     unit).  The rate is the ratio of the summed counts to the summed exposure, as the point estimate; the
-    interval is scipy's percentile bootstrap resampling series with replacement (seeded); a series with no
-    exposure is left out.  No alarm at all (or a single series): the exact Poisson interval on the values
+    interval is scipy's percentile bootstrap resampling series with replacement (seeded), widened where needed
+    to the exact Poisson interval of the count; a series with no exposure is left out.  No alarm at all (or a single series): the exact Poisson interval on the values
     (``_poisson_ci``, which takes them as independent) and ``exact`` True: a bootstrap of zeros has no width,
     and that bound is the only one zeros allow.
     """
@@ -411,7 +411,11 @@ def _series_ci(per_series, resamples: int = 9999, seed: int = 0) -> tuple[float,
         return (*_poisson_ci(int(k.sum()), int(n.sum())), len(kept), True)
     res = bootstrap((k, n), lambda k, n, axis=-1: 1000 * k.sum(axis) / n.sum(axis), paired=True,
                     vectorized=True, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high), len(kept), False
+    # A few alarms on one or two series leave the percentile bootstrap too narrow (its upper end below what the
+    # count itself allows): never narrower than the exact Poisson interval of the count.
+    low, high = _poisson_ci(int(k.sum()), int(n.sum()))
+    return (min(float(res.confidence_interval.low), low), max(float(res.confidence_interval.high), high), len(kept),
+            False)
 
 
 def _rate(per_series) -> str:
@@ -426,8 +430,8 @@ def _rate(per_series) -> str:
 
 
 EXACT_NOTE = ("intervals: 95% percentile bootstrap over series (traces resampled with replacement, ratio of summed "
-              "alarms to summed values; seeded); * = no alarm (or one series): exact Poisson bound on the values "
-              "instead, which takes them as independent")
+              "alarms to summed values; seeded), never narrower than the exact Poisson one; * = no alarm (or one "
+              "series): exact Poisson bound on the values instead, which takes them as independent")
 
 
 def _placebo(alarms: list[int], quiet_end: int, delay: int | None) -> tuple[float, float | None]:

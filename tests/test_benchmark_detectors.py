@@ -205,3 +205,13 @@ def test_one_confirmation_is_never_given_a_narrower_interval_than_the_exact_one_
     lo, hi, exact = fc.share_interval(one, resamples=999)
     assert not exact and lo == 0.0
     assert hi >= binomtest(1, 120).proportion_ci(0.95, method="exact").high == pytest.approx(0.0456, abs=1e-3)
+
+
+def test_a_false_alarm_rate_over_series_is_never_narrower_than_the_exact_poisson_interval():
+    """ADWIN matched on the real traces read 0.44 [0.28, 0.55] over traces: its upper end below the exact Poisson
+    one of its own count (0.59).  Two alarms on one of twelve series: the bootstrap's upper end alone is lower."""
+    mod = _module()
+    per = [(2, 1000)] + [(0, 1000)] * 11
+    lo, hi, n_series, exact = mod._series_ci(per)
+    plo, phi = mod._poisson_ci(2, 12000)
+    assert not exact and n_series == 12 and lo <= plo and hi >= phi
