@@ -481,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("demo", help="train a model with a fault midway (rlvr: a GRPO policy; digits: a classifier); "
-                                    "evaluate it adaptively and on a fixed schedule at the same cost; write both runs")
+                                    "evaluate it adaptively and on fixed schedules at the same cost; write the runs")
     p.add_argument("--task", choices=TASKS, default=DEFAULT_TASK,
                    help=f"which training run (default: {DEFAULT_TASK})")
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")

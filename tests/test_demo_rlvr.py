@@ -14,7 +14,7 @@ from adaptive_eval.trace import read_trace
 
 STEPS = 24
 FAULT = STEPS // 2
-RUNS = ("adaptive", "async", "fixed")
+RUNS = ("adaptive", "async", "fixed_same", "fixed")
 
 
 def _lines(path):
@@ -41,7 +41,8 @@ def test_writes_every_run_and_the_table(demo_run):
     rc, stdout, out = demo_run
     assert rc == 0
     for row in ("evaluations", "generated answers", "fault confirmed after", "checkpoint picked (true)",
-                "training wall time (simulated)", "asynchronous (+2 steps)", "fixed (areal, every"):
+                "training wall time (simulated)", "asynchronous (+2 steps)", "fixed, same size (",
+                "fixed (areal, every"):
         assert row in stdout, row
     report = json.loads((out / "comparison.json").read_text())
     assert report["fault"] == "reward_hack" and report["fault_step"] == FAULT
@@ -65,13 +66,25 @@ def test_writes_every_run_and_the_table(demo_run):
             assert (f"id/accuracy/pass@{rlvr.PASS_K}" in e["metrics"]) == (e["samples_per_item"]["id/accuracy"] >= 4)
             for metric, (low, high) in e["ci"].items():
                 assert 0 <= low <= e["metrics"][metric] + 1e-12 <= high + 2e-12 <= 1 + 3e-12, (name, e)
-        # The whole ood suite runs at least at the last step.
-        assert evals[-1]["step"] == STEPS - 1 and "ood/accuracy" in evals[-1]["metrics"]
+        # The whole ood suite runs at least at the last step (the same-size fixed schedule: AReaL's, no eval at end).
+        if name != "fixed_same":
+            assert evals[-1]["step"] == STEPS - 1 and "ood/accuracy" in evals[-1]["metrics"]
     # The fixed schedule evaluates both whole suites and spends at least the adaptive run's answers.
     fixed = _lines(out / "fixed" / "evals.jsonl")
     assert all(e["n"]["id/accuracy"] == rlvr.ID_SIZE and e["n"]["ood/accuracy"] == rlvr.OOD_SIZE for e in fixed)
     assert report["fixed"]["answers"] >= report["adaptive"]["answers"]
     assert report["fixed"]["answers"] == len(fixed) * (rlvr.ID_SIZE * rlvr.ID_SAMPLES + rlvr.OOD_SIZE * rlvr.OOD_SAMPLES)
+    # The same-size fixed schedule: every k steps, each evaluation the adaptive run's mean id problems x mean
+    # answers per problem (ood as the adaptive runs), at least the adaptive run's answers in all.
+    same, adaptive = _lines(out / "fixed_same" / "evals.jsonl"), _lines(out / "adaptive" / "evals.jsonl")
+    size = report["fixed_same_size"]
+    assert size["id_problems"] == round(np.mean([e["n"]["id/accuracy"] for e in adaptive]))
+    assert size["id_samples_per_item"] == max(1, round(np.mean([e["samples_per_item"]["id/accuracy"] for e in adaptive])))
+    k = report["fixed_same_freq_steps"]
+    assert [e["step"] for e in same] == list(range(k - 1, STEPS, k))
+    assert all(e["n"]["id/accuracy"] == size["id_problems"] for e in same)
+    assert all(e["samples_per_item"]["id/accuracy"] == size["id_samples_per_item"] for e in same)
+    assert report["fixed_same"]["answers"] >= report["adaptive"]["answers"]
 
 
 def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):

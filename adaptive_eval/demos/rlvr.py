@@ -35,9 +35,12 @@ The policy is trained once; its weights are kept at every step, so the runs comp
 same models: ``adaptive`` (the default preset, or ``config``, evaluating while the policy trains; the
 ``ood`` suite at every :data:`OOD_EVERY`-th evaluation, on alarms and at the end), ``async`` (the same
 with ``evaluation.asynchronous``: a :class:`~adaptive_eval.asynchronous.SnapshotEval` copy of the weights
-evaluated on its own simulated device and integrated :data:`ASYNC_LATENCY` steps later) and ``fixed``
+evaluated on its own simulated device and integrated :data:`ASYNC_LATENCY` steps later), ``fixed``
 (the plain AReaL schedule, both whole suites every ``k`` steps, ``k`` the longest interval that generates
-at least as many answers as the adaptive run; run afterwards from the kept weights).  Each item's answers
+at least as many answers as the adaptive run; run afterwards from the kept weights) and ``fixed_same`` (the
+AReaL schedule at the adaptive run's per-evaluation size: its mean ``id`` problems and answers per problem,
+``ood`` whole at every :data:`OOD_EVERY`-th evaluation as the adaptive runs do it, every ``k`` steps, ``k``
+the longest interval that generates at least as many answers as the adaptive run; see :func:`same_size`).  Each item's answers
 are drawn from its own seeded numbers, so runs that evaluate an item at the same step get the same answers
 (they are generated once).  The evaluators' clock is simulated (:data:`SIMULATED_COSTS`: 60 s a training
 step, 5 s + 0.05 s per generated answer an evaluation), so budgets act as they would on a real run; the
@@ -46,7 +49,7 @@ every step is exact, not estimated: the probability that the policy samples the 
 product of its token probabilities along that answer, averaged over the suite's problems (pass@k from
 the same per-problem probabilities).  It is used only to score the runs and to write the trace.
 
-Outputs, in ``out_dir``: ``adaptive/``, ``async/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
+Outputs, in ``out_dir``: ``adaptive/``, ``async/``, ``fixed_same/`` and ``fixed/`` as replay writes them (``evals.jsonl``,
 ``alarms.jsonl``, ``summary.json``, ``tb/``) plus ``run.png``; ``comparison.png`` (the runs' evaluations
 over the exact curve), ``comparison.json`` (the figures :func:`format_comparison` prints), and
 ``trace.csv`` (the streams and, as ``eval/id/accuracy`` and ``eval/ood/accuracy``, the exact accuracies
@@ -102,7 +105,7 @@ FAULTS = {
 DEFAULT_FAULT = "reward_hack"
 METRIC = "id/accuracy"
 SUITES = {"id": (ID_SIZE, ID_SAMPLES), "ood": (OOD_SIZE, OOD_SAMPLES)}
-RUNS = ("adaptive", "async", "fixed")
+RUNS = ("adaptive", "async", "fixed_same", "fixed")
 TRACE_NAME = "trace.csv"
 # The simulated clock, in the proportions of an LLM GRPO run: a step (rollouts and update) takes a minute,
 # an evaluation 5 s plus 0.05 s per generated answer (both whole suites: 1440 answers, 77 s).
@@ -451,6 +454,24 @@ def _overrides(*, adaptive: bool) -> list[str]:
     return out
 
 
+def same_size(evals: Sequence[dict]) -> dict:
+    """The fixed same-size schedule's evaluation, from the adaptive run's ``evals``: its mean id problems and
+    mean answers per problem (rounded), ood as the adaptive runs do it (whole, every :data:`OOD_EVERY`-th
+    evaluation); ``per_eval``: the answers one evaluation then generates on average.
+
+    >>> same_size([{"n": {"id/accuracy": 150}, "samples_per_item": {"id/accuracy": 1.0}},
+    ...            {"n": {"id/accuracy": 300, "ood/accuracy": 30}, "samples_per_item": {"id/accuracy": 1.0}}])["per_eval"]
+    285
+    """
+    ids = [e for e in evals if "id/accuracy" in e.get("n", {})]
+    items = max(1, round(sum(e["n"]["id/accuracy"] for e in ids) / len(ids))) if ids else ID_SIZE
+    samples = max(1, round(sum((e.get("samples_per_item") or {}).get("id/accuracy", ID_SAMPLES) for e in ids)
+                           / len(ids))) if ids else ID_SAMPLES
+    return {"items": int(items), "samples": int(samples),
+            "per_eval": int(round(items * samples + OOD_SIZE * OOD_SAMPLES / OOD_EVERY)),
+            "overrides": [f"evaluation.suites.id.sample_size={items}", f"evaluation.suites.id.samples_per_item={samples}"]}
+
+
 def fixed_interval(answers: int, steps: int, per_eval: int | None = None) -> int:
     """The longest interval whose whole-suite evaluations generate more than ``answers`` answers in ``steps``.
 
@@ -570,9 +591,10 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
              config: str | None = None, overrides: Sequence[str] = (), fault: str = DEFAULT_FAULT,
              fault_step: int | None = None, progress: bool = True, plot: bool = True) -> dict:
     """Train the policy once with GRPO (the fault at ``fault_step``, default the middle step) and evaluate it
-    three ways: adaptively while it trains (``adaptive``), the same preset asynchronously (``async``), and
-    on the fixed schedule at the adaptive run's cost in generated answers (``fixed``, from the kept
-    weights); write the runs, return the comparison.
+    four ways: adaptively while it trains (``adaptive``), the same preset asynchronously (``async``), and
+    on fixed schedules at the adaptive run's cost in generated answers (from the kept weights): the whole
+    suites (``fixed``) and the adaptive run's per-evaluation size (``fixed_same``); write the runs, return
+    the comparison.
 
     ``config``/``overrides`` choose the adaptive runs' preset (default: ``default``).  Raises
     :class:`~adaptive_eval.demos.DemoError` before any training for an unknown ``fault``, too few
@@ -641,10 +663,22 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
             for global_step, metrics in enumerate(streams):   # the same models, from their kept weights
                 runs["fixed"].step(global_step, metrics)
             results["fixed"] = runs["fixed"].close(steps)
+            # The fixed schedule at the adaptive run's per-evaluation size (its mean id problems and answers per
+            # problem, ood as the adaptive runs do it) and its cost: evaluating less each time, more often.
+            same = same_size(results["adaptive"].evals)
+            same_interval = fixed_interval(results["adaptive"].summary["answers"], steps, per_eval=same["per_eval"])
+            same_cfg = as_config(load_config("areal", [*_overrides(adaptive=True), *same["overrides"],
+                                                       f"trigger.freq_steps={same_interval}"]))
+            runs["fixed_same"] = _Run("fixed_same", same_cfg, training, steps, out / "fixed_same")
+            for global_step, metrics in enumerate(streams):
+                runs["fixed_same"].step(global_step, metrics)
+            results["fixed_same"] = runs["fixed_same"].close(steps)
             report = {"task": "rlvr", "steps": steps, "seed": seed, "fault": fault, "fault_step": fault_step,
                       "fault_text": FAULTS[fault], "metric": METRIC,
                       "suites": {name: {"problems": size, "samples_per_item": k} for name, (size, k) in SUITES.items()},
                       "pass_k": PASS_K, "adaptive_config": config or "default", "fixed_freq_steps": interval,
+                      "fixed_same_freq_steps": same_interval,
+                      "fixed_same_size": {"id_problems": same["items"], "id_samples_per_item": same["samples"]},
                       "async_latency_steps": ASYNC_LATENCY, "out": str(out),
                       "base_seconds": round(training.base_seconds, 3), "train_wall_seconds": round(train_wall, 3),
                       "costs": {k: float(adaptive_cfg.replay[k]) for k in
@@ -691,7 +725,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     FigureCanvasAgg(fig)
     axes = fig.subplots(3, 1, sharex=True, height_ratios=[3, 2, 2])
     grid = sorted(truth)
-    colours = {"adaptive": "tab:blue", "async": "tab:purple", "fixed": "tab:orange"}
+    colours = {"adaptive": "tab:blue", "async": "tab:purple", "fixed_same": "tab:brown", "fixed": "tab:orange"}
     labels = _labels(report)
     for ax, suite in zip(axes[:2], SUITES):
         metric = f"{suite}/accuracy"
@@ -701,7 +735,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
             pts = [e for e in result.evals if _finite(e["metrics"].get(metric))]
             if not pts:
                 continue
-            x = np.array([e["step"] for e in pts], dtype=float) + (i - 1) * 0.8
+            x = np.array([e["step"] for e in pts], dtype=float) + (i - 1.5) * 0.6
             y = np.array([e["metrics"][metric] for e in pts])
             ci = np.array([e["ci"][metric] for e in pts], dtype=float)
             ax.errorbar(x, y, yerr=[y - ci[:, 0], ci[:, 1] - y], fmt="o", ms=3.5, lw=1, capsize=0,
@@ -758,6 +792,9 @@ def _wall(d: dict) -> str:
 def _labels(report: dict) -> dict[str, str]:
     return {"adaptive": f"adaptive ({report['adaptive_config']} preset)",
             "async": f"asynchronous (+{report['async_latency_steps']} steps)",
+            "fixed_same": (f"fixed, same size ({report['fixed_same_size']['id_problems']} x "
+                           f"{report['fixed_same_size']['id_samples_per_item']}, every {report['fixed_same_freq_steps']} "
+                           "steps)"),
             "fixed": f"fixed (areal, every {report['fixed_freq_steps']} steps)"}
 
 
