@@ -109,6 +109,22 @@ def _eval_cost(evals, cfg) -> float:
     return total
 
 
+def _same_size(evals) -> tuple[list[str], float]:
+    """The fixed same-size schedule's suite settings, each suite at the adaptive run's mean items and mean
+    samples per item per evaluation of it (aime24 every 4th evaluation, as the adaptive run), and the mean cost
+    of one of its evaluations."""
+    out, per_eval = ["evaluation.suites.aime24.every=4"], 0.0
+    for suite, cost, every in (("math500", 1.0, 1), ("aime24", 4.0, 4)):
+        key = f"{suite}/acc"
+        rows = [e for e in evals if key in e["n"]]
+        if rows:
+            n = max(1, round(np.mean([e["n"][key] for e in rows])))
+            k = max(1, round(np.mean([e["samples_per_item"][key] for e in rows])))
+            out += [f"evaluation.suites.{suite}.sample_size={n}", f"evaluation.suites.{suite}.samples_per_item={k}"]
+            per_eval += n * k * cost / every
+    return out, per_eval
+
+
 def delay_table(seeds: int, steps: int) -> None:
     print(f"\n## Detection delay (simulated: {seeds} item traces per kind, {steps} steps; math500 500 items cost 1, "
           "aime24 30 items cost 4 per sample; delay = steps from the onset to the first evaluation whose 95% "
@@ -118,7 +134,9 @@ def delay_table(seeds: int, steps: int) -> None:
           "aime24 delay (median, caught) |")
     print("|---|---|---|---|---|---|")
     for kind in ("collapse", "silent_degradation"):
-        rows = {"ours (adaptive, two-stage, aime24 every 4th)": [], "fixed (all items x k, equal cost)": []}
+        same_label = "fixed, same size (ours' mean items x samples per suite, equal cost)"
+        rows = {"ours (adaptive, two-stage, aime24 every 4th)": [], same_label: [],
+                "fixed (all items x k, equal cost)": []}
         for seed in range(seeds):
             it = make_item_trace(kind, steps=steps, seed=100 + seed)
             onset = it.events[0].step
@@ -128,7 +146,13 @@ def delay_table(seeds: int, steps: int) -> None:
             freq = max(1, round(steps * per_eval / max(cost, 1.0)))
             fixed_cfg = load_config("areal", SUITES + [f"trigger.freq_steps={freq}"])
             fixed = replay(it.trace, fixed_cfg, seed=seed)
+            # Each evaluation of ours' mean size per suite, as often as ours' cost affords.
+            same_sizes, same_cost = _same_size(ours.evals)
+            same_cfg = load_config("areal", SUITES + same_sizes
+                                   + [f"trigger.freq_steps={max(1, round(steps * same_cost / max(cost, 1.0)))}"])
+            same = replay(it.trace, same_cfg, seed=seed)
             for label, run, cfg in (("ours (adaptive, two-stage, aime24 every 4th)", ours, ours_cfg),
+                                    (same_label, same, same_cfg),
                                     ("fixed (all items x k, equal cost)", fixed, fixed_cfg)):
                 d = [confirmed_delay(run.evals, onset, f"{s}/acc", direction="down") for s in ("math500", "aime24")]
                 rows[label].append((len(run.evals), _eval_cost(run.evals, cfg), *d))
@@ -146,13 +170,15 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--quick", action="store_true", help="100 reps, 1 seed")
+    ap.add_argument("--delay-only", action="store_true", help="only the detection-delay table")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seeds = 100, 1
     rng = np.random.default_rng(2026)
     t0 = time.perf_counter()
-    coverage_table(args.reps, rng)
-    cost_table(max(args.reps // 4, 20), rng)
+    if not args.delay_only:
+        coverage_table(args.reps, rng)
+        cost_table(max(args.reps // 4, 20), rng)
     delay_table(args.seeds, args.steps)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
