@@ -414,8 +414,9 @@ def summarize_outputs(
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
                                             ids=item_ids))
-            short = short_rows_warning(label, rows[1], ks, (samples_asked or {}).get(name.partition("/")[0]),
-                                       item_ids)
+            scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
+            short = short_rows_warning(label, scored, ks, (samples_asked or {}).get(name.partition("/")[0]),
+                                       item_ids, nan=bool(np.any(scored < rows[1])))
             if short:
                 log.warning(short)
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
@@ -837,10 +838,13 @@ def _item_name(i: int, ids, rows: int) -> str:
     return f"item {ids[i]} (row {i})" if ids is not None and len(ids) == rows and ids[i] != i else f"item {i}"
 
 
-def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | None = None, ids=None) -> str | None:
+def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | None = None, ids=None,
+                       nan: bool = False) -> str | None:
     """The warning for items that returned fewer answers than asked (``asked``, a suite's ``samples_per_item``)
     or than the largest k of pass@k, or None.  Such an item still counts, with what it returned (its mean@k over
     its answers, pass@m of its m): a generation that dropped answers should be seen, not fail the evaluation.
+    ``lengths`` are the scored answers per item (``nan``: some rows held NaN answers, which do not count); an
+    item with none is left out (not evaluated), and the warning says so.
 
     >>> short_rows_warning("metric 'acc'", np.array([4, 4, 2]), ks=(1, 4))
     "metric 'acc': 1 of 3 items returned fewer than 4 answers (the largest k of evaluation.pass_at_k); the fewest: 2, for item 2; each counts with the answers it returned (pass@m of its m)"
@@ -851,9 +855,13 @@ def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | No
         return None
     i = int(short[np.argmin(lengths[short])])
     why = "asked (samples_per_item)" if asked and need == int(asked) else "(the largest k of evaluation.pass_at_k)"
-    return (f"{label}: {short.size} of {lengths.size} items returned fewer than {need} answers {why}; the fewest: "
-            f"{int(lengths[i])}, for {_item_name(i, ids, lengths.size)}; each counts with the answers it returned "
-            "(pass@m of its m)")
+    scored = " (NaN answers not counted)" if nan else ""
+    none = int(np.sum(lengths == 0))
+    left_out = (f"; {none} item{'s' if none > 1 else ''} with no answer {'are' if none > 1 else 'is'} left out "
+                "(not evaluated)") if none else ""
+    return (f"{label}: {short.size} of {lengths.size} items returned fewer than {need} answers {why}{scored}; the "
+            f"fewest: {int(lengths[i])}, for {_item_name(i, ids, lengths.size)}; each counts with the answers it "
+            f"returned (pass@m of its m){left_out}")
 
 
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
@@ -889,10 +897,13 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                            within_ss=within_ss, nan_count=nan_count, population=population,
                            m2=deviations(im, im_mean), mean=im_mean)}
     for k in ks:
-        if lengths.size and int(lengths.max()) < k:
-            i = int(np.argmax(lengths))
+        # Scored answers (m), not row lengths: NaN-padded rows that all fall short of k are the ragged rows that
+        # do (they read as pass@k while every item was pass@m).  All NaN: no answer scored, a NaN result.
+        if lengths.size and 0 < int(m.max()) < k:
+            i = int(np.argmax(m))
+            nan_note = "; NaN answers do not count" if nan_count else ""
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the samples returned for every "
-                             f"item (at most {int(lengths[i])}, for {_item_name(i, ids, lengths.size)})")
+                             f"item (at most {int(m[i])}, for {_item_name(i, ids, lengths.size)}{nan_note})")
         # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers, or a
         # shorter list: see :func:`short_rows_warning`) with what it has, pass@m of its m (a lower bound on its
         # pass@k): leaving it out biased the mean up, as the answers that fail to score are mostly the hard

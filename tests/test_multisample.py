@@ -140,6 +140,24 @@ def test_a_ragged_row_shorter_than_k_counts_as_its_nan_padded_twin_with_a_warnin
     assert "the fewest: 2, for item 1" in caplog.text
 
 
+def test_nan_padded_rows_short_of_k_warn_and_all_short_is_the_ragged_error(caplog):
+    """NaN-padded rows were not warned about (the ragged twin was), and when every item had fewer scored
+    answers than k the NaN-padded array read pass@4 (every item's pass@m) while the ragged list was an error."""
+    padded = [[1, 0, 0, 0], [0, 1, math.nan, math.nan], [0, 0, 0, 0]]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        summarize_outputs({"acc": padded}, None, pass_at_k=(1, 4))
+    assert "metric 'acc': 1 of 3 items returned fewer than 4 answers" in caplog.text
+    assert "NaN answers not counted" in caplog.text and "the fewest: 2, for item 1" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        summarize_outputs({"acc": [[1, 0, 1], [], [0, 0, 1]]}, None, pass_at_k=(1, 3))
+    assert "1 item with no answer is left out" in caplog.text
+    short = np.array([[1, 0, 1, math.nan], [0, 0, math.nan, math.nan], [1, 1, 0, math.nan]])
+    with pytest.raises(ValueError, match=r"k=4.*every item \(at most 3, for item 0; NaN answers do not count\)"):
+        summarize_outputs({"acc": short}, None, pass_at_k=(1, 4))
+    assert math.isnan(summarize_outputs({"acc": np.full((2, 4), math.nan)}, None, pass_at_k=(4,))["acc"].mean)  # all NaN
+
+
 def test_k_larger_than_the_samples_returned_for_every_item_names_metric_and_item():
     with pytest.raises(ValueError, match=r"metric 'acc'.*k=4.*every item \(at most 3, for item 1\)"):
         summarize_outputs({"acc": [[1, 0], [1, 0, 1], [1]]}, None, pass_at_k=(1, 4))
