@@ -35,14 +35,18 @@ def config(**extra):
                                   *[f"{k}={v}" for k, v in extra.items()]])
 
 
-def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None, keep_going=False):
+def loop(rank, group, cfg, steps, *, fault_at, fault, evaluate_fn=None, keep_going=False, ready=None):
     """A training loop on this rank; returns (what happened, the step, seconds spent in the failing call).
     ``keep_going``: the loop catches a CollectiveError and goes on; returns ("caught", the step, the results
-    and errors of the later calls)."""
+    and errors of the later calls).  ``ready``: called once the evaluator is built, before the first step (a
+    barrier: on a loaded machine one rank could still be building its evaluator more than the 1 s collective
+    timeout after the other's first collective, a timeout at step 0 that is not the fault under test)."""
     from adaptive_eval.distributed import CollectiveError
 
     clock = FakeClock()
     ev = AdaptiveEvaluator.from_config(cfg, clock=clock, group=group)
+    if ready is not None:
+        ready()
     threads = []
 
     def fn(req):
@@ -86,12 +90,12 @@ def _faults_rank(rank, world, out_dir):
         sub = dist.new_group(backend="gloo")
         cfg = config(**({"evaluation.timeout_s": 0.3} if case == "hang" else {}))
         results[case] = loop(rank, sub, cfg, 40, fault_at=12, fault="hang" if case == "caught" else case,
-                             keep_going=case == "caught")
+                             keep_going=case == "caught", ready=lambda: dist.barrier(group=sync))
         dist.barrier(group=sync)
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
     sub = dist.new_group(backend="gloo")
-    results["die"] = loop(rank, sub, config(), 40, fault_at=17, fault="die")
+    results["die"] = loop(rank, sub, config(), 40, fault_at=17, fault="die", ready=lambda: dist.barrier(group=sync))
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
     return results
