@@ -423,7 +423,7 @@ class DistContext:
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
     """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample,
     m2)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes), and for a
-    multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population)``, for a custom
+    multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k)``, for a custom
     aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
@@ -432,7 +432,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
         if s.aggregate:
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
-            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population))
+            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k))
         elif s.nan_count:
             wire += ("nan", int(s.nan_count))
         out[name] = wire
@@ -491,7 +491,8 @@ def combine_rank_summaries(
                                 samples=sum(p[_EXTRA] for p in clustered),
                                 within_ss=math.fsum(p[_EXTRA + 1] for p in clustered),
                                 nan_count=sum(p[_EXTRA + 2] for p in clustered),
-                                population=max(p[_EXTRA + 3] for p in clustered), m2=m2)
+                                population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
+                                k=max(p[_EXTRA + 4] for p in clustered))
         else:
             summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans)
         per_sample = all(p[4] for p in live)

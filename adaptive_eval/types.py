@@ -131,6 +131,7 @@ class MetricSummary:
     within_ss: float = math.nan
     nan_count: int = 0
     population: int = 0  # items in the suite the items were drawn from (finite population); 0: unbounded
+    k: int = 1  # the k of a pass@k summary (its interval counts an item's answers as answers / k trials)
     # A custom aggregation (evaluation.aggregations): "weighted_mean" or "p<q>" (a quantile over items), with
     # ``payload`` its sufficient statistics (weighted sums; the per-item values of a quantile).
     aggregate: str = ""
