@@ -969,7 +969,8 @@ def _pass_within_ss(m: np.ndarray, c: np.ndarray, k: int) -> float:
 def two_stage_size(between_var: float, within_var: float, half_width: float, *, cost_per_sample: float = 1.0,
                    cost_per_item: float = 0.0, population: int = 0, max_samples_per_item: int = 32,
                    min_items: int = 1, max_items: int | None = None,
-                   confidence: float = 0.95, proportion_mean: float | None = None) -> tuple[int, int, str]:
+                   confidence: float = 0.95, proportion_mean: float | None = None,
+                   min_samples_per_item: int = 1) -> tuple[int, int, str]:
     """``(items, samples_per_item, why)``: the cheapest two-stage sample whose interval of the mean reaches
     ``half_width`` (normal approximation), given the between-item variance (of the items' true means) and
     the within-item variance (of one sample around its item's mean).
@@ -983,7 +984,8 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
     (cost_per_sample sb2))``.  When no size reaches the target, the largest (all items x the most samples).
     ``proportion_mean`` (a proportion's last mean): the plan is checked against the interval the result
     will really get (:func:`clustered_interval`, wider than the normal one near 0 or 1), adding items
-    until it reaches the target.
+    until it reaches the target.  ``min_samples_per_item``: no plan with fewer (the largest k of a pass@k
+    the suite reports: with fewer answers per item it could not be reported).
 
     >>> two_stage_size(0.05, 0.20, 0.05)[:2]                  # a large suite: one sample per item
     (387, 1)
@@ -999,7 +1001,9 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
     if max_items is not None:
         cap = max_items if cap is None else min(cap, max_items)
     best = None
-    for m in range(1, max(int(max_samples_per_item), 1) + 1):
+    least = max(int(min_samples_per_item), 1)
+    max_samples_per_item = max(int(max_samples_per_item), least)
+    for m in range(least, max_samples_per_item + 1):
         # With one sample per item the interval cannot tell the two variances apart, so it makes no finite
         # population correction (mean_over_items_var): neither may the plan.
         fpc = sb2 / population if population and population > 0 and m > 1 else 0.0

@@ -38,7 +38,9 @@ class SampleSizePolicy(Policy):
     on its own: items and samples per item from the between- and within-item variances of its tracked
     metric, at the least cost (:func:`~adaptive_eval.stats.two_stage_size`, the suite's ``cost``,
     ``item_cost``, ``size`` and ``max_samples_per_item``); the decision carries the plans and the reason
-    says why (``decision.suites``).
+    says why (``decision.suites``).  A suite never gets fewer samples per item than the largest k of
+    ``evaluation.pass_at_k`` (``pass_at_k``, a list or a mapping of suite to list): a cheaper plan of one
+    answer per item made the configured pass@k vanish from the result without a word.
 
     >>> from adaptive_eval.types import Decision
     >>> p = SampleSizePolicy(initial=100, min=32, max=1000, target_half_width=0.05)
@@ -53,7 +55,7 @@ class SampleSizePolicy(Policy):
 
     def __init__(self, initial: int = 128, min: int = 32, max: int = 1024, target_half_width: float = 0.05,
                  alarm_factor: float = 2.0, confidence: float = 0.95, metric: str | None = None,
-                 suites: Mapping | None = None, widen_held: bool = True):
+                 suites: Mapping | None = None, widen_held: bool = True, pass_at_k=(1,)):
         if not 0 < min <= max:
             raise ValueError(f"min ({min}) must be positive and <= max ({max})")
         if not target_half_width > 0:
@@ -66,8 +68,11 @@ class SampleSizePolicy(Policy):
         self.widen_held = bool(widen_held)
         # Eval suites the policy sizes (those without a fixed sample_size): plain config mappings.
         self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
-        for s in self.suites.values():
+        for name, s in self.suites.items():
             s["max_samples_per_item"] = _max_samples_per_item(s)
+            ks = pass_at_k.get(name, ()) if isinstance(pass_at_k, Mapping) else pass_at_k
+            most_k = sorted([1, *(int(k) for k in ks or ())])[-1]  # (min and max are parameters here)
+            s["min_samples_per_item"] = most_k if most_k < s["max_samples_per_item"] else s["max_samples_per_item"]
         self._suite_names = set(suites or {})  # (all of them, the fixed-size ones too: evaluation.metric may name one)
         self._reset()
 
@@ -77,8 +82,9 @@ class SampleSizePolicy(Policy):
         self._widen = False
         self.last_why = "initial"
         # Per suite: [items, samples per item, why] for its next evaluation.
-        self.plans = {name: [min(self._clamp(self.initial), int(s["size"])), int(s["samples_per_item"]),
-                             "initial"] for name, s in self.suites.items()}
+        self.plans = {name: [min(self._clamp(self.initial), int(s["size"])),
+                             max(int(s["samples_per_item"]), s["min_samples_per_item"]), "initial"]
+                      for name, s in self.suites.items()}
 
     def _clamp(self, n: float) -> int:
         return int(min(self.max, max(self.min, math.ceil(n))))
@@ -147,11 +153,12 @@ class SampleSizePolicy(Policy):
                                            max_samples_per_item=int(suite["max_samples_per_item"]),
                                            min_items=min(lo, int(suite["size"])), max_items=hi,
                                            confidence=self.confidence,
-                                           proportion_mean=s.mean if s.binary else None)
+                                           proportion_mean=s.mean if s.binary else None,
+                                           min_samples_per_item=suite["min_samples_per_item"])
         else:
             # One sample per item: between- and within-item variation cannot be told apart, so no evidence
             # that more samples would pay; size the items for the total variance, samples per item kept.
-            m = int(s.samples_per_item) if s.clustered else 1
+            m = max(int(s.samples_per_item) if s.clustered else 1, suite["min_samples_per_item"])
             items, m, why = two_stage_size(bv, 0.0, self.target_half_width, population=int(suite["size"]),
                                            max_samples_per_item=m, min_items=min(lo, int(suite["size"])),
                                            max_items=hi, confidence=self.confidence,
@@ -171,7 +178,8 @@ class SampleSizePolicy(Policy):
         n, k, _ = two_stage_size(s.between_var, wv, tight, cost_per_sample=float(suite["cost"]),
                                  cost_per_item=float(suite["item_cost"]), population=size, max_samples_per_item=top,
                                  min_items=lo, max_items=self.max, confidence=self.confidence,
-                                 proportion_mean=s.mean if s.binary else None)
+                                 proportion_mean=s.mean if s.binary else None,
+                                 min_samples_per_item=suite["min_samples_per_item"])
         if s.binary and not 0.0 < s.mean < 1.0:  # no variance to size by: the Wilson size of the answers
             n, k = min(size, max(lo, math.ceil(wilson_sample_size(s.mean, tight, self.confidence) / m))), m
 
