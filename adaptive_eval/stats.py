@@ -366,7 +366,8 @@ def summarize_outputs(
     **maj@k**: for a metric ``m``, ``"m:answers"`` holds each item's sampled answers (items x samples of
     strings or numbers) and ``"m:reference"`` each item's reference answer (one per item); the result has
     ``"m/maj@<k>"``: whether the most frequent of the item's first k answers (ties: the one seen first)
-    equals the reference, averaged over items, with the interval over items.
+    equals the reference, averaged over items, with the interval over items.  NaN answers are skipped (an
+    item with none left is not evaluated), as NaN scores are for pass@k.
 
     ``aggregations`` (``evaluation.aggregations``) maps a metric (its full name, or with suites the part
     after the suite) to extra aggregations over its per-item values: ``weighted_mean`` (weights in
@@ -484,6 +485,10 @@ def _aggregate(label, name, aggs, per_item, outputs, confidence) -> dict[str, Me
     return {f"{name}/{kind}": aggregate_items(label, kind, per_item, weights, confidence) for kind in aggs}
 
 
+def _is_nan_answer(a) -> bool:
+    return isinstance(a, (float, np.floating)) and a != a
+
+
 def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population, asked=None):
     """``<name>/maj@<k>`` from ``<name>:answers`` and ``<name>:reference`` (see :func:`summarize_outputs`)."""
     ref_key = f"{name}:reference"
@@ -504,6 +509,9 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
         raise ValueError(f"{label}: {len(answers)} rows of answers but {len(reference)} reference answers; item "
                          f"index {min(len(answers), len(reference))} lacks one")
     _check_rows(label, len(answers), rows_expected, ids)
+    # A NaN answer is no answer (as a NaN score is for pass@k): each NaN object counted as a vote of its own,
+    # and one np.nan repeated as the same vote, so the same answers gave maj@5 1.0 as an array, 0.0 as a list.
+    answers = [[a for a in row if not _is_nan_answer(a)] for row in answers]
     out = {}
     for k in ks:
         per_item = []

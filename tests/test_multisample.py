@@ -928,3 +928,18 @@ def test_weighted_aggregate_over_suites_when_asked():
     assert "all/acc" not in r.metrics  # aime24 skipped: no aggregate
     with pytest.raises(ConfigError, match="suite_aggregate"):
         load_config(overrides=SUITES + ["evaluation.suite_aggregate=aime24"])
+
+
+def test_nan_answers_are_no_votes_in_maj_at_k_however_they_are_stored():
+    """Found in review: each distinct NaN object was a vote of its own and one np.nan repeated a single
+    vote, so the same answers gave maj@5 1.0 from an array and 0.0 from a list; and an item whose answers
+    were all NaN counted as wrong in maj@k while pass@k left it out."""
+    rows = [[math.nan, math.nan, 5.0, 5.0, 2.0, 2.0, 5.0, math.nan], [math.nan, math.nan, math.nan, 4.0, 4.0, 1.0, 4.0, 4.0]]
+    ref = {"a:reference": [5.0, 4.0]}
+    as_array = summarize_outputs({"a:answers": np.array(rows), **ref}, 2, pass_at_k=[5])["a/maj@5"]
+    as_list = summarize_outputs({"a:answers": [[np.nan if x != x else x for x in r] for r in rows], **ref}, 2,
+                                pass_at_k=[5])["a/maj@5"]
+    assert as_array.mean == as_list.mean == 1.0 and as_array.n == as_list.n == 2
+    out = summarize_outputs({"a": np.array([[1.0, 0.0], [math.nan, math.nan]]), "a:answers": [["5", "3"],
+                            [math.nan, math.nan]], "a:reference": ["5", "9"]}, 2, pass_at_k=[2])
+    assert out["a/pass@2"].n == out["a/maj@2"].n == 1
