@@ -71,6 +71,8 @@ class SuiteConfig:
     item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
     # The most samples per item the sample-size policy may choose; null: 32, or samples_per_item when that is more
     max_samples_per_item: Optional[int] = None
+    # The fewest it may choose; null: 1 (a pass@k whose k is above the answers chosen is then not reported)
+    min_samples_per_item: Optional[int] = None
     weight: float = 1.0  # weight of the suite in the weighted aggregate over suites
     every: int = 1  # run at every m-th evaluation (and at alarms, the last step and before training)
     sample_size: Optional[int] = None  # items per evaluation; null: policy.sample_size sizes it (or all items)
@@ -383,7 +385,8 @@ def _evaluation_problems(ev) -> list[str]:
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:
             problems.append(f"{key}: a suite name may not be empty or contain '/'")
-        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1)):
+        for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1),
+                                ("min_samples_per_item", 1)):
             v = suite[field_name]
             if v is not None and not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
@@ -392,6 +395,12 @@ def _evaluation_problems(ev) -> list[str]:
             problems.append(f"{key}.max_samples_per_item: {suite.max_samples_per_item} is below {key}.samples_per_item: "
                             f"{suite.samples_per_item} (the sample-size policy could never ask for the answers per item "
                             "generated; raise it, or leave it null)")
+        top = (suite.max_samples_per_item if suite.max_samples_per_item is not None
+               else max(32, suite.samples_per_item))
+        if suite.min_samples_per_item is not None and suite.min_samples_per_item > top >= 1:
+            problems.append(f"{key}.min_samples_per_item: {suite.min_samples_per_item} is above the most the "
+                            f"sample-size policy may choose ({key}.max_samples_per_item: "
+                            f"{suite.max_samples_per_item if suite.max_samples_per_item is not None else 'null, so ' + str(top)})")
         if not (suite.cost > 0 and math.isfinite(suite.cost)):
             problems.append(f"{key}.cost: must be a positive finite number, got {suite.cost!r}")
         if not (suite.item_cost >= 0 and math.isfinite(suite.item_cost)):

@@ -47,7 +47,6 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
     if name == "sample_size":
         params.setdefault("confidence", ev.get("confidence", 0.95))
         params.setdefault("suites", ev.get("suites") or {})
-        params.setdefault("pass_at_k", ev.get("pass_at_k") or (1,))
     if name == "budget":
         params.setdefault("asynchronous", bool(ev.get("asynchronous", False)))
         params.setdefault("eval_workers", int(ev.get("max_in_flight", 1)))

@@ -38,9 +38,9 @@ class SampleSizePolicy(Policy):
     on its own: items and samples per item from the between- and within-item variances of its tracked
     metric, at the least cost (:func:`~adaptive_eval.stats.two_stage_size`, the suite's ``cost``,
     ``item_cost``, ``size`` and ``max_samples_per_item``); the decision carries the plans and the reason
-    says why (``decision.suites``).  A suite never gets fewer samples per item than the largest k of
-    ``evaluation.pass_at_k`` (``pass_at_k``, a list or a mapping of suite to list): a cheaper plan of one
-    answer per item made the configured pass@k vanish from the result without a word.
+    says why (``decision.suites``), never below the suite's ``min_samples_per_item`` (null: 1; set it to the
+    largest k of ``evaluation.pass_at_k`` to have that pass@k in every evaluation: with fewer answers per item
+    it is not reported, and the evaluator says so once).
 
     >>> from adaptive_eval.types import Decision
     >>> p = SampleSizePolicy(initial=100, min=32, max=1000, target_half_width=0.05)
@@ -55,7 +55,7 @@ class SampleSizePolicy(Policy):
 
     def __init__(self, initial: int = 128, min: int = 32, max: int = 1024, target_half_width: float = 0.05,
                  alarm_factor: float = 2.0, confidence: float = 0.95, metric: str | None = None,
-                 suites: Mapping | None = None, widen_held: bool = True, pass_at_k=(1,)):
+                 suites: Mapping | None = None, widen_held: bool = True):
         if not 0 < min <= max:
             raise ValueError(f"min ({min}) must be positive and <= max ({max})")
         if not target_half_width > 0:
@@ -70,9 +70,8 @@ class SampleSizePolicy(Policy):
         self.suites = {k: dict(v) for k, v in (suites or {}).items() if v.get("sample_size") is None}
         for name, s in self.suites.items():
             s["max_samples_per_item"] = _max_samples_per_item(s)
-            ks = pass_at_k.get(name, ()) if isinstance(pass_at_k, Mapping) else pass_at_k
-            most_k = sorted([1, *(int(k) for k in ks or ())])[-1]  # (min and max are parameters here)
-            s["min_samples_per_item"] = most_k if most_k < s["max_samples_per_item"] else s["max_samples_per_item"]
+            least = int(s.get("min_samples_per_item") or 1)  # (min and max are parameters here)
+            s["min_samples_per_item"] = least if least < s["max_samples_per_item"] else s["max_samples_per_item"]
         self._suite_names = set(suites or {})  # (all of them, the fixed-size ones too: evaluation.metric may name one)
         self._reset()
 

@@ -298,3 +298,17 @@ def test_a_null_max_samples_per_item_lets_the_policy_keep_every_answer_generated
     assert cfg.evaluation.suites.aime.max_samples_per_item is None
     policy = SampleSizePolicy(suites=cfg.evaluation.suites)
     assert policy.suites["aime"]["max_samples_per_item"] == 64 and policy.suites["math"]["max_samples_per_item"] == 32
+
+
+def test_a_suites_min_samples_per_item_above_its_most_names_both_and_the_line(tmp_path):
+    path = tmp_path / "suites.yaml"
+    path.write_text("evaluation:\n  suites:\n    aime:\n      size: 30\n      samples_per_item: 8\n"
+                    "      max_samples_per_item: 8\n      min_samples_per_item: 16\n    math:\n      size: 500\n"
+                    "      min_samples_per_item: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}:7: evaluation.suites.aime.min_samples_per_item: 16 is above the most the sample-size policy may "
+        "choose (evaluation.suites.aime.max_samples_per_item: 8)",
+        f"{path}:10: evaluation.suites.math.min_samples_per_item: must be >= 1, got 0"]
+    assert load_config(overrides=["evaluation.suites.m.size=500", "evaluation.suites.m.min_samples_per_item=32"])

@@ -1,6 +1,7 @@
 """Policies: a contract suite over every registered policy, then tables of inputs -> decisions."""
 
 import json
+import logging
 import pickle
 import random
 from types import SimpleNamespace
@@ -666,32 +667,47 @@ def test_an_eval_set_smaller_than_confirm_size_sets_the_best_when_evaluated_whol
     assert p.best_value == pytest.approx(0.7) and not p.pending
 
 
-def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs():
+def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs_or_says_it_drops_it(caplog):
     """Found in review: with pass_at_k [1, 8] and 8 answers per item, the two-stage plan found one answer per
-    item cheaper, and the run's last evaluations had no math500/acc/pass@8 at all, with no warning.  A plan
-    now keeps at least the largest k answers per item, through the AdaptiveEvaluator, on every evaluation."""
-    from adaptive_eval import AdaptiveEvaluator, load_config
+    item cheaper, and the run's later evaluations had no math500/acc/pass@8 at all, without a word.  Now the
+    evaluator says so (once), and a suite's min_samples_per_item keeps at least that many answers per item,
+    through the AdaptiveEvaluator, on every evaluation."""
+    from adaptive_eval import AdaptiveEvaluator, evaluators, load_config
+    from conftest import FakeClock
 
-    cfg = load_config(overrides=["evaluation.pass_at_k=[1,8]", "evaluation.suites.math500.size=500",
-                                 "evaluation.suites.math500.samples_per_item=8", "trigger.freq_steps=10"])
-    ev = AdaptiveEvaluator.from_config(cfg, total_steps=60)
-    rng = np.random.default_rng(0)
-    p = rng.beta(2.0, 0.6, 500)
-    answers_per_item, results = [], []
+    def run(*extra):
+        cfg = load_config(overrides=["evaluation.pass_at_k=[1,8]", "evaluation.suites.math500.size=500",
+                                     "evaluation.suites.math500.samples_per_item=8", "trigger.freq_steps=10",
+                                     *extra])
+        clock = FakeClock()  # (an evaluation costs no time: the budget never defers one)
+        ev = AdaptiveEvaluator.from_config(cfg, total_steps=60, clock=clock)
+        rng = np.random.default_rng(0)
+        p = rng.beta(2.0, 0.6, 500)
+        answers_per_item, results = [], []
 
-    def evaluate_fn(request):
-        s = request.suites["math500"]
-        answers_per_item.append(s.samples_per_item)
-        idx = np.asarray(s.indices)
-        return {"math500/acc": (rng.random((len(idx), s.samples_per_item)) < p[idx, None]).astype(float)}
+        def evaluate_fn(request):
+            s = request.suites["math500"]
+            answers_per_item.append(s.samples_per_item)
+            idx = np.asarray(s.indices)
+            return {"math500/acc": (rng.random((len(idx), s.samples_per_item)) < p[idx, None]).astype(float)}
 
-    for step in range(60):
-        ev.observe({"train/loss": 1.0}, step)
-        r = ev.evaluate(evaluate_fn, 0, step, step)
-        if r is not None:
-            results.append(r)
-    ev.close()
-    assert len(results) >= 3 and min(answers_per_item) >= 8, answers_per_item
+        for step in range(60):
+            clock.advance(10.0)
+            ev.observe({"train/loss": 1.0}, step)
+            r = ev.evaluate(evaluate_fn, 0, step, step)
+            if r is not None:
+                results.append(r)
+        ev.close()
+        return answers_per_item, results
+
+    evaluators._DROPPED_PASS_AT_K.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        answers, results = run()
+    assert min(answers) == 1 and not all("math500/acc/pass@8" in r.metrics for r in results)
+    assert caplog.text.count("pass@8 is not reported") == 1
+    assert "evaluation.suites.math500.min_samples_per_item: 8" in caplog.text
+    answers, results = run("evaluation.suites.math500.min_samples_per_item=8")
+    assert len(results) >= 3 and min(answers) >= 8, answers
     assert all("math500/acc/pass@8" in r.metrics for r in results)
-    plan = SampleSizePolicy(suites={"aime": {"size": 30, "samples_per_item": 1}}, pass_at_k={"aime": [4]})
+    plan = SampleSizePolicy(suites={"aime": {"size": 30, "samples_per_item": 1, "min_samples_per_item": 4}})
     assert plan.propose(Decision(True, 32, "trigger:steps"), ctx(1)).suites[0][2] == 4
