@@ -50,6 +50,7 @@ from adaptive_eval.trace import (
     _parse_time,
     check_separator,
     read_text,
+    warn_clashes,
 )
 
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
@@ -147,6 +148,9 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         epoch = "train/epoch"  # (a W&B export of an HF run: its epoch is logged as train/epoch)
     if time is None and "time" in index and step != "time":
         time = "time"
+    if streams is not None and not evals:  # (the trace's own eval/ columns stay its ground truth: --stream
+        # train/loss dropped them, and replay then said the trace had no eval/<metric> column)
+        evals = {c: 1.0 for c in header if c.startswith("eval/") and c not in streams}
     named = [c for c in (step, epoch, time) if c is not None] + list(evals)
     if streams is None:  # (with evals named, another eval/ column is not ground truth, nor a stream)
         streams = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
@@ -175,6 +179,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     to_seconds = _scaler(time_scale)
     width = len(header)
     records: list[TraceRecord] = []
+    clashes: list = []
     stepless = 0
     for k, (line, cells) in enumerate(rows):
         if len(cells) != width:
@@ -212,8 +217,9 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
             while records and records[-1].step >= s:
                 records.pop()
         if records and records[-1].step == s:
-            rec = _merge(records.pop(), rec)
+            rec = _merge(records.pop(), rec, clashes)
         records.append(rec)
+    warn_clashes(path, clashes)
     if stepless:
         warnings.warn(f"{path}: {stepless} row{'s' if stepless > 1 else ''} without a {step!r} value skipped "
                       "(a W&B export's system rows)", stacklevel=2)
@@ -302,8 +308,8 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
         raise TraceError(f"no metric {', '.join(map(repr, missing))} (metrics: {', '.join(names)})", trace.source)
     if streams is None:  # (nor is an HF eval row's other eval_<m> a stream: an eval result, not a step's)
         keep = [c for c in names if c not in evals and not (evals and c.startswith(("eval/", "eval_")))]
-    else:
-        keep = list(streams)
+    else:  # (with no evals named, the trace's own eval/ metrics stay its ground truth)
+        keep = list(streams) + ([c for c in names if c.startswith("eval/") and c not in streams] if not evals else [])
     out_name = {c: c for c in keep}
     scale = {}
     for c, factor in evals.items():

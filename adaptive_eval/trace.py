@@ -7,7 +7,8 @@ reads TensorBoard event directories.  See "Trace format" in ARCHITECTURE.md.
 Rules the reader and the recorder share:
 
 - ``step`` is an integer; steps never decrease.  Several lines with the same step are merged into one record
-  (a metric written twice at one step keeps the later value; ``epoch``/``time`` keep the later non-empty value).
+  (a metric written twice at one step keeps the later value, with a warning when the two differ: rows of
+  separate measurements at one step are not averaged; ``epoch``/``time`` keep the later non-empty value).
   TensorBoard works the same way (one record per step), and it lets a training loop record what it observed
   and what it evaluated at one step as two lines.
 - An empty CSV cell (or a JSON ``null``) means "not recorded at this step".  ``nan``, ``inf`` and ``-inf`` are
@@ -599,10 +600,30 @@ def _new_record(step, metrics, epoch, time, _new=object.__new__, _set=object.__s
     return rec
 
 
-def _merge(prev: TraceRecord, rec: TraceRecord) -> TraceRecord:
+def _merge(prev: TraceRecord, rec: TraceRecord, clashes: list | None = None) -> TraceRecord:
+    """One record of two at the same step (the later value of a metric written twice); ``clashes`` collects
+    ``(step, metric, earlier, later)`` for each value overwritten by a different one."""
+    if clashes is not None:
+        for k, v in rec.metrics.items():
+            old = prev.metrics.get(k)
+            if old is not None and old != v and not (old != old and v != v):
+                clashes.append((rec.step, k, old, v))
     metrics = {**prev.metrics, **rec.metrics}
     return _new_record(rec.step, metrics, prev.epoch if rec.epoch is None else rec.epoch,
                        prev.time if rec.time is None else rec.time)
+
+
+def warn_clashes(path, clashes: list, stacklevel: int = 2) -> None:
+    """Say that rows repeating a step overwrote different values (the data looked fine and was not: ten
+    evaluation episodes per step read as the last episode alone)."""
+    if not clashes:
+        return
+    step, key, old, new = clashes[0]
+    n = len(clashes)
+    warnings.warn(f"{path}: {n} value{'s' if n > 1 else ''} written twice at one step with a different value; "
+                  f"the later is kept (the first: step {step}, {key!r}: {old:g}, then {new:g}).  Rows that repeat "
+                  "a step are merged, not averaged: if they are separate measurements (episodes, seeds), "
+                  "aggregate them per step first (their mean)", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def check_separator(header: Sequence[str], path, line: int) -> None:
@@ -758,11 +779,21 @@ def _parse_time(text: str, what: str, path, line) -> float:
     return _Date(d.timestamp())
 
 
+_EPOCH_SECONDS = 1e8  # a first time at least this (3 years) is a POSIX timestamp, not seconds since the start
+
+
 def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
-    """Records whose ``time`` held dates, with their times as seconds since the first record's (the trace's
-    clock starts at 0); others as they are.  Dates mixed with numbers of seconds are an error."""
+    """Records whose ``time`` held dates, or POSIX timestamps (a first time of 1e8 s or more), with their times
+    as seconds since the first record's (the trace's clock starts at 0); others as they are.  Dates mixed with
+    numbers of seconds are an error."""
     times = [r.time for r in records if r.time is not None]
     dated = sum(isinstance(t, _Date) for t in times)
+    if not dated and times and times[0] >= _EPOCH_SECONDS:
+        # Numbers of seconds that are POSIX timestamps (time.time() logged as is): taken as seconds since
+        # 1970, the run had trained for 54 years before its first step, and the eval budget never bound.
+        t0 = times[0]
+        return [r if r.time is None else _new_record(r.step, r.metrics, r.epoch, float(r.time) - t0)
+                for r in records]
     if not dated:
         return records
     if dated < len(times):
@@ -809,7 +840,8 @@ def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
     return _json_record(line, path, line_no)
 
 
-def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False) -> None:
+def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False,
+                 clashes: list | None = None) -> None:
     if records:
         prev = records[-1]
         if rec.step < prev.step and keep_last:  # a restarted or resumed run: the later one is kept
@@ -822,7 +854,7 @@ def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_
                              "(a run resumed into the same log: read_trace(..., on_restart='keep_last'), "
                              "adaptive-eval --keep-last-run, keeps the later run)", path, line)
         if rec.step == prev.step:
-            records[-1] = _merge(prev, rec)
+            records[-1] = _merge(prev, rec, clashes)
             return
     records.append(rec)
 
@@ -838,17 +870,19 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
     for row in reader:
         rows.append((reader.line_num, row))
     records: list[TraceRecord] = []
+    clashes: list = []
     for k, (line, row) in enumerate(rows):
         if not row or not any(c.strip() for c in row):
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
-            _finish_line(rec, records, path, line, keep_last)
+            _finish_line(rec, records, path, line, keep_last, clashes)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:
                 _drop_torn(path, line, str(err).split(": ", 1)[-1], stacklevel=4)
                 break
             raise
+    warn_clashes(path, clashes, stacklevel=4)
     return records
 
 
@@ -988,27 +1022,30 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
     rows = _json_document(path, text)
     if rows is not None:
         records: list[TraceRecord] = []
+        clashes: list = []
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
                 rec = _json_record(json.dumps(row), path, None)
-                _finish_line(rec, records, path, None, keep_last)
+                _finish_line(rec, records, path, None, keep_last, clashes)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
+        warn_clashes(path, clashes, stacklevel=3)
         return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
     last_index = len(lines) - 1
     records: list[TraceRecord] = []
+    clashes: list = []
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             rec = _json_record(raw, path, i + 1)
-            _finish_line(rec, records, path, i + 1, keep_last)
+            _finish_line(rec, records, path, i + 1, keep_last, clashes)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)
@@ -1016,6 +1053,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
             raise
     if not records:
         raise TraceError("no records", path)
+    warn_clashes(path, clashes, stacklevel=3)
     return Trace(_dates_relative(records, path), str(path))
 
 

@@ -91,3 +91,61 @@ def test_request_shards_are_disjoint_cover_the_sample_and_nest(num_items, world,
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
     bigger = {i for p in shards(small + extra) for i in p}
     assert set(flat) <= bigger  # a larger sample extends the same items
+
+
+def test_rows_repeating_a_step_with_different_values_are_merged_with_a_warning(tmp_path):
+    """Found by a new user: an evaluations CSV with 10 episodes per timestep read as the last episode alone
+    (-21.0 where the 10 averaged -20.2), without a word.  Rows repeating a step are still merged (a logger may
+    write a step's metrics in two rows), but a value overwritten by a different one is said."""
+    import warnings
+
+    from adaptive_eval.convert import from_columns
+    from adaptive_eval.trace import read_trace
+
+    path = tmp_path / "dup.csv"
+    path.write_text("step,train/loss,eval/accuracy\n0,1,.5\n1,1.0,0.5\n1,9.0,0.1\n2,1,\n2,,0.4\n")
+    for read in (read_trace, lambda p: from_columns(p, step="step")):
+        with pytest.warns(RuntimeWarning, match=r"2 values written twice at one step with a different value; "
+                                                r"the later is kept \(the first: step 1, 'train/loss': 1, then 9\)"):
+            trace = read(path)
+        assert trace.records[1].metrics == {"train/loss": 9.0, "eval/accuracy": 0.1}
+    same = tmp_path / "same.csv"
+    same.write_text("step,train/loss\n0,1\n1,2\n1,2\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(read_trace(same).records) == 2
+
+
+def test_naming_streams_keeps_the_traces_own_eval_ground_truth(tmp_path):
+    """--stream train/loss dropped the trace's eval/accuracy column, and replay then said the trace had no
+    eval/<metric> column (check exited 2; tune and benchmarks/policies.py refused the trace)."""
+    from adaptive_eval.convert import from_columns, select_columns
+    from adaptive_eval.trace import read_trace
+
+    path = tmp_path / "run.csv"
+    path.write_text("step,train/loss,train/kl,eval/accuracy\n0,1,0.1,0.5\n1,0.9,0.1,\n2,0.8,0.2,0.6\n")
+    for trace in (from_columns(path, step="step", streams=["train/loss"]),
+                  select_columns(read_trace(path), streams=["train/loss"])):
+        assert trace.metric_names() == ["train/loss", "eval/accuracy"]
+    assert from_columns(path, step="step", streams=["train/loss"], evals={"train/kl": 1.0}).metric_names() == \
+        ["train/loss", "eval/train/kl"]
+
+
+def test_a_time_column_of_posix_timestamps_starts_the_clock_at_zero(tmp_path):
+    """time.time() logged as is: the run read as 54 years of training before its first step, so the eval
+    budget (a share of the run's time) never bound: 9 evaluations, 0 deferrals, against 3 and 305 for the
+    same run with its time from 0."""
+    from adaptive_eval import load_config
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import read_trace
+
+    rows = "".join(f"{s},{1700000000 + 0.5 * s},{1.0 + 0.001 * s},0.5\n" for s in range(400))
+    epoch = tmp_path / "epoch.csv"
+    epoch.write_text("step,time,train/loss,eval/accuracy\n" + rows)
+    rel = tmp_path / "rel.csv"
+    rel.write_text("step,time,train/loss,eval/accuracy\n" +
+                   "".join(f"{s},{0.5 * s},{1.0 + 0.001 * s},0.5\n" for s in range(400)))
+    a, b = read_trace(epoch), read_trace(rel)
+    assert a.records[0].time == 0.0 and a.records[-1].time == pytest.approx(199.5)
+    cfg = load_config()
+    assert [e["step"] for e in replay(a, cfg, seed=0).evals] == [e["step"] for e in replay(b, cfg, seed=0).evals]
