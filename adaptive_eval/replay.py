@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import numbers
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -40,7 +41,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from adaptive_eval.adaptive import AdaptiveEvaluator
-from adaptive_eval.config import as_config
+from adaptive_eval.config import as_config, load_config
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.types import EvalRequest, EvalResult
 
@@ -450,11 +451,25 @@ def ground_truth(trace, cfg=None) -> dict[str, list[tuple[int, float]]]:
 
 def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None,
            streams: Sequence[str] | None = None, progress: Callable[[int], None] | None = None) -> ReplayResult:
-    """Replay ``trace`` (a :class:`~adaptive_eval.trace.Trace`) under ``cfg``; return what was decided.
+    """Replay ``trace`` (a :class:`~adaptive_eval.trace.Trace`, or a path :func:`~adaptive_eval.trace.read_trace`
+    reads) under ``cfg`` (a loaded config, a dict, None for the defaults, or a preset name or YAML path as the
+    CLI takes them); return what was decided.
 
-    ``streams`` limits the cheap streams fed to ``observe`` (default: every non-eval column).
-    ``seed`` seeds the simulated evaluations (and nothing else: decisions are deterministic given them).
+    ``streams`` limits the cheap streams fed to ``observe`` (default: every non-eval column; one name may be
+    given as a string).  ``seed`` seeds the simulated evaluations (and nothing else: decisions are
+    deterministic given them): a non-negative integer.
     """
+    if isinstance(trace, (str, os.PathLike)):
+        from adaptive_eval.trace import read_trace
+
+        trace = read_trace(trace)
+    if isinstance(cfg, (str, os.PathLike)):
+        cfg = load_config(cfg)
+    if isinstance(streams, str):
+        streams = [streams]
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = int(seed)
     cfg = as_config(cfg)
     if cfg.replay.every_step:
         trace = every_step(trace)

@@ -362,3 +362,20 @@ def test_a_bad_seed_is_refused_naming_the_option_before_anything_runs(command, s
         main([*command, "--seed", seed])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "argument --seed: " in err and "Traceback" not in err, err
+
+
+def test_replay_takes_what_the_cli_takes_and_refuses_a_bad_seed(tmp_path):
+    """Found by a new user: replay('run.csv') was an AttributeError, replay(trace, 'aggressive') a TypeError,
+    streams='train/loss' looked for columns 't', 'r', 'a', ..., and seed=1.5 a numpy TypeError."""
+    from adaptive_eval.trace import read_trace
+
+    path = tmp_path / "run.csv"
+    path.write_text("step,train/loss,eval/accuracy\n" +
+                    "".join(f"{s},{1.0 - 0.001 * s},{0.5 + 0.0005 * s}\n" for s in range(200)))
+    trace = read_trace(path)
+    by_path = replay(str(path), "aggressive", streams="train/loss", seed=3)
+    by_objects = replay(trace, load_config("aggressive"), streams=["train/loss"], seed=3)
+    assert [e["step"] for e in by_path.evals] == [e["step"] for e in by_objects.evals] and by_path.evals
+    for bad in (1.5, -1, True, "3"):
+        with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+            replay(trace, seed=bad)
