@@ -7,8 +7,10 @@ reads TensorBoard event directories.  See "Trace format" in ARCHITECTURE.md.
 Rules the reader and the recorder share:
 
 - ``step`` is an integer; steps never decrease.  Several lines with the same step are merged into one record
-  (a metric written twice at one step keeps the later value, with a warning when the two differ: rows of
-  separate measurements at one step are not averaged; ``epoch``/``time`` keep the later non-empty value).
+  (a metric written twice at one step keeps the later value, as a recorder that observed a step twice wrote
+  it; ``epoch``/``time`` keep the later non-empty value).  Another tool's CSV read by column
+  (:func:`adaptive_eval.convert.from_columns`) merges the same way and warns when a value is overwritten by a
+  different one (rows of separate measurements at one step are not averaged).
   TensorBoard works the same way (one record per step), and it lets a training loop record what it observed
   and what it evaluated at one step as two lines.
 - An empty CSV cell (or a JSON ``null``) means "not recorded at this step".  ``nan``, ``inf`` and ``-inf`` are
@@ -636,6 +638,9 @@ def check_separator(header: Sequence[str], path, line: int) -> None:
                              "commas; save it as comma-separated CSV (with decimal points: 0.5, not 0,5)", path, line)
 
 
+_UNNAMED = "\x00unnamed "  # an unnamed CSV column's name while it is read: never a metric
+
+
 def _csv_header(path, text) -> tuple[list[str], csv.reader]:
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     try:
@@ -648,11 +653,17 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
         raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
                          "adaptive-eval replay --step-column COL --stream COL --eval COL (--step-column none: the row "
                          "number)", path, 1)
-    dup = sorted({n for n in names if names.count(n) > 1})
+    dup = sorted({n for n in names if n and names.count(n) > 1})
     if dup:
         raise TraceError(f"duplicate column(s) {dup} in the header", path, 1)
-    if "" in names:
-        raise TraceError(f"empty column name in the header (column {names.index('') + 1})", path, 1)
+    unnamed = [i for i, n in enumerate(names) if not n]
+    if unnamed:
+        # pandas' df.to_csv() writes its index under an empty name, and a trailing comma makes an empty last
+        # column: neither is a metric (they were refused: "empty column name in the header").
+        warnings.warn(f"{path}: ignored {len(unnamed)} unnamed column{'s' if len(unnamed) > 1 else ''} (column "
+                      f"{', '.join(str(i + 1) for i in unnamed)}: a pandas index, or a trailing comma)",
+                      RuntimeWarning, stacklevel=4)
+        names = [n or f"{_UNNAMED}{i}" for i, n in enumerate(names)]
     return names, reader
 
 
@@ -703,7 +714,7 @@ def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
     none = itertools.repeat(None)
     epochs = _optional_column(cols[names.index("epoch")], int) if "epoch" in names else none
     times = _optional_column(cols[names.index("time")], float) if "time" in names else none
-    metric_idx = [i for i, n in enumerate(names) if n not in RESERVED]
+    metric_idx = [i for i, n in enumerate(names) if n not in RESERVED and not n.startswith(_UNNAMED)]
     metric_names = [names[i] for i in metric_idx]
     values = [_optional_column(cols[i], float) for i in metric_idx]
     del cols
@@ -818,7 +829,7 @@ def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
     step = epoch = time = None
     metrics = {}
     for name, cell in zip(names, row):
-        if not cell.strip():
+        if not cell.strip() or name.startswith(_UNNAMED):
             if name == "step":
                 raise TraceError("empty 'step' cell", path, line)
             continue
@@ -840,8 +851,7 @@ def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
     return _json_record(line, path, line_no)
 
 
-def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False,
-                 clashes: list | None = None) -> None:
+def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False) -> None:
     if records:
         prev = records[-1]
         if rec.step < prev.step and keep_last:  # a restarted or resumed run: the later one is kept
@@ -854,7 +864,7 @@ def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_
                              "(a run resumed into the same log: read_trace(..., on_restart='keep_last'), "
                              "adaptive-eval --keep-last-run, keeps the later run)", path, line)
         if rec.step == prev.step:
-            records[-1] = _merge(prev, rec, clashes)
+            records[-1] = _merge(prev, rec)
             return
     records.append(rec)
 
@@ -870,19 +880,17 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
     for row in reader:
         rows.append((reader.line_num, row))
     records: list[TraceRecord] = []
-    clashes: list = []
     for k, (line, row) in enumerate(rows):
         if not row or not any(c.strip() for c in row):
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
-            _finish_line(rec, records, path, line, keep_last, clashes)
+            _finish_line(rec, records, path, line, keep_last)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:
                 _drop_torn(path, line, str(err).split(": ", 1)[-1], stacklevel=4)
                 break
             raise
-    warn_clashes(path, clashes, stacklevel=4)
     return records
 
 
@@ -1022,30 +1030,27 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
     rows = _json_document(path, text)
     if rows is not None:
         records: list[TraceRecord] = []
-        clashes: list = []
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
                 rec = _json_record(json.dumps(row), path, None)
-                _finish_line(rec, records, path, None, keep_last, clashes)
+                _finish_line(rec, records, path, None, keep_last)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
-        warn_clashes(path, clashes, stacklevel=3)
         return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
     last_index = len(lines) - 1
     records: list[TraceRecord] = []
-    clashes: list = []
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             rec = _json_record(raw, path, i + 1)
-            _finish_line(rec, records, path, i + 1, keep_last, clashes)
+            _finish_line(rec, records, path, i + 1, keep_last)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)
@@ -1053,7 +1058,6 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
             raise
     if not records:
         raise TraceError("no records", path)
-    warn_clashes(path, clashes, stacklevel=3)
     return Trace(_dates_relative(records, path), str(path))
 
 

@@ -103,17 +103,20 @@ def test_rows_repeating_a_step_with_different_values_are_merged_with_a_warning(t
     from adaptive_eval.trace import read_trace
 
     path = tmp_path / "dup.csv"
-    path.write_text("step,train/loss,eval/accuracy\n0,1,.5\n1,1.0,0.5\n1,9.0,0.1\n2,1,\n2,,0.4\n")
-    for read in (read_trace, lambda p: from_columns(p, step="step")):
-        with pytest.warns(RuntimeWarning, match=r"2 values written twice at one step with a different value; "
-                                                r"the later is kept \(the first: step 1, 'train/loss': 1, then 9\)"):
-            trace = read(path)
-        assert trace.records[1].metrics == {"train/loss": 9.0, "eval/accuracy": 0.1}
+    path.write_text("timesteps,train/loss,eval/accuracy\n0,1,.5\n1,1.0,0.5\n1,9.0,0.1\n2,1,\n2,,0.4\n")
+    with pytest.warns(RuntimeWarning, match=r"2 values written twice at one step with a different value; "
+                                            r"the later is kept \(the first: step 1, 'train/loss': 1, then 9\)"):
+        trace = from_columns(path, step="timesteps")
+    assert trace.records[1].metrics == {"train/loss": 9.0, "eval/accuracy": 0.1}
     same = tmp_path / "same.csv"
-    same.write_text("step,train/loss\n0,1\n1,2\n1,2\n")
+    same.write_text("timesteps,train/loss\n0,1\n1,2\n1,2\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert len(read_trace(same).records) == 2
+        assert len(from_columns(same, step="timesteps").records) == 2
+        # (the native format merges without a word: a recorder that observed a step twice wrote it so)
+        native = tmp_path / "native.csv"
+        native.write_text("step,train/loss\n0,1\n1,2\n1,3\n")
+        assert read_trace(native).records[1].metrics == {"train/loss": 3.0}
 
 
 def test_naming_streams_keeps_the_traces_own_eval_ground_truth(tmp_path):
@@ -149,3 +152,20 @@ def test_a_time_column_of_posix_timestamps_starts_the_clock_at_zero(tmp_path):
     assert a.records[0].time == 0.0 and a.records[-1].time == pytest.approx(199.5)
     cfg = load_config()
     assert [e["step"] for e in replay(a, cfg, seed=0).evals] == [e["step"] for e in replay(b, cfg, seed=0).evals]
+
+
+def test_a_pandas_index_or_a_trailing_comma_is_an_ignored_column(tmp_path):
+    """pandas' df.to_csv() writes its index under an empty name and a trailing comma makes an empty last
+    column; both were refused ("empty column name in the header").  They are ignored, with a warning, on the
+    fast reader's path and on the careful one's (a quoted cell, a repeated step)."""
+    from adaptive_eval.trace import read_trace
+
+    pandas = tmp_path / "pandas.csv"
+    pandas.write_text(",step,train/loss,eval/accuracy\n0,0,1.0,0.5\n1,1,0.9,\n2,2,0.8,0.6\n")
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text('step,train/loss,eval/accuracy,\n0,1.0,0.5,\n1,0.9,,\n1,"0.9",,\n2,0.8,0.6,\n')
+    for path, column in ((pandas, "column 1"), (trailing, "column 4")):
+        with pytest.warns(RuntimeWarning, match=rf"ignored 1 unnamed column \({column}: a pandas index"):
+            trace = read_trace(path)
+        assert trace.metric_names() == ["train/loss", "eval/accuracy"]
+        assert [r.step for r in trace.records] == [0, 1, 2]
