@@ -230,13 +230,14 @@ class BOCPD(Detector):
 
     def _start(self, values: list[float]) -> None:
         """End of warm-up: reference estimates, and the warm-up values as the initial run."""
-        big = max(map(abs, values))
+        level, scale, self._n = screened_moments(values)  # (huge values handled there)
         # Huge values (1e160 and up) are data: the model runs on them scaled by a power of two (exact), since
-        # the model is scale-free and their squares would overflow.
+        # the model is scale-free and their squares would overflow.  The factor comes from the screened level
+        # and scale, not from the largest value: one wild 1e160 among values near 1 scaled them to 1e-160,
+        # below the scale's floor, and the detector never alarmed again (found in review).
+        big = max(abs(level), scale)
         self._factor = 2.0 ** -math.frexp(big)[1] if big > _HUGE else 1.0
-        if self._factor != 1.0:
-            values = [v * self._factor for v in values]
-        self._level, self._scale, self._n = screened_moments(values)
+        self._level, self._scale = level * self._factor, scale * self._factor
         self._m2 = self._scale * self._scale * (self._n - 1)
         self._learning = self._n < self.reference
         size = self.max_run_length

@@ -175,3 +175,19 @@ def test_a_nan_among_per_item_values_is_skipped_and_counted_as_within_items_x_sa
     whole = summarize([1.0, math.nan, math.nan, 0.0, 1.0])
     assert (combined["acc"].mean, combined["acc"].n, combined["acc"].nan_count) == (whole.mean, 3, 2)
     assert combined["acc"].ci == pytest.approx(whole.ci) and ns["acc"] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["bocpd", "cusum", "page_hinkley"])
+def test_one_wild_huge_value_in_the_warm_up_does_not_blind_a_detector(name):
+    """Found in review: BOCPD scaled its warm-up by the largest value, so one 1e160 among values near 1 put
+    them at 1e-160, below the scale's floor, and a 3-sd shift 580 steps later was never seen."""
+    rng = np.random.default_rng(0)
+    base = np.r_[rng.normal(0, 1, 600), rng.normal(3, 1, 400)]
+    wild = base.copy()
+    wild[20] = 1e160
+
+    def shift_seen(values):  # (an alarm at the wild value itself is fair: it is a change of a kind)
+        det = make_detector({"type": name})
+        return any(det.update(float(v), s) is not None and 600 <= s <= 620 for s, v in enumerate(values))
+
+    assert shift_seen(base) and shift_seen(wild)
