@@ -7,6 +7,16 @@ N(0, 1) data (see ``_calibration.py``).
 
 # fmt: off
 TABLE = {
+    '[1,"adwin",{"clip":8.0,"clock":1,"grace_period":10,"max_buckets":5,"min_window_length":5,"standardize":true,"warmup":30},null]': {
+        'max_arl': 20000.0,
+        'runs': 100,
+        'seed': 20240607,
+        'extrapolate': True,
+        'curve': [
+            [0.4742431640625, 1000.0], [1.41357421875, 3162.2776601683795], [2.2393798828125, 10000.0],
+            [2.984619140625, 20000.0],
+        ],
+    },
     '[1,"adwin",{"clock":1,"grace_period":10,"max_buckets":5,"min_window_length":5},null]': {
         'max_arl': 20000.0,
         'runs': 100,

@@ -276,12 +276,23 @@ class PageHinkley(Detector):
 
 
 class ADWIN(Detector):
-    """ADWIN (river's ``ADWIN``): adaptive windowing, alarms when two sub-windows have different means.
+    """ADWIN (river's ``ADWIN``) on standardized values: adaptive windowing, alarms when two sub-windows have
+    different means.
 
     ADWIN keeps a window of recent values (compressed into exponential buckets) and drops its older part
     when the means of the two parts differ by more than a bound that holds with confidence ``delta``.
     The alarm's ``location`` is the least-squares split of the values since the last alarm (the last 1,024
     at most) and its direction compares the means on either side; the detector then restarts.
+
+    river's bound, ``sqrt(2 / m var ln(2 / delta')) + 2 / (3 m) ln(2 / delta')``, has a second term in the
+    stream's own units that assumes values of order 1: on raw values a stream in the thousands alarmed 5x
+    as often as one of order 1, and one in the thousandths was never alarmed on.  So, as for
+    ``page_hinkley``, the first ``warmup`` values fix a level and a scale (screened mean and sd, see
+    ``cusum``) and river sees ``(x - level) / scale``, clipped to ``+-clip`` (the warm-up values too, once
+    the scale is known, so it is armed at once); the alarms are the same whatever the stream's units
+    (``standardize=False`` feeds raw values, river-style).  The clip keeps one wild value from inflating
+    the window's variance for good: a single value of 1,000 sd among the first couple of hundred used to
+    blind ADWIN to every later change.  After an alarm the scale is estimated again.
 
     ``clock`` is how often (in values) the cut is checked: river's default of 32 delays detection by up to
     32 steps, so the default here is 1 (about 0.5 us per update).
@@ -289,7 +300,8 @@ class ADWIN(Detector):
     Calibration: ``arl0`` instead of ``delta`` (default ``arl0=5000``), by bisection on ``delta`` with
     simulated i.i.d. standard normal in-control data or a block bootstrap of ``in_control``.  ADWIN's bound
     is conservative: ``delta=1`` (the largest allowed) still gives an ARL of a few hundred, so smaller
-    ``arl0`` cannot be reached and are served with ``delta=1``.
+    ``arl0`` cannot be reached and are served with ``delta=1``.  With ``standardize=False`` the calibrated
+    ``delta`` assumes unit variance.
 
     Parameters
     ----------
@@ -297,6 +309,13 @@ class ADWIN(Detector):
         Confidence of the cut test (smaller: fewer false alarms).
     arl0
         In-control average run length to calibrate ``delta`` for.
+    warmup
+        Values that estimate the level and scale (with ``standardize``).
+    clip
+        Standardized values are clipped to ``[-clip, clip]`` (None: no clipping; not used without
+        ``standardize``).
+    standardize
+        Subtract the warm-up level and divide by the warm-up scale before river sees the value.
     clock, max_buckets, min_window_length, grace_period
         river's parameters.
     in_control, block_size
@@ -306,6 +325,10 @@ class ADWIN(Detector):
 
     Examples
     --------
+    A drop of 3 sd at step 300 is caught 2 steps later.  At ``arl0=1000`` about one false alarm comes per
+    1,000 in-control values: here one at step 104, on a run of high values from step 90 (ADWIN on raw values
+    of sd 0.1 saw neither so soon: 310 for the drop, nothing at 104).
+
     >>> import random
     >>> rng = random.Random(2)
     >>> det = ADWIN(arl0=1000, stream="train/reward")
@@ -314,43 +337,59 @@ class ADWIN(Detector):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    310 down 300
+    104 up 90
+    302 down 300
     """
 
     name = "adwin"
     _threshold_param = "delta"
     _calibration_method = "bisection"
     _stat_range = (0.0, 30.0)  # -log(delta): delta from 1 down to 1e-13
-    _state = ("_n", "_recent", "_recent_steps")
+    _state = ("_warm", "_level", "_scale", "_n", "_recent", "_recent_steps")
     _default_arl0 = 5000.0
     _dummy_threshold = 0.002
     _table_max_arl = 20000.0
     _calibration_runs = 100
 
-    def __init__(self, delta: float | None = None, arl0: float | None = None, clock: int = 1, max_buckets: int = 5,
+    def __init__(self, delta: float | None = None, arl0: float | None = None, warmup: int = 30,
+                 clip: float | None = 8.0, standardize: bool = True, clock: int = 1, max_buckets: int = 5,
                  min_window_length: int = 5, grace_period: int = 10, in_control=None, block_size: int | None = None,
                  stream: str = ""):
         owner = self.name
         self.delta = delta
         self.arl0 = arl0
+        self.warmup = check_int(owner, "warmup", warmup, 3, 1_000_000)
+        self.clip = None if clip is None else check_float(owner, "clip", clip, 0.0, 1e6, lo_open=True)
+        if not isinstance(standardize, bool):
+            raise ValueError(f"{owner}: standardize must be true or false, got {standardize!r}")
+        self.standardize = standardize
         self.clock = check_int(owner, "clock", clock, 1, 1_000_000)
         self.max_buckets = check_int(owner, "max_buckets", max_buckets, 2, 1000)
         self.min_window_length = check_int(owner, "min_window_length", min_window_length, 1, 1_000_000)
         self.grace_period = check_int(owner, "grace_period", grace_period, 1, 1_000_000)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
+        # Standardized values are clipped to +-_clip; raw ones (standardize=False) only clamped to +-_ADWIN_MAX.
+        self._clip = _ADWIN_MAX if self.clip is None or not standardize else min(self.clip, _ADWIN_MAX)
         d = self._threshold_from(delta, arl0, self._default_arl0,
                                  lambda v: check_float(owner, "delta", v, 0.0, 1.0, lo_open=True))
         self.delta_ = d
         self._reset()
 
     @classmethod
+    def _table_variants(cls) -> list[dict]:
+        return [{}, {"standardize": False}]
+
+    @classmethod
     def _threshold_of(cls, stat: float) -> float:
         return math.exp(-stat)
 
     def _calibration_params(self) -> dict:
-        return {"clock": self.clock, "max_buckets": self.max_buckets, "min_window_length": self.min_window_length,
-                "grace_period": self.grace_period}
+        params = {"clock": self.clock, "max_buckets": self.max_buckets, "min_window_length": self.min_window_length,
+                  "grace_period": self.grace_period}
+        if self.standardize:  # only then, so the raw (river-style) setting keeps its shipped curve's key
+            params.update(standardize=True, warmup=self.warmup, clip=self.clip)
+        return params
 
     def _new_river(self) -> river_drift.ADWIN:
         return river_drift.ADWIN(delta=self.delta_, clock=self.clock, max_buckets=self.max_buckets,
@@ -358,10 +397,19 @@ class ADWIN(Detector):
 
     def _reset(self) -> None:
         self._adwin = self._new_river()
-        self._n = 0  # values since the last alarm
-        # The recent values, to estimate where the change happened when ADWIN cuts its window.
+        self._warm: list[float] | None = [] if self.standardize else None  # raw warm-up values
+        self._level = 0.0
+        self._scale = 1.0
+        self._inv = 1.0
+        self._n = 0  # values fed to river since the last alarm
+        # The recent values as river saw them (standardized, not clipped) and their steps, to estimate where
+        # the change happened when ADWIN cuts its window (the steps of warm-up values are kept as they come).
         self._recent: collections.deque = collections.deque(maxlen=_ADWIN_LOCATION_WINDOW)
         self._recent_steps: collections.deque = collections.deque(maxlen=_ADWIN_LOCATION_WINDOW)
+
+    @property
+    def armed(self) -> bool:
+        return self._warm is None
 
     def state_dict(self) -> dict:
         sd = super().state_dict()
@@ -373,38 +421,79 @@ class ADWIN(Detector):
 
     def load_state_dict(self, sd) -> None:
         super().load_state_dict(sd)
+        if "warm" not in sd and "river" in sd and self.standardize:
+            # A state from before ADWIN standardized: river's window holds raw values, which cannot be
+            # mixed with standardized ones.  Start afresh (a new warm-up).
+            self._reset()
+            return
         r = sd.get("river")
         if r:
             self._adwin._helper.__setstate__(base64.b64decode(r["helper"]))
             self._adwin._drift_detected = r["drift_detected"]
+
+    def _after_load(self) -> None:
+        self._inv = 1.0 / self._scale
 
     def update(self, value: float, step: int) -> Alarm | None:
         if type(value) is not float:
             value = self._float(value)
         if value - value != 0.0:  # NaN or inf: ignored
             return None
-        if not -_ADWIN_MAX <= value <= _ADWIN_MAX:  # river's window variance squares values: inf above ~1e154
-            value = _ADWIN_MAX if value > 0.0 else -_ADWIN_MAX
+        if self._warm is not None:
+            return self._warm_up(value, step)
+        return self._feed((value - self._level) * self._inv, step, step)
+
+    def _feed(self, z: float, at: int, step: int) -> Alarm | None:
+        """River sees ``z`` (the value of step ``at``, standardized) on the update of step ``step``."""
+        # river's window variance squares values: inf above ~1e154, so they are clamped (to +-1e100, or to
+        # +-clip when standardized); an overflow of (value - level) to +-inf is clamped too.
+        if not -_ADWIN_MAX <= z <= _ADWIN_MAX:
+            z = _ADWIN_MAX if z > 0.0 else -_ADWIN_MAX
+        self._recent.append(z)
+        self._recent_steps.append(at)
+        c = self._clip
         adwin = self._adwin
-        adwin.update(value)
+        adwin.update(z if -c <= z <= c else (c if z > 0.0 else -c))
         self._n += 1
-        self._recent.append(value)
-        self._recent_steps.append(step)
         if adwin.drift_detected:
             return self._alarm(step)
+        return None
+
+    def _warm_up(self, value: float, step: int) -> Alarm | None:
+        warm = self._warm
+        warm.append(value)
+        self._recent_steps.append(step)  # (the steps of the warm-up values wait here)
+        if len(warm) < self.warmup:
+            return None
+        self._level, self._scale, _ = screened_moments(warm)
+        self._inv = 1.0 / self._scale
+        self._warm = None
+        steps = list(self._recent_steps)
+        steps = [steps[0]] * (len(warm) - len(steps)) + steps  # (a warm-up longer than the location window)
+        self._recent_steps.clear()
+        for i, v in enumerate(warm):  # river sees the warm-up values too (standardized), so it is armed at once
+            alarm = self._feed((v - self._level) * self._inv, steps[i], step)
+            if alarm is not None:
+                # A change within the warm-up: the values after it start the next warm-up.
+                self._warm.extend(warm[i + 1:])
+                self._recent_steps.extend(steps[i + 1:])
+                return alarm
         return None
 
     def _alarm(self, step: int) -> Alarm:
         m = min(self._n, len(self._recent))
         values = list(self._recent)[-m:]
-        cut = best_split(values)
-        before, after = values[:cut], values[cut:]
-        old_mean, new_mean = sum(before) / len(before), sum(after) / len(after)
-        direction = "up" if new_mean > old_mean else "down"
+        c = self._clip
+        seen = [v if -c <= v <= c else (c if v > 0.0 else -c) for v in values]  # as river saw them
+        cut = best_split(seen)
+        direction = "up" if sum(seen[cut:]) / (m - cut) > sum(seen[:cut]) / cut else "down"
         location = list(self._recent_steps)[-m:][cut]
-        # river resets its ADWIN on the next update anyway; do it now so the state is plain.
-        self._n = 0
-        self._adwin._reset()
+        # The means in the stream's units (not clipped: a jump to 1e6 reads as one).
+        old_mean = self._level + self._scale * (sum(values[:cut]) / cut)
+        new_mean = self._level + self._scale * (sum(values[cut:]) / (m - cut))
+        # river resets its ADWIN on the next update anyway; do it now so the state is plain.  The scale is
+        # estimated again on the new level.
+        self._reset()
         return Alarm(step, self.name, self.stream, direction, location,
                      f"{self.stream or 'stream'}: mean {direction} from {old_mean:.6g} to {new_mean:.6g} "
                      f"(ADWIN, delta {self.delta_:.3g}), change near step {location}")
