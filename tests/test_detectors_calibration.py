@@ -169,3 +169,12 @@ def test_kswin_vectorized_statistic_uses_river_pvalues():
         res = stats.ks_2samp(x, y, method="auto")
         k = round(res.statistic * 30)
         assert _ks_pvalues(30)[k] == pytest.approx(res.pvalue, rel=1e-9)
+
+
+def test_a_one_off_bisection_covers_its_own_arl0_only():
+    """ADWIN's calibration for a setting outside the table bisects for the arl0 asked and keeps that one point;
+    a later, smaller arl0 for the same setting was served that same threshold (stricter than asked)."""
+    one_off = {"curve": [[12.5, 5000.0]], "max_arl": 5000.0, "runs": 100, "seed": 1}
+    assert calibration._covers(one_off, 5000.0) and not calibration._covers(one_off, 500.0)
+    curve = {"curve": [[1.0, 100.0], [2.0, 1000.0], [3.0, 5000.0]], "max_arl": 5000.0}
+    assert calibration._covers(curve, 500.0) and not calibration._covers(curve, 8000.0)
