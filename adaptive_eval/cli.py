@@ -201,17 +201,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
     print(f"  evaluations {s['evals']}, {samples}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
           f"simulated eval time {frac:.1%} of the run")
-    if s["deferrals"] > max(s["evals"], 10):  # the budget binds: say what the clock and the eval cost are
-        times = [r.time for r in trace.records]
-        timed = cfg.replay.trace_time and len(times) > 1 and all(t is not None for t in times)
-        step = (times[-1] - times[0]) / (len(times) - 1) if timed else float(cfg.replay.step_seconds)
-        whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * int(
-            cfg.replay.eval_set_size)
-        source = "the trace's time column" if timed else "replay.step_seconds"
-        print(f"  note: the budget deferred {s['deferrals']} evaluations: a step takes {step:.3g} s ({source}) and an "
-              f"evaluation of the whole set {whole:.3g} s (replay.eval_fixed_seconds, replay.eval_seconds_per_sample)"
-              + ("; --set replay.trace_time=false times steps by replay.step_seconds instead" if timed else ""),
-              file=sys.stderr)
+    _budget_note(trace, cfg, s["deferrals"], s["evals"])
     reasons: dict[str, int] = {}
     for e in result.evals:
         key = e["reason"].split(":")[0]
@@ -262,6 +252,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _budget_note(trace, cfg, deferrals: int, evals: int, name: str = "") -> None:
+    """When the budget binds (more deferrals than evaluations), say what the clock and the eval cost are: a
+    trace whose time column has steps of 0.1 ms (a logger in a tight loop) affords almost no evaluation."""
+    if deferrals <= max(evals, 10):
+        return
+    times = [r.time for r in trace.records]
+    timed = cfg.replay.trace_time and len(times) > 1 and all(t is not None for t in times)
+    step = (times[-1] - times[0]) / (len(times) - 1) if timed else float(cfg.replay.step_seconds)
+    whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * int(
+        cfg.replay.eval_set_size)
+    source = "the trace's time column" if timed else "replay.step_seconds"
+    print(f"  note: {name + ': ' if name else ''}the budget deferred {deferrals} evaluations: a step takes "
+          f"{step:.3g} s ({source}) and an evaluation of the whole set {whole:.3g} s (replay.eval_fixed_seconds, "
+          "replay.eval_seconds_per_sample)"
+          + ("; --set replay.trace_time=false times steps by replay.step_seconds instead" if timed else ""),
+          file=sys.stderr)
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
 
@@ -297,6 +305,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             _truth_note(loaded, cfg)
             if run.evals and not any(e["metrics"] for e in run.evals):
                 _no_truth_warning(loaded)
+            _budget_note(loaded, cfg, len(run.deferrals), len(run.evals), run.name)
             run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
             rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
         except (ValueError, OSError) as exc:

@@ -272,6 +272,9 @@ def test_a_tensorboard_folders_wall_clock_can_be_left_out_and_replay_says_when_i
     alarm_evals = [e["step"] for e in evals_of(tmp_path / "b") if e["reason"].startswith("alarm:")]
     assert alarm_evals and 200 <= alarm_evals[0] <= 210
     assert len(evals_of(tmp_path / "b")) > 2 * len(evals_of(tmp_path / "a"))
+    # check said nothing of it (a FAIL with no reason; found by a new user): it says the same note
+    main(["check", str(tmp_path / "tb")])
+    assert "the budget deferred" in capsys.readouterr().err
 
 
 def test_replay_prints_the_suites_cost_units_beside_the_items(tmp_path, capsys):
