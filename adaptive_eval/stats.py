@@ -14,6 +14,7 @@ import logging
 import math
 import numbers
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -63,7 +64,14 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(t.ppf(0.5 + confidence / 2.0, df))
 
 
-_BOOL_DTYPES = frozenset({"bool", "torch.bool"})
+def _is_bool_dtype(dtype) -> bool:
+    """A numpy (kind ``b``) or torch bool dtype; cheap (``str(np.dtype)`` cost 4 us a metric in ``observe``)."""
+    if dtype is None:
+        return False
+    if getattr(dtype, "kind", None) == "b":
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and dtype is torch.bool
 
 
 def as_float(key: str, value) -> float:
@@ -77,7 +85,7 @@ def as_float(key: str, value) -> float:
     """
     if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
         raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
-    if str(getattr(value, "dtype", "")) in _BOOL_DTYPES:  # a bool tensor or array is a bool, as True is
+    if _is_bool_dtype(getattr(value, "dtype", None)):  # a bool tensor or array is a bool, as True is
         raise TypeError(f"metric {key!r}: expected a number, got a {type(value).__name__} of dtype {value.dtype}")
     try:
         return float(value)
@@ -511,14 +519,15 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
     _check_rows(label, len(answers), rows_expected, ids)
     # A NaN answer is no answer (as a NaN score is for pass@k): each NaN object counted as a vote of its own,
     # and one np.nan repeated as the same vote, so the same answers gave maj@5 1.0 as an array, 0.0 as a list.
+    returned = [len(row) for row in answers]
     answers = [[a for a in row if not _is_nan_answer(a)] for row in answers]
     out = {}
     for k in ks:
         per_item = []
-        if answers and max(len(row) for row in answers) < k:
-            i = max(range(len(answers)), key=lambda j: len(answers[j]))
+        if returned and max(returned) < k:  # (answers returned: NaN answers are data, maj@m of the rest)
+            i = max(range(len(returned)), key=returned.__getitem__)
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the answers returned for every "
-                             f"item (at most {len(answers[i])}, for {_item_name(i, ids, len(answers))})")
+                             f"item (at most {returned[i]}, for {_item_name(i, ids, len(answers))})")
         for row, ref in zip(answers, reference):
             row = list(row)[:k]  # (a shorter row, an item that returned fewer answers: maj@m of its m)
             if not row:
@@ -534,7 +543,7 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
                                            clustered=True, samples=sum(min(len(r), k) for r in answers),
                                            population=population)
     short = short_rows_warning(label, np.array([len(r) for r in answers], dtype=np.int64),
-                               ks, asked, ids)
+                               ks, asked, ids, nan=any(len(a) < n for a, n in zip(answers, returned)))
     if short:
         log.warning(short)
     return out
@@ -917,13 +926,14 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                            within_ss=within_ss, nan_count=nan_count, population=population,
                            m2=deviations(im, im_mean), mean=im_mean)}
     for k in ks:
-        # Scored answers (m), not row lengths: NaN-padded rows that all fall short of k are the ragged rows that
-        # do (they read as pass@k while every item was pass@m).  All NaN: no answer scored, a NaN result.
-        if lengths.size and 0 < int(m.max()) < k:
-            i = int(np.argmax(m))
-            nan_note = "; NaN answers do not count" if nan_count else ""
+        # The answers returned (row lengths), not those scored: k above what every item returned is a request
+        # the evaluate_fn did not meet; NaN answers (a grader's timeouts) are data, and an item short of k by
+        # them counts as pass@m with the warning of short_rows_warning (an error there dropped the whole
+        # evaluation, every metric of every suite, for one NaN answer per item; found in review).
+        if lengths.size and int(lengths.max()) < k:
+            i = int(np.argmax(lengths))
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the samples returned for every "
-                             f"item (at most {int(m[i])}, for {_item_name(i, ids, lengths.size)}{nan_note})")
+                             f"item (at most {int(lengths[i])}, for {_item_name(i, ids, lengths.size)})")
         # Every item with a scored answer counts; one with fewer scored answers than k (NaN answers, or a
         # shorter list: see :func:`short_rows_warning`) with what it has, pass@m of its m (a lower bound on its
         # pass@k): leaving it out biased the mean up, as the answers that fail to score are mostly the hard

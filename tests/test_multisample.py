@@ -140,9 +140,10 @@ def test_a_ragged_row_shorter_than_k_counts_as_its_nan_padded_twin_with_a_warnin
     assert "the fewest: 2, for item 1" in caplog.text
 
 
-def test_nan_padded_rows_short_of_k_warn_and_all_short_is_the_ragged_error(caplog):
-    """NaN-padded rows were not warned about (the ragged twin was), and when every item had fewer scored
-    answers than k the NaN-padded array read pass@4 (every item's pass@m) while the ragged list was an error."""
+def test_nan_padded_rows_short_of_k_warn_and_count_as_pass_at_m(caplog):
+    """NaN-padded rows were not warned about (the ragged twin was).  Every item short of k by NaN answers still
+    counts (pass@m of its m), with the warning; only a k above the answers *returned* by every item is an
+    error (a request the evaluate_fn did not meet)."""
     padded = [[1, 0, 0, 0], [0, 1, math.nan, math.nan], [0, 0, 0, 0]]
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         summarize_outputs({"acc": padded}, None, pass_at_k=(1, 4))
@@ -152,10 +153,20 @@ def test_nan_padded_rows_short_of_k_warn_and_all_short_is_the_ragged_error(caplo
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         summarize_outputs({"acc": [[1, 0, 1], [], [0, 0, 1]]}, None, pass_at_k=(1, 3))
     assert "1 item with no answer is left out" in caplog.text
+    # Every item short of k by NaN answers (a grader timing out once per item) is data, not an error: an error
+    # dropped the whole evaluation, every metric of every suite (found in review).  pass@m of each item's m.
     short = np.array([[1, 0, 1, math.nan], [0, 0, math.nan, math.nan], [1, 1, 0, math.nan]])
-    with pytest.raises(ValueError, match=r"k=4.*every item \(at most 3, for item 0; NaN answers do not count\)"):
-        summarize_outputs({"acc": short}, None, pass_at_k=(1, 4))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = summarize_outputs({"acc": short}, None, pass_at_k=(1, 4))
+    assert out["acc/pass@4"].mean == pytest.approx((1.0 + 0.0 + 1.0) / 3) and out["acc/pass@4"].n == 3
+    assert "3 of 3 items returned fewer than 4 answers" in caplog.text
+    with pytest.raises(ValueError, match=r"k=4.*every item \(at most 3, for item 0\)"):  # (3 returned: an error)
+        summarize_outputs({"acc": [[1, 0, 1], [0, 0], [1, 1, 0]]}, None, pass_at_k=(1, 4))
     assert math.isnan(summarize_outputs({"acc": np.full((2, 4), math.nan)}, None, pass_at_k=(4,))["acc"].mean)  # all NaN
+    majority = summarize_outputs({"a:answers": [[math.nan] * 4, [math.nan] * 4], "a:reference": ["1", "2"]}, None,
+                                 pass_at_k=(1, 4))  # (no answer parsed at all, as in a collapse: NaN, no error)
+    assert math.isnan(majority["a/maj@4"].mean) and majority["a/maj@4"].n == 0
 
 
 def test_k_larger_than_the_samples_returned_for_every_item_names_metric_and_item():
