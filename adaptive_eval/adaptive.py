@@ -189,6 +189,7 @@ class AdaptiveEvaluator:
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -752,7 +753,23 @@ class AdaptiveEvaluator:
                                   self._rank if rank is None else rank, self._world if world is None else world)
         reason = suites_reason(decision.reason, self._suites, due, index, {p.name: p for p in plans})
         total = sum(r.sample_size for r in requests.values())
+        self._say_dropped_pass_at_k(requests)
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
+
+    def _say_dropped_pass_at_k(self, requests) -> None:
+        """A pass@k that a suite's generated answers allow but this evaluation's plan does not (fewer answers
+        per item than k) is not reported: say so once per suite and k (it vanished without a word)."""
+        for name, req in requests.items():
+            asked = int(self._suites[name]["samples_per_item"])
+            for k in self._evaluation["pass_at_k"]:
+                k = int(k)
+                if req.samples_per_item < k <= asked and (name, k) not in self._dropped_pass_at_k:
+                    self._dropped_pass_at_k.add((name, k))
+                    if self._rank == 0:
+                        log.warning("suite %r: pass@%d is not reported by an evaluation with fewer than %d answers per "
+                                    "item (the sample-size policy's plan chose %d of the %d generated); set "
+                                    "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k,
+                                    k, req.samples_per_item, asked, name, k)
 
     def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
         if self._async is not None:

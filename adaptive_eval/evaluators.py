@@ -209,23 +209,10 @@ def _log_bad_output(exc: BaseException, request: EvalRequest) -> None:
               "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-_DROPPED_PASS_AT_K: set = set()  # (suite, k) already warned about in this process
-
-
 def _suite_ks(request: EvalRequest, pass_at_k):
-    """The k of pass@k per due suite: those the suite's samples per item allow.  A k left out (the sample-size
-    policy chose fewer answers per item) is logged once per suite and k: it used to vanish without a word."""
-    out = {}
-    for name, s in request.suites.items():
-        out[name] = tuple(k for k in pass_at_k if k <= s.samples_per_item)
-        for k in pass_at_k:
-            if k > s.samples_per_item and (name, k) not in _DROPPED_PASS_AT_K:
-                _DROPPED_PASS_AT_K.add((name, k))
-                log.warning("suite %r: pass@%d is not reported at step %d and whenever an evaluation of it has "
-                            "fewer than %d answers per item (this one: %d, the sample-size policy's plan); set "
-                            "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k,
-                            request.step, k, s.samples_per_item, name, k)
-    return out
+    """The k of pass@k per due suite: those the suite's samples per item allow (AdaptiveEvaluator says once
+    when a plan's answers per item leave one out)."""
+    return {name: tuple(k for k in pass_at_k if k <= s.samples_per_item) for name, s in request.suites.items()}
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),

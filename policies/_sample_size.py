@@ -161,7 +161,8 @@ class SampleSizePolicy(Policy):
             items, m, why = two_stage_size(bv, 0.0, self.target_half_width, population=int(suite["size"]),
                                            max_samples_per_item=m, min_items=min(lo, int(suite["size"])),
                                            max_items=hi, confidence=self.confidence,
-                                           proportion_mean=s.mean if s.binary else None)
+                                           proportion_mean=s.mean if s.binary else None,
+                                           min_samples_per_item=suite["min_samples_per_item"])
             why = f"{why} (within-item variance unknown at {m} sample per item)"
         self.plans[name] = [int(items), int(m), why, *self._alarm_plan(suite, s, int(items), int(m))]
 

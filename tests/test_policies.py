@@ -672,7 +672,7 @@ def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs_or_says_it_drops_it
     item cheaper, and the run's later evaluations had no math500/acc/pass@8 at all, without a word.  Now the
     evaluator says so (once), and a suite's min_samples_per_item keeps at least that many answers per item,
     through the AdaptiveEvaluator, on every evaluation."""
-    from adaptive_eval import AdaptiveEvaluator, evaluators, load_config
+    from adaptive_eval import AdaptiveEvaluator, load_config
     from conftest import FakeClock
 
     def run(*extra):
@@ -700,7 +700,6 @@ def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs_or_says_it_drops_it
         ev.close()
         return answers_per_item, results
 
-    evaluators._DROPPED_PASS_AT_K.clear()
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         answers, results = run()
     assert min(answers) == 1 and not all("math500/acc/pass@8" in r.metrics for r in results)
