@@ -369,6 +369,8 @@ def test_a_sparse_zero_one_stream_keeps_its_scale():
     mean, sd, n = screened_moments([0.0] * 45 + [1.0] * 5)
     assert (mean, n) == (0.1, 50) and sd == pytest.approx(0.303, abs=1e-3)
     assert screened_moments([0.0] * 45 + [1e6]) == (0.0, 1e-9, 45)
+    assert screened_moments([512.0] * 49 + [2000.0])[1:] == (512e-9, 49)  # (a lone spike, in any units)
+    assert screened_moments([0.0] * 45 + [1e9] * 5)[1] == pytest.approx(0.303e9, rel=1e-3)
     alarms = 0
     for seed in range(10):
         d = make_detector({"type": "cusum"})
