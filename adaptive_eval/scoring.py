@@ -202,7 +202,9 @@ def _proportion_sizes(rows: Sequence[Mapping], metric: str) -> list[float] | Non
     """For a proportion (every evaluation's mean and interval within [0, 1], and some interval lopsided about
     its mean, as a Wilson or Clopper-Pearson interval is and a t interval never is): each evaluation's
     ``t = z^2 / n_eff``, the effective size at which a Wilson interval at its mean has its interval's width
-    (exact for a Wilson interval: half-width^2 = (p(1-p) t + t^2/4) / (1+t)^2, solved for t).  None otherwise.
+    (exact for a Wilson interval: half-width^2 = (p(1-p) t + t^2/4) / (1+t)^2, solved for t; approximate for
+    the Clopper-Pearson intervals of items x samples proportions, which only weigh the evaluations here).
+    None otherwise.
 
     Why: the midpoint of such an interval is pulled towards 0.5 (a 32-item Wilson interval of 0.1 is centred
     near 0.14), and pooling many evaluations keeps that bias: a run flat at 0.03, evaluated on 32 items 40
