@@ -683,9 +683,24 @@ def best_at_k(values, k: int) -> float:
     m = x.size
     if not 1 <= k <= m:
         raise ValueError(f"best_at_k: need 1 <= k <= {m} (the number of values), got k={k}")
-    # The j-th smallest (1-based) is the best of a k-subset in C(j-1, k-1) of the C(m, k) subsets.
-    w = np.array([math.comb(j - 1, k - 1) for j in range(1, m + 1)], dtype=np.float64)
-    return float(np.dot(w, x) / math.comb(m, k))
+    # The j-th smallest (1-based) is the best of a k-subset in C(j-1, k-1) of the C(m, k) subsets.  Past
+    # float range (C(1100, 512) overflows; found in review) the weights come from log-gamma, and values whose
+    # weighted sum would overflow (1e308) are scaled by their largest magnitude first.
+    scale = float(np.max(np.abs(x)))
+    if math.isfinite(scale) and scale > _HUGE_VALUE:
+        return best_at_k(x / scale, k) * scale
+    total = math.comb(m, k)
+    if total < 1e300:
+        w = np.array([math.comb(j - 1, k - 1) for j in range(1, m + 1)], dtype=np.float64)
+        return float(np.dot(w, x) / total)
+    from scipy.special import gammaln
+
+    j = np.arange(k, m + 1, dtype=np.float64)
+    log_w = (gammaln(j) - gammaln(k) - gammaln(j - k + 1)) - (gammaln(m + 1) - gammaln(k + 1) - gammaln(m - k + 1))
+    return float(np.dot(np.exp(log_w), x[k - 1:]))
+
+
+_HUGE_VALUE = 1e150  # values beyond this are scaled before sums that could overflow
 
 
 def clustered_interval(mean: float, var_mean: float, n: int, samples: int, proportion: bool,
@@ -952,10 +967,13 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
                 per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
                                      for i in ok])
-                out[f"{name}/{kind}@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
-                                                      int(per_item.size), False, confidence, clustered=True,
+                with np.errstate(over="ignore", invalid="ignore"):  # (huge values are data, as for mean@k)
+                    sums = float(per_item.sum()), float(np.dot(per_item, per_item))
+                per_mean = stable_mean(per_item)
+                out[f"{name}/{kind}@{k}"] = from_sums(*sums, int(per_item.size), False, confidence, clustered=True,
                                                       samples=int(m[ok].sum()), nan_count=nan_count,
-                                                      population=population)
+                                                      population=population, m2=deviations(per_item, per_mean),
+                                                      mean=per_mean)
     return out
 
 

@@ -191,3 +191,21 @@ def test_one_wild_huge_value_in_the_warm_up_does_not_blind_a_detector(name):
         return any(det.update(float(v), s) is not None and 600 <= s <= 620 for s, v in enumerate(values))
 
     assert shift_seen(base) and shift_seen(wild)
+
+
+def test_best_and_worst_at_k_of_huge_values_or_many_answers_are_finite_numbers():
+    """Found in review: best@2 of rewards near 1e308 read inf (and leaked overflow warnings), and with 1,100
+    answers per item best@512 raised a raw OverflowError (C(1100, 512) is beyond float range), which failed
+    the evaluation."""
+    from adaptive_eval.stats import best_at_k, summarize_outputs
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = summarize_outputs({"r": np.array([[1e308, 1e308, -1e308, 5.0]] * 3)}, 3, pass_at_k=[2])
+        assert out["r/best@2"].mean == pytest.approx(1e308 / 6 * 5)
+        assert out["r/worst@2"].mean == pytest.approx(-1e308 / 3)
+        values = np.random.default_rng(0).random(1100)
+        assert best_at_k(values, 1) == pytest.approx(values.mean()) and best_at_k(values, 1100) == values.max()
+        assert values.mean() < best_at_k(values, 512) < values.max()
+        many = summarize_outputs({"r": np.random.default_rng(1).random((5, 1100))}, 5, pass_at_k=[512])
+        assert 0.99 < many["r/best@512"].mean < 1.0
