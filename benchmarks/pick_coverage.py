@@ -62,8 +62,8 @@ def intervals(evals: list[dict], metric: str) -> dict[str, tuple[dict, tuple[flo
     pick = pick_best(evals, metric)
     rows = shrunk_estimates(evals, metric)
     i = next(j for j, (e, _, _) in enumerate(rows) if e is pick.eval)
-    e, est, sd = max(rows, key=lambda row: (row[1], -row[2]))
-    assert e is pick.eval and est == pick.estimate, "the pick moved"
+    e, est, sd = rows[i]  # (the argmax of the estimates, or one tied with it to rounding: the more precise)
+    assert est == pick.estimate and est >= max(row[1] for row in rows) - 1e-6 * sd, "the pick moved"
     fit = _Fit.of(evals, metric)
     out = {"before": (e, (est - _Z95 * sd, est + _Z95 * sd)),
            "simult.": (e, _shrunk_interval(fit, i, est, drop=0.0)),
