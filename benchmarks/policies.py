@@ -247,7 +247,7 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
                      "same_scores": same}
         rows.append((name, p, h, ci, size, s))
     wagg = {k: aggregate(v) for k, v in whole.items()}
-    print(f"\n{'schedule':24s} {'samples/1k':>10s} {'median conf. delay':>18s} {'conf<=25':>8s} {'missed':>6s} "
+    print(f"\n{'schedule':24s} {'samples/1k':>10s} {'median conf. delay':>18s} {'conf<=25':>8s} {'>25':>6s} "
           f"{'needless':>8s} {'regret':>7s} {'points':>6s}")
 
     def line(label, a):
@@ -393,7 +393,7 @@ def main(argv=None) -> int:
     ap.add_argument("--boot", type=int, default=200, help="bootstrap resamples")
     ap.add_argument("--seeds", type=int, default=1,
                     help="replay every run under this many seeds of the simulated evaluations and pool them per run "
-                         "(regret and the needless and missed counts then average over seeds; default 1)")
+                         "(regret and the needless and >25 counts then average over seeds; default 1)")
     ap.add_argument("--png", default="benchmarks/policies.png", help="where to draw cost against delay")
     ap.add_argument("--set", action="append", default=[], dest="overrides", help="override for every preset")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to score")
