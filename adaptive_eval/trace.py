@@ -941,7 +941,7 @@ def _json_int(value, key: str, path, line) -> int | None:
     return int(value)
 
 
-def _json_record(text: str, path, line) -> TraceRecord:
+def _json_record(text: str, path, line, skipped: dict | None = None) -> TraceRecord:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
@@ -969,6 +969,13 @@ def _json_record(text: str, path, line) -> TraceRecord:
             raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}", path, line)
     else:
         raw = {k: v for k, v in obj.items() if k not in RESERVED and k not in _HF_BOOKKEEPING}
+        if skipped is not None:
+            # A flat record's text, true/false and lists are its metadata (a run name, a phase), not metrics:
+            # left out with one warning (the whole file was refused).  Under "metrics" they are still errors.
+            for k in [k for k, v in raw.items() if isinstance(v, (bool, list)) or (
+                    isinstance(v, str) and v not in _JSON_TO_NONFINITE)]:
+                skipped.setdefault(k, line)
+                del raw[k]
     metrics = {}
     _json_metrics(raw, "", metrics, path, line)
     return _new_record(step, metrics, epoch, time)
@@ -1030,26 +1037,29 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
     rows = _json_document(path, text)
     if rows is not None:
         records: list[TraceRecord] = []
+        skipped: dict = {}
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
-                rec = _json_record(json.dumps(row), path, None)
+                rec = _json_record(json.dumps(row), path, None, skipped)
                 _finish_line(rec, records, path, None, keep_last)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
+        _warn_skipped(path, skipped)
         return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
     unterminated = lines[-1] != ""
     last_index = len(lines) - 1
     records: list[TraceRecord] = []
+    skipped: dict = {}
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
-            rec = _json_record(raw, path, i + 1)
+            rec = _json_record(raw, path, i + 1, skipped)
             _finish_line(rec, records, path, i + 1, keep_last)
         except TraceError as err:
             if unterminated and i == last_index:
@@ -1058,7 +1068,17 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
             raise
     if not records:
         raise TraceError("no records", path)
+    _warn_skipped(path, skipped)
     return Trace(_dates_relative(records, path), str(path))
+
+
+def _warn_skipped(path, skipped: dict) -> None:
+    if skipped:
+        first = min((line for line in skipped.values() if line is not None), default=None)
+        warnings.warn(f"{path}: left out {len(skipped)} field{'s' if len(skipped) > 1 else ''} that held text, "
+                      f"true/false or lists in flat records ({', '.join(map(repr, sorted(skipped)))}"
+                      f"{f'; first on line {first}' if first is not None else ''}): a record's metadata, not "
+                      "metrics", RuntimeWarning, stacklevel=4)
 
 
 def _read_tensorboard(path: pathlib.Path) -> Trace:

@@ -169,3 +169,22 @@ def test_a_pandas_index_or_a_trailing_comma_is_an_ignored_column(tmp_path):
             trace = read_trace(path)
         assert trace.metric_names() == ["train/loss", "eval/accuracy"]
         assert [r.step for r in trace.records] == [0, 1, 2]
+
+
+def test_text_and_flags_in_flat_jsonl_records_are_metadata_left_out(tmp_path):
+    """One text field (a phase, a run name) refused a whole JSONL file, --stream or not (found by a new user).
+    In a flat record text, true/false and lists are left out with one warning; under "metrics" they are still
+    an error naming the line."""
+    from adaptive_eval.trace import TraceError, read_trace
+
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"step": 0, "phase": "main", "done": false, "train/loss": 1.0, "eval/accuracy": 0.5}\n'
+                    '{"step": 1, "phase": "main", "tags": ["a"], "train/loss": "NaN"}\n')
+    with pytest.warns(RuntimeWarning, match=r"left out 3 fields that held text, true/false or lists in flat "
+                                            r"records \('done', 'phase', 'tags'; first on line 1\)"):
+        trace = read_trace(path)
+    assert trace.metric_names() == ["train/loss", "eval/accuracy"]
+    boxed = tmp_path / "boxed.jsonl"
+    boxed.write_text('{"step": 1, "metrics": {"r": "high"}}\n')
+    with pytest.raises(TraceError, match=r"boxed\.jsonl:1: metric 'r': 'high' is not a number"):
+        read_trace(boxed)
