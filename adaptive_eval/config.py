@@ -395,8 +395,9 @@ def _evaluation_problems(ev) -> list[str]:
             problems.append(f"{key}.max_samples_per_item: {suite.max_samples_per_item} is below {key}.samples_per_item: "
                             f"{suite.samples_per_item} (the sample-size policy could never ask for the answers per item "
                             "generated; raise it, or leave it null)")
-        top = (suite.max_samples_per_item if suite.max_samples_per_item is not None
-               else max(32, suite.samples_per_item))
+        from adaptive_eval.policies._sample_size import _max_samples_per_item
+
+        top = _max_samples_per_item(suite)  # (the policy's own rule for a null max_samples_per_item)
         if suite.min_samples_per_item is not None and suite.min_samples_per_item > top >= 1:
             problems.append(f"{key}.min_samples_per_item: {suite.min_samples_per_item} is above the most the "
                             f"sample-size policy may choose ({key}.max_samples_per_item: "
