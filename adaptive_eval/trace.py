@@ -516,7 +516,9 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     CSV: a header with a ``step`` column; ``epoch`` and ``time`` columns are optional; every other column is a
     metric.  JSONL: objects ``{"step": .., "epoch": .., "time": .., "metrics": {..}}`` (or flat, with the
     metrics beside ``step`` when there is no ``metrics`` key).  TensorBoard: every scalar tag is a metric, one
-    record per step, ``time`` is the wall time since the first event; all events are kept.
+    record per step, ``time`` is the wall time since the first event; all events are kept.  The series
+    ``SummaryWriter.add_scalars(main_tag, {key: ...})`` writes into sub-folders ``<main_tag>_<key>/`` are
+    metrics ``<main_tag>/<key>`` of the folder's run; another run in a sub-folder is left out with a warning.
 
     JSONL objects may nest metrics (``{"step": 3, "actor": {"kl": 0.01}}`` is metric ``actor/kl``), and a
     ``data`` object in place of ``metrics`` holds them (verl's file logger: ``{"step": 3, "data": {...}}``).
@@ -1081,33 +1083,21 @@ def _warn_skipped(path, skipped: dict) -> None:
                       "metrics", RuntimeWarning, stacklevel=4)
 
 
-def _read_tensorboard(path: pathlib.Path) -> Trace:
+def _scalar_events(run: pathlib.Path):
+    """``(tag, step, wall_time, value)`` of every scalar event of one TensorBoard run: the event files directly in
+    ``run`` (a folder; its sub-folders are other runs), or ``run`` itself when it is an event file."""
     from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.util import tensor_util
 
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such TensorBoard directory or event file")
-    if path.is_dir() and not any("tfevents" in p.name for p in path.iterdir() if p.is_file()):
-        nested = sorted({str(p.parent) for p in path.rglob("*tfevents*")})
-        hint = f"; event files lie in {nested[:5]}: pass one of those" if nested else ""
-        raise TraceError(f"no trace here: a folder is read as a TensorBoard run and holds no event files{hint} "
-                         "(a trace file is .csv, .jsonl or .json)", path)
     # size 0 = keep every event (the default keeps a reservoir sample of 10,000 scalars per tag).
     guidance = {ea.SCALARS: 0, ea.TENSORS: 0, ea.IMAGES: 1, ea.AUDIO: 1, ea.HISTOGRAMS: 1,
                 ea.COMPRESSED_HISTOGRAMS: 1}
-    acc = ea.EventAccumulator(str(path), size_guidance=guidance)
+    acc = ea.EventAccumulator(str(run), size_guidance=guidance)
     acc.Reload()
     tags = acc.Tags()
-    by_step: dict[int, dict[str, float]] = {}
-    wall: dict[int, float] = {}
-
-    def add(tag, step, wall_time, value):
-        by_step.setdefault(step, {})[tag] = value
-        wall[step] = min(wall.get(step, wall_time), wall_time)
-
     for tag in tags.get(ea.SCALARS, []):
         for ev in acc.Scalars(tag):
-            add(tag, int(ev.step), ev.wall_time, float(ev.value))
+            yield tag, int(ev.step), ev.wall_time, float(ev.value)
     for tag in tags.get(ea.TENSORS, []):
         # TF2-style scalars are stored as tensors with the "scalars" plugin.
         if acc.SummaryMetadata(tag).plugin_data.plugin_name != "scalars":
@@ -1115,7 +1105,70 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
         for ev in acc.Tensors(tag):
             arr = tensor_util.make_ndarray(ev.tensor_proto)
             if arr.size == 1:
-                add(tag, int(ev.step), ev.wall_time, float(arr.reshape(()).item()))
+                yield tag, int(ev.step), ev.wall_time, float(arr.reshape(()).item())
+
+
+def _add_scalars_series(run: pathlib.Path, parent: pathlib.Path) -> list | None:
+    """The scalar events of ``run``, a folder under ``parent``, with their tags renamed ``<main_tag>/<key>``
+    when ``run`` is a series that ``SummaryWriter.add_scalars(main_tag, {key: ...})`` wrote beside the parent's
+    own events; else None (a separate run).
+
+    torch (and tensorboardX) write each key into the run ``<parent>/<main_tag with '/' as '_'>_<key>`` under the
+    tag ``main_tag``: the folder's path below the parent must start with the tag so spelled and ``_``, and the
+    rest is the key (a key holding ``/`` is a deeper folder)."""
+    rel = run.relative_to(parent).as_posix()
+    events = []
+    for tag, step, wall_time, value in _scalar_events(run):
+        prefix = tag.replace("/", "_") + "_"
+        if not (rel.startswith(prefix) and len(rel) > len(prefix)):
+            return None
+        events.append((f"{tag}/{rel[len(prefix):]}", step, wall_time, value))
+    return events or None
+
+
+def _listed(paths: Sequence[str], most: int = 5) -> str:
+    return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+def _read_tensorboard(path: pathlib.Path) -> Trace:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such TensorBoard directory or event file")
+    nested: list[pathlib.Path] = []
+    if path.is_dir():
+        nested = sorted({p.parent for p in path.rglob("*tfevents*") if p.is_file()} - {path})
+        if not any("tfevents" in p.name for p in path.iterdir() if p.is_file()):
+            hint = f"; event files lie in {_listed([str(p) for p in nested])}: pass one of those" if nested else ""
+            raise TraceError(f"no trace here: a folder is read as a TensorBoard run and holds no event files{hint} "
+                             "(a trace file is .csv, .jsonl or .json)", path)
+    by_step: dict[int, dict[str, float]] = {}
+    wall: dict[int, float] = {}
+
+    def add(tag, step, wall_time, value):
+        by_step.setdefault(step, {})[tag] = value
+        wall[step] = min(wall.get(step, wall_time), wall_time)
+
+    own_tags = set()
+    for tag, step, wall_time, value in _scalar_events(path):
+        own_tags.add(tag)
+        add(tag, step, wall_time, value)
+    # SummaryWriter.add_scalars writes each series into a run of its own below the writer's folder: those are
+    # this run's metrics (they were left out silently); any other run below is a separate run, said so.
+    separate = []
+    for run in nested:
+        series = _add_scalars_series(run, path)
+        if series is None:
+            separate.append(run.relative_to(path).as_posix())
+            continue
+        for name, step, wall_time, value in series:
+            if name in own_tags:
+                raise TraceError(f"tag {name!r} is both a scalar of the run and the add_scalars series in "
+                                 f"{run.relative_to(path).as_posix()!r}; rename one", path)
+            add(name, step, wall_time, value)
+    if separate:
+        warnings.warn(f"{path}: left out {len(separate)} run{'s' if len(separate) > 1 else ''} in sub-folders "
+                      f"that {'are' if len(separate) > 1 else 'is'} not add_scalars series of this run "
+                      f"({_listed(separate)}): separate runs; pass each folder on its own", RuntimeWarning,
+                      stacklevel=3)
     if not by_step:
         raise TraceError("no records (no scalar events)", path)
     if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):

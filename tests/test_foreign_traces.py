@@ -490,3 +490,43 @@ def test_an_hf_runs_train_epoch_is_its_epoch_in_tensorboard_and_a_wandb_export(t
 
     w = _load_trace_file(str(tmp_path / "wandb.csv"), args)
     assert w.stream_names() == ["train/loss"] and w.records[19].epoch == 1
+
+
+def test_add_scalars_series_in_sub_folders_are_read_with_the_run_and_separate_runs_are_named(tmp_path, capsys):
+    """SummaryWriter.add_scalars writes each key into a run of its own, <logdir>/<main_tag>_<key>/ (main_tag's '/'
+    as '_'), under the tag main_tag: reading the log folder left them out silently (found by a new user)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb = tmp_path / "tb"
+    with SummaryWriter(str(tb)) as w:
+        for s in range(200):
+            w.add_scalar("train/loss", 1.0 + 0.01 * (s % 7), s)
+            if s % 20 == 0:
+                w.add_scalars("eval/acc", {"val": 0.8 if s < 100 else 0.4, "test": 0.7}, s)
+            w.add_scalars("lr", {"group/0": 1e-3}, s)  # a key holding '/' is a deeper folder
+    assert sorted(p.parent.relative_to(tb).as_posix() for p in tb.rglob("*tfevents*")) == \
+        [".", "eval_acc_test", "eval_acc_val", "lr_group/0"]  # the layout torch writes
+    trace = read_trace(tb)
+    assert set(trace.metric_names()) == {"train/loss", "eval/acc/val", "eval/acc/test", "lr/group/0"}
+    steps, val = trace.column("eval/acc/val")
+    assert steps.tolist() == list(range(0, 200, 20)) and val.tolist() == pytest.approx([0.8] * 5 + [0.4] * 5)
+    assert trace.steps().tolist() == list(range(200))  # merged by step with the run's own scalars
+    assert main(["replay", str(tb), "--eval", "eval/acc/val", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert {m for e in evals_of(tmp_path / "o") for m in e["metrics"]} == {"acc/val"}
+    # A run of its own below the folder is not one of its series: left out, and said so, naming it.
+    with SummaryWriter(str(tb / "seed_1")) as w:
+        w.add_scalar("train/loss", 2.0, 0)
+    with pytest.warns(RuntimeWarning, match=r"left out 1 run in sub-folders that is not add_scalars series of this "
+                                            r"run \(seed_1\): separate runs; pass each folder on its own"):
+        assert set(read_trace(tb).metric_names()) == {"train/loss", "eval/acc/val", "eval/acc/test", "lr/group/0"}
+    capsys.readouterr()
+    assert main(["replay", str(tb), "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert "adaptive-eval: warning: " in err and "(seed_1)" in err
+    # A folder of separate runs only (no event file of its own) is still an error naming every one of them.
+    runs = tmp_path / "runs"
+    for k in range(7):
+        with SummaryWriter(str(runs / f"seed_{k}")) as w:
+            w.add_scalar("train/loss", 1.0, 0)
+    with pytest.raises(TraceError, match=r"holds no event files; event files lie in .*seed_4 and 2 more: pass one"):
+        read_trace(runs)
