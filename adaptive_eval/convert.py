@@ -50,6 +50,7 @@ from adaptive_eval.trace import (
     _parse_time,
     check_separator,
     read_text,
+    skip_comment_lines,
     warn_clashes,
 )
 
@@ -78,11 +79,8 @@ def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     text = read_text(path)
-    lines = text.splitlines(keepends=True)
-    skip = 0
-    while skip < len(lines) and lines[skip].lstrip().startswith("#"):
-        skip += 1
-    reader = csv.reader(lines[skip:], skipinitialspace=True)
+    skip, body = skip_comment_lines(text)
+    reader = csv.reader(body.splitlines(keepends=True), skipinitialspace=True)
     header = next(reader, None)
     if header is None:
         raise TraceError("no records (no header)", path)

@@ -643,21 +643,44 @@ def check_separator(header: Sequence[str], path, line: int) -> None:
 _UNNAMED = "\x00unnamed "  # an unnamed CSV column's name while it is read: never a metric
 
 
-def _csv_header(path, text) -> tuple[list[str], csv.reader]:
+def skip_comment_lines(text: str) -> tuple[int, str]:
+    """``(k, rest)``: the first ``k`` lines of ``text`` start with ``#`` (after blanks) and ``rest`` is the text
+    after them.  A Stable-Baselines3 ``Monitor`` file carries a ``#{"t_start": ..., "env_id": ...}`` JSON line
+    above its header; it was read as the header."""
+    skipped = pos = 0
+    while True:
+        end = text.find("\n", pos)
+        if not (text[pos:] if end < 0 else text[pos:end]).lstrip().startswith("#"):
+            return skipped, (text[pos:] if skipped else text)
+        skipped += 1
+        pos = len(text) if end < 0 else end + 1
+
+
+# A Stable-Baselines3 Monitor file's columns: episode return, length and wall seconds (then any info keywords).
+_SB3_MONITOR = ["r", "l", "t"]
+
+
+def _csv_header(path, text, line: int = 1) -> tuple[list[str], csv.reader]:
+    """The header (``line``: its line in the file) and a reader positioned after it."""
     reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     try:
         header = next(reader)
     except StopIteration:
         raise TraceError("no records", path) from None
     names = [h.strip() for h in header]
-    check_separator(names, path, 1)
+    check_separator(names, path, line)
     if "step" not in names:
+        if names[:3] == _SB3_MONITOR:
+            raise TraceError(f"missing 'step' column (header: {names}): a Stable-Baselines3 Monitor file, one row "
+                             "an episode; read it with adaptive_eval.convert.convert_sb3_monitor(path) (and save that "
+                             "with adaptive_eval.trace.write_trace), or replay it as it is: adaptive-eval replay "
+                             f"{path} --step-column none --stream r --stream l", path, line)
         raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
                          "adaptive-eval replay --step-column COL --stream COL --eval COL (--step-column none: the row "
-                         "number)", path, 1)
+                         "number)", path, line)
     dup = sorted({n for n in names if n and names.count(n) > 1})
     if dup:
-        raise TraceError(f"duplicate column(s) {dup} in the header", path, 1)
+        raise TraceError(f"duplicate column(s) {dup} in the header", path, line)
     unnamed = [i for i, n in enumerate(names) if not n]
     if unnamed:
         # pandas' df.to_csv() writes its index under an empty name, and a trailing comma makes an empty last
@@ -670,15 +693,16 @@ def _csv_header(path, text) -> tuple[list[str], csv.reader]:
 
 
 def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
+    skipped, text = skip_comment_lines(text)
     # The header alone (copying the whole text into a reader costs a second on a large file).
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]
-    names, _ = _csv_header(path, first)
+    names, _ = _csv_header(path, first, skipped + 1)
     with _gc_paused():
         try:
             records = _read_csv_fast(path, text, names)
         except (_Fallback, ValueError, TypeError):
-            records = _read_csv_careful(path, text, names, keep_last)
+            records = _read_csv_careful(path, text, names, keep_last, skipped)
     if not records:
         raise TraceError("no records", path)
     return Trace(_dates_relative(records, path), str(path))
@@ -875,12 +899,14 @@ def _drop_torn(path, line, why: str, stacklevel: int) -> None:
     warnings.warn(f"{path}:{line}: dropped a torn last line ({why})", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
-def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False) -> list[TraceRecord]:
-    _, reader = _csv_header(path, text)
+def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False,
+                      skipped: int = 0) -> list[TraceRecord]:
+    """Row by row; ``skipped``: the comment lines above the header, left out of ``text``."""
+    _, reader = _csv_header(path, text, skipped + 1)
     unterminated = not text.endswith(("\n", "\r"))
     rows = []
     for row in reader:
-        rows.append((reader.line_num, row))
+        rows.append((skipped + reader.line_num, row))
     records: list[TraceRecord] = []
     for k, (line, row) in enumerate(rows):
         if not row or not any(c.strip() for c in row):

@@ -530,3 +530,43 @@ def test_add_scalars_series_in_sub_folders_are_read_with_the_run_and_separate_ru
             w.add_scalar("train/loss", 1.0, 0)
     with pytest.raises(TraceError, match=r"holds no event files; event files lie in .*seed_4 and 2 more: pass one"):
         read_trace(runs)
+
+
+def test_an_sb3_monitor_file_read_as_a_trace_names_its_real_header_and_the_converter(tmp_path, capsys):
+    """A Stable-Baselines3 Monitor file read as a plain CSV said its header was the '#{"t_start": ...}' comment line
+    above it (found by a new user): leading '#' lines are skipped, as convert_sb3_monitor skips them, and the
+    error names the real header, its line and the converter."""
+    from adaptive_eval.convert import convert_sb3_monitor
+
+    path = tmp_path / "0.monitor.csv"
+    rows = [f"{20.0 + (s % 5)},{20 + s % 5},{0.1 * s:.2f}" for s in range(60)]
+    path.write_text('#{"t_start": 1700000000.0, "env_id": "CartPole-v1"}\nr,l,t\n' + "\n".join(rows) + "\n")
+    message = (f"{path}:2: missing 'step' column (header: ['r', 'l', 't']): a Stable-Baselines3 Monitor file, one row "
+               "an episode; read it with adaptive_eval.convert.convert_sb3_monitor(path)")
+    with pytest.raises(TraceError) as err:
+        read_trace(path)
+    assert str(err.value).startswith(message) and "t_start" not in str(err.value)
+    for command in (["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"], ["check", str(path)]):
+        assert main(command) == 2
+        assert f"adaptive-eval: {message}" in capsys.readouterr().err
+    # what it suggests works
+    assert main(["replay", str(path), "--step-column", "none", "--stream", "r", "--stream", "l", "--out",
+                 str(tmp_path / "o2"), "--no-tensorboard"]) == 0
+    assert len(convert_sb3_monitor(path)) == 60
+    # Another header below a comment: the usual hint, at the header's line; the line of a bad cell counts the comment.
+    other = tmp_path / "other.csv"
+    other.write_text("# my logger, v2\n# seed 3\nStep,loss\n0,1.0\n")
+    with pytest.raises(TraceError, match=r"other.csv:3: missing 'step' column \(header: \['Step', 'loss'\]\); "
+                                         "another tool's CSV"):
+        read_trace(other)
+    mine = tmp_path / "mine.csv"
+    mine.write_text("# my logger, v2\nstep,train/loss,eval/acc\n0,1.0,0.5\n1,0.9,\nx,1.0,\n")
+    with pytest.raises(TraceError, match=r"mine.csv:5: step 'x' is not a number"):
+        read_trace(mine)
+    mine.write_text("# my logger, v2\nstep,train/loss,eval/acc\n0,1.0,0.5\n1,0.9,\n")
+    assert [(r.step, r.metrics) for r in read_trace(mine)] == [(0, {"train/loss": 1.0, "eval/acc": 0.5}),
+                                                              (1, {"train/loss": 0.9})]
+    # convert_sb3_monitor (the one helper both readers use) still names a bad cell's line in the file
+    path.write_text('#{"t_start": 1700000000.0}\nr,l,t\n1.0,1,0.1\nx,1,0.2\n')
+    with pytest.raises(TraceError, match=r"0.monitor.csv:4: "):
+        convert_sb3_monitor(path)
