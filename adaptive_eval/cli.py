@@ -380,7 +380,10 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                     from omegaconf import OmegaConf
 
                     case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})
-            case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None)
+            as_named = {(c if c.startswith("eval/") else f"eval/{c}"): c  # (--eval's columns, for tune's hints)
+                        for c in _eval_mapping(getattr(args, "eval", None) or [])}
+            case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None,
+                                  eval_columns=as_named)
             if len(case.trace) > 1:
                 _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
             _truth_note(case.trace, base)

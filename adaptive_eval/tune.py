@@ -17,7 +17,7 @@ import re
 import signal
 import statistics
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -326,9 +326,45 @@ def chosen_points(front: Sequence[int], values: Sequence[Sequence[float]], k: in
     return chosen[:k]
 
 
-def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -> Case:
+# Eval metrics whose values beyond 1 are no percentage (a loss of 2.3): not refused as one.
+_NOT_PERCENT = re.compile(r"(?:^|[_/.\-])(loss|nll|perplexity|ppl|mse|mae|rmse|bpb|bpc)(?:$|[_/.\-@])", re.IGNORECASE)
+
+
+def _refuse_percent_truth(path, trace, metric: str, values: Sequence[tuple[int, float]], base,
+                          eval_columns: Mapping[str, str] | None) -> None:
+    """Raise :class:`TuneError` when the scored metric's ground truth is in percent: values in (1, 100] without
+    an ``eval/<metric>:std`` column make every simulated evaluation return the value itself, with no interval,
+    so no change can be confirmed and every trial scores every delay a miss (minutes of trials for nothing;
+    ``replay`` only notes it).  Not when ``evaluation.metric_kinds`` declares the metric a mean: percent-scale
+    values are then what it is."""
+    declared = dict(base.evaluation.metric_kinds or {})
+    if declared.get(metric, declared.get(f"eval/{metric}")) == "mean" or base.evaluation.suites:
+        return
+    column = f"eval/{metric}"
+    if f"{column}:std" in trace.metric_names() or _NOT_PERCENT.search(metric):
+        return
+    finite = [(step, v) for step, v in values if math.isfinite(v)]
+    if not finite or min(v for _, v in finite) < 0.0 or not 1.0 < max(v for _, v in finite) <= 100.0:
+        return
+    lo, hi = min(v for _, v in finite), max(v for _, v in finite)
+    step, first = next((step, v) for step, v in finite if v > 1.0)
+    named = (eval_columns or {}).get(column, column)
+    raise TuneError(f"{path}: column {column!r} looks like a percentage: its values lie in [{lo:.4g}, {hi:.4g}] "
+                    f"(the first above 1: {first:.4g} at step {step}) and it has no {column + ':std'!r} column, so "
+                    "every simulated evaluation would return the value itself with no interval: nothing can be "
+                    "confirmed and every trial would score every delay a miss.  Scale it to a proportion: --eval "
+                    f"{named}:0.01; or, if it is a mean, say so: --set 'evaluation.metric_kinds={{{metric}: mean}}' "
+                    f"(and give its per-sample sd in a column {column + ':std'!r})")
+
+
+def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
+                   eval_columns: Mapping[str, str] | None = None) -> Case:
     """A recorded trace file (CSV, JSONL or TensorBoard folder) as a case: truth is its eval column
-    (``evaluation.metric``, else the first ``eval/`` column) carried forward; ``events`` are steps."""
+    (``evaluation.metric``, else the first ``eval/`` column) carried forward; ``events`` are steps.
+
+    Raises :class:`TuneError` when that column is in percent (values in (1, 100], no ``:std`` column) and
+    ``evaluation.metric_kinds`` does not declare it a mean.  ``eval_columns``: how the command line named the
+    trace's eval columns (``{"eval/eval_acc": "eval_acc"}`` for ``--eval eval_acc``), for that error's hint."""
     from adaptive_eval.trace import read_trace
 
     from adaptive_eval.replay import ground_truth
@@ -361,6 +397,7 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None) -
                             f"{', '.join(map(str, outside))} outside the trace's steps {first}-{last}")
     truth = None
     if metric in known:
+        _refuse_percent_truth(path, trace, metric, known[metric], base, eval_columns)
         at = dict(known[metric])
         truth, last = [], math.nan
         for rec in trace.records:

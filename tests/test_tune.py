@@ -208,3 +208,40 @@ def test_a_note_when_a_fold_has_no_event_for_the_held_out_delay(tmp_path, capsys
     captured = capsys.readouterr()
     assert "note: 1 of the 2 runs have events and there are 2 folds: a held-out delay is '-'" in captured.err
     assert "presets/point-*.yaml (" in captured.out
+
+
+def percent_csv(tmp_path, column="eval/acc", std=False):
+    """An accuracy in percent (60 falling to 20 at step 150), with its events file beside it."""
+    path = tmp_path / "pct.csv"
+    lines = [f"step,train/reward,{column}" + (f",{column}:std" if std else "")]
+    lines += [f"{s},1.0,{60 if s < 150 else 20}" + (",5.0" if std else "") for s in range(300)]
+    path.write_text("\n".join(lines) + "\n")
+    (tmp_path / "pct.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    return str(path)
+
+
+def test_ground_truth_in_percent_exits_2_before_any_trial_unless_declared_a_mean(tmp_path, capsys):
+    """tune printed a note and ran every trial on an accuracy in percent, where every evaluation returns the value
+    itself and every delay is a miss: minutes of trials for nothing (found by a new user)."""
+    path = percent_csv(tmp_path)
+    out = tmp_path / "tune"
+    args = ["--trials", "1", "--no-progress", "--out", str(out)]
+    assert main(["tune", path, *args]) == 2
+    err = capsys.readouterr().err
+    assert (f"adaptive-eval tune: {path}: column 'eval/acc' looks like a percentage: its values lie in [20, 60] "
+            "(the first above 1: 60 at step 0) and it has no 'eval/acc:std' column") in err
+    assert "--eval eval/acc:0.01" in err and "evaluation.metric_kinds={acc: mean}" in err
+    assert "tuning on" not in err and not (out / "trials.jsonl").exists()
+    # A foreign column named with --eval: the hint names it as the command line does.
+    other = tmp_path / "other"
+    other.mkdir()
+    path2 = percent_csv(other, column="eval_acc")
+    assert main(["tune", path2, "--stream", "train/reward", "--eval", "eval_acc", *args]) == 2
+    assert "column 'eval/eval_acc' looks like a percentage" in (err := capsys.readouterr().err)
+    assert "--eval eval_acc:0.01" in err and not (out / "trials.jsonl").exists()
+    # What it suggests runs; so do a mean declared as such and a column with its per-sample sd.
+    assert main(["tune", path, "--eval", "eval/acc:0.01", *args]) == 0
+    assert main(["tune", path, "--set", "evaluation.metric_kinds={acc: mean}", *args[:-1], str(tmp_path / "t2")]) == 0
+    std = tmp_path / "std"
+    std.mkdir()
+    assert main(["tune", percent_csv(std, std=True), *args[:-1], str(tmp_path / "t3")]) == 0
