@@ -16,6 +16,7 @@ from adaptive_eval.detectors._base import (
     huge_factor,
     screened_moments,
     t_to_z,
+    warmup_change,
 )
 
 __all__ = ["CUSUM"]
@@ -108,6 +109,15 @@ class CUSUM(Detector):
         ``"both"``, ``"up"`` (increases only) or ``"down"``.
     in_control, block_size
         Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    warmup_test
+        Test the warm-up itself for a change of the mean when it ends (after each alarm too): a change there
+        would otherwise be averaged into the reference level and scale and never alarmed on (the Nile's 1898
+        drop, 28 values into a 50-value warm-up).  The test is a permutation test of the largest two-sample t
+        over the splits (:func:`warmup_change`, exact for any i.i.d. stream) at the false-alarm probability
+        the charts have over as many steps, ``warmup / ARL`` (Siegmund's ARL of the charts' threshold, longer than
+        a calibrated ``arl0``), so it adds less than that share to the false alarms.  On a change it alarms at once with the
+        split as its location, and the values after the split start the next warm-up.  None (default): on
+        when ``adapt`` is 0; a tracking detector takes early movement for the trend it follows.
     stream
         Name of the watched stream.
 
@@ -134,7 +144,7 @@ class CUSUM(Detector):
     __slots__ = ("_phase", "_level", "_scale", "_inv", "_sums", "_starts", "_adapt", "_floor", "_clip",
                  "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart")
     _threshold_param = "threshold"
-    _state = ("_phase", "_warm", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts", "_floor")
+    _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts", "_floor")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -143,7 +153,7 @@ class CUSUM(Detector):
     def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
                  arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
                  adapt: float = 0.0, direction: str = "both", in_control=None, block_size: int | None = None,
-                 stream: str = ""):
+                 warmup_test: bool | None = None, stream: str = ""):
         owner = self.name
         if isinstance(k, (str, bytes)) or not isinstance(k, Sequence):
             k = check_float(owner, "k", k, 0.0, 10.0)
@@ -162,6 +172,10 @@ class CUSUM(Detector):
         self.adapt = check_float(owner, "adapt", adapt, 0.0, 0.5)
         self._adapt = self.adapt
         self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
+        if warmup_test is not None and not isinstance(warmup_test, bool):
+            raise ValueError(f"{owner}: warmup_test must be true, false or null, got {warmup_test!r}")
+        self.warmup_test = warmup_test
+        self._warmup_test = (not self.adapt) if warmup_test is None else warmup_test
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
         self._ks = ks
@@ -225,6 +239,7 @@ class CUSUM(Detector):
     def _reset(self) -> None:
         self._phase = _WARMUP
         self._warm: list[float] | None = []
+        self._warm_steps: list[int] | None = []
         self._level = 0.0
         self._scale = 1.0
         self._inv = 1.0
@@ -404,12 +419,17 @@ class CUSUM(Detector):
         if self._phase == _WARMUP:
             warm = self._warm
             warm.append(value)
+            self._warm_steps.append(step)
             if len(warm) >= self.warmup:
+                if self._warmup_test and self._h != _INF:
+                    alarm = self._warmup_alarm(warm, step)
+                    if alarm is not None:
+                        return alarm
                 self._level, self._scale, self._n = screened_moments(warm)
                 f = self._factor = huge_factor(self._scale)
                 self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
                 self._inv = 1.0 / self._scale
-                self._warm = None
+                self._warm = self._warm_steps = None
                 self._floor = 0.05 * self._scale if self._adapt else 0.0
                 # A tracking detector (adapt > 0) follows the stream from here instead of refining fixed estimates.
                 self._phase = _LEARNING if self._n < self.reference and not self._adapt else _FIXED
@@ -448,6 +468,34 @@ class CUSUM(Detector):
             if n >= self.reference:
                 self._phase = _FIXED
         return None
+
+    def _warmup_level(self) -> float:
+        """The warm-up test's significance: the false-alarm probability the charts have over as many steps,
+        ``warmup / ARL``, with the ARL of the threshold by Siegmund's approximation (one rule whether the
+        threshold was given or calibrated, so both give the same alarms; it is longer than the calibrated
+        ``arl0``, which counts the estimation error of the warm-up, so the test is the stricter)."""
+        arl = math.exp(min(_log_arl(self._ks[0], self._h), 700.0)) / len(self._sides)
+        return min(0.5, self.warmup / arl)
+
+    def _warmup_alarm(self, warm: list[float], step: int) -> Alarm | None:
+        """A change inside the warm-up (see ``warmup_test``): an alarm now, at the split, and the values after it
+        start the next warm-up; None when the warm-up is one regime."""
+        found = warmup_change(warm, self._warmup_level(), self.direction, max(3, self.warmup // 10))
+        if found is None:
+            return None
+        i, direction, p = found
+        steps = self._warm_steps or []
+        if len(steps) < len(warm):  # a state saved before warm-up steps were kept
+            steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        location = steps[i]
+        m = len(warm) - i
+        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
+        self._reset()
+        self._warm, self._warm_steps = list(warm[i:]), list(steps[i:])
+        return Alarm(step, self.name, self.stream, direction, location,
+                     f"{self.stream or 'stream'}: level {direction} inside the warm-up (mean {before:.6g} over "
+                     f"{i} values, then {after:.6g} over {m}; permutation p {p:.2g} <= "
+                     f"{self._warmup_level():.2g}), change near step {location}")
 
     def _alarm(self, step: int, side: int, stat: float) -> Alarm:
         kk, sign = self._sides[side]

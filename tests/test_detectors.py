@@ -235,11 +235,23 @@ def test_every_thresholded_detector_accepts_arl0_and_a_raw_threshold(name):
 
 # ----------------------------------------------------------------------------- behaviour, table-driven
 # (detector spec, values as (count, mean, sd) segments drawn with seed 0) -> [(alarm step, direction, location)]
+# The CUSUM rows about its charts turn its warm-up test off: the first 50 values of seed 0 split at 41 with a
+# permutation p of 0.0028, below the test's level at arl0 10,000 (0.0033), one false alarm at step 49 that
+# the rows with the test on show (a false alarm at that level is one run in 300).
+_CHARTS = {"type": "cusum", "arl0": 10000, "warmup_test": False}
 BEHAVIOUR = [
-    ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 400)]),
-    ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, -3, 1)], [(402, "down", 400)]),
-    ({"type": "cusum", "arl0": 10000, "direction": "up"}, [(400, 0, 1), (200, -3, 1)], []),
-    ({"type": "cusum", "arl0": 10000, "k": 0.5}, [(400, 0, 1), (200, 1, 1)], [(418, "up", 400)]),
+    (_CHARTS, [(400, 0, 1), (200, 2, 1)], [(405, "up", 400)]),
+    (_CHARTS, [(400, 0, 1), (200, -3, 1)], [(402, "down", 400)]),
+    ({**_CHARTS, "direction": "up"}, [(400, 0, 1), (200, -3, 1)], []),
+    ({**_CHARTS, "k": 0.5}, [(400, 0, 1), (200, 1, 1)], [(418, "up", 400)]),
+    # Changes inside the 50-value warm-up: alarmed when it ends, at the split, then the charts as before.
+    # Without the test a 2 sd shift 25 values in was averaged into the reference and never alarmed on.
+    ({"type": "cusum", "arl0": 10000}, [(25, 0, 1), (300, 2, 1)], [(49, "up", 25)]),
+    (_CHARTS, [(25, 0, 1), (300, 2, 1)], []),
+    ({"type": "cusum", "arl0": 10000}, [(10, 0, 1), (300, -3, 1)], [(49, "down", 10)]),
+    ({"type": "cusum", "arl0": 10000, "direction": "up"}, [(10, 0, 1), (300, -3, 1)], []),
+    ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(49, "up", 41), (405, "up", 400)]),
+    ({"type": "cusum", "arl0": 10000, "adapt": 0.05}, [(25, 0, 1), (300, 2, 1)], []),  # tracking: off
     ({"type": "bocpd", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(403, "up", 400)]),
     ({"type": "page_hinkley", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 399)]),
     ({"type": "adwin", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(407, "up", 400)]),
@@ -430,3 +442,39 @@ def test_adwin_state_round_trip_mid_warm_up_and_after_a_rewarm():
 def test_adwin_standardization_parameters_are_checked(params, word):
     with pytest.raises(ValueError, match=word):
         make_detector({"type": "adwin", **params})
+
+
+def test_cusum_alarms_on_the_nile_drop_inside_its_warm_up():
+    """The Nile's flow (statsmodels' copy of the classic series, 1871-1970) drops in 1898, index 28: inside
+    CUSUM's 50-value warm-up, where it used to be averaged into the reference level and never alarmed on."""
+    import statsmodels.api as sm
+
+    flow = sm.datasets.nile.load_pandas().data["volume"].astype(float).tolist()
+    alarms = run(make_detector({"type": "cusum"}), flow)
+    assert [(a.step, a.direction) for a in alarms] == [(49, "down")]
+    assert abs(alarms[0].location - 28) <= 2 and "inside the warm-up" in alarms[0].message
+    assert run(make_detector({"type": "cusum", "warmup_test": False}), flow) == []
+
+
+@pytest.mark.parametrize("draw", ["normal", "bernoulli", "student_t"])
+def test_warmup_change_test_holds_its_level_on_any_iid_stream(draw):
+    """A permutation test: its false-alarm probability is its level whatever the i.i.d. distribution, a
+    sparse 0/1 reward (whose 1s a Gaussian null would take for changes) and heavy tails included."""
+    from adaptive_eval.detectors._base import warmup_change
+
+    rng = np.random.default_rng(11)
+    make = {"normal": lambda: rng.standard_normal(50), "bernoulli": lambda: (rng.random(50) < 0.1) * 1.0,
+            "student_t": lambda: rng.standard_t(3, 50)}[draw]
+    hits = sum(warmup_change(make(), 0.05, min_segment=5) is not None for _ in range(400))
+    assert 8 <= hits <= 34, hits  # 20 expected; binomial(400, 0.05) is within these bounds 99.6% of the time
+
+
+def test_warmup_change_finds_the_split_and_its_side():
+    from adaptive_eval.detectors._base import warmup_change
+
+    x = [0.0, 1.0] * 10 + [5.0, 6.0] * 5
+    assert warmup_change(x, 0.01, min_segment=3)[:2] == (20, "up")
+    assert warmup_change(x, 0.01, direction="down", min_segment=3) is None
+    assert warmup_change([1.0] * 30, 0.01) is None  # a constant: nothing to split
+    assert warmup_change([0.0] * 15 + [1e300] * 15, 0.01)[:2] == (15, "up")  # huge values: no overflow
+    assert warmup_change(x, 1e-6) is None  # below what 20,000 permutations resolve: off
