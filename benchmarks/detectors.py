@@ -881,8 +881,8 @@ def warmup_changes() -> None:
                   f"{off_any / WARMUP_RUNS:22.1%}")
     det = make_detector({"type": "cusum"})
     level = det._warmup_level()
-    print(f"\nfalse alarms of the test at the end of a fresh warm-up (level {level:.4f} = 50 / Siegmund's ARL of the "
-          f"threshold; 2,000 seeded warm-ups each):")
+    print(f"\nfalse alarms of the test at the end of a fresh warm-up (level {level:.4f} = the warm-up / arl0; "
+          f"2,000 seeded warm-ups each):")
     draws = {"N(0, 1)": lambda g: g.standard_normal(60), "Bernoulli(0.1)": lambda g: (g.random(60) < 0.1) * 1.0,
              "Student-t, 3 df": lambda g: g.standard_t(3, 60)}
     for label, draw in draws.items():

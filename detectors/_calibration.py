@@ -118,6 +118,31 @@ def calibrate_threshold(det, arl0: float) -> float:
     return det._threshold_of(solve(entry, arl0, discrete=cls._discrete_statistic))
 
 
+def shipped_arl(det, stat: float) -> float | None:
+    """The in-control ARL of ``det`` at statistic threshold ``stat`` read off its shipped calibration curve (the
+    inverse of :func:`solve`), or None when the table has no curve for its settings.  Only the shipped table,
+    never the on-disk cache: what a configuration decides must not depend on what this machine calibrated
+    before."""
+    if getattr(det, "in_control", None) is not None:
+        return None
+    entry = _table().get(calibration_key(det.name, det._calibration_params()))
+    if entry is None or len(entry["curve"]) < 2:
+        return None
+    stats = [c[0] for c in entry["curve"]]
+    logs = [math.log(c[1]) for c in entry["curve"]]
+    if stat <= stats[0]:
+        return math.exp(logs[0])
+    i = bisect.bisect_left(stats, stat)
+    if i >= len(stats):  # beyond the curve: the least squares line through its upper half, as solve extrapolates
+        half = max(2, len(stats) // 2)
+        xs, ys = logs[-half:], stats[-half:]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+        return math.exp(min(logs[-1] + (stat - stats[-1]) / slope, 700.0)) if slope > 0 else None
+    x0, x1, y0, y1 = stats[i - 1], stats[i], logs[i - 1], logs[i]
+    return math.exp(y0 if x1 == x0 else y0 + (y1 - y0) * (stat - x0) / (x1 - x0))
+
+
 def _covers(entry: dict, arl0: float) -> bool:
     if entry.get("extrapolate", False):
         return True

@@ -114,10 +114,11 @@ class CUSUM(Detector):
         would otherwise be averaged into the reference level and scale and never alarmed on (the Nile's 1898
         drop, 28 values into a 50-value warm-up).  The test is a permutation test of the largest two-sample t
         over the splits (:func:`warmup_change`, exact for any i.i.d. stream) at the false-alarm probability
-        the charts have over as many steps, ``warmup / ARL`` (Siegmund's ARL of the charts' threshold, longer than
-        a calibrated ``arl0``), so it adds less than that share to the false alarms.  On a change it alarms at once with the
+        the charts have over as many steps, ``warmup / arl0`` (with a raw ``threshold``, the ARL of its shipped
+        calibration curve, else Siegmund's, which is longer), so it adds about that share to the false alarms.  On a change it alarms at once with the
         split as its location, and the values after the split start the next warm-up.  None (default): on
-        when ``adapt`` is 0; a tracking detector takes early movement for the trend it follows.
+        when ``adapt`` is 0; a tracking detector takes early movement for the trend it follows.  A number in
+        (0, 0.5]: on, at that significance level.
     stream
         Name of the watched stream.
 
@@ -173,9 +174,9 @@ class CUSUM(Detector):
         self._adapt = self.adapt
         self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
         if warmup_test is not None and not isinstance(warmup_test, bool):
-            raise ValueError(f"{owner}: warmup_test must be true, false or null, got {warmup_test!r}")
+            warmup_test = check_float(owner, "warmup_test", warmup_test, 0.0, 0.5, lo_open=True)
         self.warmup_test = warmup_test
-        self._warmup_test = (not self.adapt) if warmup_test is None else warmup_test
+        self._warmup_test = (not self.adapt) if warmup_test is None else warmup_test is not False
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
         self._ks = ks
@@ -470,12 +471,28 @@ class CUSUM(Detector):
         return None
 
     def _warmup_level(self) -> float:
-        """The warm-up test's significance: the false-alarm probability the charts have over as many steps,
-        ``warmup / ARL``, with the ARL of the threshold by Siegmund's approximation (one rule whether the
-        threshold was given or calibrated, so both give the same alarms; it is longer than the calibrated
-        ``arl0``, which counts the estimation error of the warm-up, so the test is the stricter)."""
-        arl = math.exp(min(_log_arl(self._ks[0], self._h), 700.0)) / len(self._sides)
-        return min(0.5, self.warmup / arl)
+        """The warm-up test's significance level: ``warmup_test`` when it is a number, else the false-alarm
+        probability the charts have over as many steps, ``warmup / ARL``.  The ARL: ``arl0`` when the
+        threshold was calibrated for it; for a raw ``threshold``, its shipped calibration curve's ARL (so the
+        two give the same alarms), else Siegmund's, which ignores the warm-up's estimation error and is much
+        longer (the test is then the stricter, and off past a threshold of about 8 at k = 1)."""
+        if not isinstance(self.warmup_test, bool) and self.warmup_test is not None:
+            return float(self.warmup_test)
+        if self.threshold is None:
+            arl = self.arl0 if self.arl0 is not None else self._default_arl0
+        else:
+            from adaptive_eval.detectors._calibration import shipped_arl
+
+            arl = shipped_arl(self, self._statistic_threshold())
+            if arl is None:
+                arl = math.exp(min(_log_arl(self._ks[0], self._h), 700.0)) / len(self._sides)
+        # (12 digits: a raw threshold read back from the curve gives the arl0's level to the last bit or two,
+        # which must not decide a p-value that lands exactly on it)
+        return min(0.5, float(f"{self.warmup / arl:.12g}"))
+
+    def _statistic_threshold(self) -> float:
+        """The calibration statistic's threshold for this ``threshold`` (see ``_statistic``)."""
+        return _log_arl(self._ks[0], self._h)
 
     def _warmup_alarm(self, warm: list[float], step: int) -> Alarm | None:
         """A change inside the warm-up (see ``warmup_test``): an alarm now, at the split, and the values after it

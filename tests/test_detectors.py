@@ -236,8 +236,8 @@ def test_every_thresholded_detector_accepts_arl0_and_a_raw_threshold(name):
 # ----------------------------------------------------------------------------- behaviour, table-driven
 # (detector spec, values as (count, mean, sd) segments drawn with seed 0) -> [(alarm step, direction, location)]
 # The CUSUM rows about its charts turn its warm-up test off: the first 50 values of seed 0 split at 41 with a
-# permutation p of 0.0028, below the test's level at arl0 10,000 (0.0033), one false alarm at step 49 that
-# the rows with the test on show (a false alarm at that level is one run in 300).
+# permutation p of 0.0028, below the test's level at arl0 10,000 (50 / 10,000), one false alarm at step 49
+# that the rows with the test on show (a false alarm at that level is one run in 200).
 _CHARTS = {"type": "cusum", "arl0": 10000, "warmup_test": False}
 BEHAVIOUR = [
     (_CHARTS, [(400, 0, 1), (200, 2, 1)], [(405, "up", 400)]),
@@ -478,3 +478,20 @@ def test_warmup_change_finds_the_split_and_its_side():
     assert warmup_change([1.0] * 30, 0.01) is None  # a constant: nothing to split
     assert warmup_change([0.0] * 15 + [1e300] * 15, 0.01)[:2] == (15, "up")  # huge values: no overflow
     assert warmup_change(x, 1e-6) is None  # below what 20,000 permutations resolve: off
+
+
+def test_cusum_warmup_test_level_follows_arl0_a_raw_threshold_and_a_number():
+    """warmup / arl0; a raw threshold reads its ARL off the shipped curve (the same level as the arl0 it
+    came from), else Siegmund's (far longer: off at the presets' k = 1, threshold 8); a number is the level."""
+    det = make_detector({"type": "cusum", "arl0": 2000})
+    assert det._warmup_level() == 50 / 2000
+    assert make_detector({"type": "cusum", "threshold": det.threshold_})._warmup_level() == 50 / 2000
+    assert make_detector({"type": "cusum", "k": 1.0, "threshold": 8.0})._warmup_level() < 1e-5
+    assert make_detector({"type": "cusum", "k": 1.0, "threshold": 8.0, "warmup_test": 0.005})._warmup_level() == 0.005
+    flow_like = [0.0, 1.0] * 10 + [5.0, 6.0] * 5  # a step of 5 inside a 30-value warm-up
+    preset_like = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.0, "warmup": 30}
+    assert run(make_detector(preset_like), flow_like) == []  # Siegmund's level: beyond the permutations
+    alarms = run(make_detector({**preset_like, "warmup_test": 0.005}), flow_like)
+    assert [(a.step, a.direction, a.location) for a in alarms] == [(29, "up", 20)]
+    with pytest.raises(ValueError, match="warmup_test"):
+        make_detector({"type": "cusum", "warmup_test": 0.9})
