@@ -513,9 +513,10 @@ def write_trace(trace: Trace | Iterable[TraceRecord], path: str | os.PathLike, *
 def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     """Read a CSV or JSONL trace file, or a TensorBoard event directory (or single event file).
 
-    CSV: a header with a ``step`` column; ``epoch`` and ``time`` columns are optional; every other column is a
-    metric.  JSONL: objects ``{"step": .., "epoch": .., "time": .., "metrics": {..}}`` (or flat, with the
-    metrics beside ``step`` when there is no ``metrics`` key).  TensorBoard: every scalar tag is a metric, one
+    CSV: a header with a ``step`` column (leading ``#`` lines above it are comments, unless one has that column:
+    it is the header); ``epoch`` and ``time`` columns are optional; every other column is a metric.  JSONL:
+    objects ``{"step": .., "epoch": .., "time": .., "metrics": {..}}`` (or flat, with the metrics beside ``step``
+    when there is no ``metrics`` key).  TensorBoard: every scalar tag is a metric, one
     record per step, ``time`` is the wall time since the first event; all events are kept.  The series
     ``SummaryWriter.add_scalars(main_tag, {key: ...})`` writes into sub-folders ``<main_tag>_<key>/`` are
     metrics ``<main_tag>/<key>`` of the folder's run; another run in a sub-folder is left out with a warning.
@@ -692,8 +693,37 @@ def _csv_header(path, text, line: int = 1) -> tuple[list[str], csv.reader]:
     return names, reader
 
 
+def _csv_comments(path, text: str) -> tuple[int, str]:
+    """:func:`skip_comment_lines` for a trace CSV, whose header has a ``step`` column: a leading ``#`` line that
+    has one is the header, not a comment (a first column named ``#``, a row number, read before the comment
+    lines were skipped); and a header that lacks one while a comment line above it has one behind its ``#``
+    (``numpy.savetxt`` writes ``# step,loss``) is an error naming that line, not the first data row."""
+    skipped, body = skip_comment_lines(text)
+    if not skipped:
+        return 0, text
+    lines = text.split("\n", skipped)[:skipped]
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in next(csv.reader([line.rstrip("\r")], skipinitialspace=True), [])]
+
+    pos = 0
+    for j, line in enumerate(lines):
+        if "step" in cells(line):
+            return j, text[pos:]
+        pos += len(line) + 1
+    end = body.find("\n")
+    if "step" not in cells(body if end < 0 else body[:end]):
+        for j, line in enumerate(lines):
+            if "step" in cells(line.lstrip().lstrip("#")):
+                raise TraceError(f"missing 'step' column: line {j + 1} {line.rstrip()!r} looks like the header "
+                                 "behind a '#' (numpy.savetxt writes its header so; pass comments=''), and lines "
+                                 "starting with '#' above the header are skipped as comments: remove its '#'",
+                                 path, j + 1)
+    return skipped, body
+
+
 def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
-    skipped, text = skip_comment_lines(text)
+    skipped, text = _csv_comments(path, text)
     # The header alone (copying the whole text into a reader costs a second on a large file).
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]

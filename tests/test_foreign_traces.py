@@ -570,3 +570,24 @@ def test_an_sb3_monitor_file_read_as_a_trace_names_its_real_header_and_the_conve
     path.write_text('#{"t_start": 1700000000.0}\nr,l,t\n1.0,1,0.1\nx,1,0.2\n')
     with pytest.raises(TraceError, match=r"0.monitor.csv:4: "):
         convert_sb3_monitor(path)
+
+
+def test_a_csv_header_that_starts_with_hash_is_the_header_not_a_comment(tmp_path):
+    """Skipping leading '#' lines (for an SB3 Monitor file) also skipped a header whose first column is '#' (a row
+    number), which read before, and then named the first data row as the header (found in review)."""
+    p = tmp_path / "rows.csv"
+    p.write_text("#,step,loss\n1,10,0.5\n2,20,0.4\n")
+    t = read_trace(p)
+    assert t.steps().tolist() == [10, 20] and set(t.metric_names()) == {"#", "loss"}
+    p.write_text("# exported by a tool\n#,step,loss\n1,10,0.5\n2,20,oops\n")  # a comment above it; a bad cell's line
+    with pytest.raises(TraceError, match=r"rows\.csv:4: column 'loss': 'oops' is not a number"):
+        read_trace(p)
+    # numpy.savetxt(..., header="step,loss") writes '# step,loss': the error names that line, not a data row.
+    p.write_text("# step,loss\n10,0.5\n20,0.4\n")
+    with pytest.raises(TraceError, match=r"rows\.csv:1: .*'# step,loss'.* the header behind a '#'") as e:
+        read_trace(p)
+    assert "'10'" not in str(e.value)
+    # A Monitor file is still read past its comment line.
+    p.write_text('#{"t_start": 1.0}\nr,l,t\n1.0,10,0.1\n')
+    with pytest.raises(TraceError, match=r"rows\.csv:2: missing 'step' column \(header: \['r', 'l', 't'\]\)"):
+        read_trace(p)
