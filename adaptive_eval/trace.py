@@ -1210,6 +1210,7 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
     # SummaryWriter.add_scalars writes each series into a run of its own below the writer's folder: those are
     # this run's metrics (they were left out silently); any other run below is a separate run, said so.
     separate = []
+    clashes: dict[tuple[str, str], None] = {}
     for run in nested:
         series = _add_scalars_series(run, path)
         if series is None:
@@ -1217,9 +1218,14 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
             continue
         for name, step, wall_time, value in series:
             if name in own_tags:
-                raise TraceError(f"tag {name!r} is both a scalar of the run and the add_scalars series in "
-                                 f"{run.relative_to(path).as_posix()!r}; rename one", path)
+                # (an error here refused a folder that read before the series were read: a recorded run's tags
+                # cannot be renamed; found in review)
+                clashes[(run.relative_to(path).as_posix(), name)] = None
+                continue
             add(name, step, wall_time, value)
+    for rel, name in clashes:
+        warnings.warn(f"{path}: left out the add_scalars series in {rel!r}: its name {name!r} is a scalar of the run "
+                      "too (the run's own is read)", RuntimeWarning, stacklevel=3)
     if separate:
         warnings.warn(f"{path}: left out {len(separate)} run{'s' if len(separate) > 1 else ''} in sub-folders "
                       f"that {'are' if len(separate) > 1 else 'is'} not add_scalars series of this run "

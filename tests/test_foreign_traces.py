@@ -591,3 +591,22 @@ def test_a_csv_header_that_starts_with_hash_is_the_header_not_a_comment(tmp_path
     p.write_text('#{"t_start": 1.0}\nr,l,t\n1.0,10,0.1\n')
     with pytest.raises(TraceError, match=r"rows\.csv:2: missing 'step' column \(header: \['r', 'l', 't'\]\)"):
         read_trace(p)
+
+
+def test_an_add_scalars_series_named_as_a_scalar_of_the_run_is_left_out_with_a_warning(tmp_path):
+    """A series add_scalars wrote under the name of one of the run's own scalars (add_scalar("loss/train") and
+    add_scalars("loss", {"train": ...})) made the whole folder an error ('rename one': a recorded run's tags cannot
+    be renamed), where it read before the series were read (found in review): the run's own scalar is kept, that
+    series left out with a warning naming its sub-folder, the other series read."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb = tmp_path / "tb"
+    with SummaryWriter(str(tb)) as w:
+        for s in range(10):
+            w.add_scalar("loss/train", 1.0, s)
+            w.add_scalars("loss", {"train": 2.0, "val": 3.0}, s)
+    with pytest.warns(RuntimeWarning, match=r"left out the add_scalars series in 'loss_train': its name 'loss/train' is "
+                                            r"a scalar of the run"):
+        trace = read_trace(tb)
+    assert set(trace.metric_names()) == {"loss/train", "loss/val"}
+    assert trace.column("loss/train")[1].tolist() == [1.0] * 10 and trace.column("loss/val")[1].tolist() == [3.0] * 10
