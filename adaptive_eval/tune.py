@@ -330,6 +330,9 @@ def chosen_points(front: Sequence[int], values: Sequence[Sequence[float]], k: in
 _NOT_PERCENT = re.compile(r"(?:^|[_/.\-])(loss|nll|perplexity|ppl|mse|mae|rmse|bpb|bpc)(?:$|[_/.\-@])", re.IGNORECASE)
 
 
+_ABOVE_1 = 1.0 + 1e-9  # a value above this is beyond 1 by more than rounding
+
+
 def _refuse_percent_truth(path, trace, metric: str, values: Sequence[tuple[int, float]], base,
                           eval_columns: Mapping[str, str] | None) -> None:
     """Raise :class:`TuneError` when the scored metric's ground truth is in percent: values in (1, 100] without
@@ -344,10 +347,12 @@ def _refuse_percent_truth(path, trace, metric: str, values: Sequence[tuple[int, 
     if f"{column}:std" in trace.metric_names() or _NOT_PERCENT.search(metric):
         return
     finite = [(step, v) for step, v in values if math.isfinite(v)]
-    if not finite or min(v for _, v in finite) < 0.0 or not 1.0 < max(v for _, v in finite) <= 100.0:
+    # (beyond 1 by more than rounding: a proportion that is a mean of floats may read 1.0000000000000002, and
+    # replay draws its other values as proportions; it was refused as a percentage, found in review)
+    if not finite or min(v for _, v in finite) < 0.0 or not _ABOVE_1 < max(v for _, v in finite) <= 100.0:
         return
     lo, hi = min(v for _, v in finite), max(v for _, v in finite)
-    step, first = next((step, v) for step, v in finite if v > 1.0)
+    step, first = next((step, v) for step, v in finite if v > _ABOVE_1)
     named = (eval_columns or {}).get(column, column)
     raise TuneError(f"{path}: column {column!r} looks like a percentage: its values lie in [{lo:.4g}, {hi:.4g}] "
                     f"(the first above 1: {first:.4g} at step {step}) and it has no {column + ':std'!r} column, so "

@@ -245,3 +245,16 @@ def test_ground_truth_in_percent_exits_2_before_any_trial_unless_declared_a_mean
     std = tmp_path / "std"
     std.mkdir()
     assert main(["tune", percent_csv(std, std=True), *args[:-1], str(tmp_path / "t3")]) == 0
+
+
+def test_a_proportion_a_rounding_error_above_1_is_not_refused_as_a_percentage(tmp_path, capsys):
+    """An accuracy that is a mean of floats can read 1.0000000000000002: tune refused it as a percentage ('its values
+    lie in [0.5, 1] (the first above 1: 1 at step 10)') and told to scale it by 0.01 (found in review); replay draws
+    every other value as a proportion, so it is tuned."""
+    path = tmp_path / "ulp.csv"
+    lines = ["step,train/reward,eval/acc"]
+    lines += [f"{s},1.0,{1.0000000000000002 if s == 10 else (0.8 if s < 150 else 0.5)!r}" for s in range(300)]
+    path.write_text("\n".join(lines) + "\n")
+    (tmp_path / "ulp.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    assert main(["tune", str(path), "--trials", "1", "--no-progress", "--out", str(tmp_path / "tune")]) == 0
+    assert "looks like a percentage" not in capsys.readouterr().err
