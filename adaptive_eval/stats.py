@@ -1048,6 +1048,7 @@ def pass_at_k_var(n: int, k: int, p: float) -> float:
     replacement are all wrong; ``a^2`` is that chance for two independent draws, whose overlap ``i`` is
     hypergeometric, so ``E[a^2] = sum_i h(i) q^(2k-i)`` with ``q = 1 - p`` and the variance
     ``sum_i h(i) q^(2k-i) (1 - q^i)``: k + 1 terms, each non-negative (no cancellation).  For k = 1, ``p q / n``.
+    NaN for ``p`` NaN; a ``ValueError`` for ``p`` outside [0, 1].
 
     >>> round(pass_at_k_var(16, 1, 0.25) * 16 / (0.25 * 0.75), 12), round(pass_at_k_var(16, 4, 0.5), 6)
     (1.0, 0.005192)
@@ -1056,7 +1057,11 @@ def pass_at_k_var(n: int, k: int, p: float) -> float:
 
     if not 1 <= k <= n:
         raise ValueError(f"pass_at_k_var: need 1 <= k <= n, got n={n}, k={k}")
-    if not 0.0 < p < 1.0:
+    if math.isnan(p):
+        return math.nan
+    if not 0.0 <= p <= 1.0:  # (read 0 before: a variance for an input that is no probability; found in review)
+        raise ValueError(f"pass_at_k_var: p must lie in [0, 1], got {p!r}")
+    if p == 0.0 or p == 1.0:
         return 0.0
     i = np.arange(max(0, 2 * k - n), k + 1, dtype=np.float64)  # the overlap of two k-subsets of n
 

@@ -1029,3 +1029,12 @@ def test_nan_answers_are_no_votes_in_maj_at_k_however_they_are_stored():
     out = summarize_outputs({"a": np.array([[1.0, 0.0], [math.nan, math.nan]]), "a:answers": [["5", "3"],
                             [math.nan, math.nan]], "a:reference": ["5", "9"]}, 2, pass_at_k=[2])
     assert out["a/pass@2"].n == out["a/maj@2"].n == 1
+
+
+def test_pass_at_k_var_of_a_rate_that_is_no_probability_is_not_zero():
+    """pass_at_k_var read 0 for p = NaN, 1.5 or -0.2 (its test is 0 < p < 1, else 0), a variance of exactly 0 for an
+    input that is no probability (found in review): NaN for NaN, a ValueError outside [0, 1]."""
+    assert math.isnan(pass_at_k_var(16, 4, math.nan))
+    for p in (1.5, -0.2, math.inf):
+        with pytest.raises(ValueError, match=r"pass_at_k_var: p must lie in \[0, 1\]"):
+            pass_at_k_var(16, 4, p)
