@@ -4,7 +4,7 @@ Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
      python benchmarks/detectors.py --real [--config F] [--set K=V] [trace options] [TRACE...]
                                                 (the real-stream tables only; see real_streams)
      python benchmarks/detectors.py --tradeoff  (the default CUSUM's settings on synthetic streams; see tradeoff)
-     python benchmarks/detectors.py --warmup    (CUSUM's test for a change inside its warm-up; see warmup_changes)
+     python benchmarks/detectors.py --warmup    (the test for a change inside the warm-up; see warmup_changes)
 
 For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibrated threshold):
 
@@ -833,55 +833,64 @@ def _wilson(k: int, n: int) -> tuple[float, float]:
     return wilson_interval(k, n)
 
 
-def warmup_changes() -> None:
-    """CUSUM's warm-up test (``warmup_test``): changes inside the warm-up, and its false alarms there.
+def _warmup_catch(spec: dict, d: float, at: int) -> tuple[int, list[int], int]:
+    """Runs caught (alarm on the shift's side locating it within 5, by step 100), their steps, runs with any alarm."""
+    from adaptive_eval.detectors import make_detector
 
-    Simulated, seeded.  The default CUSUM (arl0 5,000, warm-up 50) with the test on and off: a mean shift of
-    d sd starting at value 10, 25 or 40 of N(0, 1) data, 300 values after it; "caught" = an alarm by step
-    100 (the warm-up's end + 50) on the shift's side with its location within 5 of the onset, and the
-    median step of such alarms.  Then the test's false alarms at its warm-up's end on i.i.d. streams (2,000
-    warm-ups each), and the Nile's flow (statsmodels' copy), whose 1898 drop is value 28.
+    caught, steps, any_alarm = 0, [], 0
+    for r in range(WARMUP_RUNS):
+        rng = np.random.default_rng(10_000 + r)
+        x = rng.standard_normal(at + 300)
+        x[at:] += d
+        det = make_detector(spec)
+        alarmed = False
+        for t, v in enumerate(x[:50 + WARMUP_WITHIN + 1].tolist()):
+            a = det.update(v, t)
+            if a is None:
+                continue
+            alarmed = True
+            if a.direction == "up" and abs(a.location - at) <= 5:
+                caught += 1
+                steps.append(t)
+                break
+        any_alarm += alarmed
+    return caught, steps, any_alarm
+
+
+def warmup_changes() -> None:
+    """CUSUM's and BOCPD's warm-up test (``warmup_test``): changes inside the warm-up, and its false alarms.
+
+    Simulated, seeded.  Each detector at its defaults (arl0 5,000, warm-up 50) with the test on and off: a
+    mean shift of d sd starting at value 10, 25 or 40 of N(0, 1) data, 300 values after it; "caught" = an
+    alarm by step 100 (the warm-up's end + 50) on the shift's side with its location within 5 of the onset,
+    and the median step of such alarms.  Then the test's false alarms at its warm-up's end on i.i.d. streams
+    (2,000 warm-ups each, CUSUM), and the Nile's flow (statsmodels' copy), whose 1898 drop is value 28.
     """
     from adaptive_eval.detectors import make_detector
 
     t0 = time.perf_counter()
-    print(f"CUSUM (arl0 5000, warm-up 50): a shift inside the warm-up (SIMULATED, N(0,1), {WARMUP_RUNS} seeded runs "
+    print(f"A shift inside the 50-value warm-up, defaults (arl0 5000) (SIMULATED, N(0,1), {WARMUP_RUNS} seeded runs "
           f"per cell); caught = an alarm on its side by step {50 + WARMUP_WITHIN} locating it within 5 values")
-    head = (f"{'shift':>6s} {'onset':>6s} {'test on: caught [95%]':>26s} {'median step':>12s} "
+    head = (f"{'detector':9s} {'shift':>6s} {'onset':>6s} {'test on: caught [95%]':>26s} {'median step':>12s} "
             f"{'test off: caught [95%]':>27s} {'off: any alarm by 100':>22s}")
     print(head)
     print("-" * len(head))
-    for d in WARMUP_SHIFTS:
-        for at in WARMUP_AT:
-            cells = []
-            for on in (True, False):
-                caught, steps, any_alarm = 0, [], 0
-                for r in range(WARMUP_RUNS):
-                    rng = np.random.default_rng(10_000 + r)
-                    x = rng.standard_normal(at + 300)
-                    x[at:] += d
-                    det = make_detector({"type": "cusum", "warmup_test": on})
-                    alarmed = False
-                    for t, v in enumerate(x[:50 + WARMUP_WITHIN + 1].tolist()):
-                        a = det.update(v, t)
-                        if a is None:
-                            continue
-                        alarmed = True
-                        if a.direction == "up" and abs(a.location - at) <= 5:
-                            caught += 1
-                            steps.append(t)
-                            break
-                    any_alarm += alarmed
-                lo, hi = _wilson(caught, WARMUP_RUNS)
-                cells.append((f"{caught / WARMUP_RUNS:5.1%} [{lo:.0%}, {hi:.0%}]", statistics.median(steps) if steps else None,
-                              any_alarm))
-            on_cell, on_med, _ = cells[0]
-            off_cell, _, off_any = cells[1]
-            print(f"{d:6g} {at:6d} {on_cell:>26s} {('-' if on_med is None else format(on_med, 'g')):>12s} {off_cell:>27s} "
-                  f"{off_any / WARMUP_RUNS:22.1%}")
+    for name in ("cusum", "bocpd"):
+        for d in WARMUP_SHIFTS:
+            for at in WARMUP_AT:
+                cells = []
+                for on in (True, False):
+                    caught, steps, any_alarm = _warmup_catch({"type": name, "warmup_test": on}, d, at)
+                    lo, hi = _wilson(caught, WARMUP_RUNS)
+                    cells.append((f"{caught / WARMUP_RUNS:5.1%} [{lo:.0%}, {hi:.0%}]",
+                                  statistics.median(steps) if steps else None, any_alarm))
+                on_cell, on_med, _ = cells[0]
+                off_cell, _, off_any = cells[1]
+                print(f"{name:9s} {d:6g} {at:6d} {on_cell:>26s} {('-' if on_med is None else format(on_med, 'g')):>12s} "
+                      f"{off_cell:>27s} {off_any / WARMUP_RUNS:22.1%}")
     det = make_detector({"type": "cusum"})
     level = det._warmup_level()
-    print(f"\nfalse alarms of the test at the end of a fresh warm-up (level {level:.4f} = the warm-up / arl0; "
+    print(f"\nfalse alarms of the test at the end of a fresh warm-up (CUSUM; level {level:.4f} = the warm-up / arl0; "
           f"2,000 seeded warm-ups each):")
     draws = {"N(0, 1)": lambda g: g.standard_normal(60), "Bernoulli(0.1)": lambda g: (g.random(60) < 0.1) * 1.0,
              "Student-t, 3 df": lambda g: g.standard_t(3, 60)}
@@ -894,17 +903,15 @@ def warmup_changes() -> None:
                 hits += 1
         lo, hi = _wilson(hits, 2000)
         print(f"  {label:16s} {hits:3d} / 2000 = {hits / 2000:.4f} [{lo:.4f}, {hi:.4f}]")
-    try:
-        import statsmodels.api as sm
+    import statsmodels.api as sm
 
-        flow = sm.datasets.nile.load_pandas().data["volume"].astype(float).tolist()
+    flow = sm.datasets.nile.load_pandas().data["volume"].astype(float).tolist()
+    for name in ("cusum", "bocpd"):
         for on in (True, False):
-            det = make_detector({"type": "cusum", "warmup_test": on})
+            det = make_detector({"type": name, "warmup_test": on})
             alarms = [(a.step, a.direction, a.location) for t, v in enumerate(flow) if (a := det.update(v, t))]
-            print(f"Nile (100 values, the drop at value 28), test {'on ' if on else 'off'}: alarms (step, side, "
-                  f"location) {alarms}")
-    except ImportError:  # pragma: no cover - statsmodels is a dependency
-        pass
+            print(f"Nile (100 values, the drop at value 28), {name}, test {'on ' if on else 'off'}: alarms (step, "
+                  f"side, location) {alarms}")
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 
@@ -914,7 +921,7 @@ def main(argv=None) -> None:
     mode.add_argument("--real", action="store_true",
                       help="only the tables on the shipped real traces' streams, beside river's ADWIN and PageHinkley")
     mode.add_argument("--warmup", action="store_true",
-                      help="only CUSUM's warm-up test: shifts inside the warm-up, its false alarms, the Nile")
+                      help="only CUSUM's and BOCPD's warm-up test: shifts inside the warm-up, false alarms, the Nile")
     mode.add_argument("--tradeoff", action="store_true",
                       help="only the default CUSUM's settings against alternatives, on synthetic streams")
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute); "

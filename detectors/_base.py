@@ -95,6 +95,53 @@ class Detector:
     def _disable_alarms(self) -> None:
         self.threshold_ = math.inf
 
+    # ---- the warm-up test (detectors with a ``warmup_test`` parameter: cusum, bocpd)
+    def _statistic_threshold(self) -> float:
+        """The calibration statistic's threshold of the current raw threshold (see ``_threshold_of``)."""
+        raise NotImplementedError
+
+    def _warmup_test_level(self, fallback_arl: float | None = None) -> float | None:
+        """The significance level of the warm-up test: ``warmup_test`` when it is a number, else the false-alarm
+        probability the detector has over as many steps, ``warmup / ARL``.  The ARL: ``arl0`` when the
+        threshold was calibrated for it; for a raw ``threshold``, its shipped calibration curve's ARL (so that
+        both give the same alarms), else ``fallback_arl`` (None: no level, the test is off)."""
+        wt = self.warmup_test
+        if wt is not None and not isinstance(wt, bool):
+            return float(wt)
+        if self.threshold is None:
+            arl = self.arl0 if self.arl0 is not None else self._default_arl0
+        else:
+            from adaptive_eval.detectors._calibration import shipped_arl
+
+            arl = shipped_arl(self, self._statistic_threshold())
+            if arl is None:
+                arl = fallback_arl
+        if arl is None:
+            return None
+        # (12 digits: a raw threshold read back from the curve gives the arl0's level to the last bit or two,
+        # which must not decide a p-value that lands exactly on it)
+        return min(0.5, float(f"{self.warmup / arl:.12g}"))
+
+    def _warmup_split(self, warm: list[float], steps, step: int, level: float | None,
+                      direction: str = "both") -> tuple | None:
+        """Run the warm-up test on ``warm`` (values at ``steps``, the last ``len(warm)`` of them): None, or
+        ``(i, side, location, steps, message)`` where ``warm[i:]`` (at ``steps[i:]``) is the new regime."""
+        if level is None:
+            return None
+        found = warmup_change(warm, level, direction, max(3, self.warmup // 10))
+        if found is None:
+            return None
+        i, side, p = found
+        steps = list(steps)[-len(warm):]
+        if len(steps) < len(warm):  # a state saved before warm-up steps were kept, or a longer warm-up
+            steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        m = len(warm) - i
+        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
+        message = (f"{self.stream or 'stream'}: level {side} inside the warm-up (mean {before:.6g} over {i} "
+                   f"values, then {after:.6g} over {m}; permutation p {p:.2g} <= {level:.2g}), change near step "
+                   f"{steps[i]}")
+        return i, side, steps[i], steps, message
+
     def _statistic(self) -> float:
         """The alarm statistic: the detector alarms on the first update where it exceeds the threshold."""
         raise NotImplementedError
@@ -480,3 +527,10 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
         return None
     mean_a, mean_b = float(np.mean(x[:split])), float(np.mean(x[split:]))
     return split, ("up" if mean_b > mean_a else "down"), p
+
+
+def check_warmup_test(owner: str, value) -> bool | float | None:
+    """``warmup_test``: None (the detector's default), true, false, or a significance level in (0, 0.5]."""
+    if value is None or isinstance(value, bool):
+        return value
+    return check_float(owner, "warmup_test", value, 0.0, 0.5, lo_open=True)

@@ -13,6 +13,7 @@ from adaptive_eval.detectors._base import (
     check_float,
     check_in_control,
     check_int,
+    check_warmup_test,
     screened_moments,
 )
 
@@ -67,6 +68,11 @@ class BOCPD(Detector):
         Values for the initial estimates of level and scale, and until which they are refined.
     in_control, block_size
         Optional in-control segment (and bootstrap block length) to calibrate ``arl0`` on.
+    warmup_test
+        As CUSUM's: test the warm-up for a change of the mean when it ends (a change there is otherwise taken
+        into the reference level and scale), a permutation test at ``warmup / arl0`` (a raw ``threshold``: the
+        ARL of its shipped calibration curve, and without one the test is off), alarming at the split and
+        re-warming on the values after it.  None or true (default): on; false: off; a number: that level.
     stream
         Name of the watched stream.
 
@@ -94,7 +100,8 @@ class BOCPD(Detector):
 
     def __init__(self, hazard: float = 1 / 250, threshold: float | None = None, arl0: float | None = None,
                  max_run_length: int = 256, prior_scale: float = 2.0, warmup: int = 50, reference: int = 500,
-                 in_control=None, block_size: int | None = None, stream: str = ""):
+                 in_control=None, block_size: int | None = None, warmup_test: bool | float | None = None,
+                 stream: str = ""):
         owner = self.name
         self.hazard = check_float(owner, "hazard", hazard, 0.0, 0.5, lo_open=True)
         self.threshold = threshold
@@ -104,6 +111,7 @@ class BOCPD(Detector):
         self.warmup = check_int(owner, "warmup", warmup, 3, 1_000_000)
         self.reference = check_int(owner, "reference", reference, self.warmup, 100_000_000)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
+        self.warmup_test = check_warmup_test(owner, warmup_test)
         self.stream = stream
         p = self._threshold_from(threshold, arl0, self._default_arl0,
                                  lambda v: check_float(owner, "threshold", v, 0.0, 1.0, lo_open=True,
@@ -115,6 +123,23 @@ class BOCPD(Detector):
         self._log_h = math.log(self.hazard)
         self._log_1mh = math.log1p(-self.hazard)
         self._reset()
+
+    def _statistic_threshold(self) -> float:
+        return self._logit_p
+
+    def _warmup_alarm(self, step: int) -> Alarm | None:
+        """A change inside the warm-up (see ``warmup_test``): an alarm now, at the split, and the values after it
+        start the next warm-up; None when the warm-up is one regime."""
+        warm = self._warm
+        found = self._warmup_split(warm, self._recent_steps, step, self._warmup_test_level())
+        if found is None:
+            return None
+        i, side, location, steps, message = found
+        self._reset()
+        self._warm = list(warm[i:])
+        self._recent.extend(warm[i:])
+        self._recent_steps.extend(steps[i:])
+        return Alarm(step, self.name, self.stream, side, location, message)
 
     def _calibration_params(self) -> dict:
         return {"hazard": self.hazard, "max_run_length": self.max_run_length, "prior_scale": self.prior_scale,
@@ -185,6 +210,10 @@ class BOCPD(Detector):
         if self._warm is not None:
             self._warm.append(value)
             if len(self._warm) >= self.warmup:
+                if self.warmup_test is not False and self._logit_p != math.inf:
+                    alarm = self._warmup_alarm(step)
+                    if alarm is not None:
+                        return alarm
                 self._start(self._warm)
             return None
         level, scale = self._level, self._scale

@@ -15,8 +15,8 @@ from adaptive_eval.detectors._base import (
     check_int,
     huge_factor,
     screened_moments,
+    check_warmup_test,
     t_to_z,
-    warmup_change,
 )
 
 __all__ = ["CUSUM"]
@@ -173,9 +173,7 @@ class CUSUM(Detector):
         self.adapt = check_float(owner, "adapt", adapt, 0.0, 0.5)
         self._adapt = self.adapt
         self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
-        if warmup_test is not None and not isinstance(warmup_test, bool):
-            warmup_test = check_float(owner, "warmup_test", warmup_test, 0.0, 0.5, lo_open=True)
-        self.warmup_test = warmup_test
+        self.warmup_test = warmup_test = check_warmup_test(owner, warmup_test)
         self._warmup_test = (not self.adapt) if warmup_test is None else warmup_test is not False
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)
         self.stream = stream
@@ -470,49 +468,26 @@ class CUSUM(Detector):
                 self._phase = _FIXED
         return None
 
-    def _warmup_level(self) -> float:
-        """The warm-up test's significance level: ``warmup_test`` when it is a number, else the false-alarm
-        probability the charts have over as many steps, ``warmup / ARL``.  The ARL: ``arl0`` when the
-        threshold was calibrated for it; for a raw ``threshold``, its shipped calibration curve's ARL (so the
-        two give the same alarms), else Siegmund's, which ignores the warm-up's estimation error and is much
-        longer (the test is then the stricter, and off past a threshold of about 8 at k = 1)."""
-        if not isinstance(self.warmup_test, bool) and self.warmup_test is not None:
-            return float(self.warmup_test)
-        if self.threshold is None:
-            arl = self.arl0 if self.arl0 is not None else self._default_arl0
-        else:
-            from adaptive_eval.detectors._calibration import shipped_arl
-
-            arl = shipped_arl(self, self._statistic_threshold())
-            if arl is None:
-                arl = math.exp(min(_log_arl(self._ks[0], self._h), 700.0)) / len(self._sides)
-        # (12 digits: a raw threshold read back from the curve gives the arl0's level to the last bit or two,
-        # which must not decide a p-value that lands exactly on it)
-        return min(0.5, float(f"{self.warmup / arl:.12g}"))
+    def _warmup_level(self) -> float | None:
+        """The warm-up test's level (see :meth:`Detector._warmup_test_level`); a raw threshold without a
+        shipped curve takes Siegmund's ARL, which ignores the warm-up's estimation error and is much longer
+        (the test is then the stricter, and off past a threshold of about 8 at k = 1)."""
+        siegmund = math.exp(min(_log_arl(self._ks[0], self._h), 700.0)) / len(self._sides)
+        return self._warmup_test_level(siegmund)
 
     def _statistic_threshold(self) -> float:
-        """The calibration statistic's threshold for this ``threshold`` (see ``_statistic``)."""
         return _log_arl(self._ks[0], self._h)
 
     def _warmup_alarm(self, warm: list[float], step: int) -> Alarm | None:
         """A change inside the warm-up (see ``warmup_test``): an alarm now, at the split, and the values after it
         start the next warm-up; None when the warm-up is one regime."""
-        found = warmup_change(warm, self._warmup_level(), self.direction, max(3, self.warmup // 10))
+        found = self._warmup_split(warm, self._warm_steps or [], step, self._warmup_level(), self.direction)
         if found is None:
             return None
-        i, direction, p = found
-        steps = self._warm_steps or []
-        if len(steps) < len(warm):  # a state saved before warm-up steps were kept
-            steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
-        location = steps[i]
-        m = len(warm) - i
-        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
+        i, side, location, steps, message = found
         self._reset()
         self._warm, self._warm_steps = list(warm[i:]), list(steps[i:])
-        return Alarm(step, self.name, self.stream, direction, location,
-                     f"{self.stream or 'stream'}: level {direction} inside the warm-up (mean {before:.6g} over "
-                     f"{i} values, then {after:.6g} over {m}; permutation p {p:.2g} <= "
-                     f"{self._warmup_level():.2g}), change near step {location}")
+        return Alarm(step, self.name, self.stream, side, location, message)
 
     def _alarm(self, step: int, side: int, stat: float) -> Alarm:
         kk, sign = self._sides[side]

@@ -235,8 +235,8 @@ def test_every_thresholded_detector_accepts_arl0_and_a_raw_threshold(name):
 
 # ----------------------------------------------------------------------------- behaviour, table-driven
 # (detector spec, values as (count, mean, sd) segments drawn with seed 0) -> [(alarm step, direction, location)]
-# The CUSUM rows about its charts turn its warm-up test off: the first 50 values of seed 0 split at 41 with a
-# permutation p of 0.0028, below the test's level at arl0 10,000 (50 / 10,000), one false alarm at step 49
+# The CUSUM (and BOCPD) rows about its charts turn its warm-up test off: the first 50 values of seed 0 split
+# at 41 with a permutation p of 0.0028, below the test's level at arl0 10,000 (50 / 10,000), one false alarm at step 49
 # that the rows with the test on show (a false alarm at that level is one run in 200).
 _CHARTS = {"type": "cusum", "arl0": 10000, "warmup_test": False}
 BEHAVIOUR = [
@@ -252,7 +252,9 @@ BEHAVIOUR = [
     ({"type": "cusum", "arl0": 10000, "direction": "up"}, [(10, 0, 1), (300, -3, 1)], []),
     ({"type": "cusum", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(49, "up", 41), (405, "up", 400)]),
     ({"type": "cusum", "arl0": 10000, "adapt": 0.05}, [(25, 0, 1), (300, 2, 1)], []),  # tracking: off
-    ({"type": "bocpd", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(403, "up", 400)]),
+    ({"type": "bocpd", "arl0": 10000, "warmup_test": False}, [(400, 0, 1), (200, 2, 1)], [(403, "up", 400)]),
+    ({"type": "bocpd", "arl0": 10000}, [(25, 0, 1), (300, 2, 1)], [(49, "up", 25)]),
+    ({"type": "bocpd", "arl0": 10000, "warmup_test": False}, [(25, 0, 1), (300, 2, 1)], []),
     ({"type": "page_hinkley", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 399)]),
     ({"type": "adwin", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(407, "up", 400)]),
     ({"type": "kswin", "arl0": 10000}, [(400, 0, 1), (200, 3, 1)], [(417, None, 388)]),
@@ -454,6 +456,9 @@ def test_cusum_alarms_on_the_nile_drop_inside_its_warm_up():
     assert [(a.step, a.direction) for a in alarms] == [(49, "down")]
     assert abs(alarms[0].location - 28) <= 2 and "inside the warm-up" in alarms[0].message
     assert run(make_detector({"type": "cusum", "warmup_test": False}), flow) == []
+    alarms = run(make_detector({"type": "bocpd"}), flow)  # BOCPD has the same test
+    assert [(a.step, a.direction) for a in alarms] == [(49, "down")] and abs(alarms[0].location - 28) <= 2
+    assert run(make_detector({"type": "bocpd", "warmup_test": False}), flow) == []
 
 
 @pytest.mark.parametrize("draw", ["normal", "bernoulli", "student_t"])
