@@ -86,6 +86,11 @@ class Detector:
         """The raw threshold: ``threshold`` if given (checked), else calibrated for ``arl0`` (or
         ``default_arl0``) by simulation, from the shipped table or the on-disk cache when they have it."""
         value, arl0 = resolve_threshold(self.name, threshold, arl0, default_arl0, check_threshold)
+        warmup = getattr(self, "warmup", None)
+        if value is None and isinstance(warmup, int) and arl0 <= warmup:
+            raise ValueError(f"{self.name}: arl0 {arl0:g} is not above warmup {warmup}: the run length counts the "
+                             f"warm-up, where no alarm can come, so every threshold reaches it; give a larger arl0, "
+                             f"a shorter warmup or a raw threshold")
         if value is None:
             from adaptive_eval.detectors._calibration import calibrate_threshold
 
@@ -120,7 +125,7 @@ class Detector:
             return None
         # (12 digits: a raw threshold read back from the curve gives the arl0's level to the last bit or two,
         # which must not decide a p-value that lands exactly on it)
-        return min(0.5, float(f"{self.warmup / arl:.12g}"))
+        return min(_MAX_LEVEL, float(f"{self.warmup / arl:.12g}"))
 
     def _warmup_split(self, warm: list[float], steps, step: int, level: float | None,
                       direction: str = "both") -> tuple | None:
@@ -454,6 +459,9 @@ def screened_moments(values: Sequence[float], cut: float = 4.0) -> tuple[float, 
 
 _PERMUTATIONS = 4999  # a warm-up test draws up to this many permutations, or 2 / level
 _MAX_PERMUTATIONS = 19999  # but never more: a level below 1 / 20,000 turns the test off
+_MAX_LEVEL = 0.05  # and never at a higher level (a long warm-up's share of arl0 would make it a coin toss)
+_MAX_POINTS = 500  # a longer warm-up is tested on this many equal block means (a step in the mean stays one)
+_BATCH_VALUES = 400_000  # permutation rows x values per batch: the temporaries stay within tens of MB
 _permutation_cache: dict = {}
 
 
@@ -488,18 +496,27 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
     a permutation test's (seeded, so the same values give the same answer), exact for any i.i.d. stream,
     sparse 0/1 rewards and heavy tails included.  The permutations are drawn in batches and stop as soon as the
     count above the observed statistic rules out ``level``: a quiet warm-up costs a few milliseconds.  At
-    most 19,999 permutations: a ``level`` below 1/20,000 is beyond their resolution, and the test is off.
+    most 19,999 permutations: a ``level`` below 1/20,000 is beyond their resolution, and the test is off; and
+    at most level 0.05.  A warm-up of more than 500 values is tested on the means of equal blocks of them (at
+    most 500; the first ``n mod block`` values are left out), which keeps time and memory bounded (about 0.1 s
+    and tens of MB at worst) and the split to a block's resolution.
     """
     import numpy as np
 
     x = np.asarray(values, dtype=float)
     n = len(x)
+    level = min(level, _MAX_LEVEL)
     if n < 2 * min_segment or not 0.0 < level < 1.0:
         return None
     big = float(np.max(np.abs(x)))
     if big == 0.0 or not math.isfinite(big):
         return None
     x = x / big  # the test is scale-free; squares (and sums) of huge values would overflow
+    block = -(-n // _MAX_POINTS)  # ceil: a long warm-up becomes equal blocks' means (i.i.d. values stay i.i.d.)
+    skip = n % block if block > 1 else 0
+    if block > 1:  # the first n mod block values (fewer than a block) are left out
+        x = x[skip:].reshape(-1, block).mean(axis=1)
+        min_segment = max(2, -(-min_segment // block))
     x = x - x.mean()
     sign = {"both": 0.0, "up": 1.0, "down": -1.0}[direction]
     t_obs, split = _split_t(x[None, :], min_segment, sign)
@@ -513,9 +530,10 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
     allowed = level * (total + 1) - 1.0  # more exceedances than this: p > level whatever the rest do
     above = drawn = 0
     batch = 100
+    most = max(1, _BATCH_VALUES // len(x))
     while drawn < total:
-        m = min(batch, total - drawn)
-        perm = rng.permuted(np.broadcast_to(x, (m, n)), axis=1)
+        m = min(batch, total - drawn, most)
+        perm = rng.permuted(np.broadcast_to(x, (m, len(x))), axis=1)
         t, _ = _split_t(perm, min_segment, sign)
         above += int(np.count_nonzero(t >= t_obs * (1.0 - 1e-12)))
         drawn += m
@@ -526,11 +544,11 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
     if p > level:
         return None
     mean_a, mean_b = float(np.mean(x[:split])), float(np.mean(x[split:]))
-    return split, ("up" if mean_b > mean_a else "down"), p
+    return skip + split * block, ("up" if mean_b > mean_a else "down"), p
 
 
 def check_warmup_test(owner: str, value) -> bool | float | None:
-    """``warmup_test``: None (the detector's default), true, false, or a significance level in (0, 0.5]."""
+    """``warmup_test``: None (the detector's default), true, false, or a significance level in (0, 0.05]."""
     if value is None or isinstance(value, bool):
         return value
-    return check_float(owner, "warmup_test", value, 0.0, 0.5, lo_open=True)
+    return check_float(owner, "warmup_test", value, 0.0, _MAX_LEVEL, lo_open=True)

@@ -232,6 +232,8 @@ def _mean_run_length(records, cap: int, h: float) -> float:
 def _solve_records(records, cap: int, target: float, pool: list[float]) -> float | None:
     """Smallest pooled record value h with mean run length >= target (None if even the largest falls short)."""
     lo, hi = 0, len(pool) - 1
+    if not pool:  # no statistic ever moved
+        return None
     if _mean_run_length(records, cap, pool[hi]) < target:
         return None
     while lo < hi:
@@ -258,7 +260,8 @@ def simulate_curve(cls, params: dict, *, max_arl: float, in_control=None, block_
     """Simulate the curve of (statistic threshold, in-control ARL) for ``cls(**params)`` up to ``max_arl``."""
     runs = runs or getattr(cls, "_calibration_runs", DEFAULT_RUNS)
     max_arl = float(max_arl)
-    cap = int(_CAP_FACTOR * max_arl) + 10
+    # (past the warm-up, which can be longer than the ARL asked for: no statistic moves before it ends)
+    cap = int(_CAP_FACTOR * max_arl) + 10 + 2 * int(params.get("warmup") or 0)
     if cls._calibration_method == "bisection":
         curve = _bisection_curve(cls, params, max_arl, cap, runs, seed, in_control, block_size, min_arl, table)
     else:

@@ -118,7 +118,7 @@ class CUSUM(Detector):
         calibration curve, else Siegmund's, which is longer), so it adds about that share to the false alarms.  On a change it alarms at once with the
         split as its location, and the values after the split start the next warm-up.  None (default): on
         when ``adapt`` is 0; a tracking detector takes early movement for the trend it follows.  A number in
-        (0, 0.5]: on, at that significance level.
+        (0, 0.05]: on, at that significance level (the most it takes: 0.05).
     stream
         Name of the watched stream.
 

@@ -500,3 +500,27 @@ def test_cusum_warmup_test_level_follows_arl0_a_raw_threshold_and_a_number():
     assert [(a.step, a.direction, a.location) for a in alarms] == [(29, "up", 20)]
     with pytest.raises(ValueError, match="warmup_test"):
         make_detector({"type": "cusum", "warmup_test": 0.9})
+
+
+def test_a_long_warm_up_is_tested_on_block_means_at_a_capped_level():
+    """A 10,000-value warm-up used to take seconds and gigabytes in the permutations of one update (found in
+    review; 50,000 raised MemoryError): it is tested on 500 block means, at no more than level 0.05."""
+    from adaptive_eval.detectors import CUSUM
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(10_000)
+    x[6000:] += 0.5
+    det = CUSUM(warmup=10_000, reference=10_000, threshold=8.0, warmup_test=0.01)
+    alarms = run(det, x.tolist())
+    assert [(a.step, a.direction) for a in alarms] == [(9999, "up")]
+    assert abs(alarms[0].location - 6000) <= 20  # one block
+    assert run(CUSUM(warmup=10_000, reference=10_000, threshold=8.0, warmup_test=0.01),
+               rng.standard_normal(10_000).tolist()) == []
+    assert CUSUM(warmup=2500, reference=2500, threshold=1.0)._warmup_level() == 0.05  # 2500 / ARL, capped
+
+
+def test_an_arl0_within_the_warm_up_is_a_value_error_naming_both():
+    """The run length counts the warm-up, so an arl0 it covers made every threshold pass (an IndexError in
+    the calibration before that, at warmup 20,000)."""
+    with pytest.raises(ValueError, match="arl0 5000 is not above warmup 20000"):
+        make_detector({"type": "cusum", "warmup": 20000, "reference": 20000})
