@@ -115,10 +115,10 @@ class CUSUM(Detector):
         drop, 28 values into a 50-value warm-up).  The test is a permutation test of the largest two-sample t
         over the splits (:func:`warmup_change`, exact for any i.i.d. stream) at the false-alarm probability
         the charts have over as many steps, ``warmup / arl0`` (with a raw ``threshold``, the ARL of its shipped
-        calibration curve, else Siegmund's, which is longer), so it adds about that share to the false alarms.  On a change it alarms at once with the
-        split as its location, and the values after the split start the next warm-up.  None (default): on
-        when ``adapt`` is 0; a tracking detector takes early movement for the trend it follows.  A number in
-        (0, 0.05]: on, at that significance level (the most it takes: 0.05).
+        calibration curve, else Siegmund's, which is longer; at most 0.05), so it adds about that share to the
+        false alarms.  On a change it alarms at once with the split as its location, and the values after the
+        split start the next warm-up.  None (default): on when ``adapt`` is 0; a tracking detector takes early
+        movement for the trend it follows.  A number in (0, 0.05]: on, at that significance level.
     stream
         Name of the watched stream.
 
@@ -145,7 +145,8 @@ class CUSUM(Detector):
     __slots__ = ("_phase", "_level", "_scale", "_inv", "_sums", "_starts", "_adapt", "_floor", "_clip",
                  "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart")
     _threshold_param = "threshold"
-    _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts", "_floor")
+    _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts",
+              "_floor")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
