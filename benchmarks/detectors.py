@@ -886,7 +886,8 @@ def warmup_changes() -> None:
                                   statistics.median(steps) if steps else None, any_alarm))
                 on_cell, on_med, _ = cells[0]
                 off_cell, _, off_any = cells[1]
-                print(f"{name:9s} {d:6g} {at:6d} {on_cell:>26s} {('-' if on_med is None else format(on_med, 'g')):>12s} "
+                med = "-" if on_med is None else format(on_med, "g")
+                print(f"{name:9s} {d:6g} {at:6d} {on_cell:>26s} {med:>12s} "
                       f"{off_cell:>27s} {off_any / WARMUP_RUNS:22.1%}")
     det = make_detector({"type": "cusum"})
     level = det._warmup_level()
@@ -903,6 +904,23 @@ def warmup_changes() -> None:
                 hits += 1
         lo, hi = _wilson(hits, 2000)
         print(f"  {label:16s} {hits:3d} / 2000 = {hits / 2000:.4f} [{lo:.4f}, {hi:.4f}]")
+    from scipy.signal import lfilter
+
+    print("\nalarms per 1,000 values on no step at all, 40 seeded series of 800 each (CUSUM; the test must not take a "
+          "trend or a wander for a change at the end of every warm-up):")
+    noise = {"trend 0.1 sd a step": lambda g: g.standard_normal(800) + 0.1 * np.arange(800),
+             "AR(1) 0.9, unit variance": lambda g: lfilter([1.0], [1.0, -0.9], g.standard_normal(800)) * 0.19 ** 0.5,
+             "N(0, 1)": lambda g: g.standard_normal(800)}
+    for label, draw in noise.items():
+        counts = {}
+        for on in (True, False):
+            total = 0
+            for r in range(40):
+                det = make_detector({"type": "cusum", "warmup_test": on})
+                total += sum(det.update(v, t) is not None
+                             for t, v in enumerate(draw(np.random.default_rng(500 + r)).tolist()))
+            counts[on] = 1000 * total / (40 * 800)
+        print(f"  {label:26s} test on {counts[True]:6.2f}   off {counts[False]:6.2f}")
     import statsmodels.api as sm
 
     flow = sm.datasets.nile.load_pandas().data["volume"].astype(float).tolist()
