@@ -501,7 +501,9 @@ def _not_a_step(x, split: int) -> bool:
     n = len(x)
     e = np.concatenate([x[:split] - x[:split].mean(), x[split:] - x[split:].mean()])
     rss_step = float(e @ e)
-    if rss_step > 0.0 and float(e[1:] @ e[:-1]) / rss_step > _WANDER:
+    # Below 1e-20 of the sum of squares, what the step leaves is rounding (two constant segments: x - mean is
+    # the same error on every value of a segment), whose autocorrelation is near 1 and says nothing of a wander.
+    if rss_step > 1e-20 * float(x @ x) and float(e[1:] @ e[:-1]) / rss_step > _WANDER:
         return True
     design = np.column_stack([np.ones(n), np.arange(n) - (n - 1) / 2.0, (np.arange(n) >= split) * 1.0])
     coef, rss, rank, _ = np.linalg.lstsq(design, x, rcond=None)

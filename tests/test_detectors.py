@@ -547,3 +547,18 @@ def test_a_trend_or_a_wander_in_the_warm_up_is_not_taken_for_a_step():
     on = len(run(make_detector({"type": "cusum"}), trend))
     off = len(run(make_detector({"type": "cusum", "warmup_test": False}), trend))
     assert on <= off + 6, (on, off)  # 17 against 13 (29 without the checks)
+
+
+@pytest.mark.parametrize("typ", ["cusum", "bocpd"])
+@pytest.mark.parametrize("low,high", [(1.0, 3.0), (0.1, 0.3), (0.5, 0.75), (2.0, 1.0)])
+def test_a_step_between_two_constants_inside_the_warm_up_is_a_step(typ, low, high):
+    """A metric constant at one value, then at another, 20 values into a 50-value warm-up: the values about the
+    two means are 0 up to rounding, and that rounding (the same error on every value of a segment) read as a
+    lag-1 autocorrelation near 1, 'a wander', so the test passed over the step (found in review; 0 -> 1 at
+    15 of 30 happened to centre exactly and was found)."""
+    from adaptive_eval.detectors._base import warmup_change
+
+    values = [low] * 20 + [high] * 30
+    assert warmup_change(values, 0.01, min_segment=5)[:2] == (20, "up" if high > low else "down")
+    alarms = run(make_detector({"type": typ}), values + [high] * 50)
+    assert [(a.step, a.location) for a in alarms][:1] == [(49, 20)] and "inside the warm-up" in alarms[0].message
