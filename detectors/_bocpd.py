@@ -91,8 +91,8 @@ class BOCPD(Detector):
 
     name = "bocpd"
     _threshold_param = "threshold"
-    _state = ("_warm", "_level", "_scale", "_n", "_m2", "_learning", "_logp", "_sums", "_last_count", "_age",
-              "_recent", "_recent_steps", "_factor")
+    _state = ("_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_learning", "_logp", "_sums",
+              "_last_count", "_age", "_recent", "_recent_steps", "_factor")
     _default_arl0 = 5000.0
     _dummy_threshold = 0.5
     _table_max_arl = 12000.0
@@ -131,12 +131,15 @@ class BOCPD(Detector):
         """A change inside the warm-up (see ``warmup_test``): an alarm now, at the split, and the values after it
         start the next warm-up; None when the warm-up is one regime."""
         warm = self._warm
-        found = self._warmup_split(warm, self._recent_steps, step, self._warmup_test_level())
+        # (the warm-up's own steps: the deque of recent ones holds max_run_length, which a warm-up can exceed;
+        # a state saved before they were kept has fewer)
+        steps = self._warm_steps if len(self._warm_steps or ()) >= len(warm) else self._recent_steps
+        found = self._warmup_split(warm, steps, step, self._warmup_test_level())
         if found is None:
             return None
         i, side, location, steps, message = found
         self._reset()
-        self._warm = list(warm[i:])
+        self._warm, self._warm_steps = list(warm[i:]), list(steps[i:])
         self._recent.extend(warm[i:])
         self._recent_steps.extend(steps[i:])
         return Alarm(step, self.name, self.stream, side, location, message)
@@ -163,6 +166,7 @@ class BOCPD(Detector):
 
     def _reset(self) -> None:
         self._warm: list[float] | None = []
+        self._warm_steps: list[int] | None = []  # the steps of _warm
         self._level = 0.0
         self._scale = 1.0
         self._n = 0
@@ -209,6 +213,7 @@ class BOCPD(Detector):
         self._recent_steps.append(step)
         if self._warm is not None:
             self._warm.append(value)
+            self._warm_steps.append(step)
             if len(self._warm) >= self.warmup:
                 if self.warmup_test is not False and self._logit_p != math.inf:
                     alarm = self._warmup_alarm(step)
@@ -279,7 +284,7 @@ class BOCPD(Detector):
         # make the no-change hypothesis look wrong at the next value.
         self._sums[min(age, size) - 1] = self._level * age
         self._age = age
-        self._warm = None
+        self._warm = self._warm_steps = None
         self._log_odds = -math.inf
 
     def _learn(self, value: float) -> None:
@@ -312,7 +317,7 @@ class BOCPD(Detector):
         factor = self._factor
         level, scale, post_mean = self._level / factor, self._scale / factor, post_mean / factor
         self._reset()
-        self._warm = recent[-run:]
+        self._warm, self._warm_steps = recent[-run:], steps[-run:]
         self._recent.extend(recent[-run:])
         self._recent_steps.extend(steps[-run:])
         if len(self._warm) >= self.warmup:

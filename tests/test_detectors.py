@@ -562,3 +562,22 @@ def test_a_step_between_two_constants_inside_the_warm_up_is_a_step(typ, low, hig
     assert warmup_change(values, 0.01, min_segment=5)[:2] == (20, "up" if high > low else "down")
     alarms = run(make_detector({"type": typ}), values + [high] * 50)
     assert [(a.step, a.location) for a in alarms][:1] == [(49, 20)] and "inside the warm-up" in alarms[0].message
+
+
+def test_bocpd_warm_up_longer_than_max_run_length_locates_its_change():
+    """The warm-up's steps were read off the last max_run_length steps (a deque of that length): a warm-up of
+    300 at max_run_length 64 padded its first 236 steps with step 236, and located a change at value 100 there
+    (found in review); the warm-up keeps its own steps, as CUSUM's, and resuming from a state_dict agrees."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(400)
+    x[100:] += 3.0
+    spec = {"type": "bocpd", "warmup": 300, "max_run_length": 64, "arl0": 20000}
+    alarms = run(make_detector(spec), x.tolist())
+    assert [(a.step, a.location) for a in alarms][:1] == [(299, 100)], [(a.step, a.location) for a in alarms]
+    for cut in (150, 300, 350):
+        det = make_detector(spec)
+        first = run(det, x[:cut].tolist())
+        resumed = make_detector(spec)
+        resumed.load_state_dict(json.loads(json.dumps(det.state_dict())))
+        later = [a for step, v in enumerate(x.tolist()) if step >= cut and (a := resumed.update(v, step))]
+        assert first + later == alarms
