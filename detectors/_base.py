@@ -560,7 +560,6 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
     if level * (total + 1) < 1.0:  # no p-value of this many permutations is that small: the test is off
         return None
     rng = np.random.default_rng(seed)
-    allowed = level * (total + 1) - 1.0  # more exceedances than this: p > level whatever the rest do
     above = drawn = 0
     batch = 100
     most = max(1, _BATCH_VALUES // len(x))
@@ -570,8 +569,8 @@ def warmup_change(values, level: float, direction: str = "both", min_segment: in
         t, _ = _split_t(perm, min_segment, sign)
         above += int(np.count_nonzero(t >= t_obs * (1.0 - 1e-12)))
         drawn += m
-        if above > allowed:
-            return None
+        if (above + 1.0) / (total + 1.0) > level:  # p > level whatever the rest do (the final test, exactly:
+            return None  # level * (total + 1) - 1 rounds below an exact count, 0.0006 x 5000 - 1 = 1.9999...)
         batch *= 4
     p = (above + 1.0) / (drawn + 1.0)
     if p > level:

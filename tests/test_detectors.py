@@ -581,3 +581,16 @@ def test_bocpd_warm_up_longer_than_max_run_length_locates_its_change():
         resumed.load_state_dict(json.loads(json.dumps(det.state_dict())))
         later = [a for step, v in enumerate(x.tolist()) if step >= cut and (a := resumed.update(v, step))]
         assert first + later == alarms
+
+
+def test_warmup_change_early_stop_agrees_with_its_p_value_at_the_level():
+    """The permutations stopped once the exceedances passed level * (total + 1) - 1, which for level 0.0006
+    (warmup 30, arl0 50,000) is 1.9999999999999996: two exceedances stopped the test although their p-value,
+    3 / 5000 = 0.0006, is at the level and the test's own final comparison (p <= level) takes it (found in
+    review)."""
+    from adaptive_eval.detectors._base import warmup_change
+
+    x = np.random.default_rng(1).standard_normal(50) + 1.035 * (np.arange(50) >= 25)
+    assert warmup_change(x, 0.05, min_segment=5) == (26, "up", 0.0006)  # the same 4,999 permutations
+    assert warmup_change(x, 0.0006, min_segment=5) == (26, "up", 0.0006)
+    assert warmup_change(x, 0.00059, min_segment=5) is None
