@@ -583,4 +583,8 @@ def check_warmup_test(owner: str, value) -> bool | float | None:
     """``warmup_test``: None (the detector's default), true, false, or a significance level in (0, 0.05]."""
     if value is None or isinstance(value, bool):
         return value
-    return check_float(owner, "warmup_test", value, 0.0, _MAX_LEVEL, lo_open=True)
+    try:
+        return check_float(owner, "warmup_test", value, 0.0, _MAX_LEVEL, lo_open=True)
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner}: warmup_test must be true, false, null (the default) or a significance level in "
+                         f"(0, {_MAX_LEVEL:g}], got {value!r}") from None

@@ -155,7 +155,7 @@ class CUSUM(Detector):
     def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
                  arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
                  adapt: float = 0.0, direction: str = "both", in_control=None, block_size: int | None = None,
-                 warmup_test: bool | None = None, stream: str = ""):
+                 warmup_test: bool | float | None = None, stream: str = ""):
         owner = self.name
         if isinstance(k, (str, bytes)) or not isinstance(k, Sequence):
             k = check_float(owner, "k", k, 0.0, 10.0)

@@ -594,3 +594,9 @@ def test_warmup_change_early_stop_agrees_with_its_p_value_at_the_level():
     assert warmup_change(x, 0.05, min_segment=5) == (26, "up", 0.0006)  # the same 4,999 permutations
     assert warmup_change(x, 0.0006, min_segment=5) == (26, "up", 0.0006)
     assert warmup_change(x, 0.00059, min_segment=5) is None
+
+
+@pytest.mark.parametrize("value", [0, 0.9, "yes-please", [1, 2]])
+def test_a_bad_warmup_test_names_what_it_takes(value):
+    with pytest.raises(ValueError, match=r"warmup_test must be true, false, null \(the default\) or a significance"):
+        make_detector({"type": "cusum", "warmup_test": value})
