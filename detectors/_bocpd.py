@@ -72,7 +72,8 @@ class BOCPD(Detector):
         As CUSUM's: test the warm-up for a change of the mean when it ends (a change there is otherwise taken
         into the reference level and scale), a permutation test at ``warmup / arl0`` (a raw ``threshold``: the
         ARL of its shipped calibration curve, and without one the test is off), alarming at the split and
-        re-warming on the values after it.  None or true (default): on; false: off; a number in (0, 0.05]: that level.
+        re-warming on the values after it.  None or true (default): on; false: off; a number in (0, 0.05]:
+        that level.
     stream
         Name of the watched stream.
 
