@@ -827,12 +827,6 @@ WARMUP_RUNS = 200
 WARMUP_WITHIN = 50  # "caught": an alarm within this many values of the warm-up's end (by step 100)
 
 
-def _wilson(k: int, n: int) -> tuple[float, float]:
-    from adaptive_eval.stats import wilson_interval
-
-    return wilson_interval(k, n)
-
-
 def _warmup_catch(spec: dict, d: float, at: int) -> tuple[int, list[int], int]:
     """Runs caught (alarm on the shift's side locating it within 5, by step 100), their steps, runs with any alarm."""
     from adaptive_eval.detectors import make_detector
@@ -867,6 +861,7 @@ def warmup_changes() -> None:
     (2,000 warm-ups each, CUSUM), and the Nile's flow (statsmodels' copy), whose 1898 drop is value 28.
     """
     from adaptive_eval.detectors import make_detector
+    from adaptive_eval.stats import wilson_interval
 
     t0 = time.perf_counter()
     print(f"A shift inside the 50-value warm-up, defaults (arl0 5000) (SIMULATED, N(0,1), {WARMUP_RUNS} seeded runs "
@@ -881,7 +876,7 @@ def warmup_changes() -> None:
                 cells = []
                 for on in (True, False):
                     caught, steps, any_alarm = _warmup_catch({"type": name, "warmup_test": on}, d, at)
-                    lo, hi = _wilson(caught, WARMUP_RUNS)
+                    lo, hi = wilson_interval(caught, WARMUP_RUNS)
                     cells.append((f"{caught / WARMUP_RUNS:5.1%} [{lo:.0%}, {hi:.0%}]",
                                   statistics.median(steps) if steps else None, any_alarm))
                 on_cell, on_med, _ = cells[0]
@@ -902,7 +897,7 @@ def warmup_changes() -> None:
             vals = draw(np.random.default_rng(20_000 + r)).tolist()
             if any(det.update(v, t) is not None for t, v in enumerate(vals[:50])):
                 hits += 1
-        lo, hi = _wilson(hits, 2000)
+        lo, hi = wilson_interval(hits, 2000)
         print(f"  {label:16s} {hits:3d} / 2000 = {hits / 2000:.4f} [{lo:.4f}, {hi:.4f}]")
     from scipy.signal import lfilter
 

@@ -118,6 +118,16 @@ def calibrate_threshold(det, arl0: float) -> float:
     return det._threshold_of(solve(entry, arl0, discrete=cls._discrete_statistic))
 
 
+def _upper_slope(logs: list[float], stats: list[float]) -> float:
+    """The slope of the statistic threshold against log ARL, least squares through the curve's upper half (how
+    the curve is extrapolated beyond its last point); 0 when those log ARLs do not vary."""
+    half = max(2, len(logs) // 2)
+    xs, ys = logs[-half:], stats[-half:]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((a - mx) ** 2 for a in xs)
+    return sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / var if var > 0 else 0.0
+
+
 def shipped_arl(det, stat: float) -> float | None:
     """The in-control ARL of ``det`` at statistic threshold ``stat`` read off its shipped calibration curve (the
     inverse of :func:`solve`), or None when the table has no curve for its settings.  Only the shipped table,
@@ -134,10 +144,7 @@ def shipped_arl(det, stat: float) -> float | None:
         return math.exp(logs[0])
     i = bisect.bisect_left(stats, stat)
     if i >= len(stats):  # beyond the curve: the least squares line through its upper half, as solve extrapolates
-        half = max(2, len(stats) // 2)
-        xs, ys = logs[-half:], stats[-half:]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+        slope = _upper_slope(logs, stats)
         return math.exp(min(logs[-1] + (stat - stats[-1]) / slope, 700.0)) if slope > 0 else None
     x0, x1, y0, y1 = stats[i - 1], stats[i], logs[i - 1], logs[i]
     return math.exp(y0 if x1 == x0 else y0 + (y1 - y0) * (stat - x0) / (x1 - x0))
@@ -167,12 +174,7 @@ def solve(entry: dict, arl0: float, *, discrete: bool = False) -> float:
         return stats[0]
     i = bisect.bisect_left(logs, x)
     if i >= len(logs):  # extrapolate from the upper half of the curve (least squares line)
-        half = max(2, len(logs) // 2)
-        xs, ys = logs[-half:], stats[-half:]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((a - mx) ** 2 for a in xs)
-        slope = sum((a - mx) * (b - my) for a, b in zip(xs, ys)) / var if var > 0 else 0.0
-        return stats[-1] + slope * (x - logs[-1])
+        return stats[-1] + _upper_slope(logs, stats) * (x - logs[-1])
     x0, x1, y0, y1 = logs[i - 1], logs[i], stats[i - 1], stats[i]
     return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
