@@ -397,6 +397,58 @@ def test_plugin_without_a_trace_is_a_usage_error(pytester):
     result.stdout.fnmatch_lines(["*replay_run needs a trace: mark the test with @pytest.mark.replay_traces*"])
 
 
+def _tensorboard_run(trace_csv: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
+    """The trace in ``trace_csv`` written as a TensorBoard run (SummaryWriter) in ``folder``, 2 s a step (the
+    wall time of a run written at once would make every evaluation dear against its steps: the budget defers)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from adaptive_eval.trace import read_trace
+
+    with SummaryWriter(str(folder)) as writer:
+        for rec in read_trace(trace_csv).records:
+            for name, value in rec.metrics.items():
+                writer.add_scalar(name, value, rec.step, walltime=1.0e9 + 2.0 * rec.step)
+    return folder
+
+
+def test_a_folder_of_tensorboard_runs_is_traces_for_the_marker_and_check(pytester, collapse, capsys):
+    # A TensorBoard run's folder, and runs/ holding several SummaryWriter runs, were refused by the marker
+    # ("no trace files") and by check (a folder read as one run); a run nested deeper is named in a warning.
+    runs = pytester.mkdir("runs")
+    for name in ("run_a", "run_b"):
+        _tensorboard_run(collapse, runs / name)
+        (runs / f"{name}.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 10}}\n")
+    (runs / "notes.txt").write_text("not a trace\n")
+    assert trace_files(runs) == [runs / "run_a", runs / "run_b"]
+    assert trace_files(runs / "run_a") == [runs / "run_a"]
+    pytester.makepyfile(test_tb="""
+        import pytest
+        from adaptive_eval.testing import assert_confirmed
+
+        @pytest.mark.replay_traces("runs")
+        def test_runs(replay_run):
+            assert replay_run.steps == 300
+            assert_confirmed(replay_run, replay_run.events[0])
+
+        @pytest.mark.replay_traces("runs/run_a")
+        def test_one_run(replay_run):
+            assert replay_run.name == "run_a" and len(replay_run.events) == 1
+        """)
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_runs?run_a? PASSED*", "*test_runs?run_b? PASSED*"])
+    capsys.readouterr()  # (the inner session's report)
+    code, out, _ = check_main(capsys, runs, "--config", "default")
+    assert code == 0
+    assert [line.split()[:2] for line in out.splitlines()[1:]] == [["run_a", "change"], ["run_b", "change"]]
+    deep = pytester.mkdir("deep")
+    _tensorboard_run(collapse, deep / "group" / "run_c")
+    (deep / "a.csv").write_bytes(collapse.read_bytes())
+    with pytest.warns(RuntimeWarning, match=r"deep: left out 1 TensorBoard run more than one folder down "
+                                            r"\(group/run_c\)"):
+        assert trace_files(deep) == [deep / "a.csv"]
+
+
 # ------------------------------------------------------------------------------------------- the example
 
 

@@ -302,17 +302,39 @@ def _trace_name(source: str) -> str:
     return pathlib.Path(source).name if source else "<trace>"
 
 
+def _holds_events(folder: pathlib.Path) -> bool:
+    """Whether ``folder`` is a TensorBoard run: event files directly in it."""
+    return any(f.is_file() and "tfevents" in f.name for f in folder.iterdir())
+
+
 def trace_files(folder: str | os.PathLike) -> list[pathlib.Path]:
-    """The trace files in ``folder`` (``*.csv``, ``*.jsonl``, ``*.json``; sidecar events files and the rows a
-    resumed recording superseded, ``*.superseded-<k>.*``, left out), sorted by name; a file is returned as the
-    one trace it is."""
+    """The traces in ``folder``, sorted by name: its trace files (``*.csv``, ``*.jsonl``, ``*.json``; sidecar
+    events files and the rows a resumed recording superseded, ``*.superseded-<k>.*``, left out) and its
+    sub-folders that are TensorBoard runs (event files directly in them: ``runs/`` of several
+    ``SummaryWriter`` runs).  A file, or a folder that is itself a TensorBoard run, is returned as the one trace
+    it is.  A TensorBoard run deeper down, not inside one of those, is left out with a warning naming it."""
     p = pathlib.Path(folder)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise FileNotFoundError(f"{p}: no such trace folder")
-    return sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-                  and not f.name.endswith(SIDECAR_SUFFIXES) and ".superseded-" not in f.name)
+    if _holds_events(p):
+        return [p]
+    found = [f for f in p.iterdir() if (f.is_file() and f.name.endswith(TRACE_SUFFIXES)
+                                        and not f.name.endswith(SIDECAR_SUFFIXES) and ".superseded-" not in f.name)
+             or (f.is_dir() and _holds_events(f))]
+    runs = [f for f in found if f.is_dir()]
+    deeper = sorted({e.parent for e in p.rglob("*tfevents*") if e.is_file()}
+                    - set(runs) - {p})
+    deeper = [d for d in deeper if not any(r in d.parents for r in runs)]
+    if deeper:
+        import warnings
+
+        names = [d.relative_to(p).as_posix() for d in deeper]
+        warnings.warn(f"{p}: left out {len(names)} TensorBoard run{'s' if len(names) > 1 else ''} more than one "
+                      f"folder down ({', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''})"
+                      ": pass each such folder, or its parent, on its own", RuntimeWarning, stacklevel=2)
+    return sorted(found)
 
 
 def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:

@@ -92,7 +92,7 @@ def _sources(marker, base: pathlib.Path) -> list:
             found = trace_files(resolved)
             if not found:
                 raise pytest.UsageError(f"@pytest.mark.{MARKER}({item!r}): no trace files (*.csv, *.jsonl, *.json) "
-                                        f"in {resolved}")
+                                        f"or TensorBoard runs in {resolved}")
             out += found
         else:
             out.append(resolved)
