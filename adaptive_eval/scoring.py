@@ -66,6 +66,22 @@ def _eval_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
     return _interval((e.get("ci") or {}).get(metric))
 
 
+def _rows(evals) -> list:
+    """``evals`` as mappings: the evaluator's own ``history`` (:class:`~adaptive_eval.types.EvalResult`
+    objects) is taken as its ``to_dict()`` rows, as ``evals.jsonl`` holds them (it raised AttributeError)."""
+    return [e if isinstance(e, Mapping) or not hasattr(e, "to_dict") else e.to_dict() for e in evals]
+
+
+def _measured(evals: Sequence[Mapping], metric: str) -> list:
+    """The evaluations with a finite mean for ``metric``, less those without a finite interval when others have
+    one: an evaluation whose interval is missing (a t interval of one item, NaN) has an unknown precision, and
+    taken as exact it won every pick with a zero-width interval (found in review).  When none has an interval
+    (a bare scalar metric), all of them, each taken as exact."""
+    rows = [e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])]
+    with_ci = [e for e in rows if _eval_interval(e, metric) is not None]
+    return with_ci if with_ci else rows
+
+
 PAIRED_MIN_ITEMS = 10  # a paired difference on fewer shared items confirms nothing (its t interval is no test)
 
 
@@ -114,7 +130,7 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     """
     if direction not in (None, "up", "down"):
         raise ValueError(f"direction must be 'up', 'down' or None, got {direction!r}")
-    ordered = sorted((e for e in evals if metric in e.get("metrics", {})), key=lambda e: e["step"])
+    ordered = sorted((e for e in _rows(evals) if metric in e.get("metrics", {})), key=lambda e: e["step"])
     if pre_level is None:
         before = [e for e in ordered if e["step"] < event_step and _finite(e["metrics"][metric])]
         if before:
@@ -179,12 +195,6 @@ def eval_samples(evals: Sequence[Mapping], full_size: int) -> int:
 
 
 _Z95 = 1.959963984540054
-
-
-def _se(e: Mapping, metric: str) -> float:
-    """Standard error of an evaluation's mean, from its (95%) interval; 0 when it has none (taken as exact)."""
-    ci = _eval_interval(e, metric)
-    return 0.0 if ci is None else max(ci[1] - ci[0], 0.0) / (2.0 * _Z95)
 
 
 def _observation(e: Mapping, metric: str) -> tuple[float, float]:
@@ -272,6 +282,7 @@ def _kalman(y, r, steps, q, forced=None):
 
 def shrunk_estimates(evals: Sequence[Mapping], metric: str) -> list[tuple[Mapping, float, float]]:
     """Each measured evaluation with its shrunk estimate and that estimate's standard error, in step order.
+    (Evaluations without a finite interval are left out when others have one: see :func:`pick_best`.)
 
     The true value is modelled as a random walk over steps and each evaluation as that value plus its own
     sampling noise (the variance its interval implies); the Kalman filter and Rauch-Tung-Striebel smoother
@@ -312,8 +323,7 @@ class _Fit:
 
     @classmethod
     def of(cls, evals: Sequence[Mapping], metric: str) -> _Fit | None:
-        rows = sorted((e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])),
-                      key=lambda e: e["step"])
+        rows = sorted(_measured(_rows(evals), metric), key=lambda e: e["step"])
         if not rows:
             return None
         obs = [_observation(e, metric) for e in rows]
@@ -443,7 +453,9 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     winner's curse), while a precise evaluation keeps its own value.  ``by="bound"``: the best pessimistic
     bound of the evaluation's own interval (the lower bound when higher is better).  ``by="mean"``: the
     best measured mean (what a plain fixed schedule does; prone to the winner's curse).  None when no
-    evaluation measured ``metric``.
+    evaluation measured ``metric``.  An evaluation without a finite interval for ``metric`` (NaN: a t interval
+    of one item) is left out when others have one, its precision unknown; when none has one, each is taken as
+    exact.  ``evals``: mappings as in ``evals.jsonl``, or the evaluator's ``history`` (``EvalResult``\ s).
 
     ``Pick.interval`` is a 95% interval for the picked checkpoint's true value *after* the selection: the
     pick is the best of many estimates, so an interval that would hold for one evaluation chosen in advance
@@ -489,7 +501,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
         est = m_s[i]
         return Pick(int(fit.rows[i]["step"]), est, _clipped(_shrunk_interval(fit, i, est), fit.rows, metric), by,
                     metric, fit.rows[i])
-    measured = [e for e in evals if metric in e.get("metrics", {}) and _finite(e["metrics"][metric])]
+    measured = _measured(_rows(evals), metric)
     if not measured:
         return None
 
@@ -557,8 +569,12 @@ def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     >>> best_eval(evals, "acc")["step"]
     2
     """
-    pick = pick_best(evals, metric, higher_is_better=higher_is_better, by=by)
-    return None if pick is None else pick.eval
+    rows = _rows(evals)
+    pick = pick_best(rows, metric, higher_is_better=higher_is_better, by=by)
+    if pick is None:
+        return None
+    # (an EvalResult of the evaluator's history comes back as itself)
+    return next((e for e, row in zip(evals, rows) if row is pick.eval), pick.eval)
 
 
 def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequence[float], metric: str, *,

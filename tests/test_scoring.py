@@ -2,11 +2,12 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from adaptive_eval import load_config
 from adaptive_eval.replay import replay
-from adaptive_eval.scoring import confirmed_delay, confirmed_delays, detection_delay
+from adaptive_eval.scoring import best_eval, confirmed_delay, confirmed_delays, detection_delay, pick_best
 from adaptive_eval.synthetic import make_trace
 
 
@@ -319,3 +320,36 @@ def test_a_widened_interval_of_an_accuracy_stays_within_0_and_1(by):
                                                       (27, 32), (29, 32), (199, 200), (28, 32)])]
     low, high = pick_best(evals, "acc", by=by).interval
     assert 0.0 <= low < high <= 1.0
+
+
+@pytest.mark.parametrize("by", ["shrunk", "mean", "bound"])
+def test_an_evaluation_without_an_interval_is_not_taken_as_exact(by):
+    # A grader outage left one checkpoint with a single scored problem: a mean of partial-credit scores with no
+    # interval (NaN).  Taken as exact, it won every rule with a zero-width interval.
+    rows = [(0, .49, [.47, .52]), (50, .55, [.52, .57]), (100, .59, [.56, .61]), (150, .80, [math.nan, math.nan]),
+            (200, .58, [.55, .60]), (250, .59, [.567, .613])]
+    evals = [{"step": s, "metrics": {"score": m}, "ci": {"score": ci}} for s, m, ci in rows]
+    pick = pick_best(evals, "score", by=by)
+    assert pick.step != 150 and pick.interval[1] - pick.interval[0] > 0.03
+    # with no interval anywhere (a bare scalar metric), each evaluation is taken as it is
+    bare = [{"step": s, "metrics": {"score": m}} for s, m, _ in rows]
+    assert pick_best(bare, "score", by=by).step == 150
+
+
+def test_pick_best_takes_the_evaluators_own_history():
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    rng = np.random.default_rng(0)
+    now = [0.0]  # an injected clock, a step a second: the budget's decisions do not depend on this machine
+    ev = AdaptiveEvaluator.from_config(load_config(None, ["evaluation.metric=acc", "trigger.freq_steps=5"]),
+                                       total_steps=20, clock=lambda: now[0], eval_clock=lambda: now[0])
+    for step in range(20):
+        now[0] += 1.0
+        ev.evaluate(lambda req: {"acc": (rng.random((100, 4)) < 0.6).astype(float)}, 0, step, step)
+    ev.close()
+    rows = [r.to_dict() for r in ev.history]
+    assert len(rows) >= 3
+    assert pick_best(ev.history, "acc") == pick_best(rows, "acc")
+    best = best_eval(ev.history, "acc")
+    assert best is ev.history[[r["step"] for r in rows].index(pick_best(rows, "acc").step)]
+    assert confirmed_delay(ev.history, 1, "acc") == confirmed_delay(rows, 1, "acc")
