@@ -522,6 +522,12 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
     # and one np.nan repeated as the same vote, so the same answers gave maj@5 1.0 as an array, 0.0 as a list.
     returned = [len(row) for row in answers]
     answers = [[a for a in row if not _is_nan_answer(a)] for row in answers]
+    mismatch = _kinds_apart(answers, reference)
+    if mismatch:
+        log.warning(f"{label}: {name}/maj@k compares each item's majority answer with its reference by ==, and "
+                    f"every answer is {mismatch[0]} while every reference is {mismatch[1]}, which never compare "
+                    f"equal ('42' == 42 is False): maj@k reads 0; give both as the same type (str(reference), "
+                    "or the answers parsed)")
     out = {}
     for k in ks:
         per_item = []
@@ -543,11 +549,33 @@ def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids,
         out[f"{name}/maj@{k}"] = from_sums(float(v.sum()), float(np.dot(v, v)), int(v.size), True, confidence,
                                            clustered=True, samples=sum(min(len(r), k) for r in answers),
                                            population=population)
-    short = short_rows_warning(label, np.array([len(r) for r in answers], dtype=np.int64),
-                               ks, asked, ids, nan=any(len(a) < n for a, n in zip(answers, returned)))
+    # (the scores of the same generations, when given, warn of the same short items: said once, not twice)
+    short = None if name in outputs else short_rows_warning(
+        label, np.array([len(r) for r in answers], dtype=np.int64), ks, asked, ids,
+        nan=any(len(a) < n for a, n in zip(answers, returned)), counts="maj@m of its m")
     if short:
         log.warning(short)
     return out
+
+
+def _kind(value) -> str:
+    if isinstance(value, (str, np.str_)):
+        return "text"
+    if isinstance(value, (bytes, np.bytes_)):
+        return "bytes"
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return "a number"
+    return "other"
+
+
+def _kinds_apart(answers, reference) -> tuple[str, str] | None:
+    """(the answers' kind, the references') when every answer is text and every reference a number, or the
+    other way round: their majority vote never equals the reference (maj@k silently read 0; found in review)."""
+    got = {_kind(a) for row in answers for a in row}
+    want = {_kind(r) for r in reference}
+    if len(got) == 1 and len(want) == 1 and got != want and {*got, *want} <= {"text", "bytes", "a number"}:
+        return next(iter(got)), next(iter(want))
+    return None
 
 
 def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
@@ -903,12 +931,14 @@ def _item_name(i: int, ids, rows: int) -> str:
 
 
 def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | None = None, ids=None,
-                       nan: bool = False) -> str | None:
+                       nan: bool = False, counts: str = "pass@m of its m") -> str | None:
     """The warning for items that returned fewer answers than asked (``asked``, a suite's ``samples_per_item``)
     or than the largest k of pass@k, or None.  Such an item still counts, with what it returned (its mean@k over
     its answers, pass@m of its m): a generation that dropped answers should be seen, not fail the evaluation.
     ``lengths`` are the scored answers per item (``nan``: some rows held NaN answers, which do not count); an
-    item with none is left out (not evaluated), and the warning says so.
+    item with none is left out (not evaluated), and the warning says so.  ``asked`` is what the request asked for
+    (``SuiteRequest.samples_per_item``: the sample-size plan's choice, which may exceed the suite's configured
+    ``samples_per_item`` up to its ``max_samples_per_item``); ``counts``: how a short item counts.
 
     >>> short_rows_warning("metric 'acc'", np.array([4, 4, 2]), ks=(1, 4))
     "metric 'acc': 1 of 3 items returned fewer than 4 answers (the largest k of evaluation.pass_at_k); the fewest: 2, for item 2; each counts with the answers it returned (pass@m of its m)"
@@ -918,14 +948,15 @@ def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | No
     if not short.size:
         return None
     i = int(short[np.argmin(lengths[short])])
-    why = "asked (samples_per_item)" if asked and need == int(asked) else "(the largest k of evaluation.pass_at_k)"
+    why = ("asked (the request's samples_per_item, the plan's choice)" if asked and need == int(asked)
+           else "(the largest k of evaluation.pass_at_k)")
     scored = " (NaN answers not counted)" if nan else ""
     none = int(np.sum(lengths == 0))
     left_out = (f"; {none} item{'s' if none > 1 else ''} with no answer {'are' if none > 1 else 'is'} left out "
                 "(not evaluated)") if none else ""
     return (f"{label}: {short.size} of {lengths.size} items returned fewer than {need} answers {why}{scored}; the "
             f"fewest: {int(lengths[i])}, for {_item_name(i, ids, lengths.size)}; each counts with the answers it "
-            f"returned (pass@m of its m){left_out}")
+            f"returned ({counts}){left_out}")
 
 
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
@@ -978,11 +1009,16 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
             c = filled.sum(axis=1)
             per_item = np.array([pass_at_k(int(m[i]), int(c[i]), min(int(k), int(m[i]))) for i in ok],
                                 dtype=np.float64)
+            # (its spread from the deviations, as mean@k's: total_sq - n mean^2 left a rounding residue where
+            # every item reads the same, and with the finite population correction pass@1 of six items
+            # answered [1, 0, 1] read 0.667 [0.6667, 0.6667] beside mean@k's [0.326, 0.912]; found in review)
+            per_mean = stable_mean(per_item)
             out[f"{name}/pass@{k}"] = from_sums(float(per_item.sum()), float(np.dot(per_item, per_item)),
                                                 int(per_item.size), True, confidence, clustered=True,
                                                 samples=int(m[ok].sum()), nan_count=nan_count,
                                                 population=population,
-                                                within_ss=_pass_within_ss(m[ok], c[ok], int(k)), k=int(k))
+                                                within_ss=_pass_within_ss(m[ok], c[ok], int(k)), k=int(k),
+                                                m2=deviations(per_item, per_mean), mean=per_mean)
         elif k > 1 and values.size:
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
                 per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))

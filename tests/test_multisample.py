@@ -507,8 +507,8 @@ def test_a_suite_item_with_fewer_answers_than_asked_is_evaluated_and_logged(capl
         result = ev.evaluate(few, 0, 0, 0)
     assert result.metrics["aime24/acc/pass@16"].n == 30 and result.metrics["aime24/acc/pass@16"].mean == 1.0
     assert result.metrics["aime24/acc"].samples == 29 * 16 + 8
-    assert (f"suite 'aime24', metric 'acc': 1 of 30 items returned fewer than 16 answers asked (samples_per_item); "
-            f"the fewest: 8, for item {handed[0]} (row 29)") in caplog.text
+    assert (f"suite 'aime24', metric 'acc': 1 of 30 items returned fewer than 16 answers asked (the request's "
+            f"samples_per_item, the plan's choice); the fewest: 8, for item {handed[0]} (row 29)") in caplog.text
     assert "math500" not in caplog.text  # its 4 answers per item were all there
 
 
@@ -1038,3 +1038,41 @@ def test_pass_at_k_var_of_a_rate_that_is_no_probability_is_not_zero():
     for p in (1.5, -0.2, math.inf):
         with pytest.raises(ValueError, match=r"pass_at_k_var: p must lie in \[0, 1\]"):
             pass_at_k_var(16, 4, p)
+
+
+@pytest.mark.parametrize("rows", [[[1, 0, 1]] * 6, [[1, 0, 1, 1]] * 30, [[1, 0]] * 10])
+def test_pass_at_1_of_a_whole_suite_of_equal_items_has_mean_at_ks_interval(rows):
+    # Every item reads the same: pass@1's spread came from total_sq - n mean^2, whose rounding residue the
+    # finite population correction turned into a zero-width interval (0.667 [0.6667, 0.6667]).
+    out = summarize_outputs({"s/acc": np.array(rows, float)}, None, pass_at_k={"s": [1]},
+                            suites={"s": list(range(len(rows)))}, populations={"s": len(rows)})
+    mean_at_k, pass_1 = out["s/acc"], out["s/acc/pass@1"]
+    assert pass_1.ci == pytest.approx(mean_at_k.ci, abs=1e-12)
+    assert pass_1.ci[1] - pass_1.ci[0] > 0.1
+
+
+def test_maj_at_k_with_text_answers_and_number_references_says_why_it_reads_0(caplog):
+    refs = [42, 7, 113, 5]
+    answers = [["42", "42", "41", "42"], ["7", "7", "7", "3"], ["113", "112", "113", "113"], ["5", "5", "5", "5"]]
+    scores = [[float(a == str(r)) for a in row] for row, r in zip(answers, refs)]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = summarize_outputs({"acc": scores, "acc:answers": answers, "acc:reference": refs}, 4, pass_at_k=(1, 4))
+    assert out["acc/maj@4"].mean == 0.0 and out["acc/pass@1"].mean == pytest.approx(13 / 16)
+    assert "every answer is text while every reference is a number" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = summarize_outputs({"acc": scores, "acc:answers": answers, "acc:reference": [str(r) for r in refs]}, 4,
+                                pass_at_k=(1, 4))
+    assert out["acc/maj@4"].mean == 1.0 and caplog.text == ""
+
+
+def test_items_short_of_answers_are_warned_of_once_for_scores_and_answers(caplog):
+    answers = [["1", "2", "1"], ["3"]]
+    scores = [[1.0, 0.0, 1.0], [1.0]]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        summarize_outputs({"acc": scores, "acc:answers": answers, "acc:reference": ["1", "3"]}, 2, pass_at_k=(3,))
+    assert caplog.text.count("returned fewer than 3 answers") == 1 and "metric 'acc':" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # answers alone: their own warning, maj@m
+        summarize_outputs({"acc:answers": answers, "acc:reference": ["1", "3"]}, 2, pass_at_k=(3,))
+    assert caplog.text.count("returned fewer than 3 answers") == 1 and "(maj@m of its m)" in caplog.text
