@@ -526,7 +526,10 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
 
     ``on_restart``: ``"error"`` (default) for a step below the previous one; ``"keep_last"`` takes it for a
     run restarted or resumed into the same log and keeps the later run (the earlier records at or after that
-    step are dropped, as TensorBoard does).
+    step are dropped, as TensorBoard does).  A TensorBoard run resumed into its folder (a new event file) has its
+    orphaned events purged either way, as TensorBoard does: when a tag's step goes back, that tag's earlier
+    values at that step and after are dropped (with a warning); ``"keep_last"`` also drops the earlier run's
+    other tags from the later run's first step on.
 
     Raises :class:`TraceError` for a malformed line (file and line number), a missing ``step`` column,
     decreasing steps, a non-numeric cell, or a file without records.
@@ -536,7 +539,7 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     keep_last = on_restart == "keep_last"
     path = pathlib.Path(path)
     if trace_format(path) == "tensorboard":
-        return _read_tensorboard(path)
+        return _read_tensorboard(path, keep_last)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
     text = read_text(path)
@@ -817,6 +820,7 @@ def _parse_float(text: str, what: str, path, line) -> float:
 _HF_BOOKKEEPING = frozenset({"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
                              "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
 
+_HF_TB_BOOKKEEPING: frozenset = frozenset()
 
 class _Date(float):
     """A ``time`` cell that held a date: its POSIX seconds, until :func:`_dates_relative` makes the trace's
@@ -1178,10 +1182,17 @@ def _first_tag(run: pathlib.Path) -> str | None:
     return None
 
 
+def _event_files(run: pathlib.Path) -> list[pathlib.Path]:
+    """The event files directly in ``run`` (``run`` itself when it is one), in name order."""
+    if not run.is_dir():
+        return [run]
+    return sorted(p for p in run.iterdir() if p.is_file() and "tfevents" in p.name)
+
+
 def _add_scalars_series(run: pathlib.Path, parent: pathlib.Path) -> list | None:
-    """The scalar events of ``run``, a folder under ``parent``, with their tags renamed ``<main_tag>/<key>``
-    when ``run`` is a series that ``SummaryWriter.add_scalars(main_tag, {key: ...})`` wrote beside the parent's
-    own events; else None (a separate run).
+    """The scalar events of ``run``, a folder under ``parent``, one list per event file, with their tags renamed
+    ``<main_tag>/<key>`` when ``run`` is a series that ``SummaryWriter.add_scalars(main_tag, {key: ...})`` wrote
+    beside the parent's own events; else None (a separate run).
 
     torch (and tensorboardX) write each key into the run ``<parent>/<main_tag with '/' as '_'>_<key>`` under the
     tag ``main_tag``: the folder's path below the parent must start with the tag so spelled and ``_``, and the
@@ -1190,20 +1201,24 @@ def _add_scalars_series(run: pathlib.Path, parent: pathlib.Path) -> list | None:
     first = _first_tag(run)
     if first is not None and not rel.startswith(first.replace("/", "_") + "_"):
         return None  # a separate run, told by its first tag without loading all of it (found in review: 10x)
-    events = []
-    for tag, step, wall_time, value in _scalar_events(run):
-        prefix = tag.replace("/", "_") + "_"
-        if not (rel.startswith(prefix) and len(rel) > len(prefix)):
-            return None
-        events.append((f"{tag}/{rel[len(prefix):]}", step, wall_time, value))
-    return events or None
+    chunks = []
+    for file in _event_files(run):
+        events = []
+        for tag, step, wall_time, value in _scalar_events(file):
+            prefix = tag.replace("/", "_") + "_"
+            if not (rel.startswith(prefix) and len(rel) > len(prefix)):
+                return None
+            events.append((f"{tag}/{rel[len(prefix):]}", step, wall_time, value))
+        if events:
+            chunks.append(events)
+    return chunks or None
 
 
 def _listed(paths: Sequence[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
-def _read_tensorboard(path: pathlib.Path) -> Trace:
+def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such TensorBoard directory or event file")
     nested: list[pathlib.Path] = []
@@ -1213,17 +1228,15 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
             hint = f"; event files lie in {_listed([str(p) for p in nested])}: pass one of those" if nested else ""
             raise TraceError(f"no trace here: a folder is read as a TensorBoard run and holds no event files{hint} "
                              "(a trace file is .csv, .jsonl or .json)", path)
-    by_step: dict[int, dict[str, float]] = {}
-    wall: dict[int, float] = {}
-
-    def add(tag, step, wall_time, value):
-        by_step.setdefault(step, {})[tag] = value
-        wall[step] = min(wall.get(step, wall_time), wall_time)
-
+    # One list of (tag, step, wall time, value) per event file: a run resumed into the same folder writes a new
+    # file, and which file (which run) an event came from decides what a step that goes back drops.
+    chunks: list[list] = []
     own_tags = set()
-    for tag, step, wall_time, value in _scalar_events(path):
-        own_tags.add(tag)
-        add(tag, step, wall_time, value)
+    for file in _event_files(path):
+        events = [e for e in _scalar_events(file) if e[0] not in _HF_TB_BOOKKEEPING]
+        own_tags.update(e[0] for e in events)
+        if events:
+            chunks.append(events)
     # SummaryWriter.add_scalars writes each series into a run of its own below the writer's folder: those are
     # this run's metrics (they were left out silently); any other run below is a separate run, said so.
     separate = []
@@ -1233,13 +1246,17 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
         if series is None:
             separate.append(run.relative_to(path).as_posix())
             continue
-        for name, step, wall_time, value in series:
-            if name in own_tags:
-                # (an error here refused a folder that read before the series were read: a recorded run's tags
-                # cannot be renamed; found in review)
-                clashes[(run.relative_to(path).as_posix(), name)] = None
-                continue
-            add(name, step, wall_time, value)
+        for events in series:
+            kept = []
+            for event in events:
+                if event[0] in own_tags:
+                    # (an error here refused a folder that read before the series were read: a recorded run's
+                    # tags cannot be renamed; found in review)
+                    clashes[(run.relative_to(path).as_posix(), event[0])] = None
+                elif event[0] not in _HF_TB_BOOKKEEPING:
+                    kept.append(event)
+            if kept:
+                chunks.append(kept)
     for rel, name in clashes:
         warnings.warn(f"{path}: left out the add_scalars series in {rel!r}: its name {name!r} is a scalar of the run "
                       "too (the run's own is read)", RuntimeWarning, stacklevel=3)
@@ -1248,6 +1265,11 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
                       f"that {'are' if len(separate) > 1 else 'is'} not add_scalars series of this run "
                       f"({_listed(separate)}): separate runs; pass each folder on its own", RuntimeWarning,
                       stacklevel=3)
+    by_step: dict[int, dict[str, float]] = {}
+    wall: dict[int, float] = {}
+    for tag, step, wall_time, value in _purge_orphaned(chunks, path, keep_last):
+        by_step.setdefault(step, {})[tag] = value
+        wall[step] = min(wall.get(step, wall_time), wall_time)
     if not by_step:
         raise TraceError("no records (no scalar events)", path)
     if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):
@@ -1263,6 +1285,50 @@ def _read_tensorboard(path: pathlib.Path) -> Trace:
                 epoch = _epoch(value, value, path, None) if math.isfinite(value) else None
         records.append(TraceRecord(step, row, epoch, wall[step] - t0))
     return Trace(records, str(path))
+
+
+def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
+    """The events of a TensorBoard run's event files (``chunks``, one list per file) without those a resumed run
+    orphaned.  A run resumed from a checkpoint into the same folder logs steps again that the abandoned run had
+    logged past: they were merged, the abandoned run's values in between the resumed run's (replayed evals
+    jumped 0.82 -> 0.12 -> 0.92; found in review).
+
+    As TensorBoard's ``EventAccumulator(purge_orphaned_data=True)`` does for an event file without SessionLog
+    (its out-of-order check, ``_Purge(event, by_tags=True)``): when a tag's step goes back, that tag's earlier
+    events at that step and after are dropped.  (TensorBoard compares with the last step of any tag; here each
+    tag with its own last step, so a tag logged less often is not purged by another's.)  With ``keep_last``
+    (the CSV/JSONL rule for steps that go back) the later run is kept whole from its first step on: an event
+    file whose first step lies below a step logged before that file began also drops every earlier event, of
+    any tag, at that step and after.  Files are taken in the order they began (their first wall time)."""
+    order = sorted(range(len(chunks)), key=lambda i: (min(e[2] for e in chunks[i]), i))
+    restarts = []
+    kept: list = []
+    for i in order:
+        chunk = chunks[i]
+        if keep_last and kept:
+            began = min(e[2] for e in chunk)
+            start = min(e[1] for e in chunk)
+            reached = max((e[1] for e in kept if e[2] < began), default=None)
+            if reached is not None and start < reached:
+                kept = [e for e in kept if not (e[1] >= start and e[2] < began)]
+                restarts.append((start, reached))
+        kept.extend(chunk)
+    per_tag: dict[str, list] = {}
+    for event in kept:
+        series = per_tag.setdefault(event[0], [])
+        if series and event[1] < series[-1][1]:
+            restarts.append((event[1], series[-1][1]))
+            while series and series[-1][1] >= event[1]:
+                series.pop()
+        series.append(event)
+    if restarts and not keep_last:
+        start, reached = restarts[0]
+        warnings.warn(f"{path}: steps go back (step {start} logged after step {reached}: a run resumed into the same "
+                      "folder); as TensorBoard purges orphaned data, a tag's earlier values from the step it goes "
+                      "back to on are dropped.  Values of tags the later run did not log again stay: "
+                      "--keep-last-run (read_trace(..., on_restart='keep_last')) keeps the later run alone from its "
+                      "first step on", RuntimeWarning, stacklevel=4)
+    return [event for series in per_tag.values() for event in series]
 
 
 _EPOCH_TAGS = ("epoch", "train/epoch")

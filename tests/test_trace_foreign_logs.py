@@ -1,0 +1,67 @@
+"""Logs of other trainers read by ``read_trace``: a TensorBoard run resumed into its folder, Hugging Face's
+TensorBoard bookkeeping tags, verl's and OpenRLHF's JSONL logs."""
+
+import json
+import warnings
+
+import pytest
+
+from adaptive_eval.cli import _load_trace_file, build_parser
+from adaptive_eval.trace import TraceError, read_trace
+
+SummaryWriter = pytest.importorskip("torch.utils.tensorboard").SummaryWriter  # (imported once, not per test)
+
+
+def _resumed_tensorboard(folder):
+    """Run 1 logs eval/acc 0.25 every 25 steps to 175 and only it logs `old/only` (at 0 and 150); run 2, resumed
+    from step 100 into the same folder (a second event file), logs eval/acc 0.75 every 20 steps to 200."""
+    with SummaryWriter(str(folder), filename_suffix=".1") as w:
+        for step in range(0, 176, 25):
+            w.add_scalar("eval/acc", 0.25, step, walltime=1000.0 + step)
+            w.add_scalar("train/loss", 1.0, step, walltime=1000.0 + step)
+        w.add_scalar("old/only", 5.0, 0, walltime=1000.0)
+        w.add_scalar("old/only", 5.0, 150, walltime=1150.0)
+    with SummaryWriter(str(folder), filename_suffix=".2") as w:
+        for step in range(100, 201, 20):
+            w.add_scalar("eval/acc", 0.75, step, walltime=2000.0 + step)
+            w.add_scalar("train/loss", 2.0, step, walltime=2000.0 + step)
+
+
+def test_a_tensorboard_run_resumed_into_its_folder_drops_the_abandoned_runs_values(tmp_path):
+    _resumed_tensorboard(tmp_path)
+    with pytest.warns(RuntimeWarning, match="steps go back.*step 100 logged after step 175"):
+        trace = read_trace(tmp_path)
+    steps, acc = trace.column("eval/acc")
+    # As TensorBoard purges orphaned data: the abandoned run's 0.25 at 125, 150, 175 are gone (they sat between
+    # the resumed run's 0.75 and read as collapses).
+    assert list(steps) == [0, 25, 50, 75, 100, 120, 140, 160, 180, 200]
+    assert list(acc) == [0.25] * 4 + [0.75] * 6
+    assert list(trace.column("train/loss")[1]) == [1.0] * 4 + [2.0] * 6
+    # A tag the later run never logged again is not purged by TensorBoard's rule, and the overlap's time is
+    # the resumed run's, not the abandoned run's (min wall time).
+    assert list(trace.column("old/only")[0]) == [0, 150]
+    by_step = {r.step: r for r in trace.records}
+    assert by_step[100].time == pytest.approx(2100.0 - 1000.0)
+
+
+def test_keep_last_run_keeps_the_resumed_tensorboard_run_alone_from_its_first_step(tmp_path):
+    _resumed_tensorboard(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as the CSV/JSONL readers: keep_last drops without a word
+        trace = read_trace(tmp_path, on_restart="keep_last")
+    assert [r.step for r in trace.records if r.step >= 100] == [100, 120, 140, 160, 180, 200]
+    assert list(trace.column("old/only")[0]) == [0]  # the abandoned run's step 150 goes too
+    assert set(trace.column("eval/acc")[1][4:]) == {0.75}
+    args = build_parser().parse_args(["check", str(tmp_path), "--keep-last-run"])
+    assert list(_load_trace_file(str(tmp_path), args).column("old/only")[0]) == [0]
+
+
+def test_a_tensorboard_run_continued_in_a_second_file_without_going_back_is_read_whole(tmp_path):
+    for k, steps in enumerate((range(0, 5), range(5, 10))):
+        with SummaryWriter(str(tmp_path), filename_suffix=f".{k}") as w:
+            for step in steps:
+                w.add_scalar("train/loss", float(step), step, walltime=100.0 * k + step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode in ("error", "keep_last"):
+            assert list(read_trace(tmp_path, on_restart=mode).column("train/loss")[1]) == list(range(10))
