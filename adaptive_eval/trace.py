@@ -820,7 +820,10 @@ def _parse_float(text: str, what: str, path, line) -> float:
 _HF_BOOKKEEPING = frozenset({"total_flos", "train_runtime", "train_samples_per_second", "train_steps_per_second",
                              "eval_runtime", "eval_samples_per_second", "eval_steps_per_second"})
 
-_HF_TB_BOOKKEEPING: frozenset = frozenset()
+# The same keys as Hugging Face's TensorBoardCallback writes them (its rewrite_logs: eval_<k> as eval/<k>, any other
+# key as train/<k>): eval/runtime was offered as eval ground truth ("a percentage? scale it"; found in review).
+_HF_TB_BOOKKEEPING = _HF_BOOKKEEPING | {f"eval/{k[len('eval_'):]}" if k.startswith("eval_") else f"train/{k}"
+                                       for k in _HF_BOOKKEEPING}
 
 class _Date(float):
     """A ``time`` cell that held a date: its POSIX seconds, until :func:`_dates_relative` makes the trace's

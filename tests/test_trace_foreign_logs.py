@@ -65,3 +65,20 @@ def test_a_tensorboard_run_continued_in_a_second_file_without_going_back_is_read
         warnings.simplefilter("error")
         for mode in ("error", "keep_last"):
             assert list(read_trace(tmp_path, on_restart=mode).column("train/loss")[1]) == list(range(10))
+
+
+def test_hf_trainers_tensorboard_bookkeeping_is_neither_eval_truth_nor_a_stream(tmp_path):
+    # The tags Hugging Face's TensorBoardCallback writes for eval_runtime, train_runtime, total_flos, ...
+    with SummaryWriter(str(tmp_path)) as w:
+        for step in (10, 20):
+            w.add_scalar("train/loss", 1.0, step, walltime=float(step))
+            w.add_scalar("train/epoch", step / 20, step, walltime=float(step))
+            for tag in ("eval/accuracy", "eval/runtime", "eval/samples_per_second", "eval/steps_per_second"):
+                w.add_scalar(tag, 0.5, step, walltime=float(step))
+        for tag in ("train/train_runtime", "train/train_samples_per_second", "train/train_steps_per_second",
+                    "train/total_flos"):
+            w.add_scalar(tag, 60.0, 20, walltime=21.0)
+    trace = read_trace(tmp_path)
+    assert trace.eval_names() == ["eval/accuracy"]
+    assert trace.stream_names() == ["train/loss"]
+    assert [r.epoch for r in trace.records] == [0, 1]
