@@ -1043,6 +1043,13 @@ def _json_record(text: str, path, line, skipped: dict | None = None) -> TraceRec
                 del raw[k]
     metrics = {}
     _json_metrics(raw, "", metrics, path, line)
+    for key in _EPOCH_TAGS:  # (verl logs training/epoch: a stream, it alarmed at each epoch boundary)
+        if key in metrics:
+            value = metrics.pop(key)
+            if epoch is None and math.isfinite(value):
+                epoch = _epoch(value, value, path, line)
+    for key in _STEP_TAGS.intersection(metrics):
+        del metrics[key]
     return _new_record(step, metrics, epoch, time)
 
 
@@ -1286,6 +1293,8 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
             if tag in row:
                 value = row.pop(tag)
                 epoch = _epoch(value, value, path, None) if math.isfinite(value) else None
+        for tag in _STEP_TAGS.intersection(row):
+            del row[tag]
         records.append(TraceRecord(step, row, epoch, wall[step] - t0))
     return Trace(records, str(path))
 
@@ -1334,7 +1343,9 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
     return [event for series in per_tag.values() for event in series]
 
 
-_EPOCH_TAGS = ("epoch", "train/epoch")
+_EPOCH_TAGS = ("epoch", "train/epoch", "training/epoch")
+# A step counter logged as a metric beside the record's step (verl's training/global_step): bookkeeping.
+_STEP_TAGS = frozenset({"training/global_step"})
 
 
 # The tags an AdaptiveEvaluator's own TensorBoard log has besides its streams and eval means (see tensorboard.py).

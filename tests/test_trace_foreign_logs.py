@@ -82,3 +82,13 @@ def test_hf_trainers_tensorboard_bookkeeping_is_neither_eval_truth_nor_a_stream(
     assert trace.eval_names() == ["eval/accuracy"]
     assert trace.stream_names() == ["train/loss"]
     assert [r.epoch for r in trace.records] == [0, 1]
+
+
+def test_verls_training_epoch_is_the_epoch_and_its_global_step_is_not_a_stream(tmp_path):
+    path = tmp_path / "verl.jsonl"
+    lines = [{"step": s, "data": {"training/global_step": s, "training/epoch": (s - 1) // 3,
+                                  "critic/score/mean": 0.5}} for s in range(1, 8)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = read_trace(path)
+    assert trace.stream_names() == ["critic/score/mean"]  # no epoch counter to alarm at each epoch boundary
+    assert [r.epoch for r in trace.records] == [0, 0, 0, 1, 1, 1, 2]
