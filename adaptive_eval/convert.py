@@ -30,6 +30,7 @@ import dataclasses
 import decimal
 import json
 import math
+import numbers
 import os
 import pathlib
 import warnings
@@ -235,16 +236,24 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     """Per-problem eval results in long form as per-item ground truth: ``(trace, item ids)``.
 
     The CSV has a row per checkpoint ``step`` x problem (``item``: any id) x answer, with the answer's
-    ``value`` (1/0, true/false, or a score; times ``scale``).  A problem's rows at a step are averaged: with k
-    answers per problem, its fraction correct is its probability of success at that checkpoint, what replay
-    draws ``samples_per_item`` answers from.  The ids are numbered 0..N-1 in order of first appearance
-    (returned, so ``ids[i]`` is item ``i``), and the trace gets columns ``eval/<suite>/<metric>@<i>``; set
-    ``evaluation.suites.<suite>.size`` to N.  ``streams``: a trace of the run's training log (reward, loss,
-    ...) merged in by step.  A problem without a row at some step keeps its last value there (replay carries
-    every item forward); an empty or NaN value is an answer not scored (skipped); a missing column, a bad
-    step or value is a :class:`TraceError` naming file and line.
+    ``value`` (1/0, true/false, or a score; times ``scale``, a finite non-zero number).  A problem's rows at a
+    step are averaged: with k answers per problem, its fraction correct is its probability of success at that
+    checkpoint, what replay draws ``samples_per_item`` answers from.  The ids are numbered 0..N-1 in order of
+    first appearance (returned, so ``ids[i]`` is item ``i``), and the trace gets columns
+    ``eval/<suite>/<metric>@<i>``; set ``evaluation.suites.<suite>.size`` to N.  ``streams``: a trace of the
+    run's training log (reward, loss, ...) merged in by step.  A problem without a row at some step keeps its
+    last value there (replay carries every item forward); an empty or NaN value is an answer not scored
+    (skipped); a missing column, a bad step or value is a :class:`TraceError` naming file and line; a zero or
+    non-finite ``scale`` a ``ValueError``.
     """
     path = pathlib.Path(path)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale={scale!r}: the factor each score is multiplied by must be a number "
+                        "(e.g. 0.01 for percent)")
+    factor = float(scale)
+    if not math.isfinite(factor) or factor == 0.0:
+        raise ValueError(f"scale={scale!r}: the factor each score is multiplied by must be a finite non-zero "
+                         "number (e.g. 0.01 for percent)" + ("; 0 would zero every score" if factor == 0 else ""))
     header, header_line, rows = _read_rows(path)
     index = {name: i for i, name in enumerate(header)}
     missing = [c for c in (step, item, value) if c not in index]
@@ -253,7 +262,7 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
                          "with step=, item=, value=)", path, header_line)
     if "/" in suite or "@" in suite or not suite:
         raise ValueError(f"suite {suite!r}: a suite name is not empty and has no '/' or '@'")
-    to_value = _scaler(scale)
+    to_value = _scaler(factor)
     ids: dict[str, int] = {}
     sums: dict[int, dict[int, list[float]]] = {}
     for line, cells in rows:
