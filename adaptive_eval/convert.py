@@ -239,12 +239,16 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     ``value`` (1/0, true/false, or a score; times ``scale``, a finite non-zero number).  A problem's rows at a
     step are averaged: with k answers per problem, its fraction correct is its probability of success at that
     checkpoint, what replay draws ``samples_per_item`` answers from.  The ids are numbered 0..N-1 in order of
-    first appearance (returned, so ``ids[i]`` is item ``i``), and the trace gets columns
-    ``eval/<suite>/<metric>@<i>``; set ``evaluation.suites.<suite>.size`` to N.  ``streams``: a trace of the
-    run's training log (reward, loss, ...) merged in by step.  A problem without a row at some step keeps its
-    last value there (replay carries every item forward); an empty or NaN value is an answer not scored
-    (skipped); a missing column, a bad step or value is a :class:`TraceError` naming file and line; a zero or
-    non-finite ``scale`` a ``ValueError``.
+    first appearance in the file (returned, so ``ids[i]`` is item ``i``), and the trace gets columns
+    ``eval/<suite>/<metric>@<i>``; set ``evaluation.suites.<suite>.size`` to N, the number of problems.
+
+    ``streams``: a trace of the run's training log (reward, loss, ...) merged in by step.  An empty or NaN
+    value is an answer not scored (skipped); a problem with rows at a step but no scored answer there (every
+    grader call timed out) is NaN at that step (replay's NaN item: its answers NaN, left out of the
+    evaluation), as is a problem at the first checkpoint before its first rows (a problem added later).  A
+    problem without a row at a later step keeps its last value there (replay carries every item forward).  A
+    missing column, a bad step or value is a :class:`TraceError` naming file and line; a zero or non-finite
+    ``scale`` a ``ValueError``.
     """
     path = pathlib.Path(path)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
@@ -263,8 +267,9 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     if "/" in suite or "@" in suite or not suite:
         raise ValueError(f"suite {suite!r}: a suite name is not empty and has no '/' or '@'")
     to_value = _scaler(factor)
-    ids: dict[str, int] = {}
-    sums: dict[int, dict[int, list[float]]] = {}
+    seen: dict[str, None] = {}  # problem ids in order of first appearance
+    answers: dict[int, dict[str, list[float]]] = {}  # step -> problem id -> its scored answers there
+    scored = False
     for line, cells in rows:
         if len(cells) != len(header):
             raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
@@ -272,6 +277,9 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
         key = cells[index[item]].strip()
         if not key:
             raise TraceError(f"empty {item!r} cell", path, line)
+        seen.setdefault(key)
+        # (made before the value is read: a problem whose every answer is unscored is NaN there, not left out)
+        per_item = answers.setdefault(s, {}).setdefault(key, [])
         text = cells[index[value]].strip()
         if not text:
             continue  # not scored: no answer for this row
@@ -280,16 +288,24 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
         except ValueError:
             raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path, line) from None
         if v != v:
-            continue  # NaN: not scored, as an empty cell (and as evaluate_fn's NaN answers), not a NaN problem
-        i = ids.setdefault(key, len(ids))
-        acc = sums.setdefault(s, {}).setdefault(i, [0.0, 0])
-        acc[0] += v
-        acc[1] += 1
-    if not sums:
+            continue  # NaN: not scored, as an empty cell (and as evaluate_fn's NaN answers)
+        per_item.append(v)
+        scored = True
+    if not scored:
         raise TraceError("no scored rows", path)
-    by_step: dict[int, dict[str, float]] = {
-        s: {f"eval/{suite}/{metric}@{i}": total / n for i, (total, n) in per_item.items()}
-        for s, per_item in sums.items()}
+    ids = list(seen)
+    number = {key: i for i, key in enumerate(ids)}
+    column = f"eval/{suite}/{metric}"
+    by_step: dict[int, dict[str, float]] = {}
+    for s in sorted(answers):
+        # At the first checkpoint a problem without rows is not scored yet (NaN, carried to its first rows).
+        out = by_step[s] = {} if by_step else {f"{column}@{i}": math.nan for i in range(len(ids))}
+        for key, vs in answers[s].items():
+            i = number[key]
+            if not vs:
+                out[f"{column}@{i}"] = math.nan
+                continue
+            out[f"{column}@{i}"] = math.fsum(vs) / len(vs)
     log = {r.step: r for r in streams.records} if streams is not None else {}
     for step_, rec in log.items():
         merged = by_step.setdefault(step_, {})
@@ -297,7 +313,7 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
             merged.setdefault(k, v)
     records = [TraceRecord(s, by_step[s], getattr(log.get(s), "epoch", None), getattr(log.get(s), "time", None))
                for s in sorted(by_step)]
-    return Trace(records, str(path)), list(ids)
+    return Trace(records, str(path)), ids
 
 
 def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,

@@ -34,6 +34,7 @@ import math
 import numbers
 import os
 import re
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -234,13 +235,14 @@ class _SuiteSimulatedEval:
     metric that has per-item columns: it is then their mean, as a recorded run writes it, not more truth).  A
     metric with per-item columns must have one for every item of its suite (a skipped index is an error at
     load, not a failed evaluation later); an item's NaN is data (its answers are NaN, which evaluations skip).
-    Before every requested item has a value, the metric is not measured (no ground truth yet).  Each
-    requested item gets ``samples_per_item`` draws: Bernoulli(p_i) for a probability (a metric without a
-    ``:std`` column whose values all lie within [0, 1], or declared a proportion in
-    ``evaluation.metric_kinds``), else Normal(mean_i, std) with the std of a column
-    ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation costs
-    ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over suites of items x (samples x
-    cost + item_cost)`` on the simulated clock.
+    Before every requested item has a value, the metric is not measured (no ground truth yet: recorded in
+    ``unmeasured``, which :func:`replay` reports in one warning).  Each requested item gets
+    ``samples_per_item`` draws: Bernoulli(p_i) for a probability (a metric without a ``:std`` column whose
+    values all lie within [0, 1], or declared a proportion in ``evaluation.metric_kinds``), else
+    Normal(mean_i, std) with the std of a column ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation
+    costs ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over the suites it measured of
+    items x (samples x cost + item_cost)`` on the simulated clock: a due suite none of whose metrics could be
+    measured costs nothing (nothing was drawn; nothing when no suite was measured).
     """
 
     def __init__(self, columns: list[str], cfg, clock: SimClock, seed: int, source: str):
@@ -308,6 +310,9 @@ class _SuiteSimulatedEval:
         self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}
         self.kinds: dict[tuple[str, str], str] = {}  # (suite, metric) -> proportion | mean (_suite_kinds)
+        # (suite, metric) -> ([steps of the evaluations that could not measure it], items without truth at the
+        # first of them)
+        self.unmeasured: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
 
     def set_kinds(self, trace, cfg) -> None:
         """Per (suite, metric), as :func:`_column_kinds` decides for one eval set: ``evaluation.metric_kinds``
@@ -362,17 +367,30 @@ class _SuiteSimulatedEval:
         finite = arr[np.isfinite(arr)]
         return float(finite.mean()) if finite.size else math.nan
 
+    def _not_measured(self, key: tuple[str, str], step: int, items) -> None:
+        self.unmeasured.setdefault(key, ([], [int(i) for i in items]))[0].append(int(step))
+
     def __call__(self, request: EvalRequest) -> dict:
         out = {}
         cost = 0.0
+        spots = sorted({w[:2] for w in self.where.values()})
+        drawn = False
         for name, s in request.suites.items():
             suite = self.suites[name]
             idx = np.asarray(s.indices, dtype=np.int64)
             m = int(s.samples_per_item)
-            cost += len(idx) * (m * float(suite["cost"]) + float(suite["item_cost"]))
+            measured = False
+            for key in spots:
+                if key[0] == name and key not in self.truth:  # (no column of it recorded yet)
+                    self._not_measured(key, request.step, idx)
             for (sname, metric), arr in self.truth.items():
-                if sname != name or not self.given[(sname, metric)][idx].all():
-                    continue  # (no ground truth yet for some requested item: not measured, as without suites)
+                if sname != name:
+                    continue
+                given = self.given[(sname, metric)][idx]
+                if not given.all():  # no ground truth yet for some requested item: not measured
+                    self._not_measured((sname, metric), request.step, idx[~given])
+                    continue
+                measured = True
                 p = arr[idx]
                 finite = np.isfinite(p)
                 q = np.where(finite, p, 0.0)
@@ -384,7 +402,11 @@ class _SuiteSimulatedEval:
                 if not finite.all():
                     values[~finite] = p[~finite][:, None]  # a NaN or inf item: its answers are that value
                 out[f"{name}/{metric}"] = values
-        self.clock.eval_time += self.fixed + self.per_sample * cost
+            if measured:  # (a due suite that measured nothing drew no answers: it costs nothing)
+                cost += len(idx) * (m * float(suite["cost"]) + float(suite["item_cost"]))
+                drawn = True
+        if drawn:
+            self.clock.eval_time += self.fixed + self.per_sample * cost
         return out
 
 
@@ -541,6 +563,12 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         if progress is not None and i % 1000 == 0:
             progress(i)
     s = evaluator.summary()
+    samples = s["samples"]
+    if isinstance(sim, _SuiteSimulatedEval):
+        # An evaluation that measured nothing counts the items it asked for in the evaluator's summary; none
+        # was drawn (it cost no simulated time either).
+        samples -= sum(r.items for r in out.results if not r.metrics)
+        _warn_suite_truth(sim, trace.source)
     before_close = len(out.evals)
     evaluator.close()  # (an asynchronous evaluation still in flight joins here)
     known = {_truth_key(n) for n in names if n.startswith("eval/")}
@@ -548,11 +576,26 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         marks = _truth_marks(e, truth_at.get(e["step"]), known)
         if marks:
             e["truth_step"] = marks
-    out.summary = {"steps": len(records), "evals": s["evals"], "samples": s["samples"],
+    out.summary = {"steps": len(records), "evals": s["evals"], "samples": samples,
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
                    "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
                    "best": _best(out.evals[:before_close], cfg)}
     return out
+
+
+def _warn_suite_truth(sim: _SuiteSimulatedEval, source: str | None) -> None:
+    """One warning per suite metric that due evaluations could not measure (no ground truth yet for some
+    requested item)."""
+    where = f"{source}: " if source else ""
+    for (suite, metric), (steps, items) in sorted(sim.unmeasured.items()):
+        shown = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
+        missing = ", ".join(map(str, items[:5])) + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+        warnings.warn(f"{where}{len(steps)} evaluation{'s' if len(steps) > 1 else ''} of suite {suite!r} (step"
+                      f"{'s' if len(steps) > 1 else ''} {shown}) did not measure {suite}/{metric}: no ground truth "
+                      f"yet for item{'s' if len(items) > 1 else ''} {missing} (no eval/{suite}/{metric}@<item> "
+                      "value at or before the first of them); an evaluation that measured none of a suite's "
+                      "metrics is not billed (no simulated eval time, no items counted)", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _truth_key(column: str) -> str:

@@ -3,15 +3,91 @@ them: the answers' real spread, problems without a scored answer, item numbers, 
 1, 2, 8 and 10)."""
 
 import math
+import warnings
 
+import numpy as np
 import pytest
 
+from adaptive_eval import load_config
 from adaptive_eval.convert import from_item_results
+from adaptive_eval.replay import replay
+from adaptive_eval.trace import Trace, TraceRecord
 
 
 def write_results(path, rows, header="step,problem,score"):
     path.write_text("\n".join([header, *(",".join(map(str, r)) for r in rows)]) + "\n")
     return path
+
+
+def suite_cfg(size, samples, *more):
+    return load_config("areal", ["trigger.freq_steps=10", "replay.every_step=true", f"evaluation.suites.s.size={size}",
+                                 f"evaluation.suites.s.samples_per_item={samples}", *more])
+
+
+# ------------------------------------------------------------------- finding 2: a problem without answers
+
+
+def test_a_problem_with_no_scored_answer_at_a_step_is_nan_there_in_its_own_place(tmp_path):
+    """It was left out of that step: at the first checkpoint it had no value (replay measured nothing) and
+    was numbered after every other problem; at a later one its earlier value was carried on as the truth."""
+    rows = [(0, "a", 1), (0, "b", "nan"), (0, "b", ""), (0, "c", 0),
+            (100, "a", 1), (100, "b", 1), (100, "c", 1),
+            (200, "a", 0), (200, "b", "NaN"), (200, "b", "nan"), (200, "c", 1),
+            (300, "a", 1), (300, "c", 1)]  # (b absent at 300: its value at 200 carries on)
+    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="acc",
+                                   item="problem", value="score")
+    assert ids == ["a", "b", "c"]
+    got = [(r.step, r.metrics.get("eval/s/acc@1")) for r in trace.records]
+    assert got[1:3] == [(100, 1.0), (200, got[2][1])] and got[3] == (300, None)
+    assert math.isnan(got[0][1]) and math.isnan(got[2][1])
+    # A problem added after the first checkpoint is not scored there yet (it gave no value: nothing measured).
+    late = [(0, "a", 1), (0, "b", 0), (100, "a", 1), (100, "b", 1), (100, "c", 0)]
+    trace, ids = from_item_results(write_results(tmp_path / "late.csv", late), suite="s", metric="acc",
+                                   item="problem", value="score")
+    assert ids == ["a", "b", "c"] and math.isnan(trace.records[0].metrics["eval/s/acc@2"])
+    assert trace.records[1].metrics["eval/s/acc@2"] == 0.0
+
+
+def test_a_replayed_all_nan_problem_leaves_the_rest_measured_from_the_first_checkpoint(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = [(s, f"q{i}", "nan" if (s == 0 and i == 3) else int(rng.random() < 0.6))
+            for s in (0, 50, 100) for i in range(12) for _ in range(4)]
+    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="acc",
+                                   item="problem", value="score")
+    assert ids.index("q3") == 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = replay(trace, suite_cfg(12, 4), seed=0)
+    assert not [w for w in caught if "did not measure" in str(w.message)]
+    assert run.evals and all("s/acc" in e["metrics"] for e in run.evals)
+    assert [e["n"]["s/acc"] for e in run.evals if e["step"] < 50] == [11] * len([e for e in run.evals
+                                                                                 if e["step"] < 50])
+
+
+def test_a_due_suite_replay_cannot_measure_is_not_billed_and_is_named_once():
+    """Before item 3 had ground truth, evaluations returned no metrics but were billed (simulated seconds,
+    items in the summary) without a word."""
+    recs = []
+    for s in range(60):
+        m = {"loss": 1.0}
+        if s % 10 == 0:
+            m.update({f"eval/s/acc@{i}": 0.5 for i in range(8) if i != 3 or s >= 30})
+        recs.append(TraceRecord(s, m))
+    cfg = suite_cfg(8, 4, "replay.eval_fixed_seconds=5", "replay.eval_seconds_per_sample=0.5")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = replay(Trace(recs, "mem.csv"), cfg, seed=0)
+    empty = [e for e in run.evals if not e["metrics"]]
+    measured = [e for e in run.evals if e["metrics"]]
+    assert empty and measured and all(e["step"] < 30 for e in empty) and all(e["step"] >= 30 for e in measured)
+    assert all(e["seconds"] == 0 for e in empty)
+    assert all(e["seconds"] == pytest.approx(5 + 0.5 * 8 * 4) for e in measured)
+    assert run.summary["eval_seconds"] == pytest.approx(sum(e["seconds"] for e in measured))
+    assert run.summary["samples"] == sum(e["n"]["s/acc"] for e in measured)
+    said = [str(w.message) for w in caught if "did not measure" in str(w.message)]
+    assert len(said) == 1 and caught[[str(w.message) for w in caught].index(said[0])].category is RuntimeWarning
+    assert said[0].startswith(f"mem.csv: {len(empty)} evaluations of suite 's'") and "did not measure s/acc" in said[0]
+    assert "no ground truth yet for item 3 " in said[0]
 
 
 # -------------------------------------------------------------------------------- finding 10: the scale
