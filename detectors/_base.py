@@ -264,6 +264,11 @@ def to_float(value, stream: str = "", detector: str = "") -> float:
             raise TypeError(f"{where}: cannot read a number from {tp.__name__}: {exc}") from None
         if type(inner) is float:
             return inner
+        if type(inner) is tp:  # (np.longdouble's item() is itself: recursing on it raised RecursionError)
+            try:
+                return float(inner)
+            except (TypeError, ValueError, OverflowError):
+                raise TypeError(f"{where}: cannot read a number from {tp.__name__}") from None
         return to_float(inner, stream, detector)
     if isinstance(value, numbers.Real) or hasattr(value, "__float__"):
         try:
@@ -395,9 +400,13 @@ def best_split(values) -> int:
     n = len(x)
     if n < 2:
         return max(n - 1, 0)
+    # Centred first: the split is shift-free, and far from zero (1e9 + N(0, 1)) the cumulative sums of the raw
+    # values lost the differences to rounding and put the split anywhere (found in review).
     big = np.max(np.abs(x))
     if big > _HUGE:  # the split is scale-free; squares of huge values would overflow
         x = x / big
+    x = x - x[n // 2]
+    x = x - np.mean(x)
     csum = np.cumsum(x)
     i = np.arange(1, n)
     left = csum[:-1]

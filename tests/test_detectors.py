@@ -600,3 +600,39 @@ def test_warmup_change_early_stop_agrees_with_its_p_value_at_the_level():
 def test_a_bad_warmup_test_names_what_it_takes(value):
     with pytest.raises(ValueError, match=r"warmup_test must be true, false, null \(the default\) or a significance"):
         make_detector({"type": "cusum", "warmup_test": value})
+
+
+def test_a_numpy_long_double_is_a_number_for_every_detector():
+    # np.longdouble(x).item() is an np.longdouble again: to_float recursed until RecursionError
+    import numpy as np
+
+    from adaptive_eval.detectors import available, make_detector
+
+    for kind in available():
+        det = make_detector({"type": kind}, stream="s")
+        for i in range(40):
+            det.update(np.longdouble(1.5 + 0.01 * (i % 3)), i)
+    cusum = make_detector({"type": "cusum", "warmup": 5}, stream="s")
+    for i in range(5):
+        cusum.update(np.longdouble(float(i % 2)), i)
+    assert cusum.armed
+
+
+def test_the_window_tests_alarms_and_location_do_not_move_with_the_level():
+    # best_split summed the raw values: far from zero (1e9 + N(0, 1)) rounding put the split anywhere, and the
+    # window test alarmed 4 times at locations 134-187 on one step at 200 (9 times at 1e12)
+    import numpy as np
+
+    from adaptive_eval.detectors import make_detector
+    from adaptive_eval.detectors._base import best_split
+
+    z = np.random.default_rng(1).standard_normal(400)
+    z[200:] += 3.0
+    runs = []
+    for offset, unit in ((0.0, 1.0), (1e9, 1.0), (1e9, 1e-3), (1e12, 1.0)):
+        det = make_detector({"type": "window_test"})
+        runs.append([(a.step, a.direction, a.location) for i, v in enumerate((offset + unit * z).tolist())
+                     if (a := det.update(v, i))])
+        assert best_split(offset + unit * z) == 200
+    assert runs[0] == [(219, "up", 200)]
+    assert runs[1:] == [runs[0]] * 3
