@@ -238,9 +238,13 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     The CSV has a row per checkpoint ``step`` x problem (``item``: any id) x answer, with the answer's
     ``value`` (1/0, true/false, or a score; times ``scale``, a finite non-zero number).  A problem's rows at a
     step are averaged: with k answers per problem, its fraction correct is its probability of success at that
-    checkpoint, what replay draws ``samples_per_item`` answers from.  The ids are numbered 0..N-1 in order of
-    first appearance in the file (returned, so ``ids[i]`` is item ``i``), and the trace gets columns
+    checkpoint, what replay draws ``samples_per_item`` answers from.  The trace gets columns
     ``eval/<suite>/<metric>@<i>``; set ``evaluation.suites.<suite>.size`` to N, the number of problems.
+
+    Item numbers: when the ids are exactly the integers 0..N-1 (``0``, ``1``, ... written without leading zeros,
+    in any order of appearance: a dataset's own indices), problem ``k`` is item ``k``, so a suite's ``strata``
+    copied in the dataset's order label the right problems.  Other ids are numbered 0..N-1 in order of first
+    appearance in the file (1-based indices too); the returned ``ids[i]`` is item ``i``'s id either way.
 
     ``streams``: a trace of the run's training log (reward, loss, ...) merged in by step.  An empty or NaN
     value is an answer not scored (skipped); a problem with rows at a step but no scored answer there (every
@@ -294,6 +298,8 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     if not scored:
         raise TraceError("no scored rows", path)
     ids = list(seen)
+    if sorted(ids, key=lambda k: (len(k), k)) == [str(i) for i in range(len(ids))]:
+        ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
     number = {key: i for i, key in enumerate(ids)}
     column = f"eval/{suite}/{metric}"
     by_step: dict[int, dict[str, float]] = {}

@@ -90,6 +90,26 @@ def test_a_due_suite_replay_cannot_measure_is_not_billed_and_is_named_once():
     assert "no ground truth yet for item 3 " in said[0]
 
 
+# ------------------------------------------------------------------------------- finding 8: item numbers
+
+
+@pytest.mark.parametrize("order, expected_ids", [
+    (["2", "0", "1"], ["0", "1", "2"]),  # a dataset's own indices: kept, whatever their order in the file
+    (["1", "2", "3"], ["1", "2", "3"]),  # 1-based: numbered by first appearance (item 0 is problem 1)
+    (["02", "00", "01"], ["02", "00", "01"]),  # not written as integers: first appearance
+    (["b", "a", "c"], ["b", "a", "c"]),
+])
+def test_integer_ids_0_to_n_minus_1_are_the_items_numbers(tmp_path, order, expected_ids):
+    """Ids 2, 0, 1 became items 0, 1, 2, so strata copied in the dataset's order labelled the wrong problems."""
+    score = {key: k / 10 for k, key in enumerate(order)}  # each problem its own value
+    rows = [(0, key, score[key]) for key in order] + [(10, key, score[key]) for key in reversed(order)]
+    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="acc",
+                                   item="problem", value="score")
+    assert ids == expected_ids
+    for rec in trace.records:
+        assert {k: v for k, v in rec.metrics.items()} == {f"eval/s/acc@{i}": score[key] for i, key in enumerate(ids)}
+
+
 # -------------------------------------------------------------------------------- finding 10: the scale
 
 
