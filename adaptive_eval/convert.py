@@ -246,6 +246,13 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     copied in the dataset's order label the right problems.  Other ids are numbered 0..N-1 in order of first
     appearance in the file (1-based indices too); the returned ``ids[i]`` is item ``i``'s id either way.
 
+    Spread: scores that all lie within [0, 1] are replayed as Bernoulli(p) answers (the real spread of 0/1
+    answers; for partial credit at least the real one).  When any score lies outside [0, 1] (a +1/-1 reward),
+    each problem's answers also give ``eval/<suite>/<metric>@<i>:std``, their standard deviation at that step
+    (of the scored answers, ddof 0: the answers taken as the truth, as their mean is), which replay draws each
+    answer of that problem with (Normal); without it every answer would be its problem's mean and a whole-suite
+    evaluation's interval would have zero width.
+
     ``streams``: a trace of the run's training log (reward, loss, ...) merged in by step.  An empty or NaN
     value is an answer not scored (skipped); a problem with rows at a step but no scored answer there (every
     grader call timed out) is NaN at that step (replay's NaN item: its answers NaN, left out of the
@@ -301,6 +308,7 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     if sorted(ids, key=lambda k: (len(k), k)) == [str(i) for i in range(len(ids))]:
         ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
     number = {key: i for i, key in enumerate(ids)}
+    spread = any(not 0.0 <= v <= 1.0 for per_item in answers.values() for vs in per_item.values() for v in vs)
     column = f"eval/{suite}/{metric}"
     by_step: dict[int, dict[str, float]] = {}
     for s in sorted(answers):
@@ -311,7 +319,10 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
             if not vs:
                 out[f"{column}@{i}"] = math.nan
                 continue
-            out[f"{column}@{i}"] = math.fsum(vs) / len(vs)
+            mean = math.fsum(vs) / len(vs)
+            out[f"{column}@{i}"] = mean
+            if spread:
+                out[f"{column}@{i}:std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / len(vs))
     log = {r.step: r for r in streams.records} if streams is not None else {}
     for step_, rec in log.items():
         merged = by_step.setdefault(step_, {})

@@ -13,8 +13,9 @@ simulated ``evaluate_fn``.
 * Eval cost: ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample * n`` on the simulated clock, so
   the budget policy acts as it would live.
 * With ``evaluation.suites``: per-item ground truth, columns ``eval/<suite>/<metric>@<item>`` (each
-  item's true probability of success or mean reward, carried forward), and each requested item is drawn
-  ``samples_per_item`` times (Binomial per item, so clustered data is simulated honestly); see
+  item's true probability of success or mean reward, carried forward; a mean reward's answers' sd in
+  ``eval/<suite>/<metric>@<item>:std``), and each requested item is drawn ``samples_per_item`` times
+  (Binomial per item, or Normal with the item's sd, so clustered data is simulated honestly); see
   :class:`_SuiteSimulatedEval` and :mod:`adaptive_eval.synthetic_items` for a generator of such traces.
 
 The same trace, config and seed give byte-identical outputs.
@@ -239,10 +240,13 @@ class _SuiteSimulatedEval:
     ``unmeasured``, which :func:`replay` reports in one warning).  Each requested item gets
     ``samples_per_item`` draws: Bernoulli(p_i) for a probability (a metric without a ``:std`` column whose
     values all lie within [0, 1], or declared a proportion in ``evaluation.metric_kinds``), else
-    Normal(mean_i, std) with the std of a column ``eval/<suite>/<metric>:std`` (0 without one).  An evaluation
-    costs ``replay.eval_fixed_seconds + replay.eval_seconds_per_sample x sum over the suites it measured of
-    items x (samples x cost + item_cost)`` on the simulated clock: a due suite none of whose metrics could be
-    measured costs nothing (nothing was drawn; nothing when no suite was measured).
+    Normal(mean_i, std_i) with the item's own ``eval/<suite>/<metric>@<item>:std`` (the sd of its answers, as
+    :func:`adaptive_eval.convert.from_item_results` writes it for scores outside [0, 1]), else the suite's
+    ``eval/<suite>/<metric>:std``, else 0 (``no_spread`` lists such metrics: every answer is then its item's
+    value, and :func:`replay` warns).  An evaluation costs ``replay.eval_fixed_seconds +
+    replay.eval_seconds_per_sample x sum over the suites it measured of items x (samples x cost +
+    item_cost)`` on the simulated clock: a due suite none of whose metrics could be measured costs nothing
+    (nothing was drawn; nothing when no suite was measured).
     """
 
     def __init__(self, columns: list[str], cfg, clock: SimClock, seed: int, source: str):
@@ -253,6 +257,7 @@ class _SuiteSimulatedEval:
         self.per_sample = float(cfg.replay.eval_seconds_per_sample)
         self.where: dict[str, tuple[str, str, int | None]] = {}  # column -> (suite, metric, item or None)
         self.std_of: dict[str, tuple[str, str]] = {}
+        self.item_std_of: dict[str, tuple[str, str, int]] = {}  # an item's answers' sd -> (suite, metric, item)
         whole: dict[str, tuple[str, str]] = {}
         items: dict[tuple[str, str], set[int]] = {}
         aggregate = cfg.evaluation.suite_aggregate
@@ -261,6 +266,10 @@ class _SuiteSimulatedEval:
             if aggregate and aggregate not in self.suites and name.partition("/")[0] == aggregate:
                 continue  # the weighted mean over the suites a run recorded: derived again here, not ground truth
             if name.endswith(":std"):
+                found = _ITEM_COLUMN.match(name[: -len(":std")])
+                if found is not None and found["suite"] in self.suites:
+                    self.item_std_of[col] = (found["suite"], found["metric"], self._item(found, col, source))
+                    continue
                 suite, _, metric = name[: -len(":std")].partition("/")
                 if suite in self.suites:
                     self.std_of[col] = (suite, metric)
@@ -268,11 +277,7 @@ class _SuiteSimulatedEval:
             found = _ITEM_COLUMN.match(name)
             suite, _, metric = name.partition("/")
             if found is not None and found["suite"] in self.suites:
-                item = int(found["item"])
-                size = int(self.suites[found["suite"]]["size"])
-                if item >= size:
-                    raise ValueError(f"{source}: column {col!r}: item {item} is beyond suite {found['suite']!r} "
-                                     f"(evaluation.suites.{found['suite']}.size={size})")
+                item = self._item(found, col, source)
                 self.where[col] = (found["suite"], found["metric"], item)
                 items.setdefault((found["suite"], found["metric"]), set()).add(item)
             elif suite in self.suites and metric:
@@ -309,17 +314,28 @@ class _SuiteSimulatedEval:
         self.truth: dict[tuple[str, str], np.ndarray] = {}
         self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}
+        self.item_std: dict[tuple[str, str], np.ndarray] = {}  # per item, NaN where none was given
         self.kinds: dict[tuple[str, str], str] = {}  # (suite, metric) -> proportion | mean (_suite_kinds)
+        self.no_spread: list[tuple[str, str]] = []  # means without any :std column (set_kinds)
         # (suite, metric) -> ([steps of the evaluations that could not measure it], items without truth at the
         # first of them)
         self.unmeasured: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+
+    def _item(self, found: re.Match, col: str, source: str) -> int:
+        """The item number of a per-item column, checked against its suite's size."""
+        item = int(found["item"])
+        size = int(self.suites[found["suite"]]["size"])
+        if item >= size:
+            raise ValueError(f"{source}: column {col!r}: item {item} is beyond suite {found['suite']!r} "
+                             f"(evaluation.suites.{found['suite']}.size={size})")
+        return item
 
     def set_kinds(self, trace, cfg) -> None:
         """Per (suite, metric), as :func:`_column_kinds` decides for one eval set: ``evaluation.metric_kinds``
         (``<suite>/<metric>``) where it names it; else a mean when it has a ``:std`` column or any value outside
         [0, 1] in the whole trace (a mean reward), a proportion (Bernoulli answers) otherwise."""
         declared = dict(cfg.evaluation.metric_kinds or {})
-        with_std = set(self.std_of.values())
+        with_std = set(self.std_of.values()) | {spot[:2] for spot in self.item_std_of.values()}
         outside: set[tuple[str, str]] = set()
         for rec in trace.records:
             for col, value in rec.metrics.items():
@@ -331,6 +347,9 @@ class _SuiteSimulatedEval:
             if kind is None:
                 kind = "mean" if spot in with_std or spot in outside else "proportion"
             self.kinds[spot] = str(kind)
+        # (a mean is drawn as Normal(mean_i, sd): with no sd anywhere, every answer is its item's value)
+        self.no_spread = sorted(spot for spot, kind in self.kinds.items() if kind != "proportion"
+                                and spot not in with_std)
 
     def update(self, metrics: dict[str, float]) -> set[tuple[str, str]]:
         """Take a record's values; the (suite, metric) pairs it gave a value to."""
@@ -340,6 +359,12 @@ class _SuiteSimulatedEval:
             if spot is None:
                 if col in self.std_of:
                     self.std[self.std_of[col]] = float(value)
+                elif col in self.item_std_of:
+                    suite, metric, item = self.item_std_of[col]
+                    sds = self.item_std.get((suite, metric))
+                    if sds is None:
+                        sds = self.item_std[(suite, metric)] = np.full(int(self.suites[suite]["size"]), np.nan)
+                    sds[item] = float(value)
                 continue
             suite, metric, item = spot
             key = (suite, metric)
@@ -398,7 +423,11 @@ class _SuiteSimulatedEval:
                     c = self.rng.binomial(m, q)
                     values = (np.arange(m)[None, :] < c[:, None]).astype(np.float64)
                 else:
-                    values = self.rng.normal(q[:, None], self.std.get((name, metric), 0.0), size=(len(idx), m))
+                    sd = self.std.get((name, metric), 0.0)
+                    own = self.item_std.get((name, metric))
+                    if own is not None:  # each item's answers' own sd, the suite's where an item has none
+                        sd = np.where(np.isfinite(own[idx]), own[idx], sd)[:, None]
+                    values = self.rng.normal(q[:, None], sd, size=(len(idx), m))
                 if not finite.all():
                     values[~finite] = p[~finite][:, None]  # a NaN or inf item: its answers are that value
                 out[f"{name}/{metric}"] = values
@@ -584,9 +613,17 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
 
 
 def _warn_suite_truth(sim: _SuiteSimulatedEval, source: str | None) -> None:
-    """One warning per suite metric that due evaluations could not measure (no ground truth yet for some
-    requested item)."""
+    """One warning per suite metric that replay could not simulate honestly: a mean without any ``:std``
+    (every answer its item's value, so intervals lack the spread within items), and a metric that due
+    evaluations could not measure (no ground truth yet for some requested item)."""
     where = f"{source}: " if source else ""
+    for suite, metric in sim.no_spread:
+        warnings.warn(f"{where}eval/{suite}/{metric} is simulated as a mean (values outside [0, 1], or "
+                      "evaluation.metric_kinds) and has no :std column, so every simulated answer is its item's "
+                      "value: intervals hold no spread within items (a whole-suite evaluation's has zero width, "
+                      f"and confirms any change at once); give each item's answers' sd as eval/{suite}/{metric}@"
+                      "<item>:std (adaptive_eval.convert.from_item_results writes it) or the suite's as "
+                      f"eval/{suite}/{metric}:std", RuntimeWarning, stacklevel=3)
     for (suite, metric), (steps, items) in sorted(sim.unmeasured.items()):
         shown = ", ".join(map(str, steps[:5])) + (f" and {len(steps) - 5} more" if len(steps) > 5 else "")
         missing = ", ".join(map(str, items[:5])) + (f" and {len(items) - 5} more" if len(items) > 5 else "")

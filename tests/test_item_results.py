@@ -19,9 +19,70 @@ def write_results(path, rows, header="step,problem,score"):
     return path
 
 
+def signed_results(path, problems=20, answers=8, steps=(0, 100, 200), seed=0):
+    """+1/-1 rewards (an RLVR convention), every problem's answers mixed."""
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.2, 0.8, problems)
+    rows = [(s, f"q{i}", 1 if rng.random() < p[i] else -1) for s in steps for i in range(problems)
+            for _ in range(answers)]
+    return write_results(path, rows)
+
+
 def suite_cfg(size, samples, *more):
     return load_config("areal", ["trigger.freq_steps=10", "replay.every_step=true", f"evaluation.suites.s.size={size}",
                                  f"evaluation.suites.s.samples_per_item={samples}", *more])
+
+
+# ------------------------------------------------------------------------ finding 1: the answers' spread
+
+
+def test_scores_outside_0_1_give_each_problems_answer_sd_and_0_1_scores_none(tmp_path):
+    rows = [(0, "a", 1), (0, "a", -1), (0, "a", 1), (0, "a", 1), (0, "b", 1), (0, "b", 1), (0, "c", "nan"),
+            (0, "c", -1)]
+    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="r",
+                                   item="problem", value="score")
+    m = trace.records[0].metrics
+    assert ids == ["a", "b", "c"]
+    assert m["eval/s/r@0"] == 0.5 and m["eval/s/r@0:std"] == pytest.approx(np.std([1, -1, 1, 1]))
+    assert m["eval/s/r@1"] == 1.0 and m["eval/s/r@1:std"] == 0.0  # (all answers alike: no spread)
+    assert m["eval/s/r@2"] == -1.0 and m["eval/s/r@2:std"] == 0.0  # (the NaN answer not scored)
+    # 0/1 answers: replay draws Bernoulli(p), their exact spread; no :std column (it would make them a mean).
+    binary = [(0, "a", 1), (0, "a", 0), (0, "b", 1)]
+    trace, _ = from_item_results(write_results(tmp_path / "b.csv", binary), suite="s", item="problem",
+                                 value="score")
+    assert not any(k.endswith(":std") for k in trace.records[0].metrics)
+
+
+def test_replayed_signed_rewards_have_intervals_of_their_real_spread(tmp_path):
+    """Whole-suite evaluations of +1/-1 rewards read as points ([0.4667, 0.4667]): every answer was drawn as
+    its problem's mean (Normal with sd 0)."""
+    trace, _ = from_item_results(signed_results(tmp_path / "r.csv"), suite="s", metric="r", item="problem",
+                                 value="score")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = replay(trace, suite_cfg(20, 8), seed=0)
+    assert not [w for w in caught if "simulated as a mean" in str(w.message)]  # (the spread is known)
+    assert len(run.results) >= 3
+    for r in run.results:
+        m = r.metrics["s/r"]
+        assert m.n == 20 and not m.binary
+        assert m.ci[1] - m.ci[0] > 0.05, (r.step, m.ci)
+    sds = np.array([trace.records[0].metrics[f"eval/s/r@{i}:std"] for i in range(20)])
+    first = run.results[0].metrics["s/r"]  # the answers' sd within problems is what the data says
+    assert first.within_var == pytest.approx(float(np.mean(sds ** 2)), rel=0.3)
+
+
+def test_replay_warns_once_about_a_suite_mean_it_can_only_return_as_it_is():
+    """A hand-made trace of per-item means outside [0, 1] without any :std column: every answer is its item's
+    value; replay said nothing."""
+    recs = [TraceRecord(s, {"loss": 1.0, **{f"eval/s/r@{i}": -0.5 + 0.1 * i for i in range(10)}})
+            for s in range(40)]
+    with pytest.warns(RuntimeWarning) as caught:
+        run = replay(Trace(recs, "mem"), suite_cfg(10, 4), seed=0)
+    said = [str(w.message) for w in caught if "simulated as a mean" in str(w.message)]
+    assert len(said) == 1 and "eval/s/r has no" not in said[0]
+    assert "eval/s/r is simulated as a mean" in said[0] and "eval/s/r@<item>:std" in said[0]
+    assert all(r.metrics["s/r"].ci[0] == r.metrics["s/r"].ci[1] for r in run.results)  # (what it warns of)
 
 
 # ------------------------------------------------------------------- finding 2: a problem without answers
