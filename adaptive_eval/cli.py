@@ -112,7 +112,7 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
                    help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent); with "
                         "it, other eval/ columns are not ground truth")
     p.add_argument("--step-column", default="step",
-                   help="the step column of a CSV not in the native format; none: the row number (from 0)")
+                   help="the step column of a CSV not in the native format, or the step key of JSONL records (OpenRLHF: train/global_step); none: a CSV's row number (from 0)")
     p.add_argument("--keep-last-run", action="store_true",
                    help="steps that go back (a run restarted or resumed into the same log): keep the later run")
 
@@ -134,10 +134,11 @@ def _load_trace_file(path: str, args: argparse.Namespace):
         step = None if args.step_column == "none" else args.step_column
         return from_columns(path, step=step, streams=args.stream or None,
                             evals=_eval_mapping(args.eval), on_restart=on_restart)
-    if args.step_column != "step":
+    if args.step_column != "step" and (kind == "tensorboard" or args.step_column == "none"):
         what = "TensorBoard folder" if kind == "tensorboard" else "JSONL trace"
-        raise TraceError(f"--step-column applies to a CSV; a {what} has its steps", path)
-    trace = read_trace(path, on_restart=on_restart)
+        raise TraceError(f"--step-column {args.step_column} applies to a CSV or JSONL trace with a step key; a "
+                         f"{what} has its steps", path)
+    trace = read_trace(path, on_restart=on_restart, step_column=args.step_column)
     if args.stream or args.eval:
         trace = select_columns(trace, streams=args.stream or None, evals=_eval_mapping(args.eval))
     return trace

@@ -510,7 +510,7 @@ def write_trace(trace: Trace | Iterable[TraceRecord], path: str | os.PathLike, *
 # ---------------------------------------------------------------------------------------------------- reading
 
 
-def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
+def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_column: str = "step") -> Trace:
     """Read a CSV or JSONL trace file, or a TensorBoard event directory (or single event file).
 
     CSV: a header with a ``step`` column (leading ``#`` lines above it are comments, unless one has that column:
@@ -531,6 +531,10 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     values at that step and after are dropped (with a warning); ``"keep_last"`` also drops the earlier run's
     other tags from the later run's first step on.
 
+    ``step_column``: the key holding the step in JSONL/JSON records whose step is not ``step`` (OpenRLHF's
+    ``train/global_step``); a record without it takes the one key of the same last part (OpenRLHF's eval rows:
+    ``eval/global_step``).  It is not a metric.  (A CSV's step column: :func:`adaptive_eval.convert.from_columns`.)
+
     Raises :class:`TraceError` for a malformed line (file and line number), a missing ``step`` column,
     decreasing steps, a non-numeric cell, or a file without records.
     """
@@ -538,6 +542,11 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
     keep_last = on_restart == "keep_last"
     path = pathlib.Path(path)
+    if not isinstance(step_column, str) or not step_column:
+        raise ValueError(f"step_column must be a non-empty string, not {step_column!r}")
+    if step_column != "step" and trace_format(path) != "jsonl":
+        raise ValueError(f"{path}: step_column= applies to a JSONL or JSON trace; a CSV's step column: "
+                         "adaptive_eval.convert.from_columns(path, step=...); a TensorBoard run has its steps")
     if trace_format(path) == "tensorboard":
         return _read_tensorboard(path, keep_last)
     if not path.exists():
@@ -545,7 +554,7 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error") -> Trace:
     text = read_text(path)
     if trace_format(path, text) == "jsonl":
         with _gc_paused():
-            return _read_jsonl(path, text, keep_last)
+            return _read_jsonl(path, text, keep_last, step_column)
     return _read_csv(path, text, keep_last)
 
 
@@ -1006,18 +1015,23 @@ def _json_int(value, key: str, path, line) -> int | None:
     return int(value)
 
 
-def _json_record(text: str, path, line, skipped: dict | None = None) -> TraceRecord:
+def _json_record(text: str, path, line, skipped: dict | None = None, step_key: str = "step") -> TraceRecord:
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
         raise TraceError(f"malformed JSON ({err.msg}, column {err.colno})", path, line) from None
     if not isinstance(obj, dict):
         raise TraceError(f"expected a JSON object, got {type(obj).__name__}", path, line)
-    if "step" not in obj:
-        raise TraceError("missing 'step'", path, line)
-    step = _json_int(obj["step"], "step", path, line)
+    if step_key not in obj:
+        # OpenRLHF logs train rows with train/global_step and eval rows with eval/global_step.
+        leaf = step_key.rsplit("/", 1)[-1]
+        alike = [k for k in obj if k != step_key and k.rsplit("/", 1)[-1] == leaf] if "/" in step_key else []
+        if len(alike) != 1:
+            raise TraceError(f"missing {step_key!r}{_step_hint(obj, step_key)}", path, line)
+        step_key = alike[0]
+    step = _json_int(obj[step_key], step_key, path, line)
     if step is None:
-        raise TraceError("'step' is null", path, line)
+        raise TraceError(f"{step_key!r} is null", path, line)
     epoch = _json_epoch(obj.get("epoch"), path, line)
     time = obj.get("time")
     if isinstance(time, str) and time not in _JSON_TO_NONFINITE:
@@ -1026,14 +1040,14 @@ def _json_record(text: str, path, line, skipped: dict | None = None) -> TraceRec
         time = _json_number(time, "time", path, line)
     box = "metrics" if "metrics" in obj else "data" if isinstance(obj.get("data"), dict) else None
     if box is not None:
-        extra = sorted(set(obj) - {"step", "epoch", "time", box})
+        extra = sorted(set(obj) - {step_key, "step", "epoch", "time", box})
         if extra:
             raise TraceError(f"unexpected key(s) {extra} beside {box!r}", path, line)
         raw = obj[box]
         if not isinstance(raw, dict):
             raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}", path, line)
     else:
-        raw = {k: v for k, v in obj.items() if k not in RESERVED and k not in _HF_BOOKKEEPING}
+        raw = {k: v for k, v in obj.items() if k not in RESERVED and k not in _HF_BOOKKEEPING and k != step_key}
         if skipped is not None:
             # A flat record's text, true/false and lists are its metadata (a run name, a phase), not metrics:
             # left out with one warning (the whole file was refused).  Under "metrics" they are still errors.
@@ -1051,6 +1065,15 @@ def _json_record(text: str, path, line, skipped: dict | None = None) -> TraceRec
     for key in _STEP_TAGS.intersection(metrics):
         del metrics[key]
     return _new_record(step, metrics, epoch, time)
+
+
+def _step_hint(obj: dict, step_key: str) -> str:
+    """What to do about a record without its step: the keys that look like one, and the option naming it."""
+    steps = [k for k in obj if isinstance(k, str) and k != step_key and re.search(r"step$", k, re.IGNORECASE)]
+    if not steps:
+        return f" (keys: {', '.join(map(repr, list(obj)[:6]))})"
+    return (f"; the step looks to be {' or '.join(map(repr, steps[:3]))}: name it with --step-column "
+            f"{steps[0]} (read_trace(..., step_column={steps[0]!r}))")
 
 
 def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line) -> None:
@@ -1105,7 +1128,7 @@ def _json_document(path, text: str) -> list | None:
     return rows
 
 
-def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
+def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step") -> Trace:
     rows = _json_document(path, text)
     if rows is not None:
         records: list[TraceRecord] = []
@@ -1113,7 +1136,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
-                rec = _json_record(json.dumps(row), path, None, skipped)
+                rec = _json_record(json.dumps(row), path, None, skipped, step_key)
                 _finish_line(rec, records, path, None, keep_last)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
@@ -1131,7 +1154,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False) -> Trace:
         if not raw.strip():
             continue
         try:
-            rec = _json_record(raw, path, i + 1, skipped)
+            rec = _json_record(raw, path, i + 1, skipped, step_key)
             _finish_line(rec, records, path, i + 1, keep_last)
         except TraceError as err:
             if unterminated and i == last_index:

@@ -95,7 +95,7 @@ def test_stream_and_eval_select_columns_of_a_tensorboard_folder_and_of_jsonl(tmp
     assert main(["replay", str(path), "--stream", "nope", "--out", str(tmp_path / "o3")]) == 2
     assert "no metric 'nope' (metrics: critic/score/mean, acc_pct)" in capsys.readouterr().err
     assert main(["replay", str(path), "--step-column", "Step", "--out", str(tmp_path / "o4")]) == 2
-    assert "--step-column applies to a CSV" in capsys.readouterr().err
+    assert "missing 'Step'; the step looks to be 'step'" in capsys.readouterr().err  # (JSONL's step key)
     # An eval column asked for as a stream: "no column 'eval/accuracy' to watch (columns: eval/accuracy)" was a
     # riddle.
     own = tmp_path / "own.csv"

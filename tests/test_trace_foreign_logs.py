@@ -92,3 +92,25 @@ def test_verls_training_epoch_is_the_epoch_and_its_global_step_is_not_a_stream(t
     trace = read_trace(path)
     assert trace.stream_names() == ["critic/score/mean"]  # no epoch counter to alarm at each epoch boundary
     assert [r.epoch for r in trace.records] == [0, 0, 0, 1, 1, 1, 2]
+
+
+def _openrlhf(path):
+    rows = [{"train/global_step": s, "train/reward": 0.1 * s} for s in range(1, 5)]
+    rows.insert(2, {"eval/global_step": 2, "eval/math500_pass1": 0.5})
+    path.write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+
+def test_a_jsonl_log_whose_step_key_is_not_step_is_read_with_step_column(tmp_path):
+    path = tmp_path / "openrlhf.jsonl"
+    _openrlhf(path)
+    with pytest.raises(TraceError, match=r":1: missing 'step'; the step looks to be 'train/global_step': name it "
+                                         r"with --step-column train/global_step"):
+        read_trace(path)
+    trace = read_trace(path, step_column="train/global_step")
+    # The eval row's eval/global_step is its step; neither step key is a metric.
+    assert [(r.step, r.metrics) for r in trace.records][1] == (2, {"train/reward": 0.2, "eval/math500_pass1": 0.5})
+    assert trace.metric_names() == ["train/reward", "eval/math500_pass1"]
+    args = build_parser().parse_args(["check", str(path), "--step-column", "train/global_step"])
+    assert [r.step for r in _load_trace_file(str(path), args).records] == [1, 2, 3, 4]
+    with pytest.raises(TraceError, match="missing 'train/step'"):
+        read_trace(path, step_column="train/step")
