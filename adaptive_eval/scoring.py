@@ -455,7 +455,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     best measured mean (what a plain fixed schedule does; prone to the winner's curse).  None when no
     evaluation measured ``metric``.  An evaluation without a finite interval for ``metric`` (NaN: a t interval
     of one item) is left out when others have one, its precision unknown; when none has one, each is taken as
-    exact.  ``evals``: mappings as in ``evals.jsonl``, or the evaluator's ``history`` (``EvalResult``\ s).
+    exact.  ``evals``: mappings as in ``evals.jsonl``, or the evaluator's ``history`` (``EvalResult`` objects).
 
     ``Pick.interval`` is a 95% interval for the picked checkpoint's true value *after* the selection: the
     pick is the best of many estimates, so an interval that would hold for one evaluation chosen in advance
