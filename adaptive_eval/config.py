@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 __all__ = [
@@ -65,7 +65,7 @@ class TriggerConfig:
 class SuiteConfig:
     """One named eval set of ``evaluation.suites`` (MATH500, AIME24, ...)."""
 
-    size: int = 0  # items in the suite (required)
+    size: int = MISSING  # items in the suite (required: a suite without it is a ConfigError saying so)
     samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
     cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing
     item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
@@ -280,8 +280,7 @@ def validate(cfg: DictConfig | Config) -> None:
         cfg = OmegaConf.structured(cfg)
     problems = []
     bad = _interpolation_problems(cfg)
-    if bad:  # each named once; the other checks run on a copy without them
-        problems += [f"{key}: {msg}" for key, msg, _, _ in bad]
+    if bad:  # each named once; the other checks run on a copy without them (at their schema defaults)
         cfg = copy.deepcopy(cfg)
         OmegaConf.set_readonly(cfg, False)
         _drop_interpolations(_interpolation_problems(cfg))
@@ -343,6 +342,10 @@ def validate(cfg: DictConfig | Config) -> None:
         problem = _detector_problem(spec)
         if problem:
             problems.append(f"{key}: {problem}")
+    if bad:  # (a default standing in for a bad interpolation is not reported again)
+        named = {key for key, _, _, _ in bad}
+        problems = [f"{key}: {msg}" for key, msg, _, _ in bad] + [
+            p for p in problems if p.split(":", 1)[0].strip() not in named]
     if problems:
         raise ConfigError(problems)
 
@@ -385,9 +388,13 @@ def _evaluation_problems(ev) -> list[str]:
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:
             problems.append(f"{key}: a suite name may not be empty or contain '/'")
+        # (a required key: it read "size: must be >= 1, got 0" when left out)
+        size = None if OmegaConf.is_missing(suite, "size") else suite.size
+        if size is None:
+            problems.append(f"{key}.size: missing; every suite needs its number of items (e.g. size: 500)")
         for field_name, low in (("size", 1), ("samples_per_item", 1), ("every", 1), ("max_samples_per_item", 1),
                                 ("min_samples_per_item", 1)):
-            v = suite[field_name]
+            v = size if field_name == "size" else suite[field_name]
             if v is not None and not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
         if (suite.max_samples_per_item is not None and suite.samples_per_item >= 1
@@ -410,19 +417,21 @@ def _evaluation_problems(ev) -> list[str]:
             problems.append(f"{key}.weight: must be non-negative, got {suite.weight!r}")
         if suite.sample_size is not None and not suite.sample_size >= 1:
             problems.append(f"{key}.sample_size: must be positive or null, got {suite.sample_size!r}")
-        elif suite.sample_size is not None and suite.size >= 1 and suite.sample_size > suite.size:
-            problems.append(f"{key}.sample_size: {suite.sample_size} is larger than {key}.size: {suite.size} (items per "
+        elif suite.sample_size is not None and size is not None and size >= 1 and suite.sample_size > size:
+            problems.append(f"{key}.sample_size: {suite.sample_size} is larger than {key}.size: {size} (items per "
                             "evaluation cannot exceed the suite; null evaluates all of it)")
         strata = list(suite.strata)
         if suite.report_strata and not strata:
             problems.append(f"{key}.report_strata: true needs {key}.strata (one stratum label per item)")
         if strata:
             missing = [i for i, label in enumerate(strata) if label is None or str(label) == ""]
-            if len(strata) < suite.size:
-                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items; item index "
+            if size is None:
+                pass  # (said above: the labels cannot be counted against it)
+            elif len(strata) < size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {size} items; item index "
                                 f"{len(strata)} has no stratum label")
-            elif len(strata) > suite.size:
-                problems.append(f"{key}.strata: {len(strata)} labels for {suite.size} items (size)")
+            elif len(strata) > size:
+                problems.append(f"{key}.strata: {len(strata)} labels for {size} items (size)")
             if missing:
                 problems.append(f"{key}.strata: item index {missing[0]} has an empty stratum label")
     return problems
@@ -764,6 +773,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     # (validate), each named by its key and, for the file's, file and line.
     problems: list[str] = []
     lines: dict[str, int] = {}
+    # Keys already reported (a value that did not merge, a bad interpolation): they keep the schema's default,
+    # which validate() must not report again ("size: five hundred" also read "size: must be >= 1, got 0").
+    failed: set[str] = set()
     if path is not None:
         duplicates: list[str] = []
         lines = _key_lines(text, duplicates)
@@ -777,11 +789,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             if mine:
                 problems += [f"{_where(b, source, lines)}{b}: {msg}" for b, msg in mine
                              if f"{_where(b, source, lines)}{b}: {msg}" not in problems]
+                failed.add(key)
                 continue
             try:
                 OmegaConf.merge(cfg, _nested(parts, value))
             except (OmegaConfBaseException, TypeError) as exc:
                 problems.append(str(_merge_error(exc, source, lines, key, value)))
+                failed.add(key)
             else:
                 good.append((parts, value))
         if problems:  # (go on with the keys that merge, to report the other problems too)
@@ -796,6 +810,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             continue
         lhs, rhs = item.split("=", 1)
         lhs = lhs.strip()
+        failed.add(lhs)  # (until it merges)
         try:
             if any(part.isdigit() for part in lhs.split(".")):
                 # An item of a list (streams.default.1.adapt=0): a dotlist merge cannot index a list (it raised
@@ -817,6 +832,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
                     continue
                 cfg = OmegaConf.merge(cfg, dotlist)
             overridden[lhs] = item
+            failed.discard(lhs)
         except yaml.YAMLError as exc:
             problems.append(f"override {item!r}: the value does not parse as YAML: {_yaml_reason(exc, rhs)}")
         except (OmegaConfBaseException, TypeError) as exc:
@@ -837,11 +853,13 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     # named by the file line or the override that set it.
     bad = _interpolation_problems(cfg)
     problems += [f"{_origin(key, source, lines, overridden)}{key}: {msg}" for key, msg, _, _ in bad]
+    failed.update(key for key, _, _, _ in bad)
     _drop_interpolations(bad)
     try:
         validate(cfg)
     except ConfigError as exc:
-        problems += [_locate(p, source, lines, overridden) for p in exc.problems]
+        problems += [_locate(p, source, lines, overridden) for p in exc.problems
+                     if p.split(":", 1)[0].strip() not in failed]
     if problems:
         raise ConfigError(problems)
     # The configuration as it is used (and printed): an environment variable is read once, here.

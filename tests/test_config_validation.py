@@ -246,7 +246,7 @@ def test_every_misspelt_key_of_every_suite_is_reported_at_once_with_a_suggestion
         "(did you mean 'evaluation.suites.math.samples_per_item'?)",
         f"{path}:9: evaluation.suites.aime.everyy: unknown key 'evaluation.suites.aime.everyy' (did you mean "
         "'evaluation.suites.aime.every'?)",
-        f"{path}:10: evaluation.suites.empty.size: must be >= 1, got 0"]
+        f"{path}:10: evaluation.suites.empty.size: missing; every suite needs its number of items (e.g. size: 500)"]
     with pytest.raises(ConfigError, match=r"did you mean 'evaluation.suites.math.cost'\?"):
         load_config(overrides=["evaluation.suites.math.costt=2"])
     path.write_text("evaluation:\n  suites:\n    math.v2:\n      size: 10\n      every: 2\n")
@@ -312,3 +312,32 @@ def test_a_suites_min_samples_per_item_above_its_most_names_both_and_the_line(tm
         "choose (evaluation.suites.aime.max_samples_per_item: 8)",
         f"{path}:10: evaluation.suites.math.min_samples_per_item: must be >= 1, got 0"]
     assert load_config(overrides=["evaluation.suites.m.size=500", "evaluation.suites.m.min_samples_per_item=32"])
+
+
+def test_a_suite_without_a_size_or_with_a_size_that_is_no_number_is_one_error_naming_key_and_line(tmp_path):
+    """Found in review: a missing size read "size: must be >= 1, got 0"; "size: five hundred" gave the conversion
+    error and a second "must be >= 1, got 0"."""
+    path = tmp_path / "suites.yaml"
+    path.write_text("evaluation:\n  suites:\n    math500: {samples_per_item: 4, strata: [a, b]}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [f"{path}:3: evaluation.suites.math500.size: missing; every suite needs its number "
+                                   "of items (e.g. size: 500)"]
+    path.write_text("evaluation:\n  suites:\n    math:\n      samples_per_item: 4\n      size: five hundred\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [f"{path}:5: evaluation.suites.math.size: Value 'five hundred' of type 'str' could "
+                                   "not be converted to Integer"]
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["evaluation.suites.m.samples_per_item=4", "evaluation.suites.m.size=abc"])
+    assert info.value.problems == ["override 'evaluation.suites.m.size=abc': Value 'abc' of type 'str' could not be "
+                                   "converted to Integer"]
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["evaluation.suites.m.samples_per_item=4", "evaluation.suites.m.size=${nope}"])
+    assert info.value.problems == ["override 'evaluation.suites.m.size=${nope}': evaluation.suites.m.size: ${nope}: "
+                                   "interpolation key 'nope' not found"]
+    with pytest.raises(ConfigError, match=r"^evaluation.suites.m.size: missing; every suite"):
+        AdaptiveEvaluator.from_config({"evaluation": {"suites": {"m": {"samples_per_item": 4}}}})
+    with pytest.raises(ConfigError, match=r"^evaluation.suites.m.size: must be >= 1, got 0$"):  # given: as before
+        load_config(overrides=["evaluation.suites.m.size=0"])
+
