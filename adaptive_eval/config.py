@@ -84,7 +84,9 @@ class SuiteConfig:
 class EvaluationConfig:
     sample_size: Optional[int] = None  # null: the whole eval set (fixed schedule); adaptive policies set their own
     seed: int = 0  # seeds the nested sample order, fixed for the run so evals reuse the same items first
-    metric: Optional[str] = None  # the metric policies track (sample size, change, peak); null: the first one
+    # The metric policies track (sample size, change, peak); null: the first one.  With suites it is one suite's
+    # "<suite>/<metric>" (or "<suite_aggregate>/<metric>"): nothing else is ever reported, so anything else is an error.
+    metric: Optional[str] = None
     higher_is_better: bool = True
     confidence: float = 0.95
     on_error: str = "skip"  # skip | retry | raise
@@ -384,6 +386,7 @@ def _evaluation_problems(ev) -> list[str]:
                                            or not ev.suite_aggregate):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} must be a new name without '/', not a "
                         "suite's")
+    problems += _tracked_metric_problems(ev)
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"
         if "/" in name or not name:
@@ -435,6 +438,30 @@ def _evaluation_problems(ev) -> list[str]:
             if missing:
                 problems.append(f"{key}.strata: item index {missing[0]} has an empty stratum label")
     return problems
+
+
+def _tracked_metric_problems(ev) -> list[str]:
+    """With suites every eval metric is ``"<suite>/<metric>"`` (or ``"<suite_aggregate>/<metric>"``): an
+    ``evaluation.metric`` of any other form can never be returned, and the policies would track nothing (a
+    typo, ``math500/accuracy`` for the suite ``math``'s ``acc``, doubled the evaluations of a replay)."""
+    import difflib
+
+    metric = ev.metric
+    if metric is None or not ev.suites:
+        return []
+    head, _, rest = str(metric).partition("/")
+    prefixes = [str(name) for name in ev.suites]
+    if ev.suite_aggregate:
+        prefixes.append(str(ev.suite_aggregate))
+    if rest and head in prefixes:
+        return []
+    forms = ", ".join(f"'{p}/<metric>'" for p in prefixes)
+    close = difflib.get_close_matches(head, prefixes, n=1, cutoff=0.6) if rest else []
+    hint = f" (did you mean the suite {close[0]!r}?)" if close else ""
+    if head == "eval" and rest.partition("/")[0] in prefixes and rest.partition("/")[2]:
+        hint = f" (eval/ begins a trace's column, not a metric's name: {rest!r})"
+    return [f"evaluation.metric: {metric!r} is not a metric of a configured suite{hint}: with evaluation.suites every "
+            f"eval metric is reported as {forms}, so the policies would track nothing"]
 
 
 def _detector_problem(spec) -> str | None:

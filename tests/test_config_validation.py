@@ -341,3 +341,31 @@ def test_a_suite_without_a_size_or_with_a_size_that_is_no_number_is_one_error_na
     with pytest.raises(ConfigError, match=r"^evaluation.suites.m.size: must be >= 1, got 0$"):  # given: as before
         load_config(overrides=["evaluation.suites.m.size=0"])
 
+
+def test_an_evaluation_metric_no_suite_reports_names_the_key_line_and_the_suites(tmp_path):
+    """Found in review: with the suite math (metric acc), evaluation.metric: math500/accuracy was accepted; the
+    policies then tracked nothing (a replay ran 14 evaluations instead of 6, and picked no best)."""
+    path = tmp_path / "typo.yaml"
+    path.write_text("evaluation:\n  metric: math500/accuracy\n  suites:\n    math: {size: 10, samples_per_item: 4}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}:2: evaluation.metric: 'math500/accuracy' is not a metric of a configured suite (did you mean the "
+        "suite 'math'?): with evaluation.suites every eval metric is reported as 'math/<metric>', so the policies "
+        "would track nothing"]
+    suites = ["evaluation.suites.math.size=10", "evaluation.suites.aime.size=30"]
+    for metric in ("acc", "math", "math/", "all/acc"):  # no suite, a suite's bare name, no metric, no aggregate
+        with pytest.raises(ConfigError, match=rf"^evaluation.metric: '{metric}' is not a metric of a configured "
+                                              r"suite.*'math/<metric>', 'aime/<metric>', so"):
+            load_config(overrides=[f"evaluation.metric={metric}", *suites])
+    with pytest.raises(ConfigError, match=r"\(eval/ begins a trace's column, not a metric's name: 'math/acc'\)"):
+        load_config(overrides=["evaluation.metric=eval/math/acc", *suites])
+    # What suites do report: any "<suite>/..." (pass@k, strata, aggregations too) and "<suite_aggregate>/...".
+    for metric in ("math/acc", "aime/acc/pass@4", "math/acc/stratum=hard"):
+        assert load_config(overrides=[f"evaluation.metric={metric}", *suites]).evaluation.metric == metric
+    cfg = load_config(overrides=["evaluation.metric=all/acc", "evaluation.suite_aggregate=all", *suites])
+    assert cfg.evaluation.metric == "all/acc"
+    assert load_config(overrides=["evaluation.metric=acc"]).evaluation.metric == "acc"  # no suites: anything goes
+    with pytest.raises(ConfigError, match=r"^evaluation.metric: 'acc' is not"):  # from_config checks it too
+        AdaptiveEvaluator.from_config({"evaluation": {"metric": "acc", "suites": {"math": {"size": 10}}}})
+
