@@ -336,6 +336,7 @@ def validate(cfg: DictConfig | Config) -> None:
     if not cfg.policy.sample_size.alarm_factor >= 1:
         problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
     problems += _evaluation_problems(cfg.evaluation)
+    problems += _pass_at_k_problems(cfg)
     specs = [(f"streams.{section}[{i}]", spec) for section in ("default", "eval")
              for i, spec in enumerate(cfg.streams[section])]
     specs += [(f"streams.watch.{stream}[{i}]", spec) for stream, lst in cfg.streams.watch.items()
@@ -462,6 +463,31 @@ def _tracked_metric_problems(ev) -> list[str]:
         hint = f" (eval/ begins a trace's column, not a metric's name: {rest!r})"
     return [f"evaluation.metric: {metric!r} is not a metric of a configured suite{hint}: with evaluation.suites every "
             f"eval metric is reported as {forms}, so the policies would track nothing"]
+
+
+def _pass_at_k_problems(cfg: DictConfig) -> list[str]:
+    """A k of ``evaluation.pass_at_k`` above the answers per item that any suite's evaluation can get: that
+    pass@k is never reported (it was accepted without a word).  A k only some suites reach is fine (pass@16 of
+    a 16-answer suite beside a 4-answer one, which reports its pass@k up to 4)."""
+    ev = cfg.evaluation
+    if not ev.suites or any(not (isinstance(s.samples_per_item, int) and s.samples_per_item >= 1)
+                            or (s.max_samples_per_item is not None and s.max_samples_per_item < 1)
+                            for s in ev.suites.values()):
+        return []  # (no suites: the answers are whatever evaluate_fn returns; a bad suite is said above)
+    from adaptive_eval.suites import most_answers_per_item
+
+    sized = bool(cfg.policy.sample_size.enabled)
+    most = {str(name): most_answers_per_item(suite, sized) for name, suite in ev.suites.items()}
+    problems = []
+    for i, k in enumerate(ev.pass_at_k):
+        if k >= 1 and all(k > top for top, _ in most.values()):
+            why = "; ".join(f"{name}: {top} ({reason})" for name, (top, reason) in most.items())
+            sized_any = any("max_samples" in reason for _, reason in most.values())
+            raise_key = "max_samples_per_item" if sized_any else "samples_per_item"
+            problems.append(f"evaluation.pass_at_k[{i}]: {k} is above the answers per item of every suite's "
+                            f"evaluations, so pass@{k} would never be reported (at most {why}); lower it, or raise "
+                            f"a suite's {raise_key}")
+    return problems
 
 
 def _detector_problem(spec) -> str | None:
@@ -908,7 +934,8 @@ def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[s
     """A value problem (``"<key>: ..."``) with the file and line that set its key (as it was when an override
     set it last: its message names the key)."""
     key = problem.split(":", 1)[0].strip()
-    if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden):
+    dotted = key.replace("[", ".").replace("]", "")  # (an item of a list an override set: evaluation.pass_at_k[1])
+    if any(dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + ".") for k in overridden):
         return problem
     if source and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in lines):
         return f"{_where(key, source, lines)}{problem}"

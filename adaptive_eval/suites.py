@@ -21,8 +21,8 @@ import numpy as np
 
 from adaptive_eval.types import SuiteRequest
 
-__all__ = ["SuitePlan", "due_suites", "plan_units", "reported_strata", "result_units", "suite_order", "suite_requests",
-           "suites_reason", "weighted_aggregate"]
+__all__ = ["SuitePlan", "due_suites", "most_answers_per_item", "plan_units", "reported_strata", "result_units",
+           "suite_order", "suite_requests", "suites_reason", "weighted_aggregate"]
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
@@ -214,6 +214,30 @@ def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | Non
     if not best:
         return None
     return sum(answers(m) * float(suites[s]["cost"]) + m.n * float(suites[s]["item_cost"]) for s, m in best.items())
+
+
+def most_answers_per_item(suite: Mapping, sized: bool) -> tuple[int, str]:
+    """The most answers per item an evaluation of ``suite`` may ask for, and why.  ``samples_per_item`` is the
+    first evaluation's count, not a cap: with the sample-size policy on (``sized``) and no fixed ``sample_size``
+    the plans go up to ``max_samples_per_item`` (null: 32, or ``samples_per_item`` when more); otherwise every
+    evaluation asks for ``samples_per_item``.
+
+    >>> most_answers_per_item({"samples_per_item": 4, "max_samples_per_item": None, "sample_size": None}, True)
+    (32, 'max_samples_per_item: null, so 32')
+    >>> most_answers_per_item({"samples_per_item": 4, "max_samples_per_item": None, "sample_size": 10}, True)
+    (4, 'samples_per_item: 4; its sample_size is fixed, so the sample-size policy does not size it')
+    """
+    from adaptive_eval.policies._sample_size import _max_samples_per_item
+
+    answers = int(suite.get("samples_per_item", 1))
+    if not sized:
+        return answers, f"samples_per_item: {answers}; policy.sample_size is off"
+    if suite.get("sample_size") is not None:
+        return answers, (f"samples_per_item: {answers}; its sample_size is fixed, so the sample-size policy does not "
+                         "size it")
+    top = _max_samples_per_item(suite)
+    given = suite.get("max_samples_per_item")
+    return top, f"max_samples_per_item: {given if given is not None else f'null, so {top}'}"
 
 
 def reported_strata(suites: Mapping[str, Mapping]) -> dict[str, list[str]]:

@@ -369,3 +369,25 @@ def test_an_evaluation_metric_no_suite_reports_names_the_key_line_and_the_suites
     with pytest.raises(ConfigError, match=r"^evaluation.metric: 'acc' is not"):  # from_config checks it too
         AdaptiveEvaluator.from_config({"evaluation": {"metric": "acc", "suites": {"math": {"size": 10}}}})
 
+
+def test_a_pass_at_k_no_suite_can_reach_names_the_k_and_each_suites_most_answers(tmp_path):
+    """pass_at_k: [1, 32] beside 4 answers per item was accepted and pass@32 never reported.  A k is refused when
+    no suite's evaluations can ever ask for k answers per item; one the sample-size policy can reach later
+    (max_samples_per_item, null: 32) or that one suite reaches is fine."""
+    path = tmp_path / "k.yaml"
+    path.write_text("evaluation:\n  pass_at_k: [1, 32]\n  suites:\n    math: {size: 10, samples_per_item: 4, "
+                    "max_samples_per_item: 8}\n    aime: {size: 30, samples_per_item: 16, sample_size: 10}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}:2: evaluation.pass_at_k[1]: 32 is above the answers per item of every suite's evaluations, so pass@32 "
+        "would never be reported (at most math: 8 (max_samples_per_item: 8); aime: 16 (samples_per_item: 16; its "
+        "sample_size is fixed, so the sample-size policy does not size it)); lower it, or raise a suite's "
+        "max_samples_per_item"]
+    assert load_config(path, ["evaluation.pass_at_k=[1,16]"]).evaluation.pass_at_k == [1, 16]  # aime reaches it
+    assert load_config(path, ["evaluation.suites.math.max_samples_per_item=null"])  # null: 32
+    with pytest.raises(ConfigError, match=r"^evaluation.pass_at_k\[1\]: 8 is above .* \(at most m: 4 \(samples_per_item: "
+                                          r"4; policy.sample_size is off\)\); lower it, or raise a suite's "
+                                          r"samples_per_item$"):
+        load_config("areal", ["evaluation.pass_at_k=[1,8]", "evaluation.suites.m.size=10",
+                              "evaluation.suites.m.samples_per_item=4"])
