@@ -1056,7 +1056,8 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
                 skipped.setdefault(k, line)
                 del raw[k]
     metrics = {}
-    _json_metrics(raw, "", metrics, path, line)
+    # (verl's data box too: one bool or list in it refused the whole file, while a flat record's were skipped)
+    _json_metrics(raw, "", metrics, path, line, skipped if box != "metrics" else None)
     for key in _EPOCH_TAGS:  # (verl logs training/epoch: a stream, it alarmed at each epoch boundary)
         if key in metrics:
             value = metrics.pop(key)
@@ -1076,13 +1077,17 @@ def _step_hint(obj: dict, step_key: str) -> str:
             f"{steps[0]} (read_trace(..., step_column={steps[0]!r}))")
 
 
-def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line) -> None:
+def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line, skipped: dict | None = None) -> None:
     """Numbers of ``raw`` into ``metrics``; a nested object's under ``<key>/`` (``{"actor": {"kl": 0.01}}``:
-    ``actor/kl``)."""
+    ``actor/kl``).  With ``skipped``, text, true/false and lists are left out into it (name: first line)."""
     for key, value in raw.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            _json_metrics(value, name + "/", metrics, path, line)
+            _json_metrics(value, name + "/", metrics, path, line, skipped)
+            continue
+        if skipped is not None and (isinstance(value, (bool, list)) or (
+                isinstance(value, str) and value not in _JSON_TO_NONFINITE)):
+            skipped.setdefault(name, line)
             continue
         x = _json_number(value, f"metric {name!r}", path, line)
         if x is not None:

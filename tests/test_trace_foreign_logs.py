@@ -114,3 +114,16 @@ def test_a_jsonl_log_whose_step_key_is_not_step_is_read_with_step_column(tmp_pat
     assert [r.step for r in _load_trace_file(str(path), args).records] == [1, 2, 3, 4]
     with pytest.raises(TraceError, match="missing 'train/step'"):
         read_trace(path, step_column="train/step")
+
+
+def test_text_true_false_and_lists_inside_verls_data_are_left_out_with_one_warning(tmp_path):
+    path = tmp_path / "verl.jsonl"
+    rows = [{"step": s, "data": {"critic/score/mean": 0.5, "flags": {"is_nan": False}, "hist": [1, 2],
+                                 "meta/model": "qwen", "actor/kl": "nan"}} for s in range(1, 4)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in rows))
+    with pytest.warns(RuntimeWarning, match=r"left out 3 fields .*'flags/is_nan', 'hist', 'meta/model'.*line 1"):
+        trace = read_trace(path)
+    assert trace.metric_names() == ["critic/score/mean", "actor/kl"]  # ("nan" is a value, not text)
+    path.write_text(json.dumps({"step": 1, "metrics": {"a": True}}) + "\n")
+    with pytest.raises(TraceError, match="metric 'a': True is not a number"):  # the native box stays strict
+        read_trace(path)
