@@ -24,8 +24,10 @@ import dataclasses
 import functools
 import logging
 import math
+import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
 from omegaconf import OmegaConf
@@ -47,6 +49,7 @@ __all__ = ["AdaptiveEvaluator"]
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
 _RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _group_exists(group) -> bool:
@@ -190,6 +193,7 @@ class AdaptiveEvaluator:
         self._evaluation = plain["evaluation"]
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
+        self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -771,6 +775,39 @@ class AdaptiveEvaluator:
                                     "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k,
                                     k, req.samples_per_item, asked, name, k)
 
+    def _say_untracked(self, result: EvalResult) -> None:
+        """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
+        sample size, peak) learn nothing from it.  Said once (a ``RuntimeWarning``; never raised into the
+        training step, even under ``-W error``), unless the evaluation did not cover the metric's suite
+        (``every``), or for ``<suite_aggregate>/<m>`` every suite."""
+        metric = self._evaluation["metric"]
+        if metric is None or self._untracked_said or metric in result.metrics:
+            return
+        if self._suites:
+            head = metric.partition("/")[0]
+            wanted = list(self._suites) if head == self._evaluation["suite_aggregate"] else [head]
+            if not all(any(n.startswith(f"{s}/") for n in result.metrics) for s in wanted):
+                return  # a suite skipped at this evaluation: its metrics are absent by design
+        self._untracked_said = True
+        if self._rank != 0:
+            return
+        import difflib
+
+        names = list(result.metrics)
+        shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+        close = difflib.get_close_matches(metric, names, n=1, cutoff=0.6)
+        message = (f"evaluation.metric {metric!r} is not among an evaluation's metrics (returned: {shown or 'none'})"
+                   f"{f'; did you mean {close[0]!r}?' if close else ''}: the policies that track "
+                   "it (interval, sample size, peak) learn nothing from an evaluation without it (said once)")
+        # Attributed to the caller's line (the training loop's evaluate() call), not to this package's.
+        level, frame = 1, sys._getframe(0)
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+            level, frame = level + 1, frame.f_back
+        try:
+            warnings.warn(message, RuntimeWarning, stacklevel=level)
+        except Warning:  # warnings turned into errors: a message, never an exception in the training step
+            log.warning("%s", message)
+
     def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
         if self._async is not None:
             return self._submit(evaluate_fn, decision, epoch, global_step)
@@ -829,6 +866,7 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
+            self._say_untracked(result)
         self.policies.on_eval(outcome_result, self._ctx(global_step))
         self._alarm_pending = self._policy_pending()
         if result is not None:
@@ -968,6 +1006,7 @@ class AdaptiveEvaluator:
                     result = self._pair(result, outcome.item_values)
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
+                self._say_untracked(result)
                 learned = result
                 last = result
             self.last_outcome = outcome

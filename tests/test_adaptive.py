@@ -315,3 +315,85 @@ def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
     with pytest.raises(ValueError, match="below the last step evaluate"):
         Run(load_config("default"), lambda g: 0.6, streams, total_steps=200).run(0, 120).ev.after_train(
             lambda r: {}, 100)
+
+
+def _untracked_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if "is not among an evaluation's metrics" in str(w.message)]
+
+
+def test_an_evaluation_metric_absent_from_the_results_is_warned_once_naming_it_and_the_returned_keys():
+    """Found in review: a typo in evaluation.metric left the policies tracking nothing, without a word."""
+    import warnings
+
+    def run(metric, steps=12):
+        ev = AdaptiveEvaluator.from_config(load_config("areal", [f"evaluation.metric={metric}",  # (a fixed schedule)
+                                                                 "trigger.freq_steps=3"]), clock=FakeClock())
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            for g in range(steps):
+                ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0], "eval_loss": 0.3}, 0, g, g)
+        return ev, record
+
+    ev, record = run("acc_")
+    assert len(ev.history) == 4
+    assert _untracked_warnings(record) == [
+        "evaluation.metric 'acc_' is not among an evaluation's metrics (returned: 'acc', 'eval_loss'); did you mean "
+        "'acc'?: the policies that track it (interval, sample size, peak) learn nothing from an evaluation without it "
+        "(said once)"]
+    assert all(w.category is RuntimeWarning and w.filename == __file__ for w in record)  # the caller's line
+    ev, record = run("acc")
+    assert len(ev.history) == 4 and _untracked_warnings(record) == []
+
+
+def test_the_absent_metric_warning_never_raises_into_the_training_step(caplog):
+    """Under -W error (warnings turned into exceptions) it is logged instead: the evaluation still counts."""
+    import warnings
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.metric=accuracy", "trigger.freq_steps=1"]),
+                                       clock=FakeClock())
+    with warnings.catch_warnings(), caplog.at_level("WARNING", logger="adaptive_eval"):
+        warnings.simplefilter("error")
+        results = [ev.evaluate(lambda: {"acc": [1.0, 0.0]}, 0, g, g) for g in range(3)]
+    assert all(r is not None for r in results)
+    assert caplog.text.count("evaluation.metric 'accuracy' is not among an evaluation's metrics") == 1
+
+
+def test_the_absent_metric_warning_waits_for_an_evaluation_that_covers_the_metrics_suite():
+    """aime runs at every 2nd evaluation: its metrics are absent from the others by design, not a mistake."""
+    import warnings
+
+    def run(metric, aggregate=()):
+        cfg = load_config("areal", [f"evaluation.metric={metric}", "trigger.freq_steps=2", "evaluation.suites.math.size=20",
+                                    "evaluation.suites.aime.size=10", "evaluation.suites.aime.every=2", *aggregate])
+        ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+
+        def evaluate_fn(req):
+            return {f"{name}/acc": [float(i % 2) for i in s.indices] for name, s in req.suites.items()}
+
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            for g in range(12):
+                ev.evaluate(evaluate_fn, 0, g, g)
+        return ev, _untracked_warnings(record)
+
+    ev, said = run("aime/acc")
+    assert len(ev.history) == 6 and sum("aime/acc" not in r.metrics for r in ev.history) == 3 and said == []
+    ev, said = run("all/acc", ["evaluation.suite_aggregate=all"])
+    assert sum("all/acc" not in r.metrics for r in ev.history) == 3 and said == []
+    ev, said = run("aime/accuracy")  # the suite is right, the metric is not: said once, naming what came back
+    assert len(said) == 1 and "'aime/accuracy'" in said[0] and "'aime/acc'" in said[0] and "'math/acc'" in said[0]
+
+
+def test_the_absent_metric_warning_also_comes_from_an_asynchronous_evaluation():
+    import warnings
+
+    cfg = load_config(overrides=["evaluation.metric=accuracy", "trigger.freq_steps=2", "evaluation.asynchronous=true",
+                                 "evaluation.async_integrate_after_steps=1"])
+    ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        for g in range(8):
+            ev.evaluate(lambda: {"acc": [1.0, 0.0]}, 0, g, g)
+        ev.close()
+    assert len(ev.history) >= 3 and len(_untracked_warnings(record)) == 1
+
