@@ -761,19 +761,30 @@ class AdaptiveEvaluator:
         return Decision(True, total, reason, decision.urgent, tuple(plans)), requests
 
     def _say_dropped_pass_at_k(self, requests) -> None:
-        """A pass@k that a suite's generated answers allow but this evaluation's plan does not (fewer answers
-        per item than k) is not reported: say so once per suite and k (it vanished without a word)."""
+        """A pass@k that the suite's plans can reach but this evaluation's plan does not (fewer answers per item
+        than k) is not reported: say so once per suite and k (it vanished without a word), also for a k above
+        the suite's samples_per_item (the first evaluation's answers, not a cap).  A k above the most the
+        suite's plans can ask for is another suite's (pass@16 of a 16-answer suite beside a 4-answer one): not
+        said; load_config refuses a k that no suite reaches."""
+        from adaptive_eval.suites import most_answers_per_item
+
+        sized = "sample_size" in self.policies.by_name
         for name, req in requests.items():
-            asked = int(self._suites[name]["samples_per_item"])
+            suite = self._suites[name]
             for k in self._evaluation["pass_at_k"]:
                 k = int(k)
-                if req.samples_per_item < k <= asked and (name, k) not in self._dropped_pass_at_k:
-                    self._dropped_pass_at_k.add((name, k))
-                    if self._rank == 0:
-                        log.warning("suite %r: pass@%d is not reported by an evaluation with fewer than %d answers per "
-                                    "item (the sample-size policy's plan chose %d of the %d generated); set "
-                                    "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k,
-                                    k, req.samples_per_item, asked, name, k)
+                if req.samples_per_item >= k or (name, k) in self._dropped_pass_at_k:
+                    continue
+                top, why = most_answers_per_item(suite, sized)
+                if k > top:
+                    continue
+                self._dropped_pass_at_k.add((name, k))
+                if self._rank == 0:
+                    log.warning("suite %r: pass@%d is not reported by an evaluation with fewer than %d answers per "
+                                "item (this one's plan: %d; samples_per_item: %d is the first evaluation's count, "
+                                "not a cap: the sample-size policy chooses later ones, up to %s); set "
+                                "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
+                                req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
 
     def _say_untracked(self, result: EvalResult) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,

@@ -397,3 +397,28 @@ def test_the_absent_metric_warning_also_comes_from_an_asynchronous_evaluation():
         ev.close()
     assert len(ev.history) >= 3 and len(_untracked_warnings(record)) == 1
 
+
+def test_a_pass_at_k_above_samples_per_item_that_later_plans_reach_is_said_once(caplog):
+    """Found in review: pass_at_k [1, 32] with samples_per_item 4 (max_samples_per_item null: 32) was missing
+    from the first evaluations without the "not reported" warning, which needed k <= samples_per_item.  A
+    suite whose plans can never reach k (another suite's k) is not warned about."""
+    cfg = load_config(overrides=["evaluation.pass_at_k=[1,32]", "trigger.freq_steps=5", "evaluation.suites.math.size=4",
+                                 "evaluation.suites.math.samples_per_item=4", "evaluation.suites.fixed.size=4",
+                                 "evaluation.suites.fixed.sample_size=4", "evaluation.suites.fixed.samples_per_item=2",
+                                 "policy.budget.max_eval_fraction=1.0"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=30, clock=FakeClock())
+    rng = np.random.default_rng(0)
+
+    def evaluate_fn(req):
+        return {f"{name}/acc": (rng.random((len(s.indices), s.samples_per_item)) < 0.6).astype(float)
+                for name, s in req.suites.items()}
+
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        results = [r for g in range(30) if (r := ev.evaluate(evaluate_fn, 0, g, g)) is not None]
+    assert "math/acc/pass@32" not in results[0].metrics
+    assert caplog.text.count("pass@32 is not reported") == 1
+    assert ("suite 'math': pass@32 is not reported by an evaluation with fewer than 32 answers per item (this one's "
+            "plan: 4; samples_per_item: 4 is the first evaluation's count, not a cap: the sample-size policy chooses "
+            "later ones, up to max_samples_per_item: null, so 32); set evaluation.suites.math.min_samples_per_item: 32 "
+            "to keep it (said once)") in caplog.text
+    assert "suite 'fixed'" not in caplog.text  # 2 answers per item, always: pass@32 is math's
