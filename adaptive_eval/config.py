@@ -66,10 +66,15 @@ class SuiteConfig:
     """One named eval set of ``evaluation.suites`` (MATH500, AIME24, ...)."""
 
     size: int = MISSING  # items in the suite (required: a suite without it is a ConfigError saying so)
-    samples_per_item: int = 1  # answers generated per item (AReaL's n_samples, verl's val_kwargs.n)
+    # Answers per item (AReaL's n_samples, verl's val_kwargs.n) of the first evaluation, and of every one when
+    # policy.sample_size is off or the suite's sample_size is fixed.  Otherwise not a cap: the sample-size policy
+    # chooses the later evaluations' answers per item, up to max_samples_per_item (so evaluate_fn must be able to
+    # generate that many; with k answers precomputed per item, set max_samples_per_item: k).
+    samples_per_item: int = 1
     cost: float = 1.0  # relative cost of one sample (generating one answer), for sizing
     item_cost: float = 0.0  # relative cost of an item beyond its samples (prompt processing, setup), for sizing
-    # The most samples per item the sample-size policy may choose; null: 32, or samples_per_item when that is more
+    # The cap on the answers per item the sample-size policy may ask for; null: 32, or samples_per_item when that
+    # is more (never below samples_per_item)
     max_samples_per_item: Optional[int] = None
     # The fewest it may choose; null: 1 (a pass@k whose k is above the answers chosen is then not reported)
     min_samples_per_item: Optional[int] = None

@@ -11,7 +11,9 @@ from adaptive_eval.types import Decision, EvalResult
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
-DEFAULT_MAX_SAMPLES_PER_ITEM = 32  # a suite's max_samples_per_item when null (or its samples_per_item, if more)
+# A suite's max_samples_per_item when null (or its samples_per_item, if more): the cap on the answers per item a
+# plan may ask for (samples_per_item is only the first plan's, not a cap).
+DEFAULT_MAX_SAMPLES_PER_ITEM = 32
 
 __all__ = ["SampleSizePolicy"]
 
@@ -40,7 +42,10 @@ class SampleSizePolicy(Policy):
     ``item_cost``, ``size`` and ``max_samples_per_item``); the decision carries the plans and the reason
     says why (``decision.suites``), never below the suite's ``min_samples_per_item`` (null: 1; set it to the
     largest k of ``evaluation.pass_at_k`` to have that pass@k in every evaluation: with fewer answers per item
-    it is not reported, and the evaluator says so once).
+    it is not reported, and the evaluator says so once).  A suite's ``samples_per_item`` is only its first
+    plan's answers per item, not a cap: later plans may ask for more, up to ``max_samples_per_item`` (null:
+    32, or ``samples_per_item`` when more), so an ``evaluate_fn`` with only k answers per item on disk needs
+    ``max_samples_per_item: k``.
 
     >>> from adaptive_eval.types import Decision
     >>> p = SampleSizePolicy(initial=100, min=32, max=1000, target_half_width=0.05)
