@@ -333,6 +333,11 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     return Trace(records, str(path)), ids
 
 
+# verl logs its validation results (val-core/<data source>/<var>/<metric>, val-aux/...) beside the step's own
+# metrics: eval results, never cheap streams (one of them is ground truth only when --eval names it).
+VALIDATION_PREFIXES = ("val-core/", "val-aux/")
+
+
 def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
                    evals: Mapping[str, float] | None = None) -> Trace:
     """A trace of any format (TensorBoard, JSONL, native CSV) narrowed as :func:`from_columns` narrows a CSV:
@@ -346,8 +351,10 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     missing = [c for c in [*(streams or ()), *evals] if c not in names]
     if missing:
         raise TraceError(f"no metric {', '.join(map(repr, missing))} (metrics: {', '.join(names)})", trace.source)
-    if streams is None:  # (nor is an HF eval row's other eval_<m> a stream: an eval result, not a step's)
-        keep = [c for c in names if c not in evals and not (evals and c.startswith(("eval/", "eval_")))]
+    if streams is None:  # (nor is an HF eval row's other eval_<m>, nor verl's val-core/ and val-aux/, a stream:
+        # an eval result, not a step's; verl's validation results fed the detectors as free per-step streams)
+        keep = [c for c in names if c not in evals and not c.startswith(VALIDATION_PREFIXES)
+                and not (evals and c.startswith(("eval/", "eval_")))]
     else:  # (with no evals named, the trace's own eval/ metrics stay its ground truth)
         keep = list(streams) + ([c for c in names if c.startswith("eval/") and c not in streams] if not evals else [])
     out_name = {c: c for c in keep}

@@ -143,7 +143,8 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
         if n.startswith("eval/") and not n.endswith(":std"):
             std = f"{n}:std"
             evals[n[len("eval/"):]] = std if std in names else None
-    streams = [n for n in names if not n.startswith("eval/")]
+    # (verl's validation results are eval results, not streams: see convert.VALIDATION_PREFIXES)
+    streams = [n for n in names if not n.startswith(("eval/", "val-core/", "val-aux/"))]
     return streams, evals
 
 

@@ -470,6 +470,27 @@ def test_a_verl_log_replays_with_its_validation_column_named(tmp_path, capsys):
     assert all(set(m) == {"val-core/openai/gsm8k/reward/mean@1"} for m in metrics) and len(metrics) >= 3
 
 
+def test_verls_validation_columns_are_no_streams(tmp_path):
+    """verl's val-core/ and val-aux/ columns are validation results logged every k steps: they fed the detectors
+    as free per-step streams (replay without --eval, and select_columns beside the --eval column)."""
+    from adaptive_eval.convert import select_columns
+    from adaptive_eval.replay import _split_columns
+
+    rows = []
+    for s in range(1, 101):
+        d = {"critic/score/mean": 0.5}
+        if s % 20 == 0:
+            d.update({"val-core/gsm8k/reward/mean@1": 0.7, "val-aux/gsm8k/reward/std@1": 0.1})
+        rows.append(json.dumps({"step": s, "data": d}))
+    path = tmp_path / "verl.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    trace = read_trace(path)
+    assert _split_columns(trace.metric_names())[0] == ["critic/score/mean"]
+    narrowed = select_columns(trace, evals={"val-core/gsm8k/reward/mean@1": 1.0})
+    assert narrowed.stream_names() == ["critic/score/mean"]
+    assert narrowed.eval_names() == ["eval/val-core/gsm8k/reward/mean@1"]
+
+
 def test_an_hf_runs_train_epoch_is_its_epoch_in_tensorboard_and_a_wandb_export(tmp_path):
     """HF logs its epoch as the scalar train/epoch (0.05 for a twentieth of the first): in a TensorBoard folder and
     a W&B export it was watched as a stream and every record's epoch was None, so epoch triggers could not work."""
