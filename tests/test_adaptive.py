@@ -363,8 +363,9 @@ def test_the_absent_metric_warning_waits_for_an_evaluation_that_covers_the_metri
     import warnings
 
     def run(metric, aggregate=()):
-        cfg = load_config("areal", [f"evaluation.metric={metric}", "trigger.freq_steps=2", "evaluation.suites.math.size=20",
-                                    "evaluation.suites.aime.size=10", "evaluation.suites.aime.every=2", *aggregate])
+        cfg = load_config("areal", [f"evaluation.metric={metric}", "trigger.freq_steps=2",
+                                    "evaluation.suites.math.size=20", "evaluation.suites.aime.size=10",
+                                    "evaluation.suites.aime.every=2", *aggregate])
         ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
 
         def evaluate_fn(req):

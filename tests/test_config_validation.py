@@ -386,8 +386,8 @@ def test_a_pass_at_k_no_suite_can_reach_names_the_k_and_each_suites_most_answers
         "max_samples_per_item"]
     assert load_config(path, ["evaluation.pass_at_k=[1,16]"]).evaluation.pass_at_k == [1, 16]  # aime reaches it
     assert load_config(path, ["evaluation.suites.math.max_samples_per_item=null"])  # null: 32
-    with pytest.raises(ConfigError, match=r"^evaluation.pass_at_k\[1\]: 8 is above .* \(at most m: 4 \(samples_per_item: "
-                                          r"4; policy.sample_size is off\)\); lower it, or raise a suite's "
-                                          r"samples_per_item$"):
+    with pytest.raises(ConfigError, match=r"^evaluation.pass_at_k\[1\]: 8 is above .* \(at most m: 4 "
+                                          r"\(samples_per_item: 4; policy.sample_size is off\)\); lower it, or "
+                                          r"raise a suite's samples_per_item$"):
         load_config("areal", ["evaluation.pass_at_k=[1,8]", "evaluation.suites.m.size=10",
                               "evaluation.suites.m.samples_per_item=4"])
