@@ -88,6 +88,13 @@ def as_float(key: str, value) -> float:
         raise TypeError(f"metric {key!r}: expected a number, got {type(value).__name__} {value!r}")
     if _is_bool_dtype(getattr(value, "dtype", None)):  # a bool tensor or array is a bool, as True is
         raise TypeError(f"metric {key!r}: expected a number, got a {type(value).__name__} of dtype {value.dtype}")
+    if isinstance(value, (complex, np.complexfloating)) or getattr(getattr(value, "dtype", None), "kind", "") == "c" \
+            or getattr(getattr(value, "dtype", None), "is_complex", False):
+        # (float() of a numpy complex dropped the imaginary part with only a ComplexWarning, where a Python complex
+        # and every detector refused it; found in review)
+        raise TypeError(f"metric {key!r}: expected a real number, got a complex {type(value).__name__}")
+    if isinstance(value, decimal.Decimal) and value.is_snan():  # (float() refuses a signalling NaN: a NaN still)
+        return math.nan
     try:
         return float(value)
     except OverflowError:

@@ -423,3 +423,18 @@ def test_a_pass_at_k_above_samples_per_item_that_later_plans_reach_is_said_once(
             "later ones, up to max_samples_per_item: null, so 32); set evaluation.suites.math.min_samples_per_item: 32 "
             "to keep it (said once)") in caplog.text
     assert "suite 'fixed'" not in caplog.text  # 2 answers per item, always: pass@32 is math's
+
+
+def test_a_complex_metric_is_refused_as_a_detector_refuses_it_and_a_signalling_nan_is_a_nan():
+    # float() of a numpy complex dropped the imaginary part with only a ComplexWarning (a Python complex and every
+    # detector's update refused it); Decimal('sNaN') read "expected one number" where Decimal('NaN') is a NaN
+    import decimal
+
+    import numpy as np
+
+    from adaptive_eval.stats import as_float
+
+    for value in (np.complex128(1 + 5j), np.complex64(1), 1 + 0j, np.array([1 + 5j])):
+        with pytest.raises(TypeError, match="metric 'm': expected a real number, got a complex"):
+            as_float("m", value)
+    assert math.isnan(as_float("m", decimal.Decimal("sNaN"))) and math.isnan(as_float("m", decimal.Decimal("NaN")))
