@@ -118,6 +118,65 @@ def _scaler(scale: float) -> Callable[[str], float]:
     return convert
 
 
+# A W&B chart's "Export CSV": each run's metric as "<run name> - <metric>", with "<...>__MIN" and "<...>__MAX" beside
+# it (the band the chart draws around the points it buckets together: the same value again for an unbucketed run).
+_WANDB_RUN = " - "
+_WANDB_BAND = ("__MIN", "__MAX")
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _wandb_chart(header: list[str], named: Sequence[str], path, line) -> tuple[list[str], dict[str, str]]:
+    """A W&B chart export's header read as W&B means it: ``(names, aliases)``.
+
+    Every metric column ``<run> - <metric>`` (the step, epoch and time columns and W&B's bookkeeping aside) is
+    named ``<metric>``, and ``aliases`` maps ``<run> - <metric>`` to it, so a column named either way is found.
+    The ``__MIN``/``__MAX`` companion of a column is left out (named ``""``, which is never a metric) unless
+    ``named`` names it; a note says what was done.  A trace is one run: columns of several runs are an error
+    naming them, unless the ``named`` columns (``<run> - <metric>``) are all one run's: that run is read.
+    Any other header comes back as it is.
+    """
+    names = list(header)
+    columns = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
+               and not c.startswith("Unnamed: ")]
+    if not columns or not all(_WANDB_RUN in c for c in columns):
+        return names, {}
+    run_of = {c: c.rpartition(_WANDB_RUN)[0] for c in header if _WANDB_RUN in c and c not in named}
+    run_of.update({c: c.rpartition(_WANDB_RUN)[0] for c in named if _WANDB_RUN in c and c in header})
+    runs = sorted(set(run_of.values()), key=list(run_of.values()).index)
+    chosen = ""
+    if len(runs) > 1:
+        picked = {run_of[c] for c in named if c in run_of}
+        if len(picked) != 1:
+            raise TraceError(f"a W&B chart export of {len(runs)} runs ({', '.join(map(repr, runs))}): a trace is one "
+                             "run; export one run's chart, or name one run's columns ('<run> - <metric>') with "
+                             "--stream/--eval (streams=/evals=)", path, line)
+        (chosen,) = picked
+        runs = [chosen]
+    run = runs[0]
+    prefix = run + _WANDB_RUN
+    aliases = {c: c[len(prefix):] for c in header if c.startswith(prefix)}
+    wanted = set(named) | {aliases.get(c, c) for c in named}
+    band = [c for c in aliases if c.endswith(_WANDB_BAND) and c[:-len("__MIN")] in aliases
+            and c not in wanted and aliases[c] not in wanted]
+    others = [c for c in header if c in run_of and not c.startswith(prefix)]
+    for i, c in enumerate(header):
+        if c in band or c in others:
+            names[i] = ""  # (like a pandas index: never a metric)
+        elif c in aliases:
+            names[i] = aliases[c]
+    note = f"{path}: a W&B chart export: read the columns of run {run!r} without their {prefix!r} prefix"
+    if chosen:
+        note += f" (the run of the columns named; left out {_count(len(others), 'column')} of the other runs)"
+    if band:
+        note += (f", and left out {_count(len(band), '__MIN/__MAX column')} (the band the chart draws around "
+                 "bucketed points, not metrics of their own; name one to keep it)")
+    warnings.warn(note, RuntimeWarning, stacklevel=3)
+    return names, aliases
+
+
 def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams: Sequence[str] | None = None,
                  evals: Mapping[str, float] | None = None, epoch: str | None = None, time: str | None = None,
                  time_scale: float = 1.0, rename: Mapping[str, str] | None = None,
@@ -138,6 +197,13 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if on_restart not in ("error", "keep_last"):
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
     header, header_line, rows = _read_rows(path)
+    named = [c for c in (step, epoch, time) if c is not None] + list(streams or ()) + list(evals or ())
+    header, aliases = _wandb_chart(header, named, path, header_line)
+    if aliases:  # (a column named '<run> - <metric>' is the metric)
+        step, epoch, time = (aliases.get(c, c) if c is not None else None for c in (step, epoch, time))
+        streams = None if streams is None else [aliases.get(c, c) for c in streams]
+        evals = {aliases.get(c, c): v for c, v in (evals or {}).items()}
+        rename = {aliases.get(c, c): v for c, v in (rename or {}).items()}
     index = {name: i for i, name in enumerate(header)}
     evals = dict(evals or {})
     rename = dict(rename or {})
@@ -158,7 +224,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         streams = list(streams)
     missing = [c for c in [*named, *streams] if c not in index]
     if missing:
-        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)})",
+        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(h for h in header if h)})",
                          path, header_line)
     outputs = []  # (cell index, output name, input name, convert)
     for c in streams:

@@ -631,3 +631,49 @@ def test_an_add_scalars_series_named_as_a_scalar_of_the_run_is_left_out_with_a_w
         trace = read_trace(tb)
     assert set(trace.metric_names()) == {"loss/train", "loss/val"}
     assert trace.column("loss/train")[1].tolist() == [1.0] * 10 and trace.column("loss/val")[1].tolist() == [3.0] * 10
+
+
+def write_wandb_chart(path, runs=("grpo-run-7",)):
+    """W&B's chart "Export CSV": "Step", then "<run> - <metric>" with its __MIN/__MAX band per run and metric."""
+    metrics = ("train/reward", "eval/acc")
+    header = ["Step"] + [f"{r} - {m}{band}" for r in runs for m in metrics for band in ("", "__MIN", "__MAX")]
+    rng = np.random.default_rng(1)
+    lines = [",".join(header)]
+    for s in range(300):
+        reward = 0.5 + 0.02 * rng.normal() - (0.3 if s >= 180 else 0.0)
+        acc = f"{0.7 if s < 180 else 0.4}" if s % 25 == 0 else ""
+        lines.append(",".join([str(s)] + [v for _ in runs for v in (f"{reward:.4f}",) * 3 + (acc,) * 3]))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_wandb_chart_export_is_read_as_one_run_without_its_band_columns(tmp_path, capsys):
+    """Its __MIN/__MAX band columns were streams of their own (one change: three alarms, corroborating itself) and
+    the "<run> - " prefix kept "<run> - eval/acc" from being eval ground truth."""
+    from adaptive_eval.convert import from_columns
+
+    path = tmp_path / "chart.csv"
+    write_wandb_chart(path)
+    with pytest.warns(RuntimeWarning, match=r"W&B chart export: .*run 'grpo-run-7'.*left out 4 __MIN/__MAX columns"):
+        t = from_columns(path, step="Step")
+    assert t.stream_names() == ["train/reward"] and t.eval_names() == ["eval/acc"]
+    with pytest.warns(RuntimeWarning, match="W&B chart export"):  # a column named with its run's prefix is found
+        t = from_columns(path, step="Step", streams=["grpo-run-7 - train/reward__MIN"],
+                         evals={"grpo-run-7 - eval/acc": 1.0})
+    assert t.stream_names() == ["train/reward__MIN"] and t.eval_names() == ["eval/acc"]
+    assert main(["replay", str(path), "--step-column", "Step", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    alarms = [json.loads(line) for line in (tmp_path / "o" / "alarms.jsonl").read_text().splitlines()]
+    assert {a["stream"] for a in alarms} == {"train/reward"}
+    assert evals_of(tmp_path / "o")[0]["metrics"].keys() == {"acc"}
+    assert "left out 4 __MIN/__MAX columns" in capsys.readouterr().err
+
+
+def test_a_wandb_chart_export_of_several_runs_names_them_or_reads_the_run_named(tmp_path):
+    from adaptive_eval.convert import from_columns
+
+    path = tmp_path / "chart.csv"
+    write_wandb_chart(path, runs=("run-a", "run-b"))
+    with pytest.raises(TraceError, match=r"W&B chart export of 2 runs \('run-a', 'run-b'\): a trace is one run"):
+        from_columns(path, step="Step")
+    with pytest.warns(RuntimeWarning, match="run 'run-b' .*left out 6 columns of the other runs"):
+        t = from_columns(path, step="Step", evals={"run-b - eval/acc": 1.0})
+    assert t.stream_names() == ["train/reward"] and t.eval_names() == ["eval/acc"]
