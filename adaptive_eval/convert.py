@@ -278,7 +278,8 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         if records and s < records[-1].step:
             if on_restart == "error":
                 raise TraceError(f"step {s} is below the previous step {records[-1].step}; steps must not "
-                                 "decrease (on_restart='keep_last' keeps the later run)", path, line)
+                                 "decrease (a run resumed into the same log: from_columns(..., on_restart='keep_last'), "
+                                 "adaptive-eval --keep-last-run, keeps the later run)", path, line)
             while records and records[-1].step >= s:
                 records.pop()
         if records and records[-1].step == s:

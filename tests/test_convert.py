@@ -51,6 +51,9 @@ def test_from_columns_restart_policy(tmp_path):
     path = write(tmp_path, "step,a\n1,0\n2,0\n3,0\n1,1\n2,1\n3,1\n4,1\n")
     with pytest.raises(TraceError, match=r"t\.csv:5: step 1 is below the previous step 3.*keep_last"):
         from_columns(path)
+    # the CLI's option is named beside the Python one (--step-column reads a CSV here): the CLI user got only the latter
+    with pytest.raises(TraceError, match=r"on_restart='keep_last'.*adaptive-eval --keep-last-run"):
+        from_columns(path, step="step")
     trace = from_columns(path, on_restart="keep_last")
     assert [(r.step, r.metrics["a"]) for r in trace] == [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)]
     # Resuming from a checkpoint keeps the earlier steps before the restart point.
