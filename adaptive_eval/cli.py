@@ -278,8 +278,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     traces = []
     for trace in args.trace:  # a folder of trace files, as the pytest marker takes it (not a TensorBoard run)
         folder = pathlib.Path(trace)
-        if folder.is_dir() and not any(folder.glob("*tfevents*")) and trace_files(folder):
-            traces += [str(f) for f in trace_files(folder)]
+        found = trace_files(folder) if folder.is_dir() and not any(folder.glob("*tfevents*")) else []
+        if found:  # (listed once: a run deeper down was warned about twice)
+            traces += [str(f) for f in found]
         else:
             traces.append(trace)
     from adaptive_eval.testing._core import _load

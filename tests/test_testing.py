@@ -449,6 +449,16 @@ def test_a_folder_of_tensorboard_runs_is_traces_for_the_marker_and_check(pyteste
         assert trace_files(deep) == [deep / "a.csv"]
 
 
+def test_check_warns_once_of_a_tensorboard_run_more_than_one_folder_down(tmp_path, collapse, capsys):
+    # check listed the folder twice, so the warning was printed twice
+    (tmp_path / "a.csv").write_bytes(collapse.read_bytes())
+    (tmp_path / "group" / "run_c").mkdir(parents=True)
+    (tmp_path / "group" / "run_c" / "events.out.tfevents.1.host").write_bytes(b"")
+    code, out, err = check_main(capsys, tmp_path, "--config", "default")
+    assert code in (0, 1) and out.splitlines()[1].split()[0] == "a.csv"
+    assert err.count("left out 1 TensorBoard run more than one folder down (group/run_c)") == 1
+
+
 # ------------------------------------------------------------------------------------------- the example
 
 
