@@ -221,6 +221,19 @@ def test_an_event_step_outside_the_trace(collapse, collapse_run, tmp_path):
         replay_trace(collapse, events=[400])
     with pytest.raises(ExpectationError, match=r"collapse.csv: quiet 250..350: step 350 lies outside"):
         assert_quiet(collapse_run, 250, 350)
+    with pytest.raises(ExpectationError, match=r"collapse.csv: quiet -20..-5: step -5 lies outside"):
+        assert_quiet(collapse_run, -20, -5)
+
+
+def test_assert_quiet_clips_a_window_that_starts_before_the_first_step(tmp_path):
+    # a trace counted from 1 (HF's global_step): assert_quiet(run, 0, 140) said "step 0 lies outside the trace"
+    path = tmp_path / "from1.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5 if i < 150 else 0.1}) for i in range(1, 200)]), path)
+    run = replay_trace(path, "default")
+    assert run.first_step == 1
+    assert_quiet(run, 0, 140)
+    with pytest.raises(AssertionError, match=r"steps 1..199 were not quiet: \d+ alarms, more than 0"):
+        assert_quiet(run, -10, 199)
 
 
 def test_expectations_that_contradict_themselves(collapse_run):

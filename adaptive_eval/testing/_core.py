@@ -450,11 +450,16 @@ def _check_in_trace(run: ReplayRun, step: int, what: str) -> None:
                                f"(steps {run.first_step}..{run.last_step})")
 
 
-def _check_window(run: ReplayRun, start: int, stop: int, what: str) -> None:
+def _check_window(run: ReplayRun, start: int, stop: int, what: str) -> int:
+    """The window's start, clipped to the trace's first step: a log that counts from 1 (HF) has no step 0, and
+    nothing can happen before its first step.  A stop past the last step stays an error: a trace cut short (a
+    crash) would pass a quiet window over steps it never replayed."""
     if start > stop:
         raise ExpectationError(f"{run.name}: {what}: start {start} is after stop {stop}")
-    _check_in_trace(run, start, what)
     _check_in_trace(run, stop, what)
+    start = max(start, run.first_step)
+    _check_in_trace(run, start, what)
+    return start
 
 
 def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within, what: str) -> Event:
@@ -549,10 +554,10 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
 def assert_quiet(run: ReplayRun, start: int, stop: int, max_evals: int | None = None, *,
                  max_alarms: int | None = None) -> None:
     """Assert at most ``max_evals`` evaluations and ``max_alarms`` alarms in steps ``start``..``stop``
-    (both included).  With neither given: no alarm at all."""
+    (both included; a start before the trace's first step is that step).  With neither given: no alarm at all."""
     __tracebackhide__ = True  # (pytest: the failure shows the user's line, not this function)
     what = f"quiet {start}..{stop}"
-    _check_window(run, start, stop, what)
+    start = _check_window(run, start, stop, what)
     if max_evals is None and max_alarms is None:
         max_alarms = 0
     for key, value in (("max_evals", max_evals), ("max_alarms", max_alarms)):
