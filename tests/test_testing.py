@@ -169,6 +169,18 @@ def test_events_file_forms(tmp_path, collapse):
     assert run.events == (Event(120, direction="down"),) and run.quiet == ()
 
 
+def test_an_events_metric_named_as_its_column_is_the_metric(tmp_path, collapse, collapse_run, capsys):
+    # metric: eval/accuracy was refused ("no eval ground truth eval/eval/accuracy ... (it has ..., eval/accuracy)")
+    # while --set evaluation.metric=eval/accuracy is accepted
+    side = tmp_path / "events.yaml"
+    side.write_text(f"events:\n- {{step: {ONSET}, metric: eval/accuracy, direction: down, within: 10}}\n")
+    assert load_expectations(side).events == (Event(ONSET, metric="accuracy", direction="down", within=10),)
+    assert assert_confirmed(collapse_run, ONSET, metric="eval/accuracy") == assert_confirmed(collapse_run, ONSET)
+    assert assert_confirmed(collapse_run, Event(ONSET, metric="eval/accuracy")) == assert_confirmed(collapse_run, ONSET)
+    code, out, err = check_main(capsys, collapse, "--config", "default", "--events", side)
+    assert code == 0 and "no eval ground truth" not in out + err
+
+
 def test_a_sidecar_named_after_the_trace_without_its_suffix_is_found(tmp_path, collapse):
     # run.events.yaml beside run.csv is what many write for "<trace>.events.yaml"; it was silently ignored.
     trace = tmp_path / "run.csv"

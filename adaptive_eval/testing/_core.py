@@ -39,7 +39,7 @@ class Event:
     step: int
     kind: str = "change"
     direction: str | None = None  # of the eval metric: "up", "down", None (either)
-    metric: str | None = None  # the eval metric, without "eval/"; None: the run's metric
+    metric: str | None = None  # the eval metric ("eval/<m>" is read as "<m>"); None: the run's metric
     within: int | None = None  # confirmed at most this many steps after the event; None: before the end
 
     def describe(self) -> str:
@@ -136,7 +136,7 @@ def _event_from(item: Any, where: str) -> Event:
         raise ExpectationError(f"{where}: an event needs a 'step'")
     return Event(step=_int(item["step"], f"{where}.step"), kind=str(item.get("kind", "change")),
                  direction=_check_direction(item.get("direction"), f"{where}.direction"),
-                 metric=None if item.get("metric") is None else str(item["metric"]),
+                 metric=None if item.get("metric") is None else str(item["metric"]).removeprefix("eval/"),
                  within=_opt_int(item.get("within"), f"{where}.within"))
 
 
@@ -469,7 +469,8 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
     else:
         step = _int(event, f"{run.name}: {what}: event_step")
         base = next((e for e in run.events if e.step == step), Event(step))
-    ev = dataclasses.replace(base, metric=metric or base.metric or run.metric,
+    # (the column's name, eval/<m>, names the metric <m>, as evaluation.metric=eval/<m> does)
+    ev = dataclasses.replace(base, metric=(metric or base.metric or run.metric or "").removeprefix("eval/") or None,
                              direction=direction if direction is not None else base.direction,
                              within=within if within is not None else base.within)
     _check_direction(ev.direction, f"{run.name}: {what} {ev.describe()}")
