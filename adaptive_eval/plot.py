@@ -559,7 +559,8 @@ def find_runs(dirs) -> list[Path]:
 def _draw_comparison(runs: list[_Run]):
     from matplotlib.figure import Figure
 
-    metrics = _panel_metrics([e for r in runs for e in r.evals])[:MAX_EVAL_PANELS]
+    every_metric = _panel_metrics([e for r in runs for e in r.evals])
+    metrics = every_metric[:MAX_EVAL_PANELS]
     with_streams = next((r for r in runs if r.streams), None)
     alarms = [a for r in runs for a in r.alarms]
     stream_names = _choose_streams(list(with_streams.streams), alarms) if with_streams else []
@@ -603,6 +604,10 @@ def _draw_comparison(runs: list[_Run]):
     fig.suptitle(" vs ".join(r.name for r in runs) + ": evaluations on shared axes", fontsize=11,
                  fontweight="bold")
     notes = ["marker area \u221d sample size; bars: confidence interval; dashed: alarms, in the run's colour"]
+    if len(every_metric) > len(metrics):  # (as the single-run picture says; a run's metric may have no panel)
+        hidden = every_metric[len(metrics):]
+        notes.append(f"{len(hidden)} more eval metrics not shown ({', '.join(hidden[:4])}"
+                     f"{', ...' if len(hidden) > 4 else ''})")
     fig.supxlabel("; ".join(notes), fontsize=7, color="0.35")
     return fig
 

@@ -190,3 +190,25 @@ def test_a_second_suite_gets_a_panel_before_the_first_ones_pass_at_k(tmp_path):
     fig = _draw(_load(run))
     labels = [ax.get_ylabel() for ax in fig.axes]
     assert labels[:3] == ["eval/math/acc", "eval/aime/acc", "eval/math/acc/pass@1"], labels
+
+
+def test_a_comparison_says_which_eval_metrics_it_does_not_show(tmp_path):
+    """Several runs got at most 3 eval panels with no note (the single-run picture says 'N more not shown'), so a
+    run's tracked metric could be missing without a word."""
+    from adaptive_eval.plot import MAX_EVAL_PANELS, _draw_comparison
+
+    names = {"a": ["math/acc", "gsm/acc"], "b": ["aime/acc", "mmlu/acc", "gpqa/acc"]}
+    runs = []
+    for run, metrics in names.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "evals.jsonl").write_text("".join(
+            json.dumps({"step": s, "sample_size": 32, "reason": "trigger:steps", "metrics": {m: 0.5 for m in metrics},
+                        "ci": {m: [0.4, 0.6] for m in metrics}}) + "\n" for s in (0, 10)))
+        runs.append(_load(tmp_path / run))
+    fig = _draw_comparison(runs)
+    shown = [ax.get_ylabel() for ax in fig.axes if ax.get_ylabel().startswith("eval/")]
+    assert len(shown) == MAX_EVAL_PANELS == 3
+    note = fig.get_supxlabel()
+    assert "2 more eval metrics not shown (" in note
+    assert all(m in note for m in ("math/acc", "gsm/acc", "aime/acc", "mmlu/acc", "gpqa/acc")
+               if f"eval/{m}" not in shown)
