@@ -57,6 +57,10 @@ class Detector:
     _discrete_statistic = False  # the statistic takes few values: pick the next achievable threshold up
     _dummy_threshold: float = 1.0  # a valid raw threshold, used to build instances for simulation
     _table_max_arl = 30000.0  # shipped curves reach this ARL; beyond, extrapolated
+    # Other settings are simulated up to this ARL at most (a few seconds of pure-Python updates on 2 cores; a
+    # larger arl0 is extrapolated from it, as the shipped curves are beyond theirs): a simulation costs runs x
+    # 3 arl0 updates, which at arl0 1e6 took an hour (found in review).  Set per class from its update's cost.
+    _simulated_max_arl = 1000.0
     _calibration_runs = 200
     _stat_range = (0.0, 1.0)  # bisection range of the statistic threshold
 
@@ -86,16 +90,24 @@ class Detector:
         """The raw threshold: ``threshold`` if given (checked), else calibrated for ``arl0`` (or
         ``default_arl0``) by simulation, from the shipped table or the on-disk cache when they have it."""
         value, arl0 = resolve_threshold(self.name, threshold, arl0, default_arl0, check_threshold)
-        warmup = getattr(self, "warmup", None)
-        if value is None and isinstance(warmup, int) and arl0 <= warmup:
-            raise ValueError(f"{self.name}: arl0 {arl0:g} is not above warmup {warmup}: the run length counts the "
-                             f"warm-up, where no alarm can come, so every threshold reaches it; give a larger arl0, "
-                             f"a shorter warmup or a raw threshold")
+        dead, what, param = self._dead_time()
+        if value is None and arl0 <= dead:
+            # (else the calibration returns the lowest threshold, which still alarms later than asked: a
+            # degenerate detector, window_test's alpha 1 alarming at every test; found in review)
+            raise ValueError(f"{self.name}: arl0 {arl0:g} is not above {what}: the run length counts the "
+                             f"values before the first alarm can come, so every threshold reaches it; give a "
+                             f"larger arl0, a smaller {param} or a raw {self._threshold_param}")
         if value is None:
             from adaptive_eval.detectors._calibration import calibrate_threshold
 
             value = calibrate_threshold(self, arl0)
         return value
+
+    def _dead_time(self) -> tuple[int, str, str]:
+        """An ``arl0`` must be above this many values (no alarm can come within them), what they are in words,
+        and the parameter that sets them."""
+        warmup = getattr(self, "warmup", None)
+        return (warmup, f"warmup {warmup}", "warmup") if isinstance(warmup, int) else (0, "0", "")
 
     def _disable_alarms(self) -> None:
         self.threshold_ = math.inf

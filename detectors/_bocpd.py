@@ -98,6 +98,7 @@ class BOCPD(Detector):
     _dummy_threshold = 0.5
     _table_max_arl = 12000.0
     _calibration_runs = 150
+    _simulated_max_arl = 250.0  # 150 runs x 750 updates of ~35 us
 
     def __init__(self, hazard: float = 1 / 250, threshold: float | None = None, arl0: float | None = None,
                  max_run_length: int = 256, prior_scale: float = 2.0, warmup: int = 50, reference: int = 500,

@@ -113,6 +113,7 @@ class PageHinkley(Detector):
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
+    _simulated_max_arl = 800.0  # 400 runs x 2,400 updates of ~3 us
     _table_runs = 1000
 
     def __init__(self, delta: float = 0.5, threshold: float | None = None, arl0: float | None = None,
@@ -563,6 +564,7 @@ class KSWIN(Detector):
     _dummy_threshold = 0.005
     _table_max_arl = 10000.0
     _calibration_runs = 200
+    _simulated_max_arl = 750.0  # 200 runs x 2,250 updates of ~6.5 us
 
     def __init__(self, alpha: float | None = None, arl0: float | None = None, window_size: int = 100,
                  stat_size: int = 30, seed: int = 0, in_control=None, block_size: int | None = None, stream: str = ""):

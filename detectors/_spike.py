@@ -75,6 +75,7 @@ class Spike(Detector):
     _default_threshold = 6.0
     _table_max_arl = 30000.0
     _calibration_runs = 300
+    _simulated_max_arl = 2000.0  # 300 runs x 6,000 updates of ~1.1 us
     _table_runs = 800
 
     def __init__(self, window: int = 128, threshold: float | None = None, arl0: float | None = None,

@@ -105,6 +105,7 @@ class WindowTest(Detector):
     _dummy_threshold = 0.01
     _table_max_arl = 30000.0
     _calibration_runs = 200
+    _simulated_max_arl = 2000.0  # 200 runs x 6,000 updates of ~1.8 us
 
     def __init__(self, method: str = "mannwhitneyu", window: int = 50, alpha: float | None = None,
                  arl0: float | None = None, every: int = 10, in_control=None, block_size: int | None = None,

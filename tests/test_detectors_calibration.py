@@ -183,3 +183,61 @@ def test_a_one_off_bisection_covers_its_own_arl0_only():
     assert calibration._covers(one_off, 5000.0) and not calibration._covers(one_off, 500.0)
     curve = {"curve": [[1.0, 100.0], [2.0, 1000.0], [3.0, 5000.0]], "max_arl": 5000.0}
     assert calibration._covers(curve, 500.0) and not calibration._covers(curve, 8000.0)
+
+
+def fewer_runs(monkeypatch, seen, runs=30):
+    """simulate_curve with few runs (fast), recording each call's max_arl and table flag."""
+    real = calibration.simulate_curve
+
+    def simulate(cls, params, *, max_arl, **kwargs):
+        seen.append((cls.name, max_arl, kwargs.get("table", False)))
+        assert max_arl <= calibration.simulated_max_arl(cls._calibration_instance(params)), (cls.name, max_arl)
+        return real(cls, params, max_arl=max_arl, **{**kwargs, "runs": runs})
+
+    monkeypatch.setattr(calibration, "simulate_curve", simulate)
+
+
+@pytest.mark.parametrize("spec", [{"type": "cusum", "warmup": 30, "arl0": 1e6},
+                                  {"type": "cusum", "k": 1.0, "adapt": 0.05, "warmup": 30, "arl0": 5000},
+                                  {"type": "page_hinkley", "delta": 0.3, "arl0": 1e6},
+                                  {"type": "bocpd", "hazard": 0.01, "arl0": 1000},
+                                  {"type": "kswin", "window_size": 80, "arl0": 1e5},
+                                  {"type": "window_test", "window": 30, "arl0": 1e5}])
+def test_a_large_arl0_for_other_settings_is_simulated_to_a_bounded_arl_then_extrapolated(spec, monkeypatch):
+    """Found in review: the simulation ran runs x 3 arl0 updates, 71 s at arl0 2e4 and an hour at 1e6 (which
+    load_config would have hung on); now it stops at the class's bound and extrapolates like the shipped table."""
+    seen = []
+    fewer_runs(monkeypatch, seen)
+    det = make_detector(spec)
+    assert len(seen) == 1 and seen[0][1] < spec["arl0"] and seen[0][2], seen
+    entry = next(iter(calibration._memory.values()))
+    assert entry["extrapolate"] and entry["max_arl"] == seen[0][1]
+    assert det._threshold_of(calibration.solve(entry, spec["arl0"])) == getattr(det, det._threshold_param + "_")
+    # The bounded curve serves any later arl0 of that setting, from memory and from disk, without simulating.
+    monkeypatch.setattr(calibration, "simulate_curve", no_simulation)
+    assert getattr(make_detector(spec), det._threshold_param + "_") == getattr(det, det._threshold_param + "_")
+    monkeypatch.setattr(calibration, "_memory", {})
+    larger = make_detector({**spec, "arl0": min(10 * spec["arl0"], 1e7)})
+    stricter = {"threshold": lambda a, b: a > b, "alpha": lambda a, b: a < b}[det._threshold_param]
+    assert stricter(getattr(larger, det._threshold_param + "_"), getattr(det, det._threshold_param + "_"))
+
+
+def test_an_arl0_within_the_bound_is_simulated_to_itself(monkeypatch):
+    seen = []
+    fewer_runs(monkeypatch, seen)
+    make_detector({"type": "cusum", "warmup": 30, "arl0": 400})
+    assert seen == [("cusum", 400.0, False)]
+
+
+def test_the_bound_leaves_room_above_a_long_warmup():
+    det = make_detector({"type": "cusum", "warmup": 400, "threshold": 5.0})
+    assert calibration.simulated_max_arl(det) == 2000.0
+
+
+@pytest.mark.parametrize("name", THRESHOLDED)
+def test_default_settings_keep_the_shipped_curve_beyond_the_bound(name, monkeypatch):
+    monkeypatch.setattr(calibration, "simulate_curve", no_simulation)
+    det = make_detector({"type": name, "arl0": 1e6})
+    entry = calibration._table()[calibration.calibration_key(name, det._calibration_params())]
+    expected = det._threshold_of(calibration.solve(entry, 1e6, discrete=type(det)._discrete_statistic))
+    assert getattr(det, det._threshold_param + "_") == expected
