@@ -232,7 +232,8 @@ def _get(cfg, key: str):
 
 def apply_params(base, params: dict):
     """``base`` (a loaded config) with the searched ``params`` set; ``cusum.*`` sets the default streams'
-    CUSUM detector (added after ``nonfinite`` when the base has none)."""
+    CUSUM detector (added after ``nonfinite`` when the base has none).  ``policy.peak.confirm_size`` is clipped
+    to ``replay.eval_set_size`` (a confirmation draws at most the whole set)."""
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=True))
@@ -252,6 +253,11 @@ def apply_params(base, params: dict):
     ss = cfg.policy.sample_size
     if ss.min > ss.max:
         ss.max = ss.min
+    # A confirmation cannot draw more items than the eval set holds (SPACE goes to 1024; a preset wrote 1022 beside
+    # replay.eval_set_size 500): the searched value is clipped to the set's size, in the trials and the presets.
+    size = OmegaConf.select(cfg, "replay.eval_set_size")
+    if size and cfg.policy.peak.confirm_size > size:
+        cfg.policy.peak.confirm_size = int(size)
     from adaptive_eval.config import as_config
 
     return as_config(OmegaConf.to_container(cfg))

@@ -258,3 +258,10 @@ def test_a_proportion_a_rounding_error_above_1_is_not_refused_as_a_percentage(tm
     (tmp_path / "ulp.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
     assert main(["tune", str(path), "--trials", "1", "--no-progress", "--out", str(tmp_path / "tune")]) == 0
     assert "looks like a percentage" not in capsys.readouterr().err
+
+
+def test_a_searched_confirm_size_is_clipped_to_the_eval_set():
+    # SPACE reaches 1024: a preset was written with confirm_size 1022 beside replay.eval_set_size 500
+    cfg = apply_params(load_config(), {"policy.peak.confirm_size": 1022})
+    assert cfg.replay.eval_set_size == 500 and cfg.policy.peak.confirm_size == 500
+    assert apply_params(load_config(), {"policy.peak.confirm_size": 200}).policy.peak.confirm_size == 200
