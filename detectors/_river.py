@@ -385,6 +385,12 @@ class ADWIN(Detector):
     def _threshold_of(cls, stat: float) -> float:
         return math.exp(-stat)
 
+    def _dead_time(self) -> tuple[int, str, str]:
+        # (river tests only once its window holds more than grace_period values; the warm-up comes first)
+        if self.standardize and self.warmup >= self.grace_period:
+            return self.warmup, f"warmup {self.warmup}", "warmup"
+        return self.grace_period, f"grace_period {self.grace_period}", "grace_period"
+
     def _calibration_params(self) -> dict:
         params = {"clock": self.clock, "max_buckets": self.max_buckets, "min_window_length": self.min_window_length,
                   "grace_period": self.grace_period}
@@ -585,6 +591,10 @@ class KSWIN(Detector):
     def _threshold_of(cls, stat: float) -> float:
         # Strictly between the achievable p-values at and above the threshold statistic.
         return math.exp(-stat) * (1.0 - 1e-9)
+
+    def _dead_time(self) -> tuple[int, str, str]:
+        # (river tests once its window is full: at value window_size, alarming there at any alpha near 1)
+        return self.window_size, f"window_size {self.window_size}", "window_size"
 
     def _calibration_params(self) -> dict:
         return {"window_size": self.window_size, "stat_size": self.stat_size, "seed": self.seed}

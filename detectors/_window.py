@@ -146,6 +146,9 @@ class WindowTest(Detector):
     def _statistic(self) -> float:
         return self._stat
 
+    def _dead_time(self) -> tuple[int, str, str]:
+        return 2 * self.window, f"the {2 * self.window} values before the first test (2 x window)", "window"
+
     def update(self, value: float, step: int) -> Alarm | None:
         if type(value) is not float:
             value = self._float(value)

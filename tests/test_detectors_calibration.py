@@ -241,3 +241,19 @@ def test_default_settings_keep_the_shipped_curve_beyond_the_bound(name, monkeypa
     entry = calibration._table()[calibration.calibration_key(name, det._calibration_params())]
     expected = det._threshold_of(calibration.solve(entry, 1e6, discrete=type(det)._discrete_statistic))
     assert getattr(det, det._threshold_param + "_") == expected
+
+
+@pytest.mark.parametrize("spec,match", [({"type": "window_test", "arl0": 50}, "arl0 50 is not above the 100 values"),
+                                        ({"type": "window_test", "window": 30, "arl0": 60}, "arl0 60 is not above"),
+                                        ({"type": "kswin", "arl0": 100}, "arl0 100 is not above window_size 100"),
+                                        ({"type": "adwin", "arl0": 25}, "arl0 25 is not above warmup 30"),
+                                        ({"type": "adwin", "standardize": False, "arl0": 8},
+                                         "arl0 8 is not above grace_period 10")])
+def test_an_arl0_within_the_dead_time_is_refused(spec, match, monkeypatch):
+    """Found in review: window_test at arl0 50 got alpha 1.0 (every test alarmed), kswin an alarm at value 100
+    of every run; the calibration gave its lowest threshold without a word."""
+    monkeypatch.setattr(calibration, "simulate_curve", no_simulation)
+    with pytest.raises(ValueError, match=match):
+        make_detector(spec)
+    make_detector({**{k: v for k, v in spec.items() if k != "arl0"},
+                   make_detector({"type": spec["type"]})._threshold_param: 0.01})  # a raw threshold is fine
