@@ -636,3 +636,20 @@ def test_the_window_tests_alarms_and_location_do_not_move_with_the_level():
         assert best_split(offset + unit * z) == 200
     assert runs[0] == [(219, "up", 200)]
     assert runs[1:] == [runs[0]] * 3
+
+
+@pytest.mark.parametrize("name", ["cusum", "bocpd"])
+def test_a_lone_count_of_a_sparse_count_stream_is_not_screened_out(name):
+    """Found in review: the lone 2 of a Poisson(0.3) warm-up (38 zeros, 11 ones) was dropped as an outlier, the
+    scale fell to 0.42 (true 0.55), and CUSUM raised 121 false alarms on 20,000 values (4 expected)."""
+    from adaptive_eval.detectors._base import screened_moments
+
+    warm = [0.0] * 38 + [1.0] * 11 + [2.0]
+    assert screened_moments(warm)[2] == 50
+    assert screened_moments([512.0 + i % 5 for i in range(49)] + [2000.0])[2] == 49  # still a wild value
+    assert screened_moments([0.0, 1.0] * 24 + [1.0, 40.0])[2] == 49
+    assert screened_moments([0.5 * i for i in range(49)] + [0.25])[2] == 50  # (nothing dropped: unchanged)
+    det = make_detector({"type": name, "warmup": 50, "warmup_test": False})
+    for t, v in enumerate(warm):
+        det.update(v, t)
+    assert det._scale == pytest.approx(0.48697, abs=1e-4)  # the sample sd of all 50 (0.42 with the 2 dropped)
