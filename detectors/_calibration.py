@@ -19,7 +19,8 @@ detector's default settings ship in ``_calibration_table.py`` (regenerate with
 in ``$ADAPTIVE_EVAL_CACHE_DIR`` (default ``~/.cache/adaptive_eval``) as ``calibration.json``.
 Beyond the simulated range the threshold is extrapolated linearly in log(arl0), which is what theory
 predicts for CUSUM-type statistics.  Other settings are simulated only up to a bounded ARL (the class's
-``_simulated_max_arl``, a few seconds of updates: 1,000 for CUSUM, 250 for BOCPD), a larger arl0 extrapolated
+``_simulated_max_arl``, a few seconds of updates: 250 for BOCPD; 5,000, its default arl0, for CUSUM,
+about 10 s), a larger arl0 extrapolated
 from there the same way: a few seconds for any arl0, where the full simulation took 71 s at arl0 2e4 and an hour
 at 1e6 (found in review).  Extrapolated from low ARLs, the threshold errs high (the curve bends down): on the
 shipped curves cut at 1,000 and extrapolated, CUSUM's threshold at 30,000 comes out 0.4-0.8 above the

@@ -198,7 +198,7 @@ def fewer_runs(monkeypatch, seen, runs=30):
 
 
 @pytest.mark.parametrize("spec", [{"type": "cusum", "warmup": 30, "arl0": 1e6},
-                                  {"type": "cusum", "k": 1.0, "adapt": 0.05, "warmup": 30, "arl0": 5000},
+                                  {"type": "cusum", "k": 1.0, "adapt": 0.05, "warmup": 30, "arl0": 2e4},
                                   {"type": "page_hinkley", "delta": 0.3, "arl0": 1e6},
                                   {"type": "bocpd", "hazard": 0.01, "arl0": 1000},
                                   {"type": "kswin", "window_size": 80, "arl0": 1e5},
@@ -230,8 +230,17 @@ def test_an_arl0_within_the_bound_is_simulated_to_itself(monkeypatch):
 
 
 def test_the_bound_leaves_room_above_a_long_warmup():
-    det = make_detector({"type": "cusum", "warmup": 400, "threshold": 5.0})
-    assert calibration.simulated_max_arl(det) == 2000.0
+    det = make_detector({"type": "cusum", "warmup": 1200, "reference": 1200, "threshold": 5.0})
+    assert calibration.simulated_max_arl(det) == 6000.0
+
+
+def test_cusums_default_arl0_is_simulated_not_extrapolated(monkeypatch):
+    # Bounded at 1,000, every CUSUM setting at the default arl0 5,000 was extrapolated: warmup 30 ran 1.75x the
+    # in-control run asked (8,727 [7,280, 10,174] over 200 runs).
+    seen = []
+    fewer_runs(monkeypatch, seen)
+    make_detector({"type": "cusum", "warmup": 25})
+    assert seen == [("cusum", 5000.0, False)]
 
 
 @pytest.mark.parametrize("name", THRESHOLDED)
