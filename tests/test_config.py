@@ -95,3 +95,20 @@ def test_a_misspelt_key_gets_the_closest_key_of_its_section(tmp_path):
     (tmp_path / "mine.yaml").write_text("polcy:\n  alarm: {enabled: false}\n")
     with pytest.raises(ConfigError, match=r"mine.yaml:1: polcy: unknown key 'polcy' \(did you mean 'policy'\?\)"):
         load_config(str(tmp_path / "mine.yaml"))
+
+
+def test_a_preset_that_merges_as_a_whole_is_not_merged_key_by_key(monkeypatch):
+    # Each OmegaConf.merge deep-copies the whole config; a trial merge per key of the file (75 for a preset, to
+    # name the key that does not merge) made every load_config take 0.7 s.  A file that merges as a whole is
+    # merged once; a bad one still names its key (tests/test_config_validation.py).
+    calls = []
+    real = OmegaConf.merge
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(OmegaConf, "merge", counted)
+    cfg = load_config("default")
+    assert len(calls) <= 5, len(calls)
+    assert cfg.trigger.freq_steps == 25 and cfg.streams.default[1].adapt == 0.05 and cfg.policy.alarm.corroborate == 2
