@@ -653,3 +653,24 @@ def test_a_lone_count_of_a_sparse_count_stream_is_not_screened_out(name):
     for t, v in enumerate(warm):
         det.update(v, t)
     assert det._scale == pytest.approx(0.48697, abs=1e-4)  # the sample sd of all 50 (0.42 with the 2 dropped)
+
+
+def test_spike_on_a_quantized_stream_alarms_on_spikes_not_on_the_neighbours_of_the_mode():
+    # The IQR of a quantized stream is 0 and the mean deviation below the spacing of its values: ordinary
+    # neighbours of the mode were spikes (Poisson(0.3): 30 alarms in 3,000; 1e15 + N(0, 0.05), which float64
+    # rounds to steps of 0.125: 14)
+    import numpy as np
+
+    from adaptive_eval.detectors import make_detector
+
+    rng = np.random.default_rng(2)
+    noise = 0.05 * rng.standard_normal(3000)
+    counts = rng.poisson(0.3, 3000).astype(float)
+    for x, spike in ((noise, 1.0), (1e15 + noise, 1e15 + 5.0), (counts, 20.0)):
+        det = make_detector({"type": "spike"})
+        assert sum(det.update(v, i) is not None for i, v in enumerate(x.tolist())) == 0
+        assert det.update(spike, 3000) is not None
+    # a value seen once sets no spacing: a spike of 2000 in a stream constant at 512 is still one
+    det = make_detector({"type": "spike"})
+    assert [det.update(512.0, i) for i in range(200)] == [None] * 200
+    assert det.update(2000.0, 200) is not None
