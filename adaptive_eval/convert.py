@@ -41,6 +41,7 @@ import numpy as np
 from adaptive_eval.synthetic import Event
 from adaptive_eval.trace import (
     RESERVED,
+    VALIDATION_PREFIXES,
     Trace,
     TraceError,
     TraceRecord,
@@ -398,11 +399,6 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     records = [TraceRecord(s, by_step[s], getattr(log.get(s), "epoch", None), getattr(log.get(s), "time", None))
                for s in sorted(by_step)]
     return Trace(records, str(path)), ids
-
-
-# verl logs its validation results (val-core/<data source>/<var>/<metric>, val-aux/...) beside the step's own
-# metrics: eval results, never cheap streams (one of them is ground truth only when --eval names it).
-VALIDATION_PREFIXES = ("val-core/", "val-aux/")
 
 
 def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,

@@ -143,8 +143,9 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
         if n.startswith("eval/") and not n.endswith(":std"):
             std = f"{n}:std"
             evals[n[len("eval/"):]] = std if std in names else None
-    # (verl's validation results are eval results, not streams: see convert.VALIDATION_PREFIXES)
-    streams = [n for n in names if not n.startswith(("eval/", "val-core/", "val-aux/"))]
+    from adaptive_eval.trace import VALIDATION_PREFIXES
+
+    streams = [n for n in names if not n.startswith(("eval/", *VALIDATION_PREFIXES))]
     return streams, evals
 
 

@@ -1371,6 +1371,10 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
     return [event for series in per_tag.values() for event in series]
 
 
+# verl logs its validation results (val-core/<data source>/<var>/<metric>, val-aux/...) beside the step's own
+# metrics: eval results, never cheap streams (one of them is ground truth only when --eval names it).
+VALIDATION_PREFIXES = ("val-core/", "val-aux/")
+
 _EPOCH_TAGS = ("epoch", "train/epoch", "training/epoch")
 # A step counter logged as a metric beside the record's step (verl's training/global_step): bookkeeping.
 _STEP_TAGS = frozenset({"training/global_step"})
