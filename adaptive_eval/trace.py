@@ -671,6 +671,8 @@ def skip_comment_lines(text: str) -> tuple[int, str]:
 
 # A Stable-Baselines3 Monitor file's columns: episode return, length and wall seconds (then any info keywords).
 _SB3_MONITOR = ["r", "l", "t"]
+# The step column of a W&B export (a run's history or a chart's "Export CSV").
+_WANDB_STEP = "Step"
 
 
 def _csv_header(path, text, line: int = 1) -> tuple[list[str], csv.reader]:
@@ -739,6 +741,15 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
     # The header alone (copying the whole text into a reader costs a second on a large file).
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]
+    header = [c.strip() for c in next(csv.reader(io.StringIO(first), skipinitialspace=True), [])]
+    if "step" not in header and _WANDB_STEP in header:
+        # W&B's exports (a run's history, a chart's "Export CSV") name the step "Step" and carry their own
+        # bookkeeping (_runtime, "<run> - <metric>" and its __MIN/__MAX band): read them as W&B means them.
+        from adaptive_eval.convert import from_columns
+
+        warnings.warn(f"{path}: no 'step' column: read {_WANDB_STEP!r} (W&B's) as the step", RuntimeWarning,
+                      stacklevel=3)
+        return from_columns(path, step=_WANDB_STEP, on_restart="keep_last" if keep_last else "error")
     names, _ = _csv_header(path, first, skipped + 1)
     with _gc_paused():
         try:

@@ -421,14 +421,14 @@ def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_pa
     and ``check`` said nothing where ``replay`` warns that every evaluation measured nothing."""
     folder = tmp_path / "traces"
     folder.mkdir()
-    write_wandb(folder / "a_wandb.csv")  # needs --step-column: cannot be read as it is
+    (folder / "a_other.csv").write_text("iteration,loss\n0,1.0\n1,1.1\n")  # needs --step-column: cannot be read as it is
     (folder / "b_plain.csv").write_text("step,loss\n" + "".join(f"{s},{1.0 + 0.01 * (s % 5)}\n" for s in range(200)))
     (folder / "c_truth.csv").write_text("step,loss,eval/acc\n" + "".join(
         f"{s},{1.0 + 0.01 * (s % 5)},{0.6 if s % 50 == 0 else ''}\n" for s in range(200)))
     assert main(["check", str(folder)]) == 2
     captured = capsys.readouterr()
     assert "b_plain.csv  (no expectations)" in captured.out and "c_truth.csv  (no expectations)" in captured.out
-    assert "1 of 3 traces could not be checked" in captured.out and "a_wandb.csv:1: missing 'step'" in captured.out
+    assert "1 of 3 traces could not be checked" in captured.out and "a_other.csv:1: missing 'step'" in captured.out
     assert captured.err.count("warning: the trace has no eval ground truth") == 1  # b_plain's
 
 
@@ -576,8 +576,8 @@ def test_an_sb3_monitor_file_read_as_a_trace_names_its_real_header_and_the_conve
     assert len(convert_sb3_monitor(path)) == 60
     # Another header below a comment: the usual hint, at the header's line; the line of a bad cell counts the comment.
     other = tmp_path / "other.csv"
-    other.write_text("# my logger, v2\n# seed 3\nStep,loss\n0,1.0\n")
-    with pytest.raises(TraceError, match=r"other.csv:3: missing 'step' column \(header: \['Step', 'loss'\]\); "
+    other.write_text("# my logger, v2\n# seed 3\nIter,loss\n0,1.0\n")
+    with pytest.raises(TraceError, match=r"other.csv:3: missing 'step' column \(header: \['Iter', 'loss'\]\); "
                                          "another tool's CSV"):
         read_trace(other)
     mine = tmp_path / "mine.csv"
@@ -677,3 +677,24 @@ def test_a_wandb_chart_export_of_several_runs_names_them_or_reads_the_run_named(
     with pytest.warns(RuntimeWarning, match="run 'run-b' .*left out 6 columns of the other runs"):
         t = from_columns(path, step="Step", evals={"run-b - eval/acc": 1.0})
     assert t.stream_names() == ["train/reward"] and t.eval_names() == ["eval/acc"]
+
+
+def test_a_wandb_export_is_read_without_naming_its_step_column(tmp_path, capsys):
+    """W&B names the step "Step": its run and chart exports needed --step-column Step ("missing 'step' column");
+    read_trace and every command that reads a trace take "Step" when there is no "step", and say so."""
+    chart = tmp_path / "chart.csv"
+    write_wandb_chart(chart)
+    with pytest.warns(RuntimeWarning, match=r"chart.csv: no 'step' column: read 'Step' \(W&B's\) as the step"):
+        t = read_trace(chart)
+    assert t.stream_names() == ["train/reward"] and t.eval_names() == ["eval/acc"] and len(t) == 300
+    assert main(["replay", str(chart), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert {json.loads(line)["stream"] for line in (tmp_path / "o" / "alarms.jsonl").read_text().splitlines()} \
+        == {"train/reward"}
+    assert "read 'Step' (W&B's) as the step" in capsys.readouterr().err
+    run = tmp_path / "run.csv"  # a run's history export: W&B's own columns are not streams
+    run.write_text("Step,_runtime,train/loss\n" + "".join(f"{s},{10 * s},{1.0 + s}\n" for s in range(5)))
+    with pytest.warns(RuntimeWarning, match="read 'Step'"):
+        assert read_trace(run).stream_names() == ["train/loss"]
+    both = tmp_path / "both.csv"  # a "step" column is the step; "Step" is then a metric like any other
+    both.write_text("step,Step,loss\n0,5,1.0\n1,6,2.0\n")
+    assert [r.step for r in read_trace(both).records] == [0, 1]
