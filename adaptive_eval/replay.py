@@ -556,6 +556,17 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         from adaptive_eval.asynchronous import InlineExecutor
 
         extra = {"executor": InlineExecutor(), "eval_clock": device}
+    if cfg.resources.enabled:
+        # A trace holds no resource readings: this machine's (psutil, CUDA) would make replay depend on where
+        # and when it runs.  A machine that never runs short instead, and a word that nothing is simulated.
+        from adaptive_eval.scheduler import FakeResourceMonitor, ResourceSnapshot
+
+        extra["resource_monitor"] = FakeResourceMonitor([ResourceSnapshot(source="replay (no readings)")])
+        warnings.warn(f"{trace.source + ': ' if trace.source else ''}resources.enabled: a trace holds no "
+                      "resource readings, so replay never defers an evaluation for resources (the decisions of "
+                      "resources.enabled=false); to test the resource scheduler, give AdaptiveEvaluator a "
+                      "resource_monitor=adaptive_eval.scheduler.FakeResourceMonitor([...])", RuntimeWarning,
+                      stacklevel=2)
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
                                   logger=logger if logger is not None else NullLogger(), **extra)
     if asynchronous:

@@ -379,3 +379,23 @@ def test_replay_takes_what_the_cli_takes_and_refuses_a_bad_seed(tmp_path):
     for bad in (1.5, -1, True, "3"):
         with pytest.raises(ValueError, match="seed must be a non-negative integer"):
             replay(trace, seed=bad)
+
+
+def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(collapse_trace, tmp_path, capsys):
+    """Replay read this machine's memory and CPU (psutil), so one command gave 8 evaluations, then 9; and a
+    host below resources.min_free_host_gb deferred 174 evaluations, which the note blamed on the budget."""
+    short = ["resources.enabled=true", "resources.min_free_host_gb=1e9", "resources.max_host_cpu_percent=1"]
+    path, st = collapse_trace
+    plain = replay(st.trace, load_config(), seed=3)
+    with pytest.warns(RuntimeWarning, match="a trace holds no resource readings, so replay never defers"):
+        on = replay(st.trace, load_config(overrides=short), seed=3)
+    assert on.evals == plain.evals and not on.deferrals
+    # an asynchronous run whose due evaluations wait on the one in flight: those are not the budget's
+    waiting = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=60", "trigger.freq_steps=2",
+               "policy.interval.enabled=false", "policy.budget.enabled=false"]
+    capsys.readouterr()
+    assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard",
+                 *(a for o in waiting for a in ("--set", o))]) == 0
+    err = capsys.readouterr().err
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["deferrals"] > max(summary["evals"], 10) and "the budget deferred" not in err
