@@ -39,8 +39,9 @@ cannot be stopped in Python, it finishes in its thread and is dropped).  When ev
 the urgent one waits too.
 
 **Resume.**  :meth:`AsyncEvaluations.state_dict` waits (at most the drain timeout) for the evaluations in
-flight and stores their finished results, still to be integrated at the step they would have been: a run
-resumed from that state decides exactly as the one that never stopped.  An evaluation that does not finish
+flight and stores their finished results (with their per-item values, for the paired comparison), still to
+be integrated at the step they would have been: a run resumed from that state decides exactly as the one
+that never stopped.  An evaluation that does not finish
 in time is stored as lost: after a resume it counts as a failed evaluation (``async:lost``) at its step.
 They are not re-submitted: the resumed model no longer has the weights of their step.
 
@@ -269,20 +270,28 @@ def check_executor(executor) -> None:
 
 # -- dedicated eval ranks -------------------------------------------------------------------------------
 
-def _outcome_to_wire(outcome) -> tuple:
+def _outcome_to_wire(outcome, items: bool = False) -> tuple:
+    """An EvalOutcome as plain values: ``(result state, (error type, text) or None, attempts)``, and with
+    ``items`` its per-item values too, when it has any (``{metric: {"<item index>": mean}}``, string keys: a
+    JSON object's), which the paired comparison at its integration needs (a resumed run pairs as the one that
+    never stopped).  Values stay floats: a state_dict makes NaN and infinities strict JSON."""
     result = outcome.result.state() if outcome.result is not None else None
     error = None if outcome.error is None else (type(outcome.error).__name__, str(outcome.error))
-    return result, error, outcome.attempts
+    if not (items and outcome.item_values):
+        return result, error, outcome.attempts
+    values = {str(m): {str(i): float(v) for i, v in vals.items()} for m, vals in outcome.item_values.items()}
+    return result, error, outcome.attempts, values
 
 
 def _outcome_from_wire(wire, where: str = "on the eval rank"):
     from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
 
-    result, error, attempts = wire
+    result, error, attempts, *rest = wire  # (a 4th element: the per-item values, see _outcome_to_wire)
     if error is not None:
         kind, text = error
         return EvalOutcome(None, RemoteEvaluationError(f"{kind} {where}: {text}"), attempts=attempts)
-    return EvalOutcome(EvalResult.from_state(result), attempts=attempts)
+    values = {str(m): {int(i): float(v) for i, v in vals.items()} for m, vals in (rest[0] if rest else {}).items()}
+    return EvalOutcome(EvalResult.from_state(result), attempts=attempts, item_values=values)
 
 
 class EvalRanks:
@@ -742,7 +751,7 @@ class AsyncEvaluations:
                                 f"evaluation.timeout_s ({self.timeout_s:g} s)"))
                     except Exception as exc:  # noqa: BLE001
                         job.outcome = EvalOutcome(None, exc)
-                rec["outcome"] = _outcome_to_wire(job.outcome) if job.outcome is not None else None
+                rec["outcome"] = _outcome_to_wire(job.outcome, items=True) if job.outcome is not None else None
             jobs.append(rec)
         return {"jobs": jobs, "next_id": self._next_id, "down": self.is_down}
 
@@ -753,9 +762,8 @@ class AsyncEvaluations:
                        sample_size=rec.get("sample_size"), reason=str(rec["reason"]), urgent=bool(rec["urgent"]),
                        due_step=rec.get("due_step"), submitted_at=self.clock())
             wire = rec.get("outcome")
-            if wire is not None:
-                result, error, attempts = wire
-                job.outcome = _outcome_from_wire((result, error, attempts), "before the resume")
+            if wire is not None:  # (a state from before the per-item values has 3 elements)
+                job.outcome = _outcome_from_wire(wire, "before the resume")
             self.jobs.append(job)
         self._next_id = int(sd.get("next_id", len(self.jobs)))
         self.down = self.down_shared = sd.get("down")

@@ -445,3 +445,61 @@ def test_the_last_steps_evaluation_cancels_nothing_in_flight():
     assert [e["kind"] for e in events if e["kind"] == "cancelled"] == []
     steps = [r.step for r in ev.history]
     assert steps == [4, 7], steps  # step 4's (in flight at the last step) and the final one, both integrated
+
+
+def _two_d(request):
+    """An items x samples metric (2 answers per item), deterministic per step: the accuracy drops at step 60."""
+    import numpy as np
+
+    idx = request.indices(1000)
+    p = 0.8 if request.step < 60 else 0.4
+    rng = np.random.default_rng([request.step, len(idx)])
+    if request.suites:
+        return {f"{name}/acc": (rng.random((len(s.indices), s.samples_per_item)) < p).astype(float)
+                for name, s in request.suites.items()}
+    return {"acc": (rng.random((len(idx), 2)) < p).astype(float)}
+
+
+def _reward_run(overrides, steps=120, split=None, json_round_trip=True):
+    """A run with a reward collapse at step 60; at ``split`` its state is saved and loaded into a new evaluator.
+    Returns the listener events and the last evaluator."""
+    clock = FakeClock()
+    ev, events = make(cfg(*overrides), executor=InlineExecutor(), clock=clock, total_steps=steps)
+    for g in range(steps):
+        clock.t = 10.0 * g
+        if g == split:
+            assert ev._async.jobs, "the state must be taken with an evaluation in flight"
+            state = ev.state_dict()
+            if json_round_trip:
+                state = json.loads(json.dumps(state, allow_nan=False))
+            ev._listeners.clear()
+            ev = AdaptiveEvaluator.from_config(cfg(*overrides), total_steps=steps, clock=clock, eval_clock=lambda: 0.0,
+                                               executor=InlineExecutor())
+            ev.add_listener(events.append)
+            ev.load_state_dict(state)
+        reward = (0.5 if g < 60 else 0.1) + 0.05 * ((g * 7919) % 11 - 5) / 5
+        ev.observe({"train/reward": reward}, g)
+        ev.evaluate(_two_d, 0, g, g)
+    ev.close()
+    return events, ev
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # one items x samples metric
+    ["evaluation.suites={a: {size: 200, samples_per_item: 2}, b: {size: 30, samples_per_item: 4, every: 2}}"],
+])
+@pytest.mark.parametrize("json_round_trip", [True, False])
+def test_a_resume_with_an_evaluation_in_flight_keeps_its_per_item_values_for_the_paired_comparison(extra,
+                                                                                                  json_round_trip):
+    """The state of an evaluation in flight kept its result but not its per-item values: at its integration
+    the resumed run had nothing to pair it with (no paired comparison, and no per-item values for the next
+    one), so its later decisions differed from those of the run that never stopped (7 evaluations for 6)."""
+    overrides = ["trigger.freq_steps=10", "evaluation.async_integrate_after_steps=3", *extra]
+    full, whole = _reward_run(overrides)
+    assert [(r.step, r.integrated_step) for r in whole.history][2] == (62, 65)
+    assert all(r.paired for r in whole.history[1:])
+    for split in (63, 64, 65):  # the evaluation of step 62 is in flight, due at step 65
+        events, resumed = _reward_run(overrides, split=split, json_round_trip=json_round_trip)
+        assert decisions(events) == decisions(full), split
+        paired = [{k: (v.mean, v.n) for k, v in r.paired.items()} for r in resumed.history]
+        assert paired == [{k: (v.mean, v.n) for k, v in r.paired.items()} for r in whole.history]
