@@ -846,13 +846,7 @@ class AdaptiveEvaluator:
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
         if result is not None:
-            result = self._pair(result, outcome.item_values)
-            if self._suites and ev["suite_aggregate"]:
-                from adaptive_eval.suites import weighted_aggregate
-
-                extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
-                if extra:
-                    result = dataclasses.replace(result, metrics={**result.metrics, **extra})
+            result = self._with_aggregate(self._pair(result, outcome.item_values))
         if self._distributed:
             # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
             # failure, which every rank saw, one more all-reduce finds them).
@@ -893,6 +887,17 @@ class AdaptiveEvaluator:
         if self._logging:
             self._log_eval(global_step, decision, result)
         return result
+
+    def _with_aggregate(self, result: EvalResult) -> EvalResult:
+        """With suites and ``evaluation.suite_aggregate``: the result with ``<suite_aggregate>/<metric>`` added
+        (see :func:`~adaptive_eval.suites.weighted_aggregate`), synchronous or integrated alike."""
+        ev = self._evaluation
+        if not (self._suites and ev["suite_aggregate"]):
+            return result
+        from adaptive_eval.suites import weighted_aggregate
+
+        extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
+        return dataclasses.replace(result, metrics={**result.metrics, **extra}) if extra else result
 
     def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
         """The result with its paired differences against the previous measurement of each metric, on the
@@ -1015,6 +1020,7 @@ class AdaptiveEvaluator:
                                              integrated_step=global_step)
                 if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
                     result = self._pair(result, outcome.item_values)
+                result = self._with_aggregate(result)
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 self._say_untracked(result)

@@ -503,3 +503,24 @@ def test_a_resume_with_an_evaluation_in_flight_keeps_its_per_item_values_for_the
         assert decisions(events) == decisions(full), split
         paired = [{k: (v.mean, v.n) for k, v in r.paired.items()} for r in resumed.history]
         assert paired == [{k: (v.mean, v.n) for k, v in r.paired.items()} for r in whole.history]
+
+
+def test_an_asynchronous_evaluation_reports_the_suite_aggregate_as_a_synchronous_one_does(recwarn):
+    """evaluation.suite_aggregate (all/<metric>) was added in the synchronous path only: an asynchronous run
+    never reported all/acc, and evaluation.metric: all/acc was never seen (its policies learned nothing)."""
+    suites = ["evaluation.suites={a: {size: 200, samples_per_item: 2}, b: {size: 30, samples_per_item: 4}}",
+              "evaluation.suite_aggregate=all", "evaluation.metric=all/acc", "policy.budget.enabled=false",
+              "policy.interval.enabled=false"]
+    sync = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5", *suites]), total_steps=12,
+                                         clock=FakeClock(), eval_clock=lambda: 0.0)
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=2", *suites), executor=InlineExecutor(), total_steps=12)
+    for g in range(12):
+        for e in (sync, ev):
+            e.observe({"train/loss": 1.0}, g)
+            e.evaluate(_two_d, 0, g, g)
+    ev.close()
+    assert [r.step for r in ev.history] == [r.step for r in sync.history] == [4, 9, 11]
+    for got, want in zip(ev.history, sync.history):
+        assert sorted(got.metrics) == sorted(want.metrics)
+        assert "all/acc" in got.metrics and got.metrics["all/acc"].mean == want.metrics["all/acc"].mean
+    assert not [w for w in recwarn if "all/acc" in str(w.message)]  # the tracked metric is there
