@@ -635,16 +635,18 @@ class AsyncEvaluations:
         if job.future is None:
             return EvalOutcome(None, RuntimeError(f"async:lost: the evaluation of step {job.step} was in flight "
                                                   "when the state was saved and did not finish"), attempts=0)
-        limit = self.wait_limit_s
+        limit, by_timeout = self.wait_limit_s, False
         if self.timeout_s is not None:
-            limit = min(limit, max(0.0, self.timeout_s - (self.clock() - job.submitted_at)))
+            left = max(0.0, self.timeout_s - (self.clock() - job.submitted_at))
+            if left < limit:  # (the time left of it: the message names the configured value)
+                limit, by_timeout = left, True
         try:
             return job.future.result(timeout=limit)
         except cf.TimeoutError:
             job.future.cancel()
-            what = "evaluation.timeout_s" if self.timeout_s is not None and limit < self.wait_limit_s else "the wait"
+            what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else f"the wait ({limit:g} s)"
             return EvalOutcome(None, TimeoutError(f"the asynchronous evaluation of step {job.step} did not finish "
-                                                  f"within {what} ({limit:g} s)"))
+                                                  f"within {what}"))
         except cf.CancelledError:
             return EvalOutcome(None, RuntimeError(f"the evaluation of step {job.step} was cancelled"))
         except Exception as exc:  # noqa: BLE001 - on_error raise in the worker, a broken runner
