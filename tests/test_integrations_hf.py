@@ -126,7 +126,11 @@ def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_th
     ours = EventAccumulator(str(tb / next(f for f in files if ".adaptive_eval" in f))).Reload()
     assert {"eval/accuracy", "eval/loss", "train/loss"} <= set(theirs.Tags()["scalars"])
     assert [e.step for e in theirs.Scalars("eval/accuracy")] == [r.step + 1 for r in ev.history]  # HF's 1-based axis
-    assert "eval/eval_accuracy" in ours.Tags()["scalars"]
+    # one metric is one tag series: the results reach HF's writer through trainer.log (eval/accuracy above), so
+    # our file in the same folder leaves them out (it wrote eval/eval_accuracy one step earlier too: found by a
+    # new user) and keeps what only it has
+    assert not [t for t in ours.Tags()["scalars"] if t.startswith("eval/")]
+    assert "controller/sample_size" in ours.Tags()["scalars"]
 
 
 def test_a_resumed_trainer_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
@@ -414,3 +418,124 @@ def test_results_are_logged_through_trainer_log_itself_not_a_subclass_window(tmp
     windows = [(step, n) for step, n, evals in trainer.flushed if n]  # (not the closing summary's log)
     assert windows == [(5, 5), (10, 5), (15, 5), (20, 5)]  # the subclass's window: logging_steps, untouched
     assert not any(evals for _, _, evals in trainer.flushed)  # no result went through the override
+
+
+# -- found by a new user trying the framework integrations ------------------------------------------------------
+def tiny_run(tmp_path, cb, *, eval_dataset=None, compute_metrics=accuracy, max_steps=12, **kw):
+    torch.manual_seed(0)
+    args = make_args(tmp_path / "out", max_steps=max_steps, logging_steps=4)
+    trainer = Trainer(Tiny(), args, train_dataset=Points(400, 0),
+                      eval_dataset=eval_dataset if eval_dataset is not None else Points(100, 1),
+                      compute_metrics=compute_metrics, callbacks=[cb], **kw)
+    trainer.train()
+    return trainer
+
+
+@pytest.mark.parametrize("bad", [dict(overrides=["trigger.freq_stepz=10"]),
+                                 dict(overrides=["policy.sample_size.max=32"]),  # below the preset's min of 48
+                                 dict(config="no_such_preset")])
+def test_a_bad_config_is_a_config_error_when_the_callback_is_built(bad):
+    """It was accepted at construction, logged once inside on_train_begin, and the whole run trained with no
+    evaluation (cb.evaluator None)."""
+    from adaptive_eval import ConfigError
+
+    with pytest.raises(ConfigError, match=r"trigger\.freq_stepz|policy\.sample_size\.m|no_such_preset"):
+        AdaptiveEvalCallback(bad.get("config", "default"), overrides=bad.get("overrides", ()))
+
+
+def test_a_datasets_text_column_is_removed_as_hfs_own_evaluate_removes_it(tmp_path):
+    """The usual text-classification setup (a datasets.Dataset keeping its text column after tokenizing,
+    DataCollatorWithPadding, remove_unused_columns=True): the raw rows reached the collator, so every evaluation
+    failed while HF's own evaluate() worked."""
+    datasets = pytest.importorskip("datasets")
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import BertConfig, BertForSequenceClassification, DataCollatorWithPadding, PreTrainedTokenizerFast
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + [f"w{i}" for i in range(20)]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]")
+    rng = np.random.default_rng(0)
+
+    def make(n):
+        rows = []
+        for _ in range(n):
+            ws = [f"w{k}" for k in rng.integers(0, 20, rng.integers(2, 8))]
+            rows.append({"text": " ".join(ws), "label": int("w3" in ws)})
+        return datasets.Dataset.from_list(rows).map(lambda b: tok(b["text"], truncation=True), batched=True)
+
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=32,
+                                                     max_position_embeddings=32, num_labels=2, pad_token_id=0))
+    held_out = make(40)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4", "evaluation.on_error=raise"])
+    trainer = Trainer(model, make_args(tmp_path, max_steps=8, logging_steps=4), train_dataset=make(200),
+                      eval_dataset=held_out, compute_metrics=accuracy, data_collator=DataCollatorWithPadding(tok),
+                      callbacks=[cb])
+    trainer.train()
+    assert "text" in held_out.column_names  # the user's dataset is left as it was
+    last = cb.evaluator.history[-1]
+    assert (last.step, last.reason) == (7, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+    assert last["eval_accuracy"].n == 40  # the whole set (at most 48): the same numbers as HF's own evaluate()
+    theirs = trainer.evaluate()
+    assert last["eval_accuracy"].mean == pytest.approx(theirs["eval_accuracy"])
+    assert last["eval_loss"].mean == pytest.approx(theirs["eval_loss"], rel=1e-4)
+
+
+def test_non_scalar_compute_metrics_keys_are_skipped_with_one_warning_and_the_scalars_kept(tmp_path, caplog):
+    """compute_metrics returning a list or a string beside the accuracy (HF logs them as they are) made every
+    evaluation fail (float() of a list), eval_accuracy with it."""
+    def metrics(pred):
+        return {**accuracy(pred), "per_class_count": [1, 2, 3, 4], "note": "ok"}
+
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        tiny_run(tmp_path, cb, compute_metrics=metrics)
+    ev = cb.evaluator
+    assert ev.summary()["eval_errors"] == 0 and len(ev.history) >= 2
+    assert all(set(r.metrics) == {"eval_accuracy", "eval_loss"} for r in ev.history)
+    said = [r.getMessage() for r in caplog.records if "per_class_count" in r.getMessage()]
+    assert len(said) == 1 and "'note'" in said[0] and "skipped" in said[0]
+
+
+def test_a_corpus_level_metric_under_per_item_scoring_says_to_pass_per_item_false(tmp_path):
+    """A metric that needs several items (F1 macro, AUC) failed every evaluation under the default per-item
+    scoring with an error that did not say what to do."""
+    def macro(pred):
+        if len(pred.label_ids) < 2:
+            raise ValueError("Number of classes in y_true not equal to the number of columns in 'y_score'")
+        return accuracy(pred)
+
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4", "evaluation.on_error=raise"])
+    with pytest.raises(RuntimeError, match=r"per_item=False") as info:
+        tiny_run(tmp_path / "a", cb, compute_metrics=macro)
+    assert "Number of classes" in str(info.value)  # the user's own error is kept, and chained
+    assert isinstance(info.value.__cause__, ValueError)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4", "evaluation.on_error=raise"],
+                              per_item=False)
+    tiny_run(tmp_path / "b", cb, compute_metrics=macro)  # as the message says
+    assert cb.evaluator.summary()["eval_errors"] == 0 and "eval_accuracy" in cb.evaluator.history[-1].metrics
+
+
+@pytest.mark.parametrize("with_metrics", [True, False])
+def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path, with_metrics):
+    """Trainer(eval_dataset={"a": ..., "b": ...}) meant no evaluation: a traceback at every due step."""
+    sets = {"a": Points(40, 1), "b": Points(30, 2)}
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: each whole set
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=4", "evaluation.on_error=raise"])
+    trainer = tiny_run(tmp_path, cb, eval_dataset=sets, compute_metrics=accuracy if with_metrics else None,
+                       max_steps=8)
+    ev = cb.evaluator
+    last = ev.history[-1]
+    names = {"eval_a_loss", "eval_b_loss"} | ({"eval_a_accuracy", "eval_b_accuracy"} if with_metrics else set())
+    assert set(last.metrics) == names and ev.summary()["eval_errors"] == 0
+    assert (last["eval_a_loss"].n, last["eval_b_loss"].n) == (40, 30)  # each set on the request's items of its own
+    # the same names and numbers as HF's own evaluate() of the dict
+    theirs = trainer.evaluate()
+    for name in names:
+        assert last[name].mean == pytest.approx(theirs[name], rel=1e-4), name
+    assert any("eval_b_loss_ci_low" in h for h in trainer.state.log_history)
+    # tracked without compute_metrics: the first set's loss, lower is better (eval_loss is not among them)
+    if not with_metrics:
+        assert (ev.cfg.evaluation.metric, ev.cfg.evaluation.higher_is_better) == ("eval_a_loss", False)

@@ -173,6 +173,67 @@ def _numpy(x):
     return np.asarray(x)
 
 
+def _tensorboard_beside(cfg, trainer):
+    """Our TensorBoard logger when ``logging.tensorboard_dir`` is the folder HF's own ``TensorBoardCallback``
+    writes to (``report_to=["tensorboard"]``), else None (the evaluator makes its own).  There the results already
+    reach HF's writer through ``trainer.log`` (``eval/accuracy``, ``eval/accuracy_ci_low``, ... on HF's 1-based
+    step), so our file leaves them out: one metric is one tag series.  Before, the same points were also
+    ``eval/eval_accuracy`` one step earlier (found by a new user).  Everything else (``controller/*``, alarms,
+    decisions, ``eval/<m>/paired_diff``, ...) is still written."""
+    folder = cfg.logging.tensorboard_dir
+    if folder is None or trainer is None:
+        return None
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        writer = getattr(callback, "tb_writer", None) if isinstance(callback, TensorBoardCallback) else None
+        theirs = getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)
+        if theirs is not None and os.path.realpath(os.fspath(theirs)) == os.path.realpath(os.fspath(folder)):
+            from adaptive_eval.loggers import NullLogger
+            from adaptive_eval.tensorboard import make_logger
+
+            try:
+                logger = make_logger(folder, flush_secs=cfg.logging.flush_secs)
+            except OSError:
+                return None  # (the evaluator tries again, says so once and logs nothing)
+            return logger if isinstance(logger, NullLogger) else _WithoutTrainerResults(logger)
+    return None
+
+
+class _WithoutTrainerResults:
+    """A logger that leaves out the result scalars ``trainer.log`` already sent to HF's TensorBoard writer."""
+
+    _OURS_ONLY = ("/paired_diff", "/samples_per_item", "/nan")  # (eval tags trainer.log does not carry)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def log(self, step, scalars):
+        kept = {k: v for k, v in scalars.items() if not k.startswith("eval/") or k.endswith(self._OURS_ONLY)}
+        if kept:
+            self.inner.log(step, kept)
+
+    def __getattr__(self, name):  # text, log_config, flush, close, set_groups, ...
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.close()
+
+
+def _eval_sets(dataset) -> list:
+    """``[(name, dataset)]``: ``[(None, dataset)]`` for one eval set, each ``(name, set)`` of a dict of them."""
+    if dataset is None:
+        raise ValueError("no eval_dataset: pass Trainer(eval_dataset=...), eval_dataset= or evaluate_fn=")
+    if isinstance(dataset, Mapping):
+        if not dataset:
+            raise ValueError("eval_dataset is an empty dict: pass at least one dataset, or evaluate_fn=")
+        return list(dataset.items())
+    return [(None, dataset)]
+
+
 class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     """Adaptive evaluation inside a Hugging Face ``Trainer`` (see the module documentation).
 
@@ -192,6 +253,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
         self.overrides = list(overrides)
+        # A bad config is the user's setup error: a ConfigError naming the key now, in their code, not one
+        # logged inside on_train_begin and then a whole run trained without an evaluation (found by a new user).
+        build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
         self.per_item = bool(per_item)
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
@@ -207,6 +271,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
         self._default_fn = None
         self._warned_trial = False
+        self._prepared_cache: dict = {}  # id(eval set) -> (it, prepared as HF's evaluate() does, collator, ...)
+        self._skipped_keys: set[str] = set()  # compute_metrics keys that are not numbers, said once
         replaced, trainer_found = _replaced_instance(self)
         if replaced is not None:
             for name in _LIVE:
@@ -243,7 +309,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             greater = args.greater_is_better if args.greater_is_better is not None else name != "eval_loss"
             return [f"evaluation.metric={name}", f"evaluation.higher_is_better={bool(greater)}"]
         if trainer is None or trainer.compute_metrics is None:
-            return ["evaluation.metric=eval_loss", "evaluation.higher_is_better=false"]
+            sets = self.eval_dataset if self.eval_dataset is not None else getattr(trainer, "eval_dataset", None)
+            first = next(iter(sets), None) if isinstance(sets, Mapping) else None
+            loss = "eval_loss" if first is None else f"eval_{first}_loss"  # a dict of sets: the first one's loss
+            return [f"evaluation.metric={loss}", "evaluation.higher_is_better=false"]
         return []  # null: the first compute_metrics key (per-item, so it has an interval)
 
     # -- hooks ------------------------------------------------------------------------------------------
@@ -280,7 +349,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 and forward_collectives(trainer.model)):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
-                                                       executor=executor)
+                                                       executor=executor, logger=_tensorboard_beside(cfg, trainer))
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
                             and asynchronous(cfg, executor) else self._evaluate_with_trainer)
@@ -415,69 +484,123 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return self._evaluate_on(request, None)
 
     def _evaluate_on(self, request, model):
-        """The trainer's evaluation of ``request`` on ``model`` (None: the trainer's own, unwrapped)."""
+        """The trainer's evaluation of ``request`` on ``model`` (None: the trainer's own, unwrapped).  A dict of
+        eval datasets (``Trainer(eval_dataset={"a": ..., "b": ...})``) is evaluated as HF's ``evaluate()`` does,
+        each set on the request's items of its own, its metrics named ``eval_<name>_<metric>``."""
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
-        dataset = self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset
-        if dataset is None:
-            raise ValueError("no eval_dataset: pass Trainer(eval_dataset=...), eval_dataset= or evaluate_fn=")
-        if isinstance(dataset, Mapping):
-            raise ValueError("eval_dataset is a dict of datasets: pass AdaptiveEvalCallback(eval_dataset=...)")
-        indices = request.indices(len(dataset))
+        named = _eval_sets(self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset)
         if model is None:
             model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
         refuse_tensor_parallel(model, request)
         lockstep = request.world_size > 1 and forward_collectives(model)
         was_training = model.training
         model.eval()
+        out = {}
         try:
-            if self.per_item:
-                pad = lockstep_padding(request, len(dataset), len(indices)) if lockstep else 0
-                return self._per_item(trainer, model, dataset, indices, pad)
-            bs = max(int(trainer.args.per_device_eval_batch_size), 1)
-            pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
-            return self._aggregate(trainer, model, dataset, indices, pad)
+            for name, raw in named:
+                dataset, collator = self._prepared(trainer, raw)
+                indices = request.indices(len(dataset))
+                if self.per_item:
+                    pad = lockstep_padding(request, len(dataset), len(indices)) if lockstep else 0
+                    part = self._per_item(trainer, model, dataset, collator, indices, pad)
+                else:
+                    bs = max(int(trainer.args.per_device_eval_batch_size), 1)
+                    pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
+                    part = self._aggregate(trainer, model, dataset, collator, indices, pad)
+                if name is None:
+                    out.update(part)
+                else:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
+                    out.update({f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()})
         finally:
             model.train(was_training)
+        return out
+
+    def _prepared(self, trainer, dataset):
+        """``(dataset, collator)`` prepared as ``Trainer._get_dataloader`` prepares HF's own evaluation: a
+        ``datasets.Dataset`` without the columns the model's forward does not take (``_remove_unused_columns``),
+        any other dataset with the trainer's collator wrapped to drop them (``_get_collator_with_removed_columns``).
+        Without it a ``text`` column kept after tokenizing reached ``DataCollatorWithPadding`` and every
+        evaluation failed (found by a new user).  Kept for the dataset it was made for."""
+        cached = self._prepared_cache.get(id(dataset))
+        if cached is not None and cached[0] is dataset and cached[3] is trainer.data_collator:
+            return cached[1], cached[2]
+        collator = trainer.data_collator
+        try:
+            import datasets
+        except ImportError:
+            datasets = None
+        if datasets is not None and isinstance(dataset, datasets.Dataset):
+            prepared = trainer._remove_unused_columns(dataset, description="Evaluation")
+        else:
+            prepared = dataset
+            collator = trainer._get_collator_with_removed_columns(trainer.data_collator, description="Evaluation")
+        self._prepared_cache[id(dataset)] = (dataset, prepared, collator, trainer.data_collator)
+        return prepared, collator
 
     @staticmethod
-    def _pad(trainer, model, dataset, indices, pad: int, batch: int = 1) -> None:
+    def _pad(trainer, model, dataset, collator, indices, pad: int, batch: int = 1) -> None:
         """``pad`` calls of ``batch`` items each, results dropped (see ``lockstep_padding``), made exactly as the
         real ones are (a ``Seq2SeqTrainer`` generating with ``synced_gpus`` runs collectives per token)."""
         loss_only = trainer.compute_metrics is None
         for _ in range(pad):
             chunk = [dataset[indices[0] if indices else 0]] * batch
-            trainer.prediction_step(model, trainer.data_collator(chunk), prediction_loss_only=loss_only)
+            trainer.prediction_step(model, collator(chunk), prediction_loss_only=loss_only)
 
-    def _metrics_of(self, trainer, logits, labels) -> dict:
+    def _metrics_of(self, trainer, logits, labels, one_item: bool = False) -> dict:
+        """``compute_metrics``' scalar keys as ``eval_<key>``.  A key that is not one number (a list, a string:
+        HF logs them as they are) is not a metric: skipped, with a warning naming it, once (such a key made
+        every evaluation fail, the scalar metrics with it: found by a new user)."""
         from transformers import EvalPrediction
 
         if trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, labels)
         if isinstance(logits, tuple) and len(logits) == 1:
             logits = logits[0]
-        metrics = trainer.compute_metrics(EvalPrediction(predictions=_numpy(logits), label_ids=_numpy(labels)))
-        return {(k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in metrics.items()}
+        try:
+            metrics = trainer.compute_metrics(EvalPrediction(predictions=_numpy(logits), label_ids=_numpy(labels)))
+        except Exception as exc:
+            if not one_item:
+                raise
+            raise RuntimeError(
+                f"compute_metrics failed on one item ({type(exc).__name__}: {exc}): AdaptiveEvalCallback calls it "
+                "once per item by default (per_item=True), so that each metric has a real interval; a corpus-level "
+                "metric (F1 macro, AUC, BLEU, ...) cannot be computed on one item: pass "
+                "AdaptiveEvalCallback(..., per_item=False), which calls it once per batch of items") from exc
+        out, skipped = {}, []
+        for k, v in metrics.items():
+            value = scalar(v)
+            if value is None:
+                skipped.append(k)
+                continue
+            out[k if k.startswith("eval_") else f"eval_{k}"] = value
+        new = [k for k in skipped if k not in self._skipped_keys]
+        if new:
+            self._skipped_keys.update(new)
+            log.warning("adaptive_eval: compute_metrics returned %s that %s not one number each; skipped (not "
+                        "evaluated, not logged by the callback); the other keys are metrics as usual",
+                        ", ".join(repr(k) for k in new), "is" if len(new) == 1 else "are")
+        return out
 
-    def _per_item(self, trainer, model, dataset, indices, pad: int = 0) -> dict:
+    def _per_item(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
         metrics: dict[str, list] = {}
         losses: list[float] = []
         want_metrics = trainer.compute_metrics is not None
         for i in indices:
-            batch = trainer.data_collator([dataset[i]])
+            batch = collator([dataset[i]])
             loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=not want_metrics)
             if loss is not None:
                 losses.append(float(loss))
             if want_metrics and logits is not None:
-                for k, v in self._metrics_of(trainer, logits, labels).items():
+                for k, v in self._metrics_of(trainer, logits, labels, one_item=True).items():
                     metrics.setdefault(k, []).append(v)
-        self._pad(trainer, model, dataset, indices, pad)
+        self._pad(trainer, model, dataset, collator, indices, pad)
         if losses:
             metrics["eval_loss"] = losses  # after compute_metrics' keys: with metric null, those are tracked
         return metrics
 
-    def _aggregate(self, trainer, model, dataset, indices, pad: int = 0) -> dict:
+    def _aggregate(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
         import torch
 
         bs = max(int(trainer.args.per_device_eval_batch_size), 1)
@@ -485,7 +608,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         loss_sum, n, all_logits, all_labels = 0.0, 0, [], []
         for start in range(0, len(indices), bs):
             chunk = [dataset[i] for i in indices[start:start + bs]]
-            loss, logits, labels = trainer.prediction_step(model, trainer.data_collator(chunk),
+            loss, logits, labels = trainer.prediction_step(model, collator(chunk),
                                                            prediction_loss_only=not want_metrics)
             if loss is not None:
                 loss_sum += float(loss) * len(chunk)
@@ -493,7 +616,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if want_metrics and logits is not None:
                 all_logits.append(logits[0] if isinstance(logits, tuple) and len(logits) == 1 else logits)
                 all_labels.append(labels)
-        self._pad(trainer, model, dataset, indices, pad, bs)
+        self._pad(trainer, model, dataset, collator, indices, pad, bs)
         out = {}
         if want_metrics and all_logits:
             out.update(self._metrics_of(trainer, torch.cat(all_logits), torch.cat(all_labels)))
