@@ -1226,7 +1226,9 @@ class AdaptiveEvaluator:
         one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
         process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with
-        eval ranks it also tells them to stop serving.
+        eval ranks it also tells them to stop serving.  An asynchronous evaluator evaluates no more after it:
+        a due evaluation fails and evaluation is down (``async:down (the evaluator was closed: ...)``, logged as
+        an error, raised only with ``on_error: raise``), as when its executor breaks.
         """
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)

@@ -49,7 +49,9 @@ They are not re-submitted: the resumed model no longer has the weights of their 
 ``on_error`` at the step where it is noticed, like a synchronous failure.  When the runner breaks (an eval
 rank died or did not answer within ``distributed.timeout_s``, an executor was shut down), training goes on
 without evaluations: due ones are skipped with reason ``async:down (...)``, logged as an error and as
-``controller/async_down`` in TensorBoard; with ``on_error: raise`` the failure raises.
+``controller/async_down`` in TensorBoard; with ``on_error: raise`` the failure raises.  After
+:meth:`~adaptive_eval.AdaptiveEvaluator.close` evaluation is down in the same way, with a message that says
+the evaluator was closed (whatever the executor).
 """
 
 from __future__ import annotations
@@ -381,6 +383,8 @@ class EvalRanks:
 
 
 _POLL_S = 0.002
+_CLOSED = ("the evaluator was closed: evaluate() after AdaptiveEvaluator.close() runs no evaluation; build a new "
+           "AdaptiveEvaluator to evaluate again (load_state_dict() continues the run)")
 
 
 class _EvalRankExecutor(cf.Executor):
@@ -517,6 +521,7 @@ class AsyncEvaluations:
         self.down_shared: str | None = None
         self.sharded = sharded
         self._warned_plain = False
+        self.closed = False  # close() was called: nothing more runs (see submit)
 
     def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
         """The latency model: integrate each result ``latency`` (or ``latency(step)``) steps after its
@@ -587,9 +592,11 @@ class AsyncEvaluations:
             if isinstance(self.executor, _IN_PROCESS):  # another process times with its own monotonic clock
                 options["clock"] = self.eval_clock
             try:
+                if self.closed:
+                    raise RuntimeError(_CLOSED)
                 job.future = self.executor.submit(_run_job, fn, request, weights, options)
-            except RuntimeError as exc:  # a shut-down executor, a broken eval rank
-                self.down = f"{type(self.executor).__name__}: {exc}"
+            except RuntimeError as exc:  # a shut-down executor, a broken eval rank, a closed evaluator
+                self.down = str(exc) if self.closed else f"{type(self.executor).__name__}: {exc}"
                 job.future = cf.Future()
                 job.future.set_exception(RuntimeError(f"asynchronous evaluation of step {request.step} could "
                                                       f"not be submitted: {exc}"))
@@ -794,6 +801,10 @@ class AsyncEvaluations:
         return out
 
     def close(self, timeout_s: float | None = None) -> None:
+        """Shut down what runs the evaluations (the default daemon threads, the eval ranks; a user's executor is
+        the user's).  An evaluation due after this is not run: it fails, and evaluation is down (``_CLOSED``),
+        whatever the executor."""
+        self.closed = True
         ex = self.executor
         if isinstance(ex, _EvalRankExecutor):
             ex.shutdown(wait=True, timeout_s=timeout_s if timeout_s is not None else self.wait_limit_s)

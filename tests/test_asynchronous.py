@@ -546,3 +546,31 @@ def test_the_timeout_error_names_the_configured_evaluation_timeout_s():
     (error,) = [e["error"] for e in events if e["kind"] == "error"]
     assert error == "TimeoutError: the asynchronous evaluation of step 4 did not finish within evaluation.timeout_s (30 s)"
     ev.close()
+
+
+@pytest.mark.parametrize("executor", [None, "pool"])
+def test_evaluate_after_close_says_the_evaluator_was_closed(caplog, executor):
+    """evaluate() after close() turned evaluation off with 'DaemonThreadExecutor: cannot schedule new futures after
+    shutdown' (and with a user's executor ran evaluations that nothing would drain): it now says the evaluator
+    was closed, never raises in the training step unless on_error is raise, and evaluates no more."""
+    pool = cf.ThreadPoolExecutor(1) if executor == "pool" else None
+    over = ("policy.budget.enabled=false", "policy.interval.enabled=false")
+    ev, events = make(cfg(*over), pool)
+    train(ev, model_at(0), 6)
+    ev.close()
+    with caplog.at_level("ERROR", logger="adaptive_eval"):
+        train(ev, model_at(6), 20, start=6)  # (never raises)
+    down = [e["error"] for e in events if e["kind"] == "async_down"]
+    assert len(down) == 1 and down[0].startswith("the evaluator was closed: evaluate() after AdaptiveEvaluator.close()")
+    assert [e["step"] for e in events if e["kind"] == "eval"] == [4]
+    deferred = [e["reason"] for e in events if e["kind"] == "deferred"]
+    assert deferred and all(r.startswith("async:down (the evaluator was closed") for r in deferred)
+    assert "the evaluator was closed" in caplog.text and "cannot schedule new futures" not in caplog.text
+    ev.close()
+    ev, _ = make(cfg(*over, "evaluation.on_error=raise"), pool)  # ... unless the user asked for it
+    train(ev, model_at(0), 6)
+    ev.close()
+    with pytest.raises(RuntimeError, match="the evaluator was closed"):
+        train(ev, model_at(6), 20, start=6)
+    if pool is not None:
+        pool.shutdown()
