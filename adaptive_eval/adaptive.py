@@ -707,6 +707,10 @@ class AdaptiveEvaluator:
             if victim is not None:
                 self._cancel(victim, global_step)
             self._check_down(global_step)
+            if not decision.evaluate and decision.reason.startswith("async:waiting"):
+                said = self._async.held_up(global_step)  # (a warning once per run; decides nothing)
+                if said is not None and self._rank == 0:
+                    log.warning("%s", said)
         self.last_decision = decision
         if not decision.evaluate:
             if decision.reason:
@@ -1222,7 +1226,8 @@ class AdaptiveEvaluator:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).
 
         Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
-        ``evaluation.timeout_s``, else ``distributed.timeout_s``) and integrated at the last step seen;
+        ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
+        how long it may last and why) and integrated at the last step seen;
         one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
         process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with

@@ -36,7 +36,16 @@ reason ``async:waiting (N in flight)``); an urgent one instead cancels the oldes
 (the last step's cancels nothing: it runs beside them, and ``close`` waits for all)
 (a cancelled evaluation is never integrated: listeners get a ``cancelled`` event; one that already runs
 cannot be stopped in Python, it finishes in its thread and is dropped).  When every one in flight is urgent,
-the urgent one waits too.
+the urgent one waits too.  Results are integrated in submission order, so without a fixed latency one
+evaluation that never finishes stops every later one: with ``evaluation.timeout_s`` null (the default) an
+``evaluate_fn`` that hangs holds its slot for good.  Once due evaluations have waited for the oldest one in
+flight at ``HELD_UP_WARN_CALLS`` (20) ``evaluate`` calls, a warning (once per run; a count of steps, so the
+same run says it at the same step) names its step and ``evaluation.timeout_s``.  It decides nothing.
+
+**Blocking waits.**  ``close()``, ``state_dict()`` and, with a fixed latency, the due step wait for an
+unfinished evaluation (at most ``evaluation.timeout_s`` from its submission, else ``distributed.timeout_s``,
+600 s by default, or ``close(timeout_s)``).  A wait longer than ``QUIET_WAIT_S`` (1 s) is announced by a
+warning that says who waits, for how long at most, why, and the key that bounds it.
 
 **Resume.**  :meth:`AsyncEvaluations.state_dict` waits (at most the drain timeout) for the evaluations in
 flight and stores their finished results (with their per-item values, for the paired comparison), still to
@@ -383,6 +392,11 @@ class EvalRanks:
 
 
 _POLL_S = 0.002
+# A due evaluation that waited this many evaluate() calls for one in flight is warned about (AsyncEvaluations.held_up).
+HELD_UP_WARN_CALLS = 20
+# A blocking wait for an evaluation in flight (close(), state_dict(), a fixed latency's due step) that lasts longer
+# than this many seconds is announced by a warning that says how long it may wait and why (AsyncEvaluations._wait).
+QUIET_WAIT_S = 1.0
 _CLOSED = ("the evaluator was closed: evaluate() after AdaptiveEvaluator.close() runs no evaluation; build a new "
            "AdaptiveEvaluator to evaluate again (load_state_dict() continues the run)")
 
@@ -476,6 +490,8 @@ class _Job:
     submitted_at: float
     future: cf.Future | None = None  # None on training ranks other than the first, and after a resume
     outcome: object = None  # a finished EvalOutcome (restored from a state, or timed out)
+    held_up: int = 0  # evaluate() calls at which a due evaluation waited for this one (async:waiting), for a log
+    held_up_since: int | None = None  # the first of them
 
     def record(self) -> dict:
         return {"id": self.id, "step": self.step, "epoch": self.epoch, "sample_size": self.sample_size,
@@ -522,6 +538,7 @@ class AsyncEvaluations:
         self.sharded = sharded
         self._warned_plain = False
         self.closed = False  # close() was called: nothing more runs (see submit)
+        self._said_held_up = False  # the warning of held_up(), once per run
 
     def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
         """The latency model: integrate each result ``latency`` (or ``latency(step)``) steps after its
@@ -560,6 +577,27 @@ class AsyncEvaluations:
                 return decision, victim
         return (Decision(False, decision.sample_size, f"async:waiting ({len(self.jobs)} in flight)",
                          decision.urgent), None)
+
+    def held_up(self, step: int) -> str | None:
+        """A due evaluation waits at ``step`` (``async:waiting``): count it against the oldest evaluation in
+        flight (results are integrated in submission order, so it holds the slots).  The warning to log, once
+        per run, when one without a fixed latency has held up due evaluations at ``HELD_UP_WARN_CALLS``
+        evaluate() calls (a count of steps, not seconds: the same run logs it at the same step); else None."""
+        job = self.jobs[0]
+        job.held_up += 1
+        if job.held_up_since is None:
+            job.held_up_since = step
+        if self._said_held_up or job.held_up < HELD_UP_WARN_CALLS or job.due_step is not None:
+            return None  # (a fixed latency integrates it, waiting if need be, at its due step)
+        self._said_held_up = True
+        limit = (f"evaluation.timeout_s is {self.timeout_s:g} s" if self.timeout_s is not None else
+                 "evaluation.timeout_s is null: no limit, an evaluate_fn that hangs stops every later evaluation")
+        return (f"step {step}: the asynchronous evaluation of step {job.step} ({job.reason}) still runs "
+                f"{self.clock() - job.submitted_at:.0f} s after its submission, and due evaluations have waited for "
+                f"it at {job.held_up} evaluate() calls since step {job.held_up_since} (async:waiting, "
+                f"evaluation.max_in_flight={self.max_in_flight}): no evaluation starts until it finishes; {limit}. "
+                "Set evaluation.timeout_s to fail an evaluation that takes longer (close() and state_dict() wait "
+                f"for it up to {self.wait_limit_s:g} s otherwise) (said once)")
 
     def cancel(self, job: _Job) -> None:
         self.jobs.remove(job)
@@ -631,10 +669,10 @@ class AsyncEvaluations:
         out = []
         while self._head_ready(step):
             job = self.jobs.pop(0)
-            out.append((job, self._outcome(job)))
+            out.append((job, self._outcome(job, f"evaluate() at step {step}")))
         return out
 
-    def _outcome(self, job: _Job):
+    def _outcome(self, job: _Job, who: str = "", why: str = ""):
         from adaptive_eval.evaluators import EvalOutcome
 
         if job.outcome is not None:
@@ -648,7 +686,8 @@ class AsyncEvaluations:
             if left < limit:  # (the time left of it: the message names the configured value)
                 limit, by_timeout = left, True
         try:
-            return job.future.result(timeout=limit)
+            return self._wait(job, limit, by_timeout, who or "evaluate()",
+                              why or "its result is integrated at this step (evaluation.async_integrate_after_steps)")
         except cf.TimeoutError:
             job.future.cancel()
             what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else f"the wait ({limit:g} s)"
@@ -661,13 +700,32 @@ class AsyncEvaluations:
                 self.down = self.executor.broken
             return EvalOutcome(None, exc)
 
+    def _wait(self, job: _Job, limit: float, by_timeout: bool, who: str, why: str):
+        """``job.future.result(timeout=limit)``; a wait longer than ``QUIET_WAIT_S`` on an unfinished evaluation
+        is announced first (a warning: who waits, how long at most, why, and the key that bounds it)."""
+        future = job.future
+        if limit <= QUIET_WAIT_S or future.done():
+            return future.result(timeout=limit)
+        try:
+            return future.result(timeout=QUIET_WAIT_S)
+        except cf.TimeoutError:
+            pass
+        limit -= QUIET_WAIT_S
+        bound = (f"evaluation.timeout_s ({self.timeout_s:g} s since its submission)" if by_timeout else
+                 "the wait limit (distributed.timeout_s; for close(), its timeout_s): evaluation.timeout_s is "
+                 + ("null" if self.timeout_s is None else f"{self.timeout_s:g} s"))
+        log.warning("%s waits up to %.0f s more for the asynchronous evaluation of step %d (%s), still running %.0f s "
+                    "after its submission: %s. The bound is %s; set evaluation.timeout_s to give up on an evaluation "
+                    "that hangs sooner", who, limit, job.step, job.reason, self.clock() - job.submitted_at, why, bound)
+        return future.result(timeout=limit)
+
     def take_head(self, step: int) -> list[tuple[_Job, object]]:
         """Sharded: the oldest evaluation in flight and this rank's outcome of its shard (waited for when it
         is due by a fixed latency).  One per step, so that every rank takes the same one."""
         if not self._head_ready(step):
             return []
         job = self.jobs.pop(0)
-        return [(job, self._outcome(job))]
+        return [(job, self._outcome(job, f"evaluate() at step {step}"))]
 
     def shards_to_wire(self, pairs) -> tuple:
         """Sharded: this rank's part of each (job, outcome) as plain values, to all-gather."""
@@ -751,7 +809,9 @@ class AsyncEvaluations:
                         if left <= limit:
                             limit, by_timeout = left, True
                     try:
-                        job.outcome = job.future.result(timeout=limit)
+                        job.outcome = self._wait(job, limit, by_timeout, "state_dict()",
+                                                 "the state stores its result, so that a resumed run decides as "
+                                                 "this one")
                     except cf.TimeoutError:
                         if by_timeout:  # failed, as it fails in the run that goes on
                             job.future.cancel()
@@ -785,7 +845,7 @@ class AsyncEvaluations:
             saved = self.wait_limit_s
             self.wait_limit_s = max(0.0, deadline - time.monotonic())
             try:
-                out.append((job, self._outcome(job)))
+                out.append((job, self._outcome(job, "close()", "close() integrates the evaluations in flight")))
             finally:
                 self.wait_limit_s = saved
         stuck = [job.step for job in self.jobs if job.future is not None and not job.future.done()]

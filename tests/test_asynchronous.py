@@ -574,3 +574,69 @@ def test_evaluate_after_close_says_the_evaluator_was_closed(caplog, executor):
         train(ev, model_at(6), 20, start=6)
     if pool is not None:
         pool.shutdown()
+
+
+def _held_up_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if "due evaluations have waited for it" in r.getMessage()]
+
+
+def test_an_evaluation_that_holds_up_due_ones_is_warned_about_once_at_a_step_set_by_the_steps(caplog):
+    """With the default config (no evaluation.timeout_s, no fixed latency) a hung evaluate_fn stopped every later
+    evaluation (async:waiting at every step) without a word.  After HELD_UP_WARN_CALLS (20) evaluate() calls at
+    which a due evaluation waited for it, one warning names its step and the key to set; its step depends on
+    the steps only.  A run whose evaluations finish says nothing."""
+    from adaptive_eval import asynchronous
+
+    release = threading.Event()
+
+    def hangs(request, weights):
+        release.wait(30)
+        return {"score": [1.0] * 8}
+
+    try:
+        ev, events = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false"))
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            train(ev, model_at(0), 60, fn=hangs)  # (before the NaN of step 70, an urgent alarm)
+        (said,) = _held_up_warnings(caplog)
+        # Submitted at step 4; due again at step 9, it waited at every step since: the 20th is step 28.
+        assert said.startswith("step 28: the asynchronous evaluation of step 4 (trigger:steps) still runs"), said
+        assert "at 20 evaluate() calls since step 9" in said and "Set evaluation.timeout_s" in said
+        assert [e["step"] for e in events if e["kind"] == "submitted"] == [4]
+    finally:
+        release.set()
+    ev.close()
+    caplog.clear()
+    ev, events = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false"), InlineExecutor())
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        train(ev, model_at(0), 60)
+    ev.close()
+    assert _held_up_warnings(caplog) == [] and len(ev.history) >= 10
+    assert [e["step"] for e in events if e["kind"] == "submitted"] == [r.step for r in ev.history]
+
+
+def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluation(caplog, monkeypatch):
+    """close() and state_dict() blocked for distributed.timeout_s (600 s by default) on a hung evaluation without a
+    word: a wait longer than QUIET_WAIT_S now logs who waits, for how long at most, why, and the key to set."""
+    from adaptive_eval import asynchronous
+
+    monkeypatch.setattr(asynchronous, "QUIET_WAIT_S", 0.05, raising=False)  # (1 s by default: a test need not wait that long)
+    release = threading.Event()
+
+    def hangs(request, weights):
+        release.wait(30)
+        return {"score": [1.0] * 8}
+
+    try:
+        ev, _ = make(cfg("policy.budget.enabled=false", "distributed.timeout_s=0.3"))
+        train(ev, model_at(0), 6, fn=hangs)
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            state = ev.state_dict()
+            assert state["async"]["jobs"][0]["outcome"] is None  # (lost: it did not finish within the wait)
+            ev.close(timeout_s=0.3)
+    finally:
+        release.set()
+    said = [r.getMessage() for r in caplog.records if "waits up to" in r.getMessage()]
+    assert len(said) == 2, said
+    assert said[0].startswith("state_dict() waits up to 0 s more for the asynchronous evaluation of step 4")
+    assert said[1].startswith("close() waits up to 0 s more for the asynchronous evaluation of step 4")
+    assert all("evaluation.timeout_s is null" in s and "set evaluation.timeout_s" in s for s in said)
