@@ -283,3 +283,48 @@ def test_the_adaptive_shim_evaluates_asynchronously_on_a_snapshot_while_areals_l
     assert submitted == [r.step for r in results] and len(results) >= 3 and results[-1].step == 59
     assert [r.integrated_step for r in results] == [min(r.step + 3, 59) for r in results]
     assert [r["score"].mean for r in results] == [pytest.approx(at[r.step], abs=1e-9) for r in results]
+
+
+# -- found by a new user trying the framework integrations ------------------------------------------------------
+def test_areals_default_config_with_every_frequency_none_evaluates_nothing_as_areal():
+    """AReaL's default EvaluatorConfig (every frequency None) never evaluates in AReaL; the shim evaluated the last
+    step anyway (the preset's trigger.eval_at_end)."""
+    cfg = areal_config()
+    assert (cfg.freq_epochs, cfg.freq_steps, cfg.freq_secs) == (None, None, None)  # AReaL's defaults
+    expected = run(AREAL.Evaluator(cfg, spec(10, epochs=2)), 0, 20, 10)
+    adaptive = shim.AdaptiveEvaluator(cfg, spec(10, epochs=2))
+    assert expected == [] and run(adaptive, 0, 20, 10, request=True) == expected
+    assert not adaptive.cfg.trigger.eval_at_end
+    # with a frequency set, the final weights are still evaluated (the README says so)
+    configured = shim.AdaptiveEvaluator(areal_config(freq_steps=7), spec(10, epochs=2))
+    fired = run(configured, 0, 20, 10, request=True)
+    assert fired[0] == 6 and fired[-1] == 19 and configured.history[-1].reason == "trigger:final"
+
+
+def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_the_trainer_make():
+    """AReaL's trainers stop at config.total_train_steps (here 25), while FinetuneSpec.total_train_steps is epochs x
+    steps per epoch (30): the final weights (step 24) were never evaluated."""
+    ev = shim.AdaptiveEvaluator(areal_config(freq_steps=10), spec(10, epochs=3), total_train_steps=25)
+    fired = run(ev, 0, 25, 10, request=True)
+    assert ev.total_steps == 25 and fired[0] == 9 and fired[-1] == 24 and ev.history[-1].reason == "trigger:final"
+    assert shim.AdaptiveEvaluator(areal_config(), spec(10, epochs=3), total_train_steps=99).total_steps == 30
+    with pytest.raises(ConfigError, match="total_train_steps: must be a positive integer"):
+        shim.AdaptiveEvaluator(areal_config(), spec(10), total_train_steps=0)
+    # through patch_areal: the trainer's own config.total_train_steps, read where the trainer builds its evaluator
+    mod = types.ModuleType("_patched_total_trainer")
+    mod.Evaluator = AREAL.Evaluator
+    sys.modules[mod.__name__] = mod
+
+    class Trainer:  # what AReaL's PPOTrainer.__init__ does (rl_trainer.py 1.0.4)
+        def __init__(self, config, ft_spec):
+            self.config = config
+            self.evaluator = mod.Evaluator(config.evaluator, ft_spec)
+
+    try:
+        assert shim.patch_areal("default", modules=[mod.__name__]) == [mod.__name__]
+        config = types.SimpleNamespace(evaluator=areal_config(freq_steps=10), total_train_steps=25)
+        assert Trainer(config, spec(10, epochs=3)).evaluator.total_steps == 25
+        config.total_train_steps = None  # not set: FinetuneSpec's
+        assert Trainer(config, spec(10, epochs=3)).evaluator.total_steps == 30
+    finally:
+        sys.modules.pop(mod.__name__)

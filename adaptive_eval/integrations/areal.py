@@ -11,6 +11,7 @@ or, in your own AReaL loop, ``evaluator = AdaptiveEvaluator(config.evaluator, ft
 ``Evaluator(config.evaluator, ft_spec)``.
 
 * ``ft_spec`` is AReaL's ``FinetuneSpec`` or anything with ``steps_per_epoch`` and ``total_train_steps``
+  (``total_train_steps=`` AReaL's ``config.total_train_steps`` where the loop stops there; ``patch_areal`` reads it)
   (zero steps per epoch is a :class:`~adaptive_eval.ConfigError` naming the field); ``config`` is AReaL's
   ``EvaluatorConfig`` (its ``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train`` become
   ``trigger.*``; a negative frequency is a ``ConfigError`` naming the field; 0 fires at every step, as in
@@ -31,6 +32,7 @@ from __future__ import annotations
 import importlib
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -71,6 +73,35 @@ def spec_steps(ft_spec) -> tuple[int, int | None]:
             raise ConfigError([f"{name}.total_train_steps: must be a non-negative integer, got {total!r}"])
         total = total.__index__() or None
     return spe, total
+
+
+_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
+
+
+def _last_of(spec_total: int | None, total_train_steps) -> int | None:
+    """The steps the run makes: ``FinetuneSpec.total_train_steps`` (epochs x steps per epoch), cut to AReaL's
+    ``config.total_train_steps`` when that is set and smaller (AReaL's trainers stop there)."""
+    if total_train_steps is None:
+        return spec_total
+    if isinstance(total_train_steps, bool) or not hasattr(total_train_steps, "__index__") \
+            or total_train_steps.__index__() <= 0:
+        raise ConfigError([f"total_train_steps: must be a positive integer or None, got {total_train_steps!r}"])
+    total_train_steps = total_train_steps.__index__()
+    return total_train_steps if spec_total is None else min(spec_total, total_train_steps)
+
+
+def _trainer_total_steps(evaluator_config):
+    """AReaL's ``config.total_train_steps`` of the trainer building ``Evaluator(config.evaluator, ft_spec)`` (the
+    trainers' ``__init__`` holds its ``config`` as a local and in ``self.config``), or None."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            break
+        for candidate in (frame.f_locals.get("config"), getattr(frame.f_locals.get("self"), "config", None)):
+            if candidate is not None and getattr(candidate, "evaluator", None) is evaluator_config:
+                return getattr(candidate, "total_train_steps", None)
+        frame = frame.f_back
+    return None
 
 
 def _frequency_control(freq, steps: int, last_steps: int, initial: bool, *, seconds: bool = False,
@@ -145,8 +176,12 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
     """The adaptive evaluator with AReaL's constructor: ``AdaptiveEvaluator(config.evaluator, ft_spec)``.
 
     ``config``: AReaL's ``EvaluatorConfig`` (mapped onto ``trigger.*`` of ``preset``) or an adaptive_eval
-    config.  ``total_steps`` is ``ft_spec.total_train_steps`` (so the last step is evaluated, with
-    ``trigger.eval_at_end``).  ``evaluate(evaluate_fn, epoch, step, global_step)`` is AReaL's call; feed the
+    config.  ``total_steps`` is ``ft_spec.total_train_steps`` (epochs x steps per epoch), cut to
+    ``total_train_steps`` when given and smaller: AReaL's trainers stop at their ``config.total_train_steps``, which
+    ``FinetuneSpec`` does not know (``patch_areal`` reads it from the trainer building the evaluator).  So the last
+    step trained is evaluated, with ``trigger.eval_at_end`` (the default preset's).  AReaL's default
+    ``EvaluatorConfig``, every frequency None, is AReaL's "no evaluation": then the shim makes no final
+    evaluation either (``trigger.eval_at_end`` off; an alarm from what you ``observe`` can still bring one).  ``evaluate(evaluate_fn, epoch, step, global_step)`` is AReaL's call; feed the
     step's training stats with ``observe(stats, global_step)`` (AReaL's ``stats_logger.commit`` has them).
 
     Asynchronous evaluation (``evaluation.asynchronous`` in ``preset``, or ``executor=``, which turns it on):
@@ -156,10 +191,16 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
     (AReaL's trainers do not call it).
     """
 
-    def __init__(self, config, ft_spec, *, preset: str | None = "default", clock: Callable[[], float] | None = None,
-                 logger=None, group=None, resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None):
+    def __init__(self, config, ft_spec, *, preset: str | None = "default", total_train_steps: int | None = None,
+                 clock: Callable[[], float] | None = None, logger=None, group=None, resource_monitor=None,
+                 executor=None, eval_ranks=None, eval_clock=None):
         spe, total = spec_steps(ft_spec)
+        total = _last_of(total, total_train_steps)
         cfg = from_areal(config, preset) if is_areal_evaluator_config(config) else as_config(config)
+        if is_areal_evaluator_config(config) and all(getattr(config, f, None) is None for f in _FREQS):
+            # AReaL's default EvaluatorConfig, every frequency None: AReaL's Evaluator never evaluates, so neither
+            # does the shim at the last step (the preset's eval_at_end made one there: found by a new user)
+            cfg = as_config(OmegaConf.merge(cfg, {"trigger": {"eval_at_end": False}}))
         if executor is not None and not cfg.evaluation.asynchronous:
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"asynchronous": True}}))
         super().__init__(cfg, steps_per_epoch=spe, total_steps=total, clock=clock, logger=logger, group=group,
@@ -196,7 +237,9 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
     skipped with a warning (AReaL's trainers need its full set of dependencies)."""
 
     def make(config, ft_spec):
-        evaluator = AdaptiveEvaluator(config, ft_spec, preset=preset)
+        # AReaL's trainers stop at config.total_train_steps, which FinetuneSpec does not know: the last step
+        # evaluated (trigger.eval_at_end) is the last step they train
+        evaluator = AdaptiveEvaluator(config, ft_spec, preset=preset, total_train_steps=_trainer_total_steps(config))
         if evaluator.cfg.evaluation.asynchronous:
             log.warning("adaptive_eval: patch_areal with an asynchronous preset: AReaL's trainers evaluate the live "
                         "weights through their rollout engine and never call evaluator.close(), so results may "
