@@ -680,3 +680,104 @@ def test_a_per_sample_loss_from_manual_optimization_never_reaches_the_training_s
     trainer.fit(ManualModel(), train)
     assert "train/loss" not in cb.observed  # a vector is not a step's loss
     assert cb.evaluator is not None and cb.evaluator.summary()["eval_errors"] == 0
+
+
+# -- found by a new user trying the framework integrations ------------------------------------------------------
+def test_a_bad_config_is_a_config_error_when_the_callback_is_built():
+    """It was accepted at construction, logged once inside on_train_start, and fit() trained with no evaluation."""
+    from adaptive_eval import ConfigError
+
+    with pytest.raises(ConfigError, match=r"trigger\.freq_stepz.*did you mean 'trigger\.freq_steps'"):
+        AdaptiveEvalCallback("default", overrides=["trigger.freq_stepz=10"])
+    with pytest.raises(ConfigError, match=r"policy\.sample_size\.min: 48 is larger than policy\.sample_size\.max: 32"):
+        AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=32"])
+    with pytest.raises(ConfigError, match="no_such_preset"):
+        AdaptiveEvalCallback("no_such_preset")
+
+
+class Points(torch.utils.data.Dataset):
+    """4 classes: the largest of the first four coordinates."""
+
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 8, generator=g)
+        self.y = self.x[:, :4].argmax(1)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+class MetricObjectModel(L.LightningModule):
+    """Lightning's documented pattern: self.val_acc(logits, y); self.log("val_acc", self.val_acc)."""
+
+    def __init__(self):
+        super().__init__()
+        import torchmetrics
+
+        self.net = torch.nn.Linear(8, 4)
+        self.val_acc = torchmetrics.classification.MulticlassAccuracy(num_classes=4, average="micro")
+        self.train_acc = torchmetrics.classification.MulticlassAccuracy(num_classes=4, average="micro")
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.train_acc.update(logits, y)  # accumulated over the epoch: the adapter must leave it as it was
+        return torch.nn.functional.cross_entropy(logits, y)
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, y))
+        self.val_acc(logits, y)
+        self.log("val_acc", self.val_acc)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_torchmetrics_metric_logged_as_an_object_is_computed_over_the_items_as_lightning_computes_it():
+    """self.log("val_acc", metric_object) was dropped silently (scalar() of a Metric is None)."""
+    pytest.importorskip("torchmetrics")
+    torch.manual_seed(0)
+    train, val = Points(160, 0), Points(40, 1)
+    model = MetricObjectModel()
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: the whole set
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=10", "evaluation.metric=val_acc",
+                                                                   "evaluation.on_error=raise"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    seen_before = []
+
+    class TrainAccBefore(Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            seen_before.append(int(pl_module.train_acc._update_count))
+
+    trainer.callbacks.append(TrainAccBefore())
+    trainer.fit(model, DataLoader(train, batch_size=8), DataLoader(val, batch_size=8))
+    ev = cb.evaluator
+    assert ev.summary()["eval_errors"] == 0 and [r.step for r in ev.history] == [9, 19]
+    last = ev.history[-1]
+    assert set(last.metrics) == {"val_loss", "val_acc"} and last["val_acc"].n == 40
+    with torch.no_grad():  # the final weights on the whole set
+        expected = float((model.net(val.x).argmax(1) == val.y).float().mean())
+    assert last["val_acc"].mean == pytest.approx(expected)
+    # the user's own metrics keep the state they accumulated in training (saved before, restored after)
+    assert int(model.train_acc._update_count) == 20 and seen_before == list(range(1, 21))
+    assert int(model.val_acc._update_count) == 0
+
+
+def test_a_tracked_metric_validation_step_only_returns_is_said_to_be_a_guess(caplog):
+    """BoringModel's validation_step returns {"x": loss}: x was tracked as higher-is-better without a word (the
+    warning needed "loss" in the name)."""
+    train, val = loaders()
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.fit(BoringModel(), train, val)
+    said = [r.getMessage() for r in caplog.records if "tracking 'x'" in r.getMessage()]
+    assert len(said) == 1 and "validation_step returns it" in said[0]
+    assert "evaluation.higher_is_better: false" in said[0]
+    assert list(cb.evaluator.history[-1].metrics) == ["x"]

@@ -29,7 +29,8 @@ What it does (see the README's table):
   request, ``validation_step`` gets ``dataloader_idx=i`` and the metrics are named as Lightning names them,
   ``<name>/dataloader_idx_<i>``), one item at a time, each rank
   only its shard, the values it ``self.log``-s (or returns) captured per item, so each metric has a real
-  interval.  Lightning has no flag to request a validation run now, so the adapter runs it itself;
+  interval; a torchmetrics ``Metric`` logged as an object is computed over the items, as Lightning computes it
+  at the end of its validation epoch (one value, n items; the module's metrics keep their state).  Lightning has no flag to request a validation run now, so the adapter runs it itself;
 * evaluates the final weights (the last optimizer step is step ``estimated_stepping_batches - 1``);
 * logs each result to every ``trainer.loggers[i].log_metrics`` at the step the trainer's own logging uses
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
@@ -43,7 +44,8 @@ What it does (see the README's table):
   results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
   waits for the evaluations still in flight and logs them.
 
-Nothing here raises inside the training step, except the user's own ``evaluation.on_error: raise``.
+A bad config is a ``ConfigError`` when the callback is built.  Nothing here raises inside the training step,
+except the user's own ``evaluation.on_error: raise``.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ class AdaptiveEvalCallback(Callback):
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
         self.overrides = list(overrides)
+        # A bad config is the user's setup error: a ConfigError naming the key now, in their code, not one
+        # logged inside on_train_start and then a whole run trained without an evaluation (found by a new user).
+        build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
         self.evaluate_fn = evaluate_fn
         self.val_dataset = val_dataset
         self.name = name
@@ -378,12 +383,22 @@ class AdaptiveEvalCallback(Callback):
         several = len(sets) > 1  # as Lightning: dataloader_idx passed, metrics named <name>/dataloader_idx_<i>
         captured: dict[str, list] = {}
         item_values: dict[str, float] = {}
+        logged_metrics: dict = {}  # key -> a torchmetrics Metric logged as an object (computed over the items)
+        returned: set[str] = set()  # keys validation_step returned (Lightning does not log those)
         suffix = ""
+        Metric = _metric_type()
 
         def capture(name, value, *args, add_dataloader_idx=True, **kwargs):
+            key = name + suffix if add_dataloader_idx else name
+            if Metric is not None and isinstance(value, Metric):
+                # self.log("val_acc", self.val_acc): Lightning computes the Metric over the validation items at
+                # the epoch's end; so does the adapter, over the request's items (it was dropped: found by a new
+                # user)
+                logged_metrics[key] = value
+                return
             v = scalar(value)
             if v is not None:
-                item_values[name + suffix if add_dataloader_idx else name] = v
+                item_values[key] = v
 
         def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
@@ -400,6 +415,7 @@ class AdaptiveEvalCallback(Callback):
         sharded = request.world_size > 1 and _sharded(trainer, pl_module)
         was_training = pl_module.training
         pl_module.eval()
+        module_metrics = _MetricStates(pl_module, Metric)  # their state now, restored after: the user's to keep
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
         try:
             with torch.no_grad():
@@ -407,29 +423,43 @@ class AdaptiveEvalCallback(Callback):
                     collate = collate or default_collate
                     suffix = f"/dataloader_idx_{dl_idx}" if several else ""
                     indices = request.indices(len(dataset))
+                    module_metrics.reset()
                     for n, i in enumerate(indices):
                         item_values.clear()
                         out = call(collate([dataset[i]]), n, dl_idx)
                         if isinstance(out, Mapping):
                             for k, v in out.items():
+                                returned.add(k + suffix)
                                 capture(k, v)
                         elif out is not None:
+                            returned.add("val_loss" + suffix)
                             capture("val_loss", out)
                         for k, v in item_values.items():
                             captured.setdefault(k, []).append(v)
+                    for key, metric in logged_metrics.items():  # before the padding calls update them
+                        value = module_metrics.compute(metric)
+                        if value is not None:
+                            captured[key] = value
+                    logged_metrics.clear()
                     pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
                     for n in range(pad):  # (results dropped)
                         call(collate([dataset[indices[0] if indices else 0]]), len(indices) + n, dl_idx)
         finally:
             del pl_module.log, pl_module.log_dict
+            module_metrics.restore()
             pl_module.train(was_training)
         if self._pick_metric and captured:
             captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
-            first = next(iter(captured))
-            if "loss" in first.lower() and not self._loss_warned:
+            # what the evaluator then tracks: the first metric with per-item values, else the first
+            first = next((k for k, v in captured.items() if isinstance(v, list)), next(iter(captured)))
+            if not self._loss_warned and ("loss" in first.lower() or first in returned):
                 self._loss_warned = True
-                log.warning("adaptive_eval: tracking %r, the first metric validation_step logs, as higher-is-better; "
-                            "for a loss set evaluation.metric: %s and evaluation.higher_is_better: false", first, first)
+                why = ("validation_step returns it; Lightning itself does not log a returned value, so what it measures "
+                       "is a guess" if first in returned and "loss" not in first.lower() else
+                       "the first metric validation_step logs with a value per item")
+                log.warning("adaptive_eval: evaluation.metric is null: tracking %r as higher-is-better (%s); for a "
+                            "loss set evaluation.metric: %s and evaluation.higher_is_better: false, or set "
+                            "evaluation.metric to the metric to track", first, why, first)
         return captured
 
     # -- reporting --------------------------------------------------------------------------------------
@@ -474,6 +504,63 @@ class AdaptiveEvalCallback(Callback):
         log.warning("adaptive_eval: the checkpoint holds the states of %d ranks, this run has %d: rank %d resumes "
                     "with rank zero's (its detectors start from rank zero's view of the run)", len(ranks), world, rank)
         return zero_state
+
+
+def _metric_type():
+    """torchmetrics' ``Metric`` (what ``self.log`` also accepts), or None without torchmetrics."""
+    try:
+        from torchmetrics import Metric
+    except ImportError:
+        return None
+    return Metric
+
+
+class _MetricStates:
+    """The torchmetrics ``Metric`` modules of a module, for the adapter's own validation calls: their states are
+    saved first and restored after (a metric the user accumulates is left as it was), reset before each
+    validation set, and computed over this rank's items only (no sync across ranks: the evaluator combines the
+    ranks' shards)."""
+
+    def __init__(self, module, metric_type):
+        self.saved = []
+        if metric_type is None:
+            return
+        for m in module.modules():
+            if isinstance(m, metric_type):
+                state = {name: _copy_state(getattr(m, name)) for name in m._defaults}
+                extra = {name: getattr(m, name) for name in ("_update_count", "_computed", "_forward_cache")
+                         if hasattr(m, name)}
+                self.saved.append((m, state, extra))
+
+    def reset(self) -> None:
+        for m, _, _ in self.saved:
+            m.reset()
+
+    @staticmethod
+    def compute(metric):
+        to_sync = getattr(metric, "_to_sync", None)
+        if to_sync is not None:
+            metric._to_sync = False
+        try:
+            return scalar(metric.compute())
+        finally:
+            if to_sync is not None:
+                metric._to_sync = to_sync
+
+    def restore(self) -> None:
+        for m, state, extra in self.saved:
+            for name, value in state.items():
+                setattr(m, name, value)
+            for name, value in extra.items():
+                setattr(m, name, value)
+
+
+def _copy_state(value):
+    if hasattr(value, "clone"):
+        return value.clone()
+    if isinstance(value, list):
+        return list(value)
+    return value
 
 
 def _kind(key: str) -> int:
