@@ -24,7 +24,10 @@ What it does (each step is something a user would otherwise write; see the READM
   item at a time, so ``eval_loss`` and every ``compute_metrics`` key are per-item values with real
   intervals.  With ``per_item=False`` each rank's shard is scored in batches and ``compute_metrics`` runs
   once per shard: the metrics are aggregates, reported with n (items) but no interval, unless
-  ``evaluation.metric_kinds`` declares one a proportion;
+  ``evaluation.metric_kinds`` declares one a proportion (a corpus-level metric failing on one item says so).
+  The eval set is prepared as HF's own ``evaluate()`` prepares it (unused columns removed); a dict of eval sets
+  is evaluated set by set, metrics ``eval_<name>_<metric>``; a ``compute_metrics`` key that is not one number
+  is skipped (named once in a warning);
 * evaluates the final weights (``trigger.eval_at_end``: the last ``on_step_end`` is step ``max_steps - 1``);
 * logs each result through ``trainer.log`` as ``eval_<metric>``, ``eval_<metric>_ci_low/_ci_high/_n``, so
   it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
