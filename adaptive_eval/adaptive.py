@@ -115,8 +115,9 @@ class AdaptiveEvaluator:
     **Resources.**  With ``resources.enabled``, an evaluation that is due but finds the machine short
     (``resource_monitor``, default a :class:`~adaptive_eval.scheduler.ResourceMonitor` of this machine) is
     deferred (``resources:deferred (...)``) for at most ``resources.max_deferral_steps`` steps, then runs
-    (``resources:forced``); an urgent one runs at once when ``resources.alarm_bypass``.  The monitor is
-    read only at steps where an evaluation is due.
+    (reason ``resources:forced (<the reason it was due for>)``); with ``resources.alarm_bypass`` one that an
+    alarm brought forward (``alarm:...``) or an urgent one runs at once.  The monitor is read only at steps
+    where an evaluation is due and does not bypass; in a process group rank 0's decision says whether it does.
 
     **Process groups.**  Build it after ``init_process_group``, on every rank of ``group`` (default: the
     world), and call ``observe`` and ``evaluate`` on every rank at every step.  Detectors watch each rank's
@@ -619,7 +620,7 @@ class AdaptiveEvaluator:
         decision = (self.decide(reason, global_step, urgent=final) if reason is not None or self._alarm_pending
                     else _NOT_DUE)
         needs_resources = (self._resources_enabled and decision.evaluate
-                           and not (decision.urgent and self.resources.alarm_bypass))
+                           and not self.resources.bypasses(decision.urgent, decision.reason))
         shortage = self.resources.shortage() if needs_resources else None
         # Rank 0's decision and every rank's shortage, in one all-gather; every rank follows rank 0.
         everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage))
@@ -631,8 +632,8 @@ class AdaptiveEvaluator:
                             "different steps, configs or states?)", self._rank, decision, global_step, agreed)
         decision = agreed
         if self._resources_enabled and decision.evaluate:
-            if decision.urgent and self.resources.alarm_bypass:
-                verdict = self.resources.decide(global_step, urgent=True)  # reads no monitor
+            if self.resources.bypasses(decision.urgent, decision.reason):  # (rank 0's decision: every rank alike)
+                verdict = self.resources.decide(global_step, decision.urgent, decision.reason)  # reads no monitor
             else:
                 short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
                 verdict = self.resources.decide_with(global_step, short)
@@ -690,14 +691,14 @@ class AdaptiveEvaluator:
         ok, why = verdict
         if not ok:
             return Decision(False, decision.sample_size, why, decision.urgent)
-        if why == "resources:forced":
-            return dataclasses.replace(decision, reason=why)
-        return decision  # allowed (an urgent bypass keeps the alarm's reason)
+        if why == "resources:forced":  # (the prefix for whoever counts forced evaluations; the cause kept after it)
+            return dataclasses.replace(decision, reason=f"{why} ({decision.reason})")
+        return decision  # allowed (a bypass keeps the alarm's reason)
 
     def _decide_and_run(self, evaluate_fn, reason, epoch, global_step, final: bool = False) -> EvalResult | None:
         decision = self.decide(reason, global_step, urgent=final)
         if self._resources_enabled and decision.evaluate:
-            decision = self._gate(decision, self.resources.decide(global_step, decision.urgent))
+            decision = self._gate(decision, self.resources.decide(global_step, decision.urgent, decision.reason))
         return self._act(evaluate_fn, decision, reason, epoch, global_step, final)
 
     def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step, final: bool = False

@@ -4,9 +4,14 @@ A :class:`ResourceMonitor` reads free accelerator memory (``torch.cuda.mem_get_i
 nvidia-ml-py when torch sees no CUDA device), free host memory and host CPU use (psutil) into a
 :class:`ResourceSnapshot`.  The :class:`ResourceScheduler` applies the ``resources`` config section to a
 snapshot: an evaluation that is due but finds the machine short is deferred (``resources:deferred (...)``)
-for at most ``max_deferral_steps`` steps, then runs anyway (``resources:forced``); an urgent (alarm-driven)
-evaluation bypasses the check when ``alarm_bypass`` is set.  Reading the monitor is not free, so the
-scheduler samples it only when it is asked about an evaluation that is due.
+for at most ``max_deferral_steps`` steps, then runs anyway; the evaluator gives it the reason
+``resources:forced (<the reason it was due for>)``, e.g. ``resources:forced (alarm:train/reward:cusum:down)``
+(the prefix says it was forced, the parenthesis why it was due).  With ``alarm_bypass`` (the default) these
+bypass the check, without reading the monitor (:meth:`ResourceScheduler.bypasses`): every evaluation an alarm
+brought forward (reason ``alarm:...``, from any detector, not only the urgent ``nonfinite``) and every urgent
+one (an urgent detector's alarm, the last step's with ``trigger.eval_at_end``).  A scheduled evaluation
+(``trigger:...``, ``interval:...``) or a re-measure (``peak:confirm``) never does.  Reading the monitor is
+not free, so the scheduler samples it only when it is asked about an evaluation that is due.
 
 Tests and replay drive the scheduler with a :class:`FakeResourceMonitor`.
 """
@@ -165,7 +170,8 @@ class ResourceScheduler:
 
     Call :meth:`decide` only at a step where an evaluation is due (it samples the monitor).  Keep calling
     it at the following steps while the evaluation stays pending: after ``max_deferral_steps`` steps of
-    deferral it lets the evaluation run with reason ``resources:forced``.
+    deferral it lets the evaluation run, saying ``resources:forced`` (the evaluator's reason is then
+    ``resources:forced (<its own reason>)``).
 
     >>> from adaptive_eval.config import ResourcesConfig
     >>> cfg = ResourcesConfig(enabled=True, min_free_accelerator_gb=4.0, max_deferral_steps=2)
@@ -203,14 +209,27 @@ class ResourceScheduler:
         found = shortages(self.last_snapshot, self.section)
         return "; ".join(found) if found else None
 
-    def decide(self, step: int, urgent: bool = False) -> tuple[bool, str]:
-        """Whether the evaluation due at ``step`` may run now, and why (``""``: nothing to say).
+    def bypasses(self, urgent: bool, reason: str = "") -> bool:
+        """Whether an evaluation skips the resource check: with ``alarm_bypass``, an urgent one and one an
+        alarm brought forward (its ``reason`` starts with ``alarm:``).
 
-        Disabled, or urgent with ``alarm_bypass``: always allowed, without sampling the monitor.
+        >>> from adaptive_eval.config import ResourcesConfig
+        >>> sched = ResourceScheduler(ResourcesConfig(enabled=True))
+        >>> [sched.bypasses(False, "alarm:train/reward:cusum:down"), sched.bypasses(True, "trigger:final"),
+        ...  sched.bypasses(False, "trigger:steps")]
+        [True, True, False]
+        """
+        return self.alarm_bypass and (urgent or reason.startswith("alarm:"))
+
+    def decide(self, step: int, urgent: bool = False, reason: str = "") -> tuple[bool, str]:
+        """Whether the evaluation due at ``step`` (for ``reason``) may run now, and why (``""``: nothing to say).
+
+        Disabled, or bypassing (:meth:`bypasses`: urgent or alarm-driven, with ``alarm_bypass``): always
+        allowed, without sampling the monitor.
         """
         if not self.enabled:
             return True, ""
-        if urgent and self.alarm_bypass:
+        if self.bypasses(urgent, reason):
             was_deferred = self.deferred_since is not None
             self.deferred_since = None
             return True, "resources:bypass" if was_deferred else ""

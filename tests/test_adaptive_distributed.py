@@ -187,6 +187,16 @@ def resources(rank, world):
     return drive(rank, config, 60, {"train/loss": loss}, monitor=monitor)
 
 
+def resources_cusum(rank, world):
+    # Only rank 1 is short, and only rank 1's reward collapses (a CUSUM alarm: not an urgent detector).
+    alarm = {"enabled": True, "cooldown_steps": 20, "urgent_detectors": ["nonfinite"]}
+    config = cfg(trigger={"freq_steps": 100}, policy=NO_POLICIES | {"alarm": alarm},
+                 resources={"enabled": True, "min_free_accelerator_gb": 4.0, "max_deferral_steps": 5})
+    monitor = FakeResourceMonitor([LOW_GPU if rank == 1 else OK_GPU])
+    reward = noise(85 + rank, lambda g: 0.1 if rank == 1 and g >= 30 else 0.6)
+    return drive(rank, config, 60, {"train/reward": reward}, monitor=monitor)
+
+
 def quiet(rank, world):
     return drive(rank, cfg(), 300, {"train/loss": noise(90 + rank, lambda g: 1.0),
                                     "train/reward": noise(95 + rank, lambda g: 0.5)})
@@ -211,6 +221,7 @@ def _scenarios_rank(rank, world, log_dir):
         "uneven_shards": lambda: uneven_shards(rank, world),
         "discrepancy": lambda: discrepancy(rank, world, log_dir),
         "resources": lambda: resources(rank, world),
+        "resources_cusum": lambda: resources_cusum(rank, world),
         "quiet": lambda: quiet(rank, world),
         "group_of_one": lambda: group_of_one(rank, world),
     }
@@ -315,10 +326,24 @@ def test_resource_shortage_on_one_rank_defers_both_then_forces(group_run):
     assert all(e[2] == short for e in a["events"] if e[0] == "deferred")
     assert deferred == [9, 10, 11, 12, 13, 24, 25, 26, 27, 28, 39, 40, 51, 52, 53, 54, 55]
     # Forced after max_deferral_steps; the urgent NaN alarm (rank 0 only) bypasses the shortage.
-    assert [(e[1], e[3]) for e in evals(a)] == [(14, "resources:forced"), (29, "resources:forced"),
-                                               (41, "alarm:train/loss:nonfinite"), (56, "resources:forced")]
+    forced = "resources:forced (trigger:steps)"  # (the reason it was due for, after the prefix)
+    assert [(e[1], e[3]) for e in evals(a)] == [(14, forced), (29, forced), (41, "alarm:train/loss:nonfinite"),
+                                               (56, forced)]
     # Both monitors are read exactly at the steps where an evaluation was due and not urgent.
     assert a["monitor_calls"] == b["monitor_calls"] == len(deferred) + 3
+
+
+def test_an_alarm_on_one_rank_bypasses_a_shortage_on_the_other_on_both(group_run):
+    """With resources.alarm_bypass an evaluation an alarm brought forward runs at once (it waited for the urgent
+    detectors only); rank 0's decision says so, on both ranks alike, and no monitor is read for it."""
+    a, b = group_run("resources_cusum")
+    same_on_both(a, b)
+    alarms = [e for e in a["events"] if e[0] == "alarm" and e[3] == "cusum"]
+    assert alarms and {e[5] for e in alarms} == {1}  # seen by rank 1 only
+    runs = evals(a)
+    assert runs[0][1] == alarms[0][1] and runs[0][3] == f"alarm:train/reward:cusum:{alarms[0][4]}"
+    assert not [e for e in a["events"] if e[0] == "deferred"]
+    assert a["monitor_calls"] == b["monitor_calls"] == 0
 
 
 def test_collectives_per_step(group_run):

@@ -13,6 +13,7 @@ from conftest import RecordingLogger
 LOW = {"accelerator_free_gb": 1.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
 OK = {"accelerator_free_gb": 60.0, "accelerator_total_gb": 80.0, "host_free_gb": 64.0, "host_cpu_percent": 10.0}
 SHORT = "resources:deferred (accelerator free 1.00 GB < 4.00 GB)"
+FORCED = "resources:forced (trigger:steps)"  # forced after max_deferral_steps, with the reason it was due for
 
 
 def cfg(max_deferral_steps=5, alarm_bypass=True, enabled=True, **sections):
@@ -49,7 +50,7 @@ def test_short_machine_defers_then_forces_and_reads_the_monitor_only_when_due():
     deferred = []
     ev.add_listener(lambda e: e["kind"] == "deferred" and deferred.append((e["step"], e["reason"])))
     done = run(ev, 40)
-    assert done == {14: "resources:forced", 29: "resources:forced"}
+    assert done == {14: FORCED, 29: FORCED}
     assert deferred == [(g, SHORT) for g in (9, 10, 11, 12, 13, 24, 25, 26, 27, 28, 39)]
     assert monitor.calls == len(deferred) + len(done)  # never at a step with nothing due
     assert ev.summary()["deferrals"] == len(deferred)
@@ -65,8 +66,8 @@ def test_evaluation_runs_with_its_own_reason_once_the_machine_recovers():
 
 
 @pytest.mark.parametrize("alarm_bypass,expected", [
-    (True, {14: "resources:forced", 17: "alarm:loss:nonfinite"}),  # the urgent alarm runs at once
-    (False, {14: "resources:forced", 22: "resources:forced"}),  # ... or waits (5 steps) like the rest
+    (True, {14: FORCED, 17: "alarm:loss:nonfinite"}),  # the urgent alarm runs at once
+    (False, {14: FORCED, 22: "resources:forced (alarm:loss:nonfinite)"}),  # ... or waits (5 steps) like the rest
 ])
 def test_urgent_alarm_bypasses_the_shortage_when_configured(alarm_bypass, expected):
     ev = AdaptiveEvaluator.from_config(cfg(alarm_bypass=alarm_bypass), resource_monitor=FakeResourceMonitor([LOW]))
@@ -75,7 +76,7 @@ def test_urgent_alarm_bypasses_the_shortage_when_configured(alarm_bypass, expect
 
 def test_max_deferral_steps_zero_never_defers():
     ev = AdaptiveEvaluator.from_config(cfg(max_deferral_steps=0), resource_monitor=FakeResourceMonitor([LOW]))
-    assert run(ev, 20) == {9: "resources:forced", 19: "resources:forced"}
+    assert run(ev, 20) == {9: FORCED, 19: FORCED}
 
 
 def test_disabled_scheduler_never_reads_the_monitor():
@@ -104,7 +105,7 @@ def test_deferrals_are_logged_and_a_resumed_run_continues_the_same_deferral():
     assert evaluated[0][0] == 14 and evaluated[0][1].endswith(", deferred since step 9"), evaluated
     resumed = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     resumed.load_state_dict(state)
-    assert run(resumed, 40, start=12) == whole == {14: "resources:forced", 29: "resources:forced"}
+    assert run(resumed, 40, start=12) == whole == {14: FORCED, 29: FORCED}
     assert resumed.resources.state_dict() == ev.resources.state_dict()
 
 
@@ -116,4 +117,44 @@ def test_old_state_without_resources_still_loads():
     fresh = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     fresh.load_state_dict(state)
     assert fresh.resources.deferred_since is None
-    assert run(fresh, 20, start=11) == {16: "resources:forced"}  # the deferral restarts at step 11
+    assert run(fresh, 20, start=11) == {16: FORCED}  # the deferral restarts at step 11
+
+
+def _collapse_run(alarm_bypass, logger=None):
+    """A reward collapse at step 60 (a CUSUM alarm, not an urgent detector), on a machine always short."""
+    from adaptive_eval import load_config
+
+    config = load_config(overrides=[
+        "trigger.freq_steps=200", "resources.enabled=true", "resources.min_free_accelerator_gb=4",
+        "resources.max_deferral_steps=5", f"resources.alarm_bypass={str(alarm_bypass).lower()}",
+        "policy.alarm.corroborate=1", "policy.budget.enabled=false"])
+    monitor = FakeResourceMonitor([LOW])
+    ev = AdaptiveEvaluator.from_config(config, resource_monitor=monitor, logger=logger)
+    events = []
+    ev.add_listener(events.append)
+    for g in range(100):
+        noise = 0.05 * ((g * 7919) % 11 - 5) / 5
+        ev.observe({"train/reward": (0.5 if g < 60 else -1.5) + noise}, g)
+        ev.evaluate(lambda req: {"acc": [1.0] * len(req.indices(20))}, 0, g, g)
+    return ev, events, monitor
+
+
+def test_an_alarm_driven_evaluation_bypasses_the_shortage_and_a_forced_one_keeps_its_cause():
+    """alarm_bypass let only the urgent detectors (nonfinite) through: a CUSUM alarm's evaluation was deferred
+    max_deferral_steps, then forced as 'resources:forced', which no longer said that an alarm caused it."""
+    ev, events, monitor = _collapse_run(alarm_bypass=True)
+    (alarm,) = [e for e in events if e["kind"] == "alarm"]
+    reason = f"alarm:train/reward:cusum:{alarm['direction']}"
+    assert [(r.step, r.reason) for r in ev.history] == [(alarm["step"], reason)]  # at once
+    assert [e for e in events if e["kind"] == "deferred"] == [] and monitor.calls == 0  # the monitor is not read
+
+    logger = RecordingLogger()
+    ev, events, monitor = _collapse_run(alarm_bypass=False, logger=logger)
+    deferred = [e["step"] for e in events if e["kind"] == "deferred"]
+    assert deferred == list(range(alarm["step"], alarm["step"] + 5))
+    forced_at = alarm["step"] + 5
+    assert [(r.step, r.reason) for r in ev.history] == [(forced_at, f"resources:forced ({reason})")]
+    assert ev.resources.forced == 1
+    texts = [t for s, tag, t in logger.texts if tag == "decisions" and t.startswith("evaluated: ")]
+    assert len(texts) == 1 and texts[0].startswith(f"evaluated: resources:forced ({reason}) (n=")
+    assert texts[0].endswith(f", deferred since step {alarm['step']}")
