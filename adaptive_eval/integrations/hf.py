@@ -568,8 +568,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 raise
             raise RuntimeError(
                 f"compute_metrics failed on one item ({type(exc).__name__}: {exc}): AdaptiveEvalCallback calls it "
-                "once per item by default (per_item=True), so that each metric has a real interval; a corpus-level "
-                "metric (F1 macro, AUC, BLEU, ...) cannot be computed on one item: pass "
+                "once per item by default (per_item=True), so that each metric has a real interval; if a metric "
+                "needs several items (a corpus-level metric: F1 macro, AUC, BLEU, ...), pass "
                 "AdaptiveEvalCallback(..., per_item=False), which calls it once per batch of items") from exc
         out, skipped = {}, []
         for k, v in metrics.items():

@@ -527,7 +527,7 @@ class _MetricStates:
             return
         for m in module.modules():
             if isinstance(m, metric_type):
-                state = {name: _copy_state(getattr(m, name)) for name in m._defaults}
+                state = {name: _copy_state(getattr(m, name)) for name in getattr(m, "_defaults", {})}
                 extra = {name: getattr(m, name) for name in ("_update_count", "_computed", "_forward_cache")
                          if hasattr(m, name)}
                 self.saved.append((m, state, extra))
