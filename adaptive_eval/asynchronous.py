@@ -537,6 +537,9 @@ class AsyncEvaluations:
         self.down_shared: str | None = None
         self.sharded = sharded
         self._warned_plain = False
+        # What bounds a wait without evaluation.timeout_s, for the error of one that ran out (close(): its own).
+        self._wait_bound = (f"the wait ({self.wait_limit_s:g} s, "
+                            f"{'half of ' if group else ''}distributed.timeout_s)")
         self.closed = False  # close() was called: nothing more runs (see submit)
         self._said_held_up = False  # the warning of held_up(), once per run
 
@@ -690,7 +693,7 @@ class AsyncEvaluations:
                               why or "its result is integrated at this step (evaluation.async_integrate_after_steps)")
         except cf.TimeoutError:
             job.future.cancel()
-            what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else f"the wait ({limit:g} s)"
+            what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else self._wait_bound
             return EvalOutcome(None, TimeoutError(f"the asynchronous evaluation of step {job.step} did not finish "
                                                   f"within {what}"))
         except cf.CancelledError:
@@ -839,15 +842,17 @@ class AsyncEvaluations:
 
     def drain(self, timeout_s: float | None = None) -> list[tuple[_Job, object]]:
         """Wait for everything in flight (at most ``timeout_s`` in all) and return it to integrate."""
-        deadline = time.monotonic() + (self.wait_limit_s if timeout_s is None else timeout_s)
+        total = self.wait_limit_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + total
         out = []
         for job in list(self.jobs):
-            saved = self.wait_limit_s
+            saved, bound = self.wait_limit_s, self._wait_bound
             self.wait_limit_s = max(0.0, deadline - time.monotonic())
+            self._wait_bound = f"close()'s wait ({total:g} s in all)"
             try:
                 out.append((job, self._outcome(job, "close()", "close() integrates the evaluations in flight")))
             finally:
-                self.wait_limit_s = saved
+                self.wait_limit_s, self._wait_bound = saved, bound
         stuck = [job.step for job in self.jobs if job.future is not None and not job.future.done()]
         if stuck and isinstance(self.executor, cf.ThreadPoolExecutor):
             # Its worker threads are not daemons: Python joins them at exit, so the process would wait for the

@@ -627,7 +627,7 @@ def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluatio
         return {"score": [1.0] * 8}
 
     try:
-        ev, _ = make(cfg("policy.budget.enabled=false", "distributed.timeout_s=0.3"))
+        ev, events = make(cfg("policy.budget.enabled=false", "distributed.timeout_s=0.3"))
         train(ev, model_at(0), 6, fn=hangs)
         with caplog.at_level("WARNING", logger="adaptive_eval"):
             state = ev.state_dict()
@@ -640,3 +640,6 @@ def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluatio
     assert said[0].startswith("state_dict() waits up to 0 s more for the asynchronous evaluation of step 4")
     assert said[1].startswith("close() waits up to 0 s more for the asynchronous evaluation of step 4")
     assert all("evaluation.timeout_s is null" in s and "set evaluation.timeout_s" in s for s in said)
+    # The error names the bound that ran out (it said 'within the wait (0 s)': the time left of it).
+    (error,) = [e["error"] for e in events if e["kind"] == "error"]
+    assert error.endswith("did not finish within close()'s wait (0.3 s in all)"), error
