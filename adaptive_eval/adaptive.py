@@ -188,6 +188,12 @@ class AdaptiveEvaluator:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
         self.resources = ResourceScheduler(self.cfg.resources, resource_monitor)
         self._eval_at_end = bool(trig.eval_at_end)
+        # With the adaptive interval, a scheduled evaluation due this few steps before the final one (the
+        # shortest interval the policy ever takes) is left to it: it would measure nearly the same weights
+        # twice.  (A plain trigger keeps AReaL's schedule exactly.)
+        iv = self.cfg.policy.interval
+        self._final_window = (int(float(iv.min_factor) * trig.freq_steps)
+                              if iv.enabled and trig.freq_steps and trig.eval_at_end else 0)
         self._resources_enabled = self.resources.enabled
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
@@ -569,6 +575,8 @@ class AdaptiveEvaluator:
             spe = self.steps_per_epoch
             reason = trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
+        if reason is not None and self._final_window and self._near_final(reason, global_step):
+            reason = None  # (still due: the final step takes it)
         if reason is None:
             if not self._alarm_pending:
                 if not final:
@@ -580,6 +588,14 @@ class AdaptiveEvaluator:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
         return out if self._async is None else got
+
+    def _near_final(self, reason: str, global_step: int) -> bool:
+        """A scheduled ``reason`` within ``policy.interval.min_factor x trigger.freq_steps`` calls before the
+        final evaluation (``trigger.eval_at_end`` with a known ``total_steps``): left to that one."""
+        if reason not in _SCHEDULED or self.total_steps is None:
+            return False
+        # (the trigger counts evaluate() calls: with streams logged every k steps, the window is k steps a call)
+        return 0 < self.total_steps - 1 - global_step <= self._final_window * self._stride
 
     def _evaluate_in_group(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         """``evaluate`` in a process group: every branch before a collective is on values all ranks hold."""
@@ -612,6 +628,8 @@ class AdaptiveEvaluator:
                 for wire, s in alarms:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
+        if reason is not None and self._final_window and self._near_final(reason, global_step):
+            reason = None  # (still due: the final step takes it; on every rank alike, from shared values)
         if reason is None:
             if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"

@@ -438,3 +438,23 @@ def test_a_complex_metric_is_refused_as_a_detector_refuses_it_and_a_signalling_n
         with pytest.raises(TypeError, match="metric 'm': expected a real number, got a complex"):
             as_float("m", value)
     assert math.isnan(as_float("m", decimal.Decimal("sNaN"))) and math.isnan(as_float("m", decimal.Decimal("NaN")))
+
+
+def test_a_scheduled_evaluation_just_before_the_final_one_is_left_to_it():
+    """A relaxed interval put a scheduled evaluation at step 191 and the final one at 199 (and a new user saw
+    98 then 99, 117 then 119): the same weights measured twice.  With the adaptive interval, one due within
+    min_factor x freq_steps steps (12 here) of the final one is left to it; a plain schedule keeps AReaL's."""
+    def run(overrides, total=200):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=overrides), clock=FakeClock(), total_steps=total)
+        steps = []
+        for g in range(total):
+            ev.observe({"loss": 1.0 + 0.01 * (g % 5)}, g)
+            if ev.evaluate(lambda: {"acc": [1.0, 0.0] * 40}, 0, g, g) is not None:
+                steps.append(g)
+        return steps
+
+    assert run([]) == [24, 80, 199]  # (the relaxed one due at 191 is within 12 of 199)
+    assert run(["policy.interval.min_factor=0.2"]) == [24, 80, 191, 199]  # a window of 5 steps
+    plain = ["policy.interval.enabled=false", "policy.peak.enabled=false", "policy.sample_size.enabled=false"]
+    assert run(plain, total=100) == [24, 49, 74, 99] and run(plain, total=105) == [24, 49, 74, 99, 104]
+    assert run(["trigger.eval_at_end=false"]) == [24, 80, 191]  # no final evaluation: nothing is left to it
