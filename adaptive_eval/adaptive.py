@@ -584,6 +584,8 @@ class AdaptiveEvaluator:
                 reason = "trigger:final"
             elif final and not self._alarms_waiting():
                 reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
+        elif final and reason in _SCHEDULED:
+            reason = "trigger:final"  # (one due at the last step, or left to it, is the final one: every suite)
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
@@ -633,6 +635,8 @@ class AdaptiveEvaluator:
         if reason is None:
             if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
+        elif final and reason in _SCHEDULED:
+            reason = "trigger:final"  # (one due at the last step, or left to it, is the final one: every suite)
         elif reason in _SCHEDULED and self.trigger.scale != 1.0:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         decision = (self.decide(reason, global_step, urgent=final) if reason is not None or self._alarm_pending

@@ -451,9 +451,14 @@ def test_a_scheduled_evaluation_just_before_the_final_one_is_left_to_it():
             ev.observe({"loss": 1.0 + 0.01 * (g % 5)}, g)
             if ev.evaluate(lambda: {"acc": [1.0, 0.0] * 40}, 0, g, g) is not None:
                 steps.append(g)
+        reasons.append(ev.history[-1].reason)
         return steps
 
+    reasons = []
     assert run([]) == [24, 80, 199]  # (the relaxed one due at 191 is within 12 of 199)
+    # the one left to the final step is the final evaluation (every eval suite runs at trigger:final); it
+    # read interval:relaxed, as did any scheduled one due exactly at the last step
+    assert reasons == ["trigger:final"]
     assert run(["policy.interval.min_factor=0.2"]) == [24, 80, 191, 199]  # a window of 5 steps
     plain = ["policy.interval.enabled=false", "policy.peak.enabled=false", "policy.sample_size.enabled=false"]
     assert run(plain, total=100) == [24, 49, 74, 99] and run(plain, total=105) == [24, 49, 74, 99, 104]

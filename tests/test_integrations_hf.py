@@ -301,7 +301,7 @@ def test_asynchronous_evaluation_through_the_trainer_runs_on_the_weights_of_its_
         trainer.train()
     ev = cb.evaluator
     history = ev.history
-    assert len(history) >= 4 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
+    assert len(history) >= 3 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
     # each result was integrated 3 steps after its submission while the trainer kept training; the final one
     # (the last step's weights) was waited for at train end
     assert [r.integrated_step for r in history] == [min(r.step + 3, 29) for r in history]

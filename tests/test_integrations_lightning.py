@@ -306,7 +306,7 @@ def test_asynchronous_evaluation_through_the_module_runs_on_the_weights_of_its_s
         model = Model()
         trainer.fit(model, train, val)
     history = cb.evaluator.history
-    assert len(history) >= 4 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
+    assert len(history) >= 3 and (history[-1].step, history[-1].reason) == (29, "trigger:final")
     # integrated 3 steps after submission while training went on; the final one waited for at train end
     assert [r.integrated_step for r in history] == [min(r.step + 3, 29) for r in history]
     # the evaluation of the weights of its step (per item: the mean of validation_step's per-item val_loss)
