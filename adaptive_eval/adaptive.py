@@ -631,7 +631,7 @@ class AdaptiveEvaluator:
                     self._on_alarm(_alarm_from_wire(wire), s, rank=r)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is not None and self._final_window and self._near_final(reason, global_step):
-            reason = None  # (still due: the final step takes it; on every rank alike, from shared values)
+            reason = None  # (still due: the final step takes it; alike on ranks that observe at the same steps)
         if reason is None:
             if final and not (self._alarm_pending and self._alarms_waiting()):
                 reason = "trigger:final"
