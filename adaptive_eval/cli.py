@@ -202,7 +202,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
     print(f"  evaluations {s['evals']}, {samples}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
           f"simulated eval time {frac:.1%} of the run")
-    _budget_note(trace, cfg, sum(d["reason"].startswith("budget:") for d in result.deferrals), s["evals"])
+    _budget_note(trace, cfg, result.deferrals, s["evals"])
     reasons: dict[str, int] = {}
     for e in result.evals:
         key = e["reason"].split(":")[0]
@@ -253,9 +253,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _budget_note(trace, cfg, deferrals: int, evals: int, name: str = "") -> None:
-    """When the budget binds (more deferrals than evaluations), say what the clock and the eval cost are: a
-    trace whose time column has steps of 0.1 ms (a logger in a tight loop) affords almost no evaluation."""
+def _budget_note(trace, cfg, deferred: list[dict], evals: int, name: str = "") -> None:
+    """When the budget binds (more of its deferrals than evaluations), say what the clock and the eval cost are: a
+    trace whose time column has steps of 0.1 ms (a logger in a tight loop) affords almost no evaluation.
+    ``deferred``: the run's deferral lines; only the budget's count (not resources:, async:waiting)."""
+    deferrals = sum(d["reason"].startswith("budget:") for d in deferred)
     if deferrals <= max(evals, 10):
         return
     times = [r.time for r in trace.records]
@@ -307,8 +309,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             _truth_note(loaded, cfg)
             if run.evals and not any(e["metrics"] for e in run.evals):
                 _no_truth_warning(loaded)
-            _budget_note(loaded, cfg, sum(d["reason"].startswith("budget:") for d in run.deferrals), len(run.evals),
-                         run.name)
+            _budget_note(loaded, cfg, run.deferrals, len(run.evals), run.name)
             run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
             rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)
         except (ValueError, OSError) as exc:
