@@ -613,7 +613,7 @@ def test_every_validation_dataloader_is_evaluated_and_named_as_lightning_names_i
     val1 = DL(RandomDataset(32, 30), batch_size=4)
     torch.manual_seed(0)
     model = TwoLoaderModel()
-    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.metric=val_loss/dataloader_idx_0",
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5", "evaluation.metric=val_loss/dataloader_idx_0",
                                                            "evaluation.higher_is_better=false"])
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(model, train, [val0, val1])
@@ -693,6 +693,36 @@ def test_a_bad_config_is_a_config_error_when_the_callback_is_built():
         AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=32"])
     with pytest.raises(ConfigError, match="no_such_preset"):
         AdaptiveEvalCallback("no_such_preset")
+
+
+def test_a_tensorboard_logger_in_the_evaluators_folder_shows_each_result_as_one_tag_series(tmp_path):
+    """Before, with TensorBoardLogger's log_dir as logging.tensorboard_dir, each result was in that folder twice:
+    eval/val_loss from the evaluator and adaptive_eval/val_loss through the logger.  Now the evaluator's is the
+    one; other loggers (CSV here) still get adaptive_eval/<metric>."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train, val = loaders(n_train=160, n_val=40)
+    torch.manual_seed(0)
+    tb = TensorBoardLogger(tmp_path, name="tb", version=0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5",
+                                                           f"logging.tensorboard_dir={tb.log_dir}"])
+    trainer = L.Trainer(max_steps=30, logger=[tb, CSVLogger(tmp_path, name="csv")], enable_checkpointing=False,
+                        log_every_n_steps=5, callbacks=[cb], **QUIET)
+    trainer.fit(Model(), train, val)
+    steps = [r.step for r in cb.evaluator.history]
+    assert len(steps) >= 3
+    files = [p for p in (tmp_path / "tb" / "version_0").iterdir() if "tfevents" in p.name]
+    assert len(files) == 2  # Lightning's and the evaluator's, in one folder
+    scalars = {}
+    for f in files:
+        acc = EventAccumulator(str(f)).Reload()  # TensorBoard's own reader, default size guidance
+        scalars.update({tag: [e.step for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]})
+    assert "train_loss" in scalars and scalars["eval/val_loss"] == steps
+    assert not [t for t in scalars if t.startswith("adaptive_eval/")]
+    with open(next(tmp_path.glob("csv/*/metrics.csv"))) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("adaptive_eval/val_loss")]
+    assert [int(r["step"]) for r in rows] == steps
 
 
 class Points(torch.utils.data.Dataset):

@@ -34,7 +34,9 @@ What it does (see the README's table):
 * evaluates the final weights (the last optimizer step is step ``estimated_stepping_batches - 1``);
 * logs each result to every ``trainer.loggers[i].log_metrics`` at the step the trainer's own logging uses
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
-  ``pl_module.log`` (which loses or repeats one-off points);
+  ``pl_module.log`` (which loses or repeats one-off points); a ``TensorBoardLogger`` whose ``log_dir`` is
+  ``logging.tensorboard_dir`` is left out, since the evaluator's own file there already holds the results as
+  ``eval/<metric>`` at the same step (one metric, one tag series);
 * checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
   resumes with the same decisions; under DDP the checkpoint (written by global rank zero) holds every rank's
   state, gathered while Lightning dumps it on all ranks, and each rank resumes its own (its detectors saw its
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -88,6 +91,27 @@ __all__ = ["AdaptiveEvalCallback"]
 log = logging.getLogger("adaptive_eval")
 
 _VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
+
+
+def _tensorboard_beside(cfg, trainer) -> set[int]:
+    """``id()`` of the trainer's ``TensorBoardLogger``-s whose ``log_dir`` is ``logging.tensorboard_dir``.  The
+    evaluator's own TensorBoard file there holds each result as ``eval/<metric>`` (with its interval, n and paired
+    difference) at the step the adapter reports at, so reporting it again as ``adaptive_eval/<metric>`` through
+    that logger would show one metric as two tag series in one folder (found by a review)."""
+    import os
+
+    folder = cfg.logging.tensorboard_dir
+    if folder is None:
+        return set()
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    out = set()
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            theirs = logger.log_dir
+            if theirs is not None and os.path.realpath(os.fspath(theirs)) == os.path.realpath(os.fspath(folder)):
+                out.add(id(logger))
+    return out
 
 
 class AdaptiveEvalCallback(Callback):
@@ -128,6 +152,7 @@ class AdaptiveEvalCallback(Callback):
         self._val = None  # [(dataset, collate_fn)] of this fit, one per validation dataloader
         self._pick_metric = False
         self._loss_warned = False
+        self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
         self._reset_stream_state()
         self.hooks_called: set[str] = set()
 
@@ -185,6 +210,7 @@ class AdaptiveEvalCallback(Callback):
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
         # when only a loss is left to track as higher-is-better.
+        self._beside = _tensorboard_beside(cfg, trainer)
         self._pick_metric = cfg.evaluation.metric is None
         self._loss_warned = not bool(cfg.evaluation.higher_is_better)
         self._async = asynchronous(cfg, executor)
@@ -469,7 +495,8 @@ class AdaptiveEvalCallback(Callback):
         scalars["adaptive_eval/step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
         step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for logger in trainer.loggers:  # log_metrics is rank-zero only in every Lightning logger
-            logger.log_metrics(scalars, step=step)
+            if id(logger) not in self._beside:
+                logger.log_metrics(scalars, step=step)
 
     # -- state ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
