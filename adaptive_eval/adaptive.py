@@ -1045,9 +1045,9 @@ class AdaptiveEvaluator:
             else:
                 result = dataclasses.replace(result, step=job.step, epoch=job.epoch, submitted_step=job.step,
                                              integrated_step=global_step)
-                if not self._distributed:  # (in a group the outcome's per-item values stay on its worker)
-                    result = self._pair(result, outcome.item_values)
-                result = self._with_aggregate(result)
+                # (in a group every rank pairs with the per-item values it holds: the owner's, an eval rank's sent
+                # back to it, or this rank's shard; one all-gather combines them, as for a synchronous evaluation)
+                result = self._with_aggregate(self._pair(result, outcome.item_values))
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 self._say_untracked(result)

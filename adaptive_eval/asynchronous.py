@@ -382,7 +382,8 @@ class EvalRanks:
                 from adaptive_eval.evaluators import EvalOutcome
 
                 outcome = EvalOutcome(None, exc)
-            answer.broadcast_object(_outcome_to_wire(outcome), src=me)
+            # (with its per-item values: the first training rank pairs them with the previous evaluation's)
+            answer.broadcast_object(_outcome_to_wire(outcome, items=True), src=me)
             done += 1
 
     def executor(self) -> "_EvalRankExecutor":
@@ -776,7 +777,9 @@ class AsyncEvaluations:
                 found = tuple(rank_discrepancies(means, counts, discrepancy_threshold, step=job.step))
             result = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason,
                                 seconds=max(p[2] for p in parts), metrics=combined, epoch=job.epoch)
-            out.append((job, EvalOutcome(result, None, means, counts, found, attempts=attempts)))
+            # (this rank's per-item values of its shard: the paired comparison combines the ranks' at integration)
+            out.append((job, EvalOutcome(result, None, means, counts, found, attempts=attempts,
+                                         item_values=mine.item_values)))
         return out
 
     def outcomes_to_wire(self, pairs) -> list:

@@ -4,7 +4,8 @@ One spawn of three processes runs every case in turn, each on its own EvalRanks 
 
 * bad layouts (an eval rank outside the world, eval ranks covering every rank) are refused on every rank;
 * normal: the training ranks send the weights, keep training, and both integrate every result at the same
-  step; the results are those of a single-process run on a thread (same steps, same values);
+  step; the results are those of a single-process run on a thread (same steps, same values, the same paired
+  differences on shared items: the eval rank sends its per-item values back);
 * hung: the eval rank sleeps through one evaluation: both training ranks get an error at the same step, within
   distributed.timeout_s, and train on without evaluations (async:down);
 * dead: the eval rank dies in an evaluation: the same, at once.
@@ -35,7 +36,14 @@ def config(*extra):
 
 
 def weight_sum(request, weights):
-    return {"score": [float(sum(t.double().sum() for t in weights.values()))] * 8}
+    """Per item, two samples that move with the weights (items x samples: the evaluation has per-item values,
+    so each result carries its paired difference with the one before on the items both share)."""
+    total = float(sum(t.double().sum() for t in weights.values()))
+    return {"score": [[total + 0.1 * i, total - 0.05 * i] for i in request.indices(8)]}
+
+
+def paired(ev):
+    return [{k: (round(v.mean, 9), v.n) for k, v in r.paired.items()} for r in ev.history]
 
 
 def train(ev, steps=STEPS, pause=0.0):
@@ -95,6 +103,7 @@ def _world(rank, world, out_dir):
             ev = AdaptiveEvaluator.from_config(config(), clock=FakeClock(), group=layout.train_group,
                                                eval_ranks=layout, total_steps=STEPS)
             results[case] = train(ev, pause=0.02)
+            results[f"{case}:paired"] = paired(ev)
         with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
             pickle.dump(results, f)
         if case != "dead":  # after it, rank 2 is gone
@@ -140,6 +149,10 @@ def test_both_training_ranks_integrate_each_result_of_the_eval_rank_at_the_same_
             model.weight.add_(0.01 * (g + 1))
     ev.close()
     assert decisions(events) == events0
+    # The eval rank's per-item values reach the training ranks: every result after the first carries the paired
+    # difference with the one before, as in one process.
+    assert world[0]["normal:paired"] == world[1]["normal:paired"] == paired(ev)
+    assert all(p["score"][1] == 8 for p in paired(ev)[1:])
 
 
 def test_a_hung_eval_rank_is_an_error_on_both_training_ranks_within_the_timeout_and_training_goes_on(world):

@@ -13,7 +13,8 @@ result at the same step and take the same decisions.  One spawn runs every case 
 * discrepancy: rank 1's shard scores 0.5 higher (its copy of the model is off): with
   ``distributed.rank_discrepancy_threshold`` both ranks get the rank_discrepancy alarm, as synchronously;
 * resume: each rank saves its state with an evaluation in flight and a new evaluator continues from it with
-  the uninterrupted run's decisions.
+  the uninterrupted run's decisions;
+* every result carries its paired difference with the one before on the items both share, from both shards.
 """
 
 import json
@@ -72,7 +73,9 @@ def _world(rank, world):
     def weight_sum(request, weights):  # runs on this rank's worker thread, for this rank's items
         items = request.indices(100)
         calls.append((request.step, request.rank, request.world_size, items))
-        return {"score": [float(sum(t.double().sum() for t in weights.values()))] * len(items)}
+        total = float(sum(t.double().sum() for t in weights.values()))
+        # items x samples (the items are known: each result pairs with the one before on the items both share)
+        return {"score": [[total + 0.01 * i, total - 0.01 * i] for i in items]}
 
     def make(*extra):
         return AdaptiveEvaluator.from_config(config(*extra), clock=FakeClock(), total_steps=STEPS)
@@ -143,6 +146,14 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
         model = model_at(e["step"])  # (drive evaluates a step before its update)
         expected = float(sum(t.double().sum() for t in model.state_dict().values()))
         assert abs(e["result"]["metrics"]["score"] - expected) < 1e-9
+
+    # the paired difference with the previous evaluation on the items both share (nested samples: the smaller
+    # one), from both ranks' shards: every item moved by the change of the weights between the two steps
+    for before, e in zip(evals, evals[1:]):
+        paired = e["result"]["paired"]["score"]
+        assert paired["n"] == min(before["result"]["n"]["score"], e["result"]["n"]["score"])
+        change = e["result"]["metrics"]["score"] - before["result"]["metrics"]["score"]
+        assert abs(paired["diff"] - change) < 1e-9, (paired, change)
 
     # as soon as done: a timing-dependent step, the same one on both ranks, always after the submission
     asap0, asap1 = ranks[0]["asap"], ranks[1]["asap"]
