@@ -47,7 +47,6 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy.signal import lfilter
 
 from adaptive_eval.trace import Trace, TraceRecord
 
@@ -91,6 +90,8 @@ def _ar1(rng: np.random.Generator, n: int, phi: float, sd: float) -> np.ndarray:
     """Stationary AR(1) noise with marginal standard deviation ``sd``."""
     innovations = rng.normal(0.0, sd * math.sqrt(1.0 - phi * phi), n)
     first = rng.normal(0.0, sd)
+    from scipy.signal import lfilter  # (here: importing scipy.signal takes 1.5 s, which every CLI call paid)
+
     out, _ = lfilter([1.0], [1.0, -phi], innovations, zi=[phi * first])
     return out
 

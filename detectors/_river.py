@@ -15,8 +15,9 @@ import math
 import warnings
 import zlib
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from river import drift as river_drift
 
 from adaptive_eval.detectors._base import (
     _DIRECTIONS,
@@ -32,7 +33,19 @@ from adaptive_eval.detectors._base import (
     t_to_z,
 )
 
+if TYPE_CHECKING:
+    from river import drift as river_drift
+
 __all__ = ["ADWIN", "KSWIN", "PageHinkley"]
+
+
+def _drift():
+    """``river.drift``, imported when a river detector is first built: importing it also imports river's datasets
+    and scikit-learn (about 3 s on the 2-core test machine), which every process that builds only the default
+    preset's detectors (a CLI call, a spawned rank) paid for nothing."""
+    from river import drift
+
+    return drift
 
 _INF = math.inf
 # ADWIN sees values beyond this as this (an explosion to 1e200 is still a jump; its squares, summed over a
@@ -150,7 +163,7 @@ class PageHinkley(Detector):
         self._ph.threshold = _INF
 
     def _new_river(self) -> river_drift.PageHinkley:
-        return river_drift.PageHinkley(min_instances=self.min_instances, delta=self.delta, threshold=self.threshold_,
+        return _drift().PageHinkley(min_instances=self.min_instances, delta=self.delta, threshold=self.threshold_,
                                        alpha=self.alpha, mode=self.mode)
 
     def _reset(self) -> None:
@@ -399,7 +412,7 @@ class ADWIN(Detector):
         return params
 
     def _new_river(self) -> river_drift.ADWIN:
-        return river_drift.ADWIN(delta=self.delta_, clock=self.clock, max_buckets=self.max_buckets,
+        return _drift().ADWIN(delta=self.delta_, clock=self.clock, max_buckets=self.max_buckets,
                                  min_window_length=self.min_window_length, grace_period=self.grace_period)
 
     def _reset(self) -> None:
@@ -604,7 +617,7 @@ class KSWIN(Detector):
         self._kswin.alpha = -1.0
 
     def _new_river(self) -> river_drift.KSWIN:
-        return river_drift.KSWIN(alpha=self.alpha_, window_size=self.window_size, stat_size=self.stat_size,
+        return _drift().KSWIN(alpha=self.alpha_, window_size=self.window_size, stat_size=self.stat_size,
                                  seed=self.seed)
 
     def _reset(self) -> None:
