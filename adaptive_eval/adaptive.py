@@ -859,7 +859,8 @@ class AdaptiveEvaluator:
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
         # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
         # import torch before the clock starts, so the first evaluation is not billed seconds for it.
-        import torch  # noqa: F401
+        if ev["precision"] != "none":
+            import torch  # noqa: F401
 
         start = self.clock()
         outcome = run_evaluation_outcome(

@@ -98,7 +98,7 @@ class EvaluationConfig:
     max_retries: int = 2
     retry_backoff_s: float = 1.0
     timeout_s: Optional[float] = None
-    precision: str = "fp32"  # fp32 | bf16 | fp16
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (under torch.inference_mode) | none (evaluate_fn runs as it is)
     # Asynchronous evaluation (adaptive_eval.asynchronous): evaluate() submits and returns at once.
     asynchronous: bool = False
     max_in_flight: int = 1  # evaluations running at once; when full, a due one waits (an urgent one cancels)
@@ -253,7 +253,7 @@ class Config:
 
 _CHOICES = {
     "evaluation.on_error": ("skip", "retry", "raise"),
-    "evaluation.precision": ("fp32", "bf16", "fp16"),
+    "evaluation.precision": ("fp32", "bf16", "fp16", "none"),
 }
 _POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps",
                      "policy.budget.alarm_min_size")

@@ -188,7 +188,7 @@ class EvalTimeout:
 
 
 def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None):
-    if precision is None:
+    if precision is None or precision == "none":
         return call_evaluate_fn(evaluate_fn, request)
     # Autocast on CUDA when there is a GPU (where the model is, whatever the group's backend), else CPU.
     with eval_context(precision):
@@ -294,7 +294,7 @@ def run_evaluation_outcome(
     ``num_items`` (if known) is how many items the request covers, used for metrics given as one scalar.
 
     ``precision`` (``fp32|bf16|fp16``) runs ``evaluate_fn`` under ``torch.inference_mode`` and, for the
-    half precisions, autocast (see :func:`adaptive_eval.distributed.eval_context`); None runs it as is.
+    half precisions, autocast (see :func:`adaptive_eval.distributed.eval_context`); None or ``"none"`` runs it as is.
 
     **Sharded** when ``request.world_size > 1`` (every rank of ``dist_context``'s group, default the
     world, must call this at the same step with a request for its rank).  After each attempt the ranks

@@ -523,7 +523,10 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
-    cfg = as_config(cfg)
+    cfg = as_config(cfg)  # (a copy: the caller's config is never changed)
+    # The simulated evaluations are numbers, not a model: evaluate_fn runs as it is, without torch.inference_mode
+    # (which imported torch, 2.8 s of every CLI replay here).  Nothing decided depends on it.
+    cfg = OmegaConf.merge(cfg, {"evaluation": {"precision": "none"}})
     if cfg.replay.every_step:
         trace = every_step(trace)
     records = trace.records

@@ -376,7 +376,7 @@ def test_rank_discrepancy_threshold_is_a_config_key():
         load_config(overrides=["distributed.rank_discrepancy_threshold=-1"])
 
 
-@pytest.mark.parametrize("precision,dtype", [("fp32", "float32"), ("bf16", "bfloat16")])
+@pytest.mark.parametrize("precision,dtype", [("fp32", "float32"), ("bf16", "bfloat16"), ("none", "float32")])
 def test_evaluation_precision_applies_in_one_process_too(precision, dtype):
     import torch
 
@@ -391,4 +391,12 @@ def test_evaluation_precision_applies_in_one_process_too(precision, dtype):
         return {"x": [1.0]}
 
     assert ev.evaluate(fn, 0, 0, 0) is not None
-    assert seen == {"inference_mode": True, "dtype": f"torch.{dtype}"}
+    # (none: evaluate_fn runs as it is, for one that is not a torch model)
+    assert seen == {"inference_mode": precision != "none", "dtype": f"torch.{dtype}"}
+
+
+def test_an_unknown_precision_is_a_config_error_naming_the_choices():
+    from adaptive_eval import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"evaluation\.precision.*fp32.*bf16.*fp16.*none"):
+        load_config(overrides=["evaluation.precision=fp8"])

@@ -399,3 +399,20 @@ def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(coll
     err = capsys.readouterr().err
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["deferrals"] > max(summary["evals"], 10) and "the budget deferred" not in err
+
+
+def test_replay_runs_the_simulated_evaluations_without_importing_torch(tmp_path):
+    """Replay's evaluations are simulated numbers: they ran under torch.inference_mode, which imported torch
+    (2.8 s of every CLI replay here).  Now they run as they are (evaluation.precision: none), with the same
+    decisions, and a replay in a fresh process never imports torch."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "t.csv"
+    path.write_text("step,loss,eval/acc\n" + "".join(f"{i},{1.0 + (i % 3) * 0.01},0.5\n" for i in range(60)))
+    code = ("import sys; from adaptive_eval.replay import replay; from adaptive_eval.trace import read_trace; "
+            f"r = replay(read_trace({str(path)!r}), 'default'); print(len(r.evals), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    evals, torch_imported = out.stdout.split()
+    assert int(evals) >= 2 and torch_imported == "False"
