@@ -212,7 +212,8 @@ def eval_context(precision: str = "fp32", device_type: str | None = None) -> Ite
 
     dtypes = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
     if precision not in dtypes:
-        raise ValueError(f"evaluation.precision must be one of fp32, bf16, fp16; got {precision!r}")
+        raise ValueError(f"evaluation.precision must be one of fp32, bf16, fp16 here (none runs evaluate_fn without "
+                         f"eval_context); got {precision!r}")
     if device_type is None:
         device_type = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.inference_mode():

@@ -523,10 +523,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
-    cfg = as_config(cfg)  # (a copy: the caller's config is never changed)
-    # The simulated evaluations are numbers, not a model: evaluate_fn runs as it is, without torch.inference_mode
-    # (which imported torch, 2.8 s of every CLI replay here).  Nothing decided depends on it.
-    cfg = OmegaConf.merge(cfg, {"evaluation": {"precision": "none"}})
+    cfg = as_config(cfg)
     if cfg.replay.every_step:
         trace = every_step(trace)
     records = trace.records
@@ -572,7 +569,12 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                       stacklevel=2)
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
                                   logger=logger if logger is not None else NullLogger(), **extra)
+    # The simulated evaluations are numbers, not a model: they run as they are (evaluation.precision: none), not
+    # under torch.inference_mode, which imported torch (2.8 s of every CLI replay here).  Nothing decided depends on
+    # it; the config the run logs stays the user's.
+    evaluator._evaluation["precision"] = "none"
     if asynchronous:
+        evaluator._async.options["precision"] = "none"
         evaluator._async.set_latency(eval_latency_model(trace, cfg))
     out = ReplayResult()
     evaluator.add_listener(out.listen)

@@ -403,16 +403,23 @@ def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(coll
 
 def test_replay_runs_the_simulated_evaluations_without_importing_torch(tmp_path):
     """Replay's evaluations are simulated numbers: they ran under torch.inference_mode, which imported torch
-    (2.8 s of every CLI replay here).  Now they run as they are (evaluation.precision: none), with the same
-    decisions, and a replay in a fresh process never imports torch."""
+    (2.8 s of every CLI replay here), and so did the TensorBoard logger's rank check.  Now they run as they are
+    (evaluation.precision: none) and a CLI replay with its TensorBoard folder never imports torch; the config it
+    logs is still the user's (precision fp32)."""
     import subprocess
     import sys
 
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     path = tmp_path / "t.csv"
     path.write_text("step,loss,eval/acc\n" + "".join(f"{i},{1.0 + (i % 3) * 0.01},0.5\n" for i in range(60)))
-    code = ("import sys; from adaptive_eval.replay import replay; from adaptive_eval.trace import read_trace; "
-            f"r = replay(read_trace({str(path)!r}), 'default'); print(len(r.evals), 'torch' in sys.modules)")
+    out_dir = tmp_path / "out"
+    code = ("import sys; from adaptive_eval.cli import main; "
+            f"rc = main(['replay', {str(path)!r}, '--out', {str(out_dir)!r}]); print(rc, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    evals, torch_imported = out.stdout.split()
-    assert int(evals) >= 2 and torch_imported == "False"
+    assert out.stdout.split()[-2:] == ["0", "False"], out.stdout
+    assert len((out_dir / "evals.jsonl").read_text().splitlines()) >= 2
+    acc = EventAccumulator(str(out_dir / "tb"), size_guidance={"tensors": 0}).Reload()
+    config = acc.Tensors("run_config")[0]
+    assert b"precision: fp32" in config.tensor_proto.string_val[0]
