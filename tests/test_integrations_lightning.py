@@ -145,12 +145,27 @@ class RecordingCallback(AdaptiveEvalCallback):
     def on_train_end(self, trainer, pl_module):
         super().on_train_end(trainer, pl_module)
         history = [[r.step, r.reason, r.items, r.mean("val_loss"), list(r["val_loss"].ci)]
+                   + ([r.mean("val_mse"), r["val_mse"].n] if "val_mse" in r.metrics else [])
                    for r in self.evaluator.history]
         with open(f"{self.out}/rank{trainer.global_rank}.json", "w") as f:
             json.dump({"history": history, "seen": self.seen, "world": self.evaluator._world}, f)
 
 
 class RankSkewedModel(Model):
+    def __init__(self):
+        super().__init__()
+        import torchmetrics
+
+        # synced across ranks at every forward: the adapter's per-item calls must not (shards of different sizes,
+        # and an asynchronous replica's worker thread beside training's collectives, would wait in an all-gather)
+        self.val_mse = torchmetrics.MeanSquaredError(dist_sync_on_step=True)
+
+    def validation_step(self, batch, batch_idx):
+        out = self(batch)
+        self.log("val_loss", torch.nn.functional.mse_loss(out, torch.ones_like(out)))
+        self.val_mse(out, torch.ones_like(out))
+        self.log("val_mse", self.val_mse)
+
     def training_step(self, batch, batch_idx):
         loss = self.step(batch, self.train_target)
         if self.global_rank == 1 and self.global_step >= 25:  # only rank 1's stream goes bad
@@ -166,7 +181,8 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
     the callback, so no pool is passed)."""
     extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
     train, val = loaders(n_train=320, n_val=200)
-    cb = RecordingCallback(tmp_path, overrides=FAST + extra)
+    odd = ["policy.sample_size.initial=47", "policy.sample_size.min=47", "policy.sample_size.max=47"]  # 24 + 23
+    cb = RecordingCallback(tmp_path, overrides=FAST + odd + extra)
     trainer = L.Trainer(max_steps=40, strategy="ddp_spawn", devices=2, num_nodes=1, logger=False,
                         enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(RankSkewedModel(), train, val)
@@ -187,6 +203,10 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
         assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
                                                            reason="").indices(200))
         assert h[2] == len(mine) + len(theirs)
+        # the torchmetrics metric (dist_sync_on_step=True), computed over each rank's shard and combined: the MSE of
+        # all the items, which is the mean of their per-item losses (each item has 2 outputs)
+        assert h[6] == h[2] and h[5] == pytest.approx(h[3], rel=1e-5)
+    assert any(len(seen0[h[0]]) != len(seen1[h[0]]) for h in r0["history"])  # (shards of different sizes)
 
 
 class StateRecording(AdaptiveEvalCallback):

@@ -34,9 +34,9 @@ What it does (see the README's table):
 * evaluates the final weights (the last optimizer step is step ``estimated_stepping_batches - 1``);
 * logs each result to every ``trainer.loggers[i].log_metrics`` at the step the trainer's own logging uses
   (``fit_loop.epoch_loop._batches_that_stepped``), as ``LearningRateMonitor`` does, never through
-  ``pl_module.log`` (which loses or repeats one-off points); a ``TensorBoardLogger`` whose ``log_dir`` is
-  ``logging.tensorboard_dir`` is left out, since the evaluator's own file there already holds the results as
-  ``eval/<metric>`` at the same step (one metric, one tag series);
+  ``pl_module.log`` (which loses or repeats one-off points); a ``TensorBoardLogger`` whose ``log_dir`` is the
+  folder the evaluator's own TensorBoard file is in (``logging.tensorboard_dir``) is left out, since that file
+  already holds the results as ``eval/<metric>`` (one metric, one tag series);
 * checkpoints its state (``state_dict``: plain values, loads under ``torch.load(weights_only=True)``) and
   resumes with the same decisions; under DDP the checkpoint (written by global rank zero) holds every rank's
   state, gathered while Lightning dumps it on all ranks, and each rank resumes its own (its detectors saw its
@@ -93,23 +93,25 @@ log = logging.getLogger("adaptive_eval")
 _VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
 
 
-def _tensorboard_beside(cfg, trainer) -> set[int]:
-    """``id()`` of the trainer's ``TensorBoardLogger``-s whose ``log_dir`` is ``logging.tensorboard_dir``.  The
-    evaluator's own TensorBoard file there holds each result as ``eval/<metric>`` (with its interval, n and paired
-    difference) at the step the adapter reports at, so reporting it again as ``adaptive_eval/<metric>`` through
-    that logger would show one metric as two tag series in one folder (found by a review)."""
-    import os
-
-    folder = cfg.logging.tensorboard_dir
-    if folder is None:
-        return set()
+def _tensorboard_beside(ours, trainer) -> set[int]:
+    """``id()`` of the trainer's ``TensorBoardLogger``-s that write into the folder the evaluator's own TensorBoard
+    logger (``ours``, from ``logging.tensorboard_dir``) writes to.  Its file there holds each result as
+    ``eval/<metric>`` (with its interval, n and paired difference), so reporting it again as
+    ``adaptive_eval/<metric>`` through that logger would show one metric as two tag series in one folder (found by
+    a review).  Nothing is left out when the evaluator writes no file (no folder, or it could not open one) or the
+    trainer's folder is remote (``s3://...``: the evaluator's logger writes local files only)."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
+    from adaptive_eval.tensorboard import TensorBoardLogger as Ours
+
+    if not isinstance(ours, Ours):
+        return set()
+    folder = os.path.realpath(os.fspath(ours.log_dir))
     out = set()
     for logger in trainer.loggers:
         if isinstance(logger, TensorBoardLogger):
             theirs = logger.log_dir
-            if theirs is not None and os.path.realpath(os.fspath(theirs)) == os.path.realpath(os.fspath(folder)):
+            if theirs is not None and "://" not in str(theirs) and os.path.realpath(os.fspath(theirs)) == folder:
                 out.add(id(logger))
     return out
 
@@ -210,7 +212,7 @@ class AdaptiveEvalCallback(Callback):
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
         # when only a loss is left to track as higher-is-better.
-        self._beside = _tensorboard_beside(cfg, trainer)
+        self._beside = _tensorboard_beside(self.evaluator.logger, trainer)
         self._pick_metric = cfg.evaluation.metric is None
         self._loss_warned = not bool(cfg.evaluation.higher_is_better)
         self._async = asynchronous(cfg, executor)
@@ -546,7 +548,10 @@ class _MetricStates:
     """The torchmetrics ``Metric`` modules of a module, for the adapter's own validation calls: their states are
     saved first and restored after (a metric the user accumulates is left as it was), reset before each
     validation set, and computed over this rank's items only (no sync across ranks: the evaluator combines the
-    ranks' shards)."""
+    ranks' shards).  A metric built with ``dist_sync_on_step=True`` would all-gather across ranks at every item
+    the adapter scores: ranks with shards of different sizes (and an asynchronous replica, from its worker
+    thread, beside training's own collectives) would wait in a collective the others never join; it is turned
+    off for the adapter's calls and restored after."""
 
     def __init__(self, module, metric_type):
         self.saved = []
@@ -555,8 +560,10 @@ class _MetricStates:
         for m in module.modules():
             if isinstance(m, metric_type):
                 state = {name: _copy_state(getattr(m, name)) for name in getattr(m, "_defaults", {})}
-                extra = {name: getattr(m, name) for name in ("_update_count", "_computed", "_forward_cache")
-                         if hasattr(m, name)}
+                extra = {name: getattr(m, name) for name in ("_update_count", "_computed", "_forward_cache",
+                                                             "dist_sync_on_step") if hasattr(m, name)}
+                if getattr(m, "dist_sync_on_step", False):
+                    m.dist_sync_on_step = False
                 self.saved.append((m, state, extra))
 
     def reset(self) -> None:
