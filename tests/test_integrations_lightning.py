@@ -1,6 +1,7 @@
 """The Lightning adapter on a real lightning.Trainer (CPU; BoringModel-based; two gloo ranks with ddp_spawn)."""
 
 import csv
+import datetime
 import json
 import logging
 import math
@@ -13,6 +14,7 @@ L = pytest.importorskip("lightning")
 import torch  # noqa: E402
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint  # noqa: E402
 from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from adaptive_eval import EvalRequest  # noqa: E402
@@ -183,7 +185,9 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(tmp_path, mode):
     train, val = loaders(n_train=320, n_val=200)
     odd = ["policy.sample_size.initial=47", "policy.sample_size.min=47", "policy.sample_size.max=47"]  # 24 + 23
     cb = RecordingCallback(tmp_path, overrides=FAST + odd + extra)
-    trainer = L.Trainer(max_steps=40, strategy="ddp_spawn", devices=2, num_nodes=1, logger=False,
+    # ddp_spawn with a 2-minute collective timeout instead of 30: a collective one rank never joins fails the test
+    spawn = DDPStrategy(start_method="spawn", timeout=datetime.timedelta(seconds=120))
+    trainer = L.Trainer(max_steps=40, strategy=spawn, devices=2, num_nodes=1, logger=False,
                         enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(RankSkewedModel(), train, val)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
