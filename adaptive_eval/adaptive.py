@@ -38,7 +38,7 @@ from adaptive_eval.evaluators import EvalTimeout, check_step, run_evaluation_out
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
-from adaptive_eval.stats import as_float
+from adaptive_eval.stats import as_float, warm_statistics
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import Decision, EvalRequest, EvalResult
 
@@ -198,6 +198,11 @@ class AdaptiveEvaluator:
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
         self._evaluation = plain["evaluation"]
+        # The statistics of a result need scipy.stats: imported here, once, not inside the first evaluation, whose
+        # measured seconds the budget learns the cost of evaluations from (importing it took 1 s there; the first
+        # evaluation of examples/hf_trainer.py looked 10x its cost, and the budget held an alarm's evaluation from
+        # step 63 to the run's end).  See warm_statistics.
+        warm_statistics(self._evaluation["confidence"])
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)

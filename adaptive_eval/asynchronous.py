@@ -371,6 +371,9 @@ class EvalRanks:
         answer = DistContext(pair, self.timeout_s)
         me = self._group_rank(pair, self.rank)
         done = 0
+        from adaptive_eval.stats import warm_statistics
+
+        warm_statistics()  # (the first job's seconds are the training ranks' cost model's too)
         while True:
             msg = broadcast_tensor_container(None, src_rank=self.leader, group=pair)  # waits for the next job
             if msg.get("stop"):

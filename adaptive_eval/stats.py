@@ -57,6 +57,14 @@ def normal_quantile(confidence: float) -> float:
     return float(norm.ppf(0.5 + confidence / 2.0))
 
 
+def warm_statistics(confidence: float = 0.95) -> None:
+    """Import and compute now what summarizing a result needs first (scipy.stats, the normal quantile), so that a
+    process's first evaluation is not timed with a one-off import of about a second: the budget's cost model
+    learns from evaluations' measured seconds (an evaluator and an eval rank call this before their first one)."""
+    normal_quantile(confidence)
+    t_quantile(confidence, 1)
+
+
 @functools.lru_cache(maxsize=4096)
 def t_quantile(confidence: float, df: int) -> float:
     """The two-sided Student-t quantile (scipy), cached by degrees of freedom."""

@@ -463,3 +463,24 @@ def test_a_scheduled_evaluation_just_before_the_final_one_is_left_to_it():
     plain = ["policy.interval.enabled=false", "policy.peak.enabled=false", "policy.sample_size.enabled=false"]
     assert run(plain, total=100) == [24, 49, 74, 99] and run(plain, total=105) == [24, 49, 74, 99, 104]
     assert run(["trigger.eval_at_end=false"]) == [24, 80, 191]  # no final evaluation: nothing is left to it
+
+
+def test_the_first_evaluation_is_not_timed_with_a_one_off_import(tmp_path):
+    """The budget learns what an evaluation costs from measured seconds.  The first evaluation imported
+    scipy.stats for its interval (about 1 s), so in examples/hf_trainer.py (10 ms steps) it looked 10x its cost and
+    the budget held an alarm's evaluation from step 63 to the run's end.  Here, in a fresh interpreter, the clock
+    counts imported modules: what the first evaluation imports is what the budget bills it for."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from adaptive_eval import AdaptiveEvaluator, load_config
+clock = lambda: float(len(sys.modules))
+ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1"]), clock=clock)
+ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0, 1.0]}, 0, 0, 0)
+print(ev.summary()["eval_seconds"])  # (the eval time the budget's share counts)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.split()[-1]) < 20  # modules imported during it (scipy.stats alone brings hundreds)
