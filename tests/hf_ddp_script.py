@@ -2,7 +2,7 @@
 ranks with the callback; each rank writes what it was asked to score and what it got back.  A second
 argument ``async`` evaluates asynchronously (results integrated 3 steps after submission); ``save`` checkpoints
 every 10 steps and records each rank's state at every save, ``resume`` resumes from ``checkpoint-20`` and records
-the state each rank resumed with."""
+the state each rank resumed with.  Several modes (``save,async``) run one after the other in one launch."""
 
 import gc
 import json
@@ -41,7 +41,24 @@ class Recording(AdaptiveEvalCallback):
         return super()._evaluate_on(request, model)
 
 
-def main(out: str, mode: str = "sync") -> None:
+def main(out: str, modes: str = "sync") -> None:
+    """Each mode of ``modes`` (comma-separated) in turn, in this one launch (each into ``out/<mode>`` when there are
+    several): a torchrun start (importing torch and transformers on both ranks) is most of a run's time."""
+    for mode in modes.split(","):
+        folder = out if "," not in modes else os.path.join(out, mode)
+        os.makedirs(folder, exist_ok=True)
+        Recording.seen, Recording.saved, Recording.resumed_with = [], {}, []
+        run(folder, mode)
+    # The Trainer leaves its gloo group alive.  Exiting with it (and the DDP reducer's pending work) can abort
+    # the interpreter at finalization ("terminate called without an active exception", SIGABRT: gloo's worker
+    # threads still hold work whose tensors need the GIL; pytorch/pytorch#179291), which made this test flaky
+    # under load.  Drop what holds the group (run's trainers are gone with its frame), then destroy it on every rank.
+    gc.collect()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def run(out: str, mode: str) -> None:
     rank = int(os.environ["RANK"])
     torch.manual_seed(0)
     train, held_out = Points(1600, rank), Points(200, 1)  # different training data per rank: different streams
@@ -61,14 +78,7 @@ def main(out: str, mode: str = "sync") -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"history": history, "seen": Recording.seen, "world": cb.evaluator._world, "logged": logged,
                    "saved": Recording.saved, "resumed_with": Recording.resumed_with}, f)
-    # The Trainer leaves its gloo group alive.  Exiting with it (and the DDP reducer's pending work) can abort
-    # the interpreter at finalization ("terminate called without an active exception", SIGABRT: gloo's worker
-    # threads still hold work whose tensors need the GIL; pytorch/pytorch#179291), which made this test flaky
-    # under load.  Drop what holds the group, then destroy it on every rank.
     del trainer, cb
-    gc.collect()
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -14,21 +14,29 @@ pytest.importorskip("accelerate")
 from adaptive_eval import EvalRequest  # noqa: E402
 
 
-def run(tmp_path, mode):
+def run(tmp_path, mode, out="rank"):
     script = Path(__file__).with_name("hf_ddp_script.py")
     env = dict(os.environ, OMP_NUM_THREADS="1", TRANSFORMERS_VERBOSITY="error")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script), str(tmp_path), mode], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return None if out is None else [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """One two-rank run that checkpoints every 10 steps (the folder, and each rank's record): it serves as the
-    plain synchronous run and as the uninterrupted run the resume is compared with (one torchrun less)."""
-    folder = tmp_path_factory.mktemp("hf_ddp_saved")
-    return folder, run(folder, "save")
+def launch(tmp_path_factory):
+    """One torchrun launch, two runs one after the other: one that checkpoints every 10 steps (it serves as the
+    plain synchronous run and as the uninterrupted run the resume is compared with), and an asynchronous one."""
+    folder = tmp_path_factory.mktemp("hf_ddp")
+    run(folder, "save,async", out=None)
+    ranks = lambda mode: [json.loads((folder / mode / f"rank{r}.json").read_text()) for r in (0, 1)]  # noqa: E731
+    return {"save": (folder / "save", ranks("save")), "async": ranks("async")}
+
+
+@pytest.fixture(scope="module")
+def saved(launch):
+    """(the folder of the run that checkpointed, each rank's record)"""
+    return launch["save"]
 
 
 def test_two_gloo_ranks_score_each_item_once_and_agree(saved):
@@ -44,10 +52,10 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(saved):
                                                            reason="").indices(200))
 
 
-def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_the_same_steps(tmp_path):
+def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_the_same_steps(launch):
     """DDP and asynchronous evaluation: each rank scores its shard on a replica in its worker thread while both
     ranks train; both integrate every result 3 steps later and log it at the same step."""
-    r0, r1 = run(tmp_path, "async")
+    r0, r1 = launch["async"]
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3
     assert r0["history"][-1][:2] == [29, "trigger:final"]
     assert [h[5] for h in r0["history"]] == [min(h[0] + 3, 29) for h in r0["history"]]
