@@ -14,7 +14,6 @@ import functools
 import math
 import warnings
 import zlib
-
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +45,7 @@ def _drift():
     from river import drift
 
     return drift
+
 
 _INF = math.inf
 # ADWIN sees values beyond this as this (an explosion to 1e200 is still a jump; its squares, summed over a
@@ -164,7 +164,7 @@ class PageHinkley(Detector):
 
     def _new_river(self) -> river_drift.PageHinkley:
         return _drift().PageHinkley(min_instances=self.min_instances, delta=self.delta, threshold=self.threshold_,
-                                       alpha=self.alpha, mode=self.mode)
+                                    alpha=self.alpha, mode=self.mode)
 
     def _reset(self) -> None:
         self._ph = self._new_river()
@@ -413,7 +413,7 @@ class ADWIN(Detector):
 
     def _new_river(self) -> river_drift.ADWIN:
         return _drift().ADWIN(delta=self.delta_, clock=self.clock, max_buckets=self.max_buckets,
-                                 min_window_length=self.min_window_length, grace_period=self.grace_period)
+                              min_window_length=self.min_window_length, grace_period=self.grace_period)
 
     def _reset(self) -> None:
         self._adwin = self._new_river()
@@ -618,7 +618,7 @@ class KSWIN(Detector):
 
     def _new_river(self) -> river_drift.KSWIN:
         return _drift().KSWIN(alpha=self.alpha_, window_size=self.window_size, stat_size=self.stat_size,
-                                 seed=self.seed)
+                              seed=self.seed)
 
     def _reset(self) -> None:
         self._kswin = self._new_river()
