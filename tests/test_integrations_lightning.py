@@ -637,7 +637,7 @@ def test_every_validation_dataloader_is_evaluated_and_named_as_lightning_names_i
     val1 = DL(RandomDataset(32, 30), batch_size=4)
     torch.manual_seed(0)
     model = TwoLoaderModel()
-    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5", "evaluation.metric=val_loss/dataloader_idx_0",
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.metric=val_loss/dataloader_idx_0",
                                                            "evaluation.higher_is_better=false"])
     trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
     trainer.fit(model, train, [val0, val1])
