@@ -414,15 +414,22 @@ def test_a_trace_recorded_by_an_asynchronous_run_replays_with_its_recorded_laten
     assert not any("async" in a["stream"] for a in out.alarms)  # the latency column is not a stream
 
 
-def test_a_hung_evaluation_in_a_users_thread_pool_is_named_at_close(caplog):
-    """With the README's executor=ThreadPoolExecutor(1) an evaluation that hangs let close() return after its
-    timeout, and then the interpreter waited forever at exit for the pool's (non-daemon) worker: close() now
-    says so and what to use instead.  A daemon-thread executor is not warned about."""
+def hanging():
+    """``(release, evaluate_fn)``: an evaluation that hangs until ``release.set()`` (at most 30 s)."""
     release = threading.Event()
 
     def hangs(request, weights):
         release.wait(30)
         return {"score": [1.0] * 8}
+
+    return release, hangs
+
+
+def test_a_hung_evaluation_in_a_users_thread_pool_is_named_at_close(caplog):
+    """With the README's executor=ThreadPoolExecutor(1) an evaluation that hangs let close() return after its
+    timeout, and then the interpreter waited forever at exit for the pool's (non-daemon) worker: close() now
+    says so and what to use instead.  A daemon-thread executor is not warned about."""
+    release, hangs = hanging()
 
     try:
         for executor, warned in ((cf.ThreadPoolExecutor(1), True), (DaemonThreadExecutor(), False)):
@@ -565,13 +572,7 @@ def test_an_evaluation_that_holds_up_due_ones_is_warned_about_once_at_a_step_set
     evaluation (async:waiting at every step) without a word.  After HELD_UP_WARN_CALLS (20) evaluate() calls at
     which a due evaluation waited for it, one warning names its step and the key to set; its step depends on
     the steps only.  A run whose evaluations finish says nothing."""
-    from adaptive_eval import asynchronous
-
-    release = threading.Event()
-
-    def hangs(request, weights):
-        release.wait(30)
-        return {"score": [1.0] * 8}
+    release, hangs = hanging()
 
     try:
         ev, events = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false"))
@@ -600,11 +601,7 @@ def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluatio
     from adaptive_eval import asynchronous
 
     monkeypatch.setattr(asynchronous, "QUIET_WAIT_S", 0.05, raising=False)  # (1 s by default: a test need not wait that long)
-    release = threading.Event()
-
-    def hangs(request, weights):
-        release.wait(30)
-        return {"score": [1.0] * 8}
+    release, hangs = hanging()
 
     try:
         ev, events = make(cfg("policy.budget.enabled=false", "distributed.timeout_s=0.3"))
