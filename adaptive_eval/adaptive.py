@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import logging
 import math
+import numbers
 import os
 import sys
 import time
@@ -34,7 +35,7 @@ from omegaconf import OmegaConf
 
 from adaptive_eval.config import as_config
 from adaptive_eval.distributed import CollectiveError, DistContext
-from adaptive_eval.evaluators import EvalTimeout, check_step, run_evaluation_outcome
+from adaptive_eval.evaluators import EvalTimeout, _wants_request, check_step, run_evaluation_outcome
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
@@ -206,6 +207,7 @@ class AdaptiveEvaluator:
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
+        self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -348,6 +350,34 @@ class AdaptiveEvaluator:
             alarm = update(value, step)
             if alarm is not None:
                 self._raised(alarm, step)
+
+    def checkpoint_saved(self, global_step: int, ref=None) -> None:
+        """Say that a checkpoint of the model at ``global_step`` is kept, so that it can be evaluated later.
+
+        When an evaluation an alarm brought forward shows the tracked metric fell (a collapse, a NaN run), the
+        evaluator then evaluates at once the last kept checkpoint from before the alarm (``policy.lookback``),
+        calling ``evaluate_fn`` with ``request.checkpoint = ref`` and ``request.step`` = its step: the
+        function loads that checkpoint (``ref``: its path or name, a plain value kept in ``state_dict``)
+        when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  Without calls to
+        this method nothing of the kind happens.  Only the synchronous single-process path looks back (not
+        ``evaluation.asynchronous``, a process group or eval suites: there it is said once and ignored).
+
+        A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
+        """
+        policy = self.policies.by_name.get("lookback")
+        if policy is None:
+            return
+        why = ("evaluation.asynchronous" if self._async is not None else "a process group" if self._distributed
+               else "evaluation.suites" if self._suites else None)
+        if why is not None:
+            if not self._lookback_said and self._rank == 0:
+                log.warning("checkpoint_saved: kept checkpoints are not evaluated with %s (policy.lookback runs "
+                            "in the synchronous single-process path); ignored (said once)", why)
+            self._lookback_said = True
+            return
+        if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
+            raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}")
+        policy.saved(int(global_step), ref)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.
@@ -919,7 +949,63 @@ class AdaptiveEvaluator:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
             self._log_eval(global_step, decision, result)
+        # (after this evaluation is reported: with evaluation.on_error: raise a failed look back raises from here)
+        looked = self._look_back(evaluate_fn, decision, epoch, global_step)
+        if looked is not None:
+            self._report_look_back(*looked, global_step)
         return result
+
+    def _look_back(self, evaluate_fn, decision: Decision, epoch, global_step: int):
+        """Evaluate the kept checkpoint the lookback policy asks for after this evaluation, if any: ``(request,
+        outcome, result)``, or None."""
+        policy = self.policies.by_name.get("lookback")
+        wanted = policy.take() if policy is not None else None
+        if wanted is None or self._async is not None or self._distributed or self._suites:
+            return None
+        if not _wants_request(evaluate_fn):  # evaluate_fn() cannot be told which checkpoint: it would measure now
+            if not self._lookback_said:
+                log.warning("policy.lookback: evaluate_fn takes no request, so it cannot load a kept checkpoint "
+                            "(request.checkpoint); kept checkpoints are not evaluated (said once)")
+            self._lookback_said = True
+            return None
+        step, ref, items = wanted
+        ev = self._evaluation
+        request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{decision.reason}",
+                              checkpoint=ref)
+        start = self.clock()
+        outcome = run_evaluation_outcome(
+            evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
+            on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
+            dist_context=None, precision=ev["precision"], timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"],
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
+        )
+        self._eval_seconds += self.clock() - start  # (the budget counts it like any evaluation)
+        result = outcome.result
+        if result is not None:
+            result = dataclasses.replace(result, evaluated_at=global_step)
+            self.history.append(result)  # (not to the policies or the eval detectors: its step is past)
+        else:
+            self._eval_errors += 1
+        return request, outcome, result
+
+    def _report_look_back(self, request: EvalRequest, outcome, result: EvalResult | None, global_step: int) -> None:
+        if result is None:
+            self._emit({"kind": "error", "step": request.step, "evaluated_at": global_step, "reason": request.reason,
+                        "error": f"{type(outcome.error).__name__}: {outcome.error}"})
+        else:
+            self._emit({"kind": "eval", "step": request.step, "evaluated_at": global_step, "result": result})
+        if not self._logging:
+            return
+        if result is not None:
+            from adaptive_eval.tensorboard import EVAL_PREFIX, eval_scalars
+
+            # On the checkpoint's step, under lookback/ (eval/ has points after it: TensorBoard drops the later
+            # points of a tag written at an earlier step).
+            self.logger.log(request.step, {"lookback/" + k[len(EVAL_PREFIX):]: v
+                                           for k, v in eval_scalars(result).items()})
+        what = f"n={result.items}" if result is not None else f"failed: {type(outcome.error).__name__}"
+        self.logger.text(global_step, "decisions", f"evaluated the checkpoint of step {request.step} "
+                                                   f"({request.reason}, {what})")
 
     def _with_aggregate(self, result: EvalResult) -> EvalResult:
         """With suites and ``evaluation.suite_aggregate``: the result with ``<suite_aggregate>/<metric>`` added

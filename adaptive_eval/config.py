@@ -186,12 +186,21 @@ class PeakPolicyConfig:
 
 
 @dataclass
+class LookbackPolicyConfig:
+    enabled: bool = True  # does nothing until the trainer calls AdaptiveEvaluator.checkpoint_saved
+    lag_steps: int = 5  # the checkpoint evaluated after a fall is at least this many steps before the alarm
+    keep: int = 8  # the latest kept checkpoints remembered
+    sample_size: Optional[int] = None  # items; None: the previous evaluation's
+
+
+@dataclass
 class PolicyConfig:
     alarm: AlarmPolicyConfig = field(default_factory=AlarmPolicyConfig)
     interval: IntervalPolicyConfig = field(default_factory=IntervalPolicyConfig)
     sample_size: SampleSizePolicyConfig = field(default_factory=SampleSizePolicyConfig)
     budget: BudgetPolicyConfig = field(default_factory=BudgetPolicyConfig)
     peak: PeakPolicyConfig = field(default_factory=PeakPolicyConfig)
+    lookback: LookbackPolicyConfig = field(default_factory=LookbackPolicyConfig)
 
 
 @dataclass
@@ -237,6 +246,9 @@ class ReplayConfig:
     # true: the trace's time column (a TensorBoard folder's wall times) is the training clock; false: every
     # step takes step_seconds.
     trace_time: bool = True
+    # A checkpoint kept every this many steps (at the steps that are multiples of it; the evaluator is told with
+    # checkpoint_saved, and policy.lookback may evaluate one after a fall, from its step's ground truth); null: none.
+    checkpoint_every: Optional[int] = None
 
 
 @dataclass
@@ -256,14 +268,16 @@ _CHOICES = {
     "evaluation.precision": ("fp32", "bf16", "fp16", "none"),
 }
 _POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps",
-                     "policy.budget.alarm_min_size")
+                     "policy.budget.alarm_min_size", "policy.lookback.sample_size",
+                     "replay.checkpoint_every")
 # 0 fires at every step, as in AReaL.
 _NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "policy.alarm.abrupt_steps")
 METRIC_KINDS = ("proportion", "mean")
 _POSITIVE = ("policy.alarm.cooldown_steps", "policy.alarm.corroborate", "policy.interval.min_factor", "policy.interval.max_factor",
              "policy.interval.relax", "policy.sample_size.initial", "policy.sample_size.min",
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
-             "policy.budget.max_eval_fraction", "policy.peak.improving_factor", "distributed.timeout_s",
+             "policy.budget.max_eval_fraction", "policy.peak.improving_factor", "policy.lookback.keep",
+             "distributed.timeout_s",
              "replay.step_seconds", "replay.eval_set_size", "logging.flush_secs")
 _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resources.min_free_accelerator_gb",
                  "resources.min_free_accelerator_fraction", "resources.min_free_host_gb",
@@ -271,7 +285,8 @@ _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resour
                  "evaluation.seed")
 _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.significance",
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
-_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps", "policy.alarm.corroborate_steps")
+_COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps", "policy.alarm.corroborate_steps",
+           "policy.lookback.lag_steps")
 _RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))

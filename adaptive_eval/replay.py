@@ -585,8 +585,26 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # earlier checkpoint.
     truth: dict[str, int] = {}
     truth_at: dict[int, dict[str, int]] = {}
+    # replay.checkpoint_every: the kept checkpoints' ground truth (what the simulator and `truth` held at their
+    # step), the latest policy.lookback.keep of them; a request for one is drawn from it.
+    every = cfg.replay.checkpoint_every
+    kept: dict[int, tuple] = {}
+    if every is not None and (asynchronous or isinstance(sim, _SuiteSimulatedEval)):
+        warnings.warn(f"{trace.source + ': ' if trace.source else ''}replay.checkpoint_every is ignored with "
+                      f"{'evaluation.asynchronous' if asynchronous else 'eval suites'} (policy.lookback runs in the "
+                      "synchronous path without suites)", RuntimeWarning, stacklevel=2)
+        every = None
 
     def fn(request):
+        if request.checkpoint is not None and request.checkpoint in kept:
+            sim_truth, sim_std, marks = kept[request.checkpoint]
+            truth_at[request.step] = dict(marks)
+            now = sim.truth, sim.std
+            sim.truth, sim.std = sim_truth, sim_std
+            try:
+                return sim(request)
+            finally:
+                sim.truth, sim.std = now
         truth_at[request.step] = dict(truth)
         return sim(request)
 
@@ -607,6 +625,11 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         if epoch != last_epoch:
             epoch_start, last_epoch = i, epoch
         evaluator.evaluate(fn, epoch, i - epoch_start, rec.step)
+        if every is not None and rec.step % every == 0:
+            kept[rec.step] = (dict(sim.truth), dict(sim.std), dict(truth))
+            while len(kept) > int(cfg.policy.lookback.keep):
+                del kept[next(iter(kept))]
+            evaluator.checkpoint_saved(rec.step, rec.step)
         if progress is not None and i % 1000 == 0:
             progress(i)
     s = evaluator.summary()

@@ -113,8 +113,9 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     from ``pre_level``.  It is there only for suites and items x samples metrics, whose items are known, and it
     is the stronger test when items differ in difficulty (the between-item spread cancels).  Two tests per
     evaluation: under no change, a false confirmation is up to about twice as likely as by the interval
-    alone.  An evaluation without a finite interval confirms nothing, nor does a replayed one that measured
-    a model from before the event (``truth_step``: with ground truth logged every k steps, an evaluation
+    alone.  An evaluation without a finite interval confirms nothing, nor does a kept checkpoint evaluated later
+    (``evaluated_at``, ``policy.lookback``: its result came after the evaluation that prompted it), nor a
+    replayed one that measured a model from before the event (``truth_step``: with ground truth logged every k steps, an evaluation
     between two records of it measures the earlier one).  None when no evaluation confirms the change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
@@ -139,7 +140,7 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     if level is None and not paired:
         return None
     for i, e in enumerate(ordered):
-        if e["step"] < event_step or _before(e, event_step, metric):
+        if e["step"] < event_step or _before(e, event_step, metric) or e.get("evaluated_at") is not None:
             continue
         ci = _eval_interval(e, metric) if level is not None else None
         if ci is not None:
@@ -601,7 +602,9 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
 
 def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | None = None) -> tuple[int, int]:
     """(evaluations an alarm brought forward, all evaluations) on the event-free stretch of a run: before
-    its first event, or the whole run when it has none.  An alarm-driven evaluation there was needless.
+    its first event, or the whole run when it has none.  An alarm-driven evaluation there was needless.  A kept
+    checkpoint evaluated later (``evaluated_at``: ``policy.lookback``, after an evaluation showed a fall) is
+    counted in neither.
 
     >>> evals = [{"step": 5, "reason": "trigger:steps"}, {"step": 7, "reason": "alarm:loss:cusum:up"},
     ...          {"step": 30, "reason": "alarm:loss:nonfinite"}]
@@ -609,7 +612,7 @@ def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | N
     ((1, 2), (2, 3))
     """
     first = min((getattr(ev, "step", ev) for ev in events), default=math.inf)
-    quiet = [e for e in evals if e["step"] < first]
+    quiet = [e for e in evals if e["step"] < first and e.get("evaluated_at") is None]  # (not a kept checkpoint's)
     return sum(str(e.get("reason", "")).startswith("alarm:") for e in quiet), len(quiet)
 
 

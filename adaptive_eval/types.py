@@ -61,6 +61,9 @@ class EvalRequest:
     world_size: int = 1
     # The suites due in this evaluation (empty without evaluation.suites), by name.
     suites: Mapping = dataclasses.field(default_factory=dict)
+    # A kept checkpoint to evaluate instead of the model as it is now (what the trainer gave
+    # AdaptiveEvaluator.checkpoint_saved; ``step`` is then that checkpoint's step); None: the current model.
+    checkpoint: object = None
     # Filled by indices(): how many items this rank was handed (for metrics reported as one scalar).
     _handed: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -210,6 +213,9 @@ class EvalResult:
     paired: Mapping[str, MetricSummary] = dataclasses.field(default_factory=dict)
     submitted_step: int | None = None
     integrated_step: int | None = None
+    # A kept checkpoint evaluated later (reason ``lookback:...``): ``step`` is the checkpoint's, this the step at
+    # which it was evaluated.  None: the model of ``step`` evaluated at ``step``.
+    evaluated_at: int | None = None
 
     def __getitem__(self, name: str) -> MetricSummary:
         return self.metrics[name]
@@ -235,6 +241,8 @@ class EvalResult:
         return self._add_async(d)
 
     def _add_async(self, d: dict) -> dict:
+        if self.evaluated_at is not None:
+            d["evaluated_at"] = self.evaluated_at
         if self.integrated_step is not None:
             d["submitted_step"] = self.submitted_step
             d["integrated_step"] = self.integrated_step
@@ -245,13 +253,15 @@ class EvalResult:
         return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
                    metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
                    paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
-                   submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"))
+                   submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"),
+                   evaluated_at=d.get("evaluated_at"))
 
     def to_dict(self) -> dict:
         """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for
         multi-sample metrics also ``samples_per_item``, ``nan_count`` where NaN samples were skipped, and
         ``paired`` differences when there are any; ``sample_size`` is the number of items actually evaluated
-        (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``."""
+        (:attr:`items`); an asynchronous result adds ``submitted_step`` and ``integrated_step``, a kept
+        checkpoint's (``lookback:...``) ``evaluated_at``."""
         line = {"step": self.step, "epoch": self.epoch, "sample_size": self.items, "reason": self.reason,
                 "metrics": {k: v.mean for k, v in self.metrics.items()},
                 "ci": {k: [v.ci[0], v.ci[1]] for k, v in self.metrics.items()}, "seconds": self.seconds,

@@ -9,6 +9,7 @@ from adaptive_eval.policies._alarm import AlarmPolicy
 from adaptive_eval.policies._base import Context, NopPolicy, Policy, primary_metric
 from adaptive_eval.policies._budget import BudgetPolicy
 from adaptive_eval.policies._interval import IntervalPolicy, differs, paired_differs
+from adaptive_eval.policies._lookback import LookbackPolicy
 from adaptive_eval.policies._peak import PeakPolicy
 from adaptive_eval.policies._registry import PolicySet, available, make_policies, make_policy
 from adaptive_eval.policies._sample_size import SampleSizePolicy
@@ -18,6 +19,7 @@ __all__ = [
     "BudgetPolicy",
     "Context",
     "IntervalPolicy",
+    "LookbackPolicy",
     "NopPolicy",
     "PeakPolicy",
     "Policy",

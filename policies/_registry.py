@@ -10,6 +10,7 @@ from adaptive_eval.policies._alarm import AlarmPolicy
 from adaptive_eval.policies._base import Context, NopPolicy, Policy
 from adaptive_eval.policies._budget import BudgetPolicy
 from adaptive_eval.policies._interval import IntervalPolicy
+from adaptive_eval.policies._lookback import LookbackPolicy
 from adaptive_eval.policies._peak import PeakPolicy
 from adaptive_eval.policies._sample_size import SampleSizePolicy
 
@@ -23,9 +24,10 @@ _REGISTRY: dict[str, type[Policy]] = {
     "peak": PeakPolicy,
     "sample_size": SampleSizePolicy,
     "budget": BudgetPolicy,
+    "lookback": LookbackPolicy,
     "nop": NopPolicy,
 }
-_ORDER = ("interval", "peak", "alarm", "sample_size", "budget")
+_ORDER = ("interval", "peak", "alarm", "sample_size", "budget", "lookback")
 # The decision passes alarm -> sample size -> peak (which may raise the size to confirm a new best) -> budget.
 _PROPOSE_ORDER = ("alarm", "sample_size", "peak", "budget")
 
@@ -40,9 +42,9 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
     if isinstance(params.get("urgent_detectors"), Sequence):
         params["urgent_detectors"] = tuple(params["urgent_detectors"])
     ev = evaluation or {}
-    if name in ("interval", "peak", "sample_size"):
+    if name in ("interval", "peak", "sample_size", "lookback"):
         params.setdefault("metric", ev.get("metric"))
-    if name == "peak":
+    if name in ("peak", "lookback"):
         params.setdefault("higher_is_better", ev.get("higher_is_better", True))
     if name == "sample_size":
         params.setdefault("confidence", ev.get("confidence", 0.95))
@@ -72,7 +74,9 @@ class PolicySet:
         self.policies = list(policies)
         self.by_name = {p.name: p for p in self.policies}
         rank = {name: i for i, name in enumerate(_PROPOSE_ORDER)}
-        self._proposers = sorted(self.policies, key=lambda p: rank.get(p.name, -1))
+        # (a policy that never changes a decision, such as lookback, is not called at every step)
+        self._proposers = sorted((p for p in self.policies if type(p).propose is not Policy.propose),
+                                 key=lambda p: rank.get(p.name, -1))
 
     def scale(self) -> float:
         s = 1.0

@@ -1,0 +1,136 @@
+"""Look back: after an alarm's evaluation shows the metric fell, evaluate the last kept checkpoint from before
+the alarm, so that the best checkpoint is not judged by an evaluation made long before the fall."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+from adaptive_eval.types import EvalResult
+
+from adaptive_eval.policies._base import Context, Policy, primary_metric
+
+__all__ = ["LookbackPolicy"]
+
+
+class LookbackPolicy(Policy):
+    """Which kept checkpoint to evaluate after a fall, if any.
+
+    The trainer says which checkpoints it keeps (:meth:`AdaptiveEvaluator.checkpoint_saved
+    <adaptive_eval.AdaptiveEvaluator.checkpoint_saved>`; without that this policy does nothing).  When an
+    evaluation an alarm brought forward shows the tracked metric *fell* (its interval lies wholly on the worse
+    side of the previous evaluation's mean, or it is not finite: a NaN run), the last kept checkpoint saved
+    after the previous evaluation and at least ``lag_steps`` before the first alarm since it is evaluated at
+    once (reason ``lookback:<the alarm's reason>``), on the previous evaluation's number of items (or
+    ``sample_size``).  Why: a quiet run is evaluated rarely, so when it collapses or dies the last look at it
+    may be 100 steps old, and the best checkpoint, the one just before the fall, was never measured.
+
+    The checkpoint's result is the model of its own step: ``EvalResult.step`` is that step and
+    ``evaluated_at`` the step it was evaluated at.  It goes to the history, the logs and the pick
+    (:func:`adaptive_eval.scoring.pick_best`), not to the other policies (its step is in the past), and
+    :func:`adaptive_eval.scoring.confirmed_delay` does not count it as a confirmation.  ``keep``: how many of
+    the latest checkpoints are remembered.
+
+    >>> from adaptive_eval.types import EvalResult, MetricSummary
+    >>> p = LookbackPolicy(lag_steps=5, keep=4)
+    >>> ctx = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0)
+    >>> r = lambda s, m, why: EvalResult(step=s, sample_size=300, reason=why, seconds=0.0,
+    ...                                  metrics={"acc": MetricSummary(m, 300, (m - 0.05, m + 0.05))})
+    >>> p.on_eval(r(100, 0.60, "interval:relaxed"), ctx(100))
+    >>> for s in (150, 200, 250): p.saved(s, f"ckpt-{s}")
+    >>> p.on_alarm(None, ctx(252)); p.on_eval(r(253, 0.05, "alarm:reward:cusum:down"), ctx(253))
+    >>> p.take()      # 250 is within lag_steps of the alarm at 252: it may hold the fallen model
+    (200, 'ckpt-200', 300)
+    >>> p.take() is None
+    True
+    """
+
+    name = "lookback"
+
+    def __init__(self, lag_steps: int = 5, keep: int = 8, sample_size: int | None = None, metric: str | None = None,
+                 higher_is_better: bool = True):
+        if isinstance(lag_steps, bool) or not isinstance(lag_steps, int) or lag_steps < 0:
+            raise ValueError(f"lag_steps must be an integer >= 0, got {lag_steps!r}")
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep must be an integer >= 1, got {keep!r}")
+        if sample_size is not None and (isinstance(sample_size, bool) or not isinstance(sample_size, int)
+                                        or sample_size < 1):
+            raise ValueError(f"sample_size must be a positive integer or None, got {sample_size!r}")
+        self.lag_steps = lag_steps
+        self.keep = keep
+        self.sample_size = sample_size
+        self.metric = metric
+        self.higher_is_better = bool(higher_is_better)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._kept: list[list] = []  # [[step, ref], ...], oldest first
+        self._last: list | None = None  # [step, mean, items] of the latest evaluation with a finite mean
+        self._alarm_step: int | None = None  # the first alarm since the latest evaluation
+        self._pending: list | None = None  # [step, ref, items]
+
+    def saved(self, step: int, ref=None) -> None:
+        """A checkpoint of the model at ``step`` is kept; ``ref`` (a path, a name, a number or None) is handed
+        back in ``EvalRequest.checkpoint`` when it is evaluated."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step must be an integer, got {step!r}")
+        if isinstance(ref, os.PathLike):
+            ref = os.fspath(ref)
+        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
+            raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
+                            f"value), got {type(ref).__name__}")
+        self._kept = [k for k in self._kept if k[0] != step] + [[int(step), ref]]
+        self._kept.sort(key=lambda k: k[0])
+        del self._kept[:-self.keep]
+
+    @property
+    def kept(self) -> list[tuple[int, object]]:
+        """The remembered checkpoints, ``(step, ref)``, oldest first."""
+        return [(s, r) for s, r in self._kept]
+
+    def on_alarm(self, alarm, ctx: Context) -> None:
+        if self._alarm_step is None:
+            self._alarm_step = int(ctx.step)
+
+    on_held_alarm = on_alarm
+
+    def on_eval(self, result: EvalResult, ctx: Context) -> None:
+        alarm_step, self._alarm_step = self._alarm_step, None
+        found = primary_metric(result, self.metric)
+        if found is None:
+            return
+        summary = found[1]
+        last = self._last
+        if math.isfinite(summary.mean):
+            self._last = [int(result.step), float(summary.mean), int(summary.n)]
+        if last is None or "alarm:" not in result.reason or not self._kept:
+            return
+        low, high = summary.ci
+        if math.isfinite(summary.mean):
+            fell = high < last[1] if self.higher_is_better else low > last[1]
+        else:
+            fell = True
+        if not fell:
+            return
+        latest = min(int(result.step), alarm_step if alarm_step is not None else int(result.step)) - self.lag_steps
+        options = [k for k in self._kept if last[0] < k[0] <= latest]
+        if options:
+            step, ref = options[-1]
+            self._pending = [step, ref, self.sample_size if self.sample_size is not None else max(last[2], 1)]
+
+    def take(self) -> tuple[int, object, int] | None:
+        """The checkpoint to evaluate now, ``(step, ref, items)``, once; None when there is none."""
+        pending, self._pending = self._pending, None
+        return None if pending is None else (pending[0], pending[1], pending[2])
+
+    def state_dict(self) -> dict:
+        return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),
+                "alarm_step": self._alarm_step, "pending": None if self._pending is None else list(self._pending)}
+
+    def load_state_dict(self, sd: Mapping) -> None:
+        self._reset()
+        self._kept = [list(k) for k in sd.get("kept", [])]
+        self._last = None if sd.get("last") is None else list(sd["last"])
+        self._alarm_step = sd.get("alarm_step")
+        self._pending = None if sd.get("pending") is None else list(sd["pending"])

@@ -1,0 +1,216 @@
+"""policy.lookback: after an alarm's evaluation shows a fall, the last kept checkpoint from before it is evaluated."""
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from adaptive_eval import AdaptiveEvaluator, load_config
+from adaptive_eval.config import ConfigError
+from adaptive_eval.scoring import confirmed_delay, needless_evals, pick_best
+from conftest import FakeClock
+
+COLLAPSE = 660
+STEPS = 800
+
+
+def truth(step: int) -> float:
+    """A run that improves until it collapses at COLLAPSE: its best model is the last one before."""
+    return 0.3 + 0.4 * step / 600 if step < COLLAPSE else 0.02
+
+
+class Run:
+    """A training loop with a real evaluator: reward falls at COLLAPSE; evaluate_fn measures the model of the
+    step it is asked for (the kept checkpoint when request.checkpoint is set, else the current one)."""
+
+    def __init__(self, overrides=(), *, keep_every=50, tensorboard=None):
+        ov = ["trigger.freq_steps=25", *overrides]
+        if tensorboard is not None:
+            ov.append(f"logging.tensorboard_dir={tensorboard}")
+        self.clock = FakeClock()
+        self.evaluator = AdaptiveEvaluator(load_config("default", overrides=ov), total_steps=STEPS, clock=self.clock)
+        self.keep_every = keep_every
+        self.rng = np.random.default_rng(0)
+        self.eval_rng = np.random.default_rng(1)
+        self.requests = []
+        self.step = 0
+
+    def evaluate_fn(self, request):
+        self.requests.append((request.step, request.checkpoint, request.sample_size, request.reason))
+        at = request.step if request.checkpoint is None else int(request.checkpoint)
+        n = request.sample_size or 500
+        return {"accuracy": (self.eval_rng.random(n) < truth(at)).astype(float)}
+
+    def train(self, until=STEPS, fn=None):
+        while self.step < until:
+            s = self.step
+            self.clock.advance(1.0)
+            reward = 0.5 if s < COLLAPSE else -1.0
+            self.evaluator.observe({"train/reward": reward + 0.1 * self.rng.standard_normal(),
+                                    "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
+            self.evaluator.evaluate(fn or self.evaluate_fn, 0, s, s)
+            if self.keep_every and s % self.keep_every == 0:
+                self.evaluator.checkpoint_saved(s, str(s))
+            self.step += 1
+        return self
+
+
+def lookbacks(history):
+    return [r for r in history if r.evaluated_at is not None]
+
+
+def test_a_fall_evaluates_the_last_kept_checkpoint_before_the_alarm_and_the_pick_finds_it():
+    plain = Run(keep_every=0).train()
+    kept = Run().train()
+    assert not lookbacks(plain.evaluator.history)
+    [back] = lookbacks(kept.evaluator.history)
+    alarm_eval = next(r for r in kept.evaluator.history if r.reason.startswith("alarm:"))
+    before = [r for r in kept.evaluator.history if r.step < COLLAPSE and r.evaluated_at is None]
+    # The last checkpoint after the previous evaluation and at least lag_steps (5) before the alarm.
+    assert back.step == 650 and before[-1].step < 650 and back.evaluated_at == alarm_eval.step
+    assert back.reason == f"lookback:{alarm_eval.reason}" and back.items == before[-1].items
+    assert (650, "650", before[-1].items, back.reason) in kept.requests
+    # Everything else decided as without kept checkpoints (the fake clock bills no eval time).
+    assert [(r.step, r.reason, r.items) for r in kept.evaluator.history if r.evaluated_at is None] == \
+        [(r.step, r.reason, r.items) for r in plain.evaluator.history]
+    p_plain, p_kept = pick_best(plain.evaluator.history, "accuracy"), pick_best(kept.evaluator.history, "accuracy")
+    best = max(truth(s) for s in range(STEPS))
+    assert p_kept.step == 650 and best - truth(p_kept.step) < 0.01
+    assert best - truth(p_plain.step) > 0.05  # without it the pick is the last scheduled look, 72+ steps earlier
+    rows = [r.to_dict() for r in kept.evaluator.history]
+    assert rows[-1]["step"] != 650 and any(r.get("evaluated_at") == alarm_eval.step for r in rows)
+    assert kept.evaluator.summary()["evals"] == plain.evaluator.summary()["evals"] + 1
+
+
+def test_no_lookback_without_a_fall_or_without_a_checkpoint_in_the_gap():
+    # Checkpoints only before the previous evaluation: nothing after it to look at.
+    run = Run(keep_every=0)
+    run.train(until=300)
+    run.evaluator.checkpoint_saved(10, "10")
+    run.train()
+    assert not lookbacks(run.evaluator.history)
+    # The policy turned off: checkpoints are remembered by nobody.
+    off = Run(["policy.lookback.enabled=false"]).train()
+    assert not lookbacks(off.evaluator.history)
+
+
+def test_resumed_from_state_dict_it_looks_back_exactly_as_the_uninterrupted_run():
+    whole = Run().train()
+    first = Run().train(until=640)
+    state = json.loads(json.dumps(first.evaluator.state_dict()))  # plain values only
+    resumed = Run()
+    resumed.evaluator.load_state_dict(state)
+    resumed.clock.t, resumed.step, resumed.rng, resumed.eval_rng = first.clock.t, first.step, first.rng, first.eval_rng
+    resumed.train()
+    rows = lambda h: [r.to_dict() for r in h]  # noqa: E731
+    assert rows(first.evaluator.history) + rows(resumed.evaluator.history)[len(first.evaluator.history):] == \
+        rows(whole.evaluator.history)
+    assert lookbacks(resumed.evaluator.history)
+
+
+def test_an_evaluate_fn_without_a_request_is_never_asked_for_a_checkpoint(caplog):
+    run = Run()
+    calls = []
+
+    def areal_style():
+        calls.append(run.step)
+        return {"accuracy": (run.eval_rng.random(500) < truth(run.step)).astype(float)}
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run.train(fn=areal_style)
+    assert not lookbacks(run.evaluator.history)
+    said = [r.getMessage() for r in caplog.records if "cannot load a kept checkpoint" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_a_failing_checkpoint_evaluation_is_counted_not_raised():
+    run = Run()
+
+    def fn(request):
+        if request.checkpoint is not None:
+            raise FileNotFoundError(f"checkpoint-{request.checkpoint} was deleted")
+        return run.evaluate_fn(request)
+
+    errors = []
+    run.evaluator.add_listener(lambda e: errors.append(e) if e["kind"] == "error" else None)
+    run.train(fn=fn)  # evaluation.on_error: skip (the default): training goes on
+    assert not lookbacks(run.evaluator.history)
+    [err] = errors
+    assert err["step"] == 650 and "FileNotFoundError" in err["error"] and err["reason"].startswith("lookback:")
+    assert run.evaluator.summary()["eval_errors"] == 1
+
+
+def test_checkpoint_saved_is_ignored_where_lookback_cannot_run(caplog):
+    cfg = load_config("default", overrides=["evaluation.suites.math.size=100"])
+    ev = AdaptiveEvaluator(cfg, total_steps=100, clock=FakeClock())
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        ev.checkpoint_saved(10, "a")
+        ev.checkpoint_saved(20, "b")
+    said = [r.getMessage() for r in caplog.records if "kept checkpoints are not evaluated" in r.getMessage()]
+    assert len(said) == 1 and "evaluation.suites" in said[0]
+    assert ev.policies.by_name["lookback"].kept == []
+    ev.close()
+
+
+def test_bad_checkpoint_arguments_and_config_are_clear_errors():
+    ev = AdaptiveEvaluator(load_config("default"), total_steps=100, clock=FakeClock())
+    with pytest.raises(TypeError, match="global_step must be an integer"):
+        ev.checkpoint_saved("10")
+    with pytest.raises(TypeError, match="plain value"):
+        ev.checkpoint_saved(10, object())
+    ev.checkpoint_saved(10, __import__("pathlib").Path("/ckpt/10"))
+    assert ev.policies.by_name["lookback"].kept == [(10, "/ckpt/10")]
+    ev.close()
+    for key, value in (("policy.lookback.keep", 0), ("policy.lookback.lag_steps", -1),
+                       ("policy.lookback.sample_size", 0), ("replay.checkpoint_every", 0)):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            load_config("default", overrides=[f"{key}={value}"])
+
+
+def test_tensorboard_shows_the_checkpoint_on_its_step_without_dropping_later_points(tmp_path):
+    run = Run(tensorboard=tmp_path).train()
+    run.evaluator.close()
+    acc = EventAccumulator(str(tmp_path))  # TensorBoard's default settings
+    acc.Reload()
+    back = [(e.step, e.value) for e in acc.Scalars("lookback/accuracy")]
+    assert back == [(650, pytest.approx(lookbacks(run.evaluator.history)[0].mean("accuracy")))]
+    evals = [e.step for e in acc.Scalars("eval/accuracy")]
+    assert evals == [r.step for r in run.evaluator.history if r.evaluated_at is None]
+    from adaptive_eval.tensorboard import read_texts
+
+    assert any("evaluated the checkpoint of step 650" in t for _, t in read_texts(str(tmp_path), "decisions"))
+
+
+def test_scoring_counts_a_checkpoint_evaluation_neither_as_a_confirmation_nor_as_needless():
+    rows = [{"step": 100, "reason": "interval:relaxed", "metrics": {"acc": 0.6}, "ci": {"acc": [0.56, 0.64]}},
+            {"step": 160, "reason": "alarm:r:cusum:down", "metrics": {"acc": 0.62}, "ci": {"acc": [0.4, 0.8]}},
+            {"step": 150, "reason": "lookback:alarm:r:cusum:down", "evaluated_at": 160, "metrics": {"acc": 0.2},
+             "ci": {"acc": [0.16, 0.24]}},
+            {"step": 200, "reason": "interval:relaxed", "metrics": {"acc": 0.1}, "ci": {"acc": [0.07, 0.13]}}]
+    # The checkpoint of step 150 shows the change that began at 140, but its result came at 160, after the
+    # alarm's evaluation: the first to confirm is the one at 200.
+    assert confirmed_delay(rows, 140, "acc") == 60
+    assert needless_evals(rows, [170]) == (1, 2)
+
+
+def test_replay_simulates_kept_checkpoints_from_their_own_ground_truth():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    rng = np.random.default_rng(3)
+    reward = [(0.5 if s < COLLAPSE else -1.0) + 0.1 * rng.standard_normal() for s in range(STEPS)]
+    records = [TraceRecord(step=s, metrics={"train/reward": reward[s],
+                                            "train/loss": 1.0 + 0.1 * rng.standard_normal(), "eval/accuracy": truth(s)})
+               for s in range(STEPS)]
+    trace = Trace(records)
+    cfg = ["trigger.freq_steps=25", "logging.tensorboard_dir=null"]
+    plain = replay(trace, load_config("default", overrides=cfg))
+    kept = replay(trace, load_config("default", overrides=[*cfg, "replay.checkpoint_every=25"]))
+    [back] = [e for e in kept.evals if "evaluated_at" in e]
+    assert back["step"] % 25 == 0 and back["step"] < COLLAPSE <= back["evaluated_at"]
+    low, high = back["ci"]["accuracy"]
+    assert low < truth(back["step"]) < high and low > truth(COLLAPSE)  # drawn from the checkpoint's truth
+    assert [e["step"] for e in kept.evals if "evaluated_at" not in e] == [e["step"] for e in plain.evals]
+    assert kept.summary["best"]["step"] == back["step"]
