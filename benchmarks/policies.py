@@ -1,6 +1,7 @@
 """Does the adaptive evaluator beat a fixed schedule on runs it was not tuned on?  Honest scoring.
 
 Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items] [--seeds S]
+     python benchmarks/policies.py --lookback K [--half ...] [--seeds S]
      python benchmarks/policies.py TRACE... [--events TRACE=STEP,...] [--presets mine.yaml] [--set K=V]
                                    [--stream COL] [--eval COL[:scale]] [--step-column COL|none] [--keep-last-run]
 
@@ -12,6 +13,9 @@ simulated from the ground truth; the eval set is ``replay.eval_set_size`` items 
 
 ``--seeds S``: every run replayed under S seeds of the simulated evaluations and pooled per run (the bootstrap
 still resamples runs), which steadies the regret figures: one seed's draws decide the picks on flat runs.
+
+``--lookback K``: the first preset with and without a checkpoint kept every K steps (``replay.checkpoint_every``;
+``policy.lookback`` evaluates the last one before a fall), paired on the same runs and seeds, by kind of run.
 
 ``--items``: the same runs with per-item ground truth (500 Rasch items, one answer each), so that results carry
 paired differences on shared items and a paired test can confirm a change; a last table says how many
@@ -125,6 +129,33 @@ def paired_effect(cases: list[Case], schedules: dict[str, object], within: int =
             ci = binomtest(k, n).proportion_ci() if n else None
             return f"{k / n:.0%} [{ci.low:.0%}, {ci.high:.0%}]" if n else "-"
         print(f"{label:24s} {cell(hits[False]):>22s} {cell(hits[True]):>22s} {hits[True] - hits[False]:12d}")
+
+
+def lookback_effect(cases: list[Case], every: int, preset: str, overrides: list[str], reps: int) -> None:
+    """The preset with and without a checkpoint kept every ``every`` steps (``replay.checkpoint_every``, which
+    ``policy.lookback`` may evaluate after a fall), the same runs and seeds: cost, regret in points by kind, and
+    the paired difference in regret with its 95% bootstrap interval over runs."""
+    base = load_config(preset, overrides)
+    kept = load_config(preset, [*overrides, f"replay.checkpoint_every={every}"])
+    without, with_ = scores_for(base, cases), scores_for(kept, cases)
+    print(f"\n{preset} with a checkpoint kept every {every} steps (policy.lookback) against without, the same "
+          f"{len(cases)} runs and seeds ({SEEDS}; a look back draws too, so later draws differ); regret in "
+          "accuracy points, mean over runs; simulated")
+    print(f"{'kind':22s} {'n':>3s} {'samples/1k without':>19s} {'with':>7s} {'regret without':>15s} {'with':>6s} "
+          f"{'paired difference [95%]':>26s}")
+    kinds = sorted({kind_of(c) for c in cases}, key=lambda k: [kind_of(c) for c in cases].index(k)) + ["all"]
+    for kind in kinds:
+        idx = [i for i, c in enumerate(cases) if kind in ("all", kind_of(c))]
+
+        def cost(sc, ids):
+            return 1000.0 * sum(sc[i].samples for i in ids) / max(sum(sc[i].steps for i in ids), 1)
+        diff = [with_[i].regret_points - without[i].regret_points for i in idx]
+        mean = lambda ids: float(np.mean([diff[j] for j in ids])) if ids else math.nan  # noqa: E731
+        ci = boot(mean, len(idx), reps)
+        print(f"{kind:22s} {len(idx):3d} {cost(without, idx):19.0f} {cost(with_, idx):7.0f} "
+              f"{100 * np.mean([without[i].regret_points for i in idx]):15.2f} "
+              f"{100 * np.mean([with_[i].regret_points for i in idx]):6.2f} "
+              f"{fmt_ci(100 * mean(list(range(len(idx)))), (100 * ci[0], 100 * ci[1]), '+.2f'):>26s}")
 
 
 def real_cases(quick: bool = False) -> list[Case]:
@@ -400,6 +431,9 @@ def main(argv=None) -> int:
     ap.add_argument("--items", action="store_true",
                     help="only the item-level variant: the same runs with 500 Rasch items per suite, results with "
                          "paired differences (confirmation by the paired test too); no real traces, no figure")
+    ap.add_argument("--lookback", type=int, metavar="K",
+                    help="only the first preset with and without a checkpoint kept every K steps (policy.lookback "
+                         "evaluates one after a fall): cost and regret by kind, paired")
     ap.add_argument("traces", nargs="*", metavar="TRACE",
                     help="your own recorded runs instead of the synthetic suite and the shipped traces (each with eval "
                          "ground truth; events from its sidecar <trace>.events.yaml or --events)")
@@ -433,6 +467,10 @@ def main(argv=None) -> int:
             "fixed   2, whole set": load_config("areal", [*ITEM_SUITE, "trigger.freq_steps=2"])})
         return 0
     syn = synthetic_cases(args.half, per_kind=1 if args.quick else 2)
+    if args.lookback is not None:
+        print(f"synthetic suite, {args.half} half (suite seeds {SPLIT[args.half]})")
+        lookback_effect(syn, args.lookback, chosen[0], args.overrides, reps)
+        return 0
     print(f"split: synthetic suite seeds {SPLIT['tune']} = tuning half, {SPLIT['heldout']} = held-out half; "
           f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})")
     res = report(f"synthetic, {args.half} half", syn, args.overrides, reps, chosen)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -67,3 +68,24 @@ def test_a_share_every_resample_agrees_on_gets_the_exact_interval_not_zero_width
     (lo, hi), mark = mod.exact_if_degenerate(1.0, (1.0, 1.0), 40)
     assert mark == "*" and round(lo, 3) == 0.912 and hi == 1.0
     assert mod.exact_if_degenerate(0.8, (0.65, 0.92), 40) == ((0.65, 0.92), "")
+
+
+def test_lookback_table_pairs_the_preset_with_and_without_kept_checkpoints(capsys):
+    """``--lookback K``: the table the README quotes for policy.lookback (in process, on two runs)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import policies as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from adaptive_eval.synthetic import suite
+    from adaptive_eval.tune import case_from_synthetic
+
+    cases = [case_from_synthetic(st) for st in suite(0, steps=1000, per_kind=1) if st.name.split("-")[0] == "nan"]
+    bench.lookback_effect(cases, 25, "default", [], reps=20)
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["nan"], ["all"])}
+    assert set(rows) == {"nan", "all"} and rows["nan"][1] == "1"
+    # A run that dies: the kept checkpoint before it is evaluated (its items are charged), and the paired difference
+    # is the two regrets' difference.
+    assert int(rows["nan"][3]) > int(rows["nan"][2])
+    assert float(rows["nan"][6]) == pytest.approx(float(rows["nan"][5]) - float(rows["nan"][4]), abs=0.011)
