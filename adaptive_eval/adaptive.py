@@ -176,6 +176,7 @@ class AdaptiveEvaluator:
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
         self._record_errors = 0
+        self._listener_errors = 0
         self._renamed: set[str] = set()
         self._outputs = self._log_streams  # anything to write per observed step
         self.trigger = EpochStepTimeFreqCtl(
@@ -1223,15 +1224,24 @@ class AdaptiveEvaluator:
         return {"evals": len(self.history), "samples": sum(self._items(r) for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
-                "record_errors": self._record_errors}
+                "record_errors": self._record_errors, "listener_errors": self._listener_errors}
 
     def add_listener(self, fn: Callable[[dict], None]) -> None:
-        """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts)."""
+        """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts).  An
+        exception in ``fn`` is logged (the first with its traceback) and counted in ``summary()["listener_errors"]``,
+        never raised into the training step."""
         self._listeners.append(fn)
 
     def _emit(self, event: dict) -> None:
         for fn in self._listeners:
-            fn(event)
+            try:
+                fn(event)
+            except Exception:  # noqa: BLE001 - a listener never stops training (nor, in a group, one rank of it)
+                self._listener_errors += 1
+                if self._listener_errors == 1:
+                    log.exception("a listener (%r) raised on a %r event at step %s; training goes on and the other "
+                                  "listeners still get every event; later failures are counted in "
+                                  "summary()['listener_errors']", fn, event.get("kind"), event.get("step"))
 
     def _log_eval(self, step: int, decision: Decision, result: EvalResult | None) -> None:
         items = result.items if result is not None else (decision.sample_size or 0)

@@ -247,3 +247,22 @@ def test_eval_timeout_rejects_bad_values_and_huge_ones_work():
     assert EvalTimeout(float("inf")).call(lambda x: x + 1, 1, step=0) == 2  # waits past TIMEOUT_MAX safely
     assert EvalTimeout(1e300).call(lambda: "ok", step=0) == "ok"
 
+
+
+def test_a_raising_listener_never_stops_training_and_the_other_listeners_get_every_event(caplog):
+    """A bug in an add_listener callback (the user's) raised out of evaluate() and killed the training step."""
+    ev, logger, events = make()
+
+    def broken(event):
+        raise RuntimeError("listener bug")
+
+    ev.add_listener(broken)
+    after = []
+    ev.add_listener(after.append)
+    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+        for step in range(5):
+            assert ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0]}, 0, step, step) is not None
+    assert [e["step"] for e in after if e["kind"] == "eval"] == [0, 1, 2, 3, 4]
+    assert ev.summary()["listener_errors"] == 5 and ev.summary()["evals"] == 5
+    said = [r for r in caplog.records if "a listener" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is not None  # once, with its traceback
