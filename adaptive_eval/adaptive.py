@@ -365,6 +365,8 @@ class AdaptiveEvaluator:
 
         A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
         """
+        if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
+            raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}")
         policy = self.policies.by_name.get("lookback")
         if policy is None:
             return
@@ -376,8 +378,6 @@ class AdaptiveEvaluator:
                             "in the synchronous single-process path); ignored (said once)", why)
             self._lookback_said = True
             return
-        if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
-            raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}")
         policy.saved(int(global_step), ref)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
@@ -492,7 +492,9 @@ class AdaptiveEvaluator:
         return self._recorder
 
     def _record_eval(self, event: dict) -> None:
-        if event["kind"] != "eval" or self._recorder is None:
+        if event["kind"] != "eval" or self._recorder is None or "evaluated_at" in event:
+            # (a kept checkpoint's, policy.lookback: its step is past, and a trace only goes forward; replay
+            # simulates it from the ground truth recorded at that step)
             return
         values = {}
         for name, m in event["result"].metrics.items():

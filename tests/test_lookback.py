@@ -214,3 +214,19 @@ def test_replay_simulates_kept_checkpoints_from_their_own_ground_truth():
     assert low < truth(back["step"]) < high and low > truth(COLLAPSE)  # drawn from the checkpoint's truth
     assert [e["step"] for e in kept.evals if "evaluated_at" not in e] == [e["step"] for e in plain.evals]
     assert kept.summary["best"]["step"] == back["step"]
+
+
+def test_a_recorded_trace_only_goes_forward_and_replays_the_same_run(tmp_path):
+    """The kept checkpoint's result is not written into the crash-safe trace at its past step."""
+    from adaptive_eval.trace import read_trace
+
+    run = Run()
+    run.evaluator.record_to(tmp_path / "run.csv")
+    run.train()
+    run.evaluator.close()
+    assert lookbacks(run.evaluator.history) and run.evaluator.summary()["record_errors"] == 0
+    trace = read_trace(tmp_path / "run.csv")
+    steps = [r.step for r in trace.records]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) == STEPS
+    evals = {r.step: r.metrics["eval/accuracy"] for r in trace.records if "eval/accuracy" in r.metrics}
+    assert sorted(evals) == [r.step for r in run.evaluator.history if r.evaluated_at is None]
