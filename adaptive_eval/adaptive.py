@@ -965,10 +965,15 @@ class AdaptiveEvaluator:
         wanted = policy.take() if policy is not None else None
         if wanted is None or self._async is not None or self._distributed or self._suites:
             return None
-        if not _wants_request(evaluate_fn):  # evaluate_fn() cannot be told which checkpoint: it would measure now
+        # evaluate_fn() cannot be told which checkpoint, and an adapter's own evaluation (evaluates_checkpoints =
+        # False) runs the model in memory: either would measure the model of now under the checkpoint's step.
+        why = ("takes no request" if not _wants_request(evaluate_fn) else "evaluates the model in memory "
+               "(evaluates_checkpoints = False: an adapter's own evaluation)"
+               if getattr(evaluate_fn, "evaluates_checkpoints", True) is False else None)
+        if why is not None:
             if not self._lookback_said:
-                log.warning("policy.lookback: evaluate_fn takes no request, so it cannot load a kept checkpoint "
-                            "(request.checkpoint); kept checkpoints are not evaluated (said once)")
+                log.warning("policy.lookback: evaluate_fn %s, so it cannot load a kept checkpoint "
+                            "(request.checkpoint); kept checkpoints are not evaluated (said once)", why)
             self._lookback_said = True
             return None
         step, ref, items = wanted

@@ -230,3 +230,26 @@ def test_a_recorded_trace_only_goes_forward_and_replays_the_same_run(tmp_path):
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == STEPS
     evals = {r.step: r.metrics["eval/accuracy"] for r in trace.records if "eval/accuracy" in r.metrics}
     assert sorted(evals) == [r.step for r in run.evaluator.history if r.evaluated_at is None]
+
+
+def test_an_evaluation_of_the_model_in_memory_is_never_asked_for_a_checkpoint(caplog):
+    """The HF and Lightning adapters' own evaluations run the model in memory: handed a checkpoint, they would
+    have measured the model of now under the checkpoint's step."""
+    from adaptive_eval.integrations.hf import AdaptiveEvalCallback
+    from adaptive_eval.integrations.lightning import _ModuleEval
+
+    assert AdaptiveEvalCallback._evaluate_with_trainer.evaluates_checkpoints is False
+    assert _ModuleEval.evaluates_checkpoints is False
+    run = Run()
+
+    class InMemory:
+        evaluates_checkpoints = False
+
+        def __call__(self, request):
+            assert request.checkpoint is None
+            return run.evaluate_fn(request)
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run.train(fn=InMemory())
+    assert not lookbacks(run.evaluator.history)
+    assert sum("evaluates the model in memory" in r.getMessage() for r in caplog.records) == 1

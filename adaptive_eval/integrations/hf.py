@@ -486,6 +486,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _evaluate_with_trainer(self, request):
         return self._evaluate_on(request, None)
 
+    # It evaluates the model in memory: policy.lookback never hands it a kept checkpoint (request.checkpoint).
+    _evaluate_with_trainer.evaluates_checkpoints = False
+
     def _evaluate_on(self, request, model):
         """The trainer's evaluation of ``request`` on ``model`` (None: the trainer's own, unwrapped).  A dict of
         eval datasets (``Trainer(eval_dataset={"a": ..., "b": ...})``) is evaluated as HF's ``evaluate()`` does,

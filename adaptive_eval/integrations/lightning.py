@@ -617,6 +617,8 @@ class _ModuleEval:
     """``evaluate_fn(request)`` running the module's ``validation_step`` (a class, not a lambda: the
     signature detection sees one positional parameter)."""
 
+    evaluates_checkpoints = False  # the module in memory: policy.lookback never hands it a kept checkpoint
+
     def __init__(self, callback, trainer, pl_module):
         self.callback, self.trainer, self.pl_module = callback, trainer, pl_module
 
