@@ -177,7 +177,8 @@ def test_rank_branches_and_the_state_before_training():
         return {"score": [1.0, 0.0]}
 
     cb = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
-    assert cb.state() == {"args": {"config": "areal", "overrides": ["trigger.freq_steps=2"], "per_item": True},
+    assert cb.state() == {"args": {"config": "areal", "overrides": ["trigger.freq_steps=2"], "per_item": True,
+                                   "look_back": False},
                           "attributes": {"_saved_state": None}}  # HF calls state() in Trainer.__init__
     args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
     control = SimpleNamespace(should_log=False, should_evaluate=False)
@@ -539,3 +540,55 @@ def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path
     # tracked without compute_metrics: the first set's loss, lower is better (eval_loss is not among them)
     if not with_metrics:
         assert (ev.cfg.evaluation.metric, ev.cfg.evaluation.higher_is_better) == ("eval_a_loss", False)
+
+
+class FlipWeights(TrainerCallback):
+    """The injected fault: at HF step ``at`` the output layer is negated and tripled (a corrupted update): every logit changes
+    sign, so the accuracy falls at once and the loss jumps."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == self.at:
+            with torch.no_grad():
+                for p in model.net[-1].parameters():
+                    p.mul_(-3.0)
+
+
+def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goes_on_unchanged(tmp_path):
+    def run(out, look_back):
+        torch.manual_seed(0)
+        train, held_out = Points(2000, 0), Points(300, 1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=25"], look_back=look_back)
+        trainer = Trainer(Tiny(), make_args(out, max_steps=100, save_strategy="steps", save_steps=10),
+                          train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
+                          callbacks=[cb, FlipWeights(60)])
+        trainer.train()
+        return cb, trainer, held_out
+
+    plain, plain_trainer, _ = run(tmp_path / "plain", False)
+    cb, trainer, held_out = run(tmp_path / "kept", True)
+    assert "on_save" in cb.hooks_called
+    [back] = [r for r in cb.evaluator.history if r.evaluated_at is not None]
+    alarm = next(r for r in cb.evaluator.history if r.reason.startswith("alarm:"))
+    assert back.evaluated_at == alarm.step and back.reason == f"lookback:{alarm.reason}"
+    assert back.step % 10 == 9 and back.step < 59  # checkpoint-<step + 1>, saved before the weights were negated
+    assert back["eval_accuracy"].mean > alarm["eval_accuracy"].mean + 0.3
+    # The numbers are those of the checkpoint's weights, on the items the request named.
+    from safetensors.torch import load_file
+
+    from adaptive_eval import EvalRequest
+
+    saved = Tiny()
+    saved.load_state_dict(load_file(str(tmp_path / "kept" / f"checkpoint-{back.step + 1}" / "model.safetensors")))
+    idx = EvalRequest(step=back.step, sample_size=back.sample_size, seed=0, reason="").indices(len(held_out))
+    with torch.no_grad():
+        logits = saved.eval().net(held_out.x[idx])
+    assert back["eval_accuracy"].mean == pytest.approx(float((logits.argmax(1) == held_out.y[idx]).float().mean()))
+    # The model's own weights were put back: training went on exactly as without the look back.
+    for a, b in zip(trainer.model.parameters(), plain_trainer.model.parameters()):
+        assert torch.equal(a, b)
+    assert [(r.step, r.reason) for r in cb.evaluator.history if r.evaluated_at is None] == \
+        [(r.step, r.reason) for r in plain.evaluator.history]
+    assert not [r for r in plain.evaluator.history if r.evaluated_at is not None]

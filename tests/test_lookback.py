@@ -233,13 +233,11 @@ def test_a_recorded_trace_only_goes_forward_and_replays_the_same_run(tmp_path):
 
 
 def test_an_evaluation_of_the_model_in_memory_is_never_asked_for_a_checkpoint(caplog):
-    """The HF and Lightning adapters' own evaluations run the model in memory: handed a checkpoint, they would
-    have measured the model of now under the checkpoint's step."""
-    from adaptive_eval.integrations.hf import AdaptiveEvalCallback
+    """The Lightning adapter's own evaluation runs the model in memory: handed a checkpoint, it would have
+    measured the model of now under the checkpoint's step."""
     from adaptive_eval.integrations.lightning import _ModuleEval
 
-    assert AdaptiveEvalCallback._evaluate_with_trainer.evaluates_checkpoints is False
-    assert _ModuleEval.evaluates_checkpoints is False
+    assert _ModuleEval.evaluates_checkpoints is False  # (the HF adapter's loads them: test_integrations_hf.py)
     run = Run()
 
     class InMemory:

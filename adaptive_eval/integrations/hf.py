@@ -247,11 +247,16 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     set).  ``trainer``: only needed when the callback is added after the ``Trainer`` was built.
     ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
     ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
+    ``look_back``: tell the evaluator of every checkpoint the trainer saves (``checkpoint-<step>``), so that
+    after a fall it evaluates the last one from before it (``policy.lookback``; one process, synchronous): the
+    trainer's own evaluation then loads those weights into the model for that evaluation (the model's own kept
+    on the CPU meanwhile and put back after); your ``evaluate_fn`` must load ``request.checkpoint`` itself.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
-                 per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None):
+                 per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None,
+                 look_back: bool = False):
         # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
@@ -260,6 +265,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # logged inside on_train_begin and then a whole run trained without an evaluation (found by a new user).
         build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
         self.per_item = bool(per_item)
+        self.look_back = bool(look_back)
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
@@ -441,6 +447,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def on_save(self, args, state, control, **kwargs):
         # Called on every rank after the checkpoint was written; HF kept state() of process zero only.
         self.hooks_called.add("on_save")
+        if self.evaluator is not None and self.look_back:
+            self._guard("checkpoint", self.evaluator.checkpoint_saved, state.global_step - 1,
+                        _checkpoint_dir(args, state.global_step))
         if self.evaluator is None or args.world_size <= 1 or args.process_index == 0:
             return
         self._guard("save", self._save_own_state, args, state)
@@ -484,10 +493,25 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     # -- evaluation through the trainer -----------------------------------------------------------------
     def _evaluate_with_trainer(self, request):
-        return self._evaluate_on(request, None)
+        if request.checkpoint is None:
+            return self._evaluate_on(request, None)
+        return self._evaluate_checkpoint(request)
 
-    # It evaluates the model in memory: policy.lookback never hands it a kept checkpoint (request.checkpoint).
-    _evaluate_with_trainer.evaluates_checkpoints = False
+    def _evaluate_checkpoint(self, request):
+        """The trainer's evaluation of a kept checkpoint (``look_back``): its weights loaded into the model as
+        ``Trainer`` loads them to resume (``_load_from_checkpoint``: safetensors, sharded, PEFT adapters), the
+        model's own weights kept on the CPU and put back afterwards, whatever happens (the optimizer's tensors
+        are the model's own, written in place both ways)."""
+        trainer = self.trainer
+        if trainer is None:
+            raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
+        model = trainer.model
+        own = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        try:
+            trainer._load_from_checkpoint(str(request.checkpoint), model=model)
+            return self._evaluate_on(request, model)
+        finally:
+            model.load_state_dict(own)
 
     def _evaluate_on(self, request, model):
         """The trainer's evaluation of ``request`` on ``model`` (None: the trainer's own, unwrapped).  A dict of
@@ -653,5 +677,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         """HF's ``{"args", "attributes"}``: the arguments rebuild the callback, the attribute is the
         evaluator's plain state (None before training started)."""
         saved = self.evaluator.state_dict() if self.evaluator is not None else self._saved_state
-        return {"args": {"config": self.config, "overrides": list(self.overrides), "per_item": self.per_item},
+        return {"args": {"config": self.config, "overrides": list(self.overrides), "per_item": self.per_item,
+                         "look_back": self.look_back},
                 "attributes": {"_saved_state": saved}}
