@@ -952,7 +952,6 @@ class AdaptiveEvaluator:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
             self._log_eval(global_step, decision, result)
-        # (after this evaluation is reported: with evaluation.on_error: raise a failed look back raises from here)
         looked = self._look_back(evaluate_fn, decision, epoch, global_step)
         if looked is not None:
             self._report_look_back(*looked, global_step)
@@ -981,9 +980,12 @@ class AdaptiveEvaluator:
         request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{decision.reason}",
                               checkpoint=ref)
         start = self.clock()
+        # An evaluation the library chose to add: a failure (a checkpoint deleted by save_total_limit) is skipped
+        # and counted even under evaluation.on_error: raise, which is for the evaluations the user scheduled.
+        on_error = "skip" if ev["on_error"] == "raise" else ev["on_error"]
         outcome = run_evaluation_outcome(
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
-            on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
+            on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=None, precision=ev["precision"], timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"],
             metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
         )

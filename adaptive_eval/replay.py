@@ -596,7 +596,9 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         every = None
 
     def fn(request):
-        if request.checkpoint is not None and request.checkpoint in kept:
+        if request.checkpoint is not None:
+            if request.checkpoint not in kept:
+                raise KeyError(f"replay: no kept checkpoint {request.checkpoint!r} (kept: {sorted(kept)})")
             sim_truth, sim_std, marks = kept[request.checkpoint]
             truth_at[request.step] = dict(marks)
             now = sim.truth, sim.std
@@ -641,6 +643,8 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         _warn_suite_truth(sim, trace.source)
     before_close = len(out.evals)
     evaluator.close()  # (an asynchronous evaluation still in flight joins here)
+    if evaluator.summary()["listener_errors"]:  # (logged with its traceback: replay's own listener, a bug)
+        raise RuntimeError(f"{trace.source or 'replay'}: collecting the replayed decisions failed (see the log)")
     known = {_truth_key(n) for n in names if n.startswith("eval/")}
     for e in out.evals:
         marks = _truth_marks(e, truth_at.get(e["step"]), known)

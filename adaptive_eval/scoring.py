@@ -602,9 +602,9 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
 
 def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | None = None) -> tuple[int, int]:
     """(evaluations an alarm brought forward, all evaluations) on the event-free stretch of a run: before
-    its first event, or the whole run when it has none.  An alarm-driven evaluation there was needless.  A kept
-    checkpoint evaluated later (``evaluated_at``: ``policy.lookback``, after an evaluation showed a fall) is
-    counted in neither.
+    its first event, or the whole run when it has none.  An alarm-driven evaluation there was needless, and so was
+    a kept checkpoint's evaluation (``policy.lookback``, after an alarm's evaluation showed a fall) that ran
+    there (``evaluated_at``).
 
     >>> evals = [{"step": 5, "reason": "trigger:steps"}, {"step": 7, "reason": "alarm:loss:cusum:up"},
     ...          {"step": 30, "reason": "alarm:loss:nonfinite"}]
@@ -612,8 +612,9 @@ def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | N
     ((1, 2), (2, 3))
     """
     first = min((getattr(ev, "step", ev) for ev in events), default=math.inf)
-    quiet = [e for e in evals if e["step"] < first and e.get("evaluated_at") is None]  # (not a kept checkpoint's)
-    return sum(str(e.get("reason", "")).startswith("alarm:") for e in quiet), len(quiet)
+    # A kept checkpoint evaluated later (policy.lookback) counts where it ran, evaluated_at: it was brought by an alarm.
+    quiet = [e for e in evals if (e["step"] if e.get("evaluated_at") is None else e["evaluated_at"]) < first]
+    return sum(str(e.get("reason", "")).startswith(("alarm:", "lookback:")) for e in quiet), len(quiet)
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ class LookbackPolicy(Policy):
     evaluation an alarm brought forward shows the tracked metric *fell* (its interval lies wholly on the worse
     side of the previous evaluation's mean, or it is not finite: a NaN run), the last kept checkpoint saved
     after the previous evaluation and at least ``lag_steps`` before the first alarm since it is evaluated at
-    once (reason ``lookback:<the alarm's reason>``), on the previous evaluation's number of items (or
+    once (reason ``lookback:<the alarm's reason>``), on as many items as the previous evaluation asked for (or
     ``sample_size``).  Why: a quiet run is evaluated rarely, so when it collapses or dies the last look at it
     may be 100 steps old, and the best checkpoint, the one just before the fall, was never measured.
 
@@ -66,7 +66,8 @@ class LookbackPolicy(Policy):
 
     def _reset(self) -> None:
         self._kept: list[list] = []  # [[step, ref], ...], oldest first
-        self._last: list | None = None  # [step, mean, items] of the latest evaluation with a finite mean
+        # [step, mean, sample size asked (None: the whole set)] of the latest evaluation with a finite mean
+        self._last: list | None = None
         self._alarm_step: int | None = None  # the first alarm since the latest evaluation
         self._pending: list | None = None  # [step, ref, items]
 
@@ -103,7 +104,8 @@ class LookbackPolicy(Policy):
         summary = found[1]
         last = self._last
         if math.isfinite(summary.mean):
-            self._last = [int(result.step), float(summary.mean), int(summary.n)]
+            # (the size it asked for, not the metric's n: a scalar metric has n = 1, NaN-skipped items shrink it)
+            self._last = [int(result.step), float(summary.mean), result.sample_size]
         if last is None or "alarm:" not in result.reason or not self._kept:
             return
         low, high = summary.ci
@@ -117,12 +119,17 @@ class LookbackPolicy(Policy):
         options = [k for k in self._kept if last[0] < k[0] <= latest]
         if options:
             step, ref = options[-1]
-            self._pending = [step, ref, self.sample_size if self.sample_size is not None else max(last[2], 1)]
+            self._pending = [step, ref, self.sample_size if self.sample_size is not None else last[2]]
 
-    def take(self) -> tuple[int, object, int] | None:
-        """The checkpoint to evaluate now, ``(step, ref, items)``, once; None when there is none."""
+    def take(self) -> tuple[int, object, int | None] | None:
+        """The checkpoint to evaluate now, ``(step, ref, items)`` (items None: the whole set), once; None when there
+        is none."""
         pending, self._pending = self._pending, None
-        return None if pending is None else (pending[0], pending[1], pending[2])
+        if pending is None:
+            return None
+        if self._last is not None:  # looked at once: a later fall looks only at checkpoints after it
+            self._last[0] = max(self._last[0], pending[0])
+        return pending[0], pending[1], pending[2]
 
     def state_dict(self) -> dict:
         return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),

@@ -557,15 +557,16 @@ class FlipWeights(TrainerCallback):
 
 
 def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goes_on_unchanged(tmp_path):
-    def run(out, look_back):
+    def run(out, look_back, **kw):
         torch.manual_seed(0)
         train, held_out = Points(2000, 0), Points(300, 1)
         cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=25"], look_back=look_back)
         trainer = Trainer(Tiny(), make_args(out, max_steps=100, save_strategy="steps", save_steps=10),
                           train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
                           callbacks=[cb, FlipWeights(60)])
-        trainer.train()
-        return cb, trainer, held_out
+        trainer.train(**kw)
+        (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return ran, trainer, held_out
 
     plain, plain_trainer, _ = run(tmp_path / "plain", False)
     cb, trainer, held_out = run(tmp_path / "kept", True)
@@ -592,3 +593,39 @@ def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goe
     assert [(r.step, r.reason) for r in cb.evaluator.history if r.evaluated_at is None] == \
         [(r.step, r.reason) for r in plain.evaluator.history]
     assert not [r for r in plain.evaluator.history if r.evaluated_at is not None]
+    # Resumed from the checkpoint saved just before the fall: the same decisions, the look back included (the
+    # state in checkpoint-N was taken before checkpoint-N was handed over).
+    resumed, _, _ = run(tmp_path / "kept", True, resume_from_checkpoint=str(tmp_path / "kept" / f"checkpoint-{back.step + 1}"))
+    rows = lambda h: [(r.step, r.reason, r.evaluated_at, r.sample_size) for r in h]  # noqa: E731
+    assert rows(resumed.evaluator.history) == rows(cb.evaluator.history)
+
+
+def test_look_back_puts_the_weights_back_when_the_evaluation_fails_and_is_off_where_it_would_be_unsafe(tmp_path,
+                                                                                                      caplog):
+    from adaptive_eval import EvalRequest
+
+    torch.manual_seed(0)
+    train, held_out = Points(500, 0), Points(50, 1)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.timeout_s=60"], look_back=True)
+    trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=20, save_strategy="steps", save_steps=10),
+                      train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy, callbacks=[cb])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.train()
+    # Under evaluation.timeout_s the evaluation runs in a thread the step may stop waiting for: no checkpoint
+    # is handed over (its weights would sit in the training model meanwhile).
+    assert cb.evaluator.policies.by_name["lookback"].kept == []
+    assert sum("look_back is off for this run: evaluation.timeout_s" in r.getMessage() for r in caplog.records) == 1
+    # The swap itself: whatever the evaluation raises, the model's own weights are back afterwards.
+    own = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    seen = {}
+
+    def broken(request, model):
+        seen["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
+        raise RuntimeError("out of memory")
+
+    cb._evaluate_on = broken
+    with pytest.raises(RuntimeError, match="out of memory"):
+        cb._evaluate_with_trainer(EvalRequest(step=9, sample_size=8, seed=0, reason="lookback:x",
+                                              checkpoint=str(tmp_path / "checkpoint-10")))
+    assert any(not torch.equal(seen["weights"][k], own[k]) for k in own)  # the checkpoint's were loaded
+    assert all(torch.equal(v, own[k]) for k, v in trainer.model.state_dict().items())

@@ -183,7 +183,7 @@ def test_tensorboard_shows_the_checkpoint_on_its_step_without_dropping_later_poi
     assert any("evaluated the checkpoint of step 650" in t for _, t in read_texts(str(tmp_path), "decisions"))
 
 
-def test_scoring_counts_a_checkpoint_evaluation_neither_as_a_confirmation_nor_as_needless():
+def test_scoring_never_counts_a_checkpoint_evaluation_as_a_confirmation_and_counts_it_where_it_ran():
     rows = [{"step": 100, "reason": "interval:relaxed", "metrics": {"acc": 0.6}, "ci": {"acc": [0.56, 0.64]}},
             {"step": 160, "reason": "alarm:r:cusum:down", "metrics": {"acc": 0.62}, "ci": {"acc": [0.4, 0.8]}},
             {"step": 150, "reason": "lookback:alarm:r:cusum:down", "evaluated_at": 160, "metrics": {"acc": 0.2},
@@ -192,7 +192,9 @@ def test_scoring_counts_a_checkpoint_evaluation_neither_as_a_confirmation_nor_as
     # The checkpoint of step 150 shows the change that began at 140, but its result came at 160, after the
     # alarm's evaluation: the first to confirm is the one at 200.
     assert confirmed_delay(rows, 140, "acc") == 60
-    assert needless_evals(rows, [170]) == (1, 2)
+    # Needless where it ran: before the first event at 170 (with the alarm that brought it), not before one at 155.
+    assert needless_evals(rows, [170]) == (2, 3)
+    assert needless_evals(rows, [155]) == (0, 1)
 
 
 def test_replay_simulates_kept_checkpoints_from_their_own_ground_truth():
@@ -251,3 +253,33 @@ def test_an_evaluation_of_the_model_in_memory_is_never_asked_for_a_checkpoint(ca
         run.train(fn=InMemory())
     assert not lookbacks(run.evaluator.history)
     assert sum("evaluates the model in memory" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_failing_checkpoint_evaluation_never_raises_into_training_even_under_on_error_raise():
+    """evaluation.on_error: raise is for the evaluations the user scheduled; a checkpoint deleted before its turn
+    (save_total_limit) raised out of evaluate() and killed the run."""
+    run = Run(["evaluation.on_error=raise"])
+
+    def fn(request):
+        if request.checkpoint is not None:
+            raise FileNotFoundError("deleted")
+        return run.evaluate_fn(request)
+
+    run.train(fn=fn)
+    assert run.evaluator.summary()["eval_errors"] == 1 and not lookbacks(run.evaluator.history)
+
+
+def test_a_scalar_metric_looks_back_on_the_items_asked_not_on_its_n_of_one():
+    """A scalar (n = 1, no interval) falls only by going NaN: the run died.  The look back asked for 1 item."""
+    run = Run(["evaluation.metric=accuracy"])
+    sizes = []
+
+    def fn(request):
+        if request.checkpoint is not None:
+            sizes.append(request.sample_size)
+        dead = request.checkpoint is None and request.step >= COLLAPSE
+        return {"accuracy": float("nan") if dead else float(run.evaluate_fn(request)["accuracy"].mean())}
+
+    run.train(fn=fn)
+    asked = [r.sample_size for r in run.evaluator.history if r.evaluated_at is None and r.step < COLLAPSE]
+    assert sizes == [asked[-1]] and sizes[0] > 1

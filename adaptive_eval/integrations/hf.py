@@ -280,6 +280,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
         self._default_fn = None
         self._warned_trial = False
+        self._look_back_said = False
         self._prepared_cache: dict = {}  # id(eval set) -> (it, prepared as HF's evaluate() does, collator, ...)
         self._skipped_keys: set[str] = set()  # compute_metrics keys that are not numbers, said once
         replaced, trainer_found = _replaced_instance(self)
@@ -372,6 +373,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if args.world_size > 1 and args.process_index > 0:
                 saved = self._own_state(args, state, saved)
             self.evaluator.load_state_dict(saved)
+            if self.look_back:
+                # The state in checkpoint-N was taken before on_save handed checkpoint-N over: hand it over again,
+                # as the uninterrupted run did.
+                self._keep_checkpoint(args, state, _resumed_from() or _checkpoint_dir(args, state.global_step))
         if trainer is not None and self._wrapped_training_step is None:
             self._wrap_training_step(trainer)
 
@@ -448,11 +453,40 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # Called on every rank after the checkpoint was written; HF kept state() of process zero only.
         self.hooks_called.add("on_save")
         if self.evaluator is not None and self.look_back:
-            self._guard("checkpoint", self.evaluator.checkpoint_saved, state.global_step - 1,
-                        _checkpoint_dir(args, state.global_step))
+            self._guard("checkpoint", self._keep_checkpoint, args, state, _checkpoint_dir(args, state.global_step))
         if self.evaluator is None or args.world_size <= 1 or args.process_index == 0:
             return
         self._guard("save", self._save_own_state, args, state)
+
+    def _keep_checkpoint(self, args, state, folder: str) -> None:
+        """``look_back``: hand the checkpoint just saved to the evaluator, unless the trainer's own evaluation
+        of it could not be done safely here (said once)."""
+        why = self._no_look_back(state)
+        if why is None:
+            self.evaluator.checkpoint_saved(state.global_step - 1, folder)
+        elif not self._look_back_said:
+            self._look_back_said = True
+            log.warning("adaptive_eval: look_back is off for this run: %s", why)
+
+    def _no_look_back(self, state) -> str | None:
+        """Why the trainer's own evaluation cannot evaluate a kept checkpoint here, or None."""
+        if self.evaluate_fn is not None:
+            return None  # yours: it loads request.checkpoint itself
+        trainer = self.trainer
+        if getattr(state, "trial_name", None):
+            return "a hyper-parameter search keeps its checkpoints under run-<trial>/"
+        if self.evaluator.cfg.evaluation.timeout_s is not None:
+            # The evaluation would run in a thread the step stops waiting for, with the checkpoint's weights in
+            # the model that trains on; put back later, they would undo the updates made meanwhile.
+            return "evaluation.timeout_s is set (a checkpoint's weights are loaded into the training model)"
+        if trainer is None:
+            return "no Trainer to evaluate with"
+        if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+            return "DeepSpeed or FSDP shards the weights"
+        model = trainer.model
+        if getattr(model, "is_quantized", False) or hasattr(model, "peft_config"):
+            return "a quantized or PEFT model (its weights are not put back exactly by load_state_dict)"
+        return None
 
     def _save_own_state(self, args, state) -> None:
         if getattr(state, "trial_name", None):  # a hyper-parameter search keeps checkpoints under run-<trial>/
