@@ -327,7 +327,8 @@ def _area(sizes, size_range: tuple[float, float]):
 
 
 def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float, float]) -> None:
-    rows = [e for e in evals if metric in e["metrics"]]
+    # By step: a kept checkpoint evaluated later (policy.lookback) comes after the evaluation that prompted it.
+    rows = sorted((e for e in evals if metric in e["metrics"]), key=lambda e: e["step"])
     steps = np.array([e["step"] for e in rows])
     means = np.array([e["metrics"][metric] for e in rows])
     lo = np.array([e["ci"][metric][0] for e in rows])

@@ -212,3 +212,25 @@ def test_a_comparison_says_which_eval_metrics_it_does_not_show(tmp_path):
     assert "2 more eval metrics not shown (" in note
     assert all(m in note for m in ("math/acc", "gsm/acc", "aime/acc", "mmlu/acc", "gpqa/acc")
                if f"eval/{m}" not in shown)
+
+
+def test_a_kept_checkpoint_evaluated_later_is_drawn_at_its_step_without_a_line_back_in_time(tmp_path):
+    """evals.jsonl holds a look back (policy.lookback) after the alarm's evaluation that prompted it, at an earlier
+    step: in file order the line ran back in time."""
+    import json
+
+    from adaptive_eval.plot import _draw, _load
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [(0, "trigger:steps", 0.5, None), (10, "interval:relaxed", 0.6, None), (20, "interval:relaxed", 0.7, None),
+            (32, "alarm:loss:cusum:up", 0.1, None), (25, "lookback:alarm:loss:cusum:up", 0.72, 32),
+            (40, "interval:tightened", 0.1, None)]
+    (run / "evals.jsonl").write_text("".join(json.dumps({"step": s, "sample_size": 64, "reason": why,
+                                                          "metrics": {"acc": m}, "ci": {"acc": [m - 0.05, m + 0.05]},
+                                                          **({"evaluated_at": at} if at is not None else {})}) + "\n"
+                                             for s, why, m, at in rows))
+    ax = _draw(_load(run)).axes[0]
+    joined = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2][0]
+    xs = np.asarray(joined.get_xdata(), dtype=float)
+    assert list(xs[np.isfinite(xs)]) == [0, 10, 20, 25, 32, 40]
