@@ -209,6 +209,7 @@ class AdaptiveEvaluator:
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
+        self._lookback_disagreed = False  # in a group, ranks that want different kept checkpoints: said once
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -360,8 +361,9 @@ class AdaptiveEvaluator:
         calling ``evaluate_fn`` with ``request.checkpoint = ref`` and ``request.step`` = its step: the
         function loads that checkpoint (``ref``: its path or name, a plain value kept in ``state_dict``)
         when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  Without calls to
-        this method nothing of the kind happens.  Only the synchronous single-process path looks back (not
-        ``evaluation.asynchronous``, a process group or eval suites: there it is said once and ignored).
+        this method nothing of the kind happens.  Only the synchronous path looks back (not
+        ``evaluation.asynchronous`` or eval suites: there it is said once and ignored); in a process group call it
+        on every rank alike (ranks that want different checkpoints evaluate none, with a warning).
 
         A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
         """
@@ -370,12 +372,12 @@ class AdaptiveEvaluator:
         policy = self.policies.by_name.get("lookback")
         if policy is None:
             return
-        why = ("evaluation.asynchronous" if self._async is not None else "a process group" if self._distributed
-               else "evaluation.suites" if self._suites else None)
+        why = ("evaluation.asynchronous" if self._async is not None else "evaluation.suites" if self._suites
+               else None)
         if why is not None:
             if not self._lookback_said and self._rank == 0:
                 log.warning("checkpoint_saved: kept checkpoints are not evaluated with %s (policy.lookback runs "
-                            "in the synchronous single-process path); ignored (said once)", why)
+                            "in the synchronous path without eval suites); ignored (said once)", why)
             self._lookback_said = True
             return
         policy.saved(int(global_step), ref)
@@ -650,9 +652,14 @@ class AdaptiveEvaluator:
         # Sharded asynchronous evaluation integrates once every rank has its shard: the vote is "not yet".
         sharded = self._async is not None and self._async.sharded and bool(self._async.jobs)
         vote = (not ready) if sharded else ready
-        # The one collective of a step with nothing due.
-        new_alarms, due, self._now, vote = self.dist.all_reduce_max(
-            [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0])
+        # The one collective of a step with nothing due (it also says whether every rank wants the same kept
+        # checkpoint evaluated, policy.lookback).
+        new_alarms, due, self._now, vote, *lookback = self.dist.all_reduce_max(
+            [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
+             *self._lookback_votes(evaluate_fn)])
+        looked = self._look_back_in_group(evaluate_fn, lookback, epoch, global_step)
+        if looked is not None:
+            self._report_look_back(*looked, global_step)
         got = None
         if (vote < 0.5) if sharded else (vote >= 0.5):  # identical on every rank (the records are), so is what
             # it changes: the trigger, the pending alarms
@@ -952,33 +959,75 @@ class AdaptiveEvaluator:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
             self._log_eval(global_step, decision, result)
-        looked = self._look_back(evaluate_fn, decision, epoch, global_step)
-        if looked is not None:
-            self._report_look_back(*looked, global_step)
+        if not self._distributed:  # (a group agrees on it at its next step's all-reduce)
+            looked = self._look_back(evaluate_fn, epoch, global_step)
+            if looked is not None:
+                self._report_look_back(*looked, global_step)
         return result
 
-    def _look_back(self, evaluate_fn, decision: Decision, epoch, global_step: int):
-        """Evaluate the kept checkpoint the lookback policy asks for after this evaluation, if any: ``(request,
-        outcome, result)``, or None."""
+    def _lookback_wanted(self, evaluate_fn):
+        """The kept checkpoint the lookback policy wants evaluated, ``(step, ref, items, reason)``, if this
+        ``evaluate_fn`` can evaluate one; None otherwise (a want it cannot serve is dropped, said once)."""
         policy = self.policies.by_name.get("lookback")
-        wanted = policy.take() if policy is not None else None
-        if wanted is None or self._async is not None or self._distributed or self._suites:
+        if policy is None or self._async is not None or self._suites:
+            return None
+        wanted = policy.peek()
+        if wanted is None:
             return None
         # evaluate_fn() cannot be told which checkpoint, and an adapter's own evaluation (evaluates_checkpoints =
         # False) runs the model in memory: either would measure the model of now under the checkpoint's step.
         why = ("takes no request" if not _wants_request(evaluate_fn) else "evaluates the model in memory "
                "(evaluates_checkpoints = False: an adapter's own evaluation)"
                if getattr(evaluate_fn, "evaluates_checkpoints", True) is False else None)
-        if why is not None:
-            if not self._lookback_said:
-                log.warning("policy.lookback: evaluate_fn %s, so it cannot load a kept checkpoint "
-                            "(request.checkpoint); kept checkpoints are not evaluated (said once)", why)
-            self._lookback_said = True
+        if why is None:
+            return wanted
+        policy.take()
+        if not self._lookback_said and self._rank == 0:
+            log.warning("policy.lookback: evaluate_fn %s, so it cannot load a kept checkpoint (request.checkpoint); "
+                        "kept checkpoints are not evaluated (said once)", why)
+        self._lookback_said = True
+        return None
+
+    def _look_back(self, evaluate_fn, epoch, global_step: int):
+        """One process: evaluate at once the kept checkpoint the evaluation just run asks for, if any: ``(request,
+        outcome, result)``, or None.  (A process group agrees on it first: see :meth:`_look_back_in_group`.)"""
+        wanted = self._lookback_wanted(evaluate_fn)
+        if wanted is None:
             return None
-        step, ref, items = wanted
+        self.policies.by_name["lookback"].take()
+        return self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+
+    def _lookback_votes(self, evaluate_fn) -> list[float]:
+        """This rank's want, for the step's all-reduce (max): the step and items, each also negated (its minimum)."""
+        wanted = self._lookback_wanted(evaluate_fn)
+        if wanted is None:
+            return [-1.0, 1.0, -1.0, 1.0]
+        items = float(wanted[2]) if wanted[2] is not None else 1e15  # (the whole set)
+        return [float(wanted[0]), -float(wanted[0]), items, -items]
+
+    def _look_back_in_group(self, evaluate_fn, votes: list[float], epoch, global_step: int):
+        """A process group, at the step after the evaluation that asked: every rank wants the same checkpoint and
+        size (the all-reduce's maximum equals its minimum) -- evaluate it, sharded like any evaluation; some rank
+        wants another, or none -- drop it everywhere, said once.  Each rank loads its own ref."""
+        step_max, step_min, items_max, items_min = votes[0], -votes[1], votes[2], -votes[3]
+        if step_max < 0:
+            return None
+        policy = self.policies.by_name["lookback"]
+        wanted = policy.take()
+        if step_min != step_max or items_min != items_max or wanted is None:
+            if not self._lookback_disagreed and self._rank == 0:
+                log.warning("policy.lookback: the ranks want different kept checkpoints at step %d (steps %g to %g): "
+                            "none is evaluated; call checkpoint_saved on every rank alike (said once)", global_step,
+                            max(step_min, -1), step_max)
+            self._lookback_disagreed = True
+            return None
+        return self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+
+    def _run_look_back(self, evaluate_fn, wanted, epoch, global_step: int):
+        step, ref, items, why = wanted
         ev = self._evaluation
-        request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{decision.reason}",
-                              checkpoint=ref)
+        request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{why}",
+                              rank=self._rank, world_size=self._world, checkpoint=ref)
         start = self.clock()
         # An evaluation the library chose to add: a failure (a checkpoint deleted by save_total_limit) is skipped
         # and counted even under evaluation.on_error: raise, which is for the evaluations the user scheduled.
@@ -986,11 +1035,17 @@ class AdaptiveEvaluator:
         outcome = run_evaluation_outcome(
             evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
             on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
-            dist_context=None, precision=ev["precision"], timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"],
-            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
+            dist_context=self.dist if self._distributed else None, precision=ev["precision"],
+            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], metric_kinds=ev["metric_kinds"],
+            aggregations=ev["aggregations"], strata=self._strata,
         )
-        self._eval_seconds += self.clock() - start  # (the budget counts it like any evaluation)
         result = outcome.result
+        if self._distributed:  # the seconds every rank agrees on, as for any evaluation in a group
+            seconds = result.seconds if result is not None else self.dist.all_reduce_max([self.clock() - start])[0]
+            self._now += seconds
+        else:
+            seconds = self.clock() - start
+        self._eval_seconds += seconds  # (the budget counts it like any evaluation)
         if result is not None:
             result = dataclasses.replace(result, evaluated_at=global_step)
             self.history.append(result)  # (not to the policies or the eval detectors: its step is past)

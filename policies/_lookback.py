@@ -41,7 +41,7 @@ class LookbackPolicy(Policy):
     >>> for s in (150, 200, 250): p.saved(s, f"ckpt-{s}")
     >>> p.on_alarm(None, ctx(252)); p.on_eval(r(253, 0.05, "alarm:reward:cusum:down"), ctx(253))
     >>> p.take()      # 250 is within lag_steps of the alarm at 252: it may hold the fallen model
-    (200, 'ckpt-200', 300)
+    (200, 'ckpt-200', 300, 'alarm:reward:cusum:down')
     >>> p.take() is None
     True
     """
@@ -69,7 +69,7 @@ class LookbackPolicy(Policy):
         # [step, mean, sample size asked (None: the whole set)] of the latest evaluation with a finite mean
         self._last: list | None = None
         self._alarm_step: int | None = None  # the first alarm since the latest evaluation
-        self._pending: list | None = None  # [step, ref, items]
+        self._pending: list | None = None  # [step, ref, items, reason]
 
     def saved(self, step: int, ref=None) -> None:
         """A checkpoint of the model at ``step`` is kept; ``ref`` (a path, a name, a number or None) is handed
@@ -119,17 +119,21 @@ class LookbackPolicy(Policy):
         options = [k for k in self._kept if last[0] < k[0] <= latest]
         if options:
             step, ref = options[-1]
-            self._pending = [step, ref, self.sample_size if self.sample_size is not None else last[2]]
+            self._pending = [step, ref, self.sample_size if self.sample_size is not None else last[2], result.reason]
 
-    def take(self) -> tuple[int, object, int | None] | None:
-        """The checkpoint to evaluate now, ``(step, ref, items)`` (items None: the whole set), once; None when there
-        is none."""
+    def peek(self) -> tuple[int, object, int | None, str] | None:
+        """The checkpoint to evaluate, ``(step, ref, items, the reason of the evaluation that showed the fall)``
+        (items None: the whole set), without taking it; None when there is none."""
+        return None if self._pending is None else tuple(self._pending)
+
+    def take(self) -> tuple[int, object, int | None, str] | None:
+        """:meth:`peek`, once: a later fall looks only at checkpoints after this one."""
         pending, self._pending = self._pending, None
         if pending is None:
             return None
-        if self._last is not None:  # looked at once: a later fall looks only at checkpoints after it
+        if self._last is not None:
             self._last[0] = max(self._last[0], pending[0])
-        return pending[0], pending[1], pending[2]
+        return tuple(pending)
 
     def state_dict(self) -> dict:
         return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),

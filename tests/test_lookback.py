@@ -283,3 +283,59 @@ def test_a_scalar_metric_looks_back_on_the_items_asked_not_on_its_n_of_one():
     run.train(fn=fn)
     asked = [r.sample_size for r in run.evaluator.history if r.evaluated_at is None and r.step < COLLAPSE]
     assert sizes == [asked[-1]] and sizes[0] > 1
+
+
+# -- a process group (two gloo ranks) --------------------------------------------------------------------------
+
+ITEMS = 400
+
+
+def _item_right(i: int, step: int) -> float:
+    """Item ``i`` on the model of ``step``: deterministic, so any sharding of the items sums the same."""
+    return float((i * 7919) % 1000 / 1000 < truth(step))
+
+
+def _group_run(rank, world, register=True):
+    """The Run loop on every rank of a group: each rank evaluates its shard of the items."""
+    clock = FakeClock()
+    cfg = load_config("default", overrides=["trigger.freq_steps=25", "distributed.timeout_s=30"])
+    ev = AdaptiveEvaluator(cfg, total_steps=STEPS, clock=clock)
+    rng = np.random.default_rng(0)  # the same streams on every rank: the same alarms
+    asked = []
+
+    def fn(request):
+        at = request.step if request.checkpoint is None else int(request.checkpoint)
+        asked.append((request.step, request.checkpoint, request.sample_size))
+        return {"accuracy": [_item_right(i, at) for i in request.indices(ITEMS)]}
+
+    for s in range(STEPS):
+        clock.advance(1.0)
+        reward = 0.5 if s < COLLAPSE else -1.0
+        ev.observe({"train/reward": reward + 0.1 * rng.standard_normal(),
+                    "train/loss": 1.0 + 0.1 * rng.standard_normal()}, s)
+        ev.evaluate(fn, 0, s, s)
+        if s % 50 == 0 and (register is True or register == rank):
+            ev.checkpoint_saved(s, str(s))
+    ev.close()
+    return [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean("accuracy"), 12)) for r in ev.history]
+
+
+def _group_scenarios(rank, world):
+    return {"alike": _group_run(rank, world), "rank0_only": _group_run(rank, world, register=0)}
+
+
+def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_hangs_when_ranks_disagree():
+    from dist_utils import run_ranks
+
+    a, b = run_ranks(_group_scenarios, timeout_s=120)
+    single = _group_run(0, 1)  # no group: the same loop in one process
+    assert a["alike"] == b["alike"]
+    [back] = [r for r in a["alike"] if r[2] is not None]
+    # The same checkpoint, items and value as one process; evaluated one step later (the group agrees on it in
+    # its next step's all-reduce).
+    [one] = [r for r in single if r[2] is not None]
+    assert back[0] == one[0] == 650 and back[3:] == one[3:] and back[2] == one[2] + 1
+    assert [r for r in a["alike"] if r[2] is None] == [r for r in single if r[2] is None]
+    # Only rank 0 was told of the checkpoints: the ranks want different ones, so none is evaluated (no hang).
+    assert a["rank0_only"] == b["rank0_only"] and not [r for r in a["rank0_only"] if r[2] is not None]
+    assert [r for r in a["rank0_only"]] == [r for r in a["alike"] if r[2] is None]

@@ -461,18 +461,20 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _keep_checkpoint(self, args, state, folder: str) -> None:
         """``look_back``: hand the checkpoint just saved to the evaluator, unless the trainer's own evaluation
         of it could not be done safely here (said once)."""
-        why = self._no_look_back(state)
+        why = self._no_look_back(args, state)
         if why is None:
             self.evaluator.checkpoint_saved(state.global_step - 1, folder)
         elif not self._look_back_said:
             self._look_back_said = True
             log.warning("adaptive_eval: look_back is off for this run: %s", why)
 
-    def _no_look_back(self, state) -> str | None:
+    def _no_look_back(self, args, state) -> str | None:
         """Why the trainer's own evaluation cannot evaluate a kept checkpoint here, or None."""
         if self.evaluate_fn is not None:
             return None  # yours: it loads request.checkpoint itself
         trainer = self.trainer
+        if args.world_size > 1:
+            return "several processes (the trainer's own evaluation of a checkpoint is done in one process only)"
         if getattr(state, "trial_name", None):
             return "a hyper-parameter search keeps its checkpoints under run-<trial>/"
         if self.evaluator.cfg.evaluation.timeout_s is not None:
