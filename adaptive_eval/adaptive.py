@@ -209,7 +209,6 @@ class AdaptiveEvaluator:
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
-        self._lookback_disagreed = False  # in a group, ranks that want different kept checkpoints: said once
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -363,7 +362,7 @@ class AdaptiveEvaluator:
         when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  Without calls to
         this method nothing of the kind happens.  Only the synchronous path looks back (not
         ``evaluation.asynchronous`` or eval suites: there it is said once and ignored); in a process group call it
-        on every rank alike (ranks that want different checkpoints evaluate none, with a warning).
+        on every rank alike (ranks told of different checkpoints turn the look back off, with a warning).
 
         A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
         """
@@ -657,9 +656,7 @@ class AdaptiveEvaluator:
         new_alarms, due, self._now, vote, *lookback = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
              *self._lookback_votes(evaluate_fn)])
-        looked = self._look_back_in_group(evaluate_fn, lookback, epoch, global_step)
-        if looked is not None:
-            self._report_look_back(*looked, global_step)
+        self._lookback_agreed(lookback, global_step)
         got = None
         if (vote < 0.5) if sharded else (vote >= 0.5):  # identical on every rank (the records are), so is what
             # it changes: the trigger, the pending alarms
@@ -959,10 +956,9 @@ class AdaptiveEvaluator:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
             self._log_eval(global_step, decision, result)
-        if not self._distributed:  # (a group agrees on it at its next step's all-reduce)
-            looked = self._look_back(evaluate_fn, epoch, global_step)
-            if looked is not None:
-                self._report_look_back(*looked, global_step)
+        looked = self._look_back(evaluate_fn, epoch, global_step)
+        if looked is not None:
+            self._report_look_back(*looked, global_step)
         return result
 
     def _lookback_wanted(self, evaluate_fn):
@@ -989,8 +985,8 @@ class AdaptiveEvaluator:
         return None
 
     def _look_back(self, evaluate_fn, epoch, global_step: int):
-        """One process: evaluate at once the kept checkpoint the evaluation just run asks for, if any: ``(request,
-        outcome, result)``, or None.  (A process group agrees on it first: see :meth:`_look_back_in_group`.)"""
+        """Evaluate at once the kept checkpoint the evaluation just run asks for, if any: ``(request, outcome,
+        result)``, or None.  In a process group every rank asks for the same one (see :meth:`_lookback_votes`)."""
         wanted = self._lookback_wanted(evaluate_fn)
         if wanted is None:
             return None
@@ -998,30 +994,31 @@ class AdaptiveEvaluator:
         return self._run_look_back(evaluate_fn, wanted, epoch, global_step)
 
     def _lookback_votes(self, evaluate_fn) -> list[float]:
-        """This rank's want, for the step's all-reduce (max): the step and items, each also negated (its minimum)."""
-        wanted = self._lookback_wanted(evaluate_fn)
-        if wanted is None:
-            return [-1.0, 1.0, -1.0, 1.0]
-        items = float(wanted[2]) if wanted[2] is not None else 1e15  # (the whole set)
-        return [float(wanted[0]), -float(wanted[0]), items, -items]
+        """In a process group, for the step's one all-reduce (max): what the trainer told this rank of its kept
+        checkpoints (count, sum and sum of squares of their steps) and whether this ``evaluate_fn`` can load one,
+        each also negated (their minimum).  Equal on every rank, the ranks' look backs are too: the policy decides
+        on shared values.  Empty without the policy (alike on every rank: the config is)."""
+        policy = self.policies.by_name.get("lookback")
+        if policy is None or self._async is not None or self._suites:
+            return []
+        can = 1.0 if (_wants_request(evaluate_fn) and getattr(evaluate_fn, "evaluates_checkpoints", True)
+                      is not False) else 0.0
+        values = [float(policy.told[0]), float(policy.told[1]), float(policy.told[2]), can]
+        return [x for v in values for x in (v, -v)]
 
-    def _look_back_in_group(self, evaluate_fn, votes: list[float], epoch, global_step: int):
-        """A process group, at the step after the evaluation that asked: every rank wants the same checkpoint and
-        size (the all-reduce's maximum equals its minimum) -- evaluate it, sharded like any evaluation; some rank
-        wants another, or none -- drop it everywhere, said once.  Each rank loads its own ref."""
-        step_max, step_min, items_max, items_min = votes[0], -votes[1], votes[2], -votes[3]
-        if step_max < 0:
-            return None
+    def _lookback_agreed(self, votes: list[float], global_step: int) -> None:
+        """After the step's all-reduce: ranks told of different checkpoints (or one whose evaluate_fn cannot load
+        them) turn the look back off on every rank for the rest of the run, said once."""
+        if not votes:
+            return
         policy = self.policies.by_name["lookback"]
-        wanted = policy.take()
-        if step_min != step_max or items_min != items_max or wanted is None:
-            if not self._lookback_disagreed and self._rank == 0:
-                log.warning("policy.lookback: the ranks want different kept checkpoints at step %d (steps %g to %g): "
-                            "none is evaluated; call checkpoint_saved on every rank alike (said once)", global_step,
-                            max(step_min, -1), step_max)
-            self._lookback_disagreed = True
-            return None
-        return self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+        if policy.off is None and any(votes[i] != -votes[i + 1] for i in range(0, len(votes), 2)):
+            policy.off = f"the ranks disagreed at step {global_step}"
+            policy.take()
+            if self._rank == 0:
+                log.warning("policy.lookback is off for the rest of the run: at step %d the ranks had not been told of "
+                            "the same kept checkpoints (checkpoint_saved on every rank alike), or an evaluate_fn could "
+                            "not load one", global_step)
 
     def _run_look_back(self, evaluate_fn, wanted, epoch, global_step: int):
         step, ref, items, why = wanted

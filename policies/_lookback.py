@@ -70,6 +70,10 @@ class LookbackPolicy(Policy):
         self._last: list | None = None
         self._alarm_step: int | None = None  # the first alarm since the latest evaluation
         self._pending: list | None = None  # [step, ref, items, reason]
+        # What the trainer told (count, sum and sum of squares of the steps): in a process group every rank's
+        # must agree, or a rank would evaluate a checkpoint the others do not.
+        self.told = [0, 0, 0.0]
+        self.off: str | None = None  # why it was turned off for the rest of the run (a group that disagreed)
 
     def saved(self, step: int, ref=None) -> None:
         """A checkpoint of the model at ``step`` is kept; ``ref`` (a path, a name, a number or None) is handed
@@ -81,6 +85,7 @@ class LookbackPolicy(Policy):
         if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
             raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
                             f"value), got {type(ref).__name__}")
+        self.told = [self.told[0] + 1, self.told[1] + step, self.told[2] + float(step) * step]
         self._kept = [k for k in self._kept if k[0] != step] + [[int(step), ref]]
         self._kept.sort(key=lambda k: k[0])
         del self._kept[:-self.keep]
@@ -99,7 +104,7 @@ class LookbackPolicy(Policy):
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         alarm_step, self._alarm_step = self._alarm_step, None
         found = primary_metric(result, self.metric)
-        if found is None:
+        if found is None or self.off is not None:
             return
         summary = found[1]
         last = self._last
@@ -137,7 +142,8 @@ class LookbackPolicy(Policy):
 
     def state_dict(self) -> dict:
         return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),
-                "alarm_step": self._alarm_step, "pending": None if self._pending is None else list(self._pending)}
+                "alarm_step": self._alarm_step, "pending": None if self._pending is None else list(self._pending),
+                "told": list(self.told), "off": self.off}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._reset()
@@ -145,3 +151,5 @@ class LookbackPolicy(Policy):
         self._last = None if sd.get("last") is None else list(sd["last"])
         self._alarm_step = sd.get("alarm_step")
         self._pending = None if sd.get("pending") is None else list(sd["pending"])
+        self.told = list(sd.get("told", [0, 0, 0.0]))
+        self.off = sd.get("off")

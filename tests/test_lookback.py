@@ -295,8 +295,8 @@ def _item_right(i: int, step: int) -> float:
     return float((i * 7919) % 1000 / 1000 < truth(step))
 
 
-def _group_run(rank, world, register=True):
-    """The Run loop on every rank of a group: each rank evaluates its shard of the items."""
+def _group_run(rank, world, register=True, stop=STEPS):
+    """The Run loop on every rank of a group (each rank evaluates its shard of the items), up to ``stop``."""
     clock = FakeClock()
     cfg = load_config("default", overrides=["trigger.freq_steps=25", "distributed.timeout_s=30"])
     ev = AdaptiveEvaluator(cfg, total_steps=STEPS, clock=clock)
@@ -305,10 +305,12 @@ def _group_run(rank, world, register=True):
 
     def fn(request):
         at = request.step if request.checkpoint is None else int(request.checkpoint)
-        asked.append((request.step, request.checkpoint, request.sample_size))
-        return {"accuracy": [_item_right(i, at) for i in request.indices(ITEMS)]}
+        idx = request.indices(ITEMS)
+        if request.checkpoint is not None:
+            asked.append((request.step, request.checkpoint, request.world_size, idx))
+        return {"accuracy": [_item_right(i, at) for i in idx]}
 
-    for s in range(STEPS):
+    for s in range(stop):
         clock.advance(1.0)
         reward = 0.5 if s < COLLAPSE else -1.0
         ev.observe({"train/reward": reward + 0.1 * rng.standard_normal(),
@@ -317,11 +319,14 @@ def _group_run(rank, world, register=True):
         if s % 50 == 0 and (register is True or register == rank):
             ev.checkpoint_saved(s, str(s))
     ev.close()
-    return [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean("accuracy"), 12)) for r in ev.history]
+    return {"history": [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean("accuracy"), 12))
+                        for r in ev.history], "asked": asked}
 
 
 def _group_scenarios(rank, world):
-    return {"alike": _group_run(rank, world), "rank0_only": _group_run(rank, world, register=0)}
+    alarm = next(r[0] for r in _group_run(0, 1)["history"] if r[1].startswith("alarm:"))
+    return {"alike": _group_run(rank, world), "rank0_only": _group_run(rank, world, register=0),
+            "stopped": _group_run(rank, world, stop=alarm + 1)}
 
 
 def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_hangs_when_ranks_disagree():
@@ -329,13 +334,17 @@ def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_han
 
     a, b = run_ranks(_group_scenarios, timeout_s=120)
     single = _group_run(0, 1)  # no group: the same loop in one process
-    assert a["alike"] == b["alike"]
-    [back] = [r for r in a["alike"] if r[2] is not None]
-    # The same checkpoint, items and value as one process; evaluated one step later (the group agrees on it in
-    # its next step's all-reduce).
-    [one] = [r for r in single if r[2] is not None]
-    assert back[0] == one[0] == 650 and back[3:] == one[3:] and back[2] == one[2] + 1
-    assert [r for r in a["alike"] if r[2] is None] == [r for r in single if r[2] is None]
-    # Only rank 0 was told of the checkpoints: the ranks want different ones, so none is evaluated (no hang).
-    assert a["rank0_only"] == b["rank0_only"] and not [r for r in a["rank0_only"] if r[2] is not None]
-    assert [r for r in a["rank0_only"]] == [r for r in a["alike"] if r[2] is None]
+    assert a["alike"]["history"] == b["alike"]["history"] == single["history"]
+    [back] = [r for r in single["history"] if r[2] is not None]
+    assert back[0] == 650
+    # Sharded: each rank evaluated its part of the checkpoint's items, the parts disjoint and together the
+    # single process's items.
+    [(step_a, ref_a, world_a, idx_a)], [(step_b, ref_b, world_b, idx_b)] = a["alike"]["asked"], b["alike"]["asked"]
+    [(_, _, _, idx_one)] = single["asked"]
+    assert (step_a, ref_a, world_a) == (step_b, ref_b, world_b) == (650, "650", 2)
+    assert not set(idx_a) & set(idx_b) and sorted(idx_a + idx_b) == sorted(idx_one)
+    # Stopped right after the alarm's evaluation (the run's last step here): looked back all the same.
+    assert a["stopped"]["history"] == b["stopped"]["history"] and any(r[2] is not None for r in a["stopped"]["history"])
+    # Only rank 0 was told of the checkpoints: the look back is off on both ranks (said), and nothing hangs.
+    assert a["rank0_only"] == b["rank0_only"] and not a["rank0_only"]["asked"]
+    assert a["rank0_only"]["history"] == [r for r in single["history"] if r[2] is None]
