@@ -51,6 +51,13 @@ def main(out: str) -> None:
         json.dump(got, f)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    # Past this point torch 2.13 sometimes aborts at interpreter exit ("terminate called without an active
+    # exception", SIGABRT; 2 runs in 6 under pytest here, 0 in 15 with this exit), after every result was written and
+    # the group destroyed: a teardown of the FSDP2 / tensor-parallel set-up above, no code of ours.  Leave without
+    # the finalizers.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
