@@ -9,8 +9,8 @@ clock, the resource monitor and torch.distributed, and calls the logger; the pol
 
 In a process group the decision is kept rank-consistent like this (see :meth:`AdaptiveEvaluator.evaluate`):
 
-* every step, one all-reduce (max) of three numbers: "this rank has new alarms", "something may be due
-  here" and this rank's elapsed time.  When neither flag is set on any rank, every rank returns None:
+* every step, one all-reduce (max) of a few numbers: "this rank has new alarms", "something may be due
+  here", this rank's elapsed time, the asynchronous vote and policy.lookback's agreement values.  When neither flag is set on any rank, every rank returns None:
   that is the only collective of a step with nothing due;
 * otherwise the new alarms of every rank are gathered (only if there are any) and fed, in rank order,
   to the policies of every rank, so the policies' state stays identical everywhere; then one all-gather
@@ -651,8 +651,8 @@ class AdaptiveEvaluator:
         # Sharded asynchronous evaluation integrates once every rank has its shard: the vote is "not yet".
         sharded = self._async is not None and self._async.sharded and bool(self._async.jobs)
         vote = (not ready) if sharded else ready
-        # The one collective of a step with nothing due (it also says whether every rank wants the same kept
-        # checkpoint evaluated, policy.lookback).
+        # The one collective of a step with nothing due (it also carries what each rank was told of its kept
+        # checkpoints and whether it can load one: policy.lookback, see _lookback_votes).
         new_alarms, due, self._now, vote, *lookback = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
              *self._lookback_votes(evaluate_fn)])
@@ -995,15 +995,17 @@ class AdaptiveEvaluator:
 
     def _lookback_votes(self, evaluate_fn) -> list[float]:
         """In a process group, for the step's one all-reduce (max): what the trainer told this rank of its kept
-        checkpoints (count, sum and sum of squares of their steps) and whether this ``evaluate_fn`` can load one,
-        each also negated (their minimum).  Equal on every rank, the ranks' look backs are too: the policy decides
+        checkpoints (the count of ``checkpoint_saved`` calls and a hash of their steps in order), whether this
+        ``evaluate_fn`` can load one and whether the look back is off, each also negated (their minimum).  Equal on every rank, the ranks' look backs are too: the policy decides
         on shared values.  Empty without the policy (alike on every rank: the config is)."""
         policy = self.policies.by_name.get("lookback")
         if policy is None or self._async is not None or self._suites:
             return []
-        can = 1.0 if (_wants_request(evaluate_fn) and getattr(evaluate_fn, "evaluates_checkpoints", True)
-                      is not False) else 0.0
-        values = [float(policy.told[0]), float(policy.told[1]), float(policy.told[2]), can]
+        can = 1.0  # (asked only once checkpoints were given: signature inspection is not free on every step)
+        if policy.told[0] and not (_wants_request(evaluate_fn)
+                                   and getattr(evaluate_fn, "evaluates_checkpoints", True) is not False):
+            can = 0.0
+        values = [float(policy.told[0]), float(policy.told[1]), can, 1.0 if policy.off is not None else 0.0]
         return [x for v in values for x in (v, -v)]
 
     def _lookback_agreed(self, votes: list[float], global_step: int) -> None:

@@ -70,9 +70,10 @@ class LookbackPolicy(Policy):
         self._last: list | None = None
         self._alarm_step: int | None = None  # the first alarm since the latest evaluation
         self._pending: list | None = None  # [step, ref, items, reason]
-        # What the trainer told (count, sum and sum of squares of the steps): in a process group every rank's
-        # must agree, or a rank would evaluate a checkpoint the others do not.
-        self.told = [0, 0, 0.0]
+        # What the trainer told: the count of checkpoint_saved calls and a rolling hash of their steps in order
+        # (an integer below 2**52, exact as a float64).  In a process group every rank's must agree, or a rank
+        # would evaluate a checkpoint the others do not.
+        self.told = [0, 0]
         self.off: str | None = None  # why it was turned off for the rest of the run (a group that disagreed)
 
     def saved(self, step: int, ref=None) -> None:
@@ -85,7 +86,7 @@ class LookbackPolicy(Policy):
         if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
             raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
                             f"value), got {type(ref).__name__}")
-        self.told = [self.told[0] + 1, self.told[1] + step, self.told[2] + float(step) * step]
+        self.told = [self.told[0] + 1, (self.told[1] * 1_000_003 + int(step) + 1) % (1 << 52)]
         self._kept = [k for k in self._kept if k[0] != step] + [[int(step), ref]]
         self._kept.sort(key=lambda k: k[0])
         del self._kept[:-self.keep]
@@ -151,5 +152,5 @@ class LookbackPolicy(Policy):
         self._last = None if sd.get("last") is None else list(sd["last"])
         self._alarm_step = sd.get("alarm_step")
         self._pending = None if sd.get("pending") is None else list(sd["pending"])
-        self.told = list(sd.get("told", [0, 0, 0.0]))
+        self.told = list(sd.get("told", [0, 0]))
         self.off = sd.get("off")
