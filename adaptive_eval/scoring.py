@@ -115,8 +115,8 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     evaluation: under no change, a false confirmation is up to about twice as likely as by the interval
     alone.  An evaluation without a finite interval confirms nothing, nor does a kept checkpoint evaluated later
     (``evaluated_at``, ``policy.lookback``: its result came after the evaluation that prompted it), nor a
-    replayed one that measured a model from before the event (``truth_step``: with ground truth logged every k steps, an evaluation
-    between two records of it measures the earlier one).  None when no evaluation confirms the change.
+    replayed one that measured a model from before the event (``truth_step``: with ground truth logged every k
+    steps, an evaluation between two records of it measures the earlier one).  None when no evaluation confirms the change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
     ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
