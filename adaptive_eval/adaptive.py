@@ -899,34 +899,11 @@ class AdaptiveEvaluator:
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
-        # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
-        # import torch before the clock starts, so the first evaluation is not billed seconds for it.
-        if ev["precision"] != "none":
-            import torch  # noqa: F401
-
-        start = self.clock()
-        outcome = run_evaluation_outcome(
-            evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
-            on_error=ev["on_error"], max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
-            dist_context=self.dist, precision=ev["precision"],
-            rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
-            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
-        )
+        outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
         if result is not None:
             result = self._with_aggregate(self._pair(result, outcome.item_values))
-        if self._distributed:
-            # Seconds all ranks agree on: the slowest rank's (the reduced result carries them; after a
-            # failure, which every rank saw, one more all-reduce finds them).
-            if result is not None:
-                seconds = result.seconds
-            else:
-                seconds = self.dist.all_reduce_max([self.clock() - start])[0]
-            self._now += seconds
-        else:
-            seconds = self.clock() - start
         self.trigger.fired()
         self._last_eval_step = global_step
         self._eval_seconds += seconds
@@ -1027,23 +1004,11 @@ class AdaptiveEvaluator:
         ev = self._evaluation
         request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{why}",
                               rank=self._rank, world_size=self._world, checkpoint=ref)
-        start = self.clock()
         # An evaluation the library chose to add: a failure (a checkpoint deleted by save_total_limit) is skipped
         # and counted even under evaluation.on_error: raise, which is for the evaluations the user scheduled.
-        on_error = "skip" if ev["on_error"] == "raise" else ev["on_error"]
-        outcome = run_evaluation_outcome(
-            evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
-            on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
-            dist_context=self.dist if self._distributed else None, precision=ev["precision"],
-            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], metric_kinds=ev["metric_kinds"],
-            aggregations=ev["aggregations"], strata=self._strata,
-        )
+        outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch,
+                                                  "skip" if ev["on_error"] == "raise" else ev["on_error"])
         result = outcome.result
-        if self._distributed:  # the seconds every rank agrees on, as for any evaluation in a group
-            seconds = result.seconds if result is not None else self.dist.all_reduce_max([self.clock() - start])[0]
-            self._now += seconds
-        else:
-            seconds = self.clock() - start
         self._eval_seconds += seconds  # (the budget counts it like any evaluation)
         if result is not None:
             result = dataclasses.replace(result, evaluated_at=global_step)
@@ -1070,6 +1035,35 @@ class AdaptiveEvaluator:
         what = f"n={result.items}" if result is not None else f"failed: {type(outcome.error).__name__}"
         self.logger.text(global_step, "decisions", f"evaluated the checkpoint of step {request.step} "
                                                    f"({request.reason}, {what})")
+
+    def _evaluate_request(self, evaluate_fn, request: EvalRequest, epoch, on_error: str):
+        """Run ``evaluate_fn`` on ``request`` (sharded in a group): ``(outcome, seconds)``, the seconds every rank
+        agrees on (the group's clock moves by them)."""
+        ev = self._evaluation
+        # evaluate_fn runs under torch.inference_mode (and autocast for evaluation.precision bf16/fp16):
+        # import torch before the clock starts, so the first evaluation is not billed seconds for it.
+        if ev["precision"] != "none":
+            import torch  # noqa: F401
+
+        start = self.clock()
+        outcome = run_evaluation_outcome(
+            evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
+            on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
+            dist_context=self.dist, precision=ev["precision"],
+            rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
+            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
+        )
+        if not self._distributed:
+            return outcome, self.clock() - start
+        # The slowest rank's: the reduced result carries them; after a failure, which every rank saw, one more
+        # all-reduce finds them.
+        if outcome.result is not None:
+            seconds = outcome.result.seconds
+        else:
+            seconds = self.dist.all_reduce_max([self.clock() - start])[0]
+        self._now += seconds
+        return outcome, seconds
 
     def _with_aggregate(self, result: EvalResult) -> EvalResult:
         """With suites and ``evaluation.suite_aggregate``: the result with ``<suite_aggregate>/<metric>`` added

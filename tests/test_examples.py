@@ -3,6 +3,8 @@
 import importlib.util
 import pathlib
 
+import pytest
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -58,21 +60,17 @@ def _run_example(name: str, *args: str):
     return proc.stdout
 
 
-def test_the_hugging_face_example_catches_the_scrambled_labels_and_evaluates_the_final_weights(tmp_path):
-    """README, Drop into the trainer you already run: the three lines in a real transformers Trainer."""
-    out = _run_example("hf_trainer.py", "--out", str(tmp_path))
+@pytest.mark.parametrize("script, fault, alarm, logs", [
+    ("hf_trainer.py", "labels scrambled at step 60", "alarm:train/loss", "tb/events.out.tfevents.*"),  # report_to
+    ("lightning_trainer.py", "target flipped at step 60", "alarm:train/", "lightning_logs/version_*/metrics.csv"),
+])
+def test_the_framework_examples_catch_the_fault_and_evaluate_the_final_weights(tmp_path, script, fault, alarm, logs):
+    """README, Drop into the trainer you already run: the three lines in a real transformers / Lightning Trainer."""
+    out = _run_example(script, "--out", str(tmp_path))
     evals = _evaluations(out)
-    assert "labels scrambled at step 60" in out
-    assert any(r.startswith("alarm:train/loss") and 60 <= s <= 85 for s, r in evals), evals  # within 25 steps
+    assert fault in out
+    assert any(r.startswith(alarm) and 60 <= s <= 85 for s, r in evals), evals  # within 25 steps
     assert evals[-1] == (119, "trigger:final")
-    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))  # report_to=["tensorboard"]
-
-
-def test_the_lightning_example_catches_the_flipped_target_and_evaluates_the_final_weights(tmp_path):
-    out = _run_example("lightning_trainer.py", "--out", str(tmp_path))
-    evals = _evaluations(out)
-    assert "target flipped at step 60" in out
-    assert any(r.startswith("alarm:train/") and 60 <= s <= 85 for s, r in evals), evals  # within 25 steps
-    assert evals[-1] == (119, "trigger:final")
-    [csv] = tmp_path.glob("lightning_logs/version_*/metrics.csv")
-    assert "adaptive_eval/" in csv.read_text().splitlines()[0]
+    [written] = tmp_path.glob(logs)
+    if written.suffix == ".csv":  # the adapter's results in the trainer's own logger
+        assert "adaptive_eval/" in written.read_text().splitlines()[0]
