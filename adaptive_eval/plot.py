@@ -34,7 +34,8 @@ __all__ = ["PlotError", "plot_run"]
 MAX_STREAM_PANELS = 4
 MAX_EVAL_PANELS = 3
 
-_REASON_COLORS = {"trigger": "tab:blue", "alarm": "tab:red", "budget": "tab:orange", "resources": "tab:purple"}
+_REASON_COLORS = {"trigger": "tab:blue", "alarm": "tab:red", "budget": "tab:orange", "resources": "tab:purple",
+                  "lookback": "tab:green"}  # (lookback: a kept checkpoint evaluated after a fall)
 _OTHER_REASON_COLOR = "tab:gray"
 _DETECTOR_COLORS = ["crimson", "darkorange", "darkviolet", "teal", "saddlebrown", "deeppink"]
 _ARROWS = {"up": "\u2191", "down": "\u2193"}

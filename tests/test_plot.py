@@ -234,3 +234,8 @@ def test_a_kept_checkpoint_evaluated_later_is_drawn_at_its_step_without_a_line_b
     joined = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2][0]
     xs = np.asarray(joined.get_xdata(), dtype=float)
     assert list(xs[np.isfinite(xs)]) == [0, 10, 20, 25, 32, 40]
+    # Its own colour in the legend (it was the grey of the scheduled ones).
+    from matplotlib.colors import to_rgba
+
+    [dot] = [c for c in ax.collections if c.get_label() == "eval: lookback (1)"]
+    assert tuple(dot.get_facecolor()[0]) == to_rgba("tab:green")
