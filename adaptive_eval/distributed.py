@@ -36,7 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, shard_m2
+from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, pooled_moments, shard_m2
 from adaptive_eval.types import MetricSummary
 
 log = logging.getLogger("adaptive_eval")
@@ -423,13 +423,14 @@ class DistContext:
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
     """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample,
-    m2)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes), and for a
+    m2, m3, m4)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes;
+    ``m3``, ``m4``: of cubed and fourth-power deviations, NaN when unknown), and for a
     multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k)``, for a custom
     aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
-                float(shard_m2(s)))
+                float(shard_m2(s)), float(s.m3), float(s.m4))
         if s.aggregate:
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
@@ -440,7 +441,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     return out
 
 
-_EMPTY_WIRE = (0.0, 0.0, 0, False, True, math.nan)
+_EMPTY_WIRE = (0.0, 0.0, 0, False, True, math.nan, math.nan, math.nan)
 _EXTRA = len(_EMPTY_WIRE)  # where a wire's multi-sample or aggregation fields begin
 
 
@@ -475,6 +476,7 @@ def combine_rank_summaries(
         total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         m2 = pooled_m2((p[2], p[0], p[5]) for p in live)
+        m3, m4 = pooled_moments((p[2], p[0], p[5], p[6], p[7]) for p in live)
         binary = bool(live) and all(p[3] for p in live)
         aggregated = [p for p in parts if len(p) > _EXTRA and isinstance(p[_EXTRA], str) and p[_EXTRA] != "nan"]
         clustered = [p for p in parts if len(p) > _EXTRA and not isinstance(p[_EXTRA], str)]
@@ -493,9 +495,9 @@ def combine_rank_summaries(
                                 within_ss=math.fsum(p[_EXTRA + 1] for p in clustered),
                                 nan_count=sum(p[_EXTRA + 2] for p in clustered),
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
-                                k=max(p[_EXTRA + 4] for p in clustered))
+                                k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4)
         else:
-            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans)
+            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

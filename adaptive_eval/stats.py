@@ -34,10 +34,13 @@ __all__ = [
     "two_stage_size",
     "combine",
     "from_sums",
+    "higher_moments",
+    "kurtosis_df",
     "metric_values",
     "pass_at_k",
     "pass_at_k_var",
     "pooled_m2",
+    "pooled_moments",
     "shard_m2",
     "summarize",
     "summarize_rows",
@@ -137,15 +140,16 @@ def wilson_interval(successes: float, n: int, confidence: float = 0.95) -> tuple
     return (max(0.0, min(center - half, p)), min(1.0, max(center + half, p)))
 
 
-def t_interval(mean: float, std: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of a mean from ``n`` samples with sample standard deviation ``std``.
+def t_interval(mean: float, std: float, n: int, confidence: float = 0.95, df: int | None = None) -> tuple[float, float]:
+    """Student-t interval of a mean from ``n`` samples with sample standard deviation ``std``, on ``df``
+    degrees of freedom (default ``n - 1``; fewer for heavy-tailed values: :func:`kurtosis_df`).
 
     >>> tuple(round(x, 4) for x in t_interval(1.0, 2.0, 16))
     (-0.0657, 2.0657)
     """
     if n < 2 or not math.isfinite(std):
         return (math.nan, math.nan)
-    half = t_quantile(confidence, n - 1) * std / math.sqrt(n)
+    half = t_quantile(confidence, n - 1 if df is None else df) * std / math.sqrt(n)
     return (mean - half, mean + half)
 
 
@@ -184,10 +188,84 @@ def deviations(values: np.ndarray, mean: float | None = None) -> float:
         return float(np.dot(d, d))
 
 
+def higher_moments(values: np.ndarray, mean: float | None = None) -> tuple[float, float]:
+    """``(m3, m4)``: the sums of cubed and fourth-power deviations of ``values`` from their mean (``mean`` when
+    given), what :func:`kurtosis_df` and :func:`pooled_moments` need; inf or NaN when they overflow (huge values
+    are data: the adjustment is then left out)."""
+    if values.size == 0:
+        return (0.0, 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = values - (values.mean() if mean is None else mean)
+        d2 = d * d
+        return (float(np.dot(d2, d)), float(np.dot(d2, d2)))
+
+
+def pooled_moments(parts: Iterable[tuple[int, float, float, float, float]]) -> tuple[float, float]:
+    """``(m3, m4)`` of the union of disjoint shards, from each shard's ``(n, total, m2, m3, m4)`` (Pebay's
+    pairwise update, 2008): what one pass over all the values gives, to rounding.  NaN when a shard with values
+    lacks them.
+
+    >>> a, b = np.array([0.0, 0.1, 0.9]), np.array([0.2, 0.0])
+    >>> parts = [(x.size, x.sum(), deviations(x), *higher_moments(x)) for x in (a, b)]
+    >>> [round(v, 12) for v in pooled_moments(parts)] == [round(v, 12) for v in higher_moments(np.r_[a, b])]
+    True
+    """
+    n = 0
+    mean = m2 = m3 = m4 = 0.0
+    for nb, total, m2b, m3b, m4b in parts:
+        nb = int(nb)
+        if nb <= 0:
+            continue
+        if not all(math.isfinite(float(x)) for x in (total, m2b, m3b, m4b)):
+            return (math.nan, math.nan)
+        mb = float(total) / nb
+        if n == 0:
+            n, mean, m2, m3, m4 = nb, mb, float(m2b), float(m3b), float(m4b)
+            continue
+        na, nt = n, n + nb
+        d = mb - mean
+        d2 = d * d  # (products, not ``**``, which raises on overflow: huge values are data)
+        m4 = (m4 + m4b + d2 * d2 * na * nb * (na * na - na * nb + nb * nb) / nt / nt / nt
+              + 6.0 * d2 * (na * na * m2b + nb * nb * m2) / nt / nt + 4.0 * d * (na * m3b - nb * m3) / nt)
+        m3 = m3 + m3b + d2 * d * na * nb * (na - nb) / nt / nt + 3.0 * d * (na * m2b - nb * m2) / nt
+        m2 = m2 + m2b + d2 * na * nb / nt
+        mean, n = mean + d * nb / nt, nt
+    if not n or not (math.isfinite(m3) and math.isfinite(m4)):
+        return (math.nan, math.nan)
+    return (m3, m4)
+
+
+def kurtosis_df(n: int, m2: float, m4: float) -> int:
+    """Degrees of freedom for the t quantile of a mean of ``n`` values whose sums of squared and fourth-power
+    deviations are ``m2`` and ``m4``: ``n - 1``, fewer when the values are heavy-tailed.
+
+    The sample variance of values with excess kurtosis g2 varies as a chi-square with ``2 / (2 / (n - 1) +
+    g2 / n)`` degrees of freedom (the usual Satterthwaite match of its variance); the floor of that, between 1
+    and ``n - 1`` (g2 <= 0 leaves ``n - 1``).  Per-problem solve rates from a skewed pool (most problems never
+    or always solved, a rare one in between) are such values: 30 of them seldom hold the rare ones, and
+    their spread then understates the variance of their mean; with ``n - 1`` the interval of mean@k over 30
+    problems drawn from Beta(0.1, 1.9) rates covered 0.906 (SIMULATED; 0.947 with this,
+    benchmarks/pass_at_k_coverage.py), while symmetric pools keep their width.
+
+    >>> def df(x):
+    ...     return kurtosis_df(len(x), deviations(x), higher_moments(x)[1])
+    >>> df(np.linspace(0.0, 1.0, 30)), df(np.r_[np.zeros(27), 0.1, 0.2, 0.5])  # flat; a rare solved one
+    (29, 3)
+    """
+    if n < 3:
+        return max(n - 1, 1)
+    if not (math.isfinite(m2) and math.isfinite(m4)) or m2 <= 0.0:
+        return n - 1
+    g2 = n * m4 / (m2 * m2) - 3.0
+    if not g2 > 0.0:
+        return n - 1
+    return int(min(max(2.0 / (2.0 / (n - 1) + g2 / n), 1.0), n - 1.0))
+
+
 def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95, *,
               clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
               nan_count: int = 0, population: int = 0, m2: float | None = None,
-              mean: float | None = None, k: int = 1) -> MetricSummary:
+              mean: float | None = None, k: int = 1, m3: float = math.nan, m4: float = math.nan) -> MetricSummary:
     """Summary from the sufficient statistics of per-sample values (exact across shards).
 
     ``mean``: the values' mean when it is known better than ``total / n`` (finite values whose sum
@@ -201,10 +279,13 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     interval is then over items (:func:`clustered_interval`), for a suite of ``population`` items (0: an
     unbounded population of problems) with the finite population correction.  ``k``: the values are the
     items' pass@k (see :func:`clustered_interval`'s ``trials``).
+
+    ``m3``, ``m4``: the sums of cubed and fourth-power deviations (:func:`higher_moments`), when known: a
+    Student t interval (and a proportion's over items) then takes :func:`kurtosis_df` degrees of freedom.
     """
     if clustered:
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
-                                    population, m2, mean, k)
+                                    population, m2, mean, k, m3, m4)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary,
                              nan_count=nan_count)
@@ -218,9 +299,13 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     if binary:
         ci = wilson_interval(total, n, confidence)
     else:
-        ci = t_interval(mean, std, n, confidence)
+        ci = t_interval(mean, std, n, confidence, df=kurtosis_df(n, _m2(std, n), m4))
     return MetricSummary(mean=mean, n=n, ci=ci, std=std, total=total, total_sq=total_sq, binary=binary,
-                         nan_count=nan_count)
+                         nan_count=nan_count, m3=float(m3), m4=float(m4))
+
+
+def _m2(std: float, n: int) -> float:
+    return std * std * (n - 1) if n > 1 and math.isfinite(std) else math.nan
 
 
 def _finite_ints(value):
@@ -344,7 +429,12 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     mean = stable_mean(arr)
     return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr, mean), mean=mean,
-                     nan_count=nan_count)
+                     nan_count=nan_count, **_moments(arr, mean))
+
+
+def _moments(values: np.ndarray, mean: float) -> dict:
+    m3, m4 = higher_moments(values, mean)
+    return {"m3": m3, "m4": m4}
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
@@ -642,10 +732,11 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
     total_sq = sum(p.total_sq for p in parts)
     binary = all(p.binary for p in parts)
     m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
+    m3, m4 = pooled_moments((p.n, p.total, shard_m2(p), p.m3, p.m4) for p in parts)
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
                      nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
-                     m2=m2, k=max((p.k for p in parts), default=1))
+                     m2=m2, k=max((p.k for p in parts), default=1), m3=m3, m4=m4)
 
 
 def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) -> int:
@@ -748,7 +839,7 @@ _HUGE_VALUE = 1e150  # values beyond this are scaled before sums that could over
 
 
 def clustered_interval(mean: float, var_mean: float, n: int, samples: int, proportion: bool,
-                       confidence: float = 0.95, *, cap: bool = True) -> tuple[float, float]:
+                       confidence: float = 0.95, *, cap: bool = True, df: int | None = None) -> tuple[float, float]:
     """Interval of a mean over ``n`` independent items, given the variance ``var_mean`` of that mean.
 
     The unit is the item: the samples of one item are correlated, so the variance comes from the spread
@@ -761,8 +852,10 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     item gives no between-item spread: effective size 1 for a proportion, a NaN interval otherwise.
     ``cap=False`` (a suite with the finite population correction: the spread left is the answers' within each
     item, which is below a Bernoulli's) lets the effective size exceed ``samples``.  For pass@k the caller
-    passes the answers' k-answer trials as ``samples`` (:func:`from_sums`).  Coverage is checked by simulation
-    (tests/test_multisample.py, benchmarks/llm_eval.py, benchmarks/pass_at_k_coverage.py).
+    passes the answers' k-answer trials as ``samples`` (:func:`from_sums`).  ``df``: the degrees of freedom
+    of both t quantiles (default ``n - 1``; fewer for a heavy-tailed spread of item means: :func:`kurtosis_df`).
+    Coverage is checked by simulation (tests/test_multisample.py, benchmarks/llm_eval.py,
+    benchmarks/pass_at_k_coverage.py).
 
     >>> tuple(round(x, 3) for x in clustered_interval(0.5, 0.3 ** 2 / 30, 30, 480, proportion=True))
     (0.383, 0.617)
@@ -774,7 +867,7 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     if not proportion:
         if n < 2 or not math.isfinite(var_mean):
             return (math.nan, math.nan)
-        half = t_quantile(confidence, n - 1) * math.sqrt(max(var_mean, 0.0))
+        half = t_quantile(confidence, n - 1 if df is None else df) * math.sqrt(max(var_mean, 0.0))
         return (mean - half, mean + half)
     p = min(max(mean, 0.0), 1.0)
     limit = max(float(samples), float(n))
@@ -787,7 +880,7 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     else:
         n_eff = float(n) if p in (0.0, 1.0) else limit
     if n >= 2:
-        n_eff *= (normal_quantile(confidence) / t_quantile(confidence, n - 1)) ** 2
+        n_eff *= (normal_quantile(confidence) / t_quantile(confidence, n - 1 if df is None else df)) ** 2
     return clopper_pearson(p * n_eff, n_eff, confidence)
 
 
@@ -842,9 +935,9 @@ def clopper_pearson(successes: float, n: float, confidence: float = 0.95) -> tup
 
 
 def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, within_ss, nan_count,
-                         population=0, m2=None, mean=None, k=1) -> MetricSummary:
+                         population=0, m2=None, mean=None, k=1, m3=math.nan, m4=math.nan) -> MetricSummary:
     extra = {"clustered": True, "samples": int(samples), "within_ss": float(within_ss), "nan_count": int(nan_count),
-             "population": int(population), "k": int(k)}
+             "population": int(population), "k": int(k), "m3": float(m3), "m4": float(m4)}
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0,
                              binary=proportion, **extra)
@@ -865,6 +958,12 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
     # a whole 30-problem suite's interval about 1.2x too wide (simulated coverage 0.98-0.99 at 95%; uncapped
     # 0.95-0.97, tests/test_multisample.py).
     limit, cap = samples, not fpc
+    # Heavy-tailed item means (a skewed pool of problems) make their spread a poor estimate of the variance:
+    # fewer degrees of freedom (kurtosis_df), unless the whole suite was evaluated (the spread between its
+    # items is then not sampled at all).  Not for pass@k, whose cap at the answers' k-answer trials (below)
+    # already covers such pools (0.97-1.00, SIMULATED): both would widen it up to 2.7x.
+    whole = fpc and n >= population
+    df = n - 1 if whole or (proportion and k > 1) else kurtosis_df(n, _m2(std, n), m4)
     if proportion and k > 1:
         # pass@k: an item's m answers hold m / k disjoint k-answer trials, and the effective size is capped at
         # those, not at the answers.  The spread of per-item pass@k, mostly near 1 with a rare hard problem
@@ -874,7 +973,7 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
         f = min(n / population, 1.0) if fpc else 0.0
         if f < 1.0:
             limit, cap = samples / k / (1.0 - f), True
-    ci = clustered_interval(mean, var_mean, n, limit, proportion, confidence, cap=cap)
+    ci = clustered_interval(mean, var_mean, n, limit, proportion, confidence, cap=cap, df=df)
     if pass_fpc:
         # The interval of the same items seen as a sample of an unbounded population: its effective size is
         # capped at the m / k disjoint k-answer trials per item, a bound that holds for a suite too (an item's
@@ -1005,7 +1104,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
     im_mean = stable_mean(im)
     out = {name: from_sums(*sums, int(im.size), binary, confidence, clustered=True, samples=samples,
                            within_ss=within_ss, nan_count=nan_count, population=population,
-                           m2=deviations(im, im_mean), mean=im_mean)}
+                           m2=deviations(im, im_mean), mean=im_mean, **_moments(im, im_mean))}
     for k in ks:
         # The answers returned (row lengths), not those scored: k above what every item returned is a request
         # the evaluate_fn did not meet; NaN answers (a grader's timeouts) are data, and an item short of k by
@@ -1033,7 +1132,8 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                 samples=int(m[ok].sum()), nan_count=nan_count,
                                                 population=population,
                                                 within_ss=_pass_within_ss(m[ok], c[ok], int(k)), k=int(k),
-                                                m2=deviations(per_item, per_mean), mean=per_mean)
+                                                m2=deviations(per_item, per_mean), mean=per_mean,
+                                                **_moments(per_item, per_mean))
         elif k > 1 and values.size:
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
                 per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
@@ -1044,7 +1144,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                 out[f"{name}/{kind}@{k}"] = from_sums(*sums, int(per_item.size), False, confidence, clustered=True,
                                                       samples=int(m[ok].sum()), nan_count=nan_count,
                                                       population=population, m2=deviations(per_item, per_mean),
-                                                      mean=per_mean)
+                                                      mean=per_mean, **_moments(per_item, per_mean))
     return out
 
 

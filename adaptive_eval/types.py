@@ -139,6 +139,11 @@ class MetricSummary:
     # ``payload`` its sufficient statistics (weighted sums; the per-item values of a quantile).
     aggregate: str = ""
     payload: tuple = ()
+    # Sums of cubed and fourth-power deviations of the values (per-item means for items x samples) from their
+    # mean, when known: the interval's degrees of freedom shrink with their kurtosis (stats.kurtosis_df), and
+    # shards combine them exactly (stats.pooled_moments).
+    m3: float = math.nan
+    m4: float = math.nan
 
     @property
     def half_width(self) -> float:
