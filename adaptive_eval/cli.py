@@ -106,11 +106,13 @@ def _truth_note(trace, cfg) -> None:
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
     """The options that read a trace not in the native format (replay, check and tune alike)."""
-    p.add_argument("--stream", action="append", default=[], metavar="COL",
-                   help="a column (metric) to watch as a cheap stream, the others left out (repeatable)")
-    p.add_argument("--eval", action="append", default=[], metavar="COL[:scale]",
+    p.add_argument("--stream", action="append", default=[], metavar="[TRACE=]COL",
+                   help="a column (metric) to watch as a cheap stream, the others left out (repeatable); "
+                        "TRACE=COL: for that trace only (its own replace the others there)")
+    p.add_argument("--eval", action="append", default=[], metavar="[TRACE=]COL[:scale]",
                    help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent); with "
-                        "it, other eval/ columns are not ground truth")
+                        "it, other eval/ columns are not ground truth.  TRACE=COL: for that trace only, when "
+                        "traces name it differently (its own replace the others there)")
     p.add_argument("--step-column", default="step",
                    help="the step column of a CSV not in the native format, or the step key of JSONL records (OpenRLHF: train/global_step); none: a CSV's row number (from 0)")
     p.add_argument("--keep-last-run", action="store_true",
@@ -123,11 +125,49 @@ def _foreign(args: argparse.Namespace) -> bool:
                 or getattr(args, "step_column", "step") != "step")
 
 
+def _trace_prefix(item: str) -> tuple[str | None, str]:
+    """``(TRACE, COL)`` for a ``--eval``/``--stream`` item ``TRACE=COL`` whose ``TRACE`` is a file or folder that
+    exists (the first such ``=``: a column may hold one, ``stratum=hard``), else ``(None, item)``."""
+    for i, ch in enumerate(item):
+        if ch == "=" and i and os.path.exists(item[:i]):
+            return item[:i], item[i + 1:]
+    return None, item
+
+
+def _for_trace(items: list[str], path: str) -> list[str]:
+    """The ``--eval``/``--stream`` items for the trace at ``path``: its own ``TRACE=COL`` ones, else those that
+    name no trace (several traces whose ground truth is named differently: ``--eval a.csv=eval_acc --eval
+    b.jsonl=val/acc``)."""
+    own, common = [], []
+    for item in items or []:
+        target, col = _trace_prefix(item)
+        if target is None:
+            common.append(item)
+        elif os.path.realpath(target) == os.path.realpath(path):
+            own.append(col)
+    return own or common
+
+
+def _check_trace_prefixes(args: argparse.Namespace, traces: list[str]) -> None:
+    """A ``TRACE=COL`` item whose trace is not one of ``traces`` is an error (it would apply to nothing)."""
+    given = {os.path.realpath(t) for t in traces}
+    for option in ("eval", "stream"):
+        for item in getattr(args, option, None) or []:
+            target, _ = _trace_prefix(item)
+            where = os.path.realpath(target) if target is not None else ""
+            if target is not None and where not in given and not any(where.startswith(g + os.sep) for g in given):
+                raise ValueError(f"--{option} {item!r} names the trace {target!r}, which is not one of the traces "
+                                 "given")
+
+
 def _load_trace_file(path: str, args: argparse.Namespace):
-    """A trace file or TensorBoard folder read with the trace options (``_add_trace_args``)."""
+    """A trace file or TensorBoard folder read with the trace options (``_add_trace_args``); ``--eval`` and
+    ``--stream`` items of the form ``TRACE=COL`` apply to that trace only (:func:`_for_trace`)."""
     from adaptive_eval.convert import from_columns, select_columns
     from adaptive_eval.trace import TraceError, read_trace, trace_format
 
+    args = argparse.Namespace(**{**vars(args), "eval": _for_trace(getattr(args, "eval", None), path),
+                                 "stream": _for_trace(getattr(args, "stream", None), path)})
     on_restart = "keep_last" if args.keep_last_run else "error"
     kind = trace_format(path)
     if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):
@@ -187,7 +227,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         from adaptive_eval.tensorboard import make_logger
 
         logger = make_logger(os.path.join(out, "tb"), flush_secs=cfg.logging.flush_secs)
-    result = replay(trace, cfg, seed=args.seed, logger=logger, streams=args.stream or None)
+    result = replay(trace, cfg, seed=args.seed, logger=logger, streams=_for_trace(args.stream, args.trace) or None)
     write_outputs(result, out)
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
@@ -288,6 +328,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing._core import _load
     from adaptive_eval.trace import Trace, read_trace
 
+    _check_trace_prefixes(args, args.trace)
     names = [pathlib.Path(t).name for t in traces]
     rows, errors = [], []
     for trace in traces:
@@ -350,6 +391,10 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                if key(item.rpartition("=")[0]) not in {key(t) for t in args.trace}]
     if unknown:
         raise TuneError(f"--events names {unknown[0]!r}, which is not one of the traces given")
+    try:
+        _check_trace_prefixes(args, [t for t in args.trace if not t.startswith(("real:", "synthetic:"))])
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
     cases = []
     for t in args.trace:
         if t.startswith("real:"):
@@ -385,7 +430,7 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
 
                     case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})
             as_named = {(c if c.startswith("eval/") else f"eval/{c}"): c  # (--eval's columns, for tune's hints)
-                        for c in _eval_mapping(getattr(args, "eval", None) or [])}
+                        for c in _eval_mapping(_for_trace(getattr(args, "eval", None), t))}
             case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None,
                                   eval_columns=as_named)
             if len(case.trace) > 1:

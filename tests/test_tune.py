@@ -265,3 +265,37 @@ def test_a_searched_confirm_size_is_clipped_to_the_eval_set():
     cfg = apply_params(load_config(), {"policy.peak.confirm_size": 1022})
     assert cfg.replay.eval_set_size == 500 and cfg.policy.peak.confirm_size == 500
     assert apply_params(load_config(), {"policy.peak.confirm_size": 200}).policy.peak.confirm_size == 200
+
+
+def _named_csv(folder, name, column, scale):
+    """A run whose accuracy (0.6 falling to 0.2 at step 150, times ``scale``) is logged as ``column``, beside a
+    reward that falls with it, and its events file."""
+    path = folder / name
+    lines = [f"step,train/reward,{column}"]
+    lines += [f"{s},{1.0 if s < 150 else 0.2},{(0.6 if s < 150 else 0.2) * scale:g}" for s in range(300)]
+    path.write_text("\n".join(lines) + "\n")
+    (folder / f"{name}.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    return str(path)
+
+
+def test_traces_that_name_their_ground_truth_differently_get_one_eval_each(tmp_path, capsys):
+    """tune and check applied one --eval to every trace, so runs logged by two tools (HF's eval_acc, a percent
+    val_acc) could not be tuned on together.  --eval TRACE=COL[:scale] names each trace's own."""
+    a = _named_csv(tmp_path, "hf.csv", "eval_acc", 1.0)
+    b = _named_csv(tmp_path, "lightning.csv", "val_acc", 100.0)
+    args = ["--stream", "train/reward", "--trials", "2", "--no-progress", "--out", str(tmp_path / "t")]
+    assert main(["tune", a, b, "--eval", "eval_acc", *args]) == 2
+    err = capsys.readouterr().err
+    assert "lightning.csv" in err and "no column 'eval_acc'" in err
+    assert main(["tune", a, b, "--eval", f"{a}=eval_acc", "--eval", f"{b}=val_acc:0.01", *args]) == 0
+    assert f"scored on {a}: eval_acc, {b}: val_acc" in capsys.readouterr().err
+    trials = [json.loads(line) for line in (tmp_path / "t" / "trials.jsonl").read_text().splitlines()]
+    # each fold is one run, its delay the second objective (a miss counts 100): both confirmed, truth on both
+    assert trials and all(len(t["fold_values"]) == 2 and all(f[1] < 100 for f in t["fold_values"]) for t in trials)
+    assert main(["check", a, b, "--stream", "train/reward", "--eval", f"{a}=eval_acc",
+                 "--eval", f"{b}=val_acc:0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "hf.csv" in out and "lightning.csv" in out
+    other = _named_csv(tmp_path, "other.csv", "acc", 1.0)
+    assert main(["tune", a, b, "--eval", f"{other}=acc", *args]) == 2
+    assert f"names the trace {other!r}, which is not one of the traces given" in capsys.readouterr().err
