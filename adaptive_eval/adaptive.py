@@ -359,10 +359,12 @@ class AdaptiveEvaluator:
         evaluator then evaluates at once the last kept checkpoint from before the alarm (``policy.lookback``),
         calling ``evaluate_fn`` with ``request.checkpoint = ref`` and ``request.step`` = its step: the
         function loads that checkpoint (``ref``: its path or name, a plain value kept in ``state_dict``)
-        when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  Without calls to
+        when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  With eval suites
+        the request covers the tracked metric's suite (every suite, for a ``suite_aggregate`` metric) on the
+        plan of the evaluation before the checkpoint that measured it (``request.suites``).  Without calls to
         this method nothing of the kind happens.  Only the synchronous path looks back (not
-        ``evaluation.asynchronous`` or eval suites: there it is said once and ignored); in a process group call it
-        on every rank alike (ranks told of different checkpoints turn the look back off, with a warning).
+        ``evaluation.asynchronous``: there it is said once and ignored); in a process group call it on every
+        rank alike (ranks told of different checkpoints turn the look back off, with a warning).
 
         A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
         """
@@ -371,12 +373,10 @@ class AdaptiveEvaluator:
         policy = self.policies.by_name.get("lookback")
         if policy is None:
             return
-        why = ("evaluation.asynchronous" if self._async is not None else "evaluation.suites" if self._suites
-               else None)
-        if why is not None:
+        if self._async is not None:
             if not self._lookback_said and self._rank == 0:
-                log.warning("checkpoint_saved: kept checkpoints are not evaluated with %s (policy.lookback runs "
-                            "in the synchronous path without eval suites); ignored (said once)", why)
+                log.warning("checkpoint_saved: kept checkpoints are not evaluated with evaluation.asynchronous "
+                            "(policy.lookback runs in the synchronous path); ignored (said once)")
             self._lookback_said = True
             return
         policy.saved(int(global_step), ref)
@@ -942,7 +942,7 @@ class AdaptiveEvaluator:
         """The kept checkpoint the lookback policy wants evaluated, ``(step, ref, items, reason)``, if this
         ``evaluate_fn`` can evaluate one; None otherwise (a want it cannot serve is dropped, said once)."""
         policy = self.policies.by_name.get("lookback")
-        if policy is None or self._async is not None or self._suites:
+        if policy is None or self._async is not None:
             return None
         wanted = policy.peek()
         if wanted is None:
@@ -976,7 +976,7 @@ class AdaptiveEvaluator:
         ``evaluate_fn`` can load one and whether the look back is off, each also negated (their minimum).  Equal on every rank, the ranks' look backs are too: the policy decides
         on shared values.  Empty without the policy (alike on every rank: the config is)."""
         policy = self.policies.by_name.get("lookback")
-        if policy is None or self._async is not None or self._suites:
+        if policy is None or self._async is not None:
             return []
         can = 1.0  # (asked only once checkpoints were given: signature inspection is not free on every step)
         if policy.told[0] and not (_wants_request(evaluate_fn)
@@ -999,11 +999,50 @@ class AdaptiveEvaluator:
                             "the same kept checkpoints (checkpoint_saved on every rank alike), or an evaluate_fn could "
                             "not load one", global_step)
 
+    def _look_back_suites(self, step: int, items: int | None) -> tuple[dict, str]:
+        """With eval suites: this rank's requests for a look back at the checkpoint of ``step``, and what they
+        cover for its reason.  The tracked metric's suite (every suite, for a ``suite_aggregate`` metric) on the
+        plan of the latest evaluation before the checkpoint that measured it: its items and answers per item,
+        so the checkpoint is measured as precisely as the evaluation it is set beside (``items``, else the
+        suite's initial plan, when there is none)."""
+        from adaptive_eval.policies._base import primary_metric
+        from adaptive_eval.suites import SuitePlan, suite_requests
+
+        metric = self._evaluation["metric"]
+        before = next((r for r in reversed(self.history) if r.evaluated_at is None and r.step < step
+                       and primary_metric(r, metric) is not None), None)
+        tracked = primary_metric(before, metric)[0] if before is not None else (metric or "")
+        head = tracked.partition("/")[0]
+        names = [head] if head in self._suites else list(self._suites)
+        plans = []
+        for name in names:
+            suite = self._suites[name]
+            summary = None
+            if before is not None:
+                summary = before.metrics.get(tracked) if head == name else next(
+                    (m for k, m in before.metrics.items() if k.partition("/")[0] == name and m.n > 0), None)
+            if summary is not None and summary.n > 0 and before.step < step:
+                plans.append(SuitePlan(name, min(int(summary.n), int(suite["size"])),
+                                       max(1, round(summary.samples_per_item))))
+            elif before is None:
+                plans.append(SuitePlan(name, min(int(items or suite["size"]), int(suite["size"])),
+                                       int(suite["samples_per_item"])))
+        requests = suite_requests(self._suites, plans, self._evaluation["seed"], self._rank, self._world)
+        return requests, "; ".join(f"{p.name}: {p.items}x{p.samples_per_item}" for p in plans)
+
     def _run_look_back(self, evaluate_fn, wanted, epoch, global_step: int):
         step, ref, items, why = wanted
         ev = self._evaluation
-        request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=f"lookback:{why}",
-                              rank=self._rank, world_size=self._world, checkpoint=ref)
+        suites, reason = {}, f"lookback:{why}"
+        if self._suites:
+            suites, covered = self._look_back_suites(step, items)
+            if not suites:
+                return None  # (no suite of the tracked metric was measured before: nothing to set it beside)
+            # (the alarm evaluation's reason without what its own suites covered: this one's instead)
+            reason = f"lookback:{why.split(' [', 1)[0]} [{covered}]"
+            items = sum(r.sample_size for r in suites.values())
+        request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=reason,
+                              rank=self._rank, world_size=self._world, checkpoint=ref, suites=suites)
         # An evaluation the library chose to add: a failure (a checkpoint deleted by save_total_limit) is skipped
         # and counted even under evaluation.on_error: raise, which is for the evaluations the user scheduled.
         outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch,
@@ -1011,7 +1050,8 @@ class AdaptiveEvaluator:
         result = outcome.result
         self._eval_seconds += seconds  # (the budget counts it like any evaluation)
         if result is not None:
-            result = dataclasses.replace(result, evaluated_at=global_step)
+            # (not paired with the evaluation before: the items of its suites are not the next one's baseline)
+            result = dataclasses.replace(self._with_aggregate(result), evaluated_at=global_step)
             self.history.append(result)  # (not to the policies or the eval detectors: its step is past)
         else:
             self._eval_errors += 1

@@ -196,6 +196,16 @@ class _SimulatedEval:
         self.fixed = float(cfg.replay.eval_fixed_seconds)
         self.per_sample = float(cfg.replay.eval_seconds_per_sample)
 
+    def snapshot(self) -> tuple:
+        """The ground truth now (a kept checkpoint's, for ``replay.checkpoint_every``)."""
+        return dict(self.truth), dict(self.std)
+
+    def restore(self, snap: tuple) -> tuple:
+        """Put ``snap`` (:meth:`snapshot`) in place; the truth it replaced."""
+        now = self.snapshot()
+        self.truth, self.std = dict(snap[0]), dict(snap[1])
+        return now
+
     def update(self, metrics: dict[str, float]) -> None:
         for name, std_col in self.metrics.items():
             v = metrics.get(f"eval/{name}")
@@ -352,6 +362,19 @@ class _SuiteSimulatedEval:
         # (a mean is drawn as Normal(mean_i, sd): with no sd anywhere, every answer is its item's value)
         self.no_spread = sorted(spot for spot, kind in self.kinds.items() if kind != "proportion"
                                 and spot not in with_std)
+
+    def snapshot(self) -> tuple:
+        """The ground truth now, every item's (a kept checkpoint's, for ``replay.checkpoint_every``)."""
+        return ({k: v.copy() for k, v in self.truth.items()}, {k: v.copy() for k, v in self.given.items()},
+                dict(self.std), {k: v.copy() for k, v in self.item_std.items()})
+
+    def restore(self, snap: tuple) -> tuple:
+        """Put ``snap`` (:meth:`snapshot`) in place; the truth it replaced."""
+        now = self.snapshot()
+        self.truth, self.given, self.std, self.item_std = (
+            {k: v.copy() for k, v in snap[0].items()}, {k: v.copy() for k, v in snap[1].items()}, dict(snap[2]),
+            {k: v.copy() for k, v in snap[3].items()})
+        return now
 
     def update(self, metrics: dict[str, float]) -> set[tuple[str, str]]:
         """Take a record's values; the (suite, metric) pairs it gave a value to."""
@@ -589,24 +612,23 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # step), the latest policy.lookback.keep of them; a request for one is drawn from it.
     every = cfg.replay.checkpoint_every
     kept: dict[int, tuple] = {}
-    if every is not None and (asynchronous or isinstance(sim, _SuiteSimulatedEval)):
+    if every is not None and asynchronous:
         warnings.warn(f"{trace.source + ': ' if trace.source else ''}replay.checkpoint_every is ignored with "
-                      f"{'evaluation.asynchronous' if asynchronous else 'eval suites'} (policy.lookback runs in the "
-                      "synchronous path without suites)", RuntimeWarning, stacklevel=2)
+                      "evaluation.asynchronous (policy.lookback runs in the synchronous path)", RuntimeWarning,
+                      stacklevel=2)
         every = None
 
     def fn(request):
         if request.checkpoint is not None:
             if request.checkpoint not in kept:
                 raise KeyError(f"replay: no kept checkpoint {request.checkpoint!r} (kept: {sorted(kept)})")
-            sim_truth, sim_std, marks = kept[request.checkpoint]
+            snap, marks = kept[request.checkpoint]
             truth_at[request.step] = dict(marks)
-            now = sim.truth, sim.std
-            sim.truth, sim.std = sim_truth, sim_std
+            now = sim.restore(snap)
             try:
                 return sim(request)
             finally:
-                sim.truth, sim.std = now
+                sim.restore(now)
         truth_at[request.step] = dict(truth)
         return sim(request)
 
@@ -628,7 +650,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
             epoch_start, last_epoch = i, epoch
         evaluator.evaluate(fn, epoch, i - epoch_start, rec.step)
         if every is not None and rec.step % every == 0:
-            kept[rec.step] = (dict(sim.truth), dict(sim.std), dict(truth))
+            kept[rec.step] = (sim.snapshot(), dict(truth))
             while len(kept) > int(cfg.policy.lookback.keep):
                 del kept[next(iter(kept))]
             evaluator.checkpoint_saved(rec.step, rec.step)

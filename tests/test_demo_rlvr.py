@@ -194,3 +194,30 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
 def test_digits_knows_only_its_fault(tmp_path, capsys):
     assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--fault", "reward_hack"]) == 2
     assert "the digits task knows lr_blowup" in capsys.readouterr().err
+
+
+def test_the_adaptive_run_keeps_checkpoints_and_a_look_back_evaluates_the_kept_weights(short_base, tmp_path):
+    """The adaptive run tells its evaluator of a checkpoint every CHECKPOINT_EVERY steps (as a trainer saving
+    them would), so after a fall it can evaluate the last one from before (policy.lookback); a request for a
+    checkpoint is answered from that step's weights, not the current ones."""
+    from omegaconf import OmegaConf
+
+    from adaptive_eval import EvalRequest, load_config
+    from adaptive_eval.suites import SuitePlan, suite_requests
+
+    training = _training("none")
+    for step in range(12):
+        training.step(step)
+    cfg = load_config(None, [*rlvr._overrides(adaptive=True), "logging.tensorboard_dir=null"])
+    run = rlvr._Run("adaptive", cfg, training, 12, tmp_path / "adaptive")
+    for step in range(12):
+        run.step(step, {"train/reward": 0.5}, keep=True)
+    every = rlvr.CHECKPOINT_EVERY
+    assert run.evaluator.policies.by_name["lookback"].kept == [(s, s) for s in range(every - 1, 12, every)]
+    suites = suite_requests(OmegaConf.to_container(cfg.evaluation.suites), [SuitePlan("id", 40, 2)], 0)
+    back = run.evaluation(EvalRequest(step=every - 1, sample_size=40, seed=0, reason="lookback:x",
+                                      checkpoint=every - 1, suites=suites))["id/accuracy"]
+    direct = training.answers_of(training.weights[every - 1], every - 1, training.suites["id"],
+                                 suites["id"].indices, 2, request_seed=0)
+    assert np.array_equal(back, direct)
+    run.close(12)

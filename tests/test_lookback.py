@@ -143,15 +143,84 @@ def test_a_failing_checkpoint_evaluation_is_counted_not_raised():
 
 
 def test_checkpoint_saved_is_ignored_where_lookback_cannot_run(caplog):
-    cfg = load_config("default", overrides=["evaluation.suites.math.size=100"])
-    ev = AdaptiveEvaluator(cfg, total_steps=100, clock=FakeClock())
-    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
-        ev.checkpoint_saved(10, "a")
-        ev.checkpoint_saved(20, "b")
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        cfg = load_config("default", overrides=["evaluation.asynchronous=true"])
+        ev = AdaptiveEvaluator(cfg, total_steps=100, clock=FakeClock(), executor=pool)
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+            ev.checkpoint_saved(10, "a")
+            ev.checkpoint_saved(20, "b")
+        ev.close()
     said = [r.getMessage() for r in caplog.records if "kept checkpoints are not evaluated" in r.getMessage()]
-    assert len(said) == 1 and "evaluation.suites" in said[0]
+    assert len(said) == 1 and "evaluation.asynchronous" in said[0]
     assert ev.policies.by_name["lookback"].kept == []
-    ev.close()
+
+
+SUITES = ["evaluation.suites.math.size=300", "evaluation.suites.math.samples_per_item=2",
+          "evaluation.suites.aime.size=30", "evaluation.suites.aime.samples_per_item=8",
+          "evaluation.suites.aime.every=2", "evaluation.metric=math/acc"]
+
+
+class SuiteRun(Run):
+    """Run with two eval suites (items x answers): math (tracked, every evaluation) and aime (every 2nd)."""
+
+    def __init__(self, overrides=(), **kw):
+        super().__init__([*SUITES, *overrides], **kw)
+
+    def evaluate_fn(self, request):
+        self.requests.append((request.step, request.checkpoint, {n: (len(r.indices), r.samples_per_item)
+                                                                 for n, r in request.suites.items()},
+                              request.reason))
+        at = request.step if request.checkpoint is None else int(request.checkpoint)
+        return {f"{name}/acc": (self.eval_rng.random((len(r.indices), r.samples_per_item)) < truth(at)).astype(float)
+                for name, r in request.suites.items()}
+
+
+def test_with_eval_suites_the_tracked_suite_is_looked_back_at_on_the_plan_it_was_last_measured_with():
+    """The RL demo evaluates two suites: a look back there was refused.  It now evaluates the tracked metric's
+    suite alone, with the items and answers per item of the evaluation before the checkpoint."""
+    run = SuiteRun().train()
+    [back] = lookbacks(run.evaluator.history)
+    before = [r for r in run.evaluator.history if r.evaluated_at is None and r.step < back.step][-1]
+    asked = [r for r in run.requests if r[1] is not None]
+    plan = (before["math/acc"].n, round(before["math/acc"].samples_per_item))
+    assert asked == [(back.step, str(back.step), {"math": plan}, back.reason)]
+    assert back.reason.endswith(f"[math: {plan[0]}x{plan[1]}]") and back.reason.startswith("lookback:alarm:")
+    assert back.step % 50 == 0 and back.step < COLLAPSE <= back.evaluated_at and set(back.metrics) >= {"math/acc"}
+    low, high = back["math/acc"].ci
+    assert low < truth(back.step) < high and not any(k.startswith("aime/") for k in back.metrics)
+    assert pick_best(run.evaluator.history, "math/acc").step == back.step
+    # Resumed from the state just before the collapse: the same requests, the look back's included.
+    first = SuiteRun().train(until=COLLAPSE - 1)
+    resumed = SuiteRun()
+    resumed.evaluator.load_state_dict(json.loads(json.dumps(first.evaluator.state_dict())))
+    resumed.rng, resumed.eval_rng, resumed.step = first.rng, first.eval_rng, first.step
+    resumed.train()
+    assert first.requests + resumed.requests == run.requests
+
+
+def test_replay_looks_back_with_eval_suites_from_the_checkpoints_own_item_truth():
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    rng = np.random.default_rng(3)
+    records = []
+    for s in range(STEPS):
+        m = {"train/reward": (0.5 if s < COLLAPSE else -1.0) + 0.1 * rng.standard_normal(),
+             "train/loss": 1.0 + 0.1 * rng.standard_normal()}
+        m.update({f"eval/math/acc@{i}": truth(s) for i in range(300)})
+        m.update({f"eval/aime/acc@{i}": truth(s) / 2 for i in range(30)})
+        records.append(TraceRecord(step=s, metrics=m))
+    cfg = [*SUITES, "trigger.freq_steps=25", "logging.tensorboard_dir=null"]
+    plain = replay(Trace(records), load_config("default", overrides=cfg))
+    kept = replay(Trace(records), load_config("default", overrides=[*cfg, "replay.checkpoint_every=25"]))
+    [back] = [e for e in kept.evals if "evaluated_at" in e]
+    assert back["step"] % 25 == 0 and back["step"] < COLLAPSE <= back["evaluated_at"]
+    low, high = back["ci"]["math/acc"]
+    assert low < truth(back["step"]) < high and low > truth(COLLAPSE)  # drawn from the checkpoint's truth
+    assert [e["step"] for e in kept.evals if "evaluated_at" not in e] == [e["step"] for e in plain.evals]
+    assert kept.summary["best"]["step"] == back["step"]
 
 
 def test_bad_checkpoint_arguments_and_config_are_clear_errors():

@@ -33,7 +33,9 @@ The run looks like our users' LLM runs, scaled down until two CPU cores train it
 
 The policy is trained once; its weights are kept at every step, so the runs compared see exactly the
 same models: ``adaptive`` (the default preset, or ``config``, evaluating while the policy trains; the
-``ood`` suite at every :data:`OOD_EVERY`-th evaluation, on alarms and at the end), ``async`` (the same
+``ood`` suite at every :data:`OOD_EVERY`-th evaluation, on alarms and at the end; told of a kept checkpoint
+every :data:`CHECKPOINT_EVERY` steps, as a trainer saving them would tell it, so that after a fall it
+evaluates the last one from before, ``policy.lookback``), ``async`` (the same
 with ``evaluation.asynchronous``: a :class:`~adaptive_eval.asynchronous.SnapshotEval` copy of the weights
 evaluated on its own simulated device and integrated :data:`ASYNC_LATENCY` steps later), ``fixed``
 (the plain AReaL schedule, both whole suites every ``k`` steps, ``k`` the longest interval that generates
@@ -94,6 +96,7 @@ OOD_SIZE, OOD_SAMPLES = 30, 8
 PASS_K = 4
 OOD_EVERY = 4                 # adaptive runs: the ood suite at every 4th evaluation, on alarms, at the end
 ASYNC_LATENCY = 2             # steps from submitting an asynchronous evaluation to integrating its result
+CHECKPOINT_EVERY = 10         # the adaptive run keeps a checkpoint every 10 steps (checkpoint_saved: policy.lookback)
 LR_FAULT_FACTOR = 30.0
 ENTROPY_FAULT_COEF = 0.5
 FAULTS = {
@@ -426,8 +429,8 @@ class _Evaluation:
         asynchronous run's :class:`~adaptive_eval.asynchronous.SnapshotEval`), else the kept weights."""
         out = {}
         generated = 0
-        if weights is None:
-            weights = self.training.weights[request.step]
+        if weights is None:  # (a kept checkpoint, request.checkpoint, is its step's weights: request.step)
+            weights = self.training.weights[request.step if request.checkpoint is None else int(request.checkpoint)]
         for name, part in request.suites.items():
             ok = self.training.answers_of(weights, request.step, self.training.suites[name], part.indices,
                                           part.samples_per_item, request.seed)
@@ -529,10 +532,12 @@ class _Run:
         self.evaluator.add_listener(self.result.listen)
         self.started = time.perf_counter()
 
-    def step(self, global_step: int, streams: dict[str, float]) -> None:
+    def step(self, global_step: int, streams: dict[str, float], keep: bool = False) -> None:
         self.clock.trace_time += self.step_seconds
         self.evaluator.observe(streams, global_step)
         self.evaluator.evaluate(self.evaluate_fn, 0, global_step, global_step)
+        if keep and global_step % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:  # (after the step, as a trainer saves)
+            self.evaluator.checkpoint_saved(global_step, global_step)
 
     def close(self, steps: int) -> ReplayResult:
         self.evaluator.close()   # asynchronous: drains the evaluations still in flight
@@ -648,8 +653,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
                         row.update({f"eval/{name}/accuracy": truth[global_step][f"{name}/accuracy"]
                                     for name in SUITES})
                     recorder.record(global_step, row)
-                    for run in runs.values():
-                        run.step(global_step, metrics)
+                    for name, run in runs.items():  # (asynchronous evaluation does not look back)
+                        run.step(global_step, metrics, keep=name == "adaptive")
                     bar.update(1)
             finally:
                 bar.close()
