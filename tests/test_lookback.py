@@ -364,16 +364,22 @@ def _item_right(i: int, step: int) -> float:
     return float((i * 7919) % 1000 / 1000 < truth(step))
 
 
-def _group_run(rank, world, register=True, stop=STEPS):
-    """The Run loop on every rank of a group (each rank evaluates its shard of the items), up to ``stop``."""
+def _group_run(rank, world, register=True, stop=STEPS, suites=False):
+    """The Run loop on every rank of a group (each rank evaluates its shard of the items), up to ``stop``;
+    ``suites``: the two suites of SuiteRun, items x 2 answers."""
     clock = FakeClock()
-    cfg = load_config("default", overrides=["trigger.freq_steps=25", "distributed.timeout_s=30"])
+    cfg = load_config("default", overrides=["trigger.freq_steps=25", "distributed.timeout_s=30",
+                                            *(SUITES if suites else [])])
     ev = AdaptiveEvaluator(cfg, total_steps=STEPS, clock=clock)
     rng = np.random.default_rng(0)  # the same streams on every rank: the same alarms
     asked = []
 
     def fn(request):
         at = request.step if request.checkpoint is None else int(request.checkpoint)
+        if suites:
+            if request.checkpoint is not None:
+                asked.append((request.step, request.checkpoint, request.world_size, list(request.suites["math"].indices)))
+            return {f"{name}/acc": [[_item_right(i, at)] * 2 for i in r.indices] for name, r in request.suites.items()}
         idx = request.indices(ITEMS)
         if request.checkpoint is not None:
             asked.append((request.step, request.checkpoint, request.world_size, idx))
@@ -388,14 +394,15 @@ def _group_run(rank, world, register=True, stop=STEPS):
         if s % 50 == 0 and (register is True or register == rank):
             ev.checkpoint_saved(s, str(s))
     ev.close()
-    return {"history": [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean("accuracy"), 12))
+    metric = "math/acc" if suites else "accuracy"
+    return {"history": [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean(metric), 12))
                         for r in ev.history], "asked": asked}
 
 
 def _group_scenarios(rank, world):
     alarm = next(r[0] for r in _group_run(0, 1)["history"] if r[1].startswith("alarm:"))
     return {"alike": _group_run(rank, world), "rank0_only": _group_run(rank, world, register=0),
-            "stopped": _group_run(rank, world, stop=alarm + 1)}
+            "stopped": _group_run(rank, world, stop=alarm + 1), "suites": _group_run(rank, world, suites=True)}
 
 
 def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_hangs_when_ranks_disagree():
@@ -417,3 +424,9 @@ def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_han
     # Only rank 0 was told of the checkpoints: the look back is off on both ranks (said), and nothing hangs.
     assert a["rank0_only"] == b["rank0_only"] and not a["rank0_only"]["asked"]
     assert a["rank0_only"]["history"] == [r for r in single["history"] if r[2] is None]
+    # With eval suites: the same look back as one process, the tracked suite's items sharded.
+    one = _group_run(0, 1, suites=True)
+    assert a["suites"]["history"] == b["suites"]["history"] == one["history"]
+    assert [r for r in one["history"] if r[2] is not None and "[math: " in r[1]]
+    [(_, _, _, sa)], [(_, _, _, sb)], [(_, _, _, s1)] = a["suites"]["asked"], b["suites"]["asked"], one["asked"]
+    assert not set(sa) & set(sb) and sorted(sa + sb) == sorted(s1)
