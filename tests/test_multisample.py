@@ -266,16 +266,16 @@ def test_interval_over_items_covers_at_its_level(n_items, k, theta):
 def test_mean_at_k_covers_a_skewed_pool_of_problems(a, b):
     """30 problems x 16 answers from a pool where most problems are never (or always) solved and a rare one lies
     in between (a small model on AIME, a strong one on MATH500): 30 problems seldom hold the rare ones, their
-    spread understates the variance, and the interval covered 0.906 / 0.918 here.  With degrees of freedom
-    from the item means' kurtosis (stats.kurtosis_df) 0.947 / 0.949; 1,000 seeded draws (benchmarks/
-    pass_at_k_coverage.py rows 18-19)."""
+    spread understates the variance, and the interval covered 0.905 / 0.917 here.  With degrees of freedom
+    from the item means' kurtosis, weighted by the share of their variance between items (stats.kurtosis_df),
+    0.932 / 0.934; 1,000 seeded draws (benchmarks/pass_at_k_coverage.py rows 18-19)."""
     pool = np.random.default_rng(7).beta(a, b, 200_000)
     truth, rng, hits = pool.mean(), np.random.default_rng(1), 0
     for _ in range(1000):
         p = pool[rng.integers(0, pool.size, 30)]
         lo, hi = summarize_outputs({"acc": (rng.random((30, 16)) < p[:, None]).astype(float)}, None)["acc"].ci
         hits += lo <= truth <= hi
-    assert hits / 1000 >= 0.935
+    assert hits / 1000 >= 0.925
 
 
 def test_a_heavy_tailed_1d_mean_takes_fewer_degrees_of_freedom_and_a_light_one_keeps_n_minus_1():
@@ -287,6 +287,13 @@ def test_a_heavy_tailed_1d_mean_takes_fewer_degrees_of_freedom_and_a_light_one_k
     tail = np.r_[np.zeros(27), 0.1, 0.2, 0.5]
     s = summarize(tail, kind="mean")
     assert s.ci[1] - s.mean == pytest.approx(t_quantile(0.95, 3) * s.std / math.sqrt(30))
+    # One answer per problem: the item means are Bernoulli draws, whose shape the Clopper-Pearson interval has
+    # already; their kurtosis (about 17 at accuracy 0.05) widened +-0.10 to +-0.17 before it was weighted by the
+    # share of the variance between items (unknown here: none).
+    rare = np.zeros((30, 1))
+    rare[[4, 17]] = 1.0
+    s = summarize_outputs({"acc": rare}, None)["acc"]
+    assert s.ci == pytest.approx(clustered_interval(s.mean, s.std ** 2 / 30, 30, 30, True))
 
 
 @pytest.mark.parametrize("m,k,theta", [(16, 4, 1.0), (64, 16, -1.0)])
