@@ -258,7 +258,12 @@ def kurtosis_df(n: int, m2: float, m4: float, weight: float = 1.0) -> int:
         return max(n - 1, 1)
     if not (math.isfinite(m2) and math.isfinite(m4)) or m2 <= 0.0:
         return n - 1
-    g2 = (n * m4 / (m2 * m2) - 3.0) * weight
+    # sum d^4 <= (sum d^2)^2, so the ratio is at most 1; dividing twice keeps m2 * m2 from underflowing to 0
+    # (three values of which one is 1e-133) or overflowing
+    ratio = m4 / m2 / m2
+    if not math.isfinite(ratio):
+        return n - 1
+    g2 = (n * min(ratio, 1.0) - 3.0) * weight
     if not g2 > 0.0:
         return n - 1
     return int(min(max(2.0 / (2.0 / (n - 1) + g2 / n), 1.0), n - 1.0))

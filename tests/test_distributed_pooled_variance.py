@@ -8,7 +8,7 @@ import pytest
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
-from adaptive_eval.stats import combine, summarize, summarize_rows
+from adaptive_eval.stats import combine, kurtosis_df, summarize, summarize_rows
 from conftest import FakeClock
 from dist_utils import run_ranks
 
@@ -75,7 +75,7 @@ def test_shards_far_apart_pool_without_overflowing():
     assert got.n == 4 and got.mean == 0.0  # the pooled spread overflows to inf: data, not an OverflowError
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
 
 _finite = st.floats(min_value=-10.0, max_value=10.0, allow_nan=False)  # a small spread far from 0
 
@@ -83,6 +83,7 @@ _finite = st.floats(min_value=-10.0, max_value=10.0, allow_nan=False)  # a small
 @settings(max_examples=150, deadline=None)
 @given(offset=st.sampled_from([0.0, 1e3, 1e9]), shards=st.lists(st.lists(_finite, min_size=0, max_size=12),
                                                                  min_size=1, max_size=4))
+@example(offset=0.0, shards=[[0.0, 0.0, 9.447738855481579e-134]])  # the squared spread underflows (found in CI)
 def test_any_split_into_shards_gives_the_unsplit_std(offset, shards):
     flat = [offset + v for part in shards for v in part]
     if len(flat) < 2:
@@ -92,3 +93,10 @@ def test_any_split_into_shards_gives_the_unsplit_std(offset, shards):
                                   for part in shards])[0]["m"]
     assert got.n == whole.n
     assert got.std == pytest.approx(whole.std, rel=1e-6, abs=1e-6)
+
+
+def test_a_spread_whose_square_underflows_keeps_its_degrees_of_freedom():
+    # m2 ~ 6e-267: m2 * m2 is 0.0; the kurtosis ratio divided twice stays finite (ZeroDivisionError before)
+    s = summarize([0.0, 0.0, 9.447738855481579e-134])
+    assert s.n == 3 and s.ci[0] <= s.mean <= s.ci[1]
+    assert kurtosis_df(3, 6e-267, 0.0) == 2 and kurtosis_df(30, 1e-200, 1e-400) == 29
