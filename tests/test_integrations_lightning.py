@@ -835,3 +835,87 @@ def test_a_tracked_metric_validation_step_only_returns_is_said_to_be_a_guess(cap
     assert len(said) == 1 and "validation_step returns it" in said[0]
     assert "evaluation.higher_is_better: false" in said[0]
     assert list(cb.evaluator.history[-1].metrics) == ["x"]
+
+
+class FlipWeights(Callback):
+    """The injected fault: at step ``at`` every weight is negated and tripled (a corrupted update): the loss jumps
+    at once, in training and in validation."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.at:
+            with torch.no_grad():
+                for p in pl_module.parameters():
+                    p.mul_(-3.0)
+
+
+LOSS = ["evaluation.metric=val_loss", "evaluation.higher_is_better=false"]
+
+
+def look_back_run(folder, look_back, ckpt_path=None, overrides=(), **saver):
+    train, val = loaders(n_train=80, n_val=100)  # 20 optimizer steps per epoch
+    torch.manual_seed(1)
+    model = Model()
+    cb = AdaptiveEvalCallback("default", overrides=FAST + LOSS + ["trigger.freq_steps=25", *overrides],
+                              look_back=look_back)
+    saver = ModelCheckpoint(dirpath=folder, **(saver or dict(every_n_train_steps=10, save_top_k=-1, save_last=True)))
+    trainer = L.Trainer(max_steps=80, logger=False, callbacks=[cb, saver, FlipWeights(45)], **QUIET)
+    trainer.fit(model, train, val, ckpt_path=ckpt_path)
+    return cb, trainer, model, val.dataset
+
+
+def test_look_back_evaluates_the_checkpoint_written_before_a_fall_and_training_goes_on_unchanged(tmp_path):
+    plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False)
+    cb, trainer, model, val = look_back_run(tmp_path / "kept", True)
+    ev = cb.evaluator
+    [back] = [r for r in ev.history if r.evaluated_at is not None]
+    alarm = next(r for r in ev.history if r.reason.startswith("alarm:"))
+    assert back.evaluated_at == alarm.step and back.reason == f"lookback:{alarm.reason}"
+    assert back.step % 10 == 9 and back.step < 45  # a file ModelCheckpoint wrote before the weights were flipped
+    assert back["val_loss"].mean < alarm["val_loss"].mean / 10
+    # The numbers are those of the file's weights, on the items the request named.
+    (path,) = tmp_path.glob(f"kept/*-step={back.step + 1}.ckpt")
+    saved = Model()
+    saved.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
+    idx = EvalRequest(step=back.step, sample_size=back.sample_size, seed=0, reason="").indices(len(val))
+    with torch.no_grad():
+        per_item = [float(saved.step(val[i][None])) for i in idx]
+    assert back["val_loss"].n == len(idx) and back["val_loss"].mean == pytest.approx(sum(per_item) / len(idx))
+    # The module's own weights were put back: training went on exactly as without the look back.
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain_model.parameters()))
+    assert [(r.step, r.reason) for r in ev.history if r.evaluated_at is None] == \
+        [(r.step, r.reason) for r in plain.evaluator.history]
+    assert not [r for r in plain.evaluator.history if r.evaluated_at is not None]
+    assert "save_checkpoint" not in vars(trainer.strategy)  # the wrapper is gone with the fit
+    # Of the two files written at each step the first is kept: last.ckpt is written again at the next save.
+    kept = cb.evaluator.policies.by_name["lookback"].kept
+    assert [s for s, _ in kept] == list(range(9, 80, 10)) and all("step=" in ref for _, ref in kept)
+    # Resumed from that very file: the same decisions, the look back included (the state in the file was taken
+    # before the file was written and handed over).
+    resumed, _, _, _ = look_back_run(tmp_path / "kept", True, ckpt_path=str(path))
+    rows = lambda h: [(r.step, r.reason, r.evaluated_at, r.sample_size) for r in h]  # noqa: E731
+    assert rows(resumed.evaluator.history) == rows(ev.history)
+
+
+def test_look_back_skips_a_file_written_again_since_and_is_off_where_it_would_be_unsafe(tmp_path, caplog):
+    # Only last.ckpt, rewritten every 5 steps: by the alarm (step 47) it holds step 44, not the one kept for
+    # the look back (39, at least lag_steps before the alarm).
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        cb, _, model, _ = look_back_run(tmp_path / "last", True, every_n_train_steps=5, save_top_k=0,
+                                        save_last=True)
+    assert [s for s, _ in cb.evaluator.policies.by_name["lookback"].kept][-1] == 79
+    assert {r for _, r in cb.evaluator.policies.by_name["lookback"].kept} == {str(tmp_path / "last" / "last.ckpt")}
+    assert not [r for r in cb.evaluator.history if r.evaluated_at is not None]
+    assert any("not 40 (the step it was kept for): written again since" in r.getMessage() for r in caplog.records)
+    plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain_model.parameters()))
+    assert [(r.step, r.reason) for r in cb.evaluator.history] == [(r.step, r.reason) for r in plain.evaluator.history]
+    # Under evaluation.timeout_s the evaluation runs in a thread the step may stop waiting for: nothing is handed
+    # over (a checkpoint's weights would sit in the training module meanwhile).
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        cb, _, _, _ = look_back_run(tmp_path / "timeout", True, overrides=["evaluation.timeout_s=60"])
+    assert cb.evaluator.policies.by_name["lookback"].kept == []
+    assert sum("look_back is off for this run: evaluation.timeout_s" in r.getMessage() for r in caplog.records) == 1

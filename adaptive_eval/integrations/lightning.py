@@ -41,6 +41,14 @@ What it does (see the README's table):
   resumes with the same decisions; under DDP the checkpoint (written by global rank zero) holds every rank's
   state, gathered while Lightning dumps it on all ranks, and each rank resumes its own (its detectors saw its
   own losses);
+* ``look_back=True``: every checkpoint the trainer writes (``ModelCheckpoint``, ``trainer.save_checkpoint``: what
+  goes through ``trainer.strategy.save_checkpoint``, the step read from the checkpoint itself; of two files written
+  at one step, the first, since ``last.ckpt`` is rewritten) is handed to the evaluator, so that after a fall it
+  evaluates the last one from before it (``policy.lookback``): ``validation_step`` then runs on the checkpoint's
+  weights, loaded as Lightning loads them to resume, the module's own kept on the CPU and put back afterwards,
+  whatever happens.  A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped.
+  One process and the synchronous path only (said once otherwise); with ``evaluate_fn`` it loads
+  ``request.checkpoint`` itself, in any number of processes;
 * asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): ``validation_step``
   runs in the worker on a replica of the module holding the weights of its step (never the live module),
   results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
@@ -125,11 +133,13 @@ class AdaptiveEvalCallback(Callback):
     ``val_dataset`` (default: the dataset of the trainer's validation dataloader).  ``name`` tells two
     instances apart in a checkpoint.  ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for
     asynchronous evaluation (turns ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the
-    evaluator's clock (tests).  ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
+    evaluator's clock (tests).  ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that
+    after a fall it evaluates the last one from before it (``policy.lookback``; see the module documentation).
+    ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
-                 val_dataset=None, name: str | None = None, executor=None, clock=None):
+                 val_dataset=None, name: str | None = None, executor=None, clock=None, look_back: bool = False):
         # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
@@ -142,7 +152,10 @@ class AdaptiveEvalCallback(Callback):
         self.name = name
         self.executor = executor
         self.clock = clock
+        self.look_back = bool(look_back)
         self.evaluator = None
+        self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
+        self._kept_step: int | None = None  # the step of the last checkpoint handed over (the first file of a step)
         self._stashed: dict | None = None
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
         self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
@@ -188,6 +201,67 @@ class AdaptiveEvalCallback(Callback):
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
                              else _ModuleEval(self, trainer, pl_module))
+        if self.look_back and self.evaluator is not None:
+            self._guard("on_train_start", self._start_look_back, trainer, pl_module)
+
+    def _start_look_back(self, trainer, pl_module) -> None:
+        """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
+        wrapped for this fit), unless the module's own evaluation of one could not be done safely here (said)."""
+        why = self._no_look_back(trainer, pl_module)
+        if why is not None:
+            log.warning("adaptive_eval: look_back is off for this run: %s", why)
+            return
+        if self.evaluate_fn is None:
+            self._module_eval.evaluates_checkpoints = True  # (an instance attribute: it loads request.checkpoint)
+        lookback = self.evaluator.policies.by_name.get("lookback")
+        path, step = trainer.ckpt_path, trainer.global_step - 1
+        if lookback is not None and path and step >= 0 and all(s != step for s, _ in lookback.kept):
+            # Resumed: the state in that checkpoint was taken before the file was written and handed over, which
+            # the uninterrupted run did right after; so here.
+            self.evaluator.checkpoint_saved(step, os.fspath(path))
+        self._kept_step = step if step >= 0 else None
+        strategy = trainer.strategy
+        original = strategy.save_checkpoint
+
+        def save_checkpoint(checkpoint, filepath, *args, **kwargs):
+            original(checkpoint, filepath, *args, **kwargs)
+            self._guard("checkpoint", self._checkpoint_written, checkpoint, filepath)
+
+        strategy.save_checkpoint = save_checkpoint  # an instance attribute, removed at teardown
+        self._wrapped_save = (strategy, save_checkpoint)
+
+    def _no_look_back(self, trainer, pl_module) -> str | None:
+        """Why the module's own evaluation cannot evaluate a kept checkpoint here, or None."""
+        if self.evaluate_fn is not None:
+            return None  # yours: it loads request.checkpoint itself (every rank is told alike)
+        if self._async:
+            return "evaluation.asynchronous (kept checkpoints are evaluated in the synchronous path)"
+        if trainer.world_size > 1:
+            return "several processes (the module's own evaluation of a checkpoint is done in one process only)"
+        if self.evaluator.cfg.evaluation.timeout_s is not None:
+            # The evaluation would run in a thread the step stops waiting for, with the checkpoint's weights in
+            # the module that trains on; put back later, they would undo the updates made meanwhile.
+            return "evaluation.timeout_s is set (a checkpoint's weights are loaded into the training module)"
+        if _sharded(trainer, pl_module) or "deepspeed" in type(trainer.strategy).__name__.lower():
+            return "the strategy shards the weights"
+        return None
+
+    def _checkpoint_written(self, checkpoint, filepath) -> None:
+        step = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            return
+        step -= 1  # Lightning's global_step counts the optimizer steps done; adaptive_eval's axis is 0-based
+        if step == self._kept_step:
+            return  # a second file of the same weights (last.ckpt, which the next save rewrites): the first stays
+        self._kept_step = step
+        self.evaluator.checkpoint_saved(step, os.fspath(filepath))
+
+    def teardown(self, trainer, pl_module, stage):
+        if self._wrapped_save is not None:
+            strategy, ours = self._wrapped_save
+            if vars(strategy).get("save_checkpoint") is ours:
+                del strategy.save_checkpoint  # back to the class's method
+            self._wrapped_save = None
 
     def _build(self, trainer) -> None:
         from adaptive_eval import AdaptiveEvaluator
@@ -400,6 +474,26 @@ class AdaptiveEvalCallback(Callback):
             raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
         self._val = [(loader.dataset, getattr(loader, "collate_fn", None)) for loader in loaders]
         return self._val
+
+    def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
+        """:meth:`evaluate_with_module` on the weights of the kept checkpoint ``request.checkpoint`` (``look_back``),
+        loaded as Lightning loads them to resume (``strategy.load_checkpoint``, ``load_model_state_dict``); the
+        module's own weights are kept on the CPU and put back afterwards, whatever happens (the optimizer's
+        tensors are the module's own, written in place both ways).  A file that no longer holds the request's
+        step (``last.ckpt`` rewritten since) raises ``ValueError``: the evaluator skips the look back."""
+        strategy = trainer.strategy
+        checkpoint = strategy.load_checkpoint(request.checkpoint)
+        held = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
+        if held != request.step + 1:
+            raise ValueError(f"{request.checkpoint}: holds global_step {held}, not {request.step + 1} (the step it "
+                             "was kept for): written again since")
+        own = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
+        try:
+            strategy.load_model_state_dict(checkpoint, strict=True)
+            del checkpoint
+            return self.evaluate_with_module(trainer, pl_module, request)
+        finally:
+            pl_module.load_state_dict(own)
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
         """The default evaluation: ``validation_step`` on this rank's requested items, one at a time; what it
@@ -617,12 +711,14 @@ class _ModuleEval:
     """``evaluate_fn(request)`` running the module's ``validation_step`` (a class, not a lambda: the
     signature detection sees one positional parameter)."""
 
-    evaluates_checkpoints = False  # the module in memory: policy.lookback never hands it a kept checkpoint
+    evaluates_checkpoints = False  # the module in memory, unless look_back sets it on the instance (it loads them)
 
     def __init__(self, callback, trainer, pl_module):
         self.callback, self.trainer, self.pl_module = callback, trainer, pl_module
 
     def __call__(self, request):
+        if request.checkpoint is not None:  # (asked only when look_back set evaluates_checkpoints on this instance)
+            return self.callback.evaluate_checkpoint(self.trainer, self.pl_module, request)
         return self.callback.evaluate_with_module(self.trainer, self.pl_module, request)
 
     def on(self, request, replica):
