@@ -45,6 +45,8 @@ from adaptive_eval.types import Decision, EvalRequest, EvalResult
 
 log = logging.getLogger("adaptive_eval")
 
+_KEPT_PLANS = 16  # the latest scheduled evaluations whose suite plans are kept for a look back
+
 __all__ = ["AdaptiveEvaluator"]
 
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
@@ -269,6 +271,10 @@ class AdaptiveEvaluator:
         self._last_call_step: int | None = None
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
+        # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
+        # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
+        # can be fewer: items whose every answer was NaN)
+        self._suite_plans: dict[int, dict[str, list[int]]] = {}
         self.history: list[EvalResult] = []
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
@@ -919,6 +925,10 @@ class AdaptiveEvaluator:
             outcome_result = result
             self.history.append(result)
             self._say_untracked(result)
+            if decision.suites:
+                self._suite_plans[global_step] = {str(p[0]): [int(p[1]), int(p[2])] for p in decision.suites}
+                for old in sorted(self._suite_plans)[:-_KEPT_PLANS]:
+                    del self._suite_plans[old]
         self.policies.on_eval(outcome_result, self._ctx(global_step))
         self._alarm_pending = self._policy_pending()
         if result is not None:
@@ -1014,17 +1024,21 @@ class AdaptiveEvaluator:
         tracked = primary_metric(before, metric)[0] if before is not None else (metric or "")
         head = tracked.partition("/")[0]
         names = [head] if head in self._suites else list(self._suites)
+        asked = self._suite_plans.get(before.step, {}) if before is not None else {}
         plans = []
         for name in names:
             suite = self._suites[name]
-            summary = None
             if before is not None:
+                if name in asked:  # the plan it asked for (its metrics' n can be fewer: all-NaN items)
+                    plans.append(SuitePlan(name, *asked[name]))
+                    continue
+                # not kept (a state saved before plans were): read off what it measured
                 summary = before.metrics.get(tracked) if head == name else next(
                     (m for k, m in before.metrics.items() if k.partition("/")[0] == name and m.n > 0), None)
-            if summary is not None and summary.n > 0 and before.step < step:
-                plans.append(SuitePlan(name, min(int(summary.n), int(suite["size"])),
-                                       max(1, round(summary.samples_per_item))))
-            elif before is None:
+                if summary is not None and summary.n > 0:
+                    plans.append(SuitePlan(name, min(int(summary.n), int(suite["size"])),
+                                           max(1, round(summary.samples_per_item))))
+            else:
                 plans.append(SuitePlan(name, min(int(items or suite["size"]), int(suite["size"])),
                                        int(suite["samples_per_item"])))
         requests = suite_requests(self._suites, plans, self._evaluation["seed"], self._rank, self._world)
@@ -1393,6 +1407,7 @@ class AdaptiveEvaluator:
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run,
             "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
+            "suite_plans": {str(s): {n: list(p) for n, p in plans.items()} for s, plans in self._suite_plans.items()},
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
@@ -1439,6 +1454,8 @@ class AdaptiveEvaluator:
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
+        self._suite_plans = {int(s): {str(n): [int(p[0]), int(p[1])] for n, p in plans.items()}
+                             for s, plans in sd.get("suite_plans", {}).items()}
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
