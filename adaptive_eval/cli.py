@@ -127,11 +127,18 @@ def _foreign(args: argparse.Namespace) -> bool:
 
 def _trace_prefix(item: str) -> tuple[str | None, str]:
     """``(TRACE, COL)`` for a ``--eval``/``--stream`` item ``TRACE=COL`` whose ``TRACE`` is a file or folder that
-    exists (the first such ``=``: a column may hold one, ``stratum=hard``), else ``(None, item)``."""
-    for i, ch in enumerate(item):
-        if ch == "=" and i and os.path.exists(item[:i]):
+    exists, the longest such (a column may hold an ``=``, ``stratum=hard``, and so may a file name: ``exp.csv``
+    beside ``exp.csv=2.csv``), else ``(None, item)``."""
+    for i in range(len(item) - 1, 0, -1):
+        if item[i] == "=" and os.path.exists(item[:i]):
             return item[:i], item[i + 1:]
     return None, item
+
+
+def _applies(target: str, path: str) -> bool:
+    """A ``TRACE=COL`` item naming ``target`` applies to the trace at ``path``: that trace, or one in that folder."""
+    target, path = os.path.realpath(target), os.path.realpath(path)
+    return path == target or path.startswith(target.rstrip(os.sep) + os.sep)
 
 
 def _for_trace(items: list[str], path: str) -> list[str]:
@@ -143,19 +150,18 @@ def _for_trace(items: list[str], path: str) -> list[str]:
         target, col = _trace_prefix(item)
         if target is None:
             common.append(item)
-        elif os.path.realpath(target) == os.path.realpath(path):
+        elif _applies(target, path):
             own.append(col)
     return own or common
 
 
 def _check_trace_prefixes(args: argparse.Namespace, traces: list[str]) -> None:
-    """A ``TRACE=COL`` item whose trace is not one of ``traces`` is an error (it would apply to nothing)."""
-    given = {os.path.realpath(t) for t in traces}
+    """A ``TRACE=COL`` item that applies to none of ``traces`` (the trace files and folders read, a folder of
+    trace files expanded) is an error: it would apply to nothing (:func:`_applies`)."""
     for option in ("eval", "stream"):
         for item in getattr(args, option, None) or []:
             target, _ = _trace_prefix(item)
-            where = os.path.realpath(target) if target is not None else ""
-            if target is not None and where not in given and not any(where.startswith(g + os.sep) for g in given):
+            if target is not None and not any(_applies(target, t) for t in traces):
                 raise ValueError(f"--{option} {item!r} names the trace {target!r}, which is not one of the traces "
                                  "given")
 
@@ -216,6 +222,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from adaptive_eval.replay import replay, replay_units, write_outputs
 
     cfg = load_config(args.config, args.overrides)
+    if os.path.exists(args.trace):
+        _check_trace_prefixes(args, [args.trace])
     trace = _load_trace(args)
     if len(trace) == 0:
         print(f"adaptive-eval: {args.trace}: the trace has no records", file=sys.stderr)
@@ -328,7 +336,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing._core import _load
     from adaptive_eval.trace import Trace, read_trace
 
-    _check_trace_prefixes(args, args.trace)
+    _check_trace_prefixes(args, traces)
     names = [pathlib.Path(t).name for t in traces]
     rows, errors = [], []
     for trace in traces:

@@ -299,3 +299,25 @@ def test_traces_that_name_their_ground_truth_differently_get_one_eval_each(tmp_p
     other = _named_csv(tmp_path, "other.csv", "acc", 1.0)
     assert main(["tune", a, b, "--eval", f"{other}=acc", *args]) == 2
     assert f"names the trace {other!r}, which is not one of the traces given" in capsys.readouterr().err
+
+
+def test_a_trace_prefix_names_a_folder_of_runs_or_the_longest_trace_and_replay_refuses_one_it_does_not_read(
+        tmp_path, capsys):
+    """Found in review: ``check runs --eval runs=val_acc`` was accepted and applied to nothing; with ``exp.csv``
+    beside ``exp.csv=2.csv`` the first ``=`` read ``exp.csv=2.csv=acc2`` as column ``2.csv=acc2`` of ``exp.csv``; and
+    replay ran a ``TRACE=COL`` of another trace without ground truth, exit 0."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _named_csv(runs, "a.csv", "val_acc", 1.0)
+    _named_csv(runs, "b.csv", "val_acc", 1.0)
+    assert main(["check", str(runs), "--stream", "train/reward", "--eval", f"{runs}=val_acc"]) == 0
+    out = capsys.readouterr().out
+    assert "a.csv" in out and "b.csv" in out
+    plain = _named_csv(tmp_path, "exp.csv", "acc1", 1.0)
+    odd = _named_csv(tmp_path, "exp.csv=2.csv", "acc2", 1.0)
+    assert main(["check", plain, odd, "--stream", "train/reward", "--eval", f"{plain}=acc1",
+                 "--eval", f"{odd}=acc2"]) == 0
+    capsys.readouterr()
+    assert main(["replay", plain, "--stream", "train/reward", "--eval", f"{odd}=acc2", "--no-tensorboard",
+                 "--out", str(tmp_path / "r")]) == 2
+    assert f"names the trace {odd!r}, which is not one of the traces given" in capsys.readouterr().err
