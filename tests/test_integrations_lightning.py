@@ -919,3 +919,59 @@ def test_look_back_skips_a_file_written_again_since_and_is_off_where_it_would_be
         cb, _, _, _ = look_back_run(tmp_path / "timeout", True, overrides=["evaluation.timeout_s=60"])
     assert cb.evaluator.policies.by_name["lookback"].kept == []
     assert sum("look_back is off for this run: evaluation.timeout_s" in r.getMessage() for r in caplog.records) == 1
+
+
+class LookBackRecording(RecordingCallback):
+    """RecordingCallback with each evaluation's checkpoint and the rank's final weights."""
+
+    def evaluate_checkpoint(self, trainer, pl_module, request):
+        self.seen.append([request.step, request.indices(100), request.checkpoint])
+        return super().evaluate_checkpoint(trainer, pl_module, request)
+
+    def evaluate_with_module(self, trainer, pl_module, request):
+        if not self.seen or self.seen[-1][0] != request.step or self.seen[-1][2] is None:
+            self.seen.append([request.step, request.indices(100), None])
+        return AdaptiveEvalCallback.evaluate_with_module(self, trainer, pl_module, request)
+
+    def on_train_end(self, trainer, pl_module):
+        AdaptiveEvalCallback.on_train_end(self, trainer, pl_module)
+        history = [[r.step, r.reason, r.items, r.mean("val_loss"), r.evaluated_at] for r in self.evaluator.history]
+        weights = [float(x) for p in pl_module.parameters() for x in p.detach().flatten()]
+        with open(f"{self.out}/rank{trainer.global_rank}.json", "w") as f:
+            json.dump({"history": history, "seen": self.seen, "weights": weights}, f)
+
+
+def test_under_ddp_every_rank_loads_the_kept_checkpoint_and_scores_its_shard(tmp_path):
+    def run(folder, look_back):
+        folder.mkdir()
+        train, val = loaders(n_train=160, n_val=100)  # 20 optimizer steps per epoch on each of 2 ranks
+        torch.manual_seed(1)
+        cb = LookBackRecording(folder, overrides=FAST + LOSS + ["trigger.freq_steps=25"], look_back=look_back)
+        saver = ModelCheckpoint(dirpath=folder / "ckpt", every_n_train_steps=10, save_top_k=-1)
+        spawn = DDPStrategy(start_method="spawn", timeout=datetime.timedelta(seconds=120))
+        trainer = L.Trainer(max_steps=80, strategy=spawn, devices=2, num_nodes=1, logger=False,
+                            callbacks=[cb, saver, FlipWeights(45)], **QUIET)
+        trainer.fit(Model(), train, val)
+        return [json.loads((folder / f"rank{r}.json").read_text()) for r in (0, 1)], val.dataset
+
+    (r0, r1), val = run(tmp_path / "kept", True)
+    assert r0["history"] == r1["history"]  # the same decisions and results on both ranks
+    [back] = [h for h in r0["history"] if h[4] is not None]
+    alarm = next(h for h in r0["history"] if h[1].startswith("alarm:"))
+    assert back[4] == alarm[0] and back[1] == f"lookback:{alarm[1]}" and back[0] % 10 == 9 and back[0] < 45
+    # each rank loaded the file and scored its own shard of the request's items
+    mine, theirs = ([s for s in r["seen"] if s[2] is not None] for r in (r0, r1))
+    assert [s[0] for s in mine] == [s[0] for s in theirs] == [back[0]]
+    (path,) = (tmp_path / "kept" / "ckpt").glob(f"*-step={back[0] + 1}.ckpt")
+    assert mine[0][2] == theirs[0][2] == str(path)
+    asked = EvalRequest(step=back[0], sample_size=back[2], seed=0, reason="").indices(100)
+    assert not set(mine[0][1]) & set(theirs[0][1]) and sorted(mine[0][1] + theirs[0][1]) == sorted(asked)
+    saved = Model()
+    saved.load_state_dict(torch.load(path, weights_only=True)["state_dict"])
+    with torch.no_grad():
+        per_item = [float(saved.step(val[i][None])) for i in asked]
+    assert back[3] == pytest.approx(sum(per_item) / len(per_item), rel=1e-6)
+    # and put its own weights back: both ranks trained on as without the look back
+    (p0, p1), _ = run(tmp_path / "plain", False)
+    assert r0["weights"] == r1["weights"] == p0["weights"] == p1["weights"]
+    assert [h[:2] for h in r0["history"] if h[4] is None] == [h[:2] for h in p0["history"]]

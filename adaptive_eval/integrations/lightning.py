@@ -47,8 +47,9 @@ What it does (see the README's table):
   evaluates the last one from before it (``policy.lookback``): ``validation_step`` then runs on the checkpoint's
   weights, loaded as Lightning loads them to resume, the module's own kept on the CPU and put back afterwards,
   whatever happens.  A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped.
-  One process and the synchronous path only (said once otherwise); with ``evaluate_fn`` it loads
-  ``request.checkpoint`` itself, in any number of processes;
+  Under DDP every rank loads the file (a filesystem all ranks see, as Lightning's own resume needs) and scores
+  its shard.  The synchronous path only, and not with weights sharded across ranks (FSDP, DeepSpeed), nor under
+  ``evaluation.timeout_s`` (said once); with ``evaluate_fn`` it loads ``request.checkpoint`` itself;
 * asynchronous evaluation (``executor=``, or ``evaluation.asynchronous`` in the config): ``validation_step``
   runs in the worker on a replica of the module holding the weights of its step (never the live module),
   results are logged when integrated (``adaptive_eval/step``: the weights' step), and ``on_train_end``
@@ -236,8 +237,6 @@ class AdaptiveEvalCallback(Callback):
             return None  # yours: it loads request.checkpoint itself (every rank is told alike)
         if self._async:
             return "evaluation.asynchronous (kept checkpoints are evaluated in the synchronous path)"
-        if trainer.world_size > 1:
-            return "several processes (the module's own evaluation of a checkpoint is done in one process only)"
         if self.evaluator.cfg.evaluation.timeout_s is not None:
             # The evaluation would run in a thread the step stops waiting for, with the checkpoint's weights in
             # the module that trains on; put back later, they would undo the updates made meanwhile.
