@@ -13,7 +13,7 @@ import torch
 from transformers import Trainer, TrainingArguments
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_integrations_hf import FAST, Points, Tiny, accuracy  # noqa: E402
+from test_integrations_hf import FAST, FlipWeights, Points, Tiny, accuracy  # noqa: E402
 
 from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 
@@ -37,7 +37,8 @@ class Recording(AdaptiveEvalCallback):
         Recording.saved[state.global_step] = plain(self.evaluator.state_dict())
 
     def _evaluate_on(self, request, model):
-        Recording.seen.append([request.step, request.indices(200), model is not None])  # (not None: a replica)
+        # (model not None: a replica, or the model holding a kept checkpoint's weights)
+        Recording.seen.append([request.step, request.indices(200), model is not None, request.checkpoint])
         return super()._evaluate_on(request, model)
 
 
@@ -62,22 +63,27 @@ def run(out: str, mode: str) -> None:
     rank = int(os.environ["RANK"])
     torch.manual_seed(0)
     train, held_out = Points(1600, rank), Points(200, 1)  # different training data per rank: different streams
-    args = TrainingArguments(out, max_steps=30, per_device_train_batch_size=8, learning_rate=1e-2,
+    # lookback / flip: the output layer flipped at step 40 of 60, a checkpoint every 10 steps, with and without
+    # look_back
+    flip = mode in ("lookback", "flip")
+    args = TrainingArguments(out, max_steps=60 if flip else 30, per_device_train_batch_size=8, learning_rate=1e-2,
                              eval_strategy="no", save_strategy="no" if mode in ("sync", "async") else "steps",
                              save_steps=10, report_to=[], disable_tqdm=True, use_cpu=True,
                              logging_steps=10, ddp_backend="gloo", seed=0)
     extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
-    cb = Recording("default", overrides=FAST + ["trigger.freq_steps=5"] + extra)
+    cb = Recording("default", overrides=FAST + ["trigger.freq_steps=25" if flip else "trigger.freq_steps=5"] + extra,
+                   look_back=mode == "lookback")
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
-                      callbacks=[cb])
+                      callbacks=[cb] + ([FlipWeights(40)] if flip else []))
     trainer.train(resume_from_checkpoint=os.path.join(out, "checkpoint-20") if mode == "resume" else None)
     cb = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Recording))
     history = [[r.step, r.reason, r.items, r.mean("eval_accuracy"), list(r["eval_loss"].ci), r.integrated_step]
-               for r in cb.evaluator.history]
+               + ([r.evaluated_at] if flip else []) for r in cb.evaluator.history]
     logged = [h["step"] for h in trainer.state.log_history if "eval_accuracy" in h]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"history": history, "seen": Recording.seen, "world": cb.evaluator._world, "logged": logged,
-                   "saved": Recording.saved, "resumed_with": Recording.resumed_with}, f)
+                   "saved": Recording.saved, "resumed_with": Recording.resumed_with,
+                   "weights": [float(x) for p in trainer.model.parameters() for x in p.detach().flatten()]}, f)
     del trainer, cb
 
 

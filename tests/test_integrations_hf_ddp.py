@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -25,12 +26,14 @@ def run(tmp_path, mode, out="rank"):
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory):
-    """One torchrun launch, two runs one after the other: one that checkpoints every 10 steps (it serves as the
-    plain synchronous run and as the uninterrupted run the resume is compared with), and an asynchronous one."""
+    """One torchrun launch, four runs one after the other: one that checkpoints every 10 steps (it serves as the
+    plain synchronous run and as the uninterrupted run the resume is compared with), an asynchronous one, and a
+    run whose weights are flipped at step 40 with look_back and without."""
     folder = tmp_path_factory.mktemp("hf_ddp")
-    run(folder, "save,async", out=None)
+    run(folder, "save,async,lookback,flip", out=None)
     ranks = lambda mode: [json.loads((folder / mode / f"rank{r}.json").read_text()) for r in (0, 1)]  # noqa: E731
-    return {"save": (folder / "save", ranks("save")), "async": ranks("async")}
+    return {"save": (folder / "save", ranks("save")), "async": ranks("async"),
+            "lookback": (folder / "lookback", ranks("lookback")), "flip": ranks("flip")}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,7 @@ def test_two_gloo_ranks_score_each_item_once_and_agree(saved):
     assert r0["history"] == r1["history"] and len(r0["history"]) >= 3  # identical results on both ranks
     assert r0["history"][-1][:2] == [29, "trigger:final"]
     assert r0["logged"] == r1["logged"] == [h[0] + 1 for h in r0["history"]]  # trainer.log on every rank
-    for (step, mine, _), (step1, theirs, _), h in zip(r0["seen"], r1["seen"], r0["history"]):
+    for (step, mine, _, _), (step1, theirs, _, _), h in zip(r0["seen"], r1["seen"], r0["history"]):
         assert step == step1 == h[0]
         assert not set(mine) & set(theirs)  # each item scored once
         assert sorted(mine + theirs) == sorted(EvalRequest(step=step, sample_size=h[2], seed=0,
@@ -60,7 +63,7 @@ def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_
     assert r0["history"][-1][:2] == [29, "trigger:final"]
     assert [h[5] for h in r0["history"]] == [min(h[0] + 3, 29) for h in r0["history"]]
     assert r0["logged"] == r1["logged"] == [h[5] + 1 for h in r0["history"]]
-    done0, done1 = ({step: (idx, replica) for step, idx, replica in r["seen"]} for r in (r0, r1))
+    done0, done1 = ({step: (idx, replica) for step, idx, replica, _ in r["seen"]} for r in (r0, r1))
     for h in r0["history"]:
         (mine, replica0), (theirs, replica1) = done0[h[0]], done1[h[0]]
         assert replica0 and replica1 and not set(mine) & set(theirs)  # each item scored once, on a replica
@@ -102,3 +105,31 @@ def test_a_sharded_model_is_evaluated_with_every_rank_in_step_and_never_asynchro
             assert sharded == plain and len(plain.get("eval_loss", [])) == n
             assert r["batched"][size][0] == r["batched"][size][1]
         assert r["async_kept"] is False and r["warned"] is True
+
+
+def test_under_ddp_every_rank_loads_the_kept_checkpoint_and_scores_its_shard(launch):
+    """look_back under DDP: every rank is handed the same checkpoint-<step> (on_save runs on every rank), loads
+    it into its own model and scores its shard; the result is the checkpoint's, and both ranks train on exactly
+    as without the look back."""
+    from safetensors.torch import load_file
+
+    from test_integrations_hf import Points, Tiny
+
+    folder, (r0, r1) = launch["lookback"]
+    assert r0["history"] == r1["history"]
+    [back] = [h for h in r0["history"] if h[6] is not None]
+    alarm = next(h for h in r0["history"] if h[1].startswith("alarm:"))
+    assert back[6] == alarm[0] and back[1] == f"lookback:{alarm[1]}" and back[0] % 10 == 9 and back[0] < 39
+    ckpt = str(folder / f"checkpoint-{back[0] + 1}")
+    mine, theirs = ([s for s in r["seen"] if s[3] is not None] for r in (r0, r1))
+    assert [s[3] for s in mine] == [s[3] for s in theirs] == [ckpt]
+    asked = EvalRequest(step=back[0], sample_size=back[2], seed=0, reason="").indices(200)
+    assert not set(mine[0][1]) & set(theirs[0][1]) and sorted(mine[0][1] + theirs[0][1]) == sorted(asked)
+    saved, held_out = Tiny(), Points(200, 1)
+    saved.load_state_dict(load_file(f"{ckpt}/model.safetensors"))
+    with torch.no_grad():
+        right = (saved.eval().net(held_out.x[asked]).argmax(1) == held_out.y[asked]).float().mean()
+    assert back[3] == pytest.approx(float(right)) and back[3] > alarm[3] + 0.3
+    p0, p1 = launch["flip"]
+    assert r0["weights"] == r1["weights"] == p0["weights"] == p1["weights"]
+    assert [h[:2] for h in r0["history"] if h[6] is None] == [h[:2] for h in p0["history"]]

@@ -248,7 +248,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
     ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
     ``look_back``: tell the evaluator of every checkpoint the trainer saves (``checkpoint-<step>``), so that
-    after a fall it evaluates the last one from before it (``policy.lookback``; one process, synchronous): the
+    after a fall it evaluates the last one from before it (``policy.lookback``; synchronous; under DDP every rank loads it and scores its shard): the
     trainer's own evaluation then loads those weights into the model for that evaluation (the model's own kept
     on the CPU meanwhile and put back after); your ``evaluate_fn`` must load ``request.checkpoint`` itself.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
@@ -473,8 +473,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if self.evaluate_fn is not None:
             return None  # yours: it loads request.checkpoint itself
         trainer = self.trainer
-        if args.world_size > 1:
-            return "several processes (the trainer's own evaluation of a checkpoint is done in one process only)"
         if getattr(state, "trial_name", None):
             return "a hyper-parameter search keeps its checkpoints under run-<trial>/"
         if self.evaluator.cfg.evaluation.timeout_s is not None:
