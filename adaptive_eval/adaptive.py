@@ -1047,13 +1047,15 @@ class AdaptiveEvaluator:
     def _run_look_back(self, evaluate_fn, wanted, epoch, global_step: int):
         step, ref, items, why = wanted
         ev = self._evaluation
+        # the alarm evaluation's reason without its notes (what its suites covered, what the budget let it have):
+        # they were that evaluation's, not this one's
+        why = why.split(" [", 1)[0].split(" (budget: ", 1)[0]
         suites, reason = {}, f"lookback:{why}"
         if self._suites:
             suites, covered = self._look_back_suites(step, items)
             if not suites:
                 return None  # (no suite of the tracked metric was measured before: nothing to set it beside)
-            # (the alarm evaluation's reason without what its own suites covered: this one's instead)
-            reason = f"lookback:{why.split(' [', 1)[0]} [{covered}]"
+            reason = f"lookback:{why} [{covered}]"
             items = sum(r.sample_size for r in suites.values())
         request = EvalRequest(step=step, sample_size=items, seed=ev["seed"], reason=reason,
                               rank=self._rank, world_size=self._world, checkpoint=ref, suites=suites)

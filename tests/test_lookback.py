@@ -478,3 +478,21 @@ def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_han
     assert [r for r in one["history"] if r[2] is not None and "[math: " in r[1]]
     [(_, _, _, sa)], [(_, _, _, sb)], [(_, _, _, s1)] = a["suites"]["asked"], b["suites"]["asked"], one["asked"]
     assert not set(sa) & set(sb) and sorted(sa + sb) == sorted(s1)
+
+
+class Costly(Run):
+    """Evaluations that take 0.05 s an item on the run's clock: the budget trims the alarm's evaluation."""
+
+    def evaluate_fn(self, request):
+        self.clock.advance(0.05 * (request.sample_size or 500))
+        return super().evaluate_fn(request)
+
+
+def test_a_look_back_does_not_carry_the_budget_note_of_the_alarms_evaluation():
+    """Found by a new user: "lookback:alarm:... (budget: 80 of 500 items)" on a look back of 50 items: the note
+    was the alarm evaluation's (the budget does not size a look back)."""
+    run = Costly().train()
+    [back] = lookbacks(run.evaluator.history)
+    alarm = next(r for r in run.evaluator.history if r.evaluated_at is None and r.step == back.evaluated_at)
+    assert alarm.reason.startswith("alarm:") and " (budget: " in alarm.reason
+    assert back.reason == "lookback:" + alarm.reason.split(" (budget: ")[0]
