@@ -75,7 +75,7 @@ def main() -> None:
                              disable_tqdm=True, use_cpu=True,
                              ddp_backend="gloo" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else None)
     # A toy model trains in a millisecond a step, so scoring items one by one is relatively dear: let
-    # evaluation take up to half the wall time (the default budget is 15%).
+    # evaluation take up to half the wall time (the default budget is 11%).
     cb = AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=128",  # 2
                                                     "policy.budget.max_eval_fraction=0.5"])
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,

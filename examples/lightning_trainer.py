@@ -56,7 +56,7 @@ def main() -> None:
     train = DataLoader(RandomDataset(32, 4000), batch_size=4)
     val = DataLoader(RandomDataset(32, 500), batch_size=4)
     # A toy model trains in a millisecond a step, so scoring items one by one is relatively dear: let
-    # evaluation take up to half the wall time (the default budget is 15%).  The tracked metric is a loss:
+    # evaluation take up to half the wall time (the default budget is 11%).  The tracked metric is a loss:
     # lower is better (else the peak policy and the pick would chase the worst checkpoint).
     cb = AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=128",  # 2
                                                     "policy.budget.max_eval_fraction=0.5",

@@ -91,6 +91,10 @@ class LookbackPolicy(Policy):
         self._kept.sort(key=lambda k: k[0])
         del self._kept[:-self.keep]
 
+    def relocate(self, where) -> None:
+        """Replace each remembered checkpoint's ref by ``where(ref)`` (the run's folder moved before a resume)."""
+        self._kept = [[s, where(r)] for s, r in self._kept]
+
     @property
     def kept(self) -> list[tuple[int, object]]:
         """The remembered checkpoints, ``(step, ref)``, oldest first."""

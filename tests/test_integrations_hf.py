@@ -600,6 +600,30 @@ def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goe
     assert rows(resumed.evaluator.history) == rows(cb.evaluator.history)
 
 
+def test_a_run_folder_moved_before_the_resume_looks_back_at_its_checkpoints_where_they_are_now(tmp_path):
+    """Found by a new user: the kept checkpoints' paths were the old folder's, and the resumed run's look back
+    failed on them ("Can't find a valid checkpoint"); they are now found beside the checkpoint resumed from."""
+    import shutil
+
+    def run(out, **kw):
+        torch.manual_seed(0)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=25"], look_back=True)
+        trainer = Trainer(Tiny(), make_args(out, max_steps=100, save_strategy="steps", save_steps=10),
+                          train_dataset=Points(2000, 0), eval_dataset=Points(300, 1), compute_metrics=accuracy,
+                          callbacks=[cb, FlipWeights(60)])
+        trainer.train(**kw)
+        (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return ran.evaluator.history
+
+    rows = lambda h: [(r.step, r.reason, r.evaluated_at, r.sample_size, r.mean("eval_accuracy")) for r in h]  # noqa: E731
+    full = run(tmp_path / "src")
+    [back] = [r for r in full if r.evaluated_at is not None]
+    assert back.step == 49  # kept before checkpoint-60, which the resume below starts from
+    shutil.move(tmp_path / "src", tmp_path / "moved")
+    resumed = run(tmp_path / "moved", resume_from_checkpoint=str(tmp_path / "moved" / "checkpoint-60"))
+    assert rows(resumed) == rows(full)
+
+
 def test_look_back_puts_the_weights_back_when_the_evaluation_fails_and_is_off_where_it_would_be_unsafe(tmp_path,
                                                                                                       caplog):
     from adaptive_eval import EvalRequest

@@ -854,21 +854,23 @@ class FlipWeights(Callback):
 LOSS = ["evaluation.metric=val_loss", "evaluation.higher_is_better=false"]
 
 
-def look_back_run(folder, look_back, ckpt_path=None, overrides=(), **saver):
+def look_back_run(folder, look_back, ckpt_path=None, overrides=(), logger=False, **saver):
     train, val = loaders(n_train=80, n_val=100)  # 20 optimizer steps per epoch
     torch.manual_seed(1)
     model = Model()
     cb = AdaptiveEvalCallback("default", overrides=FAST + LOSS + ["trigger.freq_steps=25", *overrides],
                               look_back=look_back)
     saver = ModelCheckpoint(dirpath=folder, **(saver or dict(every_n_train_steps=10, save_top_k=-1, save_last=True)))
-    trainer = L.Trainer(max_steps=80, logger=False, callbacks=[cb, saver, FlipWeights(45)], **QUIET)
+    trainer = L.Trainer(max_steps=80, logger=logger, callbacks=[cb, saver, FlipWeights(45)], **QUIET)
     trainer.fit(model, train, val, ckpt_path=ckpt_path)
     return cb, trainer, model, val.dataset
 
 
 def test_look_back_evaluates_the_checkpoint_written_before_a_fall_and_training_goes_on_unchanged(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger
+
     plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False)
-    cb, trainer, model, val = look_back_run(tmp_path / "kept", True)
+    cb, trainer, model, val = look_back_run(tmp_path / "kept", True, logger=CSVLogger(tmp_path, name="log"))
     ev = cb.evaluator
     [back] = [r for r in ev.history if r.evaluated_at is not None]
     alarm = next(r for r in ev.history if r.reason.startswith("alarm:"))
@@ -883,6 +885,14 @@ def test_look_back_evaluates_the_checkpoint_written_before_a_fall_and_training_g
     with torch.no_grad():
         per_item = [float(saved.step(val[i][None])) for i in idx]
     assert back["val_loss"].n == len(idx) and back["val_loss"].mean == pytest.approx(sum(per_item) / len(idx))
+    # Reported to the trainer's loggers at the checkpoint's step, under a tag of its own (it was not reported)
+    with open(next(tmp_path.glob("log/*/metrics.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    looked = [r for r in rows if r.get("adaptive_eval/lookback/val_loss")]
+    assert [(int(r["step"]), float(r["adaptive_eval/lookback/val_loss"]), float(r["adaptive_eval/lookback/evaluated_at"]))
+            for r in looked] == [(back.step, pytest.approx(back["val_loss"].mean), back.evaluated_at)]
+    assert [int(r["step"]) for r in rows if r.get("adaptive_eval/val_loss")] == \
+        [r.step for r in ev.history if r.evaluated_at is None]
     # The module's own weights were put back: training went on exactly as without the look back.
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain_model.parameters()))
     assert [(r.step, r.reason) for r in ev.history if r.evaluated_at is None] == \
@@ -975,3 +985,23 @@ def test_under_ddp_every_rank_loads_the_kept_checkpoint_and_scores_its_shard(tmp
     (p0, p1), _ = run(tmp_path / "plain", False)
     assert r0["weights"] == r1["weights"] == p0["weights"] == p1["weights"]
     assert [h[:2] for h in r0["history"] if h[4] is None] == [h[:2] for h in p0["history"]]
+
+
+def test_a_run_folder_moved_before_the_resume_looks_back_at_its_files_where_they_are_now(tmp_path):
+    """Found by a new user: the kept files' paths were the old folder's, and the resumed run's look back failed on
+    them (FileNotFoundError); they are now found beside the file resumed from."""
+    import shutil
+
+    every5 = dict(every_n_train_steps=5, save_top_k=-1)
+    full, _, _, _ = look_back_run(tmp_path / "src", True, **every5)
+    [back] = [r for r in full.evaluator.history if r.evaluated_at is not None]
+    assert back.step == 39  # kept before the file of step 44, which the resume below starts from
+    shutil.move(tmp_path / "src", tmp_path / "moved")
+    (path,) = (tmp_path / "moved").glob("*-step=45.ckpt")
+    resumed, _, _, _ = look_back_run(tmp_path / "moved", True, ckpt_path=str(path), **every5)
+    # the same decisions; the look back's value is its file's (the values measured after the resume differ in
+    # the fourth digit: Lightning does not resume mid-epoch bit for bit)
+    rows = lambda h: [(r.step, r.reason, r.evaluated_at, r.sample_size)  # noqa: E731
+                      + ((round(r.mean("val_loss"), 6),) if r.evaluated_at is not None or r.step < 44 else ())
+                      for r in h]
+    assert rows(resumed.evaluator.history) == rows(full.evaluator.history)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import threading
 from collections.abc import Mapping
 
@@ -12,6 +13,32 @@ from omegaconf import DictConfig, OmegaConf
 
 from adaptive_eval.asynchronous import SnapshotEval, WeightSnapshot
 from adaptive_eval.config import Config, as_config, load_config
+
+
+def checkpoint_path(path) -> str:
+    """A checkpoint's path as handed to ``checkpoint_saved``: absolute (a relative output folder would be read
+    against whatever working folder a resumed run starts in), a URL as it is."""
+    path = os.fspath(path)
+    return path if "://" in path else os.path.abspath(path)
+
+
+def relocate_checkpoints(evaluator, resumed_from) -> None:
+    """After a resume from ``resumed_from``: a kept checkpoint whose path no longer exists but whose namesake lies
+    beside the checkpoint resumed from is that one (the run's folder was moved or copied before the resume; found
+    by a new user: the look back failed on the old path)."""
+    policy = evaluator.policies.by_name.get("lookback")
+    if policy is None or not resumed_from or "://" in os.fspath(resumed_from):
+        return
+    folder = os.path.dirname(os.path.abspath(os.fspath(resumed_from)))
+
+    def where(ref):
+        if isinstance(ref, str) and "://" not in ref and not os.path.exists(ref):
+            moved = os.path.join(folder, os.path.basename(ref.rstrip("/\\")))
+            if os.path.exists(moved):
+                return moved
+        return ref
+
+    policy.relocate(where)
 
 log = logging.getLogger("adaptive_eval")
 

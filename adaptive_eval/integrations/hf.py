@@ -71,6 +71,7 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    checkpoint_path,
     close_and_drain,
     forward_collectives,
     lockstep_padding,
@@ -78,6 +79,7 @@ from adaptive_eval.integrations._common import (
     missing,
     plain_config,
     refuse_tensor_parallel,
+    relocate_checkpoints,
     result_scalars,
     scalar,
     synchronous_for_sharded,
@@ -376,7 +378,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if self.look_back:
                 # The state in checkpoint-N was taken before on_save handed checkpoint-N over: hand it over again,
                 # as the uninterrupted run did.
-                self._keep_checkpoint(args, state, _resumed_from() or _checkpoint_dir(args, state.global_step))
+                resumed = _resumed_from() or _checkpoint_dir(args, state.global_step)
+                self._keep_checkpoint(args, state, resumed)
+                relocate_checkpoints(self.evaluator, resumed)
         if trainer is not None and self._wrapped_training_step is None:
             self._wrap_training_step(trainer)
 
@@ -463,7 +467,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         of it could not be done safely here (said once)."""
         why = self._no_look_back(args, state)
         if why is None:
-            self.evaluator.checkpoint_saved(state.global_step - 1, folder)
+            self.evaluator.checkpoint_saved(state.global_step - 1, checkpoint_path(folder))
         elif not self._look_back_said:
             self._look_back_said = True
             log.warning("adaptive_eval: look_back is off for this run: %s", why)

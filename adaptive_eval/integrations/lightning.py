@@ -46,7 +46,9 @@ What it does (see the README's table):
   at one step, the first, since ``last.ckpt`` is rewritten) is handed to the evaluator, so that after a fall it
   evaluates the last one from before it (``policy.lookback``): ``validation_step`` then runs on the checkpoint's
   weights, loaded as Lightning loads them to resume, the module's own kept on the CPU and put back afterwards,
-  whatever happens.  A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped.
+  whatever happens; its result goes to the loggers at the checkpoint's step as ``adaptive_eval/lookback/<metric>``.
+  A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped; resumed from a moved
+  run folder, a file is looked for beside the one resumed from.
   Under DDP every rank loads the file (a filesystem all ranks see, as Lightning's own resume needs) and scores
   its shard.  The synchronous path only, and not with weights sharded across ranks (FSDP, DeepSpeed), nor under
   ``evaluation.timeout_s`` (said once); with ``evaluate_fn`` it loads ``request.checkpoint`` itself;
@@ -71,6 +73,7 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    checkpoint_path,
     close_and_drain,
     forward_collectives,
     lockstep_padding,
@@ -78,6 +81,7 @@ from adaptive_eval.integrations._common import (
     missing,
     plain_config,
     refuse_tensor_parallel,
+    relocate_checkpoints,
     result_scalars,
     scalar,
     synchronous_for_sharded,
@@ -219,7 +223,9 @@ class AdaptiveEvalCallback(Callback):
         if lookback is not None and path and step >= 0 and all(s != step for s, _ in lookback.kept):
             # Resumed: the state in that checkpoint was taken before the file was written and handed over, which
             # the uninterrupted run did right after; so here.
-            self.evaluator.checkpoint_saved(step, os.fspath(path))
+            self.evaluator.checkpoint_saved(step, checkpoint_path(path))
+        if path:
+            relocate_checkpoints(self.evaluator, path)
         self._kept_step = step if step >= 0 else None
         strategy = trainer.strategy
         original = strategy.save_checkpoint
@@ -253,7 +259,7 @@ class AdaptiveEvalCallback(Callback):
         if step == self._kept_step:
             return  # a second file of the same weights (last.ckpt, which the next save rewrites): the first stays
         self._kept_step = step
-        self.evaluator.checkpoint_saved(step, os.fspath(filepath))
+        self.evaluator.checkpoint_saved(step, checkpoint_path(filepath))
 
     def teardown(self, trainer, pl_module, stage):
         if self._wrapped_save is not None:
@@ -351,9 +357,11 @@ class AdaptiveEvalCallback(Callback):
             self._guard("observe", self.evaluator.observe, values, global_step)
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+        seen = len(self.evaluator.history)
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
         if result is not None:
             self._guard("report", self._report, trainer, result)
+        self._guard("report", self._report_look_backs, trainer, seen)
 
     def _step_values(self, metrics) -> dict[str, float]:
         """What this optimizer step observes: ``train/loss`` (unless the module logs the step's loss itself)
@@ -431,9 +439,11 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluator is not None:
             if trainer.global_step > 0:  # stopped early (EarlyStopping, should_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+                seen = len(self.evaluator.history)
                 result = self._guard("evaluate", self.evaluator.after_train, fn, trainer.global_step - 1)
                 if result is not None:
                     self._guard("report", self._report, trainer, result)
+                self._guard("report", self._report_look_backs, trainer, seen)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, trainer, result)
             if trainer.is_global_zero:
@@ -592,6 +602,20 @@ class AdaptiveEvalCallback(Callback):
         for logger in trainer.loggers:  # log_metrics is rank-zero only in every Lightning logger
             if id(logger) not in self._beside:
                 logger.log_metrics(scalars, step=step)
+
+    def _report_look_backs(self, trainer, seen: int) -> None:
+        """The look backs the last evaluate() ran (``history[seen:]``), to every logger at the kept checkpoint's
+        step on the trainer's axis, as ``adaptive_eval/lookback/<metric>`` (a tag of its own: under
+        ``adaptive_eval/<metric>`` a point at an earlier step would interleave with the evaluations of now)."""
+        for result in self.evaluator.history[seen:]:
+            if result.evaluated_at is None:
+                continue
+            scalars = {f"adaptive_eval/lookback/{k}": v for k, v in result_scalars(result).items()}
+            scalars["adaptive_eval/lookback/items"] = float(result.items)
+            scalars["adaptive_eval/lookback/evaluated_at"] = float(result.evaluated_at)
+            for logger in trainer.loggers:
+                if id(logger) not in self._beside:
+                    logger.log_metrics(scalars, step=result.step)
 
     # -- state ------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
