@@ -27,6 +27,7 @@ from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import EvalRequest, EvalResult
 
 __all__ = [
+    "CheckpointUnavailable",
     "EvalOutcome",
     "EvalTimeout",
     "EvaluationStillRunning",
@@ -114,6 +115,12 @@ class EvalOutcome:
     item_values: Mapping[str, dict] = dataclasses.field(default_factory=dict)
 
 
+class CheckpointUnavailable(LookupError):
+    """An ``evaluate_fn`` asked for a kept checkpoint (``request.checkpoint``) that it cannot find any more, or that
+    holds another step (deleted by a keep-last-k rule, written again since): the look back is skipped, said in one
+    line (no traceback: a kept file being gone is expected, not a bug).  The adapters raise it; so may yours."""
+
+
 class RemoteEvaluationError(RuntimeError):
     """``evaluate_fn`` raised on another rank of the process group (its message says which and what)."""
 
@@ -196,6 +203,10 @@ def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None)
 
 
 def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempts: int, where: str = "") -> None:
+    if isinstance(exc, CheckpointUnavailable):
+        log.warning("the kept checkpoint of step %d was not evaluated%s (reason %s): %s", request.step, where,
+                    request.reason, exc)
+        return
     log.error(
         "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
         where, request.step, attempt + 1, attempts, request.reason,

@@ -543,6 +543,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
+        if not os.path.isdir(str(request.checkpoint)):
+            from adaptive_eval.evaluators import CheckpointUnavailable
+
+            raise CheckpointUnavailable(f"{request.checkpoint}: no such folder any more (save_total_limit deletes "
+                                        "the oldest)")
         model = trainer.model
         own = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         try:

@@ -489,13 +489,19 @@ class AdaptiveEvalCallback(Callback):
         loaded as Lightning loads them to resume (``strategy.load_checkpoint``, ``load_model_state_dict``); the
         module's own weights are kept on the CPU and put back afterwards, whatever happens (the optimizer's
         tensors are the module's own, written in place both ways).  A file that no longer holds the request's
-        step (``last.ckpt`` rewritten since) raises ``ValueError``: the evaluator skips the look back."""
+        step (``last.ckpt`` rewritten since) or is gone raises ``CheckpointUnavailable``: the look back is skipped."""
+        from adaptive_eval.evaluators import CheckpointUnavailable
+
         strategy = trainer.strategy
-        checkpoint = strategy.load_checkpoint(request.checkpoint)
+        try:
+            checkpoint = strategy.load_checkpoint(request.checkpoint)
+        except FileNotFoundError:
+            raise CheckpointUnavailable(f"{request.checkpoint}: no such file any more (save_top_k deletes files "
+                                        "that leave its top k)") from None
         held = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
         if held != request.step + 1:
-            raise ValueError(f"{request.checkpoint}: holds global_step {held}, not {request.step + 1} (the step it "
-                             "was kept for): written again since")
+            raise CheckpointUnavailable(f"{request.checkpoint}: holds global_step {held}, not {request.step + 1} (the "
+                                        "step it was kept for): written again since")
         own = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
         try:
             strategy.load_model_state_dict(checkpoint, strict=True)
