@@ -373,6 +373,8 @@ def run_evaluation_outcome(
             _log_failure(error, request, attempt, attempts)
             if timeout is not None and timeout.still_running is not None:
                 return EvalOutcome(None, error, attempts=attempt + 1)  # no retry beside the running call
+            if isinstance(error, CheckpointUnavailable):
+                return EvalOutcome(None, error, attempts=attempt + 1)  # gone: a retry would only sleep in the step
             if attempt + 1 < attempts:
                 sleep(retry_backoff_s * (2**attempt))
             continue
@@ -418,16 +420,24 @@ def run_evaluation_outcome(
                                 seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw)
             return EvalOutcome(result, None, means, counts, found, (), attempt + 1, item_values)
         remote = "; ".join(f"rank {r}: {everyone[r][2]}" for r in failed)
+        # a kept checkpoint gone on every rank that failed (a node without the file): said in one warning line, not
+        # retried (decided on what every rank gathered, so alike on all)
+        gone = all(everyone[r][2].startswith(f"{CheckpointUnavailable.__name__}: ") for r in failed)
         if error is None:
-            error = RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}")
+            error = (CheckpointUnavailable(f"on {remote}") if gone else
+                     RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}"))
         if on_error == "raise":
             raise error
         if request.rank in failed:
             _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}")
         elif request.rank == min(r for r in range(request.world_size) if r not in failed):
-            log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
-                      remote)
-        if attempt + 1 < attempts:
+            if gone:
+                log.warning("the kept checkpoint of step %d was not evaluated (reason %s): %s", request.step,
+                            request.reason, remote)
+            else:
+                log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
+                          remote)
+        if attempt + 1 < attempts and not gone:
             sleep(retry_backoff_s * (2**attempt))
         else:
             return EvalOutcome(None, error, failed_ranks=failed, attempts=attempt + 1)

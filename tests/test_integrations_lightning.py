@@ -1,6 +1,7 @@
 """The Lightning adapter on a real lightning.Trainer (CPU; BoringModel-based; two gloo ranks with ddp_spawn)."""
 
 import csv
+import dataclasses
 import datetime
 import json
 import logging
@@ -854,15 +855,16 @@ class FlipWeights(Callback):
 LOSS = ["evaluation.metric=val_loss", "evaluation.higher_is_better=false"]
 
 
-def look_back_run(folder, look_back, ckpt_path=None, overrides=(), logger=False, **saver):
+def look_back_run(folder, look_back, ckpt_path=None, overrides=(), logger=False, model_class=None, **saver):
     train, val = loaders(n_train=80, n_val=100)  # 20 optimizer steps per epoch
     torch.manual_seed(1)
-    model = Model()
+    model = (model_class or Model)()
     cb = AdaptiveEvalCallback("default", overrides=FAST + LOSS + ["trigger.freq_steps=25", *overrides],
                               look_back=look_back)
     saver = ModelCheckpoint(dirpath=folder, **(saver or dict(every_n_train_steps=10, save_top_k=-1, save_last=True)))
     trainer = L.Trainer(max_steps=80, logger=logger, callbacks=[cb, saver, FlipWeights(45)], **QUIET)
-    trainer.fit(model, train, val, ckpt_path=ckpt_path)
+    # (a module with an object among its hyper-parameters resumes only with weights_only=False, Lightning's own rule)
+    trainer.fit(model, train, val, ckpt_path=ckpt_path, weights_only=False if model_class else None)
     return cb, trainer, model, val.dataset
 
 
@@ -1008,3 +1010,44 @@ def test_a_run_folder_moved_before_the_resume_looks_back_at_its_files_where_they
                       + ((round(r.mean("val_loss"), 6),) if r.evaluated_at is not None or r.step < 44 else ())
                       for r in h]
     assert rows(resumed.evaluator.history) == rows(full.evaluator.history)
+
+
+
+@dataclasses.dataclass
+class Shape:
+    width: int = 32
+
+
+class ConfiguredModel(Model):
+    """A module whose hyper-parameters are an object (a dataclass), saved into every checkpoint."""
+
+    def __init__(self, shape: Shape = Shape()):
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def test_look_back_follows_lightnings_links_and_objects_and_leaves_nothing_behind_when_fit_raises(tmp_path):
+    """Found in review: resumed from a last.ckpt link (save_last="link") the link itself was kept, and the next save
+    moved it on, so the look back was skipped; a module with an object among its hyper-parameters was never looked
+    back at (torch's default weights_only load refuses it); a fit that raised left its strategy wrapped."""
+    linked = dict(every_n_train_steps=5, save_top_k=-1, save_last="link")
+    full, _, _, _ = look_back_run(tmp_path / "a", True, model_class=ConfiguredModel, **linked)
+    rows = lambda h: [(r.step, r.reason, r.evaluated_at, r.sample_size) for r in h]  # noqa: E731
+    assert [r.step for r in full.evaluator.history if r.evaluated_at is not None] == [39]
+    last = tmp_path / "a" / "last.ckpt"
+    last.unlink()
+    last.symlink_to(next((tmp_path / "a").glob("*-step=40.ckpt")).name)  # as it was when the run stopped at 40
+    resumed, _, _, _ = look_back_run(tmp_path / "a", True, ckpt_path=str(last), model_class=ConfiguredModel, **linked)
+    assert rows(resumed.evaluator.history) == rows(full.evaluator.history)
+
+    class Fails(Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 3:
+                raise RuntimeError("the user's own bug")
+
+    train, val = loaders(n_train=80, n_val=100)
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, **QUIET,
+                        callbacks=[AdaptiveEvalCallback("default", overrides=FAST + LOSS, look_back=True), Fails()])
+    with pytest.raises(RuntimeError, match="the user's own bug"):
+        trainer.fit(Model(), train, val)
+    assert "save_checkpoint" not in vars(trainer.strategy)

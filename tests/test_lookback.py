@@ -412,9 +412,16 @@ def _item_right(i: int, step: int) -> float:
     return float((i * 7919) % 1000 / 1000 < truth(step))
 
 
-def _group_run(rank, world, register=True, stop=STEPS, suites=False):
+def _group_run(rank, world, register=True, stop=STEPS, suites=False, missing_on=None):
     """The Run loop on every rank of a group (each rank evaluates its shard of the items), up to ``stop``;
-    ``suites``: the two suites of SuiteRun, items x 2 answers."""
+    ``suites``: the two suites of SuiteRun, items x 2 answers; ``missing_on``: the rank that cannot find a kept
+    checkpoint (a node without the file), whose what is logged at WARNING and above is returned too."""
+    from adaptive_eval.evaluators import CheckpointUnavailable
+
+    said = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: said.append((record.levelname, record.getMessage()))
+    logging.getLogger("adaptive_eval").addHandler(handler)
     clock = FakeClock()
     cfg = load_config("default", overrides=["trigger.freq_steps=25", "distributed.timeout_s=30",
                                             *(SUITES if suites else [])])
@@ -424,6 +431,8 @@ def _group_run(rank, world, register=True, stop=STEPS, suites=False):
 
     def fn(request):
         at = request.step if request.checkpoint is None else int(request.checkpoint)
+        if request.checkpoint is not None and rank == missing_on:
+            raise CheckpointUnavailable(f"{request.checkpoint}: no such file on this node")
         if suites:
             if request.checkpoint is not None:
                 asked.append((request.step, request.checkpoint, request.world_size, list(request.suites["math"].indices)))
@@ -442,15 +451,17 @@ def _group_run(rank, world, register=True, stop=STEPS, suites=False):
         if s % 50 == 0 and (register is True or register == rank):
             ev.checkpoint_saved(s, str(s))
     ev.close()
+    logging.getLogger("adaptive_eval").removeHandler(handler)
     metric = "math/acc" if suites else "accuracy"
     return {"history": [(r.step, r.reason, r.evaluated_at, r.items, round(r.mean(metric), 12))
-                        for r in ev.history], "asked": asked}
+                        for r in ev.history], "asked": asked, "said": [x for x in said if "650" in x[1]]}
 
 
 def _group_scenarios(rank, world):
     alarm = next(r[0] for r in _group_run(0, 1)["history"] if r[1].startswith("alarm:"))
     return {"alike": _group_run(rank, world), "rank0_only": _group_run(rank, world, register=0),
-            "stopped": _group_run(rank, world, stop=alarm + 1), "suites": _group_run(rank, world, suites=True)}
+            "stopped": _group_run(rank, world, stop=alarm + 1), "suites": _group_run(rank, world, suites=True),
+            "missing": _group_run(rank, world, missing_on=1)}
 
 
 def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_hangs_when_ranks_disagree():
@@ -478,6 +489,12 @@ def test_a_process_group_looks_back_on_every_rank_like_one_process_and_never_han
     assert [r for r in one["history"] if r[2] is not None and "[math: " in r[1]]
     [(_, _, _, sa)], [(_, _, _, sb)], [(_, _, _, s1)] = a["suites"]["asked"], b["suites"]["asked"], one["asked"]
     assert not set(sa) & set(sb) and sorted(sa + sb) == sorted(s1)
+    # Rank 1 cannot find the kept checkpoint (no shared filesystem): both skip it alike, and rank 0, whose log
+    # is the one read, says so in one warning line, not as an evaluation error (found in review)
+    assert a["missing"]["history"] == b["missing"]["history"] == a["rank0_only"]["history"]
+    assert [lvl for lvl, _ in a["missing"]["said"]] == ["WARNING"] and "rank 1: CheckpointUnavailable: 650: no such " \
+        "file on this node" in a["missing"]["said"][0][1]
+    assert [lvl for lvl, _ in b["missing"]["said"]] == ["WARNING"]
 
 
 class Costly(Run):
@@ -486,6 +503,24 @@ class Costly(Run):
     def evaluate_fn(self, request):
         self.clock.advance(0.05 * (request.sample_size or 500))
         return super().evaluate_fn(request)
+
+
+def test_a_kept_checkpoint_gone_is_not_retried_under_on_error_retry():
+    """Found in review: under evaluation.on_error: retry a gone checkpoint was asked for 4 times, with 1 + 2 + 4 s
+    of sleep in the training step between."""
+    from adaptive_eval.evaluators import CheckpointUnavailable
+
+    run = Run(["evaluation.on_error=retry", "evaluation.max_retries=3", "evaluation.retry_backoff_s=1"])
+    asked = []
+
+    def fn(request):
+        if request.checkpoint is not None:
+            asked.append(request.checkpoint)
+            raise CheckpointUnavailable(f"{request.checkpoint}: no such file any more")
+        return run.evaluate_fn(request)
+
+    run.train(fn=fn)
+    assert asked == ["650"] and run.evaluator.summary()["eval_errors"] == 1
 
 
 def test_a_look_back_does_not_carry_the_budget_note_of_the_alarms_evaluation():

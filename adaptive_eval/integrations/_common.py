@@ -16,10 +16,12 @@ from adaptive_eval.config import Config, as_config, load_config
 
 
 def checkpoint_path(path) -> str:
-    """A checkpoint's path as handed to ``checkpoint_saved``: absolute (a relative output folder would be read
-    against whatever working folder a resumed run starts in), a URL as it is."""
+    """A checkpoint's path as handed to ``checkpoint_saved``: absolute and without links (a relative output folder
+    would be read against whatever working folder a resumed run starts in), a URL as it is."""
     path = os.fspath(path)
-    return path if "://" in path else os.path.abspath(path)
+    # (realpath: a resume from last.ckpt made by save_last="link" is the file it points to now, not the link,
+    # which the next save moves on; found in review)
+    return path if "://" in path else os.path.realpath(path)
 
 
 def relocate_checkpoints(evaluator, resumed_from) -> None:
