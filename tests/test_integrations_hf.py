@@ -653,3 +653,11 @@ def test_look_back_puts_the_weights_back_when_the_evaluation_fails_and_is_off_wh
                                               checkpoint=str(tmp_path / "checkpoint-10")))
     assert any(not torch.equal(seen["weights"][k], own[k]) for k in own)  # the checkpoint's were loaded
     assert all(torch.equal(v, own[k]) for k, v in trainer.model.state_dict().items())
+    # A folder that holds another step (another run's checkpoint-10 in a reused output folder) is not evaluated
+    from adaptive_eval.evaluators import CheckpointUnavailable
+
+    state_file = tmp_path / "checkpoint-10" / "trainer_state.json"
+    state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "global_step": 20}))
+    with pytest.raises(CheckpointUnavailable, match="holds global_step 20, not 10"):
+        cb._evaluate_with_trainer(EvalRequest(step=9, sample_size=8, seed=0, reason="lookback:x",
+                                              checkpoint=str(tmp_path / "checkpoint-10")))

@@ -543,11 +543,20 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
-        if not os.path.isdir(str(request.checkpoint)):
-            from adaptive_eval.evaluators import CheckpointUnavailable
+        from adaptive_eval.evaluators import CheckpointUnavailable
 
-            raise CheckpointUnavailable(f"{request.checkpoint}: no such folder any more (save_total_limit deletes "
-                                        "the oldest)")
+        folder = str(request.checkpoint)
+        if not os.path.isdir(folder):
+            raise CheckpointUnavailable(f"{folder}: no such folder any more (save_total_limit deletes the oldest)")
+        try:
+            with open(os.path.join(folder, "trainer_state.json"), encoding="utf-8") as f:
+                held = json.load(f).get("global_step")
+        except (OSError, ValueError):
+            held = None  # (no trainer state beside the weights: nothing to check them against)
+        if held is not None and held != request.step + 1:
+            # another run's checkpoint-N in a reused output folder (found in review)
+            raise CheckpointUnavailable(f"{folder}: holds global_step {held}, not {request.step + 1} (the step it was "
+                                        "kept for): written again since")
         model = trainer.model
         own = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         try:
