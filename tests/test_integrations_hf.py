@@ -587,6 +587,11 @@ def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goe
     with torch.no_grad():
         logits = saved.eval().net(held_out.x[idx])
     assert back["eval_accuracy"].mean == pytest.approx(float((logits.argmax(1) == held_out.y[idx]).float().mean()))
+    # Reported through trainer.log at the step it ran (HF's axis, 1-based), its checkpoint's step beside it
+    [logged] = [h for h in trainer.state.log_history if "eval_lookback_accuracy" in h]
+    assert (logged["step"], logged["eval_lookback_step"], logged["eval_lookback_items"]) == \
+        (back.evaluated_at + 1, back.step, back.items)
+    assert logged["eval_lookback_accuracy"] == pytest.approx(back["eval_accuracy"].mean)
     # The model's own weights were put back: training went on exactly as without the look back.
     for a, b in zip(trainer.model.parameters(), plain_trainer.model.parameters()):
         assert torch.equal(a, b)

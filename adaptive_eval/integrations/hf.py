@@ -434,9 +434,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 self._guard("observe", self.evaluator.observe, {"train/loss": value}, global_step)
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
+        seen = len(self.evaluator.history)
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
         if result is not None:
             self._guard("report", self._report, result, control)
+        self._guard("report", self._report_look_backs, seen, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Read only: a change to `logs` here would reach neither log_history nor the reporters.
@@ -520,9 +522,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if self.evaluator is not None:
             if state.global_step > 0:  # stopped early (EarlyStoppingCallback, should_training_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
+                seen = len(self.evaluator.history)
                 result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
                 if result is not None:
                     self._guard("report", self._report, result, control)
+                self._guard("report", self._report_look_backs, seen, control)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, result, control)
             self._saved_state = self._guard("state", self.evaluator.state_dict)
@@ -707,15 +711,27 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return out
 
     # -- reporting --------------------------------------------------------------------------------------
-    def _report(self, result, control) -> None:
+    def _report_look_backs(self, seen: int, control) -> None:
+        """The look backs the last evaluate() ran (``history[seen:]``), through ``trainer.log`` at the step they ran
+        (its axis is the current step), as ``eval_lookback_<metric>`` with ``eval_lookback_step``: the kept
+        checkpoint's step (0-based)."""
+        for result in self.evaluator.history[seen:]:
+            if result.evaluated_at is not None:
+                self._report(result, control, prefix="eval_lookback_")
+
+    def _report(self, result, control, prefix: str = "eval_") -> None:
         trainer = self.trainer
         if trainer is None:
             return
         scalars = {}
         for key, value in result_scalars(result).items():
-            scalars[key if key.startswith("eval_") else f"eval_{key}"] = value
-        scalars["eval_adaptive_items"] = float(result.items)
-        scalars["eval_adaptive_step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
+            scalars[prefix + key.removeprefix("eval_")] = value
+        if prefix == "eval_":
+            scalars["eval_adaptive_items"] = float(result.items)
+            scalars["eval_adaptive_step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this
+        else:
+            scalars[f"{prefix}items"] = float(result.items)
+            scalars[f"{prefix}step"] = float(result.step)  # the kept checkpoint's step (0-based)
         should_log = control.should_log
         # Trainer.log itself, not a subclass's override: TRL's GRPOTrainer.log averages and clears the metrics it
         # gathers over logging_steps, so logging through it cut TRL's window short at every result (found by a
