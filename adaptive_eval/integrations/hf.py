@@ -250,9 +250,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
     ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
     ``look_back``: tell the evaluator of every checkpoint the trainer saves (``checkpoint-<step>``), so that
-    after a fall it evaluates the last one from before it (``policy.lookback``; synchronous; under DDP every rank loads it and scores its shard): the
-    trainer's own evaluation then loads those weights into the model for that evaluation (the model's own kept
-    on the CPU meanwhile and put back after); your ``evaluate_fn`` must load ``request.checkpoint`` itself.
+    after a fall it evaluates the last one from before it (``policy.lookback``; synchronous; under DDP every rank
+    loads it and scores its shard): the trainer's own evaluation then loads those weights into the model for that
+    evaluation (the model's own kept on the CPU meanwhile and put back after), logged as
+    ``eval_lookback_<metric>``; your ``evaluate_fn`` must load ``request.checkpoint`` itself.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
     """
 
