@@ -45,8 +45,9 @@ What it does (see the README's table):
   goes through ``trainer.strategy.save_checkpoint``, the step read from the checkpoint itself; of two files written
   at one step, the first, since ``last.ckpt`` is rewritten) is handed to the evaluator, so that after a fall it
   evaluates the last one from before it (``policy.lookback``): ``validation_step`` then runs on the checkpoint's
-  weights, loaded as Lightning loads the weights to resume (not the ``on_load_checkpoint`` hook), the module's own kept on the CPU and put back afterwards,
-  whatever happens; its result goes to the loggers at the checkpoint's step as ``adaptive_eval/lookback/<metric>``.
+  weights, loaded as Lightning loads the weights to resume (not the ``on_load_checkpoint`` hook), the module's
+  own kept on the CPU and put back afterwards, whatever happens; its result goes to the loggers at the
+  checkpoint's step as ``adaptive_eval/lookback/<metric>``.
   A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped; resumed from a moved
   run folder, a file is looked for beside the one resumed from.
   Under DDP every rank loads the file (a filesystem all ranks see, as Lightning's own resume needs) and scores
@@ -63,6 +64,7 @@ except the user's own ``evaluation.on_error: raise``.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -490,20 +492,19 @@ class AdaptiveEvalCallback(Callback):
     def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
         """:meth:`evaluate_with_module` on the weights of the kept checkpoint ``request.checkpoint`` (``look_back``),
         loaded as Lightning loads the weights to resume (``strategy.load_checkpoint``, ``load_model_state_dict``; not
-        the module's ``on_load_checkpoint`` hook); the
-        module's own weights are kept on the CPU and put back afterwards, whatever happens (the optimizer's
-        tensors are the module's own, written in place both ways).  A file that no longer holds the request's
-        step (``last.ckpt`` rewritten since) or is gone raises ``CheckpointUnavailable``: the look back is skipped."""
+        the module's ``on_load_checkpoint`` hook); the module's own weights are kept on the CPU and put back
+        afterwards, whatever happens (the optimizer's tensors are the module's own, written in place both ways).
+        A file that no longer holds the request's step (``last.ckpt`` rewritten since) or is gone raises
+        ``CheckpointUnavailable``: the look back is skipped."""
         from adaptive_eval.evaluators import CheckpointUnavailable
 
         strategy = trainer.strategy
+        # This run's own file: its hyper-parameters may be any picklable object (a dataclass config), which torch's
+        # default weights_only load refuses (found in review: every look back failed).  (An older lightning has no
+        # such argument.)
+        own_file = {"weights_only": False} if "weights_only" in inspect.signature(strategy.load_checkpoint).parameters \
+            else {}
         try:
-            # this run's own file: its hyper-parameters may be any picklable object (a dataclass config), which
-            # torch's default weights_only load refuses (found in review: every look back failed)
-            import inspect
-
-            own_file = ({"weights_only": False} if "weights_only" in inspect.signature(strategy.load_checkpoint).parameters
-                        else {})  # (an older lightning has no such argument)
             checkpoint = strategy.load_checkpoint(request.checkpoint, **own_file)
         except FileNotFoundError:
             raise CheckpointUnavailable(f"{request.checkpoint}: no such file any more (save_top_k deletes files "
