@@ -1051,3 +1051,16 @@ def test_look_back_follows_lightnings_links_and_objects_and_leaves_nothing_behin
     with pytest.raises(RuntimeError, match="the user's own bug"):
         trainer.fit(Model(), train, val)
     assert "save_checkpoint" not in vars(trainer.strategy)
+
+    class Twice(AdaptiveEvalCallback):  # on_train_start twice in one fit, as under a tuner's trial fit
+        def on_train_start(self, trainer, pl_module):
+            super().on_train_start(trainer, pl_module)
+            self.first = vars(trainer.strategy).get("save_checkpoint")
+            super().on_train_start(trainer, pl_module)
+            self.second = vars(trainer.strategy).get("save_checkpoint")
+
+    twice = Twice("default", overrides=FAST + LOSS, look_back=True)
+    trainer = L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, callbacks=[twice], **QUIET)
+    trainer.fit(Model(), train, val)
+    assert twice.first is not None and twice.second is twice.first  # wrapped once
+    assert "save_checkpoint" not in vars(trainer.strategy)

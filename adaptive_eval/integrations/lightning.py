@@ -230,6 +230,8 @@ class AdaptiveEvalCallback(Callback):
             relocate_checkpoints(self.evaluator, path)
         self._kept_step = step if step >= 0 else None
         strategy = trainer.strategy
+        if self._wrapped_save is not None and vars(strategy).get("save_checkpoint") is self._wrapped_save[1]:
+            return  # on_train_start again in one fit (a tuner's trial fit): wrapped already
         original = strategy.save_checkpoint
 
         def save_checkpoint(checkpoint, filepath, *args, **kwargs):
