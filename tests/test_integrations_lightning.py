@@ -868,11 +868,13 @@ def look_back_run(folder, look_back, ckpt_path=None, overrides=(), logger=False,
     return cb, trainer, model, val.dataset
 
 
-def test_look_back_evaluates_the_checkpoint_written_before_a_fall_and_training_goes_on_unchanged(tmp_path):
+def test_look_back_evaluates_the_checkpoint_written_before_a_fall_and_training_goes_on_unchanged(tmp_path, caplog):
     from lightning.pytorch.loggers import CSVLogger
 
     plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False)
-    cb, trainer, model, val = look_back_run(tmp_path / "kept", True, logger=CSVLogger(tmp_path, name="log"))
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        cb, trainer, model, val = look_back_run(tmp_path / "kept", True, logger=CSVLogger(tmp_path, name="log"))
+    assert not any("keeps only its latest file" in r.getMessage() for r in caplog.records)  # (save_top_k=-1)
     ev = cb.evaluator
     [back] = [r for r in ev.history if r.evaluated_at is not None]
     alarm = next(r for r in ev.history if r.reason.startswith("alarm:"))
@@ -927,6 +929,8 @@ def test_look_back_skips_a_file_written_again_since_and_is_off_where_it_would_be
     plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain_model.parameters()))
     assert [(r.step, r.reason) for r in cb.evaluator.history] == [(r.step, r.reason) for r in plain.evaluator.history]
+    # That set-up (and the default ModelCheckpoint) keeps only the latest file: said once at the start
+    assert sum("every ModelCheckpoint keeps only its latest file" in r.getMessage() for r in caplog.records) == 1
     # Under evaluation.timeout_s the evaluation runs in a thread the step may stop waiting for: nothing is handed
     # over (a checkpoint's weights would sit in the training module meanwhile).
     caplog.clear()

@@ -240,6 +240,13 @@ class AdaptiveEvalCallback(Callback):
 
         strategy.save_checkpoint = save_checkpoint  # an instance attribute, removed at teardown
         self._wrapped_save = (strategy, save_checkpoint)
+        savers = [c for c in trainer.checkpoint_callbacks if hasattr(c, "save_top_k") and hasattr(c, "monitor")]
+        if savers and all(c.monitor is None and c.save_top_k in (0, 1) for c in savers):
+            # (the default ModelCheckpoint: a new user's look backs were all skipped, and nothing said why at the start)
+            log.warning("adaptive_eval: look_back: every ModelCheckpoint keeps only its latest file (save_top_k=%s, no "
+                        "monitor), which the next save replaces, so a look back will mostly find the file from before a "
+                        "fall gone; keep several (save_top_k=-1) and save every few steps (every_n_train_steps)",
+                        savers[0].save_top_k)
 
     def _no_look_back(self, trainer, pl_module) -> str | None:
         """Why the module's own evaluation cannot evaluate a kept checkpoint here, or None."""
