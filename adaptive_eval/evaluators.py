@@ -432,8 +432,7 @@ def run_evaluation_outcome(
             _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}")
         elif request.rank == min(r for r in range(request.world_size) if r not in failed):
             if gone:
-                log.warning("the kept checkpoint of step %d was not evaluated (reason %s): %s", request.step,
-                            request.reason, remote)
+                _log_failure(error, request, attempt, attempts)  # (one warning line: CheckpointUnavailable)
             else:
                 log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
                           remote)

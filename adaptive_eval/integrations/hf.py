@@ -437,9 +437,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
         seen = len(self.evaluator.history)
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        if result is not None:
+        if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
             self._guard("report", self._report, result, control)
-        self._guard("report", self._report_look_backs, seen, control)
+            self._guard("report", self._report_look_backs, seen, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Read only: a change to `logs` here would reach neither log_history nor the reporters.
@@ -527,7 +527,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
                 if result is not None:
                     self._guard("report", self._report, result, control)
-                self._guard("report", self._report_look_backs, seen, control)
+                    self._guard("report", self._report_look_backs, seen, control)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, result, control)
             self._saved_state = self._guard("state", self.evaluator.state_dict)

@@ -373,9 +373,9 @@ class AdaptiveEvalCallback(Callback):
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
         seen = len(self.evaluator.history)
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        if result is not None:
+        if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
             self._guard("report", self._report, trainer, result)
-        self._guard("report", self._report_look_backs, trainer, seen)
+            self._guard("report", self._report_look_backs, trainer, seen)
 
     def _step_values(self, metrics) -> dict[str, float]:
         """What this optimizer step observes: ``train/loss`` (unless the module logs the step's loss itself)
@@ -457,7 +457,7 @@ class AdaptiveEvalCallback(Callback):
                 result = self._guard("evaluate", self.evaluator.after_train, fn, trainer.global_step - 1)
                 if result is not None:
                     self._guard("report", self._report, trainer, result)
-                self._guard("report", self._report_look_backs, trainer, seen)
+                    self._guard("report", self._report_look_backs, trainer, seen)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, trainer, result)
             if trainer.is_global_zero:
