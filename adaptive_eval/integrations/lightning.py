@@ -45,8 +45,9 @@ What it does (see the README's table):
   goes through ``trainer.strategy.save_checkpoint``, the step read from the checkpoint itself; of two files written
   at one step, the first, since ``last.ckpt`` is rewritten) is handed to the evaluator, so that after a fall it
   evaluates the last one from before it (``policy.lookback``): ``validation_step`` then runs on the checkpoint's
-  weights, loaded as Lightning loads the weights to resume (not the ``on_load_checkpoint`` hook), the module's
-  own kept on the CPU and put back afterwards, whatever happens; its result goes to the loggers at the
+  weights, loaded as Lightning loads the weights to resume (the module's ``on_load_checkpoint`` hook, then its
+  ``strict_loading``), the module's own (and the attributes the hook rebinds) kept and put back afterwards,
+  whatever happens; its result goes to the loggers at the
   checkpoint's step as ``adaptive_eval/lookback/<metric>``.
   A file that no longer holds its step (overwritten, deleted by ``save_top_k``) is skipped; resumed from a moved
   run folder, a file is looked for beside the one resumed from.
@@ -500,9 +501,9 @@ class AdaptiveEvalCallback(Callback):
 
     def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
         """:meth:`evaluate_with_module` on the weights of the kept checkpoint ``request.checkpoint`` (``look_back``),
-        loaded as Lightning loads the weights to resume (``strategy.load_checkpoint``, ``load_model_state_dict``; not
-        the module's ``on_load_checkpoint`` hook); the module's own weights are kept on the CPU and put back
-        afterwards, whatever happens (the optimizer's tensors are the module's own, written in place both ways).
+        loaded as Lightning loads the weights to resume (``strategy.load_checkpoint``, the module's
+        ``on_load_checkpoint`` hook, ``load_model_state_dict`` with its ``strict_loading``); the module's own weights
+        (and the attributes the hook rebinds) are kept and put back afterwards, whatever happens (the optimizer's tensors are the module's own, written in place both ways).
         A file that no longer holds the request's step (``last.ckpt`` rewritten since) or is gone raises
         ``CheckpointUnavailable``: the look back is skipped."""
         from adaptive_eval.evaluators import CheckpointUnavailable
@@ -523,11 +524,23 @@ class AdaptiveEvalCallback(Callback):
             raise CheckpointUnavailable(f"{request.checkpoint}: holds global_step {held}, not {request.step + 1} (the "
                                         "step it was kept for): written again since")
         own = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
+        # The module's own on_load_checkpoint hook first, as Lightning resumes (a module that renames or converts
+        # keys there failed every look back: left undone last round).  What the hook binds on the module itself
+        # (an attribute read from the checkpoint) is put back with the weights: the look back must not change
+        # the run that trains on.
+        hooked = type(pl_module).on_load_checkpoint is not lightning.pytorch.LightningModule.on_load_checkpoint
+        attributes = dict(vars(pl_module)) if hooked else None
         try:
-            strategy.load_model_state_dict(checkpoint, strict=True)
+            if hooked:
+                pl_module.on_load_checkpoint(checkpoint)
+            strategy.load_model_state_dict(checkpoint, strict=getattr(pl_module, "strict_loading", True))
             del checkpoint
             return self.evaluate_with_module(trainer, pl_module, request)
         finally:
+            if attributes is not None:
+                for name in [n for n in vars(pl_module) if n not in attributes]:
+                    delattr(pl_module, name)
+                vars(pl_module).update(attributes)
             pl_module.load_state_dict(own)
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
