@@ -421,6 +421,9 @@ def main(argv=None) -> int:
                     help="which synthetic half to report (tune: the one the defaults were chosen on)")
     ap.add_argument("--quick", action="store_true", help="one trace per kind, no 20k-step trace, 50 resamples")
     ap.add_argument("--no-real", action="store_true", help="skip the real traces")
+    ap.add_argument("--steps", type=int, default=1000,
+                    help="length of the synthetic runs (default 1000, the length the defaults were tuned on; other "
+                         "lengths ask how the preset carries over to shorter or longer runs)")
     ap.add_argument("--boot", type=int, default=200, help="bootstrap resamples")
     ap.add_argument("--seeds", type=int, default=1,
                     help="replay every run under this many seeds of the simulated evaluations and pool them per run "
@@ -451,8 +454,10 @@ def main(argv=None) -> int:
         return your_traces(args, chosen, reps)
     if args.events or args.stream or args.eval or args.step_column != "step" or args.keep_last_run:
         ap.error("--events and the trace options apply to TRACE files")
+    if args.steps < 100:
+        ap.error(f"--steps {args.steps}: the synthetic runs need at least 100 steps")
     if args.items:
-        cases = item_cases(args.half, per_kind=1 if args.quick else 2)
+        cases = item_cases(args.half, steps=args.steps, per_kind=1 if args.quick else 2)
         print(f"item-level variant of the {args.half} half (suite seeds {SPLIT[args.half]}): the same runs, each eval "
               f"set 500 Rasch items (difficulty spread 1.5), one answer per item; simulated")
         res = report(f"item-level, {args.half} half", cases, args.overrides, reps, chosen, base=ITEM_SUITE,
@@ -466,13 +471,14 @@ def main(argv=None) -> int:
                for k in (2, 25)},
             "fixed   2, whole set": load_config("areal", [*ITEM_SUITE, "trigger.freq_steps=2"])})
         return 0
-    syn = synthetic_cases(args.half, per_kind=1 if args.quick else 2)
+    syn = synthetic_cases(args.half, steps=args.steps, per_kind=1 if args.quick else 2)
     if args.lookback is not None:
         print(f"synthetic suite, {args.half} half (suite seeds {SPLIT[args.half]})")
         lookback_effect(syn, args.lookback, chosen[0], args.overrides, reps)
         return 0
     print(f"split: synthetic suite seeds {SPLIT['tune']} = tuning half, {SPLIT['heldout']} = held-out half; "
-          f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})")
+          f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})"
+          + (f"; runs of {args.steps} steps (the defaults were tuned on runs of 1000)" if args.steps != 1000 else ""))
     res = report(f"synthetic, {args.half} half", syn, args.overrides, reps, chosen)
     confirmable(syn)
     if not args.no_real:
