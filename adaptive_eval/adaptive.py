@@ -198,6 +198,11 @@ class AdaptiveEvaluator:
         iv = self.cfg.policy.interval
         self._final_window = (int(float(iv.min_factor) * trig.freq_steps)
                               if iv.enabled and trig.freq_steps and trig.eval_at_end else 0)
+        # policy.interval.max_run_fraction: with a known total, the relaxed interval stays within that share of the
+        # run (never below the base interval): a 300-step run relaxed to 110-step intervals had 3 evaluations.
+        fraction = iv.get("max_run_fraction") if iv.enabled else None
+        self._run_steps_cap = (float(fraction) * self.total_steps / trig.freq_steps
+                               if fraction is not None and self.total_steps and trig.freq_steps else None)
         self._resources_enabled = self.resources.enabled
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
@@ -532,7 +537,7 @@ class AdaptiveEvaluator:
         self._alarm_count += 1
         self.policies.on_alarm(alarm, self._ctx(step))
         self._alarm_pending = self._alarm_pending or self._policy_pending()
-        self.trigger.scale = self.policies.scale()
+        self.trigger.scale = self._scale()
         event = {"kind": "alarm", "step": alarm.step, "stream": alarm.stream, "detector": alarm.detector,
                  "direction": alarm.direction, "location": alarm.location, "message": alarm.message}
         if rank is not None:
@@ -635,6 +640,17 @@ class AdaptiveEvaluator:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
         return out if self._async is None else got
+
+    def _scale(self) -> float:
+        """The policies' multiplier of the base interval, within ``policy.interval.max_run_fraction`` of the run
+        (in evaluate() calls: with streams logged every k steps, a call is k steps), never below 1."""
+        scale = self.policies.scale()
+        cap = self._run_steps_cap
+        if cap is not None and scale > 1.0:
+            cap = max(cap / self._stride, 1.0)
+            if scale > cap:
+                return cap
+        return scale
 
     def _near_final(self, reason: str, global_step: int) -> bool:
         """A scheduled ``reason`` within ``policy.interval.min_factor x trigger.freq_steps`` calls before the
@@ -938,7 +954,7 @@ class AdaptiveEvaluator:
                 self._update_eval_detectors(name, summary.mean, global_step)
             for found in outcome.discrepancies:  # identical on every rank, like the result
                 self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
-        self.trigger.scale = self.policies.scale()
+        self.trigger.scale = self._scale()
         if result is not None:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
@@ -1268,7 +1284,7 @@ class AdaptiveEvaluator:
                     self._update_eval_detectors(name, summary.mean, job.step)
                 for found in outcome.discrepancies:  # sharded in a group: identical on every rank
                     self._on_alarm(found.to_alarm(), global_step, rank=found.rank)
-            self.trigger.scale = self.policies.scale()
+            self.trigger.scale = self._scale()
             if error is None:
                 self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
             if self._logging:
@@ -1428,7 +1444,7 @@ class AdaptiveEvaluator:
         self._now = elapsed  # in a group: the group's time (the trigger reads it)
         self.trigger.load_state_dict(sd["trigger"])
         self.policies.load_state_dict(sd.get("policies", {}))
-        self.trigger.scale = self.policies.scale()
+        self.trigger.scale = self._scale()
         for table, states, specs_for in ((self._detectors, sd.get("detectors", {}), self._specs_for),
                                          (self._eval_detectors, sd.get("eval_detectors", {}),
                                           lambda _: self._streams["eval"])):

@@ -151,6 +151,7 @@ class IntervalPolicyConfig:
     relax: float = 2.2  # the interval grows by this factor after each quiet evaluation
     tighten: float = 0.5  # and shrinks by this one after an alarm or a significant change
     significance: float = 0.05  # p-value below which two successive evals differ
+    max_run_fraction: Optional[float] = None  # with a known total: longest interval at most this share of the run
 
 
 @dataclass
@@ -269,7 +270,7 @@ _CHOICES = {
 }
 _POSITIVE_OR_NULL = ("evaluation.sample_size", "evaluation.timeout_s", "evaluation.async_integrate_after_steps",
                      "policy.budget.alarm_min_size", "policy.lookback.sample_size",
-                     "replay.checkpoint_every")
+                     "replay.checkpoint_every", "policy.interval.max_run_fraction")
 # 0 fires at every step, as in AReaL.
 _NON_NEGATIVE_OR_NULL = ("trigger.freq_epochs", "trigger.freq_steps", "trigger.freq_secs", "policy.alarm.abrupt_steps")
 METRIC_KINDS = ("proportion", "mean")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from adaptive_eval import AdaptiveEvaluator, EpochStepTimeFreqCtl, EvalRequest, load_config
+from adaptive_eval.config import ConfigError
 from conftest import FakeClock
 
 
@@ -484,3 +485,33 @@ print(ev.summary()["eval_seconds"])  # (the eval time the budget's share counts)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.split()[-1]) < 20  # modules imported during it (scipy.stats alone brings hundreds)
+
+
+def test_max_run_fraction_keeps_the_relaxed_interval_within_a_share_of_a_run_of_known_length():
+    """On runs of 300 steps the relaxed interval (up to 4.4 x 25 = 110 steps, tuned on runs of 1000) left 3 or 4
+    evaluations, and a collapse two thirds of the way in was preceded by a measurement from 100 steps before it
+    (benchmarks/policies.py --steps 300).  ``policy.interval.max_run_fraction`` caps the interval at that share
+    of ``total_steps`` (in steps, also when records come every k steps), never below the base interval, and does
+    nothing when the total is not known."""
+    def run(overrides, total=300, every=1, known=True):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=overrides), clock=FakeClock(),
+                                           total_steps=total if known else None)
+        steps = []
+        for g in range(every - 1, total, every):
+            ev.observe({"loss": 1.0 + 0.01 * (g % 5)}, g)
+            if ev.evaluate(lambda: {"acc": [1.0, 0.0] * 40}, 0, g, g) is not None:
+                steps.append(g)
+        return steps
+
+    gaps = lambda steps: [b - a for a, b in zip(steps, steps[1:])]  # noqa: E731
+    free, capped = run([]), run(["policy.interval.max_run_fraction=0.1"])
+    assert max(gaps(free)) > 100 and len(free) == 4
+    # (the last gap may be up to 12 steps longer: one due that close to the final evaluation is left to it)
+    assert max(gaps(capped[:-1])) <= 30 and len(capped) >= 10 and capped[0] == free[0] == 24
+    assert run(["policy.interval.max_run_fraction=0.01"]) == list(range(24, 300, 25))  # never below 25 (299 last)
+    assert run(["policy.interval.max_run_fraction=0.1"], known=False) == run([], known=False)
+    # Records every 5 steps: the base interval is 25 calls, 125 steps; a tenth of 3000 steps is 60 calls
+    strided = run(["policy.interval.max_run_fraction=0.1"], total=3000, every=5)
+    assert max(gaps(strided[:-1])) <= 300 and max(gaps(run([], total=3000, every=5))) > 500
+    with pytest.raises(ConfigError, match="policy.interval.max_run_fraction: must be positive"):
+        load_config(overrides=["policy.interval.max_run_fraction=-0.1"])
