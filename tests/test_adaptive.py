@@ -515,3 +515,35 @@ def test_max_run_fraction_keeps_the_relaxed_interval_within_a_share_of_a_run_of_
     assert max(gaps(strided[:-1])) <= 300 and max(gaps(run([], total=3000, every=5))) > 500
     with pytest.raises(ConfigError, match="policy.interval.max_run_fraction: must be positive"):
         load_config(overrides=["policy.interval.max_run_fraction=-0.1"])
+
+
+def test_under_max_run_fraction_an_alarm_tightens_and_a_resumed_run_decides_the_same():
+    """Found in review: the cap held the interval but not the interval policy's own factor, so after a quiet
+    stretch one alarm halved 4.4 to 2.2, still above a cap of 1.2, and changed nothing; and a resumed run
+    recomputed the cap before its stride was restored (records every 5 steps: it relaxed to 4.4 where the run
+    had 2.4)."""
+    import json
+
+    def run(total, every, nan_at=None, stop_at=None, state=None):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=["policy.interval.max_run_fraction=0.1"]),
+                                           clock=FakeClock(), total_steps=total)
+        if state is not None:
+            ev.load_state_dict(json.loads(state))
+        steps = []
+        for g in range(every - 1, total, every):
+            if state is not None and g <= json.loads(state)["last_step"]:
+                continue
+            ev.observe({"loss": math.nan if g == nan_at else 1.0 + 0.01 * (g % 5)}, g)
+            if ev.evaluate(lambda: {"acc": [1.0, 0.0] * 40}, 0, g, g) is not None:
+                steps.append((g, ev.history[-1].reason))
+            if g == stop_at:
+                return steps, json.dumps(ev.state_dict())
+        return steps, None
+
+    steps, _ = run(300, 1, nan_at=150)
+    after = [s for s, _ in steps if s > 150]
+    assert (150, "alarm:loss:nonfinite") in steps and after[0] - 150 <= 15  # tightened from the cap: 0.6 x 25
+    full, _ = run(3000, 5)
+    head, state = run(3000, 5, stop_at=1004)
+    tail, _ = run(3000, 5, state=state)
+    assert head + tail == full and len(full) >= 10

@@ -1037,6 +1037,8 @@ class RenamingModel(Model):
     def on_load_checkpoint(self, checkpoint):
         checkpoint["state_dict"] = {k.removeprefix("v1."): v for k, v in checkpoint["state_dict"].items()}
         self.loaded_from = checkpoint["saved_at"]
+        self.layer = torch.nn.Linear(32, 2)  # rebuilt to the checkpoint's shape, as a migration may
+        self.register_buffer("migrated", torch.ones(1), persistent=False)
 
 
 def test_look_back_calls_the_modules_on_load_checkpoint_hook_and_puts_back_what_it_binds(tmp_path, caplog):
@@ -1044,7 +1046,7 @@ def test_look_back_calls_the_modules_on_load_checkpoint_hook_and_puts_back_what_
     module that renames its keys there failed every look back (strict loading) with an error."""
     plain, _, plain_model, _ = look_back_run(tmp_path / "plain", False, model_class=RenamingModel)
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
-        cb, _, model, val = look_back_run(tmp_path / "kept", True, model_class=RenamingModel)
+        cb, trainer, model, val = look_back_run(tmp_path / "kept", True, model_class=RenamingModel)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     [back] = [r for r in cb.evaluator.history if r.evaluated_at is not None]
     assert back.step == 39 and cb.evaluator.summary()["eval_errors"] == 0
@@ -1055,8 +1057,10 @@ def test_look_back_calls_the_modules_on_load_checkpoint_hook_and_puts_back_what_
     with torch.no_grad():
         expected = sum(float(saved.step(val[i][None])) for i in idx) / len(idx)
     assert back["val_loss"].mean == pytest.approx(expected)
-    # What the hook bound is put back, and training went on as without the look back.
-    assert model.loaded_from is None
+    # What the hook bound or registered is put back (the layer the optimizer updates, no new buffer), and training
+    # went on as without the look back.
+    assert model.loaded_from is None and "migrated" not in dict(model.named_buffers())
+    assert any(model.layer.weight is p for p in trainer.optimizers[0].param_groups[0]["params"])
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), plain_model.parameters()))
 
 

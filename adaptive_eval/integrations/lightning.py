@@ -65,6 +65,7 @@ except the user's own ``evaluation.on_error: raise``.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import math
@@ -107,6 +108,8 @@ __all__ = ["AdaptiveEvalCallback"]
 log = logging.getLogger("adaptive_eval")
 
 _VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
+# What a module holds its layers, weights and buffers in (put back after a look back's on_load_checkpoint hook)
+_REGISTRIES = ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set")
 
 
 def _tensorboard_beside(ours, trainer) -> set[int]:
@@ -530,6 +533,10 @@ class AdaptiveEvalCallback(Callback):
         # the run that trains on.
         hooked = type(pl_module).on_load_checkpoint is not lightning.pytorch.LightningModule.on_load_checkpoint
         attributes = dict(vars(pl_module)) if hooked else None
+        # (and every module's registries, which the hook changes in place: a layer it replaces, a buffer it
+        # registers; found in review: the replaced layer stayed, and a registered buffer made the restore raise)
+        registries = [(m, {name: copy.copy(getattr(m, name)) for name in _REGISTRIES}) for m in pl_module.modules()] \
+            if hooked else []
         try:
             if hooked:
                 pl_module.on_load_checkpoint(checkpoint)
@@ -541,6 +548,11 @@ class AdaptiveEvalCallback(Callback):
                 for name in [n for n in vars(pl_module) if n not in attributes]:
                     delattr(pl_module, name)
                 vars(pl_module).update(attributes)
+            for module, saved in registries:
+                for name, value in saved.items():
+                    live = getattr(module, name)
+                    live.clear()
+                    live.update(value)
             pl_module.load_state_dict(own)
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
