@@ -506,7 +506,8 @@ class AdaptiveEvalCallback(Callback):
         """:meth:`evaluate_with_module` on the weights of the kept checkpoint ``request.checkpoint`` (``look_back``),
         loaded as Lightning loads the weights to resume (``strategy.load_checkpoint``, the module's
         ``on_load_checkpoint`` hook, ``load_model_state_dict`` with its ``strict_loading``); the module's own weights
-        (and the attributes the hook rebinds) are kept and put back afterwards, whatever happens (the optimizer's tensors are the module's own, written in place both ways).
+        (and the attributes, layers and buffers the hook rebinds) are kept and put back afterwards, whatever happens
+        (the optimizer's tensors are the module's own, written in place both ways).
         A file that no longer holds the request's step (``last.ckpt`` rewritten since) or is gone raises
         ``CheckpointUnavailable``: the look back is skipped."""
         from adaptive_eval.evaluators import CheckpointUnavailable
