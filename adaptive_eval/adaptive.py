@@ -198,11 +198,6 @@ class AdaptiveEvaluator:
         iv = self.cfg.policy.interval
         self._final_window = (int(float(iv.min_factor) * trig.freq_steps)
                               if iv.enabled and trig.freq_steps and trig.eval_at_end else 0)
-        # policy.interval.max_run_fraction: with a known total, the relaxed interval stays within that share of the
-        # run (never below the base interval): a 300-step run relaxed to 110-step intervals had 3 evaluations.
-        fraction = iv.get("max_run_fraction") if iv.enabled else None
-        self._run_steps_cap = (float(fraction) * self.total_steps / trig.freq_steps
-                               if fraction is not None and self.total_steps and trig.freq_steps else None)
         self._resources_enabled = self.resources.enabled
         self._discrepancy_threshold = self.cfg.distributed.rank_discrepancy_threshold
         plain = OmegaConf.to_container(self.cfg, resolve=True)
@@ -644,17 +639,15 @@ class AdaptiveEvaluator:
     def _scale(self) -> float:
         """The policies' multiplier of the base interval, within ``policy.interval.max_run_fraction`` of the run
         (in evaluate() calls: with streams logged every k steps, a call is k steps), never below 1."""
-        cap = self._run_steps_cap
-        if cap is None:
-            return self.policies.scale()
-        cap = max(cap / self._stride, 1.0)
         interval = self.policies.by_name.get("interval")
-        if interval is not None and interval.factor > cap:
-            # The interval policy's own factor is held at the cap too, so that an alarm tightens from the interval in
-            # use (found in review: from a factor of 4.4 one halving left it above a cap of 1.2, and the first
-            # alarm changed nothing).
-            interval.factor = cap
-        return min(self.policies.scale(), cap)
+        fraction = interval.max_run_fraction if interval is not None else None
+        freq = self.trigger.freq_step
+        if fraction is None or not self.total_steps or not freq:
+            return self.policies.scale()
+        # (a 300-step run relaxed to 110-step intervals had 3 evaluations)
+        most = max(fraction * self.total_steps / (freq * self._stride), 1.0)
+        interval.hold_within(most)
+        return min(self.policies.scale(), most)
 
     def _near_final(self, reason: str, global_step: int) -> bool:
         """A scheduled ``reason`` within ``policy.interval.min_factor x trigger.freq_steps`` calls before the

@@ -83,9 +83,11 @@ class IntervalPolicy(Policy):
     name = "interval"
 
     def __init__(self, min_factor: float = 0.25, max_factor: float = 4.0, relax: float = 1.5, tighten: float = 0.5,
-                 significance: float = 0.05, metric: str | None = None):
+                 significance: float = 0.05, metric: str | None = None, max_run_fraction: float | None = None):
         if not 0 < min_factor <= max_factor:
             raise ValueError(f"min_factor ({min_factor}) must be positive and <= max_factor ({max_factor})")
+        if max_run_fraction is not None and not 0 < max_run_fraction < math.inf:
+            raise ValueError(f"max_run_fraction must be positive or None, got {max_run_fraction}")
         if relax < 1:
             raise ValueError(f"relax must be >= 1, got {relax}")
         if not 0 < tighten <= 1:
@@ -93,6 +95,8 @@ class IntervalPolicy(Policy):
         self.min_factor, self.max_factor = float(min_factor), float(max_factor)
         self.relax, self.tighten, self.significance = float(relax), float(tighten), float(significance)
         self.metric = metric
+        # (the evaluator applies it: it knows the run's total steps; see hold_within)
+        self.max_run_fraction = None if max_run_fraction is None else float(max_run_fraction)
         self._reset()
 
     def _reset(self) -> None:
@@ -106,6 +110,13 @@ class IntervalPolicy(Policy):
 
     def scale(self, scale: float) -> float:
         return self.factor
+
+    def hold_within(self, most: float) -> None:
+        """Keep the factor at or below ``most`` (``max_run_fraction`` of a run of known length, as the evaluator
+        reckons it), so that an alarm tightens from the interval in use: from 4.4, one halving left 2.2, still above
+        a cap of 1.2, and the first alarm changed nothing (found in review)."""
+        if self.factor > most:
+            self.factor = most
 
     def on_alarm(self, alarm, ctx: Context) -> None:
         if not self._alarmed:

@@ -44,8 +44,6 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
     ev = evaluation or {}
     if name in ("interval", "peak", "sample_size", "lookback"):
         params.setdefault("metric", ev.get("metric"))
-    if name == "interval":
-        params.pop("max_run_fraction", None)  # (the evaluator's cap on the scale: it knows the run's total steps)
     if name in ("peak", "lookback"):
         params.setdefault("higher_is_better", ev.get("higher_is_better", True))
     if name == "sample_size":
