@@ -176,6 +176,9 @@ class BudgetPolicyConfig:
     # An alarm's evaluation over budget runs on the largest sample the budget affords once at least this many
     # items fit, instead of waiting until its whole widened sample fits; None: it waits for its whole sample.
     alarm_min_size: Optional[int] = 48
+    # A scheduled evaluation that a held alarm or the peak policy widened runs over budget on the largest sample
+    # the budget affords, never below the size it had before; False: it waits for its whole widened sample.
+    shrink_widened: bool = True
 
 
 @dataclass

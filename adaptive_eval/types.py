@@ -296,6 +296,9 @@ class Decision:
     urgent: bool = False
     # With evaluation.suites: the sample-size policy's plan, ((suite, items, samples_per_item), ...).
     suites: tuple = ()
+    # The sample size a policy widened this evaluation from (a held alarm's or the peak policy's widening of a
+    # scheduled evaluation): over budget it may shrink back towards it, never below (policy.budget.shrink_widened).
+    widened_from: int | None = None
 
     def __bool__(self) -> bool:
         return self.evaluate

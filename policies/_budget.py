@@ -74,6 +74,17 @@ class BudgetPolicy(Policy):
     looked at on what the budget affords.  ``None``: it waits for its whole sample.  The reason says so:
     ``... (budget: 62 of 512 items)``.
 
+    **Nor does a widened scheduled evaluation** (``shrink_widened``, default True): one that a held alarm or
+    the peak policy's re-measure of a new best widened (``Decision.widened_from``: the size it had before) runs
+    over budget on the largest sample the budget affords, never below the size it had before; only when not
+    even that fits is it deferred.  Early in a run the budget has little room (11% of a few minutes), and the
+    peak policy's 500-item re-measure waited for all of it: on runs of 300 steps one at step 80 waited until a
+    NaN at step 105, so the run's last evaluation before the fall was its first, at step 24; with dear
+    evaluations (a 500-item one = 50 training steps) a run had 2 evaluations in 700 steps.  An evaluation that
+    was not widened keeps its size and waits (shrinking those cost precision where it matters: slower
+    confirmation of silent degradations under benchmarks/llm_eval.py's cost model).  False: a widened one
+    waits for its whole sample (the behaviour before).
+
     **Asynchronous evaluation** (``asynchronous``): evaluations run beside training on ``eval_workers``
     workers, so they cost eval-device time, not training time.  The policy then caps the workers' busy
     share instead: (eval-device seconds so far + the next one's) / (elapsed x ``eval_workers``) must stay
@@ -102,7 +113,7 @@ class BudgetPolicy(Policy):
 
     def __init__(self, max_eval_fraction: float = 0.15, bypass_urgent: bool = True, *,
                  max_eval_device_fraction: float = 1.0, asynchronous: bool = False, eval_workers: int = 1,
-                 alarm_min_size: int | None = 48):
+                 alarm_min_size: int | None = 48, shrink_widened: bool = True):
         if not 0 < max_eval_fraction <= 1:
             raise ValueError(f"max_eval_fraction must lie in (0, 1], got {max_eval_fraction}")
         if not 0 < max_eval_device_fraction <= 1:
@@ -118,6 +129,7 @@ class BudgetPolicy(Policy):
                                            or alarm_min_size < 1):
             raise ValueError(f"alarm_min_size must be a positive integer or None, got {alarm_min_size!r}")
         self.alarm_min_size = alarm_min_size
+        self.shrink_widened = bool(shrink_widened)
         self._planned = self._measured = None  # the cost model with eval suites (cost_model)
         self._reset()
 
@@ -177,9 +189,17 @@ class BudgetPolicy(Policy):
 
     def _shrink(self, decision: Decision, ctx: Context) -> Decision | None:
         """An alarm's evaluation on the largest sample that fits the budget, when at least ``alarm_min_size``
-        items fit; None (deferred) otherwise, when it is not an alarm's, or when nothing is known to size it by.
-        The budget stays a cap: a shrunk evaluation is within it."""
-        if self.alarm_min_size is None or not self._alarm(decision):
+        items fit, and a widened one (``shrink_widened``) when at least the size it was widened from fits; None
+        (deferred) otherwise, for any other evaluation, or when nothing is known to size it by.  The budget stays
+        a cap: a shrunk evaluation is within it."""
+        if self._alarm(decision):
+            least = self.alarm_min_size
+        elif (self.shrink_widened and decision.widened_from is not None and decision.sample_size is not None
+              and not decision.suites):  # (with suites their plans size an evaluation, which nothing widened)
+            least = max(int(decision.widened_from), 1)
+        else:
+            least = None
+        if least is None:
             return None
         asked = self._items(decision)
         spp = self._seconds_per_sample
@@ -191,9 +211,9 @@ class BudgetPolicy(Policy):
         if afford >= asked:
             return decision
         if self._planned is not None:
-            return self._shrink_units(decision, afford)
+            return self._shrink_units(decision, afford, least)
         fit = int(afford)  # reckoning in items: whole ones
-        if fit < self.alarm_min_size:
+        if fit < least:
             return None
         ratio = fit / asked
         if decision.suites:  # (the suites are sized by their plans; the plain size shrinks alike)
@@ -209,10 +229,10 @@ class BudgetPolicy(Policy):
         return tuple((name, max(1, min(int(items), math.floor(int(items) * ratio))), *rest)
                      for name, items, *rest in suites)
 
-    def _shrink_units(self, decision: Decision, afford: float) -> Decision | None:
+    def _shrink_units(self, decision: Decision, afford: float, least: int) -> Decision | None:
         """In cost units: the largest share of every shrinkable plan (the sample-size policy's suites, the plain
         size) whose evaluation fits ``afford`` units, found by bisection (a suite of fixed size or at its whole
-        set costs the same at every share); None when fewer than ``alarm_min_size`` items fit."""
+        set costs the same at every share); None when fewer than ``least`` items fit."""
         base = decision.sample_size if decision.sample_size is not None else self._whole_items
         wanted = self._planned(decision)[1]
 
@@ -230,7 +250,7 @@ class BudgetPolicy(Policy):
                 lo, best = mid, (shrunk, items)
             else:
                 hi = mid
-        if best is None or best[1] < self.alarm_min_size:
+        if best is None or best[1] < least:
             return None
         shrunk, fit = best
         return dataclasses.replace(shrunk, reason=f"{decision.reason} (budget: {fit} of {wanted} items)")

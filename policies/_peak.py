@@ -92,7 +92,9 @@ class PeakPolicy(Policy):
             return decision
         if decision.sample_size is not None and decision.sample_size >= self.confirm_size:
             return decision
-        return dataclasses.replace(decision, evaluate=True, sample_size=self.confirm_size)
+        # (the size it had: over budget it may shrink back towards it, policy.budget.shrink_widened)
+        widened_from = decision.widened_from if decision.widened_from is not None else decision.sample_size
+        return dataclasses.replace(decision, evaluate=True, sample_size=self.confirm_size, widened_from=widened_from)
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         found = primary_metric(result, self.metric)

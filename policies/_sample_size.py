@@ -128,7 +128,10 @@ class SampleSizePolicy(Policy):
                         f" (capped at the whole suite, {size} items)" if wanted > size else "")
                 plans.append((name, int(items), int(m), why))
             suites = tuple(plans)
-        return dataclasses.replace(decision, sample_size=n, suites=suites)
+        # A scheduled evaluation widened by a held alarm (the plain size): the budget may shrink it back towards
+        # the size it had without the alarm.
+        widened_from = self.base if widen and not suites and not decision.reason.startswith("alarm:") else None
+        return dataclasses.replace(decision, sample_size=n, suites=suites, widened_from=widened_from)
 
     def _tracked(self, result: EvalResult, suite: str):
         if self.metric is not None:

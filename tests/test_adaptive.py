@@ -82,10 +82,31 @@ def test_when_evaluations_are_dear_an_alarm_is_evaluated_at_once_on_the_sample_t
     assert "(budget: " in first.reason and 48 <= first.items < 512
     assert first.mean("accuracy") < 0.2                                   # it saw the collapse
     assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.11
-    waits = Run(load_config(overrides=["policy.budget.alarm_min_size=null"]), collapse_truth, collapse_streams(),
+    old = ["policy.budget.alarm_min_size=null", "policy.budget.shrink_widened=false"]  # (the next test)
+    waits = Run(load_config(overrides=old), collapse_truth, collapse_streams(),
                 eval_seconds_per_item=1.0).run(0, 700)
     late = next(r for r in waits.results if r.step >= COLLAPSE_AT)
     assert late.step - COLLAPSE_AT > 25 and late.reason.startswith("alarm:train/") and late.items == 512
+
+
+def test_when_evaluations_are_dear_a_widened_scheduled_evaluation_runs_on_what_the_budget_affords():
+    """The same dear evaluations (a 500-item evaluation = 50 training steps, budget 11%).  The peak policy widens
+    the scheduled evaluation after the first to 500 items to re-measure a new best.  Waiting for all of them
+    (policy.budget.shrink_widened: false) left the run with no evaluation between step 24 and the collapse's
+    alarm at 402; now each widened one runs on what the budget affords, never below the size the sample-size
+    policy asked for, and eval time stays within the budget."""
+    run = Run(load_config(), collapse_truth, collapse_streams(), eval_seconds_per_item=1.0).run(0, 700)
+    before = [r for r in run.results if r.step < COLLAPSE_AT]
+    assert len(before) >= 3
+    shrunk = [r for r in run.results if "(budget: " in r.reason and not r.reason.startswith("alarm:")]
+    assert len(shrunk) >= 2 and all(r.reason.startswith("interval:") and " of 500 items)" in r.reason for r in shrunk)
+    assert all(r.items >= 48 for r in run.results)
+    first = next(r for r in run.results if r.step >= COLLAPSE_AT)
+    assert first.step - COLLAPSE_AT <= 5 and first.mean("accuracy") < 0.2
+    assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.11
+    waits = Run(load_config(overrides=["policy.budget.shrink_widened=false"]), collapse_truth, collapse_streams(),
+                eval_seconds_per_item=1.0).run(0, 700)
+    assert [r.step for r in waits.results if r.step < COLLAPSE_AT] == [24]
 
 
 @pytest.mark.parametrize("per_item", [1.0, 5.0])
@@ -97,7 +118,7 @@ def test_a_storm_of_alarms_does_not_break_the_budget(per_item):
     streams = {"train/reward": noisy(level(0.6, 0.3), 0.03, 1), "train/loss": noisy(level(1.0, 1.5), 0.05, 2)}
     run = Run(load_config(), lambda g: 0.6, streams, eval_seconds_per_item=per_item).run(0, 1000)
     shrunk = [r for r in run.results if "(budget: " in r.reason]
-    assert shrunk and all(r.reason.startswith("alarm:") and r.items >= 48 for r in shrunk)
+    assert any(r.reason.startswith("alarm:") for r in shrunk) and all(r.items >= 48 for r in shrunk)
     assert run.ev.summary()["eval_seconds"] / run.clock.t <= 0.11
 
 

@@ -249,6 +249,44 @@ def test_an_alarms_evaluation_over_budget_runs_now_on_the_sample_that_fits():
         BudgetPolicy(alarm_min_size=0)
 
 
+def test_a_widened_scheduled_evaluation_over_budget_shrinks_back_towards_its_own_size():
+    """policy.budget.shrink_widened: an evaluation a held alarm or the peak policy widened (Decision.widened_from)
+    runs over budget on what fits, never below the size it was widened from; an unwidened one waits."""
+    p = BudgetPolicy(max_eval_fraction=0.1)  # 0.05 s an item; at 500 s with 30 s spent 22.2 s = 444 items fit
+    p.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
+    widened = Decision(True, 600, "interval:relaxed", widened_from=150)
+    got = p.propose(widened, ctx(30, 500.0, 30.0))
+    assert (got.evaluate, got.sample_size, got.reason) == (True, 444, "interval:relaxed (budget: 444 of 600 items)")
+    assert p.propose(Decision(True, 600, "interval:relaxed"), ctx(30, 500.0, 30.0)).reason == "budget:deferred"
+    # at 340 s 4.4 s = 88 items fit: fewer than the 150 it was widened from, so it waits; from 100 it runs
+    assert p.propose(widened, ctx(30, 340.0, 30.0)).reason == "budget:deferred"
+    assert p.propose(Decision(True, 600, "peak:x", widened_from=80), ctx(30, 340.0, 30.0)).sample_size == 88
+    waits = BudgetPolicy(max_eval_fraction=0.1, shrink_widened=False)
+    waits.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
+    assert waits.propose(widened, ctx(30, 500.0, 30.0)).reason == "budget:deferred"
+    # with eval suites their plans size the evaluation (the peak policy widens only the plain size): not shrunk
+    suites = Decision(True, 600, "interval:relaxed", suites=(("math500", 500, 4, ""),), widened_from=150)
+    assert p.propose(suites, ctx(30, 500.0, 30.0)).reason == "budget:deferred"
+
+
+def test_the_peak_and_sample_size_policies_say_what_they_widened_from():
+    from omegaconf import OmegaConf
+
+    from adaptive_eval import load_config
+    from adaptive_eval.policies import make_policies
+
+    cfg = OmegaConf.to_container(load_config())
+    pol = make_policies(cfg["policy"], cfg["evaluation"])
+    peak, size = pol.by_name["peak"], pol.by_name["sample_size"]
+    peak.improving = True
+    d = peak.propose(size.propose(Decision(True, None, "interval:relaxed"), ctx(30)), ctx(30))
+    assert (d.sample_size, d.widened_from) == (500, size.base)
+    size.on_held_alarm(None, ctx(30))
+    d = size.propose(Decision(True, None, "trigger:steps"), ctx(31))
+    assert d.sample_size > size.base and d.widened_from == size.base
+    assert size.propose(Decision(True, None, "alarm:x:cusum:up"), ctx(32)).widened_from is None  # an alarm's own
+
+
 def test_with_a_cost_model_the_budget_reckons_in_cost_units_not_items():
     """(AdaptiveEvaluator sets it with eval suites.)  An evaluation of 50 cheap items cost 110 s because its
     30 dear ones cost 2000 of its 2200 units: a plan of 50 cheap items (200 units) is 10 s, not 110 s."""

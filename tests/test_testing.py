@@ -108,7 +108,7 @@ def test_assert_confirmed_passes_and_returns_the_delay(collapse_run, kl_collapse
     assert assert_confirmed(collapse_run, ONSET) == collapse_run.confirmed_after(ONSET) <= 10
     # The shipped GRPO run: reward collapses at step 56, accuracy 40.8% (step 50) -> 0% (step 100).
     assert kl_collapse_run.events == (Event(56, "collapse", "down"),)
-    assert assert_confirmed(kl_collapse_run, 56, within=80) == 64
+    assert assert_confirmed(kl_collapse_run, 56, within=80) == 61
 
 
 def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):
@@ -116,14 +116,16 @@ def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run)
         assert_confirmed(kl_collapse_run, 56, within=20)
     msg = str(err.value)
     assert msg.startswith("grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) "
-                          "was confirmed only 64 steps after it, not within 20 steps.")
+                          "was confirmed only 61 steps after it, not within 20 steps.")
     assert "ground truth 0.408 (eval/accuracy at step 50)" in msg and "entirely below it" in msg
-    assert "evaluations in steps 56..76: 1" in msg
-    # The trace has ground truth at steps 50 and 100: the evaluation at 68 measured the model of step 50 (the
-    # one at 92 scored 0.362 [0.321, 0.405] on it, sampling noise, and no longer counts as confirming).
-    assert "step 68 n=500 0.394 [0.352, 0.437] (interval:tightened; ground truth of step 50)" in msg
+    assert "evaluations in steps 56..76: 2" in msg
+    # The trace has ground truth at steps 50 and 100: the evaluation at 76 measured the model of step 50 (it
+    # scored 0.354 [0.293, 0.42] on it, sampling noise, and does not count as confirming).  Both ran on what the
+    # budget afforded of their widened sample (policy.budget.shrink_widened).
+    assert "step 76 n=212 0.354 [0.293, 0.42] (interval:tightened (budget: 212 of 512 items); ground truth of " \
+           "step 50)" in msg
     assert "measured the model before the event and confirms nothing" in msg
-    assert "first confirming evaluation: step 120 n=155 0 [0, 0.024] (interval:relaxed; ground truth of step 100)" \
+    assert "first confirming evaluation: step 117 n=500 0 [0, 0.00762] (interval:relaxed; ground truth of step 100)" \
         in msg
     # The wrong direction is never confirmed.
     with pytest.raises(AssertionError, match="was never confirmed, not before the trace ends"):
@@ -148,8 +150,8 @@ def test_assert_cost(kl_collapse_run):
     assert_cost(kl_collapse_run, max_samples_per_1k=6000, max_evals=30, max_eval_fraction=0.1)
     with pytest.raises(AssertionError) as err:
         assert_cost(kl_collapse_run, max_samples_per_1k=2000)
-    assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 4428 samples per 1,000 "
-                              "steps, above 2000 (2214 eval samples over 500 steps in 12 evaluations, 3.3% of the "
+    assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 4776 samples per 1,000 "
+                              "steps, above 2000 (2388 eval samples over 500 steps in 13 evaluations, 3.6% of the "
                               "simulated time).")
 
 
@@ -294,11 +296,11 @@ def test_check_cli_prints_the_table_and_exits_1_when_an_expectation_fails(collap
     assert "(<= 20)" in lines[1] and lines[1].endswith("ok")
     assert lines[2].split()[:2] == ["collapse.csv", "warm-up"] and "0 alarms" in lines[2] and lines[2].endswith("ok")
     assert lines[3].split()[:2] == ["collapse.csv", "cost"] and "(<= 12000)" in lines[3] and lines[3].endswith("ok")
-    # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 64 steps, not within 20.
-    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "64",
-                                "steps", "(<=", "20)", "4428", "FAIL"]
+    # grpo_kl_collapse: a shipped trace by name, with its collapse; confirmed after 61 steps, not within 20.
+    assert lines[4].split() == ["grpo_kl_collapse", "collapse", "at", "step", "56", "(accuracy", "down)", "61",
+                                "steps", "(<=", "20)", "4776", "FAIL"]
     assert "grpo_kl_collapse (config default, seed 0): the collapse at step 56 (accuracy down) was confirmed only " \
-           "64 steps after it, not within 20 steps." in out
+           "61 steps after it, not within 20 steps." in out
     assert out.rstrip().endswith("1 of 4 expectations failed")
 
 
@@ -311,9 +313,9 @@ def test_check_cli_bad_input_exits_2(tmp_path):
 def test_check_passes_limits_and_events_file(collapse, tmp_path, capsys):
     code, out, _ = check_main(capsys, collapse, "grpo_kl_collapse", "--config", "default", "--within", "80",
                               "--max-samples-per-1k", "13000")
-    assert code == 0 and "64 steps (<= 80)" in out and "4428 (<= 13000)" in out and "FAIL" not in out
+    assert code == 0 and "61 steps (<= 80)" in out and "4776 (<= 13000)" in out and "FAIL" not in out
     code, out, _ = check_main(capsys, "real:grpo_kl_collapse", "--config", "default", "--max-samples-per-1k", "2000")
-    assert code == 1 and "4428 samples per 1,000 steps, above 2000" in out
+    assert code == 1 and "4776 samples per 1,000 steps, above 2000" in out
     # --events replaces the sidecar.
     events = tmp_path / "other.events.json"
     events.write_text(json.dumps({"events": [{"step": ONSET, "direction": "up"}]}))

@@ -3,7 +3,7 @@
 >>> from adaptive_eval.testing import replay_trace, assert_confirmed, assert_cost
 >>> run = replay_trace("grpo_kl_collapse", "default")          # a shipped real trace, the default preset
 >>> assert_confirmed(run, 56, within=80)                       # the reward collapse at step 56: its delay
-64
+61
 >>> assert_cost(run, max_samples_per_1k=8000)
 
 :func:`replay_trace` runs :func:`adaptive_eval.replay.replay` (the same simulated clock and evaluations) and
