@@ -128,8 +128,8 @@ class SampleSizePolicy(Policy):
                         f" (capped at the whole suite, {size} items)" if wanted > size else "")
                 plans.append((name, int(items), int(m), why))
             suites = tuple(plans)
-        # A scheduled evaluation widened by a held alarm (the plain size): the budget may shrink it back towards
-        # the size it had without the alarm.
+        # A scheduled evaluation widened after an alarm (one held for corroboration, or one whose own evaluation
+        # already ran; the plain size): the budget may shrink it back towards the size it had without the alarm.
         widened_from = self.base if widen and not suites and not decision.reason.startswith("alarm:") else None
         return dataclasses.replace(decision, sample_size=n, suites=suites, widened_from=widened_from)
 
