@@ -129,7 +129,9 @@ class BudgetPolicy(Policy):
                                            or alarm_min_size < 1):
             raise ValueError(f"alarm_min_size must be a positive integer or None, got {alarm_min_size!r}")
         self.alarm_min_size = alarm_min_size
-        self.shrink_widened = bool(shrink_widened)
+        if not isinstance(shrink_widened, bool):  # (bool("no") is True)
+            raise ValueError(f"shrink_widened must be true or false, got {shrink_widened!r}")
+        self.shrink_widened = shrink_widened
         self._planned = self._measured = None  # the cost model with eval suites (cost_model)
         self._reset()
 

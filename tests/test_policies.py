@@ -264,6 +264,8 @@ def test_a_widened_scheduled_evaluation_over_budget_shrinks_back_towards_its_own
     waits = BudgetPolicy(max_eval_fraction=0.1, shrink_widened=False)
     waits.on_eval(result(1, 0.5, n=100, seconds=5.0), ctx(1))
     assert waits.propose(widened, ctx(30, 500.0, 30.0)).reason == "budget:deferred"
+    with pytest.raises(ValueError, match="shrink_widened"):
+        BudgetPolicy(shrink_widened="no")
     # with eval suites their plans size the evaluation (the peak policy widens only the plain size): not shrunk
     suites = Decision(True, 600, "interval:relaxed", suites=(("math500", 500, 4, ""),), widened_from=150)
     assert p.propose(suites, ctx(30, 500.0, 30.0)).reason == "budget:deferred"
