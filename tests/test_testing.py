@@ -3,6 +3,7 @@
 
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -438,14 +439,27 @@ def _tensorboard_run(trace_csv: pathlib.Path, folder: pathlib.Path) -> pathlib.P
     return folder
 
 
-def test_a_folder_of_tensorboard_runs_is_traces_for_the_marker_and_check(pytester, collapse, capsys):
-    # A TensorBoard run's folder, and runs/ holding several SummaryWriter runs, were refused by the marker
-    # ("no trace files") and by check (a folder read as one run); a run nested deeper is named in a warning.
-    runs = pytester.mkdir("runs")
+@pytest.fixture(scope="module")
+def tensorboard_runs(tmp_path_factory, collapse):
+    """runs/ holding two SummaryWriter runs of the collapse, each with its events, and a file that is no trace.
+
+    Written here, not in the test: pytester drops every module first imported while it is in use, and
+    SummaryWriter imports torch; a second import of torch in the same process fails ("bad call flags") and the
+    process then segfaults (seen when this file ran before tests/test_packaging.py's doctests)."""
+    runs = tmp_path_factory.mktemp("tb") / "runs"
     for name in ("run_a", "run_b"):
         _tensorboard_run(collapse, runs / name)
         (runs / f"{name}.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 10}}\n")
     (runs / "notes.txt").write_text("not a trace\n")
+    return runs
+
+
+def test_a_folder_of_tensorboard_runs_is_traces_for_the_marker_and_check(tensorboard_runs, pytester, collapse,
+                                                                         capsys):
+    # A TensorBoard run's folder, and runs/ holding several SummaryWriter runs, were refused by the marker
+    # ("no trace files") and by check (a folder read as one run); a run nested deeper is named in a warning.
+    runs = pytester.path / "runs"
+    shutil.copytree(tensorboard_runs, runs)
     assert trace_files(runs) == [runs / "run_a", runs / "run_b"]
     assert trace_files(runs / "run_a") == [runs / "run_a"]
     pytester.makepyfile(test_tb="""
