@@ -154,7 +154,12 @@ class SampleSizePolicy(Policy):
         if not math.isfinite(bv):
             return
         lo, hi = self.min, self.max
-        if math.isfinite(wv):
+        # Every answer the same (all right or all wrong): no evidence how the variance splits between and within
+        # items; a two-stage plan would read "no within-item variance" and drop to 1 answer per item, where the
+        # within-item variance can never be measured again (found by a new user: one all-correct evaluation
+        # locked a suite at 1 answer per item, and its pass@4, for the rest of the run).
+        degenerate = wv == 0.0 and bv == 0.0
+        if math.isfinite(wv) and not degenerate:
             items, m, why = two_stage_size(bv, wv, self.target_half_width, cost_per_sample=float(suite["cost"]),
                                            cost_per_item=float(suite["item_cost"]), population=int(suite["size"]),
                                            max_samples_per_item=int(suite["max_samples_per_item"]),
@@ -166,12 +171,17 @@ class SampleSizePolicy(Policy):
             # One sample per item: between- and within-item variation cannot be told apart, so no evidence
             # that more samples would pay; size the items for the total variance, samples per item kept.
             m = max(int(s.samples_per_item) if s.clustered else 1, suite["min_samples_per_item"])
+            least = suite["min_samples_per_item"]
+            if degenerate:  # at least 2 answers per item (as measured), so the next one can split the variance
+                least = max(least, min(m, 2))
             items, m, why = two_stage_size(bv, 0.0, self.target_half_width, population=int(suite["size"]),
                                            max_samples_per_item=m, min_items=min(lo, int(suite["size"])),
                                            max_items=hi, confidence=self.confidence,
                                            proportion_mean=s.mean if s.binary else None,
-                                           min_samples_per_item=suite["min_samples_per_item"])
-            why = f"{why} (within-item variance unknown at {m} sample per item)"
+                                           min_samples_per_item=least)
+            why = (f"{why} (every answer the same: {m} answers per item, to measure how the variance splits)"
+                   if degenerate else
+                   f"{why} (within-item variance unknown at {m} sample per item)")
         self.plans[name] = [int(items), int(m), why, *self._alarm_plan(suite, s, int(items), int(m))]
 
     def _alarm_plan(self, suite, s, items: int, m: int) -> tuple:

@@ -862,6 +862,33 @@ def test_sample_size_policy_sizes_each_suite_from_its_variances_and_says_why():
     assert results[2]["big/acc"].half_width < 0.06 and results[2]["small/acc"].half_width < 0.06
 
 
+@pytest.mark.parametrize("same", [1.0, 0.0])
+def test_an_evaluation_with_every_answer_the_same_does_not_lock_the_suite_at_one_answer_per_item(same):
+    # One all-correct (or all-wrong) evaluation read as "no within-item variance": the plan dropped to 1 answer
+    # per item, where that variance can never be measured again, so every later plan stayed at 1 (and a pass@k
+    # was never reported again).  Now it plans at least 2, and the next evaluation sizes by the split again.
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false", "policy.peak.enabled=false",
+                                 "policy.interval.enabled=false", "evaluation.suites.math.size=100",
+                                 "evaluation.suites.math.samples_per_item=4",
+                                 "evaluation.suites.math.max_samples_per_item=8"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(0)
+    p = rng.beta(2, 2, 100)  # problems of spread-out difficulty: answers vary within and between them
+    seen = []
+
+    def fn(req):
+        s = req.suites["math"]
+        seen.append((s.sample_size, s.samples_per_item))
+        if len(seen) == 2:
+            return {"math/acc": np.full((len(s.indices), s.samples_per_item), same)}
+        return {"math/acc": (rng.random((len(s.indices), s.samples_per_item)) < p[s.indices][:, None]).astype(float)}
+
+    results = [r for g in range(8) if (r := ev.evaluate(fn, 0, g, g)) is not None]
+    assert len(seen) == 8 and seen[1][1] >= 2
+    assert seen[2][1] == 2 and "every answer the same: 2 answers per item" in results[2].reason
+    assert all(k >= 2 for _, k in seen[2:])  # before: 1 for the rest of the run
+
+
 def test_every_suite_is_sized_when_evaluation_metric_names_one_suites_metric():
     """With evaluation.metric = big/acc the policy looked for "small/big/acc" in the small suite, found nothing,
     and left it at its first size (30 x 16 at every evaluation, twice the cost; found by a new user): each
