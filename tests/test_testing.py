@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from adaptive_eval.cli import main
@@ -110,6 +111,15 @@ def test_assert_confirmed_passes_and_returns_the_delay(collapse_run, kl_collapse
     # The shipped GRPO run: reward collapses at step 56, accuracy 40.8% (step 50) -> 0% (step 100).
     assert kl_collapse_run.events == (Event(56, "collapse", "down"),)
     assert assert_confirmed(kl_collapse_run, 56, within=80) == 61
+
+
+def test_numpy_integers_are_steps_as_observe_takes_them(collapse, collapse_run):
+    # A step read from a pandas column (numpy int64) was refused: "expected an integer, got np.int64(116)"
+    assert assert_confirmed(collapse_run, np.int64(ONSET), within=np.int32(10)) == collapse_run.confirmed_after(ONSET)
+    run = replay_trace(collapse, "default", events=[np.int64(ONSET), {"step": np.int16(ONSET + 1)}])
+    assert [e.step for e in run.events] == [ONSET, ONSET + 1] and all(type(e.step) is int for e in run.events)
+    with pytest.raises(ExpectationError, match=r"events\[0\]\.step: expected an integer, got .*116\.5"):
+        replay_trace(collapse, "default", events=[{"step": np.float64(116.5)}])
 
 
 def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):

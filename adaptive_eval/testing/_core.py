@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import pathlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -95,9 +96,10 @@ def events_path(trace_path: str | os.PathLike) -> pathlib.Path | None:
 
 
 def _int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    # numbers.Integral: a numpy integer too (a step taken from a pandas column); observe() takes them
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ExpectationError(f"{where}: expected an integer, got {value!r}")
-    return value
+    return int(value)
 
 
 def _opt_int(value: Any, where: str) -> int | None:
@@ -105,7 +107,7 @@ def _opt_int(value: Any, where: str) -> int | None:
 
 
 def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ExpectationError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
@@ -121,8 +123,8 @@ def _event_from(item: Any, where: str) -> Event:
         return item
     if isinstance(item, bool):
         raise ExpectationError(f"{where}: expected a step or a mapping with 'step', got {item!r}")
-    if isinstance(item, int):
-        return Event(item)
+    if isinstance(item, numbers.Integral):
+        return Event(int(item))
     if not isinstance(item, Mapping):
         # An adaptive_eval.synthetic.Event (step, kind, stream) or anything alike.
         if hasattr(item, "step"):
