@@ -216,10 +216,15 @@ def boot(values_fn, n_cases: int, reps: int, seed: int = 0) -> tuple[float, floa
     for _ in range(reps):
         idx = rng.integers(0, n_cases, n_cases).tolist()
         v = values_fn(idx)
-        if math.isfinite(v):
+        if not math.isnan(v):
             out.append(v)
     if not out:
         return math.nan, math.nan
+    if any(math.isinf(v) for v in out):
+        # A median delay that is infinite in some resamples (most of their events never confirmed) stays in:
+        # dropped, "inf [2.0, 2.0]" put the estimate outside its own interval.  Order statistics, as
+        # interpolating next to an infinity is not defined.
+        return tuple(float(np.percentile(out, q, method="inverted_cdf")) for q in (2.5, 97.5))
     return float(np.percentile(out, 2.5)), float(np.percentile(out, 97.5))
 
 
@@ -236,8 +241,12 @@ def exact_if_degenerate(share: float, ci: tuple[float, float], clusters: int) ->
 
 
 def fmt_ci(x: float, ci: tuple[float, float], spec: str) -> str:
+    """``x [low, high]``; an undefined estimate (NaN: a ratio at an infinite median delay) gets no interval
+    (the resamples where it was defined would bracket something else)."""
     def f(v):
         return "inf" if v == math.inf else format(v, spec)
+    if math.isnan(x):
+        return "undefined"
     return f"{f(x)} [{f(ci[0])}, {f(ci[1])}]"
 
 

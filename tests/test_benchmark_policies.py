@@ -70,6 +70,28 @@ def test_a_share_every_resample_agrees_on_gets_the_exact_interval_not_zero_width
     assert mod.exact_if_degenerate(0.8, (0.65, 0.92), 40) == ((0.65, 0.92), "")
 
 
+def test_an_infinite_median_stays_inside_its_interval_and_an_undefined_ratio_gets_none():
+    """Two runs, one event never confirmed: "median confirmed delay inf [2.0, 2.0]" (the resamples whose
+    median was infinite were dropped) and "nan [16.2, 16.2]x" for the ratio at that median (found by a new
+    user)."""
+    import importlib.util
+    import math
+
+    spec = importlib.util.spec_from_file_location("policies_bench", REPO / "benchmarks" / "policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    delays = [2.0, math.inf]
+    median = lambda idx: float(np.median([delays[i] for i in idx]))  # noqa: E731
+    lo, hi = mod.boot(median, 2, 200)
+    assert lo == 2.0 and hi == math.inf
+    assert mod.fmt_ci(median([0, 1]), (lo, hi), ".1f") == "inf [2.0, inf]"
+    ratio = lambda idx: 16.2 if math.isfinite(median(idx)) else math.nan  # noqa: E731
+    assert mod.fmt_ci(ratio([0, 1]), mod.boot(ratio, 2, 200), ".1f") == "undefined"
+    # finite replicates: the interpolated percentiles, as every table in the README was made
+    lo, hi = mod.boot(lambda idx: float(np.mean(idx)), 10, 200)
+    assert 2.0 < lo < 4.5 < hi < 7.0 and lo != round(lo)
+
+
 def test_lookback_table_pairs_the_preset_with_and_without_kept_checkpoints(capsys):
     """``--lookback K``: the table the README quotes for policy.lookback (in process, on two runs)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
