@@ -269,6 +269,7 @@ class AdaptiveEvaluator:
         self._stride = 1  # steps between the latest two observe() calls (Context.stride)
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
+        self._gap_said = False  # evaluate() called with steps skipped: said once (replay notes strides itself)
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
@@ -559,6 +560,18 @@ class AdaptiveEvaluator:
         alarm_policy = self.policies.by_name.get("alarm")
         return alarm_policy is not None and alarm_policy.pending
 
+    def _say_gap(self, last: int, global_step: int) -> None:
+        """evaluate() skipped steps: the step trigger counts calls (AReaL's does), so say what that does to the
+        schedule, once (found by a new user: calls every 100 steps at freq_steps 100 evaluated never)."""
+        self._gap_said = True
+        k = global_step - last
+        freq = self.trigger.freq_step
+        then = (f"trigger.freq_steps ({freq}) counts evaluate() calls, as AReaL's Evaluator does, so with a call "
+                f"every {k} steps an evaluation is due every {freq * k} steps; " if freq else "")
+        log.warning("evaluate() was called at global_step %d after %d (%d steps skipped): %scall evaluate() at "
+                    "every training step (with nothing due it costs microseconds) (said once)",
+                    global_step, last, k - 1, then)
+
     def _policy_pending(self) -> bool:
         """A policy wants an evaluation before the trigger is due: an alarm, or a candidate best to re-measure."""
         alarm_policy = self.policies.by_name.get("alarm")
@@ -588,6 +601,8 @@ class AdaptiveEvaluator:
             # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(f"global_step went backwards in evaluate() ({last} -> {global_step}); to resume a "
                              "run, load_state_dict() into a new AdaptiveEvaluator")
+        if last is not None and global_step > last + 1 and not self._gap_said:
+            self._say_gap(last, global_step)
         self._last_call_step = global_step
         if self._distributed:
             if self._group_failed is not None:

@@ -596,6 +596,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # under torch.inference_mode, which imported torch (2.8 s of every CLI replay here).  Nothing decided depends on
     # it; the config the run logs stays the user's.
     evaluator._evaluation["precision"] = "none"
+    evaluator._gap_said = True  # a trace logged every k steps: replay and check note the stride themselves
     if asynchronous:
         evaluator._async.options["precision"] = "none"
         evaluator._async.set_latency(eval_latency_model(trace, cfg))

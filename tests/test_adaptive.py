@@ -248,6 +248,33 @@ def test_global_step_backwards_is_a_value_error():
         ev.observe({"a": 1.0}, 9)
 
 
+def test_evaluate_called_every_k_steps_says_once_that_the_trigger_counts_calls(caplog):
+    """A new user called evaluate() every 100 steps at freq_steps 100 and got no evaluation in 2,000 steps,
+    without a word: the step trigger counts calls, as AReaL's does.  It says so, once; a run that calls it at every
+    step, and replay (which notes a trace's stride itself), hear nothing."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    def run(every):
+        ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=100"]))
+        caplog.clear()
+        due = [g for g in range(0, 2000, every) if ev.evaluate(lambda: {"acc": 0.5}, 0, g, g) is not None]
+        return due, [r.getMessage() for r in caplog.records if "steps skipped" in r.getMessage()]
+
+    due, said = run(10)
+    assert due == [990, 1990] and len(said) == 1  # the 100th call, not the 100th step
+    assert said[0].startswith("evaluate() was called at global_step 10 after 0 (9 steps skipped): "
+                              "trigger.freq_steps (100) counts evaluate() calls, as AReaL's Evaluator does, so with "
+                              "a call every 10 steps an evaluation is due every 1000 steps; call evaluate() at every "
+                              "training step")
+    due, said = run(1)
+    assert due[:2] == [99, 199] and said == []
+    caplog.clear()
+    strided = Trace([TraceRecord(s, {"train/reward": 0.5, "eval/accuracy": 0.5}) for s in range(0, 500, 10)])
+    replay(strided, load_config("areal", ["trigger.freq_steps=5"]))
+    assert not [r for r in caplog.records if "steps skipped" in r.getMessage()]
+
+
 def test_evaluate_fn_returning_a_wrong_shape_is_a_failed_evaluation_naming_the_metric(caplog):
     """A value that cannot be summarized raised whatever on_error said, before the evaluation was booked: it
     stayed due, so an adapter that caught the TypeError had evaluate_fn called at every later step (17 calls
