@@ -73,6 +73,11 @@ class SuitePlan(tuple):
     why = property(lambda self: self[3])
 
 
+def _ordinal_suffix(n: int) -> str:
+    """2 -> "nd", 3 -> "rd", 4 -> "th", 11 -> "th", 22 -> "nd" (a reason read "every 2th")."""
+    return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
 def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[str, str]:
     """The suites the ``index``-th evaluation (0-based) covers, each with why: ``every`` (a suite of every
     evaluation), ``every <m>th`` (its turn), ``alarm``, ``final`` or ``before_train`` (these cover all).
@@ -82,6 +87,8 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
     ({'math500': 'every', 'aime24': 'every 4th'}, {'math500': 'every'})
     >>> due_suites(cfg, 1, "alarm:train/reward:cusum:down")
     {'math500': 'every', 'aime24': 'alarm'}
+    >>> due_suites({"x": {"every": 2}, "y": {"every": 3}}, 0, "trigger:steps")  # (it said "every 2th")
+    {'x': 'every 2nd', 'y': 'every 3rd'}
     """
     out = {}
     for name, suite in suites.items():
@@ -89,7 +96,7 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
         if every <= 1:
             out[name] = "every"
         elif index % every == 0:
-            out[name] = f"every {every}th"
+            out[name] = f"every {every}{_ordinal_suffix(every)}"
         elif reason.startswith(_ALL_SUITES):
             out[name] = "alarm" if reason.startswith("alarm:") else reason.split(":")[-1]
     return out
