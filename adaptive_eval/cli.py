@@ -68,6 +68,7 @@ def _truth_note(trace, cfg) -> None:
     from adaptive_eval.replay import _split_columns
 
     _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))
+    where = f"{trace.source}: " if trace.source else ""  # (check and tune read many traces)
     declared = dict(cfg.evaluation.metric_kinds or {})
     tracked = cfg.evaluation.metric
     for name in ([tracked] if tracked else evals):
@@ -80,9 +81,9 @@ def _truth_note(trace, cfg) -> None:
             kind = (f"; and a {found.group(1)} is not a proportion of correct answers, which is how replay draws "
                     f"a column in [0, 1] without a :std column: --set 'evaluation.metric_kinds={{{name}: mean}}' (with "
                     f"no eval/{name}:std column, its per-sample sd, it then gets no interval)")
-        print(f"  note: eval/{name} looks lower-is-better (a {found.group(1)}), but evaluation.higher_is_better is "
-              f"true: the best checkpoint is its highest value, and a rise reads as improving; --set "
-              f"evaluation.higher_is_better=false{kind}", file=sys.stderr)
+        print(f"  note: {where}eval/{name} looks lower-is-better (a {found.group(1)}), but "
+              f"evaluation.higher_is_better is true: the best checkpoint is its highest value, and a rise reads as "
+              f"improving; --set evaluation.higher_is_better=false{kind}", file=sys.stderr)
     if cfg.evaluation.suites:
         return
     for name, std in evals.items():
@@ -91,17 +92,17 @@ def _truth_note(trace, cfg) -> None:
         _, values = trace.column(f"eval/{name}")
         values = values[np.isfinite(values)]
         if declared.get(name) == "mean" and values.size:  # (tune searched for confirmations that cannot come)
-            print(f"  note: eval/{name} is declared a mean (evaluation.metric_kinds) and has no eval/{name}:std "
-                  f"column, so every evaluation returns its value with no interval (nothing can be confirmed: "
+            print(f"  note: {where}eval/{name} is declared a mean (evaluation.metric_kinds) and has no "
+                  f"eval/{name}:std column, so every evaluation returns its value with no interval (nothing can be confirmed: "
                   f"every delay is a miss); give its per-sample sd as eval/{name}:std for Normal draws",
                   file=sys.stderr)
         elif values.size and (values.max() > 1.0 or values.min() < 0.0):
             hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0
                     and values.min() >= 0.0 and "loss" not in name.lower() else "")
             hint += f"; a mean? give eval/{name}:std (its per-sample sd) for Normal draws"
-            print(f"  note: eval/{name} lies in [{values.min():.4g}, {values.max():.4g}] and has no eval/{name}:std "
-                  f"column, so every evaluation returns its value with no interval (nothing can be confirmed)"
-                  f"{hint}", file=sys.stderr)
+            print(f"  note: {where}eval/{name} lies in [{values.min():.4g}, {values.max():.4g}] and has no "
+                  f"eval/{name}:std column, so every evaluation returns its value with no interval (nothing can be "
+                  f"confirmed){hint}", file=sys.stderr)
 
 
 def _add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -193,7 +194,8 @@ def _load_trace_file(path: str, args: argparse.Namespace):
 def _no_truth_warning(trace) -> None:
     """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
     likely = [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
-    print("  warning: the trace has no eval ground truth (no eval/<metric> column), so every simulated "
+    print(f"  warning: the trace has no eval ground truth ({trace.source + ': ' if trace.source else ''}no "
+          "eval/<metric> column), so every simulated "
           "evaluation measured nothing; name it with --eval COL"
           + (f" (eval-like columns here: {', '.join(likely[:6])})" if likely else ""), file=sys.stderr)
 

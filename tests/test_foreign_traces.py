@@ -214,6 +214,7 @@ def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_sc
     assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
     err = capsys.readouterr().err
     assert "eval/acc lies in [20, 60] and has no eval/acc:std column" in err and "--eval eval/acc:0.01" in err
+    assert f"note: {tmp_path / 'pct.csv'}: eval/acc lies in" in err  # (check reads many traces: which one)
     assert main(["replay", str(tmp_path / "pct.csv"), "--out", str(tmp_path / "b"), "--no-tensorboard",
                  "--eval", "eval/acc:0.01"]) == 0
     assert "note:" not in capsys.readouterr().err
@@ -430,6 +431,8 @@ def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_pa
     assert "b_plain.csv  (no expectations)" in captured.out and "c_truth.csv  (no expectations)" in captured.out
     assert "1 of 3 traces could not be checked" in captured.out and "a_other.csv:1: missing 'step'" in captured.out
     assert captured.err.count("warning: the trace has no eval ground truth") == 1  # b_plain's
+    assert f"warning: the trace has no eval ground truth ({folder / 'b_plain.csv'}: no eval/<metric> column)" \
+        in captured.err  # (it did not say which trace)
 
 
 def test_replay_writes_strict_json_that_plot_reads_back(tmp_path):
