@@ -131,3 +131,26 @@ def test_steps_sets_the_length_of_the_synthetic_runs(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--steps", "50"])
     assert exc.value.code == 2 and "need at least 100 steps" in capsys.readouterr().err
+
+
+def test_regret_decomposition_splits_each_schedules_regret_into_coverage_and_selection(capsys):
+    """benchmarks/regret_decomposition.py (the README's "Where the regret goes"), on short runs: each row's regret
+    is its coverage plus its selection, coverage is never negative, and every kind is listed."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.spec_from_file_location("regret_decomposition", REPO / "benchmarks" / "regret_decomposition.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--steps", "200", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("heldout half, 200 steps, n = 56 runs x 1 seeds (SIMULATED)")
+    rows = re.findall(r"^(preset default|fixed every \d+, 292 items) +\d+ +([\d.]+) \[.*?\] +([\d.]+) \[.*?\] +(-?[\d.]+) \[",
+                      out, re.M)
+    assert [r[0] for r in rows] == ["preset default", "fixed every 50, 292 items", "fixed every 69, 292 items",
+                                    "fixed every 100, 292 items"]
+    for _, regret, coverage, selection in rows:
+        assert float(coverage) >= 0 and abs(float(regret) - float(coverage) - float(selection)) <= 0.011
+    assert out.count("default - fixed every") == 3
+    for kind in ("collapse", "collapse_recovery", "flat", "nan", "rise_plateau", "silent_degradation", "spikes"):
+        assert re.search(rf"^  {kind} +n= +8 ", out, re.M)
