@@ -29,14 +29,16 @@ FIXED_SIZE = 292
 
 def decompose(case, cfg, seeds: int) -> tuple[float, float, float]:
     """(regret, coverage, samples per 1,000 steps) of one run, in points, averaged over ``seeds``."""
-    truth = case.truth
-    best = max(v for v in truth if v == v)
+    truth, sign = case.truth, (1.0 if case.higher_is_better else -1.0)  # (as scoring.score_run reads regret)
+    best = max(sign * v for v in truth if v == v)
     out = []
     for seed in range(seeds):
         evals = replay_case(case, cfg, seed=seed)
         score = score_case(case, evals)
-        seen = [truth[e["step"]] for e in evals if 0 <= e["step"] < len(truth) and truth[e["step"]] == truth[e["step"]]]
-        out.append((100 * score.regret_points, 100 * (best - max(seen)), score.samples * 1000 / score.steps))
+        seen = [sign * truth[e["step"]] for e in evals
+                if 0 <= e["step"] < len(truth) and truth[e["step"]] == truth[e["step"]]]
+        coverage = best - max(seen) if seen else float("nan")
+        out.append((100 * score.regret_points, 100 * coverage, score.samples * 1000 / score.steps))
     return tuple(float(v) for v in np.mean(out, axis=0))
 
 
