@@ -266,10 +266,28 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
                                     kinds=kinds, aggregations=aggregations)
+        _check_not_empty(outputs, metrics, request, num_items)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
     return metrics, None
+
+
+def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
+    """ValueError for a per-sample metric returned with no value at all (an empty list, not even a NaN) when this
+    process was asked for items: it read as a NaN result, which the eval detectors took for a collapse (found by
+    a new-user probe).  A rank of a sharded evaluation handed no items (``num_items`` 0) may return empty lists,
+    and so may one that did not ask ``request.indices`` which items are its own."""
+    if num_items == 0 or (num_items is None and request.world_size > 1):
+        return
+    empty = [name for name in outputs if isinstance(name, str) and name in metrics and metrics[name].per_sample
+             and not metrics[name].clustered and metrics[name].n == 0 and metrics[name].nan_count == 0]
+    if empty:
+        asked = (f"{num_items} items" if num_items is not None else
+                 "the whole eval set" if request.sample_size is None else f"{request.sample_size} items")
+        raise ValueError(f"evaluate_fn returned no value for {', '.join(map(repr, empty))} at step {request.step}, "
+                         f"though the request asked for {asked}: an empty list is not a result (give NaN for an "
+                         "item that could not be scored; it is kept as data)")
 
 
 def run_evaluation_outcome(

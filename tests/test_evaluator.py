@@ -137,6 +137,30 @@ def test_wrong_shape_from_evaluate_fn_is_a_failed_evaluation_naming_the_metric(r
     assert "TypeError" in caplog.text and match in caplog.text
 
 
+@pytest.mark.parametrize("ret", [{"acc": []}, {"acc": [1.0, 0.0], "loss": np.array([])}])
+def test_an_empty_list_for_a_metric_is_a_failed_evaluation_not_a_nan_result(ret, caplog):
+    """It read as a NaN result (n = 0), which the eval detectors took for a collapse; a NaN value stays data."""
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
+    with caplog.at_level("ERROR"):
+        assert ev.evaluate(lambda: ret, 0, 0, 0) is None
+    assert "returned no value for" in caplog.text and "at step 0" in caplog.text
+    assert math.isnan(ev.evaluate(lambda: {"acc": [math.nan]}, 0, 1, 1).metrics["acc"].mean)
+    with pytest.raises(ValueError, match="'acc'.*the whole eval set"):
+        Evaluator(load_config(overrides=["trigger.freq_steps=1", "evaluation.on_error=raise"])).evaluate(
+            lambda: {"acc": []}, 0, 0, 0)
+
+
+def test_a_rank_handed_no_items_may_return_empty_lists():
+    from adaptive_eval.evaluators import run_evaluation_outcome
+
+    def fn(request):
+        return {"acc": [1.0] * len(request.indices(1))}  # one item in the set: rank 1 of 2 holds none
+
+    outcome = run_evaluation_outcome(fn, EvalRequest(step=3, sample_size=None, seed=0, reason="x", rank=1,
+                                                     world_size=2), local=True)
+    assert outcome.error is None and outcome.result.metrics["acc"].n == 0
+
+
 def test_eval_result_is_plain_data():
     r = EvalResult(step=1, sample_size=None, reason="x", seconds=0.1)
     assert r.to_dict()["metrics"] == {} and math.isfinite(r.seconds)
