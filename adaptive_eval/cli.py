@@ -114,8 +114,10 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
                    help="a column holding eval ground truth, times scale (e.g. eval_acc:0.01 for percent); with "
                         "it, other eval/ columns are not ground truth.  TRACE=COL: for that trace only, when "
                         "traces name it differently (its own replace the others there)")
-    p.add_argument("--step-column", default="step",
-                   help="the step column of a CSV not in the native format, or the step key of JSONL records (OpenRLHF: train/global_step); none: a CSV's row number (from 0)")
+    p.add_argument("--step-column", action="append", default=[], metavar="[TRACE=]COL|none",
+                   help="the step column of a CSV not in the native format, or the step key of JSONL records "
+                        "(OpenRLHF: train/global_step); none: a CSV's row number (from 0).  TRACE=COL: for that "
+                        "trace only (repeatable, one per trace)")
     p.add_argument("--keep-last-run", action="store_true",
                    help="steps that go back (a run restarted or resumed into the same log): keep the later run")
 
@@ -123,7 +125,25 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
 def _foreign(args: argparse.Namespace) -> bool:
     """Whether a trace option was given (else a trace is read as it is)."""
     return bool(getattr(args, "stream", None) or getattr(args, "eval", None) or getattr(args, "keep_last_run", False)
-                or getattr(args, "step_column", "step") != "step")
+                or _step_columns(getattr(args, "step_column", None)))
+
+
+def _step_columns(value) -> list[str]:
+    """``--step-column``'s items: a list (the option is repeatable), or one name as a Namespace built in code
+    gives it (``"step"``, the default, is none)."""
+    if value is None or value == "step":
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _step_column_for(args: argparse.Namespace, path: str) -> str:
+    """The step column of the trace at ``path``: its own ``TRACE=COL`` item, else the one naming no trace, else
+    ``step``; two that apply alike are an error (which would win is not clear)."""
+    cols = _for_trace(_step_columns(getattr(args, "step_column", None)), path)
+    if len(cols) > 1:
+        raise ValueError(f"--step-column is given {len(cols)} times for {path} ({', '.join(cols)}); give one per "
+                         "trace (TRACE=COL for a trace of its own)")
+    return cols[0] if cols else "step"
 
 
 def _trace_prefix(item: str) -> tuple[str | None, str]:
@@ -159,11 +179,12 @@ def _for_trace(items: list[str], path: str) -> list[str]:
 def _check_trace_prefixes(args: argparse.Namespace, traces: list[str]) -> None:
     """A ``TRACE=COL`` item that applies to none of ``traces`` (the trace files and folders read, a folder of
     trace files expanded) is an error: it would apply to nothing (:func:`_applies`)."""
-    for option in ("eval", "stream"):
-        for item in getattr(args, option, None) or []:
+    for option in ("eval", "stream", "step_column"):
+        for item in _step_columns(getattr(args, option, None)) if option == "step_column" else \
+                getattr(args, option, None) or []:
             target, _ = _trace_prefix(item)
             if target is not None and not any(_applies(target, t) for t in traces):
-                raise ValueError(f"--{option} {item!r} names the trace {target!r}, which is not one of the traces "
+                raise ValueError(f"--{option.replace('_', '-')} {item!r} names the trace {target!r}, which is not one of the traces "
                                  "given")
 
 
@@ -174,7 +195,8 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     from adaptive_eval.trace import TraceError, read_trace, trace_format
 
     args = argparse.Namespace(**{**vars(args), "eval": _for_trace(getattr(args, "eval", None), path),
-                                 "stream": _for_trace(getattr(args, "stream", None), path)})
+                                 "stream": _for_trace(getattr(args, "stream", None), path),
+                                 "step_column": _step_column_for(args, path)})
     on_restart = "keep_last" if args.keep_last_run else "error"
     kind = trace_format(path)
     if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):

@@ -3,7 +3,7 @@
 Run: python benchmarks/policies.py [--half heldout|tune] [--quick] [--boot N] [--png out.png] [--items] [--seeds S]
      python benchmarks/policies.py --lookback K [--half ...] [--seeds S]
      python benchmarks/policies.py TRACE... [--events TRACE=STEP,...] [--presets mine.yaml] [--set K=V]
-                                   [--stream COL] [--eval COL[:scale]] [--step-column COL|none] [--keep-last-run]
+                                   [--stream COL] [--eval COL[:scale]] [--step-column [TRACE=]COL|none] [--keep-last-run]
 
 ``TRACE...``: your own recorded runs instead (CSV, JSONL, a TensorBoard folder, ``real:NAME``), each with eval
 ground truth (an ``eval/<metric>`` column, or ``--eval COL``) and its events from its sidecar
@@ -451,7 +451,7 @@ def main(argv=None) -> int:
                          "ground truth; events from its sidecar <trace>.events.yaml or --events)")
     ap.add_argument("--events", action="append", default=[], metavar="TRACE=STEP[,STEP...]",
                     help="with TRACE: the steps of a trace's events (instead of its sidecar file)")
-    from adaptive_eval.cli import _add_trace_args
+    from adaptive_eval.cli import _add_trace_args, _foreign
 
     _add_trace_args(ap)  # --stream, --eval, --step-column, --keep-last-run: as replay, check and tune read them
     args = ap.parse_args(argv)
@@ -461,7 +461,7 @@ def main(argv=None) -> int:
     chosen = tuple(p for p in args.presets.split(",") if p)
     if args.traces:
         return your_traces(args, chosen, reps)
-    if args.events or args.stream or args.eval or args.step_column != "step" or args.keep_last_run:
+    if args.events or _foreign(args):
         ap.error("--events and the trace options apply to TRACE files")
     if args.steps < 100:
         ap.error(f"--steps {args.steps}: the synthetic runs need at least 100 steps")

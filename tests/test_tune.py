@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -299,6 +300,27 @@ def test_traces_that_name_their_ground_truth_differently_get_one_eval_each(tmp_p
     other = _named_csv(tmp_path, "other.csv", "acc", 1.0)
     assert main(["tune", a, b, "--eval", f"{other}=acc", *args]) == 2
     assert f"names the trace {other!r}, which is not one of the traces given" in capsys.readouterr().err
+
+
+def test_traces_that_name_their_step_column_differently_get_one_step_column_each(tmp_path, capsys):
+    """--step-column applied to every trace, so a run logged by steps and one logged by iterations could not be
+    checked together (found by a new-user probe).  --step-column TRACE=COL names each trace's own."""
+    a = _named_csv(tmp_path, "a.csv", "eval_acc", 1.0)
+    b = tmp_path / "b.csv"
+    b.write_text(pathlib.Path(a).read_text().replace("step,", "iter,", 1))
+    (tmp_path / "b.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    check = ["check", a, str(b), "--stream", "train/reward", "--eval", "eval_acc"]
+    assert main([*check, "--step-column", "iter"]) == 2
+    assert "a.csv:1: no column 'iter'" in capsys.readouterr().out
+    assert main([*check, "--step-column", f"{b}=iter"]) == 0
+    out = capsys.readouterr().out
+    assert "a.csv" in out and "b.csv" in out
+    assert main([*check, "--step-column", "iter", "--step-column", "step"]) == 2
+    assert "--step-column is given 2 times" in capsys.readouterr().out
+    other = tmp_path / "other.csv"
+    other.write_text("x\n")
+    assert main([*check, "--step-column", f"{other}=iter"]) == 2
+    assert f"--step-column '{other}=iter' names the trace" in capsys.readouterr().err
 
 
 def test_a_trace_prefix_names_a_folder_of_runs_or_the_longest_trace_and_replay_refuses_one_it_does_not_read(
