@@ -410,6 +410,13 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
     def key(trace: str) -> str:  # (./run.csv and run.csv are one trace)
         return trace if trace.startswith(("real:", "synthetic:")) else os.path.realpath(trace)
 
+    seen: dict[str, str] = {}
+    for t in args.trace:
+        if key(t) in seen:
+            also = f" (as {seen[key(t)]!r} too)" if seen[key(t)] != t else ""
+            raise TuneError(f"the trace {t!r} is given twice{also}: cross-validation would score a preset on a run "
+                            "it was tuned on")
+        seen[key(t)] = t
     events: dict[str, list[int]] = {}
     for item in args.events:
         name, sep, steps = item.rpartition("=")

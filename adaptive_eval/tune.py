@@ -425,6 +425,9 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int) -
         raise TuneError(f"unknown objective {unknown[0]!r}; choose from {', '.join(OBJECTIVES)}")
     if not objectives:
         raise TuneError(f"no objective; choose from {', '.join(OBJECTIVES)}")
+    twice = next((o for i, o in enumerate(objectives) if o in objectives[:i]), None)
+    if twice is not None:
+        raise TuneError(f"objective {twice!r} is given twice; give each once")
     if trials < 1:
         raise TuneError(f"--trials must be at least 1, got {trials}")
     if not cases:

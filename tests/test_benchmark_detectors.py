@@ -56,6 +56,9 @@ def test_real_on_a_trace_without_a_stream_or_missing_exits_2(tmp_path):
     assert out.returncode == 2 and "evals_only.csv: no stream to watch" in out.stderr
     out = run(str(tmp_path / "missing.csv"))
     assert out.returncode == 2 and "missing.csv: no such trace file" in out.stderr
+    step = _step_trace(tmp_path)  # given twice, its quiet values and events counted twice (a new-user probe)
+    out = run(str(step), f"{tmp_path}/./step.csv")
+    assert out.returncode == 2 and "step.csv' is given twice (as" in out.stderr
 
 
 def _step_trace(tmp_path, name="step.csv", at=300, n=500, event=300, header="step,value", row=None):

@@ -81,6 +81,10 @@ def no_eval_csv(tmp_path):
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "speed"], "unknown objective 'speed'"),
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=x"], "expected TRACE=STEP"),
     (lambda t: "real:no_such_trace", [], "no real trace 'no_such_trace'"),
+    # (found by a new-user probe: accepted; a run in both the tuning and the held-out folds)
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "cost", "--objective", "cost"],
+     "objective 'cost' is given twice"),
+    (lambda t: collapse_csv(t)[0], ["{p}", "--events", "{p}=150"], "is given twice: cross-validation would score"),
 ])
 def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, message):
     path = make(tmp_path)
