@@ -164,6 +164,9 @@ def test_assert_cost(kl_collapse_run):
     assert str(err.value) == ("grpo_kl_collapse (config default, seed 0): costs too much: 4776 samples per 1,000 "
                               "steps, above 2000 (2388 eval samples over 500 steps in 13 evaluations, 3.6% of the "
                               "simulated time).")
+    for share in (1, 20):  # (20 for 20%: it passed whatever the run spent; found by a new-user probe)
+        with pytest.raises(ExpectationError, match=f"max_eval_fraction={share} is a share of the simulated time"):
+            assert_cost(kl_collapse_run, max_eval_fraction=share)
 
 
 # ------------------------------------------------------------------------------------------- events files
@@ -215,6 +218,7 @@ def test_a_sidecar_named_after_the_trace_without_its_suffix_is_found(tmp_path, c
     ("events:\n- {step: 5, direction: sideways}\n",
      ":2: events[0].direction: direction must be up, down or omitted (either), got 'sideways'"),
     ("events:\n- {step: 5.5}\n", ":2: events[0].step: expected an integer, got 5.5"),
+    ("events:\n- {step: 5}\n- {step: 9, within: -5}\n", ":3: events[1].within: -5 is negative"),
     ("evnts: []\n", ":1: evnts: unknown key (expected events, max_samples_per_1k, quiet)"),
     ("events: [\n", ": does not parse"),
 ])

@@ -136,10 +136,14 @@ def _event_from(item: Any, where: str) -> Event:
         raise ExpectationError(f"{where}: unknown key {unknown[0]!r} (an event has {', '.join(sorted(_EVENT_KEYS))})")
     if "step" not in item:
         raise ExpectationError(f"{where}: an event needs a 'step'")
+    within = _opt_int(item.get("within"), f"{where}.within")
+    if within is not None and within < 0:  # (said when the file is read, with its line: a new-user probe)
+        raise ExpectationError(f"{where}.within: {within} is negative (a change cannot be confirmed before it "
+                               "happens)")
     return Event(step=_int(item["step"], f"{where}.step"), kind=str(item.get("kind", "change")),
                  direction=_check_direction(item.get("direction"), f"{where}.direction"),
                  metric=None if item.get("metric") is None else str(item["metric"]).removeprefix("eval/"),
-                 within=_opt_int(item.get("within"), f"{where}.within"))
+                 within=within)
 
 
 def _quiet_from(item: Any, where: str) -> QuietWindow:
@@ -594,6 +598,9 @@ def assert_cost(run: ReplayRun, max_samples_per_1k: float | None = None, *, max_
     for key, value in limits.items():
         if value is not None and _number(value, f"{run.name}: {key}") < 0:
             raise ExpectationError(f"{run.name}: {key}={value} is negative, so nothing could pass")
+    if max_eval_fraction is not None and max_eval_fraction >= 1:
+        raise ExpectationError(f"{run.name}: max_eval_fraction={max_eval_fraction} is a share of the simulated time "
+                               "(0.2 for 20%): at 1 or more nothing could fail")
     unit = "eval cost units (answers x cost + items x item_cost)" if run.config.evaluation.suites else "eval samples"
     spent = (f"{run.samples} {unit} over {run.steps} steps in {len(run.evals)} evaluations, "
              f"{run.eval_fraction:.1%} of the simulated time")
