@@ -418,8 +418,9 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
                 bool(base.evaluation.higher_is_better), int(base.replay.eval_set_size), overrides=[])
 
 
-def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int) -> None:
-    """Raise :class:`TuneError` for input ``tune`` cannot work with (before any trial runs)."""
+def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *, to: str = "to tune on") -> None:
+    """Raise :class:`TuneError` for input ``tune`` cannot work with (before any trial runs); ``to`` ends the message
+    about a trace too short (``"to score"`` where the traces are scored, not tuned on)."""
     unknown = [o for o in objectives if o not in OBJECTIVES]
     if unknown:
         raise TuneError(f"unknown objective {unknown[0]!r}; choose from {', '.join(OBJECTIVES)}")
@@ -435,7 +436,7 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int) -
     for c in cases:
         if c.steps < 2:
             raise TuneError(f"{c.name}: {c.steps} step{'s' if c.steps != 1 else ''}: a trace needs at least 2 "
-                            "steps to tune on")
+                            f"steps {to}")
         if c.truth is None or not any(math.isfinite(v) for v in c.truth):
             raise TuneError(f"{c.name}: no eval ground truth for {c.metric or 'any metric'} (no eval/<metric> column "
                             "with a value, or per-item eval/<suite>/<metric>@<item> columns of an eval suite in "

@@ -512,7 +512,7 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
         cases = _tune_cases(argparse.Namespace(trace=args.traces, events=args.events, stream=args.stream,
                                                eval=args.eval, step_column=args.step_column,
                                                keep_last_run=args.keep_last_run), base)
-        check_input(cases, ["cost", "regret"], 1)  # (no event is fine: then false alarms and cost only)
+        check_input(cases, ["cost", "regret"], 1, to="to score")  # (no event is fine: false alarms and cost only)
     except (TuneError, ConfigError, ValueError, OSError) as exc:
         print(f"policies.py: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,9 @@ def test_policies_scores_your_traces_against_fixed_schedules_or_exits_2(tmp_path
     assert out.returncode == 2 and "no eval ground truth" in out.stderr
     out = run("--events", "x=5")
     assert out.returncode == 2 and "apply to TRACE files" in out.stderr
+    (tmp_path / "one.csv").write_text("step,train/reward,eval/accuracy\n0,0.5,0.5\n")
+    out = run(str(tmp_path / "one.csv"))  # (it said "to tune on": policies.py tunes nothing on your traces)
+    assert out.returncode == 2 and "one.csv: 1 step: a trace needs at least 2 steps to score" in out.stderr
 
 
 def test_policies_on_traces_with_eval_suites_gives_every_schedule_the_suites(tmp_path):
