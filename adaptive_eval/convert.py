@@ -51,6 +51,7 @@ from adaptive_eval.trace import (
     _parse_int,
     _parse_time,
     check_separator,
+    date_hint,
     read_text,
     skip_comment_lines,
     warn_clashes,
@@ -265,7 +266,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
             try:
                 metrics[name] = float(cell) if convert is None else convert(cell)
             except ValueError:
-                raise TraceError(f"column {col!r}: {cell!r} is not a number", path, line) from None
+                raise TraceError(f"column {col!r}: {cell!r} is not a number{date_hint(cell)}", path, line) from None
         e = None
         if i_epoch is not None and cells[i_epoch].strip():
             e = _parse_epoch(cells[i_epoch], path, line)

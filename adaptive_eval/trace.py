@@ -814,6 +814,22 @@ def _optional_column(cells: Sequence[str], convert) -> list:
     return list(map(convert, cells))
 
 
+def date_hint(text: str, step: bool = False) -> str:
+    """A hint for a cell that is not a number because it is a date (found by a new-user probe: a ``date,value``
+    series read with ``--step-column none`` said only "'2000-01-01' is not a number"); else ""."""
+    s = text.strip()
+    if not re.match(r"\d{4}-\d{2}", s):
+        return ""
+    try:
+        datetime.datetime.fromisoformat(s + "-01" if _YEAR_MONTH.fullmatch(s) else s)
+    except ValueError:
+        return ""
+    if step:
+        return " (a date is not a step: --step-column none numbers the rows; a date column named 'time' is the clock)"
+    return (" (a date, not a metric: name the columns to watch with --stream COL and the others are left out, or "
+            "call the column 'time' to take it as the clock)")
+
+
 def _parse_int(text: str, what: str, path, line) -> int:
     s = text.strip()
     try:
@@ -823,7 +839,7 @@ def _parse_int(text: str, what: str, path, line) -> int:
     try:
         x = float(s)
     except ValueError:
-        raise TraceError(f"{what} {text!r} is not a number", path, line) from None
+        raise TraceError(f"{what} {text!r} is not a number{date_hint(text, step=True)}", path, line) from None
     if not x.is_integer():
         raise TraceError(f"{what} {text!r} is not an integer", path, line)
     return int(x)
@@ -833,7 +849,7 @@ def _parse_float(text: str, what: str, path, line) -> float:
     try:
         return float(text)
     except ValueError:
-        raise TraceError(f"{what}: {text!r} is not a number", path, line) from None
+        raise TraceError(f"{what}: {text!r} is not a number{date_hint(text)}", path, line) from None
 
 
 # A Hugging Face Trainer's log_history rows carry how fast it ran and its closing summary: not streams.

@@ -55,6 +55,26 @@ def test_a_file_separated_by_semicolons_or_tabs_is_named_as_such(tmp_path, text,
         from_columns(tmp_path / "t.csv", step="step", streams=["loss"])
 
 
+def test_a_date_column_read_as_a_number_says_it_is_a_date_and_how_to_read_it(tmp_path):
+    """A ``date,value`` series read with --step-column none said only "'2000-01-01' is not a number" (a new-user
+    probe); the hint it gives now reads the file."""
+    path = tmp_path / "dated.csv"
+    path.write_text("date,value\n" + "".join(f"2000-01-{d:02d},{d % 3}\n" for d in range(1, 29)))
+    with pytest.raises(TraceError, match=r"dated\.csv:2: column 'date': '2000-01-01' is not a number \(a date, not "
+                                         r"a metric: name the columns to watch with --stream COL"):
+        from_columns(path, step=None)
+    with pytest.raises(TraceError, match=r"'date' '2000-01-01' is not a number \(a date is not a step: "
+                                         r"--step-column none numbers the rows"):
+        from_columns(path, step="date")
+    assert len(from_columns(path, step=None, streams=["value"]).records) == 28
+    path.write_text("step,date,value\n0,2000-01-01,1\n")  # the native format
+    with pytest.raises(TraceError, match=r"'2000-01-01' is not a number \(a date, not a metric"):
+        read_trace(path)
+    path.write_text("step,name,value\n0,2000-13-45x,1\n")  # not a date: no hint
+    with pytest.raises(TraceError, match=r"is not a number$"):
+        read_trace(path)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"sample_size": -1}, "sample_size must be >= 0"),
     ({"world_size": 0}, "world_size must be >= 1"),
