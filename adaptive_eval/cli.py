@@ -125,7 +125,7 @@ def _add_trace_args(p: argparse.ArgumentParser) -> None:
 def _foreign(args: argparse.Namespace) -> bool:
     """Whether a trace option was given (else a trace is read as it is)."""
     return bool(getattr(args, "stream", None) or getattr(args, "eval", None) or getattr(args, "keep_last_run", False)
-                or _step_columns(getattr(args, "step_column", None)))
+                or any(_trace_prefix(c)[1] != "step" for c in _step_columns(getattr(args, "step_column", None))))
 
 
 def _step_columns(value) -> list[str]:
@@ -184,8 +184,8 @@ def _check_trace_prefixes(args: argparse.Namespace, traces: list[str]) -> None:
                 getattr(args, option, None) or []:
             target, _ = _trace_prefix(item)
             if target is not None and not any(_applies(target, t) for t in traces):
-                raise ValueError(f"--{option.replace('_', '-')} {item!r} names the trace {target!r}, which is not one of the traces "
-                                 "given")
+                raise ValueError(f"--{option.replace('_', '-')} {item!r} names the trace {target!r}, which is not "
+                                 "one of the traces given")
 
 
 def _load_trace_file(path: str, args: argparse.Namespace):

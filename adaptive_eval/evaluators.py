@@ -274,15 +274,18 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
 
 
 def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
-    """ValueError for a per-sample metric returned with no value at all (an empty list, not even a NaN) when this
-    process was asked for items: it read as a NaN result, which the eval detectors took for a collapse (found by
-    a new-user probe).  A rank of a sharded evaluation handed no items (``num_items`` 0) may return empty lists,
-    and so may one that did not ask ``request.indices`` which items are its own."""
-    if num_items == 0 or (num_items is None and request.world_size > 1):
+    """ValueError when every per-sample metric came back with no value at all (empty lists, not even a NaN) though
+    this process was asked for items: it read as a NaN result, which the eval detectors took for a collapse (found
+    by a new-user probe).  One empty metric beside others with values is a result (a subset that drew no item;
+    AReaL's rewards when every trajectory was rejected, beside ``rejected``).  A rank of a sharded evaluation
+    handed no items (``num_items`` 0) may return empty lists, and so may one that did not ask ``request.indices``
+    which items are its own."""
+    if num_items == 0 or request.sample_size == 0 or (num_items is None and request.world_size > 1):
         return
-    empty = [name for name in outputs if isinstance(name, str) and name in metrics and metrics[name].per_sample
-             and not metrics[name].clustered and metrics[name].n == 0 and metrics[name].nan_count == 0]
-    if empty:
+    per_sample = [name for name in outputs if isinstance(name, str) and name in metrics and metrics[name].per_sample]
+    empty = [name for name in per_sample if not metrics[name].clustered and metrics[name].n == 0
+             and metrics[name].nan_count == 0]
+    if empty and len(empty) == len(per_sample):
         asked = (f"{num_items} items" if num_items is not None else
                  "the whole eval set" if request.sample_size is None else f"{request.sample_size} items")
         raise ValueError(f"evaluate_fn returned no value for {', '.join(map(repr, empty))} at step {request.step}, "

@@ -307,7 +307,7 @@ def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
 
         seen: dict[str, str] = {}
         for path in paths:
-            key = os.path.realpath(path) if os.path.exists(path) else path
+            key = os.path.realpath(path) if os.path.exists(path) else path.removeprefix("real:")
             if key in seen:
                 also = f" (as {seen[key]!r} too)" if seen[key] != path else ""
                 raise ValueError(f"the trace {path!r} is given twice{also}: its quiet values and events would count "

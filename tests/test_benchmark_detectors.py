@@ -59,6 +59,8 @@ def test_real_on_a_trace_without_a_stream_or_missing_exits_2(tmp_path):
     step = _step_trace(tmp_path)  # given twice, its quiet values and events counted twice (a new-user probe)
     out = run(str(step), f"{tmp_path}/./step.csv")
     assert out.returncode == 2 and "step.csv' is given twice (as" in out.stderr
+    out = run("grpo_no_kl", "real:grpo_no_kl")  # a shipped trace by both its spellings
+    assert out.returncode == 2 and "'real:grpo_no_kl' is given twice (as 'grpo_no_kl' too)" in out.stderr
 
 
 def _step_trace(tmp_path, name="step.csv", at=300, n=500, event=300, header="step,value", row=None):

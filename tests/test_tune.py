@@ -321,6 +321,10 @@ def test_traces_that_name_their_step_column_differently_get_one_step_column_each
     assert "a.csv" in out and "b.csv" in out
     assert main([*check, "--step-column", "iter", "--step-column", "step"]) == 2
     assert "--step-column is given 2 times" in capsys.readouterr().out
+    from adaptive_eval.cli import _load_trace, build_parser
+
+    # the default spelt out is no trace option: a shipped trace by name still loads (found in review)
+    assert len(_load_trace(build_parser().parse_args(["replay", "grpo_no_kl", "--step-column", "step"]))) == 500
     other = tmp_path / "other.csv"
     other.write_text("x\n")
     assert main([*check, "--step-column", f"{other}=iter"]) == 2
