@@ -179,13 +179,26 @@ def _for_trace(items: list[str], path: str) -> list[str]:
 def _check_trace_prefixes(args: argparse.Namespace, traces: list[str]) -> None:
     """A ``TRACE=COL`` item that applies to none of ``traces`` (the trace files and folders read, a folder of
     trace files expanded) is an error: it would apply to nothing (:func:`_applies`)."""
-    for option in ("eval", "stream", "step_column"):
-        for item in _step_columns(getattr(args, option, None)) if option == "step_column" else \
-                getattr(args, option, None) or []:
+    options = {"eval": getattr(args, "eval", None) or [], "stream": getattr(args, "stream", None) or [],
+               "step-column": _step_columns(getattr(args, "step_column", None))}
+    for option, items in options.items():
+        for item in items:
             target, _ = _trace_prefix(item)
             if target is not None and not any(_applies(target, t) for t in traces):
-                raise ValueError(f"--{option.replace('_', '-')} {item!r} names the trace {target!r}, which is not "
-                                 "one of the traces given")
+                raise ValueError(f"--{option} {item!r} names the trace {target!r}, which is not one of the traces "
+                                 "given")
+
+
+def _refuse_repeated_traces(traces, why: str) -> None:
+    """ValueError for a trace given twice (``run.csv`` and ``./run.csv``; a shipped trace as ``NAME`` and
+    ``real:NAME``): ``why`` says what it would spoil."""
+    seen: dict[str, str] = {}
+    for t in traces:
+        key = os.path.realpath(t) if os.path.exists(t) else t.removeprefix("real:")
+        if key in seen:
+            also = f" (as {seen[key]!r} too)" if seen[key] != t else ""
+            raise ValueError(f"the trace {t!r} is given twice{also}: {why}")
+        seen[key] = t
 
 
 def _load_trace_file(path: str, args: argparse.Namespace):
@@ -410,13 +423,10 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
     def key(trace: str) -> str:  # (./run.csv and run.csv are one trace)
         return trace if trace.startswith(("real:", "synthetic:")) else os.path.realpath(trace)
 
-    seen: dict[str, str] = {}
-    for t in args.trace:
-        if key(t) in seen:
-            also = f" (as {seen[key(t)]!r} too)" if seen[key(t)] != t else ""
-            raise TuneError(f"the trace {t!r} is given twice{also}: cross-validation would score a preset on a run "
-                            "it was tuned on")
-        seen[key(t)] = t
+    try:
+        _refuse_repeated_traces(args.trace, "cross-validation would score a preset on a run it was tuned on")
+    except ValueError as exc:
+        raise TuneError(str(exc)) from None
     events: dict[str, list[int]] = {}
     for item in args.events:
         name, sep, steps = item.rpartition("=")

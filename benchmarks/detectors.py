@@ -301,18 +301,12 @@ def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
 
     out = []
     if paths:
-        from adaptive_eval.cli import _foreign, _load_trace_file
+        from adaptive_eval.cli import _foreign, _load_trace_file, _refuse_repeated_traces
         from adaptive_eval.testing import Expectations, events_path, load_expectations
         from adaptive_eval.testing._core import _load
 
-        seen: dict[str, str] = {}
+        _refuse_repeated_traces(paths, "its quiet values and events would count twice in the pooled rates")
         for path in paths:
-            key = os.path.realpath(path) if os.path.exists(path) else path.removeprefix("real:")
-            if key in seen:
-                also = f" (as {seen[key]!r} too)" if seen[key] != path else ""
-                raise ValueError(f"the trace {path!r} is given twice{also}: its quiet values and events would count "
-                                 "twice in the pooled rates")
-            seen[key] = path
             if os.path.exists(path) or _foreign(trace_args):
                 trace, name = _load_trace_file(path, trace_args), pathlib.Path(path).name
                 sidecar = events_path(path)
