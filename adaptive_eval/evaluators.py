@@ -282,14 +282,21 @@ def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | No
     which items are its own."""
     if num_items == 0 or request.sample_size == 0 or (num_items is None and request.world_size > 1):
         return
-    per_sample = [name for name in outputs if isinstance(name, str) and name in metrics and metrics[name].per_sample]
-    empty = [name for name in per_sample if not metrics[name].clustered and metrics[name].n == 0
-             and metrics[name].nan_count == 0]
+    per_sample = {}  # output name -> the per-sample metrics summarized from it (NAME:answers: NAME/maj@k)
+    for name in outputs:
+        if not isinstance(name, str):
+            continue
+        if name in metrics and metrics[name].per_sample:
+            per_sample[name] = [metrics[name]]
+        elif name.endswith(":answers"):
+            head = name[: -len(":answers")] + "/maj@"
+            per_sample[name] = [m for k, m in metrics.items() if k.startswith(head) and m.per_sample]
+    empty = [name for name, ms in per_sample.items() if ms and all(m.n == 0 and m.nan_count == 0 for m in ms)]
     if empty and len(empty) == len(per_sample):
         asked = (f"{num_items} items" if num_items is not None else
                  "the whole eval set" if request.sample_size is None else f"{request.sample_size} items")
         raise ValueError(f"evaluate_fn returned no value for {', '.join(map(repr, empty))} at step {request.step}, "
-                         f"though the request asked for {asked}: an empty list is not a result (give NaN for an "
+                         f"though the request asked for {asked}: an empty list or array is not a result (give NaN for an "
                          "item that could not be scored; it is kept as data)")
 
 

@@ -137,7 +137,9 @@ def test_wrong_shape_from_evaluate_fn_is_a_failed_evaluation_naming_the_metric(r
     assert "TypeError" in caplog.text and match in caplog.text
 
 
-@pytest.mark.parametrize("ret", [{"acc": []}, {"acc": [], "loss": np.array([]), "tokens": 512.0}])
+@pytest.mark.parametrize("ret", [{"acc": []}, {"acc": [], "loss": np.array([]), "tokens": 512.0},
+                                 {"acc": np.zeros((0, 4))}, {"acc:answers": [], "acc:reference": []},
+                                 {"acc:answers": np.zeros((0, 4), dtype=object), "acc:reference": [], "x": []}])
 def test_an_empty_list_for_a_metric_is_a_failed_evaluation_not_a_nan_result(ret, caplog):
     """It read as a NaN result (n = 0), which the eval detectors took for a collapse; a NaN value stays data, and
     one empty metric beside others with values is a result (a subset the sample drew no item of; AReaL's rewards
@@ -145,10 +147,13 @@ def test_an_empty_list_for_a_metric_is_a_failed_evaluation_not_a_nan_result(ret,
     ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
     with caplog.at_level("ERROR"):
         assert ev.evaluate(lambda: ret, 0, 0, 0) is None
-    assert "returned no value for 'acc'" in caplog.text and "at step 0" in caplog.text
+    assert "returned no value for 'acc" in caplog.text and "at step 0" in caplog.text
+    # (an empty 0 x k array, or empty NAME:answers, read as n = 0 as well)
     assert math.isnan(ev.evaluate(lambda: {"acc": [math.nan]}, 0, 1, 1).metrics["acc"].mean)
     result = ev.evaluate(lambda: {"reward": [], "rejected": [1.0, 1.0]}, 0, 2, 2)
     assert result.metrics["rejected"].mean == 1.0 and result.metrics["reward"].n == 0
+    result = ev.evaluate(lambda: {"acc": np.zeros((0, 4)), "rejected": [1.0]}, 0, 3, 3)
+    assert result.metrics["rejected"].n == 1 and result.metrics["acc"].n == 0
     with pytest.raises(ValueError, match="'acc'.*the whole eval set"):
         Evaluator(load_config(overrides=["trigger.freq_steps=1", "evaluation.on_error=raise"])).evaluate(
             lambda: {"acc": []}, 0, 0, 0)
