@@ -452,7 +452,9 @@ def run_evaluation_outcome(
         # retried (decided on what every rank gathered, so alike on all)
         gone = all(everyone[r][2].startswith(f"{CheckpointUnavailable.__name__}: ") for r in failed)
         if error is None:
-            error = (CheckpointUnavailable(f"on {remote}") if gone else
+            # (gone: its type is the error's own, not repeated in its text)
+            error = (CheckpointUnavailable("on " + "; ".join(f"rank {r}: {everyone[r][2].partition(': ')[2]}"
+                                                             for r in failed)) if gone else
                      RemoteEvaluationError(f"evaluate_fn failed at step {request.step} on {remote}"))
         if on_error == "raise":
             raise error
