@@ -341,8 +341,9 @@ def validate(cfg: DictConfig | Config) -> None:
             problems.append(f"{key}: must be non-negative, got {v!r}")
     for key in _UNIT:
         v = _get(cfg, key)
-        if not 0 < v < 1 and not (key.startswith("policy.budget.max_eval") and v == 1):
-            problems.append(f"{key}: must lie in (0, 1), got {v!r}")
+        closed = key.startswith("policy.budget.max_eval")  # (1: evaluations may take all the time)
+        if not 0 < v < 1 and not (closed and v == 1):
+            problems.append(f"{key}: must lie in (0, {1 if closed else '1)'}{']' if closed else ''}, got {v!r}")
     for key, choices in _CHOICES.items():
         v = _get(cfg, key)
         if v not in choices:
@@ -359,6 +360,7 @@ def validate(cfg: DictConfig | Config) -> None:
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
     if not cfg.policy.sample_size.alarm_factor >= 1:
         problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
+    problems += _urgent_problems(cfg.policy.alarm.urgent_detectors)
     problems += _evaluation_problems(cfg.evaluation)
     problems += _pass_at_k_problems(cfg)
     specs = [(f"streams.{section}[{i}]", spec) for section in ("default", "eval")
@@ -375,6 +377,16 @@ def validate(cfg: DictConfig | Config) -> None:
             p for p in problems if p.split(":", 1)[0].strip() not in named]
     if problems:
         raise ConfigError(problems)
+
+
+def _urgent_problems(names) -> list[str]:
+    """``policy.alarm.urgent_detectors``: a name no alarm carries (a typo) would quietly make NaN alarms wait for
+    the cooldown and the budget (found by a new-user probe: ``nonfinit`` moved a NaN run's evaluation 28 steps)."""
+    from adaptive_eval.detectors import available
+
+    known = [*available(), "rank_discrepancy"]
+    return [f"policy.alarm.urgent_detectors[{i}]: unknown detector {name!r}; one of {', '.join(known)}"
+            for i, name in enumerate(names) if name not in known]
 
 
 def _async_problems(cfg: DictConfig) -> list[str]:
@@ -529,10 +541,22 @@ def _detector_problem(spec) -> str | None:
         return msg
     from adaptive_eval.detectors import make_detector
 
+    params = OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec)
     try:
-        make_detector(OmegaConf.to_container(spec, resolve=True) if isinstance(spec, DictConfig) else dict(spec))
+        make_detector(params)
     except (TypeError, ValueError) as exc:
-        return str(exc)
+        # A detector checks its parameters one at a time: build it with each alone to name every bad one at once
+        # (k: abc and threshold: -8 in one spec were reported one per run); what only the combination breaks
+        # (a min above a max) is the error itself.
+        alone = []
+        for key, value in params.items():
+            if key == "type":
+                continue
+            try:
+                make_detector({"type": params["type"], key: value})
+            except (TypeError, ValueError) as one:
+                alone.append(str(one))
+        return "; ".join(dict.fromkeys(alone)) if len(alone) > 1 else str(exc)
     return None
 
 

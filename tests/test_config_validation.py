@@ -90,7 +90,7 @@ def test_every_problem_of_a_file_and_its_overrides_is_reported_at_once_with_its_
         f"{path}:2: trigger.freq_steps: Value 'ten' of type 'str' could not be converted to Integer",
         "override 'policy.alarm.cooldown_steps=abc': Value 'abc' of type 'str' could not be converted to Integer",
         "override 'trigger.nope=1': unknown key 'trigger.nope'",
-        f"{path}:5: policy.budget.max_eval_fraction: must lie in (0, 1), got 1.5",
+        f"{path}:5: policy.budget.max_eval_fraction: must lie in (0, 1], got 1.5",
         f"{path}:7: policy.sample_size.min: 600 is larger than policy.sample_size.max: 100"]
     twice = tmp_path / "twice.yaml"
     twice.write_text("trigger:\n  freq_steps: 10\npolicy: {}\ntrigger:\n  freq_steps: 20\n")
@@ -262,6 +262,27 @@ def test_a_detector_spec_without_type_names_the_keys_and_the_flow_mapping_space(
         "'type:cusum')")
     with pytest.raises(ConfigError, match=r"needs a 'type' \(got the keys 'k'\)$"):
         load_config(overrides=["streams.default=[{k: 0.5}]"])
+
+
+def test_a_misspelt_urgent_detector_and_every_bad_parameter_of_one_spec_are_named_at_once(tmp_path):
+    """Found by a new-user probe: ``urgent_detectors: [nonfinit]`` was accepted, and NaN alarms then waited for the
+    cooldown and the budget (a NaN run's evaluation 28 steps late); two bad parameters of one detector spec were
+    reported one per load."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("policy:\n  alarm:\n    urgent_detectors:\n    - nonfinit\n    - rank_discrepancy\n"
+                    "streams:\n  default:\n  - type: cusum\n    threshold: -8\n    k: abc\n"
+                    "  - type: cusum\n    threshold: 1.0e+9\n    warmup: 5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    problems = info.value.problems
+    assert problems[0] == (f"{path}:4: policy.alarm.urgent_detectors[0]: unknown detector 'nonfinit'; one of cusum, "
+                           "page_hinkley, adwin, kswin, bocpd, spike, nonfinite, window_test, rank_discrepancy")
+    assert problems[1].startswith(f"{path}:8: streams.default[0]: ") and "threshold must be" in problems[1] \
+        and "k must be" in problems[1]
+    assert problems[2].startswith(f"{path}:11: streams.default[1]: ") and "threshold must be" in problems[2]
+    assert len(problems) == 3
+    assert list(load_config(overrides=["policy.alarm.urgent_detectors=[nonfinite,cusum]"]).policy.alarm
+                .urgent_detectors) == ["nonfinite", "cusum"]
 
 
 def test_overrides_must_be_a_list_of_strings():
