@@ -1262,11 +1262,13 @@ class AdaptiveEvaluator:
         """Integrate finished asynchronous evaluations (in submission order) at ``global_step``."""
         import dataclasses
 
-        last = None
+        last, raised = None, None
         for job, outcome in pairs:
             result, error = outcome.result, outcome.error
-            if error is not None and may_raise and self._evaluation["on_error"] == "raise":
-                raise error
+            if error is not None and may_raise and self._evaluation["on_error"] == "raise" and raised is None:
+                # raised once every pair taken is integrated, this one as failed (counted, an error event): the
+                # pairs after it were taken off the queue too, and were lost (found by a new-user probe)
+                raised = error
             ctx = self._ctx(global_step)
             if error is not None:
                 self._eval_errors += 1
@@ -1302,6 +1304,8 @@ class AdaptiveEvaluator:
             if self._logging:
                 self._log_async_eval(global_step, job, result if error is None else None)
         self._check_down(global_step)
+        if raised is not None:
+            raise raised
         return last
 
     def _log_async_eval(self, global_step: int, job, result: EvalResult | None) -> None:

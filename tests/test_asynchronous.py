@@ -158,10 +158,38 @@ def test_an_exception_is_handled_by_on_error_at_the_step_it_is_noticed():
     assert "eval broke" in errors[0]["error"] and ev.summary()["eval_errors"] == 2
     ev.close()
 
-    ev, _ = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=raise"))
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=raise"))
     with pytest.raises(ValueError, match="eval broke"):
         train(ev, model_at(0), 12, boom)
     assert ev._last_call_step == 6  # raised where it was noticed, not at submission
+    # ... and counted, with its error event, like a skipped one (found by a new-user probe: eval_errors read 0)
+    assert ev.summary()["eval_errors"] == 1 and [e["step"] for e in events if e["kind"] == "error"] == [4]
+
+
+def test_on_error_raise_integrates_the_results_taken_with_the_failed_one_before_raising():
+    """Found in review: two evaluations done by the same step are taken off the queue together; the first one's
+    raise lost the second (never integrated, never in history)."""
+    release = threading.Event()
+
+    def fn(request):
+        if request.step == 0:
+            release.wait(10)
+            raise ValueError("eval broke")
+        return {"score": [0.5] * 4}
+
+    pool = cf.ThreadPoolExecutor(2)
+    ev, events = make(cfg("evaluation.on_error=raise", "evaluation.max_in_flight=2", "trigger.freq_steps=1",
+                          "policy.budget.enabled=false", "policy.interval.enabled=false"), pool)
+    ev.observe({"train/loss": 1.0}, 0)
+    ev.evaluate(fn, 0, 0, 0)  # step 0's: held until released, then fails
+    ev.observe({"train/loss": 1.0}, 1)
+    ev.evaluate(fn, 0, 1, 1)  # step 1's: done at once, waits behind step 0's (submission order)
+    release.set()
+    pool.shutdown(wait=True)  # both done
+    with pytest.raises(ValueError, match="eval broke"):
+        ev.observe({"train/loss": 1.0}, 2)
+    assert [r.step for r in ev.history] == [1] and ev.summary()["eval_errors"] == 1
+    assert [(e["kind"], e["step"]) for e in events if e["kind"] in ("eval", "error")] == [("error", 0), ("eval", 1)]
 
 
 def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed():
