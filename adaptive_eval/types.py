@@ -200,6 +200,9 @@ class EvalResult:
     ``raw`` keeps whatever a zero-argument, AReaL-style ``evaluate_fn`` returned that was not a mapping
     (usually ``None``: such functions log their own results).
 
+    ``sample_size`` is what the request asked for (None: the whole set), which can exceed the eval set (an
+    alarm's widened 512 on a 500-item set); :attr:`items` is what was measured, the figure to count cost by.
+
     An asynchronous evaluation (``evaluation.asynchronous``) also says when it was ``submitted_step`` (the
     step of the weights it evaluated, so equal to ``step``) and ``integrated_step`` (the step at which its
     result joined the decisions); ``seconds`` are then eval-device seconds.  Both are None for a
