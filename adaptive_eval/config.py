@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -743,7 +744,19 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     msg = str(exc).splitlines()[0]
     if "not in struct" in msg or "Key '" in msg and "not in" in msg:
         msg = _unknown(key)
+    elif isinstance(value, str) and "could not be converted to" in msg and _yaml11_text_number(value):
+        # YAML 1.1 reads 1e3 (no dot) as text (found by a new-user probe: the message did not say why)
+        msg += f" (YAML reads {value} as text: write {_yaml11_text_number(value)})"
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
+
+
+def _yaml11_text_number(text: str) -> str | None:
+    """The number ``text`` means where YAML 1.1 reads it as a string (``1e3``, ``5E-2``: an exponent without a dot
+    in the mantissa), written as YAML reads a number; None otherwise."""
+    if not re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()):
+        return None
+    value = float(text)
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
 
 
 def _leaves(hint: Any, data: dict, prefix: tuple = ()):

@@ -285,6 +285,18 @@ def test_a_misspelt_urgent_detector_and_every_bad_parameter_of_one_spec_are_name
                 .urgent_detectors) == ["nonfinite", "cusum"]
 
 
+def test_an_exponent_yaml_reads_as_text_says_how_to_write_the_number(tmp_path):
+    """YAML 1.1 reads ``1e3`` (no dot) as a string: the type error did not say why (found by a new-user probe)."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("trigger:\n  freq_steps: 1e3\n")
+    with pytest.raises(ConfigError, match=r"mine.yaml:2: trigger.freq_steps: Value '1e3' of type 'str' could not be "
+                                          r"converted to Integer \(YAML reads 1e3 as text: write 1000\)$"):
+        load_config(path)
+    path.write_text("trigger:\n  freq_steps: ten\n")
+    with pytest.raises(ConfigError, match=r"converted to Integer$"):
+        load_config(path)
+
+
 def test_overrides_must_be_a_list_of_strings():
     """A str was split into its characters: 20 errors, one per character."""
     with pytest.raises(TypeError, match=r"^overrides must be a list of 'KEY=VALUE' strings, got str$"):
