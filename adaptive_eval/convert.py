@@ -52,6 +52,7 @@ from adaptive_eval.trace import (
     _parse_time,
     check_separator,
     date_hint,
+    warn_restarts,
     read_text,
     skip_comment_lines,
     warn_clashes,
@@ -59,6 +60,9 @@ from adaptive_eval.trace import (
 
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
 _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
+# A clock column, when there is no ``time``: TensorBoard's CSV export, then W&B's (seconds since the run started;
+# POSIX seconds, made relative to the first record's).
+_TIME_COLUMNS = ("Wall time", "wall_time", "_runtime", "_timestamp")
 
 __all__ = [
     "select_columns",
@@ -215,6 +219,12 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         epoch = "train/epoch"  # (a W&B export of an HF run: its epoch is logged as train/epoch)
     if time is None and "time" in index and step != "time":
         time = "time"
+    elif time is None:
+        # Another tool's clock column: TensorBoard's CSV export ("Wall time"), W&B's seconds since the start or
+        # POSIX time (found by a new-user probe: "Wall time" was watched as a stream, an hour's pause raised an
+        # alarm, and the budget ran on 10 s per record).  A column named as a stream or an eval stays one.
+        taken = {step, epoch, *(streams or ()), *(evals or {})}
+        time = next((c for c in _TIME_COLUMNS if c in index and c not in taken), None)
     if streams is not None and not evals:  # (the trace's own eval/ columns stay its ground truth: --stream
         # train/loss dropped them, and replay then said the trace had no eval/<metric> column)
         evals = {c: 1.0 for c in header if c.startswith("eval/") and c not in streams}
@@ -247,6 +257,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     width = len(header)
     records: list[TraceRecord] = []
     clashes: list = []
+    restarts: list = []  # (line, step, previous step, records dropped) per restart kept (on_restart keep_last)
     stepless = 0
     for k, (line, cells) in enumerate(rows):
         if len(cells) != width:
@@ -278,16 +289,20 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
                 t = _parse_time(cells[i_time], f"column {time!r}", path, line)
         rec = TraceRecord(s, metrics, e, t)
         if records and s < records[-1].step:
+            prev = records[-1].step
             if on_restart == "error":
                 raise TraceError(f"step {s} is below the previous step {records[-1].step}; steps must not "
                                  "decrease (a run resumed into the same log: from_columns(..., on_restart='keep_last'), "
                                  "adaptive-eval --keep-last-run, keeps the later run)", path, line)
+            n = len(records)
             while records and records[-1].step >= s:
                 records.pop()
+            restarts.append((line, s, prev, n - len(records)))
         if records and records[-1].step == s:
             rec = _merge(records.pop(), rec, clashes)
         records.append(rec)
     warn_clashes(path, clashes)
+    warn_restarts(path, restarts, len(records), stacklevel=2)
     if stepless:
         warnings.warn(f"{path}: {stepless} row{'s' if stepless > 1 else ''} without a {step!r} value skipped "
                       "(a W&B export's system rows)", stacklevel=2)
@@ -482,7 +497,9 @@ def convert_grpo(path: str | os.PathLike) -> Trace:
     rename = {c: GRPO_STREAMS.get(c, f"train/{c}") for c in streams}
     rename["eval_acc"] = "eval/accuracy"
     evals = {"eval_acc": 0.01} if "eval_acc" in header else {}
-    return from_columns(path, streams=streams, evals=evals, rename=rename, on_restart="keep_last")
+    with warnings.catch_warnings():  # (the known aborted start, said above: not news at every read)
+        warnings.filterwarnings("ignore", "[^\n]*: kept the later run at", RuntimeWarning)
+        return from_columns(path, streams=streams, evals=evals, rename=rename, on_restart="keep_last")
 
 
 def convert_nanogpt(path: str | os.PathLike) -> Trace:

@@ -950,12 +950,16 @@ def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
     return _json_record(line, path, line_no)
 
 
-def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False) -> None:
+def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False,
+                 restarts: list | None = None) -> None:
     if records:
         prev = records[-1]
         if rec.step < prev.step and keep_last:  # a restarted or resumed run: the later one is kept
+            n = len(records)
             while records and records[-1].step >= rec.step:
                 records.pop()
+            if restarts is not None:
+                restarts.append((line, rec.step, prev.step, n - len(records)))
             records.append(rec)
             return
         if rec.step < prev.step:
@@ -966,6 +970,22 @@ def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_
             records[-1] = _merge(prev, rec)
             return
     records.append(rec)
+
+
+def warn_restarts(path, restarts: list, kept: int, stacklevel: int = 2) -> None:
+    """One warning for the records ``on_restart='keep_last'`` dropped, ``restarts`` being ``(line, step, previous
+    step, records dropped)`` per restart: a file that is merely unsorted, read so, lost most of its rows without a
+    word (found by a new-user probe: 20 shuffled rows replayed as 3)."""
+    if not restarts:
+        return
+    dropped = sum(r[3] for r in restarts)
+    line, step, prev, _ = restarts[0]
+    where = f"line {line}: " if line is not None else ""
+    warnings.warn(f"{path}: kept the later run at {len(restarts)} restart{'s' if len(restarts) > 1 else ''} "
+                  f"(on_restart='keep_last', --keep-last-run): dropped {dropped} earlier record"
+                  f"{'s' if dropped > 1 else ''}, {kept} kept (the first restart at {where}step {step} after "
+                  f"step {prev}); a file that is only out of order should be sorted by step instead",
+                  RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _drop_torn(path, line, why: str, stacklevel: int) -> None:
@@ -981,17 +1001,19 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
     for row in reader:
         rows.append((skipped + reader.line_num, row))
     records: list[TraceRecord] = []
+    restarts: list = []
     for k, (line, row) in enumerate(rows):
         if not row or not any(c.strip() for c in row):
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
-            _finish_line(rec, records, path, line, keep_last)
+            _finish_line(rec, records, path, line, keep_last, restarts)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:
                 _drop_torn(path, line, str(err).split(": ", 1)[-1], stacklevel=4)
                 break
             raise
+    warn_restarts(path, restarts, len(records), stacklevel=4)
     return records
 
 
@@ -1165,16 +1187,18 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
     if rows is not None:
         records: list[TraceRecord] = []
         skipped: dict = {}
+        restarts: list = []
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
                 rec = _json_record(json.dumps(row), path, None, skipped, step_key)
-                _finish_line(rec, records, path, None, keep_last)
+                _finish_line(rec, records, path, None, keep_last, restarts)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
         _warn_skipped(path, skipped)
+        warn_restarts(path, restarts, len(records), stacklevel=4)
         return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
@@ -1182,12 +1206,13 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
     last_index = len(lines) - 1
     records: list[TraceRecord] = []
     skipped: dict = {}
+    restarts: list = []
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             rec = _json_record(raw, path, i + 1, skipped, step_key)
-            _finish_line(rec, records, path, i + 1, keep_last)
+            _finish_line(rec, records, path, i + 1, keep_last, restarts)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)
@@ -1196,6 +1221,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
     if not records:
         raise TraceError("no records", path)
     _warn_skipped(path, skipped)
+    warn_restarts(path, restarts, len(records), stacklevel=4)
     return Trace(_dates_relative(records, path), str(path))
 
 

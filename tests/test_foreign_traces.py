@@ -64,10 +64,54 @@ def test_keep_last_run_alone_keeps_the_later_run_of_a_native_trace(tmp_path, suf
         path.write_text("".join(json.dumps({"step": s, "loss": v}) + "\n" for s, v in rows))
     with pytest.raises(TraceError, match=r"below the previous step 149.*on_restart='keep_last'.*--keep-last-run"):
         read_trace(path)
-    trace = read_trace(path, on_restart="keep_last")
+    with pytest.warns(RuntimeWarning, match=r"kept the later run at 1 restart \(on_restart='keep_last', "
+                      r"--keep-last-run\): dropped 50 earlier records, 300 kept \(the first restart at "
+                      + (r"line 152: " if suffix == ".csv" else r"line 151: ") + r"step 100 after step 149\)"):
+        trace = read_trace(path, on_restart="keep_last")
     assert [r.step for r in trace] == list(range(300))
     assert [r.metrics["loss"] for r in trace] == [1.0] * 100 + [2.0] * 200
     assert main(["replay", str(path), "--keep-last-run", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+
+
+@pytest.mark.parametrize("header", ["step,loss", "Step,loss"])
+def test_keep_last_run_on_a_file_that_is_only_out_of_order_says_what_it_dropped(tmp_path, capsys, header):
+    """Found by a new-user probe: the unsorted-steps error suggests --keep-last-run, which then replayed 20
+    shuffled rows as 3, without a word."""
+    import random
+
+    steps = list(range(0, 200, 10))
+    random.Random(0).shuffle(steps)
+    path = tmp_path / "shuffled.csv"
+    path.write_text(header + "\n" + "".join(f"{s},{s / 100}\n" for s in steps))
+    with pytest.warns(RuntimeWarning, match=r"shuffled.csv: kept the later run at \d+ restarts .*dropped \d+ "
+                                            r"earlier records, \d+ kept .*should be sorted by step instead"):
+        kept = len(read_trace(path, on_restart="keep_last").records)
+    assert kept < 20
+    assert main(["replay", str(path), "--keep-last-run", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert f"dropped {20 - kept} earlier records, {kept} kept" in capsys.readouterr().err
+
+
+def test_a_tensorboard_or_wandb_csv_export_s_clock_column_is_the_clock_not_a_stream(tmp_path):
+    """Found by a new-user probe: TensorBoard's CSV export's "Wall time" was watched as a stream (an hour's pause
+    raised a cusum alarm) and the clock fell back to 10 s per record; W&B's _runtime was left out but not used."""
+    t0 = 1.7e9
+    rows = [(s, t0 + 6 * s + (3600 if s >= 150 else 0), 0.5 + 0.01 * (s % 3)) for s in range(0, 300, 10)]
+    path = tmp_path / "tb_export.csv"
+    path.write_text("Step,Wall time,train/reward\n" + "".join(f"{s},{t},{r}\n" for s, t, r in rows))
+    with pytest.warns(RuntimeWarning, match="read 'Step'"):
+        trace = read_trace(path)
+    assert {k for r in trace for k in r.metrics} == {"train/reward"}
+    assert [r.time for r in trace][:2] == [0.0, 60.0] and trace.records[-1].time == 6 * 290 + 3600
+    wandb = tmp_path / "wandb.csv"
+    wandb.write_text("Step,_runtime,_timestamp,train/reward\n0,0.5,1700000000.5,1\n10,61.5,1700000061.5,2\n")
+    with pytest.warns(RuntimeWarning, match="read 'Step'"):
+        trace = read_trace(wandb)
+    assert [r.time for r in trace] == [0.5, 61.5] and {k for r in trace for k in r.metrics} == {"train/reward"}
+    # (a clock column named as a stream stays a stream)
+    from adaptive_eval.convert import from_columns
+
+    trace = from_columns(path, step="Step", streams=["Wall time"])
+    assert "Wall time" in trace.records[0].metrics and trace.records[0].time is None
 
 
 def test_stream_and_eval_select_columns_of_a_tensorboard_folder_and_of_jsonl(tmp_path, capsys):
