@@ -8,6 +8,7 @@ import os
 import pathlib
 import re
 import sys
+import warnings
 
 from adaptive_eval.config import ConfigError, load_config
 from adaptive_eval.demos import DEFAULT_TASK, TASKS
@@ -360,6 +361,7 @@ def _budget_note(trace, cfg, deferred: list[dict], evals: int, name: str = "") -
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
+    from adaptive_eval.testing._core import NO_EXPECTATIONS
 
     cfg = load_config(args.config, args.overrides)
     traces = []
@@ -413,6 +415,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 2
     if failed:
         print(f"\n{len(failed)} of {len(rows)} expectations failed")
+        return 1
+    empty = [r.trace for r in rows if r.expectation == NO_EXPECTATIONS]
+    for name in empty:
+        warnings.warn(f"{name}: no expectations, so nothing was checked but that it replays (no events file beside "
+                      f"it, such as {pathlib.Path(name).name}.events.yaml; no --events FILE; no --max-samples-per-1k)"
+              + ("; --within applies to events, and there are none" if args.within is not None else ""),
+              RuntimeWarning, stacklevel=2)
+    if rows and len(empty) == len(rows):
+        # (a gate with nothing to check is not a pass: a misnamed events file turned CI green; found by a new user)
+        print(f"\nnothing was checked: {'no trace has' if len(rows) > 1 else 'the trace has no'} expectations")
         return 1
     return 0
 

@@ -155,6 +155,14 @@ def test_assert_quiet(collapse_run):
     assert (f"{len(window)} evaluations, more than 1" in msg) == (len(window) > 1)
     assert f"{len(alarms)} alarms, more than 0." in msg
     assert f"alarm at step {alarms[0]['step']}: {alarms[0]['stream']} cusum" in msg
+    # A window with more than 8 evaluations lists 8 and says how many more (it stopped at 8 without a word)
+    first, last = collapse_run.first_step, collapse_run.last_step
+    evals = collapse_run.evals_between(first, last)
+    assert len(evals) > 8
+    with pytest.raises(AssertionError) as err:
+        assert_quiet(collapse_run, first, last, max_evals=0)
+    assert f"    ... and {len(evals) - 8} more evaluations" in str(err.value)
+    assert str(err.value).count("    evaluation at step ") == 8
 
 
 def test_assert_cost(kl_collapse_run):
@@ -552,8 +560,13 @@ def test_check_names_traces_of_the_same_file_name_by_their_paths(collapse, tmp_p
     for d in ("a", "b"):
         (tmp_path / d).mkdir()
         (tmp_path / d / "run.csv").write_bytes(collapse.read_bytes())
-    code, out, _ = check_main(capsys, str(tmp_path / "a" / "run.csv"), str(tmp_path / "b" / "run.csv"),
-                              "--config", "default")
-    assert code == 0
+    code, out, err = check_main(capsys, str(tmp_path / "a" / "run.csv"), str(tmp_path / "b" / "run.csv"),
+                                "--config", "default", "--within", "40")
+    # Neither has expectations: nothing was checked, which is not a pass (a misnamed events file turned a CI gate
+    # green; found by a new-user probe), and each says why
+    assert code == 1 and "nothing was checked: no trace has expectations" in out
+    assert f"{tmp_path / 'a' / 'run.csv'}: no expectations, so nothing was checked but that it replays (no " \
+           "events file beside it, such as run.csv.events.yaml; no --events FILE" in err
+    assert "--within applies to events, and there are none" in err
     rows = out.splitlines()[1:]
     assert rows[0].startswith(str(tmp_path / "a" / "run.csv")) and rows[1].startswith(str(tmp_path / "b" / "run.csv"))

@@ -581,7 +581,11 @@ def assert_quiet(run: ReplayRun, start: int, stop: int, max_evals: int | None = 
     lines = [f"{run.label()}: steps {start}..{stop} were not quiet: {'; '.join(problems)}."]
     lines += [f"    alarm at step {a['step']}: {a['stream']} {a['detector']} {a['direction'] or ''}".rstrip()
               for a in alarms[:8]]
+    if len(alarms) > 8:
+        lines.append(f"    ... and {len(alarms) - 8} more alarms")
     lines += [f"    evaluation at step {e['step']}, n={e['sample_size']} ({e['reason']})" for e in evals[:8]]
+    if len(evals) > 8:  # (the list stopped at 8 without a word; found by a new-user probe)
+        lines.append(f"    ... and {len(evals) - 8} more evaluations")
     raise AssertionError("\n".join(lines))
 
 
@@ -724,8 +728,11 @@ def check(run: ReplayRun, *, within: int | None = None, max_samples_per_1k: floa
             ok, message = False, str(exc)
         rows.append(CheckRow(run.name, "cost", "-", cost, ok, message))
     if not rows:
-        rows.append(CheckRow(run.name, "(no expectations)", "-", cost, True))
+        rows.append(CheckRow(run.name, NO_EXPECTATIONS, "-", cost, True))
     return rows
+
+
+NO_EXPECTATIONS = "(no expectations)"  # the row of a trace with nothing to check
 
 
 def format_rows(rows: Iterable[CheckRow]) -> str:
