@@ -673,6 +673,7 @@ def skip_comment_lines(text: str) -> tuple[int, str]:
 _SB3_MONITOR = ["r", "l", "t"]
 # The step column of a W&B export (a run's history or a chart's "Export CSV").
 _WANDB_STEP = "Step"
+_WANDB_STEPS = (_WANDB_STEP, "_step")  # (an export from the UI; the API's run.history().to_csv())
 
 
 def _csv_header(path, text, line: int = 1) -> tuple[list[str], csv.reader]:
@@ -742,14 +743,16 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]
     header = [c.strip() for c in next(csv.reader(io.StringIO(first), skipinitialspace=True), [])]
-    if "step" not in header and _WANDB_STEP in header:
+    wandb_step = next((c for c in _WANDB_STEPS if c in header), None) if "step" not in header else None
+    if wandb_step is not None:
         # W&B's exports (a run's history, a chart's "Export CSV") name the step "Step" and carry their own
         # bookkeeping (_runtime, "<run> - <metric>" and its __MIN/__MAX band): read them as W&B means them.
+        # Its API's run.history() names it "_step" (found by a new-user probe: "missing 'step' column").
         from adaptive_eval.convert import from_columns
 
-        warnings.warn(f"{path}: no 'step' column: read {_WANDB_STEP!r} (W&B's) as the step", RuntimeWarning,
+        warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} (W&B's) as the step", RuntimeWarning,
                       stacklevel=3)
-        return from_columns(path, step=_WANDB_STEP, on_restart="keep_last" if keep_last else "error")
+        return from_columns(path, step=wandb_step, on_restart="keep_last" if keep_last else "error")
     names, _ = _csv_header(path, first, skipped + 1)
     with _gc_paused():
         try:

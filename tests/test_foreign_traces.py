@@ -107,6 +107,14 @@ def test_a_tensorboard_or_wandb_csv_export_s_clock_column_is_the_clock_not_a_str
     with pytest.warns(RuntimeWarning, match="read 'Step'"):
         trace = read_trace(wandb)
     assert [r.time for r in trace] == [0.5, 61.5] and {k for r in trace for k in r.metrics} == {"train/reward"}
+    # W&B's API export (run.history().to_csv()) names its step _step: read as the step, like Step (it was
+    # "missing 'step' column")
+    api = tmp_path / "api.csv"
+    api.write_text("_step,_runtime,train/reward\n0,1.0,0.5\n1,2.5,0.6\n")
+    with pytest.warns(RuntimeWarning, match="read '_step' \\(W&B's\\) as the step"):
+        trace = read_trace(api)
+    assert [(r.step, r.time, r.metrics) for r in trace] == [(0, 1.0, {"train/reward": 0.5}),
+                                                             (1, 2.5, {"train/reward": 0.6})]
     # (a clock column named as a stream stays a stream)
     from adaptive_eval.convert import from_columns
 
