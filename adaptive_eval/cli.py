@@ -420,8 +420,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for name in empty:
         warnings.warn(f"{name}: no expectations, so nothing was checked but that it replays (no events file beside "
                       f"it, such as {pathlib.Path(name).name}.events.yaml; no --events FILE; no --max-samples-per-1k)"
-              + ("; --within applies to events, and there are none" if args.within is not None else ""),
-              RuntimeWarning, stacklevel=2)
+                      + ("; --within applies to events, and there are none" if args.within is not None else ""),
+                      RuntimeWarning, stacklevel=2)
     if rows and len(empty) == len(rows):
         # (a gate with nothing to check is not a pass: a misnamed events file turned CI green; found by a new user)
         print(f"\nnothing was checked: {'no trace has' if len(rows) > 1 else 'the trace has no'} expectations")

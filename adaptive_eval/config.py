@@ -344,7 +344,7 @@ def validate(cfg: DictConfig | Config) -> None:
         v = _get(cfg, key)
         closed = key.startswith("policy.budget.max_eval")  # (1: evaluations may take all the time)
         if not 0 < v < 1 and not (closed and v == 1):
-            problems.append(f"{key}: must lie in (0, {1 if closed else '1)'}{']' if closed else ''}, got {v!r}")
+            problems.append(f"{key}: must lie in {'(0, 1]' if closed else '(0, 1)'}, got {v!r}")
     for key, choices in _CHOICES.items():
         v = _get(cfg, key)
         if v not in choices:
