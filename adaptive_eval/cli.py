@@ -473,6 +473,7 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
             cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
         else:
             steps = events.get(key(t))
+            directions = None
             case_base = base
             if steps is None:  # the events file beside the trace, as adaptive-eval check reads it
                 from adaptive_eval.testing import ExpectationError, events_path, load_expectations
@@ -483,6 +484,9 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                 except ExpectationError as exc:
                     raise TuneError(str(exc)) from None
                 steps = [e.step for e in found]
+                # (their direction too: read from the truth, a silent degradation whose next checkpoints
+                # still rose was scored "up", confirmed at once; found by a new-user probe)
+                directions = [e.direction for e in found]
                 named = {str(e.metric).removeprefix("eval/") for e in found if e.metric}
                 if len(named) == 1 and base.evaluation.metric is None:
                     # the metric its events name is what they are scored on, as check scores them (tune took
@@ -494,6 +498,8 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                         for c in _eval_mapping(_for_trace(getattr(args, "eval", None), t))}
             case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None,
                                   eval_columns=as_named)
+            if directions is not None and any(directions):
+                case.directions = list(directions)  # (case_from_file kept every event, in this order)
             if len(case.trace) > 1:
                 _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
             _truth_note(case.trace, base)

@@ -652,18 +652,30 @@ def event_direction(truth: Sequence[float], index: int, *, higher_is_better: boo
 
 def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: Sequence = (),
               truth: Sequence[float] | None = None, metric: str | None = None, higher_is_better: bool = True,
-              by: str = "shrunk", paired: bool = True) -> RunScore:
+              by: str = "shrunk", paired: bool = True,
+              directions: Sequence[str | None] | None = None) -> RunScore:
     """Score a run's evaluations (steps are record indices, ``truth[i]`` the true value at index ``i``).
 
     Each event's delay is :func:`confirmed_delay` against the true level just before it, in the direction
-    the truth moves (:func:`event_direction`); without truth, against the last measured mean, either way;
-    ``paired``: a paired difference on shared items confirms too.
+    the truth moves (:func:`event_direction`), or the event's own (``directions[i]``, or an event's
+    ``direction`` attribute: an events file's ``direction: down``; the truth read 50 records on took a silent
+    degradation whose first checkpoints still rose for "up"); without truth, against the last measured mean,
+    either way; ``paired``: a paired difference on shared items confirms too.
+
+    A run with truth where no evaluation measured ``metric`` has no pick: its regret is that of a checkpoint
+    picked at random (the mean over the run of the true best minus the truth), not NaN, which the averages
+    over runs left out (a fixed schedule that never evaluated a short run scored 0% regret).
     """
     delays = []
-    for ev in events:
+    for i, ev in enumerate(events):
         step = int(getattr(ev, "step", ev))
         pre, direction = (event_direction(truth, step, higher_is_better=higher_is_better)
                           if truth is not None else (None, None))
+        own = directions[i] if directions is not None and i < len(directions) else getattr(ev, "direction", None)
+        if own is not None:
+            if own not in ("up", "down"):
+                raise ValueError(f"event at {step}: direction must be 'up', 'down' or None, got {own!r}")
+            direction = own
         delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction, paired=paired)
                       if metric is not None else None)
     needless, quiet = needless_evals(evals, events)
@@ -671,13 +683,16 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
     if metric is not None and truth is not None:
         p = pick_best(evals, metric, higher_is_better=higher_is_better, by=by)
         finite = [float(v) for v in truth if _finite(v)]
-        if p is not None and finite:
+        if finite:
             sign = 1.0 if higher_is_better else -1.0
             best = max(sign * v for v in finite)
-            at = float(truth[p.step]) if _finite(truth[p.step]) else math.nan
             spread = max(finite) - min(finite)
-            points = best - sign * at
+            if p is not None:
+                at = float(truth[p.step]) if _finite(truth[p.step]) else math.nan
+                points = best - sign * at
+                pick = {**p.to_dict(), "true": at}
+            else:  # nothing measured: a pick at random
+                points = best - sign * sum(finite) / len(finite)
             regret = points / spread if spread > 0 else 0.0
-            pick = {**p.to_dict(), "true": at}
     return RunScore(steps=int(steps), evals=len(evals), samples=eval_samples(evals, full_size), delays=delays,
                     needless=needless, quiet_evals=quiet, regret=regret, regret_points=points, pick=pick)

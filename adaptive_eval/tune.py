@@ -42,6 +42,8 @@ class Case:
     higher_is_better: bool = True
     items: int = 500
     overrides: list[str] | None = None  # replay cost model for this run (None: cost_overrides(case))
+    # each event's direction as its events file says it ("up", "down"; None: read from the truth), or None
+    directions: list[str | None] | None = None
 
     @property
     def steps(self) -> int:
@@ -122,7 +124,8 @@ def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: boo
     """Score a case's evaluations (from :func:`replay_case`); ``paired``: a paired difference on shared items
     confirms a change too (:func:`adaptive_eval.scoring.confirmed_delay`)."""
     score = score_run(evals, steps=case.steps, full_size=case.items, events=case.events, truth=case.truth,
-                      metric=case.metric, higher_is_better=case.higher_is_better, by=by, paired=paired)
+                      metric=case.metric, higher_is_better=case.higher_is_better, by=by, paired=paired,
+                      directions=case.directions)
     if evals and all("units" in e for e in evals):  # eval suites: the cost is in their units, not items
         score = dataclasses.replace(score, samples=int(round(sum(e["units"] for e in evals))))
     return score

@@ -351,3 +351,31 @@ def test_a_trace_prefix_names_a_folder_of_runs_or_the_longest_trace_and_replay_r
     assert main(["replay", plain, "--stream", "train/reward", "--eval", f"{odd}=acc2", "--no-tensorboard",
                  "--out", str(tmp_path / "r")]) == 2
     assert f"names the trace {odd!r}, which is not one of the traces given" in capsys.readouterr().err
+
+
+def test_an_events_file_s_direction_is_the_one_scored_and_a_run_never_evaluated_is_not_a_perfect_pick(tmp_path):
+    """tune and benchmarks/policies.py read the direction of each event from the truth 50 records on, so a
+    silent degradation whose next checkpoints still rose (0.60 -> 0.70, then 0.30 from step 200) was scored
+    "up" and confirmed at once, though its events file says ``direction: down`` (found by a new-user probe).
+    And a schedule that never evaluated a run scored regret NaN, which the mean over runs left out: a fixed
+    schedule too sparse for a short run read 0% regret."""
+    from adaptive_eval.cli import _tune_cases, build_parser
+    from adaptive_eval.tune import aggregate, replay_case, score_case
+
+    path = tmp_path / "run.csv"
+    acc = [0.6 if s < 150 else (0.6 + 0.1 * (s - 150) / 50 if s < 200 else 0.3) for s in range(300)]
+    path.write_text("step,train/reward,eval/acc\n" + "".join(f"{s},1.0,{a:.4f}\n" for s, a in enumerate(acc)))
+    (tmp_path / "run.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
+    base = load_config("areal")
+    case, = _tune_cases(build_parser().parse_args(["tune", str(path)]), base)
+    assert case.events == [150] and case.directions == ["down"]
+    score = score_case(case, replay_case(case, load_config("areal", ["trigger.freq_steps=2"])))
+    assert 50 <= score.delays[0] <= 60  # the fall at step 200, not the rise before it
+    case.directions = None
+    assert score_case(case, replay_case(case, load_config("areal", ["trigger.freq_steps=2"]))).delays[0] < 50
+    # every 400 steps: no evaluation in 300 steps, no pick, the regret of a pick at random (not NaN, not 0)
+    never = score_case(case, replay_case(case, load_config("areal", ["trigger.freq_steps=400",
+                                                                     "trigger.eval_at_end=false"])))
+    assert never.evals == 0 and never.pick is None
+    assert never.regret_points == pytest.approx(max(acc) - sum(acc) / len(acc), abs=1e-4)
+    assert aggregate([never])["regret"] == pytest.approx(never.regret) and never.regret > 0.4
