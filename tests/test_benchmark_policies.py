@@ -157,3 +157,23 @@ def test_regret_decomposition_splits_each_schedules_regret_into_coverage_and_sel
     assert out.count("default - fixed every") == 3
     for kind in ("collapse", "collapse_recovery", "flat", "nan", "rise_plateau", "silent_degradation", "spikes"):
         assert re.search(rf"^  {kind} +n= +8 ", out, re.M)
+
+
+def test_regret_at_equal_cost_is_undefined_outside_the_fixed_schedules_costs():
+    """np.interp held the end value beyond the fixed schedules' costs, so a preset at 2,433 samples/1k was said to
+    be compared "at equal cost" with the cheapest fixed schedule, at 6,234 (found by a new-user probe)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_policies", REPO / "benchmarks" / "policies.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def agg(per_1k, regret, delay=5.0):
+        return {"per_1k": per_1k, "regret": regret, "regret_points": regret / 10, "median_delay": delay}
+
+    same = {25: agg(10000.0, 0.02), 50: agg(6234.0, 0.04)}
+    inside = bench.headline(agg(8117.0, 0.03), same, same)
+    assert inside["fixed_regret"] == pytest.approx(0.03) and inside["regret_ratio"] == pytest.approx(1.0)
+    cheaper = bench.headline(agg(2433.0, 0.03), same, same)
+    assert np.isnan(cheaper["fixed_regret"]) and np.isnan(cheaper["regret_ratio"])
+    assert np.isnan(cheaper["points_ratio"])
