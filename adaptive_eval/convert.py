@@ -393,6 +393,18 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
         ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
     number = {key: i for i, key in enumerate(ids)}
     spread = any(not 0.0 <= v <= 1.0 for per_item in answers.values() for vs in per_item.values() for v in vs)
+    if spread and factor == 1.0 and {v for per_item in answers.values() for vs in per_item.values()
+                                     for v in vs} <= {0.0, 100.0}:
+        # (found by a new-user probe: 0/100 answers were replayed as Normal draws of mean 48.7 and an interval
+        # [71.3, 103.0], and the :std columns made for them got past tune's refusal of truth in percent)
+        warnings.warn(f"{path}: every score in column {value!r} is 0 or 100: answers in percent?  Pass scale=0.01 "
+                      "for 0/1 answers (else they are replayed as scores with a spread, Normal draws)",
+                      RuntimeWarning, stacklevel=2)
+    later = [(s, len(ids) - len(answers[s])) for s in sorted(answers)[1:] if len(answers[s]) < len(ids)]
+    if later:
+        warnings.warn(f"{path}: {len(later)} checkpoint(s) lack rows of some problems (step {later[0][0]}: "
+                      f"{later[0][1]} of {len(ids)}): each keeps its value from its last step with rows",
+                      RuntimeWarning, stacklevel=2)
     column = f"eval/{suite}/{metric}"
     by_step: dict[int, dict[str, float]] = {}
     for s in sorted(answers):

@@ -95,8 +95,9 @@ def test_a_problem_with_no_scored_answer_at_a_step_is_nan_there_in_its_own_place
             (100, "a", 1), (100, "b", 1), (100, "c", 1),
             (200, "a", 0), (200, "b", "NaN"), (200, "b", "nan"), (200, "c", 1),
             (300, "a", 1), (300, "c", 1)]  # (b absent at 300: its value at 200 carries on)
-    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="acc",
-                                   item="problem", value="score")
+    with pytest.warns(RuntimeWarning, match=r"\(step 300: 1 of 3\): each keeps its value"):
+        trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="acc",
+                                       item="problem", value="score")
     assert ids == ["a", "b", "c"]
     got = [(r.step, r.metrics.get("eval/s/acc@1")) for r in trace.records]
     assert got[1:3] == [(100, 1.0), (200, got[2][1])] and got[3] == (300, None)
@@ -184,3 +185,21 @@ def test_a_zero_or_non_finite_scale_is_refused_naming_the_argument(tmp_path, sca
         from_item_results(path, suite="s", item="problem", value="score", scale="0.01")
     trace, _ = from_item_results(path, suite="s", item="problem", value="score", scale=0.01)
     assert trace.records[0].metrics == {"eval/s/accuracy@0": 0.4, "eval/s/accuracy@1": 0.6}
+
+
+def test_answers_in_percent_and_problems_missing_from_a_checkpoint_are_said(tmp_path):
+    """Both passed silently (found by a new-user probe): 0/100 answers were replayed as Normal scores (mean 48.7,
+    an interval [71.3, 103.0]), and a checkpoint without 30 of 200 problems kept their old values unsaid."""
+    rows = [(s, f"q{i}", 100 * ((i + s) % 3 == 0)) for s in (0, 100) for i in range(6) for _ in range(2)]
+    with pytest.warns(RuntimeWarning, match=r"every score in column 'score' is 0 or 100: answers in percent\?"
+                                           r"  Pass scale=0\.01"):
+        from_item_results(write_results(tmp_path / "pct.csv", rows), suite="s", item="problem", value="score")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scaled: no warning
+        trace, _ = from_item_results(tmp_path / "pct.csv", suite="s", item="problem", value="score", scale=0.01)
+    assert not any(k.endswith(":std") for k in trace.records[0].metrics)
+    missing = [r for r in rows if not (r[0] == 100 and r[1] in ("q4", "q5"))]
+    with pytest.warns(RuntimeWarning, match=r"1 checkpoint\(s\) lack rows of some problems \(step 100: 2 of 6\): "
+                                            "each keeps its value from its last step with rows"):
+        from_item_results(write_results(tmp_path / "m.csv", missing), suite="s", item="problem", value="score",
+                          scale=0.01)
