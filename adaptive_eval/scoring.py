@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 __all__ = ["PAIRED_MIN_ITEMS", "Pick", "RunScore", "best_eval", "event_direction", "needless_evals", "pick_best", "score_run", "shrunk_estimates", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
@@ -70,6 +71,18 @@ def _rows(evals) -> list:
     """``evals`` as mappings: the evaluator's own ``history`` (:class:`~adaptive_eval.types.EvalResult`
     objects) is taken as its ``to_dict()`` rows, as ``evals.jsonl`` holds them (it raised AttributeError)."""
     return [e if isinstance(e, Mapping) or not hasattr(e, "to_dict") else e.to_dict() for e in evals]
+
+
+def _warn_unknown(rows: Sequence[Mapping], metric: str, what: str) -> None:
+    """Warn when evaluations measured metrics but never ``metric``: a misnamed metric (``"acc"`` for a suite's
+    ``"math/acc"``) read as "never confirmed" / "no pick", silently (found by a new-user probe)."""
+    if not rows or any(metric in e.get("metrics", {}) for e in rows):
+        return
+    names = sorted({k for e in rows for k in e.get("metrics", {})})
+    if names:
+        warnings.warn(f"{what}: no evaluation measured {metric!r} (they measured {', '.join(names[:8])}"
+                      f"{' ...' if len(names) > 8 else ''}), so it returns None; a suite's metric is "
+                      "'<suite>/<metric>'", RuntimeWarning, stacklevel=3)
 
 
 def _measured(evals: Sequence[Mapping], metric: str) -> list:
@@ -131,7 +144,9 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     """
     if direction not in (None, "up", "down"):
         raise ValueError(f"direction must be 'up', 'down' or None, got {direction!r}")
-    ordered = sorted((e for e in _rows(evals) if metric in e.get("metrics", {})), key=lambda e: e["step"])
+    rows = _rows(evals)
+    _warn_unknown(rows, metric, "confirmed_delay")
+    ordered = sorted((e for e in rows if metric in e.get("metrics", {})), key=lambda e: e["step"])
     if pre_level is None:
         before = [e for e in ordered if e["step"] < event_step and _finite(e["metrics"][metric])]
         if before:
@@ -485,6 +500,8 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     """
     if by not in PICK_RULES:
         raise ValueError(f"by must be one of {', '.join(PICK_RULES)}, got {by!r}")
+    evals = _rows(evals)
+    _warn_unknown(evals, metric, "pick_best")
     sign = 1.0 if higher_is_better else -1.0
     if by == "shrunk":
         fit = _Fit.of(evals, metric)

@@ -45,7 +45,8 @@ def test_order_missing_and_nonfinite_intervals():
     broken = [ev(0, 0.8, 0.7, 0.9), {"step": 11, "metrics": {"acc": 0.1}},             # no interval
               ev(12, 0.1, math.nan, 0.2), ev(13, float("nan"), 0.0, 0.2), {"step": 14, "metrics": {}}]
     assert confirmed_delay(broken, 10, "acc") == 3    # step 13's interval is finite: it counts
-    assert confirmed_delay(broken, 10, "other") is None
+    with pytest.warns(RuntimeWarning, match="no evaluation measured 'other'"):
+        assert confirmed_delay(broken, 10, "other") is None
     with pytest.raises(ValueError, match="direction"):
         confirmed_delay(EVALS, 10, "acc", direction="sideways")
 
@@ -353,3 +354,20 @@ def test_pick_best_takes_the_evaluators_own_history():
     best = best_eval(ev.history, "acc")
     assert best is ev.history[[r["step"] for r in rows].index(pick_best(rows, "acc").step)]
     assert confirmed_delay(ev.history, 1, "acc") == confirmed_delay(rows, 1, "acc")
+
+
+def test_a_metric_no_evaluation_measured_is_a_warning_naming_those_measured():
+    """confirmed_delay(evals, 600, "acc") on a suite's results (``math/acc``) returned None, read as "never
+    confirmed", and best_eval None, with nothing said (found by a new-user probe)."""
+    import warnings
+
+    evals = [{"step": s, "metrics": {"math/acc": m}, "ci": {"math/acc": [m - 0.02, m + 0.02]}}
+             for s, m in ((500, 0.6), (610, 0.4))]
+    for call in (lambda: confirmed_delay(evals, 600, "acc"), lambda: best_eval(evals, "acc")):
+        with pytest.warns(RuntimeWarning, match=r"no evaluation measured 'acc' \(they measured math/acc\)"):
+            assert call() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the right name, or nothing evaluated at all: no warning
+        assert confirmed_delay(evals, 600, "math/acc") == 10
+        assert best_eval(evals, "math/acc")["step"] == 500
+        assert best_eval([], "acc") is None and confirmed_delay([], 600, "acc") is None
