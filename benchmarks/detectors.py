@@ -205,8 +205,11 @@ class _River:
 def _scan(trace, streams, build, quiet_end: int) -> tuple[list[int], int, int]:
     """The alarms of ``build``'s detectors on each stream: (their record indices, one per stream and record at
     most, sorted; the false alarms; the exposure).  The exposure counts, per stream, the quiet records (before
-    ``quiet_end``) where the stream has a finite value, after its first ``WARM`` finite values (where no family
-    can alarm yet); the false alarms are the alarms on those same cells, so that both count the same thing."""
+    ``quiet_end``) where the stream has a value, after its first ``WARM`` finite values (where no family
+    can alarm yet); the false alarms are the alarms on those same cells, so that both count the same thing.
+    A non-finite value counts as a value: an alarm on it is an alarm, for the false alarms as for the delays
+    and the placebo waits (it was left out of the first only, so missing values written ``nan`` alarmed
+    uncounted, and a NaN cell right after an event "caught" it; found by a new-user probe)."""
     out, k, n = [], 0, 0
     for stream in streams:
         watch = build(stream)
@@ -216,11 +219,9 @@ def _scan(trace, streams, build, quiet_end: int) -> tuple[list[int], int, int]:
             if v is None:
                 continue
             v = float(v)
-            counted = False
-            if math.isfinite(v):
-                seen += 1
-                counted = seen > WARM and i < quiet_end
-                n += counted
+            seen += math.isfinite(v)
+            counted = seen > WARM and i < quiet_end
+            n += counted
             if watch(v, rec.step):
                 out.append(i)
                 k += counted
@@ -326,6 +327,13 @@ def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
                     raise ValueError(f"{where}: event at step {e.step} lies outside the trace {path} "
                                      f"(steps {index[0]}..{index[-1]})")
             events = sorted(int(np.searchsorted(index, e.step)) for e in exp.events)
+            if len(set(events)) < len(events):
+                # (two annotators' same point merged into one list: the second copy left the first no window to
+                # be caught in, and it was scored a miss; found by a new-user probe)
+                twice = sorted({index[i] for i in events if events.count(i) > 1})
+                print(f"note: {where}: event(s) at step {', '.join(map(str, twice))} given more than once, "
+                      "counted once", file=sys.stderr)
+                events = sorted(set(events))
             out.append((name, trace, streams, events[0] if events else len(index), events))
         return out
     for info in real_traces():
@@ -503,8 +511,8 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
     ADWIN's ``delta`` by bisection.
     * false alarms per 1,000: alarms on the quiet stretch of each trace (before its first annotated event; the
       whole trace when it has none) on any of its streams, per 1,000 quiet values: per stream, the quiet
-      records where it has a finite value, after its first 30 (its warm-up, where no family can alarm; see
-      ``_scan``); 95% interval over traces (``_series_ci``: alarms cluster on a hard series, so the trace is
+      records where it has a value (a NaN too: an alarm on it is one), after its first 30 finite ones (its
+      warm-up, where no family can alarm; see ``_scan``); 95% interval over traces (``_series_ci``: alarms cluster on a hard series, so the trace is
       the unit resampled, not the value; no alarm at all: the exact Poisson bound, marked "*"); a trace that
       repeats another's run (``REPEATS``) is left out, so that events and quiet stretches are independent;
     * delay: per annotated event (``convert.load_real``'s rules: GRPO collapses and degradations), records
@@ -597,7 +605,7 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
     shown = lambda x: "-" if x == inf else "none" if x is None else "n/a" if math.isnan(x) else f"{x:g}"  # noqa: E731
     exposure = {t["exposure"] for t in totals.values()}.pop()
     n_series = f"n = {sum(e > 0 for _, e in totals[label]['series'])} of them with quiet values"
-    counted = f"quiet values (per stream: the quiet records where it has a finite value, after its first {WARM})"
+    counted = f"quiet values (per stream: the quiet records where it has a value, after its first {WARM} finite ones)"
     if not base:
         print("\nNo annotated events in these traces: false alarms only.")
         for fam, t in totals.items():

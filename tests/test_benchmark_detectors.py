@@ -2,6 +2,7 @@
 
 import argparse
 import importlib.util
+import math
 import pathlib
 import random
 import subprocess
@@ -40,8 +41,8 @@ def test_real_on_given_traces_scores_their_sidecar_events(tmp_path):
     text = out.stdout
     assert "over 2 traces given, 1 events from their sidecar files" in text
     # 300 before the event + the quiet trace's 400, less each stream's first 30 (its warm-up)
-    assert "n = 640 quiet values (per stream: the quiet records where it has a finite value, after its first 30)" \
-        in text
+    assert "n = 640 quiet values (per stream: the quiet records where it has a value, after its first 30 finite "\
+        "ones)" in text
     summary = {line.split("  ")[0]: line for line in text.splitlines()
                if line.startswith(("default preset ", "river ADWIN() "))}
     default = summary["default preset"].split()
@@ -220,3 +221,24 @@ def test_a_false_alarm_rate_over_series_is_never_narrower_than_the_exact_poisson
     lo, hi, n_series, exact = mod._series_ci(per)
     plo, phi = mod._poisson_ci(2, 12000)
     assert not exact and n_series == 12 and lo <= plo and hi >= phi
+
+
+def test_real_counts_an_alarm_on_a_nan_cell_as_any_alarm_and_an_event_given_twice_once(tmp_path):
+    """An alarm on a NaN cell counted for the delays and placebo waits but not as a false alarm: missing values
+    written ``nan`` alarmed uncounted ("0.00" false alarms), and one right after an event "caught" a change
+    that was not there.  And an event annotated twice at one step left the first copy no window: a miss.
+    (Both found by a new-user probe.)"""
+    rng = random.Random(5)
+    values = [rng.gauss(0, 1) + (6.0 if i >= 300 else 0.0) for i in range(500)]
+    for i in (80, 150, 220):
+        values[i] = math.nan  # missing values, quiet stretch
+    path = tmp_path / "gaps.csv"
+    path.write_text("step,value\n" + "".join(f"{i},{v!r}\n" for i, v in enumerate(values)))
+    (tmp_path / "gaps.csv.events.yaml").write_text("events:\n- {step: 300}\n- {step: 300}\n")
+    out = run(str(path))
+    assert out.returncode == 0, out.stderr
+    assert "gaps.csv.events.yaml: event(s) at step 300 given more than once, counted once" in out.stderr
+    assert "1 events from their sidecar files" in out.stdout
+    default = next(line for line in out.stdout.splitlines() if line.startswith("default preset ")).split()
+    # the preset's nonfinite detector alarms at each NaN: 3 false alarms over 270 quiet values; the step caught
+    assert default[2] == f"{3000 / 270:.2f}" and default[5] == "1/1", default
