@@ -365,8 +365,11 @@ class AdaptiveEvaluator:
         When an evaluation an alarm brought forward shows the tracked metric fell (a collapse, a NaN run), the
         evaluator then evaluates at once the last kept checkpoint from before the alarm (``policy.lookback``),
         calling ``evaluate_fn`` with ``request.checkpoint = ref`` and ``request.step`` = its step: the
-        function loads that checkpoint (``ref``: its path or name, a plain value kept in ``state_dict``)
-        when ``request.checkpoint`` is not None, and evaluates the current model otherwise.  With eval suites
+        function loads that checkpoint (``ref``: its path or name, a plain value kept in ``state_dict``;
+        left out, the step itself) when ``request.checkpoint`` is not None, and evaluates the current model
+        otherwise.  (``ref`` once defaulted to None, so a look back at a checkpoint saved without one asked
+        ``evaluate_fn`` for the current model: a NaN'd model's 0.48 entered the pick as the checkpoint's; found
+        by a new-user probe.)  With eval suites
         the request covers the tracked metric's suite (every suite, for a ``suite_aggregate`` metric) on the
         plan of the evaluation before the checkpoint that measured it (``request.suites``).  Without calls to
         this method nothing of the kind happens.  Only the synchronous path looks back (not
@@ -386,7 +389,7 @@ class AdaptiveEvaluator:
                             "(policy.lookback runs in the synchronous path); ignored (said once)")
             self._lookback_said = True
             return
-        policy.saved(int(global_step), ref)
+        policy.saved(int(global_step), int(global_step) if ref is None else ref)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.

@@ -26,13 +26,14 @@ class Run:
     """A training loop with a real evaluator: reward falls at COLLAPSE; evaluate_fn measures the model of the
     step it is asked for (the kept checkpoint when request.checkpoint is set, else the current one)."""
 
-    def __init__(self, overrides=(), *, keep_every=50, tensorboard=None):
+    def __init__(self, overrides=(), *, keep_every=50, tensorboard=None, refs=True):
         ov = ["trigger.freq_steps=25", *overrides]
         if tensorboard is not None:
             ov.append(f"logging.tensorboard_dir={tensorboard}")
         self.clock = FakeClock()
         self.evaluator = AdaptiveEvaluator(load_config("default", overrides=ov), total_steps=STEPS, clock=self.clock)
         self.keep_every = keep_every
+        self.refs = refs  # checkpoint_saved(step, "step"), or checkpoint_saved(step) without a ref
         self.rng = np.random.default_rng(0)
         self.eval_rng = np.random.default_rng(1)
         self.requests = []
@@ -53,7 +54,7 @@ class Run:
                                     "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
             self.evaluator.evaluate(fn or self.evaluate_fn, 0, s, s)
             if self.keep_every and s % self.keep_every == 0:
-                self.evaluator.checkpoint_saved(s, str(s))
+                self.evaluator.checkpoint_saved(s, *([str(s)] if self.refs else []))
             self.step += 1
         return self
 
@@ -83,6 +84,10 @@ def test_a_fall_evaluates_the_last_kept_checkpoint_before_the_alarm_and_the_pick
     rows = [r.to_dict() for r in kept.evaluator.history]
     assert rows[-1]["step"] != 650 and any(r.get("evaluated_at") == alarm_eval.step for r in rows)
     assert kept.evaluator.summary()["evals"] == plain.evaluator.summary()["evals"] + 1
+    # Saved without a ref, the checkpoint is named by its step (None asked evaluate_fn for the live model)
+    bare = Run(refs=False).train()
+    assert [(r.step, r.reason) for r in lookbacks(bare.evaluator.history)] == [(650, back.reason)]
+    assert (650, 650, before[-1].items, back.reason) in bare.requests
 
 
 def test_no_lookback_without_a_fall_or_without_a_checkpoint_in_the_gap():
@@ -278,7 +283,8 @@ def test_bad_checkpoint_arguments_and_config_are_clear_errors():
     with pytest.raises(TypeError, match="plain value"):
         ev.checkpoint_saved(10, object())
     ev.checkpoint_saved(10, __import__("pathlib").Path("/ckpt/10"))
-    assert ev.policies.by_name["lookback"].kept == [(10, "/ckpt/10")]
+    ev.checkpoint_saved(20)  # without a ref its step names it (it was None: the look back measured the live model)
+    assert ev.policies.by_name["lookback"].kept == [(10, "/ckpt/10"), (20, 20)]
     ev.close()
     for key, value in (("policy.lookback.keep", 0), ("policy.lookback.lag_steps", -1),
                        ("policy.lookback.sample_size", 0), ("replay.checkpoint_every", 0)):
