@@ -326,6 +326,10 @@ class TensorBoardLogger(MetricLogger):
         suffix = ".adaptive_eval" + (f".rank{rank}" if rank is not None else "")
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+            # Our text pages continue after those of earlier writers in this folder (a run resumed into it):
+            # each started at decisions/0000 again, and the reader, which takes a tag's last write, lost the
+            # earlier run's rows (found by a new-user probe).  TEXT_PAGE_OFFSET pages per earlier writer.
+            earlier = sum(".adaptive_eval" in f.name and "tfevents" in f.name for f in self.log_dir.iterdir())
             for _ in range(1000):
                 name = "events.out.tfevents.%010d.%s.%d.%d%s" % (time.time(), socket.gethostname(), os.getpid(),
                                                                 next(_uid), suffix)
@@ -353,6 +357,7 @@ class TensorBoardLogger(MetricLogger):
         self.groups: tuple[str, ...] = ()  # eval suites: one dashboard category each (set_groups)
         self._layout_stale = False
         self._text_metadata = None
+        self._first_page = earlier * TEXT_PAGE_OFFSET
         self._pages: dict[str, list] = {}  # tag -> [page number, [(step, text), ...] of the open page]
         self._write(self._Event(wall_time=time.time(), file_version="brain.Event:2"))
         self._write_layout(0)
@@ -463,8 +468,10 @@ class TensorBoardLogger(MetricLogger):
         Markers are kept in pages of :data:`TEXT_PAGE_SIZE`: the page ``<tag>/<page number>`` is one markdown
         table (step, text) written again, whole, with each new marker.  So every marker survives TensorBoard's
         sampling with its default settings (the event accumulator keeps 10 text events per tag and always the
-        last, the server 100), and markers at the same step do not replace each other.  :func:`read_texts`
-        reads them back.
+        last, the server 100), and markers at the same step do not replace each other.  A writer opened on a
+        folder that holds ``n`` of ours (a resumed run) numbers its pages from ``n x``
+        :data:`TEXT_PAGE_OFFSET`, so the earlier runs' pages stay as they were.  :func:`read_texts` reads
+        them back, in page order.
         """
         if not self._finalizer.alive:
             return
@@ -473,7 +480,7 @@ class TensorBoardLogger(MetricLogger):
             raise TypeError(f"TensorBoard tags must be non-empty strings, got {tag!r}")
         if not isinstance(text, str):
             raise TypeError(f"text for tag {tag!r} must be a string, got {type(text).__name__}")
-        pages = self._pages.setdefault(tag, [0, []])
+        pages = self._pages.setdefault(tag, [self._first_page, []])
         if len(pages[1]) >= TEXT_PAGE_SIZE:
             pages[0] += 1
             pages[1] = []
@@ -527,6 +534,7 @@ class TensorBoardLogger(MetricLogger):
 
 
 TEXT_PAGE_SIZE = 25  # text markers per page (one TensorBoard text tag each)
+TEXT_PAGE_OFFSET = 10_000  # the first page of the n-th writer in a folder: n x this (250,000 markers each)
 _PAGE_ROW = re.compile(r"^\| (\d+) \| (.*) \|$")
 
 
@@ -561,7 +569,8 @@ def read_texts(source, tag: str) -> list[tuple[int, str]]:
         acc = event_accumulator.EventAccumulator(str(source))
         acc.Reload()
     prefix = f"{tag}/"
-    pages = sorted(t for t in acc.Tags().get("tensors", []) if t.startswith(prefix) and t[len(prefix):].isdigit())
+    pages = sorted((t for t in acc.Tags().get("tensors", []) if t.startswith(prefix) and t[len(prefix):].isdigit()),
+                   key=lambda t: int(t[len(prefix):]))  # (a resumed run's writer numbers its pages on from 10000)
     out = []
     for page in pages:
         text = tensor_util.make_ndarray(acc.Tensors(page)[-1].tensor_proto).item().decode("utf-8")

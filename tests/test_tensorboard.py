@@ -100,6 +100,23 @@ def test_every_text_marker_survives_tensorboards_default_sampling(tmp_path):
     assert read_texts(tmp_path, "alarms") == alarms
 
 
+def test_a_run_resumed_into_the_same_folder_keeps_the_earlier_runs_text_markers(tmp_path):
+    """Each writer started at decisions/0000 again, and the reader takes a tag's last write: a resumed run's
+    first decision replaced the 30 before it (found by a new-user probe)."""
+    first = [(10 * i, f"evaluated: trigger:steps #{i}") for i in range(30)]  # two pages
+    with TensorBoardLogger(tmp_path) as logger:
+        for step, text in first:
+            logger.text(step, "decisions", text)
+    (tmp_path / "events.out.tfevents.1.host.1.1").write_bytes(b"")  # a framework's own file: not ours
+    resumed = [(300 + 10 * i, f"evaluated: alarm #{i}") for i in range(3)]
+    with TensorBoardLogger(tmp_path) as logger:
+        for step, text in resumed:
+            logger.text(step, "decisions", text)
+    assert read_texts(tmp_path, "decisions") == first + resumed
+    assert sorted(t for t in read(tmp_path).Tags()["tensors"] if t.startswith("decisions/")) == \
+        ["decisions/0000", "decisions/0001", "decisions/10000"]
+
+
 def test_layout_has_a_margin_chart_per_metric_and_the_controller_state(tmp_path):
     result = EvalResult(step=10, sample_size=64, reason="trigger:steps", seconds=1.0,
                         metrics={"acc": MetricSummary(0.5, 64, (0.4, 0.6)),
