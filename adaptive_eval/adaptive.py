@@ -936,7 +936,16 @@ class AdaptiveEvaluator:
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
-        outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
+        try:
+            outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
+        except Exception as exc:
+            if ev["on_error"] == "raise":
+                # raised as asked, and counted and recorded as the asynchronous path does (a loop that catches it
+                # and trains on kept no record of it; found by a new-user probe); the evaluation stays due
+                self._eval_errors += 1
+                self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
+                            "error": f"{type(exc).__name__}: {exc}"})
+            raise
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
         if result is not None:
