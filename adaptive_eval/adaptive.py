@@ -896,8 +896,12 @@ class AdaptiveEvaluator:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
         sample size, peak) learn nothing from it.  Said once (a ``RuntimeWarning``; never raised into the
         training step, even under ``-W error``), unless the evaluation did not cover the metric's suite
-        (``every``), or for ``<suite_aggregate>/<m>`` every suite."""
+        (``every``), or for ``<suite_aggregate>/<m>`` every suite.  An ``evaluate_fn`` that returned a bare
+        number (kept as ``raw``, AReaL style: no metric) is said too, whatever ``evaluation.metric`` is (it passed
+        unsaid, and nothing was tracked; found by a new-user probe)."""
         metric = self._evaluation["metric"]
+        if not result.metrics and result.raw is not None and not self._untracked_said:
+            metric = metric or "<none>"  # (said below, with what to return instead)
         if metric is None or self._untracked_said or metric in result.metrics:
             return
         if self._suites:
@@ -916,6 +920,10 @@ class AdaptiveEvaluator:
         message = (f"evaluation.metric {metric!r} is not among an evaluation's metrics (returned: {shown or 'none'})"
                    f"{f'; did you mean {close[0]!r}?' if close else ''}: the policies that track "
                    "it (interval, sample size, peak) learn nothing from an evaluation without it (said once)")
+        if not names:
+            message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with no "
+                       "metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
+                       "return a mapping, {'accuracy': per_item_values} (said once)")
         # Attributed to the caller's line (the training loop's evaluate() call), not to this package's.
         level, frame = 1, sys._getframe(0)
         while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):

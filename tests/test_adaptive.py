@@ -300,6 +300,26 @@ def test_on_error_raise_in_the_synchronous_path_counts_and_records_the_failure_a
     assert ev.summary()["eval_errors"] == 1 and len(calls) == 2
 
 
+def test_a_bare_number_from_evaluate_fn_is_said_once_whatever_the_tracked_metric():
+    """0.7, np.float64(0.7) or torch.tensor(0.7) gave a result with no metric (kept as raw), tracked by nothing,
+    with no word (found by a new-user probe)."""
+    import warnings
+
+    for overrides in ([], ["evaluation.metric=accuracy"]):
+        ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=2", *overrides]),
+                                           total_steps=10)
+        with pytest.warns(RuntimeWarning, match=r"evaluate_fn returned a bare float \(0\.7\), kept as raw with no "
+                                                r"metric.*return a mapping, \{'accuracy': per_item_values\}") as got:
+            for g in range(6):
+                ev.evaluate(lambda: np.float64(0.7), 0, g, g)
+        assert len([w for w in got if "bare" in str(w.message)]) == 1
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=2"]), total_steps=10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a mapping: nothing said
+        for g in range(6):
+            ev.evaluate(lambda: {"accuracy": [1.0, 0.0, 1.0]}, 0, g, g)
+
+
 def test_evaluate_fn_returning_a_wrong_shape_is_a_failed_evaluation_naming_the_metric(caplog):
     """A value that cannot be summarized raised whatever on_error said, before the evaluation was booked: it
     stayed due, so an adapter that caught the TypeError had evaluate_fn called at every later step (17 calls
