@@ -19,6 +19,7 @@ Tests and replay drive the scheduler with a :class:`FakeResourceMonitor`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterable, Mapping
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 _GB = 1024**3
+log = logging.getLogger("adaptive_eval")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +191,7 @@ class ResourceScheduler:
         if self.max_deferral_steps < 0:
             raise ValueError(f"resources.max_deferral_steps must be non-negative, got {self.max_deferral_steps}")
         self._monitor = monitor
+        self._unread_said = False  # an accelerator threshold with no reading: said once
         self._reset()
 
     def _reset(self) -> None:
@@ -206,6 +209,15 @@ class ResourceScheduler:
     def shortage(self) -> str | None:
         """Sample the monitor; what is short (``"a; b"``) or None."""
         self.last_snapshot = self.monitor.snapshot()
+        if not self._unread_said and self.last_snapshot.accelerator_free_gb is None:
+            # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)
+            keys = [k for k in ("min_free_accelerator_gb", "min_free_accelerator_fraction")
+                    if float(_setting(self.section, k, 0.0)) > 0]
+            if keys:
+                self._unread_said = True
+                log.warning("resources.%s is set, but the monitor reads no accelerator memory here (%s: no CUDA "
+                            "device, no NVML): it is not checked (said once)", " and ".join(keys),
+                            getattr(self.last_snapshot, "source", "none"))
         found = shortages(self.last_snapshot, self.section)
         return "; ".join(found) if found else None
 

@@ -126,3 +126,21 @@ def test_real_monitor_reads_host_resources():
 def test_fake_monitor_needs_snapshots():
     with pytest.raises(ValueError):
         FakeResourceMonitor([])
+
+
+def test_an_accelerator_threshold_with_no_reading_is_said_once(caplog):
+    """Without CUDA or NVML the accelerator thresholds were never checked and nothing said so (found by a
+    new-user probe); the real monitor with accelerator="none" reads no accelerator memory, as on such a machine."""
+    cfg = ResourcesConfig(enabled=True, min_free_accelerator_gb=8.0)
+    sched = ResourceScheduler(cfg, ResourceMonitor(accelerator="none"))
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        assert [sched.decide(s) for s in (1, 2, 3)] == [(True, "")] * 3  # never deferred
+    said = [r.getMessage() for r in caplog.records if "not checked" in r.getMessage()]
+    assert said == ["resources.min_free_accelerator_gb is set, but the monitor reads no accelerator memory here "
+                    "(none+psutil: no CUDA device, no NVML): it is not checked (said once)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):  # a reading, or no accelerator threshold: nothing
+        ResourceScheduler(cfg, FakeResourceMonitor([OK])).decide(1)
+        ResourceScheduler(ResourcesConfig(enabled=True, min_free_host_gb=1.0),
+                          ResourceMonitor(accelerator="none")).decide(1)
+    assert not caplog.records
