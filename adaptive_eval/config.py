@@ -658,6 +658,12 @@ def _suggestion(key: str) -> str:
 
     parent, _, name = str(key).rpartition(".")
     close = difflib.get_close_matches(name, _keys_of(parent), n=1, cutoff=0.75)
+    if close and close[0] == name:
+        # a key that is a valid path, unknown: written with its dots in YAML (one key, not nested); the hint
+        # suggested the same name (found by a new-user probe)
+        parts = str(key).split(".")
+        nested = "".join(f"{p}: {{" for p in parts[:-1]) + f"{parts[-1]}: ..." + "}" * (len(parts) - 1)
+        return f" (a YAML key with dots is one key: nest it, {nested}, or give it as --set {key}=...)"
     return f" (did you mean {((parent + '.') if parent else '') + close[0]!r}?)" if close else ""
 
 

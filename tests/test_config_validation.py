@@ -424,3 +424,18 @@ def test_a_pass_at_k_no_suite_can_reach_names_the_k_and_each_suites_most_answers
                                           r"raise a suite's samples_per_item$"):
         load_config("areal", ["evaluation.pass_at_k=[1,8]", "evaluation.suites.m.size=10",
                               "evaluation.suites.m.samples_per_item=4"])
+
+
+def test_a_dotted_yaml_key_says_to_nest_it_not_did_you_mean_itself(tmp_path):
+    """``trigger.freq_steps: 30`` at the top of a file said "unknown key 'trigger.freq_steps' (did you mean
+    'trigger.freq_steps'?)" (found by a new-user probe)."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("trigger.freq_steps: 30\npolicy:\n  interval.max_factor: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path))
+    text = str(err.value)
+    assert "mine.yaml:1: trigger.freq_steps: unknown key 'trigger.freq_steps' (a YAML key with dots is one key: " \
+           "nest it, trigger: {freq_steps: ...}, or give it as --set trigger.freq_steps=...)" in text
+    assert "mine.yaml:3: policy.interval.max_factor: unknown key 'policy.interval.max_factor' (a YAML key with " \
+           "dots is one key: nest it, policy: {interval: {max_factor: ...}}" in text
+    assert "did you mean" not in text
