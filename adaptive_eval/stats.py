@@ -106,6 +106,9 @@ def as_float(key: str, value) -> float:
         raise TypeError(f"metric {key!r}: expected a real number, got a complex {type(value).__name__}")
     if isinstance(value, decimal.Decimal) and value.is_snan():  # (float() refuses a signalling NaN: a NaN still)
         return math.nan
+    if getattr(value, "requires_grad", False):
+        # a loss tensor still in the graph: torch warns on float() of it (found by a new-user probe)
+        value = value.detach()
     try:
         return float(value)
     except OverflowError:

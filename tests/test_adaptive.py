@@ -238,6 +238,13 @@ def test_observe_accepts_numpy_and_one_element_tensors():
 
     ev = AdaptiveEvaluator.from_config()
     ev.observe({"a": np.float32(1.5), "b": torch.tensor(2.0), "c": 3, "d": np.array([4.0])}, 0)
+    # a loss still in the graph: no torch warning about requires_grad (found by a new-user probe)
+    import warnings
+
+    loss = torch.tensor(2.0, requires_grad=True) * 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ev.observe({"b": loss}, 1)
 
 
 def test_global_step_backwards_is_a_value_error():
