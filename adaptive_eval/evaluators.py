@@ -44,7 +44,13 @@ log = logging.getLogger("adaptive_eval")
 def check_step(name: str, value) -> int:
     """Steps are integers; anything else is a ``ValueError`` naming the argument."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        hint = ""
+        if name == "steps_per_epoch" and hasattr(value, "steps_per_epoch"):
+            # AReaL's call, Evaluator(config.evaluator, ft_spec): a FinetuneSpec in the place of the count
+            # (found by a new-user probe: the message gave no hint)
+            hint = (f" (AReaL's FinetuneSpec? pass steps_per_epoch=ft_spec.steps_per_epoch, or use "
+                    "adaptive_eval.integrations.areal.Evaluator(config, ft_spec), which takes AReaL's arguments)")
+        raise ValueError(f"{name} must be an integer, got {value!r}{hint}")
     return value.__index__()
 
 

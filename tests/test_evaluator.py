@@ -183,3 +183,19 @@ def test_a_bare_0d_tensor_is_a_number_and_a_meta_tensor_a_failed_evaluation(capl
     with caplog.at_level("ERROR"):
         assert ev.evaluate(lambda: {"acc": torch.ones(3, device="meta")}, 0, 2, 2) is None
     assert "cannot be read: NotImplementedError" in caplog.text
+
+
+def test_aReaLs_call_with_a_finetune_spec_says_which_evaluator_takes_it():
+    """Evaluator(config.evaluator, ft_spec), as AReaL calls its own, said only "steps_per_epoch must be an
+    integer, got FinetuneSpec(...)" (found by a new-user probe).  AReaL's own FinetuneSpec."""
+    import areal_code
+
+    areal = areal_code.load()
+    if areal is None:
+        pytest.skip("AReaL's package is not installed")
+    spec = areal.FinetuneSpec(total_train_epochs=1, dataset_size=100, train_batch_size=10)
+    with pytest.raises(ValueError, match=r"steps_per_epoch must be an integer, got .*FinetuneSpec\(.*\) \(AReaL's "
+                                         r"FinetuneSpec\? pass steps_per_epoch=ft_spec\.steps_per_epoch, or use "
+                                         r"adaptive_eval\.integrations\.areal\.Evaluator\(config, ft_spec\)"):
+        Evaluator(load_config("areal"), spec)
+    assert Evaluator(load_config("areal"), spec.steps_per_epoch).steps_per_epoch == 10
