@@ -282,31 +282,6 @@ def test_evaluate_called_every_k_steps_says_once_that_the_trigger_counts_calls(c
     assert not [r for r in caplog.records if "steps skipped" in r.getMessage()]
 
 
-def test_on_error_raise_in_the_synchronous_path_counts_and_records_the_failure_and_keeps_it_due():
-    """It raised, but eval_errors stayed 0 and no error event reached the listeners, so a loop that caught it
-    and trained on kept no record of it (the asynchronous path counts it; found by a new-user probe)."""
-    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=4", "evaluation.on_error=raise"]),
-                                       total_steps=20)
-    events = []
-    ev.add_listener(events.append)
-    calls = []
-
-    def flaky():
-        calls.append(len(calls))
-        if len(calls) == 1:
-            raise RuntimeError("grader down")
-        return {"accuracy": 1.0}
-
-    for g in range(3):
-        ev.evaluate(flaky, 0, g, g)
-    with pytest.raises(RuntimeError, match="grader down"):
-        ev.evaluate(flaky, 0, 3, 3)
-    assert ev.summary()["eval_errors"] == 1
-    assert [(e["step"], e["error"]) for e in events if e["kind"] == "error"] == [(3, "RuntimeError: grader down")]
-    assert ev.evaluate(flaky, 0, 4, 4) is not None  # still due: evaluated at the next step
-    assert ev.summary()["eval_errors"] == 1 and len(calls) == 2
-
-
 def test_a_bare_number_from_evaluate_fn_is_said_once_whatever_the_tracked_metric():
     """0.7, np.float64(0.7) or torch.tensor(0.7) gave a result with no metric (kept as raw), tracked by nothing,
     with no word (found by a new-user probe)."""

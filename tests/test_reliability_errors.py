@@ -123,7 +123,9 @@ def test_raise_reraises_the_users_exception_and_the_eval_is_still_due_next_step(
         ev.evaluate(fn, 0, 2, 2)
     fail["on"] = False
     assert ev.evaluate(fn, 0, 3, 3).step == 3  # still due: evaluated at the next step
-    assert errors(events) == []
+    # counted and recorded before it raised, as the asynchronous path does (it was neither: a loop that caught
+    # it and trained on kept no record of it; found by a new-user probe)
+    assert errors(events) == [(2, "KeyError: 'missing shard'")] and ev.summary()["eval_errors"] == 1
 
 
 # -- evaluation.timeout_s -----------------------------------------------------------------------------------
