@@ -512,8 +512,8 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
     * false alarms per 1,000: alarms on the quiet stretch of each trace (before its first annotated event; the
       whole trace when it has none) on any of its streams, per 1,000 quiet values: per stream, the quiet
       records where it has a value (a NaN too: an alarm on it is one), after its first 30 finite ones (its
-      warm-up, where no family can alarm; see ``_scan``); 95% interval over traces (``_series_ci``: alarms cluster on a hard series, so the trace is
-      the unit resampled, not the value; no alarm at all: the exact Poisson bound, marked "*"); a trace that
+      warm-up, where no family can alarm; see ``_scan``); 95% interval over traces (``_series_ci``: alarms
+      cluster on a hard series, so the trace is the unit resampled, not the value; no alarm at all: the exact Poisson bound, marked "*"); a trace that
       repeats another's run (``REPEATS``) is left out, so that events and quiet stretches are independent;
     * delay: per annotated event (``convert.load_real``'s rules: GRPO collapses and degradations), records
       from the event to the first alarm at or after it on any stream; no alarm by the end = missed.  The
