@@ -899,31 +899,33 @@ class AdaptiveEvaluator:
         (``every``), or for ``<suite_aggregate>/<m>`` every suite.  An ``evaluate_fn`` that returned a bare
         number (kept as ``raw``, AReaL style: no metric) is said too, whatever ``evaluation.metric`` is (it passed
         unsaid, and nothing was tracked; found by a new-user probe)."""
-        metric = self._evaluation["metric"]
-        if not result.metrics and result.raw is not None and not self._untracked_said:
-            metric = metric or "<none>"  # (said below, with what to return instead)
-        if metric is None or self._untracked_said or metric in result.metrics:
+        if self._untracked_said:
             return
-        if self._suites:
-            head = metric.partition("/")[0]
-            wanted = list(self._suites) if head == self._evaluation["suite_aggregate"] else [head]
-            if not all(any(n.startswith(f"{s}/") for n in result.metrics) for s in wanted):
-                return  # a suite skipped at this evaluation: its metrics are absent by design
+        metric = self._evaluation["metric"]
+        if not result.metrics and result.raw is not None:
+            message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with "
+                       "no metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
+                       "return a mapping, {'accuracy': per_item_values} (said once)")
+        elif metric is None or metric in result.metrics:
+            return
+        else:
+            if self._suites:
+                head = metric.partition("/")[0]
+                wanted = list(self._suites) if head == self._evaluation["suite_aggregate"] else [head]
+                if not all(any(n.startswith(f"{s}/") for n in result.metrics) for s in wanted):
+                    return  # a suite skipped at this evaluation: its metrics are absent by design
+            import difflib
+
+            names = list(result.metrics)
+            shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20
+                                                              else "")
+            close = difflib.get_close_matches(metric, names, n=1, cutoff=0.6)
+            message = (f"evaluation.metric {metric!r} is not among an evaluation's metrics (returned: "
+                       f"{shown or 'none'}){f'; did you mean {close[0]!r}?' if close else ''}: the policies that "
+                       "track it (interval, sample size, peak) learn nothing from an evaluation without it (said once)")
         self._untracked_said = True
         if self._rank != 0:
             return
-        import difflib
-
-        names = list(result.metrics)
-        shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-        close = difflib.get_close_matches(metric, names, n=1, cutoff=0.6)
-        message = (f"evaluation.metric {metric!r} is not among an evaluation's metrics (returned: {shown or 'none'})"
-                   f"{f'; did you mean {close[0]!r}?' if close else ''}: the policies that track "
-                   "it (interval, sample size, peak) learn nothing from an evaluation without it (said once)")
-        if not names:
-            message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with no "
-                       "metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
-                       "return a mapping, {'accuracy': per_item_values} (said once)")
         # Attributed to the caller's line (the training loop's evaluate() call), not to this package's.
         level, frame = 1, sys._getframe(0)
         while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):

@@ -690,9 +690,7 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
                           if truth is not None else (None, None))
         own = directions[i] if directions is not None and i < len(directions) else getattr(ev, "direction", None)
         if own is not None:
-            if own not in ("up", "down"):
-                raise ValueError(f"event at {step}: direction must be 'up', 'down' or None, got {own!r}")
-            direction = own
+            direction = own  # (confirmed_delay refuses anything but "up", "down" and None)
         delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction, paired=paired)
                       if metric is not None else None)
     needless, quiet = needless_evals(evals, events)
