@@ -11,6 +11,8 @@ library of real recorded traces (``real_traces()``, ``load_real(name)``).
 * :func:`convert_sb3_monitor`, :func:`convert_sb3_evaluations`, :func:`convert_sb3_run`: Stable-Baselines3
   ``Monitor`` CSVs and ``EvalCallback`` results.
 * :func:`convert_lm_eval_long`, :func:`convert_bigscience`: lm-eval-harness results per checkpoint.
+* :func:`convert_tcpd`, :func:`tcpd_events`: a Turing Change Point Dataset series and its annotated change
+  points (``read_trace`` reads a TCPD file too).
 
 Save any of them with :func:`adaptive_eval.trace.write_trace`.
 
@@ -69,7 +71,7 @@ __all__ = [
     "RealTrace", "RealTraceInfo", "convert_bigscience", "convert_distill", "convert_grpo", "convert_lm_eval_long",
     "from_item_results",
     "convert_nanogpt", "convert_sb3_evaluations", "convert_sb3_monitor", "convert_sb3_run", "default_traces_dir",
-    "from_columns", "load_real", "real_traces",
+    "from_columns", "load_real", "real_traces", "convert_tcpd", "tcpd_events",
 ]
 
 
@@ -703,6 +705,153 @@ def _bigscience(path: pathlib.Path) -> tuple[Trace, dict[str, int]]:
                                      for s, v, e in zip(steps, values, errs) if v is not None}
     records, items = _lm_eval_records(steps, table)
     return Trace(records, str(path)), items
+
+
+# ------------------------------------------------------------------------------------------- TCPD
+
+
+def _tcpd_trace(path, doc: dict) -> Trace:
+    """The trace of a Turing Change Point Dataset file (see :func:`convert_tcpd`), from its parsed JSON."""
+    n = doc.get("n_obs")
+    series = doc.get("series")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TraceError(f"TCPD dataset: 'n_obs' must be a positive integer, not {n!r}", path)
+    if not isinstance(series, list) or not series:
+        raise TraceError("TCPD dataset: 'series' must be a non-empty list", path)
+    time = doc.get("time")
+    index = time.get("index") if isinstance(time, dict) else None
+    if index is None:
+        index = list(range(n))
+    if not isinstance(index, list) or len(index) != n:
+        raise TraceError(f"TCPD dataset: 'time.index' must list n_obs = {n} steps, "
+                         f"not {len(index) if isinstance(index, list) else type(index).__name__}", path)
+    steps = []
+    for i, t in enumerate(index):
+        if isinstance(t, bool) or not isinstance(t, int) or (steps and t <= steps[-1]):
+            raise TraceError(f"TCPD dataset: 'time.index' entry {i} is {t!r}; the index must be increasing "
+                             "integers", path)
+        steps.append(t)
+    names, columns = [], []
+    for j, s in enumerate(series):
+        where = f"series {j}"
+        raw = s.get("raw") if isinstance(s, dict) else None
+        if not isinstance(raw, list) or len(raw) != n:
+            raise TraceError(f"TCPD dataset: {where}: 'raw' must list n_obs = {n} values, not "
+                             f"{len(raw) if isinstance(raw, list) else type(raw).__name__}", path)
+        label = s.get("label")
+        name = label.strip() if isinstance(label, str) else ""
+        if not name or name in RESERVED or name in names or name.startswith(("eval/", "eval_")):
+            name = f"V{j + 1}"  # (no label, or one that would read as another column: TCPD's own V1, V2, ...)
+        column = []
+        for i, v in enumerate(raw):
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                column.append(None)  # missing: nothing observed at that step
+            elif isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TraceError(f"TCPD dataset: {where} ({name!r}), value {i} (step {steps[i]}) is {v!r}, not a "
+                                 "number (null or NaN for a missing value)", path)
+            else:
+                column.append(float(v))
+        names.append(name)
+        columns.append(column)
+    records = []
+    for i, step in enumerate(steps):
+        metrics = {name: col[i] for name, col in zip(names, columns) if col[i] is not None}
+        if metrics:
+            records.append(TraceRecord(step, metrics))
+    if not records:
+        raise TraceError("TCPD dataset: no value in any series", path)
+    return Trace(records, source=str(path))
+
+
+def convert_tcpd(path: str | os.PathLike) -> Trace:
+    """A dataset of the Turing Change Point Dataset (TCPD, alan-turing-institute/TCPD, e.g.
+    ``datasets/nile/nile.json``) as a trace: one record per entry of ``time.index`` (the step), one stream per
+    series, named by its ``label`` (``V1``, ``V2``, ... where a label is missing, repeated, or would read as
+    step/epoch/time or an eval column).  A ``null`` or NaN value is missing: that step observes nothing on that
+    stream (a step missing on every series has no record).  :func:`adaptive_eval.trace.read_trace` reads such a
+    file as this does, so ``adaptive-eval replay``, ``check`` and ``benchmarks/detectors.py --real`` take it as a
+    trace; the annotated change points are :func:`tcpd_events`.
+
+    >>> import json, pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "toy.json"
+    >>> _ = path.write_text(json.dumps({"name": "toy", "n_obs": 3, "n_dim": 1, "time": {"index": [0, 1, 2]},
+    ...                                 "series": [{"label": "V1", "type": "float", "raw": [1.0, None, 3.5]}]}))
+    >>> [(r.step, r.metrics) for r in convert_tcpd(path).records]
+    [(0, {'V1': 1.0}), (2, {'V1': 3.5})]
+    """
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        doc = json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not JSON ({exc.msg})", path, exc.lineno) from None
+    if not isinstance(doc, dict) or "series" not in doc:
+        raise TraceError("not a TCPD dataset (a JSON object with 'n_obs', 'time' and 'series')", path)
+    return _tcpd_trace(path, doc)
+
+
+def tcpd_events(annotations: str | os.PathLike | Mapping, name: str, *, min_annotators: int = 2,
+                margin: int = 5) -> list[int]:
+    """The change points of TCPD dataset ``name`` that at least ``min_annotators`` annotators agree on, from
+    TCPD's ``annotations.json`` (a path, or its parsed mapping ``{dataset: {annotator: [index, ...]}}``).
+
+    Every annotator's points are pooled and sorted; points at most ``margin`` indices from the previous one
+    form one group (so one annotator's two nearby points are one vote); a group marked by at least
+    ``min_annotators`` different annotators is one event, at its earliest point.  (TCPD's own F1 and cover
+    metrics score against every annotator; this is the consensus rule of the README's TCPD tables.)  The
+    indices are ``time.index`` values, the steps of :func:`convert_tcpd`'s trace.
+
+    >>> tcpd_events({"nile": {"7": [28], "12": [28], "13": [29], "6": []}}, "nile")
+    [28]
+    >>> tcpd_events({"toy": {"1": [10, 50], "2": [12], "3": [80]}}, "toy")
+    [10]
+    """
+    if isinstance(annotations, (str, os.PathLike)):
+        where = pathlib.Path(annotations)
+        if not where.exists():
+            raise FileNotFoundError(f"{where}: no such file")
+        try:
+            annotations = json.loads(read_text(where))
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"not JSON ({exc.msg})", where, exc.lineno) from None
+    else:
+        where = "annotations"
+    if isinstance(min_annotators, bool) or not isinstance(min_annotators, int) or min_annotators < 1:
+        raise ValueError(f"min_annotators must be a positive integer, not {min_annotators!r}")
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative integer, not {margin!r}")
+    if not isinstance(annotations, Mapping):
+        raise TraceError(f"TCPD annotations: expected an object of datasets, not {type(annotations).__name__}",
+                         where)
+    if name not in annotations:
+        import difflib
+
+        near = difflib.get_close_matches(name, [str(k) for k in annotations], n=3)
+        hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+        raise KeyError(f"{where}: no annotations for dataset {name!r}{hint}")
+    by_annotator = annotations[name]
+    if not isinstance(by_annotator, Mapping):
+        raise TraceError(f"TCPD annotations of {name!r}: expected an object of annotators", where)
+    marks = []
+    for who, points in by_annotator.items():
+        if not isinstance(points, list):
+            raise TraceError(f"TCPD annotations of {name!r}, annotator {who!r}: expected a list of indices", where)
+        for p in points:
+            if isinstance(p, bool) or not isinstance(p, int):
+                raise TraceError(f"TCPD annotations of {name!r}, annotator {who!r}: {p!r} is not an index", where)
+            marks.append((p, str(who)))
+    marks.sort()
+    events, group = [], []
+    for point, who in marks:
+        if group and point - group[-1][0] > margin:
+            if len({w for _, w in group}) >= min_annotators:
+                events.append(group[0][0])
+            group = []
+        group.append((point, who))
+    if group and len({w for _, w in group}) >= min_annotators:
+        events.append(group[0][0])
+    return events
 
 
 # ------------------------------------------------------------------------------------------- event rules

@@ -523,6 +523,8 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
 
     JSONL objects may nest metrics (``{"step": 3, "actor": {"kl": 0.01}}`` is metric ``actor/kl``), and a
     ``data`` object in place of ``metrics`` holds them (verl's file logger: ``{"step": 3, "data": {...}}``).
+    A JSON file of the Turing Change Point Dataset (an object with ``n_obs``, ``time`` and ``series``) is one
+    stream per series, its ``time.index`` the steps (:func:`adaptive_eval.convert.convert_tcpd`).
 
     ``on_restart``: ``"error"`` (default) for a step below the previous one; ``"keep_last"`` takes it for a
     run restarted or resumed into the same log and keeps the later run (the earlier records at or after that
@@ -1148,10 +1150,11 @@ def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line, skipped: di
             metrics[name] = x
 
 
-def _json_document(path, text: str) -> list | None:
+def _json_document(path, text: str) -> list | Trace | None:
     """The records of a file that is one JSON document, not one object a line: an array of record objects,
     or an object holding them under ``log_history`` (Hugging Face Trainer's ``trainer_state.json``); None
-    for JSONL.  Another single document is a :class:`TraceError` saying what was expected."""
+    for JSONL; the whole trace of a Turing Change Point Dataset file (:func:`adaptive_eval.convert.convert_tcpd`).
+    Another single document is a :class:`TraceError` saying what was expected."""
     lead = text[:4096]  # (the leading blanks, without copying a big file)
     start = len(lead) - len(lead.lstrip())
     if not text.startswith(("[", "{"), start):
@@ -1175,6 +1178,10 @@ def _json_document(path, text: str) -> list | None:
         doc = json.loads(text)
     except json.JSONDecodeError:
         return None  # JSONL with a malformed line: its own error names the line
+    if isinstance(doc, dict) and "series" in doc and "n_obs" in doc:  # a Turing Change Point Dataset file
+        from adaptive_eval.convert import _tcpd_trace
+
+        return _tcpd_trace(path, doc)
     rows = doc.get("log_history") if isinstance(doc, dict) else doc
     if not isinstance(rows, list):
         keys = ", ".join(map(repr, list(doc)[:6])) if isinstance(doc, dict) else type(doc).__name__
@@ -1187,6 +1194,8 @@ def _json_document(path, text: str) -> list | None:
 
 def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step") -> Trace:
     rows = _json_document(path, text)
+    if isinstance(rows, Trace):
+        return rows
     if rows is not None:
         records: list[TraceRecord] = []
         skipped: dict = {}

@@ -3,6 +3,8 @@
 Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
      python benchmarks/detectors.py --real [--config F] [--set K=V] [trace options] [TRACE...]
                                                 (the real-stream tables only; see real_streams)
+     python benchmarks/detectors.py --real --tcpd-annotations TCPD/annotations.json TCPD/datasets/*/*.json
+                                                (the Turing Change Point Dataset, events by annotator consensus)
      python benchmarks/detectors.py --tradeoff  (the default CUSUM's settings on synthetic streams; see tradeoff)
      python benchmarks/detectors.py --warmup    (the test for a change inside the warm-up; see warmup_changes)
 
@@ -292,17 +294,20 @@ REPEATS = {"grpo_tracking": "grpo_no_kl", "sb3_pong_episodes": "sb3_pong"}
 TRACE_DEFAULTS = argparse.Namespace(stream=[], eval=[], step_column="step", keep_last_run=False)
 
 
-def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
+def _real_data(paths=(), trace_args=TRACE_DEFAULTS, tcpd_annotations=None) -> list[tuple]:
     """(name, trace, streams, quiet_end, event record indices) of the shipped real traces with streams, repeats
     of another trace's run (``REPEATS``) left out; or, given ``paths``, of those trace files read with the trace
     options ``trace_args`` (``adaptive_eval.cli._add_trace_args``: --stream, --eval, --step-column,
     --keep-last-run), their events from their sidecar files (``<trace>.events.yaml``, as ``adaptive-eval check``
-    reads them; an event outside the trace is an error, as there)."""
+    reads them; an event outside the trace is an error, as there), or, with ``tcpd_annotations`` (TCPD's
+    ``annotations.json``), for a trace whose file stem names a dataset there (``datasets/nile/nile.json``), the
+    change points at least two annotators agree on within 5 records (``convert.tcpd_events``)."""
     from adaptive_eval.convert import load_real, real_traces
 
     out = []
     if paths:
         from adaptive_eval.cli import _foreign, _load_trace_file, _refuse_repeated_traces
+        from adaptive_eval.convert import tcpd_events
         from adaptive_eval.testing import Expectations, events_path, load_expectations
         from adaptive_eval.testing._core import _load
 
@@ -313,6 +318,14 @@ def _real_data(paths=(), trace_args=TRACE_DEFAULTS) -> list[tuple]:
                 sidecar = events_path(path)
                 exp = load_expectations(sidecar) if sidecar is not None else Expectations()
                 where = sidecar
+                if tcpd_annotations is not None and pathlib.Path(path).stem in tcpd_annotations:
+                    if sidecar is not None:
+                        raise ValueError(f"{path}: events both in {sidecar} and in the TCPD annotations; keep one")
+                    from adaptive_eval.testing import Event
+
+                    steps = tcpd_events(tcpd_annotations, pathlib.Path(path).stem)
+                    exp = Expectations(events=[Event(step) for step in steps])
+                    where = f"{path} (TCPD annotations)"
             else:  # a shipped real trace by name, with its events (as check reads it)
                 trace, name, exp, _ = _load(path)
                 where = name
@@ -646,8 +659,8 @@ def real_streams(paths=(), real=None, config=None, overrides=(), quick: bool = F
         fa = _rate(t["series"])
         print(f"{fam:{w}s} {fa:>21s} {sum(d != inf for d in ds):4d}/{len(ds)} "
               f"{med:>20s} {per:>18s} {chance:>26s} {f'{beyond}/{known}':>8s} {versus:>21s}")
-    where = (f"{len(real)} traces given, {len(base)} events from their sidecar files (an event's alarm must come "
-             f"before the next event)" if paths else f"{len(real)} real traces ("
+    where = (f"{len(real)} traces given, {len(base)} events from their sidecar files or TCPD annotations (an "
+             "event's alarm must come before the next event)" if paths else f"{len(real)} real traces ("
              + ", ".join(f"{k} left out: the run of {v}" for k, v in REPEATS.items()) + f"), {len(base)} events (all GRPO)")
     warm_note = (f"; {in_warmup} event(s) in every stream's warm-up (flagged above: the delay measures its end)"
                  if in_warmup else "")
@@ -959,6 +972,10 @@ def main(argv=None) -> None:
     real = ap.add_argument_group("with --real (as adaptive-eval replay reads them)")
     _add_config_args(real)
     _add_trace_args(real)
+    real.add_argument("--tcpd-annotations", metavar="FILE",
+                      help="TCPD's annotations.json: the events of each TRACE whose file stem names a dataset there "
+                           "(TCPD's datasets/<name>/<name>.json, read as a trace), where at least 2 annotators "
+                           "agree within 5 records, at the earliest point")
     args = ap.parse_args(argv)
     if args.traces and not args.real:
         ap.error("trace files are read with --real only")
@@ -966,12 +983,33 @@ def main(argv=None) -> None:
         ap.error("--config and --set apply with --real only")
     if _foreign(args) and not args.traces:
         ap.error("--stream, --eval, --step-column and --keep-last-run apply to the TRACE files given with --real")
+    if args.tcpd_annotations is not None and not args.traces:
+        ap.error("--tcpd-annotations applies to the TRACE files given with --real (TCPD's dataset JSON files)")
     if args.real:
         try:
             from adaptive_eval import load_config
 
             load_config(args.config, args.overrides)  # a bad config or override: exit 2 before any work
-            data = _real_data(args.traces, args)
+            annotations = None
+            if args.tcpd_annotations is not None:
+                import json
+
+                from adaptive_eval.trace import read_text
+
+                try:
+                    annotations = json.loads(read_text(pathlib.Path(args.tcpd_annotations)))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{args.tcpd_annotations}:{e.lineno}: not JSON ({e.msg})") from None
+                if not isinstance(annotations, dict):
+                    raise ValueError(f"{args.tcpd_annotations}: not TCPD's annotations.json (an object of datasets)")
+                unused = [p for p in args.traces if pathlib.Path(p).stem not in annotations]
+                if len(unused) == len(args.traces):
+                    raise ValueError(f"{args.tcpd_annotations}: annotates none of the traces given (by file stem: "
+                                     f"{', '.join(pathlib.Path(p).stem for p in args.traces[:5])})")
+                for p in unused:
+                    print(f"note: {p}: not in {args.tcpd_annotations}; its events come from its sidecar, if any",
+                          file=sys.stderr)
+            data = _real_data(args.traces, args, annotations)
         except (OSError, ValueError) as e:
             ap.exit(2, f"detectors.py: {e}\n")
         real_streams(args.traces, data, args.config, args.overrides, quick=args.quick)

@@ -242,3 +242,35 @@ def test_real_counts_an_alarm_on_a_nan_cell_as_any_alarm_and_an_event_given_twic
     default = next(line for line in out.stdout.splitlines() if line.startswith("default preset ")).split()
     # the preset's nonfinite detector alarms at each NaN: 3 false alarms over 270 quiet values; the step caught
     assert default[2] == f"{3000 / 270:.2f}" and default[5] == "1/1", default
+
+
+def test_real_reads_tcpd_datasets_with_their_annotations(tmp_path):
+    import json
+
+    rng = random.Random(11)
+    paths = []
+    for name, at in (("shifted", 200), ("flat", None)):
+        raw = [rng.gauss(10.0, 1.0) + (6.0 if at is not None and i >= at else 0.0) for i in range(400)]
+        folder = tmp_path / "datasets" / name
+        folder.mkdir(parents=True)
+        path = folder / f"{name}.json"
+        path.write_text(json.dumps({"name": name, "n_obs": 400, "n_dim": 1, "time": {"index": list(range(400))},
+                                    "series": [{"label": "V1", "type": "float", "raw": raw}]}, indent="\t"))
+        paths.append(str(path))
+    annotations = tmp_path / "annotations.json"
+    # two annotators agree on 200 (within 5 records); a third's lone point at 350 is no event
+    annotations.write_text(json.dumps({"shifted": {"6": [200], "7": [203], "8": [350]}, "flat": {"6": [], "7": []},
+                                       "unused": {"6": [1]}}))
+    out = run("--tcpd-annotations", str(annotations), *paths)
+    assert out.returncode == 0, out.stderr
+    assert "over 2 traces given, 1 events from their sidecar files or TCPD annotations" in out.stdout
+    # 200 quiet values before the event and 400 on the flat series, less each one's first 30
+    assert "n = 540 quiet values" in out.stdout
+    default = next(line for line in out.stdout.splitlines() if line.startswith("default preset ")).split()
+    assert default[5] == "1/1", default
+    # annotations that name none of the files, and the option without files: exit 2 before any work
+    out = run("--tcpd-annotations", str(annotations), str(_step_trace(tmp_path)))
+    assert out.returncode == 2 and "annotates none of the traces given" in out.stderr
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "detectors.py"), "--real", "--tcpd-annotations",
+                          str(annotations)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "--tcpd-annotations applies to the TRACE files" in out.stderr
