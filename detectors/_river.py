@@ -121,8 +121,8 @@ class PageHinkley(Detector):
 
     name = "page_hinkley"
     _threshold_param = "threshold"
-    _state = ("_warm", "_level", "_scale", "_n", "_m2", "_factor", "_learning", "_inc_from", "_dec_from", "_inc_new",
-              "_dec_new")
+    _state = ("_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_learning", "_inc_from",
+              "_dec_from", "_inc_new", "_dec_new")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -169,6 +169,7 @@ class PageHinkley(Detector):
     def _reset(self) -> None:
         self._ph = self._new_river()
         self._warm: list[float] | None = [] if self.standardize else None
+        self._warm_steps: list[int] | None = [] if self.standardize else None
         self._level = 0.0
         self._scale = 1.0
         self._inv = 1.0
@@ -262,6 +263,10 @@ class PageHinkley(Detector):
     def _warm_up(self, value: float, step: int) -> Alarm | None:
         warm = self._warm
         warm.append(value)
+        steps = self._warm_steps
+        if steps is None:  # (a state from before the warm-up's steps were kept)
+            steps = self._warm_steps = []
+        steps.append(step)
         if len(warm) < self.min_instances:
             return None
         self._level, self._scale, self._n = screened_moments(warm)
@@ -269,10 +274,13 @@ class PageHinkley(Detector):
         self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
         self._inv = 1.0 / self._scale
         self._learning = self._n < self.reference
-        self._warm = None
+        self._warm = self._warm_steps = None
+        # (a state from before the warm-up's steps were kept holds fewer steps than values: the first stands in)
+        steps = [steps[0]] * (len(warm) - len(steps)) + steps
         alarm = None
-        for v in warm:  # river sees the warm-up values too (standardized), so it is armed at once
-            alarm = self._feed((v - self._level) * self._inv, step) or alarm
+        for v, s in zip(warm, steps):  # river sees the warm-up values too (standardized), so it is armed at once,
+            # each at its own step, so that an excursion begun in the warm-up is located where it began
+            alarm = self._feed((v - self._level) * self._inv, s) or alarm
         return alarm
 
     def _alarm(self, step: int) -> Alarm:
@@ -539,7 +547,9 @@ class KSWIN(Detector):
     river keeps a sliding window of ``window_size`` values and tests the last ``stat_size`` of them against
     ``stat_size`` drawn at random from the rest; it alarms when the KS p-value is at most ``alpha`` (and the
     statistic exceeds 0.1).  It detects any change of distribution, not only of the mean, so the alarm has no
-    direction; its ``location`` is the start of the recent part.  Each update runs a KS test (about 0.2 ms):
+    direction; its ``location`` is the split of the window whose two parts differ most (the scaled two-sample KS
+    statistic; before, the start of the recent part, ``stat_size - 1`` values after a step change it caught
+    at once).  Each update runs a KS test (about 0.2 ms):
     use it on eval streams or as a second stage rather than on every per-step stream.
 
     Calibration: ``arl0`` instead of ``alpha`` (default ``arl0=5000``), simulated on i.i.d. standard normal
@@ -572,7 +582,7 @@ class KSWIN(Detector):
     ...     alarm = det.update(x, step)
     ...     if alarm:
     ...         print(alarm.step, alarm.direction, alarm.location)
-    231 None 202
+    231 None 200
     """
 
     name = "kswin"
@@ -691,6 +701,31 @@ class KSWIN(Detector):
             out[lo + w - 1: lo + w - 1 + m] = stat_of_k[k]
         return out
 
+    def _location(self, window: list[float] | None, value: float, step: int) -> int:
+        """Where the distribution changed: the split of the window (at least 5 values a side) whose two parts
+        differ most by the two-sample KS statistic scaled by sqrt(n1 n2 / (n1 + n2)), the scale under which
+        splits of different sizes compare; the start of the recent part when the window is too short."""
+        r = self.stat_size
+        steps = self._steps
+        values = (window + [value])[-len(steps):] if window is not None else []
+        n = len(values)
+        if n < 10 or len(steps) != n:
+            return steps[-r] if len(steps) >= r else step
+        x = np.asarray(values, dtype=float)
+        order = np.argsort(x, kind="stable")
+        xs = x[order]
+        last = np.ones(n, dtype=bool)  # the empirical CDFs are compared at the last of tied values only
+        last[:-1] = xs[1:] != xs[:-1]
+        best, where = -1.0, n - r
+        for t in range(5, n - 4):
+            left = (order < t).astype(float)  # which sorted values lie left of the split
+            f_left = np.cumsum(left) / t
+            f_right = np.cumsum(1.0 - left) / (n - t)
+            d = float(np.max(np.abs(f_left - f_right)[last])) * math.sqrt(t * (n - t) / n)
+            if d > best:
+                best, where = d, t
+        return int(steps[where])
+
     def update(self, value: float, step: int) -> Alarm | None:
         if type(value) is not float:
             value = self._float(value)
@@ -708,7 +743,7 @@ class KSWIN(Detector):
             r = self.stat_size
             old = (window + [value])[-self.window_size:][: self.window_size - r] if window is not None else []
             new = list(k.window)
-            location = self._steps[-r] if len(self._steps) >= r else step
+            location = self._location(window, value, step)
             self._steps = self._steps[-r:]
             up = sum(new) / len(new) > sum(old) / len(old) if old else None
             return Alarm(step, self.name, self.stream, None, location,

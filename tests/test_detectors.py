@@ -256,8 +256,12 @@ BEHAVIOUR = [
     ({"type": "bocpd", "arl0": 10000}, [(25, 0, 1), (300, 2, 1)], [(49, "up", 25)]),
     ({"type": "bocpd", "arl0": 10000, "warmup_test": False}, [(25, 0, 1), (300, 2, 1)], []),
     ({"type": "page_hinkley", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(405, "up", 399)]),
+    # a change inside its 30-value warm-up: alarmed when it ends, located where it began (was the warm-up's end)
+    ({"type": "page_hinkley", "arl0": 10000}, [(10, 0, 1), (300, 3, 1)], [(29, "up", 10)]),
+    ({"type": "page_hinkley", "arl0": 10000}, [(20, 0, 1), (300, -3, 1)], [(29, "down", 20)]),
     ({"type": "adwin", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(407, "up", 400)]),
-    ({"type": "kswin", "arl0": 10000}, [(400, 0, 1), (200, 3, 1)], [(417, None, 388)]),
+    # located at the best split of its window (was the start of the recent part, 388)
+    ({"type": "kswin", "arl0": 10000}, [(400, 0, 1), (200, 3, 1)], [(417, None, 400)]),
     ({"type": "window_test", "arl0": 10000}, [(400, 0, 1), (200, 2, 1)], [(429, "up", 400)]),
     ({"type": "spike"}, [(400, 0, 1)], []),
     ({"type": "spike", "arl0": 10000, "direction": "down"}, [(400, 0, 1)], []),
