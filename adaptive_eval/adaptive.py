@@ -1474,8 +1474,15 @@ class AdaptiveEvaluator:
     def load_state_dict(self, sd: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (also after a JSON round trip); later decisions are
         the same as those of the run that never stopped."""
+        if isinstance(sd, (str, bytes)):
+            raise ValueError("load_state_dict takes the state_dict mapping, not its JSON text: "
+                             "load_state_dict(json.loads(text))")
         if not isinstance(sd, Mapping) or "trigger" not in sd:
             raise ValueError("not an AdaptiveEvaluator state_dict (no 'trigger' key)")
+        version = sd.get("version", 1)
+        if version != 1:
+            raise ValueError(f"state_dict version {version!r}: this adaptive_eval reads version 1; it was written "
+                             "by another version of the library")
         sd = _unstrict(sd)
         self._reset()
         elapsed = float(sd.get("elapsed", 0.0))

@@ -405,6 +405,10 @@ def _async_problems(cfg: DictConfig) -> list[str]:
     if ranks and not cfg.evaluation.asynchronous:
         problems.append("distributed.eval_ranks: eval ranks evaluate asynchronously; set evaluation.asynchronous: "
                         "true")
+    folder = cfg.logging.tensorboard_dir
+    if folder in ("True", "False", "true", "false"):  # (OmegaConf has turned YAML's true into the string "True")
+        problems.append(f"logging.tensorboard_dir: a folder to write to, or null, not {folder.lower()}; e.g. "
+                        "tensorboard_dir: runs/tb")
     return problems
 
 
@@ -582,7 +586,12 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
     if os.sep not in p and name in preset_names():
         res = resources.files("adaptive_eval.configs") / f"{name}.yaml"
         return f"preset:{name} ({res})", res.read_text(encoding="utf-8")
-    raise ConfigError([f"{p}: no such config file (and no preset of that name; presets: {', '.join(preset_names())})"])
+    import difflib
+
+    near = difflib.get_close_matches(name, preset_names(), n=1) if os.sep not in p else []
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ConfigError([f"{p}: no such config file (and no preset of that name; presets: {', '.join(preset_names())})"
+                       + hint])
 
 
 def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]:

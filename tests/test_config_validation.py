@@ -439,3 +439,31 @@ def test_a_dotted_yaml_key_says_to_nest_it_not_did_you_mean_itself(tmp_path):
     assert "mine.yaml:3: policy.interval.max_factor: unknown key 'policy.interval.max_factor' (a YAML key with " \
            "dots is one key: nest it, policy: {interval: {max_factor: ...}}" in text
     assert "did you mean" not in text
+
+
+def test_a_misspelt_preset_is_named_with_the_nearest_and_tensorboard_dir_true_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"agressive: no such config file .*; did you mean 'aggressive'\?"):
+        load_config("agressive")
+    with pytest.raises(ConfigError, match=r"no preset of that name; presets: [a-z, ]+\)$"):
+        load_config("mine.yaml")  # nothing near: no suggestion
+    # `tensorboard_dir: true` read as the folder "True" (TensorBoard on, it seemed, and a folder named True)
+    path = tmp_path / "c.yaml"
+    path.write_text("logging:\n  tensorboard_dir: true\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:2: logging.tensorboard_dir: a folder to write to, or null, not "
+                                          r"true"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"logging.tensorboard_dir: a folder .* not false"):
+        load_config(None, ["logging.tensorboard_dir=false"])
+    assert load_config(None, ["logging.tensorboard_dir=runs/tb"]).logging.tensorboard_dir == "runs/tb"
+
+
+def test_load_state_dict_refuses_json_text_and_another_version_by_name():
+    import json
+
+    ev = AdaptiveEvaluator(load_config(), clock=FakeClock())
+    sd = ev.state_dict()
+    with pytest.raises(ValueError, match=r"not its JSON text: load_state_dict\(json.loads\(text\)\)"):
+        ev.load_state_dict(json.dumps(sd))
+    with pytest.raises(ValueError, match=r"state_dict version 99: this adaptive_eval reads version 1"):
+        ev.load_state_dict({**sd, "version": 99})
+    ev.load_state_dict(json.loads(json.dumps(sd)))  # the JSON round trip, loaded
