@@ -42,6 +42,7 @@ import numpy as np
 
 from adaptive_eval.synthetic import Event
 from adaptive_eval.trace import (
+    MISSING_CELLS,
     RESERVED,
     VALIDATION_PREFIXES,
     Trace,
@@ -60,6 +61,7 @@ from adaptive_eval.trace import (
     warn_clashes,
 )
 
+_NO_CELL = MISSING_CELLS | {""}
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
 _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
 # A clock column, when there is no ``time``: TensorBoard's CSV export, then W&B's (seconds since the run started;
@@ -274,17 +276,17 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         metrics = {}
         for i, name, col, convert in outputs:
             cell = cells[i].strip()
-            if not cell:
+            if not cell or cell in MISSING_CELLS:
                 continue
             try:
                 metrics[name] = float(cell) if convert is None else convert(cell)
             except ValueError:
                 raise TraceError(f"column {col!r}: {cell!r} is not a number{date_hint(cell)}", path, line) from None
         e = None
-        if i_epoch is not None and cells[i_epoch].strip():
+        if i_epoch is not None and cells[i_epoch].strip() not in _NO_CELL:
             e = _parse_epoch(cells[i_epoch], path, line)
         t = None
-        if i_time is not None and cells[i_time].strip():
+        if i_time is not None and cells[i_time].strip() not in _NO_CELL:
             try:
                 t = to_seconds(cells[i_time])
             except ValueError:  # a date (seconds since the first record's), or an error naming the cell

@@ -57,6 +57,9 @@ from adaptive_eval.stats import as_float
 __all__ = ["Trace", "TraceError", "TraceRecord", "TraceRecorder", "is_eval_name", "read_trace", "write_trace"]
 
 RESERVED = ("step", "epoch", "time")
+# CSV cells that mean "no value here", as an empty cell does: R's NA, pandas' <NA> (nullable columns), a
+# database's NULL, Excel's #N/A.  (NaN is not one of them: it is a value, which the nonfinite detector sees.)
+MISSING_CELLS = frozenset({"NA", "N/A", "n/a", "#N/A", "<NA>", "NULL", "null", "None"})
 _NONFINITE_TO_JSON = {math.inf: "inf", -math.inf: "-inf"}
 _JSON_TO_NONFINITE = {"nan": math.nan, "NaN": math.nan, "inf": math.inf, "Infinity": math.inf,
                       "-inf": -math.inf, "-Infinity": -math.inf}
@@ -933,7 +936,7 @@ def _csv_record(row: list[str], names: list[str], path, line) -> TraceRecord:
     step = epoch = time = None
     metrics = {}
     for name, cell in zip(names, row):
-        if not cell.strip() or name.startswith(_UNNAMED):
+        if not cell.strip() or name.startswith(_UNNAMED) or (name != "step" and cell.strip() in MISSING_CELLS):
             if name == "step":
                 raise TraceError("empty 'step' cell", path, line)
             continue

@@ -1,5 +1,6 @@
 """Trace files as users have them: other line endings and encodings; bad requests."""
 
+import math
 import re
 import subprocess
 import sys
@@ -208,3 +209,23 @@ def test_text_and_flags_in_flat_jsonl_records_are_metadata_left_out(tmp_path):
     boxed.write_text('{"step": 1, "metrics": {"r": "high"}}\n')
     with pytest.raises(TraceError, match=r"boxed\.jsonl:1: metric 'r': 'high' is not a number"):
         read_trace(boxed)
+
+
+def test_na_null_and_friends_are_missing_cells_not_errors_and_nan_stays_a_value(tmp_path):
+    # R's write.csv (NA), pandas' nullable columns (<NA>), a database export (NULL), Excel (#N/A)
+    path = tmp_path / "na.csv"
+    path.write_text("step,epoch,loss,reward\n0,0,1.0,NA\n1,NA,0.9,0.5\n2,0,null,<NA>\n3,0,NaN,#N/A\n4,0,NULL,N/A\n")
+    expected = [(0, 0, {"loss": 1.0}), (1, None, {"loss": 0.9, "reward": 0.5}), (2, 0, {}), (3, 0, {"loss": "nan"}),
+                (4, 0, {})]
+    for trace in (read_trace(path), from_columns(path, streams=["loss", "reward"])):
+        got = [(r.step, r.epoch, {k: "nan" if math.isnan(v) else v for k, v in r.metrics.items()})
+               for r in trace.records]
+        assert got == expected
+    # the step itself is never missing
+    path.write_text("step,loss\n0,1.0\nNA,0.9\n")
+    with pytest.raises(TraceError, match=r"na.csv:3: .*'NA' is not a number"):
+        read_trace(path)
+    # and a word that is no missing marker is still an error naming its cell
+    path.write_text("step,loss\n0,1.0\n1,missing\n")
+    with pytest.raises(TraceError, match=r"na.csv:3: column 'loss': 'missing' is not a number"):
+        read_trace(path)
