@@ -1248,6 +1248,10 @@ class AdaptiveEvaluator:
                     "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
                     self._async.max_in_flight)
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
+        if self._logging:  # (the decisions text said only "submitted" for it: a result that never came, unexplained)
+            self.logger.text(global_step, "decisions",
+                             f"cancelled: the evaluation submitted at step {job.step} ({job.reason}), to make room "
+                             f"for an urgent one (evaluation.max_in_flight={self._async.max_in_flight})")
 
     def _check_down(self, global_step: int) -> None:
         down = self._async.is_down

@@ -130,11 +130,15 @@ def test_full_a_due_evaluation_waits_and_an_urgent_one_cancels_the_oldest_non_ur
         assert release.wait(10)
         return weight_sum_fn(request, weights)
 
-    ev, events = make(cfg("policy.budget.enabled=false", "policy.alarm.cooldown_steps=1"))
+    logger = RecordingLogger()
+    ev, events = make(cfg("policy.budget.enabled=false", "policy.alarm.cooldown_steps=1"), logger=logger)
     model = model_at(0)
     for g in range(12):
         ev.observe({"train/loss": math.nan if g == 11 else 1.0}, g)
         ev.evaluate(SnapshotEval(model, blocked), 0, g, g)
+    # the decisions text says so too (it showed step 4's "submitted" and then nothing: a result that never came)
+    assert (11, "decisions", "cancelled: the evaluation submitted at step 4 (trigger:steps), to make room for an "
+            "urgent one (evaluation.max_in_flight=1)") in logger.texts
     kinds = [(e["kind"], e["step"], e.get("reason")) for e in events if e["kind"] != "alarm"]
     assert kinds[0] == ("submitted", 4, "trigger:steps")
     assert ("deferred", 9, "async:waiting (1 in flight)") in kinds  # due at 9, step 4 still running
