@@ -712,6 +712,17 @@ def _bigscience(path: pathlib.Path) -> tuple[Trace, dict[str, int]]:
 # ------------------------------------------------------------------------------------------- TCPD
 
 
+def _read_json(path: str | os.PathLike) -> tuple[pathlib.Path, object]:
+    """(path, parsed document) of a JSON file; a missing file or one that is not JSON is named with its line."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        return path, json.loads(read_text(path))
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"not JSON ({exc.msg})", path, exc.lineno) from None
+
+
 def _tcpd_trace(path, doc: dict) -> Trace:
     """The trace of a Turing Change Point Dataset file (see :func:`convert_tcpd`), from its parsed JSON."""
     n = doc.get("n_obs")
@@ -781,13 +792,7 @@ def convert_tcpd(path: str | os.PathLike) -> Trace:
     >>> [(r.step, r.metrics) for r in convert_tcpd(path).records]
     [(0, {'V1': 1.0}), (2, {'V1': 3.5})]
     """
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        doc = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"not JSON ({exc.msg})", path, exc.lineno) from None
+    path, doc = _read_json(path)
     if not isinstance(doc, dict) or "series" not in doc:
         raise TraceError("not a TCPD dataset (a JSON object with 'n_obs', 'time' and 'series')", path)
     return _tcpd_trace(path, doc)
@@ -810,13 +815,7 @@ def tcpd_events(annotations: str | os.PathLike | Mapping, name: str, *, min_anno
     [10]
     """
     if isinstance(annotations, (str, os.PathLike)):
-        where = pathlib.Path(annotations)
-        if not where.exists():
-            raise FileNotFoundError(f"{where}: no such file")
-        try:
-            annotations = json.loads(read_text(where))
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"not JSON ({exc.msg})", where, exc.lineno) from None
+        where, annotations = _read_json(annotations)
     else:
         where = "annotations"
     if isinstance(min_annotators, bool) or not isinstance(min_annotators, int) or min_annotators < 1:
@@ -844,16 +843,12 @@ def tcpd_events(annotations: str | os.PathLike | Mapping, name: str, *, min_anno
                 raise TraceError(f"TCPD annotations of {name!r}, annotator {who!r}: {p!r} is not an index", where)
             marks.append((p, str(who)))
     marks.sort()
-    events, group = [], []
+    groups: list[list[tuple[int, str]]] = []
     for point, who in marks:
-        if group and point - group[-1][0] > margin:
-            if len({w for _, w in group}) >= min_annotators:
-                events.append(group[0][0])
-            group = []
-        group.append((point, who))
-    if group and len({w for _, w in group}) >= min_annotators:
-        events.append(group[0][0])
-    return events
+        if not groups or point - groups[-1][-1][0] > margin:
+            groups.append([])
+        groups[-1].append((point, who))
+    return [g[0][0] for g in groups if len({w for _, w in g}) >= min_annotators]
 
 
 # ------------------------------------------------------------------------------------------- event rules

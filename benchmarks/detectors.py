@@ -992,14 +992,9 @@ def main(argv=None) -> None:
             load_config(args.config, args.overrides)  # a bad config or override: exit 2 before any work
             annotations = None
             if args.tcpd_annotations is not None:
-                import json
+                from adaptive_eval.convert import _read_json
 
-                from adaptive_eval.trace import read_text
-
-                try:
-                    annotations = json.loads(read_text(pathlib.Path(args.tcpd_annotations)))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{args.tcpd_annotations}:{e.lineno}: not JSON ({e.msg})") from None
+                _, annotations = _read_json(args.tcpd_annotations)
                 if not isinstance(annotations, dict):
                     raise ValueError(f"{args.tcpd_annotations}: not TCPD's annotations.json (an object of datasets)")
                 unused = [p for p in args.traces if pathlib.Path(p).stem not in annotations]
