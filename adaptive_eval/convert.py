@@ -207,6 +207,17 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if on_restart not in ("error", "keep_last"):
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
     header, header_line, rows = _read_rows(path)
+    if step == "step" and "step" not in header:
+        # W&B's step column ("Step" from the UI, "_step" from its API), found as read_trace finds it: naming a
+        # stream or an eval column must not lose it (found by a new-user probe: --eval on a W&B export was
+        # "no column 'step'", and a misspelt column was blamed on the step too)
+        from adaptive_eval.trace import _WANDB_STEPS
+
+        wandb_step = next((c for c in _WANDB_STEPS if c in header), None)
+        if wandb_step is not None:
+            warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} (W&B's) as the step", RuntimeWarning,
+                          stacklevel=2)
+            step = wandb_step
     named = [c for c in (step, epoch, time) if c is not None] + list(streams or ()) + list(evals or ())
     header, aliases = _wandb_chart(header, named, path, header_line)
     if aliases:  # (a column named '<run> - <metric>' is the metric)
@@ -232,10 +243,21 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if streams is not None and not evals:  # (the trace's own eval/ columns stay its ground truth: --stream
         # train/loss dropped them, and replay then said the trace had no eval/<metric> column)
         evals = {c: 1.0 for c in header if c.startswith("eval/") and c not in streams}
-    named = [c for c in (step, epoch, time) if c is not None] + list(evals)
-    if streams is None:  # (with evals named, another eval/ column is not ground truth, nor a stream)
+    # An eval column's per-sample standard deviation comes with it: "<c>:std", or its output name's
+    # "eval/<c>:std" (found by a new-user probe: with --eval eval_loss, the eval_loss:std column the note asked
+    # for was dropped, and the note repeated)
+    stds = {}
+    for c in evals:
+        out = rename.get(c, c if c.startswith("eval/") else f"eval/{c}")
+        std = next((s for s in (f"{c}:std", f"{out}:std") if s in index and s not in evals
+                    and s not in (streams or ())), None)
+        if std is not None:
+            stds[c] = std
+    named = [c for c in (step, epoch, time) if c is not None] + list(evals) + list(stds.values())
+    if streams is None:  # (with evals named, another eval/ or eval_ column is not ground truth, nor a stream: an
+        # eval result, not a step's; select_columns does the same for the other formats)
         streams = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
-                   and not c.startswith("Unnamed: ") and not (evals and c.startswith("eval/"))]
+                   and not c.startswith("Unnamed: ") and not (evals and c.startswith(("eval/", "eval_")))]
     else:
         streams = list(streams)
     missing = [c for c in [*named, *streams] if c not in index]
@@ -250,6 +272,8 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         if not name.startswith("eval/"):
             raise ValueError(f"rename[{c!r}] = {name!r}: an eval column's name must start with 'eval/'")
         outputs.append((index[c], name, c, _scaler(scale)))
+        if c in stds:
+            outputs.append((index[stds[c]], f"{name}:std", stds[c], _scaler(abs(scale))))
     names = [o[1] for o in outputs]
     clash = sorted({n for n in names if names.count(n) > 1 or n in RESERVED})
     if clash:
@@ -457,6 +481,11 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     for c, factor in evals.items():
         out_name[c] = c if c.startswith("eval/") else f"eval/{c}"
         scale[c] = float(factor)
+        # its per-sample standard deviation, "<c>:std" or "eval/<c>:std", comes with it (as from_columns)
+        std = next((s for s in (f"{c}:std", f"{out_name[c]}:std") if s in names and s not in evals), None)
+        if std is not None:
+            out_name[std] = f"{out_name[c]}:std"
+            scale[std] = abs(float(factor))
     clash = sorted({n for n in out_name.values() if list(out_name.values()).count(n) > 1})
     if clash:
         raise ValueError(f"output metric name(s) {clash} are duplicated")

@@ -753,3 +753,43 @@ def test_a_wandb_export_is_read_without_naming_its_step_column(tmp_path, capsys)
     both = tmp_path / "both.csv"  # a "step" column is the step; "Step" is then a metric like any other
     both.write_text("step,Step,loss\n0,5,1.0\n1,6,2.0\n")
     assert [r.step for r in read_trace(both).records] == [0, 1]
+
+
+def test_stream_or_eval_named_on_a_wandb_export_keeps_its_step_its_std_column_and_no_other_eval_stream(
+        tmp_path, capsys):
+    """Found by a new-user probe: on a W&B export (_step, Step) any --eval or --stream was "no column 'step'", a
+    misspelt column was blamed on the step too; the eval column's own :std column, which replay's note asks for,
+    was dropped; and another eval_ column of a CSV became a per-step stream."""
+    path = tmp_path / "wandb.csv"
+    rows = ["_step,_runtime,train/reward,eval/accuracy,eval_loss,eval_loss:std,eval_pct"]
+    for s in range(60):
+        ev = s % 20 == 0
+        loss = 1.5 if s < 30 else 2.5
+        rows.append(f"{s},{2.0 * s},{0.5 + 0.01 * (s % 3)},{'0.6' if ev else ''},{loss if ev else ''},"
+                    f"{'0.5' if ev else ''},{'70' if ev else ''}")
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["replay", str(path), "--eval", "eval/accuracy", "--out", str(tmp_path / "o"),
+                 "--no-tensorboard"]) == 0
+    assert "read '_step' (W&B's) as the step" in capsys.readouterr().err
+    assert main(["replay", str(path), "--eval", "eval/acuracy", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "no column 'eval/acuracy' (columns:" in err and "'step'" not in err.split("no column")[1]
+    from adaptive_eval.convert import from_columns, select_columns
+
+    for std in ("eval_loss:std", "eval/eval_loss:std"):  # either name of its :std column comes with it
+        path.write_text(path.read_text().replace(rows[0].split(",")[5], std, 1))
+        rows[0] = path.read_text().splitlines()[0]
+        with pytest.warns(RuntimeWarning, match="read '_step'"):
+            trace = from_columns(path, evals={"eval_loss": 1.0})
+        assert trace.stream_names() == ["train/reward"]  # (eval_pct is no stream, nor eval/accuracy)
+        assert trace.eval_names() == ["eval/eval_loss"]
+        assert trace.records[20].metrics["eval/eval_loss:std"] == 0.5
+        scaled = select_columns(trace, evals={"eval/eval_loss": 2.0})  # (and any other format's, scaled alike)
+        assert scaled.records[20].metrics == {"train/reward": 0.52, "eval/eval_loss": 3.0, "eval/eval_loss:std": 1.0}
+    capsys.readouterr()
+    events = tmp_path / "events.yaml"
+    events.write_text("events:\n- {step: 30, direction: up, within: 30, metric: eval_loss}\n")
+    assert main(["check", str(path), "--eval", "eval_loss", "--set", "evaluation.higher_is_better=false",
+                 "--set", "trigger.freq_steps=10", "--events", str(events)]) == 0  # (it was exit 2: no interval)
+    out = capsys.readouterr()
+    assert "has no eval/eval_loss:std column" not in out.err and "confirmed after" in out.out
