@@ -134,7 +134,12 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
         base = n[:found.start()]
         return base in present or any(m.startswith(base + "@") for m in present)
 
-    names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/"))
+    from adaptive_eval.trace import _HF_TB_BOOKKEEPING
+
+    # (nor is a Hugging Face Trainer's bookkeeping, eval/runtime and the like, in any format: a W&B export's or a
+    # JSONL log's eval/runtime was an eval metric of its own, "a percentage?", and tune scored it; found by a
+    # new-user probe)
+    names = [n for n in names if not n.startswith(("controller/", "alarms/", "async/")) and n not in _HF_TB_BOOKKEEPING
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
              and not (n.startswith("eval/") and "/paired_diff" in n)
              and not (n.startswith("eval/") and derived(n))]

@@ -399,10 +399,14 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
     metric = base.evaluation.metric
     if metric is not None:
         metric = str(metric).removeprefix("eval/")
-    else:  # the first eval column of the trace (a suite's metric when its items come first)
-        order = [n[len("eval/"):] for n in trace.eval_names() if not n.endswith(":std")]
-        order = [m for n in order for m in (n, re.sub(r"@\d+$", "", n))]  # (an item's column: its suite's metric)
-        metric = next((n for n in order if n in known), next(iter(sorted(known)), None))
+    elif len(known) > 1:
+        # which one, as check asks (tune scored the first eval column, an eval/loss as higher-is-better, every
+        # event a miss, while check refused the same file; found by a new-user probe)
+        raise TuneError(f"{path}: which eval metric? the trace has {', '.join(sorted(known))}; set "
+                        "evaluation.metric (--set evaluation.metric=NAME), or metric: in its events file, or name "
+                        "one column with --eval COL")
+    else:
+        metric = next(iter(known), None)
     if trace.records:
         first, last = trace.records[0].step, trace.records[-1].step
         outside = [int(e) for e in events if not first <= int(e) <= last]

@@ -35,7 +35,7 @@ def test_step_column_alone_reads_another_tools_csv_in_replay_check_and_tune(tmp_
     write_wandb(path)
     assert main(["replay", str(path), "--step-column", "Step", "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
     first = evals_of(tmp_path / "o")[0]
-    assert set(first["metrics"]) == {"accuracy", "runtime"}
+    assert set(first["metrics"]) == {"accuracy"}  # (eval/runtime, HF's bookkeeping, is no eval metric)
     # --eval names the ground truth: eval/runtime is then neither ground truth nor a stream
     assert main(["replay", str(path), "--step-column", "Step", "--eval", "eval/accuracy", "--out",
                  str(tmp_path / "o2"), "--no-tensorboard"]) == 0
@@ -793,3 +793,28 @@ def test_stream_or_eval_named_on_a_wandb_export_keeps_its_step_its_std_column_an
                  "--set", "trigger.freq_steps=10", "--events", str(events)]) == 0  # (it was exit 2: no interval)
     out = capsys.readouterr()
     assert "has no eval/eval_loss:std column" not in out.err and "confirmed after" in out.out
+
+
+def test_tune_asks_which_eval_metric_as_check_does_and_hf_eval_runtime_is_none(tmp_path, capsys):
+    """Found by a new-user probe: with eval/loss before eval/accuracy, tune scored eval/loss as higher-is-better
+    (every event a miss) while check refused the same file; a JSONL log's eval/runtime (HF's) was an eval metric."""
+    path = tmp_path / "run.jsonl"
+    rows = []
+    for s in range(300):
+        row = {"step": s, "train/reward": 0.5 + 0.01 * (s % 3) - (0.4 if s >= 150 else 0.0)}
+        if s % 25 == 0:
+            row.update({"eval/loss": 1.0 if s < 150 else 2.0, "eval/accuracy": 0.7 if s < 150 else 0.2,
+                        "eval/runtime": 12.5})
+        rows.append(json.dumps(row))
+    path.write_text("\n".join(rows) + "\n")
+    (tmp_path / "run.jsonl.events.yaml").write_text("events:\n- {step: 150, within: 30}\n")
+    base = ["tune", str(path), "--trials", "1", "--folds", "1", "--no-progress", "--out", str(tmp_path / "t")]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "run.jsonl: which eval metric? the trace has accuracy, loss; set evaluation.metric" in err
+    assert main(["check", str(path)]) == 2
+    assert "which eval metric? the trace has accuracy, loss" in capsys.readouterr().err
+    assert main([*base, "--set", "evaluation.metric=accuracy"]) == 0
+    assert "scored on " + str(path) + ": accuracy" in capsys.readouterr().err
+    assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert set(evals_of(tmp_path / "o")[0]["metrics"]) == {"accuracy", "loss"}
