@@ -852,7 +852,8 @@ _HUGE_VALUE = 1e150  # values beyond this are scaled before sums that could over
 
 
 def clustered_interval(mean: float, var_mean: float, n: int, samples: int, proportion: bool,
-                       confidence: float = 0.95, *, cap: bool = True, df: int | None = None) -> tuple[float, float]:
+                       confidence: float = 0.95, *, cap: bool = True, df: int | None = None,
+                       extreme: float | None = None) -> tuple[float, float]:
     """Interval of a mean over ``n`` independent items, given the variance ``var_mean`` of that mean.
 
     The unit is the item: the samples of one item are correlated, so the variance comes from the spread
@@ -867,6 +868,8 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     item, which is below a Bernoulli's) lets the effective size exceed ``samples``.  For pass@k the caller
     passes the answers' k-answer trials as ``samples`` (:func:`from_sums`).  ``df``: the degrees of freedom
     of both t quantiles (default ``n - 1``; fewer for a heavy-tailed spread of item means: :func:`kurtosis_df`).
+    ``extreme``: the effective size at p = 0 or 1 instead of ``n`` (a suite with the finite population
+    correction, :func:`_clustered_from_sums`).
     Coverage is checked by simulation (tests/test_multisample.py, benchmarks/llm_eval.py,
     benchmarks/pass_at_k_coverage.py).
 
@@ -891,7 +894,7 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
         if cap:
             n_eff = min(n_eff, limit)
     else:
-        n_eff = float(n) if p in (0.0, 1.0) else limit
+        n_eff = (float(n) if extreme is None else float(extreme)) if p in (0.0, 1.0) else limit
     if n >= 2:
         n_eff *= (normal_quantile(confidence) / t_quantile(confidence, n - 1 if df is None else df)) ** 2
     return clopper_pearson(p * n_eff, n_eff, confidence)
@@ -995,7 +998,20 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
         f = min(n / population, 1.0) if fpc else 0.0
         if f < 1.0:
             limit, cap = samples / k / (1.0 - f), True
-    ci = clustered_interval(mean, var_mean, n, limit, proportion, confidence, cap=cap, df=df)
+    # Every answer wrong (or right) in a suite with the finite population correction: the effective size was the
+    # items, as for a sample of problems (whose unseen problems may be solved), so 0 of 30 AIME problems x 16
+    # answers read [0, 0.125] while 1 of 480 read [0, 0.012] (found by a new-user probe: a collapse to 0 could
+    # not be confirmed below 0.1).  With the items sampled from a finite suite the between-item part shrinks by
+    # 1 - f, and a mean of [0, 1] values varies at most p(1-p) between items, so n / (1 - f) items, at most the
+    # answers (all of them evaluated: the answers; by AM-GM no mixture of solve rates makes all of them wrong
+    # likelier than the answers' binomial at the mean rate; with answers repeated, greedy decoding, the value is
+    # known exactly).  For pass@k its k-answer trials.
+    extreme = None
+    if proportion and fpc and n >= 2:
+        f = min(n / population, 1.0)
+        trials = samples / k
+        extreme = trials if f >= 1.0 else min(n / (1.0 - f), trials)
+    ci = clustered_interval(mean, var_mean, n, limit, proportion, confidence, cap=cap, df=df, extreme=extreme)
     if pass_fpc:
         # The interval of the same items seen as a sample of an unbounded population: its effective size is
         # capped at the m / k disjoint k-answer trials per item, a bound that holds for a suite too (an item's

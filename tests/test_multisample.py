@@ -376,8 +376,11 @@ def test_an_item_solved_every_time_keeps_a_within_item_variance_for_pass_at_k():
     out = summarize_rows("t", "acc", np.ones((30, m)), np.full(30, m), ks=(1, 4), population=30)
     assert out["acc/pass@4"].within_ss == pytest.approx(30 * m * (m - 1) * pass_at_k_var(m, 4, 16.5 / 17))
     assert out["acc/pass@4"].within_ss > 0 and out["acc/pass@1"].within_ss == 0.0
-    lo, hi = out["acc/pass@4"].ci  # every item always right: as before, no better than 30 items' answers
-    assert hi == 1.0 and lo == pytest.approx(out["acc/pass@1"].ci[0]) and lo < 0.9
+    # every item always right, the whole suite: no better than its 120 disjoint four-answer trials, all
+    # successes (no mixture of solve rates makes that likelier than their binomial at the mean pass@4); it was
+    # the 30 items' (0.875), as for a sample of problems
+    lo, hi = out["acc/pass@4"].ci
+    assert hi == 1.0 and lo < out["acc/pass@1"].ci[0] and 0.96 < lo < 0.97
     x = np.ones((30, m))
     x[0, :4] = 0.0  # one item 12/16 (a problem solved 60% of the time would alone put the truth at 0.999)
     out = summarize_rows("t", "acc", x, np.full(30, m), ks=(1, 4), population=30)
@@ -444,6 +447,26 @@ def test_a_whole_suites_interval_is_not_capped_at_its_answers():
         hits += s.ci[0] <= p.mean() <= s.ci[1]
         widths.append(s.ci[1] - s.ci[0])
     assert hits / 400 >= 0.93 and np.mean(widths) < 0.08  # measured 0.96 and 0.073 (capped: 0.99 and 0.088)
+
+
+def test_a_whole_suite_all_wrong_is_no_wider_than_one_right_answer_and_a_fall_to_zero_is_seen():
+    """Found by a new-user probe: 0 right of 30 AIME problems x 16 answers, the whole suite, read [0, 0.125] (the
+    effective size was the 30 problems, as for a sample of problems) while 1 right read [0, 0.012]: a collapse
+    to 0 could not be confirmed below a level of 0.1.  The whole suite's all-wrong interval is now the answers'
+    (Clopper-Pearson at 480, about 0.008), and it stays monotone in the count right."""
+    def upper(right, population=30, k=None):
+        a = np.zeros(480)
+        a[:right] = 1
+        out = summarize_outputs({"s/acc": a.reshape(16, 30).T}, None, suites={"s": list(range(30))},
+                                populations={"s": population}, pass_at_k=(1, 4))
+        return out["s/acc" if k is None else f"s/acc/pass@{k}"].ci[1]
+
+    uppers = [upper(r) for r in (0, 1, 2, 3)]
+    assert uppers == sorted(uppers) and uppers[0] < 0.009  # measured 0.0083, 0.0123, 0.0154, 0.0183
+    assert upper(0, k=4) < upper(1, k=4) < 0.05  # pass@4: its 120 four-answer trials (0.033, 0.049)
+    lo_all_right = 1.0 - upper(0)  # (by symmetry, 480 of 480 right)
+    assert 0.99 < lo_all_right < 1.0
+    assert 0.1 < upper(0, population=500) < 0.13  # 30 problems of 500: the unseen 470 may be solved (0.118)
 
 
 def test_a_per_sample_interval_would_be_far_too_narrow():
