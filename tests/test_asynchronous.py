@@ -652,3 +652,35 @@ def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluatio
     # The error names the bound that ran out (it said 'within the wait (0 s)': the time left of it).
     (error,) = [e["error"] for e in events if e["kind"] == "error"]
     assert error.endswith("did not finish within close()'s wait (0.3 s in all)"), error
+
+
+def test_an_asynchronous_evaluation_is_not_timed_with_the_torch_import():
+    """Found by a new-user probe: in a process that had not imported torch (scores from an eval server), the
+    worker imported it for torch.inference_mode inside the first asynchronous evaluation, whose timeout_s counts
+    from its submission: an instant evaluate_fn timed out (1.7 s against timeout_s 1).  The evaluator imports it
+    when it is built.  In a fresh interpreter: the modules imported between the submission and evaluate_fn's
+    start (torch alone is hundreds) are what the timeout would be billed for."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from adaptive_eval import AdaptiveEvaluator, load_config
+assert "torch" not in sys.modules
+ov = ["evaluation.asynchronous=true", "evaluation.timeout_s=100", "evaluation.async_integrate_after_steps=1"]
+ev = AdaptiveEvaluator.from_config(load_config(overrides=ov), total_steps=2)
+seen = []
+def fn(request):
+    seen.append(len(sys.modules))
+    return {"acc": [1.0, 0.0, 1.0] * 20}
+for s in range(2):  # (one evaluation, the final one, submitted at step 1)
+    ev.observe({"train/loss": 1.0}, s)
+    before = len(sys.modules)
+    ev.evaluate(fn, 0, s, s)
+ev.close()
+print(seen[0] - before, ev.summary()["eval_errors"], len(ev.history))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    imported, errors, evaluations = map(int, out.stdout.split()[-3:])
+    assert imported < 50 and errors == 0 and evaluations == 1  # (before: torch's hundreds, imported in the worker)
