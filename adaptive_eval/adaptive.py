@@ -1163,7 +1163,7 @@ class AdaptiveEvaluator:
             on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
             dist_context=self.dist, precision=ev["precision"],
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=bool(self._suites),
+            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=tuple(self._suites),
             metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
         )
         if not self._distributed:

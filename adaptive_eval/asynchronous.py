@@ -220,7 +220,7 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
         fn, request, epoch=options.get("epoch"), clock=clock, confidence=options["confidence"],
         on_error=options["on_error"], max_retries=options["max_retries"],
         retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
-        pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=bool(options.get("suites")),
+        pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=tuple(options.get("suites") or ()),
         metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
         strata=options.get("strata"))
 
@@ -921,7 +921,7 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
         latency = ev.get("async_integrate_after_steps")
     options = {k: ev[k] for k in ("confidence", "on_error", "max_retries", "retry_backoff_s", "precision")}
     options["pass_at_k"] = list(ev.get("pass_at_k", [1]))
-    options["suites"] = bool(ev.get("suites"))
+    options["suites"] = sorted(ev.get("suites") or {})  # (their names: see run_evaluation_outcome)
     options["metric_kinds"] = dict(ev.get("metric_kinds") or {})
     options["aggregations"] = {k: list(v) for k, v in (ev.get("aggregations") or {}).items()}
     from adaptive_eval.suites import reported_strata

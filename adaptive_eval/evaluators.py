@@ -233,7 +233,7 @@ def _suite_ks(request: EvalRequest, pass_at_k):
 
 
 def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence: float, pass_at_k=(1,),
-               suites: bool = False, item_values: dict | None = None, kinds=None, aggregations=None, strata=None):
+               suites=False, item_values: dict | None = None, kinds=None, aggregations=None, strata=None):
     """(metrics, raw) from what evaluate_fn returned; TypeError for anything that is not a mapping or None.
     ``item_values`` (a dict) receives this rank's per-item means by metric, where the items are known."""
     if outputs is None or not isinstance(outputs, Mapping):
@@ -259,9 +259,32 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         raise TypeError(f"evaluate_fn returned a value that cannot be read: {type(exc).__name__}: {exc}") from exc
 
 
+_NOT_DUE_SAID: set = set()  # suites whose results came back when not due: said once per process
+
+
+def _drop_suites_not_due(outputs, request, configured) -> Mapping:
+    """``outputs`` without the results of configured suites that are not due in this evaluation, said once per
+    suite: an evaluate_fn that scores every suite each time (from a cache) had the whole evaluation refused,
+    the due suite's results with it (found by a new-user probe: 3 of 5 evaluations lost)."""
+    extra = sorted({k.partition("/")[0] for k in outputs if isinstance(k, str) and "/" in k
+                    and k.partition("/")[0] in configured and k.partition("/")[0] not in request.suites})
+    if not extra:
+        return outputs
+    new = [name for name in extra if name not in _NOT_DUE_SAID]
+    if new:
+        _NOT_DUE_SAID.update(new)
+        log.warning("evaluate_fn returned results of suite%s %s, not due in this evaluation (step %s; due: %s): "
+                    "left out, as at every evaluation that does not ask for them (request.suites names the suites "
+                    "due; said once)", "s" if len(new) > 1 else "", ", ".join(map(repr, new)), request.step,
+                    ", ".join(sorted(request.suites)) or "none")
+    return {k: v for k, v in outputs.items() if not (isinstance(k, str) and k.partition("/")[0] in extra)}
+
+
 def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item_values, kinds, aggregations,
                 strata):
     if suites:
+        if not isinstance(suites, bool):  # (the configured suites' names)
+            outputs = _drop_suites_not_due(outputs, request, suites)
         metrics = summarize_outputs(outputs, None, confidence, pass_at_k=_suite_ks(request, pass_at_k),
                                     suites={name: s.indices for name, s in request.suites.items()},
                                     populations={name: s.size for name, s in request.suites.items()},
@@ -323,7 +346,7 @@ def run_evaluation_outcome(
     rank_discrepancy_threshold: float | None = None,
     timeout: EvalTimeout | None = None,
     pass_at_k=(1,),
-    suites: bool = False,
+    suites=False,
     metric_kinds: Mapping[str, str] | None = None,
     aggregations: Mapping | None = None,
     local: bool = False,
@@ -361,8 +384,9 @@ def run_evaluation_outcome(
 
     **Multi-sample values** (items x samples) are summarized over items with ``pass@k`` for each k in
     ``pass_at_k`` (see :func:`adaptive_eval.stats.summarize_outputs`).  ``suites``: eval suites are
-    configured, so every metric must be ``"<suite>/<metric>"`` of a suite in ``request.suites``, with one
-    row per item of that suite's request.  A value of the wrong shape or count (a ``TypeError`` or
+    configured (true, or their names), so every metric must be ``"<suite>/<metric>"`` of a suite in
+    ``request.suites``, with one row per item of that suite's request; given the names, the results of a
+    configured suite not due now are left out (said once), not an error.  A value of the wrong shape or count (a ``TypeError`` or
     ``ValueError``) is a failed evaluation, as if ``evaluate_fn`` had raised it, but not retried (on every rank
     of a group alike).
     """

@@ -567,6 +567,31 @@ def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
         ev.evaluate(short, 0, 0, 0)
 
 
+def test_results_of_a_configured_suite_not_due_are_left_out_not_the_whole_evaluation(caplog):
+    """Found by a new-user probe: an evaluate_fn that scores every suite each time (from a cache) returned aime24
+    at evaluations where only math500 was due, and the whole evaluation was refused, math500 with it (3 of 5
+    lost).  The suite not due is left out, said once; an unknown suite stays an error (above)."""
+    cfg = load_config("areal", ["trigger.freq_steps=2"] + SUITES)
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(0)
+    cache = {"math500": rng.random((500, 16)) < 0.6, "aime24": rng.random((30, 16)) < 0.1}
+
+    def every_suite(req):
+        return {f"{name}/acc": (table[np.asarray(req.suites[name].indices)][:, :req.suites[name].samples_per_item]
+                                if name in req.suites else table[:, :4]) for name, table in cache.items()}
+
+    from adaptive_eval import evaluators
+
+    evaluators._NOT_DUE_SAID.clear()  # (said once per process)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        results = [r for g in range(10) if (r := ev.evaluate(every_suite, 0, g, g)) is not None]
+    assert [sorted({k.split("/")[0] for k in r.metrics}) for r in results] == [
+        ["aime24", "math500"], ["math500"], ["math500"], ["math500"], ["aime24", "math500"]]
+    assert ev.summary()["eval_errors"] == 0
+    said = [r.getMessage() for r in caplog.records if "not due in this evaluation" in r.getMessage()]
+    assert len(said) == 1 and "suite 'aime24'" in said[0] and "due: math500" in said[0]
+
+
 def test_a_suite_item_with_fewer_answers_than_asked_is_evaluated_and_logged(caplog):
     """One AIME problem came back with 8 of its 16 answers: the whole evaluation failed (k=16 too large for
     that item).  It now counts with pass@8 of its 8, and the warning names the suite, the answers asked and the
