@@ -275,6 +275,7 @@ class AdaptiveEvaluator:
         self._stride = 1  # steps between the latest two observe() calls (Context.stride)
         self._last_eval_step: int | None = None
         self._last_call_step: int | None = None
+        self._waiting_said = None  # the step of a timed-out evaluation a due one waits for: said once
         self._gap_said = False  # evaluate() called with steps skipped: said once (replay notes strides itself)
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
@@ -806,7 +807,25 @@ class AdaptiveEvaluator:
         decision = self.decide(reason, global_step, urgent=final)
         if self._resources_enabled and decision.evaluate:
             decision = self._gate(decision, self.resources.decide(global_step, decision.urgent, decision.reason))
+        if decision.evaluate and self._eval_timeout is not None and not final:
+            decision = self._wait_for_timed_out(decision, global_step)
         return self._act(evaluate_fn, decision, reason, epoch, global_step, final)
+
+    def _wait_for_timed_out(self, decision: Decision, global_step: int) -> Decision:
+        """An evaluation due while one that timed out still runs in its thread waits (deferred, still due) and runs
+        at the first step after that thread returns: it was skipped, so an urgent evaluation (a NaN loss) was
+        lost, and the next one came with the schedule, 15 steps later or at the run's end (found by a new-user
+        probe).  ``on_error: raise`` keeps raising ``EvaluationStillRunning``; the final evaluation is not held."""
+        busy = self._eval_timeout.still_running
+        if busy is None or self._evaluation["on_error"] == "raise":
+            return decision
+        if self._waiting_said != busy and self._rank == 0:
+            log.warning("the evaluation due at step %d (%s) waits: the one that timed out at step %d is still "
+                        "running in its thread; it runs at the first step after that returns (evaluation.timeout_s)",
+                        global_step, decision.reason, busy)
+        self._waiting_said = busy
+        return Decision(False, decision.sample_size, f"waiting:timed-out-eval-still-running (step {busy}; "
+                        f"{decision.reason})", decision.urgent)
 
     def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step, final: bool = False
              ) -> EvalResult | None:

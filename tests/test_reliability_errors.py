@@ -156,15 +156,16 @@ def test_timeout_is_reported_and_training_continues(caplog, release):
         start = time.monotonic()
         assert ev.evaluate(fn, 0, 1, 1) is None
         waited = time.monotonic() - start
-        # The next evaluation is not started beside the one still running: skipped with a reason, counted.
+        # The next evaluation is not started beside the one still running: it waits, deferred and still due (it
+        # was skipped, an error: a NaN run's urgent evaluation was lost; found by a new-user probe)
         assert ev.evaluate(fn, 0, 2, 2) is None
     assert 0.2 <= waited < 2.0
     assert calls == [0, 1]
-    (step1, text1), (step2, text2) = errors(events)
+    ((step1, text1),) = errors(events)
     assert step1 == 1 and text1.startswith("TimeoutError: evaluate_fn did not return within evaluation.timeout_s=0.2 s")
-    assert step2 == 2 and text2.startswith("EvaluationStillRunning: error:previous-eval-still-running")
-    assert "timed out at step 1" in text2
-    assert ev.summary()["eval_errors"] == 2 and logger.last("controller/eval_errors") == (2, 2.0)
+    (deferred,) = [e for e in events if e["kind"] == "deferred"]
+    assert deferred["step"] == 2 and deferred["reason"].startswith("waiting:timed-out-eval-still-running (step 1; ")
+    assert ev.summary()["eval_errors"] == 1 and logger.last("controller/eval_errors") == (1, 1.0)
     # Logged with the step, and where the hung evaluate_fn is stuck.
     assert "evaluate_fn is still running at step 1" in caplog.text and "release.wait()" in caplog.text
     assert "evaluate_fn failed at step 1" in caplog.text and "TimeoutError" in caplog.text
@@ -172,9 +173,41 @@ def test_timeout_is_reported_and_training_continues(caplog, release):
     assert hung.daemon and hung.is_alive()
     release.set()
     hung.join(5)
-    # Once it has returned, evaluations run again.
+    # Once it has returned, the evaluation that waited runs.
     assert ev.evaluate(fn, 0, 3, 3).mean("acc") == 0.5 and calls == [0, 1, 3]
-    assert ev.summary()["eval_errors"] == 2
+    assert ev.summary()["eval_errors"] == 1
+
+
+def test_an_urgent_evaluation_waits_for_a_timed_out_one_and_runs_when_it_returns(caplog, release):
+    """Found by a new-user probe: the run died (NaN loss) while an evaluation that had timed out still ran; the
+    NaN alarm's urgent evaluation was skipped as an error and the next came with the schedule (at the run's end
+    with freq_steps 25).  It now waits and runs, with its reason, at the first step after the thread returns."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.timeout_s=0.2", "trigger.freq_steps=50", "policy.budget.enabled=false"]))
+    events = []
+    ev.add_listener(events.append)
+    calls = []
+
+    def fn(request):
+        calls.append((request.step, request.reason))
+        if len(calls) == 1:
+            release.wait()
+        return {"acc": [1.0, 0.0]}
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(60):
+            ev.observe({"train/loss": 1.0 if g < 52 else float("nan")}, g)
+            ev.evaluate(fn, 0, g, g)
+            if g == 56:
+                release.set()
+                for t in threading.enumerate():
+                    if t.name.startswith("adaptive_eval-evaluate-"):
+                        t.join(5)
+    assert calls == [(49, "trigger:steps"), (57, "alarm:train/loss:nonfinite")]
+    waited = [e["step"] for e in events if e["kind"] == "deferred"
+              and e["reason"].startswith("waiting:timed-out-eval-still-running (step 49; alarm:train/loss:nonfinite")]
+    assert waited == [52, 53, 54, 55, 56]
+    assert caplog.text.count("waits: the one that timed out at step 49 is still running") == 1
 
 
 def test_timeout_with_on_error_raise_raises_timeout_error(release):
