@@ -272,6 +272,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if not args.no_tensorboard:
         from adaptive_eval.tensorboard import make_logger
 
+        _clear_earlier_replay(os.path.join(out, "tb"))
         logger = make_logger(os.path.join(out, "tb"), flush_secs=cfg.logging.flush_secs)
     result = replay(trace, cfg, seed=args.seed, logger=logger, streams=_for_trace(args.stream, args.trace) or None)
     write_outputs(result, out)
@@ -297,6 +298,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print("  reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
     print(f"  wrote {out}/evals.jsonl, alarms.jsonl, summary.json" + ("" if args.no_tensorboard else ", tb/"))
     return 0
+
+
+def _clear_earlier_replay(tb: str) -> None:
+    """Remove the event files an earlier replay into the same ``--out`` wrote (ours alone: ``.adaptive_eval`` in
+    the name), as its evals.jsonl is overwritten: TensorBoard and ``plot`` read every event file of a folder,
+    and two runs' streams interleaved there, an oscillation neither log had (found by a new-user probe)."""
+    try:
+        old = [f for f in os.listdir(tb) if "tfevents" in f and ".adaptive_eval" in f]
+    except OSError:
+        return
+    for name in old:
+        os.remove(os.path.join(tb, name))
+    if old:
+        print(f"  note: removed {len(old)} event file{'s' if len(old) > 1 else ''} of an earlier replay from {tb} "
+              "(replay writes its outputs afresh)", file=sys.stderr)
 
 
 def _check_writable(out: str) -> None:

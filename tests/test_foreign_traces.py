@@ -818,3 +818,25 @@ def test_tune_asks_which_eval_metric_as_check_does_and_hf_eval_runtime_is_none(t
     assert "scored on " + str(path) + ": accuracy" in capsys.readouterr().err
     assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
     assert set(evals_of(tmp_path / "o")[0]["metrics"]) == {"accuracy", "loss"}
+
+
+def test_a_second_replay_into_the_same_out_folder_replaces_the_first_ones_tensorboard_files(tmp_path, capsys):
+    """Found by a new-user probe: evals.jsonl was overwritten but tb/ kept the first replay's event file, and
+    TensorBoard (and plot) interleaved the two runs' streams.  Read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "o"
+    for level in (1.0, 5.0):
+        path = tmp_path / f"run{int(level)}.csv"
+        path.write_text("step,train/loss,eval/acc\n" + "".join(
+            f"{s},{level + 0.01 * (s % 3)},{0.5 if s % 25 == 0 else ''}\n" for s in range(60)))
+        assert main(["replay", str(path), "--out", str(out)]) == 0
+    assert "removed 1 event file of an earlier replay" in capsys.readouterr().err
+    (tb,) = [p for p in (out / "tb").iterdir() if "tfevents" in p.name]
+    acc = EventAccumulator(str(out / "tb"))
+    acc.Reload()
+    values = [e.value for e in acc.Scalars("streams/train/loss")]
+    assert len(values) == 60 and min(values) >= 5.0
+    (out / "tb" / "events.out.tfevents.1.host.1.other").write_bytes(b"")  # (another writer's file is kept)
+    assert main(["replay", str(tmp_path / "run1.csv"), "--out", str(out)]) == 0
+    assert (out / "tb" / "events.out.tfevents.1.host.1.other").exists()
