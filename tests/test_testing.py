@@ -570,3 +570,30 @@ def test_check_names_traces_of_the_same_file_name_by_their_paths(collapse, tmp_p
     assert "--within applies to events, and there are none" in err
     rows = out.splitlines()[1:]
     assert rows[0].startswith(str(tmp_path / "a" / "run.csv")) and rows[1].startswith(str(tmp_path / "b" / "run.csv"))
+
+
+def test_a_failed_confirmation_names_the_alarms_and_the_deferrals_in_its_window(tmp_path):
+    """Found by a new-user probe: a log written in a tight loop (steps 1 ms apart) had its alarm at 202 and no
+    evaluation until 399, and the failure said only "evaluations in steps 200..230: 0"; that the budget deferred
+    them was an earlier stderr note."""
+    from adaptive_eval import load_config
+    from adaptive_eval.testing import assert_confirmed, replay_trace
+
+    rng = np.random.default_rng(0)
+    rows = ["step,time,train/reward,train/kl,eval/acc"]
+    for s in range(400):
+        down = s >= 200
+        rows.append(f"{s},{s * 0.001:.3f},{(0.1 if down else 0.6) + 0.03 * rng.normal():.4f},"
+                    f"{(0.5 if down else 0.01) + 0.003 * rng.normal():.4f},"
+                    f"{(0.2 if down else 0.7) if s % 10 == 0 else ''}")
+    path = tmp_path / "tight.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(AssertionError) as failed:
+        assert_confirmed(replay_trace(path), 200, within=30, direction="down", metric="acc")
+    text = str(failed.value)
+    assert "alarms in steps 200..230: 2, the first at step 202 (train/reward: cusum)" in text
+    assert "evaluations deferred in steps 200..230: 31 (budget:deferred; the first at step 200)" in text
+    assert "--set replay.trace_time=false" in text
+    # its own clock left out, the same run confirms it at once
+    run = replay_trace(path, config=load_config(overrides=["replay.trace_time=false"]))
+    assert assert_confirmed(run, 200, within=30, direction="down", metric="acc") <= 5

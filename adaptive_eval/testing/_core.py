@@ -552,6 +552,20 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     if any(scoring._before(e, ev.step, ev.metric) for e in window):
         lines.append(f"  (the trace logs ground truth every few steps: an evaluation whose ground truth is from before "
                      f"step {ev.step} measured the model before the event and confirms nothing)")
+    # What held the evaluations back there (found by a new-user probe: an alarm at 252 and no evaluation until
+    # 399 read as a miss, the budget's deferrals said only in an earlier stderr note)
+    alarms = run.alarms_between(ev.step, stop)
+    deferred = [d for d in run.result.deferrals if ev.step <= d["step"] <= stop]
+    if alarms:
+        lines.append(f"  alarms in steps {ev.step}..{stop}: {len(alarms)}, the first at step {alarms[0]['step']} "
+                     f"({alarms[0].get('stream', '?')}: {alarms[0].get('detector', '?')})")
+    if deferred:
+        kinds = sorted({d["reason"].split(" ")[0] for d in deferred})
+        lines.append(f"  evaluations deferred in steps {ev.step}..{stop}: {len(deferred)} ({', '.join(kinds)}; the "
+                     f"first at step {deferred[0]['step']})"
+                     + ("; budget:deferred is policy.budget.max_eval_fraction against the trace's clock (a log "
+                        "written in a tight loop: --set replay.trace_time=false)" if "budget:deferred" in kinds
+                        else ""))
     if delay is not None:
         first = next(e for e in run.evals if e["step"] == ev.step + delay)
         lines.append(f"  first confirming evaluation: {_eval_text(first, ev.metric)}")
