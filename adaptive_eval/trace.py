@@ -748,16 +748,14 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
     end = text.find("\n")
     first = text if end < 0 or '"' in text[:end] else text[:end + 1]
     header = [c.strip() for c in next(csv.reader(io.StringIO(first), skipinitialspace=True), [])]
-    wandb_step = next((c for c in _WANDB_STEPS if c in header), None) if "step" not in header else None
-    if wandb_step is not None:
+    if "step" not in header and any(c in header for c in _WANDB_STEPS):
         # W&B's exports (a run's history, a chart's "Export CSV") name the step "Step" and carry their own
         # bookkeeping (_runtime, "<run> - <metric>" and its __MIN/__MAX band): read them as W&B means them.
         # Its API's run.history() names it "_step" (found by a new-user probe: "missing 'step' column").
+        # from_columns finds that step column, and says so.
         from adaptive_eval.convert import from_columns
 
-        warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} (W&B's) as the step", RuntimeWarning,
-                      stacklevel=3)
-        return from_columns(path, step=wandb_step, on_restart="keep_last" if keep_last else "error")
+        return from_columns(path, on_restart="keep_last" if keep_last else "error")
     names, _ = _csv_header(path, first, skipped + 1)
     with _gc_paused():
         try:
