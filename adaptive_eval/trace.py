@@ -526,6 +526,8 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
 
     JSONL objects may nest metrics (``{"step": 3, "actor": {"kl": 0.01}}`` is metric ``actor/kl``), and a
     ``data`` object in place of ``metrics`` holds them (verl's file logger: ``{"step": 3, "data": {...}}``).
+    A record without ``step`` but with W&B's ``_step`` (its ``files/wandb-history.jsonl``) is read by it, with a
+    warning: W&B's ``_runtime`` (else ``_timestamp``) is its time, and those and ``_wandb`` are not metrics.
     A JSON file of the Turing Change Point Dataset (an object with ``n_obs``, ``time`` and ``series``) is one
     stream per series, its ``time.index`` the steps (:func:`adaptive_eval.convert.convert_tcpd`).
 
@@ -1077,6 +1079,8 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
         raise TraceError(f"malformed JSON ({err.msg}, column {err.colno})", path, line) from None
     if not isinstance(obj, dict):
         raise TraceError(f"expected a JSON object, got {type(obj).__name__}", path, line)
+    if step_key == "step" and "step" not in obj and "_step" in obj:
+        step_key = "_step"  # (W&B's run history, files/wandb-history.jsonl: said once by _read_jsonl)
     if step_key not in obj:
         # OpenRLHF logs train rows with train/global_step and eval rows with eval/global_step.
         leaf = step_key.rsplit("/", 1)[-1]
@@ -1089,6 +1093,12 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
         raise TraceError(f"{step_key!r} is null", path, line)
     epoch = _json_epoch(obj.get("epoch"), path, line)
     time = obj.get("time")
+    if step_key == "_step":
+        # W&B's bookkeeping beside its step: seconds since the run started, POSIX time, its own box.  Not metrics
+        # (they were watched as streams: a clock is a drift to every detector); the clock is the record's time.
+        wandb = {k: obj.pop(k) for k in _WANDB_JSON if k in obj}
+        if time is None:
+            time = next((wandb[k] for k in ("_runtime", "_timestamp") if wandb.get(k) is not None), None)
     if isinstance(time, str) and time not in _JSON_TO_NONFINITE:
         time = _parse_time(time, "time", path, line)  # a date
     else:
@@ -1121,6 +1131,10 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
     for key in _STEP_TAGS.intersection(metrics):
         del metrics[key]
     return _new_record(step, metrics, epoch, time)
+
+
+# W&B's own keys in a run's history (its step is "_step"): not metrics; "_runtime" (else "_timestamp") the time.
+_WANDB_JSON = ("_runtime", "_timestamp", "_wandb")
 
 
 def _step_hint(obj: dict, step_key: str) -> str:
@@ -1193,10 +1207,26 @@ def _json_document(path, text: str) -> list | Trace | None:
     return rows
 
 
+def _say_wandb_step(path, first, step_key: str) -> None:
+    """Say that a record without ``step`` but with W&B's ``_step`` is read by it (``first``: the first record)."""
+    if step_key == "step" and isinstance(first, dict) and "step" not in first and "_step" in first:
+        clock = next((f", {k!r} as the time" for k in ("_runtime", "_timestamp") if k in first and "time" not in first),
+                     "")
+        warnings.warn(f"{path}: no 'step' key: read '_step' (W&B's) as the step{clock}", RuntimeWarning, stacklevel=4)
+
+
 def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step") -> Trace:
     rows = _json_document(path, text)
     if isinstance(rows, Trace):
         return rows
+    if rows:
+        _say_wandb_step(path, rows[0], step_key)
+    elif rows is None and step_key == "step" and '"_step"' in text[:100_000]:
+        first = next((line for line in text.split("\n", 50) if line.strip()), "")
+        try:
+            _say_wandb_step(path, json.loads(first), step_key)
+        except ValueError:
+            pass  # (a malformed first line: the reading below says where)
     if rows is not None:
         records: list[TraceRecord] = []
         skipped: dict = {}

@@ -840,3 +840,27 @@ def test_a_second_replay_into_the_same_out_folder_replaces_the_first_ones_tensor
     (out / "tb" / "events.out.tfevents.1.host.1.other").write_bytes(b"")  # (another writer's file is kept)
     assert main(["replay", str(tmp_path / "run1.csv"), "--out", str(out)]) == 0
     assert (out / "tb" / "events.out.tfevents.1.host.1.other").exists()
+
+
+def test_a_wandb_history_jsonl_is_read_by_its_step_with_its_runtime_as_the_clock_not_streams(tmp_path, capsys):
+    """W&B's own log of a run (files/wandb-history.jsonl: ``_step``, ``_runtime``, ``_timestamp``, ``_wandb``) was
+    "missing 'step'", and with --step-column _step its clocks were watched as streams (a drift to every detector)
+    while the budget ran on 10 s per record.  It reads as its CSV export does, and says so."""
+    hist = tmp_path / "wandb-history.jsonl"
+    rows = [{"train/loss": 1.0 + 0.01 * s, "_timestamp": 1.7e9 + 12.5 * s, "_runtime": 12.5 * s, "_step": s,
+             "_wandb": {"runtime": int(12.5 * s)}, **({"eval/acc": 0.5} if s % 25 == 0 else {})} for s in range(60)]
+    hist.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.warns(RuntimeWarning, match=r"no 'step' key: read '_step' \(W&B's\) as the step, '_runtime' as"):
+        t = read_trace(hist)
+    assert t.stream_names() == ["train/loss"] and t.eval_names() == ["eval/acc"]
+    assert [r.step for r in t.records] == list(range(60)) and t.records[-1].time == 12.5 * 59
+    named = read_trace(hist, step_column="_step")  # (named, it is read the same way)
+    assert named.stream_names() == ["train/loss"] and named.records[-1].time == 12.5 * 59
+    posix = tmp_path / "posix.jsonl"  # without _runtime, W&B's POSIX time is the clock, from the first record on
+    posix.write_text("".join(json.dumps({"_step": s, "_timestamp": 1.7e9 + 3 * s, "loss": 1.0}) + "\n"
+                             for s in range(3)))
+    with pytest.warns(RuntimeWarning, match="'_timestamp' as the time"):
+        assert [r.time for r in read_trace(posix).records] == [0.0, 3.0, 6.0]
+    assert main(["replay", str(hist), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert "read '_step' (W&B's) as the step" in capsys.readouterr().err
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["train_seconds"] == 12.5 * 59
