@@ -77,8 +77,13 @@ def _truth_note(trace, cfg) -> None:
         if found is None or name not in evals or not cfg.evaluation.higher_is_better:
             continue
         kind = ""
+        _, values = trace.column(f"eval/{name}")
+        values = values[np.isfinite(values)]
+        # (only a column in [0, 1] is drawn as a proportion: one beyond it is returned as it is, which the note
+        # below says; this one told a loss in [1.5, 2.5] it was drawn as a proportion, the next that it was not)
         if found.group(1).lower() in ("loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "bpb", "bpc") \
-                and name not in declared and evals[name] is None and not cfg.evaluation.suites:
+                and name not in declared and evals[name] is None and not cfg.evaluation.suites \
+                and values.size and values.min() >= 0.0 and values.max() <= 1.0:
             kind = (f"; and a {found.group(1)} is not a proportion of correct answers, which is how replay draws "
                     f"a column in [0, 1] without a :std column: --set 'evaluation.metric_kinds={{{name}: mean}}' (with "
                     f"no eval/{name}:std column, its per-sample sd, it then gets no interval)")

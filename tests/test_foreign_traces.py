@@ -467,6 +467,15 @@ def test_a_hf_eval_loss_or_wer_is_flagged_lower_is_better_and_hf_bookkeeping_is_
     # without --eval: the warning names the eval-like columns
     assert main(["replay", str(path), "--out", str(tmp_path / "o4"), "--no-tensorboard"]) == 0
     assert "eval-like columns here: eval_accuracy, eval_loss, eval_wer" in capsys.readouterr().err
+    # a loss beyond [0, 1] is returned as it is, not drawn as a proportion: one note says so, and the note on
+    # its direction no longer says it is drawn as a proportion (found by a new-user probe: the notes disagreed)
+    big = tmp_path / "big.csv"
+    big.write_text("step,train/loss,eval/loss\n" + "".join(f"{s},{2 - s / 400},{2 - s / 400 if s % 20 == 0 else ''}\n"
+                                                            for s in range(200)))
+    assert main(["check", str(big), "--seed", "0"]) in (0, 1)
+    err = capsys.readouterr().err
+    assert "eval/loss looks lower-is-better (a loss)" in err and "not a proportion" not in err
+    assert "eval/loss lies in [1.55, 2] and has no eval/loss:std column" in err
 
 
 def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_path, capsys):
