@@ -1197,15 +1197,18 @@ class AdaptiveEvaluator:
         return outcome, seconds
 
     def _with_aggregate(self, result: EvalResult) -> EvalResult:
-        """With suites and ``evaluation.suite_aggregate``: the result with ``<suite_aggregate>/<metric>`` added
-        (see :func:`~adaptive_eval.suites.weighted_aggregate`), synchronous or integrated alike."""
+        """With suites: the result knowing them (so that its ``items`` adds up the suites'), and with
+        ``evaluation.suite_aggregate`` ``<suite_aggregate>/<metric>`` added (see
+        :func:`~adaptive_eval.suites.weighted_aggregate`), synchronous or integrated alike."""
         ev = self._evaluation
-        if not (self._suites and ev["suite_aggregate"]):
+        if not self._suites:
             return result
-        from adaptive_eval.suites import weighted_aggregate
+        extra = {}
+        if ev["suite_aggregate"]:
+            from adaptive_eval.suites import weighted_aggregate
 
-        extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
-        return dataclasses.replace(result, metrics={**result.metrics, **extra}) if extra else result
+            extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
+        return dataclasses.replace(result, metrics={**result.metrics, **extra}, suites=tuple(self._suites))
 
     def _pair(self, result: EvalResult, item_values: Mapping[str, dict]) -> EvalResult:
         """The result with its paired differences against the previous measurement of each metric, on the
@@ -1404,20 +1407,22 @@ class AdaptiveEvaluator:
         elapsed = self._elapsed()
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
-    def _items(self, result: EvalResult) -> int:
-        """Items a result evaluated: with suites, each suite's (its largest metric count) added up."""
+    def _with_aggregate(self, result: EvalResult) -> EvalResult:
+        """With suites: the result knowing them (so that its ``items`` adds up the suites'), and with
+        ``evaluation.suite_aggregate`` ``<suite_aggregate>/<metric>`` added (see
+        :func:`~adaptive_eval.suites.weighted_aggregate`), synchronous or integrated alike."""
+        ev = self._evaluation
         if not self._suites:
-            return result.items
-        counts: dict[str, int] = {}
-        for name, m in result.metrics.items():
-            suite = name.split("/", 1)[0]
-            if suite in self._suites:
-                counts[suite] = max(counts.get(suite, 0), m.n)
-        return sum(counts.values()) if counts else result.items
+            return result
+        extra = {}
+        if ev["suite_aggregate"]:
+            from adaptive_eval.suites import weighted_aggregate
 
+            extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
+        return dataclasses.replace(result, metrics={**result.metrics, **extra}, suites=tuple(self._suites))
     def summary(self) -> dict:
         """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites)."""
-        return {"evals": len(self.history), "samples": sum(self._items(r) for r in self.history),
+        return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
                 "record_errors": self._record_errors, "listener_errors": self._listener_errors}

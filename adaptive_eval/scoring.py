@@ -452,7 +452,9 @@ class Pick:
         """Plain values for ``summary.json``."""
         return {"metric": self.metric, "step": int(self.step), "estimate": float(self.estimate),
                 "interval": [float(self.interval[0]), float(self.interval[1])], "by": self.by,
-                "measured": float(self.eval["metrics"][self.metric]), "sample_size": self.eval.get("sample_size"),
+                "measured": float(self.eval["metrics"][self.metric]),
+                # (the picked metric's items: with suites, its suite's, not every suite's)
+                "sample_size": (self.eval.get("n") or {}).get(self.metric, self.eval.get("sample_size")),
                 **({"truth_step": truth_step(self.eval, self.metric)}
                    if self.metric in (self.eval.get("truth_step") or {}) else {})}
 

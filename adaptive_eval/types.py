@@ -224,6 +224,8 @@ class EvalResult:
     # A kept checkpoint evaluated later (reason ``lookback:...``): ``step`` is the checkpoint's, this the step at
     # which it was evaluated.  None: the model of ``step`` evaluated at ``step``.
     evaluated_at: int | None = None
+    # With evaluation.suites: the configured suites' names (metrics "<suite>/<metric>"), set by the evaluator.
+    suites: tuple = ()
 
     def __getitem__(self, name: str) -> MetricSummary:
         return self.metrics[name]
@@ -231,7 +233,22 @@ class EvalResult:
     @property
     def items(self) -> int:
         """Items actually evaluated: the largest count of any metric (the whole set when ``sample_size`` is
-        None), else the requested ``sample_size`` (0 when neither is known)."""
+        None), else the requested ``sample_size`` (0 when neither is known).  With eval suites, each suite's
+        (its largest metric count) added up: 300 MATH-500 problems and 30 AIME ones are 330 items.
+
+        >>> m = lambda n: MetricSummary(0.5, n, (0.4, 0.6))
+        >>> EvalResult(10, None, "x", 1.0, {"math/acc": m(300), "math/pass@4": m(300), "aime/acc": m(30)},
+        ...            suites=("math", "aime")).items
+        330
+        """
+        if self.suites:
+            counts: dict[str, int] = {}
+            for name, m in self.metrics.items():
+                suite = name.split("/", 1)[0]
+                if suite in self.suites:
+                    counts[suite] = max(counts.get(suite, 0), m.n)
+            if counts:
+                return sum(counts.values())
         if self.metrics:
             return max(m.n for m in self.metrics.values())
         return self.sample_size or 0
@@ -249,6 +266,8 @@ class EvalResult:
         return self._add_async(d)
 
     def _add_async(self, d: dict) -> dict:
+        if self.suites:
+            d["suites"] = list(self.suites)
         if self.evaluated_at is not None:
             d["evaluated_at"] = self.evaluated_at
         if self.integrated_step is not None:
@@ -262,7 +281,7 @@ class EvalResult:
                    metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
                    paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
                    submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"),
-                   evaluated_at=d.get("evaluated_at"))
+                   evaluated_at=d.get("evaluated_at"), suites=tuple(d.get("suites", ())))
 
     def to_dict(self) -> dict:
         """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for

@@ -840,8 +840,8 @@ def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and
     from adaptive_eval.tensorboard import TensorBoardLogger
 
     logger = TensorBoardLogger(tmp_path)
-    _paired_run(["evaluation.suites.s.sample_size=50", "evaluation.suites.t.size=20",
-                 "evaluation.suites.t.samples_per_item=4"], steps=2, logger=logger)
+    ev, results = _paired_run(["evaluation.suites.s.sample_size=50", "evaluation.suites.t.size=20",
+                               "evaluation.suites.t.samples_per_item=4"], steps=2, logger=logger)
     logger.close()
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
@@ -851,6 +851,16 @@ def test_tensorboard_has_every_suite_metric_with_n_samples_per_item_interval_and
     assert {"eval/s/acc/paired_diff", "eval/s/acc/paired_diff/ci_low", "eval/s/acc/paired_diff/n"} <= tags
     assert acc.Scalars("eval/s/acc/n")[-1].value == 50 and acc.Scalars("eval/s/acc/samples_per_item")[-1].value == 4
     assert logger.groups == ("s", "t")
+    # The items of an evaluation are the suites' added up (50 + 20), in the result, its evals.jsonl line, the
+    # controller's sample size and the summary (they were the largest suite's, 50, but in the summary)
+    from adaptive_eval.types import EvalResult
+
+    assert [r.items for r in results] == [70, 70] and results[-1].to_dict()["sample_size"] == 70
+    assert [p.value for p in acc.Scalars("controller/sample_size")] == [70, 70] and ev.summary()["samples"] == 140
+    assert EvalResult.from_state(results[-1].state()).items == 70
+    from adaptive_eval.scoring import pick_best  # the checkpoint picked on a suite's metric: that suite's items
+
+    assert pick_best([r.to_dict() for r in results], "t/acc").to_dict()["sample_size"] == 20
 
 
 # -- sizing by cost (two-stage) ---------------------------------------------------------------------

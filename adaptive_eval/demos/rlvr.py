@@ -579,7 +579,7 @@ def _figures(result: ReplayResult, run: _Run, training: _Training, truth: dict[i
         "best": pick.eval["metrics"][METRIC] if pick else None,
         "best_estimate": pick.estimate if pick else None,
         "best_interval": list(pick.interval) if pick else None,
-        "best_sample_size": pick.eval.get("sample_size") if pick else None,
+        "best_sample_size": pick.to_dict()["sample_size"] if pick else None,  # (its suite's problems)
         "best_true": training.truth_at(pick.step)[METRIC] if pick else None,
         "final_step": last["step"] if last else None,
         "final": last["metrics"][METRIC] if last else None,
