@@ -105,6 +105,20 @@ def _unstrict(obj):
     return obj
 
 
+def _with_nonfinite(streams: dict) -> dict:
+    """``streams`` with a ``nonfinite`` detector first in every non-empty detector list that has none (``default``,
+    each of ``watch``, ``eval``): a NaN or inf is always an alarm.  (A stream given its own list in ``watch``,
+    ``[{type: cusum, arl0: 2000}]`` as the README's first preset does, lost the default list's nonfinite, and a
+    NaN reward went by without a word; found by a new-user probe.)  An empty list, or ``ignore``, watches nothing."""
+    def with_it(specs):
+        if not specs or any(isinstance(s, Mapping) and s.get("type") == "nonfinite" for s in specs):
+            return specs
+        return [{"type": "nonfinite"}, *specs]
+
+    return {**streams, "default": with_it(streams["default"]), "eval": with_it(streams["eval"]),
+            "watch": {name: with_it(specs) for name, specs in (streams["watch"] or {}).items()}}
+
+
 class AdaptiveEvaluator:
     """Decides at every training step whether to evaluate, with how many samples, and why.
 
@@ -237,7 +251,7 @@ class AdaptiveEvaluator:
             from adaptive_eval.suites import result_units
 
             budget.cost_model(self._planned_units, partial(result_units, self._suites))
-        self._streams = plain["streams"]
+        self._streams = _with_nonfinite(plain["streams"])
         self._ignore = frozenset(self._streams["ignore"])
         self._listeners: list[Callable[[dict], None]] = []
         # evaluation.asynchronous: the evaluations in flight (adaptive_eval.asynchronous); None: synchronous.

@@ -204,6 +204,27 @@ def test_nan_is_an_alarm_not_an_exception():
     assert alarms and alarms[0]["step"] == 30 and 30 in evals
 
 
+def test_a_stream_given_its_own_detectors_still_alarms_on_nan(tmp_path):
+    """The README's first preset gives train/reward its own list (a CUSUM): that list replaced the default one and
+    its nonfinite detector with it, so a NaN reward went by without an alarm (found by a new-user probe).  A
+    nonfinite detector now comes first in every list that lacks one; an empty list still watches nothing."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("trigger:\n  freq_steps: 1000\nstreams:\n  watch:\n    train/reward:\n"
+                    "    - {type: cusum, arl0: 2000}\n    quiet: []\n  eval:\n  - {type: cusum}\n")
+    ev = AdaptiveEvaluator.from_config(load_config(str(mine)))
+    seen = []
+    ev.add_listener(seen.append)
+    for g in range(50):
+        nan = float("nan") if g == 40 else None
+        ev.observe({"train/reward": nan or 0.5 + 0.01 * (g % 3), "quiet": nan or 1.0}, g)
+        ev.evaluate(lambda: {"acc": nan or 0.5}, 0, g, g)
+    alarms = [(e["step"], e["stream"], e["detector"]) for e in seen if e["kind"] == "alarm"]
+    assert (40, "train/reward", "nonfinite") in alarms and not any(s == "quiet" for _, s, _ in alarms)
+    assert [r.reason for r in ev.history if r.step == 40] == ["alarm:train/reward:nonfinite"]
+    assert [type(d).__name__ for d in ev._detectors["train/reward"]] == ["NonFinite", "CUSUM"]
+    assert (40, "eval/acc", "nonfinite") in alarms  # (streams.eval given as a CUSUM alone, too)
+
+
 def test_budget_defers_non_urgent_evaluations_with_a_reason():
     cfg = load_config(overrides=["trigger.freq_steps=2", "policy.budget.max_eval_fraction=0.05",
                                  "policy.interval.enabled=false", "policy.peak.enabled=false"])
