@@ -279,7 +279,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
         _clear_earlier_replay(os.path.join(out, "tb"))
         logger = make_logger(os.path.join(out, "tb"), flush_secs=cfg.logging.flush_secs)
-    result = replay(trace, cfg, seed=args.seed, logger=logger, streams=_for_trace(args.stream, args.trace) or None)
+    streams = _for_trace(args.stream, args.trace) or None
+    if streams:
+        # A W&B chart's "<run> - <metric>" was read as its metric: named again as the user wrote it, replay refused
+        # the name the reader had just taken ("no column 'a - train/reward' to watch"; found by a new-user probe)
+        names = {k for r in trace.records for k in r.metrics}
+        streams = [c.rpartition(" - ")[2] if c not in names and c.rpartition(" - ")[2] in names else c
+                   for c in streams]
+    result = replay(trace, cfg, seed=args.seed, logger=logger, streams=streams)
     write_outputs(result, out)
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0

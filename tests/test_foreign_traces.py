@@ -741,6 +741,12 @@ def test_a_wandb_chart_export_of_several_runs_names_them_or_reads_the_run_named(
     with pytest.warns(RuntimeWarning, match="run 'run-b' .*left out 6 columns of the other runs"):
         t = from_columns(path, step="Step", evals={"run-b - eval/acc": 1.0})
     assert t.stream_names() == ["train/reward"] and t.eval_names() == ["eval/acc"]
+    # replay with a run's stream named as the error says, "<run> - <metric>": it was "no column 'run-a -
+    # train/reward' to watch", exit 2, after the reader had taken it (found by a new-user probe)
+    assert main(["replay", str(path), "--eval", "run-a - eval/acc", "--stream", "run-a - train/reward",
+                 "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert {json.loads(line)["stream"] for line in (tmp_path / "o" / "alarms.jsonl").read_text().splitlines()} \
+        == {"train/reward"}
 
 
 def test_a_wandb_export_is_read_without_naming_its_step_column(tmp_path, capsys):
