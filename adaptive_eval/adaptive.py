@@ -551,13 +551,14 @@ class AdaptiveEvaluator:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
                        last_eval_step=self._last_eval_step, streams=self._witnesses(), stride=self._stride)
 
-    def _on_alarm(self, alarm, step: int, rank: int | None = None) -> None:
-        """Feed one alarm to the policies, listeners and logger (in a group: on every rank alike;
-        ``rank`` names the rank that saw it, None for alarms every rank saw)."""
+    def _on_alarm(self, alarm, step: int, rank: int | None = None, to_policies: bool = True) -> None:
+        """Feed one alarm to the policies (unless ``to_policies`` is False), listeners and logger (in a group: on
+        every rank alike; ``rank`` names the rank that saw it, None for alarms every rank saw)."""
         self._alarm_count += 1
-        self.policies.on_alarm(alarm, self._ctx(step))
-        self._alarm_pending = self._alarm_pending or self._policy_pending()
-        self.trigger.scale = self._scale()
+        if to_policies:
+            self.policies.on_alarm(alarm, self._ctx(step))
+            self._alarm_pending = self._alarm_pending or self._policy_pending()
+            self.trigger.scale = self._scale()
         event = {"kind": "alarm", "step": alarm.step, "stream": alarm.stream, "detector": alarm.detector,
                  "direction": alarm.direction, "location": alarm.location, "message": alarm.message}
         if rank is not None:
@@ -1405,7 +1406,19 @@ class AdaptiveEvaluator:
         for det in dets:
             alarm = det.update(value, step)
             if alarm is not None:
-                self._on_alarm(alarm, step)
+                # A NaN or inf result while a training stream is NaN or inf too (the model is dead) is shown and
+                # counted, but brings no evaluation forward: it asked at once for another evaluation of the same
+                # dead model, and the tightened schedule for more (found by a new-user probe).  The training
+                # streams' own nonfinite alarms still do; a NaN result of a healthy run (a grader that failed) is
+                # re-measured at once, as before.
+                dead = alarm.detector == "nonfinite" and self._training_nonfinite()
+                self._on_alarm(alarm, step, to_policies=not dead)
+
+    def _training_nonfinite(self) -> bool:
+        """Whether a watched training stream's last value was NaN or inf (its nonfinite detector is in a run)."""
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        return any(type(d) is NonFinite and d._in_run for dets in self._detectors.values() for d in dets)
 
     # ----------------------------------------------------------------------------------------------
     # What it did, for logs and replay

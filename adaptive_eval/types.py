@@ -232,26 +232,34 @@ class EvalResult:
 
     @property
     def items(self) -> int:
-        """Items actually evaluated: the largest count of any metric (the whole set when ``sample_size`` is
-        None), else the requested ``sample_size`` (0 when neither is known).  With eval suites, each suite's
-        (its largest metric count) added up: 300 MATH-500 problems and 30 AIME ones are 330 items.
+        """Items actually evaluated: the largest count of any metric, its NaN items included (the whole set when
+        ``sample_size`` is None), else the requested ``sample_size`` (0 when neither is known; so too when every
+        value of items x samples metrics was NaN).  With eval suites, each suite's (its largest metric count)
+        added up: 300 MATH-500 problems and 30 AIME ones are 330 items.
 
         >>> m = lambda n: MetricSummary(0.5, n, (0.4, 0.6))
         >>> EvalResult(10, None, "x", 1.0, {"math/acc": m(300), "math/pass@4": m(300), "aime/acc": m(30)},
         ...            suites=("math", "aime")).items
         330
         """
+        def measured(m: MetricSummary) -> int:
+            # (an item whose value was NaN was evaluated too: a dead model's evaluation cost its items, and
+            # counted 0; items x samples count their NaN samples, not items, so an item all NaN is not added)
+            return m.n + (m.nan_count if not m.clustered else 0)
+
+        count = 0
         if self.suites:
             counts: dict[str, int] = {}
             for name, m in self.metrics.items():
                 suite = name.split("/", 1)[0]
                 if suite in self.suites:
-                    counts[suite] = max(counts.get(suite, 0), m.n)
-            if counts:
-                return sum(counts.values())
-        if self.metrics:
-            return max(m.n for m in self.metrics.values())
-        return self.sample_size or 0
+                    counts[suite] = max(counts.get(suite, 0), measured(m))
+            count = sum(counts.values())
+        if not count and self.metrics:
+            count = max(measured(m) for m in self.metrics.values())
+        if not count and any(m.nan_count for m in self.metrics.values()):
+            return self.sample_size or 0  # every value NaN (items x samples): the items asked for
+        return count if self.metrics else self.sample_size or 0
 
     def mean(self, name: str) -> float:
         return self.metrics[name].mean

@@ -204,6 +204,26 @@ def test_nan_is_an_alarm_not_an_exception():
     assert alarms and alarms[0]["step"] == 30 and 30 in evals
 
 
+def test_a_nan_evaluation_brings_no_second_evaluation_of_the_dead_model_and_its_items_count():
+    """Found by a new-user probe: the eval metric's nonfinite alarm on an all-NaN result of a dead model (its loss
+    NaN too) asked at once for another evaluation (the next step, the same dead weights) and tightened the schedule,
+    and the NaN items counted 0 in ``items`` and ``summary()["samples"]`` (about 1,000 items scored, 50 reported).
+    A NaN result of a healthy run is still re-measured (test_an_alarm_on_an_eval_result_brings_a_wider_...)."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=10", "policy.budget.enabled=false"]),
+                                       total_steps=60, clock=lambda: 0.0)
+    seen = []
+    ev.add_listener(seen.append)
+    for g in range(60):
+        ev.observe({"train/loss": math.nan if g >= 15 else 1.0}, g)
+        ev.evaluate(lambda req: {"acc": [math.nan if req.step >= 15 else 1.0 for _ in req.indices(200)]}, 0, g, g)
+    ev.close()
+    assert ("eval/acc", "nonfinite") in {(e["stream"], e["detector"]) for e in seen if e["kind"] == "alarm"}
+    steps = [r.step for r in ev.history]
+    assert steps[:2] == [9, 15] and 16 not in steps and steps[2] > 20  # (the alarm at 15 was the loss's)
+    assert [r.items for r in ev.history][1] == 200 and ev.summary()["samples"] == sum(r.items for r in ev.history)
+    assert all(r.items > 0 for r in ev.history)
+
+
 def test_a_stream_given_its_own_detectors_still_alarms_on_nan(tmp_path):
     """The README's first preset gives train/reward its own list (a CUSUM): that list replaced the default one and
     its nonfinite detector with it, so a NaN reward went by without an alarm (found by a new-user probe).  A
