@@ -1069,7 +1069,8 @@ def is_areal_evaluator_config(obj) -> bool:
 
 def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None = None) -> DictConfig:
     """The config ``preset`` (a name, a file, a loaded config; default: ``default``) with ``trigger.*`` taken
-    from AReaL's ``EvaluatorConfig`` (``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train``).
+    from AReaL's ``EvaluatorConfig`` (``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train``), and
+    ``trigger.independent`` true: several frequencies count on their own, as AReaL's do.
 
     A negative or non-numeric frequency is a :class:`ConfigError` naming the field
     (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.
@@ -1086,6 +1087,10 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
         else:
             trigger[f] = v if v is None or f == "freq_secs" else int(v)
     trigger["eval_before_train"] = bool(getattr(evaluator_config, "eval_before_train", False))
+    # AReaL's counters fire on their own (an epoch end right after a step-triggered evaluation still fires): its
+    # schedule, as the drop-in promises (the default preset's joint counting lost those epoch ends; found by a
+    # new-user probe)
+    trigger["independent"] = True
     if problems:
         raise ConfigError(problems)
     base = preset if isinstance(preset, DictConfig) else load_config(preset)

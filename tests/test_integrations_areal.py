@@ -62,6 +62,21 @@ def test_one_trigger_is_areals_in_every_evaluator_eval_before_train_included(fe,
         assert expected[:3] == [0, 4, 9]  # the issue's case: not [0, 5, 10]
 
 
+@pytest.mark.parametrize("fe,fs,before,spe", [s for s in SCHEDULES if s[0] is not None and s[1] is not None]
+                         + [(1, 7, False, 12)])
+def test_the_adaptive_shim_on_the_default_preset_keeps_areals_schedule_with_two_triggers(fe, fs, before, spe):
+    """Found by a new-user probe: AdaptiveEvaluator(config.evaluator, ft_spec) counted several frequencies jointly
+    (the default preset's trigger), so an epoch end soon after a step-triggered evaluation never fired: with
+    freq_epochs=1, freq_steps=7 and 12 steps per epoch, AReaL's 6, 11, 13, 20, 23, ... read 6, 13, 20, 27, ..."""
+    cfg = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    expected = run(AREAL.Evaluator(cfg, spec(spe)), 0, 60, spe)
+    # (a clock of steps, the evaluations taking no time: the budget defers nothing)
+    adaptive = shim.AdaptiveEvaluator(cfg, spec(spe, epochs=100), clock=lambda: float(current[0]))
+    assert run(adaptive, 0, 60, spe) == expected
+    if (fe, fs, spe) == (1, 7, 12):
+        assert expected[:5] == [6, 11, 13, 20, 23]
+
+
 def test_before_train_then_steps_matches_areals_first_call_evaluation():
     cfg = areal_config(freq_steps=5, eval_before_train=True)
     ev = JointEvaluator(cfg, steps_per_epoch=10)
