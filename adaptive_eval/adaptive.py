@@ -813,7 +813,7 @@ class AdaptiveEvaluator:
         """Apply the resource scheduler's verdict ``(may run, why)`` to an evaluating decision."""
         ok, why = verdict
         if not ok:
-            return Decision(False, decision.sample_size, why, decision.urgent)
+            return Decision(False, decision.sample_size, why, decision.urgent, deferred=decision.reason)
         if why == "resources:forced":  # (the prefix for whoever counts forced evaluations; the cause kept after it)
             return dataclasses.replace(decision, reason=f"{why} ({decision.reason})")
         return decision  # allowed (a bypass keeps the alarm's reason)
@@ -860,7 +860,8 @@ class AdaptiveEvaluator:
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
                 if self._logging:
                     self.logger.log(global_step, {"controller/deferred": 1.0})
-                    text = f"deferred: {decision.reason} (was {reason})"
+                    # (what was due: the policy's reason, else the trigger's; "(was None)" hid a peak:confirm)
+                    text = f"deferred: {decision.reason} (was {decision.deferred or reason or 'due'})"
                     # Once per deferral, not at every step it lasts (controller/deferred is 1 at each of them).
                     if self._deferring is None or self._deferring[1] != text:
                         self._deferring = (global_step, text)

@@ -329,6 +329,9 @@ class Decision:
     # The sample size a policy widened this evaluation from (a held alarm's or the peak policy's widening of a
     # scheduled evaluation): over budget it may shrink back towards it, never below (policy.budget.shrink_widened).
     widened_from: int | None = None
+    # A deferral (``evaluate`` False, ``reason`` why, e.g. ``budget:deferred``): the reason of the evaluation that
+    # was due and waits (``peak:confirm``, ``interval:relaxed``, ...); "" when it came from the trigger alone.
+    deferred: str = ""
 
     def __bool__(self) -> bool:
         return self.evaluate

@@ -164,7 +164,8 @@ class BudgetPolicy(Policy):
             if shrunk is not None:
                 return shrunk
             self.deferred += 1
-            return Decision(False, decision.sample_size, "budget:deferred", decision.urgent)
+            return Decision(False, decision.sample_size, "budget:deferred", decision.urgent,
+                            deferred=decision.reason)
         return decision
 
     @staticmethod

@@ -224,6 +224,29 @@ def test_a_nan_evaluation_brings_no_second_evaluation_of_the_dead_model_and_its_
     assert all(r.items > 0 for r in ev.history)
 
 
+def test_a_deferral_in_the_decisions_text_names_the_evaluation_it_holds_back():
+    """Found by a new-user probe: a budget deferral of an evaluation a policy brought (a relaxed interval, a peak
+    re-measure) read "deferred: budget:deferred (was None)" in TensorBoard: the trigger's reason, None."""
+    from conftest import RecordingLogger
+
+    logger, now = RecordingLogger(), [0.0]
+    ev = AdaptiveEvaluator.from_config(load_config("aggressive", ["trigger.freq_steps=5",
+                                                                  "policy.budget.max_eval_fraction=0.05"]),
+                                       clock=lambda: now[0], logger=logger)
+    rng = np.random.default_rng(0)
+    for g in range(60):
+        now[0] += 1.0
+
+        def fn(req, g=g):
+            now[0] += 0.01 * len(req.indices(500))  # an item takes 0.01 s
+            return {"acc": (rng.random(len(req.indices(500))) < 0.5 + 0.005 * g).astype(float).tolist()}
+
+        ev.evaluate(fn, 0, g, g)
+    deferred = [t for _, tag, t in logger.texts if tag == "decisions" and t.startswith("deferred:")]
+    assert deferred[0] == "deferred: budget:deferred (was peak:confirm)"  # (its re-measure, a step later)
+    assert not any("(was None)" in t for t in deferred)
+
+
 def test_a_stream_given_its_own_detectors_still_alarms_on_nan(tmp_path):
     """The README's first preset gives train/reward its own list (a CUSUM): that list replaced the default one and
     its nonfinite detector with it, so a NaN reward went by without an alarm (found by a new-user probe).  A
