@@ -194,6 +194,19 @@ def test_rank_branches_and_the_state_before_training():
     assert json.loads(json.dumps(cb.state()))["attributes"]["_saved_state"]["last_call_step"] == 5
 
 
+def test_a_tracked_metric_named_without_eval_prefix_is_hfs_eval_metric_as_metric_for_best_model_is():
+    """Found by a new-user probe: overrides=["evaluation.metric=accuracy"] tracked nothing (the trainer's evaluation
+    returns eval_accuracy), while metric_for_best_model="accuracy" means eval_accuracy in HF; your own evaluate_fn
+    keeps its names."""
+    args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
+    state = SimpleNamespace(max_steps=4, global_step=0, stateful_callbacks={}, is_world_process_zero=True)
+    for metric, fn, tracked in (("accuracy", None, "eval_accuracy"), ("eval_accuracy", None, "eval_accuracy"),
+                                ("accuracy", lambda request: {"accuracy": [1.0]}, "accuracy")):
+        cb = AdaptiveEvalCallback("default", fn, overrides=[f"evaluation.metric={metric}"])
+        cb.on_train_begin(args, state, SimpleNamespace(should_log=False), train_dataloader=[0] * 4)
+        assert cb.evaluator.cfg.evaluation.metric == tracked
+
+
 def test_the_summary_line_is_written_on_world_zero_only(caplog):
     for zero in (False, True):
         cb = AdaptiveEvalCallback("areal")

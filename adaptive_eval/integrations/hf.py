@@ -46,7 +46,8 @@ What it does (each step is something a user would otherwise write; see the READM
   are logged when integrated (``eval_adaptive_step``: the weights' step), and ``on_train_end`` waits for
   the evaluations still in flight and logs them.
 
-Tracked metric: ``evaluation.metric`` if set; else ``args.metric_for_best_model`` (with
+Tracked metric: ``evaluation.metric`` if set (``eval_`` put in front of a name without it, as HF does for
+``metric_for_best_model``, unless ``evaluate_fn`` is yours); else ``args.metric_for_best_model`` (with
 ``greater_is_better``); else, without ``compute_metrics``, ``eval_loss`` (lower is better); else the first
 ``compute_metrics`` key (higher is better).  Never ``eval_runtime`` or ``epoch``.
 
@@ -313,9 +314,14 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 self._trainer_ref = weakref.ref(trainer)
 
     def _config_defaults(self, args, trainer, cfg) -> list[str]:
-        """The tracked metric, when the user's config leaves it null."""
-        if cfg.evaluation.metric is not None or self.evaluate_fn is not None:
+        """The tracked metric, when the user's config leaves it null; one named without HF's ``eval_`` prefix, for
+        the trainer's own evaluation, gets it, as ``metric_for_best_model`` does (``accuracy`` tracked nothing:
+        the evaluation returns ``eval_accuracy``; found by a new-user probe)."""
+        if self.evaluate_fn is not None:
             return []
+        if cfg.evaluation.metric is not None:
+            named = str(cfg.evaluation.metric)
+            return [] if named.startswith("eval_") else [f"evaluation.metric=eval_{named}"]
         best = getattr(args, "metric_for_best_model", None)
         if best:
             name = best if best.startswith("eval_") else f"eval_{best}"
