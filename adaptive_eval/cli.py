@@ -535,6 +535,23 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
     return cases
 
 
+class _OnceFilter:
+    """A logging filter that lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        self.seen: set = set()
+
+    def filter(self, record) -> bool:
+        try:
+            key = (record.levelno, record.getMessage())
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is let through, as logging would
+            return True
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from adaptive_eval.tune import TuneError, check_input, table, tune
 
@@ -553,8 +570,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}; scored on "
           + ", ".join(f"{c.name}: {c.metric}" for c in cases[:6]) + (" ..." if len(cases) > 6 else ""),
           file=sys.stderr)
-    result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
-                  progress=not args.no_progress, n_folds=args.folds)
+    # Every trial replays every trace with a new evaluator, whose notes "(said once)" are once per evaluator: said
+    # once per tune here (a note on a suite's pass@k came 3 times in 4 trials; found by a new-user probe).
+    import logging
+
+    once = _OnceFilter()
+    logging.getLogger("adaptive_eval").addFilter(once)
+    try:
+        result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
+                      progress=not args.no_progress, n_folds=args.folds)
+    finally:
+        logging.getLogger("adaptive_eval").removeFilter(once)
     names = [os.path.relpath(p, args.out) for p in (result.written or [])]
     if os.path.exists(os.path.join(args.out, "trials.jsonl")):
         names.insert(0, "trials.jsonl")

@@ -379,3 +379,27 @@ def test_an_events_file_s_direction_is_the_one_scored_and_a_run_never_evaluated_
     assert never.evals == 0 and never.pick is None
     assert never.regret_points == pytest.approx(max(acc) - sum(acc) / len(acc), abs=1e-4)
     assert aggregate([never])["regret"] == pytest.approx(never.regret) and never.regret > 0.4
+
+
+def test_a_note_said_once_per_evaluator_is_said_once_per_tune(tmp_path, monkeypatch, caplog):
+    """Found by a new-user probe: every trial replays with new evaluators, so a note "(said once)" came once per
+    trial (3 times in 4 trials); tune lets each message through once."""
+    import logging
+
+    import adaptive_eval.tune as tune_module
+
+    real = tune_module.tune
+
+    def noisy(*args, **kwargs):
+        for _ in range(3):
+            logging.getLogger("adaptive_eval").warning("suite 'aime': pass@4 is not reported (said once)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "tune", noisy)
+    path, onset = collapse_csv(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "1", "--out", str(tmp_path / "t"),
+                     "--no-progress"]) == 0
+    assert sum("pass@4 is not reported" in r.getMessage() for r in caplog.records) == 1
+    logging.getLogger("adaptive_eval").warning("after tune: said again")  # (the filter is gone after it)
+    assert any("said again" in r.getMessage() for r in caplog.records)
