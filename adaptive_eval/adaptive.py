@@ -1435,19 +1435,6 @@ class AdaptiveEvaluator:
         elapsed = self._elapsed()
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
-    def _with_aggregate(self, result: EvalResult) -> EvalResult:
-        """With suites: the result knowing them (so that its ``items`` adds up the suites'), and with
-        ``evaluation.suite_aggregate`` ``<suite_aggregate>/<metric>`` added (see
-        :func:`~adaptive_eval.suites.weighted_aggregate`), synchronous or integrated alike."""
-        ev = self._evaluation
-        if not self._suites:
-            return result
-        extra = {}
-        if ev["suite_aggregate"]:
-            from adaptive_eval.suites import weighted_aggregate
-
-            extra = weighted_aggregate(result.metrics, self._suites, ev["suite_aggregate"], ev["confidence"])
-        return dataclasses.replace(result, metrics={**result.metrics, **extra}, suites=tuple(self._suites))
     def summary(self) -> dict:
         """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
