@@ -1549,6 +1549,12 @@ class AdaptiveEvaluator:
                                           lambda _: self._streams["eval"])):
             for stream, det_states in states.items():
                 dets = table[stream] = self._build(stream, specs_for(stream))
+                from adaptive_eval.detectors._nonfinite import NonFinite
+
+                if len(dets) == len(det_states) + 1 and type(dets[0]) is NonFinite and det_states and \
+                        det_states[0].get("type") != "nonfinite":
+                    # saved before a list without nonfinite got one (_with_nonfinite): the others resume as saved
+                    dets = dets[1:]
                 if len(dets) != len(det_states):
                     raise ValueError(f"state_dict has {len(det_states)} detectors for stream {stream!r}, "
                                      f"the config {len(dets)}")

@@ -266,6 +266,12 @@ def test_a_stream_given_its_own_detectors_still_alarms_on_nan(tmp_path):
     assert [r.reason for r in ev.history if r.step == 40] == ["alarm:train/reward:nonfinite"]
     assert [type(d).__name__ for d in ev._detectors["train/reward"]] == ["NonFinite", "CUSUM"]
     assert (40, "eval/acc", "nonfinite") in alarms  # (streams.eval given as a CUSUM alone, too)
+    # A state saved before (that stream's list without nonfinite) resumes: its CUSUM as saved, nonfinite new
+    sd = ev.state_dict()
+    sd["detectors"]["train/reward"] = sd["detectors"]["train/reward"][1:]
+    again = AdaptiveEvaluator.from_config(load_config(str(mine)))
+    again.load_state_dict(sd)
+    assert again._detectors["train/reward"][1].state_dict() == ev._detectors["train/reward"][1].state_dict()
 
 
 def test_budget_defers_non_urgent_evaluations_with_a_reason():
