@@ -1407,19 +1407,20 @@ class AdaptiveEvaluator:
         for det in dets:
             alarm = det.update(value, step)
             if alarm is not None:
-                # A NaN or inf result while a training stream is NaN or inf too (the model is dead) is shown and
-                # counted, but brings no evaluation forward: it asked at once for another evaluation of the same
-                # dead model, and the tightened schedule for more (found by a new-user probe).  The training
-                # streams' own nonfinite alarms still do; a NaN result of a healthy run (a grader that failed) is
-                # re-measured at once, as before.
-                dead = alarm.detector == "nonfinite" and self._training_nonfinite()
+                # A NaN or inf result of an evaluation a training stream's urgent alarm brought (its loss went NaN:
+                # the model is dead) is shown and counted, but brings no evaluation forward: it asked at once for
+                # another evaluation of the same dead model, and the tightened schedule for more (found by a
+                # new-user probe).  A NaN result of a healthy run (a grader that failed) is re-measured at once, as
+                # before.  (Read from the alarm policy's record, the same on every rank, so that ranks whose own
+                # streams differ still decide alike.)
+                dead = alarm.detector == "nonfinite" and self._brought_by_training_alarm(step)
                 self._on_alarm(alarm, step, to_policies=not dead)
 
-    def _training_nonfinite(self) -> bool:
-        """Whether a watched training stream's last value was NaN or inf (its nonfinite detector is in a run)."""
-        from adaptive_eval.detectors._nonfinite import NonFinite
-
-        return any(type(d) is NonFinite and d._in_run for dets in self._detectors.values() for d in dets)
+    def _brought_by_training_alarm(self, step: int) -> bool:
+        """Whether a training stream's urgent alarm (not an eval metric's) brought the evaluation of ``step``."""
+        alarm_policy = self.policies.by_name.get("alarm")
+        return alarm_policy is not None and any(
+            s not in self._eval_detectors for s in alarm_policy.urgent_streams_at(step))
 
     # ----------------------------------------------------------------------------------------------
     # What it did, for logs and replay

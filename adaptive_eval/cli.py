@@ -283,8 +283,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if streams:
         # A W&B chart's "<run> - <metric>" was read as its metric: named again as the user wrote it, replay refused
         # the name the reader had just taken ("no column 'a - train/reward' to watch"; found by a new-user probe)
+        from adaptive_eval.convert import _WANDB_RUN
+
         names = {k for r in trace.records for k in r.metrics}
-        streams = [c.rpartition(" - ")[2] if c not in names and c.rpartition(" - ")[2] in names else c
+        streams = [c.rpartition(_WANDB_RUN)[2] if c not in names and c.rpartition(_WANDB_RUN)[2] in names else c
                    for c in streams]
     result = replay(trace, cfg, seed=args.seed, logger=logger, streams=streams)
     write_outputs(result, out)

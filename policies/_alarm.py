@@ -151,6 +151,10 @@ class AlarmPolicy(Policy):
     def pending(self) -> bool:
         return bool(self._pending)
 
+    def urgent_streams_at(self, step: int) -> list[str]:
+        """The streams whose urgent alarms brought the evaluation of ``step`` (the same on every rank)."""
+        return [stream for stream, at in self._last_urgent_eval.items() if at == step]
+
     def state_dict(self) -> dict:
         return {"pending": [list(p) for p in self._pending], "last_alarm_eval": self._last_alarm_eval,
                 "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
