@@ -378,7 +378,9 @@ def _budget_note(trace, cfg, deferred: list[dict], evals: int, name: str = "") -
         return
     times = [r.time for r in trace.records]
     timed = cfg.replay.trace_time and len(times) > 1 and all(t is not None for t in times)
-    step = (times[-1] - times[0]) / (len(times) - 1) if timed else float(cfg.replay.step_seconds)
+    # (per training step: with replay.every_step the steps between a strided trace's records are replayed too)
+    span = (trace.records[-1].step - trace.records[0].step) if cfg.replay.every_step else len(times) - 1
+    step = (times[-1] - times[0]) / max(span, 1) if timed else float(cfg.replay.step_seconds)
     whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * int(
         cfg.replay.eval_set_size)
     source = "the trace's time column" if timed else "replay.step_seconds"

@@ -879,3 +879,17 @@ def test_a_wandb_history_jsonl_is_read_by_its_step_with_its_runtime_as_the_clock
     assert main(["replay", str(hist), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
     assert "read '_step' (W&B's) as the step" in capsys.readouterr().err
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["train_seconds"] == 12.5 * 59
+
+
+def test_the_budget_note_of_a_strided_trace_replayed_every_step_gives_a_training_steps_time(tmp_path, capsys):
+    """A trace logged every 5 steps, 1 ms a step, replayed with replay.every_step: the note said a step took
+    5 ms (the time between records), five times the step the budget was charging."""
+    rows = ["step,time,train/loss,eval/accuracy"]
+    for s in range(0, 2000, 5):
+        rows.append(f"{s},{s * 0.001:.3f},{1.0 if s < 1000 else 3.0},{0.7 if s < 1000 else 0.3}")
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    args = ["replay", str(tmp_path / "t.csv"), "--no-tensorboard", "--set", "replay.every_step=true"]
+    assert main([*args, "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "note: the budget deferred" in err
+    assert "a step takes 0.001 s (the trace's time column)" in err
