@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Mapping
 
 import numpy as np
+
+log = logging.getLogger("adaptive_eval")
+_SAID: set = set()  # warnings said once per process
 
 __all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary", "SuiteRequest"]
 
@@ -96,6 +100,13 @@ class EvalRequest:
         """
         if isinstance(num_items, bool) or not isinstance(num_items, (int, np.integer)) or num_items < 0:
             raise ValueError(f"num_items must be a non-negative integer, got {num_items!r}")
+        if self.suites and "indices-with-suites" not in _SAID:
+            # (the sample size of a request with suites is their sum: one set sampled by it mixes the suites' sizes)
+            _SAID.add("indices-with-suites")
+            log.warning("request.indices(%d) on an evaluation with eval suites (%s): its sample_size (%s) is the sum "
+                        "of the suites' samples, not one set's; each suite's items are in request.suites[name].indices (this "
+                        "rank's shard of its sample; said once)", num_items, ", ".join(self.suites),
+                        self.sample_size)
         chosen = _permutation(self.seed, int(num_items))[: self.num_selected(int(num_items))]
         mine = list(chosen[self.rank :: self.world_size])
         self._handed["count"] = len(mine)

@@ -567,6 +567,31 @@ def test_unconfigured_suite_and_wrong_item_counts_name_suite_metric_and_item():
         ev.evaluate(short, 0, 0, 0)
 
 
+def test_request_indices_on_an_evaluation_with_suites_warns_once_naming_the_suites_indices(caplog, monkeypatch):
+    """request.indices(500) with suites sampled min(500, the suites' summed sample size) of one set, mixing the
+    suites' sizes, with nothing said (a user who kept the code of a run without suites)."""
+    import adaptive_eval.types as types
+
+    monkeypatch.setattr(types, "_SAID", set())
+    ev = _suite_evaluator()
+
+    def fn(req):
+        req.indices(500)
+        return {f"{name}/acc": np.ones((len(s.indices), s.samples_per_item)) for name, s in req.suites.items()}
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        ev.evaluate(fn, 0, 0, 0)
+        ev.evaluate(fn, 0, 1, 1)
+    said = [r.getMessage() for r in caplog.records if "request.indices(500)" in r.getMessage()]
+    assert len(said) == 1 and "math500" in said[0] and "request.suites[name].indices" in said[0]
+    caplog.clear()
+    plain = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1"]))
+    monkeypatch.setattr(types, "_SAID", set())
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # without suites: nothing to say
+        plain.evaluate(lambda req: {"acc": np.ones(len(req.indices(500)))}, 0, 0, 0)
+    assert not any("request.indices" in r.getMessage() for r in caplog.records)
+
+
 def test_results_of_a_configured_suite_not_due_are_left_out_not_the_whole_evaluation(caplog):
     """Found by a new-user probe: an evaluate_fn that scores every suite each time (from a cache) returned aime24
     at evaluations where only math500 was due, and the whole evaluation was refused, math500 with it (3 of 5
