@@ -563,6 +563,7 @@ def summarize_outputs(
         if values is not None:
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
+                _say_no_pass_at_k(label, name, ks, (samples_asked or {}).get(name.partition("/")[0]))
             summaries[name] = summarize(values, confidence, kinds.get(name))
             if suites is not None and len(item_ids) == values.size:
                 for key, mask, _ in _stratum_masks(strata, name, item_ids):
@@ -577,6 +578,23 @@ def summarize_outputs(
         else:
             summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name))
     return summaries
+
+
+_ONE_PER_ITEM_SAID: set = set()  # suite metrics said once per process (_say_no_pass_at_k)
+
+
+def _say_no_pass_at_k(label: str, name: str, ks, asked: int | None) -> None:
+    """A suite metric returned as one value per item when its request asked for several answers per item and
+    evaluation.pass_at_k has a k above 1: it is summarized as a per-item value, with no pass@k; say so once (its
+    pass@k vanished without a word, while items x 1 of the same values is an error)."""
+    lost = [int(k) for k in ks]
+    if max(lost, default=1) <= 1 or not asked or int(asked) <= 1 or name in _ONE_PER_ITEM_SAID:
+        return
+    _ONE_PER_ITEM_SAID.add(name)
+    log.warning("%s: one value per item, while the request asked for %d answers per item: summarized as a per-item "
+                "value with no %s; return items x answers (a row of the answers' scores per item, "
+                "request.suites[suite].samples_per_item of them) for pass@k (said once)", label, int(asked),
+                "/".join(f"pass@{k}" for k in lost))
 
 
 def _stratum_masks(strata, name: str, item_ids):

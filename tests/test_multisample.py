@@ -1238,3 +1238,25 @@ def test_items_short_of_answers_are_warned_of_once_for_scores_and_answers(caplog
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # answers alone: their own warning, maj@m
         summarize_outputs({"acc:answers": answers, "acc:reference": ["1", "3"]}, 2, pass_at_k=(3,))
     assert caplog.text.count("returned fewer than 3 answers") == 1 and "(maj@m of its m)" in caplog.text
+
+
+def test_a_suite_metric_of_one_value_per_item_when_answers_were_asked_says_once_that_it_has_no_pass_at_k(
+        caplog, monkeypatch):
+    """Items x 1 of the same values is an error (pass@4 of 1 answer); one value per item gave no pass@k and
+    no word of it (a user who averaged the 4 answers of each problem before returning them)."""
+    import adaptive_eval.stats as stats
+
+    monkeypatch.setattr(stats, "_ONE_PER_ITEM_SAID", set())
+    ev = AdaptiveEvaluator.from_config(load_config("areal", [
+        "trigger.freq_steps=1", "evaluation.pass_at_k=[1,4]", "evaluation.metric=math500/acc",
+        "evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=4"]))
+    means = lambda req: {"math500/acc": np.full(len(req.suites["math500"].indices), 0.5)}  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        results = [ev.evaluate(means, 0, g, g) for g in range(2)]
+    assert all(r is not None and r["math500/acc"].mean == 0.5 for r in results)  # still evaluated
+    said = [r.getMessage() for r in caplog.records if "one value per item" in r.getMessage()]
+    assert len(said) == 1 and "asked for 4 answers per item" in said[0] and "pass@1/pass@4" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # items x answers: pass@k, nothing said
+        r = ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices), 4))}, 0, 2, 2)
+    assert "math500/acc/pass@4" in r.metrics and not caplog.records
