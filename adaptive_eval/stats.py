@@ -543,6 +543,7 @@ def summarize_outputs(
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
                                             ids=item_ids))
+            _say_nearly_binary(label, name, rows[0], item_ids)
             scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
             short = short_rows_warning(label, scored, ks, (samples_asked or {}).get(name.partition("/")[0]),
                                        item_ids, nan=bool(np.any(scored < rows[1])))
@@ -580,7 +581,7 @@ def summarize_outputs(
     return summaries
 
 
-_ONE_PER_ITEM_SAID: set = set()  # suite metrics said once per process (_say_no_pass_at_k)
+_SAID_ONCE: set = set()  # (warning, metric) said once per process (_say_no_pass_at_k, _say_nearly_binary)
 
 
 def _say_no_pass_at_k(label: str, name: str, ks, asked: int | None) -> None:
@@ -588,13 +589,33 @@ def _say_no_pass_at_k(label: str, name: str, ks, asked: int | None) -> None:
     evaluation.pass_at_k has a k above 1: it is summarized as a per-item value, with no pass@k; say so once (its
     pass@k vanished without a word, while items x 1 of the same values is an error)."""
     lost = [int(k) for k in ks]
-    if max(lost, default=1) <= 1 or not asked or int(asked) <= 1 or name in _ONE_PER_ITEM_SAID:
+    if max(lost, default=1) <= 1 or not asked or int(asked) <= 1 or ("1-D", name) in _SAID_ONCE:
         return
-    _ONE_PER_ITEM_SAID.add(name)
+    _SAID_ONCE.add(("1-D", name))
     log.warning("%s: one value per item, while the request asked for %d answers per item: summarized as a per-item "
                 "value with no %s; return items x answers (a row of the answers' scores per item, "
                 "request.suites[suite].samples_per_item of them) for pass@k (said once)", label, int(asked),
                 "/".join(f"pass@{k}" for k in lost))
+
+
+def _say_nearly_binary(label: str, name: str, padded: np.ndarray, ids) -> None:
+    """Answers' scores that are 0/1 but for a few (a partial credit of 0.5, a -1 for an answer that did not parse,
+    a judge's 1 - 1e-12) turn every pass@k of the metric into best@k/worst@k and average the odd values into its
+    mean, with nothing said (found by a new-user probe): say once per metric, naming how many and the first.  A
+    metric whose scores are mostly not 0/1 (a reward) is meant as it is: nothing said."""
+    if ("0/1", name) in _SAID_ONCE:
+        return
+    values = padded[~np.isnan(padded)]
+    odd = (values != 0.0) & (values != 1.0)
+    count = int(np.count_nonzero(odd))
+    if not count or count > 0.1 * values.size:
+        return
+    _SAID_ONCE.add(("0/1", name))
+    row, col = (int(v[0]) for v in np.nonzero(~np.isnan(padded) & (padded != 0.0) & (padded != 1.0)))
+    log.warning("%s: %d of %d answers' scores are not 0 or 1 (the first: %r, answer %d of %s), so it reports "
+                "best@k/worst@k, not pass@k, and its mean counts them as they are; score every answer 0 or 1 for "
+                "pass@k (said once)", label, count, values.size, float(padded[row, col]), col,
+                _item_name(row, ids, padded.shape[0]))
 
 
 def _stratum_masks(strata, name: str, item_ids):
@@ -1065,7 +1086,11 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
         if value.ndim < 2 and value.dtype != object:
             return None
         if value.ndim == 2 and value.dtype != object:
-            arr = value.astype(np.float64)
+            try:  # (a string array is text, refused: astype read [["42", "17"], ["3", "3"]] as 16.25)
+                arr = float_array(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"{label}: per-sample values must be numbers, got a {value.dtype} array "
+                                f"{value.ravel()[:4].tolist()!r:.80} (answers go in '<metric>:answers')") from None
             return arr, np.full(arr.shape[0], arr.shape[1], dtype=np.int64)
         if value.ndim > 2:
             raise TypeError(f"{label}: expected per-item values (1-D) or items x samples (2-D), got shape {value.shape}")

@@ -1246,7 +1246,7 @@ def test_a_suite_metric_of_one_value_per_item_when_answers_were_asked_says_once_
     no word of it (a user who averaged the 4 answers of each problem before returning them)."""
     import adaptive_eval.stats as stats
 
-    monkeypatch.setattr(stats, "_ONE_PER_ITEM_SAID", set())
+    monkeypatch.setattr(stats, "_SAID_ONCE", set())
     ev = AdaptiveEvaluator.from_config(load_config("areal", [
         "trigger.freq_steps=1", "evaluation.pass_at_k=[1,4]", "evaluation.metric=math500/acc",
         "evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=4"]))
@@ -1260,3 +1260,33 @@ def test_a_suite_metric_of_one_value_per_item_when_answers_were_asked_says_once_
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # items x answers: pass@k, nothing said
         r = ev.evaluate(lambda req: {"math500/acc": np.ones((len(req.suites["math500"].indices), 4))}, 0, 2, 2)
     assert "math500/acc/pass@4" in r.metrics and not caplog.records
+
+
+def test_a_2d_numpy_array_of_text_is_refused_as_a_list_of_lists_is():
+    """np.array([["42", "17"], ["3", "3"]]) read as 16.25 (astype), where the same list of lists was refused."""
+    from adaptive_eval.stats import summarize_outputs
+
+    for text in (np.array([["42", "17"], ["3", "3"]]), np.array([[b"1", b"0"], [b"0", b"1"]])):
+        with pytest.raises(TypeError, match=r"metric 'acc': per-sample values must be numbers, got a .* array"):
+            summarize_outputs({"acc": text}, 2)
+    assert summarize_outputs({"acc": np.array([[True, False], [True, True]])}, 2)["acc/pass@1"].mean == 0.75
+
+
+def test_answers_scored_0_1_but_for_a_few_say_once_that_pass_at_k_became_best_at_k(caplog, monkeypatch):
+    """One partial credit of 0.5 among 120 answers replaced pass@1/pass@4 by best@k/worst@k, with nothing said;
+    a reward (scores mostly not 0/1) gets best@k as documented, and says nothing."""
+    import adaptive_eval.stats as stats
+    from adaptive_eval.stats import summarize_outputs
+
+    monkeypatch.setattr(stats, "_SAID_ONCE", set())
+    scores = np.random.default_rng(0).binomial(1, 0.4, size=(30, 4)).astype(float)
+    scores[3, 2] = 0.5
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for _ in range(2):
+            out = summarize_outputs({"acc": scores}, 30, pass_at_k=(1, 4))
+        summarize_outputs({"reward": np.random.default_rng(1).normal(size=(30, 4))}, 30, pass_at_k=(1, 4))
+        clean = summarize_outputs({"ok": np.round(scores)}, 30, pass_at_k=(1, 4))
+    assert "acc/best@4" in out and "acc/pass@4" not in out and "ok/pass@4" in clean
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "1 of 120 answers' scores are not 0 or 1 (the first: 0.5, answer 2 of item 3)" in said[0]
