@@ -29,7 +29,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -933,13 +933,15 @@ class AdaptiveEvaluator:
                                 "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
                                 req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
 
-    def _say_untracked(self, result: EvalResult) -> None:
+    def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
         sample size, peak) learn nothing from it.  Said once (a ``RuntimeWarning``; never raised into the
         training step, even under ``-W error``), unless the evaluation did not cover the metric's suite
         (``every``), or for ``<suite_aggregate>/<m>`` every suite.  An ``evaluate_fn`` that returned a bare
         number (kept as ``raw``, AReaL style: no metric) is said too, whatever ``evaluation.metric`` is (it passed
-        unsaid, and nothing was tracked; found by a new-user probe)."""
+        unsaid, and nothing was tracked; found by a new-user probe).  ``due``: the suites this evaluation asked for,
+        where known (a due suite whose results did not come back is said: an evaluate_fn that forgot it, or
+        returned {} or None, passed unsaid); else a suite none of whose metrics came back counts as not due."""
         if self._untracked_said:
             return
         metric = self._evaluation["metric"]
@@ -953,8 +955,11 @@ class AdaptiveEvaluator:
             if self._suites:
                 head = metric.partition("/")[0]
                 wanted = list(self._suites) if head == self._evaluation["suite_aggregate"] else [head]
-                if not all(any(n.startswith(f"{s}/") for n in result.metrics) for s in wanted):
-                    return  # a suite skipped at this evaluation: its metrics are absent by design
+                if due is not None:
+                    if not all(s in due for s in wanted):
+                        return  # a suite not asked for at this evaluation: its metrics are absent by design
+                elif not all(any(n.startswith(f"{s}/") for n in result.metrics) for s in wanted):
+                    return  # (as far as can be told) a suite skipped at this evaluation
             import difflib
 
             names = list(result.metrics)
@@ -1015,7 +1020,7 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-            self._say_untracked(result)
+            self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None)
             if decision.suites:
                 self._suite_plans[global_step] = {str(p[0]): [int(p[1]), int(p[2])] for p in decision.suites}
                 for old in sorted(self._suite_plans)[:-_KEPT_PLANS]:

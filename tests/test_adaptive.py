@@ -531,6 +531,27 @@ def test_the_absent_metric_warning_waits_for_an_evaluation_that_covers_the_metri
     assert len(said) == 1 and "'aime/accuracy'" in said[0] and "'aime/acc'" in said[0] and "'math/acc'" in said[0]
 
 
+def test_the_absent_metric_warning_comes_when_a_due_suites_results_did_not_come_back():
+    """An evaluate_fn that forgot the tracked suite (or returned None) passed unsaid: a suite none of whose
+    metrics came back was taken for one not due."""
+    import warnings
+
+    def said(evaluate_fn):
+        cfg = load_config("areal", ["evaluation.metric=math/acc", "trigger.freq_steps=1",
+                                    "evaluation.suites.math.size=20", "evaluation.suites.aime.size=10"])
+        ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock())
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            for g in range(3):
+                ev.evaluate(evaluate_fn, 0, g, g)
+        return _untracked_warnings(record)
+
+    forgot = said(lambda req: {"aime/acc": [1.0] * len(req.suites["aime"].indices)})
+    assert len(forgot) == 1 and "'math/acc'" in forgot[0] and "(returned: 'aime/acc')" in forgot[0]
+    assert len(said(lambda req: None)) == 1
+    assert said(lambda req: {f"{n}/acc": [1.0] * len(s.indices) for n, s in req.suites.items()}) == []
+
+
 def test_the_absent_metric_warning_also_comes_from_an_asynchronous_evaluation():
     import warnings
 
