@@ -60,10 +60,19 @@ _LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|er
                               r"(?:$|[_/.\-@])", re.IGNORECASE)
 
 
-def _truth_note(trace, cfg) -> None:
+def _eval_names(args: argparse.Namespace, path: str) -> dict[str, str]:
+    """``eval/<c>`` -> ``c`` for the columns ``--eval`` names for the trace at ``path`` (the user's names, for hints)."""
+    return {(c if c.startswith("eval/") else f"eval/{c}"): c
+            for c in _eval_mapping(_for_trace(getattr(args, "eval", None), path))}
+
+
+def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     """Say on stderr which eval columns replay can only return as they are: values beyond [0, 1] without a
     ``:std`` column give evaluations without an interval, which can confirm nothing (a percentage?); and
-    which look lower-is-better (``eval_loss``, ``eval_wer``) while ``evaluation.higher_is_better`` is true."""
+    which look lower-is-better (``eval_loss``, ``eval_wer``) while ``evaluation.higher_is_better`` is true.
+    ``named`` (:func:`_eval_names`): the hints give a column ``--eval`` named by the user's name for it (they
+    gave ``--eval eval/eval_acc:0.01`` for ``--eval eval_acc``, which then had no such column)."""
+    named = named or {}
     import numpy as np
 
     from adaptive_eval.replay import _split_columns
@@ -103,9 +112,10 @@ def _truth_note(trace, cfg) -> None:
                   f"every delay is a miss); give its per-sample sd as eval/{name}:std for Normal draws",
                   file=sys.stderr)
         elif values.size and (values.max() > 1.0 or values.min() < 0.0):
-            hint = (f"; a percentage? scale it: --eval eval/{name}:0.01" if 1.0 < values.max() <= 100.0
+            col = named.get(f"eval/{name}", f"eval/{name}")
+            hint = (f"; a percentage? scale it: --eval {col}:0.01" if 1.0 < values.max() <= 100.0
                     and values.min() >= 0.0 and "loss" not in name.lower() else "")
-            hint += f"; a mean? give eval/{name}:std (its per-sample sd) for Normal draws"
+            hint += f"; a mean? give a column {col}:std (its per-sample sd) for Normal draws"
             print(f"  note: {where}eval/{name} lies in [{values.min():.4g}, {values.max():.4g}] and has no "
                   f"eval/{name}:std column, so every evaluation returns its value with no interval (nothing can be "
                   f"confirmed){hint}", file=sys.stderr)
@@ -295,7 +305,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     print(f"replayed {s['steps']} steps of {trace.source}")
     if len(trace) > 1:
         _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
-    _truth_note(trace, cfg)
+    _truth_note(trace, cfg, _eval_names(args, args.trace))
     if s["evals"] and not any(e["metrics"] for e in result.evals):
         _no_truth_warning(trace)
     units = replay_units(result, cfg)  # with eval suites: the cost units check, tune and the budget count
@@ -426,7 +436,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 run.name = trace
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
-            _truth_note(loaded, cfg)
+            _truth_note(loaded, cfg, _eval_names(args, trace))
             if run.evals and not any(e["metrics"] for e in run.evals):
                 _no_truth_warning(loaded)
             _budget_note(loaded, cfg, run.deferrals, len(run.evals), run.name)
@@ -526,15 +536,14 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                     from omegaconf import OmegaConf
 
                     case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})
-            as_named = {(c if c.startswith("eval/") else f"eval/{c}"): c  # (--eval's columns, for tune's hints)
-                        for c in _eval_mapping(_for_trace(getattr(args, "eval", None), t))}
+            as_named = _eval_names(args, t)  # (--eval's columns, for tune's hints)
             case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None,
                                   eval_columns=as_named)
             if directions is not None and any(directions):
                 case.directions = list(directions)  # (case_from_file kept every event, in this order)
             if len(case.trace) > 1:
                 _stride_note(t, len(case.trace), case.trace.records[0].step, case.trace.records[-1].step, base)
-            _truth_note(case.trace, base)
+            _truth_note(case.trace, base, as_named)
             cases.append(case)
     return cases
 

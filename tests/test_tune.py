@@ -244,6 +244,11 @@ def test_ground_truth_in_percent_exits_2_before_any_trial_unless_declared_a_mean
     assert main(["tune", path2, "--stream", "train/reward", "--eval", "eval_acc", *args]) == 2
     assert "column 'eval/eval_acc' looks like a percentage" in (err := capsys.readouterr().err)
     assert "--eval eval_acc:0.01" in err and not (out / "trials.jsonl").exists()
+    # replay's and check's note as well (they said --eval eval/eval_acc:0.01, which then had no such column)
+    for cmd in (["replay", path2, "--no-tensorboard", "--out", str(tmp_path / "r")], ["check", path2]):
+        main([*cmd, "--stream", "train/reward", "--eval", "eval_acc"])
+        err = capsys.readouterr().err
+        assert "a percentage? scale it: --eval eval_acc:0.01; a mean? give a column eval_acc:std" in err, err
     # What it suggests runs; so do a mean declared as such and a column with its per-sample sd.
     assert main(["tune", path, "--eval", "eval/acc:0.01", *args]) == 0
     assert main(["tune", path, "--set", "evaluation.metric_kinds={acc: mean}", *args[:-1], str(tmp_path / "t2")]) == 0
