@@ -99,6 +99,13 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
         print(f"  note: {where}eval/{name} looks lower-is-better (a {found.group(1)}), but "
               f"evaluation.higher_is_better is true: the best checkpoint is its highest value, and a rise reads as "
               f"improving; --set evaluation.higher_is_better=false{kind}", file=sys.stderr)
+    for name in evals:  # (its evaluations all read NaN, and replay said nothing: found by a new-user probe)
+        _, values = trace.column(f"eval/{name}")
+        if values.size and not np.isfinite(values).any():
+            col = named.get(f"eval/{name}", f"eval/{name}")
+            print(f"  warning: {where}{col} has no finite value ({values.size} records, all NaN or inf): every "
+                  "evaluation replayed on it reads NaN, so nothing is measured or confirmed and no best is picked",
+                  file=sys.stderr)
     if cfg.evaluation.suites:
         return
     for name, std in evals.items():

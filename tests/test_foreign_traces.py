@@ -893,3 +893,20 @@ def test_the_budget_note_of_a_strided_trace_replayed_every_step_gives_a_training
     err = capsys.readouterr().err
     assert "note: the budget deferred" in err
     assert "a step takes 0.001 s (the trace's time column)" in err
+
+
+def test_an_eval_column_all_nan_is_a_warning_in_replay_and_check(tmp_path, capsys):
+    """Every replayed evaluation read NaN and replay printed its counts with no word; check then said the
+    column was 'not a proportion and has no :std column'."""
+    rows = ["step,train/loss,eval/accuracy"] + [f"{s},{1.0 if s < 150 else 3.0},{'nan' if s % 20 == 0 else ''}"
+                                                for s in range(300)]
+    (tmp_path / "nan.csv").write_text("\n".join(rows) + "\n")
+    for cmd in (["replay", str(tmp_path / "nan.csv"), "--no-tensorboard", "--out", str(tmp_path / "o")],
+                ["check", str(tmp_path / "nan.csv")]):
+        main(cmd)
+        assert ("nan.csv: eval/accuracy has no finite value (15 records, all NaN or inf)"
+                in capsys.readouterr().err)
+    rows[1] = "0,1.0,0.7"  # one finite value: nothing said
+    (tmp_path / "nan.csv").write_text("\n".join(rows) + "\n")
+    main(["replay", str(tmp_path / "nan.csv"), "--no-tensorboard", "--out", str(tmp_path / "o2")])
+    assert "no finite value" not in capsys.readouterr().err
