@@ -8,9 +8,9 @@ Rules the reader and the recorder share:
 
 - ``step`` is an integer; steps never decrease.  Several lines with the same step are merged into one record
   (a metric written twice at one step keeps the later value, as a recorder that observed a step twice wrote
-  it; ``epoch``/``time`` keep the later non-empty value).  Another tool's CSV read by column
-  (:func:`adaptive_eval.convert.from_columns`) merges the same way and warns when a value is overwritten by a
-  different one (rows of separate measurements at one step are not averaged).
+  it; ``epoch``/``time`` keep the later non-empty value), with a warning when a value is overwritten by a
+  different one (rows of separate measurements at one step are not averaged), as another tool's CSV read by
+  column (:func:`adaptive_eval.convert.from_columns`) does.
   TensorBoard works the same way (one record per step), and it lets a training loop record what it observed
   and what it evaluated at one step as two lines.
 - An empty CSV cell (or a JSON ``null``) means "not recorded at this step".  ``nan``, ``inf`` and ``-inf`` are
@@ -645,7 +645,8 @@ def warn_clashes(path, clashes: list, stacklevel: int = 2) -> None:
     step, key, old, new = clashes[0]
     n = len(clashes)
     warnings.warn(f"{path}: {n} value{'s' if n > 1 else ''} written twice at one step with a different value; "
-                  f"the later is kept (the first: step {step}, {key!r}: {old:g}, then {new:g}).  Rows that repeat "
+                  f"the later is kept (the first: step {step}, {key!r}: {old:g}, then {new:g}), and a replay sees it "
+                  "alone.  Rows that repeat "
                   "a step are merged, not averaged: if they are separate measurements (episodes, seeds), "
                   "aggregate them per step first (their mean)", RuntimeWarning, stacklevel=stacklevel + 1)
 
@@ -959,7 +960,7 @@ def _parse_line(fmt: str, line: str, header, path, line_no) -> TraceRecord:
 
 
 def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_last: bool = False,
-                 restarts: list | None = None) -> None:
+                 restarts: list | None = None, clashes: list | None = None) -> None:
     if records:
         prev = records[-1]
         if rec.step < prev.step and keep_last:  # a restarted or resumed run: the later one is kept
@@ -975,7 +976,7 @@ def _finish_line(rec: TraceRecord, records: list[TraceRecord], path, line, keep_
                              "(a run resumed into the same log: read_trace(..., on_restart='keep_last'), "
                              "adaptive-eval --keep-last-run, keeps the later run)", path, line)
         if rec.step == prev.step:
-            records[-1] = _merge(prev, rec)
+            records[-1] = _merge(prev, rec, clashes)
             return
     records.append(rec)
 
@@ -1010,18 +1011,20 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
         rows.append((skipped + reader.line_num, row))
     records: list[TraceRecord] = []
     restarts: list = []
+    clashes: list = []
     for k, (line, row) in enumerate(rows):
         if not row or not any(c.strip() for c in row):
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
-            _finish_line(rec, records, path, line, keep_last, restarts)
+            _finish_line(rec, records, path, line, keep_last, restarts, clashes)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:
                 _drop_torn(path, line, str(err).split(": ", 1)[-1], stacklevel=4)
                 break
             raise
     warn_restarts(path, restarts, len(records), stacklevel=4)
+    warn_clashes(path, clashes, stacklevel=4)
     return records
 
 
@@ -1231,17 +1234,19 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
         records: list[TraceRecord] = []
         skipped: dict = {}
         restarts: list = []
+        clashes: list = []
         for i, row in enumerate(rows):
             where = f"record {i}"
             try:
                 rec = _json_record(json.dumps(row), path, None, skipped, step_key)
-                _finish_line(rec, records, path, None, keep_last, restarts)
+                _finish_line(rec, records, path, None, keep_last, restarts, clashes)
             except TraceError as err:
                 raise TraceError(f"{where}: {str(err).split(': ', 1)[-1]}", path) from None
         if not records:
             raise TraceError("no records", path)
         _warn_skipped(path, skipped)
         warn_restarts(path, restarts, len(records), stacklevel=4)
+        warn_clashes(path, clashes, stacklevel=4)
         return Trace(_dates_relative(records, path), str(path))
     lines = text.split("\n")
     # text.split leaves "" after a final newline; a non-empty last piece is an unterminated line.
@@ -1250,12 +1255,13 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
     records: list[TraceRecord] = []
     skipped: dict = {}
     restarts: list = []
+    clashes: list = []
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             rec = _json_record(raw, path, i + 1, skipped, step_key)
-            _finish_line(rec, records, path, i + 1, keep_last, restarts)
+            _finish_line(rec, records, path, i + 1, keep_last, restarts, clashes)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)
@@ -1265,6 +1271,7 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
         raise TraceError("no records", path)
     _warn_skipped(path, skipped)
     warn_restarts(path, restarts, len(records), stacklevel=4)
+    warn_clashes(path, clashes, stacklevel=4)
     return Trace(_dates_relative(records, path), str(path))
 
 

@@ -134,10 +134,20 @@ def test_rows_repeating_a_step_with_different_values_are_merged_with_a_warning(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(from_columns(same, step="timesteps").records) == 2
-        # (the native format merges without a word: a recorder that observed a step twice wrote it so)
-        native = tmp_path / "native.csv"
-        native.write_text("step,train/loss\n0,1\n1,2\n1,3\n")
-        assert read_trace(native).records[1].metrics == {"train/loss": 3.0}
+        same_native = tmp_path / "same_native.jsonl"
+        same_native.write_text('{"step": 0, "train/loss": 1}\n{"step": 0, "train/loss": 1, "eval/acc": 0.5}\n')
+        assert read_trace(same_native).records[0].metrics == {"train/loss": 1.0, "eval/acc": 0.5}
+    # The native format (a CSV whose step column is 'step', JSONL) says it too: it was silent, where the same
+    # data under W&B's 'Step' header warned (found by a new-user probe; a replay saw only the later value)
+    for name, text in (("native.csv", "step,train/loss\n0,1\n1,2\n1,3\n"),
+                       ("native.jsonl", '{"step": 0, "train/loss": 1}\n{"step": 1, "train/loss": 2}\n'
+                                        '{"step": 1, "train/loss": 3}\n'),
+                       ("unterminated.csv", "step,train/loss\n0,1\n1,2\n1,3\n2,1")):
+        native = tmp_path / name
+        native.write_text(text)
+        with pytest.warns(RuntimeWarning, match=r"1 value written twice at one step with a different value; the "
+                                                r"later is kept \(the first: step 1, 'train/loss': 2, then 3\)"):
+            assert read_trace(native).records[1].metrics == {"train/loss": 3.0}
 
 
 def test_naming_streams_keeps_the_traces_own_eval_ground_truth(tmp_path):
