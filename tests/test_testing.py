@@ -447,6 +447,45 @@ def test_plugin_without_a_trace_is_a_usage_error(pytester):
     result.stdout.fnmatch_lines(["*replay_run needs a trace: mark the test with @pytest.mark.replay_traces*"])
 
 
+def test_the_marker_reads_another_tools_log_as_the_command_lines_trace_options_do(pytester, collapse):
+    """The marker took config= and seed= only: a log whose accuracy is in percent under eval_acc, whose step
+    column is 'iteration' and which holds a resumed run could be checked by `check --eval eval_acc:0.01
+    --step-column iteration --keep-last-run` but not from pytest (found by a new-user probe)."""
+    logs = pytester.mkdir("logs")
+    lines = collapse.read_text().splitlines()
+    head = lines[0].replace("step,", "iteration,").replace("eval/accuracy", "eval_acc")
+    rows = []
+    for line in lines[1:]:
+        cells = line.split(",")
+        cells[-1] = f"{100 * float(cells[-1]):.6g}" if cells[-1] else ""
+        rows.append(",".join(cells))
+    resumed = rows[:200] + rows[150:]  # (a crash at 199, resumed from the checkpoint of step 150)
+    (logs / "foreign.csv").write_text("\n".join([head, *resumed]) + "\n")
+    (logs / "foreign.csv.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 10}}\n")
+    pytester.makepyfile(test_foreign="""
+        import pytest
+        from adaptive_eval.testing import assert_confirmed
+
+        @pytest.mark.replay_traces("logs/foreign.csv", eval="eval_acc:0.01", step_column="iteration",
+                                   keep_last_run=True)
+        def test_read_as_the_cli_reads_it(replay_run):
+            assert replay_run.steps == 300 and replay_run.metric == "eval_acc"
+            assert_confirmed(replay_run, replay_run.events[0])
+
+        @pytest.mark.replay_traces("logs/foreign.csv", eval=["eval_acc:0.01"], step_column="iteration")
+        def test_the_resume_is_an_error_without_keep_last_run(replay_run):
+            pass
+
+        @pytest.mark.replay_traces("logs/foreign.csv", eval=0.01)
+        def test_a_bad_value(replay_run):
+            pass
+        """)
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v")
+    result.assert_outcomes(passed=1, errors=2)
+    result.stdout.fnmatch_lines(["*test_read_as_the_cli_reads_it* PASSED*", "*steps must not decrease*",
+                                 "*replay_traces: eval= takes a column name or a list of them, got 0.01*"])
+
+
 def _tensorboard_run(trace_csv: pathlib.Path, folder: pathlib.Path) -> pathlib.Path:
     """The trace in ``trace_csv`` written as a TensorBoard run (SummaryWriter) in ``folder``, 2 s a step (the
     wall time of a run written at once would make every evaluation dear against its steps: the budget defers)."""

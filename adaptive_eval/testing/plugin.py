@@ -13,10 +13,14 @@ Then::
         for event in replay_run.events:                                 # from recorded/<trace>.events.yaml
             assert_confirmed(replay_run, event)
 
-* ``replay_traces(source, *, config=None, seed=0)`` (marker): ``source`` is a folder (each trace file in it,
-  sidecar events files left out), a trace file, a shipped real trace name, or a list of these; relative
-  paths are taken from the test file's folder.  ``config``: a YAML path (likewise), a preset name or a
-  loaded config; default: the ini option ``adaptive_eval_config``, else the default preset.
+* ``replay_traces(source, *, config=None, seed=0, eval=None, stream=None, step_column=None,
+  keep_last_run=False)`` (marker): ``source`` is a folder (each trace file in it, sidecar events files left
+  out), a trace file, a shipped real trace name, or a list of these; relative paths are taken from the test
+  file's folder.  ``config``: a YAML path (likewise), a preset name or a loaded config; default: the ini option
+  ``adaptive_eval_config``, else the default preset.  ``eval``, ``stream``, ``step_column`` and
+  ``keep_last_run`` read a trace file as the command line's ``--eval COL[:scale]``, ``--stream COL``,
+  ``--step-column COL`` and ``--keep-last-run`` do (a string or a list of them; ``TRACE=COL`` for one trace):
+  another tool's log (``eval="eval_acc:0.01"`` for an accuracy in percent) or a resumed run's.
 * ``replay_run`` (fixture): the :class:`~adaptive_eval.testing.ReplayRun` of the test's trace, from
   ``replay_cache``: each (trace, config, seed) is replayed once per session, however many tests use it.
 * ``recorded_trace`` (fixture): the trace the test runs on (a path, or a shipped trace's name); set by the
@@ -44,12 +48,53 @@ class ReplayCache:
         self._runs: dict[tuple, ReplayRun] = {}
         self.replays = 0  # how many replays really ran
 
-    def get(self, trace, config=None, seed: int = 0) -> ReplayRun:
-        run = self._runs.get(key := (_key(trace), _key(config), seed))
+    def get(self, trace, config=None, seed: int = 0, **read) -> ReplayRun:
+        """``read``: how to read a trace file, the marker's ``eval``, ``stream``, ``step_column`` and
+        ``keep_last_run`` (:func:`read_options`)."""
+        options = read_options(read)
+        run = self._runs.get(key := (_key(trace), _key(config), seed, options))
         if run is None:
-            run = self._runs[key] = replay_trace(trace, config, seed=seed)
+            source = trace
+            if options and isinstance(trace, (str, os.PathLike)) and os.path.exists(trace):
+                import argparse
+
+                from adaptive_eval.cli import _load_trace_file
+
+                eval_, stream, step_column, keep_last = options
+                source = _load_trace_file(str(trace), argparse.Namespace(
+                    eval=list(eval_), stream=list(stream), step_column=[step_column] if step_column else [],
+                    keep_last_run=keep_last))
+            run = self._runs[key] = replay_trace(source, config, seed=seed)
             self.replays += 1
         return run
+
+
+READ_OPTIONS = ("eval", "stream", "step_column", "keep_last_run")
+
+
+def read_options(read: dict) -> tuple:
+    """``(eval items, stream items, step column or None, keep_last_run)`` from the marker's keywords, or ``()``
+    when none is given; a ``TypeError`` naming the keyword for a value of the wrong kind."""
+    unknown = sorted(set(read) - set(READ_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown read option {unknown[0]!r} ({', '.join(READ_OPTIONS)})")
+    if not any(read.get(k) for k in READ_OPTIONS):
+        return ()
+
+    def items(name):
+        value = read.get(name)
+        value = [] if value is None else [value] if isinstance(value, str) else value
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{name}= takes a column name or a list of them, got {read.get(name)!r}")
+        return tuple(value)
+
+    step_column = read.get("step_column")
+    if step_column is not None and not isinstance(step_column, str):
+        raise TypeError(f"step_column= takes a column name (or 'none'), got {step_column!r}")
+    keep_last = read.get("keep_last_run", False)
+    if not isinstance(keep_last, bool):
+        raise TypeError(f"keep_last_run= takes True or False, got {keep_last!r}")
+    return items("eval"), items("stream"), step_column, keep_last
 
 
 def _key(value):
@@ -69,9 +114,10 @@ def _key(value):
 
 def pytest_configure(config) -> None:
     config.addinivalue_line(
-        "markers", f"{MARKER}(source, *, config=None, seed=0): run the test once per recorded trace in source "
-                   "(a folder, a trace file, a shipped real trace name, or a list); the replay_run fixture "
-                   "replays it (adaptive_eval.testing.plugin)")
+        "markers", f"{MARKER}(source, *, config=None, seed=0, eval=None, stream=None, step_column=None, "
+                   "keep_last_run=False): run the test once per recorded trace in source (a folder, a trace file, "
+                   "a shipped real trace name, or a list); the replay_run fixture replays it, reading a trace file "
+                   "as the command line's --eval, --stream, --step-column, --keep-last-run (adaptive_eval.testing.plugin)")
 
 
 def _relative_to(base: pathlib.Path, value):
@@ -139,9 +185,15 @@ def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
     """The replayed run of ``recorded_trace`` under the marker's (or ini's) config and seed, cached per session."""
     marker = request.node.get_closest_marker(MARKER)
     kwargs = dict(marker.kwargs) if marker is not None else {}
-    unknown = sorted(set(kwargs) - {"config", "seed"})
+    unknown = sorted(set(kwargs) - {"config", "seed", *READ_OPTIONS})
     if unknown:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown keyword {unknown[0]!r} (config, seed)")
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown keyword {unknown[0]!r} "
+                                f"(config, seed, {', '.join(READ_OPTIONS)})")
+    read = {k: kwargs[k] for k in READ_OPTIONS if k in kwargs}
+    try:
+        read_options(read)
+    except TypeError as exc:
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from None
     config = kwargs.get("config")
     config = _relative_to(request.path.parent, config) if config is not None else _ini_config(request.config)
-    return replay_cache.get(recorded_trace, config, seed=int(kwargs.get("seed", 0)))
+    return replay_cache.get(recorded_trace, config, seed=int(kwargs.get("seed", 0)), **read)
