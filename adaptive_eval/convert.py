@@ -108,6 +108,59 @@ def _read_rows(path: pathlib.Path) -> tuple[list[str], int, list[tuple[int, list
     return header, header_line, rows
 
 
+def _is_jsonl(path: pathlib.Path) -> bool:
+    """A ``.jsonl``/``.ndjson`` file, or one whose first non-blank character opens a JSON object."""
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return True
+    if not path.exists() or path.suffix.lower() == ".csv":
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(4096).lstrip().startswith("{")
+
+
+def _json_rows(path: pathlib.Path, value: str) -> tuple[list[str], int, list[tuple[int, list[str]]]]:
+    """:func:`_read_rows` for JSONL (one object a line, as lm-evaluation-harness writes its samples): the keys
+    are the columns (in order of first appearance), each cell the value's text (null: empty).  A list under
+    ``value`` is one problem's k answers: a row each (``{"doc_id": 3, "exact_match": [1, 0, 1, 1]}``)."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file")
+    text = read_text(path)
+    records: list[tuple[int, dict]] = []
+    lines = text.splitlines()
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            if n == len(lines) and not text.endswith(("\n", "\r")):
+                warnings.warn(f"{path}:{n}: dropped a torn last line", RuntimeWarning, stacklevel=3)
+                break
+            raise TraceError(f"not a JSON object: {exc}", path, n) from None
+        if not isinstance(obj, dict):
+            raise TraceError(f"a JSON {type(obj).__name__}, not an object", path, n)
+        records.append((n, obj))
+    if not records:
+        raise TraceError("no records", path)
+    header = list(dict.fromkeys(k for _, obj in records for k in obj))
+
+    def cell(v) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (dict, list)):
+            return json.dumps(v)  # (refused where it is read as a number or an id: its line is named)
+        return str(v)
+
+    rows = []
+    for n, obj in records:
+        answers = obj.get(value)
+        for answer in (answers if isinstance(answers, list) else [answers]):
+            rows.append((n, [cell(answer) if k == value else cell(obj.get(k)) for k in header]))
+    return header, 1, rows
+
+
 def _scaler(scale: float) -> Callable[[str], float]:
     """A function from a cell's text to ``value * scale``, rounded once.
 
@@ -347,7 +400,8 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
                       scale: float = 1.0) -> tuple[Trace, list[str]]:
     """Per-problem eval results in long form as per-item ground truth: ``(trace, item ids)``.
 
-    The CSV has a row per checkpoint ``step`` x problem (``item``: any id) x answer, with the answer's
+    The CSV (or JSONL: one object a line, keys as columns, and a list under ``value`` for a problem's k answers)
+    has a row per checkpoint ``step`` x problem (``item``: any id) x answer, with the answer's
     ``value`` (1/0, true/false, or a score; times ``scale``, a finite non-zero number).  A problem's rows at a
     step are averaged: with k answers per problem, its fraction correct is its probability of success at that
     checkpoint, what replay draws ``samples_per_item`` answers from.  The trace gets columns
@@ -381,7 +435,10 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     if not math.isfinite(factor) or factor == 0.0:
         raise ValueError(f"scale={scale!r}: the factor each score is multiplied by must be a finite non-zero "
                          "number (e.g. 0.01 for percent)" + ("; 0 would zero every score" if factor == 0 else ""))
-    header, header_line, rows = _read_rows(path)
+    if _is_jsonl(path):
+        header, header_line, rows = _json_rows(path, value)
+    else:
+        header, header_line, rows = _read_rows(path)
     index = {name: i for i, name in enumerate(header)}
     missing = [c for c in (step, item, value) if c not in index]
     if missing:

@@ -12,7 +12,7 @@ from adaptive_eval.cli import main
 from adaptive_eval.replay import ground_truth, replay
 from adaptive_eval.synthetic_items import make_item_trace
 from adaptive_eval.testing import ExpectationError, assert_confirmed, replay_trace
-from adaptive_eval.trace import Trace, TraceRecord, write_trace
+from adaptive_eval.trace import Trace, TraceError, TraceRecord, write_trace
 from adaptive_eval.tune import TuneError, case_from_file, check_input, replay_case, score_case
 
 SUITES = ["evaluation.suites.math.size=60", "evaluation.suites.math.samples_per_item=4",
@@ -269,3 +269,29 @@ def test_tune_scores_the_metric_the_sidecar_events_name(collapse, tmp_path, caps
     assert case.metric == "aime/acc"
     (case,) = _tune_cases(args, load_config(overrides=SUITES))  # evaluation.metric=math/acc: the config's choice stands
     assert case.metric == "math/acc"
+
+
+def test_per_problem_results_in_jsonl_read_as_the_csv_does(tmp_path):
+    """lm-evaluation-harness style samples (one object a line, k answers as a list) were read as a CSV whose
+    header was the first JSON line: "no column 'step' (columns: {"step": 0, ...)" (found by a new-user probe)."""
+    import json
+
+    from adaptive_eval.convert import from_item_results
+
+    rng = np.random.default_rng(0)
+    answers = {(s, d): [int(x) for x in rng.binomial(1, 0.3 + 0.1 * d, 4)] for s in (0, 50) for d in range(6)}
+    rows = ["step,doc_id,exact_match"] + [f"{s},{d},{a}" for (s, d), ks in answers.items() for a in ks]
+    (tmp_path / "r.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps({"step": s, "doc_id": d, "exact_match": ks,
+                                                          "resps": [["42"]], "filter": None}) + "\n"
+                                              for (s, d), ks in answers.items()))
+    kw = dict(suite="math", metric="acc", item="doc_id", value="exact_match")
+    csv_trace, csv_ids = from_item_results(tmp_path / "r.csv", **kw)
+    jsonl_trace, jsonl_ids = from_item_results(tmp_path / "r.jsonl", **kw)
+    assert jsonl_ids == csv_ids == [str(d) for d in range(6)]
+    assert [r.metrics for r in jsonl_trace.records] == [r.metrics for r in csv_trace.records]
+    assert jsonl_trace.records[1].metrics["eval/math/acc@5"] == np.mean(answers[(50, 5)])
+    (tmp_path / "bad.jsonl").write_text('{"step": 0, "doc_id": 1, "exact_match": 1}\n'
+                                        '{"step": 0, "doc_id": 2, "exact_match": "right"}\n')
+    with pytest.raises(TraceError, match=r"bad.jsonl:2: column 'exact_match': 'right' is not a number"):
+        from_item_results(tmp_path / "bad.jsonl", **kw)
