@@ -337,6 +337,7 @@ class _SuiteSimulatedEval:
         # (suite, metric) -> ([steps of the evaluations that could not measure it], items without truth at the
         # first of them)
         self.unmeasured: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self.evaluator = None  # the replayed AdaptiveEvaluator (set by replay)
 
     def _item(self, found: re.Match, col: str, source: str) -> int:
         """The item number of a per-item column, checked against its suite's size."""
@@ -424,6 +425,10 @@ class _SuiteSimulatedEval:
 
     def _not_measured(self, key: tuple[str, str], step: int, items) -> None:
         self.unmeasured.setdefault(key, ([], [int(i) for i in items]))[0].append(int(step))
+        if self.evaluator is not None and f"{key[0]}/{key[1]}" == self.evaluator._evaluation["metric"]:
+            # replay's own warning names why the tracked metric is absent (no ground truth yet): the evaluator's
+            # "not among an evaluation's metrics ... did you mean" would blame the metric's name
+            self.evaluator._untracked_said = True
 
     def __call__(self, request: EvalRequest) -> dict:
         out = {}
@@ -602,6 +607,8 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # it; the config the run logs stays the user's.
     evaluator._evaluation["precision"] = "none"
     evaluator._gap_said = True  # a trace logged every k steps: replay and check note the stride themselves
+    if isinstance(sim, _SuiteSimulatedEval):
+        sim.evaluator = evaluator
     if asynchronous:
         evaluator._async.options["precision"] = "none"
         evaluator._async.set_latency(eval_latency_model(trace, cfg))
