@@ -111,10 +111,16 @@ def kill_at_random(path, delay: float) -> tuple[int, object]:
     reader.join(30)
     proc.stdout.close()
     assert acked == list(range(len(acked)))
+    return len(acked), path
+
+
+def read_back(path):
+    """The trace as read after the kill: a torn last line is dropped with a warning, and the lines repeat steps
+    with other values (a warning too).  Read in the main thread: warnings.catch_warnings is not thread-safe
+    (read in the pool's threads, one run's warning escaped the filter)."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a torn last line is dropped with a warning
-        trace = read_trace(path)
-    return len(acked), trace
+        warnings.simplefilter("ignore")
+        return read_trace(path)
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
@@ -123,8 +129,9 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_record(tmp_path, suffix
     delays = [rng.uniform(0.0, 0.12) for _ in range(RUNS_PER_FORMAT)]
     # Four children at a time: the runs take their random delays concurrently.
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        outcomes = list(pool.map(lambda a: kill_at_random(tmp_path / f"run{a[0]}{suffix}", a[1]),
-                                 enumerate(delays)))
+        killed = list(pool.map(lambda a: kill_at_random(tmp_path / f"run{a[0]}{suffix}", a[1]),
+                               enumerate(delays)))
+    outcomes = [(n, read_back(path)) for n, path in killed]
     in_flight_found = 0
     for n, trace in outcomes:
         # Every acknowledged line reads back exactly; the line in flight at the kill may be there or not.
