@@ -61,7 +61,8 @@ _LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|er
 
 
 def _eval_names(args: argparse.Namespace, path: str) -> dict[str, str]:
-    """``eval/<c>`` -> ``c`` for the columns ``--eval`` names for the trace at ``path`` (the user's names, for hints)."""
+    """``eval/<c>`` -> ``c`` for the columns ``--eval`` names for the trace at ``path`` (the user's names, for
+    hints)."""
     return {(c if c.startswith("eval/") else f"eval/{c}"): c
             for c in _eval_mapping(_for_trace(getattr(args, "eval", None), path))}
 

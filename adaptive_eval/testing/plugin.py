@@ -117,7 +117,8 @@ def pytest_configure(config) -> None:
         "markers", f"{MARKER}(source, *, config=None, seed=0, eval=None, stream=None, step_column=None, "
                    "keep_last_run=False): run the test once per recorded trace in source (a folder, a trace file, "
                    "a shipped real trace name, or a list); the replay_run fixture replays it, reading a trace file "
-                   "as the command line's --eval, --stream, --step-column, --keep-last-run (adaptive_eval.testing.plugin)")
+                   "as the command line's --eval, --stream, --step-column, --keep-last-run "
+                   "(adaptive_eval.testing.plugin)")
 
 
 def _relative_to(base: pathlib.Path, value):
