@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from adaptive_eval.types import MetricSummary
+from adaptive_eval.types import MetricSummary, log_once
 
 log = logging.getLogger("adaptive_eval")
 
@@ -581,21 +581,17 @@ def summarize_outputs(
     return summaries
 
 
-_SAID_ONCE: set = set()  # (warning, metric) said once per process (_say_no_pass_at_k, _say_nearly_binary)
-
-
 def _say_no_pass_at_k(label: str, name: str, ks, asked: int | None) -> None:
     """A suite metric returned as one value per item when its request asked for several answers per item and
     evaluation.pass_at_k has a k above 1: it is summarized as a per-item value, with no pass@k; say so once (its
     pass@k vanished without a word, while items x 1 of the same values is an error)."""
     lost = [int(k) for k in ks]
-    if max(lost, default=1) <= 1 or not asked or int(asked) <= 1 or ("1-D", name) in _SAID_ONCE:
+    if max(lost, default=1) <= 1 or not asked or int(asked) <= 1:
         return
-    _SAID_ONCE.add(("1-D", name))
-    log.warning("%s: one value per item, while the request asked for %d answers per item: summarized as a per-item "
-                "value with no %s; return items x answers (a row of the answers' scores per item, "
-                "request.suites[suite].samples_per_item of them) for pass@k (said once)", label, int(asked),
-                "/".join(f"pass@{k}" for k in lost))
+    log_once(("1-D", name), "%s: one value per item, while the request asked for %d answers per item: summarized "
+             "as a per-item value with no %s; return items x answers (a row of the answers' scores per item, "
+             "request.suites[suite].samples_per_item of them) for pass@k (said once)", label, int(asked),
+             "/".join(f"pass@{k}" for k in lost))
 
 
 def _say_nearly_binary(label: str, name: str, padded: np.ndarray, ids) -> None:
@@ -603,19 +599,16 @@ def _say_nearly_binary(label: str, name: str, padded: np.ndarray, ids) -> None:
     a judge's 1 - 1e-12) turn every pass@k of the metric into best@k/worst@k and average the odd values into its
     mean, with nothing said (found by a new-user probe): say once per metric, naming how many and the first.  A
     metric whose scores are mostly not 0/1 (a reward) is meant as it is: nothing said."""
-    if ("0/1", name) in _SAID_ONCE:
+    scored = ~np.isnan(padded)
+    odd = scored & (padded != 0.0) & (padded != 1.0)
+    count, total = int(np.count_nonzero(odd)), int(np.count_nonzero(scored))
+    if not count or count > 0.1 * total:
         return
-    values = padded[~np.isnan(padded)]
-    odd = (values != 0.0) & (values != 1.0)
-    count = int(np.count_nonzero(odd))
-    if not count or count > 0.1 * values.size:
-        return
-    _SAID_ONCE.add(("0/1", name))
-    row, col = (int(v[0]) for v in np.nonzero(~np.isnan(padded) & (padded != 0.0) & (padded != 1.0)))
-    log.warning("%s: %d of %d answers' scores are not 0 or 1 (the first: %r, answer %d of %s), so it reports "
-                "best@k/worst@k, not pass@k, and its mean counts them as they are; score every answer 0 or 1 for "
-                "pass@k (said once)", label, count, values.size, float(padded[row, col]), col,
-                _item_name(row, ids, padded.shape[0]))
+    row, col = (int(v[0]) for v in np.nonzero(odd))
+    log_once(("0/1", name), "%s: %d of %d answers' scores are not 0 or 1 (the first: %r, answer %d of %s), so it "
+             "reports best@k/worst@k, not pass@k, and its mean counts them as they are; score every answer 0 or 1 "
+             "for pass@k (said once)", label, count, total, float(padded[row, col]), col,
+             _item_name(row, ids, padded.shape[0]))
 
 
 def _stratum_masks(strata, name: str, item_ids):

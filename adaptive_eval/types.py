@@ -11,7 +11,14 @@ from collections.abc import Mapping
 import numpy as np
 
 log = logging.getLogger("adaptive_eval")
-_SAID: set = set()  # warnings said once per process
+_SAID: set = set()  # the keys of warnings said once per process (log_once)
+
+
+def log_once(key, message: str, *args) -> None:
+    """``log.warning(message, *args)`` the first time ``key`` comes in this process, nothing after."""
+    if key not in _SAID:
+        _SAID.add(key)
+        log.warning(message, *args)
 
 __all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary", "SuiteRequest"]
 
@@ -100,11 +107,10 @@ class EvalRequest:
         """
         if isinstance(num_items, bool) or not isinstance(num_items, (int, np.integer)) or num_items < 0:
             raise ValueError(f"num_items must be a non-negative integer, got {num_items!r}")
-        if self.suites and "indices-with-suites" not in _SAID:
+        if self.suites:
             # (the sample size of a request with suites is their sum: one set sampled by it mixes the suites' sizes)
-            _SAID.add("indices-with-suites")
-            log.warning("request.indices(%d) on an evaluation with eval suites (%s): its sample_size (%s) is the sum "
-                        "of the suites' samples, not one set's; each suite's items are in "
+            log_once("indices-with-suites", "request.indices(%d) on an evaluation with eval suites (%s): its "
+                     "sample_size (%s) is the sum of the suites' samples, not one set's; each suite's items are in "
                         "request.suites[name].indices (this rank's shard of its sample; said once)", num_items,
                         ", ".join(self.suites),
                         self.sample_size)

@@ -1244,9 +1244,9 @@ def test_a_suite_metric_of_one_value_per_item_when_answers_were_asked_says_once_
         caplog, monkeypatch):
     """Items x 1 of the same values is an error (pass@4 of 1 answer); one value per item gave no pass@k and
     no word of it (a user who averaged the 4 answers of each problem before returning them)."""
-    import adaptive_eval.stats as stats
+    import adaptive_eval.types as types
 
-    monkeypatch.setattr(stats, "_SAID_ONCE", set())
+    monkeypatch.setattr(types, "_SAID", set())
     ev = AdaptiveEvaluator.from_config(load_config("areal", [
         "trigger.freq_steps=1", "evaluation.pass_at_k=[1,4]", "evaluation.metric=math500/acc",
         "evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=4"]))
@@ -1275,10 +1275,10 @@ def test_a_2d_numpy_array_of_text_is_refused_as_a_list_of_lists_is():
 def test_answers_scored_0_1_but_for_a_few_say_once_that_pass_at_k_became_best_at_k(caplog, monkeypatch):
     """One partial credit of 0.5 among 120 answers replaced pass@1/pass@4 by best@k/worst@k, with nothing said;
     a reward (scores mostly not 0/1) gets best@k as documented, and says nothing."""
-    import adaptive_eval.stats as stats
+    import adaptive_eval.types as types
     from adaptive_eval.stats import summarize_outputs
 
-    monkeypatch.setattr(stats, "_SAID_ONCE", set())
+    monkeypatch.setattr(types, "_SAID", set())
     scores = np.random.default_rng(0).binomial(1, 0.4, size=(30, 4)).astype(float)
     scores[3, 2] = 0.5
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
