@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
 import logging
 import sys
@@ -12,6 +13,8 @@ import traceback
 import types
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+
+from omegaconf import DictConfig
 
 from adaptive_eval.distributed import (
     DistContext,
@@ -526,12 +529,40 @@ def _is_plain(value) -> bool:
     return isinstance(value, (bool, int, float))
 
 
+_FREQ_KEYS = ("freq_epochs", "freq_steps", "freq_secs", "eval_before_train", "independent")
+
+
 def _freqs_from(config) -> tuple:
+    """(freq_epochs, freq_steps, freq_secs, eval_before_train, independent) of AReaL's ``EvaluatorConfig``, an
+    adaptive_eval config (its ``trigger`` section) or a plain dict of either.  A config with none of the three
+    frequencies (a misspelt ``freq_step``, a dict read as attributes) is an error: it read as "never evaluate"
+    (found by a new-user probe: ``Evaluator({"freq_steps": 5})`` never evaluated)."""
+    if isinstance(config, Mapping) and not isinstance(config, DictConfig):
+        if "trigger" in config:  # an adaptive_eval config as a dict: typed and checked as load_config would
+            from adaptive_eval.config import as_config
+
+            config = as_config(dict(config))
+        else:
+            unknown = sorted(str(k) for k in config if k not in _FREQ_KEYS)
+            if unknown:
+                hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+                         for k in unknown for close in [difflib.get_close_matches(k, _FREQ_KEYS, n=1)]]
+                raise ValueError(f"Evaluator config: unknown key{'s' if len(unknown) > 1 else ''} "
+                                 f"{', '.join(hints)}; the keys are {', '.join(_FREQ_KEYS)}")
+            config = types.SimpleNamespace(**{k: config.get(k) for k in _FREQ_KEYS})
     src = getattr(config, "trigger", config)
     try:
+        if not any(hasattr(src, k) for k in _FREQ_KEYS[:3]):
+            names = [n for n in dir(src) if not n.startswith("_")]
+            near = sorted({m for n in names for m in difflib.get_close_matches(n, _FREQ_KEYS[:3], n=1)})
+            raise ValueError(f"{type(config).__name__} has none of freq_epochs, freq_steps, freq_secs (None "
+                             "disables one; AReaL's EvaluatorConfig has all three)"
+                             + (f": did you mean {', '.join(near)}?" if near else ""))
         return (getattr(src, "freq_epochs", None), getattr(src, "freq_steps", None),
                 getattr(src, "freq_secs", None), bool(getattr(src, "eval_before_train", False)),
                 bool(getattr(src, "independent", False)))
+    except ValueError:
+        raise
     except Exception as exc:  # noqa: BLE001 - odd config objects
         raise ValueError(f"cannot read the trigger frequencies from {type(config).__name__}: {exc}") from None
 
@@ -541,8 +572,9 @@ class Evaluator:
 
     ``config`` is AReaL's ``EvaluatorConfig`` or anything with ``freq_epochs``, ``freq_steps``,
     ``freq_secs`` and ``eval_before_train`` (an adaptive_eval config works too: its ``trigger`` section
-    is used).  ``evaluate_fn`` takes no argument (AReaL style) or one :class:`EvalRequest`.  It returns
-    an :class:`EvalResult`, or None when no evaluation was due (or ``evaluate_fn`` failed and
+    is used), or a dict of either (an unknown key, or an object with none of the three frequencies, is a
+    ``ValueError``: it read as "never evaluate").  ``evaluate_fn`` takes no argument (AReaL style) or one
+    :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or ``evaluate_fn`` failed and
     ``on_error`` is ``skip``, the default: a failing evaluation never stops training).
 
     With ``eval_before_train``, call :meth:`before_train` before the first training step to evaluate the

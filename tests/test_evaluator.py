@@ -199,3 +199,22 @@ def test_aReaLs_call_with_a_finetune_spec_says_which_evaluator_takes_it():
                                          r"adaptive_eval\.integrations\.areal\.Evaluator\(config, ft_spec\)"):
         Evaluator(load_config("areal"), spec)
     assert Evaluator(load_config("areal"), spec.steps_per_epoch).steps_per_epoch == 10
+
+
+def test_a_dict_config_is_read_and_a_misspelt_one_is_an_error():
+    """Evaluator({"freq_steps": 5}) read every frequency as None through getattr and never evaluated, silently; so
+    did a misspelt attribute (found by a new-user probe)."""
+    import types
+
+    def due(config):
+        ev = Evaluator(config)
+        return [g for g in range(12) if ev.evaluate(lambda: {"acc": [1.0]}, 0, g, g) is not None]
+
+    assert due({"freq_steps": 5}) == due({"trigger": {"freq_steps": 5}}) == [4, 9]
+    assert due(types.SimpleNamespace(freq_epochs=None, freq_steps=5, freq_secs=None)) == [4, 9]
+    with pytest.raises(ValueError, match=r"unknown key 'freq_step' \(did you mean 'freq_steps'\?\)"):
+        Evaluator({"freq_step": 5})
+    with pytest.raises(ValueError, match=r"none of freq_epochs, freq_steps, freq_secs .*did you mean freq_steps\?"):
+        Evaluator(types.SimpleNamespace(freq_step=5))
+    with pytest.raises(ValueError, match="trigger.freq_steps"):  # a whole config as a dict: checked as load_config
+        Evaluator({"trigger": {"freq_steps": "x"}})
