@@ -191,6 +191,25 @@ def deviations(values: np.ndarray, mean: float | None = None) -> float:
         return float(np.dot(d, d))
 
 
+def scaled_std(values: np.ndarray, mean: float) -> float:
+    """The sample standard deviation of ``values`` about ``mean``, computed on deviations scaled by the largest
+    one: finite where their squares overflow (values near 1e160 and beyond, whose :func:`deviations` is inf); inf
+    when the deviations themselves overflow.
+
+    >>> round(scaled_std(np.array([1e160, 3e160, 2e160]), 2e160) / 1e160, 6)
+    1.0
+    """
+    if values.size < 2:
+        return math.nan
+    with np.errstate(over="ignore", invalid="ignore"):
+        d = values - mean
+        scale = float(np.max(np.abs(d)))
+        if scale == 0.0 or not math.isfinite(scale):
+            return 0.0 if scale == 0.0 else math.inf
+        d = d / scale
+        return scale * math.sqrt(float(np.dot(d, d)) / (values.size - 1))
+
+
 def higher_moments(values: np.ndarray, mean: float | None = None) -> tuple[float, float]:
     """``(m3, m4)``: the sums of cubed and fourth-power deviations of ``values`` from their mean (``mean`` when
     given), what :func:`kurtosis_df` and :func:`pooled_moments` need; inf or NaN when they overflow (huge values
@@ -278,7 +297,8 @@ def kurtosis_df(n: int, m2: float, m4: float, weight: float = 1.0) -> int:
 def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: float = 0.95, *,
               clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
               nan_count: int = 0, population: int = 0, m2: float | None = None,
-              mean: float | None = None, k: int = 1, m3: float = math.nan, m4: float = math.nan) -> MetricSummary:
+              mean: float | None = None, k: int = 1, m3: float = math.nan, m4: float = math.nan,
+              std: float | None = None) -> MetricSummary:
     """Summary from the sufficient statistics of per-sample values (exact across shards).
 
     ``mean``: the values' mean when it is known better than ``total / n`` (finite values whose sum
@@ -295,6 +315,9 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
 
     ``m3``, ``m4``: the sums of cubed and fourth-power deviations (:func:`higher_moments`), when known: a
     Student t interval (and a proportion's over items) then takes :func:`kurtosis_df` degrees of freedom.
+
+    ``std``: the values' standard deviation (:func:`scaled_std`), used where ``m2`` overflowed (values near
+    1e160 and beyond: an eval perplexity of a diverging run gave a NaN interval around a finite mean).
     """
     if clustered:
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
@@ -306,7 +329,7 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
         mean = total / n
     if n > 1:
         var = _variance(total, total_sq, n, m2)
-        std = math.sqrt(var)
+        std = std if m2 == math.inf and std is not None and math.isfinite(std) else math.sqrt(var)
     else:
         std = math.nan
     if binary:
@@ -441,8 +464,9 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
     with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
         total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     mean = stable_mean(arr)
-    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=deviations(arr, mean), mean=mean,
-                     nan_count=nan_count, **_moments(arr, mean))
+    m2 = deviations(arr, mean)
+    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=m2, mean=mean,
+                     nan_count=nan_count, std=scaled_std(arr, mean) if m2 == math.inf else None, **_moments(arr, mean))
 
 
 def _moments(values: np.ndarray, mean: float) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.detectors import available, make_detector
-from adaptive_eval.stats import mean_sample_size
+from adaptive_eval.stats import mean_sample_size, summarize
 
 
 def test_huge_finite_values_never_raise_in_observe_default_preset():
@@ -136,7 +136,19 @@ def test_finite_eval_values_whose_sum_overflows_have_a_finite_mean():
         r = ev.evaluate(lambda req: {"ppl": [1e306] * 200, "wide": [1e308, 5e307] * 100}, 0, 0, 0)
     assert r["ppl"].mean == 1e306 and r["ppl"].ci == (1e306, 1e306) and r["ppl"].std == 0.0
     assert r["wide"].mean == pytest.approx(7.5e307)
-    assert r["wide"].std == math.inf and all(math.isnan(c) for c in r["wide"].ci)  # spread beyond range: no interval
+    # (its squared deviations overflow, its spread does not: the interval of the same values scaled down, scaled up)
+    small = summarize([1e8, 5e7] * 100)
+    assert r["wide"].std == pytest.approx(small.std * 1e300, rel=1e-9)
+    assert r["wide"].ci == pytest.approx(tuple(c * 1e300 for c in small.ci), rel=1e-9)
+
+
+def test_huge_per_sample_values_keep_their_interval():
+    """Values near 1e160 (an eval perplexity of a diverging run): the squared deviations overflowed and the
+    interval was NaN around a finite mean, so the policies sized on NaN (found by a new-user probe)."""
+    small, huge = summarize([1.0, 3.0, 2.0, 2.5]), summarize([1e160, 3e160, 2e160, 2.5e160])
+    assert huge.mean == pytest.approx(small.mean * 1e160)
+    assert huge.std == pytest.approx(small.std * 1e160) and huge.ci == pytest.approx(tuple(c * 1e160 for c in small.ci))
+    assert summarize([1e308, -1e308, 0.0]).ci == (-math.inf, math.inf)  # deviations beyond range: unbounded
 
 
 def test_items_x_samples_values_whose_sum_overflows_have_a_finite_mean():
