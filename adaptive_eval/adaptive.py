@@ -759,7 +759,7 @@ class AdaptiveEvaluator:
                 verdict = self.resources.decide(global_step, decision.urgent, decision.reason)  # reads no monitor
             else:
                 short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
-                verdict = self.resources.decide_with(global_step, short)
+                verdict = self.resources.decide_with(global_step, short, final)
             decision = self._gate(decision, verdict)
         out = self._act(evaluate_fn, decision, reason, epoch, global_step, final)
         return out if out is not None else got
@@ -821,7 +821,8 @@ class AdaptiveEvaluator:
     def _decide_and_run(self, evaluate_fn, reason, epoch, global_step, final: bool = False) -> EvalResult | None:
         decision = self.decide(reason, global_step, urgent=final)
         if self._resources_enabled and decision.evaluate:
-            decision = self._gate(decision, self.resources.decide(global_step, decision.urgent, decision.reason))
+            decision = self._gate(decision, self.resources.decide(global_step, decision.urgent, decision.reason,
+                                                                  final))
         if decision.evaluate and self._eval_timeout is not None and not final:
             decision = self._wait_for_timed_out(decision, global_step)
         return self._act(evaluate_fn, decision, reason, epoch, global_step, final)
@@ -1286,7 +1287,9 @@ class AdaptiveEvaluator:
         self._emit({"kind": "submitted", "step": global_step, "reason": decision.reason,
                     "sample_size": decision.sample_size})
         if self._logging:
-            self.logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs))})
+            # (deferred 0 here, as a synchronous evaluation writes it: a deferral's 1 stayed up to the run's end)
+            self.logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
+                                          "controller/deferred": 0.0})
             self.logger.text(global_step, "decisions",
                              f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)

@@ -199,6 +199,7 @@ class ResourceScheduler:
         self.deferrals = 0  # evaluations deferred in total
         self.forced = 0  # evaluations run because the deferral limit was reached
         self.last_snapshot: ResourceSnapshot | None = None
+        self.read_errors = 0  # readings the monitor raised on (each one: nothing deferred)
 
     @property
     def monitor(self):
@@ -207,8 +208,19 @@ class ResourceScheduler:
         return self._monitor
 
     def shortage(self) -> str | None:
-        """Sample the monitor; what is short (``"a; b"``) or None."""
-        self.last_snapshot = self.monitor.snapshot()
+        """Sample the monitor; what is short (``"a; b"``) or None.  A monitor that raises (an NVML or CUDA error)
+        is a reading it cannot take, which never defers: logged once with its traceback, never raised into the
+        training step (found by a new-user probe: it raised at every due step)."""
+        try:
+            self.last_snapshot = self.monitor.snapshot()
+        except Exception as exc:  # noqa: BLE001 - a resource reading never stops training
+            self.last_snapshot = None
+            self.read_errors += 1
+            if self.read_errors == 1:
+                log.warning("the resource monitor (%s) raised %s: %s; no reading, so nothing is deferred while it "
+                            "fails (said once; counted in ResourceScheduler.read_errors)",
+                            type(self.monitor).__name__, type(exc).__name__, exc, exc_info=True)
+            return None
         if not self._unread_said and self.last_snapshot.accelerator_free_gb is None:
             # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)
             keys = [k for k in ("min_free_accelerator_gb", "min_free_accelerator_fraction")
@@ -233,11 +245,12 @@ class ResourceScheduler:
         """
         return self.alarm_bypass and (urgent or reason.startswith("alarm:"))
 
-    def decide(self, step: int, urgent: bool = False, reason: str = "") -> tuple[bool, str]:
+    def decide(self, step: int, urgent: bool = False, reason: str = "", final: bool = False) -> tuple[bool, str]:
         """Whether the evaluation due at ``step`` (for ``reason``) may run now, and why (``""``: nothing to say).
 
         Disabled, or bypassing (:meth:`bypasses`: urgent or alarm-driven, with ``alarm_bypass``): always
-        allowed, without sampling the monitor.
+        allowed, without sampling the monitor.  ``final``: the run's last step, where a deferral would lose
+        the evaluation (there is no later step to run it at): forced, as at ``max_deferral_steps``.
         """
         if not self.enabled:
             return True, ""
@@ -245,9 +258,9 @@ class ResourceScheduler:
             was_deferred = self.deferred_since is not None
             self.deferred_since = None
             return True, "resources:bypass" if was_deferred else ""
-        return self.decide_with(step, self.shortage())
+        return self.decide_with(step, self.shortage(), final)
 
-    def decide_with(self, step: int, shortage: str | None) -> tuple[bool, str]:
+    def decide_with(self, step: int, shortage: str | None, final: bool = False) -> tuple[bool, str]:
         """The deferral rule alone, for a shortage found elsewhere (pure given the state).
 
         In a process group, let each rank find its own shortage, combine them (any rank short: short)
@@ -259,7 +272,7 @@ class ResourceScheduler:
             return True, ""
         if self.deferred_since is None:
             self.deferred_since = step
-        if step - self.deferred_since >= self.max_deferral_steps:
+        if final or step - self.deferred_since >= self.max_deferral_steps:
             self.deferred_since = None
             self.forced += 1
             return True, "resources:forced"

@@ -158,3 +158,52 @@ def test_an_alarm_driven_evaluation_bypasses_the_shortage_and_a_forced_one_keeps
     texts = [t for s, tag, t in logger.texts if tag == "decisions" and t.startswith("evaluated: ")]
     assert len(texts) == 1 and texts[0].startswith(f"evaluated: resources:forced ({reason}) (n=")
     assert texts[0].endswith(f", deferred since step {alarm['step']}")
+
+
+def test_a_monitor_that_raises_never_raises_in_the_training_step_and_defers_nothing(caplog):
+    """An NVML or CUDA error in the monitor raised out of evaluate() at every due step (found by a new-user probe);
+    a reading it cannot take never defers: the same evaluations as without the scheduler, said once."""
+
+    class Broken:
+        calls = 0
+
+        def snapshot(self):
+            Broken.calls += 1
+            raise RuntimeError("NVML Error: Unknown Error")
+
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=Broken())
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        done = run(ev, 30)
+    plain = run(AdaptiveEvaluator.from_config(cfg(enabled=False)), 30)
+    assert done == plain == {9: "trigger:steps", 19: "trigger:steps", 29: "trigger:steps"}
+    assert ev.resources.read_errors == Broken.calls == 3 and ev.summary()["deferrals"] == 0
+    said = [r for r in caplog.records if "resource monitor" in r.getMessage()]
+    assert len(said) == 1 and "NVML Error" in said[0].getMessage()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_last_step_is_never_deferred_even_without_the_bypass(asynchronous):
+    """With alarm_bypass false the final evaluation was deferred at the last step and lost: no later step runs it
+    (found by a new-user probe)."""
+    ev = AdaptiveEvaluator.from_config(cfg(alarm_bypass=False, max_deferral_steps=50,
+                                           evaluation={"asynchronous": asynchronous}),
+                                       total_steps=25, resource_monitor=FakeResourceMonitor([LOW]))
+    ran = []
+    for g in range(25):
+        ev.evaluate(lambda req: ran.append((req.step, req.reason)) or {"acc": [1.0] * 4}, 0, g, g)
+    ev.close()
+    assert ran == [(24, "resources:forced (trigger:final)")]
+    assert ev.resources.deferrals == 15  # steps 9-23 (the evaluation due at 9) and none at 24
+
+
+def test_an_asynchronous_run_writes_deferred_back_to_0_when_its_evaluation_is_submitted():
+    """controller/deferred went to 1 at a deferral and stayed there: only a synchronous evaluation wrote the 0
+    (found by a new-user probe: the async run's chart had no deferred line, or one stuck at 1)."""
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(cfg(evaluation={"asynchronous": True}), logger=logger,
+                                       resource_monitor=FakeResourceMonitor([LOW, LOW, OK]))
+    for g in range(15):
+        ev.evaluate(lambda req: {"acc": [1.0] * 4}, 0, g, g)
+    ev.close()
+    deferred = [(s, d["controller/deferred"]) for s, d in logger.scalars if "controller/deferred" in d]
+    assert deferred == [(9, 1.0), (10, 1.0), (11, 0.0)]
