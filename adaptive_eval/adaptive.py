@@ -119,6 +119,15 @@ def _with_nonfinite(streams: dict) -> dict:
             "watch": {name: with_it(specs) for name, specs in (streams["watch"] or {}).items()}}
 
 
+def _backwards(where: str, last: int, step: int) -> str:
+    """The message of a step that went backwards: a loop that restarted without a new evaluator, or a resume from
+    a checkpoint older than the evaluator state loaded (found by a new-user probe: the advice said to do what
+    they had just done)."""
+    return (f"global_step went backwards{where} ({last} -> {step}): this evaluator has already seen step {last}.  "
+            "To resume a run, load_state_dict() into a new AdaptiveEvaluator the state saved with the checkpoint you "
+            f"resume from (a state saved at step {last} belongs to a later checkpoint than step {step})")
+
+
 class AdaptiveEvaluator:
     """Decides at every training step whether to evaluate, with how many samples, and why.
 
@@ -423,8 +432,7 @@ class AdaptiveEvaluator:
         last = self._last_step
         if last is not None and global_step != last:
             if global_step < last:
-                raise ValueError(f"global_step went backwards ({last} -> {global_step}); to resume a run, "
-                                 "load_state_dict() into a new AdaptiveEvaluator")
+                raise ValueError(_backwards("", last, global_step))
             self._stride = global_step - last  # a run logged every k steps: the alarm windows count k steps each
         self._last_step = global_step
         try:
@@ -624,8 +632,7 @@ class AdaptiveEvaluator:
             if global_step == last:  # called again in the same step: counted once
                 return None
             # else a step could be evaluated twice (5, 3, 5)
-            raise ValueError(f"global_step went backwards in evaluate() ({last} -> {global_step}); to resume a "
-                             "run, load_state_dict() into a new AdaptiveEvaluator")
+            raise ValueError(_backwards(" in evaluate()", last, global_step))
         if last is not None and global_step > last + 1 and not self._gap_said:
             self._say_gap(last, global_step)
         self._last_call_step = global_step

@@ -379,6 +379,20 @@ def test_a_step_going_backwards_is_a_value_error_in_observe_and_evaluate():
     assert [r.step for r in ev.history] == [5, 6]
 
 
+def test_resuming_from_an_older_checkpoint_than_the_state_says_which_state_to_load():
+    """The message told a user who had just called load_state_dict() to call load_state_dict(): their state was
+    saved at a later step than the checkpoint they resumed from (found by a new-user probe)."""
+    ev = AdaptiveEvaluator.from_config(CFG_EVERY_STEP)
+    for g in range(6):
+        ev.evaluate(lambda: {"acc": 1.0}, 0, g, g)
+    resumed = AdaptiveEvaluator.from_config(CFG_EVERY_STEP)
+    resumed.load_state_dict(ev.state_dict())
+    with pytest.raises(ValueError, match=r"\(5 -> 3\): this evaluator has already seen step 5.*the state saved with "
+                                         r"the checkpoint you resume from \(a state saved at step 5 belongs to a "
+                                         r"later checkpoint than step 3\)"):
+        resumed.evaluate(lambda: {"acc": 1.0}, 0, 3, 3)
+
+
 def test_an_int_beyond_float_range_is_not_an_overflow_error():
     ev = AdaptiveEvaluator.from_config(CFG_EVERY_STEP)
     ev.observe({"train/count": 10**400}, 0)  # a number: +inf as a float, hence a nonfinite alarm
