@@ -240,6 +240,7 @@ class AdaptiveEvaluator:
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
+        self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -1629,10 +1630,41 @@ class AdaptiveEvaluator:
                 self._integrate(pairs, step, may_raise=False)
             finally:
                 self._async.close(timeout_s)
+        self._log_pick()
         self.logger.close()
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
+
+    def _log_pick(self) -> None:
+        """The checkpoint :func:`adaptive_eval.scoring.pick_best` picks on the tracked metric, as the text
+        ``picked`` at the last step (found by a new-user probe: the pick was in the demo's ``summary.json`` but
+        nowhere in TensorBoard).  Never raises: close() runs in the user's shutdown."""
+        if isinstance(self.logger, NullLogger) or not self.history or self._logged_pick == len(self.history):
+            return
+        try:
+            from adaptive_eval.policies._base import primary_metric
+            from adaptive_eval.scoring import pick_best
+
+            metric = self._evaluation["metric"]
+            found = next((primary_metric(r, metric) for r in reversed(self.history)
+                          if primary_metric(r, metric) is not None), None)
+            if found is None:
+                return
+            name = found[0]
+            pick = pick_best(self.history, name, higher_is_better=bool(self.cfg.evaluation.higher_is_better))
+            if pick is None:
+                return
+            self._logged_pick = len(self.history)
+            lo, hi = pick.interval
+            measured = pick.eval["metrics"][name]
+            items = (pick.eval.get("n") or {}).get(name, pick.eval.get("sample_size"))
+            step = max(s for s in (self._last_call_step, self._last_step, pick.step) if s is not None)
+            self.logger.text(step, "picked", f"step {pick.step}: {name} {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] "
+                             f"(the best {pick.by} estimate of {len(self.history)} evaluations; its interval allows "
+                             f"for the pick; measured {measured:.4g} on {items} items)")
+        except Exception:  # noqa: BLE001 - a summary never stops the user's shutdown
+            log.exception("writing the picked checkpoint to TensorBoard failed; the run's results are kept")
 
     def __enter__(self):
         return self

@@ -212,7 +212,7 @@ def test_time_series_tab_opens_on_the_controller_and_the_results(tmp_path):
         "controller/interval", "controller/sample_size"]
     # The Text tab, too, opens its first two sections by name: the alarms and the decisions, not the config.
     text_tags = [t for t in acc.Tags()["tensors"] if acc.SummaryMetadata(t).plugin_data.plugin_name == "text"]
-    assert sorted({t.split("/", 1)[0] for t in text_tags}) == ["alarms", "decisions", "run_config"]
+    assert sorted({t.split("/", 1)[0] for t in text_tags}) == ["alarms", "decisions", "picked", "run_config"]
     # An alarm's line names its stream once (the detector's message starts with it too).
     (s1, loss), (s2, kl) = read_texts(acc, "alarms")
     assert 40 <= s1 < 45 and 60 <= s2 < 65, (s1, s2)
@@ -423,6 +423,47 @@ def test_count_charts_keep_suites_strata_and_loose_metrics_apart():
     assert plotted("eval", "samples per evaluation") == ["eval/reward/n"]
     assert plotted("eval", "samples per evaluation") == [t for t in tags if re.search("^eval/.*/n$", t)
                                                          and not t.startswith(("eval/math/", "eval/mathx/"))]
+
+
+def test_count_charts_leave_out_paired_differences_and_pass_at_k():
+    """The "items per evaluation" chart also plotted each metric's paired difference's n (the items shared with
+    the previous evaluation) and its pass@k's, 11 lines over 4 runs (found by a new-user probe)."""
+    import re
+
+    tags = ["eval/id/acc/n", "eval/id/acc/paired_diff/n", "eval/id/acc/pass@4/n", "eval/id/acc/maj@8/n",
+            "eval/id/acc/samples_per_item", "eval/id/acc/pass@4/samples_per_item", "eval/loss/n",
+            "eval/loss/paired_diff/n", "eval/a@b/n"]
+    layout = dashboard_layout(["id/acc", "id/acc/pass@4", "id/acc/maj@8", "id/acc/paired_diff", "loss",
+                               "loss/paired_diff", "a@b"], groups=["id"])
+
+    def plotted(category, chart):
+        return [t for t in tags if any(re.search(p, t) for p in layout[category][chart][1])]
+
+    assert plotted("eval: id", "items per evaluation") == ["eval/id/acc/n"]
+    assert plotted("eval: id", "samples per item") == ["eval/id/acc/samples_per_item"]
+    assert plotted("eval", "samples per evaluation") == ["eval/loss/n", "eval/a@b/n"]  # (a name with @, not a k)
+
+
+def test_the_picked_checkpoint_is_written_to_tensorboard_at_close(tmp_path):
+    """The pick (scoring.pick_best, as summary.json has it) was nowhere in TensorBoard (found by a new-user
+    probe): at close it is the text "picked", once however often close() is called."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.scoring import pick_best
+
+    cfg = load_config("areal", ["trigger.freq_steps=5", "evaluation.sample_size=40",
+                                f"logging.tensorboard_dir={tmp_path / 'tb'}"])
+    ev = AdaptiveEvaluator.from_config(cfg)
+    rng = np.random.default_rng(0)
+    for g in range(40):
+        p = 0.5 + 0.01 * g if g < 25 else 0.6
+        ev.evaluate(lambda r: {"acc": (rng.random(40) < p).astype(float)}, 0, g, g)
+    ev.close()
+    ev.close()
+    pick = pick_best(ev.history, "acc")
+    lo, hi = pick.interval
+    assert read_texts(str(tmp_path / "tb"), "picked") == [(39, (
+        f"step {pick.step}: acc {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] (the best shrunk estimate of 8 evaluations; "
+        f"its interval allows for the pick; measured {ev.history[pick.step // 5]['acc'].mean:.4g} on 40 items)"))]
 
 
 def test_a_decision_says_how_many_items_were_evaluated_when_fewer_than_asked(tmp_path):
