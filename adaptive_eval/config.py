@@ -1017,12 +1017,14 @@ def _origin(key: str, source: str, lines: dict[str, int], overridden: dict[str, 
 
 
 def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[str, str]) -> str:
-    """A value problem (``"<key>: ..."``) with the file and line that set its key (as it was when an override
-    set it last: its message names the key)."""
+    """A value problem (``"<key>: ..."``) with the file and line that set its key, or the override that set it
+    last (``override 'key=value': key: ...``, as a key the override got wrong reads; a range error read
+    without it, so a key both a file and ``--set`` gave did not say which was wrong)."""
     key = problem.split(":", 1)[0].strip()
     dotted = key.replace("[", ".").replace("]", "")  # (an item of a list an override set: evaluation.pass_at_k[1])
-    if any(dotted == k or dotted.startswith(k + ".") or k.startswith(dotted + ".") for k in overridden):
-        return problem
+    for lhs, item in reversed(overridden.items()):  # (the last override that covers the key)
+        if dotted == lhs or dotted.startswith(lhs + ".") or lhs.startswith(dotted + "."):
+            return f"override {item!r}: {problem}"
     if source and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in lines):
         return f"{_where(key, source, lines)}{problem}"
     return problem

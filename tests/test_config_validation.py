@@ -206,7 +206,8 @@ def test_an_interpolation_that_fails_names_the_override_and_the_other_problems_s
         load_config(overrides=["trigger.freq_steps=${nope}", "policy.sample_size.min=1000"])
     assert info.value.problems == [
         "override 'trigger.freq_steps=${nope}': trigger.freq_steps: ${nope}: interpolation key 'nope' not found",
-        "policy.sample_size.min: 1000 is larger than policy.sample_size.max: 512"]
+        "override 'policy.sample_size.min=1000': policy.sample_size.min: 1000 is larger than "
+        "policy.sample_size.max: 512"]
     with pytest.raises(ConfigError, match=r"^override 'streams.default.1.k=\$\{nope\}': streams.default\[1\].k: "
                                           r"\$\{nope\}: interpolation key 'nope' not found$"):
         load_config(overrides=["streams.default.1.k=${nope}"])
@@ -257,7 +258,8 @@ def test_a_detector_spec_without_type_names_the_keys_and_the_flow_mapping_space(
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["streams.watch.train/reward=[{type:cusum,k:0.5}]"])
     assert str(info.value) == (
-        "streams.watch.train/reward[0]: a detector spec needs a 'type' (got the keys 'type:cusum', 'k:0.5'); in a "
+        "override 'streams.watch.train/reward=[{type:cusum,k:0.5}]': streams.watch.train/reward[0]: a detector spec "
+        "needs a 'type' (got the keys 'type:cusum', 'k:0.5'); in a "
         "YAML flow mapping put a space after each ':', as in {type: cusum, k: 0.5} ({type:cusum} is one key "
         "'type:cusum')")
     with pytest.raises(ConfigError, match=r"needs a 'type' \(got the keys 'k'\)$"):
@@ -371,7 +373,8 @@ def test_a_suite_without_a_size_or_with_a_size_that_is_no_number_is_one_error_na
                                    "interpolation key 'nope' not found"]
     with pytest.raises(ConfigError, match=r"^evaluation.suites.m.size: missing; every suite"):
         AdaptiveEvaluator.from_config({"evaluation": {"suites": {"m": {"samples_per_item": 4}}}})
-    with pytest.raises(ConfigError, match=r"^evaluation.suites.m.size: must be >= 1, got 0$"):  # given: as before
+    with pytest.raises(ConfigError, match=r"^override 'evaluation.suites.m.size=0': evaluation.suites.m.size: "
+                                          r"must be >= 1, got 0$"):  # given: as before
         load_config(overrides=["evaluation.suites.m.size=0"])
 
 
@@ -388,7 +391,8 @@ def test_an_evaluation_metric_no_suite_reports_names_the_key_line_and_the_suites
         "would track nothing"]
     suites = ["evaluation.suites.math.size=10", "evaluation.suites.aime.size=30"]
     for metric in ("acc", "math", "math/", "all/acc"):  # no suite, a suite's bare name, no metric, no aggregate
-        with pytest.raises(ConfigError, match=rf"^evaluation.metric: '{metric}' is not a metric of a configured "
+        with pytest.raises(ConfigError, match=rf"^override 'evaluation.metric={metric}': evaluation.metric: "
+                                              rf"'{metric}' is not a metric of a configured "
                                               r"suite.*'math/<metric>', 'aime/<metric>', so"):
             load_config(overrides=[f"evaluation.metric={metric}", *suites])
     with pytest.raises(ConfigError, match=r"\(eval/ begins a trace's column, not a metric's name: 'math/acc'\)"):
@@ -419,7 +423,8 @@ def test_a_pass_at_k_no_suite_can_reach_names_the_k_and_each_suites_most_answers
         "max_samples_per_item"]
     assert load_config(path, ["evaluation.pass_at_k=[1,16]"]).evaluation.pass_at_k == [1, 16]  # aime reaches it
     assert load_config(path, ["evaluation.suites.math.max_samples_per_item=null"])  # null: 32
-    with pytest.raises(ConfigError, match=r"^evaluation.pass_at_k\[1\]: 8 is above .* \(at most m: 4 "
+    with pytest.raises(ConfigError, match=r"^override 'evaluation.pass_at_k=\[1,8\]': evaluation.pass_at_k\[1\]: "
+                                          r"8 is above .* \(at most m: 4 "
                                           r"\(samples_per_item: 4; policy.sample_size is off\)\); lower it, or "
                                           r"raise a suite's samples_per_item$"):
         load_config("areal", ["evaluation.pass_at_k=[1,8]", "evaluation.suites.m.size=10",
