@@ -1208,6 +1208,9 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         # the evaluate_fn did not meet; NaN answers (a grader's timeouts) are data, and an item short of k by
         # them counts as pass@m with the warning of short_rows_warning (an error there dropped the whole
         # evaluation, every metric of every suite, for one NaN answer per item; found in review).
+        if lengths.size and int(lengths.max()) == 0:  # (it read "k=1 is larger than the samples returned")
+            raise ValueError(f"{label}: every item's list of answers is empty ({lengths.size} items): evaluate_fn "
+                             "returned no answer at all")
         if lengths.size and int(lengths.max()) < k:
             i = int(np.argmax(lengths))
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the samples returned for every "

@@ -218,3 +218,13 @@ def test_a_dict_config_is_read_and_a_misspelt_one_is_an_error():
         Evaluator(types.SimpleNamespace(freq_step=5))
     with pytest.raises(ValueError, match="trigger.freq_steps"):  # a whole config as a dict: checked as load_config
         Evaluator({"trigger": {"freq_steps": "x"}})
+
+
+def test_items_whose_answer_lists_are_all_empty_say_so(caplog):
+    """[[], [], []] (three items, no answer) read "k=1 (evaluation.pass_at_k) is larger than the samples returned
+    for every item": a failed evaluation that blamed a setting the user never set."""
+    ev = Evaluator(ArealEvaluatorConfig(freq_steps=1))
+    with caplog.at_level("ERROR"):
+        assert ev.evaluate(lambda: {"acc": [[], [], []]}, 0, 0, 0) is None
+    assert "metric 'acc': every item's list of answers is empty (3 items)" in caplog.text
+    assert "evaluation.pass_at_k" not in caplog.text
