@@ -241,6 +241,7 @@ class AdaptiveEvaluator:
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
         self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
+        self._failures_said: dict = {}  # evaluate_fn failures logged with their traceback (a repeat is one line)
         from adaptive_eval.suites import reported_strata
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
@@ -1214,6 +1215,7 @@ class AdaptiveEvaluator:
             rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
             timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=tuple(self._suites),
             metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
+            failures_said=self._failures_said,
         )
         if not self._distributed:
             return outcome, self.clock() - start

@@ -222,7 +222,7 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
         retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
         pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=tuple(options.get("suites") or ()),
         metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
-        strata=options.get("strata"))
+        strata=options.get("strata"), failures_said=options.get("failures_said"))
 
 
 # -- where it runs --------------------------------------------------------------------------------------
@@ -927,6 +927,7 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
     from adaptive_eval.suites import reported_strata
 
     options["strata"] = reported_strata(ev.get("suites") or {})
+    options["failures_said"] = {}  # failures logged with their traceback (a repeat is one line; per worker process)
     return AsyncEvaluations(
         max_in_flight=int(ev["max_in_flight"]), latency=latency, executor=executor, clock=clock,
         eval_clock=eval_clock, timeout_s=ev.get("timeout_s"),

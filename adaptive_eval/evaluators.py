@@ -211,10 +211,31 @@ def _attempt(evaluate_fn: Callable, request: EvalRequest, precision: str | None)
         return call_evaluate_fn(evaluate_fn, request)
 
 
-def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempts: int, where: str = "") -> None:
+def _seen_before(exc: BaseException, request: EvalRequest, said: dict | None) -> int | None:
+    """The step at which the same failure (its type, message and the line that raised it) was logged with its
+    traceback, or None (then this one is, and ``said`` remembers it).  A compute_metrics bug raised at every
+    evaluation printed its 40-line traceback each time (found by a new-user probe)."""
+    if said is None:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    key = (type(exc).__qualname__, str(exc), (frames[-1].filename, frames[-1].lineno) if frames else None)
+    first = said.get(key)
+    if first is None:
+        said[key] = request.step
+    return first
+
+
+def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempts: int, where: str = "",
+                 said: dict | None = None) -> None:
     if isinstance(exc, CheckpointUnavailable):
         log.warning("the kept checkpoint of step %d was not evaluated%s (reason %s): %s", request.step, where,
                     request.reason, exc)
+        return
+    first = _seen_before(exc, request, said)
+    if first is not None:
+        log.error("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s: %s (the same failure as at step "
+                  "%d, whose traceback is logged there)", where, request.step, attempt + 1, attempts, request.reason,
+                  type(exc).__name__, exc, first)
         return
     log.error(
         "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
@@ -223,7 +244,13 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
     )
 
 
-def _log_bad_output(exc: BaseException, request: EvalRequest) -> None:
+def _log_bad_output(exc: BaseException, request: EvalRequest, said: dict | None = None) -> None:
+    first = _seen_before(exc, request, said)
+    if first is not None:
+        log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s): %s: %s (the "
+                  "evaluation counts as failed; the same problem as at step %d, whose traceback is logged there)",
+                  request.step, request.reason, type(exc).__name__, exc, first)
+        return
     log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s); the evaluation "
               "counts as failed (evaluation.on_error: raise raises it):\n%s", request.step, request.reason,
               "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
@@ -354,6 +381,7 @@ def run_evaluation_outcome(
     aggregations: Mapping | None = None,
     local: bool = False,
     strata: Mapping[str, Sequence[str]] | None = None,
+    failures_said: dict | None = None,
 ) -> EvalOutcome:
     """Run one evaluation (this rank's shard of it, in a process group) and summarize it.
 
@@ -431,7 +459,7 @@ def run_evaluation_outcome(
         if not sharded:
             if error is None:
                 break
-            _log_failure(error, request, attempt, attempts)
+            _log_failure(error, request, attempt, attempts, said=failures_said)
             if timeout is not None and timeout.still_running is not None:
                 return EvalOutcome(None, error, attempts=attempt + 1)  # no retry beside the running call
             if isinstance(error, CheckpointUnavailable):
@@ -464,7 +492,8 @@ def run_evaluation_outcome(
                     f"evaluate_fn returned a wrong value on rank {r}: {text.partition(': ')[2]}")
             if on_error == "raise":
                 raise shape_error
-            _log_bad_output(shape_error, request)  # every rank alike: not retried (the same code returns it again)
+            # (every rank alike: not retried, the same code returns it again)
+            _log_bad_output(shape_error, request, failures_said)
             return EvalOutcome(None, shape_error, failed_ranks=tuple(r for r, _, _ in bad), attempts=attempt + 1)
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
@@ -492,10 +521,12 @@ def run_evaluation_outcome(
         if on_error == "raise":
             raise error
         if request.rank in failed:
-            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}")
+            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}",
+                         said=failures_said)
         elif request.rank == min(r for r in range(request.world_size) if r not in failed):
             if gone:
-                _log_failure(error, request, attempt, attempts)  # (one warning line: CheckpointUnavailable)
+                # (one warning line: CheckpointUnavailable)
+                _log_failure(error, request, attempt, attempts, said=failures_said)
             else:
                 log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
                           remote)
@@ -512,7 +543,7 @@ def run_evaluation_outcome(
     except (TypeError, ValueError) as exc:
         if on_error == "raise":
             raise
-        _log_bad_output(exc, request)  # a failed evaluation, as if evaluate_fn had raised it; not retried
+        _log_bad_output(exc, request, failures_said)  # a failed evaluation, as if evaluate_fn raised it; not retried
         return EvalOutcome(None, exc, attempts=attempt + 1)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
@@ -652,6 +683,7 @@ class Evaluator:
         self.rank_discrepancy_threshold = rank_discrepancy_threshold
         self.last_error: BaseException | None = None
         self.last_outcome: EvalOutcome | None = None
+        self._failures_said: dict = {}  # failures logged with their traceback (a repeat is one line)
 
     @property
     def last_discrepancies(self) -> tuple:
@@ -669,7 +701,7 @@ class Evaluator:
             on_error=self.on_error, max_retries=self.max_retries, dist_context=self.dist,
             precision=self.precision, rank_discrepancy_threshold=self.rank_discrepancy_threshold,
             timeout=self.timeout, pass_at_k=self.pass_at_k, metric_kinds=self.metric_kinds,
-            aggregations=self.aggregations,
+            aggregations=self.aggregations, failures_said=self._failures_said,
         )
         self.last_error = self.last_outcome.error
         return self.last_outcome.result

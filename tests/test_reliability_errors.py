@@ -301,3 +301,31 @@ def test_a_raising_listener_never_stops_training_and_the_other_listeners_get_eve
     assert ev.summary()["listener_errors"] == 5 and ev.summary()["evals"] == 5
     said = [r for r in caplog.records if "a listener" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is not None  # once, with its traceback
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_same_failure_again_is_one_line_pointing_at_the_first_traceback(caplog, asynchronous):
+    """A compute_metrics bug raised at every evaluation printed its 40-line traceback each time (found by a
+    new-user probe); now the first has it and each repeat is one line naming the step whose log holds it.  A
+    different failure gets its own traceback."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def grader(step):
+        if step < 30:
+            raise KeyError("label_ids")
+        raise ZeroDivisionError("division by zero")
+
+    from adaptive_eval.asynchronous import InlineExecutor
+
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=10",
+                                                             f"evaluation.asynchronous={asynchronous}"]),
+                                       executor=InlineExecutor() if asynchronous else None)
+    with caplog.at_level("ERROR", logger="adaptive_eval"):
+        for g in range(50):
+            ev.evaluate(lambda req: grader(req.step), 0, g, g)
+        ev.close()
+    failures = [r.getMessage() for r in caplog.records if "evaluate_fn failed" in r.getMessage()]
+    assert len(failures) == 5 and ev.summary()["eval_errors"] == 5
+    assert [m.count("Traceback") for m in failures] == [1, 0, 0, 1, 0]
+    assert "KeyError: 'label_ids' (the same failure as at step 9, whose traceback is logged there)" in failures[1]
+    assert "ZeroDivisionError: division by zero (the same failure as at step 39" in failures[4]
