@@ -491,6 +491,27 @@ class SparseLogModel(Model):
         return {"loss": loss}
 
 
+class RLKeysModel(Model):
+    """Logs PPO-style training keys that begin with the letters of a validation prefix, and a real validation key."""
+
+    def training_step(self, batch, batch_idx):
+        loss = self.step(batch)
+        self.log_dict({"value_loss": loss.detach() * 2, "validity_rate": 0.5, "evaluator_score": 1.0,
+                       "val_loss": loss.detach()})
+        return {"loss": loss}
+
+
+def test_training_keys_that_begin_like_validation_keys_are_watched():
+    """value_loss (PPO's critic loss) and validity_rate were never watched: a bare startswith("val") took them
+    for validation keys, so a NaN value loss raised no alarm (found by a new-user probe).  val_loss is still not."""
+    train, _ = loaders()
+    torch.manual_seed(0)
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
+    L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(RLKeysModel(), train)
+    assert {"value_loss", "validity_rate", "evaluator_score"} <= set(cb.observed)
+    assert [s for s, _ in cb.observed["value_loss"]] == list(range(6)) and "val_loss" not in cb.observed
+
+
 def test_a_logged_metric_is_observed_once_per_value_it_was_logged_with():
     """Lightning keeps a key's last value in callback_metrics until it is logged again: a metric logged every 10
     steps was observed at every step, 10 times per real value (3 CUSUM alarms from 30 values of stationary noise in

@@ -6,6 +6,7 @@ import copy
 import logging
 import math
 import os
+import re
 import threading
 from collections.abc import Mapping
 
@@ -100,7 +101,12 @@ def _merge_overrides(cfg: DictConfig, overrides) -> DictConfig:
 def watched(name: str) -> bool:
     """Whether a logged training key is a signal worth a detector (not a schedule or a counter)."""
     last = name.rsplit("/", 1)[-1]
-    return last not in UNWATCHED and not last.endswith(UNWATCHED_SUFFIXES) and not name.startswith("eval")
+    return last not in UNWATCHED and not last.endswith(UNWATCHED_SUFFIXES) and not _EVAL_KEY.match(name)
+
+
+# An evaluation's key (HF's eval_loss, eval/acc): "eval" then the end or a separator, not every key beginning with
+# those letters ("evaluator_score" in training was never watched).
+_EVAL_KEY = re.compile(r"^eval(?:uation)?(?![a-z])")
 
 
 def scalar(value) -> float | None:

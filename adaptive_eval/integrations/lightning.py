@@ -70,6 +70,7 @@ import inspect
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -107,7 +108,10 @@ __all__ = ["AdaptiveEvalCallback"]
 
 log = logging.getLogger("adaptive_eval")
 
-_VALIDATION_PREFIXES = ("val", "valid", "eval", "test")
+# A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
+# key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
+# found by a new-user probe).
+_VALIDATION_KEY = re.compile(r"^(?:val|valid|validation|eval|evaluation|test)(?![a-z])")
 # What a module holds its layers, weights and buffers in (put back after a look back's on_load_checkpoint hook)
 _REGISTRIES = ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set")
 
@@ -768,7 +772,7 @@ def _copy_state(value):
 
 def _kind(key: str) -> int:
     """0: a key the adapter does not observe (validation, schedule, epoch aggregate); 1: another."""
-    if key.startswith(_VALIDATION_PREFIXES) or not watched(key) or key.endswith("_epoch"):
+    if _VALIDATION_KEY.match(key) or not watched(key) or key.endswith("_epoch"):
         return 0
     return 1
 
