@@ -267,17 +267,30 @@ def test_restore_callback_states_from_checkpoint_keeps_the_users_evaluate_fn_and
                 logits = box["trainer"].model.net(held_out.x[idx])
             return {"acc": (logits.argmax(1) == held_out.y[idx]).double().tolist()}
 
+        class Nudge(TrainerCallback):  # a user callback after ours that edits the weights after some steps
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                if state.global_step > 20:  # (every step after the checkpoint: an evaluation sees it before it)
+                    with torch.no_grad():
+                        model.net[2].weight.mul_(-1.0)
+
         cb = AdaptiveEvalCallback("default", evaluate_fn, overrides=FAST + ["trigger.freq_steps=6"])
         args = make_args(out, max_steps=40, save_strategy="steps", save_steps=20,
                          restore_callback_states_from_checkpoint=True)
-        trainer = box["trainer"] = Trainer(Tiny(), args, train_dataset=train, callbacks=[cb])
+        trainer = box["trainer"] = Trainer(Tiny(), args, train_dataset=train, callbacks=[cb, Nudge()])
         trainer.train(**kw)
         (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
-        return ran, cb, [(r.step, r.reason, r.sample_size, round(r.mean("acc"), 6)) for r in ran.evaluator.history]
+        order = [type(c).__name__ for c in trainer.callback_handler.callbacks]
+        return ran, cb, [(r.step, r.reason, r.sample_size, round(r.mean("acc"), 6)) for r in ran.evaluator.history], \
+            order
 
-    ran, cb, full = run(tmp_path / "a")
+    ran, cb, full, order = run(tmp_path / "a")
     assert ran is cb and len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
-    ran, cb, resumed = run(tmp_path / "a", resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-20"))
+    assert order.index("AdaptiveEvalCallback") < order.index("Nudge")
+    ran, cb, resumed, resumed_order = run(tmp_path / "a",
+                                          resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-20"))
+    # HF appended the rebuilt callback at the end; it takes its place back before the user's callbacks that ran
+    # after it, so Nudge edits the weights after our evaluation, as in the uninterrupted run (found by a probe)
+    assert resumed_order == order, resumed_order
     assert ran is not cb  # HF rebuilt it from the checkpoint ...
     assert ran.evaluate_fn is cb.evaluate_fn and ran.evaluator.summary()["eval_errors"] == 0  # ... with our fn
     assert resumed == full
@@ -679,3 +692,23 @@ def test_look_back_puts_the_weights_back_when_the_evaluation_fails_and_is_off_wh
     with pytest.raises(CheckpointUnavailable, match="holds global_step 20, not 10"):
         cb._evaluate_with_trainer(EvalRequest(step=9, sample_size=8, seed=0, reason="lookback:x",
                                               checkpoint=str(tmp_path / "checkpoint-10")))
+
+
+@pytest.mark.parametrize("kw,said", [
+    ({}, None),
+    ({"eval_strategy": "steps", "eval_steps": 5}, "HF evaluates on its own schedule as well as AdaptiveEvalCallback"),
+    ({"save_strategy": "best", "metric_for_best_model": "loss"}, "HF's best-checkpoint tracking sees only HF's own"),
+])
+def test_hf_own_evaluation_beside_the_callback_is_said_once(tmp_path, caplog, kw, said):
+    """With eval_strategy "steps" every evaluation ran twice, and with save_strategy "best" and eval_strategy "no"
+    no checkpoint was ever saved, without a word (found by a new-user probe)."""
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("areal", lambda: {"acc": [1.0]}, overrides=["trigger.freq_steps=5"])
+    trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=10, **kw), train_dataset=Points(200, 0),
+                      eval_dataset=Points(20, 1), callbacks=[cb])
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        trainer.train()
+    found = [r.getMessage() for r in caplog.records if "adaptive_eval: " in r.getMessage()
+             and ("eval_strategy" in r.getMessage() or "save_strategy" in r.getMessage())]
+    assert len(found) == (0 if said is None else 1), found
+    assert said is None or said in found[0]

@@ -153,6 +153,31 @@ def _replaced_instance(callback):
     return None, None
 
 
+def _strategy(value) -> str:
+    return str(getattr(value, "value", value) or "no").lower()
+
+
+def _say_hf_evaluation(args, trainer) -> None:
+    """Say (once a run, at on_train_begin) what HF's own evaluation machinery does beside the callback, found by a
+    new-user probe with no word from either: with ``eval_strategy`` "steps"/"epoch" HF evaluates on its own
+    schedule too (every evaluation twice, two ``eval_*`` rows at some steps); with "no", HF's best-checkpoint
+    tracking (``save_strategy="best"``, ``metric_for_best_model``) never runs, as it sees only HF's own
+    evaluations (the callback's are not handed to it: picked by their raw means, its small evaluations would
+    make the luckiest one the best, the winner's curse)."""
+    evaluates = _strategy(getattr(args, "eval_strategy", "no")) != "no"
+    if evaluates:
+        log.warning("adaptive_eval: eval_strategy=%r: HF evaluates on its own schedule as well as "
+                    "AdaptiveEvalCallback, so the eval set is evaluated twice and both write eval_* keys; set "
+                    "eval_strategy='no' to let the callback decide (keep it only for HF's best-checkpoint tracking "
+                    "or early stopping, which see HF's own evaluations only)", _strategy(args.eval_strategy))
+    elif _strategy(getattr(args, "save_strategy", "no")) == "best":
+        log.warning("adaptive_eval: save_strategy='best' with eval_strategy='no': HF's best-checkpoint tracking "
+                    "sees only HF's own evaluations, so it never saves; AdaptiveEvalCallback's results are not "
+                    "handed to it.  Save checkpoints by steps and pick with adaptive_eval.scoring.pick_best("
+                    "callback.evaluator.history, metric), which allows for many small noisy evaluations (the "
+                    "TensorBoard text 'picked' has its pick)")
+
+
 def _find_trainer(callback) -> object | None:
     """The ``Trainer`` whose ``__init__``/``train`` is calling us, found on the call stack."""
     frame = sys._getframe(2)
@@ -287,10 +312,16 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._look_back_said = False
         self._prepared_cache: dict = {}  # id(eval set) -> (it, prepared as HF's evaluate() does, collator, ...)
         self._skipped_keys: set[str] = set()  # compute_metrics keys that are not numbers, said once
+        self._followers: tuple[str, ...] = ()  # the callbacks after the one this rebuilt instance replaces
         replaced, trainer_found = _replaced_instance(self)
         if replaced is not None:
             for name in _LIVE:
                 setattr(self, name, getattr(replaced, name))
+            handler = getattr(trainer_found, "callback_handler", None)
+            callbacks = list(getattr(handler, "callbacks", ()))
+            if any(cb is replaced for cb in callbacks):
+                at = next(i for i, cb in enumerate(callbacks) if cb is replaced)
+                self._followers = tuple(type(cb).__name__ for cb in callbacks[at + 1:])
             # The instance the user holds (``cb.evaluator``, ``cb.evaluator.summary()``) is the one HF dropped:
             # it shares this one's attributes from now on, so it sees the evaluator this one builds.
             replaced.__dict__ = self.__dict__
@@ -300,6 +331,19 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                         "eval_dataset, executor and clock are not restored; the trainer's own evaluation is used")
         if self._trainer_ref is None and isinstance(trainer_found, transformers.Trainer):
             self._trainer_ref = weakref.ref(trainer_found)
+
+    def _take_back_place(self, trainer) -> None:
+        """Move this rebuilt instance back before the callbacks that followed the one it replaced: HF's
+        ``_load_callback_state`` removes a restored callback and appends the rebuilt one at the end, so a user
+        callback that ran after ours (one that edits the weights in ``on_step_end``) ran before our evaluation
+        on a resumed run, and its decisions changed (found by a new-user probe).  Called from ``on_train_begin``,
+        while HF iterates the list at this instance: moving it earlier neither skips nor repeats a callback."""
+        callbacks = trainer.callback_handler.callbacks
+        followers, self._followers = set(self._followers), ()
+        mine = next((i for i, cb in enumerate(callbacks) if cb is self), None)
+        first = next((i for i, cb in enumerate(callbacks) if cb is not self and type(cb).__name__ in followers), None)
+        if mine is not None and first is not None and first < mine:
+            callbacks.insert(first, callbacks.pop(mine))
 
     # -- the trainer ----------------------------------------------------------------------------------
     @property
@@ -342,6 +386,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if trainer is not None:
                 self._trainer_ref = weakref.ref(trainer)
         trainer = self.trainer
+        if self._followers and trainer is not None:
+            self._guard("on_train_begin", self._take_back_place, trainer)
         if trainer is None:
             log.warning("adaptive_eval: AdaptiveEvalCallback did not find its Trainer; pass trainer=... to "
                         "evaluate through it and log through its loggers")
@@ -356,6 +402,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if defaults:
             cfg = build_config(cfg, defaults)
         self._guard.reraise = cfg.evaluation.on_error == "raise"
+        if getattr(state, "is_world_process_zero", True):
+            _say_hf_evaluation(args, trainer)
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None
         try:
