@@ -605,8 +605,8 @@ class Evaluator:
     ``freq_secs`` and ``eval_before_train`` (an adaptive_eval config works too: its ``trigger`` section
     is used), or a dict of either (an unknown key, or an object with none of the three frequencies, is a
     ``ValueError``: it read as "never evaluate").  ``evaluate_fn`` takes no argument (AReaL style) or one
-    :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or ``evaluate_fn`` failed and
-    ``on_error`` is ``skip``, the default: a failing evaluation never stops training).
+    :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or
+    ``evaluate_fn`` failed and ``on_error`` is ``skip``, the default: a failing evaluation never stops training).
 
     With ``eval_before_train``, call :meth:`before_train` before the first training step to evaluate the
     initial weights; if you do not, the first call of ``evaluate`` evaluates (as AReaL does).  Given
