@@ -217,8 +217,11 @@ def _seen_before(exc: BaseException, request: EvalRequest, said: dict | None) ->
     evaluation printed its 40-line traceback each time (found by a new-user probe)."""
     if said is None:
         return None
-    frames = traceback.extract_tb(exc.__traceback__)
-    key = (type(exc).__qualname__, str(exc), (frames[-1].filename, frames[-1].lineno) if frames else None)
+    try:
+        frames = traceback.extract_tb(exc.__traceback__)
+        key = (type(exc).__qualname__, str(exc), (frames[-1].filename, frames[-1].lineno) if frames else None)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ fails: logged in full, as before
+        return None
     first = said.get(key)
     if first is None:
         said[key] = request.step
@@ -563,24 +566,34 @@ def _is_plain(value) -> bool:
 _FREQ_KEYS = ("freq_epochs", "freq_steps", "freq_secs", "eval_before_train", "independent")
 
 
+def _plain_config(config):
+    """A plain dict config as the object :class:`Evaluator` reads: an adaptive_eval config (it has ``trigger``)
+    typed and checked as ``load_config`` would (every section of it is read: ``evaluation``, ``distributed``),
+    else AReaL's frequencies as attributes.  An unknown key, or none of the three frequencies, is an error: it
+    read as "never evaluate" (found by a new-user probe: ``Evaluator({"freq_steps": 5})`` never evaluated)."""
+    if not isinstance(config, Mapping) or isinstance(config, DictConfig):
+        return config
+    if "trigger" in config:
+        from adaptive_eval.config import as_config
+
+        return as_config(dict(config))
+    unknown = sorted(str(k) for k in config if k not in _FREQ_KEYS)
+    if unknown:
+        hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
+                 for k in unknown for close in [difflib.get_close_matches(k, _FREQ_KEYS, n=1)]]
+        raise ValueError(f"Evaluator config: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(hints)}; the keys are {', '.join(_FREQ_KEYS)}")
+    if not any(k in config for k in _FREQ_KEYS[:3]):
+        raise ValueError(f"Evaluator config {dict(config)!r} has none of freq_epochs, freq_steps, freq_secs: it would "
+                         "never evaluate (None disables one)")
+    return types.SimpleNamespace(**{k: config.get(k) for k in _FREQ_KEYS})
+
+
 def _freqs_from(config) -> tuple:
     """(freq_epochs, freq_steps, freq_secs, eval_before_train, independent) of AReaL's ``EvaluatorConfig``, an
-    adaptive_eval config (its ``trigger`` section) or a plain dict of either.  A config with none of the three
-    frequencies (a misspelt ``freq_step``, a dict read as attributes) is an error: it read as "never evaluate"
-    (found by a new-user probe: ``Evaluator({"freq_steps": 5})`` never evaluated)."""
-    if isinstance(config, Mapping) and not isinstance(config, DictConfig):
-        if "trigger" in config:  # an adaptive_eval config as a dict: typed and checked as load_config would
-            from adaptive_eval.config import as_config
-
-            config = as_config(dict(config))
-        else:
-            unknown = sorted(str(k) for k in config if k not in _FREQ_KEYS)
-            if unknown:
-                hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
-                         for k in unknown for close in [difflib.get_close_matches(k, _FREQ_KEYS, n=1)]]
-                raise ValueError(f"Evaluator config: unknown key{'s' if len(unknown) > 1 else ''} "
-                                 f"{', '.join(hints)}; the keys are {', '.join(_FREQ_KEYS)}")
-            config = types.SimpleNamespace(**{k: config.get(k) for k in _FREQ_KEYS})
+    adaptive_eval config (its ``trigger`` section) or a plain dict of either (:func:`_plain_config`).  An object
+    with none of the three frequencies (a misspelt ``freq_step``) is an error: it read as "never evaluate"."""
+    config = _plain_config(config)
     src = getattr(config, "trigger", config)
     try:
         if not any(hasattr(src, k) for k in _FREQ_KEYS[:3]):
@@ -641,6 +654,7 @@ class Evaluator:
         rank_discrepancy_threshold: float | None = None,
         independent: bool | None = None,
     ):
+        config = _plain_config(config)
         freq_epochs, freq_steps, freq_secs, eval_before_train, cfg_independent = _freqs_from(config)
         independent = cfg_independent if independent is None else bool(independent)
         if freq_epochs is not None and steps_per_epoch is None:

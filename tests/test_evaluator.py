@@ -218,6 +218,13 @@ def test_a_dict_config_is_read_and_a_misspelt_one_is_an_error():
         Evaluator(types.SimpleNamespace(freq_step=5))
     with pytest.raises(ValueError, match="trigger.freq_steps"):  # a whole config as a dict: checked as load_config
         Evaluator({"trigger": {"freq_steps": "x"}})
+    with pytest.raises(ValueError, match="has none of freq_epochs, freq_steps, freq_secs: it would never evaluate"):
+        Evaluator({})
+    # ... and read whole, not only its trigger (found in review: on_error raise read as skip)
+    ev = Evaluator({"trigger": {"freq_steps": 1}, "evaluation": {"on_error": "raise", "sample_size": 64}})
+    with pytest.raises(RuntimeError, match="grader down"):
+        ev.evaluate(lambda: (_ for _ in ()).throw(RuntimeError("grader down")), 0, 0, 0)
+    assert ev.evaluate(lambda r: {"acc": [1.0] * len(r.indices(100))}, 0, 1, 1).metrics["acc"].n == 64
 
 
 def test_items_whose_answer_lists_are_all_empty_say_so(caplog):
