@@ -219,7 +219,7 @@ class ResourceScheduler:
             if self.read_errors == 1:
                 log.warning("the resource monitor (%s) raised %s: %s; no reading, so nothing is deferred while it "
                             "fails (said once; counted in ResourceScheduler.read_errors)",
-                            type(self.monitor).__name__, type(exc).__name__, exc, exc_info=True)
+                            type(self._monitor).__name__, type(exc).__name__, exc, exc_info=True)
             return None
         if not self._unread_said and self.last_snapshot.accelerator_free_gb is None:
             # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)

@@ -26,6 +26,7 @@ __all__ = ["SuitePlan", "due_suites", "most_answers_per_item", "plan_units", "re
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
+_FORCED = "resources:forced ("  # (the reason of an evaluation the resource check forced: "resources:forced (<cause>)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -89,7 +90,15 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
     {'math500': 'every', 'aime24': 'alarm'}
     >>> due_suites({"x": {"every": 2}, "y": {"every": 3}}, 0, "trigger:steps")  # (it said "every 2th")
     {'x': 'every 2nd', 'y': 'every 3rd'}
+
+    An evaluation the resource check forced after deferring it covers what its cause covers (a forced final one
+    covered the every-1 suites only, and the others were never evaluated again; found in review):
+
+    >>> due_suites(cfg, 1, "resources:forced (trigger:final)")
+    {'math500': 'every', 'aime24': 'final'}
     """
+    if reason.startswith(_FORCED) and reason.endswith(")"):
+        reason = reason[len(_FORCED):-1]
     out = {}
     for name, suite in suites.items():
         every = int(suite["every"])

@@ -207,3 +207,23 @@ def test_an_asynchronous_run_writes_deferred_back_to_0_when_its_evaluation_is_su
     ev.close()
     deferred = [(s, d["controller/deferred"]) for s, d in logger.scalars if "controller/deferred" in d]
     assert deferred == [(9, 1.0), (10, 1.0), (11, 0.0)]
+
+
+def test_a_forced_final_evaluation_covers_every_suite():
+    """The resource check renamed the final evaluation "resources:forced (trigger:final)", and the suites read the
+    renamed reason: only the every-1 suite was evaluated at the last step (found in review)."""
+    suites = {"a": {"size": 10, "every": 1}, "b": {"size": 10, "every": 4}}
+    ev = AdaptiveEvaluator.from_config(cfg(alarm_bypass=False, max_deferral_steps=50, evaluation={"suites": suites}),
+                                       total_steps=25, resource_monitor=FakeResourceMonitor([OK, LOW]))
+    ran = []
+
+    def evaluate_fn(req):
+        ran.append((req.step, req.reason, sorted(req.suites)))
+        return {f"{name}/acc": [1.0] * len(s.indices) for name, s in req.suites.items()}
+
+    for g in range(25):
+        ev.evaluate(evaluate_fn, 0, g, g)
+    ev.close()
+    assert [(step, why.split(" [")[0], names) for step, why, names in ran] == [
+        (9, "trigger:steps", ["a", "b"]), (24, "resources:forced (trigger:final)", ["a", "b"])]
+    assert ran[1][1].endswith("[a: every; b: final]")
