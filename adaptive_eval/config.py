@@ -1023,8 +1023,10 @@ def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[s
     key = problem.split(":", 1)[0].strip()
     dotted = key.replace("[", ".").replace("]", "")  # (an item of a list an override set: evaluation.pass_at_k[1])
     for lhs, item in reversed(overridden.items()):  # (the last override that covers the key)
-        if dotted == lhs or dotted.startswith(lhs + ".") or lhs.startswith(dotted + "."):
+        if dotted == lhs or dotted.startswith(lhs + "."):
             return f"override {item!r}: {problem}"
+    if any(k.startswith(dotted + ".") for k in overridden):  # (a problem of a key above one an override set)
+        return problem
     if source and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in lines):
         return f"{_where(key, source, lines)}{problem}"
     return problem

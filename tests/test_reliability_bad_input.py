@@ -55,7 +55,7 @@ def test_replay_unwritable_out_exits_2(tmp_path, capsys):
 def test_impossible_values_are_config_errors_with_the_dotted_key(override, message):
     with pytest.raises(ConfigError) as info:
         load_config(overrides=[override])
-    assert str(info.value) == message
+    assert str(info.value) == f"override {override!r}: {message}"  # (the override that set it, as a type error)
 
 
 # -- gaps the fuzzing found, now fixed ---------------------------------------------------------------------------
