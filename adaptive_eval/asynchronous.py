@@ -927,7 +927,9 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
     from adaptive_eval.suites import reported_strata
 
     options["strata"] = reported_strata(ev.get("suites") or {})
-    options["failures_said"] = {}  # failures logged with their traceback (a repeat is one line; per worker process)
+    # Failures logged with their traceback (a repeat is one line): shared by this process's worker threads; eval
+    # ranks get a copy with each job, so there each failure logs its traceback.
+    options["failures_said"] = {}
     return AsyncEvaluations(
         max_in_flight=int(ev["max_in_flight"]), latency=latency, executor=executor, clock=clock,
         eval_clock=eval_clock, timeout_s=ev.get("timeout_s"),

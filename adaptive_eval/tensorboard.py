@@ -176,7 +176,7 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     # Nor the counts of what is derived from a metric (found by a new-user probe: one chart mixed 11 lines): its
     # paired difference's (the items shared with the previous evaluation) and its pass@k's / maj@k's (its items).
     not_stratum = ("(?!.*" + re.escape(STRATUM_MARK) + ")(?!.*" + re.escape(PAIRED_SUFFIX + "/") + ")"
-                   + r"(?!.*/[^/]+@\d+/)")
+                   + r"(?!.*/(?:pass|best|worst|maj)@\d+/)")
     for g, charts in suite_charts.items():
         if charts:
             prefix = "^" + re.escape(EVAL_PREFIX + g + "/")

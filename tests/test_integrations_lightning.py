@@ -497,7 +497,7 @@ class RLKeysModel(Model):
     def training_step(self, batch, batch_idx):
         loss = self.step(batch)
         self.log_dict({"value_loss": loss.detach() * 2, "validity_rate": 0.5, "evaluator_score": 1.0,
-                       "val_loss": loss.detach()})
+                       "val_loss": loss.detach(), "Validation/acc": 0.5, "testing_loss": 1.0})
         return {"loss": loss}
 
 
@@ -509,7 +509,8 @@ def test_training_keys_that_begin_like_validation_keys_are_watched():
     cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
     L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(RLKeysModel(), train)
     assert {"value_loss", "validity_rate", "evaluator_score"} <= set(cb.observed)
-    assert [s for s, _ in cb.observed["value_loss"]] == list(range(6)) and "val_loss" not in cb.observed
+    assert [s for s, _ in cb.observed["value_loss"]] == list(range(6))
+    assert not {"val_loss", "Validation/acc", "testing_loss"} & set(cb.observed)
 
 
 def test_a_logged_metric_is_observed_once_per_value_it_was_logged_with():

@@ -432,14 +432,14 @@ def test_count_charts_leave_out_paired_differences_and_pass_at_k():
 
     tags = ["eval/id/acc/n", "eval/id/acc/paired_diff/n", "eval/id/acc/pass@4/n", "eval/id/acc/maj@8/n",
             "eval/id/acc/samples_per_item", "eval/id/acc/pass@4/samples_per_item", "eval/loss/n",
-            "eval/loss/paired_diff/n", "eval/a@b/n"]
+            "eval/loss/paired_diff/n", "eval/a@b/n", "eval/id/recall@10/n"]
     layout = dashboard_layout(["id/acc", "id/acc/pass@4", "id/acc/maj@8", "id/acc/paired_diff", "loss",
-                               "loss/paired_diff", "a@b"], groups=["id"])
+                               "loss/paired_diff", "a@b", "id/recall@10"], groups=["id"])
 
     def plotted(category, chart):
         return [t for t in tags if any(re.search(p, t) for p in layout[category][chart][1])]
 
-    assert plotted("eval: id", "items per evaluation") == ["eval/id/acc/n"]
+    assert plotted("eval: id", "items per evaluation") == ["eval/id/acc/n", "eval/id/recall@10/n"]  # (a user's @k)
     assert plotted("eval: id", "samples per item") == ["eval/id/acc/samples_per_item"]
     assert plotted("eval", "samples per evaluation") == ["eval/loss/n", "eval/a@b/n"]  # (a name with @, not a k)
 

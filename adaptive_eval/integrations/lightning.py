@@ -111,7 +111,8 @@ log = logging.getLogger("adaptive_eval")
 # A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
 # key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
 # found by a new-user probe).
-_VALIDATION_KEY = re.compile(r"^(?:val|valid|validation|eval|evaluation|test)(?![a-z])")
+_VALIDATION_KEY = re.compile(r"^(?i:val|valid|validate|validation|eval|evaluate|evaluation|test|testing|tests)"
+                             r"(?![a-z])")
 # What a module holds its layers, weights and buffers in (put back after a look back's on_load_checkpoint hook)
 _REGISTRIES = ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set")
 
