@@ -792,6 +792,25 @@ def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
     return math.fsum(m + k * (t / k - mean) * (t / k - mean) for k, t, m in live)  # ``** 2`` raises on overflow
 
 
+def pooled_std(parts: Iterable[tuple[int, float, float]]) -> float:
+    """The standard deviation of the union of disjoint shards from each one's ``(n, mean, std)``, on values scaled
+    by the largest spread (:func:`pooled_m2`'s sum, where its squares overflow: values near 1e160 and beyond).
+
+    >>> round(pooled_std([(2, 1e160, 0.0), (2, 3e160, 0.0)]) / 1e160, 6)  # {1, 1, 3, 3} x 1e160
+    1.154701
+    """
+    live = [(int(n), float(m), float(s) if n > 1 else 0.0) for n, m, s in parts if n > 0]
+    n = sum(k for k, _, _ in live)
+    if n < 2 or not all(math.isfinite(m) and math.isfinite(s) for _, m, s in live):
+        return math.nan
+    mean = math.fsum(k * (m / n) for k, m, _ in live)  # (weights first: the products could overflow)
+    scale = max(max(s, abs(m - mean)) for _, m, s in live)
+    if scale == 0.0 or not math.isfinite(scale):
+        return 0.0 if scale == 0.0 else math.inf
+    ss = math.fsum((k - 1) * (s / scale) ** 2 + k * ((m - mean) / scale) ** 2 for k, m, s in live)
+    return scale * math.sqrt(ss / (n - 1))
+
+
 def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricSummary:
     """One summary from the summaries of disjoint shards (as if computed on all their samples at once); the
     variance by :func:`pooled_m2` from each shard's ``std``, not from the raw sums of squares."""
@@ -802,10 +821,15 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
     binary = all(p.binary for p in parts)
     m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
     m3, m4 = pooled_moments((p.n, p.total, shard_m2(p), p.m3, p.m4) for p in parts)
+    std = None
+    if not math.isfinite(m2) and all(math.isfinite(p.std) for p in parts if p.n > 1) and not any(
+            p.clustered for p in parts):  # squared deviations beyond float range: the spread, scaled (as summarize)
+        std = pooled_std((p.n, p.mean, p.std) for p in parts)
+        m2 = math.inf if math.isfinite(std) else m2
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
                      nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
-                     m2=m2, k=max((p.k for p in parts), default=1), m3=m3, m4=m4)
+                     m2=m2, k=max((p.k for p in parts), default=1), m3=m3, m4=m4, std=std)
 
 
 def wilson_sample_size(p: float, half_width: float, confidence: float = 0.95) -> int:

@@ -221,3 +221,14 @@ def test_best_and_worst_at_k_of_huge_values_or_many_answers_are_finite_numbers()
         assert values.mean() < best_at_k(values, 512) < values.max()
         many = summarize_outputs({"r": np.random.default_rng(1).random((5, 1100))}, 5, pass_at_k=[512])
         assert 0.99 < many["r/best@512"].mean < 1.0
+
+
+def test_shards_of_huge_values_combine_to_the_whole_ones_interval():
+    """Values near 1e160 got their interval in one process but NaN once shards were combined (ranks), since the
+    pooled squared deviations overflowed (found in review)."""
+    from adaptive_eval.stats import combine
+
+    x = np.array([1e160, 3e160, 2e160, 2.5e160, 1.5e160, 4e160, 0.5e160])
+    whole, parts = summarize(x), combine([summarize(x[:3]), summarize(x[3:4]), summarize(x[4:])])
+    assert all(math.isfinite(c) for c in whole.ci)
+    assert parts.ci == pytest.approx(whole.ci, rel=1e-12) and parts.std == pytest.approx(whole.std, rel=1e-12)
