@@ -36,7 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, pooled_moments, shard_m2
+from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, pooled_moments, pooled_std, shard_m2
 from adaptive_eval.types import MetricSummary
 
 log = logging.getLogger("adaptive_eval")
@@ -423,14 +423,15 @@ class DistContext:
 
 def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple]:
     """The sufficient statistics of each metric as plain values: ``(total, total_sq, n, binary, per_sample,
-    m2, m3, m4)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes;
-    ``m3``, ``m4``: of cubed and fourth-power deviations, NaN when unknown), and for a
+    m2, m3, m4, std)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes;
+    ``m3``, ``m4``: of cubed and fourth-power deviations, NaN when unknown; ``std``: the shard's standard
+    deviation, finite where ``m2`` overflows, values near 1e160), and for a
     multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k)``, for a custom
     aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
-                float(shard_m2(s)), float(s.m3), float(s.m4))
+                float(shard_m2(s)), float(s.m3), float(s.m4), float(s.std))
         if s.aggregate:
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
@@ -441,7 +442,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     return out
 
 
-_EMPTY_WIRE = (0.0, 0.0, 0, False, True, math.nan, math.nan, math.nan)
+_EMPTY_WIRE = (0.0, 0.0, 0, False, True, math.nan, math.nan, math.nan, math.nan)
 _EXTRA = len(_EMPTY_WIRE)  # where a wire's multi-sample or aggregation fields begin
 
 
@@ -497,7 +498,12 @@ def combine_rank_summaries(
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
                                 k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4)
         else:
-            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4)
+            std = None
+            if not math.isfinite(m2) and all(math.isfinite(p[8]) for p in live if p[2] > 1):
+                # squared deviations beyond float range (values near 1e160): the spread pooled scaled, as in one process
+                std = pooled_std((p[2], p[0] / p[2], p[8]) for p in live)
+                m2 = math.inf if math.isfinite(std) else m2
+            summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4, std=std)
         per_sample = all(p[4] for p in live)
         if not per_sample:
             summary = dataclasses.replace(summary, per_sample=False)

@@ -232,3 +232,7 @@ def test_shards_of_huge_values_combine_to_the_whole_ones_interval():
     whole, parts = summarize(x), combine([summarize(x[:3]), summarize(x[3:4]), summarize(x[4:])])
     assert all(math.isfinite(c) for c in whole.ci)
     assert parts.ci == pytest.approx(whole.ci, rel=1e-12) and parts.std == pytest.approx(whole.std, rel=1e-12)
+    from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire  # (what ranks exchange)
+
+    ranks = combine_rank_summaries([summaries_to_wire({"ppl": summarize(s)}) for s in (x[:3], x[3:4], x[4:])])[0]
+    assert ranks["ppl"].ci == pytest.approx(whole.ci, rel=1e-12)
