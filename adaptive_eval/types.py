@@ -111,9 +111,8 @@ class EvalRequest:
             # (the sample size of a request with suites is their sum: one set sampled by it mixes the suites' sizes)
             log_once("indices-with-suites", "request.indices(%d) on an evaluation with eval suites (%s): its "
                      "sample_size (%s) is the sum of the suites' samples, not one set's; each suite's items are in "
-                        "request.suites[name].indices (this rank's shard of its sample; said once)", num_items,
-                        ", ".join(self.suites),
-                        self.sample_size)
+                     "request.suites[name].indices (this rank's shard of its sample; said once)", num_items,
+                     ", ".join(self.suites), self.sample_size)
         chosen = _permutation(self.seed, int(num_items))[: self.num_selected(int(num_items))]
         mine = list(chosen[self.rank :: self.world_size])
         self._handed["count"] = len(mine)
