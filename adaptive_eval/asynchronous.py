@@ -361,8 +361,13 @@ class EvalRanks:
         return dist.get_group_rank(pair, global_rank)
 
     def serve(self, evaluate_fn: Callable) -> int:
-        """On an eval rank: evaluate each job the training ranks send, until they stop; returns the count."""
-        from adaptive_eval.distributed import DistContext, broadcast_tensor_container
+        """On an eval rank: evaluate each job the training ranks send, until they stop; returns the count.
+
+        Also returns (with a warning) when the training ranks do not take an evaluation's result within
+        ``distributed.timeout_s``: they gave up on this eval rank (it hung) and send it nothing more, not even the
+        stop, so waiting on would end in an error when they exit (a torchrun job whose training finished exited
+        1; found by a new-user probe)."""
+        from adaptive_eval.distributed import CollectiveError, DistContext, broadcast_tensor_container
 
         if not self.is_eval_rank:
             raise RuntimeError(f"serve() runs on an eval rank; rank {self.rank} trains "
@@ -386,7 +391,13 @@ class EvalRanks:
 
                 outcome = EvalOutcome(None, exc)
             # (with its per-item values: the first training rank pairs them with the previous evaluation's)
-            answer.broadcast_object(_outcome_to_wire(outcome, items=True), src=me)
+            try:
+                answer.broadcast_object(_outcome_to_wire(outcome, items=True), src=me)
+            except CollectiveError as exc:
+                log.warning("eval rank %d: the training ranks did not take the result of step %d (%s): they gave up "
+                            "on this eval rank after distributed.timeout_s, or exited; serve() returns",
+                            self.rank, request.step, exc)
+                return done
             done += 1
 
     def executor(self) -> "_EvalRankExecutor":

@@ -163,6 +163,9 @@ def test_a_hung_eval_rank_is_an_error_on_both_training_ranks_within_the_timeout_
     assert [e["kind"] for e in events0].count("async_down") == 1
     assert any(e["kind"] == "deferred" and e["reason"].startswith("async:down") for e in events0)
     assert slowest0 < TIMEOUT_S + 3.0 and slowest1 < TIMEOUT_S + 3.0  # never a hang
+    # ... and the eval rank's serve() returns once its late result finds no taker (it raised: a torchrun job whose
+    # training finished exited 1; found by a new-user probe); the hung evaluation was its second
+    assert world[2]["hung"][:2] == ("served", 1) and len(world[2]["hung"][2]) == 2
 
 
 def test_a_dead_eval_rank_is_an_error_on_both_training_ranks_and_training_goes_on(world):
