@@ -136,6 +136,26 @@ def test_steps_sets_the_length_of_the_synthetic_runs(monkeypatch, capsys):
     assert exc.value.code == 2 and "need at least 100 steps" in capsys.readouterr().err
 
 
+def test_only_the_readmes_run_draws_the_readmes_figure(monkeypatch, tmp_path, capsys):
+    """A --quick (or --steps, --set, own-preset) run overwrote benchmarks/policies.png, the README's figure and a
+    tracked file, with its own (found by a fresh-clone check); it draws nothing unless given --png."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import policies as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    drawn = []
+    monkeypatch.setattr(bench, "report", lambda *a, **k: {})
+    monkeypatch.setattr(bench, "confirmable", lambda cases: None)
+    monkeypatch.setattr(bench, "replay_speed", lambda n: 1.0)
+    monkeypatch.setattr(bench, "draw", lambda res, path: drawn.append(path))
+    assert bench.main(["--steps", "300", "--quick", "--no-real"]) == 0
+    assert drawn == [] and "no figure: this is not the README's run" in capsys.readouterr().out
+    assert bench.main(["--steps", "300", "--quick", "--no-real", "--png", str(tmp_path / "q.png")]) == 0
+    assert bench.main(["--no-real", "--presets", "default"]) == 0  # the README's run
+    assert drawn == [str(tmp_path / "q.png"), "benchmarks/policies.png"]
+
+
 def test_regret_decomposition_splits_each_schedules_regret_into_coverage_and_selection(capsys):
     """benchmarks/regret_decomposition.py (the README's "Where the regret goes"), on short runs: each row's regret
     is its coverage plus its selection, coverage is never negative, and every kind is listed."""
