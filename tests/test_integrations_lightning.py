@@ -1132,3 +1132,18 @@ def test_look_back_follows_lightnings_links_and_objects_and_leaves_nothing_behin
     trainer.fit(Model(), train, val)
     assert twice.first is not None and twice.second is twice.first  # wrapped once
     assert "save_checkpoint" not in vars(trainer.strategy)
+
+
+def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
+    """ModelCheckpoint(monitor=...) with limit_val_batches=0 saved nothing and only Lightning's "could not find
+    the monitored key" said so, not why (found by a new-user probe)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    train, _ = loaders()
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("areal", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=3"])
+    ckpt = ModelCheckpoint(monitor="adaptive_eval/score", save_top_k=1)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        L.Trainer(max_steps=6, logger=False, callbacks=[cb, ckpt], **QUIET).fit(Model(), train)  # (no validation)
+    said = [r.getMessage() for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
+    assert len(said) == 1 and "ModelCheckpoint(monitor='adaptive_eval/score')" in said[0]

@@ -214,6 +214,8 @@ class AdaptiveEvalCallback(Callback):
             return
         self._reset_stream_state()
         self._guard("on_train_start", self._build, trainer)
+        if trainer.is_global_zero:
+            self._guard("on_train_start", _say_monitors, trainer)
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
                              else _ModuleEval(self, trainer, pl_module))
@@ -769,6 +771,26 @@ def _copy_state(value):
     if isinstance(value, list):
         return list(value)
     return value
+
+
+def _say_monitors(trainer) -> None:
+    """With Lightning's own validation off (``limit_val_batches=0``, the way to let the adapter decide alone), a
+    ``ModelCheckpoint``/``EarlyStopping`` monitor finds no key: the adapter's results go to the loggers, not to
+    ``callback_metrics``.  Lightning's own message ("could not find the monitored key", or EarlyStopping's
+    RuntimeError) does not say why; found by a new-user probe.  Said once, at on_train_start."""
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    if trainer.limit_val_batches != 0:
+        return
+    for cb in trainer.callbacks:
+        monitor = getattr(cb, "monitor", None)
+        if isinstance(cb, (ModelCheckpoint, EarlyStopping)) and monitor:
+            log.warning("adaptive_eval: %s(monitor=%r) with limit_val_batches=0: Lightning validates never, and "
+                        "the monitor never sees AdaptiveEvalCallback's results (they go to the loggers as "
+                        "adaptive_eval/<metric>, not to callback_metrics); checkpoint by steps "
+                        "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
+                        "adaptive_eval.scoring.pick_best(callback.evaluator.history, metric)",
+                        type(cb).__name__, monitor)
 
 
 def _kind(key: str) -> int:
