@@ -36,7 +36,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import aggregate_summary, from_sums, pooled_m2, pooled_moments, pooled_std, shard_m2
+from adaptive_eval.stats import aggregate_summary, from_sums, overflowed_spread, pooled_m2, pooled_moments, shard_m2
 from adaptive_eval.types import MetricSummary
 
 log = logging.getLogger("adaptive_eval")
@@ -498,11 +498,7 @@ def combine_rank_summaries(
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
                                 k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4)
         else:
-            std = None
-            if not math.isfinite(m2) and all(math.isfinite(p[8]) for p in live if p[2] > 1):
-                # squared deviations beyond float range (values near 1e160): the spread pooled scaled, as in one process
-                std = pooled_std((p[2], p[0] / p[2], p[8]) for p in live)
-                m2 = math.inf if math.isfinite(std) else m2
+            m2, std = overflowed_spread(m2, [(p[2], p[0] / p[2], p[8]) for p in live])
             summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4, std=std)
         per_sample = all(p[4] for p in live)
         if not per_sample:

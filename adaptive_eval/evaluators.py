@@ -591,9 +591,9 @@ def _plain_config(config):
 
 def _freqs_from(config) -> tuple:
     """(freq_epochs, freq_steps, freq_secs, eval_before_train, independent) of AReaL's ``EvaluatorConfig``, an
-    adaptive_eval config (its ``trigger`` section) or a plain dict of either (:func:`_plain_config`).  An object
-    with none of the three frequencies (a misspelt ``freq_step``) is an error: it read as "never evaluate"."""
-    config = _plain_config(config)
+    adaptive_eval config (its ``trigger`` section) or AReaL's frequencies as attributes (a dict: through
+    :func:`_plain_config` first).  An object with none of the three frequencies (a misspelt ``freq_step``) is an
+    error: it read as "never evaluate"."""
     src = getattr(config, "trigger", config)
     try:
         if not any(hasattr(src, k) for k in _FREQ_KEYS[:3]):

@@ -811,6 +811,17 @@ def pooled_std(parts: Iterable[tuple[int, float, float]]) -> float:
     return scale * math.sqrt(ss / (n - 1))
 
 
+def overflowed_spread(m2: float, parts: Iterable[tuple[int, float, float]]) -> tuple[float, float | None]:
+    """``(m2, std)`` for :func:`from_sums` from shards' ``(n, mean, std)``: where the pooled ``m2`` is not finite
+    while every shard's spread is (squared deviations beyond float range, values near 1e160), ``(inf, the pooled
+    std computed scaled)``, as :func:`summarize` gives one process; else ``(m2, None)``."""
+    parts = list(parts)
+    if math.isfinite(m2) or not all(math.isfinite(s) for n, _, s in parts if n > 1):
+        return m2, None
+    std = pooled_std(parts)
+    return (math.inf, std) if math.isfinite(std) else (m2, None)
+
+
 def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricSummary:
     """One summary from the summaries of disjoint shards (as if computed on all their samples at once); the
     variance by :func:`pooled_m2` from each shard's ``std``, not from the raw sums of squares."""
@@ -822,10 +833,8 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
     m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
     m3, m4 = pooled_moments((p.n, p.total, shard_m2(p), p.m3, p.m4) for p in parts)
     std = None
-    if not math.isfinite(m2) and all(math.isfinite(p.std) for p in parts if p.n > 1) and not any(
-            p.clustered for p in parts):  # squared deviations beyond float range: the spread, scaled (as summarize)
-        std = pooled_std((p.n, p.mean, p.std) for p in parts)
-        m2 = math.inf if math.isfinite(std) else m2
+    if not any(p.clustered for p in parts):
+        m2, std = overflowed_spread(m2, [(p.n, p.mean, p.std) for p in parts])
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
                      nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
