@@ -28,6 +28,15 @@ def _shows_fault(evals):
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "runs"
+    # A folder an rlvr demo wrote before (found by a new user: its runs were drawn with this one's, and
+    # `check trace.csv` checked its events file against the digits trace); and a file of the user's.
+    for run in ("async", "fixed_same"):
+        (out / run / "tb").mkdir(parents=True)
+        (out / run / "tb" / "events.out.tfevents.1.host").write_bytes(b"")
+        (out / run / "evals.jsonl").write_text('{"step": 0, "metrics": {"id/accuracy": 0.5}}\n')
+    for name in ("comparison.png", "comparison.json", "trace.csv.events.yaml"):
+        (out / name).write_text("stale")
+    (out / "notes.txt").write_text("mine")
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = main(["demo", "--task", "digits", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
@@ -185,7 +194,9 @@ def test_plot_of_the_demo_folder_draws_both_runs_on_shared_axes(demo_run, tmp_pa
         assert main(["plot", str(out), "--out", str(tmp_path / "runs.png")]) == 0  # was: "no run found"
     assert (tmp_path / "runs.png").read_bytes().startswith(b"\x89PNG")
     runs = [_load(p) for p in find_runs([out])]
-    assert [r.name for r in runs] == ["adaptive", "fixed"]
+    assert [r.name for r in runs] == ["adaptive", "fixed"]  # not the rlvr demo's async/ and fixed_same/ of before
+    assert sorted(p.name for p in out.iterdir()) == ["adaptive", "comparison.json", "fixed", "notes.txt", "trace.csv"]
+    assert json.loads((out / "comparison.json").read_text())  # this demo's, not the stale one
     fig = _draw_comparison(runs)
     top = fig.axes[0]
     labels = [t.get_text() for t in top.get_legend().get_texts()]

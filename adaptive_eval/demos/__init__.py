@@ -3,7 +3,9 @@ addition, see :mod:`adaptive_eval.demos.rlvr`) and ``digits`` (an MLP on handwri
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_TASK", "TASKS", "DemoError"]
+from pathlib import Path
+
+__all__ = ["DEFAULT_TASK", "TASKS", "DemoError", "prepare_out"]
 
 TASKS = ("rlvr", "digits")
 DEFAULT_TASK = "rlvr"
@@ -11,3 +13,40 @@ DEFAULT_TASK = "rlvr"
 
 class DemoError(ValueError):
     """The demo cannot run as asked (an output folder that cannot be written, a bad setting)."""
+
+
+# What any task writes into --out: run folders (files as replay writes them, plus run.png and tb/) and files
+# beside them.  Another task's runs left in a reused folder would be drawn and checked with this one's.
+_DEMO_RUNS = ("adaptive", "async", "fixed_same", "fixed")
+_RUN_FILES = ("evals.jsonl", "alarms.jsonl", "summary.json", "run.png")
+_TOP_FILES = ("trace.csv", "trace.csv.events.yaml", "comparison.json", "comparison.png")
+
+
+def prepare_out(out_dir: Path, runs) -> None:
+    """Create ``runs``' folders under ``out_dir`` and prove them writable, before any training; clear what a
+    previous demo (of either task) wrote there: its event files (TensorBoard would draw both runs as one), its
+    trace (the recorder would continue it) and events file, its comparison, and the files and event files of
+    runs this task does not have (their folders too, once nothing else is in them).  Nothing else is touched."""
+    try:
+        for name in _DEMO_RUNS:
+            run_dir = out_dir / name
+            if name in runs:
+                (run_dir / "tb").mkdir(parents=True, exist_ok=True)
+                probe = run_dir / ".write-test"
+                probe.write_bytes(b"")
+                probe.unlink()
+            elif not run_dir.is_dir():
+                continue
+            else:
+                for file in _RUN_FILES:
+                    (run_dir / file).unlink(missing_ok=True)
+            for old in (run_dir / "tb").glob("events.out.tfevents.*"):
+                old.unlink()
+            if name not in runs:
+                for folder in (run_dir / "tb", run_dir):
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+        for file in _TOP_FILES:
+            (out_dir / file).unlink(missing_ok=True)
+    except OSError as exc:
+        raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from adaptive_eval.config import as_config, load_config
-from adaptive_eval.demos import DemoError
+from adaptive_eval.demos import DemoError, prepare_out
 from adaptive_eval.replay import ReplayResult, SimClock, _strict, write_outputs
 from adaptive_eval.scoring import detection_delay, pick_best
 from adaptive_eval.types import EvalRequest
@@ -57,26 +57,6 @@ METRIC = "accuracy"
 COLLAPSE_BELOW = 0.5
 RUNS = ("adaptive", "fixed")
 TRACE_NAME = "trace.csv"
-
-
-def _prepare_out(out_dir: Path) -> None:
-    """Create the run folders and prove they are writable, before any training; clear a previous demo's
-    event files and trace."""
-    for name in RUNS:
-        run_dir = out_dir / name
-        try:
-            (run_dir / "tb").mkdir(parents=True, exist_ok=True)
-            probe = run_dir / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-            for old in (run_dir / "tb").glob("events.out.tfevents.*"):
-                old.unlink()  # a previous demo's: TensorBoard would draw both runs as one
-        except OSError as exc:
-            raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
-    try:
-        (out_dir / TRACE_NAME).unlink(missing_ok=True)  # a previous demo's: the recorder would continue it
-    except OSError as exc:
-        raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
 
 
 class _Training:
@@ -272,7 +252,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
         raise DemoError(f"fault_step must lie within (0, {steps}), got {fault_step}")
     adaptive_cfg = as_config(load_config(config, list(overrides)))
     out = Path(out_dir)
-    _prepare_out(out)
+    prepare_out(out, RUNS)
 
     import torch
 

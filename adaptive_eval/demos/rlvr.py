@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from adaptive_eval.config import as_config, load_config
-from adaptive_eval.demos import DemoError
+from adaptive_eval.demos import DemoError, prepare_out
 from adaptive_eval.replay import ReplayResult, SimClock, _strict, write_outputs
 from adaptive_eval.scoring import confirmed_delay, pick_best
 
@@ -476,34 +476,18 @@ def same_size(evals: Sequence[dict]) -> dict:
 
 
 def fixed_interval(answers: int, steps: int, per_eval: int | None = None) -> int:
-    """The longest interval whose whole-suite evaluations generate more than ``answers`` answers in ``steps``.
+    """The longest interval whose whole-suite evaluations generate at least ``answers`` answers in ``steps``.
 
-    >>> fixed_interval(5000, 200, per_eval=1440)   # 4 evaluations (5760 > 5000): every 50 steps
+    >>> fixed_interval(5000, 200, per_eval=1440)   # 4 evaluations (5760 >= 5000): every 50 steps
     50
+    >>> fixed_interval(2880, 200, per_eval=1440)   # 2 evaluations exactly: every 100 steps (was every 66: 3)
+    100
     """
     per_eval = _full_eval_answers() if per_eval is None else per_eval
-    return max(1, steps // (answers // per_eval + 1))
+    return max(1, steps // max(1, -(-answers // per_eval)))
 
 
 # --- the runs --------------------------------------------------------------------------------------------
-
-def _prepare_out(out_dir: Path) -> None:
-    """Create the run folders and prove they are writable, before any training; clear a previous demo's
-    event files and trace."""
-    try:
-        for name in RUNS:
-            tb = out_dir / name / "tb"
-            tb.mkdir(parents=True, exist_ok=True)
-            probe = out_dir / name / ".write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
-            for old in tb.glob("events.out.tfevents.*"):
-                old.unlink()  # a previous demo's: TensorBoard would draw both runs as one
-        (out_dir / TRACE_NAME).unlink(missing_ok=True)  # a previous demo's: the recorder would continue it
-        (out_dir / (TRACE_NAME + ".events.yaml")).unlink(missing_ok=True)
-    except OSError as exc:
-        raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
-
 
 class _Run:
     """One evaluator, fed step by step: its clock, its evaluate_fn, and what it decided."""
@@ -623,7 +607,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     if missing:
         raise DemoError(f"evaluation.suites must keep the demo's suites {', '.join(SUITES)}")
     out = Path(out_dir)
-    _prepare_out(out)
+    prepare_out(out, RUNS)
 
     import torch
     from tqdm import tqdm
