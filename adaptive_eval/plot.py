@@ -41,9 +41,6 @@ _DETECTOR_COLORS = ["crimson", "darkorange", "darkviolet", "teal", "saddlebrown"
 _ARROWS = {"up": "\u2191", "down": "\u2193"}
 
 
-_DECISION_TEXT = re.compile(r"(?:evaluated:\s*)?(.*?)(?:\s*\(n=[^)]*\))?$", re.DOTALL)
-
-
 class PlotError(ValueError):
     """A folder that cannot be plotted: no run in it, or a file in it that cannot be read."""
 
@@ -162,7 +159,7 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
         order = np.argsort(steps, kind="stable")
         scalars[tag] = (steps[order], values[order])
     texts = {}
-    for tag in ("decisions",):
+    for tag in ("decisions", "alarms"):
         if tag in tags.get("tensors", []):  # a log written before text markers were paged
             texts[tag] = [(e.step, tensor_util.make_ndarray(e.tensor_proto).item().decode("utf-8", "replace"))
                           for e in acc.Tensors(tag)]
@@ -171,40 +168,80 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
     return scalars, texts
 
 
-def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
-    """Evaluations rebuilt from ``eval/<m>`` scalars, for a folder with ``tb/`` but no ``evals.jsonl``."""
-    from adaptive_eval.tensorboard import _metric_of
+# The decisions text (adaptive.py): "evaluated: <reason> (n=<size>[ of <asked> asked])[, deferred since step <s>]",
+# asynchronously "submitted: ..." alike and "integrated: evaluation of step <s> (<reason>, n=<size>)", and for a
+# kept checkpoint "evaluated the checkpoint of step <s> (<reason>, n=<size>)".
+_EVALUATED_TEXT = re.compile(r"(?:evaluated|submitted): (.*) \(n=[^)]*\)(?:, deferred since step \d+)?$", re.DOTALL)
+_INTEGRATED_TEXT = re.compile(r"integrated: evaluation of step (\d+) \((.*), n=[^)]*\)$", re.DOTALL)
+_LOOKBACK_TEXT = re.compile(r"evaluated the checkpoint of step (\d+) \((.*), (?:n=(\d+)|failed: .*)\)$", re.DOTALL)
+_ALARM_TEXT = re.compile(r"(?:rank \d+: )?(.*?): ", re.DOTALL)
 
-    by_step: dict[int, dict] = {}
-    reasons = {}
+
+def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
+    """Evaluations rebuilt from ``eval/<m>`` scalars (and a kept checkpoint's, ``lookback/<m>``, on its step),
+    for a folder with ``tb/`` but no ``evals.jsonl``: each metric's mean and interval, the reason from the
+    decisions text, the evaluation's size from ``controller/sample_size`` (the look back's from its text).  The
+    other per-metric tags (``/n``, ``/samples_per_item``, ``/nan``) and the paired differences are not metrics."""
+    from adaptive_eval.tensorboard import (CI_HIGH_SUFFIX, CI_LOW_SUFFIX, COUNT_SUFFIX, EVAL_PREFIX, NAN_SUFFIX,
+                                           PAIRED_SUFFIX, SAMPLES_PER_ITEM_SUFFIX)
+
+    reasons, looked_back = {}, {}
     for step, text in texts.get("decisions", []):
-        # The evaluator writes "evaluated: <reason> (n=<size>)" and "deferred: <reason> (was ...)".
-        if text.startswith("evaluated:") or step not in reasons:
-            reasons[step] = _DECISION_TEXT.match(text).group(1)
+        if back := _LOOKBACK_TEXT.match(text):
+            looked_back[int(back.group(1))] = (back.group(2), None if back.group(3) is None else float(back.group(3)))
+        elif done := _INTEGRATED_TEXT.match(text):
+            reasons[int(done.group(1))] = done.group(2)
+        elif (ran := _EVALUATED_TEXT.match(text)) and step not in reasons:
+            reasons[step] = ran.group(1)
+    sizes = dict(zip(*(a.tolist() for a in scalars["controller/sample_size"]))) \
+        if "controller/sample_size" in scalars else {}
+    by_key: dict[tuple[int, str], dict] = {}
     for tag, (steps, values) in scalars.items():
-        found = _metric_of(tag)
-        if found is None:
+        prefix = next((p for p in (EVAL_PREFIX, "lookback/") if tag.startswith(p)), None)
+        name = tag[len(prefix):] if prefix else ""
+        if not name or name.endswith(PAIRED_SUFFIX) or PAIRED_SUFFIX + "/" in name:
             continue
-        metric = found[0]
+        suffix = next((x for x in (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX, SAMPLES_PER_ITEM_SUFFIX, NAN_SUFFIX)
+                       if name.endswith(x) and len(name) > len(x)), "")
+        metric = name[:len(name) - len(suffix)]
         for s, v in zip(steps.tolist(), values.tolist()):
-            rec = by_step.setdefault(s, {"step": s, "reason": reasons.get(s, ""), "metrics": {}, "ci": {},
-                                         "sample_size": None, "_lo": {}, "_hi": {}})
-            if tag.endswith("/ci_low"):
+            rec = by_key.setdefault((s, prefix), {"step": s, "metrics": {}, "_lo": {}, "_hi": {}, "_n": {}})
+            if suffix == CI_LOW_SUFFIX:
                 rec["_lo"][metric] = v
-            elif tag.endswith("/ci_high"):
+            elif suffix == CI_HIGH_SUFFIX:
                 rec["_hi"][metric] = v
-            elif tag.endswith("/n"):
-                rec["sample_size"] = max(v, rec["sample_size"] or 0.0)
-            else:
+            elif suffix == COUNT_SUFFIX:
+                rec["_n"][metric] = v
+            elif not suffix:
                 rec["metrics"][metric] = v
     evals = []
-    for s in sorted(by_step):
-        rec = by_step[s]
-        lo, hi = rec.pop("_lo"), rec.pop("_hi")
+    for (s, prefix), rec in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] == EVAL_PREFIX)):
+        lo, hi, counts = rec.pop("_lo"), rec.pop("_hi"), rec.pop("_n")
         rec["ci"] = {m: (lo.get(m, math.nan), hi.get(m, math.nan)) for m in rec["metrics"]}
+        largest = max(counts.values(), default=None)  # (without a size: the largest metric's count)
+        if prefix == EVAL_PREFIX:
+            rec["reason"], size = reasons.get(s, ""), sizes.get(s, largest)
+        else:
+            rec["reason"], size = looked_back.get(s, ("lookback", None))
+            size = largest if size is None else size
+        rec["sample_size"] = size
         if rec["metrics"]:
             evals.append(rec)
     return evals
+
+
+def _alarms_from_tb(texts: Mapping) -> list[dict]:
+    """Alarms rebuilt from the ``alarms`` text ("[rank r: ]<stream> <detector>[ <direction>]: <message>"), for
+    a folder with ``tb/`` but no ``alarms.jsonl``."""
+    alarms = []
+    for step, text in texts.get("alarms", []):
+        head = _ALARM_TEXT.match(text)
+        words = (head.group(1) if head else text).split(" ")
+        direction = words.pop() if len(words) > 2 and words[-1] in ("up", "down") else None
+        detector = words.pop() if len(words) > 1 else "?"
+        alarms.append({"step": int(step), "stream": " ".join(words) or "?", "detector": detector,
+                       "direction": direction})
+    return alarms
 
 
 def _stream_tags(scalars: Mapping, alarmed: set[str]) -> list[str]:
@@ -272,8 +309,6 @@ def _load(run_dir: Path) -> _Run:
         hint = f"; runs below it: {', '.join(below)}" if below else ""
         raise PlotError(f"{run_dir}: no run found (expected evals.jsonl or a tb/ folder of TensorBoard logs){hint}")
     run = _Run(name=run_dir.resolve().name)
-    if alarms_path.is_file():
-        run.alarms = _read_alarms(alarms_path)
     if summary_path.is_file():
         try:
             summary = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -284,6 +319,7 @@ def _load(run_dir: Path) -> _Run:
         run.summary = summary
     scalars, texts = _read_tb(tb_dir) if tb_dir.is_dir() else ({}, {})
     run.evals = _read_evals(evals_path) if evals_path.is_file() else _evals_from_tb(scalars, texts)
+    run.alarms = _read_alarms(alarms_path) if alarms_path.is_file() else _alarms_from_tb(texts)
     alarmed = {a["stream"] for a in run.alarms}
     for tag in _stream_tags(scalars, alarmed):
         run.streams[tag[len("streams/"):]] = scalars[tag]

@@ -221,3 +221,28 @@ def test_the_adaptive_run_keeps_checkpoints_and_a_look_back_evaluates_the_kept_w
                                  suites["id"].indices, 2, request_seed=0)
     assert np.array_equal(back, direct)
     run.close(12)
+
+
+def test_plot_of_a_runs_tensorboard_folder_alone_reads_what_its_files_say(demo_run, tmp_path):
+    """A run logged only to TensorBoard (the quick start's `logging.tensorboard_dir`) was drawn with every mean at
+    0 (or at its NaN count: the `/samples_per_item` and `/nan` tags read as the metric), the paired differences as
+    metrics, the look back and the alarms dropped, the size the largest metric's count."""
+    import shutil
+
+    from adaptive_eval.plot import _load
+
+    _, _, out = demo_run
+    # (what the comparison covers: pass@k's tags, an asynchronous run's; the look back and the alarms:
+    # tests/test_lookback.py)
+    assert any("id/accuracy/pass@4" in e["metrics"] for e in _load(out / "adaptive").evals)
+    for name in RUNS:
+        shutil.copytree(out / name / "tb", tmp_path / name / "tb")
+        files, alone = _load(out / name), _load(tmp_path / name)
+        assert alone.alarms == files.alarms, name
+        assert len(alone.evals) == len(files.evals), name
+        for a, b in zip(sorted(files.evals, key=lambda e: e["step"]), alone.evals):
+            assert (b["step"], b["reason"], b["sample_size"], sorted(b["metrics"])) == \
+                (a["step"], a["reason"], a["sample_size"], sorted(a["metrics"])), name
+            for m, mean in a["metrics"].items():  # (TensorBoard stores float32)
+                assert b["metrics"][m] == pytest.approx(mean, rel=1e-6)
+                assert b["ci"][m] == pytest.approx(a["ci"][m], rel=1e-6)

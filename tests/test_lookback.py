@@ -293,7 +293,10 @@ def test_bad_checkpoint_arguments_and_config_are_clear_errors():
 
 
 def test_tensorboard_shows_the_checkpoint_on_its_step_without_dropping_later_points(tmp_path):
-    run = Run(tensorboard=tmp_path).train()
+    run = Run(tensorboard=tmp_path)
+    events = []
+    run.evaluator.add_listener(events.append)
+    run.train()
     run.evaluator.close()
     acc = EventAccumulator(str(tmp_path))  # TensorBoard's default settings
     acc.Reload()
@@ -304,6 +307,19 @@ def test_tensorboard_shows_the_checkpoint_on_its_step_without_dropping_later_poi
     from adaptive_eval.tensorboard import read_texts
 
     assert any("evaluated the checkpoint of step 650" in t for _, t in read_texts(str(tmp_path), "decisions"))
+    # plot, from this TensorBoard folder alone (no evals.jsonl): the look back and the alarms were dropped.
+    from adaptive_eval.plot import _load
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "tb").symlink_to(tmp_path, target_is_directory=True)
+    drawn = _load(tmp_path / "run")
+    history = sorted(run.evaluator.history, key=lambda r: r.step)
+    assert [(e["step"], e["reason"], e["sample_size"]) for e in drawn.evals] == \
+        [(r.step, r.reason, r.items) for r in history]
+    assert [e["metrics"]["accuracy"] for e in drawn.evals] == pytest.approx([r.mean("accuracy") for r in history])
+    alarms = [(a["step"], a["stream"], a["detector"], a["direction"]) for a in drawn.alarms]
+    assert alarms and alarms == [(e["step"], e["stream"], e["detector"], e["direction"])
+                                 for e in events if e["kind"] == "alarm"]
 
 
 def test_scoring_never_counts_a_checkpoint_evaluation_as_a_confirmation_and_counts_it_where_it_ran():
