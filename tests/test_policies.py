@@ -707,6 +707,35 @@ def test_an_eval_set_smaller_than_confirm_size_sets_the_best_when_evaluated_whol
     assert p.best_value == pytest.approx(0.7) and not p.pending
 
 
+def test_with_suites_a_candidate_best_is_re_measured_once_not_at_every_step():
+    """Found by a new user: with eval suites and policy.peak.confirm_steps 5, a rising 200-step run made 187
+    evaluations, 185 of them peak:confirm: the re-measure's reason carries its suites' plans ("peak:confirm
+    [math: every]"), so it never counted as the re-measure, and a 300-problem suite measured whole never
+    reached confirm_size 500."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from conftest import FakeClock
+
+    cfg = load_config(overrides=["trigger.freq_steps=10", "policy.peak.confirm_steps=5", "evaluation.metric=math/acc",
+                                 "evaluation.suites={math: {size: 300, samples_per_item: 4}}"])
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=200, clock=clock)
+    for step in range(200):
+        clock.advance(8.0)
+        ev.observe({"train/reward": float(np.random.default_rng(step).normal())}, step)
+
+        def evaluate_fn(request, p=0.4 + 0.4 * step / 200):
+            clock.advance(1.0)
+            s = request.suites["math"]
+            return {"math/acc": [(np.random.default_rng([step, i]).random(s.samples_per_item) < p).astype(float)
+                                 for i in s.indices]}
+
+        ev.evaluate(evaluate_fn, 0, step, step)
+    confirms = [r for r in ev.history if r.reason.startswith("peak:confirm")]
+    assert 0 < len(confirms) <= len(ev.history) // 2 < 10
+    assert all(r.items == 300 for r in confirms)  # each the whole suite, which then sets the best
+    assert ev.policies.by_name["peak"].best_value is not None
+
+
 def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs_or_says_it_drops_it(caplog):
     """Found in review: with pass_at_k [1, 8] and 8 answers per item, the two-stage plan found one answer per
     item cheaper, and the run's later evaluations had no math500/acc/pass@8 at all, without a word.  Now the
