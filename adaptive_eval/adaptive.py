@@ -1537,6 +1537,9 @@ class AdaptiveEvaluator:
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
             **({"async": self._async.state_dict()} if self._async is not None else {}),
+            # (integrated in observe(): the next evaluate() returns it, in the resumed run too)
+            **({"unreturned": next(i for i, r in enumerate(self.history) if r is self._unreturned)}
+               if self._unreturned is not None else {}),
         })
 
     def load_state_dict(self, sd: Mapping) -> None:
@@ -1596,6 +1599,8 @@ class AdaptiveEvaluator:
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
+        unreturned = sd.get("unreturned")
+        self._unreturned = self.history[int(unreturned)] if unreturned is not None else None
         self._suite_plans = {int(s): {str(n): [int(p[0]), int(p[1])] for n, p in plans.items()}
                              for s, plans in sd.get("suite_plans", {}).items()}
         self.resources.load_state_dict(sd.get("resources", {}))

@@ -281,17 +281,47 @@ def check_executor(executor) -> None:
 
 # -- dedicated eval ranks -------------------------------------------------------------------------------
 
-def _outcome_to_wire(outcome, items: bool = False) -> tuple:
-    """An EvalOutcome as plain values: ``(result state, (error type, text) or None, attempts)``, and with
+_BEFORE_RESUME = "before the resume"
+
+
+def _outcome_to_wire(outcome, items: bool = False) -> list:
+    """An EvalOutcome as plain values: ``[result state, [error type, text] or None, attempts]``, and with
     ``items`` its per-item values too, when it has any (``{metric: {"<item index>": mean}}``, string keys: a
     JSON object's), which the paired comparison at its integration needs (a resumed run pairs as the one that
     never stopped).  Values stay floats: a state_dict makes NaN and infinities strict JSON."""
     result = outcome.result.state() if outcome.result is not None else None
-    error = None if outcome.error is None else (type(outcome.error).__name__, str(outcome.error))
+    # (lists, not tuples: a state_dict is what it is after a JSON round trip)
+    error = None if outcome.error is None else [_error_kind(type(outcome.error)), str(outcome.error)]
     if not (items and outcome.item_values):
-        return result, error, outcome.attempts
+        return [result, error, outcome.attempts]
     values = {str(m): {str(i): float(v) for i, v in vals.items()} for m, vals in outcome.item_values.items()}
-    return result, error, outcome.attempts, values
+    return [result, error, outcome.attempts, values]
+
+
+def _error_kind(cls) -> str:
+    """An exception type's name for the wire: bare for a builtin (``ValueError``), else with its module."""
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _restored_error(kind: str, text: str) -> Exception | None:
+    """The exception a state_dict stored, as its own type where that type is loaded and takes the message back
+    as it was (a resumed run's ``on_error: raise`` raises what the run that never stopped raises); else None."""
+    import sys
+
+    module, _, name = kind.rpartition(".")
+    cls = getattr(sys.modules.get(module or "builtins"), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return None
+    import ast
+
+    for arg in (lambda: text, lambda: ast.literal_eval(text)):  # (KeyError's message is its argument's repr)
+        try:
+            exc = cls(arg())
+        except Exception:  # noqa: BLE001 - a type that takes other arguments, a message that is no literal
+            continue
+        if str(exc) == text:
+            return exc
+    return None
 
 
 def _outcome_from_wire(wire, where: str = "on the eval rank"):
@@ -300,7 +330,10 @@ def _outcome_from_wire(wire, where: str = "on the eval rank"):
     result, error, attempts, *rest = wire  # (a 4th element: the per-item values, see _outcome_to_wire)
     if error is not None:
         kind, text = error
-        return EvalOutcome(None, RemoteEvaluationError(f"{kind} {where}: {text}"), attempts=attempts)
+        exc = _restored_error(kind, text) if where == _BEFORE_RESUME else None
+        if exc is None:
+            exc = RemoteEvaluationError(f"{kind} {where}: {text}")
+        return EvalOutcome(None, exc, attempts=attempts)
     values = {str(m): {int(i): float(v) for i, v in vals.items()} for m, vals in (rest[0] if rest else {}).items()}
     return EvalOutcome(EvalResult.from_state(result), attempts=attempts, item_values=values)
 
@@ -852,7 +885,7 @@ class AsyncEvaluations:
                        due_step=rec.get("due_step"), submitted_at=self.clock())
             wire = rec.get("outcome")
             if wire is not None:  # (a state from before the per-item values has 3 elements)
-                job.outcome = _outcome_from_wire(wire, "before the resume")
+                job.outcome = _outcome_from_wire(wire, _BEFORE_RESUME)
             self.jobs.append(job)
         self._next_id = int(sd.get("next_id", len(self.jobs)))
         self.down = self.down_shared = sd.get("down")

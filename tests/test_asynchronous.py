@@ -236,6 +236,64 @@ def test_a_run_resumed_with_evaluations_in_flight_decides_exactly_as_the_one_tha
     assert decisions(before + after) == decisions(full)
 
 
+class _GraderDown(Exception):
+    """A user's own exception type (a module-level one: a resumed run can name it again)."""
+
+
+@pytest.mark.parametrize("error", [ValueError, _GraderDown, KeyError])
+def test_a_failed_evaluation_in_flight_at_a_save_raises_after_the_resume_what_it_raises_without_one(error):
+    """Found by a new user: it came back as RemoteEvaluationError('ValueError before the resume: ...'), so a
+    loop's `except ValueError` around `evaluate` with on_error: raise stopped catching it after a resume, and
+    each further save and load while it was in flight nested the prefix again."""
+    over = ("evaluation.async_integrate_after_steps=3", "evaluation.on_error=raise", "policy.budget.enabled=false")
+
+    def fails(request, weights):
+        raise error(f"grader down at step {request.step}")
+
+    def run(cuts):
+        ev, _ = make(cfg(*over))
+        step = 0
+        try:
+            while step < 12:
+                train(ev, model_at(step), step + 1, fails, start=step)
+                step += 1
+                if step in cuts:
+                    state = json.loads(json.dumps(ev.state_dict(), allow_nan=False))
+                    ev, _ = make(cfg(*over))
+                    ev.load_state_dict(state)
+                    assert ev.state_dict() == state
+        except Exception as exc:  # noqa: BLE001 - what the training loop sees
+            return step, type(exc), str(exc)
+        return None
+
+    raised = run(())
+    assert raised is not None and raised[1] is error
+    assert run({5, 6, 7}) == raised  # saved and loaded three times with it in flight
+
+
+def test_a_result_integrated_in_observe_is_returned_by_the_resumed_evaluate():
+    """Found by a new user: without a fixed latency a finished result is integrated in observe() and returned by
+    the evaluate() after it; a state saved between the two (a trainer that saves after logging) did not hold it,
+    and the resumed evaluate() returned None: a loop that logs what evaluate returns lost that evaluation."""
+    def run(cut):
+        ev, _ = make(cfg("policy.budget.enabled=false"), executor=InlineExecutor())
+        returned = []
+        for g in range(8):
+            ev.observe({"train/loss": stream(g)}, g)
+            if g == cut:
+                state = json.loads(json.dumps(ev.state_dict(), allow_nan=False))
+                ev, _ = make(cfg("policy.budget.enabled=false"), executor=InlineExecutor())
+                ev.load_state_dict(state)
+            r = ev.evaluate(lambda request: {"score": [1.0, 0.0]}, 0, g, g)
+            if r is not None:
+                returned.append((g, r.step))
+        return returned
+
+    full = run(None)
+    assert full == [(5, 4)]  # (submitted at 4, integrated in observe at 5)
+    assert run(5) == full
+
+
 @pytest.mark.parametrize("latency,integrated", [(3, 7), (None, 6)])
 def test_an_evaluation_lost_at_the_save_is_a_failed_evaluation_after_the_resume(latency, integrated):
     """With a fixed latency, at its due step; without one (the default), at once: it used to hold its slot
