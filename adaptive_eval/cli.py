@@ -574,7 +574,7 @@ class _OnceFilter:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from adaptive_eval.tune import TuneError, check_input, table, tune
+    from adaptive_eval.tune import TuneError, check_base, check_input, table, tune
 
     base = load_config(args.config, args.overrides)
     objectives = args.objective or ["cost", "delay", "regret"]
@@ -583,6 +583,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             raise TuneError(f"--folds must be at least 1, got {args.folds}")
         cases = _tune_cases(args, base)
         check_input(cases, objectives, args.trials)
+        check_base(base)
         _check_writable(args.out)
     except TuneError as exc:
         print(f"adaptive-eval tune: {exc}", file=sys.stderr)
@@ -608,10 +609,14 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     presets = [n for n in names if n.startswith("presets")]
     wrote = ", ".join([n for n in names if not n.startswith("presets")]
                       + ([f"presets/point-*.yaml ({len(presets)})"] if presets else []))
+    if result.refused:
+        print(f"{len(result.refused)} of the {len(result.trials) + len(result.refused)} trials run were refused by "
+              f"the config's checks, so not scored (the first: {result.refused[0]})", file=sys.stderr)
     if not result.trials:
-        print("interrupted before any trial finished: nothing to choose, no preset written", file=sys.stderr)
+        why = "interrupted before any trial finished" if result.interrupted else "no trial was scored"
+        print(f"{why}: nothing to choose, no preset written", file=sys.stderr)
         print(f"wrote {args.out}/: {wrote}")
-        return 130
+        return 130 if result.interrupted else 1
     print(table(result))
     if result.interrupted:
         print(f"interrupted: kept the {len(result.trials)} finished trial(s)", file=sys.stderr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import logging
 import math
 import re
 import signal
@@ -24,9 +25,11 @@ import numpy as np
 from adaptive_eval.replay import _strict
 from adaptive_eval.scoring import RunScore, score_run
 
+log = logging.getLogger(__name__)
+
 __all__ = ["OBJECTIVES", "SPACE", "Case", "TuneError", "TuneResult", "aggregate", "apply_params", "case_from_file",
-           "case_from_real", "case_from_synthetic", "check_input", "cost_overrides", "pareto", "replay_case",
-           "run_case", "score_case", "tune"]
+           "case_from_real", "case_from_synthetic", "check_base", "check_input", "cost_overrides", "pareto",
+           "replay_case", "run_case", "score_case", "tune"]
 
 
 @dataclasses.dataclass
@@ -453,6 +456,16 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *
                         "--events TRACE=STEP[,STEP...], tune on real:NAME traces, or drop --objective delay")
 
 
+def check_base(base) -> None:
+    """Raise :class:`TuneError` when the first trial, the base config's own values clipped into :data:`SPACE`,
+    is a config the schema refuses (every trial would then be refused alike, one warning each)."""
+    try:
+        apply_params(base, base_params(base))
+    except ValueError as exc:
+        raise TuneError("the base config, with its values of the searched keys clipped into the search space, is "
+                        f"refused: {exc} (the searched ranges: adaptive_eval.tune.SPACE)") from None
+
+
 @dataclasses.dataclass
 class TuneResult:
     objectives: list[str]
@@ -462,6 +475,7 @@ class TuneResult:
     cv: dict  # rule -> held-out-fold mean of each objective
     interrupted: bool = False
     written: list[str] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)  # why each refused trial was (schema errors)
 
 
 def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str) -> int | None:
@@ -482,15 +496,16 @@ _OBJ_INDEX: dict[str, int] = {}
 
 
 @contextlib.contextmanager
-def _stop_on_sigint(stop: threading.Event):
+def _stop_on_sigint(stop: threading.Event, writing: threading.Event):
     """While the search runs (main thread only): the first SIGINT sets ``stop``, a second one raises
-    ``KeyboardInterrupt``; the previous handler comes back afterwards."""
+    ``KeyboardInterrupt``; once ``writing`` is set, every SIGINT only sets ``stop`` (a second Ctrl-C raised
+    inside the writing of the outputs and lost them); the previous handler comes back afterwards."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         yield  # (not the main thread: no handler can be set; SIGINT ignored, as under nohup: leave it so)
         return
 
     def on_sigint(signum, frame):
-        if stop.is_set():
+        if stop.is_set() and not writing.is_set():
             raise KeyboardInterrupt
         stop.set()
 
@@ -521,6 +536,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     objectives = list(dict.fromkeys(objectives))
     check_input(cases, objectives, trials)
+    check_base(base)
     _OBJ_INDEX.clear()
     _OBJ_INDEX.update({o: i for i, o in enumerate(objectives)})
     fold_idx = folds(len(cases), n_folds)
@@ -537,7 +553,8 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         log_path = os.path.join(out_dir, "trials.jsonl")
         open(log_path, "w").close()
 
-    stop = threading.Event()
+    stop, writing = threading.Event(), threading.Event()
+    refused: list[str] = []
 
     def objective(trial):
         params = _suggest(trial, base)
@@ -545,7 +562,8 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             cfg = apply_params(base, params)
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search
             trial.set_user_attr("error", str(exc))
-            return [math.nan] * len(objectives) if len(objectives) > 1 else math.nan
+            refused.append(str(exc))  # (counted and said once, by the caller: not Optuna's warning per trial)
+            raise optuna.TrialPruned(str(exc)) from None
         scores = []
         for c in cases:
             if stop.is_set():  # Ctrl-C: this trial is not finished, so not kept
@@ -566,16 +584,23 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             (values[0] if math.isfinite(values[0]) else 1e18)
 
     interrupted = False
-    try:
-        with _stop_on_sigint(stop):
+    with _stop_on_sigint(stop, writing):
+        try:
             study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False,
                            callbacks=[lambda study, _: study.stop() if stop.is_set() else None])
-    except KeyboardInterrupt:
-        interrupted = True
-    interrupted = interrupted or stop.is_set()
-    result = summarize(done, objectives, fold_idx, interrupted)
-    if out_dir is not None:
-        result.written = write_outputs(result, base, out_dir)
+        except KeyboardInterrupt:
+            interrupted = True
+        except Exception as exc:  # noqa: BLE001 - after a Ctrl-C: what the second one broke half-way (OmegaConf)
+            if not stop.is_set():
+                raise
+            log.warning("the search stopped on %s: %s after Ctrl-C; writing the trials done", type(exc).__name__, exc)
+            interrupted = True
+        writing.set()
+        interrupted = interrupted or stop.is_set()
+        result = summarize(done, objectives, fold_idx, interrupted)
+        result.refused = refused
+        if out_dir is not None:
+            result.written = write_outputs(result, base, out_dir)
     return result
 
 

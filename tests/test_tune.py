@@ -85,6 +85,10 @@ def no_eval_csv(tmp_path):
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "cost", "--objective", "cost"],
      "objective 'cost' is given twice"),
     (lambda t: collapse_csv(t)[0], ["{p}", "--events", "{p}=150"], "is given twice: cross-validation would score"),
+    # (found by a new-user probe: every trial refused, one Optuna warning each, then "interrupted", exit 130)
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--set", "policy.interval.max_factor=10", "--set",
+                                    "policy.interval.min_factor=9"],
+     "refused: policy.interval.min_factor: 9.0 is larger than policy.interval.max_factor: 8.0"),
 ])
 def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, message):
     path = make(tmp_path)
@@ -141,24 +145,72 @@ def test_the_first_ctrl_c_only_asks_the_search_to_stop_the_second_interrupts():
 
     outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background test run ignores SIGINT)
     try:
-        stop = threading.Event()
+        stop, writing = threading.Event(), threading.Event()
         with pytest.raises(KeyboardInterrupt):
-            with _stop_on_sigint(stop):
+            with _stop_on_sigint(stop, writing):
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.05)  # (the handler runs in the main thread at the next bytecode)
                 assert stop.is_set()
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(1.0)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # While the outputs are written, no Ctrl-C raises (a second one lost them, found by a new-user probe).
+        stop, writing = threading.Event(), threading.Event()
+        with _stop_on_sigint(stop, writing):
+            writing.set()
+            for _ in range(3):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            assert stop.is_set()
         # A process that ignores SIGINT (started in the background) keeps ignoring it: nothing is set.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         stop = threading.Event()
-        with _stop_on_sigint(stop):
+        with _stop_on_sigint(stop, writing):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.05)
         assert not stop.is_set() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, outer)
+
+
+def test_a_second_ctrl_c_while_the_outputs_are_written_loses_none_of_them(tmp_path, monkeypatch):
+    """Found by a new-user probe: two Ctrl-C 50 ms apart raised KeyboardInterrupt inside write_outputs (the
+    handler was already gone): a traceback, and summary.json, pareto.* and the presets not written."""
+    from adaptive_eval import tune as tune_mod
+
+    real = tune_mod.write_outputs
+
+    def interrupted_while_writing(*a, **kw):
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tune_mod, "write_outputs", interrupted_while_writing)
+    path, onset = collapse_csv(tmp_path)
+    case = tune_mod.case_from_file(path, load_config("default"), events=[onset])
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background test run ignores SIGINT)
+    try:
+        result = tune_mod.tune([case], load_config("default"), trials=2, out_dir=str(tmp_path / "out"),
+                               progress=False)
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    assert len(result.trials) == 2 and not result.interrupted  # (the search had finished: nothing was cut short)
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["trials"] == 2
+    assert (tmp_path / "out" / "pareto.png").is_file() and os.listdir(tmp_path / "out" / "presets")
+
+
+def test_trials_the_config_refuses_are_counted_and_the_first_reason_said(tmp_path, capsys):
+    """They were Optuna's warning each ("Trial 3 failed ... The value nan is not acceptable"), the reason only
+    in a trial attribute."""
+    path, onset = collapse_csv(tmp_path)
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "6", "--out", str(tmp_path / "t"),
+                 "--no-progress", "--set", "policy.interval.min_factor=7.9", "--set",
+                 "policy.interval.max_factor=8"]) == 0
+    err = capsys.readouterr().err
+    assert "of the 6 trials run were refused by the config's checks, so not scored (the first: " \
+           "policy.interval.min_factor: 7.9 is larger than policy.interval.max_factor:" in err
+    assert "The value nan is not acceptable" not in err
 
 
 def test_tune_on_a_trace_logged_every_10_steps_counts_training_steps_with_every_step(tmp_path, capsys):
