@@ -582,6 +582,11 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
                 return p, f.read()
         except OSError as exc:
             raise ConfigError([f"{p}: cannot be read ({exc.strerror})"]) from None
+        except UnicodeDecodeError as exc:
+            with open(p, "rb") as f:
+                line = f.read(exc.start).count(b"\n") + 1
+            raise ConfigError([f"{p}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as UTF-8"]) \
+                from None
     name = p[:-5] if p.endswith(".yaml") else p
     if os.sep not in p and name in preset_names():
         res = resources.files("adaptive_eval.configs") / f"{name}.yaml"

@@ -96,6 +96,10 @@ def test_every_problem_of_a_file_and_its_overrides_is_reported_at_once_with_its_
     twice.write_text("trigger:\n  freq_steps: 10\npolicy: {}\ntrigger:\n  freq_steps: 20\n")
     with pytest.raises(ConfigError, match=r"twice.yaml:4: trigger: given twice \(also at line 1"):
         load_config(twice)
+    latin1 = tmp_path / "latin1.yaml"  # (a bare UnicodeDecodeError, without the file: a new-user probe)
+    latin1.write_bytes(b"# r\xe9glage\ntrigger:\n  freq_steps: 50\n")
+    with pytest.raises(ConfigError, match=r"latin1.yaml:1: not UTF-8 text \(byte 0xe9\); save it as UTF-8"):
+        load_config(latin1)
 
 
 def test_an_override_of_a_list_item_sets_it_or_names_the_problem():

@@ -229,10 +229,14 @@ def test_a_sidecar_named_after_the_trace_without_its_suffix_is_found(tmp_path, c
     ("events:\n- {step: 5}\n- {step: 9, within: -5}\n", ":3: events[1].within: -5 is negative"),
     ("evnts: []\n", ":1: evnts: unknown key (expected events, max_samples_per_1k, quiet)"),
     ("events: [\n", ": does not parse"),
+    # (found by a new-user probe: YAML kept the last silently, and `check` checked step 200 only)
+    ("events:\n- 150\nevents:\n- 200\n", ":3: events: given twice (also at line 1"),
+    ("events:\n- {step: 150, step: 160}\n", ":2: events[0].step: given twice"),
+    (b"# r\xe9glage\nevents: [150]\n", ":1: not UTF-8 text (byte 0xe9)"),  # (was a bare UnicodeDecodeError)
 ])
 def test_bad_events_file_names_file_line_and_key(tmp_path, text, message):
     path = tmp_path / "t.csv.events.yaml"
-    path.write_text(text)
+    path.write_bytes(text) if isinstance(text, bytes) else path.write_text(text)
     with pytest.raises(ExpectationError) as err:
         load_expectations(path)
     assert str(err.value).startswith(str(path)) and message in str(err.value)

@@ -173,14 +173,22 @@ def load_expectations(path: str | os.PathLike) -> Expectations:
     p = pathlib.Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such events file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = p.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ExpectationError(f"{p}:{line}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); save it as "
+                               "UTF-8") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise ExpectationError(f"{p}{line}: does not parse: {getattr(exc, 'problem', None) or exc}") from None
-    lines = _key_lines(text)
+    duplicates: list[str] = []
+    lines = _key_lines(text, duplicates)
+    if duplicates:  # (YAML keeps the last silently: an event or a whole events list was dropped)
+        raise ExpectationError(f"{p}:{duplicates[0]}")
 
     def where(key: str) -> str:
         return f"{p}:{lines[key]}: {key}" if key in lines else f"{p}: {key}"
