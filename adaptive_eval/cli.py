@@ -428,6 +428,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     _check_trace_prefixes(args, traces)
     names = [pathlib.Path(t).name for t in traces]
     rows, errors = [], []
+    read_from: dict[str, str] = {}  # run name -> the events file it was checked against
     for trace in traces:
         try:
             source = trace
@@ -442,6 +443,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             run = replay_trace(source, cfg, seed=args.seed, events=events)
             if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
                 run.name = trace
+            used = events if events is not None else (events_path(trace) if os.path.exists(trace) else None)
+            if used is not None:
+                read_from[run.name] = str(used)
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
             _truth_note(loaded, cfg, _eval_names(args, trace))
@@ -468,8 +472,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
     empty = [r.trace for r in rows if r.expectation == NO_EXPECTATIONS]
     for name in empty:
-        warnings.warn(f"{name}: no expectations, so nothing was checked but that it replays (no events file beside "
-                      f"it, such as {pathlib.Path(name).name}.events.yaml; no --events FILE; no --max-samples-per-1k)"
+        why = (f"{read_from[name]} lists no events, quiet windows or max_samples_per_1k" if name in read_from else
+               f"no events file beside it, such as {pathlib.Path(name).name}.events.yaml; no --events FILE")
+        warnings.warn(f"{name}: no expectations, so nothing was checked but that it replays ({why}; no "
+                      "--max-samples-per-1k)"
                       + ("; --within applies to events, and there are none" if args.within is not None else ""),
                       RuntimeWarning, stacklevel=2)
     if rows and len(empty) == len(rows):

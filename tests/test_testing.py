@@ -613,6 +613,11 @@ def test_check_names_traces_of_the_same_file_name_by_their_paths(collapse, tmp_p
     assert "--within applies to events, and there are none" in err
     rows = out.splitlines()[1:]
     assert rows[0].startswith(str(tmp_path / "a" / "run.csv")) and rows[1].startswith(str(tmp_path / "b" / "run.csv"))
+    # An events file there but empty (the demo's `--fault none` writes one) said "no events file beside it".
+    (tmp_path / "a" / "run.csv.events.yaml").write_text("events: []\n")
+    code, out, err = check_main(capsys, str(tmp_path / "a" / "run.csv"), "--config", "default")
+    assert code == 1 and "(no events file beside" not in err
+    assert f"({tmp_path / 'a' / 'run.csv.events.yaml'} lists no events, quiet windows or max_samples_per_1k" in err
 
 
 def test_a_failed_confirmation_names_the_alarms_and_the_deferrals_in_its_window(tmp_path):
