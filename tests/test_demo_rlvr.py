@@ -246,3 +246,29 @@ def test_plot_of_a_runs_tensorboard_folder_alone_reads_what_its_files_say(demo_r
             for m, mean in a["metrics"].items():  # (TensorBoard stores float32)
                 assert b["metrics"][m] == pytest.approx(mean, rel=1e-6)
                 assert b["ci"][m] == pytest.approx(a["ci"][m], rel=1e-6)
+
+
+def test_without_a_fault_and_with_an_override_the_table_says_so(tmp_path, caplog):
+    """Found by a new user: `--fault none` printed "fault at step 12: no fault" and drew a red fault line; a
+    `--set` left the column "adaptive (default preset)" and comparison.json "default"; the note on the id
+    suite's pass@k came twice, each "(said once)" (the adaptive and the asynchronous evaluator)."""
+    import logging
+
+    real = rlvr.run_demo
+
+    def noting(*args, **kwargs):  # (as each of the demo's evaluators says its note once)
+        for _ in range(2):
+            logging.getLogger("adaptive_eval").warning("suite 'id': pass@4 is not reported (said once)")
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        mp.setattr(rlvr, "BASE_STEPS", 20)
+        mp.setattr(rlvr, "run_demo", noting)
+        rc, stdout = _demo(tmp_path / "runs", "--fault", "none", "--set", "policy.alarm.cooldown_steps=5")
+    assert rc == 0
+    assert f"GRPO on 1-3 digit addition, {STEPS} steps; no fault\n" in stdout and "fault at step" not in stdout
+    assert "adaptive (default preset + 1 override)" in stdout
+    report = json.loads((tmp_path / "runs" / "comparison.json").read_text())
+    assert report["adaptive_overrides"] == ["policy.alarm.cooldown_steps=5"]
+    notes = [r.getMessage() for r in caplog.records if "said once" in r.getMessage()]
+    assert len(notes) == len(set(notes)) >= 1

@@ -665,7 +665,8 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
             report = {"task": "rlvr", "steps": steps, "seed": seed, "fault": fault, "fault_step": fault_step,
                       "fault_text": FAULTS[fault], "metric": METRIC,
                       "suites": {name: {"problems": size, "samples_per_item": k} for name, (size, k) in SUITES.items()},
-                      "pass_k": PASS_K, "adaptive_config": config or "default", "fixed_freq_steps": interval,
+                      "pass_k": PASS_K, "adaptive_config": config or "default",
+                      "adaptive_overrides": list(overrides), "fixed_freq_steps": interval,
                       "fixed_same_freq_steps": same_interval,
                       "fixed_same_size": {"id_problems": same["items"], "id_samples_per_item": same["samples"]},
                       "async_latency_steps": ASYNC_LATENCY, "out": str(out),
@@ -744,11 +745,13 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     axes[2].plot(steps, smooth, color="tab:green", lw=1.5, label="train/reward (the cheap stream)")
     axes[2].set_ylabel("train reward")
     axes[2].set_xlabel("GRPO step")
-    for ax in axes:
-        ax.axvline(report["fault_step"], color="red", ls="--", lw=1)
+    if report["fault"] != "none":
+        for ax in axes:
+            ax.axvline(report["fault_step"], color="red", ls="--", lw=1)
     axes[0].legend(fontsize=7.5, loc="lower right")
     axes[2].legend(fontsize=7.5, loc="lower right")
-    fig.suptitle(f"rlvr demo: {report['fault_text']} at step {report['fault_step']} (red line)", fontsize=10)
+    fig.suptitle(f"rlvr demo: {_fault_words(report)}" + (" (red line)" if report["fault"] != "none" else ""),
+                 fontsize=10)
     path = out / "comparison.png"
     fig.savefig(path, dpi=100)
     return path
@@ -778,8 +781,16 @@ def _wall(d: dict) -> str:
     return f"{d['wall_seconds_simulated'] / 3600:.2f} h ({d['eval_seconds'] / 3600:.2f} h of it evaluating)"
 
 
+def _fault_words(report: dict) -> str:
+    if report["fault"] == "none":
+        return "no fault"
+    return f"fault at step {report['fault_step']}: {report['fault_text']}"
+
+
 def _labels(report: dict) -> dict[str, str]:
-    return {"adaptive": f"adaptive ({report['adaptive_config']} preset)",
+    n = len(report.get("adaptive_overrides", ()))
+    changed = f" + {n} override{'s' if n != 1 else ''}" if n else ""  # (--set: it is not the preset as shipped)
+    return {"adaptive": f"adaptive ({report['adaptive_config']} preset{changed})",
             "async": f"asynchronous (+{report['async_latency_steps']} steps)",
             "fixed_same": (f"fixed, same size ({report['fixed_same_size']['id_problems']} x "
                            f"{report['fixed_same_size']['id_samples_per_item']}, every {report['fixed_same_freq_steps']} "
@@ -804,8 +815,7 @@ def format_comparison(report: dict) -> str:
     s = report["suites"]
     c = report["costs"]
     out = report["out"]
-    lines = [f"GRPO on 1-3 digit addition, {report['steps']} steps; fault at step {report['fault_step']}: "
-             f"{report['fault_text']}",
+    lines = [f"GRPO on 1-3 digit addition, {report['steps']} steps; {_fault_words(report)}",
              f"eval suites: id ({s['id']['problems']} problems x {s['id']['samples_per_item']} answers), "
              f"ood ({s['ood']['problems']} 4-digit problems x {s['ood']['samples_per_item']} answers); "
              f"tracked: {report['metric']} (mean@k, 95% intervals over problems)", ""]
