@@ -45,6 +45,11 @@ class PlotError(ValueError):
     """A folder that cannot be plotted: no run in it, or a file in it that cannot be read."""
 
 
+def _count(n, word: str) -> str:
+    """``1 evaluation``, ``2 evaluations``, ``1,200 steps`` (words whose plural is ``word + "s"``)."""
+    return f"{n:,.0f} {word}" + ("" if n == 1 else "s")
+
+
 @dataclass
 class _Run:
     name: str
@@ -300,7 +305,7 @@ def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, in
 
 def _load(run_dir: Path) -> _Run:
     if not run_dir.is_dir():
-        raise PlotError(f"{run_dir}: not a folder")
+        raise PlotError(_not_a_folder(run_dir))
     evals_path, alarms_path, summary_path, tb_dir = (run_dir / "evals.jsonl", run_dir / "alarms.jsonl",
                                                      run_dir / "summary.json", run_dir / "tb")
     if not evals_path.is_file() and not tb_dir.is_dir():
@@ -465,10 +470,10 @@ def _title(run: _Run) -> str:
     alarms = s.get("alarms", len(run.alarms))
     if isinstance(alarms, (list, dict)):
         alarms = len(alarms)
-    parts = [f"{evals} evaluations", f"{samples:,.0f} samples" if isinstance(samples, (int, float)) else None,
-             f"{alarms} alarms"]
+    parts = [_count(evals, "evaluation"), _count(samples, "sample") if isinstance(samples, (int, float)) else None,
+             _count(alarms, "alarm")]
     if isinstance(s.get("steps"), (int, float)):
-        parts.append(f"{s['steps']:,.0f} steps")
+        parts.append(_count(s["steps"], "step"))
     eval_s, train_s = s.get("eval_seconds"), s.get("train_seconds")
     if isinstance(eval_s, (int, float)):
         share = ""
@@ -542,9 +547,9 @@ def _draw(run: _Run):
     axes[-1].set_xlabel("training step", fontsize=9)
     notes = []
     if len(metrics) > len(eval_metrics):
-        notes.append(f"{len(metrics) - len(eval_metrics)} more eval metrics not shown")
+        notes.append(f"{_count(len(metrics) - len(eval_metrics), 'more eval metric')} not shown")
     if len(run.streams) > len(stream_names):
-        notes.append(f"{len(run.streams) - len(stream_names)} more streams not shown")
+        notes.append(f"{_count(len(run.streams) - len(stream_names), 'more stream')} not shown")
     if run.alarms:
         notes.append("dashed lines: alarms (detector \u2191/\u2193 stream)")
     if run.deferred is not None and (run.deferred[1] >= 0.5).any():
@@ -565,10 +570,7 @@ def plot_run(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = No
     run_dir = Path(run_dir)
     out = Path(out_path) if out_path is not None else run_dir / "run.png"
     fig = _draw(_load(run_dir))
-    try:
-        fig.savefig(out, format="png")
-    except OSError as exc:
-        raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None
+    _save(fig, out)
     return out
 
 
@@ -577,12 +579,32 @@ def plot_run(run_dir: str | os.PathLike, out_path: str | os.PathLike | None = No
 _RUN_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink"]
 
 
+def _not_a_folder(path: Path) -> str:
+    if not path.exists():
+        return f"{path}: no such folder"
+    return (f"{path}: a file, not a run folder (plot draws what replay, the demo or an evaluator's logging wrote; "
+            f"a trace is drawn after `adaptive-eval replay {path} --out DIR`)")
+
+
+def _save(fig, out: Path) -> None:
+    """Write the picture in the format its name says (``.png`` when it has no suffix); a format matplotlib does
+    not write is a :class:`PlotError` (``--out x.pdf`` was PNG bytes under a .pdf name)."""
+    suffix = out.suffix.lower().lstrip(".")
+    formats = fig.canvas.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise PlotError(f"{out}: .{suffix} is not a picture format matplotlib writes ({', '.join(sorted(formats))})")
+    try:
+        fig.savefig(out, format=suffix or "png")
+    except OSError as exc:
+        raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None
+
+
 def find_runs(dirs) -> list[Path]:
     """The run folders in ``dirs``: each one that holds a run, or else the runs right below it (a demo's output)."""
     runs = []
     for d in map(Path, dirs):
         if not d.is_dir():
-            raise PlotError(f"{d}: not a folder")
+            raise PlotError(_not_a_folder(d))
         if (d / "evals.jsonl").is_file() or (d / "tb").is_dir():
             runs.append(d)
             continue
@@ -625,7 +647,7 @@ def _draw_comparison(runs: list[_Run]):
             # Markers only: a line between two evaluations 200 steps apart would draw a change nobody measured.
             ax.scatter(steps, means, s=np.where(np.isfinite(n), _area(n, size_range), 40.0), color=color,
                        edgecolor="black", linewidth=0.4, zorder=3, alpha=0.85,
-                       label=f"{run.name}: {len(rows)} evals, {int(np.nansum(n)):,} samples")
+                       label=f"{run.name}: {_count(len(rows), 'eval')}, {_count(int(np.nansum(n)), 'sample')}")
         ax.set_ylabel(f"eval/{metric}", fontsize=9)
         ax.legend(loc="lower left", fontsize=7, framealpha=0.9)
     for ax, name in zip(axes[len(metrics):], stream_names):
@@ -644,7 +666,7 @@ def _draw_comparison(runs: list[_Run]):
     notes = ["marker area \u221d sample size; bars: confidence interval; dashed: alarms, in the run's colour"]
     if len(every_metric) > len(metrics):  # (as the single-run picture says; a run's metric may have no panel)
         hidden = every_metric[len(metrics):]
-        notes.append(f"{len(hidden)} more eval metrics not shown ({', '.join(hidden[:4])}"
+        notes.append(f"{_count(len(hidden), 'more eval metric')} not shown ({', '.join(hidden[:4])}"
                      f"{', ...' if len(hidden) > 4 else ''})")
     fig.supxlabel("; ".join(notes), fontsize=7, color="0.35")
     return fig
@@ -666,8 +688,5 @@ def plot_runs(dirs, out_path: str | os.PathLike | None = None) -> Path:
             run.name = f"{p.parent.name}/{p.name}"
         runs.append(run)
     fig = _draw_comparison(runs)
-    try:
-        fig.savefig(out, format="png")
-    except OSError as exc:
-        raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None
+    _save(fig, out)
     return out

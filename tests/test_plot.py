@@ -119,7 +119,7 @@ def test_folder_without_a_run_is_a_plot_error(tmp_path):
     (tmp_path / "adaptive" / "evals.jsonl").write_text("")
     with pytest.raises(PlotError, match="runs below it: adaptive"):
         plot_run(tmp_path)
-    with pytest.raises(PlotError, match="not a folder"):
+    with pytest.raises(PlotError, match="missing: no such folder"):
         plot_run(tmp_path / "missing")
     assert issubclass(PlotError, ValueError)
 
@@ -239,3 +239,27 @@ def test_a_kept_checkpoint_evaluated_later_is_drawn_at_its_step_without_a_line_b
 
     [dot] = [c for c in ax.collections if c.get_label() == "eval: lookback (1)"]
     assert tuple(dot.get_facecolor()[0]) == to_rgba("tab:green")
+
+
+def test_the_output_is_in_the_format_its_name_says_and_odd_paths_are_named(tmp_path):
+    """Found by a new user: `--out x.pdf` wrote PNG bytes under a .pdf name; a folder that does not exist and a
+    trace file both said "not a folder"; a run of one evaluation was titled "1 evaluations"."""
+    from adaptive_eval.plot import _draw
+
+    run = make_run(tmp_path / "run", with_tb=False)
+    assert plot_run(run, tmp_path / "run.pdf").read_bytes().startswith(b"%PDF")
+    assert plot_run(run, tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")
+    assert plot_run(run, tmp_path / "picture").read_bytes().startswith(b"\x89PNG")  # (no suffix: PNG)
+    with pytest.raises(PlotError, match=r"\.xyz is not a picture format matplotlib writes \(.*pdf.*png"):
+        plot_run(run, tmp_path / "run.xyz")
+    with pytest.raises(PlotError, match="nope: no such folder"):
+        plot_run(tmp_path / "nope")
+    (tmp_path / "trace.csv").write_text("step,train/loss\n0,1.0\n")
+    with pytest.raises(PlotError, match=r"trace.csv: a file, not a run folder .*adaptive-eval replay"):
+        plot_run(tmp_path / "trace.csv")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "evals.jsonl").write_text(json.dumps({"step": 5, "sample_size": 1, "reason": "trigger:steps",
+                                                 "metrics": {"acc": 0.5}, "ci": {"acc": [0.1, 0.9]}}) + "\n")
+    title = _draw(_load(one)).get_suptitle()
+    assert "1 evaluation, 1 sample, 0 alarms" in title, title
