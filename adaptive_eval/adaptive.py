@@ -1540,7 +1540,28 @@ class AdaptiveEvaluator:
             # (integrated in observe(): the next evaluate() returns it, in the resumed run too)
             **({"unreturned": next(i for i, r in enumerate(self.history) if r is self._unreturned)}
                if self._unreturned is not None else {}),
+            "shape": self._shape(),
         })
+
+    def _shape(self) -> dict:
+        """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric."""
+        return {"asynchronous": self._async is not None, "suites": sorted(self._suites),
+                "metric": self._evaluation["metric"]}
+
+    def _say_other_shape(self, sd: Mapping) -> None:
+        """A state taken under another config loads (a changed frequency is meant to), but what it cannot carry
+        over is said: found by a new user, an asynchronous run's state loaded into a synchronous evaluator dropped
+        the evaluation in flight without a word."""
+        saved, now = sd.get("shape"), self._shape()
+        if not isinstance(saved, Mapping):
+            return  # (a state from before the check)
+        changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now if k in saved and saved.get(k) != now[k]]
+        lost = [job.get("step") for job in (sd.get("async") or {}).get("jobs", [])] if self._async is None else []
+        if changed and self._rank == 0:
+            log.warning("load_state_dict: the state was taken under another config (%s); it is loaded, and the run "
+                        "goes on under this one%s", "; ".join(changed),
+                        f": the asynchronous evaluations of steps {lost} in flight at the save are dropped"
+                        if lost else "")
 
     def load_state_dict(self, sd: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (also after a JSON round trip); later decisions are
@@ -1607,6 +1628,7 @@ class AdaptiveEvaluator:
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
             self._async.load_state_dict(sd.get("async", {}))
+        self._say_other_shape(sd)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).

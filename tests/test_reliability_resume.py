@@ -188,3 +188,45 @@ def test_a_state_holding_nan_and_infinities_is_strict_json_and_restores_them():
     resumed.load_state_dict(json.loads(text))
     assert resumed.history[-1]["loss"].mean == math.inf and math.isnan(resumed.history[-1]["acc"].within_ss)
     assert json.dumps(resumed.state_dict(), allow_nan=False) == text
+
+
+def test_a_state_from_another_config_loads_and_says_what_it_cannot_carry_over(caplog):
+    """Found by a new-user probe: a state loads into an evaluator of any config (a changed frequency is meant to);
+    an asynchronous run's, loaded into a synchronous evaluator, dropped the evaluation in flight without a word."""
+    import logging
+
+    from adaptive_eval.asynchronous import InlineExecutor
+
+    def run(cfg, steps, start=0, ev=None, **kw):
+        ev = ev or AdaptiveEvaluator.from_config(cfg, total_steps=100, clock=FakeClock(), **kw)
+        for s in range(start, steps):
+            ev.observe({"train/reward": 1.0}, s)
+            ev.evaluate(lambda request: {"acc": [1.0, 0.0, 1.0]}, 0, s, s)
+        return ev
+
+    asynchronous = load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3",
+                                          "trigger.freq_steps=5"])
+    state = json.loads(json.dumps(run(asynchronous, 6, executor=InlineExecutor()).state_dict()))
+    assert [job["step"] for job in state["async"]["jobs"]] == [4]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        same = AdaptiveEvaluator.from_config(asynchronous, total_steps=100, clock=FakeClock(),
+                                             executor=InlineExecutor())
+        same.load_state_dict(state)
+        other_freq = AdaptiveEvaluator.from_config(load_config(overrides=[
+            "evaluation.asynchronous=true", "trigger.freq_steps=7"]), total_steps=100, clock=FakeClock(),
+            executor=InlineExecutor())
+        other_freq.load_state_dict(state)  # (a frequency is meant to change: nothing said)
+        assert not [r for r in caplog.records if "load_state_dict" in r.getMessage()]
+        sync = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]), total_steps=100,
+                                             clock=FakeClock())
+        sync.load_state_dict(state)
+        [said] = [r.getMessage() for r in caplog.records if "load_state_dict" in r.getMessage()]
+    assert "asynchronous: True -> False" in said
+    assert "evaluations of steps [4] in flight at the save are dropped" in said
+    caplog.clear()
+    suites = load_config(overrides=["evaluation.metric=math/acc", "evaluation.suites={math: {size: 50}}"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        AdaptiveEvaluator.from_config(suites, total_steps=100, clock=FakeClock()).load_state_dict(
+            json.loads(json.dumps(run(load_config(), 3).state_dict())))
+    [said] = [r.getMessage() for r in caplog.records if "load_state_dict" in r.getMessage()]
+    assert "suites: [] -> ['math']" in said and "metric: None -> 'math/acc'" in said
