@@ -353,9 +353,10 @@ def validate(cfg: DictConfig | Config) -> None:
     if threshold is not None and not (threshold >= 0 and math.isfinite(threshold)):
         problems.append(f"distributed.rank_discrepancy_threshold: must be non-negative or null, got {threshold!r}")
     problems += _async_problems(cfg)
+    already = {p.split(":", 1)[0] for p in problems}  # (a bound reported bad is not compared again)
     for lo_key, hi_key in _MIN_MAX:
         lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
-        if lo > hi:
+        if lo > hi and lo_key not in already and hi_key not in already:
             problems.append(f"{lo_key}: {lo!r} is larger than {hi_key}: {hi!r}")
     if cfg.policy.interval.relax < 1:
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
@@ -1030,7 +1031,10 @@ def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[s
     for lhs, item in reversed(overridden.items()):  # (the last override that covers the key)
         if dotted == lhs or dotted.startswith(lhs + "."):
             return f"override {item!r}: {problem}"
-    if any(k.startswith(dotted + ".") for k in overridden):  # (a problem of a key above one an override set)
+    under = [item for lhs, item in overridden.items() if lhs.startswith(dotted + ".")]
+    if len(under) == 1:  # (a problem of an item an override changed: streams.default[1]: cusum: threshold ...)
+        return f"override {under[0]!r}: {problem}"
+    if under:  # (a problem of a key above several an override set)
         return problem
     if source and any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in lines):
         return f"{_where(key, source, lines)}{problem}"

@@ -113,6 +113,19 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
         load_config(overrides=["streams.default.5.adapt=0.02"])
     with pytest.raises(ConfigError, match=r"cusum: adapt must be a number in \[0.0, 0.5\], got 0.9"):
         load_config(overrides=["streams.default.1.adapt=0.9"])
+    # (a new-user probe: the detector's problem did not name the override that set it, as other keys' do)
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["streams.default.1.threshold=high"])
+    assert info.value.problems == ["override 'streams.default.1.threshold=high': streams.default[1]: cusum: "
+                                   "threshold must be a number in (0.0, 1000000.0], got 'high'"]
+
+
+def test_a_bound_reported_bad_is_not_compared_with_its_pair_again():
+    """`--set policy.interval.max_factor=-2` also said "min_factor: 0.5 is larger than max_factor: -2.0"."""
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=["policy.interval.max_factor=-2"])
+    assert info.value.problems == ["override 'policy.interval.max_factor=-2': policy.interval.max_factor: must be a "
+                                   "positive finite number, got -2.0"]
 
 
 # A user trial's bad inputs: each was a raw traceback from OmegaConf or PyYAML (exit 1 from the CLI), or a
