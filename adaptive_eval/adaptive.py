@@ -462,6 +462,11 @@ class AdaptiveEvaluator:
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
 
+    def watches(self, name: str) -> bool:
+        """Whether ``name`` is a stream :meth:`observe` has had (or a loaded state had): an adapter reads a value
+        the framework logs as None on such a stream as NaN, not as nothing."""
+        return name in self._detectors
+
     def _observe_one(self, name, value, global_step: int) -> None:
         """One metric of :meth:`observe`, by the general path (any value; any stream, new ones included)."""
         entry = self._watchers.get(name)

@@ -6,7 +6,11 @@ pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
 
-def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_prompts(tmp_path):
+@pytest.mark.parametrize("gives_up", [False, True])
+def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_prompts(tmp_path, gives_up):
+    """``gives_up``: from step 2 the reward function returns None for every completion, which TRL takes and logs
+    as reward None (its mean of no finite value); the adapter dropped it and the stream fell silent, no alarm
+    (found by a new user).  It is NaN on a stream that had numbers: the nonfinite detector's alarm."""
     import torch
     from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -26,6 +30,8 @@ def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_pr
     answers = [str((a + b) % 10) for a in range(10) for b in range(10)]
 
     def reward(completions, **kwargs):
+        if gives_up and trainer.state.global_step >= 2:
+            return [None] * len(completions)
         return [float(c.strip()[:1].isdigit()) for c in completions]
 
     def evaluate_fn(request):  # the user's eval: greedy completions of the requested prompts, scored per item
@@ -39,15 +45,34 @@ def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_pr
 
     cb = AdaptiveEvalCallback("default", evaluate_fn, overrides=["trigger.freq_steps=2", "policy.sample_size.min=8",
                                                                  "policy.sample_size.initial=16"])
+    alarms = []
     args = GRPOConfig(str(tmp_path), max_steps=4, per_device_train_batch_size=4, num_generations=4,
                       max_completion_length=3, report_to=[], use_cpu=True, logging_steps=1, save_strategy="no",
                       disable_tqdm=True)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_dict(
         {"prompt": prompts}), processing_class=tokenizer, callbacks=[cb])
+    trainer.add_callback(_Listen(cb, alarms))
     trainer.train()
     ev = cb.evaluator
+    nonfinite = sorted({(a["stream"], a["step"]) for a in alarms if a["detector"] == "nonfinite"})
+    assert (("train/reward", 2) in nonfinite) == gives_up and (not nonfinite) == (not gives_up), nonfinite
     assert {"train/loss", "train/reward", "train/reward_std", "train/entropy"} <= set(ev._detectors)
     assert ev._last_step == 3
     assert [r.step for r in ev.history][-1] == 3  # the final weights
     assert all(r["exact"].n == min(r.sample_size, len(prompts)) for r in ev.history)
     assert any("eval_exact" in h for h in trainer.state.log_history)
+
+
+class _Listen:
+    """A callback after the adapter's that listens to its evaluator's events (built in on_train_begin)."""
+
+    def __init__(self, cb, into):
+        self.cb, self.into = cb, into
+
+    def __getattr__(self, name):  # (TrainerCallback's other hooks: nothing to do)
+        if name.startswith("on_"):
+            return lambda *a, **kw: None
+        raise AttributeError(name)
+
+    def on_train_begin(self, *args, **kwargs):
+        self.cb.evaluator.add_listener(lambda e: e["kind"] == "alarm" and self.into.append(e))

@@ -505,6 +505,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if key in _NOT_OBSERVED or not watched(key):
                 continue
             v = scalar(value)
+            if v is None and value is None and self.evaluator.watches(f"train/{key}"):
+                # TRL logs a mean over no finite values as None (a reward function that returns None): on a
+                # stream that had numbers it is NaN, an alarm; dropped, the stream fell silent (a new user's find)
+                v = math.nan
             if v is not None:
                 values[f"train/{key}"] = v
         if values:
