@@ -240,6 +240,7 @@ class AdaptiveEvaluator:
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
+        self._budget_alarm_said = False  # an alarm's evaluation the budget holds back: said once (_say_held_alarm)
         self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
         self._failures_said: dict = {}  # evaluate_fn failures logged with their traceback (a repeat is one line)
         from adaptive_eval.suites import reported_strata
@@ -870,6 +871,8 @@ class AdaptiveEvaluator:
                     log.warning("%s", said)
         self.last_decision = decision
         if not decision.evaluate:
+            if decision.reason == "budget:deferred" and (decision.deferred or "").startswith("alarm:"):
+                self._say_held_alarm(decision, global_step)
             if decision.reason:
                 self._deferrals += 1
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
@@ -1308,6 +1311,22 @@ class AdaptiveEvaluator:
             self.logger.text(global_step, "decisions",
                              f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)
+
+    def _say_held_alarm(self, decision: Decision, global_step: int) -> None:
+        """Once a run: the budget holds back the evaluation an alarm asked for (found by a new user: with
+        evaluations as dear as a few training steps it waited 54 steps, and only summary()['deferrals'] said so)."""
+        if self._budget_alarm_said or self._rank != 0:
+            return
+        self._budget_alarm_said = True
+        budget = self.policies.by_name["budget"]
+        key = "max_eval_device_fraction" if budget.asynchronous else "max_eval_fraction"
+        least = (f"policy.budget.alarm_min_size={budget.alarm_min_size} items" if budget.alarm_min_size is not None
+                 else "its whole sample (policy.budget.alarm_min_size: null)")
+        log.warning("step %d: the budget holds back the evaluation the alarm asked for (%s): evaluation took %.3g s "
+                    "of the run's %.3g s so far, and policy.budget.%s is %.3g; it runs once the budget affords %s. "
+                    "To look at once, raise %s, lower alarm_min_size, or set policy.budget.enabled: false (said once)",
+                    global_step, decision.deferred, self._eval_seconds, self._elapsed(), key, getattr(budget, key),
+                    least, key)
 
     def _cancel(self, job, global_step: int) -> None:
         self._async.cancel(job)

@@ -89,6 +89,25 @@ def test_when_evaluations_are_dear_an_alarm_is_evaluated_at_once_on_the_sample_t
     assert late.step - COLLAPSE_AT > 25 and late.reason.startswith("alarm:train/") and late.items == 512
 
 
+def test_an_alarms_evaluation_the_budget_holds_back_is_said_once(caplog):
+    """Found by a new user (a tiny model on a shared CPU, each evaluation as dear as several training steps): the
+    alarm's evaluation waited 54 steps for the budget, and only summary()['deferrals'] said so."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run = Run(load_config(overrides=["policy.budget.alarm_min_size=null", "policy.budget.shrink_widened=false"]),
+                  collapse_truth, collapse_streams(),
+                  eval_seconds_per_item=1.0).run(0, 700)
+    said = [r.getMessage() for r in caplog.records if "the budget holds back" in r.getMessage()]
+    first = next(r for r in run.results if r.step >= COLLAPSE_AT)
+    assert len(said) == 1 and "(alarm:train/" in said[0] and "policy.budget.max_eval_fraction is 0.11" in said[0]
+    assert first.step - COLLAPSE_AT > 25  # (it did wait)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        Run(load_config(), collapse_truth, collapse_streams(), eval_seconds_per_item=1.0).run(0, 700)
+    assert not [r for r in caplog.records if "the budget holds back" in r.getMessage()]  # (it ran at once)
+
+
 def test_when_evaluations_are_dear_a_widened_scheduled_evaluation_runs_on_what_the_budget_affords():
     """The same dear evaluations (a 500-item evaluation = 50 training steps, budget 11%).  The peak policy widens
     the scheduled evaluation after the first to 500 items to re-measure a new best.  Waiting for all of them
