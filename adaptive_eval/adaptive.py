@@ -967,6 +967,13 @@ class AdaptiveEvaluator:
             message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with "
                        "no metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
                        "return a mapping, {'accuracy': per_item_values} (said once)")
+        elif not result.metrics and not self._suites:
+            # (None or {}: passed as an evaluation of its whole sample with nothing said; found by a new user)
+            message = ("evaluate_fn returned no metric (None or an empty mapping): the evaluation counts, and the "
+                       "policies that track a metric (interval, sample size, peak) learn nothing from it; a missing "
+                       "`return`? (An AReaL-style evaluate_fn that logs its own results returns None: then adaptive "
+                       "evaluation has only the training streams to go by.)  Return {'accuracy': per_item_values} "
+                       "(said once)")
         elif metric is None or metric in result.metrics:
             return
         else:

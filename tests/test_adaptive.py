@@ -389,6 +389,15 @@ def test_a_bare_number_from_evaluate_fn_is_said_once_whatever_the_tracked_metric
         warnings.simplefilter("error")  # a mapping: nothing said
         for g in range(6):
             ev.evaluate(lambda: {"accuracy": [1.0, 0.0, 1.0]}, 0, g, g)
+    # None (a missing `return` in a request-taking evaluate_fn) passed as an evaluation of its whole sample with
+    # nothing said (a new user's TRL run); {} too
+    for returned in (None, {}):
+        ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=2"]), total_steps=10)
+        with pytest.warns(RuntimeWarning, match=r"evaluate_fn returned no metric \(None or an empty mapping\).*"
+                                                r"a missing `return`\?") as got:
+            for g in range(6):
+                ev.evaluate(lambda request, r=returned: r, 0, g, g)
+        assert len([w for w in got if "no metric" in str(w.message)]) == 1
 
 
 def test_evaluate_fn_returning_a_wrong_shape_is_a_failed_evaluation_naming_the_metric(caplog):
