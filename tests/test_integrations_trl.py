@@ -10,7 +10,7 @@ pytest.importorskip("datasets")
 def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_prompts(tmp_path, gives_up):
     """``gives_up``: from step 2 the reward function returns None for every completion, which TRL takes and logs
     as reward None (its mean of no finite value); the adapter dropped it and the stream fell silent, no alarm
-    (found by a new user).  It is NaN on a stream that had numbers: the nonfinite detector's alarm."""
+    (found by a new user).  The overall reward's None is NaN on a stream that had numbers: the nonfinite alarm."""
     import torch
     from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -54,8 +54,10 @@ def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_pr
     trainer.add_callback(_Listen(cb, alarms))
     trainer.train()
     ev = cb.evaluator
+    # (TRL's per-function rewards/<f>/mean is None too: in multi-task training a window without the function's
+    # task is None by design, so only the overall reward's None is NaN)
     nonfinite = sorted({(a["stream"], a["step"]) for a in alarms if a["detector"] == "nonfinite"})
-    assert (("train/reward", 2) in nonfinite) == gives_up and (not nonfinite) == (not gives_up), nonfinite
+    assert nonfinite == ([("train/reward", 2)] if gives_up else []), nonfinite
     assert {"train/loss", "train/reward", "train/reward_std", "train/entropy"} <= set(ev._detectors)
     assert ev._last_step == 3
     assert [r.step for r in ev.history][-1] == 3  # the final weights

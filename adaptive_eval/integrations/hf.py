@@ -505,9 +505,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if key in _NOT_OBSERVED or not watched(key):
                 continue
             v = scalar(value)
-            if v is None and value is None and self.evaluator.watches(f"train/{key}"):
-                # TRL logs a mean over no finite values as None (a reward function that returns None): on a
-                # stream that had numbers it is NaN, an alarm; dropped, the stream fell silent (a new user's find)
+            if v is None and value is None and key == "reward" and self.evaluator.watches("train/reward"):
+                # TRL logs its reward as None when every reward function returned None for every sample (it
+                # warns, too): NaN, an alarm; dropped, the stream fell silent (a new user's find).  Not the
+                # per-function rewards/<f>/mean: in multi-task training a function returns None for the samples
+                # it does not apply to, and a window without its task is None there, by design.
                 v = math.nan
             if v is not None:
                 values[f"train/{key}"] = v
