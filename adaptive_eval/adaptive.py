@@ -951,7 +951,8 @@ class AdaptiveEvaluator:
                                 "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
                                 req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
 
-    def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None) -> None:
+    def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None, takes_request: bool = True
+                       ) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
         sample size, peak) learn nothing from it.  Said once (a ``RuntimeWarning``; never raised into the
         training step, even under ``-W error``), unless the evaluation did not cover the metric's suite
@@ -967,13 +968,11 @@ class AdaptiveEvaluator:
             message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with "
                        "no metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
                        "return a mapping, {'accuracy': per_item_values} (said once)")
-        elif not result.metrics and not self._suites:
+        elif not result.metrics and not self._suites and takes_request:  # (AReaL's evaluate_fn() returns None)
             # (None or {}: passed as an evaluation of its whole sample with nothing said; found by a new user)
             message = ("evaluate_fn returned no metric (None or an empty mapping): the evaluation counts, and the "
                        "policies that track a metric (interval, sample size, peak) learn nothing from it; a missing "
-                       "`return`? (An AReaL-style evaluate_fn that logs its own results returns None: then adaptive "
-                       "evaluation has only the training streams to go by.)  Return {'accuracy': per_item_values} "
-                       "(said once)")
+                       "`return`?  Return {'accuracy': per_item_values} (said once)")
         elif metric is None or metric in result.metrics:
             return
         else:
@@ -1045,7 +1044,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
-            self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None)
+            self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None,
+                                takes_request=_wants_request(evaluate_fn))
             if decision.suites:
                 self._suite_plans[global_step] = {str(p[0]): [int(p[1]), int(p[2])] for p in decision.suites}
                 for old in sorted(self._suite_plans)[:-_KEPT_PLANS]:
@@ -1324,8 +1324,10 @@ class AdaptiveEvaluator:
         evaluations as dear as a few training steps it waited 54 steps, and only summary()['deferrals'] said so)."""
         if self._budget_alarm_said or self._rank != 0:
             return
+        budget = self.policies.by_name.get("budget")
+        if budget is None:
+            return
         self._budget_alarm_said = True
-        budget = self.policies.by_name["budget"]
         key = "max_eval_device_fraction" if budget.asynchronous else "max_eval_fraction"
         least = (f"policy.budget.alarm_min_size={budget.alarm_min_size} items" if budget.alarm_min_size is not None
                  else "its whole sample (policy.budget.alarm_min_size: null)")
@@ -1443,8 +1445,8 @@ class AdaptiveEvaluator:
 
             self.logger.log(job.step, eval_scalars(result))
         what = "integrated" if result is not None else "failed"
-        self.logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, "
-                                                   f"n={job.sample_size})")
+        n = result.items if result is not None else job.sample_size  # (measured, as controller/sample_size says)
+        self.logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, n={n})")
 
     def _update_eval_detectors(self, metric: str, value: float, step: int) -> None:
         if "/stratum=" in metric:  # a few items each (report_strata): shown, not watched
@@ -1569,8 +1571,8 @@ class AdaptiveEvaluator:
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
             **({"async": self._async.state_dict()} if self._async is not None else {}),
             # (integrated in observe(): the next evaluate() returns it, in the resumed run too)
-            **({"unreturned": next(i for i, r in enumerate(self.history) if r is self._unreturned)}
-               if self._unreturned is not None else {}),
+            **({"unreturned": i} if (i := next((i for i, r in enumerate(self.history) if r is self._unreturned),
+                                               None)) is not None else {}),
             "shape": self._shape(),
         })
 
@@ -1651,8 +1653,9 @@ class AdaptiveEvaluator:
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
-        unreturned = sd.get("unreturned")
-        self._unreturned = self.history[int(unreturned)] if unreturned is not None else None
+        unreturned = sd.get("unreturned")  # (a synchronous evaluator returns its results at once: none waits)
+        self._unreturned = (self.history[int(unreturned)] if unreturned is not None and self._async is not None
+                            and 0 <= int(unreturned) < len(self.history) else None)
         self._suite_plans = {int(s): {str(n): [int(p[0]), int(p[1])] for n, p in plans.items()}
                              for s, plans in sd.get("suite_plans", {}).items()}
         self.resources.load_state_dict(sd.get("resources", {}))

@@ -200,6 +200,7 @@ class _SimulatedEval:
         self.set_size = int(cfg.replay.eval_set_size)
         self.fixed = float(cfg.replay.eval_fixed_seconds)
         self.per_sample = float(cfg.replay.eval_seconds_per_sample)
+        self.evaluator = None  # the replayed AdaptiveEvaluator (set by replay)
 
     def snapshot(self) -> tuple:
         """The ground truth now (a kept checkpoint's, for ``replay.checkpoint_every``)."""
@@ -238,6 +239,10 @@ class _SimulatedEval:
                 out[name] = self.rng.normal(v, self.std[name], size=n)
             else:
                 out[name] = v
+        if not out and self.evaluator is not None:
+            # no ground truth yet: replay says so itself; the evaluator's "evaluate_fn returned no metric ... a
+            # missing return?" would blame a function the user did not write (found in review)
+            self.evaluator._untracked_said = True
         return out
 
 
@@ -607,8 +612,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # it; the config the run logs stays the user's.
     evaluator._evaluation["precision"] = "none"
     evaluator._gap_said = True  # a trace logged every k steps: replay and check note the stride themselves
-    if isinstance(sim, _SuiteSimulatedEval):
-        sim.evaluator = evaluator
+    sim.evaluator = evaluator
     if asynchronous:
         evaluator._async.options["precision"] = "none"
         evaluator._async.set_latency(eval_latency_model(trace, cfg))

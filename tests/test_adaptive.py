@@ -398,6 +398,13 @@ def test_a_bare_number_from_evaluate_fn_is_said_once_whatever_the_tracked_metric
             for g in range(6):
                 ev.evaluate(lambda request, r=returned: r, 0, g, g)
         assert len([w for w in got if "no metric" in str(w.message)]) == 1
+    # AReaL's evaluate_fn() takes no request, logs its own results and returns None, by design: not this
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=2"]), total_steps=10)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for g in range(6):
+            ev.evaluate(lambda: None, 0, g, g)
+    assert not [w for w in got if "returned no metric" in str(w.message)]
 
 
 def test_evaluate_fn_returning_a_wrong_shape_is_a_failed_evaluation_naming_the_metric(caplog):

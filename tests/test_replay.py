@@ -423,3 +423,20 @@ def test_replay_runs_the_simulated_evaluations_without_importing_torch(tmp_path)
     acc = EventAccumulator(str(out_dir / "tb"), size_guidance={"tensors": 0}).Reload()
     config = acc.Tensors("run_config")[0]
     assert b"precision: fp32" in config.tensor_proto.string_val[0]
+
+
+def test_a_trace_whose_ground_truth_starts_late_does_not_blame_evaluate_fn(caplog):
+    """Found in review: replay's simulated evaluate_fn returns {} before the trace's first eval value, and the
+    evaluator's "evaluate_fn returned no metric ... a missing `return`?" blamed a function the user did not
+    write, beside replay's own note."""
+    import logging
+    import warnings
+
+    trace = Trace([TraceRecord(s, {"train/loss": 1.0, **({"eval/accuracy": 0.5} if s >= 100 else {})})
+                   for s in range(200)])
+    with warnings.catch_warnings(record=True) as got, caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        warnings.simplefilter("always")
+        result = replay(trace, load_config("default", ["trigger.freq_steps=20", "logging.tensorboard_dir=null"]))
+    assert result.evals and not result.evals[0]["metrics"]  # (an evaluation before the ground truth)
+    said = [str(w.message) for w in got] + [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "returned no metric" in m], said
