@@ -177,9 +177,10 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
 # asynchronously "submitted: ..." alike and "integrated: evaluation of step <s> (<reason>, n=<size>)", and for a
 # kept checkpoint "evaluated the checkpoint of step <s> (<reason>, n=<size>)".
 _EVALUATED_TEXT = re.compile(r"(?:evaluated|submitted): (.*) \(n=[^)]*\)(?:, deferred since step \d+)?$", re.DOTALL)
-_INTEGRATED_TEXT = re.compile(r"integrated: evaluation of step (\d+) \((.*), n=[^)]*\)$", re.DOTALL)
+_INTEGRATED_TEXT = re.compile(r"integrated: evaluation of step (\d+) \((.*), n=([^)]*)\)$", re.DOTALL)
 _LOOKBACK_TEXT = re.compile(r"evaluated the checkpoint of step (\d+) \((.*), (?:n=(\d+)|failed: .*)\)$", re.DOTALL)
-_ALARM_TEXT = re.compile(r"(?:rank \d+: )?(.*?): ", re.DOTALL)
+# "[rank r: ]<stream> <detector>[ <direction>][: <message>]" (adaptive.py's _on_alarm)
+_ALARM_TEXT = re.compile(r"(?:rank \d+: )?(.+?) (\S+?)(?: (up|down))?(?:: |:?$)", re.DOTALL)
 
 
 def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
@@ -190,12 +191,16 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
     from adaptive_eval.tensorboard import (CI_HIGH_SUFFIX, CI_LOW_SUFFIX, COUNT_SUFFIX, EVAL_PREFIX, NAN_SUFFIX,
                                            PAIRED_SUFFIX, SAMPLES_PER_ITEM_SUFFIX)
 
-    reasons, looked_back = {}, {}
+    reasons, looked_back, async_sizes = {}, {}, {}
     for step, text in texts.get("decisions", []):
         if back := _LOOKBACK_TEXT.match(text):
             looked_back[int(back.group(1))] = (back.group(2), None if back.group(3) is None else float(back.group(3)))
         elif done := _INTEGRATED_TEXT.match(text):
+            # (its size: the text's; controller/sample_size is written where it was integrated, which several
+            # evaluations may share: the drain at close)
             reasons[int(done.group(1))] = done.group(2)
+            if done.group(3).isdigit():
+                async_sizes[int(done.group(1))] = float(done.group(3))
         elif (ran := _EVALUATED_TEXT.match(text)) and step not in reasons:
             reasons[step] = ran.group(1)
     sizes = dict(zip(*(a.tolist() for a in scalars["controller/sample_size"]))) \
@@ -225,7 +230,7 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
         rec["ci"] = {m: (lo.get(m, math.nan), hi.get(m, math.nan)) for m in rec["metrics"]}
         largest = max(counts.values(), default=None)  # (without a size: the largest metric's count)
         if prefix == EVAL_PREFIX:
-            rec["reason"], size = reasons.get(s, ""), sizes.get(s, largest)
+            rec["reason"], size = reasons.get(s, ""), async_sizes.get(s, sizes.get(s, largest))
         else:
             rec["reason"], size = looked_back.get(s, ("lookback", None))
             size = largest if size is None else size
@@ -241,11 +246,8 @@ def _alarms_from_tb(texts: Mapping) -> list[dict]:
     alarms = []
     for step, text in texts.get("alarms", []):
         head = _ALARM_TEXT.match(text)
-        words = (head.group(1) if head else text).split(" ")
-        direction = words.pop() if len(words) > 2 and words[-1] in ("up", "down") else None
-        detector = words.pop() if len(words) > 1 else "?"
-        alarms.append({"step": int(step), "stream": " ".join(words) or "?", "detector": detector,
-                       "direction": direction})
+        stream, detector, direction = head.groups() if head else (text, "?", None)
+        alarms.append({"step": int(step), "stream": stream, "detector": detector, "direction": direction})
     return alarms
 
 

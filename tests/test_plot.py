@@ -263,3 +263,36 @@ def test_the_output_is_in_the_format_its_name_says_and_odd_paths_are_named(tmp_p
                                                  "metrics": {"acc": 0.5}, "ci": {"acc": [0.1, 0.9]}}) + "\n")
     title = _draw(_load(one)).get_suptitle()
     assert "1 evaluation, 1 sample, 0 alarms" in title, title
+
+
+def test_from_tensorboard_alone_an_asynchronous_runs_sizes_and_every_alarm_text_are_read(tmp_path):
+    """Found in review: an asynchronous evaluation's size (controller/sample_size, written where its result was
+    integrated) was read at its submission step, another evaluation's whenever the two coincided; an alarm whose
+    stream has ': ' in its name, or whose message is empty, was misread."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.asynchronous import InlineExecutor
+    from conftest import FakeClock
+
+    cfg = load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2",
+                                 "trigger.freq_steps=2", "policy.budget.enabled=false",
+                                 f"logging.tensorboard_dir={tmp_path / 'run' / 'tb'}"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=40, clock=FakeClock(), executor=InlineExecutor())
+    rng = np.random.default_rng(0)
+    for g in range(40):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(lambda request: {"acc": (rng.random(request.sample_size or 300) < 0.7).astype(float)}, 0, g, g)
+    ev.close()
+    drawn = _load(tmp_path / "run")
+    assert len({r.items for r in ev.history}) > 2  # (sizes that differ, so a shifted one shows)
+    assert [(e["step"], e["sample_size"]) for e in drawn.evals] == [(r.step, r.items) for r in ev.history]
+    other = tmp_path / "texts"
+    logger = TensorBoardLogger(other / "tb", flush_secs=3600)
+    logger.log(0, {"eval/acc": 0.5})
+    for step, text in enumerate(["rank 1: train/kl page_hinkley down: level down (x: y)",
+                                 "odd: name cusum up: level up", "train/loss nonfinite:",
+                                 "eval/acc rank_discrepancy: ranks differ"]):
+        logger.text(step, "alarms", text)
+    logger.close()
+    assert [(a["stream"], a["detector"], a["direction"]) for a in _load(other).alarms] == [
+        ("train/kl", "page_hinkley", "down"), ("odd: name", "cusum", "up"), ("train/loss", "nonfinite", None),
+        ("eval/acc", "rank_discrepancy", None)]
