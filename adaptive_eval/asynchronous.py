@@ -314,7 +314,10 @@ def _restored_error(kind: str, text: str) -> Exception | None:
         return None
     import ast
 
-    for arg in (lambda: text, lambda: ast.literal_eval(text)):  # (KeyError's message is its argument's repr)
+    tries = [lambda: text]
+    if issubclass(cls, LookupError) and len(text) <= 10_000:  # (KeyError's message is its argument's repr)
+        tries.append(lambda: ast.literal_eval(text))
+    for arg in tries:
         try:
             exc = cls(arg())
         except Exception:  # noqa: BLE001 - a type that takes other arguments, a message that is no literal

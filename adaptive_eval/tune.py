@@ -25,7 +25,7 @@ import numpy as np
 from adaptive_eval.replay import _strict
 from adaptive_eval.scoring import RunScore, score_run
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("adaptive_eval")  # (the package's one logger: the CLI's filters apply to it)
 
 __all__ = ["OBJECTIVES", "SPACE", "Case", "TuneError", "TuneResult", "aggregate", "apply_params", "case_from_file",
            "case_from_real", "case_from_synthetic", "check_base", "check_input", "cost_overrides", "pareto",

@@ -117,11 +117,10 @@ class PeakPolicy(Policy):
         # Precise: enough items, the whole eval set (asked for, or all a smaller set had: fewer items than
         # requested), a re-measure already (a small eval set cannot give more), or a bare scalar (nothing to
         # re-measure more precisely).  (Suites and items x samples metrics: their plans size them, not this.)
-        # With suites the reason carries the plans ("peak:confirm [math: every, ...]"), and a suite measured
-        # whole (its population) is as precise as it gets: either read as a re-measure that never came, a
-        # candidate was re-measured again at every step.
+        # (With suites the reason carries the plans, "peak:confirm [math: every, ...]": read as a re-measure that
+        # never came, a candidate was re-measured again at every step.)
         exhausted = (result.sample_size is not None and m.n < result.sample_size and not m.clustered
-                     and not m.population) or (m.population and m.n >= m.population)
+                     and not m.population)
         precise = (m.n >= self.confirm_size or result.sample_size is None or result.reason.startswith("peak:confirm")
                    or exhausted or m.n <= 1 or not math.isfinite(m.ci[0]))
         if precise:
