@@ -37,6 +37,7 @@ def demo_run(tmp_path_factory):
     for name in ("comparison.png", "comparison.json", "trace.csv.events.yaml"):
         (out / name).write_text("stale")
     (out / "notes.txt").write_text("mine")
+    (out / ".adaptive-eval-demo").write_text("")  # (a folder a demo wrote: what it wrote there is cleared)
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = main(["demo", "--task", "digits", "--out", str(out), "--steps", str(STEPS), "--no-progress"])
@@ -158,6 +159,21 @@ def test_replaying_the_runs_own_tensorboard_log_reproduces_its_trace(demo_run, t
         assert s["eval_seconds"] / (s["eval_seconds"] + s["train_seconds"]) < 0.3  # not 95% (wall vs simulated)
 
 
+def test_a_folder_no_demo_wrote_keeps_the_users_runs(tmp_path):
+    """Found in review: a demo into a folder of the user's own runs deleted an async/ run's TensorBoard logs."""
+    from adaptive_eval.demos import MARKER, prepare_out
+
+    (tmp_path / "async" / "tb").mkdir(parents=True)
+    mine = [tmp_path / "async" / "tb" / "events.out.tfevents.1.host", tmp_path / "async" / "evals.jsonl",
+            tmp_path / "comparison.png"]
+    for f in mine:
+        f.write_text("mine")
+    prepare_out(tmp_path, ("adaptive", "fixed"))
+    assert all(f.read_text() == "mine" for f in mine) and (tmp_path / MARKER).is_file()
+    prepare_out(tmp_path, ("adaptive", "fixed"))  # now marked as a demo's: its async/ is taken for a demo's
+    assert not (tmp_path / "async").exists() and not (tmp_path / "comparison.png").exists()
+
+
 def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -195,7 +211,8 @@ def test_plot_of_the_demo_folder_draws_both_runs_on_shared_axes(demo_run, tmp_pa
     assert (tmp_path / "runs.png").read_bytes().startswith(b"\x89PNG")
     runs = [_load(p) for p in find_runs([out])]
     assert [r.name for r in runs] == ["adaptive", "fixed"]  # not the rlvr demo's async/ and fixed_same/ of before
-    assert sorted(p.name for p in out.iterdir()) == ["adaptive", "comparison.json", "fixed", "notes.txt", "trace.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".adaptive-eval-demo", "adaptive", "comparison.json", "fixed",
+                                                     "notes.txt", "trace.csv"]
     assert json.loads((out / "comparison.json").read_text())  # this demo's, not the stale one
     fig = _draw_comparison(runs)
     top = fig.axes[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["DEFAULT_TASK", "TASKS", "DemoError", "prepare_out"]
+__all__ = ["DEFAULT_TASK", "MARKER", "TASKS", "DemoError", "prepare_out"]
 
 TASKS = ("rlvr", "digits")
 DEFAULT_TASK = "rlvr"
@@ -19,14 +19,17 @@ class DemoError(ValueError):
 # beside them.  Another task's runs left in a reused folder would be drawn and checked with this one's.
 _DEMO_RUNS = ("adaptive", "async", "fixed_same", "fixed")
 _RUN_FILES = ("evals.jsonl", "alarms.jsonl", "summary.json", "run.png")
-_TOP_FILES = ("trace.csv", "trace.csv.events.yaml", "comparison.json", "comparison.png")
+_TOP_FILES = ("comparison.json", "comparison.png")
+MARKER = ".adaptive-eval-demo"  # written into --out: a folder a demo wrote (what else is there is not cleared)
 
 
 def prepare_out(out_dir: Path, runs) -> None:
-    """Create ``runs``' folders under ``out_dir`` and prove them writable, before any training; clear what a
-    previous demo (of either task) wrote there: its event files (TensorBoard would draw both runs as one), its
-    trace (the recorder would continue it) and events file, its comparison, and the files and event files of
-    runs this task does not have (their folders too, once nothing else is in them).  Nothing else is touched."""
+    """Create ``runs``' folders under ``out_dir`` and prove them writable, before any training; clear a previous
+    demo's event files there (TensorBoard would draw both runs as one) and its trace (the recorder would continue
+    it).  In a folder a demo marked as its own (:data:`MARKER`), also what the other task wrote: its comparison and
+    events file, and the files and event files of runs this task does not have (their folders too, once nothing
+    else is in them); in any other folder nothing else is touched."""
+    ours = (out_dir / MARKER).is_file()
     try:
         for name in _DEMO_RUNS:
             run_dir = out_dir / name
@@ -35,7 +38,7 @@ def prepare_out(out_dir: Path, runs) -> None:
                 probe = run_dir / ".write-test"
                 probe.write_bytes(b"")
                 probe.unlink()
-            elif not run_dir.is_dir():
+            elif not (ours and run_dir.is_dir()):
                 continue
             else:
                 for file in _RUN_FILES:
@@ -46,7 +49,10 @@ def prepare_out(out_dir: Path, runs) -> None:
                 for folder in (run_dir / "tb", run_dir):
                     if folder.is_dir() and not any(folder.iterdir()):
                         folder.rmdir()
-        for file in _TOP_FILES:
+        for file in ("trace.csv", "trace.csv.events.yaml"):  # (the trace and what its check expects)
             (out_dir / file).unlink(missing_ok=True)
+        for file in _TOP_FILES if ours else ():
+            (out_dir / file).unlink(missing_ok=True)
+        (out_dir / MARKER).write_text("written by adaptive-eval demo; a later demo here clears what it wrote\n")
     except OSError as exc:
         raise DemoError(f"--out {out_dir}: not writable ({exc.strerror or exc})") from None
