@@ -571,6 +571,8 @@ class AdaptiveEvaluator:
         """Feed one alarm to the policies (unless ``to_policies`` is False), listeners and logger (in a group: on
         every rank alike; ``rank`` names the rank that saw it, None for alarms every rank saw)."""
         self._alarm_count += 1
+        alarm_policy = self.policies.by_name.get("alarm")
+        absorbed = alarm_policy.absorbed if alarm_policy is not None else 0
         if to_policies:
             self.policies.on_alarm(alarm, self._ctx(step))
             self._alarm_pending = self._alarm_pending or self._policy_pending()
@@ -587,7 +589,11 @@ class AdaptiveEvaluator:
                 message = message[len(alarm.stream) + 2:]
             self.logger.log(step, {"controller/alarms": float(self._alarm_count)})
             head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
-            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip())
+            held = ""
+            if alarm_policy is not None and alarm_policy.absorbed > absorbed:  # (no decision says so: a new user)
+                held = (f" [no evaluation of its own: within policy.alarm.cooldown_steps="
+                        f"{alarm_policy.cooldown_steps} of the last alarm's evaluation]")
+            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip() + held)
 
     def _witnesses(self) -> int:
         """Streams whose level detectors are past their warm-up (``Context.streams``: those that could

@@ -748,3 +748,26 @@ def test_under_max_run_fraction_an_alarm_tightens_and_a_resumed_run_decides_the_
     head, state = run(3000, 5, stop_at=1004)
     tail, _ = run(3000, 5, state=state)
     assert head + tail == full and len(full) >= 10
+
+
+def test_an_alarm_inside_the_cooldown_says_it_brought_no_evaluation():
+    """Found by a new user: in the demo (seed 1) a KL alarm 25 steps after the reward's brought no evaluation
+    (policy.alarm.cooldown_steps), and nothing said why: the alarms text now does."""
+    from conftest import RecordingLogger
+
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1000"]), total_steps=400,
+                                       clock=FakeClock(), logger=logger)
+    rng = np.random.default_rng(0)
+    for g in range(300):
+        ev.observe({"a": (0.0 if g < 150 else 5.0) + rng.normal(0, 0.1),
+                    "b": (0.0 if g < 160 else 5.0) + rng.normal(0, 0.1)}, g)
+        ev.evaluate(lambda request: {"accuracy": [1.0, 0.0]}, 0, g, g)
+    texts = [(s, t) for s, tag, t in logger.texts if tag == "alarms"]
+    evaluated = [r.step for r in ev.history if r.reason.startswith("alarm:")]
+    first_a = next(s for s, t in texts if t.startswith("a "))
+    first_b = next(s for s, t in texts if t.startswith("b "))
+    assert evaluated[0] == first_a and first_b - first_a < ev.policies.by_name["alarm"].cooldown_steps
+    assert [t for s, t in texts if s == first_b][0].endswith(
+        "[no evaluation of its own: within policy.alarm.cooldown_steps=33 of the last alarm's evaluation]")
+    assert not [t for s, t in texts if s == first_a][0].endswith("evaluation]")
