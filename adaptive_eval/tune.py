@@ -726,15 +726,21 @@ def draw_front(result: TuneResult, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    import textwrap
+
     obj = result.objectives
     vals = [t["values"] for t in result.trials]
+
+    def label(name: str, width: int) -> str:  # (wrapped: at full length the axis labels ran off the picture)
+        return textwrap.fill(OBJECTIVES[name], width)
+
     fig, ax = plt.subplots(figsize=(7, 5))
     if len(obj) == 1:
         ax.plot(range(len(vals)), [v[0] for v in vals], "o", color="gray", alpha=0.6, label="trials")
         for n, (i, rule) in enumerate(result.chosen):
             ax.plot([i], [vals[i][0]], "*", markersize=14, label=f"point-{n} ({rule})")
         ax.set_xlabel("trial")
-        ax.set_ylabel(OBJECTIVES[obj[0]])
+        ax.set_ylabel(label(obj[0], 50))
     else:
         ok = [v for v in vals if all(math.isfinite(x) for x in v)]
         if len(obj) > 2:
@@ -749,11 +755,12 @@ def draw_front(result: TuneResult, path: str) -> None:
         for n, (i, rule) in enumerate(result.chosen):
             ax.annotate(f"point-{n}", (vals[i][0], vals[i][1]), textcoords="offset points", xytext=(5, 5),
                         fontsize=8)
-        ax.set_xlabel(OBJECTIVES[obj[0]])
-        ax.set_ylabel(OBJECTIVES[obj[1]])
+        ax.set_xlabel(label(obj[0], 80))
+        ax.set_ylabel(label(obj[1], 50))
         if obj[0] == "cost":
             ax.set_xscale("log")
-    ax.set_title(f"adaptive-eval tune: {len(vals)} trials" + (" (interrupted)" if result.interrupted else ""))
+    ax.set_title(f"adaptive-eval tune: {len(vals)} trial{'s' if len(vals) != 1 else ''}"
+                 + (" (interrupted)" if result.interrupted else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
