@@ -355,6 +355,8 @@ def _check_writable(out: str) -> None:
             pass
         os.remove(probe)
     except OSError as exc:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise ValueError(f"--out {out}: a file, not a folder") from None
         raise ValueError(f"--out {out}: not writable ({exc.strerror})") from None
 
 

@@ -897,8 +897,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
+            # (at the end of the stream PyYAML's mark is the line after the last: the file's last line, said so)
+            last = len(text.rstrip("\n").splitlines()) or 1
+            line = f":{min(mark.line + 1, last)}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            if mark is not None and mark.line + 1 > last:
+                problem += " (at the end of the file: something opened earlier is never closed)"
             raise ConfigError([f"{source}{line}: YAML does not parse: {problem}"]) from None
         if loaded is None:
             loaded = {}

@@ -100,6 +100,15 @@ def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, messa
     assert not (out / "trials.jsonl").exists()
 
 
+def test_an_out_that_is_a_file_is_named_so(tmp_path, capsys):
+    """It said "not writable (File exists)" (a new-user probe)."""
+    path, onset = collapse_csv(tmp_path)
+    (tmp_path / "out").write_text("")
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "1", "--out", str(tmp_path / "out"),
+                 "--no-progress"]) == 2
+    assert f"--out {tmp_path / 'out'}: a file, not a folder" in capsys.readouterr().err
+
+
 def test_ctrl_c_keeps_the_trials_done_and_writes_what_it_has(tmp_path):
     path, onset = collapse_csv(tmp_path, steps=400)
     out = tmp_path / "tune"
