@@ -567,16 +567,21 @@ class AdaptiveEvaluator:
         return Context(step=step, elapsed=self._elapsed(), eval_seconds=self._eval_seconds,
                        last_eval_step=self._last_eval_step, streams=self._witnesses(), stride=self._stride)
 
-    def _on_alarm(self, alarm, step: int, rank: int | None = None, to_policies: bool = True) -> None:
+    def _on_alarm(self, alarm, step: int, rank: int | None = None, to_policies: bool = True,
+                  repeat: bool = False) -> None:
         """Feed one alarm to the policies (unless ``to_policies`` is False), listeners and logger (in a group: on
-        every rank alike; ``rank`` names the rank that saw it, None for alarms every rank saw)."""
-        self._alarm_count += 1
+        every rank alike; ``rank`` names the rank that saw it, None for alarms every rank saw).  ``repeat``: the
+        same alarm an earlier rank raised at the same step (a stream every rank logs alike): the policies get it
+        as before, but it is not counted, nor told to listeners and the logger again."""
         alarm_policy = self.policies.by_name.get("alarm")
         absorbed = alarm_policy.absorbed if alarm_policy is not None else 0
         if to_policies:
             self.policies.on_alarm(alarm, self._ctx(step))
             self._alarm_pending = self._alarm_pending or self._policy_pending()
             self.trigger.scale = self._scale()
+        if repeat:
+            return
+        self._alarm_count += 1
         event = {"kind": "alarm", "step": alarm.step, "stream": alarm.stream, "detector": alarm.detector,
                  "direction": alarm.direction, "location": alarm.location, "message": alarm.message}
         if rank is not None:
@@ -748,9 +753,12 @@ class AdaptiveEvaluator:
             # Every rank feeds every rank's new alarms, in rank order, to its policies: their state stays equal.
             self._unsynced = []
             per_rank = self.dist.gather_objects([(_alarm_to_wire(a), s) for a, s in mine])
+            seen = set()  # (one alarm every rank raised alike, a reward all-reduced before it is logged: counted once)
             for r, alarms in enumerate(per_rank):
                 for wire, s in alarms:
-                    self._on_alarm(_alarm_from_wire(wire), s, rank=r)
+                    key = (tuple(wire), s)
+                    self._on_alarm(_alarm_from_wire(wire), s, rank=r, repeat=key in seen)
+                    seen.add(key)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is not None and self._final_window and self._near_final(reason, global_step):
             reason = None  # (still due: the final step takes it; alike on ranks that observe at the same steps)

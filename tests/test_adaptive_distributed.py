@@ -134,6 +134,17 @@ def alarm_on_one_rank(rank, world):
     return drive(rank, cfg(), 300, {"train/loss": loss, "train/reward": reward})
 
 
+def alarm_on_both_ranks(rank, world):
+    # Every rank logs the same reward (all-reduced before it is logged): each alarm is raised on both ranks.
+    reward = noise(41, lambda g: 0.1 if g >= COLLAPSE_AT else 0.6)
+    drive_out = drive(rank, cfg(), 260, {"train/reward": reward})
+    import torch.distributed as dist
+
+    sub = dist.new_group([0])  # every rank must create it; only rank 0 is in it
+    one = drive(rank, cfg(), 260, {"train/reward": reward}, group=sub) if rank == 0 else None
+    return drive_out, one
+
+
 def inner_collective(rank, world):
     import torch
     import torch.distributed as dist
@@ -215,6 +226,7 @@ def _scenarios_rank(rank, world, log_dir):
     scenarios = {
         "skewed_clocks": lambda: skewed_clocks(rank, world),
         "alarm_on_one_rank": lambda: alarm_on_one_rank(rank, world),
+        "alarm_on_both_ranks": lambda: alarm_on_both_ranks(rank, world),
         "inner_collective": lambda: inner_collective(rank, world),
         "error_skip": lambda: failing(rank, world, "skip"),
         "error_raise": lambda: failing(rank, world, "raise"),
@@ -270,6 +282,18 @@ def test_an_alarm_seen_by_one_rank_evaluates_on_both(group_run):
     collapse = [e for e in evals(a) if COLLAPSE_AT <= e[1] <= COLLAPSE_AT + 30]
     assert collapse and collapse[0][3] == "alarm:train/reward:cusum:down"
     assert all(e[5] == 1 for e in a["events"] if e[0] == "alarm" and e[2] == "train/reward" and e[1] >= COLLAPSE_AT)
+
+
+def test_an_alarm_every_rank_raises_alike_is_counted_once(group_run):
+    """Found by a new-user probe: an alarm both ranks raised (the same reward on every rank) was counted twice in
+    summary()['alarms'] and TensorBoard's controller/alarms, and told twice to the listeners, while the decisions
+    were a single process's."""
+    (a, alone), (b, _) = group_run("alarm_on_both_ranks")
+    same_on_both(a, b)
+    alarms = [e for e in a["events"] if e[0] == "alarm"]
+    assert alarms and [e[1:5] for e in alarms] == [e[1:5] for e in alone["events"] if e[0] == "alarm"]
+    assert a["summary"]["alarms"] == alone["summary"]["alarms"] == len(alarms)
+    assert [e[:4] for e in evals(a)] == [e[:4] for e in evals(alone)]
 
 
 def test_evaluate_fn_running_its_own_collective(group_run):
