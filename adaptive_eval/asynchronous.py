@@ -801,7 +801,12 @@ class AsyncEvaluations:
         rank): the shards' summaries combined exactly, or an error when any rank's shard failed; with
         ``distributed.rank_discrepancy_threshold`` the ranks whose mean deviates, as a synchronous
         evaluation finds them."""
-        from adaptive_eval.distributed import combine_rank_summaries, rank_discrepancies, warn_missing_shards
+        from adaptive_eval.distributed import (
+            combine_rank_summaries,
+            mixed_shapes,
+            rank_discrepancies,
+            warn_missing_shards,
+        )
         from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
 
         self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
@@ -818,6 +823,12 @@ class AsyncEvaluations:
                     f"evaluate_fn failed at step {job.step} on " + "; ".join(f"rank {r}: {t}" for r, t in failed))
                 out.append((job, EvalOutcome(None, error, failed_ranks=tuple(r for r, _ in failed),
                                              attempts=attempts)))
+                continue
+            mixed = mixed_shapes([p[3] for p in parts])
+            if mixed is not None:  # (as a synchronous evaluation says it)
+                error = ValueError(f"evaluate_fn returned a different shape on different ranks: {mixed}; return each "
+                                   "metric the same way on every rank (k answers per item, or one value)")
+                out.append((job, EvalOutcome(None, error, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
                 continue
             combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
             if rank == 0:

@@ -509,6 +509,31 @@ def combine_rank_summaries(
     return combined, means, counts
 
 
+def mixed_shapes(per_rank: Sequence[Mapping[str, tuple]]) -> str | None:
+    """A metric some ranks returned as items x samples and others as one value per item (their wires, as
+    :func:`summaries_to_wire` makes them), said as an error's text; None when every rank's shapes agree.  Combined,
+    such shards read a mean@k over both kinds of items and a pass@k over one rank's (found by a new-user probe).
+
+    >>> import numpy as np
+    >>> from adaptive_eval.stats import summarize, summarize_rows
+    >>> rows = summarize_rows("acc", "acc", np.array([[1.0, 0.0], [1.0, 1.0]]), np.array([2, 2]))
+    >>> mixed_shapes([summaries_to_wire(rows), summaries_to_wire({"acc": summarize([1, 0])})])
+    "metric 'acc': items x samples on rank(s) 0, one value per item on rank(s) 1"
+    """
+    kinds: dict[str, dict[int, bool]] = {}
+    for rank, part in enumerate(per_rank):
+        for name, w in part.items():
+            if w[2] <= 0 or (len(w) > _EXTRA and isinstance(w[_EXTRA], str) and w[_EXTRA] != "nan"):
+                continue  # (no items there; an aggregation's own form)
+            kinds.setdefault(name, {})[rank] = len(w) > _EXTRA and not isinstance(w[_EXTRA], str)
+    for name, by_rank in kinds.items():
+        if len(set(by_rank.values())) > 1:
+            many = ", ".join(str(r) for r, c in by_rank.items() if c)
+            one = ", ".join(str(r) for r, c in by_rank.items() if not c)
+            return f"metric {name!r}: items x samples on rank(s) {many}, one value per item on rank(s) {one}"
+    return None
+
+
 def missing_shards(counts: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
     """The metrics some ranks have no value of while the ranks together have at least one per rank (so each
     rank's shard had items: shards differ in size by at most one), with those ranks: their shards are missing

@@ -20,6 +20,7 @@ from adaptive_eval.distributed import (
     DistContext,
     combine_rank_summaries,
     eval_context,
+    mixed_shapes,
     rank_discrepancies,
     rank_world,
     summaries_to_wire,
@@ -488,6 +489,11 @@ def run_evaluation_outcome(
             mine = ("ok", seconds, summaries_to_wire(metrics))
         everyone = dist_context.gather_objects(mine)
         bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
+        mixed = None if bad else mixed_shapes([payload if kind == "ok" else {} for kind, _, payload in everyone])
+        if mixed is not None:  # (alike on every rank: from what they all gathered)
+            bad = [(r, "bad_output", "") for r in range(len(everyone))]
+            shape_error = ValueError(f"evaluate_fn returned a different shape on different ranks: {mixed}; return "
+                                     "each metric the same way on every rank (k answers per item, or one value)")
         if bad:
             r, _, text = bad[0]
             if shape_error is None:

@@ -168,6 +168,17 @@ def failing(rank, world, on_error):
     return drive(rank, config, 60, {"train/loss": noise(60 + rank)}, fail=fail)
 
 
+def mixed_shapes(rank, world):
+    # Rank 0 returns 4 answers per item, rank 1 one value per item: combined, mean@k read both kinds and pass@k
+    # rank 0's items only, with a warning that rank 1 "has no value" of pass@k (a new-user probe).
+    def fn(req):
+        idx = req.indices(ITEMS)
+        return {"acc": [[acc(i, 0.6)] * 4 for i in idx] if rank == 0 else [acc(i, 0.6) for i in idx]}
+
+    config = cfg(trigger={"freq_steps": 10}, evaluation={"on_error": "raise"}, policy=NO_POLICIES)
+    return drive(rank, config, 30, {"train/loss": noise(65 + rank)}, evaluate_fn=fn)
+
+
 def uneven_shards(rank, world):
     ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1}, policy=NO_POLICIES))
     r = ev.evaluate(lambda req: {"loss": DATA[req.indices(101)], "acc": HITS[req.indices(101)].tolist()}, 0, 0, 0)
@@ -231,6 +242,7 @@ def _scenarios_rank(rank, world, log_dir):
         "error_skip": lambda: failing(rank, world, "skip"),
         "error_raise": lambda: failing(rank, world, "raise"),
         "uneven_shards": lambda: uneven_shards(rank, world),
+        "mixed_shapes": lambda: mixed_shapes(rank, world),
         "discrepancy": lambda: discrepancy(rank, world, log_dir),
         "resources": lambda: resources(rank, world),
         "resources_cusum": lambda: resources_cusum(rank, world),
@@ -294,6 +306,13 @@ def test_an_alarm_every_rank_raises_alike_is_counted_once(group_run):
     assert alarms and [e[1:5] for e in alarms] == [e[1:5] for e in alone["events"] if e[0] == "alarm"]
     assert a["summary"]["alarms"] == alone["summary"]["alarms"] == len(alarms)
     assert [e[:4] for e in evals(a)] == [e[:4] for e in evals(alone)]
+
+
+def test_a_metric_returned_in_different_shapes_on_the_ranks_is_a_wrong_value_on_both(group_run):
+    a, b = group_run("mixed_shapes")
+    same_on_both(a, b)
+    assert not evals(a) and a["raised"] and a["raised"] == b["raised"]
+    assert {name for _, name in a["raised"]} == {"ValueError"}
 
 
 def test_evaluate_fn_running_its_own_collective(group_run):
