@@ -50,13 +50,17 @@ def paired_differs(diff: MetricSummary) -> float:
     fewer than two shared items.
 
     >>> from adaptive_eval.stats import from_sums
-    >>> round(paired_differs(from_sums(-2.0, 0.5, 20, False)), 4)
-    0.0
+    >>> round(paired_differs(from_sums(-2.0, 0.5, 20, False)), 4)  # 20 shared items, mean -0.1, sd 0.126
+    0.0021
+    >>> paired_differs(from_sums(2.0, 2.0, 2, True)), paired_differs(from_sums(8.0, 8.0, 8, True))  # all +1
+    (0.5, 0.0078125)
     """
     if diff.n < 2 or not math.isfinite(diff.std):
         return math.nan
     if diff.std == 0:
-        return 1.0 if diff.mean == 0 else 0.0
+        # Every shared item moved alike: no spread for a t test, so the exact sign test (2 items both 0 -> 1 read
+        # p = 0, "changed", where a sign test says 0.5; found by a statistics probe).
+        return 1.0 if diff.mean == 0 else min(1.0, 2.0 * 0.5 ** diff.n)
     from scipy.stats import t
 
     stat = diff.mean / (diff.std / math.sqrt(diff.n))
