@@ -44,9 +44,9 @@ class AlarmPolicy(Policy):
 
     >>> q = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5)
     >>> c = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0, streams=3)
-    >>> q.admit(A(stream="train/loss", detector="cusum", direction="up", step=5), c(5)), q.pending
+    >>> q.admit(A(stream="train/loss", detector="cusum", direction="up", step=5, location=5), c(5)), q.pending
     (False, False)
-    >>> q.admit(A(stream="train/reward", detector="cusum", direction="down", step=8), c(8))
+    >>> q.admit(A(stream="train/reward", detector="cusum", direction="down", step=8, location=8), c(8))
     True
     >>> q.on_alarm(A(stream="train/reward", detector="cusum", direction="down", step=8), c(8)); q.pending
     True

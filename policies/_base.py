@@ -70,7 +70,7 @@ class NopPolicy(Policy):
 
     >>> from adaptive_eval.types import Decision
     >>> NopPolicy().propose(Decision(False), None)
-    Decision(evaluate=False, sample_size=None, reason='', urgent=False, suites=())
+    Decision(evaluate=False, sample_size=None, reason='', urgent=False, suites=(), widened_from=None, deferred='')
     """
 
 

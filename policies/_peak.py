@@ -36,7 +36,8 @@ class PeakPolicy(Policy):
     >>> p.on_eval(r(10, 0.5, 32), ctx(10)); p.scale(3.0), p.pending
     (1.0, True)
     >>> p.propose(Decision(False), ctx(11))
-    Decision(evaluate=True, sample_size=256, reason='peak:confirm', urgent=False)
+    Decision(evaluate=True, sample_size=256, reason='peak:confirm', urgent=False, suites=(),
+             widened_from=None, deferred='')
     >>> p.on_eval(r(11, 0.45, 256), ctx(11)); p.best_value, p.pending
     (0.45, False)
     >>> p.on_eval(r(20, 0.44, 32), ctx(20)); p.pending     # below the best: no candidate
