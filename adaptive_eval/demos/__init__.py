@@ -26,9 +26,9 @@ MARKER = ".adaptive-eval-demo"  # written into --out: a folder a demo wrote (wha
 def prepare_out(out_dir: Path, runs) -> None:
     """Create ``runs``' folders under ``out_dir`` and prove them writable, before any training; clear a previous
     demo's event files there (TensorBoard would draw both runs as one) and its trace (the recorder would continue
-    it).  In a folder a demo marked as its own (:data:`MARKER`), also what the other task wrote: its comparison and
-    events file, and the files and event files of runs this task does not have (their folders too, once nothing
-    else is in them); in any other folder nothing else is touched."""
+    it) with the trace's events file.  In a folder a demo marked as its own (:data:`MARKER`), also what the other
+    task wrote: its comparison, and the files and event files of runs this task does not have (their folders too,
+    once nothing else is in them); in any other folder nothing else is touched."""
     ours = (out_dir / MARKER).is_file()
     try:
         for name in _DEMO_RUNS:
