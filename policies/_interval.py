@@ -54,11 +54,14 @@ def paired_differs(diff: MetricSummary) -> float:
     0.0021
     >>> paired_differs(from_sums(2.0, 2.0, 2, True)), paired_differs(from_sums(8.0, 8.0, 8, True))  # all +1
     (0.5, 0.0078125)
+    >>> paired_differs(from_sums(0.3 + 0.3 + 0.3, 3 * 0.09, 3, False))  # all +0.3 (sums that leave a residue)
+    0.25
     """
     if diff.n < 2 or not math.isfinite(diff.std):
         return math.nan
-    if diff.std == 0:
-        # Every shared item moved alike: no spread for a t test, so the exact sign test (2 items both 0 -> 1 read
+    if diff.std <= 1e-6 * abs(diff.mean) or diff.std == 0:
+        # Every shared item moved alike: no spread for a t test (or a rounding residue of the sums, of the order
+        # of 1e-8 of the mean: 3 items up by 0.3 read sd 5e-9), so the exact sign test (2 items both 0 -> 1 read
         # p = 0, "changed", where a sign test says 0.5; found by a statistics probe).
         return 1.0 if diff.mean == 0 else min(1.0, 2.0 * 0.5 ** diff.n)
     from scipy.stats import t
