@@ -901,8 +901,10 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             last = len(text.rstrip("\n").splitlines()) or 1
             line = f":{min(mark.line + 1, last)}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-            if mark is not None and mark.line + 1 > last:
-                problem += " (at the end of the file: something opened earlier is never closed)"
+            opened = getattr(exc, "context_mark", None)
+            left_open = str(getattr(exc, "context", "")).startswith(("while parsing a flow", "while scanning a quoted"))
+            if mark is not None and mark.line + 1 > last and opened is not None and left_open:
+                problem += f" (at the end of the file: what opens at line {opened.line + 1} is never closed)"
             raise ConfigError([f"{source}{line}: YAML does not parse: {problem}"]) from None
         if loaded is None:
             loaded = {}

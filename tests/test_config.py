@@ -54,9 +54,13 @@ def test_yaml_that_does_not_parse_names_file_and_line(tmp_path):
         load_config(f)
     # An unclosed bracket: PyYAML's mark is the line after the last (line 4 of a 3-line file; a new-user probe)
     f.write_text("trigger:\n  freq_steps: [1,\n  x: 2\n")
-    with pytest.raises(ConfigError, match=rf"{f}:3: YAML does not parse: .*\(at the end of the file: something "
-                                          r"opened earlier is never closed\)"):
+    with pytest.raises(ConfigError, match=rf"{f}:3: YAML does not parse: .*\(at the end of the file: what opens at "
+                                          r"line 2 is never closed\)"):
         load_config(f)
+    f.write_text("a: b\nc\n")  # (an end-of-file error with nothing left open: no such note)
+    with pytest.raises(ConfigError) as info:
+        load_config(f)
+    assert "never closed" not in str(info.value)
 
 
 def test_missing_file_is_named():
