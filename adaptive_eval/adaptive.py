@@ -753,11 +753,18 @@ class AdaptiveEvaluator:
             # Every rank feeds every rank's new alarms, in rank order, to its policies: their state stays equal.
             self._unsynced = []
             per_rank = self.dist.gather_objects([(_alarm_to_wire(a), s) for a, s in mine])
-            seen = set()  # (one alarm every rank raised alike, a reward all-reduced before it is logged: counted once)
+            # One alarm several ranks raised alike (a reward all-reduced before it is logged) is counted once, named
+            # by its first rank, or by none when every rank raised it.
+            raised_by: dict = {}
+            for r, alarms in enumerate(per_rank):
+                for wire, s in alarms:
+                    raised_by.setdefault((tuple(wire), s), []).append(r)
+            seen = set()
             for r, alarms in enumerate(per_rank):
                 for wire, s in alarms:
                     key = (tuple(wire), s)
-                    self._on_alarm(_alarm_from_wire(wire), s, rank=r, repeat=key in seen)
+                    everyone = len(raised_by[key]) == len(per_rank)
+                    self._on_alarm(_alarm_from_wire(wire), s, rank=None if everyone else r, repeat=key in seen)
                     seen.add(key)
         reason = self.trigger.due()  # again, with the group's time and the alarms of every rank
         if reason is not None and self._final_window and self._near_final(reason, global_step):

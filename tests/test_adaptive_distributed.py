@@ -304,6 +304,7 @@ def test_an_alarm_every_rank_raises_alike_is_counted_once(group_run):
     same_on_both(a, b)
     alarms = [e for e in a["events"] if e[0] == "alarm"]
     assert alarms and [e[1:5] for e in alarms] == [e[1:5] for e in alone["events"] if e[0] == "alarm"]
+    assert all(e[5] is None for e in alarms)  # (raised by every rank: named by none)
     assert a["summary"]["alarms"] == alone["summary"]["alarms"] == len(alarms)
     assert [e[:4] for e in evals(a)] == [e[:4] for e in evals(alone)]
 
