@@ -187,8 +187,9 @@ _WANDB_RUN = " - "
 _WANDB_BAND = ("__MIN", "__MAX")
 
 
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"
+def _count(n: float, what: str) -> str:
+    """``1 column``, ``2 columns``, ``1,200 steps`` (words whose plural is ``what + "s"``; also plot's)."""
+    return f"{n:,.0f} {what}{'' if n == 1 else 's'}"
 
 
 def _wandb_chart(header: list[str], named: Sequence[str], path, line) -> tuple[list[str], dict[str, str]]:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from adaptive_eval.convert import _count
+
 __all__ = ["PlotError", "plot_run"]
 
 MAX_STREAM_PANELS = 4
@@ -43,11 +45,6 @@ _ARROWS = {"up": "\u2191", "down": "\u2193"}
 
 class PlotError(ValueError):
     """A folder that cannot be plotted: no run in it, or a file in it that cannot be read."""
-
-
-def _count(n, word: str) -> str:
-    """``1 evaluation``, ``2 evaluations``, ``1,200 steps`` (words whose plural is ``word + "s"``)."""
-    return f"{n:,.0f} {word}" + ("" if n == 1 else "s")
 
 
 @dataclass
@@ -188,8 +185,8 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
     for a folder with ``tb/`` but no ``evals.jsonl``: each metric's mean and interval, the reason from the
     decisions text, the evaluation's size from ``controller/sample_size`` (the look back's from its text).  The
     other per-metric tags (``/n``, ``/samples_per_item``, ``/nan``) and the paired differences are not metrics."""
-    from adaptive_eval.tensorboard import (CI_HIGH_SUFFIX, CI_LOW_SUFFIX, COUNT_SUFFIX, EVAL_PREFIX, NAN_SUFFIX,
-                                           PAIRED_SUFFIX, SAMPLES_PER_ITEM_SUFFIX)
+    from adaptive_eval.tensorboard import (_EVAL_SUFFIXES, CI_HIGH_SUFFIX, CI_LOW_SUFFIX, COUNT_SUFFIX, EVAL_PREFIX,
+                                           PAIRED_SUFFIX)
 
     reasons, looked_back, async_sizes = {}, {}, {}
     for step, text in texts.get("decisions", []):
@@ -211,8 +208,7 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
         name = tag[len(prefix):] if prefix else ""
         if not name or name.endswith(PAIRED_SUFFIX) or PAIRED_SUFFIX + "/" in name:
             continue
-        suffix = next((x for x in (CI_LOW_SUFFIX, CI_HIGH_SUFFIX, COUNT_SUFFIX, SAMPLES_PER_ITEM_SUFFIX, NAN_SUFFIX)
-                       if name.endswith(x) and len(name) > len(x)), "")
+        suffix = next((x for x in _EVAL_SUFFIXES if name.endswith(x) and len(name) > len(x)), "")
         metric = name[:len(name) - len(suffix)]
         for s, v in zip(steps.tolist(), values.tolist()):
             rec = by_key.setdefault((s, prefix), {"step": s, "metrics": {}, "_lo": {}, "_hi": {}, "_n": {}})
