@@ -574,7 +574,7 @@ class AdaptiveEvaluator:
         same alarm an earlier rank raised at the same step (a stream every rank logs alike): the policies get it
         as before, but it is not counted, nor told to listeners and the logger again."""
         alarm_policy = self.policies.by_name.get("alarm")
-        absorbed = alarm_policy.absorbed if alarm_policy is not None else 0
+        absorbed, held = (alarm_policy.absorbed, alarm_policy.held) if alarm_policy is not None else (0, 0)
         if to_policies:
             self.policies.on_alarm(alarm, self._ctx(step))
             self._alarm_pending = self._alarm_pending or self._policy_pending()
@@ -594,11 +594,14 @@ class AdaptiveEvaluator:
                 message = message[len(alarm.stream) + 2:]
             self.logger.log(step, {"controller/alarms": float(self._alarm_count)})
             head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
-            held = ""
-            if alarm_policy is not None and alarm_policy.absorbed > absorbed:  # (no decision says so: a new user)
-                held = (f" [no evaluation of its own: within policy.alarm.cooldown_steps="
-                        f"{alarm_policy.cooldown_steps} of the last alarm's evaluation]")
-            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip() + held)
+            why = ""  # (an alarm that brings no evaluation says why: no decision does; found by new users)
+            if alarm_policy is not None and alarm_policy.held > held:
+                why = (f" [held: no evaluation unless another stream agrees within policy.alarm.corroborate_steps="
+                       f"{alarm_policy.corroborate_steps} (policy.alarm.corroborate={alarm_policy.corroborate})]")
+            elif alarm_policy is not None and alarm_policy.absorbed > absorbed:
+                why = (f" [no evaluation of its own: within policy.alarm.cooldown_steps="
+                       f"{alarm_policy.cooldown_steps} of the last alarm's evaluation]")
+            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip() + why)
 
     def _witnesses(self) -> int:
         """Streams whose level detectors are past their warm-up (``Context.streams``: those that could

@@ -772,3 +772,25 @@ def test_an_alarm_inside_the_cooldown_says_it_brought_no_evaluation():
     assert [t for s, t in texts if s == first_b][0].endswith(
         f"[no evaluation of its own: within policy.alarm.cooldown_steps={cooldown} of the last alarm's evaluation]")
     assert not [t for s, t in texts if s == first_a][0].endswith("evaluation]")
+
+
+def test_an_alarm_held_for_corroboration_says_so():
+    """Found by a new user in the demo (seed 1): a KL alarm alone, its change gradual, was held for another stream
+    to agree (policy.alarm.corroborate), and the alarms text gave no reason why no evaluation followed."""
+    from conftest import RecordingLogger
+
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1000"]), total_steps=400,
+                                       clock=FakeClock(), logger=logger)
+    rng = np.random.default_rng(0)
+    for g in range(300):  # a slow drift on one stream: no abrupt shift, and nothing else moves
+        ev.observe({"a": max(0.0, (g - 150) * 0.02) + rng.normal(0, 0.1), "b": rng.normal(0, 0.1),
+                    "c": rng.normal(0, 0.1)}, g)
+        ev.evaluate(lambda request: {"accuracy": [1.0, 0.0]}, 0, g, g)
+    alarm = ev.policies.by_name["alarm"]
+    texts = [t for _, tag, t in logger.texts if tag == "alarms"]
+    assert alarm.held >= 1 and not [r for r in ev.history if r.reason.startswith("alarm:")]
+    held = [t for t in texts if t.endswith(f"[held: no evaluation unless another stream agrees within "
+                                           f"policy.alarm.corroborate_steps={alarm.corroborate_steps} "
+                                           f"(policy.alarm.corroborate={alarm.corroborate})]")]
+    assert len(held) == alarm.held
