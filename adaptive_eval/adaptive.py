@@ -1389,7 +1389,7 @@ class AdaptiveEvaluator:
         into the group's, the same on every rank."""
         everyone = self.dist.gather_objects(self._async.shards_to_wire(pairs))
         return self._async.combine_shards(pairs, everyone, self._rank, self._evaluation["confidence"],
-                                          self._discrepancy_threshold)
+                                          self._discrepancy_threshold, suites=bool(self._suites))
 
     def _integrate_in_group(self, global_step: int) -> EvalResult | None:
         """The first training rank's outcomes, broadcast (sharded: every rank's shards, all-gathered and

@@ -796,9 +796,10 @@ class AsyncEvaluations:
         return parts, self.down
 
     def combine_shards(self, pairs, everyone: Sequence, rank: int, confidence: float,
-                       discrepancy_threshold: float | None = None) -> list:
+                       discrepancy_threshold: float | None = None, suites: bool = False) -> list:
         """Sharded: the (job, outcome) pairs of the whole group from every rank's parts (the same on every
-        rank): the shards' summaries combined exactly, or an error when any rank's shard failed; with
+        rank): the shards' summaries combined exactly, or an error when any rank's shard failed (or, without eval
+        ``suites``, when no rank returned a value of any per-sample metric); with
         ``distributed.rank_discrepancy_threshold`` the ranks whose mean deviates, as a synchronous
         evaluation finds them."""
         from adaptive_eval.distributed import (
@@ -807,7 +808,7 @@ class AsyncEvaluations:
             rank_discrepancies,
             warn_missing_shards,
         )
-        from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError
+        from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError, no_value_on_any_rank
 
         self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
         out = []
@@ -831,6 +832,10 @@ class AsyncEvaluations:
                 out.append((job, EvalOutcome(None, error, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
                 continue
             combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
+            empty = None if suites else no_value_on_any_rank(combined, job.step, job.sample_size)
+            if empty is not None:  # (as a synchronous evaluation says it)
+                out.append((job, EvalOutcome(None, empty, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
+                continue
             if rank == 0:
                 warn_missing_shards(counts, job.step)
             found = ()

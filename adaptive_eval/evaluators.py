@@ -336,6 +336,20 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
     return metrics, None
 
 
+def no_value_on_any_rank(metrics, step: int, sample_size: int | None) -> ValueError | None:
+    """Sharded, without suites: the error of :func:`_check_not_empty` for the ranks' combined ``metrics`` when
+    every per-sample metric came back with no value at all from every rank (each rank may return empty lists for a
+    shard of no items, so only the whole says it: it read as a NaN result, the nonfinite alarm, where one process
+    fails the evaluation; found in review)."""
+    per = {name: m for name, m in metrics.items() if m.per_sample}
+    if sample_size == 0 or not per or any(m.n or m.nan_count for m in per.values()):
+        return None
+    return ValueError(f"evaluate_fn returned no value for {', '.join(map(repr, per))} at step {step} on any rank, "
+                      "though the request asked for "
+                      f"{'the whole eval set' if sample_size is None else f'{sample_size} items'}: an empty list or "
+                      "array is not a result (give NaN for an item that could not be scored; it is kept as data)")
+
+
 def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
     """ValueError when every per-sample metric came back with no value at all (empty lists, not even a NaN) though
     this process was asked for items: it read as a NaN result, which the eval detectors took for a collapse (found
@@ -507,6 +521,13 @@ def run_evaluation_outcome(
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
             combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
+            empty = None if request.suites else no_value_on_any_rank(combined, request.step, request.sample_size)
+            if empty is not None:  # (alike on every rank: from what they all gathered)
+                if on_error == "raise":
+                    raise empty
+                if request.rank == 0:
+                    _log_bad_output(empty, request, failures_said)
+                return EvalOutcome(None, empty, failed_ranks=tuple(range(len(everyone))), attempts=attempt + 1)
             if request.rank == 0:
                 warn_missing_shards(counts, request.step)
             found = ()

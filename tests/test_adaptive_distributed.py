@@ -179,6 +179,20 @@ def mixed_shapes(rank, world):
     return drive(rank, config, 30, {"train/loss": noise(65 + rank)}, evaluate_fn=fn)
 
 
+def empty_everywhere(rank, world):
+    # From step 15 every rank returns an empty list, without asking request.indices for its shard (an
+    # evaluate_fn that shards by itself, or a filter that dropped every answer): one process fails such an
+    # evaluation; sharded, a rank cannot tell an empty shard from an empty result, and the whole read as a NaN
+    # result, the nonfinite alarm on eval/acc and an evaluation it brought (found in review).
+    def fn(req):
+        if req.step >= 15:
+            return {"acc": []}
+        return {"acc": [acc(i, 0.6) for i in req.indices(ITEMS)]}
+
+    config = cfg(trigger={"freq_steps": 10}, policy=NO_POLICIES)
+    return drive(rank, config, 30, {"train/loss": noise(66 + rank)}, evaluate_fn=fn)
+
+
 def uneven_shards(rank, world):
     ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1}, policy=NO_POLICIES))
     r = ev.evaluate(lambda req: {"loss": DATA[req.indices(101)], "acc": HITS[req.indices(101)].tolist()}, 0, 0, 0)
@@ -243,6 +257,7 @@ def _scenarios_rank(rank, world, log_dir):
         "error_raise": lambda: failing(rank, world, "raise"),
         "uneven_shards": lambda: uneven_shards(rank, world),
         "mixed_shapes": lambda: mixed_shapes(rank, world),
+        "empty_everywhere": lambda: empty_everywhere(rank, world),
         "discrepancy": lambda: discrepancy(rank, world, log_dir),
         "resources": lambda: resources(rank, world),
         "resources_cusum": lambda: resources_cusum(rank, world),
@@ -314,6 +329,15 @@ def test_a_metric_returned_in_different_shapes_on_the_ranks_is_a_wrong_value_on_
     same_on_both(a, b)
     assert not evals(a) and a["raised"] and a["raised"] == b["raised"]
     assert {name for _, name in a["raised"]} == {"ValueError"}
+
+
+def test_no_value_from_any_rank_is_a_failed_evaluation_not_a_nan_result(group_run):
+    a, b = group_run("empty_everywhere")
+    same_on_both(a, b)
+    assert [(e[1], e[3]) for e in evals(a)] == [(9, "trigger:steps")]  # (steps 19 and 29 failed)
+    assert [e[:3] for e in a["events"] if e[0] == "error"] == [("error", 19, "trigger:steps"),
+                                                               ("error", 29, "trigger:steps")]
+    assert not [e for e in a["events"] if e[0] == "alarm"]
 
 
 def test_evaluate_fn_running_its_own_collective(group_run):

@@ -107,6 +107,12 @@ def _world(rank, world):
     ev = make("evaluation.async_integrate_after_steps=3", "distributed.rank_discrepancy_threshold=0.3")
     out["discrepancy"] = decisions(drive(ev, rank, 0, STEPS, skewed))
 
+    def empty(request, weights):  # from step 15 no rank returns a value (without asking for its shard)
+        return {"acc": []} if request.step >= 15 else {"acc": [0.5] * len(request.indices(100))}
+
+    ev = make("evaluation.async_integrate_after_steps=3")
+    out["empty"] = decisions(drive(ev, rank, 0, STEPS, empty))
+
     first = make("evaluation.async_integrate_after_steps=3")
     before = drive(first, rank, 0, CUT, weight_sum, close=False)
     state = json.dumps(first.state_dict())  # this rank's own state, with an evaluation in flight
@@ -179,6 +185,15 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     evals = [e for e in disc0 if e["kind"] == "eval"]
     assert found and found[0]["step"] == evals[0]["step"]
     assert any(e["message"].startswith("rank 1: eval/acc mean 0.8 (n=") for e in found)
+
+    # no value from any rank: a failed evaluation on both, as one process says it, not a NaN result and its alarm
+    empty0, empty1 = ranks[0]["empty"], ranks[1]["empty"]
+    assert empty0 == empty1
+    errors = [e for e in empty0 if e["kind"] == "error"]
+    assert errors and all(e["step"] >= 15 for e in errors)
+    assert all("returned no value for 'acc'" in e["error"] and "on any rank" in e["error"] for e in errors)
+    assert not [e for e in empty0 if e["kind"] == "alarm" and e["stream"].startswith("eval/")]
+    assert all(e["step"] < 15 for e in empty0 if e["kind"] == "eval")
 
     # resume: each rank's saved state held the evaluation in flight; the resumed run decides as the uninterrupted one
     for r in range(2):
