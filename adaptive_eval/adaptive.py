@@ -1601,9 +1601,10 @@ class AdaptiveEvaluator:
         })
 
     def _shape(self) -> dict:
-        """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric."""
+        """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric;
+        and the rank that took it."""
         return {"asynchronous": self._async is not None, "suites": sorted(self._suites),
-                "metric": self._evaluation["metric"]}
+                "metric": self._evaluation["metric"], "rank": self._rank}
 
     def _say_other_shape(self, sd: Mapping) -> None:
         """A state taken under another config loads (a changed frequency is meant to), but what it cannot carry
@@ -1612,7 +1613,14 @@ class AdaptiveEvaluator:
         saved, now = sd.get("shape"), self._shape()
         if not isinstance(saved, Mapping):
             return  # (a state from before the check)
-        changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now if k in saved and saved.get(k) != now[k]]
+        if "rank" in saved and saved["rank"] != self._rank:
+            # (rank 0's state loaded on every rank: found in review; the adapters load each rank its own)
+            log.warning("load_state_dict on rank %d: the state was taken on rank %s; it is loaded, but this rank's "
+                        "detectors go on from that rank's streams, and the next paired difference finds no earlier "
+                        "value of this rank's items (the state holds that rank's shard): save state_dict() on "
+                        "every rank and load each rank its own", self._rank, saved["rank"])
+        changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
+                   if k != "rank" and k in saved and saved.get(k) != now[k]]
         lost = [job.get("step") for job in (sd.get("async") or {}).get("jobs", [])] if self._async is None else []
         if changed and self._rank == 0:
             log.warning("load_state_dict: the state was taken under another config (%s); it is loaded, and the run "

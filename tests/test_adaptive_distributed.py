@@ -193,6 +193,30 @@ def empty_everywhere(rank, world):
     return drive(rank, config, 30, {"train/loss": noise(66 + rank)}, evaluate_fn=fn)
 
 
+def foreign_state(rank, world):
+    # Rank 0's state loaded on every rank (found in review): rank 1 says so; rank 0 says nothing.
+    import logging
+
+    import torch.distributed as dist
+
+    ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 5}, policy=NO_POLICIES))
+    for g in range(8):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(lambda req: {"acc": [acc(i, 0.6) for i in req.indices(ITEMS)]}, 0, g, g)
+    box = [ev.state_dict()]
+    dist.broadcast_object_list(box, src=0)
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 5}, policy=NO_POLICIES)).load_state_dict(box[0])
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    ev.close()
+    return [m for m in said if m.startswith("load_state_dict")]
+
+
 def uneven_shards(rank, world):
     ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1}, policy=NO_POLICIES))
     r = ev.evaluate(lambda req: {"loss": DATA[req.indices(101)], "acc": HITS[req.indices(101)].tolist()}, 0, 0, 0)
@@ -258,6 +282,7 @@ def _scenarios_rank(rank, world, log_dir):
         "uneven_shards": lambda: uneven_shards(rank, world),
         "mixed_shapes": lambda: mixed_shapes(rank, world),
         "empty_everywhere": lambda: empty_everywhere(rank, world),
+        "foreign_state": lambda: foreign_state(rank, world),
         "discrepancy": lambda: discrepancy(rank, world, log_dir),
         "resources": lambda: resources(rank, world),
         "resources_cusum": lambda: resources_cusum(rank, world),
@@ -338,6 +363,12 @@ def test_no_value_from_any_rank_is_a_failed_evaluation_not_a_nan_result(group_ru
     assert [e[:3] for e in a["events"] if e[0] == "error"] == [("error", 19, "trigger:steps"),
                                                                ("error", 29, "trigger:steps")]
     assert not [e for e in a["events"] if e[0] == "alarm"]
+
+
+def test_a_state_taken_on_another_rank_is_loaded_and_said(group_run):
+    said0, said1 = group_run("foreign_state")
+    assert said0 == []
+    assert len(said1) == 1 and said1[0].startswith("load_state_dict on rank 1: the state was taken on rank 0")
 
 
 def test_evaluate_fn_running_its_own_collective(group_run):
