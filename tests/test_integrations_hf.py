@@ -355,7 +355,8 @@ def test_a_callback_rebuilt_without_the_instance_it_replaces_says_what_is_lost(c
 
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         cb = _load_callback_state()
-    assert cb.evaluate_fn is None and "evaluate_fn, eval_dataset, executor and clock are not restored" in caplog.text
+    assert cb.evaluate_fn is None
+    assert "evaluate_fn, eval_dataset, executor, clock and resource_monitor are not restored" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         AdaptiveEvalCallback("areal")  # built by the user: nothing to say
@@ -740,3 +741,19 @@ def test_a_decision_put_off_to_the_steps_log_is_made_on_the_same_weights_when_th
         assert cb._pending is None
     assert runs["log cancelled"] == runs["no log"]
     assert [s for s, *_ in runs["no log"]] == [9, 31, 39]  # (one relaxed after a quiet stretch; the final weights)
+
+
+def test_a_resource_monitor_given_to_the_callback_is_the_one_the_scheduler_reads(tmp_path):
+    """The README's fake monitor could not be handed to a callback (it builds the evaluator): a new user's find."""
+    from adaptive_eval.scheduler import FakeResourceMonitor
+
+    short = FakeResourceMonitor([{"accelerator_free_gb": 1.0}])
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5", "resources.enabled=true",
+                                                           "resources.min_free_accelerator_gb=4",
+                                                           "resources.max_deferral_steps=3"],
+                              resource_monitor=short)
+    Trainer(Tiny(), make_args(tmp_path, max_steps=12), train_dataset=Points(400, 0), eval_dataset=Points(50, 1),
+            compute_metrics=accuracy, callbacks=[cb]).train()
+    assert short.calls > 0
+    assert [r.reason for r in cb.evaluator.history][:1] == ["resources:forced (trigger:steps)"]

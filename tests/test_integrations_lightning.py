@@ -1147,3 +1147,164 @@ def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
         L.Trainer(max_steps=6, logger=False, callbacks=[cb, ckpt], **QUIET).fit(Model(), train)  # (no validation)
     said = [r.getMessage() for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
     assert len(said) == 1 and "ModelCheckpoint(monitor='adaptive_eval/score')" in said[0]
+
+
+# -- what a new user's Lightning set-up met (sixth probe of the adapters) ---------------------------------
+
+class Indexed(torch.utils.data.Dataset):
+    """Item i is a vector of i's: validation_step can tell which item it was handed."""
+
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        return torch.full((32,), float(i))
+
+
+class ItemModel(Model):
+    """Records the items and the precision context of the adapter's validation_step calls (not Lightning's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.items, self.contexts = [], []
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        if not self.trainer.validating:
+            self.items.append(int(batch[0, 0].round()))
+            out = self(batch)
+            self.contexts.append((torch.is_autocast_enabled("cpu"), batch.dtype, out.dtype))
+        self.log("val_loss", self.step(batch).float())
+
+
+def test_the_items_of_a_validation_dataloaders_sampler_are_those_evaluated():
+    """One dataset split by samplers (validation: items 80-99): the adapter indexed loader.dataset itself and
+    scored training items, without a word (found by a new user)."""
+    from torch.utils.data import SubsetRandomSampler
+
+    data = Indexed()
+    train = DataLoader(data, batch_size=4, sampler=SubsetRandomSampler(range(80)))
+    val = DataLoader(data, batch_size=4, sampler=SubsetRandomSampler(range(80, 100)))
+    torch.manual_seed(0)
+    model = ItemModel()
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train, val)
+    history = cb.evaluator.history
+    assert history and history[-1].step == 19 and all(r.items == 20 for r in history)  # (the sampler's 20 items)
+    assert sorted(set(model.items)) == list(range(80, 100)) and len(model.items) == 20 * len(history)
+
+
+def test_lightnings_distributed_sampler_wrapper_is_seen_through_and_a_sampler_drawing_twice_is_refused():
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+    from torch.utils.data import SubsetRandomSampler, WeightedRandomSampler
+
+    from adaptive_eval.integrations.lightning import _items_of
+
+    data = Indexed()
+    wrapped = DataLoader(data, sampler=DistributedSamplerWrapper(SubsetRandomSampler(range(50, 60)), num_replicas=2,
+                                                                 rank=1))
+    view = _items_of(wrapped, None)
+    assert [view[i][0].item() for i in range(len(view))] == list(range(50, 60))  # every rank's items, in order
+    assert _items_of(DataLoader(data), None) is data  # (a plain loader: its dataset as it is)
+    with pytest.raises(ValueError, match="draws an item more than once"):
+        _items_of(DataLoader(data, sampler=WeightedRandomSampler([1.0] * 100, 50)), None)
+
+
+@pytest.mark.parametrize("precision", ["bf16-true", "bf16-mixed"])
+def test_the_adapters_validation_step_runs_in_the_trainers_precision(precision):
+    """As Lightning's own validation: bf16-true failed every evaluation (a float32 batch into bf16 weights), and
+    bf16-mixed ran without autocast (found by a new user)."""
+    train, val = loaders(n_val=40)
+    torch.manual_seed(0)
+    model = ItemModel()
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"],
+                              val_dataset=Indexed())
+    L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], precision=precision,
+              **QUIET).fit(model, train, val)
+    assert cb.evaluator.summary()["eval_errors"] == 0 and [r.step for r in cb.evaluator.history] == [9]
+    expected = (False, torch.bfloat16, torch.bfloat16) if precision == "bf16-true" else (True, torch.float32,
+                                                                                         torch.bfloat16)
+    assert set(model.contexts) == {expected}
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(torch.zeros(8, 32))
+
+
+class _Marks(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.marks = []
+
+    def emit(self, record):
+        self.marks.append(record.getMessage())
+
+
+class MarkedModel(Model):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 0:
+            logging.getLogger("adaptive_eval").warning("first training step")
+        return super().training_step(batch, batch_idx)
+
+
+class NoValModel(MarkedModel):
+    val_dataloader = L.LightningModule.val_dataloader  # (BoringModel has one)
+
+
+@pytest.mark.parametrize("val", ["none", "iterable"])
+def test_validation_data_the_adapter_cannot_use_is_said_before_the_first_step(val):
+    """No validation data, or an IterableDataset: said only at the first evaluation (in a real run thousands of
+    steps in), as "evaluate_fn failed" though the user gave none (found by a new user)."""
+    train, _ = loaders()
+    marks = _Marks()
+    logging.getLogger("adaptive_eval").addHandler(marks)
+    try:
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+        L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
+            NoValModel() if val == "none" else MarkedModel(), train, None if val == "none" else DataLoader(
+                Stream(), batch_size=4))
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(marks)
+    said = [m for m in marks.marks if "every evaluation of this run will fail" in m]
+    assert len(said) == 1 and marks.marks.index(said[0]) < marks.marks.index("first training step")
+    assert ("no validation data" if val == "none" else "is an IterableDataset (Stream)") in said[0]
+
+
+def test_fast_dev_run_evaluates_the_items_of_its_validation_batches_only():
+    train, _ = loaders()
+    model = ItemModel()
+    cb = AdaptiveEvalCallback("default", overrides=FAST)
+    trainer = L.Trainer(fast_dev_run=True, callbacks=[cb], enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu")
+    trainer.fit(model, train, DataLoader(Indexed(), batch_size=4))
+    assert [(r.step, r.items) for r in cb.evaluator.history] == [(0, 4)]  # (one batch of 4, not 50 items)
+    assert sorted(model.items) == [0, 1, 2, 3]
+
+
+def test_named_callbacks_log_apart_and_an_asynchronous_final_result_at_the_last_step_trained(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from adaptive_eval.scheduler import FakeResourceMonitor
+
+    train, val = loaders(n_val=40)
+    torch.manual_seed(0)
+    short = FakeResourceMonitor([{"accelerator_free_gb": 1.0}])
+    easy = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"], name="easy")
+    with ThreadPoolExecutor(1) as pool:
+        hard = AdaptiveEvalCallback("default", overrides=FAST + [
+            "trigger.freq_steps=10", "resources.enabled=true", "resources.min_free_accelerator_gb=4",
+            "resources.max_deferral_steps=3"], name="hard", executor=pool, resource_monitor=short)
+        logger = CSVLogger(str(tmp_path), name="run")
+        L.Trainer(max_steps=20, logger=logger, enable_checkpointing=False, callbacks=[easy, hard], log_every_n_steps=1,
+                  **QUIET).fit(Model(), train, val)
+    rows = list(csv.DictReader(open(f"{logger.log_dir}/metrics.csv")))
+    trained = max(int(r["step"]) for r in rows if r.get("train_loss"))
+    for name, cb in (("easy", easy), ("hard", hard)):
+        logged = [(int(r["step"]), float(r[f"adaptive_eval/{name}/step"])) for r in rows
+                  if r.get(f"adaptive_eval/{name}/step")]
+        assert [s for _, s in logged] == [r.step for r in cb.evaluator.history], name
+        assert max(step for step, _ in logged) == trained == 19, name  # (asynchronous: it read 20, never trained)
+    assert "adaptive_eval/val_loss" not in rows[0]
+    assert short.calls > 0 and any(r.reason.startswith("resources:") for r in hard.evaluator.history)

@@ -111,7 +111,7 @@ _NOT_OBSERVED = ("loss", "train_loss")
 
 # What the user passed that is not a plain value: not in state()["args"], so HF's rebuilt callback
 # (restore_callback_states_from_checkpoint) takes it from the instance it replaces.
-_LIVE = ("evaluate_fn", "eval_dataset", "executor", "clock", "_trainer_ref")
+_LIVE = ("evaluate_fn", "eval_dataset", "executor", "clock", "resource_monitor", "_trainer_ref")
 
 # Under DDP, each rank but world process zero keeps its own state beside the checkpoint (HF saves
 # ``stateful_callbacks`` from process zero only): ``checkpoint-<step>/`` + this.
@@ -283,12 +283,14 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     loads it and scores its shard): the trainer's own evaluation then loads those weights into the model for that
     evaluation (the model's own kept on the CPU meanwhile and put back after), logged as
     ``eval_lookback_<metric>``; your ``evaluate_fn`` must load ``request.checkpoint`` itself.
+    ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
+    default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
                  per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None,
-                 look_back: bool = False):
+                 look_back: bool = False, resource_monitor=None):
         # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
@@ -303,6 +305,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
         self.executor = executor
         self.clock = clock
+        self.resource_monitor = resource_monitor
         self.evaluator = None
         self._saved_state: dict | None = None  # set by HF when it restores a callback from its arguments
         self._guard = StepGuard()
@@ -332,7 +335,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         elif trainer_found is not None:
             log.warning("adaptive_eval: HF rebuilt AdaptiveEvalCallback from a checkpoint's saved arguments "
                         "(restore_callback_states_from_checkpoint) without the instance it replaces: evaluate_fn, "
-                        "eval_dataset, executor and clock are not restored; the trainer's own evaluation is used")
+                        "eval_dataset, executor, clock and resource_monitor are not restored; the trainer's own evaluation "
+                        "is used")
         if self._trainer_ref is None and isinstance(trainer_found, transformers.Trainer):
             self._trainer_ref = weakref.ref(trainer_found)
 
@@ -420,7 +424,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 and forward_collectives(trainer.model)):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
-                                                       executor=executor, logger=_tensorboard_beside(cfg, trainer))
+                                                       executor=executor, logger=_tensorboard_beside(cfg, trainer),
+                                                       resource_monitor=self.resource_monitor)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
                             and asynchronous(cfg, executor) else self._evaluate_with_trainer)

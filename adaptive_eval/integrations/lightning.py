@@ -65,6 +65,7 @@ except the user's own ``evaluation.on_error: raise``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
@@ -146,16 +147,19 @@ class AdaptiveEvalCallback(Callback):
     ``config``: a preset name or YAML path, a loaded config, a nested dict, or None (the default preset);
     ``overrides``: dotlist overrides.  ``evaluate_fn``: your own evaluation (``evaluate_fn(request)`` or
     ``evaluate_fn()``); without one, the module's ``validation_step`` runs on the requested items of
-    ``val_dataset`` (default: the dataset of the trainer's validation dataloader).  ``name`` tells two
-    instances apart in a checkpoint.  ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for
-    asynchronous evaluation (turns ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the
-    evaluator's clock (tests).  ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that
+    ``val_dataset`` (default: the items of the trainer's validation dataloader, its sampler's where it has one).
+    ``name`` tells two instances apart in a checkpoint and in the loggers (``adaptive_eval/<name>/<metric>``).
+    ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
+    ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).  ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that
     after a fall it evaluates the last one from before it (``policy.lookback``; see the module documentation).
+    ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
+    default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
-                 val_dataset=None, name: str | None = None, executor=None, clock=None, look_back: bool = False):
+                 val_dataset=None, name: str | None = None, executor=None, clock=None, look_back: bool = False,
+                 resource_monitor=None):
         # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
@@ -168,6 +172,7 @@ class AdaptiveEvalCallback(Callback):
         self.name = name
         self.executor = executor
         self.clock = clock
+        self.resource_monitor = resource_monitor
         self.look_back = bool(look_back)
         self.evaluator = None
         self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
@@ -221,6 +226,14 @@ class AdaptiveEvalCallback(Callback):
                              else _ModuleEval(self, trainer, pl_module))
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
+        if self.evaluator is not None and self.evaluate_fn is None:
+            # The validation items now, in the user's setup, not at the first evaluation (thousands of steps in):
+            # no validation data, or an IterableDataset, failed every evaluation of the run (found by a new user).
+            self._val = None
+            try:
+                self._datasets(trainer, pl_module)
+            except Exception as exc:  # noqa: BLE001 - said, never raised into the fit
+                log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
 
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
@@ -312,7 +325,7 @@ class AdaptiveEvalCallback(Callback):
                 and _sharded(trainer, trainer.lightning_module)):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
-                                                       executor=executor)
+                                                       executor=executor, resource_monitor=self.resource_monitor)
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
         # when only a loss is left to track as higher-is-better.
@@ -462,15 +475,19 @@ class AdaptiveEvalCallback(Callback):
     def on_train_end(self, trainer, pl_module):
         self.hooks_called.add("on_train_end")
         if self.evaluator is not None:
+            # (on the loggers' axis at the last step trained, as the training metrics and a synchronous final
+            # result: Lightning's counter is one past it now; a result drained here was logged at a step never
+            # trained, found by a new user)
+            last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
             if trainer.global_step > 0:  # stopped early (EarlyStopping, should_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
                 seen = len(self.evaluator.history)
                 result = self._guard("evaluate", self.evaluator.after_train, fn, trainer.global_step - 1)
                 if result is not None:
-                    self._guard("report", self._report, trainer, result)
+                    self._guard("report", self._report, trainer, result, last)
                     self._guard("report", self._report_look_backs, trainer, seen)
             for result in close_and_drain(self.evaluator, self._guard):
-                self._guard("report", self._report, trainer, result)
+                self._guard("report", self._report, trainer, result, last)
             if trainer.is_global_zero:
                 log_summary(self.evaluator)
         self._module_eval = self._val = None  # hold the trainer and the data
@@ -506,7 +523,7 @@ class AdaptiveEvalCallback(Callback):
         loaders = [loader for loader in loaders if loader is not None]
         if not loaders:
             raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
-        self._val = [(loader.dataset, getattr(loader, "collate_fn", None)) for loader in loaders]
+        self._val = [(_items_of(loader, trainer), getattr(loader, "collate_fn", None)) for loader in loaders]
         return self._val
 
     def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
@@ -594,11 +611,19 @@ class AdaptiveEvalCallback(Callback):
             for k, v in dictionary.items():
                 capture(k, v, add_dataloader_idx=add_dataloader_idx)
 
+        precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
+
         def call(batch, batch_idx, dl_idx):
+            # As Lightning's own validation: the precision plugin converts the batch (bf16-true: to bf16) and
+            # runs the step in its context (bf16-mixed: autocast); without them every evaluation of a bf16-true
+            # module failed, and a bf16-mixed one ran in float32 (found by a new user).
+            if precision is not None:
+                batch = precision.convert_input(batch)
             batch = pl_module._apply_batch_transfer_handler(batch, dataloader_idx=dl_idx)
-            if several:
-                return pl_module.validation_step(batch, batch_idx, dataloader_idx=dl_idx)
-            return pl_module.validation_step(batch, batch_idx)
+            with precision.val_step_context() if precision is not None else contextlib.nullcontext():
+                if several:
+                    return pl_module.validation_step(batch, batch_idx, dataloader_idx=dl_idx)
+                return pl_module.validation_step(batch, batch_idx)
 
         # A sharded module (FSDP) all-gathers in forward: every rank makes as many calls as the largest shard.
         refuse_tensor_parallel(pl_module, request)
@@ -653,11 +678,19 @@ class AdaptiveEvalCallback(Callback):
         return captured
 
     # -- reporting --------------------------------------------------------------------------------------
-    def _report(self, trainer, result) -> None:
-        scalars = {f"adaptive_eval/{k}": v for k, v in result_scalars(result).items()}
-        scalars["adaptive_eval/items"] = float(result.items)
-        scalars["adaptive_eval/step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
-        step = trainer.fit_loop.epoch_loop._batches_that_stepped
+    @property
+    def _prefix(self) -> str:
+        """The loggers' tag prefix: ``adaptive_eval``, or ``adaptive_eval/<name>`` with ``name=`` (two callbacks
+        on two eval sets logged into one series: found by a new user)."""
+        return "adaptive_eval" if self.name is None else f"adaptive_eval/{self.name}"
+
+    def _report(self, trainer, result, step: int | None = None) -> None:
+        prefix = self._prefix
+        scalars = {f"{prefix}/{k}": v for k, v in result_scalars(result).items()}
+        scalars[f"{prefix}/items"] = float(result.items)
+        scalars[f"{prefix}/step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this one
+        if step is None:
+            step = trainer.fit_loop.epoch_loop._batches_that_stepped
         for logger in trainer.loggers:  # log_metrics is rank-zero only in every Lightning logger
             if id(logger) not in self._beside:
                 logger.log_metrics(scalars, step=step)
@@ -669,9 +702,10 @@ class AdaptiveEvalCallback(Callback):
         for result in self.evaluator.history[seen:]:
             if result.evaluated_at is None:
                 continue
-            scalars = {f"adaptive_eval/lookback/{k}": v for k, v in result_scalars(result).items()}
-            scalars["adaptive_eval/lookback/items"] = float(result.items)
-            scalars["adaptive_eval/lookback/evaluated_at"] = float(result.evaluated_at)
+            prefix = f"{self._prefix}/lookback"
+            scalars = {f"{prefix}/{k}": v for k, v in result_scalars(result).items()}
+            scalars[f"{prefix}/items"] = float(result.items)
+            scalars[f"{prefix}/evaluated_at"] = float(result.evaluated_at)
             for logger in trainer.loggers:
                 if id(logger) not in self._beside:
                     logger.log_metrics(scalars, step=result.step)
@@ -798,6 +832,52 @@ def _kind(key: str) -> int:
     if _VALIDATION_KEY.match(key) or not watched(key) or key.endswith("_epoch"):
         return 0
     return 1
+
+
+def _items_of(loader, trainer):
+    """The validation items a dataloader draws, as a dataset the request's indices index: its dataset, or the
+    items its sampler picks (a ``SubsetRandomSampler`` or sampler of one's own over a shared dataset: indexing the
+    dataset itself scored training items, without a word; found by a new user), sorted (a sampler that shuffles
+    picks the same items in another order).  Lightning's distributed samplers are seen through (the adapter shards by itself); an
+    ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N``: the first N batches' items,
+    as Lightning validates on N batches."""
+    import torch.utils.data as data
+
+    dataset = loader.dataset
+    if isinstance(dataset, data.IterableDataset):
+        raise ValueError(f"the validation dataloader's dataset is an IterableDataset ({type(dataset).__name__}): it "
+                         "has no items to pick a sample from; pass a map-style val_dataset= (one with __len__ and "
+                         "__getitem__) or evaluate_fn=")
+    sampler = getattr(loader, "sampler", None)
+    if isinstance(getattr(sampler, "dataset", None), _sampler_wrapper_type()):
+        sampler = sampler.dataset._sampler  # Lightning's DistributedSamplerWrapper around the user's sampler
+    items = None
+    if isinstance(sampler, data.SubsetRandomSampler):
+        items = sorted(int(i) for i in sampler.indices)
+    elif sampler is not None and not isinstance(sampler, (data.SequentialSampler, data.RandomSampler,
+                                                          data.DistributedSampler)):
+        try:
+            items = [int(i) for i in sampler]
+        except (TypeError, ValueError):
+            items = None  # (a sampler that does not yield indices: the dataset as it is)
+        if items is not None and len(set(items)) < len(items):
+            raise ValueError(f"the validation dataloader's sampler ({type(sampler).__name__}) draws an item more "
+                             "than once; pass val_dataset= (the items to evaluate) or evaluate_fn=")
+        if items is not None:  # (sorted: a sampler that shuffles gives the same items in any order, resumed too)
+            items = None if sorted(items) == list(range(len(dataset))) else sorted(items)
+    fast = getattr(trainer, "fast_dev_run", False) if trainer is not None else False
+    if fast:
+        first = int(fast) * max(int(getattr(loader, "batch_size", None) or 1), 1)
+        items = (items if items is not None else list(range(len(dataset))))[:first]
+    return dataset if items is None else data.Subset(dataset, items)
+
+
+def _sampler_wrapper_type():
+    try:
+        from lightning.fabric.utilities.distributed import _DatasetSamplerWrapper
+    except ImportError:  # (another Lightning: no wrapper to see through)
+        return ()
+    return _DatasetSamplerWrapper
 
 
 def _sharded(trainer, pl_module) -> bool:
