@@ -335,8 +335,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         elif trainer_found is not None:
             log.warning("adaptive_eval: HF rebuilt AdaptiveEvalCallback from a checkpoint's saved arguments "
                         "(restore_callback_states_from_checkpoint) without the instance it replaces: evaluate_fn, "
-                        "eval_dataset, executor, clock and resource_monitor are not restored; the trainer's own evaluation "
-                        "is used")
+                        "eval_dataset, executor, clock and resource_monitor are not restored; the trainer's own "
+                        "evaluation is used")
         if self._trainer_ref is None and isinstance(trainer_found, transformers.Trainer):
             self._trainer_ref = weakref.ref(trainer_found)
 

@@ -150,8 +150,9 @@ class AdaptiveEvalCallback(Callback):
     ``val_dataset`` (default: the items of the trainer's validation dataloader, its sampler's where it has one).
     ``name`` tells two instances apart in a checkpoint and in the loggers (``adaptive_eval/<name>/<metric>``).
     ``executor``: a ``concurrent.futures.Executor`` (a thread pool) for asynchronous evaluation (turns
-    ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).  ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that
-    after a fall it evaluates the last one from before it (``policy.lookback``; see the module documentation).
+    ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
+    ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that after a fall it evaluates the
+    last one from before it (``policy.lookback``; see the module documentation).
     ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
     default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
