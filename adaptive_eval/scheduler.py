@@ -212,7 +212,8 @@ class ResourceScheduler:
         is a reading it cannot take, which never defers: logged once with its traceback, never raised into the
         training step (found by a new-user probe: it raised at every due step)."""
         try:
-            self.last_snapshot = self.monitor.snapshot()
+            self.last_snapshot = self._read()
+            found = shortages(self.last_snapshot, self.section)
         except Exception as exc:  # noqa: BLE001 - a resource reading never stops training
             self.last_snapshot = None
             self.read_errors += 1
@@ -230,8 +231,21 @@ class ResourceScheduler:
                 log.warning("resources.%s is set, but the monitor reads no accelerator memory here (%s: no CUDA "
                             "device, no NVML): it is not checked (said once)", " and ".join(keys),
                             getattr(self.last_snapshot, "source", "none"))
-        found = shortages(self.last_snapshot, self.section)
         return "; ".join(found) if found else None
+
+    def _read(self) -> ResourceSnapshot:
+        """The monitor's reading as a :class:`ResourceSnapshot`: a mapping of its fields is one (as
+        :class:`FakeResourceMonitor` takes them), and a plain function is called as ``snapshot`` is; anything else
+        is a ``TypeError``, a reading not taken (a dict or None raised AttributeError into the training step; a
+        function was never called: found by a new user)."""
+        monitor = self.monitor
+        snap = monitor() if callable(monitor) and not hasattr(monitor, "snapshot") else monitor.snapshot()
+        if isinstance(snap, Mapping):
+            snap = ResourceSnapshot(**snap)
+        if not isinstance(snap, ResourceSnapshot):
+            raise TypeError(f"snapshot() returned {type(snap).__name__}, not a ResourceSnapshot (or a mapping of "
+                            "its fields)")
+        return snap
 
     def bypasses(self, urgent: bool, reason: str = "") -> bool:
         """Whether an evaluation skips the resource check: with ``alarm_bypass``, an urgent one and one an

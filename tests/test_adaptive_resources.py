@@ -181,6 +181,32 @@ def test_a_monitor_that_raises_never_raises_in_the_training_step_and_defers_noth
     assert len(said) == 1 and "NVML Error" in said[0].getMessage()
 
 
+class _Returns:
+    def __init__(self, value):
+        self.value = value
+
+    def snapshot(self):
+        return self.value
+
+
+@pytest.mark.parametrize("monitor, reads", [(_Returns(LOW), True), (lambda: FakeResourceMonitor([LOW]).snapshot(), True),
+                                            (_Returns(None), False), (_Returns({"accelerator_free_gb": "low"}), False),
+                                            (_Returns(42), False)])
+def test_a_monitor_returning_a_mapping_or_being_a_function_is_read_and_a_wrong_reading_never_raises(monitor, reads,
+                                                                                                  caplog):
+    """A monitor returning a dict (as FakeResourceMonitor takes them) or None raised AttributeError out of
+    evaluate(), into the training step; a plain function was never called (found by a new user)."""
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=monitor)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        done = run(ev, 30)
+    if reads:
+        assert done == {14: FORCED, 29: FORCED} and ev.resources.read_errors == 0
+    else:
+        assert done == {9: "trigger:steps", 19: "trigger:steps", 29: "trigger:steps"}
+        assert ev.resources.read_errors == 3
+        assert len([r for r in caplog.records if "resource monitor" in r.getMessage()]) == 1
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_the_last_step_is_never_deferred_even_without_the_bypass(asynchronous):
     """With alarm_bypass false the final evaluation was deferred at the last step and lost: no later step runs it
