@@ -1075,6 +1075,7 @@ class AdaptiveEvaluator:
                 for old in sorted(self._suite_plans)[:-_KEPT_PLANS]:
                     del self._suite_plans[old]
         self.policies.on_eval(outcome_result, self._ctx(global_step))
+        self._settle_alarms(global_step, error, global_step)
         self._alarm_pending = self._policy_pending()
         if result is not None:
             # After on_eval, so that an alarm on the result is pending for the next evaluation (brought forward,
@@ -1092,6 +1093,17 @@ class AdaptiveEvaluator:
         if looked is not None:
             self._report_look_back(*looked, global_step)
         return result
+
+    def _settle_alarms(self, step: int, error, global_step: int) -> None:
+        """The evaluation of ``step`` is done: when it failed, the alarms it answered are pending again, once (the
+        next ``evaluate`` brings an evaluation for them), said in the alarms text."""
+        policy = self.policies.by_name.get("alarm")
+        if policy is None or not policy.settle(step, error is not None):
+            return
+        self._alarm_pending = self._policy_pending()
+        if self._logging:
+            self.logger.text(global_step, "alarms", f"the evaluation of step {step} for the alarm failed: "
+                             "its alarm is pending again (once)")
 
     def _lookback_wanted(self, evaluate_fn):
         """The kept checkpoint the lookback policy wants evaluated, ``(step, ref, items, reason)``, if this
@@ -1438,6 +1450,7 @@ class AdaptiveEvaluator:
             for p in self.policies.policies:  # the alarm policy learned at submission
                 if p.name != "alarm":
                     p.on_eval(learned, ctx)
+            self._settle_alarms(job.step, error, global_step)
             if result is not None and error is None:
                 for name, summary in result.metrics.items():
                     self._update_eval_detectors(name, summary.mean, job.step)

@@ -11,6 +11,9 @@ from adaptive_eval.policies._base import Context, Policy
 __all__ = ["AlarmPolicy"]
 
 
+_ANSWERED_KEPT = 16  # evaluations in flight whose alarms a failure puts back (asynchronous: a few at most)
+
+
 def alarm_reason(stream: str, detector: str, direction: str | None) -> str:
     return f"alarm:{stream}:{detector}" + (f":{direction}" if direction else "")
 
@@ -73,6 +76,10 @@ class AlarmPolicy(Policy):
 
     def _reset(self) -> None:
         self._pending: list[tuple[str, str, str | None, bool]] = []  # (stream, detector, direction, urgent)
+        # step -> [the alarms its evaluation answered, whether they were answered once already]: put back once
+        # when that evaluation fails (settle)
+        self._answered: dict[int, list] = {}
+        self._retry = False  # the pending alarms are those of a failed evaluation, put back
         self._last_alarm_eval: int | None = None
         self._last_urgent_eval: dict[str, int] = {}
         self.absorbed = 0  # alarms that cost no evaluation (cooldown)
@@ -145,7 +152,24 @@ class AlarmPolicy(Policy):
             for stream, _, _, urgent in self._pending:
                 if urgent:
                     self._last_urgent_eval[stream] = ctx.step
+            self._answered[ctx.step] = [list(self._pending), self._retry]
+            for old in sorted(self._answered)[:-_ANSWERED_KEPT]:
+                del self._answered[old]
         self._pending = []
+        self._retry = False
+
+    def settle(self, step: int, failed: bool) -> bool:
+        """The evaluation of ``step`` (the one that answered the alarms pending then) finished; when it
+        ``failed``, its alarms are pending again, once: the next evaluation is brought forward for them, and a
+        second failure drops them (a transient error in the evaluation an alarm brought threw the alarm away,
+        and the next evaluation was 56 steps later; found by a new user).  True when they were put back."""
+        answered = self._answered.pop(step, None)
+        if not failed or answered is None or answered[1]:
+            return False
+        alarms = [tuple(a) for a in answered[0]]
+        self._pending = alarms + [p for p in self._pending if tuple(p) not in alarms]
+        self._retry = True
+        return True
 
     @property
     def pending(self) -> bool:
@@ -159,7 +183,8 @@ class AlarmPolicy(Policy):
         return {"pending": [list(p) for p in self._pending], "last_alarm_eval": self._last_alarm_eval,
                 "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
                 "recent": [list(r) for r in self._recent], "moved": dict(self._moved), "taken": self._taken,
-                "held": self.held}
+                "held": self.held, "retry": self._retry,
+                "answered": {str(k): [[list(a) for a in v[0]], v[1]] for k, v in self._answered.items()}}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
@@ -171,3 +196,5 @@ class AlarmPolicy(Policy):
         taken = sd.get("taken")
         self._taken = None if taken is None else int(taken)
         self.held = int(sd.get("held", 0))
+        self._answered = {int(k): [[tuple(a) for a in v[0]], bool(v[1])] for k, v in sd.get("answered", {}).items()}
+        self._retry = bool(sd.get("retry", False))
