@@ -239,6 +239,7 @@ class AdaptiveEvaluator:
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
+        self._missing_said: set[str] = set()  # due suites with no result back: said once each
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
         self._budget_alarm_said = False  # an alarm's evaluation the budget holds back: said once (_say_held_alarm)
         self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
@@ -975,6 +976,20 @@ class AdaptiveEvaluator:
                                 "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
                                 req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
 
+    def _say_missing_suites(self, result: EvalResult, due: Sequence[str]) -> None:
+        """A suite due in this evaluation none of whose metrics came back (an evaluate_fn that forgot it, or
+        returned None for it): said once per suite (only the tracked metric's suite was; found by a new user)."""
+        missing = [name for name in due if name not in self._missing_said
+                   and not any(key.startswith(f"{name}/") for key in result.metrics)]
+        if not missing:
+            return
+        self._missing_said.update(missing)
+        if self._rank == 0:
+            log.warning("evaluate_fn returned no result for suite%s %s at step %d, though due (request.suites names "
+                        "each suite due, with its items): %s missing from this evaluation (said once per suite)",
+                        "s" if len(missing) > 1 else "", ", ".join(map(repr, missing)), result.step,
+                        "they are" if len(missing) > 1 else "it is")
+
     def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None, takes_request: bool = True
                        ) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
@@ -1070,6 +1085,8 @@ class AdaptiveEvaluator:
             self.history.append(result)
             self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None,
                                 takes_request=_wants_request(evaluate_fn))
+            if self._suites:
+                self._say_missing_suites(result, [str(p[0]) for p in decision.suites])
             if decision.suites:
                 self._suite_plans[global_step] = {str(p[0]): [int(p[1]), int(p[2])] for p in decision.suites}
                 for old in sorted(self._suite_plans)[:-_KEPT_PLANS]:

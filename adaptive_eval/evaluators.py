@@ -282,6 +282,18 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
                 f"evaluate_fn must return a mapping of metric name to values (or None), got {type(outputs).__name__}"
             )
         return {}, outputs
+    nones = [k for k, v in outputs.items() if v is None]
+    if nones and len(nones) < len(outputs):
+        # A metric that could not be computed this time (one suite's grader down) beside others that could: left
+        # out, said once per name; its TypeError failed the whole evaluation, every other metric with it (found by
+        # a new user).  (Every metric None is still a failed evaluation: nothing came back.)
+        new = [k for k in nones if k not in _NONE_SAID]
+        _NONE_SAID.update(new)
+        if new and request.rank == 0:
+            log.warning("evaluate_fn returned None for %s at step %s: left out of the evaluation, the other metrics "
+                        "kept (give NaN per item to keep an item that could not be scored as data; said once per "
+                        "metric)", ", ".join(map(repr, new)), request.step)
+        outputs = {k: v for k, v in outputs.items() if v is not None}
     if num_items is None:
         num_items = request.items_handed
     try:
@@ -294,6 +306,7 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
 
 
 _NOT_DUE_SAID: set = set()  # suites whose results came back when not due: said once per process
+_NONE_SAID: set = set()  # metrics returned as None: said once per process
 
 
 def _drop_suites_not_due(outputs, request, configured) -> Mapping:

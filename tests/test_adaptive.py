@@ -847,3 +847,39 @@ def test_an_alarm_whose_evaluation_fails_is_pending_again_once(asynchronous, fai
     second = make()
     second.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert before + drive(second, NAN_AT + (2 if asynchronous else 1), 80, refailed) == whole
+
+
+def test_a_due_suite_with_no_result_back_is_said_and_a_none_metric_leaves_the_others(caplog):
+    """An evaluate_fn that forgot a due suite passed unsaid (only the tracked metric's suite was said), and one
+    that returned None for a suite's metric failed the whole evaluation, the other suite's results with it (a new
+    user's finds)."""
+    cfg = load_config(overrides=["trigger.freq_steps=5", "evaluation.metric=easy/acc",
+                                 "evaluation.suites={easy: {size: 40}, hard: {size: 30}}"])
+
+    def run(fn):
+        ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock(), total_steps=20)
+        for g in range(20):
+            ev.observe({"train/loss": 1.0}, g)
+            ev.evaluate(fn, 0, g, g)
+        return ev
+
+    def forgets(request):
+        return {"easy/acc": [1.0, 0.0] * (len(request.suites["easy"].indices) // 2)
+                + [1.0] * (len(request.suites["easy"].indices) % 2)}
+
+    def none_for_hard(request):
+        return {**forgets(request), "hard/grader_down_acc": None}
+
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        ev = run(forgets)
+    said = [r.getMessage() for r in caplog.records if "no result for suite" in r.getMessage()]
+    assert len(said) == 1 and "suite 'hard' at step 4, though due" in said[0]
+    steps = [r.step for r in ev.history]
+    assert steps[0] == 4 and steps[-1] == 19 and all("easy/acc" in r.metrics for r in ev.history)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        ev = run(none_for_hard)
+    assert ev.summary()["eval_errors"] == 0 and [r.step for r in ev.history] == steps
+    assert all(list(r.metrics) == ["easy/acc"] for r in ev.history)
+    said = [r.getMessage() for r in caplog.records if "returned None for" in r.getMessage()]
+    assert len(said) == 1 and "'hard/grader_down_acc' at step 4: left out" in said[0]
