@@ -491,7 +491,11 @@ class TensorBoardLogger(MetricLogger):
             pages[1] = []
         rows = pages[1]
         rows.append((step, text))
-        table = [f"| step | {_cell(tag)} |", "| ---: | :--- |", *(f"| {s} | {_cell(t)} |" for s, t in rows)]
+        # (the steps in <pre>: TensorBoard's text card breaks words anywhere, word-break: break-word, and squeezed
+        # the step column beside long texts until "108" read "10" over "8"; <pre> is the one tag its sanitizer keeps
+        # that never wraps; found in a screenshot)
+        table = [f"| <pre>step</pre> | {_cell(tag)} |", "| ---: | :--- |",
+                 *(f"| <pre>{s}</pre> | {_cell(t)} |" for s, t in rows)]
         self._write_text(step, f"{tag}/{pages[0]:04d}", "\n".join(table))
 
     def _write_text(self, step: int, tag: str, text: str) -> None:
@@ -540,7 +544,7 @@ class TensorBoardLogger(MetricLogger):
 
 TEXT_PAGE_SIZE = 25  # text markers per page (one TensorBoard text tag each)
 TEXT_PAGE_OFFSET = 10_000  # the first page of the n-th writer in a folder: n x this (250,000 markers each)
-_PAGE_ROW = re.compile(r"^\| (\d+) \| (.*) \|$")
+_PAGE_ROW = re.compile(r"^\| (?:<pre>)?(\d+)(?:</pre>)? \| (.*) \|$")  # (pages written before <pre> too)
 
 
 def _cell(text: str) -> str:

@@ -83,6 +83,22 @@ def test_text_markers_and_config(tmp_path):
     assert acc.SummaryMetadata("decisions/0000").plugin_data.plugin_name == "text"
 
 
+def test_a_text_pages_steps_stay_on_one_line_beside_long_texts_and_older_pages_still_read(tmp_path):
+    """TensorBoard's text card breaks words anywhere (word-break: break-word) and squeezed the step column beside
+    long reasons until "108" read "10" over "8" (a screenshot); <pre>, which its sanitizer keeps, never wraps."""
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    with TensorBoardLogger(tmp_path) as logger:
+        logger.text(108, "decisions", "alarm:train/reward:cusum:down " + "x" * 250)
+        logger._write_text(120, "alarms/0000", "| step | alarms |\n| ---: | :--- |\n| 120 | written before <pre> |")
+    acc = read(tmp_path)
+    ((_, page),) = texts(acc, "decisions/0000")
+    assert page.splitlines()[2].startswith("| <pre>108</pre> | alarm:")
+    assert "<pre>108</pre>" in markdown_to_safe_html(page)  # (kept by the sanitizer the text plugin runs)
+    assert read_texts(acc, "decisions") == [(108, "alarm:train/reward:cusum:down " + "x" * 250)]
+    assert read_texts(acc, "alarms") == [(120, "written before <pre>")]
+
+
 def test_every_text_marker_survives_tensorboards_default_sampling(tmp_path):
     """153 decisions and alarms that share a step: all come back from an EventAccumulator with default size
     guidance (10 text events per tag), none replaced by another at the same step."""
