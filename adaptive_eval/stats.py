@@ -573,6 +573,8 @@ def summarize_outputs(
                                        item_ids, nan=bool(np.any(scored < rows[1])))
             if short:
                 log.warning(short)
+            _say_more_answers(label, name, int(rows[1].max(initial=0)),
+                              (samples_asked or {}).get(name.partition("/")[0]))
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
                                                 size if population else 0))
@@ -616,6 +618,18 @@ def _say_no_pass_at_k(label: str, name: str, ks, asked: int | None) -> None:
              "as a per-item value with no %s; return items x answers (a row of the answers' scores per item, "
              "request.suites[suite].samples_per_item of them) for pass@k (said once)", label, int(asked),
              "/".join(f"pass@{k}" for k in lost))
+
+
+def _say_more_answers(label: str, name: str, most: int, asked: int | None) -> None:
+    """More answers per item than the request asked (a cache of 8 answers whatever the plan chose): all are used
+    in the estimates, but the budget counted what was asked, and a pass@k above the plan's answers is not
+    reported; it passed unsaid, and the pass@k warning said the items had fewer answers (found by a new user)."""
+    if not asked or most <= int(asked):
+        return
+    log_once(("more", name), "%s: up to %d answers per item, where the request asked for %d "
+             "(request.suites[suite].samples_per_item, the sample-size plan's choice): all are used in the estimates, "
+             "but the budget counts %d per item, and pass@k is reported for k up to %d only; generate the answers "
+             "asked (said once)", label, most, int(asked), int(asked), int(asked))
 
 
 def _say_nearly_binary(label: str, name: str, padded: np.ndarray, ids) -> None:

@@ -1290,3 +1290,23 @@ def test_answers_scored_0_1_but_for_a_few_say_once_that_pass_at_k_became_best_at
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1, said
     assert "1 of 120 answers' scores are not 0 or 1 (the first: 0.5, answer 2 of item 3)" in said[0]
+
+
+def test_more_answers_per_item_than_the_request_asked_are_said_once(caplog):
+    """A cache of 5 answers per problem whatever the plan asked (2): it passed unsaid, while the budget counted 2
+    (a new user's find)."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", "evaluation.metric=cached/acc5",
+                                 "evaluation.suites={cached: {size: 20, samples_per_item: 2, max_samples_per_item: 2}}"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=15)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(15):
+            ev.observe({"train/loss": 1.0}, g)
+            ev.evaluate(lambda request: {"cached/acc5": [[1.0, 0.0, 1.0, 1.0, 0.0]] * len(
+                request.suites["cached"].indices)}, 0, g, g)
+    said = [r.getMessage() for r in caplog.records if "answers per item, where the request asked" in r.getMessage()]
+    assert len(said) == 1 and "up to 5 answers per item, where the request asked for 2" in said[0]
+    assert len(ev.history) >= 2 and ev.history[0]["cached/acc5"].mean == pytest.approx(0.6)
