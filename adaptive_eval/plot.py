@@ -127,6 +127,8 @@ def _read_evals(path: Path) -> list[dict]:
         if size is None:  # the whole eval set: the per-metric counts say how much that was
             size = max((c for c in counts.values() if isinstance(c, (int, float))), default=None)
         record["sample_size"] = None if size is None else _number(size, where, "sample_size")
+        record["n"] = {k: float(c) for k, c in counts.items()
+                       if isinstance(c, (int, float)) and not isinstance(c, bool)}
         evals.append(record)
     return evals
 
@@ -461,6 +463,13 @@ def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
                  ha="right", va="top", fontsize=7, color=color, alpha=0.9, zorder=0.5)
 
 
+def _items(rows: list[dict], metric: str) -> int:
+    """The items ``metric`` was measured on over ``rows`` (its own n where the row has one: with eval suites the
+    evaluation's size is every suite's items, and the ood panel read "948 samples" for 4 x 30 items; a fresh-clone
+    check), else the evaluation's size."""
+    return int(sum((e.get("n") or {}).get(metric, e["sample_size"] or 0) for e in rows))
+
+
 def _title(run: _Run) -> str:
     s = run.summary
     evals = s.get("evals", len(run.evals))
@@ -645,7 +654,7 @@ def _draw_comparison(runs: list[_Run]):
             # Markers only: a line between two evaluations 200 steps apart would draw a change nobody measured.
             ax.scatter(steps, means, s=np.where(np.isfinite(n), _area(n, size_range), 40.0), color=color,
                        edgecolor="black", linewidth=0.4, zorder=3, alpha=0.85,
-                       label=f"{run.name}: {_count(len(rows), 'eval')}, {_count(int(np.nansum(n)), 'sample')}")
+                       label=f"{run.name}: {_count(len(rows), 'eval')}, {_count(_items(rows, metric), 'item')}")
         ax.set_ylabel(f"eval/{metric}", fontsize=9)
         ax.legend(loc="lower left", fontsize=7, framealpha=0.9)
     for ax, name in zip(axes[len(metrics):], stream_names):

@@ -152,6 +152,7 @@ def test_only_the_readmes_run_draws_the_readmes_figure(monkeypatch, tmp_path, ca
     assert bench.main(["--steps", "300", "--quick", "--no-real"]) == 0
     assert drawn == [] and "no figure: this is not the README's run" in capsys.readouterr().out
     assert bench.main(["--steps", "300", "--quick", "--no-real", "--png", str(tmp_path / "q.png")]) == 0
+    assert bench.main(["--no-real", "--presets", "aggressive"]) == 0  # (it overwrote the README's figure: a fresh clone)
     assert bench.main(["--no-real", "--presets", "default"]) == 0  # the README's run
     assert drawn == [str(tmp_path / "q.png"), "benchmarks/policies.png"]
 

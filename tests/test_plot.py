@@ -296,3 +296,16 @@ def test_from_tensorboard_alone_an_asynchronous_runs_sizes_and_every_alarm_text_
     assert [(a["stream"], a["detector"], a["direction"]) for a in _load(other).alarms] == [
         ("train/kl", "page_hinkley", "down"), ("odd: name", "cusum", "up"), ("train/loss", "nonfinite", None),
         ("eval/acc", "rank_discrepancy", None)]
+
+
+def test_a_suites_panel_counts_its_own_items_not_the_evaluations(tmp_path):
+    """The ood panel's legend read "4 evals, 948 samples" for 4 x 30 ood items: it summed each evaluation's size,
+    every suite's items (a fresh-clone check)."""
+    from adaptive_eval.plot import _items, _read_evals
+
+    rows = [{"step": s, "sample_size": 80, "metrics": {"id/acc": 0.7, "ood/acc": 0.3},
+             "n": {"id/acc": 50, "ood/acc": 30}} for s in (10, 20)]
+    path = tmp_path / "evals.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = _read_evals(path)
+    assert (_items(evals, "ood/acc"), _items(evals, "id/acc")) == (60, 100)

@@ -645,3 +645,16 @@ def test_a_failed_confirmation_names_the_alarms_and_the_deferrals_in_its_window(
     # its own clock left out, the same run confirms it at once
     run = replay_trace(path, config=load_config(overrides=["replay.trace_time=false"]))
     assert assert_confirmed(run, 200, within=30, direction="down", metric="acc") <= 5
+
+
+def test_a_folders_json_document_that_is_no_trace_is_left_out_and_a_list_of_records_kept(tmp_path):
+    """The demo's folder holds comparison.json beside trace.csv: `adaptive-eval check runs/demo` exited 2 on it (a
+    fresh-clone check).  A JSON document of records (a list, or HF's trainer_state.json) is still a trace."""
+    import json
+
+    (tmp_path / "trace.csv").write_text("step,train/loss\n0,1.0\n1,1.0\n")
+    (tmp_path / "comparison.json").write_text(json.dumps({"runs": {"adaptive": {"evals": 9}}}, indent=1))
+    (tmp_path / "records.json").write_text(json.dumps([{"step": 0, "train/loss": 1.0}]))
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 1.0}]}))
+    assert trace_files(tmp_path) == [tmp_path / n for n in ("records.json", "trace.csv", "trainer_state.json")]
+    assert trace_files(tmp_path / "comparison.json") == [tmp_path / "comparison.json"]  # (named: read, and refused)

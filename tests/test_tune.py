@@ -469,3 +469,16 @@ def test_a_note_said_once_per_evaluator_is_said_once_per_tune(tmp_path, monkeypa
     assert sum("pass@4 is not reported" in r.getMessage() for r in caplog.records) == 1
     logging.getLogger("adaptive_eval").warning("after tune: said again")  # (the filter is gone after it)
     assert any("said again" in r.getMessage() for r in caplog.records)
+
+
+def test_a_warning_said_once_a_run_is_said_once_a_command(tmp_path, caplog):
+    """Each trial replays every trace with an evaluator of its own, so "the budget holds back the evaluation the
+    alarm asked for ... (said once)" came 14 times in the README's 30 trials (a fresh-clone check)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert main(["tune", "real:grpo_kl_collapse", "real:grpo_no_kl", "real:grpo_format_reward", "--trials", "6",
+                     "--out", str(tmp_path / "out")]) == 0
+    held = [r for r in caplog.records if "the budget holds back the evaluation" in r.getMessage()]
+    assert len(held) == 1
+    assert logging.getLogger("adaptive_eval").filters == []  # (the command's own filter is gone after it)

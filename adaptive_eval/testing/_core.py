@@ -335,7 +335,8 @@ def trace_files(folder: str | os.PathLike) -> list[pathlib.Path]:
     if _holds_events(p):
         return [p]
     found = [f for f in p.iterdir() if (f.is_file() and f.name.endswith(TRACE_SUFFIXES)
-                                        and not f.name.endswith(SIDECAR_SUFFIXES) and ".superseded-" not in f.name)
+                                        and not f.name.endswith(SIDECAR_SUFFIXES) and ".superseded-" not in f.name
+                                        and not _a_document(f))
              or (f.is_dir() and _holds_events(f))]
     runs = [f for f in found if f.is_dir()]
     deeper = sorted({e.parent for e in p.rglob("*tfevents*") if e.is_file()}
@@ -349,6 +350,24 @@ def trace_files(folder: str | os.PathLike) -> list[pathlib.Path]:
                       f"folder down ({', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''})"
                       ": pass each such folder, or its parent, on its own", RuntimeWarning, stacklevel=2)
     return sorted(found)
+
+
+def _a_document(path: pathlib.Path) -> bool:
+    """A ``.json`` file in a folder that is one JSON document with no ``step``, not a trace of records (the demo's
+    ``comparison.json`` beside its ``trace.csv`` made ``check runs/demo`` exit 2; a fresh-clone check): left out of
+    the folder's traces.  Named on its own, it is read, and refused, as a trace."""
+    if not path.name.endswith(".json") or path.stat().st_size > 50_000_000:
+        return False
+    from adaptive_eval.trace import TraceError, _json_document
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        _json_document(path, text)  # (the trace reader's own test: records, log_history, a TCPD file, JSONL)
+    except TraceError as exc:
+        return "one JSON document" in str(exc)
+    except (ValueError, OSError):
+        return False  # (read as a trace, and said there)
+    return False
 
 
 def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
