@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
@@ -240,6 +241,7 @@ class AdaptiveEvaluator:
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._missing_said: set[str] = set()  # due suites with no result back: said once each
+        self._closed = False  # close() ran: observe/evaluate after it are said once (_say_closed)
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
         self._budget_alarm_said = False  # an alarm's evaluation the budget holds back: said once (_say_held_alarm)
         self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
@@ -276,6 +278,10 @@ class AdaptiveEvaluator:
                                       eval_clock=eval_clock, distributed=self._distributed, rank=self._rank,
                                       world=self._world)
         self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
+        # (an asynchronous evaluator never closed lost the evaluations in flight at exit without a word; found by a
+        # new user: said when it is collected or the interpreter exits, unless close() ran)
+        self._unclosed = (weakref.finalize(self, _say_lost_in_flight, self._async, self._rank)
+                          if self._async is not None else None)
         self._reset()
         if self._logging:
             self.logger.log_config(OmegaConf.to_yaml(self.cfg))
@@ -433,6 +439,8 @@ class AdaptiveEvaluator:
         """
         if type(global_step) is not int:
             global_step = check_step("global_step", global_step)
+        if self._closed:
+            self._say_closed("observe")
         last = self._last_step
         if last is not None and global_step != last:
             if global_step < last:
@@ -650,6 +658,8 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
+        if self._closed:
+            self._say_closed("evaluate")
         last = self._last_call_step
         if last is not None and global_step <= last:
             if global_step == last:  # called again in the same step: counted once
@@ -1766,6 +1776,19 @@ class AdaptiveEvaluator:
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
+        self._closed = self._closed or True  # (a second close keeps "said")
+        if self._unclosed is not None:
+            self._unclosed.detach()
+
+    def _say_closed(self, what: str) -> None:
+        """Once: a call after :meth:`close`, which went on deciding with nothing written (found by a new user)."""
+        if self._closed == "said":
+            return
+        self._closed = "said"
+        if self._rank == 0:
+            log.warning("%s() after close(): the evaluator still decides, but writes nothing more (its TensorBoard "
+                        "file and trace are closed%s); call close() once, at the end of training (said once)", what,
+                        "; an asynchronous evaluator evaluates no more" if self._async is not None else "")
 
     def _log_pick(self) -> None:
         """The checkpoint :func:`adaptive_eval.scoring.pick_best` picks on the tracked metric, as the text
@@ -1802,3 +1825,17 @@ class AdaptiveEvaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _say_lost_in_flight(evaluations, rank: int) -> None:
+    """An asynchronous evaluator collected, or left at exit, without :meth:`AdaptiveEvaluator.close`: the
+    evaluations still in flight are never integrated; said (it lost them without a word)."""
+    try:
+        steps = [job.step for job in evaluations.jobs]
+        if steps and rank == 0:
+            log.warning("an asynchronous AdaptiveEvaluator was never closed: the evaluation%s of step%s %s, still in "
+                        "flight, %s never integrated (no result, nothing in TensorBoard); call close() at the end of "
+                        "training: it waits for them", "s" if len(steps) > 1 else "", "s" if len(steps) > 1 else "",
+                        ", ".join(map(str, steps)), "were" if len(steps) > 1 else "was")
+    except Exception:  # noqa: BLE001 - at exit: nothing may raise
+        pass

@@ -883,3 +883,24 @@ def test_a_due_suite_with_no_result_back_is_said_and_a_none_metric_leaves_the_ot
     assert all(list(r.metrics) == ["easy/acc"] for r in ev.history)
     said = [r.getMessage() for r in caplog.records if "returned None for" in r.getMessage()]
     assert len(said) == 1 and "'hard/grader_down_acc' at step 4: left out" in said[0]
+
+
+def test_calls_after_close_are_said_once(caplog, tmp_path):
+    """observe() and evaluate() after close() went on deciding with nothing written, without a word (a new
+    user's find)."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[f"logging.tensorboard_dir={tmp_path}"]),
+                                       total_steps=20)
+    for g in range(5):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        ev.close()
+        ev.close()
+        assert not caplog.records
+        for g in range(5, 8):
+            ev.observe({"train/loss": 1.0}, g)
+            ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
+        ev.close()
+        ev.observe({"train/loss": 1.0}, 8)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith("observe() after close(): the evaluator still decides")

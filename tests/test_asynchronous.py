@@ -742,3 +742,33 @@ print(seen[0] - before, ev.summary()["eval_errors"], len(ev.history))
     assert out.returncode == 0, out.stderr
     imported, errors, evaluations = map(int, out.stdout.split()[-3:])
     assert imported < 50 and errors == 0 and evaluations == 1  # (before: torch's hundreds, imported in the worker)
+
+
+def test_an_asynchronous_evaluator_never_closed_says_what_it_lost(caplog):
+    """A loop that forgot close() lost the evaluations in flight at exit without a word (a new user's find)."""
+    import gc
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.asynchronous import InlineExecutor
+
+    cfg = load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3",
+                                 "trigger.freq_steps=13"])
+
+    def run(close):
+        ev = AdaptiveEvaluator.from_config(cfg, executor=InlineExecutor(), total_steps=100)
+        for g in range(15):
+            ev.observe({"train/loss": 1.0}, g)
+            ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
+        if close:
+            ev.close()
+        del ev
+        gc.collect()
+
+    gc.collect()  # (the evaluators earlier tests left unclosed say so now; ours are told by their step, 12)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run(close=True)
+        assert not [r for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
+        run(close=False)
+    said = [r.getMessage() for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
+    assert len(said) == 1 and "the evaluation of step 12, still in flight, was never integrated" in said[0]
