@@ -1735,12 +1735,6 @@ class AdaptiveEvaluator:
         if self._async is not None:
             self._async.load_state_dict(sd.get("async", {}))
         self._say_other_shape(sd)
-        restart = getattr(self.logger, "restart", None)  # (a logger of one's own may not have it)
-        if self._logging and self._last_step is not None and callable(restart):
-            try:  # (what a crashed run wrote past this state is orphaned in TensorBoard)
-                restart(int(self._last_step) + 1)
-            except Exception:  # noqa: BLE001 - logging never stops the user's run
-                log.exception("marking the resumed run in the TensorBoard file failed; the state is loaded")
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).

@@ -20,10 +20,6 @@ class MetricLogger:
     def log_config(self, config_yaml: str) -> None:
         """Record the resolved configuration (YAML text)."""
 
-    def restart(self, step: int) -> None:
-        """A run resumed here, at ``step``: what an earlier run wrote at ``step`` and after (before it stopped) is
-        orphaned, and a reader should leave it out."""
-
     def flush(self) -> None:
         """Write everything buffered so far."""
 

@@ -520,19 +520,6 @@ class TensorBoardLogger(MetricLogger):
         if self._finalizer.alive:
             self._write_text(0, CONFIG_TAG, f"{fence}yaml\n{config_yaml.rstrip()}\n{fence}")
 
-    def restart(self, step: int) -> None:
-        """A ``SessionLog`` START at ``step``, as ``torch.utils.tensorboard.SummaryWriter(purge_step=)`` writes it:
-        TensorBoard's reader then drops what earlier files hold at ``step`` and after, the points a crashed run wrote
-        past the state it was resumed from (both runs' values stood at those steps; found by a new user)."""
-        if not self._finalizer.alive:
-            return
-        from tensorboard.compat.proto import event_pb2
-
-        step = _check_step(step)
-        self._write(self._Event(wall_time=time.time(), step=step,
-                                session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
-        self.flush()
-
     def flush(self) -> None:
         """Write everything logged so far to the event file."""
         if not self._finalizer.alive or os.getpid() != self._pid:

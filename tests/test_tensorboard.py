@@ -512,32 +512,3 @@ def test_a_decision_with_eval_suites_gives_the_sum_of_the_suites_items_not_of_as
     ev.close()
     found = [t for _, t in read_texts(str(tmp_path / "tb"), "decisions")]
     assert found and all(t.endswith("(n=80)") for t in found), found
-
-
-def test_a_run_resumed_into_the_same_folder_leaves_out_what_the_crashed_run_wrote_past_its_state(tmp_path):
-    """The crashed run logged steps 31-49 after the state saved at step 30; the resumed run logs them again:
-    TensorBoard's reader kept both runs' values at those steps (found by a new user).  A SessionLog START at the
-    resumed step (as SummaryWriter(purge_step=) writes it) makes the reader drop the orphans."""
-    import json
-
-    from adaptive_eval import AdaptiveEvaluator, load_config
-
-    cfg = load_config(overrides=[f"logging.tensorboard_dir={tmp_path}", "trigger.freq_steps=10"])
-
-    def drive(ev, start, stop, loss):
-        for g in range(start, stop):
-            ev.observe({"train/loss": loss}, g)
-            ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
-
-    crashed = AdaptiveEvaluator.from_config(cfg, total_steps=60)
-    drive(crashed, 0, 31, 1.0)
-    state = json.loads(json.dumps(crashed.state_dict()))
-    drive(crashed, 31, 50, 1.0)
-    crashed.logger.flush()  # (it died here: no close)
-    resumed = AdaptiveEvaluator.from_config(cfg, total_steps=60)
-    resumed.load_state_dict(state)
-    drive(resumed, 31, 60, 2.0)
-    resumed.close()
-    points = [(e.step, e.value) for e in read(tmp_path).Scalars("streams/train/loss")]
-    assert [s for s, _ in points] == sorted({s for s, _ in points})  # each step once
-    assert {v for s, v in points if s <= 30} == {1.0} and {v for s, v in points if s > 30} == {2.0}
