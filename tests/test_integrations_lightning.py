@@ -1308,3 +1308,74 @@ def test_named_callbacks_log_apart_and_an_asynchronous_final_result_at_the_last_
         assert max(step for step, _ in logged) == trained == 19, name  # (asynchronous: it read 20, never trained)
     assert "adaptive_eval/val_loss" not in rows[0]
     assert short.calls > 0 and any(r.reason.startswith("resources:") for r in hard.evaluator.history)
+
+
+class DtypeModel(Model):
+    """Records the default dtype between training steps, where Lightning's own context is not entered."""
+
+    def __init__(self):
+        super().__init__()
+        self.between = []
+
+    def on_train_batch_end(self, *args):
+        self.between.append(torch.get_default_dtype())
+        import time
+
+        time.sleep(0.005)  # (a worker thread's evaluation runs meanwhile)
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        import time
+
+        time.sleep(0.01)
+        self.log("val_loss", self.step(batch).float())
+
+
+def test_an_asynchronous_evaluation_leaves_the_processs_default_dtype_alone():
+    """bf16-true's validation context sets the process's default dtype: entered from the worker thread, bf16
+    leaked into the training thread between its steps and outlived the fit (found in review)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    train, val = loaders(n_val=100)
+    torch.manual_seed(0)
+    model = DtypeModel()
+    with ThreadPoolExecutor(1) as pool:
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], executor=pool)
+        L.Trainer(max_steps=30, logger=False, enable_checkpointing=False, callbacks=[cb], precision="bf16-true",
+                  **QUIET).fit(model, train, val)
+    assert torch.get_default_dtype() == torch.float32
+    assert set(model.between) == {torch.float32}
+    assert cb.evaluator.summary()["eval_errors"] == 0 and cb.evaluator.history[-1].step == 29
+
+
+def test_reading_a_shuffling_samplers_items_leaves_the_training_random_state_alone():
+    """Iterating a custom validation sampler at on_train_start advanced the global torch generator: adding the
+    callback changed the training batches (found in review)."""
+    import random
+
+    import numpy as np
+
+    from adaptive_eval.integrations.lightning import _items_of
+
+    class Shuffled(torch.utils.data.Sampler):
+        def __init__(self, items):
+            self.items = list(items)
+
+        def __len__(self):
+            return len(self.items)
+
+        def __iter__(self):
+            order = torch.randperm(len(self.items)).tolist()
+            random.random()
+            np.random.random()
+            return iter([self.items[i] for i in order])
+
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    view = _items_of(DataLoader(Indexed(), sampler=Shuffled(range(40, 60))), None)
+    after = (torch.rand(1).item(), random.random(), np.random.random())
+    torch.manual_seed(3)
+    random.seed(3)
+    np.random.seed(3)
+    assert after == (torch.rand(1).item(), random.random(), np.random.random())
+    assert [view[i][0].item() for i in range(len(view))] == list(range(40, 60))

@@ -72,6 +72,7 @@ import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -234,7 +235,8 @@ class AdaptiveEvalCallback(Callback):
             try:
                 self._datasets(trainer, pl_module)
             except Exception as exc:  # noqa: BLE001 - said, never raised into the fit
-                log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
+                if trainer.is_global_zero:
+                    log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
 
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
@@ -613,6 +615,14 @@ class AdaptiveEvalCallback(Callback):
                 capture(k, v, add_dataloader_idx=add_dataloader_idx)
 
         precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
+        if precision is not None and threading.current_thread() is not threading.main_thread() and not isinstance(
+                precision, lightning.pytorch.plugins.precision.MixedPrecision):
+            # An asynchronous evaluation's worker thread: a "-true" precision's context sets the process's default
+            # dtype (torch.set_default_dtype), under the training thread's feet (found in review: bf16 leaked
+            # into the training steps and outlived the fit); autocast (MixedPrecision) is the thread's own.
+            step_context = contextlib.nullcontext
+        else:
+            step_context = precision.val_step_context if precision is not None else contextlib.nullcontext
 
         def call(batch, batch_idx, dl_idx):
             # As Lightning's own validation: the precision plugin converts the batch (bf16-true: to bf16) and
@@ -621,7 +631,7 @@ class AdaptiveEvalCallback(Callback):
             if precision is not None:
                 batch = precision.convert_input(batch)
             batch = pl_module._apply_batch_transfer_handler(batch, dataloader_idx=dl_idx)
-            with precision.val_step_context() if precision is not None else contextlib.nullcontext():
+            with step_context():
                 if several:
                     return pl_module.validation_step(batch, batch_idx, dataloader_idx=dl_idx)
                 return pl_module.validation_step(batch, batch_idx)
@@ -858,7 +868,7 @@ def _items_of(loader, trainer):
     elif sampler is not None and not isinstance(sampler, (data.SequentialSampler, data.RandomSampler,
                                                           data.DistributedSampler)):
         try:
-            items = [int(i) for i in sampler]
+            items = _drawn(sampler, len(dataset) + 1)
         except (TypeError, ValueError):
             items = None  # (a sampler that does not yield indices: the dataset as it is)
         if items is not None and len(set(items)) < len(items):
@@ -871,6 +881,25 @@ def _items_of(loader, trainer):
         first = int(fast) * max(int(getattr(loader, "batch_size", None) or 1), 1)
         items = (items if items is not None else list(range(len(dataset))))[:first]
     return dataset if items is None else data.Subset(dataset, items)
+
+
+def _drawn(sampler, most: int) -> list[int]:
+    """The indices ``sampler`` yields (at most ``most``: one that never ends is cut there), drawn without moving
+    the random state training draws from (torch's, numpy's, Python's): iterating a shuffling sampler advanced the
+    global torch generator, and adding the callback changed the training batches (found in review)."""
+    import itertools
+    import random
+
+    import numpy as np
+    import torch
+
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            return [int(i) for i in itertools.islice(iter(sampler), most)]
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
 
 
 def _sampler_wrapper_type():
