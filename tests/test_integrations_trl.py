@@ -10,8 +10,7 @@ pytest.importorskip("datasets")
 def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_prompts(tmp_path, gives_up):
     """``gives_up``: from step 2 the reward function returns None for every completion, which TRL takes and logs
     as reward None (its mean of no finite value); the adapter dropped it and the stream fell silent, no alarm
-    (found by a new user).  The overall reward's None is NaN on a stream that had numbers: the nonfinite alarm, and
-    the evaluation it brings is at its own step."""
+    (found by a new user).  The overall reward's None is NaN on a stream that had numbers: the nonfinite alarm."""
     import torch
     from datasets import Dataset
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -64,10 +63,6 @@ def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_pr
     assert [r.step for r in ev.history][-1] == 3  # the final weights
     assert all(r["exact"].n == min(r.sample_size, len(prompts)) for r in ev.history)
     assert any("eval_exact" in h for h in trainer.state.log_history)
-    # The alarm on step 2's reward evaluates step 2: the adapter decides after the step's log (TRL's values), not in
-    # on_step_end before it (it evaluated step 3, an alarm a step late; a new user's find).
-    assert [(r.step, r.reason) for r in ev.history] == [(1, "trigger:steps")] + (
-        [(2, "alarm:train/reward:nonfinite"), (3, "trigger:final")] if gives_up else [(3, "trigger:final")])
 
 
 class _Listen:

@@ -28,9 +28,6 @@ What it does (each step is something a user would otherwise write; see the READM
   The eval set is prepared as HF's own ``evaluate()`` prepares it (unused columns removed); a dict of eval sets
   is evaluated set by set, metrics ``eval_<name>_<metric>``; a ``compute_metrics`` key that is not one number
   is skipped (named once in a warning);
-* decides in ``on_step_end``, or, on a step the trainer logs (``control.should_log``), after that log
-  (``on_log``), whose values (TRL's reward, KL, lengths) an alarm then acts on at their own step; a log that a
-  later callback cancelled leaves the decision to the next ``on_step_begin``, before any optimizer step;
 * evaluates the final weights (``trigger.eval_at_end``: the last ``on_step_end`` is step ``max_steps - 1``);
 * logs each result through ``trainer.log`` as ``eval_<metric>``, ``eval_<metric>_ci_low/_ci_high/_n``, so
   it lands wherever ``report_to`` points (TensorBoard ``eval/...``, W&B, ``log_history``) without eating the
@@ -310,7 +307,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._saved_state: dict | None = None  # set by HF when it restores a callback from its arguments
         self._guard = StepGuard()
         self._step_loss = None
-        self._pending = None  # a 0-based step whose decision waits for its training log (on_log)
         self._steps_per_epoch = 1
         self._wrapped_training_step = None
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
@@ -496,18 +492,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             value = self._guard("loss", scalar, loss)
             if value is not None:
                 self._guard("observe", self.evaluator.observe, {"train/loss": value}, global_step)
-        if control.should_log and self.trainer is not None:
-            # The trainer logs this step next (DefaultFlowCallback set should_log), and that log carries what it
-            # gathers over the step, TRL's reward, KL and lengths: decide after on_log has observed them, not
-            # before (an alarm on the reward acted one step late; a new user's find).  The weights are this
-            # step's until the next step begins, where a log that never came is made up for.
-            self._pending = global_step
-            return
-        self._decide(global_step, control)
-
-    def _decide(self, global_step: int, control) -> None:
-        """``evaluate`` at ``global_step`` (0-based), its results and look backs reported."""
-        self._pending = None
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
         seen = len(self.evaluator.history)
@@ -515,13 +499,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
             self._guard("report", self._report, result, control)
             self._guard("report", self._report_look_backs, seen, control)
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        # A decision put off to a log that never came (a callback after ours cleared should_log): made now, on
-        # the same weights (no optimizer step since), after the trainer's own save and evaluation.
-        self.hooks_called.add("on_step_begin")
-        if self._pending is not None and self.evaluator is not None:
-            self._decide(self._pending, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Read only: a change to `logs` here would reach neither log_history nor the reporters.
@@ -543,8 +520,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 values[f"train/{key}"] = v
         if values:
             self._guard("observe", self.evaluator.observe, values, state.global_step - 1)
-        if self._pending == state.global_step - 1:  # (this step's log: the decision put off in on_step_end)
-            self._decide(self._pending, control)
 
     def on_save(self, args, state, control, **kwargs):
         # Called on every rank after the checkpoint was written; HF kept state() of process zero only.
@@ -610,8 +585,6 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer, _ = self._wrapped_training_step
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
-        if self.evaluator is not None and self._pending is not None:
-            self._decide(self._pending, control)
         if self.evaluator is not None:
             if state.global_step > 0:  # stopped early (EarlyStoppingCallback, should_training_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
