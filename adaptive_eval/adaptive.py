@@ -242,6 +242,7 @@ class AdaptiveEvaluator:
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._missing_said: set[str] = set()  # due suites with no result back: said once each
         self._closed = False  # close() ran: observe/evaluate after it are said once (_say_closed)
+        self._due_in_flight: dict[int, list[str]] = {}  # asynchronous: submission step -> the suites due
         self._lookback_said = False  # checkpoint_saved where lookback cannot run: said once
         self._budget_alarm_said = False  # an alarm's evaluation the budget holds back: said once (_say_held_alarm)
         self._logged_pick = 0  # evaluations the last "picked" text was over (close() twice writes it once)
@@ -1361,6 +1362,11 @@ class AdaptiveEvaluator:
         if self._suites:
             decision, suites = self._suite_plan(decision, rank=rank, world=world)
             self.last_decision = decision
+            # (the suites due, for the warning on a due suite with no result back when it is integrated; not in the
+            # state: a resumed run's jobs in flight go unchecked)
+            self._due_in_flight[global_step] = list(suites)
+            for old in sorted(self._due_in_flight)[:-64]:
+                del self._due_in_flight[old]
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
                               reason=decision.reason, rank=rank, world_size=world, suites=suites)
@@ -1471,6 +1477,8 @@ class AdaptiveEvaluator:
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 self._say_untracked(result)
+                if job.step in self._due_in_flight:
+                    self._say_missing_suites(result, self._due_in_flight.pop(job.step))
                 learned = result
                 last = result
             self.last_outcome = outcome

@@ -78,8 +78,8 @@ class AlarmPolicy(Policy):
         self._pending: list[tuple[str, str, str | None, bool]] = []  # (stream, detector, direction, urgent)
         # step -> [the alarms its evaluation answered, whether they were answered once already]: put back once
         # when that evaluation fails (settle)
-        self._answered: dict[int, list] = {}
-        self._retry = False  # the pending alarms are those of a failed evaluation, put back
+        self._answered: dict[int, list] = {}  # step -> [(alarm, whether it was a retry already)]
+        self._retried: list[tuple] = []  # pending alarms put back after a failed evaluation (not again)
         self._last_alarm_eval: int | None = None
         self._last_urgent_eval: dict[str, int] = {}
         self.absorbed = 0  # alarms that cost no evaluation (cooldown)
@@ -152,11 +152,11 @@ class AlarmPolicy(Policy):
             for stream, _, _, urgent in self._pending:
                 if urgent:
                     self._last_urgent_eval[stream] = ctx.step
-            self._answered[ctx.step] = [list(self._pending), self._retry]
+            self._answered[ctx.step] = [(tuple(p), tuple(p) in self._retried) for p in self._pending]
             for old in sorted(self._answered)[:-_ANSWERED_KEPT]:
                 del self._answered[old]
         self._pending = []
-        self._retry = False
+        self._retried = []
 
     def settle(self, step: int, failed: bool) -> bool:
         """The evaluation of ``step`` (the one that answered the alarms pending then) finished; when it
@@ -164,11 +164,12 @@ class AlarmPolicy(Policy):
         second failure drops them (a transient error in the evaluation an alarm brought threw the alarm away,
         and the next evaluation was 56 steps later; found by a new user).  True when they were put back."""
         answered = self._answered.pop(step, None)
-        if not failed or answered is None or answered[1]:
+        # (each alarm once: one that was a retry already is dropped, one that came with it is not; found in review)
+        alarms = [a for a, retried in (answered or ()) if not retried] if failed else []
+        if not alarms:
             return False
-        alarms = [tuple(a) for a in answered[0]]
         self._pending = alarms + [p for p in self._pending if tuple(p) not in alarms]
-        self._retry = True
+        self._retried = self._retried + [a for a in alarms if a not in self._retried]
         return True
 
     @property
@@ -183,8 +184,8 @@ class AlarmPolicy(Policy):
         return {"pending": [list(p) for p in self._pending], "last_alarm_eval": self._last_alarm_eval,
                 "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
                 "recent": [list(r) for r in self._recent], "moved": dict(self._moved), "taken": self._taken,
-                "held": self.held, "retry": self._retry,
-                "answered": {str(k): [[list(a) for a in v[0]], v[1]] for k, v in self._answered.items()}}
+                "held": self.held, "retried": [list(a) for a in self._retried],
+                "answered": {str(k): [[list(a), r] for a, r in v] for k, v in self._answered.items()}}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
@@ -196,5 +197,5 @@ class AlarmPolicy(Policy):
         taken = sd.get("taken")
         self._taken = None if taken is None else int(taken)
         self.held = int(sd.get("held", 0))
-        self._answered = {int(k): [[tuple(a) for a in v[0]], bool(v[1])] for k, v in sd.get("answered", {}).items()}
-        self._retry = bool(sd.get("retry", False))
+        self._answered = {int(k): [(tuple(a), bool(r)) for a, r in v] for k, v in sd.get("answered", {}).items()}
+        self._retried = [tuple(a) for a in sd.get("retried", [])]
