@@ -214,6 +214,10 @@ class AdaptiveEvaluator:
         )
         if resource_monitor is None and self.cfg.resources.enabled:
             resource_monitor = ResourceMonitor()  # built now: its first CPU reading needs a reference point
+        elif resource_monitor is not None and not self.cfg.resources.enabled and self._rank == 0:
+            # (it was ignored without a word; found by a new user)
+            log.warning("a resource_monitor was given, but resources.enabled is false: it is never read; set "
+                        "resources.enabled: true for the scheduler to defer evaluations on its readings")
         self.resources = ResourceScheduler(self.cfg.resources, resource_monitor)
         self._eval_at_end = bool(trig.eval_at_end)
         # With the adaptive interval, a scheduled evaluation due this few steps before the final one (the

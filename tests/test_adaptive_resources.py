@@ -253,3 +253,10 @@ def test_a_forced_final_evaluation_covers_every_suite():
     assert [(step, why.split(" [")[0], names) for step, why, names in ran] == [
         (9, "trigger:steps", ["a", "b"]), (24, "resources:forced (trigger:final)", ["a", "b"])]
     assert ran[1][1].endswith("[a: every; b: final]")
+
+
+def test_a_monitor_given_while_the_scheduler_is_off_is_said(caplog):
+    """It was ignored without a word (a new user's find)."""
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        AdaptiveEvaluator.from_config(cfg(enabled=False), resource_monitor=FakeResourceMonitor([LOW]))
+    assert [r.getMessage() for r in caplog.records if "resources.enabled is false" in r.getMessage()]

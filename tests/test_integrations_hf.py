@@ -729,3 +729,41 @@ def test_a_resource_monitor_given_to_the_callback_is_the_one_the_scheduler_reads
             compute_metrics=accuracy, callbacks=[cb]).train()
     assert short.calls > 0
     assert [r.reason for r in cb.evaluator.history][:1] == ["resources:forced (trigger:steps)"]
+
+
+def test_a_callback_reused_in_a_second_trainer_evaluates_and_logs_through_that_one(tmp_path):
+    """It kept the first trainer while that one was alive: it evaluated the old model and logged into the old
+    trainer's history (a new user's find).  A shut-down executor is refused when the callback is built."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    first = Trainer(Tiny(), make_args(tmp_path / "a", max_steps=10), train_dataset=Points(200, 0),
+                    eval_dataset=Points(40, 1), compute_metrics=accuracy, callbacks=[cb])
+    first.train()
+    logged_first = [dict(h) for h in first.state.log_history]
+    second = Trainer(Tiny(), make_args(tmp_path / "b", max_steps=10), train_dataset=Points(200, 2),
+                     eval_dataset=Points(40, 3), compute_metrics=accuracy, callbacks=[cb])
+    second.train()
+    assert cb.trainer is second
+    assert any("eval_accuracy" in h for h in second.state.log_history)
+    assert first.state.log_history == logged_first  # (nothing more logged into the first)
+    assert "train/loss" in cb.evaluator._detectors
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="is shut down"):
+        AdaptiveEvalCallback("default", executor=pool)
+
+
+def test_a_generating_trainer_without_evaluate_fn_is_told_to_pass_one(tmp_path, caplog):
+    """TRL's GRPOTrainer without evaluate_fn failed every evaluation with TRL's own shape error (a new user's find):
+    said at the start (a Trainer subclass under TRL's class name stands for it here)."""
+    class GRPOTrainer(Trainer):
+        pass
+
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        GRPOTrainer(Tiny(), make_args(tmp_path, max_steps=2), train_dataset=Points(100, 0),
+                    eval_dataset=Points(20, 1), callbacks=[cb]).train()
+    assert [r for r in caplog.records if "GRPOTrainer's own evaluation (prediction_step)" in r.getMessage()]

@@ -103,6 +103,9 @@ __all__ = ["AdaptiveEvalCallback"]
 
 log = logging.getLogger("adaptive_eval")
 
+# TRL's trainers whose model generates its training data: their prediction_step measures nothing to evaluate.
+_GENERATING_TRAINERS = ("GRPOTrainer", "RLOOTrainer", "OnlineDPOTrainer", "PPOTrainer", "XPOTrainer", "NashMDTrainer")
+
 # Keys HF logs that the per-step loss already covers, or that summarize the whole run.
 _NOT_OBSERVED = ("loss", "train_loss")
 
@@ -296,6 +299,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # logged inside on_train_begin and then a whole run trained without an evaluation (found by a new user).
         build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
         self.per_item = bool(per_item)
+        if executor is not None:  # (a shut-down pool: refused now, in the user's set-up, not logged at the start)
+            from adaptive_eval.asynchronous import check_executor
+
+            check_executor(executor)
         self.look_back = bool(look_back)
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
@@ -356,10 +363,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     def on_init_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_init_end")
-        if self._trainer_ref is None:
-            trainer = _find_trainer(self)
-            if trainer is not None:
-                self._trainer_ref = weakref.ref(trainer)
+        trainer = _find_trainer(self)
+        if trainer is not None:  # (the trainer announcing itself: one reused in a second Trainer kept the first)
+            self._trainer_ref = weakref.ref(trainer)
 
     def _config_defaults(self, args, trainer, cfg) -> list[str]:
         """The tracked metric, when the user's config leaves it null; one named without HF's ``eval_`` prefix, for
@@ -408,6 +414,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         if getattr(state, "is_world_process_zero", True):
             _say_hf_evaluation(args, trainer)
+            if self.evaluate_fn is None and type(trainer).__name__ in _GENERATING_TRAINERS:
+                # (its prediction_step scores no generated answer: every evaluation failed with TRL's own shape
+                # error, and nothing said to pass evaluate_fn; found by a new user)
+                log.warning("adaptive_eval: %s's own evaluation (prediction_step) does not generate and score "
+                            "answers: pass AdaptiveEvalCallback(evaluate_fn=...) that generates and scores the "
+                            "requested prompts (request.indices)", type(trainer).__name__)
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None
         try:

@@ -171,6 +171,10 @@ class AdaptiveEvalCallback(Callback):
         build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
         self.evaluate_fn = evaluate_fn
         self.val_dataset = val_dataset
+        if executor is not None:  # (a shut-down pool: refused now, in the user's set-up, not logged at the start)
+            from adaptive_eval.asynchronous import check_executor
+
+            check_executor(executor)
         self.name = name
         self.executor = executor
         self.clock = clock
