@@ -1379,3 +1379,13 @@ def test_reading_a_shuffling_samplers_items_leaves_the_training_random_state_alo
     np.random.seed(3)
     assert after == (torch.rand(1).item(), random.random(), np.random.random())
     assert [view[i][0].item() for i in range(len(view))] == list(range(40, 60))
+
+
+def test_a_shut_down_executor_is_refused_when_the_callback_is_built():
+    """It was logged at on_train_start, and the run trained without an evaluation (a new user's find, with HF)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    pool.shutdown()
+    with pytest.raises(RuntimeError, match="is shut down"):
+        AdaptiveEvalCallback("default", executor=pool)
