@@ -72,7 +72,6 @@ import logging
 import math
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -619,11 +618,12 @@ class AdaptiveEvalCallback(Callback):
                 capture(k, v, add_dataloader_idx=add_dataloader_idx)
 
         precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
-        if precision is not None and threading.current_thread() is not threading.main_thread() and not isinstance(
-                precision, lightning.pytorch.plugins.precision.MixedPrecision):
-            # An asynchronous evaluation's worker thread: a "-true" precision's context sets the process's default
-            # dtype (torch.set_default_dtype), under the training thread's feet (found in review: bf16 leaked
-            # into the training steps and outlived the fit); autocast (MixedPrecision) is the thread's own.
+        replica = trainer is not None and pl_module is not getattr(trainer, "lightning_module", pl_module)
+        if precision is not None and replica and not isinstance(precision,
+                                                                lightning.pytorch.plugins.precision.MixedPrecision):
+            # An asynchronous evaluation (a replica, in a worker thread): a "-true" precision's context sets the
+            # process's default dtype (torch.set_default_dtype), under the training thread's feet (found in review:
+            # bf16 leaked into the training steps and outlived the fit); autocast (MixedPrecision) is the thread's.
             step_context = contextlib.nullcontext
         else:
             step_context = precision.val_step_context if precision is not None else contextlib.nullcontext
