@@ -233,6 +233,7 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
             rec["reason"], size = looked_back.get(s, ("lookback", None))
             size = largest if size is None else size
         rec["sample_size"] = size
+        rec["n"] = {m: float(c) for m, c in counts.items() if m in rec["metrics"]}  # (each suite's own items)
         if rec["metrics"]:
             evals.append(rec)
     return evals

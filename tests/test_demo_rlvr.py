@@ -246,6 +246,7 @@ def test_plot_of_a_runs_tensorboard_folder_alone_reads_what_its_files_say(demo_r
             for m, mean in a["metrics"].items():  # (TensorBoard stores float32)
                 assert b["metrics"][m] == pytest.approx(mean, rel=1e-6)
                 assert b["ci"][m] == pytest.approx(a["ci"][m], rel=1e-6)
+                assert b["n"].get(m) == a["n"].get(m), (name, m)  # (a suite panel's items: its own, found in review)
 
 
 def test_without_a_fault_and_with_an_override_the_table_says_so(tmp_path, caplog):
