@@ -1389,18 +1389,3 @@ def test_a_shut_down_executor_is_refused_when_the_callback_is_built():
     pool.shutdown()
     with pytest.raises(RuntimeError, match="is shut down"):
         AdaptiveEvalCallback("default", executor=pool)
-
-
-class BeforeTransferModel(ItemModel):
-    """Its on_before_batch_transfer hook turns item i into item i + 1000 (a hook Lightning's validation runs)."""
-
-    def on_before_batch_transfer(self, batch, dataloader_idx):
-        return batch + 1000.0
-
-
-def test_the_modules_on_before_batch_transfer_hook_runs_on_the_adapters_batches_as_on_lightnings():
-    train, _ = loaders()
-    model = BeforeTransferModel()
-    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], val_dataset=Indexed())
-    L.Trainer(max_steps=5, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train)
-    assert model.items and all(1000 <= i < 1100 for i in model.items)

@@ -634,8 +634,6 @@ class AdaptiveEvalCallback(Callback):
             # module failed, and a bf16-mixed one ran in float32 (found by a new user).
             if precision is not None:
                 batch = precision.convert_input(batch)
-            if hasattr(pl_module, "_on_before_batch_transfer"):  # (the module's on_before_batch_transfer, as there)
-                batch = pl_module._on_before_batch_transfer(batch, dataloader_idx=dl_idx)
             batch = pl_module._apply_batch_transfer_handler(batch, dataloader_idx=dl_idx)
             with step_context():
                 if several:
