@@ -285,8 +285,10 @@ class AdaptiveEvaluator:
         self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
         # (an asynchronous evaluator never closed lost the evaluations in flight at exit without a word; found by a
         # new user: said when it is collected or the interpreter exits, unless close() ran)
-        self._unclosed = (weakref.finalize(self, _say_lost_in_flight, self._async, self._rank)
-                          if self._async is not None else None)
+        # (a weak reference: the jobs hold failed evaluations' tracebacks, whose frames may hold the evaluator's owner,
+        # and a strong one from the finalizer's registry kept them all alive; found in review)
+        self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
+                                           os.getpid()) if self._async is not None else None)
         self._reset()
         if self._logging:
             self.logger.log_config(OmegaConf.to_yaml(self.cfg))
@@ -1761,6 +1763,8 @@ class AdaptiveEvaluator:
         a due evaluation fails and evaluation is down (``async:down (the evaluator was closed: ...)``, logged as
         an error, raised only with ``on_error: raise``), as when its executor breaks.
         """
+        if self._unclosed is not None:  # (close() was called, whatever its drain meets)
+            self._unclosed.detach()
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:
@@ -1783,8 +1787,6 @@ class AdaptiveEvaluator:
             self._recorder.close()
             self._recorder = None
         self._closed = self._closed or True  # (a second close keeps "said")
-        if self._unclosed is not None:
-            self._unclosed.detach()
 
     def _say_closed(self, what: str) -> None:
         """Once: a call after :meth:`close`, which went on deciding with nothing written (found by a new user)."""
@@ -1833,10 +1835,14 @@ class AdaptiveEvaluator:
         self.close()
 
 
-def _say_lost_in_flight(evaluations, rank: int) -> None:
-    """An asynchronous evaluator collected, or left at exit, without :meth:`AdaptiveEvaluator.close`: the
-    evaluations still in flight are never integrated; said (it lost them without a word)."""
+def _say_lost_in_flight(evaluations, rank: int, pid: int) -> None:
+    """An asynchronous evaluator left at exit (or collected) without :meth:`AdaptiveEvaluator.close`: the
+    evaluations still in flight are never integrated; said (it lost them without a word).  Not in a forked child
+    (its parent goes on and closes it)."""
     try:
+        evaluations = evaluations()
+        if evaluations is None or os.getpid() != pid:
+            return
         steps = [job.step for job in evaluations.jobs]
         if steps and rank == 0:
             log.warning("an asynchronous AdaptiveEvaluator was never closed: the evaluation%s of step%s %s, still in "

@@ -528,8 +528,10 @@ class _SaidOnce(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.ERROR:
             return True
-        try:  # (its template, where it has one: the steps, streams and seconds differ from run to run)
-            key = str(record.msg) if record.args else re.sub(r"\d+(\.\d+)?(e[+-]?\d+)?", "#", record.getMessage())
+        try:  # (its template, where it says something of its own, else its text; not its numbers either way)
+            template = str(record.msg)
+            own = len(re.sub(r"%[-#0 +]*\d*(\.\d+)?[sdrfgex]", "", template).strip()) > 20
+            key = re.sub(r"\d+(\.\d+)?(e[+-]?\d+)?", "#", template if own and record.args else record.getMessage())
         except Exception:  # noqa: BLE001 - a record that cannot be formatted: as it is
             return True
         if key in self.seen:

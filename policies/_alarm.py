@@ -197,5 +197,8 @@ class AlarmPolicy(Policy):
         taken = sd.get("taken")
         self._taken = None if taken is None else int(taken)
         self.held = int(sd.get("held", 0))
-        self._answered = {int(k): [(tuple(a), bool(r)) for a, r in v] for k, v in sd.get("answered", {}).items()}
+        try:
+            self._answered = {int(k): [(tuple(a), bool(r)) for a, r in v] for k, v in sd.get("answered", {}).items()}
+        except (TypeError, ValueError):  # (a state of this session's first format, never released: no retry)
+            self._answered = {}
         self._retried = [tuple(a) for a in sd.get("retried", [])]

@@ -772,3 +772,21 @@ def test_an_asynchronous_evaluator_never_closed_says_what_it_lost(caplog):
         run(close=False)
     said = [r.getMessage() for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
     assert len(said) == 1 and "the evaluation of step 12, still in flight, was never integrated" in said[0]
+
+    class Loop:  # owns its evaluator; its failing method is the evaluate_fn (the job's traceback holds its frame)
+        def __init__(self):
+            self.ev = AdaptiveEvaluator.from_config(cfg, executor=InlineExecutor(), total_steps=100)
+
+        def evaluate(self, request):
+            raise ConnectionError("inference server restarting")
+
+    import weakref
+
+    loop = Loop()
+    for g in range(15):
+        loop.ev.observe({"train/loss": 1.0}, g)
+        loop.ev.evaluate(loop.evaluate, 0, g, g)
+    gone = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert gone() is None  # (the finalizer held the jobs, and through a traceback the loop: found in review)

@@ -746,6 +746,9 @@ def test_a_callback_reused_in_a_second_trainer_evaluates_and_logs_through_that_o
                      eval_dataset=Points(40, 3), compute_metrics=accuracy, callbacks=[cb])
     second.train()
     assert cb.trainer is second
+    Trainer(Tiny(), make_args(tmp_path / "c", max_steps=10), train_dataset=Points(200, 4), eval_dataset=Points(40, 5),
+            compute_metrics=accuracy, callbacks=[cb])
+    assert cb.trainer is second  # (one built, not trained: the callback stays with the trainer that trained)
     assert any("eval_accuracy" in h for h in second.state.log_history)
     assert first.state.log_history == logged_first  # (nothing more logged into the first)
     assert "train/loss" in cb.evaluator._detectors

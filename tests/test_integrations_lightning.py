@@ -1205,6 +1205,8 @@ def test_lightnings_distributed_sampler_wrapper_is_seen_through_and_a_sampler_dr
     view = _items_of(wrapped, None)
     assert [view[i][0].item() for i in range(len(view))] == list(range(50, 60))  # every rank's items, in order
     assert _items_of(DataLoader(data), None) is data  # (a plain loader: its dataset as it is)
+    batches = _items_of(DataLoader(data, batch_sampler=[[90, 91], [92, 93, 94]]), None)  # (batch_sampler=)
+    assert [batches[i][0].item() for i in range(len(batches))] == [90, 91, 92, 93, 94]
     with pytest.raises(ValueError, match="draws an item more than once"):
         _items_of(DataLoader(data, sampler=WeightedRandomSampler([1.0] * 100, 50)), None)
 
@@ -1330,21 +1332,27 @@ class DtypeModel(Model):
         self.log("val_loss", self.step(batch).float())
 
 
-def test_an_asynchronous_evaluation_leaves_the_processs_default_dtype_alone():
-    """bf16-true's validation context sets the process's default dtype: entered from the worker thread, bf16
-    leaked into the training thread between its steps and outlived the fit (found in review)."""
+@pytest.mark.parametrize("how", ["asynchronous", "timeout"])
+def test_an_evaluation_in_another_thread_leaves_the_processs_default_dtype_alone(how):
+    """bf16-true's validation context sets the process's default dtype: entered from an asynchronous evaluation's
+    worker thread, or evaluation.timeout_s's, bf16 leaked into the training thread between its steps and outlived
+    the fit (found in review)."""
     from concurrent.futures import ThreadPoolExecutor
 
     train, val = loaders(n_val=100)
     torch.manual_seed(0)
     model = DtypeModel()
     with ThreadPoolExecutor(1) as pool:
-        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], executor=pool)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"] + (
+            ["evaluation.timeout_s=0.1"] if how == "timeout" else []), executor=pool if how == "asynchronous" else None)
         L.Trainer(max_steps=30, logger=False, enable_checkpointing=False, callbacks=[cb], precision="bf16-true",
                   **QUIET).fit(model, train, val)
     assert torch.get_default_dtype() == torch.float32
     assert set(model.between) == {torch.float32}
-    assert cb.evaluator.summary()["eval_errors"] == 0 and cb.evaluator.history[-1].step == 29
+    if how == "asynchronous":
+        assert cb.evaluator.summary()["eval_errors"] == 0 and cb.evaluator.history[-1].step == 29
+    else:  # (each evaluation of 32 items x 10 ms outlives its 0.1 s: timed out, it runs on beside training)
+        assert cb.evaluator.summary()["eval_errors"] >= 1
 
 
 def test_reading_a_shuffling_samplers_items_leaves_the_training_random_state_alone():

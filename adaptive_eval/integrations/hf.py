@@ -363,9 +363,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     def on_init_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_init_end")
-        trainer = _find_trainer(self)
-        if trainer is not None:  # (the trainer announcing itself: one reused in a second Trainer kept the first)
-            self._trainer_ref = weakref.ref(trainer)
+        if self._trainer_ref is None:
+            trainer = _find_trainer(self)
+            if trainer is not None:
+                self._trainer_ref = weakref.ref(trainer)
 
     def _config_defaults(self, args, trainer, cfg) -> list[str]:
         """The tracked metric, when the user's config leaves it null; one named without HF's ``eval_`` prefix, for
@@ -391,10 +392,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     # -- hooks ------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_begin")
-        if self._trainer_ref is None:
-            trainer = _find_trainer(self)
-            if trainer is not None:
-                self._trainer_ref = weakref.ref(trainer)
+        trainer = _find_trainer(self)
+        if trainer is not None:  # (the trainer that trains: one reused in a second Trainer kept the first; found by
+            self._trainer_ref = weakref.ref(trainer)  # a new user; two built up front: the first that trains)
         trainer = self.trainer
         if self._followers and trainer is not None:
             self._guard("on_train_begin", self._take_back_place, trainer)
@@ -414,7 +414,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         if getattr(state, "is_world_process_zero", True):
             _say_hf_evaluation(args, trainer)
-            if self.evaluate_fn is None and type(trainer).__name__ in _GENERATING_TRAINERS:
+            if self.evaluate_fn is None and any(c.__name__ in _GENERATING_TRAINERS for c in type(trainer).__mro__):
                 # (its prediction_step scores no generated answer: every evaluation failed with TRL's own shape
                 # error, and nothing said to pass evaluate_fn; found by a new user)
                 log.warning("adaptive_eval: %s's own evaluation (prediction_step) does not generate and score "

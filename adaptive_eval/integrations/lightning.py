@@ -72,6 +72,7 @@ import logging
 import math
 import os
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -191,6 +192,7 @@ class AdaptiveEvalCallback(Callback):
         self._module_eval = None
         self._async = False
         self._val = None  # [(dataset, collate_fn)] of this fit, one per validation dataloader
+        self._fit_thread = None  # the thread that runs the fit (on_train_start): precision contexts only there
         self._pick_metric = False
         self._loss_warned = False
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
@@ -223,6 +225,7 @@ class AdaptiveEvalCallback(Callback):
         if not self._active(trainer):
             return
         self._reset_stream_state()
+        self._fit_thread = threading.current_thread()
         self._guard("on_train_start", self._build, trainer)
         if trainer.is_global_zero:
             self._guard("on_train_start", _say_monitors, trainer)
@@ -618,12 +621,13 @@ class AdaptiveEvalCallback(Callback):
                 capture(k, v, add_dataloader_idx=add_dataloader_idx)
 
         precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
-        replica = trainer is not None and pl_module is not getattr(trainer, "lightning_module", pl_module)
-        if precision is not None and replica and not isinstance(precision,
-                                                                lightning.pytorch.plugins.precision.MixedPrecision):
-            # An asynchronous evaluation (a replica, in a worker thread): a "-true" precision's context sets the
-            # process's default dtype (torch.set_default_dtype), under the training thread's feet (found in review:
-            # bf16 leaked into the training steps and outlived the fit); autocast (MixedPrecision) is the thread's.
+        elsewhere = threading.current_thread() is not (self._fit_thread or threading.current_thread())
+        if precision is not None and elsewhere and not isinstance(precision,
+                                                                  lightning.pytorch.plugins.precision.MixedPrecision):
+            # Not the thread that runs the fit (an asynchronous evaluation's worker, or evaluation.timeout_s's): a
+            # "-true" precision's context sets the process's default dtype (torch.set_default_dtype), under the
+            # training thread's feet (found in review: bf16 leaked into the training steps and outlived the fit);
+            # autocast (MixedPrecision) is the thread's own.
             step_context = contextlib.nullcontext
         else:
             step_context = precision.val_step_context if precision is not None else contextlib.nullcontext
@@ -864,6 +868,9 @@ def _items_of(loader, trainer):
                          "has no items to pick a sample from; pass a map-style val_dataset= (one with __len__ and "
                          "__getitem__) or evaluate_fn=")
     sampler = getattr(loader, "sampler", None)
+    batches = getattr(loader, "batch_sampler", None)
+    if batches is not None and not (type(batches) is data.BatchSampler and batches.sampler is sampler):
+        sampler = batches  # (batch_sampler=: its batches' items; the loader's sampler is then a SequentialSampler)
     if isinstance(getattr(sampler, "dataset", None), _sampler_wrapper_type()):
         sampler = sampler.dataset._sampler  # Lightning's DistributedSamplerWrapper around the user's sampler
     items = None
@@ -882,7 +889,9 @@ def _items_of(loader, trainer):
             items = None if sorted(items) == list(range(len(dataset))) else sorted(items)
     fast = getattr(trainer, "fast_dev_run", False) if trainer is not None else False
     if fast:
-        first = int(fast) * max(int(getattr(loader, "batch_size", None) or 1), 1)
+        size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size",
+                                                                None)
+        first = int(fast) * max(int(size or 1), 1)
         items = (items if items is not None else list(range(len(dataset))))[:first]
     return dataset if items is None else data.Subset(dataset, items)
 
@@ -891,16 +900,22 @@ def _drawn(sampler, most: int) -> list[int]:
     """The indices ``sampler`` yields (at most ``most``: one that never ends is cut there), drawn without moving
     the random state training draws from (torch's, numpy's, Python's): iterating a shuffling sampler advanced the
     global torch generator, and adding the callback changed the training batches (found in review)."""
-    import itertools
+    import operator
     import random
 
     import numpy as np
     import torch
 
     py, npy = random.getstate(), np.random.get_state()
+    out: list[int] = []
     try:
         with torch.random.fork_rng(devices=[]):
-            return [int(i) for i in itertools.islice(iter(sampler), most)]
+            for i in iter(sampler):  # (an index, or a batch of them: batch_sampler=, or a sampler of batches)
+                batch = i.tolist() if hasattr(i, "tolist") else i
+                out.extend(operator.index(j) for j in (batch if isinstance(batch, (list, tuple)) else [batch]))
+                if len(out) >= most:
+                    break
+            return out[:most]
     finally:
         random.setstate(py)
         np.random.set_state(npy)
