@@ -802,13 +802,13 @@ class AsyncEvaluations:
         ``suites``, when no rank returned a value of any per-sample metric); with
         ``distributed.rank_discrepancy_threshold`` the ranks whose mean deviates, as a synchronous
         evaluation finds them."""
-        from adaptive_eval.distributed import (
-            combine_rank_summaries,
-            mixed_shapes,
-            rank_discrepancies,
-            warn_missing_shards,
+        from adaptive_eval.distributed import combine_rank_summaries, rank_discrepancies, warn_missing_shards
+        from adaptive_eval.evaluators import (
+            EvalOutcome,
+            RemoteEvaluationError,
+            mixed_shapes_error,
+            no_value_on_any_rank,
         )
-        from adaptive_eval.evaluators import EvalOutcome, RemoteEvaluationError, no_value_on_any_rank
 
         self.down = self.down_shared = next((down for _, down in everyone if down is not None), None)
         out = []
@@ -825,16 +825,12 @@ class AsyncEvaluations:
                 out.append((job, EvalOutcome(None, error, failed_ranks=tuple(r for r, _ in failed),
                                              attempts=attempts)))
                 continue
-            mixed = mixed_shapes([p[3] for p in parts])
-            if mixed is not None:  # (as a synchronous evaluation says it)
-                error = ValueError(f"evaluate_fn returned a different shape on different ranks: {mixed}; return each "
-                                   "metric the same way on every rank (k answers per item, or one value)")
+            error = mixed_shapes_error([p[3] for p in parts])  # (as a synchronous evaluation says them)
+            if error is None:
+                combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
+                error = None if suites else no_value_on_any_rank(combined, job.step, job.sample_size)
+            if error is not None:
                 out.append((job, EvalOutcome(None, error, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
-                continue
-            combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
-            empty = None if suites else no_value_on_any_rank(combined, job.step, job.sample_size)
-            if empty is not None:  # (as a synchronous evaluation says it)
-                out.append((job, EvalOutcome(None, empty, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
                 continue
             if rank == 0:
                 warn_missing_shards(counts, job.step)

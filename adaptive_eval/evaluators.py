@@ -28,7 +28,7 @@ from adaptive_eval.distributed import (
 )
 from adaptive_eval.stats import summarize_outputs
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
-from adaptive_eval.types import EvalRequest, EvalResult
+from adaptive_eval.types import EvalRequest, EvalResult, log_once
 
 __all__ = [
     "CheckpointUnavailable",
@@ -287,12 +287,10 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         # A metric that could not be computed this time (one suite's grader down) beside others that could: left
         # out, said once per name; its TypeError failed the whole evaluation, every other metric with it (found by
         # a new user).  (Every metric None is still a failed evaluation: nothing came back.)
-        new = [k for k in nones if k not in _NONE_SAID]
-        _NONE_SAID.update(new)
-        if new and request.rank == 0:
-            log.warning("evaluate_fn returned None for %s at step %s: left out of the evaluation, the other metrics "
-                        "kept (give NaN per item to keep an item that could not be scored as data; said once per "
-                        "metric)", ", ".join(map(repr, new)), request.step)
+        for name in nones if request.rank == 0 else ():
+            log_once(("none", name), "evaluate_fn returned None for %r at step %s: left out of the evaluation, the "
+                     "other metrics kept (give NaN per item to keep an item that could not be scored as data; said "
+                     "once per metric)", name, request.step)
         outputs = {k: v for k, v in outputs.items() if v is not None}
     if num_items is None:
         num_items = request.items_handed
@@ -306,7 +304,6 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
 
 
 _NOT_DUE_SAID: set = set()  # suites whose results came back when not due: said once per process
-_NONE_SAID: set = set()  # metrics returned as None: said once per process
 
 
 def _drop_suites_not_due(outputs, request, configured) -> Mapping:
@@ -347,6 +344,16 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
     return metrics, None
+
+
+def mixed_shapes_error(per_rank) -> ValueError | None:
+    """The error of a metric returned in different shapes on different ranks (:func:`mixed_shapes` of their wires),
+    or None; synchronous and asynchronous evaluations say it alike."""
+    mixed = mixed_shapes(per_rank)
+    if mixed is None:
+        return None
+    return ValueError(f"evaluate_fn returned a different shape on different ranks: {mixed}; return each metric the "
+                      "same way on every rank (k answers per item, or one value)")
 
 
 def no_value_on_any_rank(metrics, step: int, sample_size: int | None) -> ValueError | None:
@@ -516,11 +523,10 @@ def run_evaluation_outcome(
             mine = ("ok", seconds, summaries_to_wire(metrics))
         everyone = dist_context.gather_objects(mine)
         bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
-        mixed = None if bad else mixed_shapes([payload if kind == "ok" else {} for kind, _, payload in everyone])
+        mixed = None if bad else mixed_shapes_error([p if kind == "ok" else {} for kind, _, p in everyone])
         if mixed is not None:  # (alike on every rank: from what they all gathered)
             bad = [(r, "bad_output", "") for r in range(len(everyone))]
-            shape_error = ValueError(f"evaluate_fn returned a different shape on different ranks: {mixed}; return "
-                                     "each metric the same way on every rank (k answers per item, or one value)")
+            shape_error = mixed
         if bad:
             r, _, text = bad[0]
             if shape_error is None:
