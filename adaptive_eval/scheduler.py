@@ -114,6 +114,16 @@ class ResourceMonitor:
         )
 
 
+def _as_snapshot(reading) -> ResourceSnapshot:
+    """A reading as a :class:`ResourceSnapshot`: one as it is, a mapping of its fields made one; else ``TypeError``."""
+    if isinstance(reading, Mapping):
+        reading = ResourceSnapshot(**reading)
+    if not isinstance(reading, ResourceSnapshot):
+        raise TypeError(f"snapshot() returned {type(reading).__name__}, not a ResourceSnapshot (or a mapping of its "
+                        "fields)")
+    return reading
+
+
 class FakeResourceMonitor:
     """A scripted monitor: each :meth:`snapshot` returns the next snapshot; the last one repeats.
 
@@ -126,7 +136,7 @@ class FakeResourceMonitor:
     """
 
     def __init__(self, snapshots: Iterable[ResourceSnapshot | Mapping]):
-        self.snapshots = [s if isinstance(s, ResourceSnapshot) else ResourceSnapshot(**s) for s in snapshots]
+        self.snapshots = [_as_snapshot(s) for s in snapshots]
         if not self.snapshots:
             raise ValueError("FakeResourceMonitor needs at least one snapshot")
         self.calls = 0
@@ -239,13 +249,8 @@ class ResourceScheduler:
         is a ``TypeError``, a reading not taken (a dict or None raised AttributeError into the training step; a
         function was never called: found by a new user)."""
         monitor = self.monitor
-        snap = monitor() if callable(monitor) and not hasattr(monitor, "snapshot") else monitor.snapshot()
-        if isinstance(snap, Mapping):
-            snap = ResourceSnapshot(**snap)
-        if not isinstance(snap, ResourceSnapshot):
-            raise TypeError(f"snapshot() returned {type(snap).__name__}, not a ResourceSnapshot (or a mapping of "
-                            "its fields)")
-        return snap
+        return _as_snapshot(monitor() if callable(monitor) and not hasattr(monitor, "snapshot")
+                            else monitor.snapshot())
 
     def bypasses(self, urgent: bool, reason: str = "") -> bool:
         """Whether an evaluation skips the resource check: with ``alarm_bypass``, an urgent one and one an

@@ -857,8 +857,8 @@ def _items_of(loader, trainer):
     """The validation items a dataloader draws, as a dataset the request's indices index: its dataset, or the
     items its sampler picks (a ``SubsetRandomSampler`` or sampler of one's own over a shared dataset: indexing the
     dataset itself scored training items, without a word; found by a new user), sorted (a sampler that shuffles
-    picks the same items in another order).  Lightning's distributed samplers are seen through (the adapter shards by itself); an
-    ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N``: the first N batches' items,
+    picks the same items in another order).  Lightning's distributed samplers are seen through (the adapter shards
+    by itself); an ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N``: the first N batches' items,
     as Lightning validates on N batches."""
     import torch.utils.data as data
 
@@ -874,10 +874,8 @@ def _items_of(loader, trainer):
     if isinstance(getattr(sampler, "dataset", None), _sampler_wrapper_type()):
         sampler = sampler.dataset._sampler  # Lightning's DistributedSamplerWrapper around the user's sampler
     items = None
-    if isinstance(sampler, data.SubsetRandomSampler):
-        items = sorted(int(i) for i in sampler.indices)
-    elif sampler is not None and not isinstance(sampler, (data.SequentialSampler, data.RandomSampler,
-                                                          data.DistributedSampler)):
+    if sampler is not None and not isinstance(sampler, (data.SequentialSampler, data.RandomSampler,
+                                                        data.DistributedSampler)):
         try:
             items = _drawn(sampler, len(dataset) + 1)
         except (TypeError, ValueError):
