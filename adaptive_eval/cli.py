@@ -381,18 +381,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     chosen = {key: value for key, value in (("steps", args.steps), ("fault", args.fault)) if value is not None}
     # Its runs are several evaluators of one preset, whose notes "(said once)" are once per evaluator: said once
     # per demo here (the note on the id suite's pass@k came twice; found by a new-user probe).
-    import logging
+    from adaptive_eval.types import SaidOnce
 
-    once = _OnceFilter()
-    logging.getLogger("adaptive_eval").addFilter(once)
     try:
-        report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
-                               progress=not args.no_progress, **chosen)
+        with SaidOnce():
+            report = task.run_demo(args.out, seed=args.seed, config=args.config, overrides=args.overrides,
+                                   progress=not args.no_progress, **chosen)
     except DemoError as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
-    finally:
-        logging.getLogger("adaptive_eval").removeFilter(once)
     print(task.format_comparison(report))
     return 0
 
@@ -572,23 +569,6 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
     return cases
 
 
-class _OnceFilter:
-    """A logging filter that lets each distinct message through once."""
-
-    def __init__(self) -> None:
-        self.seen: set = set()
-
-    def filter(self, record) -> bool:
-        try:
-            key = (record.levelno, record.getMessage())
-        except Exception:  # noqa: BLE001 - a record that cannot be formatted is let through, as logging would
-            return True
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
 def _cmd_tune(args: argparse.Namespace) -> int:
     from adaptive_eval.tune import TuneError, check_base, check_input, table, tune
 
@@ -609,16 +589,13 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           + ", ".join(f"{c.name}: {c.metric}" for c in cases[:6]) + (" ..." if len(cases) > 6 else ""),
           file=sys.stderr)
     # Every trial replays every trace with a new evaluator, whose notes "(said once)" are once per evaluator: said
-    # once per tune here (a note on a suite's pass@k came 3 times in 4 trials; found by a new-user probe).
-    import logging
+    # once per tune here, whatever their values (a note on a suite's pass@k came 3 times in 4 trials, the budget's
+    # held alarm 14 times in 30; found by a new-user probe and a fresh-clone check).
+    from adaptive_eval.types import SaidOnce
 
-    once = _OnceFilter()
-    logging.getLogger("adaptive_eval").addFilter(once)
-    try:
+    with SaidOnce(templates=True):
         result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
                       progress=not args.no_progress, n_folds=args.folds)
-    finally:
-        logging.getLogger("adaptive_eval").removeFilter(once)
     names = [os.path.relpath(p, args.out) for p in (result.written or [])]
     if os.path.exists(os.path.join(args.out, "trials.jsonl")):
         names.insert(0, "trials.jsonl")

@@ -516,40 +516,6 @@ def _stop_on_sigint(stop: threading.Event, writing: threading.Event):
         signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)  # (None: set from C)
 
 
-class _SaidOnce(logging.Filter):
-    """Lets a warning through once per ``tune`` command, steps aside: each trial replays every trace with an evaluator
-    of its own, so a warning said once per run ("the budget holds back the evaluation the alarm asked for ... (said
-    once)") came 14 times in 30 trials, between the progress bar's lines (a fresh-clone check)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR:
-            return True
-        try:  # (its template, where it says something of its own, else its text; not its numbers either way)
-            template = str(record.msg)
-            own = len(re.sub(r"%[-#0 +]*\d*(\.\d+)?[sdrfgex]", "", template).strip()) > 20
-            key = re.sub(r"\d+(\.\d+)?(e[+-]?\d+)?", "#", template if own and record.args else record.getMessage())
-        except Exception:  # noqa: BLE001 - a record that cannot be formatted: as it is
-            return True
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
-@contextlib.contextmanager
-def _once_per_command():
-    logger, said = logging.getLogger("adaptive_eval"), _SaidOnce()
-    logger.addFilter(said)
-    try:
-        yield
-    finally:
-        logger.removeFilter(said)
-
-
 def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "delay", "regret"), trials: int = 50,
          seed: int = 0, out_dir: str | None = None, progress: bool = True, n_folds: int = 3) -> TuneResult:
     """Search the policy and detector parameters (:data:`SPACE`) on ``cases`` with Optuna.
@@ -618,7 +584,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             (values[0] if math.isfinite(values[0]) else 1e18)
 
     interrupted = False
-    with _stop_on_sigint(stop, writing), _once_per_command():
+    with _stop_on_sigint(stop, writing):
         try:
             study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False,
                            callbacks=[lambda study, _: study.stop() if stop.is_set() else None])

@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import logging
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -19,6 +20,44 @@ def log_once(key, message: str, *args) -> None:
     if key not in _SAID:
         _SAID.add(key)
         log.warning(message, *args)
+
+
+class SaidOnce(logging.Filter):
+    """A filter on the package's logger for a command that runs several evaluators (the demo's runs, tune's trials),
+    whose notes "(said once)" are once per evaluator: each is let through once per command.  ``templates``: one
+    said once whatever its values (its template, where the template says something of its own: tune's "the budget
+    holds back the evaluation the alarm asked for (%s)" came 14 times in 30 trials, one per stream and trial);
+    else once per text, numbers aside.  Errors always pass."""
+
+    def __init__(self, templates: bool = False):
+        super().__init__()
+        self.templates = templates
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        try:
+            template = str(record.msg)
+            own = self.templates and record.args and len(_FORMATS.sub("", template).strip()) > 20
+            key = _NUMBERS.sub("#", template if own else record.getMessage())
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted: let through, as logging would
+            return True
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+    def __enter__(self):
+        log.addFilter(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        log.removeFilter(self)
+
+
+_FORMATS = re.compile(r"%[-#0 +]*\d*(\.\d+)?[sdrfgex]")
+_NUMBERS = re.compile(r"\d+(\.\d+)?(e[+-]?\d+)?")
 
 __all__ = ["Decision", "EvalRequest", "EvalResult", "MetricSummary", "SuiteRequest"]
 

@@ -482,9 +482,9 @@ def test_a_warning_said_once_a_run_is_said_once_a_command(tmp_path, caplog):
     held = [r for r in caplog.records if "the budget holds back the evaluation" in r.getMessage()]
     assert len(held) == 1
     assert logging.getLogger("adaptive_eval").filters == []  # (the command's own filter is gone after it)
-    from adaptive_eval.tune import _SaidOnce
+    from adaptive_eval.types import SaidOnce
 
-    said = _SaidOnce()  # (a "%s" template says nothing of its own: its text is what is said once; found in review)
+    said = SaidOnce(templates=True)  # (a "%s" template says nothing of its own: its text is said once; review)
     record = lambda msg, *args: logging.LogRecord("adaptive_eval", logging.WARNING, "x", 1, msg, args, None)  # noqa
     assert [said.filter(record("%s", text)) for text in ("one problem", "another problem", "one problem")] == \
         [True, True, False]
