@@ -658,7 +658,8 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
             sim.update(metrics)
             for k in metrics:
                 if k.startswith("eval/"):
-                    truth[_truth_key(k)] = rec.step
+                    for key in _truth_keys(k):
+                        truth[key] = rec.step
         cheap = {k: v for k, v in metrics.items() if k in watched}
         if cheap:
             evaluator.observe(cheap, rec.step)
@@ -684,7 +685,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     evaluator.close()  # (an asynchronous evaluation still in flight joins here)
     if evaluator.summary()["listener_errors"]:  # (logged with its traceback: replay's own listener, a bug)
         raise RuntimeError(f"{trace.source or 'replay'}: collecting the replayed decisions failed (see the log)")
-    known = {_truth_key(n) for n in names if n.startswith("eval/")}
+    known = {key for n in names if n.startswith("eval/") for key in _truth_keys(n)}
     for e in out.evals:
         marks = _truth_marks(e, truth_at.get(e["step"]), known)
         if marks:
@@ -719,11 +720,16 @@ def _warn_suite_truth(sim: _SuiteSimulatedEval, source: str | None) -> None:
                       stacklevel=3)
 
 
-def _truth_key(column: str) -> str:
-    """The eval metric an ``eval/`` column gives ground truth for: ``eval/acc`` and ``eval/acc:std`` ->
-    ``acc``; a suite's per-item ``eval/math/acc@3`` -> ``math/acc``."""
+def _truth_keys(column: str) -> tuple[str, ...]:
+    """The eval metrics an ``eval/`` column may give ground truth for: ``eval/acc`` and ``eval/acc:std`` ->
+    ``acc``; ``eval/math/acc@3`` -> ``math/acc@3`` (verl's ``val-core/.../mean@4`` is a metric of its own) and
+    ``math/acc`` (a suite's item 3).
+
+    >>> _truth_keys("eval/val-core/gsm8k/acc/mean@4:std")
+    ('val-core/gsm8k/acc/mean@4', 'val-core/gsm8k/acc/mean')
+    """
     key = column[len("eval/"):].split(":", 1)[0]
-    return key.rsplit("@", 1)[0] if "@" in key else key
+    return (key, key.rsplit("@", 1)[0]) if "@" in key else (key,)
 
 
 def truth_metric(metric: str, known) -> str | None:

@@ -256,11 +256,13 @@ def test_replay_cli_says_how_a_sparse_trace_is_counted(collapse_trace, tmp_path,
     assert "replayed 600 steps" in out.out and "note:" not in out.err
 
 
-def test_an_evaluation_between_two_checkpoints_measures_the_earlier_one_and_cannot_confirm_a_later_change():
+@pytest.mark.parametrize("name", ["accuracy", "val-core/gsm8k/acc/mean@1"])
+def test_an_evaluation_between_two_checkpoints_measures_the_earlier_one_and_cannot_confirm_a_later_change(name):
     """Ground truth logged every 50 steps (checkpoints), the reward every step; the accuracy falls after step 120
     (the checkpoint of step 150 measures 0.2).  An evaluation at 121-149 draws from the step-100 checkpoint's
     truth: its evals.jsonl line says so (truth_step), and however its draw falls it confirms nothing (a new
-    user's replay 'confirmed' such a collapse 1 step after it, by sampling noise on the old model)."""
+    user's replay 'confirmed' such a collapse 1 step after it, by sampling noise on the old model).  Also under
+    verl's name for it, whose ``@1`` was read as a suite's item 1: no truth_step, early 'confirmations'."""
     import random
 
     from adaptive_eval.scoring import confirmed_delay
@@ -270,23 +272,23 @@ def test_an_evaluation_between_two_checkpoints_measures_the_earlier_one_and_cann
     for s in range(400):
         m = {"train/reward": rng.gauss(0.6 if s < 120 else 0.1, 0.05)}
         if s % 50 == 0:
-            m["eval/accuracy"] = 0.7 if s <= 100 else 0.2
+            m[f"eval/{name}"] = 0.7 if s <= 100 else 0.2
         rows.append(TraceRecord(s, m))
     trace = Trace(rows, source="ckpt.csv")
     result = replay(trace, load_config(overrides=["policy.sample_size.min=20", "policy.sample_size.initial=20"]))
     between = [e for e in result.evals if e["step"] % 50]
-    assert between and all(e["truth_step"] == {"accuracy": e["step"] // 50 * 50} for e in between)
+    assert between and all(e["truth_step"] == {name: e["step"] // 50 * 50} for e in between)
     assert all("truth_step" not in e for e in result.evals if e["step"] % 50 == 0)
     early = [e for e in between if 120 <= e["step"] < 150]
     assert early, "the reward's collapse brings an evaluation forward before the next checkpoint"
-    delay = confirmed_delay(result.evals, 120, "accuracy", pre_level=0.7, direction="down")
+    delay = confirmed_delay(result.evals, 120, name, pre_level=0.7, direction="down")
     assert delay is not None and delay >= 30
     # The same evaluations without truth_step (the old scoring) would count the early ones' draws.
     for e in early:
-        e["ci"]["accuracy"] = [0.1, 0.3]
-    assert confirmed_delay(result.evals, 120, "accuracy", pre_level=0.7, direction="down") == delay
+        e["ci"][name] = [0.1, 0.3]
+    assert confirmed_delay(result.evals, 120, name, pre_level=0.7, direction="down") == delay
     stripped = [{k: v for k, v in e.items() if k != "truth_step"} for e in result.evals]
-    assert confirmed_delay(stripped, 120, "accuracy", pre_level=0.7, direction="down") == early[0]["step"] - 120
+    assert confirmed_delay(stripped, 120, name, pre_level=0.7, direction="down") == early[0]["step"] - 120
     best = result.summary["best"]
     # summary.json's pick says which checkpoint's truth it measured when that is not its own step.
     assert ("truth_step" in best) == (best["step"] % 50 != 0)
