@@ -235,6 +235,10 @@ def _load_trace_file(path: str, args: argparse.Namespace):
                                  "stream": _for_trace(getattr(args, "stream", None), path),
                                  "step_column": _step_column_for(args, path)})
     on_restart = "keep_last" if args.keep_last_run else "error"
+    if args.stream:
+        from adaptive_eval.replay import _refuse_bookkeeping
+
+        _refuse_bookkeeping(args.stream, path)
     kind = trace_format(path)
     if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):
         step = None if args.step_column == "none" else args.step_column
@@ -244,15 +248,20 @@ def _load_trace_file(path: str, args: argparse.Namespace):
         what = "TensorBoard folder" if kind == "tensorboard" else "JSONL trace"
         raise TraceError(f"--step-column {args.step_column} applies to a CSV or JSONL trace with a step key; a "
                          f"{what} has its steps", path)
-    trace = read_trace(path, on_restart=on_restart, step_column=args.step_column)
+    trace = read_trace(path, on_restart=on_restart, step_column=args.step_column, validation_truth=not args.eval)
     if args.stream or args.eval:
         trace = select_columns(trace, streams=args.stream or None, evals=_eval_mapping(args.eval))
     return trace
 
 
+def _eval_like(trace) -> list[str]:
+    """The columns of a trace without ground truth that look like eval results (named to the user)."""
+    return [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+
+
 def _no_truth_warning(trace) -> None:
     """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
-    likely = [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+    likely = _eval_like(trace)
     print(f"  warning: the trace has no eval ground truth ({trace.source + ': ' if trace.source else ''}no "
           "eval/<metric> column), so every simulated "
           "evaluation measured nothing; name it with --eval COL"
@@ -457,6 +466,13 @@ def _cmd_check(args: argparse.Namespace) -> int:
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
             _truth_note(loaded, cfg, _eval_names(args, trace))
             if run.evals and not any(e["metrics"] for e in run.evals):
+                likely = _eval_like(loaded)
+                if likely:  # (a gate passed on evaluations that measured nothing, their eval columns unread:
+                    #         the policies' sizes and intervals were not the run's; found by a new user)
+                    raise ValueError(f"{run.name}: no eval ground truth (no eval/<metric> column): every simulated "
+                                     "evaluation measured nothing; name the eval column with --eval COL (--eval "
+                                     f"TRACE=COL for one trace of several): {', '.join(likely[:6])}"
+                                     + (f" and {len(likely) - 6} more" if len(likely) > 6 else ""))
                 _no_truth_warning(loaded)
             _budget_note(loaded, cfg, run.deferrals, len(run.evals), run.name)
             run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])

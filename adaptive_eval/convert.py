@@ -523,8 +523,10 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     ``evals`` named, the trace's other ``eval/`` (and ``eval_``) metrics are dropped.  A name the trace lacks is a
     :class:`TraceError` listing what it has.
     """
-    evals = dict(evals or {})
     names = trace.metric_names()
+    # (a val-core/ column read_trace took as the ground truth, trace.promote_validation, is named as it was logged)
+    evals = {(f"eval/{c}" if c not in names and f"eval/{c}" in names and c.startswith(VALIDATION_PREFIXES) else c): f
+             for c, f in dict(evals or {}).items()}
     missing = [c for c in [*(streams or ()), *evals] if c not in names]
     if missing:
         raise TraceError(f"no metric {', '.join(map(repr, missing))} (metrics: {', '.join(names)})", trace.source)

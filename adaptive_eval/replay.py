@@ -148,10 +148,21 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
         if n.startswith("eval/") and not n.endswith(":std"):
             std = f"{n}:std"
             evals[n[len("eval/"):]] = std if std in names else None
-    from adaptive_eval.trace import VALIDATION_PREFIXES
+    from adaptive_eval.trace import BOOKKEEPING_PREFIXES, VALIDATION_PREFIXES
 
-    streams = [n for n in names if not n.startswith(("eval/", *VALIDATION_PREFIXES))]
+    streams = [n for n in names if not n.startswith(("eval/", *VALIDATION_PREFIXES, *BOOKKEEPING_PREFIXES))]
     return streams, evals
+
+
+def _refuse_bookkeeping(streams: Iterable[str], source: str | None) -> None:
+    """ValueError for a stream to watch that is verl's timing or throughput (``trace.BOOKKEEPING_PREFIXES``)."""
+    from adaptive_eval.trace import BOOKKEEPING_PREFIXES
+
+    named = [s for s in streams if s.startswith(BOOKKEEPING_PREFIXES)]
+    if named:
+        raise ValueError(f"{source + ': ' if source else ''}{', '.join(map(repr, named))}: verl's timing or "
+                         "throughput, the machine's and not the model's, is never watched (a slower node raised "
+                         "alarms and evaluations); copy it under another name to watch it")
 
 
 def _column_kinds(trace, eval_cols: dict[str, str | None], cfg) -> dict[str, str]:
@@ -568,6 +579,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     names = sorted({k for r in records for k in r.metrics})
     stream_cols, eval_cols = _split_columns(names)
     if streams is not None:
+        _refuse_bookkeeping(streams, trace.source)
         missing = [s for s in streams if s not in stream_cols]
         truth = [s for s in missing if s in names]
         if truth:  # an eval column: the ground truth replay evaluates from, not a stream

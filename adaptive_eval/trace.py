@@ -513,7 +513,8 @@ def write_trace(trace: Trace | Iterable[TraceRecord], path: str | os.PathLike, *
 # ---------------------------------------------------------------------------------------------------- reading
 
 
-def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_column: str = "step") -> Trace:
+def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_column: str = "step",
+               validation_truth: bool = True) -> Trace:
     """Read a CSV or JSONL trace file, or a TensorBoard event directory (or single event file).
 
     CSV: a header with a ``step`` column (leading ``#`` lines above it are comments, unless one has that column:
@@ -542,6 +543,9 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
     ``train/global_step``); a record without it takes the one key of the same last part (OpenRLHF's eval rows:
     ``eval/global_step``).  It is not a metric.  (A CSV's step column: :func:`adaptive_eval.convert.from_columns`.)
 
+    ``validation_truth``: a trace without ``eval/`` columns and with one ``val-core/`` column (verl's validation
+    result) has it as its eval ground truth, ``eval/val-core/...``, with a warning (:func:`promote_validation`).
+
     Raises :class:`TraceError` for a malformed line (file and line number), a missing ``step`` column,
     decreasing steps, a non-numeric cell, or a file without records.
     """
@@ -554,15 +558,16 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
     if step_column != "step" and trace_format(path) != "jsonl":
         raise ValueError(f"{path}: step_column= applies to a JSONL or JSON trace; a CSV's step column: "
                          "adaptive_eval.convert.from_columns(path, step=...); a TensorBoard run has its steps")
+    as_read = promote_validation if validation_truth else (lambda trace: trace)
     if trace_format(path) == "tensorboard":
-        return _read_tensorboard(path, keep_last)
+        return as_read(_read_tensorboard(path, keep_last))
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such trace file")
     text = read_text(path)
     if trace_format(path, text) == "jsonl":
         with _gc_paused():
-            return _read_jsonl(path, text, keep_last, step_column)
-    return _read_csv(path, text, keep_last)
+            return as_read(_read_jsonl(path, text, keep_last, step_column))
+    return as_read(_read_csv(path, text, keep_last))
 
 
 def trace_format(path: str | os.PathLike, text: str | None = None) -> str:
@@ -1475,8 +1480,31 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
 
 
 # verl logs its validation results (val-core/<data source>/<var>/<metric>, val-aux/...) beside the step's own
-# metrics: eval results, never cheap streams (one of them is ground truth only when --eval names it).
+# metrics: eval results, never cheap streams (ground truth where --eval names one, or where val-core/ has one).
 VALIDATION_PREFIXES = ("val-core/", "val-aux/")
+
+
+def promote_validation(trace: Trace) -> Trace:
+    """A trace without ``eval/`` columns whose one ``val-core/`` column (verl's validation result of its one
+    data source) is its eval ground truth, as ``--eval`` would make it: ``eval/val-core/...``, with a warning.
+    With several (data sources, or verl's ``mean@4`` beside ``maj@4/mean``) the trace is returned as it is:
+    which one is the user's to name.  (A new user's verl run replayed, checked and tuned on no ground truth at
+    all, every evaluation measuring nothing, while its one validation column sat beside it.)"""
+    names = trace.metric_names()
+    core = [n for n in names if n.startswith("val-core/")]
+    if len(core) != 1 or any(n.startswith("eval/") for n in names):
+        return trace
+    warnings.warn(f"{trace.source + ': ' if trace.source else ''}read {core[0]!r}, the trace's one val-core/ "
+                  "column, as the eval ground truth (--eval COL names another)", RuntimeWarning, stacklevel=3)
+    col = core[0]
+    records = [TraceRecord(r.step, {(f"eval/{k}" if k == col else k): v for k, v in r.metrics.items()}, r.epoch,
+                           r.time) if col in r.metrics else r for r in trace.records]
+    return Trace(records, trace.source)
+
+# verl's timings and throughput (timing_s/step, timing_per_token_ms/gen, perf/throughput, perf/max_memory_...):
+# the machine's, not the model's; a slower node raised a cusum alarm and a 500-item evaluation (a new user's
+# replay).  Not watched unless named (--stream COL), as HF's *_runtime and *_per_second are not.
+BOOKKEEPING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 _EPOCH_TAGS = ("epoch", "train/epoch", "training/epoch")
 # A step counter logged as a metric beside the record's step (verl's training/global_step): bookkeeping.

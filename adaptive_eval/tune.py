@@ -448,9 +448,14 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *
             raise TuneError(f"{c.name}: {c.steps} step{'s' if c.steps != 1 else ''}: a trace needs at least 2 "
                             f"steps {to}")
         if c.truth is None or not any(math.isfinite(v) for v in c.truth):
+            likely = [n for n in (c.trace.stream_names() if c.trace is not None else ())
+                      if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+            hint = (f"; name the eval column with --eval TRACE=COL: {', '.join(likely[:6])}"
+                    + (f" and {len(likely) - 6} more" if len(likely) > 6 else "")) if likely else ""
             raise TuneError(f"{c.name}: no eval ground truth for {c.metric or 'any metric'} (no eval/<metric> column "
                             "with a value, or per-item eval/<suite>/<metric>@<item> columns of an eval suite in "
-                            "evaluation.suites): replay cannot simulate evaluations, so there is nothing to score")
+                            "evaluation.suites): replay cannot simulate evaluations, so there is nothing to score"
+                            + hint)
     if "delay" in objectives and not any(c.events for c in cases):
         raise TuneError("no events in any trace, so the delay objective cannot be scored: mark the changes with "
                         "--events TRACE=STEP[,STEP...], tune on real:NAME traces, or drop --objective delay")

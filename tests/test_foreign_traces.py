@@ -168,7 +168,7 @@ def test_verl_file_logs_nest_their_metrics_under_data(tmp_path, capsys):
             data["val-core/math/acc/mean@4"] = 0.6
         lines.append(json.dumps({"step": s, "data": data}))
     path.write_text("\n".join(lines) + "\n")
-    trace = read_trace(path)
+    trace = read_trace(path, validation_truth=False)
     assert trace.records[19].metrics == {"critic/score/mean": 0.5, "actor/entropy": 0.4, "actor/kl": 0.01,
                                          "val-core/math/acc/mean@4": 0.6}
     capsys.readouterr()
@@ -176,9 +176,10 @@ def test_verl_file_logs_nest_their_metrics_under_data(tmp_path, capsys):
                  "--no-tensorboard"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert all(set(e["metrics"]) == {"val-core/math/acc/mean@4"} for e in evals_of(tmp_path / "o"))
-    # without ground truth named, replay says why every evaluation is empty
+    # without it named, the one val-core/ column is the ground truth, said (read_trace's default)
     assert main(["replay", str(path), "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
-    assert "no eval ground truth" in capsys.readouterr().err
+    assert "read 'val-core/math/acc/mean@4', the trace's one val-core/ column" in capsys.readouterr().err
+    assert evals_of(tmp_path / "o2") == evals_of(tmp_path / "o")
 
 
 # --------------------------------------------------------- found by a new user's trial with traces of their own
@@ -515,23 +516,80 @@ def test_replay_writes_strict_json_that_plot_reads_back(tmp_path):
     assert (tmp_path / "o" / "run.png").stat().st_size > 0
 
 
-def test_a_verl_log_replays_with_its_validation_column_named(tmp_path, capsys):
-    """verl's file logger: {"step", "data": {...}} with validation metrics named val-core/<source>/<m>/mean@1,
-    whose "@1" is not an item of a suite; without --eval the warning names them."""
+def _verl_log(path, sources=("openai/gsm8k",), slow_from=None):
+    """verl's file logger: {"step", "data": {...}} with a validation result per data source every 20 steps, named
+    val-core/<source>/reward/mean@1 (whose "@1" is not an item of a suite), its timings and throughput; the score
+    and the accuracy fall at step 200; from ``slow_from`` on the steps take twice as long (a slow node)."""
     rows = []
     for s in range(1, 301):
-        d = {"actor/kl_loss": 0.01 + 0.0001 * (s % 7), "critic/score/mean": (0.6 if s < 200 else 0.2) + 0.001 * (s % 5)}
+        slow = slow_from is not None and s >= slow_from
+        d = {"actor/kl_loss": 0.01 + 0.0001 * (s % 7), "critic/score/mean": (0.6 if s < 200 else 0.2) + 0.001 * (s % 5),
+             "timing_s/step": (60.0 if slow else 30.0) + 0.1 * (s % 3),
+             "perf/throughput": (500 if slow else 1000) + s % 4}
         if s % 20 == 0:
-            d["val-core/openai/gsm8k/reward/mean@1"] = 0.7 if s < 200 else 0.3
+            for src in sources:
+                d[f"val-core/{src}/reward/mean@1"] = 0.7 if s < 200 else 0.3
         rows.append(json.dumps({"step": s, "data": d}))
-    path = tmp_path / "verl.jsonl"
     path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_verl_logs_one_validation_column_is_its_ground_truth(tmp_path, capsys):
+    """A verl log with one data source: its val-core/ column is the ground truth, said once, as --eval makes it (it
+    replayed, checked and tuned on no ground truth, every evaluation measuring nothing); --eval names it too."""
+    path = _verl_log(tmp_path / "verl.jsonl")
     assert main(["replay", str(path), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
-    assert "eval-like columns here: val-core/openai/gsm8k/reward/mean@1" in capsys.readouterr().err
-    assert main(["replay", str(path), "--eval", "val-core/openai/gsm8k/reward/mean@1", "--out", str(tmp_path / "b"),
-                 "--no-tensorboard"]) == 0
-    metrics = [e["metrics"] for e in evals_of(tmp_path / "b")]
-    assert all(set(m) == {"val-core/openai/gsm8k/reward/mean@1"} for m in metrics) and len(metrics) >= 3
+    err = capsys.readouterr().err
+    assert "read 'val-core/openai/gsm8k/reward/mean@1', the trace's one val-core/ column, as the eval ground" in err
+    assert "no eval ground truth" not in err
+    for out, extra in (("a", []), ("b", ["--eval", "val-core/openai/gsm8k/reward/mean@1"])):
+        if extra:
+            assert main(["replay", str(path), *extra, "--out", str(tmp_path / out), "--no-tensorboard"]) == 0
+        metrics = [e["metrics"] for e in evals_of(tmp_path / out)]
+        assert all(set(m) == {"val-core/openai/gsm8k/reward/mean@1"} for m in metrics) and len(metrics) >= 3
+    assert evals_of(tmp_path / "a") == evals_of(tmp_path / "b")
+
+
+def test_a_verl_log_with_several_validation_columns_is_refused_by_check_and_tune_until_one_is_named(tmp_path, capsys):
+    """Two data sources: which is the ground truth is the user's to say.  check passed its gates (exit 0) on
+    evaluations that measured nothing, and tune's error named no fix; both now name the columns and --eval."""
+    from adaptive_eval.testing import replay_trace
+
+    path = _verl_log(tmp_path / "verl.jsonl", sources=("openai/gsm8k", "math500"))
+    (tmp_path / "verl.jsonl.events.yaml").write_text("events:\n- {step: 200, kind: collapse, direction: down}\n"
+                                                     "max_samples_per_1k: 100000\n")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "no eval ground truth" in err and "--eval" in err
+    assert "val-core/openai/gsm8k/reward/mean@1, val-core/math500/reward/mean@1" in err
+    assert main(["tune", str(path), "--trials", "1", "--out", str(tmp_path / "t"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--eval TRACE=COL: val-core/openai/gsm8k/reward/mean@1, val-core/math500/reward/mean@1" in err
+    col = "val-core/math500/reward/mean@1"
+    assert main(["check", str(path), "--eval", col]) == 0
+    # From Python as from the command line (replay_trace had no way to name it)
+    run = replay_trace(path, eval=col)
+    assert run.metric == col and all(set(e["metrics"]) == {col} for e in run.evals)
+    assert run.events and run.events[0].step == 200  # (the events file beside it, read as before)
+    with pytest.raises(TypeError, match="eval= read a trace file"):
+        replay_trace(read_trace(path), eval=col)
+
+
+def test_verls_timings_and_throughput_are_not_watched(tmp_path, capsys):
+    """verl's timing_s/ and perf/ are the machine's: a slower node from step 100 raised a cusum alarm and an
+    alarm's evaluation on a run whose model never changed there; naming one to watch says why not."""
+    from adaptive_eval.replay import _split_columns
+
+    path = _verl_log(tmp_path / "verl.jsonl", slow_from=100)
+    trace = read_trace(path, validation_truth=False)
+    assert _split_columns(trace.metric_names())[0] == ["actor/kl_loss", "critic/score/mean"]
+    assert main(["replay", str(path), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    alarms = [json.loads(line) for line in (tmp_path / "a" / "alarms.jsonl").read_text().splitlines()]
+    assert not [a for a in alarms if a["step"] < 200]
+    capsys.readouterr()
+    assert main(["replay", str(path), "--stream", "timing_s/step", "--out", str(tmp_path / "b"),
+                 "--no-tensorboard"]) == 2
+    assert "'timing_s/step': verl's timing or throughput" in capsys.readouterr().err
 
 
 def test_verls_validation_columns_are_no_streams(tmp_path):
@@ -548,11 +606,15 @@ def test_verls_validation_columns_are_no_streams(tmp_path):
         rows.append(json.dumps({"step": s, "data": d}))
     path = tmp_path / "verl.jsonl"
     path.write_text("\n".join(rows) + "\n")
-    trace = read_trace(path)
-    assert _split_columns(trace.metric_names())[0] == ["critic/score/mean"]
-    narrowed = select_columns(trace, evals={"val-core/gsm8k/reward/mean@1": 1.0})
-    assert narrowed.stream_names() == ["critic/score/mean"]
-    assert narrowed.eval_names() == ["eval/val-core/gsm8k/reward/mean@1"]
+    raw = read_trace(path, validation_truth=False)
+    with pytest.warns(RuntimeWarning, match="the trace's one val-core/ column, as the eval ground truth"):
+        promoted = read_trace(path)
+    assert promoted.eval_names() == ["eval/val-core/gsm8k/reward/mean@1"]
+    for trace in (raw, promoted):  # (the column is named as logged, however it was read)
+        assert _split_columns(trace.metric_names())[0] == ["critic/score/mean"]
+        narrowed = select_columns(trace, evals={"val-core/gsm8k/reward/mean@1": 1.0})
+        assert narrowed.stream_names() == ["critic/score/mean"]
+        assert narrowed.eval_names() == ["eval/val-core/gsm8k/reward/mean@1"]
 
 
 def test_an_hf_runs_train_epoch_is_its_epoch_in_tensorboard_and_a_wandb_export(tmp_path):

@@ -411,8 +411,49 @@ def _config(config) -> tuple[Any, str]:
     return as_config(config), "custom"
 
 
+READ_OPTIONS = ("eval", "stream", "step_column", "keep_last_run")
+
+
+def read_options(read: dict) -> tuple:
+    """``(eval items, stream items, step column or None, keep_last_run)`` from the marker's keywords, or ``()``
+    when none is given; a ``TypeError`` naming the keyword for a value of the wrong kind."""
+    unknown = sorted(set(read) - set(READ_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown read option {unknown[0]!r} ({', '.join(READ_OPTIONS)})")
+    if not any(read.get(k) for k in READ_OPTIONS):
+        return ()
+
+    def items(name):
+        value = read.get(name)
+        value = [] if value is None else [value] if isinstance(value, str) else value
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise TypeError(f"{name}= takes a column name or a list of them, got {read.get(name)!r}")
+        return tuple(value)
+
+    step_column = read.get("step_column")
+    if step_column is not None and not isinstance(step_column, str):
+        raise TypeError(f"step_column= takes a column name (or 'none'), got {step_column!r}")
+    keep_last = read.get("keep_last_run", False)
+    if not isinstance(keep_last, bool):
+        raise TypeError(f"keep_last_run= takes True or False, got {keep_last!r}")
+    return items("eval"), items("stream"), step_column, keep_last
+
+
+def read_with(path: str | os.PathLike, options: tuple) -> Trace:
+    """A trace file read as the command line reads it with ``--eval``, ``--stream``, ``--step-column`` and
+    ``--keep-last-run`` (``options`` from :func:`read_options`)."""
+    import argparse
+
+    from adaptive_eval.cli import _load_trace_file
+
+    eval_, stream, step_column, keep_last = options
+    return _load_trace_file(str(path), argparse.Namespace(
+        eval=list(eval_), stream=list(stream), step_column=[step_column] if step_column else [],
+        keep_last_run=keep_last))
+
+
 def replay_trace(path_or_trace, config=None, seed: int = 0, *,
-                 events: Sequence | str | os.PathLike | None = None) -> ReplayRun:
+                 events: Sequence | str | os.PathLike | None = None, **read) -> ReplayRun:
     """Replay a recorded trace under ``config`` and return the :class:`ReplayRun`.
 
     ``path_or_trace``: a trace file or TensorBoard folder (with its sidecar events file, if any), the name
@@ -420,8 +461,16 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     :class:`~adaptive_eval.trace.Trace`, or a ``RealTrace``/``SyntheticTrace``.  ``config``: a preset
     name, a YAML path, a loaded config, or None (the default preset).  ``events`` replaces the events
     that came with the trace: a list of :class:`Event` (or steps, or mappings), or an events file.
-    The same trace, config and seed give the same run.
+    ``read``: how to read a trace file in another tool's format, as the pytest marker and the command line
+    take it: ``eval="val-core/gsm8k/acc/mean@4"`` (``"eval_acc:0.01"`` for percent), ``stream=[...]``,
+    ``step_column=``, ``keep_last_run=True``.  The same trace, config and seed give the same run.
     """
+    options = read_options(read)
+    if options:
+        if not isinstance(path_or_trace, (str, os.PathLike)) or not os.path.exists(path_or_trace):
+            raise TypeError(f"{', '.join(k + '=' for k in READ_OPTIONS if read.get(k))} read a trace file; "
+                            f"{path_or_trace!r} is none (a Trace: adaptive_eval.convert.select_columns)")
+        path_or_trace = read_with(path_or_trace, options)
     trace, name, exp, metric = _load(path_or_trace)
     if len(trace) == 0:
         raise ExpectationError(f"{name}: the trace has no records")

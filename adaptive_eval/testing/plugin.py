@@ -37,6 +37,7 @@ import pathlib
 import pytest
 
 from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
+from adaptive_eval.testing._core import READ_OPTIONS, read_options, read_with  # noqa: F401 (READ_OPTIONS: as before)
 
 MARKER = "replay_traces"
 
@@ -56,45 +57,10 @@ class ReplayCache:
         if run is None:
             source = trace
             if options and isinstance(trace, (str, os.PathLike)) and os.path.exists(trace):
-                import argparse
-
-                from adaptive_eval.cli import _load_trace_file
-
-                eval_, stream, step_column, keep_last = options
-                source = _load_trace_file(str(trace), argparse.Namespace(
-                    eval=list(eval_), stream=list(stream), step_column=[step_column] if step_column else [],
-                    keep_last_run=keep_last))
+                source = read_with(trace, options)
             run = self._runs[key] = replay_trace(source, config, seed=seed)
             self.replays += 1
         return run
-
-
-READ_OPTIONS = ("eval", "stream", "step_column", "keep_last_run")
-
-
-def read_options(read: dict) -> tuple:
-    """``(eval items, stream items, step column or None, keep_last_run)`` from the marker's keywords, or ``()``
-    when none is given; a ``TypeError`` naming the keyword for a value of the wrong kind."""
-    unknown = sorted(set(read) - set(READ_OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown read option {unknown[0]!r} ({', '.join(READ_OPTIONS)})")
-    if not any(read.get(k) for k in READ_OPTIONS):
-        return ()
-
-    def items(name):
-        value = read.get(name)
-        value = [] if value is None else [value] if isinstance(value, str) else value
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise TypeError(f"{name}= takes a column name or a list of them, got {read.get(name)!r}")
-        return tuple(value)
-
-    step_column = read.get("step_column")
-    if step_column is not None and not isinstance(step_column, str):
-        raise TypeError(f"step_column= takes a column name (or 'none'), got {step_column!r}")
-    keep_last = read.get("keep_last_run", False)
-    if not isinstance(keep_last, bool):
-        raise TypeError(f"keep_last_run= takes True or False, got {keep_last!r}")
-    return items("eval"), items("stream"), step_column, keep_last
 
 
 def _key(value):
