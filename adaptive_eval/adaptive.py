@@ -287,8 +287,9 @@ class AdaptiveEvaluator:
         # new user: said when it is collected or the interpreter exits, unless close() ran)
         # (a weak reference: the jobs hold failed evaluations' tracebacks, whose frames may hold the evaluator's owner,
         # and a strong one from the finalizer's registry kept them all alive; found in review)
+        self._pid = os.getpid()  # (close() in a forked child leaves the parent's evaluator alone)
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
-                                           os.getpid()) if self._async is not None else None)
+                                           self._pid) if self._async is not None else None)
         self._reset()
         if self._logging:
             self.logger.log_config(OmegaConf.to_yaml(self.cfg))
@@ -1753,7 +1754,8 @@ class AdaptiveEvaluator:
     def close(self, timeout_s: float | None = None) -> None:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).
 
-        Asynchronous evaluations still in flight are waited for (at most ``timeout_s`` in all; default
+        In a forked child it does nothing (the evaluations, logger and recorder are the parent's).  Asynchronous
+        evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
         how long it may last and why) and integrated at the last step seen;
         one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
@@ -1765,6 +1767,12 @@ class AdaptiveEvaluator:
         """
         if self._unclosed is not None:  # (close() was called, whatever its drain meets)
             self._unclosed.detach()
+        if os.getpid() != self._pid:
+            # A forked child (a DataLoader worker, os.fork) leaving a `with` block: the evaluations, the logger and
+            # the recorder are its parent's.  It waited for an evaluation thread that does not exist in it (a hang,
+            # its parent blocked in waitpid), and flushing its copies of their buffers wrote them twice.
+            self._closed = self._closed or True
+            return
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:

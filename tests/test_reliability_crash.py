@@ -224,3 +224,50 @@ def test_adaptive_evaluator_record_to_survives_sigkill(tmp_path):
     trace = read_trace(path)
     assert trace.steps().tolist() == list(range(40))
     assert trace.column("eval/acc")[0].tolist() == [4, 9, 14, 19, 24, 29, 34, 39]
+
+
+def test_a_forked_child_leaving_the_evaluators_with_block_neither_hangs_nor_writes_the_parents_files(tmp_path):
+    """A child forked with an asynchronous evaluation in flight (os.fork, a DataLoader worker) that leaves the
+    training script's ``with AdaptiveEvaluator(...)`` block: its close() waited for an evaluation thread that does
+    not exist in it (a hang; the parent blocked in waitpid), and flushing its copies of the logger and recorder
+    wrote their buffers a second time.  The child's close() leaves them to the parent."""
+    code = textwrap.dedent("""
+        import os, sys, threading, time
+        from adaptive_eval import AdaptiveEvaluator, load_config
+        from adaptive_eval.tensorboard import make_logger
+        release = threading.Event()
+        def slow_eval(request):
+            release.wait(30)
+            return {"acc": [1.0] * 8}
+        cfg = load_config(overrides=["evaluation.asynchronous=true", "trigger.freq_steps=5",
+                                     "evaluation.async_integrate_after_steps=null"])
+        with AdaptiveEvaluator(cfg, logger=make_logger(sys.argv[1] + "/tb")) as ev:
+            ev.record_to(sys.argv[1] + "/trace.csv")
+            for g in range(6):
+                ev.observe({"train/loss": g / 10}, g)
+                ev.evaluate(slow_eval, 0, g, g)
+            t0 = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                sys.exit(0)  # leaves the with block: close() in the child
+            os.waitpid(pid, 0)
+            print(f"child {time.monotonic() - t0:.1f}", flush=True)
+            release.set()
+            for g in range(6, 12):
+                ev.observe({"train/loss": g / 10}, g)
+                ev.evaluate(slow_eval, 0, g, g)
+        print("done", ev.summary()["evals"], flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr  # (it hung until distributed.timeout_s, 600 s)
+    assert float(proc.stdout.split("child ")[1].split()[0]) < 10, proc.stdout
+    assert "done" in proc.stdout and "failed" not in proc.stderr, proc.stderr
+    lines = (tmp_path / "trace.csv").read_text().splitlines()
+    steps = [int(line.split(",")[0]) for line in lines[1:]]
+    # in order (an evaluation's result is a second line at the step it was integrated), nothing from the child
+    assert steps == sorted(steps) and sorted(set(steps)) == list(range(12)), steps
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("streams/train/loss")] == list(range(12))
