@@ -722,8 +722,10 @@ class AsyncEvaluations:
         by its fixed latency is waited for (at most its timeout); the others only if they finished."""
         out = []
         while self._head_ready(step):
-            job = self.jobs.pop(0)
-            out.append((job, self._outcome(job, f"evaluate() at step {step}")))
+            # (taken off the list once its outcome is in: a preemption handler calling state_dict() during the
+            # wait saved the state without it, and the resumed run never evaluated that step; found by a new user)
+            outcome = self._outcome(self.jobs[0], f"evaluate() at step {step}")
+            out.append((self.jobs.pop(0), outcome))
         return out
 
     def _outcome(self, job: _Job, who: str = "", why: str = ""):
@@ -750,6 +752,8 @@ class AsyncEvaluations:
         except cf.CancelledError:
             return EvalOutcome(None, RuntimeError(f"the evaluation of step {job.step} was cancelled"))
         except Exception as exc:  # noqa: BLE001 - on_error raise in the worker, a broken runner
+            if not _raised_by(job.future, exc):
+                raise  # a signal handler's exception while this thread waited (a preemption): the training loop's
             if "eval rank" in str(exc) and getattr(self.executor, "broken", None):
                 self.down = self.executor.broken
             return EvalOutcome(None, exc)
@@ -778,8 +782,8 @@ class AsyncEvaluations:
         is due by a fixed latency).  One per step, so that every rank takes the same one."""
         if not self._head_ready(step):
             return []
-        job = self.jobs.pop(0)
-        return [(job, self._outcome(job, f"evaluate() at step {step}"))]
+        outcome = self._outcome(self.jobs[0], f"evaluate() at step {step}")  # (off the list once in: take())
+        return [(self.jobs.pop(0), outcome)]
 
     def shards_to_wire(self, pairs) -> tuple:
         """Sharded: this rank's part of each (job, outcome) as plain values, to all-gather."""
@@ -887,6 +891,8 @@ class AsyncEvaluations:
                                 f"the asynchronous evaluation of step {job.step} did not finish within "
                                 f"evaluation.timeout_s ({self.timeout_s:g} s)"))
                     except Exception as exc:  # noqa: BLE001
+                        if not _raised_by(job.future, exc):
+                            raise  # (a signal handler's, as in _outcome)
                         job.outcome = EvalOutcome(None, exc)
                 rec["outcome"] = _outcome_to_wire(job.outcome, items=True) if job.outcome is not None else None
             jobs.append(rec)
@@ -996,3 +1002,13 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
         # the first one gives up on a late evaluation well before that.
         wait_limit_s=0.5 * timeout if distributed else timeout, owner=owner, options=options,
         needs_snapshot=needs_snapshot, group=distributed, sharded=sharded)
+
+
+def _raised_by(future, exc: BaseException) -> bool:
+    """Whether ``exc``, raised while waiting on ``future``, is the evaluation's own (its ``result()``), not one
+    a signal handler raised in the waiting thread (a preemption's, which belongs to the training loop: it was
+    logged as a failed evaluation, and training went on)."""
+    try:
+        return future.done() and not future.cancelled() and future.exception(timeout=0) is exc
+    except Exception:  # noqa: BLE001 - a future that cannot say: the evaluation's, as before
+        return True
