@@ -676,8 +676,8 @@ class AdaptiveEvaluator:
             raise ValueError(_backwards(" in evaluate()", last, global_step))
         if last is not None and global_step > last + 1 and not self._gap_said:
             self._say_gap(last, global_step)
-        self._last_call_step = global_step
         if self._distributed:
+            self._last_call_step = global_step
             if self._group_failed is not None:
                 return None  # (no collective: the ranks are out of step since the failure)
             try:
@@ -694,9 +694,14 @@ class AdaptiveEvaluator:
         # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
         got = None
         if self._async is not None:
-            got, self._unreturned = self._unreturned, None
+            got = self._unreturned
             if self._async.jobs and self._async.ready(global_step):
                 got = self._integrate(self._async.take(global_step), global_step) or got
+            self._unreturned = None
+        # This step's call counts from here: a state_dict() taken while take() waited for a due result (a
+        # preemption's handler) is that of the step before, whose resumed run makes this call again (it said
+        # "called again in the same step" and skipped it: every later decision came a step late).
+        self._last_call_step = global_step
         trigger = self.trigger
         since = trigger._steps_since + 1
         if since < trigger._quiet_below:
