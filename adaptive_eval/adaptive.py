@@ -1627,9 +1627,17 @@ class AdaptiveEvaluator:
     # ----------------------------------------------------------------------------------------------
     # State
 
-    def state_dict(self) -> dict:
+    def state_dict(self, timeout_s: float | None = None) -> dict:
         """Everything the decisions depend on, as plain values that are strict JSON (a NaN or infinity, say a
-        metric's, is ``{"__float__": "nan"}``)."""
+        metric's, is ``{"__float__": "nan"}``).
+
+        Asynchronous evaluations in flight are waited for, so that the state holds their results (at most
+        ``timeout_s`` in all; default ``distributed.timeout_s``, and never past ``evaluation.timeout_s``); one
+        still running then is saved as lost, and the resumed run counts it as a failed evaluation.  A
+        preemption's handler gives the time its grace period leaves (SLURM's SIGTERM: 30 s before SIGKILL)."""
+        if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real)
+                                      or not timeout_s >= 0):
+            raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
         return _strict({
             "version": 1,
             "trigger": self.trigger.state_dict(),
@@ -1653,7 +1661,7 @@ class AdaptiveEvaluator:
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
-            **({"async": self._async.state_dict()} if self._async is not None else {}),
+            **({"async": self._async.state_dict(timeout_s)} if self._async is not None else {}),
             # (integrated in observe(): the next evaluate() returns it, in the resumed run too)
             **({"unreturned": i} if (i := next((i for i, r in enumerate(self.history) if r is self._unreturned),
                                                None)) is not None else {}),

@@ -849,3 +849,34 @@ def test_a_preemption_while_training_waits_for_a_due_result_reaches_the_loop_and
     resumed.close()
     assert [r.step for r in resumed.history] == [r.step for r in full.history]
     assert [r.metrics["acc"].mean for r in resumed.history] == [r.metrics["acc"].mean for r in full.history]
+
+
+def test_state_dict_waits_no_longer_than_its_timeout_and_saves_a_running_evaluation_as_lost():
+    """A preemption's handler has the grace period its scheduler leaves (SLURM: 30 s before SIGKILL); state_dict()
+    waited up to distributed.timeout_s (600 s) for an evaluation in flight, and the state was never written."""
+    gate = threading.Event()
+
+    def stuck(request):
+        gate.wait(60)
+        return {"acc": [1.0] * 8}
+
+    ev, events = make(cfg())
+    for g in range(6):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(stuck, 0, g, g)
+    assert [j.step for j in ev._async.jobs] == [4]
+    state = json.loads(json.dumps(ev.state_dict(timeout_s=0.2)))
+    assert not gate.is_set() and state["async"]["jobs"][0]["outcome"] is None  # returned without its result
+    gate.set()
+    ev.close()
+    resumed, events = make(cfg())
+    resumed.load_state_dict(state)
+    for g in range(6, 12):
+        resumed.observe({"train/loss": 1.0}, g)
+        resumed.evaluate(stuck, 0, g, g)
+    resumed.close()
+    errors = [e for e in events if e["kind"] == "error"]
+    assert errors and errors[0]["step"] == 4 and "in flight when the state was saved" in errors[0]["error"]
+    for bad in (-1, "5", True):
+        with pytest.raises(ValueError, match="state_dict.timeout_s"):
+            resumed.state_dict(timeout_s=bad)
