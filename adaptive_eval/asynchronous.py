@@ -241,8 +241,9 @@ class InlineExecutor(cf.Executor):
 
 
 class DaemonThreadExecutor(cf.Executor):
-    """A new daemon thread per call: a cancelled or timed-out evaluation that already runs (Python cannot stop
-    it) never holds up the next one, and none keeps the process alive at exit."""
+    """A new daemon thread per call: a cancelled evaluation that already runs (Python cannot stop it) never holds
+    up the next one, and none keeps the process alive at exit.  (One failed by ``evaluation.timeout_s`` that still
+    runs does: AdaptiveEvaluator defers the next until it returns, as a synchronous run does.)"""
 
     def __init__(self) -> None:
         self._shutdown = False
@@ -593,6 +594,7 @@ class AsyncEvaluations:
                             f"{'half of ' if group else ''}distributed.timeout_s)")
         self.closed = False  # close() was called: nothing more runs (see submit)
         self._said_held_up = False  # the warning of held_up(), once per run
+        self._abandoned: list[tuple[cf.Future, int]] = []  # timed out, still running in their threads: (future, step)
 
     def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
         """The latency model: integrate each result ``latency`` (or ``latency(step)``) steps after its
@@ -694,6 +696,12 @@ class AsyncEvaluations:
                                                       f"not be submitted: {exc}"))
         return job
 
+    def still_running(self) -> int | None:
+        """The step of an evaluation that timed out (``evaluation.timeout_s``) and still runs in its thread, else
+        None: no evaluation starts beside it (AdaptiveEvaluator defers, as a synchronous one does)."""
+        self._abandoned = [(f, step) for f, step in self._abandoned if not f.done()]
+        return self._abandoned[0][1] if self._abandoned else None
+
     # -- integration --------------------------------------------------------------------------------
     def _timed_out(self, job: _Job) -> bool:
         return self.timeout_s is not None and self.clock() - job.submitted_at > self.timeout_s
@@ -745,7 +753,8 @@ class AsyncEvaluations:
             return self._wait(job, limit, by_timeout, who or "evaluate()",
                               why or "its result is integrated at this step (evaluation.async_integrate_after_steps)")
         except cf.TimeoutError:
-            job.future.cancel()
+            if not job.future.cancel() and by_timeout:  # (a thread cannot be stopped: it runs on)
+                self._abandoned.append((job.future, job.step))
             what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else self._wait_bound
             return EvalOutcome(None, TimeoutError(f"the asynchronous evaluation of step {job.step} did not finish "
                                                   f"within {what}"))
@@ -886,7 +895,8 @@ class AsyncEvaluations:
                                                  "this one")
                     except cf.TimeoutError:
                         if by_timeout:  # failed, as it fails in the run that goes on
-                            job.future.cancel()
+                            if not job.future.cancel():
+                                self._abandoned.append((job.future, job.step))
                             job.outcome = EvalOutcome(None, TimeoutError(
                                 f"the asynchronous evaluation of step {job.step} did not finish within "
                                 f"evaluation.timeout_s ({self.timeout_s:g} s)"))

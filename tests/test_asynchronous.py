@@ -311,7 +311,7 @@ def test_an_evaluation_lost_at_the_save_is_a_failed_evaluation_after_the_resume(
     train(ev, model_at(0), 6, stuck)
     state = ev._async.state_dict(drain_timeout_s=0.0)  # what a save gets when the wait runs out
     assert state["jobs"][0]["outcome"] is None
-    ev._async.state_dict = lambda: state
+    ev._async.state_dict = lambda drain_timeout_s=None: state
     sd = ev.state_dict()
     hold.set()
     ev2, events = make(cfg(*over), executor=InlineExecutor())
@@ -880,3 +880,38 @@ def test_state_dict_waits_no_longer_than_its_timeout_and_saves_a_running_evaluat
     for bad in (-1, "5", True):
         with pytest.raises(ValueError, match="state_dict.timeout_s"):
             resumed.state_dict(timeout_s=bad)
+
+
+def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
+    """A hung evaluate_fn with evaluation.timeout_s: each timed-out evaluation was failed and the next one started
+    beside it, so threads piled up (7 with max_in_flight=1 in a new user's run, each holding what it holds: GPU
+    memory).  As in a synchronous run, the due evaluation waits (deferred, still due) until that thread returns,
+    then runs."""
+    clock = FakeClock()
+    release = threading.Event()
+    running = []
+
+    def hung(request):
+        running.append(request.step)
+        if request.step == 4:
+            release.wait(30)
+        return {"acc": [1.0] * 8}
+
+    ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
+    live = 0
+    for g in range(40):
+        clock.advance(10.0)
+        if g == 30:
+            release.set()
+            while any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
+                threading.Event().wait(0.01)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(hung, 0, g, g)
+        live = max(live, sum(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()))
+    ev.close()
+    assert live == 1
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [e["step"] for e in errors] == [4] and "evaluation.timeout_s (30 s)" in errors[0]["error"]
+    waits = [e["step"] for e in events if e["kind"] == "deferred" and "timed-out-eval-still-running" in e["reason"]]
+    assert waits and min(waits) > 4 and max(waits) < 30
+    assert running[0] == 4 and min(running[1:]) == 30  # the one due while it ran, at the first step after
