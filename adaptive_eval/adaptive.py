@@ -1873,11 +1873,17 @@ def _say_lost_in_flight(evaluations, rank: int, pid: int) -> None:
         evaluations = evaluations()
         if evaluations is None or os.getpid() != pid:
             return
-        steps = [job.step for job in evaluations.jobs]
+        steps = [job.step for job in evaluations.jobs if job.id not in evaluations.saved]
         if steps and rank == 0:
             log.warning("an asynchronous AdaptiveEvaluator was never closed: the evaluation%s of step%s %s, still in "
                         "flight, %s never integrated (no result, nothing in TensorBoard); call close() at the end of "
                         "training: it waits for them", "s" if len(steps) > 1 else "", "s" if len(steps) > 1 else "",
                         ", ".join(map(str, steps)), "were" if len(steps) > 1 else "was")
+        saved = [job.step for job in evaluations.jobs if job.id in evaluations.saved]
+        if saved and rank == 0:  # (it said "never integrated" of a result the state held: found by a new user)
+            log.warning("an asynchronous AdaptiveEvaluator was never closed: the result%s of step%s %s, in the state "
+                        "state_dict() saved, %s integrated by a run resumed from it, not by this one (nothing in this "
+                        "run's TensorBoard)", "s" if len(saved) > 1 else "", "s" if len(saved) > 1 else "",
+                        ", ".join(map(str, saved)), "are" if len(saved) > 1 else "is")
     except Exception:  # noqa: BLE001 - at exit: nothing may raise
         pass

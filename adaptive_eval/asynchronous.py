@@ -595,6 +595,7 @@ class AsyncEvaluations:
         self.closed = False  # close() was called: nothing more runs (see submit)
         self._said_held_up = False  # the warning of held_up(), once per run
         self._abandoned: list[tuple[cf.Future, int]] = []  # timed out, still running in their threads: (future, step)
+        self.saved: set[int] = set()  # the ids of jobs whose outcome a state_dict() holds
 
     def set_latency(self, latency: int | Callable[[int], int] | None) -> None:
         """The latency model: integrate each result ``latency`` (or ``latency(step)``) steps after its
@@ -905,6 +906,8 @@ class AsyncEvaluations:
                             raise  # (a signal handler's, as in _outcome)
                         job.outcome = EvalOutcome(None, exc)
                 rec["outcome"] = _outcome_to_wire(job.outcome, items=True) if job.outcome is not None else None
+                if job.outcome is not None:
+                    self.saved.add(job.id)  # (a resumed run integrates it: the exit warning says so)
             jobs.append(rec)
         return {"jobs": jobs, "next_id": self._next_id, "down": self.is_down}
 

@@ -757,11 +757,13 @@ def test_an_asynchronous_evaluator_never_closed_says_what_it_lost(caplog):
     cfg = load_config(overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3",
                                  "trigger.freq_steps=13"])
 
-    def run(close):
+    def run(close, save=False):
         ev = AdaptiveEvaluator.from_config(cfg, executor=InlineExecutor(), total_steps=100)
         for g in range(15):
             ev.observe({"train/loss": 1.0}, g)
             ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
+        if save:
+            ev.state_dict()
         if close:
             ev.close()
         del ev
@@ -774,6 +776,13 @@ def test_an_asynchronous_evaluator_never_closed_says_what_it_lost(caplog):
         run(close=False)
     said = [r.getMessage() for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
     assert len(said) == 1 and "the evaluation of step 12, still in flight, was never integrated" in said[0]
+    # a result a state_dict() holds is not lost: a run resumed from it integrates it (it said "never integrated")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run(close=False, save=True)
+    said = [r.getMessage() for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
+    assert len(said) == 1 and "never integrated" not in said[0]
+    assert "the result of step 12, in the state state_dict() saved, is integrated by a run resumed from it" in said[0]
 
     class Loop:  # owns its evaluator; its failing method is the evaluate_fn (the job's traceback holds its frame)
         def __init__(self):
