@@ -437,7 +437,15 @@ class AdaptiveEvaluator:
                             "(policy.lookback runs in the synchronous path); ignored (said once)")
             self._lookback_said = True
             return
-        policy.saved(int(global_step), int(global_step) if ref is None else ref)
+        ref = int(global_step) if ref is None else ref
+        over = [s for s, r in policy.kept if r == ref and s != global_step and not isinstance(ref, bool)]
+        if over and self._rank == 0 and not self.__dict__.get("_same_ref_said"):
+            self._same_ref_said = True
+            log.warning("checkpoint_saved(%d, %r): the checkpoint of step %s was kept under the same name, so it no "
+                        "longer holds that step's weights: forgotten (a look back at it would evaluate step %d's "
+                        "weights as its own).  Keep each step's checkpoint under its own name (checkpoint-<step>) for "
+                        "policy.lookback (said once)", global_step, ref, ", ".join(map(str, over)), global_step)
+        policy.saved(int(global_step), ref)
 
     def observe(self, metrics: Mapping[str, float], global_step: int) -> None:
         """Feed this step's cheap metrics (any names).  A NaN or inf is data, never an exception.

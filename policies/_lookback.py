@@ -87,7 +87,9 @@ class LookbackPolicy(Policy):
             raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
                             f"value), got {type(ref).__name__}")
         self.told = [self.told[0] + 1, (self.told[1] * 1_000_003 + int(step) + 1) % (1 << 52)]
-        self._kept = [k for k in self._kept if k[0] != step] + [[int(step), ref]]
+        # (a ref given again for another step, one last.pt written over: the earlier step's weights are gone, and
+        # a look back at it evaluated the later ones as its; found by a new user)
+        self._kept = [k for k in self._kept if k[0] != step and (ref is None or k[1] != ref)] + [[int(step), ref]]
         self._kept.sort(key=lambda k: k[0])
         del self._kept[:-self.keep]
 

@@ -1,5 +1,6 @@
 """policy.lookback: after an alarm's evaluation shows a fall, the last kept checkpoint from before it is evaluated."""
 
+import dataclasses
 import json
 import logging
 import warnings
@@ -554,3 +555,45 @@ def test_a_look_back_does_not_carry_the_budget_note_of_the_alarms_evaluation():
     alarm = next(r for r in run.evaluator.history if r.evaluated_at is None and r.step == back.evaluated_at)
     assert alarm.reason.startswith("alarm:") and " (budget: " in alarm.reason
     assert back.reason == "lookback:" + alarm.reason.split(" (budget: ")[0]
+
+
+def test_a_checkpoint_name_saved_over_forgets_the_earlier_step_and_says_so(caplog):
+    """A trainer that writes one ``last.pt`` over and over: a look back at step 650 loaded the file, which held a
+    later step's weights, and filed their score as step 650's (in the pick and TensorBoard), without a word.
+    The name given again forgets the earlier step (a warning, once); the look back then has nothing before the
+    fall that the file still holds, so none runs."""
+    import logging
+
+    class OneFile(Run):
+        def __init__(self):
+            super().__init__()
+            self.in_file = None  # the step whose weights last.pt holds
+            self.loaded = []
+
+        def evaluate_fn(self, request):
+            if request.checkpoint is not None:
+                self.loaded.append((request.step, self.in_file))  # (asked for, what loading last.pt gives)
+                request = dataclasses.replace(request, checkpoint=self.in_file)
+            return super().evaluate_fn(request)
+
+        def train(self, until=STEPS, fn=None):
+            while self.step < until:
+                s = self.step
+                self.clock.advance(1.0)
+                reward = 0.5 if s < COLLAPSE else -1.0
+                self.evaluator.observe({"train/reward": reward + 0.1 * self.rng.standard_normal(),
+                                        "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
+                self.evaluator.evaluate(self.evaluate_fn, 0, s, s)
+                if s % self.keep_every == 0:
+                    self.in_file = s
+                    self.evaluator.checkpoint_saved(s, "last.pt")
+                self.step += 1
+            return self
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run = OneFile().train()
+    said = [r.getMessage() for r in caplog.records if "under the same name" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("checkpoint_saved(50, 'last.pt'): the checkpoint of step 0 ")
+    assert [ref for _, ref in run.evaluator.policies.by_name["lookback"].kept] == ["last.pt"]
+    # the look back asks only for the step the file holds (here 650, the last save before the fall)
+    assert run.loaded and all(asked == held for asked, held in run.loaded), run.loaded
