@@ -1228,7 +1228,8 @@ class AdaptiveEvaluator:
         cover for its reason.  The tracked metric's suite (every suite, for a ``suite_aggregate`` metric) on the
         plan of the latest evaluation before the checkpoint that measured it: its items and answers per item,
         so the checkpoint is measured as precisely as the evaluation it is set beside (``items``, else the
-        suite's initial plan, when there is none)."""
+        suite's initial plan, when there is none); ``policy.lookback.sample_size``, where set, is each suite's
+        items (at most its size) on that plan's answers per item."""
         from adaptive_eval.policies._base import primary_metric
         from adaptive_eval.suites import SuitePlan, suite_requests
 
@@ -1255,6 +1256,9 @@ class AdaptiveEvaluator:
             else:
                 plans.append(SuitePlan(name, min(int(items or suite["size"]), int(suite["size"])),
                                        int(suite["samples_per_item"])))
+        fixed = self.policies.by_name["lookback"].sample_size
+        if fixed is not None:  # policy.lookback.sample_size: the items of each suite (it was ignored with suites)
+            plans = [SuitePlan(p[0], min(int(fixed), int(self._suites[p[0]]["size"])), p[2]) for p in plans]
         requests = suite_requests(self._suites, plans, self._evaluation["seed"], self._rank, self._world)
         return requests, "; ".join(f"{p.name}: {p.items}x{p.samples_per_item}" for p in plans)
 

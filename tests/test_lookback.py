@@ -597,3 +597,14 @@ def test_a_checkpoint_name_saved_over_forgets_the_earlier_step_and_says_so(caplo
     assert [ref for _, ref in run.evaluator.policies.by_name["lookback"].kept] == ["last.pt"]
     # the look back asks only for the step the file holds (here 650, the last save before the fall)
     assert run.loaded and all(asked == held for asked, held in run.loaded), run.loaded
+
+
+def test_lookback_sample_size_sets_each_suites_items_with_eval_suites():
+    """policy.lookback.sample_size (100, or 5000 above the suite's size) was ignored with eval suites: the look
+    back ran the plan of the evaluation before it whatever it said."""
+    for size, items in ((40, 40), (5000, None)):
+        run = SuiteRun([f"policy.lookback.sample_size={size}"]).train()
+        [back] = lookbacks(run.evaluator.history)
+        plan = next(r[2]["math"] for r in run.requests if r[1] is not None)
+        suite_size = int(run.evaluator.cfg.evaluation.suites.math.size)
+        assert plan[0] == (items or suite_size) and back.reason.endswith(f"[math: {plan[0]}x{plan[1]}]")
