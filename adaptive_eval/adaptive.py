@@ -287,7 +287,8 @@ class AdaptiveEvaluator:
         # new user: said when it is collected or the interpreter exits, unless close() ran)
         # (a weak reference: the jobs hold failed evaluations' tracebacks, whose frames may hold the evaluator's owner,
         # and a strong one from the finalizer's registry kept them all alive; found in review)
-        self._pid = os.getpid()  # (close() in a forked child leaves the parent's evaluator alone)
+        self._pid = os.getpid()
+        _EVALUATORS.add(self)  # (close() in a forked child that never used it leaves the parent's alone)
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
                                            self._pid) if self._async is not None else None)
         self._reset()
@@ -704,11 +705,14 @@ class AdaptiveEvaluator:
         if self._async is not None:
             got = self._unreturned
             if self._async.jobs and self._async.ready(global_step):
-                got = self._integrate(self._async.take(global_step), global_step) or got
+                # This step's call counts once the due results are in: a state_dict() taken while take() waited
+                # for one (a preemption's handler) is that of the step before, whose resumed run makes this call
+                # again (it said "called again in the same step" and skipped it: every later decision came a
+                # step late).  An evaluation's own error raised by _integrate (on_error: raise) counts the step.
+                pairs = self._async.take(global_step)
+                self._last_call_step = global_step
+                got = self._integrate(pairs, global_step) or got
             self._unreturned = None
-        # This step's call counts from here: a state_dict() taken while take() waited for a due result (a
-        # preemption's handler) is that of the step before, whose resumed run makes this call again (it said
-        # "called again in the same step" and skipped it: every later decision came a step late).
         self._last_call_step = global_step
         trigger = self.trigger
         since = trigger._steps_since + 1
@@ -1788,7 +1792,8 @@ class AdaptiveEvaluator:
     def close(self, timeout_s: float | None = None) -> None:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).
 
-        In a forked child it does nothing (the evaluations, logger and recorder are the parent's).  Asynchronous
+        In a forked child that never called observe or evaluate it does nothing (the evaluations, logger and
+        recorder are the parent's).  Asynchronous
         evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
         how long it may last and why) and integrated at the last step seen;
@@ -1801,10 +1806,11 @@ class AdaptiveEvaluator:
         """
         if self._unclosed is not None:  # (close() was called, whatever its drain meets)
             self._unclosed.detach()
-        if os.getpid() != self._pid:
-            # A forked child (a DataLoader worker, os.fork) leaving a `with` block: the evaluations, the logger and
-            # the recorder are its parent's.  It waited for an evaluation thread that does not exist in it (a hang,
-            # its parent blocked in waitpid), and flushing its copies of their buffers wrote them twice.
+        if self.__dict__.get("_forked_at") == (self._last_step, self._last_call_step):
+            # A forked child (a DataLoader worker, os.fork) that never used it, leaving a `with` block: the
+            # evaluations, the logger and the recorder are its parent's.  It waited for an evaluation thread that
+            # does not exist in it (a hang, its parent blocked in waitpid), and flushing its copies of their buffers
+            # wrote them twice.  (A child that trains with it closes it: the pid alone skipped that, found in review.)
             self._closed = self._closed or True
             return
         if self._async is not None:
@@ -1877,6 +1883,23 @@ class AdaptiveEvaluator:
         self.close()
 
 
+_EVALUATORS: weakref.WeakSet = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    """In a forked child: what each evaluator had seen at the fork, so that close() tells the parent's copy (a
+    child leaving a ``with`` block) from one the child trains with."""
+    for ev in list(_EVALUATORS):
+        try:
+            ev._forked_at = (ev._last_step, ev._last_call_step)
+        except Exception:  # noqa: BLE001 - at fork: nothing may raise
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
+
+
 def _say_lost_in_flight(evaluations, rank: int, pid: int) -> None:
     """An asynchronous evaluator left at exit (or collected) without :meth:`AdaptiveEvaluator.close`: the
     evaluations still in flight are never integrated; said (it lost them without a word).  Not in a forked child
@@ -1893,9 +1916,9 @@ def _say_lost_in_flight(evaluations, rank: int, pid: int) -> None:
                         ", ".join(map(str, steps)), "were" if len(steps) > 1 else "was")
         saved = [job.step for job in evaluations.jobs if job.id in evaluations.saved]
         if saved and rank == 0:  # (it said "never integrated" of a result the state held: found by a new user)
-            log.warning("an asynchronous AdaptiveEvaluator was never closed: the result%s of step%s %s, in the state "
-                        "state_dict() saved, %s integrated by a run resumed from it, not by this one (nothing in this "
-                        "run's TensorBoard)", "s" if len(saved) > 1 else "", "s" if len(saved) > 1 else "",
+            log.warning("an asynchronous AdaptiveEvaluator was never closed: the outcome%s of the evaluation%s of "
+                        "step%s %s, in the state state_dict() saved, %s integrated by a run resumed from it, not by "
+                        "this one (nothing in this run's TensorBoard)", *(["s" if len(saved) > 1 else ""] * 3),
                         ", ".join(map(str, saved)), "are" if len(saved) > 1 else "is")
     except Exception:  # noqa: BLE001 - at exit: nothing may raise
         pass

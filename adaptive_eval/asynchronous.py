@@ -715,9 +715,9 @@ class AsyncEvaluations:
         return self._head_ready(step)
 
     def _head_ready(self, step: int) -> bool:
-        if not self.jobs:
-            return False
-        head = self.jobs[0]
+        return bool(self.jobs) and self._job_ready(self.jobs[0], step)
+
+    def _job_ready(self, head: _Job, step: int) -> bool:
         if head.due_step is not None:
             return step >= head.due_step
         if not self.owner:
@@ -730,11 +730,14 @@ class AsyncEvaluations:
         """On the owner: the (job, EvalOutcome) pairs to integrate at ``step``, in submission order.  A job due
         by its fixed latency is waited for (at most its timeout); the others only if they finished."""
         out = []
-        while self._head_ready(step):
-            # (taken off the list once its outcome is in: a preemption handler calling state_dict() during the
-            # wait saved the state without it, and the resumed run never evaluated that step; found by a new user)
-            outcome = self._outcome(self.jobs[0], f"evaluate() at step {step}")
-            out.append((self.jobs.pop(0), outcome))
+        while len(out) < len(self.jobs) and self._job_ready(self.jobs[len(out)], step):
+            # (taken off the list once every outcome is in, each kept on its job meanwhile: a preemption handler
+            # calling state_dict() during a wait saved the state without the jobs already taken, and the resumed
+            # run never evaluated those steps; found by a new user)
+            job = self.jobs[len(out)]
+            job.outcome = self._outcome(job, f"evaluate() at step {step}")
+            out.append((job, job.outcome))
+        del self.jobs[:len(out)]
         return out
 
     def _outcome(self, job: _Job, who: str = "", why: str = ""):
@@ -792,8 +795,9 @@ class AsyncEvaluations:
         is due by a fixed latency).  One per step, so that every rank takes the same one."""
         if not self._head_ready(step):
             return []
-        outcome = self._outcome(self.jobs[0], f"evaluate() at step {step}")  # (off the list once in: take())
-        return [(self.jobs.pop(0), outcome)]
+        job = self.jobs[0]
+        job.outcome = self._outcome(job, f"evaluate() at step {step}")  # (off the list once in: take())
+        return [(self.jobs.pop(0), job.outcome)]
 
     def shards_to_wire(self, pairs) -> tuple:
         """Sharded: this rank's part of each (job, outcome) as plain values, to all-gather."""
@@ -1018,10 +1022,11 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
 
 
 def _raised_by(future, exc: BaseException) -> bool:
-    """Whether ``exc``, raised while waiting on ``future``, is the evaluation's own (its ``result()``), not one
-    a signal handler raised in the waiting thread (a preemption's, which belongs to the training loop: it was
-    logged as a failed evaluation, and training went on)."""
+    """Whether ``exc``, raised while waiting on ``future``, is the evaluation's failure (the future failed: its
+    ``result()`` raises, perhaps wrapped by a user's executor), not one a signal handler raised in the waiting
+    thread (a preemption's, which belongs to the training loop: it was logged as a failed evaluation, and
+    training went on): the future still running, or done with a result."""
     try:
-        return future.done() and not future.cancelled() and future.exception(timeout=0) is exc
+        return future.done() and not future.cancelled() and future.exception(timeout=0) is not None
     except Exception:  # noqa: BLE001 - a future that cannot say: the evaluation's, as before
         return True

@@ -466,7 +466,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
             _truth_note(loaded, cfg, _eval_names(args, trace))
             if run.evals and not any(e["metrics"] for e in run.evals):
-                likely = _eval_like(loaded)
+                from adaptive_eval.trace import VALIDATION_PREFIXES
+
+                # (verl's validation columns, never watched: a val_loss stream is the user's to watch)
+                likely = [n for n in loaded.metric_names() if n.startswith(VALIDATION_PREFIXES)]
                 if likely:  # (a gate passed on evaluations that measured nothing, their eval columns unread:
                     #         the policies' sizes and intervals were not the run's; found by a new user)
                     raise ValueError(f"{run.name}: no eval ground truth (no eval/<metric> column): every simulated "

@@ -1501,10 +1501,12 @@ def promote_validation(trace: Trace) -> Trace:
                            r.time) if col in r.metrics else r for r in trace.records]
     return Trace(records, trace.source)
 
-# verl's timings and throughput (timing_s/step, timing_per_token_ms/gen, perf/throughput, perf/max_memory_...):
+# verl's timings and throughput (timing_s/step, timing_per_token_ms/gen, its perf/throughput, perf/max_memory_...;
+# not a user's own perf/<metric>):
 # the machine's, not the model's; a slower node raised a cusum alarm and a 500-item evaluation (a new user's
 # replay).  Not watched unless named (--stream COL), as HF's *_runtime and *_per_second are not.
-BOOKKEEPING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+BOOKKEEPING_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/throughput", "perf/mfu/", "perf/max_memory_",
+                        "perf/cpu_memory_", "perf/total_num_tokens", "perf/time_per_step")
 
 _EPOCH_TAGS = ("epoch", "train/epoch", "training/epoch")
 # A step counter logged as a metric beside the record's step (verl's training/global_step): bookkeeping.

@@ -165,9 +165,7 @@ def test_an_exception_is_handled_by_on_error_at_the_step_it_is_noticed():
     ev, events = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=raise"))
     with pytest.raises(ValueError, match="eval broke"):
         train(ev, model_at(0), 12, boom)
-    # raised where it was noticed (step 6), not at submission (4): the call at step 6 raised before it counted
-    # (the state of step 5: a state_dict() then resumes with that call, tests below)
-    assert ev._last_call_step == 5 and ev._last_step == 6
+    assert ev._last_call_step == 6  # raised where it was noticed, not at submission
     # ... and counted, with its error event, like a skipped one (found by a new-user probe: eval_errors read 0)
     assert ev.summary()["eval_errors"] == 1 and [e["step"] for e in events if e["kind"] == "error"] == [4]
 
@@ -782,7 +780,8 @@ def test_an_asynchronous_evaluator_never_closed_says_what_it_lost(caplog):
         run(close=False, save=True)
     said = [r.getMessage() for r in caplog.records if "never closed" in r.getMessage() and "step 12," in r.getMessage()]
     assert len(said) == 1 and "never integrated" not in said[0]
-    assert "the result of step 12, in the state state_dict() saved, is integrated by a run resumed from it" in said[0]
+    assert ("the outcome of the evaluation of step 12, in the state state_dict() saved, is integrated by a run "
+            "resumed from it") in said[0]
 
     class Loop:  # owns its evaluator; its failing method is the evaluate_fn (the job's traceback holds its frame)
         def __init__(self):
@@ -909,10 +908,12 @@ def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
     ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
     live = 0
     for g in range(40):
-        clock.advance(10.0)
+        clock.advance(10.0 if g <= 30 else 0.0)  # (after the release no time passes: nothing else times out)
         if g == 30:
             release.set()
-            while any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
+            for _ in range(3000):  # (at most 30 s)
+                if not any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
+                    break
                 threading.Event().wait(0.01)
         ev.observe({"train/loss": 1.0}, g)
         ev.evaluate(hung, 0, g, g)
@@ -924,3 +925,86 @@ def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
     waits = [e["step"] for e in events if e["kind"] == "deferred" and "timed-out-eval-still-running" in e["reason"]]
     assert waits and min(waits) > 4 and max(waits) < 30
     assert running[0] == 4 and min(running[1:]) == 30  # the one due while it ran, at the first step after
+
+
+def test_an_executors_wrapped_failure_is_the_evaluations_and_a_caught_one_leaves_no_gap(caplog):
+    """Found in review: a user's executor whose future wraps the evaluation's exception was taken for a signal
+    handler's (the job stayed in the list and raised at every later step, never counted); and a loop that catches
+    on_error: raise's error and trains on was told of a gap in its evaluate() calls."""
+    import logging
+
+    class WrapFuture(cf.Future):
+        def result(self, timeout=None):
+            try:
+                return super().result(timeout)
+            except (cf.TimeoutError, cf.CancelledError):
+                raise
+            except Exception as e:
+                raise RuntimeError(f"remote evaluation failed: {e}") from e
+
+    class Wrapping(cf.Executor):
+        def submit(self, fn, *a, **k):
+            f = WrapFuture()
+            f.set_running_or_notify_cancel()
+            try:
+                f.set_result(fn(*a, **k))
+            except BaseException as e:  # noqa: BLE001
+                f.set_exception(e)
+            return f
+
+    def boom(request):
+        if request.step == 4:
+            raise ValueError("eval broke")
+        return {"acc": [1.0] * 8}
+
+    for executor in (Wrapping(), InlineExecutor()):
+        ev, _ = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.on_error=raise"), executor)
+        caught = []
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+            caplog.clear()
+            for g in range(12):
+                ev.observe({"train/loss": 1.0}, g)
+                try:
+                    ev.evaluate(boom, 0, g, g)
+                except Exception as e:  # noqa: BLE001
+                    caught.append((g, str(e)))
+        assert [g for g, _ in caught] == [6] and "eval broke" in caught[0][1]
+        assert ev.summary()["eval_errors"] == 1
+        assert not [r for r in caplog.records if "steps skipped" in r.getMessage()]
+        ev.close()
+
+
+def test_a_preemption_while_one_call_takes_two_due_results_keeps_both_in_the_state():
+    """Found in review: take() popped each result as it came, so a handler raising while it waited for the second
+    saved the state without the first (neither integrated nor saved: its step was gone)."""
+    import signal
+
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=2", "evaluation.max_in_flight=2",
+                     "trigger.freq_steps=1", "policy.budget.enabled=false"), total_steps=100)
+
+    def fn(request):
+        threading.Event().wait(0.0 if request.step == 0 else 1.0)
+        return {"acc": [1.0] * 8}
+
+    saved = {}
+
+    def on_alarm(signum, frame):
+        saved["state"] = json.loads(json.dumps(ev.state_dict()))
+        raise _Preempted("SIGTERM")
+
+    for g in (0, 1):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        ev.observe({"train/loss": 1.0}, 5)  # a call every few steps: both due at once
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(_Preempted):
+            ev.evaluate(fn, 0, 5, 5)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    jobs = saved["state"]["async"]["jobs"]
+    assert [j["step"] for j in jobs] == [0, 1] and all(j["outcome"] is not None for j in jobs)
+    ev.close()
+    assert [r.step for r in ev.history] == [0, 1]

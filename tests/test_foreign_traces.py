@@ -972,3 +972,20 @@ def test_an_eval_column_all_nan_is_a_warning_in_replay_and_check(tmp_path, capsy
     (tmp_path / "nan.csv").write_text("\n".join(rows) + "\n")
     main(["replay", str(tmp_path / "nan.csv"), "--no-tensorboard", "--out", str(tmp_path / "o2")])
     assert "no finite value" not in capsys.readouterr().err
+
+
+def test_a_users_own_val_and_perf_streams_are_watched_and_check_passes_on_them(tmp_path):
+    """Found in review: a stream named val_loss (Keras and Lightning name them so) failed check with exit 2 as an
+    unread eval column, and a user's own perf/reward was left out as verl's throughput (its collapse unseen)."""
+    from adaptive_eval.replay import _split_columns
+
+    assert _split_columns(["perf/reward", "perf/throughput", "timing_s/step", "val_loss"])[0] == \
+        ["perf/reward", "val_loss"]
+    path = tmp_path / "k.csv"
+    path.write_text("step,val_loss,perf/reward\n" + "".join(
+        f"{s},{1.0 + 0.01 * (s % 3)},{0.8 if s < 150 else 0.1}\n" for s in range(300)))
+    (tmp_path / "k.csv.events.yaml").write_text("max_samples_per_1k: 100000\n")
+    assert main(["check", str(path)]) == 0
+    assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    alarms = [json.loads(line) for line in (tmp_path / "o" / "alarms.jsonl").read_text().splitlines()]
+    assert any(a["stream"] == "perf/reward" and 150 <= a["step"] < 170 for a in alarms)

@@ -467,7 +467,9 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     """
     options = read_options(read)
     if options:
-        if not isinstance(path_or_trace, (str, os.PathLike)) or not os.path.exists(path_or_trace):
+        if isinstance(path_or_trace, (str, os.PathLike)) and not os.path.exists(path_or_trace):
+            raise FileNotFoundError(f"{path_or_trace}: no such trace file")
+        if not isinstance(path_or_trace, (str, os.PathLike)):
             raise TypeError(f"{', '.join(k + '=' for k in READ_OPTIONS if read.get(k))} read a trace file; "
                             f"{path_or_trace!r} is none (a Trace: adaptive_eval.convert.select_columns)")
         path_or_trace = read_with(path_or_trace, options)
