@@ -898,25 +898,23 @@ class AdaptiveEvaluator:
         if self._resources_enabled and decision.evaluate:
             decision = self._gate(decision, self.resources.decide(global_step, decision.urgent, decision.reason,
                                                                   final))
-        if decision.evaluate and self._async is not None and not final:
-            # (asynchronously too: a new user's hung evaluate_fn left 7 threads running beside each other, each
-            # holding what it holds, with evaluation.max_in_flight=1; in a group only the owner knows its threads)
-            if not self._async.group:
-                decision = self._wait_for_timed_out(decision, global_step, self._async.still_running())
-        elif decision.evaluate and self._eval_timeout is not None and not final:
-            decision = self._wait_for_timed_out(decision, global_step)
+        if decision.evaluate and not final:
+            if self._async is not None:
+                # (asynchronously too: a new user's hung evaluate_fn left 7 threads running beside each other, each
+                # holding what it holds, with evaluation.max_in_flight=1; in a group only the owner knows its
+                # threads)
+                if not self._async.group:
+                    decision = self._wait_for_timed_out(decision, global_step, self._async.still_running())
+            elif self._eval_timeout is not None and self._evaluation["on_error"] != "raise":
+                decision = self._wait_for_timed_out(decision, global_step, self._eval_timeout.still_running)
         return self._act(evaluate_fn, decision, reason, epoch, global_step, final)
 
-    def _wait_for_timed_out(self, decision: Decision, global_step: int, busy: int | None = -1) -> Decision:
+    def _wait_for_timed_out(self, decision: Decision, global_step: int, busy: int | None) -> Decision:
         """An evaluation due while one that timed out still runs in its thread waits (deferred, still due) and runs
         at the first step after that thread returns: it was skipped, so an urgent evaluation (a NaN loss) was
         lost, and the next one came with the schedule, 15 steps later or at the run's end (found by a new-user
-        probe).  ``on_error: raise`` keeps raising ``EvaluationStillRunning``; the final evaluation is not held.
-        Asynchronously ``busy`` is the step of a timed-out evaluation whose thread still runs (else None)."""
-        if busy == -1:
-            busy = self._eval_timeout.still_running
-            if self._evaluation["on_error"] == "raise":
-                return decision
+        probe).  ``on_error: raise`` keeps raising ``EvaluationStillRunning`` (the caller does not wait); the final
+        evaluation is not held.  ``busy``: the step of a timed-out evaluation whose thread still runs, else None."""
         if busy is None:
             return decision
         if self._waiting_said != busy and self._rank == 0:

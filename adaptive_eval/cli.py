@@ -254,14 +254,11 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     return trace
 
 
-def _eval_like(trace) -> list[str]:
-    """The columns of a trace without ground truth that look like eval results (named to the user)."""
-    return [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
-
-
 def _no_truth_warning(trace) -> None:
     """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
-    likely = _eval_like(trace)
+    from adaptive_eval.trace import eval_like
+
+    likely = eval_like(trace)
     print(f"  warning: the trace has no eval ground truth ({trace.source + ': ' if trace.source else ''}no "
           "eval/<metric> column), so every simulated "
           "evaluation measured nothing; name it with --eval COL"

@@ -1484,6 +1484,12 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
 VALIDATION_PREFIXES = ("val-core/", "val-aux/")
 
 
+def eval_like(trace: Trace) -> list[str]:
+    """The streams of ``trace`` named like eval results (``eval_acc``, ``val/loss``, ``test-acc``, verl's
+    ``val-core/...``): named to a user whose trace has no ground truth, as the columns ``--eval`` may take."""
+    return [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+
+
 def promote_validation(trace: Trace) -> Trace:
     """A trace without ``eval/`` columns whose one ``val-core/`` column (verl's validation result of its one
     data source) is its eval ground truth, as ``--eval`` would make it: ``eval/val-core/...``, with a warning.

@@ -24,6 +24,7 @@ import numpy as np
 
 from adaptive_eval.replay import _strict
 from adaptive_eval.scoring import RunScore, score_run
+from adaptive_eval.trace import eval_like
 
 log = logging.getLogger("adaptive_eval")  # (the package's one logger: the CLI's filters apply to it)
 
@@ -448,8 +449,7 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *
             raise TuneError(f"{c.name}: {c.steps} step{'s' if c.steps != 1 else ''}: a trace needs at least 2 "
                             f"steps {to}")
         if c.truth is None or not any(math.isfinite(v) for v in c.truth):
-            likely = [n for n in (c.trace.stream_names() if c.trace is not None else ())
-                      if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+            likely = eval_like(c.trace) if c.trace is not None else []
             hint = (f"; name the eval column with --eval TRACE=COL: {', '.join(likely[:6])}"
                     + (f" and {len(likely) - 6} more" if len(likely) > 6 else "")) if likely else ""
             raise TuneError(f"{c.name}: no eval ground truth for {c.metric or 'any metric'} (no eval/<metric> column "

@@ -55,9 +55,12 @@ class Run:
                                     "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
             self.evaluator.evaluate(fn or self.evaluate_fn, 0, s, s)
             if self.keep_every and s % self.keep_every == 0:
-                self.evaluator.checkpoint_saved(s, *([str(s)] if self.refs else []))
+                self.save(s)
             self.step += 1
         return self
+
+    def save(self, s):
+        self.evaluator.checkpoint_saved(s, *([str(s)] if self.refs else []))
 
 
 def lookbacks(history):
@@ -576,19 +579,9 @@ def test_a_checkpoint_name_saved_over_forgets_the_earlier_step_and_says_so(caplo
                 request = dataclasses.replace(request, checkpoint=self.in_file)
             return super().evaluate_fn(request)
 
-        def train(self, until=STEPS, fn=None):
-            while self.step < until:
-                s = self.step
-                self.clock.advance(1.0)
-                reward = 0.5 if s < COLLAPSE else -1.0
-                self.evaluator.observe({"train/reward": reward + 0.1 * self.rng.standard_normal(),
-                                        "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
-                self.evaluator.evaluate(self.evaluate_fn, 0, s, s)
-                if s % self.keep_every == 0:
-                    self.in_file = s
-                    self.evaluator.checkpoint_saved(s, "last.pt")
-                self.step += 1
-            return self
+        def save(self, s):
+            self.in_file = s
+            self.evaluator.checkpoint_saved(s, "last.pt")
 
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         run = OneFile().train()
