@@ -243,7 +243,7 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     if kind == "csv" and (args.stream or args.eval or args.step_column != "step"):
         step = None if args.step_column == "none" else args.step_column
         return from_columns(path, step=step, streams=args.stream or None,
-                            evals=_eval_mapping(args.eval), on_restart=on_restart)
+                            evals=_eval_mapping(args.eval), on_restart=on_restart, validation_truth=not args.eval)
     if args.step_column != "step" and (kind == "tensorboard" or args.step_column == "none"):
         what = "TensorBoard folder" if kind == "tensorboard" else "JSONL trace"
         raise TraceError(f"--step-column {args.step_column} applies to a CSV or JSONL trace with a step key; a "

@@ -244,7 +244,7 @@ def _wandb_chart(header: list[str], named: Sequence[str], path, line) -> tuple[l
 def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams: Sequence[str] | None = None,
                  evals: Mapping[str, float] | None = None, epoch: str | None = None, time: str | None = None,
                  time_scale: float = 1.0, rename: Mapping[str, str] | None = None,
-                 on_restart: str = "error") -> Trace:
+                 on_restart: str = "error", validation_truth: bool = False) -> Trace:
     """Read a CSV that is not in the native format by naming its columns.
 
     ``step``: the step column (``None``: the row index, from 0).  ``streams``: columns to keep as cheap
@@ -255,7 +255,9 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     ``on_restart``: what a decreasing step means.  ``"error"`` (default) raises; ``"keep_last"`` treats it as
     a restarted or resumed run and keeps the later run: the earlier records at or after the restart step are
     dropped (TensorBoard does the same).  Empty cells are "not recorded"; a non-numeric cell raises
-    :class:`TraceError` with its file, line and column.
+    :class:`TraceError` with its file, line and column.  ``validation_truth``: with no ``evals`` named and no
+    ``eval/`` column, a CSV's one ``val-core/`` column (verl's validation result) not named as a stream is the eval
+    ground truth, with a warning, as :func:`adaptive_eval.trace.read_trace` reads it.
     """
     path = pathlib.Path(path)
     if on_restart not in ("error", "keep_last"):
@@ -294,6 +296,13 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         # alarm, and the budget ran on 10 s per record).  A column named as a stream or an eval stays one.
         taken = {step, epoch, *(streams or ()), *(evals or {})}
         time = next((c for c in _TIME_COLUMNS if c in index and c not in taken), None)
+    core = [c for c in header if c.startswith("val-core/") and c not in (streams or ())]
+    if validation_truth and not evals and len(core) == 1 and not any(c.startswith("eval/") for c in header):
+        # (a new user's verl W&B export with --stream: its one validation column was dropped, and every
+        # evaluation measured nothing; read_trace takes it, trace.promote_validation)
+        warnings.warn(f"{path}: read {core[0]!r}, the trace's one val-core/ column, as the eval ground truth "
+                      "(--eval COL names another)", RuntimeWarning, stacklevel=2)
+        evals = {core[0]: 1.0}
     if streams is not None and not evals:  # (the trace's own eval/ columns stay its ground truth: --stream
         # train/loss dropped them, and replay then said the trace had no eval/<metric> column)
         evals = {c: 1.0 for c in header if c.startswith("eval/") and c not in streams}

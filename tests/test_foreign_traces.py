@@ -550,6 +550,29 @@ def test_a_verl_logs_one_validation_column_is_its_ground_truth(tmp_path, capsys)
     assert evals_of(tmp_path / "a") == evals_of(tmp_path / "b")
 
 
+def test_a_verl_runs_wandb_csv_with_a_stream_named_keeps_its_one_validation_column_as_ground_truth(tmp_path, capsys):
+    """The same log as a W&B CSV export, replayed with --stream and no --eval: the CSV was read by its named columns
+    alone, its validation column dropped, and every evaluation measured nothing."""
+    import csv
+
+    rows = [dict(_step=r["step"], **r["data"]) for r in map(json.loads, _verl_log(tmp_path / "v.jsonl").open())]
+    path = tmp_path / "verl.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, [*rows[19]])  # (step 20: every column)
+        writer.writeheader()
+        writer.writerows(rows)
+    col = "val-core/openai/gsm8k/reward/mean@1"
+    for out, extra in (("a", []), ("b", ["--eval", col])):
+        assert main(["replay", str(path), "--stream", "critic/score/mean", *extra, "--out", str(tmp_path / out),
+                     "--no-tensorboard"]) == 0
+        err = capsys.readouterr().err
+        assert ("the trace's one val-core/ column, as the eval ground truth" in err) == (not extra)
+        assert "no eval ground truth" not in err
+    evals = evals_of(tmp_path / "a")
+    assert len(evals) >= 3 and all(set(e["metrics"]) == {col} for e in evals)
+    assert evals == evals_of(tmp_path / "b")
+
+
 def test_a_verl_log_with_several_validation_columns_is_refused_by_check_and_tune_until_one_is_named(tmp_path, capsys):
     """Two data sources: which is the ground truth is the user's to say.  check passed its gates (exit 0) on
     evaluations that measured nothing, and tune's error named no fix; both now name the columns and --eval."""
