@@ -1595,8 +1595,10 @@ class AdaptiveEvaluator:
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
     def summary(self) -> dict:
-        """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites)."""
+        """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites);
+        ``lookbacks``: of ``evals``, those of a kept checkpoint (``policy.lookback``)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
+                "lookbacks": sum(r.evaluated_at is not None for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
                 "record_errors": self._record_errors, "listener_errors": self._listener_errors}

@@ -583,7 +583,7 @@ class FlipWeights(TrainerCallback):
                     p.mul_(-3.0)
 
 
-def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goes_on_unchanged(tmp_path):
+def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goes_on_unchanged(tmp_path, caplog):
     def run(out, look_back, **kw):
         torch.manual_seed(0)
         train, held_out = Points(2000, 0), Points(300, 1)
@@ -596,7 +596,11 @@ def test_look_back_evaluates_the_saved_checkpoint_before_a_fall_and_training_goe
         return ran, trainer, held_out
 
     plain, plain_trainer, _ = run(tmp_path / "plain", False)
-    cb, trainer, held_out = run(tmp_path / "kept", True)
+    with caplog.at_level(logging.INFO, logger="adaptive_eval"):
+        cb, trainer, held_out = run(tmp_path / "kept", True)
+    # The line at train end counts it among the evaluations
+    assert any(r.getMessage().startswith(f"adaptive_eval: {len(cb.evaluator.history)} evaluations (1 of kept "
+                                         "checkpoints), ") for r in caplog.records)
     assert "on_save" in cb.hooks_called
     [back] = [r for r in cb.evaluator.history if r.evaluated_at is not None]
     alarm = next(r for r in cb.evaluator.history if r.reason.startswith("alarm:"))

@@ -88,6 +88,7 @@ def test_a_fall_evaluates_the_last_kept_checkpoint_before_the_alarm_and_the_pick
     rows = [r.to_dict() for r in kept.evaluator.history]
     assert rows[-1]["step"] != 650 and any(r.get("evaluated_at") == alarm_eval.step for r in rows)
     assert kept.evaluator.summary()["evals"] == plain.evaluator.summary()["evals"] + 1
+    assert (kept.evaluator.summary()["lookbacks"], plain.evaluator.summary()["lookbacks"]) == (1, 0)
     # Saved without a ref, the checkpoint is named by its step (None asked evaluate_fn for the live model)
     bare = Run(refs=False).train()
     assert [(r.step, r.reason) for r in lookbacks(bare.evaluator.history)] == [(650, back.reason)]

@@ -177,8 +177,9 @@ def close_and_drain(evaluator, guard: StepGuard) -> list:
 def log_summary(evaluator) -> None:
     """The one-line account of a run at train end (the adapter calls it on the main process only)."""
     s = evaluator.summary()
-    log.info("adaptive_eval: %d evaluations, %d items, %d alarms, %d deferrals, %d eval errors",
-             s["evals"], s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+    back = f" ({s['lookbacks']} of kept checkpoints)" if s["lookbacks"] else ""
+    log.info("adaptive_eval: %d evaluations%s, %d items, %d alarms, %d deferrals, %d eval errors",
+             s["evals"], back, s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
 
 
 def asynchronous(cfg, executor) -> bool:
