@@ -527,7 +527,8 @@ class _Run:
         self.evaluator.close()   # asynchronous: drains the evaluations still in flight
         s = self.evaluator.summary()
         self.result.summary = {
-            "steps": steps, "evals": s["evals"], "lookbacks": s["lookbacks"], "samples": sum(e["sample_size"] or 0 for e in self.result.evals),
+            "steps": steps, "evals": s["evals"], "lookbacks": s["lookbacks"],
+            "samples": sum(e["sample_size"] or 0 for e in self.result.evals),
             "answers": sum(self.evaluation.generated.values()), "eval_seconds": self.eval_clock.eval_time,
             "train_seconds": self.clock.trace_time, "alarms": s["alarms"], "deferrals": s["deferrals"],
             "eval_errors": s["eval_errors"], "wall_seconds": round(time.perf_counter() - self.started, 3)}
