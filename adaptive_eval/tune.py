@@ -135,6 +135,27 @@ def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: boo
     return score
 
 
+class _Where(logging.Filter):
+    """Names the trial and the run in what an evaluator says while tune replays it ("step 36: the budget holds
+    back..." named neither: a new user could not tell which of their runs, nor under which parameters)."""
+
+    def __init__(self, where: str):
+        super().__init__()
+        self.where = where
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        where = self.where.replace("%", "%%") if record.args else self.where
+        record.msg = f"{where}: {record.msg}"
+        return True
+
+    def __enter__(self):
+        log.addFilter(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        log.removeFilter(self)
+
+
 def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:
     """Replay ``cfg`` on ``case`` and score it."""
     return score_case(case, replay_case(case, cfg, seed=seed), by=by)
@@ -574,7 +595,8 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             if stop.is_set():  # Ctrl-C: this trial is not finished, so not kept
                 trial.study.stop()
                 raise optuna.TrialPruned("interrupted")
-            scores.append(run_case(c, cfg, seed=0))
+            with _Where(f"trial {trial.number}, {c.name}"):
+                scores.append(run_case(c, cfg, seed=0))
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
         values = [_nanmean([pf[k] for pf in per_fold]) if any(math.isfinite(pf[k]) for pf in per_fold)
                   else math.nan for k in range(len(objectives))]

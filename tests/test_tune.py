@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -481,6 +482,8 @@ def test_a_warning_said_once_a_run_is_said_once_a_command(tmp_path, caplog):
                      "--out", str(tmp_path / "out")]) == 0
     held = [r for r in caplog.records if "the budget holds back the evaluation" in r.getMessage()]
     assert len(held) == 1
+    # naming the trial and the run it came from ("step 36: ..." named neither)
+    assert re.match(r"trial \d+, real/grpo_\w+: step \d+: the budget holds back", held[0].getMessage())
     assert logging.getLogger("adaptive_eval").filters == []  # (the command's own filter is gone after it)
     from adaptive_eval.types import SaidOnce
 
