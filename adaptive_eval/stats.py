@@ -411,6 +411,10 @@ def metric_values(name: str, value: object) -> tuple[np.ndarray | None, float | 
         return None, float(value)
     if isinstance(value, (numbers.Real, decimal.Decimal, np.integer, np.floating)):  # also Fraction, Decimal
         return None, as_float(name, value)
+    if isinstance(value, (list, tuple)) and any(type(v).__module__.startswith("torch") for v in value):
+        # per-item tensors ([loss_fn(m(x), y) for ...]: with grad, or on the GPU), read as item_rows reads them
+        value = [v.detach().to("cpu").double().numpy() if type(v).__module__.startswith("torch") else v
+                 for v in value]
     if isinstance(value, (list, tuple, np.ndarray)):
         try:
             arr = float_array(value)
@@ -1161,7 +1165,9 @@ def item_rows(label: str, value: object) -> tuple[np.ndarray, np.ndarray] | None
         value = list(value)
     if not isinstance(value, (list, tuple)) or not value:
         return None
-    if not any(isinstance(r, (list, tuple, np.ndarray)) or type(r).__module__.startswith("torch") for r in value):
+    if not any(isinstance(r, (list, tuple)) or getattr(r, "ndim", 0) > 0 for r in value):
+        # (per-item 0-d tensors or arrays, [pred == y for ...], are per-item numbers: they failed every
+        # evaluation as "a number where the other items have a list of samples"; a new user's probe)
         return None
     rows = []
     for i, r in enumerate(value):

@@ -235,3 +235,23 @@ def test_items_whose_answer_lists_are_all_empty_say_so(caplog):
         assert ev.evaluate(lambda: {"acc": [[], [], []]}, 0, 0, 0) is None
     assert "metric 'acc': every item's list of answers is empty (3 items)" in caplog.text
     assert "evaluation.pass_at_k" not in caplog.text
+
+
+def test_per_item_zero_d_tensors_and_arrays_are_per_item_numbers_as_in_a_suite():
+    """[pred == y for ...] scored item by item in torch (0-d tensors, with grad or bool) or numpy (0-d arrays)
+    failed every evaluation: "a number where the other items have a list of samples" (a new user's probe)."""
+    from adaptive_eval import AdaptiveEvaluator
+
+    w = torch.tensor(1.0, requires_grad=True)
+    cases = {"float": lambda n: [torch.tensor(float(i % 2)) for i in range(n)],
+             "bool": lambda n: [torch.tensor(i % 2 == 0) for i in range(n)],
+             "grad": lambda n: [w * (i % 2) for i in range(n)],
+             "numpy": lambda n: [np.array(float(i % 2)) for i in range(n)]}
+    for overrides, key in (([], "acc"), (["evaluation.suites.s.size=10"], "s/acc")):
+        for name, make in cases.items():
+            ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", *overrides]),
+                                               clock=lambda: 0.0)
+            errors = []
+            ev.add_listener(lambda e: errors.append(e) if e["kind"] == "error" else None)
+            r = ev.evaluate(lambda req: {key: make(10) if overrides else make(len(req.indices(10)))}, 0, 0, 0)
+            assert not errors and (r.metrics[key].mean, r.metrics[key].n) == (0.5, 10), (name, overrides)
