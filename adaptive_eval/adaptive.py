@@ -76,6 +76,15 @@ def _alarm_from_wire(wire):
                  message=message)
 
 
+def _decision_state(d: Decision) -> dict:
+    """A decision as plain values (a synchronous evaluation interrupted by a saved state)."""
+    return {**dataclasses.asdict(d), "suites": [list(p) for p in d.suites]}
+
+
+def _decision_from_state(state: Mapping) -> Decision:
+    return Decision(**{**state, "suites": tuple(tuple(p) for p in state.get("suites", ()))})
+
+
 def _alarm_to_wire(alarm) -> tuple:
     return (alarm.step, alarm.detector, alarm.stream, alarm.direction, alarm.location, alarm.message)
 
@@ -320,6 +329,11 @@ class AdaptiveEvaluator:
         self._waiting_said = None  # the step of a timed-out evaluation a due one waits for: said once
         self._gap_said = False  # evaluate() called with steps skipped: said once (replay notes strides itself)
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        # A synchronous evaluation running: (step, its decision, evals_run before it), which a state_dict() taken
+        # meanwhile (a preemption's handler) saves as interrupted, and the resumed run's call at that step runs
+        # again (it was skipped as a repeat, and every later decision came a step late; a new user's probe).
+        self._running: tuple | None = None
+        self._interrupted: tuple | None = None  # loaded: (step, decision)
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -680,6 +694,10 @@ class AdaptiveEvaluator:
         last = self._last_call_step
         if last is not None and global_step <= last:
             if global_step == last:  # called again in the same step: counted once
+                if self._interrupted is not None and self._interrupted[0] == global_step:
+                    _, decision = self._interrupted  # (unless its evaluation was interrupted by a saved state)
+                    self._interrupted = None
+                    return self._run(evaluate_fn, decision, epoch, global_step)
                 return None
             # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(_backwards(" in evaluate()", last, global_step))
@@ -1091,6 +1109,7 @@ class AdaptiveEvaluator:
             return self._submit(evaluate_fn, decision, epoch, global_step)
         ev = self._evaluation
         suites = {}
+        self._running = (global_step, decision, self._evals_run)
         if self._suites:
             decision, suites = self._suite_plan(decision)
             self.last_decision = decision
@@ -1100,6 +1119,7 @@ class AdaptiveEvaluator:
         try:
             outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
         except Exception as exc:
+            self._running = None
             if ev["on_error"] == "raise":
                 # raised as asked, and counted and recorded as the asynchronous path does (a loop that catches it
                 # and trains on kept no record of it; found by a new-user probe); the evaluation stays due
@@ -1107,6 +1127,10 @@ class AdaptiveEvaluator:
                 self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
                             "error": f"{type(exc).__name__}: {exc}"})
             raise
+        except BaseException:  # (an interrupt: the state saved by its handler holds the evaluation as interrupted)
+            self._running = None
+            raise
+        self._running = None
         self.last_outcome = outcome
         result, error = outcome.result, outcome.error
         if result is not None:
@@ -1680,7 +1704,9 @@ class AdaptiveEvaluator:
             "scale": self.trigger.scale,
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
-            "evals_run": self._evals_run,
+            "evals_run": self._evals_run if (running := self._running) is None or self._distributed else running[2],
+            **({"interrupted": {"step": running[0], "decision": _decision_state(running[1])}}
+               if running is not None and not self._distributed else {}),
             "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "suite_plans": {str(s): {n: list(p) for n, p in plans.items()} for s, plans in self._suite_plans.items()},
             "history": [r.state() for r in self.history],
@@ -1775,6 +1801,8 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        got = sd.get("interrupted")
+        self._interrupted = (int(got["step"]), _decision_from_state(got["decision"])) if got else None
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]

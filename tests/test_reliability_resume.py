@@ -230,3 +230,49 @@ def test_a_state_from_another_config_loads_and_says_what_it_cannot_carry_over(ca
             json.loads(json.dumps(run(load_config(), 3).state_dict())))
     [said] = [r.getMessage() for r in caplog.records if "load_state_dict" in r.getMessage()]
     assert "suites: [] -> ['math']" in said and "metric: None -> 'math/acc'" in said
+
+
+def test_a_state_saved_while_a_synchronous_evaluation_runs_resumes_to_the_same_decisions():
+    """A preemption's handler saving state_dict() while the alarm's evaluation ran: the resumed run's call at that
+    step was skipped as a repeat, and every later decision came a step late ([40, 68] -> [41, 69]); with suites,
+    the suite schedule's count too (a new user's probe)."""
+    steps = 120
+
+    def loss(s):
+        return {"train/loss": float("nan") if s == 40 else 1.0 + 0.01 * (s % 3)}
+
+    def fn(request):
+        if request.suites:
+            return {f"{name}/acc": [float(i % 3 != 0) for i in r.indices] for name, r in request.suites.items()}
+        return {"acc": [1.0, 0.0, 1.0, 1.0] * 10}
+
+    for overrides in ([], ["evaluation.suites.a.size=60", "evaluation.suites.b.size=60",
+                           "evaluation.suites.b.every=2"]):
+        def new():
+            return AdaptiveEvaluator.from_config(load_config(overrides=overrides), total_steps=steps,
+                                                 clock=lambda: 0.0)
+
+        def run(ev, first, evaluate_fn):
+            for s in range(first, steps):
+                ev.observe(loss(s), s)
+                ev.evaluate(evaluate_fn, 0, s, s)
+            return [(r.step, r.reason, sorted(r.metrics)) for r in ev.history]
+
+        whole = run(new(), 0, fn)
+        assert any(step == 40 and reason.startswith("alarm:") for step, reason, _ in whole)
+        saved = {}
+        ev = new()
+
+        def preempted(request):
+            if request.step == 40:  # the handler: save, and stop (SystemExit, KeyboardInterrupt)
+                saved["state"] = json.dumps(ev.state_dict())
+                raise KeyboardInterrupt
+            return fn(request)
+
+        try:
+            run(ev, 0, preempted)
+        except KeyboardInterrupt:
+            pass
+        resumed = new()
+        resumed.load_state_dict(json.loads(saved["state"]))
+        assert run(resumed, 40, fn) == whole, overrides  # (the job restarts from the checkpoint before step 40)
