@@ -42,7 +42,7 @@ from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
 from adaptive_eval.stats import as_float, warm_statistics
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
-from adaptive_eval.types import Decision, EvalRequest, EvalResult
+from adaptive_eval.types import Decision, EvalRequest, EvalResult, error_text
 
 log = logging.getLogger("adaptive_eval")
 
@@ -1125,7 +1125,7 @@ class AdaptiveEvaluator:
                 # and trains on kept no record of it; found by a new-user probe); the evaluation stays due
                 self._eval_errors += 1
                 self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
-                            "error": f"{type(exc).__name__}: {exc}"})
+                            "error": error_text(exc)})
             raise
         except BaseException:  # (an interrupt: the state saved by its handler holds the evaluation as interrupted)
             self._running = None
@@ -1141,7 +1141,7 @@ class AdaptiveEvaluator:
         if error is not None:
             self._eval_errors += 1
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
-                        "error": f"{type(error).__name__}: {error}"})
+                        "error": error_text(error)})
             # The policies see an evaluation without metrics: alarms are consumed, nothing is learned (not its
             # cost either: 0 s; its seconds count in the eval time the budget caps).
             outcome_result = EvalResult(step=global_step, sample_size=decision.sample_size,
@@ -1521,10 +1521,10 @@ class AdaptiveEvaluator:
             ctx = self._ctx(global_step)
             if error is not None:
                 self._eval_errors += 1
-                log.error("asynchronous evaluation of step %d failed (noticed at step %d): %s: %s", job.step,
-                          global_step, type(error).__name__, error)
+                log.error("asynchronous evaluation of step %d failed (noticed at step %d): %s", job.step,
+                          global_step, error_text(error))
                 self._emit({"kind": "error", "step": job.step, "integrated_step": global_step,
-                            "reason": job.reason, "error": f"{type(error).__name__}: {error}"})
+                            "reason": job.reason, "error": error_text(error)})
                 learned = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason, seconds=0.0,
                                      epoch=job.epoch)
             else:

@@ -28,7 +28,7 @@ from adaptive_eval.distributed import (
 )
 from adaptive_eval.stats import summarize_outputs
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
-from adaptive_eval.types import EvalRequest, EvalResult, log_once
+from adaptive_eval.types import EvalRequest, EvalResult, error_text, log_once
 
 __all__ = [
     "CheckpointUnavailable",
@@ -220,7 +220,7 @@ def _seen_before(exc: BaseException, request: EvalRequest, said: dict | None) ->
         return None
     try:
         frames = traceback.extract_tb(exc.__traceback__)
-        key = (type(exc).__qualname__, str(exc), (frames[-1].filename, frames[-1].lineno) if frames else None)
+        key = (type(exc).__qualname__, error_text(exc), (frames[-1].filename, frames[-1].lineno) if frames else None)
     except Exception:  # noqa: BLE001 - an exception whose __str__ fails: logged in full, as before
         return None
     first = said.get(key)
@@ -237,9 +237,9 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
         return
     first = _seen_before(exc, request, said)
     if first is not None:
-        log.error("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s: %s (the same failure as at step "
+        log.error("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s (the same failure as at step "
                   "%d, whose traceback is logged there)", where, request.step, attempt + 1, attempts, request.reason,
-                  type(exc).__name__, exc, first)
+                  error_text(exc), first)
         return
     log.error(
         "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
@@ -251,9 +251,9 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
 def _log_bad_output(exc: BaseException, request: EvalRequest, said: dict | None = None) -> None:
     first = _seen_before(exc, request, said)
     if first is not None:
-        log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s): %s: %s (the "
+        log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s): %s (the "
                   "evaluation counts as failed; the same problem as at step %d, whose traceback is logged there)",
-                  request.step, request.reason, type(exc).__name__, exc, first)
+                  request.step, request.reason, error_text(exc), first)
         return
     log.error("evaluate_fn returned a value that cannot be summarized at step %d (reason %s); the evaluation "
               "counts as failed (evaluation.on_error: raise raises it):\n%s", request.step, request.reason,
@@ -276,7 +276,7 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
                 outputs = outputs.item()
             except Exception as exc:  # noqa: BLE001 - a meta or otherwise unreadable tensor
                 raise TypeError(f"evaluate_fn returned a {type(outputs).__name__} that cannot be read: "
-                                f"{type(exc).__name__}: {exc}") from exc
+                                f"{error_text(exc)}") from exc
         if outputs is not None and not _is_plain(outputs):
             raise TypeError(
                 f"evaluate_fn must return a mapping of metric name to values (or None), got {type(outputs).__name__}"
@@ -300,7 +300,7 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
     except (TypeError, ValueError):
         raise
     except Exception as exc:  # noqa: BLE001 - a value that cannot be read (a meta tensor's NotImplementedError)
-        raise TypeError(f"evaluate_fn returned a value that cannot be read: {type(exc).__name__}: {exc}") from exc
+        raise TypeError(f"evaluate_fn returned a value that cannot be read: {error_text(exc)}") from exc
 
 
 _NOT_DUE_SAID: set = set()  # suites whose results came back when not due: said once per process
@@ -516,7 +516,7 @@ def run_evaluation_outcome(
             except (TypeError, ValueError) as exc:
                 shape_error = exc
         if error is not None:
-            mine = ("error", seconds, f"{type(error).__name__}: {error}")
+            mine = ("error", seconds, error_text(error))
         elif shape_error is not None:
             mine = ("bad_output", seconds, f"{type(shape_error).__name__}: {shape_error}")
         else:

@@ -15,6 +15,20 @@ log = logging.getLogger("adaptive_eval")
 _SAID: set = set()  # the keys of warnings said once per process (log_once)
 
 
+def error_text(exc: BaseException) -> str:
+    """``"Type: message"`` of an exception, also of one whose ``__str__`` raises (a client library's error that
+    formats an attribute a re-raised copy lacks escaped ``evaluate()`` under ``on_error: skip``; a new user's
+    probe): then its ``repr``, or its type alone."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - any: this text is for a log line and an event
+        try:
+            text = f"<str() failed; repr: {BaseException.__repr__(exc)}>"
+        except Exception:  # noqa: BLE001
+            text = "<str() failed>"
+    return f"{type(exc).__name__}: {text}"
+
+
 def log_once(key, message: str, *args) -> None:
     """``log.warning(message, *args)`` the first time ``key`` comes in this process, nothing after."""
     if key not in _SAID:

@@ -329,3 +329,30 @@ def test_the_same_failure_again_is_one_line_pointing_at_the_first_traceback(capl
     assert [m.count("Traceback") for m in failures] == [1, 0, 0, 1, 0]
     assert "KeyError: 'label_ids' (the same failure as at step 9, whose traceback is logged there)" in failures[1]
     assert "ZeroDivisionError: division by zero (the same failure as at step 39" in failures[4]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "retry"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_exception_whose_message_cannot_be_read_is_still_only_a_failed_evaluation(on_error, asynchronous):
+    """A client library's error whose __str__ formats an attribute a re-raised copy lacks: building the error event
+    raised that AttributeError out of evaluate() under on_error: skip (a new user's probe)."""
+
+    class RemoteError(Exception):
+        def __str__(self):
+            return self.remote_traceback  # set only where it was first raised
+
+    def fn():
+        raise RemoteError()
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "trigger.freq_steps=1", f"evaluation.on_error={on_error}", "evaluation.retry_backoff_s=0",
+        f"evaluation.asynchronous={str(asynchronous).lower()}"]), total_steps=6)
+    errors = []
+    ev.add_listener(lambda e: errors.append(e["error"]) if e["kind"] == "error" else None)
+    for s in range(5):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(fn, 0, s, s)
+    ev.close()
+    # (asynchronously, how many ran in 5 steps depends on when the first one's failure is noticed)
+    assert ev.summary()["eval_errors"] == len(errors) >= (1 if asynchronous else 5) and not ev.history
+    assert set(errors) == {"RemoteError: <str() failed; repr: RemoteError()>"}
