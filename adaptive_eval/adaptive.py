@@ -20,6 +20,7 @@ In a process group the decision is kept rank-consistent like this (see :meth:`Ad
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import logging
@@ -30,6 +31,7 @@ import sys
 import time
 import warnings
 import weakref
+from threading import get_ident as _get_ident
 from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
@@ -74,6 +76,12 @@ def _alarm_from_wire(wire):
     step, detector, stream, direction, location, message = wire
     return Alarm(step=step, detector=detector, stream=stream, direction=direction, location=location,
                  message=message)
+
+
+# observe() calls from other threads waiting for the training thread's next call: the oldest dropped beyond this,
+# and at most _HANDED_PER_CALL applied a call (another thread observing in a tight loop does not stall training)
+_HANDED_MAX = 10_000
+_HANDED_PER_CALL = 100
 
 
 def _decision_state(d: Decision) -> dict:
@@ -178,7 +186,7 @@ class AdaptiveEvaluator:
     # more (then every access is a dict lookup).  Everything else stays in the instance dict.
     __slots__ = ("_last_step", "_stride", "_on_finite", "_outputs", "_async_poll", "_last_call_step",
                  "_distributed", "_async", "steps_per_epoch", "trigger", "total_steps", "_alarm_pending",
-                 "_eval_at_end", "__dict__", "__weakref__")
+                 "_eval_at_end", "_owner", "_handed", "__dict__", "__weakref__")
 
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                  clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
@@ -297,6 +305,11 @@ class AdaptiveEvaluator:
         # (a weak reference: the jobs hold failed evaluations' tracebacks, whose frames may hold the evaluator's owner,
         # and a strong one from the finalizer's registry kept them all alive; found in review)
         self._pid = os.getpid()
+        # The thread that last called evaluate() (the training loop's), until then the one that built it: observe()
+        # and checkpoint_saved() from any other (a monitor thread, an asynchronous evaluate_fn) are handed to it,
+        # applied at its next observe(), evaluate() or state_dict() (see _hand_over).
+        self._owner: int = _get_ident()
+        self._handed: collections.deque = collections.deque(maxlen=_HANDED_MAX)
         _EVALUATORS.add(self)  # (close() in a forked child that never used it leaves the parent's alone)
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
                                            self._pid) if self._async is not None else None)
@@ -443,6 +456,9 @@ class AdaptiveEvaluator:
         """
         if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
             raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}")
+        if _get_ident() != self._owner:
+            self._handed.append(("checkpoint_saved", (global_step, ref)))  # (an asynchronous checkpointer's)
+            return
         policy = self.policies.by_name.get("lookback")
         if policy is None:
             return
@@ -467,9 +483,17 @@ class AdaptiveEvaluator:
 
         ``global_step`` may repeat (several ``observe`` calls in one step) but not go backwards: that
         raises ``ValueError``.  To resume a run, build a new evaluator and ``load_state_dict``.
+
+        Called from a thread other than the one that calls :meth:`evaluate` (a monitor thread; an asynchronous
+        ``evaluate_fn``), the values are checked here and handed to that thread: its next ``observe`` or
+        ``evaluate`` applies them, at the later of ``global_step`` and its own step.
         """
         if type(global_step) is not int:
             global_step = check_step("global_step", global_step)
+        if _get_ident() != self._owner:
+            return self._hand_over(metrics, global_step)
+        if self._handed:
+            self._apply_handed()
         if self._closed:
             self._say_closed("observe")
         last = self._last_step
@@ -502,6 +526,43 @@ class AdaptiveEvaluator:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
+
+    def _hand_over(self, metrics: Mapping, global_step: int) -> None:
+        """observe() from another thread: its values, checked and read as floats in the caller's thread (a bad one
+        raises there, not in the training step), wait for the owner's next call.  Neither observe() nor the
+        detectors are thread-safe: a monitor thread's observe() beside the training loop's made a state_dict()
+        raise "dictionary changed size", and record_to() write steps out of order (a new user's probe)."""
+        try:
+            items = metrics.items()
+        except AttributeError:
+            raise TypeError(f"metrics must be a mapping of name to number, got {type(metrics).__name__}") from None
+        values = {k: v if type(v) is float else as_float(k, v) for k, v in items}
+        if len(self._handed) == _HANDED_MAX and not self.__dict__.get("_handed_full_said"):
+            self._handed_full_said = True
+            log.warning("observe() from another thread: %d calls wait for the training thread's next observe() or "
+                        "evaluate(), which applies at most %d a call; the oldest are dropped (said once)",
+                        _HANDED_MAX, _HANDED_PER_CALL)
+        self._handed.append(("observe", (values, global_step)))
+
+    def _apply_handed(self) -> None:
+        """Apply, in the owner's thread and in the order they came, the calls handed over by other threads."""
+        if self.__dict__.get("_applying"):
+            return  # (a handed call's own observe(): the rest come after it, in order)
+        self._applying = True
+        try:
+            for _ in range(min(len(self._handed), _HANDED_PER_CALL)):
+                method, (first, second) = self._handed.popleft()
+                if method == "observe" and self._last_step is not None:
+                    second = max(second, self._last_step)  # (an asynchronous evaluate_fn's step is in the past)
+                try:
+                    (self.observe if method == "observe" else self.checkpoint_saved)(first, second)
+                except Exception:  # noqa: BLE001 - another thread's call: never raised into the training step
+                    if not self.__dict__.get("_handed_said"):
+                        self._handed_said = True
+                        log.warning("%s() from another thread, applied in the training thread, failed; it is "
+                                    "dropped (said once)", method, exc_info=True)
+        finally:
+            self._applying = False
 
     def watches(self, name: str) -> bool:
         """Whether ``name`` is a stream :meth:`observe` has had (or a loaded state had): an adapter reads a value
@@ -689,6 +750,9 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
+        self._owner = _get_ident()
+        if self._handed:
+            self._apply_handed()
         if self._closed:
             self._say_closed("evaluate")
         last = self._last_call_step
@@ -1687,6 +1751,8 @@ class AdaptiveEvaluator:
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real)
                                       or not timeout_s >= 0):
             raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
+        if self._handed and _get_ident() == self._owner:
+            self._apply_handed()  # (what other threads observed is in the state)
         return _strict({
             "version": 1,
             "trigger": self.trigger.state_dict(),

@@ -671,7 +671,16 @@ class AsyncEvaluations:
                    reason=request.reason, urgent=urgent, due_step=None if lat is None else request.step + lat,
                    submitted_at=self.clock())
         self._next_id += 1
-        self.jobs.append(job)
+        try:
+            self._start(job, evaluate_fn, request, epoch)
+        finally:
+            # (listed once its future is set: a job listed without one reads as lost by a resume, and an observe()
+            # from the evaluation's own thread, or another, between the two dropped it as "async:lost"; a new
+            # user's probe)
+            self.jobs.append(job)
+        return job
+
+    def _start(self, job: _Job, evaluate_fn: Callable, request: EvalRequest, epoch) -> None:
         if self.owner:
             weights = None
             fn = evaluate_fn
@@ -695,7 +704,6 @@ class AsyncEvaluations:
                 job.future = cf.Future()
                 job.future.set_exception(RuntimeError(f"asynchronous evaluation of step {request.step} could "
                                                       f"not be submitted: {exc}"))
-        return job
 
     def still_running(self) -> int | None:
         """The step of an evaluation that timed out (``evaluation.timeout_s``) and still runs in its thread, else

@@ -931,3 +931,74 @@ def test_an_alarm_that_came_with_a_retry_gets_its_own_retry():
         ev.evaluate(fn, 0, g, g)
     assert calls == [(30, "alarm:train/loss:nonfinite"), (31, "alarm:train/loss:nonfinite"),
                      (32, "alarm:train/reward:nonfinite"), (79, "trigger:final")]
+
+
+def _in_thread(fn, *args):
+    """Run ``fn(*args)`` in another thread and wait for it: what it returned, or the exception it raised."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - handed back to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def test_observe_from_another_thread_is_applied_by_the_training_thread_at_its_next_call():
+    """A monitor thread's observe() beside the training loop's raced with it (state_dict() raised "dictionary changed
+    size", record_to() wrote steps out of order; a new user's probe): it is handed to the thread that calls
+    evaluate(), applied at its next call, at the later of its step and the loop's."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1000"]), total_steps=1000)
+    fn = lambda: {"acc": [1.0]}  # noqa: E731
+    for s in range(40):
+        ev.observe({"train/loss": 1.0 + 0.01 * (s % 3)}, s)
+        ev.evaluate(fn, 0, s, s)
+    _in_thread(ev.observe, {"gpu/memory": 0.5, "train/loss": float("nan")}, 12)  # (a step in the past)
+    assert not ev.watches("gpu/memory") and ev.summary()["alarms"] == 0  # handed over, not applied there
+    with pytest.raises(TypeError, match="gpu/memory"):  # a bad value raises in the caller's thread
+        _in_thread(ev.observe, {"gpu/memory": "full"}, 40)
+    ev.observe({"train/loss": 1.0}, 40)
+    assert ev.watches("gpu/memory") and ev.summary()["alarms"] == 1
+    r = ev.evaluate(fn, 0, 40, 40)
+    assert r is not None and r.step == 40 and r.reason.startswith("alarm:train/loss:nonfinite")
+    # state_dict() in the training thread holds what other threads observed; checkpoint_saved() is handed over too
+    _in_thread(ev.observe, {"gpu/util": 0.9}, 41)
+    _in_thread(ev.checkpoint_saved, 41, "ckpt-41")
+    state = ev.state_dict()
+    assert "gpu/util" in state["detectors"]
+    assert ev.policies.by_name["lookback"].kept[-1] == (41, "ckpt-41")
+
+
+def test_an_asynchronous_evaluate_fn_that_observes_loses_no_evaluation():
+    """observe() from the evaluation's own thread came between the job's listing and its future: the job read as
+    lost by a resume ("async:lost ... when the state was saved"), 8 of 8 evaluations dropped (a new user's probe)."""
+    import time
+
+    got = {}
+    for mode in ("false", "true"):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=[f"evaluation.asynchronous={mode}",
+                                                                  "trigger.freq_steps=5"]), total_steps=40)
+
+        def fn(request):
+            ev.observe({"eval/generated_tokens": 123.0}, request.step)  # eval-side figures as a stream
+            return {"acc": [1.0, 0.0, 1.0]}
+
+        for s in range(40):
+            ev.observe({"train/loss": 1.0}, s)
+            ev.evaluate(fn, 0, s, s)
+            time.sleep(0.002)
+        ev.close()
+        got[mode] = ([r.step for r in ev.history], ev.summary()["eval_errors"])
+        assert ev.watches("eval/generated_tokens")
+    # (asynchronously, the later steps depend on when each result came back)
+    assert got["false"] == ([4, 15, 39], 0) and got["true"][1] == 0 and got["true"][0][0] == 4 and \
+        len(got["true"][0]) >= 3
