@@ -806,7 +806,12 @@ class AdaptiveEvaluator:
         else:
             spe = self.steps_per_epoch
             reason = trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
-        final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
+        final = False
+        if (total := self.total_steps) is not None and global_step >= total - 1:
+            if global_step == total - 1:
+                final = self._eval_at_end
+            else:
+                self._say_past_end(global_step)
         if reason is not None and self._final_window and self._near_final(reason, global_step):
             reason = None  # (still due: the final step takes it)
         if reason is None:
@@ -822,6 +827,19 @@ class AdaptiveEvaluator:
             reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
         out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
         return out if self._async is None else got
+
+    def _say_past_end(self, global_step: int) -> None:
+        """Say once that steps go past ``total_steps - 1`` (a loop counting from 1, or one that runs longer than it
+        said): the final evaluation went to step ``total_steps - 1``, and the last weights were never evaluated
+        (found by a new user's probe; nothing said it)."""
+        if self.__dict__.get("_past_end_said") or self._rank != 0:
+            return
+        self._past_end_said = True
+        log.warning("evaluate() at step %d, past total_steps - 1 = %d (steps count from 0: total_steps=%d is steps "
+                    "0-%d): the final evaluation (trigger:final) was due at step %d, not at the last step of this "
+                    "run.  For a loop counting from 1, pass total_steps=%d; for one that ends elsewhere, call "
+                    "after_train(evaluate_fn, last_step) (said once)", global_step, self.total_steps - 1,
+                    self.total_steps, self.total_steps - 1, self.total_steps - 1, self.total_steps + 1)
 
     def _scale(self) -> float:
         """The policies' multiplier of the base interval, within ``policy.interval.max_run_fraction`` of the run
@@ -946,8 +964,9 @@ class AdaptiveEvaluator:
         global_step = check_step("global_step", global_step)
         if not self._eval_at_end or self._last_eval_step == global_step:
             return None
-        if self.total_steps is not None and global_step >= self.total_steps - 1:
-            return None  # the last step: evaluate() took it (at the step it was called)
+        if self.total_steps is not None and global_step == self.total_steps - 1:
+            return None  # the last step: evaluate() took it (at the step it was called; past it, a loop that ran
+            # longer than total_steps said, it did not)
         if self._last_call_step is not None and global_step < self._last_call_step:
             raise ValueError(f"after_train: global_step {global_step} is below the last step evaluate() saw "
                              f"({self._last_call_step})")

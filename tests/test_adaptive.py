@@ -498,6 +498,26 @@ def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
             lambda r: {}, 100)
 
 
+def test_a_loop_counting_past_total_steps_is_told_once_and_after_train_evaluates_its_last_weights(caplog):
+    """A loop counting from 1 (or running longer than it said) had its final evaluation at total_steps - 1, the
+    weights before its last step, without a word (a new user's probe); after_train at its last step did nothing."""
+    ev = AdaptiveEvaluator.from_config(load_config(), total_steps=100, clock=FakeClock())
+    fn = lambda: {"acc": [1.0, 0.0]}  # noqa: E731
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        for s in range(1, 103):
+            ev.observe({"train/loss": 1.0}, s)
+            ev.evaluate(fn, 0, s, s)
+    said = [r.getMessage() for r in caplog.records if "past total_steps" in r.getMessage()]
+    assert said == ["evaluate() at step 100, past total_steps - 1 = 99 (steps count from 0: total_steps=100 is steps "
+                    "0-99): the final evaluation (trigger:final) was due at step 99, not at the last step of this run."
+                    "  For a loop counting from 1, pass total_steps=101; for one that ends elsewhere, call "
+                    "after_train(evaluate_fn, last_step) (said once)"]
+    assert ev.history[-1].step == 99
+    r = ev.after_train(fn, 102)
+    assert r is not None and (r.step, r.reason) == (102, "trigger:final")
+    assert ev.after_train(fn, 102) is None
+
+
 def _untracked_warnings(record) -> list[str]:
     return [str(w.message) for w in record if "is not among an evaluation's metrics" in str(w.message)]
 
