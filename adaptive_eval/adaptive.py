@@ -1834,7 +1834,9 @@ class AdaptiveEvaluator:
 
     def load_state_dict(self, sd: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (also after a JSON round trip); later decisions are
-        the same as those of the run that never stopped."""
+        the same as those of the run that never stopped.  A state that does not load (another config's, or
+        edited) is a ``ValueError`` naming its key, and leaves this evaluator as it was (it was left half-loaded:
+        a fixed schedule resumed "relaxed"; a new user's probe)."""
         if isinstance(sd, (str, bytes)):
             raise ValueError("load_state_dict takes the state_dict mapping, not its JSON text: "
                              "load_state_dict(json.loads(text))")
@@ -1845,17 +1847,38 @@ class AdaptiveEvaluator:
             raise ValueError(f"state_dict version {version!r}: this adaptive_eval reads version 1; it was written "
                              "by another version of the library")
         sd = _unstrict(sd)
+        for key in ("last_step", "last_call_step", "last_eval_step"):
+            if sd.get(key) is not None and (type(sd[key]) is not int):
+                raise ValueError(f"state_dict[{key!r}] must be an integer step or None, got {sd[key]!r}")
+        before = self.state_dict(timeout_s=0)  # (nothing is in flight where a state is loaded, at a resume)
+        where = ["(the top level)"]
+        try:
+            self._load(sd, where)
+        except Exception as exc:
+            self._load(_unstrict(before), [""])
+            if isinstance(exc, ValueError) and where[0] == "detectors":
+                raise  # (its own message names the stream)
+            raise ValueError(f"load_state_dict: state_dict[{where[0]!r}] does not load into this evaluator: "
+                             f"{error_text(exc)}; the evaluator is left as it was (a state of another config or "
+                             "version, or edited?)") from exc
+
+    def _load(self, sd: Mapping, where: list) -> None:
+        """The body of :meth:`load_state_dict`; ``where[0]``: the key being loaded (for its error)."""
         self._reset()
+        where[0] = "elapsed"
         elapsed = float(sd.get("elapsed", 0.0))
         self._start = self.clock() - elapsed
         self._now = elapsed  # in a group: the group's time (the trigger reads it)
+        where[0] = "trigger"
         self.trigger.load_state_dict(sd["trigger"])
+        where[0] = "policies"
         self.policies.load_state_dict(sd.get("policies", {}))
         self._stride = int(sd.get("stride", 1))
         # The scale in use when the state was taken (policy.interval.max_run_fraction reads the stride of that
         # moment; found in review: recomputed here with a stride not yet restored, a resumed run relaxed further)
         scale = sd.get("scale")
         self.trigger.scale = float(scale) if isinstance(scale, (int, float)) and scale > 0 else self._scale()
+        where[0] = "detectors"
         for table, states, specs_for in ((self._detectors, sd.get("detectors", {}), self._specs_for),
                                          (self._eval_detectors, sd.get("eval_detectors", {}),
                                           lambda _: self._streams["eval"])):
@@ -1876,6 +1899,7 @@ class AdaptiveEvaluator:
             if any(getattr(d, "_in_run", False) for d in dets):
                 self._in_nonfinite_run.add(stream)
             self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
+        where[0] = "eval_seconds"
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -1888,19 +1912,25 @@ class AdaptiveEvaluator:
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
         got = sd.get("interrupted")
         self._interrupted = (int(got["step"]), _decision_from_state(got["decision"])) if got else None
+        where[0] = "item_values"
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
+        where[0] = "history"
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         unreturned = sd.get("unreturned")  # (a synchronous evaluator returns its results at once: none waits)
         self._unreturned = (self.history[int(unreturned)] if unreturned is not None and self._async is not None
                             and 0 <= int(unreturned) < len(self.history) else None)
+        where[0] = "suite_plans"
         self._suite_plans = {int(s): {str(n): [int(p[0]), int(p[1])] for n, p in plans.items()}
                              for s, plans in sd.get("suite_plans", {}).items()}
+        where[0] = "resources"
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
+            where[0] = "async"
             self._async.load_state_dict(sd.get("async", {}))
-        self._say_other_shape(sd)
+        if where[0]:  # (not when putting back the state from before a failed load)
+            self._say_other_shape(sd)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush and close the logger (and the trace recorder of :meth:`record_to`).

@@ -276,3 +276,53 @@ def test_a_state_saved_while_a_synchronous_evaluation_runs_resumes_to_the_same_d
         resumed = new()
         resumed.load_state_dict(json.loads(saved["state"]))
         assert run(resumed, 40, fn) == whole, overrides  # (the job restarts from the checkpoint before step 40)
+
+
+def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it_was():
+    """A default-preset state loaded into a fixed (areal) schedule raised half-way: the trigger's scale was loaded,
+    and the fixed schedule went on "interval:relaxed", first evaluating at step 521 instead of 249; a damaged state
+    raised KeyError 'step' or AttributeError naming no key, and a step saved as text loaded, to raise in observe()
+    (a new user's probe)."""
+    import copy
+
+    import pytest
+
+    def fn():
+        return {"acc": [1.0, 0.0]}
+
+    src = AdaptiveEvaluator.from_config(load_config(), total_steps=1000, clock=FakeClock())
+    for s in range(150):
+        src.observe({"train/loss": 1.0 + 0.01 * (s % 3)}, s)
+        src.evaluate(fn, 0, s, s)
+    good = json.loads(json.dumps(src.state_dict()))
+
+    def run(ev):
+        for s in range(150, 1000):
+            ev.observe({"train/loss": 1.0}, s)
+            ev.evaluate(fn, 0, s, s)
+        return [(r.step, r.reason) for r in ev.history]
+
+    def fresh(preset="areal"):
+        return AdaptiveEvaluator.from_config(load_config(preset), total_steps=1000, clock=FakeClock())
+
+    expected = run(fresh())
+    ev = fresh()
+    with pytest.raises(ValueError, match="state_dict has 2 detectors for stream 'train/loss', the config 0"):
+        ev.load_state_dict(good)
+    assert run(ev) == expected and expected[0] == (249, "trigger:steps")
+
+    def damaged(key, value):
+        sd = copy.deepcopy(good)
+        sd[key] = value
+        return sd
+
+    for key, value, says in (("history", [{}], r"state_dict\['history'\] does not load into this evaluator: "
+                                                r"KeyError: 'step'; the evaluator is left as it was"),
+                             ("policies", None, r"state_dict\['policies'\] does not load .*AttributeError"),
+                             ("trigger", None, r"state_dict\['trigger'\] does not load .*TypeError"),
+                             ("last_step", "49", r"state_dict\['last_step'\] must be an integer step or None, "
+                                                 r"got '49'")):
+        ev = fresh("default")
+        with pytest.raises(ValueError, match=says):
+            ev.load_state_dict(damaged(key, value))
+        assert run(ev) == run(fresh("default")), key
