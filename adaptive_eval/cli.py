@@ -692,7 +692,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plot", help="draw a PNG of a run, or of several runs on shared axes")
     p.add_argument("dir", nargs="+", help="a run folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/), "
-                                          "or a folder of runs (runs/demo: its adaptive and fixed runs)")
+                                          "your run's logging.tensorboard_dir, or a folder of runs (runs/demo: its "
+                                          "adaptive and fixed runs)")
     p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png for one run, runs.png in "
                                                "the common folder for several)")
     p.set_defaults(func=_cmd_plot)

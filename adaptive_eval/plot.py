@@ -304,16 +304,29 @@ def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, in
     return spans
 
 
+def _tb_of(run_dir: Path) -> Path:
+    """A run folder's TensorBoard logs: its ``tb/``, or the folder itself where it holds event files (your own run's
+    ``logging.tensorboard_dir``: the README said plot draws it, and plot said "no run found")."""
+    tb = run_dir / "tb"
+    if not tb.is_dir() and next(run_dir.glob("events.out.tfevents.*"), None) is not None:
+        return run_dir
+    return tb
+
+
+def _is_run(d: Path) -> bool:
+    return (d / "evals.jsonl").is_file() or _tb_of(d).is_dir()
+
+
 def _load(run_dir: Path) -> _Run:
     if not run_dir.is_dir():
         raise PlotError(_not_a_folder(run_dir))
     evals_path, alarms_path, summary_path, tb_dir = (run_dir / "evals.jsonl", run_dir / "alarms.jsonl",
-                                                     run_dir / "summary.json", run_dir / "tb")
+                                                     run_dir / "summary.json", _tb_of(run_dir))
     if not evals_path.is_file() and not tb_dir.is_dir():
-        below = sorted(p.name for p in run_dir.iterdir()
-                       if p.is_dir() and ((p / "evals.jsonl").is_file() or (p / "tb").is_dir()))
+        below = sorted(p.name for p in run_dir.iterdir() if p.is_dir() and _is_run(p))
         hint = f"; runs below it: {', '.join(below)}" if below else ""
-        raise PlotError(f"{run_dir}: no run found (expected evals.jsonl or a tb/ folder of TensorBoard logs){hint}")
+        raise PlotError(f"{run_dir}: no run found (expected evals.jsonl, TensorBoard event files or a tb/ folder of "
+                        f"them){hint}")
     run = _Run(name=run_dir.resolve().name)
     if summary_path.is_file():
         try:
@@ -613,13 +626,13 @@ def find_runs(dirs) -> list[Path]:
     for d in map(Path, dirs):
         if not d.is_dir():
             raise PlotError(_not_a_folder(d))
-        if (d / "evals.jsonl").is_file() or (d / "tb").is_dir():
+        if _is_run(d):
             runs.append(d)
             continue
-        below = sorted(p for p in d.iterdir() if p.is_dir() and ((p / "evals.jsonl").is_file() or (p / "tb").is_dir()))
+        below = sorted(p for p in d.iterdir() if p.is_dir() and _is_run(p))
         if not below:
-            raise PlotError(f"{d}: no run found (expected evals.jsonl or a tb/ folder of TensorBoard logs, in it or "
-                            "in the folders right below it)")
+            raise PlotError(f"{d}: no run found (expected evals.jsonl, TensorBoard event files or a tb/ folder of "
+                            "them, in it or in the folders right below it)")
         runs += below
     return runs
 

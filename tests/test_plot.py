@@ -309,3 +309,25 @@ def test_a_suites_panel_counts_its_own_items_not_the_evaluations(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     evals = _read_evals(path)
     assert (_items(evals, "ood/acc"), _items(evals, "id/acc")) == (60, 100)
+
+
+def test_your_own_runs_logging_folder_is_drawn_as_it_is(tmp_path):
+    """The README's Quick start writes logging.tensorboard_dir=runs/mine, event files right in it; `adaptive-eval plot
+    runs/mine` said "no run found" (it wanted a tb/ folder); a new user's probe."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.cli import main
+    from conftest import FakeClock
+
+    mine = tmp_path / "runs" / "mine"
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5",
+                                                              f"logging.tensorboard_dir={mine}"]),
+                                       total_steps=30, clock=FakeClock())
+    for g in range(30):
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+        ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0]}, 0, g, g)
+    ev.close()
+    assert not (mine / "tb").exists() and list(mine.glob("events.out.tfevents.*"))
+    assert [e["step"] for e in _load(mine).evals] == [r.step for r in ev.history]
+    assert main(["plot", str(mine), "--out", str(tmp_path / "mine.png")]) == 0
+    _check_png(tmp_path / "mine.png")
+    assert main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "runs.png")]) == 0  # (the folder above it)
