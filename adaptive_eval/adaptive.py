@@ -199,6 +199,8 @@ class AdaptiveEvaluator:
             raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
         self.steps_per_epoch = steps_per_epoch
         self.total_steps = check_step("total_steps", total_steps) if total_steps is not None else None
+        if self.total_steps is not None and self.total_steps < 1:  # (0 and -1 were taken: no final evaluation)
+            raise ValueError(f"total_steps must be >= 1 (the run's number of steps) or None, got {self.total_steps}")
         self.clock = clock if clock is not None else time.monotonic
         self.dist = DistContext.from_config(self.cfg, group)
         # Decided once: a single process pays nothing for the distributed machinery, step after step.
@@ -454,8 +456,12 @@ class AdaptiveEvaluator:
 
         A bad ``global_step`` or ``ref`` raises ``TypeError`` (a bug in the caller's code, not data).
         """
-        if isinstance(global_step, bool) or not isinstance(global_step, numbers.Integral):
-            raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}")
+        try:  # (a 0-d integer tensor too, as observe() and evaluate() take it)
+            if isinstance(global_step, bool):
+                raise TypeError
+            global_step = global_step.__index__()
+        except (TypeError, AttributeError):
+            raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}") from None
         if _get_ident() != self._owner:
             self._handed.append(("checkpoint_saved", (global_step, ref)))  # (an asynchronous checkpointer's)
             return

@@ -119,7 +119,12 @@ def as_float(key: str, value) -> float:
     numel = getattr(value, "numel", None)  # torch
     size = numel() if callable(numel) else getattr(value, "size", None)  # numpy
     if size == 1 and hasattr(value, "item"):
-        return as_float(key, value.item())
+        try:
+            item = value.item()
+        except Exception as exc:  # noqa: BLE001 - a meta tensor's RuntimeError named no metric (a new user's probe)
+            raise TypeError(f"metric {key!r}: its {type(value).__name__} cannot be read as a number: "
+                            f"{type(exc).__name__}: {exc}") from None
+        return as_float(key, item)
     raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}")
 
 

@@ -69,3 +69,23 @@ def test_a_bad_detector_spec_is_a_config_error_at_load_time(spec):
 def test_alarm_factor_below_one_is_a_config_error():
     with pytest.raises(ConfigError, match=r"policy\.sample_size\.alarm_factor"):
         load_config(overrides=["policy.sample_size.alarm_factor=0.5"])
+
+
+def test_a_meta_tensor_a_tensor_step_and_an_empty_run_are_named_or_taken():
+    """observe() of a meta tensor raised torch's RuntimeError naming no metric; checkpoint_saved() refused the 0-d
+    tensor step observe() and evaluate() take; total_steps=0 or -1 was taken, and no final evaluation came (a new
+    user's probe)."""
+    import torch
+
+    from adaptive_eval import AdaptiveEvaluator
+
+    ev = AdaptiveEvaluator.from_config(load_config())
+    with pytest.raises(TypeError, match=r"metric 'train/loss': its Tensor cannot be read as a number: RuntimeError"):
+        ev.observe({"train/loss": torch.ones((), device="meta")}, 0)
+    ev.checkpoint_saved(torch.tensor(3), "ckpt-3")
+    assert ev.policies.by_name["lookback"].kept == [(3, "ckpt-3")]
+    with pytest.raises(TypeError, match=r"checkpoint_saved: global_step must be an integer, got tensor\(3\.\)"):
+        ev.checkpoint_saved(torch.tensor(3.0))
+    for total in (0, -1):
+        with pytest.raises(ValueError, match=f"total_steps must be >= 1 .* got {total}"):
+            AdaptiveEvaluator.from_config(load_config(), total_steps=total)
