@@ -1026,8 +1026,8 @@ class AdaptiveEvaluator:
             return decision
         if self._waiting_said != busy and self._rank == 0:
             log.warning("the evaluation due at step %d (%s) waits: the one that timed out at step %d is still "
-                        "running in its thread; it runs at the first step after that returns (evaluation.timeout_s)",
-                        global_step, decision.reason, busy)
+                        "running (in its thread, or its executor's worker); it runs at the first step after that "
+                        "returns (evaluation.timeout_s)", global_step, decision.reason, busy)
         self._waiting_said = busy
         return Decision(False, decision.sample_size, f"waiting:timed-out-eval-still-running (step {busy}; "
                         f"{decision.reason})", decision.urgent)
