@@ -89,6 +89,28 @@ def _decision_state(d: Decision) -> dict:
     return {**dataclasses.asdict(d), "suites": [list(p) for p in d.suites]}
 
 
+class _Reading(dict):
+    """A state being loaded that notes the key last read (``where[0]``): a load's error names it."""
+
+    def __init__(self, sd: Mapping, where: list):
+        super().__init__(sd)
+        self.where = where
+
+    def __getitem__(self, key):
+        self.where[0] = key
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.where[0] = key
+        return super().get(key, default)
+
+
+def _interrupted_state(waiting: tuple) -> dict:
+    step, decision, lookback = waiting
+    return {"step": step, **({"decision": _decision_state(decision)} if decision is not None else {}),
+            **({"lookback": list(lookback)} if lookback is not None else {})}
+
+
 def _decision_from_state(state: Mapping) -> Decision:
     return Decision(**{**state, "suites": tuple(tuple(p) for p in state.get("suites", ()))})
 
@@ -348,7 +370,8 @@ class AdaptiveEvaluator:
         # meanwhile (a preemption's handler) saves as interrupted, and the resumed run's call at that step runs
         # again (it was skipped as a repeat, and every later decision came a step late; a new user's probe).
         self._running: tuple | None = None
-        self._interrupted: tuple | None = None  # loaded: (step, decision)
+        self._looking: tuple | None = None  # a look back running: (step, what it evaluates), as _running
+        self._interrupted: tuple | None = None  # loaded: (step, decision or None, look back or None)
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -462,8 +485,10 @@ class AdaptiveEvaluator:
             global_step = global_step.__index__()
         except (TypeError, AttributeError):
             raise TypeError(f"checkpoint_saved: global_step must be an integer, got {global_step!r}") from None
-        if _get_ident() != self._owner:
-            self._handed.append(("checkpoint_saved", (global_step, ref)))  # (an asynchronous checkpointer's)
+        if _get_ident() != self._owner:  # (an asynchronous checkpointer's: its ref checked here)
+            from adaptive_eval.policies._lookback import plain_ref
+
+            self._handed.append(("checkpoint_saved", (global_step, plain_ref(ref))))
             return
         policy = self.policies.by_name.get("lookback")
         if policy is None:
@@ -498,8 +523,8 @@ class AdaptiveEvaluator:
             global_step = check_step("global_step", global_step)
         if _get_ident() != self._owner:
             return self._hand_over(metrics, global_step)
-        if self._handed:
-            self._apply_handed()
+        if self._handed and self._interrupted is None:
+            self._apply_handed(global_step)
         if self._closed:
             self._say_closed("observe")
         last = self._last_step
@@ -550,16 +575,19 @@ class AdaptiveEvaluator:
                         _HANDED_MAX, _HANDED_PER_CALL)
         self._handed.append(("observe", (values, global_step)))
 
-    def _apply_handed(self) -> None:
-        """Apply, in the owner's thread and in the order they came, the calls handed over by other threads."""
+    def _apply_handed(self, step: int) -> None:
+        """Apply, in the owner's thread and in the order they came, the calls handed over by other threads, at
+        the later of their step and the last one seen, never past ``step`` (the owner's call's).  Not while a
+        loaded state's interrupted evaluation waits to run again: in the run that went on they came after it."""
         if self.__dict__.get("_applying"):
             return  # (a handed call's own observe(): the rest come after it, in order)
         self._applying = True
         try:
             for _ in range(min(len(self._handed), _HANDED_PER_CALL)):
                 method, (first, second) = self._handed.popleft()
-                if method == "observe" and self._last_step is not None:
-                    second = max(second, self._last_step)  # (an asynchronous evaluate_fn's step is in the past)
+                if method == "observe":  # (an asynchronous evaluate_fn's step is in the past; a monitor's may be
+                    # ahead of the loop's, whose next observe() then went "backwards")
+                    second = min(second if self._last_step is None else max(second, self._last_step), step)
                 try:
                     (self.observe if method == "observe" else self.checkpoint_saved)(first, second)
                 except Exception:  # noqa: BLE001 - another thread's call: never raised into the training step
@@ -757,17 +785,23 @@ class AdaptiveEvaluator:
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
         self._owner = _get_ident()
-        if self._handed:
-            self._apply_handed()
+        if self._interrupted is not None and global_step != self._interrupted[0]:
+            self._interrupted = None  # (resumed past the interrupted step: not run again; its alarm is still pending)
+        if self._handed and self._interrupted is None:
+            self._apply_handed(global_step)
         if self._closed:
             self._say_closed("evaluate")
         last = self._last_call_step
         if last is not None and global_step <= last:
             if global_step == last:  # called again in the same step: counted once
                 if self._interrupted is not None and self._interrupted[0] == global_step:
-                    _, decision = self._interrupted  # (unless its evaluation was interrupted by a saved state)
-                    self._interrupted = None
-                    return self._run(evaluate_fn, decision, epoch, global_step)
+                    _, decision, wanted = self._interrupted  # (unless its evaluation was interrupted by a saved
+                    self._interrupted = None  # state: then it runs, the rest of the step as it went on)
+                    if decision is not None:
+                        return self._run(evaluate_fn, decision, epoch, global_step)
+                    looked = self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+                    if looked is not None:
+                        self._report_look_back(*looked, global_step)
                 return None
             # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(_backwards(" in evaluate()", last, global_step))
@@ -838,8 +872,8 @@ class AdaptiveEvaluator:
         """Say once that steps go past ``total_steps - 1`` (a loop counting from 1, or one that runs longer than it
         said): the final evaluation went to step ``total_steps - 1``, and the last weights were never evaluated
         (found by a new user's probe; nothing said it)."""
-        if self.__dict__.get("_past_end_said") or self._rank != 0:
-            return
+        if self.__dict__.get("_past_end_said") or self._rank != 0 or not self._eval_at_end:
+            return  # (without trigger.eval_at_end no final evaluation was missed)
         self._past_end_said = True
         log.warning("evaluate() at step %d, past total_steps - 1 = %d (steps count from 0: total_steps=%d is steps "
                     "0-%d): the final evaluation (trigger:final) was due at step %d, not at the last step of this "
@@ -875,6 +909,8 @@ class AdaptiveEvaluator:
         self._now = max(self._now, self.clock() - self._start)
         reason = self.trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
         final = self.total_steps is not None and global_step == self.total_steps - 1 and self._eval_at_end
+        if self.total_steps is not None and global_step > self.total_steps - 1:
+            self._say_past_end(global_step)
         mine = self._unsynced
         maybe_due = reason is not None or self._alarm_pending or final
         ready = self._async is not None and self._async.ready(global_step)
@@ -958,7 +994,7 @@ class AdaptiveEvaluator:
             return None
         # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
         size = self.decide("before_train", global_step, urgent=True).sample_size
-        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step)
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step, resumable=False)
 
     def after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
         """Evaluate the last trained weights (``global_step``) when training stopped before ``total_steps``
@@ -970,14 +1006,16 @@ class AdaptiveEvaluator:
         global_step = check_step("global_step", global_step)
         if not self._eval_at_end or self._last_eval_step == global_step:
             return None
-        if self.total_steps is not None and global_step == self.total_steps - 1:
-            return None  # the last step: evaluate() took it (at the step it was called; past it, a loop that ran
-            # longer than total_steps said, it did not)
+        if self.total_steps is not None and global_step >= self.total_steps - 1 and not (
+                self._last_call_step is not None and self._last_call_step > self.total_steps - 1):
+            return None  # the last step: evaluate() took it (unless evaluate() itself went past it: a loop that
+            # ran longer than total_steps said; an after_train(total_steps) after it did not, the same weights)
         if self._last_call_step is not None and global_step < self._last_call_step:
             raise ValueError(f"after_train: global_step {global_step} is below the last step evaluate() saw "
                              f"({self._last_call_step})")
         size = self.decide("trigger:final", global_step, urgent=True).sample_size
-        return self._run(evaluate_fn, Decision(True, size, "trigger:final", urgent=True), None, global_step)
+        return self._run(evaluate_fn, Decision(True, size, "trigger:final", urgent=True), None, global_step,
+                         resumable=False)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:
         """The policies' decision for this step given the base trigger's ``reason`` (None: not due), without
@@ -1193,18 +1231,22 @@ class AdaptiveEvaluator:
         except Warning:  # warnings turned into errors: a message, never an exception in the training step
             log.warning("%s", message)
 
-    def _run(self, evaluate_fn, decision: Decision, epoch, global_step) -> EvalResult | None:
+    def _run(self, evaluate_fn, decision: Decision, epoch, global_step, *, resumable: bool = True
+             ) -> EvalResult | None:
+        """Run the evaluation ``decision`` asks for.  ``resumable``: a state saved while it runs holds it as
+        interrupted (an evaluation evaluate() decided; before_train and after_train run again when called again)."""
         if self._async is not None:
             return self._submit(evaluate_fn, decision, epoch, global_step)
         ev = self._evaluation
         suites = {}
-        self._running = (global_step, decision, self._evals_run)
+        running = (global_step, decision, self._evals_run) if resumable else None
         if self._suites:
             decision, suites = self._suite_plan(decision)
             self.last_decision = decision
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
+        self._running = running
         try:
             outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
         except Exception as exc:
@@ -1394,8 +1436,12 @@ class AdaptiveEvaluator:
                               rank=self._rank, world_size=self._world, checkpoint=ref, suites=suites)
         # An evaluation the library chose to add: a failure (a checkpoint deleted by save_total_limit) is skipped
         # and counted even under evaluation.on_error: raise, which is for the evaluations the user scheduled.
-        outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch,
-                                                  "skip" if ev["on_error"] == "raise" else ev["on_error"])
+        self._looking = (global_step, wanted)  # (a state saved meanwhile holds it as interrupted, as _running)
+        try:
+            outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch,
+                                                      "skip" if ev["on_error"] == "raise" else ev["on_error"])
+        finally:
+            self._looking = None
         result = outcome.result
         self._eval_seconds += seconds  # (the budget counts it like any evaluation)
         if result is not None:
@@ -1409,7 +1455,7 @@ class AdaptiveEvaluator:
     def _report_look_back(self, request: EvalRequest, outcome, result: EvalResult | None, global_step: int) -> None:
         if result is None:
             self._emit({"kind": "error", "step": request.step, "evaluated_at": global_step, "reason": request.reason,
-                        "error": f"{type(outcome.error).__name__}: {outcome.error}"})
+                        "error": error_text(outcome.error)})
         else:
             self._emit({"kind": "eval", "step": request.step, "evaluated_at": global_step, "result": result})
         if not self._logging:
@@ -1776,8 +1822,6 @@ class AdaptiveEvaluator:
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real)
                                       or not timeout_s >= 0):
             raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
-        if self._handed and _get_ident() == self._owner:
-            self._apply_handed()  # (what other threads observed is in the state)
         return _strict({
             "version": 1,
             "trigger": self.trigger.state_dict(),
@@ -1796,8 +1840,11 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run if (running := self._running) is None or self._distributed else running[2],
-            **({"interrupted": {"step": running[0], "decision": _decision_state(running[1])}}
-               if running is not None and not self._distributed else {}),
+            # (a loaded one not yet run again is saved again: preempted twice, it ran a step late)
+            **({"interrupted": _interrupted_state(waiting)}
+               if (waiting := self._waiting_to_run()) is not None and not self._distributed else {}),
+            # calls from other threads not yet applied (applying them here changed the run: see _apply_handed)
+            **({"handed": [[m, a, b] for m, (a, b) in list(self._handed.copy())]} if self._handed else {}),
             "item_values": {m: {str(i): v for i, v in vals.items()} for m, vals in self._item_values.items()},
             "suite_plans": {str(s): {n: list(p) for n, p in plans.items()} for s, plans in self._suite_plans.items()},
             "history": [r.state() for r in self.history],
@@ -1809,6 +1856,15 @@ class AdaptiveEvaluator:
                                                None)) is not None else {}),
             "shape": self._shape(),
         })
+
+    def _waiting_to_run(self) -> tuple | None:
+        """The evaluation a state saved now holds as interrupted, ``(step, decision, look back)``: the one running
+        (a preemption's handler saving in the middle of it), else a loaded one not yet run again."""
+        if self._running is not None:
+            return self._running[0], self._running[1], None
+        if self._looking is not None:
+            return self._looking[0], None, self._looking[1]
+        return self._interrupted
 
     def _shape(self) -> dict:
         """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric;
@@ -1856,39 +1912,46 @@ class AdaptiveEvaluator:
         for key in ("last_step", "last_call_step", "last_eval_step"):
             if sd.get(key) is not None and (type(sd[key]) is not int):
                 raise ValueError(f"state_dict[{key!r}] must be an integer step or None, got {sd[key]!r}")
-        before = self.state_dict(timeout_s=0)  # (nothing is in flight where a state is loaded, at a resume)
+        # What a failed load puts back: the state (nothing is in flight where a state is loaded, at a resume; what
+        # is, its live jobs, are kept as they are) and what no state holds
+        saved = set(self._async.saved) if self._async is not None else None
+        before = self.state_dict(timeout_s=0)
+        kept = {k: self.__dict__[k] for k in ("last_decision", "last_outcome", "_deferring", "_group_failed")
+                if k in self.__dict__}
+        jobs = list(self._async.jobs) if self._async is not None else None
         where = ["(the top level)"]
         try:
             self._load(sd, where)
         except Exception as exc:
-            self._load(_unstrict(before), [""])
-            if isinstance(exc, ValueError) and where[0] == "detectors":
+            self._load(_unstrict(before), [""], say=False)
+            self.__dict__.update(kept)
+            if self._async is not None:
+                self._async.jobs[:] = jobs
+                self._async.saved = saved
+            if isinstance(exc, ValueError) and where[0] in ("detectors", "eval_detectors"):
                 raise  # (its own message names the stream)
             raise ValueError(f"load_state_dict: state_dict[{where[0]!r}] does not load into this evaluator: "
                              f"{error_text(exc)}; the evaluator is left as it was (a state of another config or "
                              "version, or edited?)") from exc
 
-    def _load(self, sd: Mapping, where: list) -> None:
-        """The body of :meth:`load_state_dict`; ``where[0]``: the key being loaded (for its error)."""
+    def _load(self, sd: Mapping, where: list, say: bool = True) -> None:
+        """The body of :meth:`load_state_dict`; ``where[0]``: the key being loaded (for its error); ``say``: what
+        another config's state cannot carry over (not when a failed load puts back the state from before it)."""
+        sd = _Reading(sd, where)
         self._reset()
-        where[0] = "elapsed"
         elapsed = float(sd.get("elapsed", 0.0))
         self._start = self.clock() - elapsed
         self._now = elapsed  # in a group: the group's time (the trigger reads it)
-        where[0] = "trigger"
         self.trigger.load_state_dict(sd["trigger"])
-        where[0] = "policies"
         self.policies.load_state_dict(sd.get("policies", {}))
         self._stride = int(sd.get("stride", 1))
         # The scale in use when the state was taken (policy.interval.max_run_fraction reads the stride of that
         # moment; found in review: recomputed here with a stride not yet restored, a resumed run relaxed further)
         scale = sd.get("scale")
         self.trigger.scale = float(scale) if isinstance(scale, (int, float)) and scale > 0 else self._scale()
-        where[0] = "detectors"
-        for table, states, specs_for in ((self._detectors, sd.get("detectors", {}), self._specs_for),
-                                         (self._eval_detectors, sd.get("eval_detectors", {}),
-                                          lambda _: self._streams["eval"])):
-            for stream, det_states in states.items():
+        for table, key, specs_for in ((self._detectors, "detectors", self._specs_for),
+                                      (self._eval_detectors, "eval_detectors", lambda _: self._streams["eval"])):
+            for stream, det_states in sd.get(key, {}).items():
                 dets = table[stream] = self._build(stream, specs_for(stream))
                 from adaptive_eval.detectors._nonfinite import NonFinite
 
@@ -1905,7 +1968,6 @@ class AdaptiveEvaluator:
             if any(getattr(d, "_in_run", False) for d in dets):
                 self._in_nonfinite_run.add(stream)
             self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
-        where[0] = "eval_seconds"
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
@@ -1917,25 +1979,22 @@ class AdaptiveEvaluator:
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
         got = sd.get("interrupted")
-        self._interrupted = (int(got["step"]), _decision_from_state(got["decision"])) if got else None
-        where[0] = "item_values"
+        self._interrupted = (int(got["step"]), _decision_from_state(got["decision"]) if got.get("decision") else None,
+                             tuple(got["lookback"]) if got.get("lookback") else None) if got else None
+        self._handed = collections.deque(((str(m), (a, b)) for m, a, b in sd.get("handed", [])), maxlen=_HANDED_MAX)
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
-        where[0] = "history"
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
         unreturned = sd.get("unreturned")  # (a synchronous evaluator returns its results at once: none waits)
         self._unreturned = (self.history[int(unreturned)] if unreturned is not None and self._async is not None
                             and 0 <= int(unreturned) < len(self.history) else None)
-        where[0] = "suite_plans"
         self._suite_plans = {int(s): {str(n): [int(p[0]), int(p[1])] for n, p in plans.items()}
                              for s, plans in sd.get("suite_plans", {}).items()}
-        where[0] = "resources"
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
-            where[0] = "async"
             self._async.load_state_dict(sd.get("async", {}))
-        if where[0]:  # (not when putting back the state from before a failed load)
+        if say:
             self._say_other_shape(sd)
 
     def close(self, timeout_s: float | None = None) -> None:
@@ -1962,6 +2021,8 @@ class AdaptiveEvaluator:
             # wrote them twice.  (A child that trains with it closes it: the pid alone skipped that, found in review.)
             self._closed = self._closed or True
             return
+        if self._handed and _get_ident() == self._owner and self._interrupted is None and self._last_step is not None:
+            self._apply_handed(self._last_step)  # (what other threads observed last: recorded and logged too)
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:
@@ -2041,6 +2102,10 @@ def _mark_forked() -> None:
     for ev in list(_EVALUATORS):
         try:
             ev._forked_at = (ev._last_step, ev._last_call_step)
+            # the child's one thread is the training thread (one that forked from another thread handed every
+            # observe() to a thread the child does not have)
+            ev._owner = _get_ident()
+            ev._handed.clear()
         except Exception:  # noqa: BLE001 - at fork: nothing may raise
             pass
 

@@ -74,7 +74,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from adaptive_eval.types import Decision, EvalRequest, EvalResult
+from adaptive_eval.types import Decision, EvalRequest, EvalResult, error_message, error_text
 
 log = logging.getLogger("adaptive_eval")
 
@@ -292,7 +292,7 @@ def _outcome_to_wire(outcome, items: bool = False) -> list:
     never stopped).  Values stay floats: a state_dict makes NaN and infinities strict JSON."""
     result = outcome.result.state() if outcome.result is not None else None
     # (lists, not tuples: a state_dict is what it is after a JSON round trip)
-    error = None if outcome.error is None else [_error_kind(type(outcome.error)), str(outcome.error)]
+    error = None if outcome.error is None else [_error_kind(type(outcome.error)), error_message(outcome.error)]
     if not (items and outcome.item_values):
         return [result, error, outcome.attempts]
     values = {str(m): {str(i): float(v) for i, v in vals.items()} for m, vals in outcome.item_values.items()}
@@ -817,8 +817,7 @@ class AsyncEvaluations:
                 parts.append((job.id, "ok", float(outcome.result.seconds), summaries_to_wire(outcome.result.metrics),
                               outcome.attempts))
             else:
-                parts.append((job.id, "error", 0.0, f"{type(outcome.error).__name__}: {outcome.error}",
-                              outcome.attempts))
+                parts.append((job.id, "error", 0.0, error_text(outcome.error), outcome.attempts))
         return parts, self.down
 
     def combine_shards(self, pairs, everyone: Sequence, rank: int, confidence: float,

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from adaptive_eval.types import MetricSummary, log_once
+from adaptive_eval.types import MetricSummary, error_text, log_once
 
 log = logging.getLogger("adaptive_eval")
 
@@ -123,7 +123,7 @@ def as_float(key: str, value) -> float:
             item = value.item()
         except Exception as exc:  # noqa: BLE001 - a meta tensor's RuntimeError named no metric (a new user's probe)
             raise TypeError(f"metric {key!r}: its {type(value).__name__} cannot be read as a number: "
-                            f"{type(exc).__name__}: {exc}") from None
+                            f"{error_text(exc)}") from None
         return as_float(key, item)
     raise TypeError(f"metric {key!r}: expected one number, got {type(value).__name__}")
 

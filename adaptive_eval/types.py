@@ -18,15 +18,19 @@ _SAID: set = set()  # the keys of warnings said once per process (log_once)
 def error_text(exc: BaseException) -> str:
     """``"Type: message"`` of an exception, also of one whose ``__str__`` raises (a client library's error that
     formats an attribute a re-raised copy lacks escaped ``evaluate()`` under ``on_error: skip``; a new user's
-    probe): then its ``repr``, or its type alone."""
+    probe): then its ``repr``, or its type alone (:func:`error_message`)."""
+    return f"{type(exc).__name__}: {error_message(exc)}"
+
+
+def error_message(exc: BaseException) -> str:
+    """``str(exc)``, or ``<str() failed; repr: ...>`` where that raises."""
     try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - any: this text is for a log line and an event
+        return str(exc)
+    except Exception:  # noqa: BLE001 - any: this text is for a log line, an event or a saved state
         try:
-            text = f"<str() failed; repr: {BaseException.__repr__(exc)}>"
+            return f"<str() failed; repr: {BaseException.__repr__(exc)}>"
         except Exception:  # noqa: BLE001
-            text = "<str() failed>"
-    return f"{type(exc).__name__}: {text}"
+            return "<str() failed>"
 
 
 def log_once(key, message: str, *args) -> None:

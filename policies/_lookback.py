@@ -14,6 +14,16 @@ from adaptive_eval.policies._base import Context, Policy, primary_metric
 __all__ = ["LookbackPolicy"]
 
 
+def plain_ref(ref):
+    """A checkpoint's ref as the plain value ``state_dict`` keeps (a path as its string); ``TypeError`` otherwise."""
+    if isinstance(ref, os.PathLike):
+        ref = os.fspath(ref)
+    if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
+        raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
+                        f"value), got {type(ref).__name__}")
+    return ref
+
+
 class LookbackPolicy(Policy):
     """Which kept checkpoint to evaluate after a fall, if any.
 
@@ -81,11 +91,7 @@ class LookbackPolicy(Policy):
         back in ``EvalRequest.checkpoint`` when it is evaluated."""
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step must be an integer, got {step!r}")
-        if isinstance(ref, os.PathLike):
-            ref = os.fspath(ref)
-        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, (str, int, float))):
-            raise TypeError(f"checkpoint ref must be a str, a path, a number or None (kept in state_dict as a plain "
-                            f"value), got {type(ref).__name__}")
+        ref = plain_ref(ref)
         self.told = [self.told[0] + 1, (self.told[1] * 1_000_003 + int(step) + 1) % (1 << 52)]
         # (a ref given again for another step, one last.pt written over: the earlier step's weights are gone, and
         # a look back at it evaluated the later ones as its; found by a new user)

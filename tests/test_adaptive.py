@@ -516,6 +516,12 @@ def test_a_loop_counting_past_total_steps_is_told_once_and_after_train_evaluates
     r = ev.after_train(fn, 102)
     assert r is not None and (r.step, r.reason) == (102, "trigger:final")
     assert ev.after_train(fn, 102) is None
+    # A loop that ended at total_steps - 1 and calls after_train(total_steps): the same weights, not again (review)
+    done = AdaptiveEvaluator.from_config(load_config(), total_steps=100, clock=FakeClock())
+    for s in range(100):
+        done.observe({"train/loss": 1.0}, s)
+        done.evaluate(fn, 0, s, s)
+    assert done.history[-1].step == 99 and done.after_train(fn, 100) is None
 
 
 def _untracked_warnings(record) -> list[str]:
@@ -993,9 +999,16 @@ def test_observe_from_another_thread_is_applied_by_the_training_thread_at_its_ne
     # state_dict() in the training thread holds what other threads observed; checkpoint_saved() is handed over too
     _in_thread(ev.observe, {"gpu/util": 0.9}, 41)
     _in_thread(ev.checkpoint_saved, 41, "ckpt-41")
-    state = ev.state_dict()
-    assert "gpu/util" in state["detectors"]
-    assert ev.policies.by_name["lookback"].kept[-1] == (41, "ckpt-41")
+    with pytest.raises(TypeError, match="checkpoint ref must be"):  # (its ref checked in the caller's thread)
+        _in_thread(ev.checkpoint_saved, 41, object())
+    state = ev.state_dict()  # (changes nothing: what waits is saved as it is, and applied at the next call)
+    assert [m for m, _, _ in state["handed"]] == ["observe", "checkpoint_saved"] and "gpu/util" not in state["detectors"]
+    ev.observe({"train/loss": 1.0}, 41)
+    assert ev.watches("gpu/util") and ev.policies.by_name["lookback"].kept[-1] == (41, "ckpt-41")
+    # a step ahead of the loop's is applied at the loop's (its next observe() went "backwards": review)
+    _in_thread(ev.observe, {"gpu/util": 0.8}, 45)
+    ev.observe({"train/loss": 1.0}, 42)
+    ev.observe({"train/loss": 1.0}, 43)
 
 
 def test_an_asynchronous_evaluate_fn_that_observes_loses_no_evaluation():
@@ -1006,7 +1019,8 @@ def test_an_asynchronous_evaluate_fn_that_observes_loses_no_evaluation():
     got = {}
     for mode in ("false", "true"):
         ev = AdaptiveEvaluator.from_config(load_config(overrides=[f"evaluation.asynchronous={mode}",
-                                                                  "trigger.freq_steps=5"]), total_steps=40)
+                                                                  "trigger.freq_steps=5"]), total_steps=40,
+                                           clock=FakeClock())  # (the budget on the wall clock: review)
 
         def fn(request):
             ev.observe({"eval/generated_tokens": 123.0}, request.step)  # eval-side figures as a stream

@@ -602,3 +602,25 @@ def test_lookback_sample_size_sets_each_suites_items_with_eval_suites():
         plan = next(r[2]["math"] for r in run.requests if r[1] is not None)
         suite_size = int(run.evaluator.cfg.evaluation.suites.math.size)
         assert plan[0] == (items or suite_size) and back.reason.endswith(f"[math: {plan[0]}x{plan[1]}]")
+
+
+def test_a_look_back_whose_exception_cannot_say_its_message_is_a_failed_look_back():
+    """A look back always runs as on_error: skip; its error event formatted the exception by hand, and one whose
+    __str__ raises escaped evaluate() (review)."""
+
+    class Unreadable(Exception):
+        def __str__(self):
+            return self.detail  # (not set)
+
+    run = Run()
+
+    def fn(request):
+        if request.checkpoint is not None:
+            raise Unreadable()
+        return run.evaluate_fn(request)
+
+    errors = []
+    run.evaluator.add_listener(lambda e: errors.append(e) if e["kind"] == "error" else None)
+    run.train(fn=fn)
+    assert [e["error"] for e in errors] == ["Unreadable: <str() failed; repr: Unreadable()>"]
+    assert errors[0]["evaluated_at"] > errors[0]["step"] and not lookbacks(run.evaluator.history)

@@ -9,6 +9,7 @@ with their step, sample size, reason and measured means; deferrals; errors; alar
 """
 
 import json
+import pathlib
 import math
 
 import numpy as np
@@ -276,6 +277,93 @@ def test_a_state_saved_while_a_synchronous_evaluation_runs_resumes_to_the_same_d
         resumed = new()
         resumed.load_state_dict(json.loads(saved["state"]))
         assert run(resumed, 40, fn) == whole, overrides  # (the job restarts from the checkpoint before step 40)
+        # preempted again before the resumed run's call at step 40: the state saved then still holds it (review)
+        once = new()
+        once.load_state_dict(json.loads(saved["state"]))
+        twice = new()
+        twice.load_state_dict(json.loads(json.dumps(once.state_dict())))
+        assert run(twice, 40, fn) == whole, overrides
+
+
+def test_what_another_thread_observed_during_an_interrupted_evaluation_comes_after_it_in_the_resumed_run():
+    """A monitor thread's NaN handed over while the evaluation ran: state_dict() applied it there, before the
+    evaluation's result, so the resumed run's evaluation consumed its alarm (the run that went on evaluated for it
+    at the next step); and a state_dict() in evaluate_fn changed the run's own decisions (review)."""
+    import threading
+
+    steps = 120
+
+    def new():
+        return AdaptiveEvaluator.from_config(load_config(), total_steps=steps, clock=FakeClock())
+
+    def make_fn(ev, saved=None, save_only=False):
+        def fn(request):
+            if request.step == 24 and not ev.__dict__.get("_handed_nan"):
+                ev._handed_nan = True
+                monitor = threading.Thread(target=ev.observe, args=({"gpu/temp": float("nan")}, 24))
+                monitor.start()
+                monitor.join()
+                if saved is not None:  # the preemption handler (or a checkpoint taken in evaluate_fn)
+                    saved["state"] = json.dumps(ev.state_dict())
+                    if not save_only:
+                        raise KeyboardInterrupt
+            return {"acc": [1.0, 0.0, 1.0, 1.0] * 10}
+        return fn
+
+    def run(ev, first, fn):
+        for s in range(first, steps):
+            ev.observe({"train/loss": 1.0 + 0.01 * (s % 3)}, s)
+            ev.evaluate(fn, 0, s, s)
+        return [(r.step, r.reason) for r in ev.history]
+
+    ev = new()
+    whole = run(ev, 0, make_fn(ev))
+    assert (25, "alarm:gpu/temp:nonfinite") in whole
+    ev = new()
+    assert run(ev, 0, make_fn(ev, {}, save_only=True)) == whole  # (a state_dict() changes nothing)
+    ev, saved = new(), {}
+    try:
+        run(ev, 0, make_fn(ev, saved))
+    except KeyboardInterrupt:
+        pass
+    assert json.loads(saved["state"])["handed"]
+    resumed = new()
+    resumed.load_state_dict(json.loads(saved["state"]))
+    resumed._handed_nan = True
+    assert run(resumed, 24, make_fn(resumed)) == whole
+
+
+def test_a_look_back_interrupted_by_a_saved_state_runs_again_in_the_resumed_run():
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from test_lookback import Run
+
+    def looked(run):
+        return [(r.step, r.reason, r.evaluated_at) for r in run.evaluator.history if r.evaluated_at is not None]
+
+    whole = Run().train()
+    assert looked(whole)
+    cut, saved = Run(), {}
+
+    def preempted(request):
+        if request.checkpoint is not None:
+            saved["state"] = json.dumps(cut.evaluator.state_dict())
+            raise KeyboardInterrupt
+        return cut.evaluate_fn(request)
+
+    try:
+        cut.train(fn=preempted)
+    except KeyboardInterrupt:
+        pass
+    state = json.loads(saved["state"])
+    assert state["interrupted"]["lookback"][0] == looked(whole)[0][0]
+    resumed = Run()
+    resumed.evaluator.load_state_dict(state)
+    resumed.step = state["last_call_step"]
+    resumed.eval_rng, resumed.rng = cut.eval_rng, cut.rng
+    resumed.train()
+    assert looked(resumed) == looked(whole)
 
 
 def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it_was():
@@ -326,3 +414,30 @@ def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it
         with pytest.raises(ValueError, match=says):
             ev.load_state_dict(damaged(key, value))
         assert run(ev) == run(fresh("default")), key
+
+
+def test_a_failed_load_keeps_an_asynchronous_evaluation_in_flight():
+    """The failed load put back a state saved without waiting: the evaluation in flight lost its future and came back
+    as a failed one, async:lost (review)."""
+    import threading
+
+    import pytest
+
+    release = threading.Event()
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.asynchronous=true", "trigger.freq_steps=5"]),
+                                       total_steps=100, clock=FakeClock())
+
+    def fn(request):
+        release.wait(10)
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    for s in range(5):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(fn, 0, s, s)
+    bad = dict(ev.state_dict(timeout_s=0), history=[{}])
+    with pytest.raises(ValueError, match=r"state_dict\['history'\] does not load"):
+        ev.load_state_dict(bad)
+    assert [(job.step, job.future is not None) for job in ev._async.jobs] == [(4, True)]
+    release.set()
+    ev.close()
+    assert [(r.step, r.reason) for r in ev.history] == [(4, "trigger:steps")] and ev.summary()["eval_errors"] == 0
