@@ -1002,7 +1002,8 @@ def test_observe_from_another_thread_is_applied_by_the_training_thread_at_its_ne
     with pytest.raises(TypeError, match="checkpoint ref must be"):  # (its ref checked in the caller's thread)
         _in_thread(ev.checkpoint_saved, 41, object())
     state = ev.state_dict()  # (changes nothing: what waits is saved as it is, and applied at the next call)
-    assert [m for m, _, _ in state["handed"]] == ["observe", "checkpoint_saved"] and "gpu/util" not in state["detectors"]
+    assert [m for m, _, _ in state["handed"]] == ["observe", "checkpoint_saved"]
+    assert "gpu/util" not in state["detectors"]
     ev.observe({"train/loss": 1.0}, 41)
     assert ev.watches("gpu/util") and ev.policies.by_name["lookback"].kept[-1] == (41, "ckpt-41")
     # a step ahead of the loop's is applied at the loop's (its next observe() went "backwards": review)
