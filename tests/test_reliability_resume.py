@@ -441,3 +441,45 @@ def test_a_failed_load_keeps_an_asynchronous_evaluation_in_flight():
     release.set()
     ev.close()
     assert [(r.step, r.reason) for r in ev.history] == [(4, "trigger:steps")] and ev.summary()["eval_errors"] == 0
+
+
+def test_the_resumed_loop_observing_the_interrupted_step_again_does_not_feed_it_twice():
+    """The resume protocol restarts the loop at the interrupted step: its observe() fed the detectors that step's
+    values a second time (the state held them), and a CUSUM alarm came a step early (a new user's probe)."""
+    steps, shift = 200, 78
+
+    def streams(s):
+        r = np.random.default_rng([3, s])
+        return {"train/loss": float(1.0 + 0.05 * r.normal() + (0.175 if s >= shift else 0.0)),
+                "train/reward": float(0.5 + 0.05 * r.normal() - (0.175 if s >= shift else 0.0))}
+
+    def fn(request):
+        return {"acc": [float((i * 31 + request.step) % 10 < 7) for i in request.indices(300)]}
+
+    def new():
+        return AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=25"]), total_steps=steps,
+                                             clock=FakeClock())
+
+    def run(ev, first, evaluate_fn):
+        for s in range(first, steps):
+            ev.observe(streams(s), s)
+            ev.evaluate(evaluate_fn, 0, s, s)
+        return [(r.step, r.reason, r.sample_size) for r in ev.history]
+
+    whole = run(new(), 0, fn)
+    at = next(s for s, _, _ in whole if s >= shift)
+    ev, saved = new(), {}
+
+    def preempted(request):
+        if request.step == at:
+            saved["state"] = json.dumps(ev.state_dict())
+            raise SystemExit(143)
+        return fn(request)
+
+    try:
+        run(ev, 0, preempted)
+    except SystemExit:
+        pass
+    resumed = new()
+    resumed.load_state_dict(json.loads(saved["state"]))
+    assert run(resumed, at, fn) == whole
