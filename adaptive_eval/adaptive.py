@@ -1921,7 +1921,7 @@ class AdaptiveEvaluator:
         # What a failed load puts back: the state (nothing is in flight where a state is loaded, at a resume; what
         # is, its live jobs, are kept as they are) and what no state holds
         saved = set(self._async.saved) if self._async is not None else None
-        before = self.state_dict(timeout_s=0)
+        before = AdaptiveEvaluator.state_dict(self, timeout_s=0)  # (a subclass's own state_dict() takes no timeout)
         kept = {k: self.__dict__[k] for k in ("last_decision", "last_outcome", "_deferring", "_group_failed")
                 if k in self.__dict__}
         jobs = list(self._async.jobs) if self._async is not None else None
