@@ -372,7 +372,6 @@ class AdaptiveEvaluator:
         self._running: tuple | None = None
         self._looking: tuple | None = None  # a look back running: (step, what it evaluates), as _running
         self._interrupted: tuple | None = None  # loaded: (step, decision or None, look back or None)
-        self._interrupted_step: int | None = None  # its step: observe() there after the load is a repeat
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -533,7 +532,7 @@ class AdaptiveEvaluator:
             if global_step < last:
                 raise ValueError(_backwards("", last, global_step))
             self._stride = global_step - last  # a run logged every k steps: the alarm windows count k steps each
-        elif global_step == self._interrupted_step:
+        elif self._interrupted is not None and global_step == self._interrupted[0]:
             # the step whose evaluation a saved state interrupted, run again by the resumed loop: its values are in
             # the state (fed twice, a CUSUM moved: an alarm a step early; a new user's probe)
             return
@@ -792,7 +791,7 @@ class AdaptiveEvaluator:
         self._owner = _get_ident()
         if self._interrupted is not None and global_step != self._interrupted[0]:
             # (resumed past the interrupted step: not run again; its alarm is still pending)
-            self._interrupted = self._interrupted_step = None
+            self._interrupted = None
         if self._handed and self._interrupted is None:
             self._apply_handed(global_step)
         if self._closed:
@@ -802,7 +801,7 @@ class AdaptiveEvaluator:
             if global_step == last:  # called again in the same step: counted once
                 if self._interrupted is not None and self._interrupted[0] == global_step:
                     _, decision, wanted = self._interrupted  # (unless its evaluation was interrupted by a saved
-                    self._interrupted = self._interrupted_step = None  # state: then it runs, the rest as it went on)
+                    self._interrupted = None  # state: then it runs, the rest as it went on)
                     if decision is not None:
                         return self._run(evaluate_fn, decision, epoch, global_step)
                     looked = self._run_look_back(evaluate_fn, wanted, epoch, global_step)
@@ -1987,7 +1986,6 @@ class AdaptiveEvaluator:
         got = sd.get("interrupted")
         self._interrupted = (int(got["step"]), _decision_from_state(got["decision"]) if got.get("decision") else None,
                              tuple(got["lookback"]) if got.get("lookback") else None) if got else None
-        self._interrupted_step = self._interrupted[0] if self._interrupted is not None else None
         self._handed = collections.deque(((str(m), (a, b)) for m, a, b in sd.get("handed", [])), maxlen=_HANDED_MAX)
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}

@@ -25,6 +25,7 @@ import numpy as np
 from adaptive_eval.replay import _strict
 from adaptive_eval.scoring import RunScore, score_run
 from adaptive_eval.trace import eval_like
+from adaptive_eval.types import PackageFilter
 
 log = logging.getLogger("adaptive_eval")  # (the package's one logger: the CLI's filters apply to it)
 
@@ -135,7 +136,7 @@ def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: boo
     return score
 
 
-class _Where(logging.Filter):
+class _Where(PackageFilter):
     """Names the trial and the run in what an evaluator says while tune replays it ("step 36: the budget holds
     back..." named neither: a new user could not tell which of their runs, nor under which parameters)."""
 
@@ -147,13 +148,6 @@ class _Where(logging.Filter):
         where = self.where.replace("%", "%%") if record.args else self.where
         record.msg = f"{where}: {record.msg}"
         return True
-
-    def __enter__(self):
-        log.addFilter(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        log.removeFilter(self)
 
 
 def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:

@@ -40,7 +40,18 @@ def log_once(key, message: str, *args) -> None:
         log.warning(message, *args)
 
 
-class SaidOnce(logging.Filter):
+class PackageFilter(logging.Filter):
+    """A filter on the package's logger while a ``with`` block runs."""
+
+    def __enter__(self):
+        log.addFilter(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        log.removeFilter(self)
+
+
+class SaidOnce(PackageFilter):
     """A filter on the package's logger for a command that runs several evaluators (the demo's runs, tune's trials),
     whose notes "(said once)" are once per evaluator: each is let through once per command.  ``templates``: one
     said once whatever its values (its template, where the template says something of its own: tune's "the budget
@@ -65,13 +76,6 @@ class SaidOnce(logging.Filter):
             return False
         self.seen.add(key)
         return True
-
-    def __enter__(self):
-        log.addFilter(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        log.removeFilter(self)
 
 
 _FORMATS = re.compile(r"%[-#0 +]*\d*(\.\d+)?[sdrfgex]")
