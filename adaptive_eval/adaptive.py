@@ -134,14 +134,18 @@ def _strict(obj):
     return obj
 
 
-def _unstrict(obj):
-    """The inverse of :func:`_strict` (a state without tags, from an older version, is unchanged)."""
+def _unstrict(obj, path: str = "state_dict"):
+    """The inverse of :func:`_strict` (a state without tags, from an older version, is unchanged); a tag that does
+    not read as a number is a ``ValueError`` naming where it is."""
     if isinstance(obj, Mapping):
         if len(obj) == 1 and _FLOAT_TAG in obj:
-            return float(obj[_FLOAT_TAG])
-        return {k: _unstrict(v) for k, v in obj.items()}
+            try:
+                return float(obj[_FLOAT_TAG])
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: {dict(obj)!r} is not a number") from None
+        return {k: _unstrict(v, f"{path}[{k!r}]") for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(_unstrict(v) for v in obj)
+        return type(obj)(_unstrict(v, f"{path}[{i}]") for i, v in enumerate(obj))
     return obj
 
 

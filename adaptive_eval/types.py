@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import logging
 import math
+import numbers
 import re
 from collections.abc import Mapping
 
@@ -38,6 +39,34 @@ def log_once(key, message: str, *args) -> None:
     if key not in _SAID:
         _SAID.add(key)
         log.warning(message, *args)
+
+
+_KINDS = {"int": numbers.Integral, "float": numbers.Real, "bool": bool, "str": str}
+
+
+def checked_fields(cls, d: dict) -> dict:
+    """``d``, the fields of a saved dataclass ``cls`` read back from a state, once each field's value is of its
+    annotated kind (``int``, ``float``, ``bool``, ``str``, ``... | None``, a tuple of floats): else a
+    ``ValueError`` naming the field.  A damaged or edited state loaded, then raised ``TypeError`` in ``observe()``
+    (found by fuzzing saved states)."""
+    types = {f.name: f.type for f in dataclasses.fields(cls)}
+    for name, value in d.items():
+        kind = types.get(name)
+        if not isinstance(kind, str):
+            continue
+        if kind.endswith(" | None"):
+            if value is None:
+                continue
+            kind = kind[:-len(" | None")]
+        if kind == "tuple[float, float]":
+            ok = len(value) == 2 and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
+        elif kind in _KINDS:
+            ok = isinstance(value, _KINDS[kind]) and (kind == "bool" or not isinstance(value, bool))
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{cls.__name__} field {name!r}: expected {kind}, got {value!r}")
+    return d
 
 
 class PackageFilter(logging.Filter):
@@ -267,7 +296,7 @@ class MetricSummary:
         d["ci"] = tuple(d["ci"])
         if "payload" in d:
             d["payload"] = tuple(d["payload"])
-        return cls(**d)
+        return cls(**checked_fields(cls, d))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,11 +392,12 @@ class EvalResult:
 
     @classmethod
     def from_state(cls, d: Mapping) -> "EvalResult":
-        return cls(step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
-                   metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
-                   paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
-                   submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"),
-                   evaluated_at=d.get("evaluated_at"), suites=tuple(d.get("suites", ())))
+        return cls(**checked_fields(cls, dict(
+            step=d["step"], sample_size=d["sample_size"], reason=d["reason"], seconds=d["seconds"],
+            metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
+            paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
+            submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"),
+            evaluated_at=d.get("evaluated_at"), suites=tuple(d.get("suites", ())))))
 
     def to_dict(self) -> dict:
         """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for

@@ -189,7 +189,8 @@ class AlarmPolicy(Policy):
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
-        self._last_alarm_eval = sd.get("last_alarm_eval")
+        last = sd.get("last_alarm_eval")
+        self._last_alarm_eval = None if last is None else int(last)
         self._last_urgent_eval = {str(k): int(v) for k, v in sd.get("last_urgent_eval", {}).items()}
         self.absorbed = int(sd.get("absorbed", 0))
         self._recent = [(str(r[0]), int(r[1]), None if r[2] is None else str(r[2])) for r in sd.get("recent", [])]

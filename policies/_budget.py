@@ -285,9 +285,12 @@ class BudgetPolicy(Policy):
     def load_state_dict(self, sd: Mapping) -> None:
         # (a state saved with the other unit, items or cost units, is relearned from the next evaluation)
         same_unit = sd.get("unit", "item") == self._unit()
-        self._seconds_per_sample = sd.get("seconds_per_sample") if same_unit else None
+        def opt(read, v):  # (read as used: a damaged value loaded, then raised in evaluate(); found by fuzzing)
+            return None if v is None else read(v)
+
+        self._seconds_per_sample = opt(float, sd.get("seconds_per_sample")) if same_unit else None
         self._fixed_seconds = float(sd.get("fixed_seconds", 0.0)) if same_unit else 0.0
         self._observed = [[float(u), float(t)] for u, t in sd.get("observed", [])] if same_unit else []
-        self._last_seconds = sd.get("last_seconds")
-        self._whole_items = sd.get("whole_items")
+        self._last_seconds = opt(float, sd.get("last_seconds"))
+        self._whole_items = opt(int, sd.get("whole_items"))
         self.deferred = int(sd.get("deferred", 0))

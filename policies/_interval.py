@@ -168,5 +168,8 @@ class IntervalPolicy(Policy):
         self.factor = float(sd.get("factor", 1.0))
         self._alarmed = bool(sd.get("alarmed", False))
         prev = sd.get("prev")
-        self._prev = dict(prev) if prev is not None else None
+        if prev is not None:  # (checked as on_eval reads it: a damaged one loaded, then raised in evaluate())
+            prev = dict(prev)
+            MetricSummary.from_dict({**prev, "ci": list(prev["ci"])})
+        self._prev = prev
         self.last_change = str(sd.get("last_change", ""))

@@ -160,9 +160,15 @@ class LookbackPolicy(Policy):
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._reset()
-        self._kept = [list(k) for k in sd.get("kept", [])]
-        self._last = None if sd.get("last") is None else list(sd["last"])
-        self._alarm_step = sd.get("alarm_step")
-        self._pending = None if sd.get("pending") is None else list(sd["pending"])
-        self.told = list(sd.get("told", [0, 0]))
+        # (each entry read as it is used: a damaged one loaded, then raised in evaluate(); found by fuzzing)
+        def step(v):
+            return None if v is None else int(v)
+
+        self._kept = [[int(s), r] for s, r in sd.get("kept", [])]
+        last, pending = sd.get("last"), sd.get("pending")
+        self._last = None if last is None else [int(last[0]), float(last[1]), step(last[2])]
+        self._alarm_step = step(sd.get("alarm_step"))
+        self._pending = None if pending is None else [int(pending[0]), pending[1], step(pending[2]), str(pending[3])]
+        calls, digest = sd.get("told", [0, 0])
+        self.told = [int(calls), int(digest)]
         self.off = sd.get("off")
