@@ -426,7 +426,8 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     m2, m3, m4, std)`` (``m2``: the shard's sum of squared deviations from its own mean, computed in two passes;
     ``m3``, ``m4``: of cubed and fourth-power deviations, NaN when unknown; ``std``: the shard's standard
     deviation, finite where ``m2`` overflows, values near 1e160), and for a
-    multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k)``, for a custom
+    multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k,
+    within_ss2)``, for a custom
     aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
@@ -435,7 +436,8 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
         if s.aggregate:
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
-            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k))
+            wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k),
+                     float(s.within_ss2))
         elif s.nan_count:
             wire += ("nan", int(s.nan_count))
         out[name] = wire
@@ -496,7 +498,9 @@ def combine_rank_summaries(
                                 within_ss=math.fsum(p[_EXTRA + 1] for p in clustered),
                                 nan_count=sum(p[_EXTRA + 2] for p in clustered),
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
-                                k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4)
+                                k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4,
+                                within_ss2=math.fsum(p[_EXTRA + 5] if len(p) > _EXTRA + 5 else math.nan
+                                                     for p in clustered))
         else:
             m2, std = overflowed_spread(m2, [(p[2], p[0] / p[2], p[8]) for p in live])
             summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4, std=std)

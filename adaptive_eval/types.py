@@ -251,6 +251,10 @@ class MetricSummary:
     # shards combine them exactly (stats.pooled_moments).
     m3: float = math.nan
     m4: float = math.nan
+    # Multi-sample metrics: the sum over items of SS_i^2 / (m_i - 1), SS_i an item's within-item squared
+    # deviations and m_i its samples, from which the within part's degrees of freedom are read (few items holding
+    # all of it make an estimate of few degrees of freedom); NaN: unknown.
+    within_ss2: float = math.nan
 
     @property
     def half_width(self) -> float:
