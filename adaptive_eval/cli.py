@@ -27,8 +27,21 @@ def _seed(text: str) -> int:
     return value
 
 
+class _Once(argparse.Action):
+    """An option given at most once: a second ``--config`` replaced the first without a word (a preset dropped
+    from ``--config aggressive --config mine.yaml``; a new user's probe)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "_given_" + self.dest, False):
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)!r}, then {values!r}): give it "
+                         "once; to change a few keys of a preset, --config PRESET --set KEY=VALUE, or write the "
+                         "preset out (adaptive-eval config --config PRESET > mine.yaml) and edit it")
+        setattr(namespace, "_given_" + self.dest, True)
+        setattr(namespace, self.dest, values)
+
+
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="F", default=None,
+    p.add_argument("--config", metavar="F", default=None, action=_Once,
                    help="a YAML file or a preset name (default, areal, aggressive, budget); default: default")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override one key, e.g. --set trigger.freq_steps=50 (repeatable)")
@@ -675,7 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="+", metavar="TRACE",
                    help="a trace file (its events in TRACE.events.yaml beside it), a folder of trace files, or a "
                         "shipped real trace name")
-    p.add_argument("--config", metavar="F", default="default",
+    p.add_argument("--config", metavar="F", default="default", action=_Once,
                    help="the preset under test: a YAML file or a preset name (default: default)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="overrides",
                    help="override one key of it (repeatable)")

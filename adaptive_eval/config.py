@@ -15,7 +15,7 @@ import math
 import os
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Optional
@@ -410,6 +410,10 @@ def _async_problems(cfg: DictConfig) -> list[str]:
     if folder in ("True", "False", "true", "false"):  # (OmegaConf has turned YAML's true into the string "True")
         problems.append(f"logging.tensorboard_dir: a folder to write to, or null, not {folder.lower()}; e.g. "
                         "tensorboard_dir: runs/tb")
+    elif folder is not None and folder.strip() in ("", "None", "none"):
+        # (Python's None written into YAML or an f-string wrote into a folder ./None; "" into the working directory)
+        problems.append(f"logging.tensorboard_dir: a folder to write to, or null (no TensorBoard), not {folder!r}; "
+                        "YAML's None is null")
     return problems
 
 
@@ -426,9 +430,12 @@ def _evaluation_problems(ev) -> list[str]:
             if problem:
                 problems.append(f"evaluation.aggregations.{name}[{i}]: {problem}")
     if ev.suite_aggregate is not None and (ev.suite_aggregate in ev.suites or "/" in ev.suite_aggregate
-                                           or not ev.suite_aggregate):
+                                           or not ev.suite_aggregate.strip()):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} must be a new name without '/', not a "
                         "suite's")
+    elif ev.suite_aggregate in ("None", "none"):
+        problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r}: a name for the mean over the suites, or "
+                        "null (none); YAML's None is null")
     problems += _tracked_metric_problems(ev)
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"
@@ -602,11 +609,14 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
 
 def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]:
     """Map each dotted key of a YAML document to its 1-based line number; a key given twice in one mapping
-    (YAML keeps the last silently) is added to ``duplicates`` as ``"<line>: <key> ... line <first>"``."""
+    (YAML keeps the last silently) is added to ``duplicates`` as ``"<line>: <key> ... line <first>"``, and so is a
+    name YAML reads as a number or a boolean (a suite ``2024:`` or ``on:``: OmegaConf refused it with a traceback
+    naming no line) and a number YAML 1.1 reads as octal (``010`` read 8; a new user's probe)."""
     import yaml
 
     lines: dict[str, int] = {}
     seen: list[str] = []  # the keys given twice (not their children again)
+    plain = "tag:yaml.org,2002:"
 
     def walk(node, prefix):
         if isinstance(node, yaml.MappingNode):
@@ -616,7 +626,18 @@ def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]
                     seen.append(key)
                     duplicates.append(f"{k.start_mark.line + 1}: {key}: given twice (also at line {lines[key]}; "
                                       "YAML would keep only the last)")
+                kind = k.tag[len(plain):] if k.tag.startswith(plain) else ""
+                if duplicates is not None and isinstance(k, yaml.ScalarNode) and kind in ("int", "float", "bool",
+                                                                                           "null"):
+                    duplicates.append(f"{k.start_mark.line + 1}: {key}: YAML reads the name {k.value!r} as a "
+                                      f"{dict(null='null', bool='boolean').get(kind, 'number')}: quote it "
+                                      f"(\"{k.value}\":) to use it as a name")
                 lines[key] = k.start_mark.line + 1
+                if (duplicates is not None and isinstance(v, yaml.ScalarNode) and v.tag == plain + "int"
+                        and re.fullmatch(r"[-+]?0[0-7_]+", v.value)):
+                    duplicates.append(f"{v.start_mark.line + 1}: {key}: YAML reads {v.value} as an octal number "
+                                      f"({yaml.safe_load(v.value)}): write {int(v.value.replace('_', ''))}, or "
+                                      f"0o{v.value.lstrip('+-0')} for octal")
                 walk(v, key)
         elif isinstance(node, yaml.SequenceNode):
             for i, v in enumerate(node.value):
@@ -962,6 +983,18 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         lhs, rhs = item.split("=", 1)
         lhs = lhs.strip()
         failed.add(lhs)  # (until it merges)
+        # (each was taken without a word: an empty value as null, an unset shell variable turning the schedule
+        # off; 010 as octal 8; ??? as "keep the default"; a new user's probe)
+        if not rhs.strip():
+            problems.append(f"override {item!r}: no value (an unset shell variable?); write {lhs}=null for null")
+            continue
+        if rhs.strip() == "???":
+            problems.append(f"override {item!r}: ??? marks a value still to be given; give it one")
+            continue
+        if re.fullmatch(r"[-+]?0[0-7_]+", rhs.strip()):
+            problems.append(f"override {item!r}: YAML reads {rhs.strip()} as an octal number: write "
+                            f"{int(rhs.strip().replace('_', ''))}, or 0o{rhs.strip().lstrip('+-0')} for octal")
+            continue
         try:
             if any(part.isdigit() for part in lhs.split(".")):
                 # An item of a list (streams.default.1.adapt=0): a dotlist merge cannot index a list (it raised
@@ -1000,12 +1033,20 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = _unknown(key)
             problems.append(f"override {item!r}: {msg}")
+    # A value left "???" in the file (OmegaConf's "still to be given") that no override gave: the merge kept the
+    # default without a word (a new user's probe)
+    for key in (_missing_keys(loaded) if path is not None else ()):
+        if not any(key == lhs or key.startswith(lhs + ".") for lhs in overridden) and not any(
+                f"{key}:" in p for p in problems):
+            problems.append(f"{_where(key, source, lines)}{key}: ??? (a value still to be given) is not given: "
+                            f"give it here, or with an override {key}=VALUE")
     # Interpolations (${evaluation.seed}, ${oc.env:VAR,default}) resolve only when read: check each here,
     # named by the file line or the override that set it.
     bad = _interpolation_problems(cfg)
     problems += [f"{_origin(key, source, lines, overridden)}{key}: {msg}" for key, msg, _, _ in bad]
     failed.update(key for key, _, _, _ in bad)
     _drop_interpolations(bad)
+    _numbers_in_specs(cfg)
     try:
         validate(cfg)
     except ConfigError as exc:
@@ -1017,6 +1058,44 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     OmegaConf.resolve(cfg)
     OmegaConf.set_readonly(cfg, True)
     return cfg
+
+
+_NUMBER_TEXT = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def _numbers_in_specs(cfg: DictConfig) -> None:
+    """A detector parameter given as a number in text, as the typed keys take it: YAML 1.1 reads ``1e1`` as text, and
+    an environment variable (``threshold: ${oc.env:CUSUM_H,8.0}``) is text; both were refused as "not a number" in
+    a detector spec, whose parameters are untyped, while ``--set ...threshold=1e1`` was taken (a new user's
+    probe).  An interpolation is resolved here (the config is resolved once, at load, anyway)."""
+    from omegaconf import ListConfig
+
+    streams = cfg.streams
+    for specs in [streams.default, streams.eval, *(streams.watch.values() if streams.watch else ())]:
+        if not isinstance(specs, ListConfig):
+            continue
+        for spec in specs:
+            if not isinstance(spec, DictConfig):
+                continue
+            for key in list(spec.keys()):
+                try:
+                    value = spec[key]
+                except OmegaConfBaseException:  # (an interpolation that does not resolve: reported apart)
+                    continue
+                if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
+                    spec[key] = int(value) if re.fullmatch(r"\s*[-+]?\d+\s*", value) else float(value)
+
+
+def _missing_keys(data: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of ``data`` (mappings only) whose value is ``???``."""
+    out = []
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out += _missing_keys(v, key)
+        elif v == "???":
+            out.append(key)
+    return out
 
 
 def _origin(key: str, source: str, lines: dict[str, int], overridden: dict[str, str]) -> str:
@@ -1060,6 +1139,8 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
         except (OmegaConfBaseException, TypeError) as exc:
             raise _merge_error(exc, "config", {}) from None
+        if not OmegaConf.is_readonly(merged):
+            _numbers_in_specs(merged)
         validate(merged)
         return merged
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
@@ -1074,6 +1155,8 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
                            "or a nested dict"])
     if isinstance(cfg, dict):
         return as_config(OmegaConf.create(cfg))
+    if is_areal_evaluator_config(cfg):
+        return from_areal(cfg)
     raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
 
 
@@ -1081,8 +1164,10 @@ _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
 
 
 def is_areal_evaluator_config(obj) -> bool:
-    """Whether ``obj`` looks like AReaL's ``EvaluatorConfig`` (a dataclass with its three ``freq_*`` fields)."""
-    return (dataclasses.is_dataclass(obj) and not isinstance(obj, (type, Config))
+    """Whether ``obj`` looks like AReaL's ``EvaluatorConfig``: an object (a dataclass, a ``SimpleNamespace``, ...)
+    with its three ``freq_*`` fields, duck-typed as the shim's plain ``Evaluator`` reads it (the adaptive one refused
+    a ``SimpleNamespace`` the plain one took; an architecture check)."""
+    return (not isinstance(obj, (type, Config, Mapping, DictConfig))
             and all(hasattr(obj, f) for f in _AREAL_FREQS))
 
 

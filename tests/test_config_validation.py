@@ -1,5 +1,6 @@
 """Config mistakes found by trying them: each is a ConfigError naming the key (and file line), at load time."""
 
+import re
 import subprocess
 import sys
 
@@ -489,3 +490,52 @@ def test_load_state_dict_refuses_json_text_and_another_version_by_name():
     with pytest.raises(ValueError, match=r"state_dict version 99: this adaptive_eval reads version 1"):
         ev.load_state_dict({**sd, "version": 99})
     ev.load_state_dict(json.loads(json.dumps(sd)))  # the JSON round trip, loaded
+
+
+def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not_taken_silently(tmp_path,
+                                                                                                 monkeypatch, capsys):
+    """A new user's YAML (a probe): a suite named ``2024:`` or ``on:`` raised OmegaConf's KeyValidationError naming
+    no line; ``010`` read as octal 8; ``freq_steps: ???`` (to be given) kept the default; ``tensorboard_dir: None``
+    wrote to a folder ./None and ``""`` into the working directory; an override ``key=`` (an unset shell variable)
+    set null, turning the schedule off; a detector threshold from ``${oc.env:H,8.0}`` or ``1e1`` was refused as "not
+    a number" (``--set`` took ``1e1``); ``--config aggressive --config mine.yaml`` dropped the preset."""
+    from adaptive_eval.cli import main
+
+    def problems(text, overrides=()):
+        (tmp_path / "c.yaml").write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_config(tmp_path / "c.yaml", list(overrides))
+        return str(err.value)
+
+    said = problems("evaluation:\n  suites:\n    2024:\n      size: 30\n    on:\n      size: 20\n")
+    assert "c.yaml:3: evaluation.suites.2024: YAML reads the name '2024' as a number: quote it" in said
+    assert "c.yaml:5: evaluation.suites.on: YAML reads the name 'on' as a boolean" in said
+    (tmp_path / "q.yaml").write_text('evaluation:\n  suites:\n    "2024":\n      size: 30\n')
+    assert list(load_config(tmp_path / "q.yaml").evaluation.suites) == ["2024"]
+    assert "c.yaml:2: trigger.freq_steps: YAML reads 010 as an octal number (8): write 10" in problems(
+        "trigger:\n  freq_steps: 010\n")
+    assert "c.yaml:2: trigger.freq_steps: ??? (a value still to be given) is not given" in problems(
+        "trigger:\n  freq_steps: ???\n")
+    (tmp_path / "m.yaml").write_text("trigger:\n  freq_steps: ???\n")
+    assert load_config(tmp_path / "m.yaml", ["trigger.freq_steps=40"]).trigger.freq_steps == 40
+    for folder in ("None", '""'):
+        assert "logging.tensorboard_dir: a folder to write to, or null (no TensorBoard)" in problems(
+            f"logging:\n  tensorboard_dir: {folder}\n")
+    for item, says in (("trigger.freq_steps=", "no value (an unset shell variable?); write trigger.freq_steps=null"),
+                       ("trigger.freq_steps=010", "YAML reads 010 as an octal number: write 10"),
+                       ("trigger.freq_steps=???", "??? marks a value still to be given")):
+        with pytest.raises(ConfigError, match=re.escape(f"override {item!r}: {says}")):
+            load_config(overrides=[item])
+    assert load_config(overrides=["trigger.freq_steps=null"]).trigger.freq_steps is None
+    # A detector's number as text: as the typed keys and --set take it
+    monkeypatch.setenv("CUSUM_H", "6")
+    (tmp_path / "d.yaml").write_text("streams:\n  default:\n  - type: cusum\n    threshold: ${oc.env:CUSUM_H,8.0}\n"
+                                     "    warmup: '40'\n  - type: page_hinkley\n    threshold: 1e1\n")
+    ev = AdaptiveEvaluator.from_config(load_config(tmp_path / "d.yaml"), clock=FakeClock())
+    ev.observe({"train/loss": 1.0}, 0)
+    cusum, ph = ev._detectors["train/loss"][1:]
+    assert (cusum.threshold, cusum.warmup, ph.threshold) == (6.0, 40, 10.0)
+    # --config given twice
+    with pytest.raises(SystemExit) as exit_:
+        main(["config", "--config", "aggressive", "--config", str(tmp_path / "q.yaml")])
+    assert exit_.value.code == 2 and "--config given twice ('aggressive', then" in capsys.readouterr().err

@@ -185,6 +185,14 @@ def test_as_config_maps_areals_config_and_rejects_other_dataclasses():
     from adaptive_eval import AdaptiveEvaluator
 
     assert AdaptiveEvaluator.from_config(areal_config(freq_steps=3)).cfg.trigger.freq_steps == 3
+    # Duck-typed as the plain shim reads it: the adaptive one refused a SimpleNamespace the plain one took
+    import types
+
+    plain = types.SimpleNamespace(freq_epochs=None, freq_steps=4, freq_secs=None)
+    assert as_config(plain).trigger.freq_steps == 4
+    assert shim.AdaptiveEvaluator(plain, spec(10)).cfg.trigger.freq_steps == 4
+    with pytest.raises(ConfigError, match=r"SimpleNamespace\.freq_steps: must be a non-negative"):
+        shim.AdaptiveEvaluator(types.SimpleNamespace(freq_epochs=None, freq_steps=-1, freq_secs=None), spec(10))
 
 
 def test_patch_areal_replaces_the_name_the_trainers_build(caplog):
