@@ -271,10 +271,12 @@ def apply_params(base, params: dict):
         else:
             specs[found[0]] = {**specs[found[0]], **cusum}
         cfg.streams.default = specs
-    # Keep the sample-size bounds consistent: min <= initial <= max.
+    # Keep the sample-size bounds consistent: min <= initial <= max (a preset held initial 46 beside min 68, a value
+    # nothing reads; a new user's probe)
     ss = cfg.policy.sample_size
     if ss.min > ss.max:
         ss.max = ss.min
+    ss.initial = min(max(ss.initial, ss.min), ss.max)
     # A confirmation cannot draw more items than the eval set holds (SPACE goes to 1024; a preset wrote 1022 beside
     # replay.eval_set_size 500): the searched value is clipped to the set's size, in the trials and the presets.
     size = OmegaConf.select(cfg, "replay.eval_set_size")
@@ -594,6 +596,9 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
         values = [_nanmean([pf[k] for pf in per_fold]) if any(math.isfinite(pf[k]) for pf in per_fold)
                   else math.nan for k in range(len(objectives))]
+        # (the values the trial ran with, as its preset holds them: the table said confirm size 1022 beside a preset's
+        # 500, clipped to the eval set; a new user's probe)
+        params = {k: (v if k.startswith("cusum.") else _get(cfg, k)) for k, v in params.items()}
         row = {"number": trial.number, "params": params, "values": values, "fold_values": per_fold}
         done.append(row)
         if log_path is not None:

@@ -15,7 +15,7 @@ from adaptive_eval import load_config
 from adaptive_eval.cli import main
 from adaptive_eval.synthetic import make_trace
 from adaptive_eval.trace import Trace, TraceRecord, write_trace
-from adaptive_eval.tune import apply_params, pareto
+from adaptive_eval.tune import SPACE, _get, apply_params, pareto
 
 
 def collapse_csv(tmp_path, name="run.csv", seed=3, steps=300):
@@ -47,6 +47,15 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
         # The alarm policy's corroboration is searched too, and written into the preset.
         assert cfg.policy.alarm.corroborate == params["policy.alarm.corroborate"]
         assert cfg.policy.alarm.corroborate_steps == params["policy.alarm.corroborate_steps"]
+        # Every searched value as the preset holds it (the table and trials said confirm size 1022 beside a
+        # preset's 500, clipped to the eval set; a new user's probe)
+        for key, *_ in SPACE:
+            assert _get(cfg, key) == pytest.approx(params[key]), key
+        ss = cfg.policy.sample_size
+        assert ss.min <= ss.initial <= ss.max  # (a preset held initial 46 beside min 68)
+    ran = [json.loads(line)["params"] for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert all(p["policy.peak.confirm_size"] <= 500 for p in ran)
+    assert all(p["policy.sample_size.min"] <= p["policy.sample_size.initial"] for p in ran)
     # Trial 0 is the base config's own values.
     first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
     assert first["params"]["trigger.freq_steps"] == load_config().trigger.freq_steps
