@@ -117,16 +117,22 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     confidence: its interval for ``metric`` excludes ``pre_level``, or (``paired``, the default) its paired
     difference on the items it shares with the previous evaluation of ``metric`` excludes 0.
 
-    ``pre_level`` defaults to the last measured mean of ``metric`` before the event (None when nothing
-    was measured before it: then the interval rule confirms nothing).  ``direction`` "down" needs the interval
+    ``pre_level`` defaults to the last evaluation of ``metric`` before the event (None when nothing was measured
+    before it: then the interval rule confirms nothing), and that evaluation's own error counts: the difference of
+    the two means must exclude 0, its interval the two intervals' margins added in quadrature (MOVER, Newcombe's
+    square-and-add).  Taking its mean for the true level made a no-change run of 48 then 576 items "confirm" a fall
+    in 0.32 of its evaluations against the 0.025 asked (a new user's probe); a level given is taken as known.
+    ``direction`` "down" needs the interval
     wholly below ``pre_level`` (or the paired difference wholly below 0), "up" wholly above, None either.  The
     paired test counts only against a previous evaluation (before the event, or after it: a significant
     move the same way since then shows the change under way), on at least :data:`PAIRED_MIN_ITEMS` shared
     items and an interval of some width; with ``direction`` None it counts on the side the evaluation lies
     from ``pre_level``.  It is there only for suites and items x samples metrics, whose items are known, and it
     is the stronger test when items differ in difficulty (the between-item spread cancels).  Two tests per
-    evaluation: under no change, a false confirmation is up to about twice as likely as by the interval
-    alone.  An evaluation without a finite interval confirms nothing, nor does a kept checkpoint evaluated later
+    evaluation, and the paired one again at each evaluation after the event: under no change a false confirmation
+    is more likely than by the interval alone (simulated against the true level, five evaluations after a placebo
+    event: 0.055-0.085 of evaluations against 0.021-0.044, 0.13-0.26 of runs against 0.02-0.13; a probe's).  An
+    evaluation without a finite interval confirms nothing, nor does a kept checkpoint evaluated later
     (``evaluated_at``, ``policy.lookback``: its result came after the evaluation that prompted it), nor a
     replayed one that measured a model from before the event (``truth_step``: with ground truth logged every k
     steps, an evaluation between two records of it measures the earlier one).  None when no evaluation confirms the change.
@@ -147,10 +153,14 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     rows = _rows(evals)
     _warn_unknown(rows, metric, "confirmed_delay")
     ordered = sorted((e for e in rows if metric in e.get("metrics", {})), key=lambda e: e["step"])
+    margins = (0.0, 0.0)  # the level's own error below and above it (a measured level's interval)
     if pre_level is None:
         before = [e for e in ordered if e["step"] < event_step and _finite(e["metrics"][metric])]
         if before:
             pre_level = float(before[-1]["metrics"][metric])
+            ref = _eval_interval(before[-1], metric)
+            if ref is not None:
+                margins = (max(pre_level - ref[0], 0.0), max(ref[1] - pre_level, 0.0))
     level = float(pre_level) if pre_level is not None and _finite(pre_level) else None
     if level is None and not paired:
         return None
@@ -159,8 +169,16 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
             continue
         ci = _eval_interval(e, metric) if level is not None else None
         if ci is not None:
-            low, high = ci
-            if (direction != "up" and high < level) or (direction != "down" and low > level):
+            low, high, mean = ci[0], ci[1], e["metrics"][metric]
+            mean = float(mean) if _finite(mean) else 0.5 * (low + high)  # (an interval alone: its midpoint)
+            # (the difference's interval, MOVER: each side's margin with the level's opposite one; for a level
+            # known exactly, the evaluation's own interval)
+            if margins == (0.0, 0.0):
+                below, above = high - level, low - level
+            else:
+                below = mean - level + math.hypot(max(high - mean, 0.0), margins[0])
+                above = mean - level - math.hypot(max(mean - low, 0.0), margins[1])
+            if (direction != "up" and below < 0.0) or (direction != "down" and above > 0.0):
                 return int(e["step"] - event_step)
         pair = _paired_interval(e, metric) if paired and i > 0 else None
         if pair is not None:

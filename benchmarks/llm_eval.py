@@ -127,8 +127,9 @@ def _same_size(evals) -> tuple[list[str], float]:
 
 def delay_table(seeds: int, steps: int) -> None:
     print(f"\n## Detection delay (simulated: {seeds} item traces per kind, {steps} steps; math500 500 items cost 1, "
-          "aime24 30 items cost 4 per sample; delay = steps from the onset to the first evaluation whose 95% "
-          "interval excludes the last level before it, scoring.confirmed_delay)")
+          "aime24 30 items cost 4 per sample; delay = steps from the onset to the first evaluation whose difference "
+          "from the last one before it excludes 0 at 95% (both intervals' margins, MOVER), or whose paired "
+          "difference does, scoring.confirmed_delay)")
     ours_cfg = load_config(overrides=SUITES + ["evaluation.suites.aime24.every=4", "trigger.freq_steps=25"])
     print("| kind | schedule | evals | eval cost (mean) | math500 delay (median, caught) | "
           "aime24 delay (median, caught) |")

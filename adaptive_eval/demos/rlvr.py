@@ -823,9 +823,10 @@ def format_comparison(report: dict) -> str:
     lines += ["  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(r, widths)).rstrip() for r in rows]
     a = report["adaptive"]
     lines += ["",
-              f"confirmed: steps from the fault to the first evaluation whose 95% interval for {report['metric']} "
-              "lies below the last value measured before it, or whose paired difference on the problems it shares with "
-              "the previous evaluation lies below 0 (scoring.confirmed_delay; asynchronous: to when its result came back)",
+              f"confirmed: steps from the fault to the first evaluation whose difference in {report['metric']} from "
+              "the last evaluation before it lies below 0 at 95% (both intervals' margins, MOVER), or whose paired "
+              "difference on the problems it shares with the previous evaluation does (scoring.confirmed_delay; "
+              "asynchronous: to when its result came back)",
               "picked: by shrunk estimate (adaptive_eval.scoring.pick_best); true: the exact mean@1 of that checkpoint "
               f"on all {s['id']['problems']} id problems (the run's peak: {a['peak_true']:.3f} at step {a['peak_step']})",
               f"simulated wall time: {c['step_seconds']:g} s a GRPO step, {c['eval_fixed_seconds']:g} s + "

@@ -595,7 +595,9 @@ def _confirmation(run: ReplayRun, ev: Event) -> tuple[int | None, float, str]:
             f"{run.name}: {ev.describe()}: no replayed evaluation has a finite interval for {ev.metric} (eval/"
             f"{ev.metric} is not a proportion and has no eval/{ev.metric}:std column), so nothing can confirm it")
     level, origin = _pre_level(run, ev)
-    delay = scoring.confirmed_delay(run.evals, ev.step, ev.metric, pre_level=level, direction=ev.direction)
+    # (a measured level is the last evaluation's, whose own error confirmed_delay counts when it picks it itself)
+    known = None if origin.startswith("measured") else level
+    delay = scoring.confirmed_delay(run.evals, ev.step, ev.metric, pre_level=known, direction=ev.direction)
     return delay, level, origin
 
 
