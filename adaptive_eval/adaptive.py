@@ -134,6 +134,21 @@ def _strict(obj):
     return obj
 
 
+def _answers(result: EvalResult, suites: Mapping) -> int:
+    """The answers an evaluation scored: per suite (or over all metrics, without suites) its metric of the most
+    answers, items x answers for an items x samples metric, else its items."""
+    best: dict[str, int] = {}
+    for name, m in result.metrics.items():
+        if m.aggregate or "/stratum=" in name:
+            continue
+        head = name.partition("/")[0] if suites else ""
+        if suites and head not in suites:
+            continue  # (the suites' aggregate)
+        count = int(m.samples) if m.clustered and m.samples else int(m.n)
+        best[head] = max(best.get(head, 0), count)
+    return sum(best.values())
+
+
 def _unstrict(obj, path: str = "state_dict"):
     """The inverse of :func:`_strict` (a state without tags, from an older version, is unchanged); a tag that does
     not read as a number is a ``ValueError`` naming where it is."""
@@ -246,6 +261,7 @@ class AdaptiveEvaluator:
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
+        self._recorded_epoch = None  # the epoch evaluate() was last told, written with each recorded row
         self._record_errors = 0
         self._listener_errors = 0
         self._renamed: set[str] = set()
@@ -289,6 +305,7 @@ class AdaptiveEvaluator:
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
+        self._names_said = False  # metric_kinds/aggregations naming no metric returned (see _say_unmatched_names)
         self._missing_said: set[str] = set()  # due suites with no result back: said once each
         self._closed = False  # close() ran: observe/evaluate after it are said once (_say_closed)
         self._due_in_flight: dict[int, list[str]] = {}  # asynchronous: submission step -> the suites due
@@ -658,7 +675,7 @@ class AdaptiveEvaluator:
                                 "trace's own columns", name, f"{name}_")
             values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
         try:
-            self._recorder.record(step, values, time=self.clock() - self._start)
+            self._recorder.record(step, values, epoch=self._recorded_epoch, time=self.clock() - self._start)
         except Exception as exc:  # noqa: BLE001 - recording must never stop training
             self._record_errors += 1
             if self._record_errors == 1:
@@ -678,6 +695,7 @@ class AdaptiveEvaluator:
         if self._recorder is not None:
             self._recorder.close()
         self._recorder = TraceRecorder(path, fsync=fsync)
+        self._recorded_epoch = None
         self._outputs = True
         self.add_listener(self._record_eval)
         return self._recorder
@@ -816,6 +834,12 @@ class AdaptiveEvaluator:
             raise ValueError(_backwards(" in evaluate()", last, global_step))
         if last is not None and global_step > last + 1 and not self._gap_said:
             self._say_gap(last, global_step)
+        if self._recorder is not None and epoch != self._recorded_epoch:
+            # The trace's epoch column: each row carries the epoch of the last call, and a row here corrects this
+            # step's where it changed (observe() comes first, and knows no epoch); it was always empty, and replay
+            # refused a freq_epochs schedule on a recorded run (a new user's probe)
+            self._recorded_epoch = epoch
+            self._record(global_step, {})
         if self._distributed:
             self._last_call_step = global_step
             if self._group_failed is not None:
@@ -1186,6 +1210,35 @@ class AdaptiveEvaluator:
                         "s" if len(missing) > 1 else "", ", ".join(map(repr, missing)), result.step,
                         "they are" if len(missing) > 1 else "it is")
 
+    def _say_unmatched_names(self, result: EvalResult) -> None:
+        """``evaluation.metric_kinds`` or ``evaluation.aggregations`` naming a metric the first evaluation with
+        metrics did not return (misspelt, or with suites a bare ``acc`` in ``metric_kinds``, which takes
+        ``math/acc``): the setting did nothing, without a word (a new user's probe).  Said once, on rank 0."""
+        names = [n for n in result.metrics if "/stratum=" not in n]
+        if not names:
+            return
+        self._names_said = True
+        ev = self._evaluation
+        said = []
+        for key, table, bare in (("metric_kinds", ev["metric_kinds"], False), ("aggregations", ev["aggregations"],
+                                                                               True)):
+            for name in table or {}:
+                if name in names or (bare and any(n.partition("/")[2] == name for n in names if self._suites)):
+                    continue
+                head = name.partition("/")[0]
+                if self._suites and head in self._suites and not any(n.startswith(head + "/") for n in names):
+                    continue  # (a suite this evaluation did not measure)
+                import difflib
+
+                full = [n for n in names if n.partition("/")[2] == name] if self._suites else []
+                close = full[:1] or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+                said.append(f"evaluation.{key}.{name}: no metric {name!r} was returned"
+                            + (f" (did you mean {close[0]!r}?)" if close else "")
+                            + (" (with suites, name it '<suite>/<metric>')" if full else ""))
+        if said and self._rank == 0:
+            log.warning("%s; it does nothing (returned: %s; said once)", "; ".join(said),
+                        ", ".join(repr(n) for n in names[:20]) + (" ..." if len(names) > 20 else ""))
+
     def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None, takes_request: bool = True
                        ) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
@@ -1291,6 +1344,8 @@ class AdaptiveEvaluator:
             self.history.append(result)
             self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None,
                                 takes_request=_wants_request(evaluate_fn))
+            if not self._names_said:
+                self._say_unmatched_names(result)
             if self._suites:
                 self._say_missing_suites(result, [str(p[0]) for p in decision.suites])
             if decision.suites:
@@ -1680,6 +1735,8 @@ class AdaptiveEvaluator:
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
                 self._say_untracked(result)
+                if not self._names_said:
+                    self._say_unmatched_names(result)
                 if job.step in self._due_in_flight:
                     self._say_missing_suites(result, self._due_in_flight.pop(job.step))
                 learned = result
@@ -1763,9 +1820,12 @@ class AdaptiveEvaluator:
         return self._eval_seconds / elapsed if elapsed > 0 else 0.0
 
     def summary(self) -> dict:
-        """Counts of what happened so far (plain values); ``samples``: items evaluated (over all suites);
-        ``lookbacks``: of ``evals``, those of a kept checkpoint (``policy.lookback``)."""
+        """Counts of what happened so far (plain values); ``samples``: items evaluated (problems, over all suites);
+        ``answers``: the answers scored, items x answers per item (per suite, its metric of the most answers:
+        what generating them cost, which ``samples`` did not say; a new user's probe); ``lookbacks``: of ``evals``,
+        those of a kept checkpoint (``policy.lookback``)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
+                "answers": sum(_answers(r, self._suites) for r in self.history),
                 "lookbacks": sum(r.evaluated_at is not None for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
@@ -1774,7 +1834,10 @@ class AdaptiveEvaluator:
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts).  An
         exception in ``fn`` is logged (the first with its traceback) and counted in ``summary()["listener_errors"]``,
-        never raised into the training step."""
+        never raised into the training step.  ``fn`` that cannot be called is a ``TypeError`` here (it was taken,
+        and failed at the first event)."""
+        if not callable(fn):
+            raise TypeError(f"add_listener takes a function of one event (a dict), got {type(fn).__name__} {fn!r}")
         self._listeners.append(fn)
 
     def _emit(self, event: dict) -> None:

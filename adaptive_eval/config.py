@@ -433,6 +433,9 @@ def _evaluation_problems(ev) -> list[str]:
                                            or not ev.suite_aggregate.strip()):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} must be a new name without '/', not a "
                         "suite's")
+    elif ev.suite_aggregate is not None and not ev.suites:
+        problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} is the mean over evaluation.suites, and "
+                        "there are none: set suites, or leave it null")
     elif ev.suite_aggregate in ("None", "none"):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r}: a name for the mean over the suites, or "
                         "null (none); YAML's None is null")

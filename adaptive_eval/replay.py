@@ -45,7 +45,7 @@ from omegaconf import OmegaConf
 from adaptive_eval.adaptive import AdaptiveEvaluator
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.loggers import MetricLogger, NullLogger
-from adaptive_eval.types import EvalRequest, EvalResult
+from adaptive_eval.types import EvalRequest, EvalResult, log_once
 
 __all__ = ["ReplayResult", "SimClock", "every_step", "ground_truth", "replay", "replay_units", "write_outputs"]
 
@@ -258,7 +258,25 @@ class _SimulatedEval:
 
 
 _ITEM_COLUMN = re.compile(r"^(?P<suite>[^/]+)/(?P<metric>.+)@(?P<item>\d+)$")
-_DERIVED = re.compile(r"/stratum=|/(pass|best|worst|maj)@\d+(:std)?$")
+# (a metric's aggregations, weighted_mean and p<q>, are derived too: a recorded run's eval/reward/p90 was ground truth
+# of its own, drawn as a proportion; a new user's probe)
+_DERIVED = re.compile(r"/stratum=|/((pass|best|worst|maj)@\d+|weighted_mean|p\d+)(:std)?$")
+
+
+def _without_weights(cfg):
+    """``cfg`` without its ``weighted_mean`` aggregations, said once: a trace holds no per-item weights, and every
+    replayed evaluation of a run that asked for one failed, naming the weights (a new user's probe)."""
+    aggs = cfg.evaluation.aggregations
+    weighted = sorted(name for name, kinds in aggs.items() if "weighted_mean" in kinds)
+    if not weighted:
+        return cfg
+    log_once(("replay-weights", tuple(weighted)),
+             "replay: a trace holds no per-item weights, so the weighted_mean aggregation of %s is left out of the "
+             "replayed evaluations (evaluation.aggregations)", ", ".join(map(repr, weighted)))
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain["evaluation"]["aggregations"] = {name: [k for k in kinds if k != "weighted_mean"]
+                                           for name, kinds in aggs.items()}
+    return as_config(plain)
 
 
 class _SuiteSimulatedEval:
@@ -298,6 +316,11 @@ class _SuiteSimulatedEval:
             name = col[len("eval/"):]
             if aggregate and aggregate not in self.suites and name.partition("/")[0] == aggregate:
                 continue  # the weighted mean over the suites a run recorded: derived again here, not ground truth
+            if name.partition("/")[0] in self.suites and _DERIVED.search(name):
+                # A suite metric's pass@k, maj@k, quantile...: derived again here, never an item's truth (a recorded
+                # run's eval/math/ans/maj@1, whose answers no trace holds, read as item 1 of a metric "ans/maj", and
+                # replay refused the run; a new user's probe)
+                continue
             if name.endswith(":std"):
                 found = _ITEM_COLUMN.match(name[: -len(":std")])
                 if found is not None and found["suite"] in self.suites:
@@ -572,7 +595,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
-    cfg = as_config(cfg)
+    cfg = _without_weights(as_config(cfg))
     if cfg.replay.every_step:
         trace = every_step(trace)
     records = trace.records
@@ -702,7 +725,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         marks = _truth_marks(e, truth_at.get(e["step"]), known)
         if marks:
             e["truth_step"] = marks
-    out.summary = {"steps": len(records), "evals": s["evals"], "samples": samples,
+    out.summary = {"steps": len(records), "evals": s["evals"], "samples": samples, "answers": s["answers"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
                    "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
                    "best": _best(out.evals[:before_close], cfg)}

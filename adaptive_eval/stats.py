@@ -445,12 +445,15 @@ def metric_values(name: str, value: object) -> tuple[np.ndarray | None, float | 
     )
 
 
-def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, kind: str | None = None) -> MetricSummary:
+def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, kind: str | None = None,
+              name: str = "") -> MetricSummary:
     """Summary of per-sample values: Wilson interval when they are all 0/1, Student t otherwise.
 
     ``kind`` (``evaluation.metric_kinds``) overrides the guess: ``"proportion"`` (Wilson; values in [0, 1])
     or ``"mean"`` (Student t, even for 0/1 values).  NaN values are skipped and counted in ``nan_count``, as
-    within items x samples (a grader that timed out on one item of 500); all NaN: a NaN mean, ``n = 0``.
+    within items x samples (a grader that timed out on one item of 500); all NaN: a NaN mean, ``n = 0``.  A
+    proportion with a value outside [0, 1] is a ``ValueError`` naming metric ``name`` (its interval read (3.65, 1.0),
+    the low end above the high; a new user's probe).
 
     >>> s = summarize([1, 0, 1, 1])
     >>> s.mean, s.n, s.binary
@@ -468,6 +471,9 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         arr = arr[~nan]
     if kind == "proportion":
         binary = True
+        outside = arr[(arr < 0.0) | (arr > 1.0)]
+        if outside.size:
+            raise ValueError(_not_a_proportion(name, float(outside[0])))
     elif kind == "mean":
         binary = False
     else:
@@ -485,8 +491,13 @@ def _moments(values: np.ndarray, mean: float) -> dict:
     return {"m3": m3, "m4": m4}
 
 
+def _not_a_proportion(name: str, value: float) -> str:
+    return (f"metric {name or '?'!r} is declared a proportion (evaluation.metric_kinds) but has the value {value:g}, "
+            "outside [0, 1]: declare it 'mean', or return values in [0, 1]")
+
+
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
-                   kind: str | None = None) -> MetricSummary:
+                   kind: str | None = None, name: str = "") -> MetricSummary:
     """Summary of a metric reported as one number over ``n_items`` items.
 
     Only a metric declared a proportion (``kind="proportion"``, from ``evaluation.metric_kinds``) gets a
@@ -499,6 +510,8 @@ def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
     (0.309, 0.498)
     """
     n = n_items if n_items and n_items > 0 else 1
+    if kind == "proportion" and not 0.0 <= value <= 1.0 and value == value:
+        raise ValueError(_not_a_proportion(name, value))
     if kind == "proportion" and 0.0 <= value <= 1.0 and n_items:
         ci = wilson_interval(value * n, n, confidence)
         return MetricSummary(mean=value, n=n, ci=ci, total=value * n, binary=True, per_sample=False)
@@ -602,10 +615,10 @@ def summarize_outputs(
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
                 _say_no_pass_at_k(label, name, ks, (samples_asked or {}).get(name.partition("/")[0]))
-            summaries[name] = summarize(values, confidence, kinds.get(name))
+            summaries[name] = summarize(values, confidence, kinds.get(name), name)
             if suites is not None and len(item_ids) == values.size:
                 for key, mask, _ in _stratum_masks(strata, name, item_ids):
-                    summaries[key] = summarize(values[mask], confidence, kinds.get(name))
+                    summaries[key] = summarize(values[mask], confidence, kinds.get(name), name)
             aggs = _aggregations(aggregations, name)
             if aggs:
                 summaries.update(_aggregate(label, name, aggs, values, outputs, confidence))
@@ -614,7 +627,7 @@ def summarize_outputs(
             if item_values is not None and suites is not None and len(item_ids) == values.size:
                 item_values[name] = {int(i): float(v) for i, v in zip(item_ids, values) if v == v}
         else:
-            summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name))
+            summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name), name)
     return summaries
 
 

@@ -153,19 +153,26 @@ def suite_requests(suites: Mapping[str, Mapping], plans: Sequence[SuitePlan], se
 def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: str,
                        confidence: float = 0.95) -> dict:
     """``"<prefix>/<metric>"``: the ``weight``-weighted mean over suites of each ``"<suite>/<metric>"`` that
-    every suite reports, with a normal interval whose variance is the weighted sum of the suites' own
-    (each suite's half-width over z; the suites are independent samples).  Empty unless every suite is in
-    ``metrics`` (an evaluation that skipped a suite has no aggregate: the series stays comparable).
+    every suite reports, with the interval of a weighted sum of independent estimates (the suites are independent
+    samples) by MOVER (Zou & Donner): each side's margin is the root of the weighted suites' margins on that side
+    squared, so that a suite's own lopsided interval (a Wilson or Clopper-Pearson one near 0 or 1) is kept and a
+    mean of proportions stays within [0, 1] (a symmetric normal interval read all/acc 0.0083 [-0.052, 0.069], and
+    0.9875 [0.950, 1.026]; a new user's probe); ``n`` counts the items of the suites of non-zero weight.  Empty
+    unless every suite is in ``metrics`` (an evaluation that skipped a suite has no aggregate: the series stays
+    comparable).  ``confidence`` is the suites' own intervals' (kept for the signature).
 
     >>> from adaptive_eval.types import MetricSummary
     >>> m = {"a/acc": MetricSummary(0.5, 100, (0.4, 0.6)), "b/acc": MetricSummary(0.2, 30, (0.1, 0.3))}
     >>> agg = weighted_aggregate(m, {"a": {"weight": 3.0}, "b": {"weight": 1.0}}, "all")["all/acc"]
     >>> round(agg.mean, 3), agg.n, tuple(round(x, 3) for x in agg.ci)
     (0.425, 130, (0.346, 0.504))
+    >>> m["b/acc"] = MetricSummary(0.95, 30, (0.83, 0.99))
+    >>> agg = weighted_aggregate(m, {"a": {"weight": 0.0}, "b": {"weight": 1.0}}, "all")["all/acc"]
+    >>> round(agg.mean, 3), agg.n, tuple(round(x, 3) for x in agg.ci)   # one suite weighs: its own interval
+    (0.95, 30, (0.83, 0.99))
     """
     import math
 
-    from adaptive_eval.stats import normal_quantile
     from adaptive_eval.types import MetricSummary
 
     by_metric: dict[str, dict[str, object]] = {}
@@ -173,7 +180,6 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
         suite, _, metric = name.partition("/")
         if suite in suites and metric and "/stratum=" not in metric:  # (strata are each suite's own)
             by_metric.setdefault(metric, {})[suite] = s
-    z = normal_quantile(confidence)
     total_w = sum(float(s["weight"]) for s in suites.values())
     out = {}
     if total_w <= 0:
@@ -181,11 +187,13 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
     for metric, parts in by_metric.items():
         if set(parts) != set(suites):
             continue
-        mean = sum(float(suites[k]["weight"]) * p.mean for k, p in parts.items()) / total_w
-        var = sum((float(suites[k]["weight"]) / total_w) ** 2 * (p.half_width / z) ** 2 for k, p in parts.items())
-        half = z * math.sqrt(var) if math.isfinite(var) else math.nan
-        out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for p in parts.values()),
-                                                  ci=(mean - half, mean + half), per_sample=False)
+        share = {k: float(suites[k]["weight"]) / total_w for k in parts}
+        mean = sum(share[k] * p.mean for k, p in parts.items())
+        weighed = [(share[k], p) for k, p in parts.items() if share[k] > 0]
+        below = math.sqrt(sum((w * (p.mean - p.ci[0])) ** 2 for w, p in weighed))
+        above = math.sqrt(sum((w * (p.ci[1] - p.mean)) ** 2 for w, p in weighed))
+        out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for _, p in weighed),
+                                                  ci=(mean - below, mean + above), per_sample=False)
     return out
 
 

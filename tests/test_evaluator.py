@@ -255,3 +255,55 @@ def test_per_item_zero_d_tensors_and_arrays_are_per_item_numbers_as_in_a_suite()
             ev.add_listener(lambda e: errors.append(e) if e["kind"] == "error" else None)
             r = ev.evaluate(lambda req: {key: make(10) if overrides else make(len(req.indices(10)))}, 0, 0, 0)
             assert not errors and (r.metrics[key].mean, r.metrics[key].n) == (0.5, 10), (name, overrides)
+
+
+def test_settings_that_did_nothing_or_read_nonsense_are_said(caplog):
+    """A new user's probe: a metric declared a proportion with values outside [0, 1] read the interval (3.65, 1.0);
+    suite_aggregate's symmetric interval left [0, 1] (0.9875 [0.950, 1.026]) and counted a suite of weight 0 (its
+    interval was not that of the one suite that weighs); metric_kinds and aggregations naming a metric never
+    returned did nothing without a word; add_listener took a string, to fail at the first event; suite_aggregate
+    without suites was taken."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator
+    from adaptive_eval.config import ConfigError
+
+    def run(overrides, fn):
+        cfg = load_config(overrides=["evaluation.precision=none", "trigger.freq_steps=1", *overrides])
+        ev = AdaptiveEvaluator.from_config(cfg, total_steps=3)
+        ev.observe({"train/loss": 1.0}, 0)
+        result = ev.evaluate(fn, 0, 0, 0)
+        ev.close()
+        return ev, result
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        ev, result = run(["evaluation.metric_kinds={score: proportion}"], lambda req: {"score": [3.0, 5.0, 0.5]})
+    assert result is None and ev.summary()["eval_errors"] == 1
+    assert "metric 'score' is declared a proportion (evaluation.metric_kinds) but has the value 3" in caplog.text
+    suites = ["evaluation.suites={math: {size: 40, weight: 1}, gsm: {size: 40, weight: 0}}",
+              "evaluation.suite_aggregate=all", "evaluation.metric=all/acc", "policy.sample_size.enabled=false"]
+    for math_acc, gsm_acc in ((1.0, 0.975), (0.0, 0.025)):
+        _, result = run(suites, lambda req: {
+            "math/acc": [math_acc] * len(req.suites["math"].indices),
+            "gsm/acc": [1.0 if i % 40 else 0.0 for i in range(len(req.suites["gsm"].indices))]
+            if gsm_acc > 0.5 else [0.0 if i % 40 else 1.0 for i in range(len(req.suites["gsm"].indices))]})
+        agg, own = result["all/acc"], result["math/acc"]
+        assert (agg.mean, agg.n) == (own.mean, 40) and agg.ci == pytest.approx(own.ci)
+        assert 0.0 <= agg.ci[0] <= agg.ci[1] <= 1.0
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run(["evaluation.metric_kinds={acuracy: mean}", "evaluation.aggregations={rewrad: [p90]}"],
+            lambda req: {"accuracy": [1.0, 0.0] * 10, "reward": list(range(20))})
+    assert ("evaluation.metric_kinds.acuracy: no metric 'acuracy' was returned (did you mean 'accuracy'?)"
+            in caplog.text)
+    assert "evaluation.aggregations.rewrad: no metric 'rewrad' was returned (did you mean 'reward'?)" in caplog.text
+    # summary() counts the answers scored beside the problems (its "samples" counted problems alone)
+    ev, _ = run(["evaluation.suites={a: {size: 20, samples_per_item: 4}, b: {size: 10}}",
+                 "policy.sample_size.enabled=false"],
+                lambda req: {"a/acc": np.ones((len(req.suites["a"].indices), 4)),
+                             "b/acc": [1.0] * len(req.suites["b"].indices)})
+    assert (ev.summary()["samples"], ev.summary()["answers"]) == (30, 90)
+    with pytest.raises(TypeError, match="add_listener takes a function"):
+        AdaptiveEvaluator.from_config(load_config()).add_listener("print")
+    with pytest.raises(ConfigError, match="evaluation.suite_aggregate: 'all' is the mean over evaluation.suites"):
+        load_config(overrides=["evaluation.suite_aggregate=all"])

@@ -42,3 +42,46 @@ def test_a_full_disk_while_recording_is_logged_and_training_goes_on(tmp_path, ca
         plain.evaluate(lambda: {"acc": 0.5}, 0, g, g)
     assert ev.summary()["evals"] == plain.summary()["evals"] >= 1 and ev.summary()["record_errors"] >= 6
     assert sum("recording the trace failed" in m for m in caplog.messages) == 1
+
+
+def test_a_recorded_run_with_aggregations_maj_at_k_and_epochs_replays_under_its_own_config(tmp_path, caplog):
+    """What record_to wrote did not replay under the config that recorded it (a new user's probe): its epoch column
+    was always empty (a freq_epochs schedule: "needs an epoch column"); eval/reward/p90 was ground truth of its own,
+    drawn as a proportion; a weighted_mean made every replayed evaluation fail (a trace holds no weights); and a
+    suite's eval/math/ans/maj@1 read as item 1 of a metric "ans/maj" (replay refused the run)."""
+    import numpy as np
+
+    from adaptive_eval.replay import replay
+
+    cfg = load_config(overrides=[
+        "trigger.freq_steps=null", "trigger.freq_epochs=1", "policy.interval.enabled=false",
+        "policy.budget.enabled=false", "evaluation.precision=none", "evaluation.metric=math/acc",
+        "evaluation.aggregations={math/reward: [weighted_mean, p90]}",
+        "evaluation.suites={math: {size: 40, samples_per_item: 4, min_samples_per_item: 4}}"])
+    rng = np.random.default_rng(0)
+
+    def fn(request):
+        n = len(request.suites["math"].indices)
+        return {"math/acc": rng.integers(0, 2, (n, 4)), "math/reward": rng.normal(0.5, 0.2, (n, 4)),
+                "math/reward:weights": rng.integers(1, 5, n).astype(float),
+                "math/ans:answers": rng.integers(0, 3, (n, 4)), "math/ans:reference": np.zeros(n, dtype=int)}
+
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=100, steps_per_epoch=25, clock=FakeClock())
+    ev.record_to(tmp_path / "run.csv")
+    for g in range(100):
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 7)}, g)
+        ev.evaluate(fn, *divmod(g, 25), g)
+    ev.close()
+    live = [(r.step, r.reason.split(" ")[0]) for r in ev.history]
+    assert live == [(24, "trigger:epochs"), (49, "trigger:epochs"), (74, "trigger:epochs"), (99, "trigger:final")]
+    trace = read_trace(tmp_path / "run.csv")
+    assert [r.epoch for r in trace.records[::25]] == [0, 1, 2, 3]
+    assert {"eval/math/reward/p90", "eval/math/ans/maj@1"} <= {k for r in trace.records for k in r.metrics}
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = replay(trace, cfg)
+    assert [(r.step, r.reason.split(" ")[0]) for r in out.results] == live
+    assert out.summary["eval_errors"] == 0
+    measured = out.results[0].metrics
+    assert "math/reward/p90" in measured and not measured["math/reward/p90"].binary
+    assert "math/reward/weighted_mean" not in measured and not any("maj" in m for m in measured)
+    assert "weighted_mean aggregation of 'math/reward' is left out" in caplog.text
