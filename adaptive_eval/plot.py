@@ -390,7 +390,7 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
     lo = np.array([e["ci"][metric][0] for e in rows])
     hi = np.array([e["ci"][metric][1] for e in rows])
     smin, smax = size_range
-    sizes = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows])
+    sizes = np.array([_size(e, metric) for e in rows])
     area = np.where(np.isfinite(sizes), _area(sizes, size_range), 40.0)
     ok = np.isfinite(means)
     # Join neighbouring evaluations only: across a gap wider than twice the usual spacing (a fixed schedule's
@@ -477,6 +477,16 @@ def _draw_alarms(axes, alarms: list[dict], x_range: float) -> None:
                  ha="right", va="top", fontsize=7, color=color, alpha=0.9, zorder=0.5)
 
 
+def _size(e: dict, metric: str) -> float:
+    """The items an evaluation measured ``metric`` on: its own n where the row has one (with eval suites each
+    suite's panel drew its markers at the evaluation's size, every suite's items: n = 70 for aime's 20; a new
+    user's probe), else the evaluation's size (NaN: unknown)."""
+    n = (e.get("n") or {}).get(metric)
+    if n is None:
+        n = e["sample_size"]
+    return math.nan if n is None else float(n)
+
+
 def _items(rows: list[dict], metric: str) -> int:
     """The items ``metric`` was measured on over ``rows`` (its own n where the row has one: with eval suites the
     evaluation's size is every suite's items, and the ood panel read "948 samples" for 4 x 30 items; a fresh-clone
@@ -540,7 +550,7 @@ def _draw(run: _Run):
             all_steps += [int(steps[0]), int(steps[-1])]
     x_range = float(max(all_steps) - min(all_steps)) if all_steps else 1.0
 
-    sizes = [e["sample_size"] for e in run.evals if e["sample_size"] is not None and math.isfinite(e["sample_size"])]
+    sizes = [n for e in run.evals for m in eval_metrics if m in e["metrics"] and math.isfinite(n := _size(e, m))]
     size_range = (min(sizes), max(sizes)) if sizes else (math.nan, math.nan)
     for ax, metric in zip(axes, eval_metrics):
         _draw_eval_panel(ax, metric, run.evals, size_range)
@@ -649,7 +659,7 @@ def _draw_comparison(runs: list[_Run]):
     height = 1.4 + 2.1 * n_panels
     fig = Figure(figsize=(11, height), dpi=110, layout="constrained")
     axes = list(np.atleast_1d(fig.subplots(n_panels, 1, sharex=True, squeeze=False)[:, 0]))
-    sizes = [e["sample_size"] for r in runs for e in r.evals if e["sample_size"] is not None]
+    sizes = [n for r in runs for e in r.evals for m in metrics if m in e["metrics"] and math.isfinite(n := _size(e, m))]
     size_range = (min(sizes), max(sizes)) if sizes else (math.nan, math.nan)
     for ax, metric in zip(axes, metrics):
         for i, run in enumerate(runs):
@@ -661,7 +671,7 @@ def _draw_comparison(runs: list[_Run]):
             means = np.array([e["metrics"][metric] for e in rows])
             lo = np.array([e["ci"].get(metric, [math.nan, math.nan])[0] for e in rows], dtype=float)
             hi = np.array([e["ci"].get(metric, [math.nan, math.nan])[1] for e in rows], dtype=float)
-            n = np.array([e["sample_size"] if e["sample_size"] is not None else math.nan for e in rows], dtype=float)
+            n = np.array([_size(e, metric) for e in rows], dtype=float)
             ok = np.isfinite(lo) & np.isfinite(hi)
             ax.errorbar(steps[ok], means[ok], yerr=np.vstack([means[ok] - lo[ok], hi[ok] - means[ok]]).clip(0),
                         fmt="none", ecolor=color, elinewidth=0.9, alpha=0.7, capsize=2, zorder=2)

@@ -541,7 +541,7 @@ def summarize_outputs(
     **maj@k**: for a metric ``m``, ``"m:answers"`` holds each item's sampled answers (items x samples of
     strings or numbers) and ``"m:reference"`` each item's reference answer (one per item); the result has
     ``"m/maj@<k>"``: whether the most frequent of the item's first k answers (ties: the one seen first)
-    equals the reference, averaged over items, with the interval over items.  NaN answers are skipped (an
+    equals the reference, averaged over items, with the interval over items.  NaN and None answers are skipped (an
     item with none left is not evaluated), as NaN scores are for pass@k.
 
     ``aggregations`` (``evaluation.aggregations``) maps a metric (its full name, or with suites the part
@@ -707,7 +707,9 @@ def _aggregate(label, name, aggs, per_item, outputs, confidence) -> dict[str, Me
 
 
 def _is_nan_answer(a) -> bool:
-    return isinstance(a, (float, np.floating)) and a != a
+    """No answer: NaN, or None (what an answer parser returns for one it could not read: counted as a vote of its
+    own, two unparsed answers outvoted one right one; a new user's probe)."""
+    return a is None or (isinstance(a, (float, np.floating)) and a != a)
 
 
 def _majority(label, name, answers, outputs, ks, confidence, rows_expected, ids, population, asked=None):

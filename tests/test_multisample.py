@@ -798,6 +798,10 @@ def test_maj_at_k_from_answers_and_reference():
         summarize_outputs({"acc:answers": answers, "acc:reference": ["4", "1"]}, None)
     with pytest.raises(TypeError, match=r"one reference answer per item"):
         summarize_outputs({"acc:answers": answers, "acc:reference": [["4"], ["1"], ["z"]]}, None)
+    # None, an answer the parser could not read, is no answer (two of them outvoted one right answer: 0)
+    out = summarize_outputs({"acc:answers": [[None, None, "4"], ["5", None, "5"]], "acc:reference": ["4", "5"]},
+                            None, pass_at_k=(3,))
+    assert out["acc/maj@3"].mean == 1.0
 
 
 def _paired_run(extra=(), steps=8, drop_at=None, logger=None):

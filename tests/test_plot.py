@@ -331,3 +331,22 @@ def test_your_own_runs_logging_folder_is_drawn_as_it_is(tmp_path):
     assert main(["plot", str(mine), "--out", str(tmp_path / "mine.png")]) == 0
     _check_png(tmp_path / "mine.png")
     assert main(["plot", str(tmp_path / "runs"), "--out", str(tmp_path / "runs.png")]) == 0  # (the folder above it)
+
+
+def test_a_suites_markers_are_sized_by_its_own_items_not_the_evaluations(tmp_path):
+    """Each suite's panel drew its markers at the evaluation's size, every suite's items (n = 70 for aime's 20): the
+    small suite's looked as precise as the whole evaluation (a new user's probe)."""
+    from adaptive_eval.plot import _draw, _load
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "evals.jsonl").write_text("".join(json.dumps(
+        {"step": s, "sample_size": 70, "reason": "trigger:steps", "metrics": {"math/acc": 0.5, "aime/acc": 0.2},
+         "ci": {"math/acc": [0.4, 0.6], "aime/acc": [0.05, 0.45]}, "n": {"math/acc": 50, "aime/acc": 20}}) + "\n"
+        for s in (0, 10, 20)))
+    fig = _draw(_load(run))
+    from matplotlib.collections import PathCollection
+
+    by_panel = {ax.get_ylabel(): max(c.get_sizes().max() for c in ax.collections if isinstance(c, PathCollection)
+                                     and len(c.get_offsets()) == 3) for ax in fig.axes if ax.get_ylabel()}
+    assert by_panel["eval/aime/acc"] < by_panel["eval/math/acc"]
