@@ -270,6 +270,12 @@ def _without_weights(cfg):
     weighted = sorted(name for name, kinds in aggs.items() if "weighted_mean" in kinds)
     if not weighted:
         return cfg
+    tracked = cfg.evaluation.metric
+    if tracked is not None and tracked.endswith("/weighted_mean"):
+        # (the policies would track nothing, with only a note said once; review)
+        of = tracked[:-len("/weighted_mean")]
+        raise ValueError(f"replay: evaluation.metric {tracked!r} needs per-item weights, which a trace does not hold; "
+                         f"track {of!r} in the replay (--set evaluation.metric={of})")
     log_once(("replay-weights", tuple(weighted)),
              "replay: a trace holds no per-item weights, so the weighted_mean aggregation of %s is left out of the "
              "replayed evaluations (evaluation.aggregations)", ", ".join(map(repr, weighted)))
@@ -312,15 +318,21 @@ class _SuiteSimulatedEval:
         whole: dict[str, tuple[str, str]] = {}
         items: dict[tuple[str, str], set[int]] = {}
         aggregate = cfg.evaluation.suite_aggregate
+        present = {col[len("eval/"):] for col in columns}
         for col in columns:
             name = col[len("eval/"):]
             if aggregate and aggregate not in self.suites and name.partition("/")[0] == aggregate:
                 continue  # the weighted mean over the suites a run recorded: derived again here, not ground truth
-            if name.partition("/")[0] in self.suites and _DERIVED.search(name):
-                # A suite metric's pass@k, maj@k, quantile...: derived again here, never an item's truth (a recorded
-                # run's eval/math/ans/maj@1, whose answers no trace holds, read as item 1 of a metric "ans/maj", and
-                # replay refused the run; a new user's probe)
-                continue
+            derived = _DERIVED.search(name) if name.partition("/")[0] in self.suites else None
+            if derived is not None:
+                # A suite metric's pass@k, quantile...: derived again here, not an item's truth, when its metric is in
+                # the trace (as _split_columns reads it: a pass@1 column alone is the ground truth); its maj@k always
+                # (answers, which no trace holds: a recorded run's eval/math/ans/maj@1 read as item 1 of a metric
+                # "ans/maj", and replay refused the run; a new user's probe)
+                base = name[:derived.start()]
+                if "maj@" in name[derived.start():] or base in present or any(m.startswith(base + "@")
+                                                                               for m in present):
+                    continue
             if name.endswith(":std"):
                 found = _ITEM_COLUMN.match(name[: -len(":std")])
                 if found is not None and found["suite"] in self.suites:

@@ -121,7 +121,9 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     before it: then the interval rule confirms nothing), and that evaluation's own error counts: the difference of
     the two means must exclude 0, its interval the two intervals' margins added in quadrature (MOVER, Newcombe's
     square-and-add).  Taking its mean for the true level made a no-change run of 48 then 576 items "confirm" a fall
-    in 0.32 of its evaluations against the 0.025 asked (a new user's probe); a level given is taken as known.
+    in 0.32 of its evaluations against the 0.025 asked (a new user's probe); a level given is taken as known.  The
+    two evaluations are taken as independent: where they share items (a fixed seed's nested sample, the whole set)
+    their errors are positively correlated and this test is conservative; the paired test below uses the sharing.
     ``direction`` "down" needs the interval
     wholly below ``pre_level`` (or the paired difference wholly below 0), "up" wholly above, None either.  The
     paired test counts only against a previous evaluation (before the event, or after it: a significant
@@ -696,8 +698,8 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
     Each event's delay is :func:`confirmed_delay` against the true level just before it, in the direction
     the truth moves (:func:`event_direction`), or the event's own (``directions[i]``, or an event's
     ``direction`` attribute: an events file's ``direction: down``; the truth read 50 records on took a silent
-    degradation whose first checkpoints still rose for "up"); without truth, against the last measured mean,
-    either way; ``paired``: a paired difference on shared items confirms too.
+    degradation whose first checkpoints still rose for "up"); without truth, against the last evaluation before it
+    (its own error counted), either way; ``paired``: a paired difference on shared items confirms too.
 
     A run with truth where no evaluation measured ``metric`` has no pick: its regret is that of a checkpoint
     picked at random (the mean over the run of the true best minus the truth), not NaN, which the averages

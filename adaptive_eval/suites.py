@@ -188,8 +188,8 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
         if set(parts) != set(suites):
             continue
         share = {k: float(suites[k]["weight"]) / total_w for k in parts}
-        mean = sum(share[k] * p.mean for k, p in parts.items())
         weighed = [(share[k], p) for k, p in parts.items() if share[k] > 0]
+        mean = sum(w * p.mean for w, p in weighed)  # (a suite of weight 0 counts nowhere: its NaN made the mean NaN)
         below = math.sqrt(sum((w * (p.mean - p.ci[0])) ** 2 for w, p in weighed))
         above = math.sqrt(sum((w * (p.ci[1] - p.mean)) ** 2 for w, p in weighed))
         out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for _, p in weighed),

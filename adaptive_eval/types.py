@@ -296,7 +296,9 @@ class MetricSummary:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "MetricSummary":
-        d = dict(d)
+        # (fields a later version adds are left out: a state saved by it still loads here; review)
+        known = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}
         d["ci"] = tuple(d["ci"])
         if "payload" in d:
             d["payload"] = tuple(d["payload"])

@@ -280,6 +280,16 @@ def test_settings_that_did_nothing_or_read_nonsense_are_said(caplog):
         ev, result = run(["evaluation.metric_kinds={score: proportion}"], lambda req: {"score": [3.0, 5.0, 0.5]})
     assert result is None and ev.summary()["eval_errors"] == 1
     assert "metric 'score' is declared a proportion (evaluation.metric_kinds) but has the value 3" in caplog.text
+    from adaptive_eval.stats import summarize_outputs
+    from adaptive_eval.suites import weighted_aggregate
+    from adaptive_eval.types import MetricSummary
+
+    with pytest.raises(ValueError, match="declared a proportion"):  # items x answers too (review)
+        summarize_outputs({"score": [[3, 5], [0.5, 1]]}, None, kinds={"score": "proportion"})
+    agg = weighted_aggregate({"a/acc": MetricSummary(0.5, 100, (0.4, 0.6)),
+                              "b/acc": MetricSummary(math.nan, 0, (math.nan, math.nan))},
+                             {"a": {"weight": 1.0}, "b": {"weight": 0.0}}, "all")["all/acc"]
+    assert (agg.mean, agg.n, agg.ci) == (0.5, 100, (0.4, 0.6))  # (a weight-0 suite's NaN made the mean NaN)
     suites = ["evaluation.suites={math: {size: 40, weight: 1}, gsm: {size: 40, weight: 0}}",
               "evaluation.suite_aggregate=all", "evaluation.metric=all/acc", "policy.sample_size.enabled=false"]
     for math_acc, gsm_acc in ((1.0, 0.975), (0.0, 0.025)):

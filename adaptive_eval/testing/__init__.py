@@ -30,7 +30,8 @@ A top-level list is read as the ``events`` list alone.  An event is *confirmed* 
 after it whose confidence interval for the metric excludes the level before the event, on the side of
 ``direction``, or whose paired difference on the items it shares with the previous evaluation excludes 0 on
 that side (:func:`adaptive_eval.scoring.confirmed_delay`); the level before is the eval ground truth just
-before the event (the trace's ``eval/<metric>`` column carried forward), else the last measured mean.
+before the event (the trace's ``eval/<metric>`` column carried forward), else the last evaluation before it,
+whose own error then counts (the difference of the two means must exclude 0, both margins added in quadrature).
 Costs count eval items as :func:`adaptive_eval.scoring.eval_samples` does (a whole-set evaluation counts
 ``replay.eval_set_size``), per 1,000 trace records (replay runs one training step per record).
 """

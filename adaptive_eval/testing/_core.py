@@ -606,7 +606,9 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     """Assert that the change at ``event_step`` is confirmed within ``within`` steps; return the delay.
 
     Confirmed: an evaluation at or after the event whose interval for ``metric`` excludes the level before
-    it (on the side of ``direction``).  ``within``, ``metric`` and ``direction`` default to those of the
+    it (on the side of ``direction``); a measured level's own error counts (the difference from that evaluation,
+    both intervals' margins: :func:`adaptive_eval.scoring.confirmed_delay`).  ``within``, ``metric`` and
+    ``direction`` default to those of the
     run's event at that step (from its events file or the shipped trace), then to the run's metric, either
     direction and "before the trace ends".
     """
@@ -620,7 +622,9 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
     window = [e for e in run.evals if ev.step <= e["step"] <= stop]
     lines = [f"{run.label()}: the {ev.describe()} was "
              + ("never confirmed" if delay is None else f"confirmed only {delay} steps after it") + f", not {limit}.",
-             f"  level before the event: {origin}; confirming needs an interval "
+             f"  level before the event: {origin}; confirming needs "
+             + ("an interval " if not origin.startswith("measured") else
+                "the difference from that evaluation, both intervals' margins added in quadrature, ")
              + {"down": "entirely below it", "up": "entirely above it"}.get(ev.direction or "", "excluding it")
              + " (or a paired difference on shared items "
              + {"down": "below 0", "up": "above 0"}.get(ev.direction or "", "excluding 0") + ").",
