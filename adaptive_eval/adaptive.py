@@ -1895,7 +1895,9 @@ class AdaptiveEvaluator:
                                       or not timeout_s >= 0):
             raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
         return _strict({
-            "version": 1,
+            # 2: evaluations carry within_ss2 (twenty-fourth session), which the release before refuses; its
+            # message then says a later library wrote the state (it said "another config or version?")
+            "version": 2,
             "trigger": self.trigger.state_dict(),
             "policies": self.policies.state_dict(),
             "detectors": {k: [d.state_dict() for d in v] for k, v in self._detectors.items()},
@@ -1977,9 +1979,9 @@ class AdaptiveEvaluator:
         if not isinstance(sd, Mapping) or "trigger" not in sd:
             raise ValueError("not an AdaptiveEvaluator state_dict (no 'trigger' key)")
         version = sd.get("version", 1)
-        if version != 1:
-            raise ValueError(f"state_dict version {version!r}: this adaptive_eval reads version 1; it was written "
-                             "by another version of the library")
+        if version not in (1, 2):
+            raise ValueError(f"state_dict version {version!r}: this adaptive_eval reads versions 1 and 2; it was "
+                             "written by another version of the library")
         sd = _unstrict(sd)
         for key in ("last_step", "last_call_step", "last_eval_step"):
             if sd.get(key) is not None and (type(sd[key]) is not int):

@@ -31,12 +31,14 @@ import datetime
 import logging
 import math
 import pickle
+import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import aggregate_summary, from_sums, overflowed_spread, pooled_m2, pooled_moments, shard_m2
+from adaptive_eval.stats import (aggregate_summary, from_sums, fsum, overflowed_spread, pooled_m2, pooled_moments,
+                                 shard_m2)
 from adaptive_eval.types import MetricSummary
 
 log = logging.getLogger("adaptive_eval")
@@ -475,8 +477,8 @@ def combine_rank_summaries(
     for name in names:
         parts = [row.get(name, _EMPTY_WIRE) for row in rows]
         live = [p for p in parts if p[2] > 0]
-        total = math.fsum(p[0] for p in live)
-        total_sq = math.fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
+        total = fsum(p[0] for p in live)
+        total_sq = fsum(p[1] for p in live) if all(math.isfinite(p[1]) for p in live) else math.nan
         n = sum(p[2] for p in live)
         m2 = pooled_m2((p[2], p[0], p[5]) for p in live)
         m3, m4 = pooled_moments((p[2], p[0], p[5], p[6], p[7]) for p in live)
@@ -488,18 +490,18 @@ def combine_rank_summaries(
             kind = aggregated[0][_EXTRA][len("agg:"):]
             payloads = [p[_EXTRA + 1] for p in aggregated]
             if kind == "weighted_mean":  # sums add up
-                merged = tuple(math.fsum(x[i] for x in payloads) for i in range(6))
+                merged = tuple(fsum(x[i] for x in payloads) for i in range(6))
             else:  # quantiles: the per-item values of every rank (in rank order)
                 merged = tuple(v for x in payloads for v in x)
             summary = aggregate_summary(kind, merged, confidence)
         elif clustered:
             summary = from_sums(total, total_sq, n, binary, confidence, clustered=True,
                                 samples=sum(p[_EXTRA] for p in clustered),
-                                within_ss=math.fsum(p[_EXTRA + 1] for p in clustered),
+                                within_ss=fsum(p[_EXTRA + 1] for p in clustered),
                                 nan_count=sum(p[_EXTRA + 2] for p in clustered),
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
                                 k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4,
-                                within_ss2=math.fsum(p[_EXTRA + 5] if len(p) > _EXTRA + 5 else math.nan
+                                within_ss2=fsum(p[_EXTRA + 5] if len(p) > _EXTRA + 5 else math.nan
                                                      for p in clustered))
         else:
             m2, std = overflowed_spread(m2, [(p[2], p[0] / p[2], p[8]) for p in live])
@@ -510,7 +512,26 @@ def combine_rank_summaries(
         combined[name] = summary
         means[name] = [p[0] / p[2] if p[2] > 0 else math.nan for p in parts]
         counts[name] = [p[2] for p in parts]
+    for name in _other_kind(combined):
+        del combined[name], means[name], counts[name]
     return combined, means, counts
+
+
+_KIND_OF = re.compile(r"^(?P<base>.+)/(?P<kind>pass|best|worst)@\d+$")
+
+
+def _other_kind(combined: Mapping[str, MetricSummary]) -> list[str]:
+    """The names a shard derived for the other kind than the whole evaluation's: each shard of an items x answers
+    metric reports pass@k and best@k/worst@k where its own values are 0/1 (``summarize_rows(both=True)``), and the
+    combined metric is 0/1 only if every shard's is.  A shard of rewards that happened to read all 0/1 reported pass@k
+    alone, and the combined best@k counted the other shards' items only (n = 2 for 4; a fuzzing probe)."""
+    out = []
+    for name in combined:
+        found = _KIND_OF.match(name)
+        base = combined.get(found["base"]) if found is not None else None
+        if base is not None and base.clustered and (found["kind"] == "pass") != base.binary:
+            out.append(name)
+    return out
 
 
 def mixed_shapes(per_rank: Sequence[Mapping[str, tuple]]) -> str | None:
@@ -645,7 +666,7 @@ def rank_discrepancies(
         for r in live:
             others = [o for o in live if o != r]
             others_n = sum(ns[o] for o in others)
-            others_mean = math.fsum(means[o] * ns[o] for o in others) / others_n
+            others_mean = fsum(means[o] * ns[o] for o in others) / others_n
             if abs(means[r] - others_mean) > threshold:
                 found.append(RankDiscrepancy(step=step, rank=r, metric=metric, rank_mean=means[r],
                                              others_mean=others_mean, threshold=threshold, rank_n=ns[r],

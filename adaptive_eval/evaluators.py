@@ -333,12 +333,12 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
                                     suites={name: s.indices for name, s in request.suites.items()},
                                     populations={name: s.size for name, s in request.suites.items()},
                                     item_values=item_values, kinds=kinds, aggregations=aggregations,
-                                    strata=strata,
+                                    strata=strata, sharded=request.world_size > 1,
                                     samples_asked={name: s.samples_per_item for name, s in request.suites.items()})
     else:
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
-                                    kinds=kinds, aggregations=aggregations)
+                                    kinds=kinds, aggregations=aggregations, sharded=request.world_size > 1)
         _check_not_empty(outputs, metrics, request, num_items)
     if request.world_size > 1 and num_items == 0:
         # A rank handed no items contributes nothing, whatever scalar it reported.

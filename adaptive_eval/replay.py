@@ -634,6 +634,11 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     sim = _simulator(trace, cfg, names, eval_cols, cost_clock, seed)
     steps_per_epoch = _steps_per_epoch(records)
     if cfg.trigger.freq_epochs is not None and steps_per_epoch is None:
+        missing = [r.step for r in records if r.epoch is None]
+        if missing and len(missing) < len(records):  # (a run recorded before and after an upgrade; a probe)
+            raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch at every step, and steps "
+                             f"{missing[0]}-{missing[-1]} have none ({len(missing)} of {len(records)} records; "
+                             "recorded by an adaptive_eval before 2026-12-06, whose record_to left it empty?)")
         raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch column in the trace")
     total = records[-1].step + 1 if records else 0
     extra = {}

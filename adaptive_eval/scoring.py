@@ -56,8 +56,9 @@ def _finite(x) -> bool:
 
 
 def _interval(ci) -> tuple[float, float] | None:
-    """``[low, high]`` as floats when it is a pair of finite numbers, else None."""
-    if ci is None or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+    """``[low, high]`` as floats when it is a pair of finite numbers, else None (a NaN or a number there raised
+    TypeError; a fuzzing probe)."""
+    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
         return None
     return float(ci[0]), float(ci[1])
 
@@ -69,8 +70,10 @@ def _eval_interval(e: Mapping, metric: str) -> tuple[float, float] | None:
 
 def _rows(evals) -> list:
     """``evals`` as mappings: the evaluator's own ``history`` (:class:`~adaptive_eval.types.EvalResult`
-    objects) is taken as its ``to_dict()`` rows, as ``evals.jsonl`` holds them (it raised AttributeError)."""
-    return [e if isinstance(e, Mapping) or not hasattr(e, "to_dict") else e.to_dict() for e in evals]
+    objects) is taken as its ``to_dict()`` rows, as ``evals.jsonl`` holds them (it raised AttributeError).  A row
+    whose ``metrics`` is None measured nothing (it raised TypeError; a fuzzing probe)."""
+    rows = [e if isinstance(e, Mapping) or not hasattr(e, "to_dict") else e.to_dict() for e in evals]
+    return [{**e, "metrics": {}} if isinstance(e, Mapping) and e.get("metrics", {}) is None else e for e in rows]
 
 
 def _warn_unknown(rows: Sequence[Mapping], metric: str, what: str) -> None:

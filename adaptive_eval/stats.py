@@ -526,7 +526,7 @@ def summarize_outputs(
     suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
     ids: Sequence[int] | None = None, item_values: dict | None = None, kinds: Mapping[str, str] | None = None,
     aggregations: Mapping[str, Sequence[str]] | None = None, strata: Mapping[str, Sequence[str]] | None = None,
-    samples_asked: Mapping[str, int] | None = None,
+    samples_asked: Mapping[str, int] | None = None, sharded: bool = False,
 ) -> dict[str, MetricSummary]:
     """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
 
@@ -594,7 +594,7 @@ def summarize_outputs(
                 if outside.size:
                     raise ValueError(_not_a_proportion(name, float(outside[0])))
             summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
-                                            ids=item_ids))
+                                            ids=item_ids, both=sharded))
             _say_nearly_binary(label, name, rows[0], item_ids)
             scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
             short = short_rows_warning(label, scored, ks, (samples_asked or {}).get(name.partition("/")[0]),
@@ -605,7 +605,7 @@ def summarize_outputs(
                               (samples_asked or {}).get(name.partition("/")[0]))
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
-                                                size if population else 0))
+                                                size if population else 0, both=sharded))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 per_item = _row_means(rows[0])
@@ -816,6 +816,17 @@ def shard_m2(summary: MetricSummary) -> float:
     return math.nan
 
 
+def fsum(values: Iterable[float]) -> float:
+    """``math.fsum``, or the plain sum (an infinity) where the exact sum of finite values overflows: ``math.fsum``
+    raises ``OverflowError`` there, and two shards of 1e308 raised it out of an evaluation in a process group (a
+    fuzzing probe; huge values are data)."""
+    values = list(values)
+    try:
+        return math.fsum(values)
+    except OverflowError:
+        return sum(values)
+
+
 def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
     """The sum of squared deviations of the union of disjoint shards, from each shard's ``(n, total, m2)``.
 
@@ -830,10 +841,10 @@ def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
     if not live:
         return math.nan
     n = sum(k for k, _, _ in live)
-    mean = math.fsum(t for _, t, _ in live) / n
+    mean = fsum(t for _, t, _ in live) / n
     if not math.isfinite(mean) or not all(math.isfinite(m) and math.isfinite(t) for _, t, m in live):
         return math.nan
-    return math.fsum(m + k * (t / k - mean) * (t / k - mean) for k, t, m in live)  # ``** 2`` raises on overflow
+    return fsum(m + k * (t / k - mean) * (t / k - mean) for k, t, m in live)  # ``** 2`` raises on overflow
 
 
 def pooled_std(parts: Iterable[tuple[int, float, float]]) -> float:
@@ -847,11 +858,11 @@ def pooled_std(parts: Iterable[tuple[int, float, float]]) -> float:
     n = sum(k for k, _, _ in live)
     if n < 2 or not all(math.isfinite(m) and math.isfinite(s) for _, m, s in live):
         return math.nan
-    mean = math.fsum(k * (m / n) for k, m, _ in live)  # (weights first: the products could overflow)
+    mean = fsum(k * (m / n) for k, m, _ in live)  # (weights first: the products could overflow)
     scale = max(max(s, abs(m - mean)) for _, m, s in live)
     if scale == 0.0 or not math.isfinite(scale):
         return 0.0 if scale == 0.0 else math.inf
-    ss = math.fsum((k - 1) * (s / scale) ** 2 + k * ((m - mean) / scale) ** 2 for k, m, s in live)
+    ss = fsum((k - 1) * (s / scale) ** 2 + k * ((m - mean) / scale) ** 2 for k, m, s in live)
     return scale * math.sqrt(ss / (n - 1))
 
 
@@ -1283,9 +1294,13 @@ def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | No
 
 
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
-                   confidence: float = 0.95, population: int = 0, ids=None) -> dict[str, MetricSummary]:
+                   confidence: float = 0.95, population: int = 0, ids=None,
+                   both: bool = False) -> dict[str, MetricSummary]:
     """The summaries of one items x samples metric: ``name`` (mean@k: the mean of the per-item means) and,
-    for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``.
+    for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``;
+    ``both``: best@k and worst@k for 0/1 values too (a shard of a process group, whose 0/1 values may be another
+    shard's rewards in [0, 1]: :func:`adaptive_eval.distributed.combine_rank_summaries` keeps the kind the whole
+    evaluation has).
 
     NaN samples are data: skipped within their item and counted in ``nan_count`` (an item with no finite
     sample counts as not evaluated); so does a shorter row (an item that returned fewer answers than the others):
@@ -1350,7 +1365,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                            _pass_within_ss(m[ok], c[ok], int(k)))), k=int(k),
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
-        elif k > 1 and values.size:
+        if (not binary or both) and k > 1 and values.size:
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
                 per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
                                      for i in ok])

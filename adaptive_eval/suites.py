@@ -190,8 +190,9 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
         share = {k: float(suites[k]["weight"]) / total_w for k in parts}
         weighed = [(share[k], p) for k, p in parts.items() if share[k] > 0]
         mean = sum(w * p.mean for w, p in weighed)  # (a suite of weight 0 counts nowhere: its NaN made the mean NaN)
-        below = math.sqrt(sum((w * (p.mean - p.ci[0])) ** 2 for w, p in weighed))
-        above = math.sqrt(sum((w * (p.ci[1] - p.mean)) ** 2 for w, p in weighed))
+        # (hypot: squares of huge margins overflow, and float ** raises there; a fuzzing probe)
+        below = math.hypot(*(w * (p.mean - p.ci[0]) for w, p in weighed))
+        above = math.hypot(*(w * (p.ci[1] - p.mean) for w, p in weighed))
         out[f"{prefix}/{metric}"] = MetricSummary(mean=mean, n=sum(p.n for _, p in weighed),
                                                   ci=(mean - below, mean + above), per_sample=False)
     return out

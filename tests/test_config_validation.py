@@ -487,9 +487,21 @@ def test_load_state_dict_refuses_json_text_and_another_version_by_name():
     sd = ev.state_dict()
     with pytest.raises(ValueError, match=r"not its JSON text: load_state_dict\(json.loads\(text\)\)"):
         ev.load_state_dict(json.dumps(sd))
-    with pytest.raises(ValueError, match=r"state_dict version 99: this adaptive_eval reads version 1"):
+    with pytest.raises(ValueError, match=r"state_dict version 99: this adaptive_eval reads versions 1 and 2"):
         ev.load_state_dict({**sd, "version": 99})
     ev.load_state_dict(json.loads(json.dumps(sd)))  # the JSON round trip, loaded
+    # Version 2 since its evaluations carry within_ss2 (the release before refuses it, now naming the version);
+    # a version-1 state, without it, still loads
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=1"]), clock=FakeClock())
+    ev.observe({"train/loss": 1.0}, 0)
+    ev.evaluate(lambda: {"acc": [[1.0, 0.0], [1.0, 1.0]]}, 0, 0, 0)
+    sd = json.loads(json.dumps(ev.state_dict()))
+    assert sd["version"] == 2 and "within_ss2" in sd["history"][0]["metrics"]["acc"]
+    for row in sd["history"]:
+        for m in row["metrics"].values():
+            m.pop("within_ss2")
+    AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=1"]), clock=FakeClock()).load_state_dict(
+        {**sd, "version": 1})
 
 
 def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not_taken_silently(tmp_path,

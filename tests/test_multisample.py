@@ -1358,3 +1358,35 @@ def test_half_a_suite_weighs_the_answers_noise_by_the_share_evaluated():
         hits += s.ci[0] <= truth <= s.ci[1]
         widths.append(s.ci[1] - s.ci[0])
     assert hits / 300 >= 0.93 and np.mean(widths) < 0.068
+
+
+def test_shards_agree_with_one_process_where_a_shard_reads_all_0_1_or_sums_overflow():
+    """A fuzzing probe: a reward metric whose shard happened to read all 0/1 reported pass@k alone, so the combined
+    best@2 counted the other shard's items only (0.625, n = 2, for 0.8125, n = 4) beside a pass@2 one process never
+    reports; two shards of 1e308 raised OverflowError out of the combination (math.fsum); a suite aggregate of
+    huge values raised it from a square; confirmed_delay raised on a row whose metrics were None or whose interval
+    was a number."""
+    from adaptive_eval.scoring import confirmed_delay
+    from adaptive_eval.suites import weighted_aggregate
+
+    rows = np.array([[0, 1], [1, 1], [0.5, 0.25], [0.75, 0]], dtype=float)
+    whole = summarize_outputs({"r": rows}, None, pass_at_k=(2,))
+    parts = [summarize_outputs({"r": rows[i:i + 2]}, None, pass_at_k=(2,), sharded=True) for i in (0, 2)]
+    assert "r/pass@2" in parts[0] and "r/best@2" in parts[0]  # (the all-0/1 shard reports both kinds)
+    combined, means, counts = combine_rank_summaries([summaries_to_wire(p) for p in parts])
+    assert set(combined) == set(whole) == set(means) == set(counts) == {"r", "r/best@2", "r/worst@2"}
+    for name, s in whole.items():
+        assert (combined[name].mean, combined[name].n) == pytest.approx((s.mean, s.n)), name
+    binary = (rows > 0.5).astype(float)  # every shard 0/1: pass@k alone, as one process
+    combined, _, _ = combine_rank_summaries([summaries_to_wire(summarize_outputs(
+        {"r": binary[i:i + 2]}, None, pass_at_k=(2,), sharded=True)) for i in (0, 2)])
+    assert set(combined) == set(summarize_outputs({"r": binary}, None, pass_at_k=(2,))) == {"r", "r/pass@2"}
+    huge = [summarize([1e308]), summarize([1e308])]
+    assert math.isinf(combine(huge).mean)
+    assert math.isinf(combine_rank_summaries([summaries_to_wire({"x": s}) for s in huge])[0]["x"].mean)
+    agg = weighted_aggregate({"s/x": summarize([0.0, 2.11e153]), "t/x": summarize([1.0, 2.0])},
+                             {"s": {"weight": 1.0}, "t": {"weight": 1.0}}, "all")["all/x"]
+    assert agg.ci[0] <= agg.mean <= agg.ci[1]
+    evals = [{"step": 0, "metrics": None}, {"step": 1, "metrics": {"acc": 0.8}, "ci": {"acc": 0.5}},
+             {"step": 5, "metrics": {"acc": 0.2}, "ci": {"acc": [0.1, 0.3]}}]
+    assert confirmed_delay(evals, 3, "acc", pre_level=0.8) == 2

@@ -85,6 +85,13 @@ def test_a_recorded_run_with_aggregations_maj_at_k_and_epochs_replays_under_its_
     assert "math/reward/p90" in measured and not measured["math/reward/p90"].binary
     assert "math/reward/weighted_mean" not in measured and not any("maj" in m for m in measured)
     assert "weighted_mean aggregation of 'math/reward' is left out" in caplog.text
+    # A run recorded before the epoch was written, then resumed after an upgrade: said so (an upgrade probe)
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    mixed = Trace([TraceRecord(r.step, r.metrics, None if r.step < 30 else r.epoch, r.time) for r in trace.records],
+                  source="mixed.csv")
+    with pytest.raises(ValueError, match=r"needs an epoch at every step, and steps 0-29 have none"):
+        replay(mixed, cfg)
     # Tracking the weighted mean itself cannot be replayed: said, not run blind (review)
     with pytest.raises(ValueError, match="evaluation.metric 'math/reward/weighted_mean' needs per-item weights"):
         replay(trace, load_config(overrides=[*overrides, "evaluation.metric=math/reward/weighted_mean"]))
