@@ -524,11 +524,14 @@ def _other_kind(combined: Mapping[str, MetricSummary]) -> list[str]:
     """The names a shard derived for the other kind than the whole evaluation's: each shard of an items x answers
     metric reports pass@k and best@k/worst@k where its own values are 0/1 (``summarize_rows(both=True)``), and the
     combined metric is 0/1 only if every shard's is.  A shard of rewards that happened to read all 0/1 reported pass@k
-    alone, and the combined best@k counted the other shards' items only (n = 2 for 4; a fuzzing probe)."""
+    alone, and the combined best@k counted the other shards' items only (n = 2 for 4; a fuzzing probe).  Only
+    items x answers summaries are derived so (a metric of one value per item, or a scalar, that the user named so is
+    kept); an items x answers metric of the user's named ``<m>/best@<k>`` beside ``<m>`` is taken for the derived one
+    (the names are the library's)."""
     out = []
-    for name in combined:
+    for name, summary in combined.items():
         found = _KIND_OF.match(name)
-        base = combined.get(found["base"]) if found is not None else None
+        base = combined.get(found["base"]) if found is not None and summary.clustered else None
         if base is not None and base.clustered and (found["kind"] == "pass") != base.binary:
             out.append(name)
     return out

@@ -263,6 +263,18 @@ _ITEM_COLUMN = re.compile(r"^(?P<suite>[^/]+)/(?P<metric>.+)@(?P<item>\d+)$")
 _DERIVED = re.compile(r"/stratum=|/((pass|best|worst|maj)@\d+|weighted_mean|p\d+)(:std)?$")
 
 
+def _runs(flags: list) -> list[tuple[int, int]]:
+    """``(start, stop)`` index ranges of the runs of True in ``flags``."""
+    out, start = [], None
+    for i, flag in enumerate([*flags, False]):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
 def _without_weights(cfg):
     """``cfg`` without its ``weighted_mean`` aggregations, said once: a trace holds no per-item weights, and every
     replayed evaluation of a run that asked for one failed, naming the weights (a new user's probe)."""
@@ -634,11 +646,13 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     sim = _simulator(trace, cfg, names, eval_cols, cost_clock, seed)
     steps_per_epoch = _steps_per_epoch(records)
     if cfg.trigger.freq_epochs is not None and steps_per_epoch is None:
-        missing = [r.step for r in records if r.epoch is None]
-        if missing and len(missing) < len(records):  # (a run recorded before and after an upgrade; a probe)
-            raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch at every step, and steps "
-                             f"{missing[0]}-{missing[-1]} have none ({len(missing)} of {len(records)} records; "
-                             "recorded by an adaptive_eval before 2026-12-06, whose record_to left it empty?)")
+        lacking = [r.epoch is None for r in records]
+        if any(lacking) and not all(lacking):  # (a run recorded before and after an upgrade; a probe)
+            runs = [(records[i].step, records[j - 1].step) for i, j in _runs(lacking)]
+            said = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in runs[:5]) + (" ..." if len(runs) > 5 else "")
+            raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch at every step, and steps {said} "
+                             f"have none ({sum(lacking)} of {len(records)} records; recorded by an adaptive_eval "
+                             "before 2026-12-06, whose record_to left it empty?)")
         raise ValueError(f"{trace.source}: trigger.freq_epochs needs an epoch column in the trace")
     total = records[-1].step + 1 if records else 0
     extra = {}

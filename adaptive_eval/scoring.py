@@ -58,9 +58,13 @@ def _finite(x) -> bool:
 def _interval(ci) -> tuple[float, float] | None:
     """``[low, high]`` as floats when it is a pair of finite numbers, else None (a NaN or a number there raised
     TypeError; a fuzzing probe)."""
-    if not isinstance(ci, (list, tuple)) or len(ci) != 2 or not (_finite(ci[0]) and _finite(ci[1])):
+    try:
+        low, high = ci  # (a list, a tuple, a numpy array)
+    except (TypeError, ValueError):
         return None
-    return float(ci[0]), float(ci[1])
+    if not (_finite(low) and _finite(high)):
+        return None
+    return float(low), float(high)
 
 
 def _eval_interval(e: Mapping, metric: str) -> tuple[float, float] | None:

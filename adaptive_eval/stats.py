@@ -593,8 +593,9 @@ def summarize_outputs(
                 outside = rows[0][(rows[0] < 0.0) | (rows[0] > 1.0)]
                 if outside.size:
                     raise ValueError(_not_a_proportion(name, float(outside[0])))
-            summaries.update(summarize_rows(label, name, rows[0], rows[1], ks, confidence, population,
-                                            ids=item_ids, both=sharded))
+            derived = summarize_rows(label, name, rows[0], rows[1], ks, confidence, population, ids=item_ids,
+                                     both=sharded)
+            summaries.update({k: v for k, v in derived.items() if k == name or k not in outputs})
             _say_nearly_binary(label, name, rows[0], item_ids)
             scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
             short = short_rows_warning(label, scored, ks, (samples_asked or {}).get(name.partition("/")[0]),
@@ -823,8 +824,14 @@ def fsum(values: Iterable[float]) -> float:
     values = list(values)
     try:
         return math.fsum(values)
-    except OverflowError:
-        return sum(values)
+    except OverflowError:  # finite values whose exact sum leaves float range on the way: scaled, exact (review)
+        top = max(math.frexp(v)[1] for v in values)
+        try:
+            return math.ldexp(math.fsum(math.ldexp(v, -top) for v in values), top)
+        except OverflowError:
+            return math.copysign(math.inf, math.fsum(math.ldexp(v, -top) for v in values))
+    except ValueError:  # inf + -inf: no sum (NaN), as numpy's
+        return math.nan
 
 
 def pooled_m2(parts: Iterable[tuple[int, float, float]]) -> float:
@@ -1365,7 +1372,19 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                            _pass_within_ss(m[ok], c[ok], int(k)))), k=int(k),
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
-        if (not binary or both) and k > 1 and values.size:
+            if both and k > 1:
+                # (0/1 answers: best@k is pass@k, worst@k the chance that k answers are all right, 1 - pass@k of the
+                # wrong ones; the general loop below cost 4-5x the shard's summary; review)
+                worst = np.array([1.0 - pass_at_k(int(m[i]), int(m[i] - c[i]), min(int(k), int(m[i]))) for i in ok],
+                                 dtype=np.float64)
+                for kind, values_k in (("best", per_item), ("worst", worst)):
+                    mean_k = stable_mean(values_k)
+                    out[f"{name}/{kind}@{k}"] = from_sums(float(values_k.sum()), float(np.dot(values_k, values_k)),
+                                                          int(values_k.size), False, confidence, clustered=True,
+                                                          samples=int(m[ok].sum()), nan_count=nan_count,
+                                                          population=population, m2=deviations(values_k, mean_k),
+                                                          mean=mean_k, **_moments(values_k, mean_k))
+        if not binary and k > 1 and values.size:
             for kind, sign in (("best", 1.0), ("worst", -1.0)):
                 per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
                                      for i in ok])

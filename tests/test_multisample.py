@@ -1381,12 +1381,21 @@ def test_shards_agree_with_one_process_where_a_shard_reads_all_0_1_or_sums_overf
     combined, _, _ = combine_rank_summaries([summaries_to_wire(summarize_outputs(
         {"r": binary[i:i + 2]}, None, pass_at_k=(2,), sharded=True)) for i in (0, 2)])
     assert set(combined) == set(summarize_outputs({"r": binary}, None, pass_at_k=(2,))) == {"r", "r/pass@2"}
+    # A metric the user named so, one value per item, is kept and not overwritten (review)
+    outputs = {"r": binary, "r/best@2": [0.1, 0.2, 0.3, 0.4]}
+    combined, _, _ = combine_rank_summaries([summaries_to_wire(summarize_outputs(
+        {k: v[i:i + 2] for k, v in outputs.items()}, None, pass_at_k=(2,), sharded=True)) for i in (0, 2)])
+    assert combined["r/best@2"].mean == pytest.approx(0.25) and "r/pass@2" in combined
     huge = [summarize([1e308]), summarize([1e308])]
     assert math.isinf(combine(huge).mean)
     assert math.isinf(combine_rank_summaries([summaries_to_wire({"x": s}) for s in huge])[0]["x"].mean)
+    mixed = [summarize([1e308, 1e308]), summarize([-1e308, -1e308])]  # (shard totals +inf and -inf: no sum, no raise)
+    assert combine_rank_summaries([summaries_to_wire({"x": s}) for s in mixed])[0]["x"].n == 4
     agg = weighted_aggregate({"s/x": summarize([0.0, 2.11e153]), "t/x": summarize([1.0, 2.0])},
                              {"s": {"weight": 1.0}, "t": {"weight": 1.0}}, "all")["all/x"]
     assert agg.ci[0] <= agg.mean <= agg.ci[1]
     evals = [{"step": 0, "metrics": None}, {"step": 1, "metrics": {"acc": 0.8}, "ci": {"acc": 0.5}},
              {"step": 5, "metrics": {"acc": 0.2}, "ci": {"acc": [0.1, 0.3]}}]
+    assert confirmed_delay(evals, 3, "acc", pre_level=0.8) == 2
+    evals[2]["ci"]["acc"] = np.array([0.1, 0.3])  # (a numpy interval, as before)
     assert confirmed_delay(evals, 3, "acc", pre_level=0.8) == 2
