@@ -135,18 +135,13 @@ def _strict(obj):
 
 
 def _answers(result: EvalResult, suites: Mapping) -> int:
-    """The answers an evaluation scored: per suite (or over all metrics, without suites) its metric of the most
-    answers, items x answers for an items x samples metric, else its items."""
-    best: dict[str, int] = {}
-    for name, m in result.metrics.items():
-        if m.aggregate or "/stratum=" in name:
-            continue
-        head = name.partition("/")[0] if suites else ""
-        if suites and head not in suites:
-            continue  # (the suites' aggregate)
-        count = int(m.samples) if m.clustered and m.samples else int(m.n)
-        best[head] = max(best.get(head, 0), count)
-    return sum(best.values())
+    """The answers an evaluation scored: per suite its metric of the most answers (``suites.result_units`` at one
+    unit an answer), without suites the metric of the most answers."""
+    from adaptive_eval.suites import answers_of, result_units
+
+    if suites:
+        return int(result_units({name: {"cost": 1.0, "item_cost": 0.0} for name in suites}, result.metrics) or 0)
+    return max((answers_of(m) for m in result.metrics.values() if not m.aggregate), default=0)
 
 
 def _unstrict(obj, path: str = "state_dict"):

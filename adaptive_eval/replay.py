@@ -128,11 +128,7 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
         # What an evaluation derives from a metric is not ground truth of its own: its per-stratum means
         # (report_strata) and its pass@k / best@k / worst@k / maj@k (replay derives them again) -- when the
         # metric itself is in the trace.  A pass@1 column alone (verl's, lm-eval's) is the ground truth.
-        found = _DERIVED.search(n)
-        if found is None:
-            return False
-        base = n[:found.start()]
-        return base in present or any(m.startswith(base + "@") for m in present)
+        return _derived_from(n, present)
 
     from adaptive_eval.trace import _HF_TB_BOOKKEEPING
 
@@ -263,6 +259,18 @@ _ITEM_COLUMN = re.compile(r"^(?P<suite>[^/]+)/(?P<metric>.+)@(?P<item>\d+)$")
 _DERIVED = re.compile(r"/stratum=|/((pass|best|worst|maj)@\d+|weighted_mean|p\d+)(:std)?$")
 
 
+def _derived_from(name: str, present, always: str | None = None) -> bool:
+    """Whether column ``name`` is what an evaluation derives from a metric in ``present`` (column names, or a
+    metric's per-item columns ``<m>@<item>``), or whose derivation holds ``always`` (a suite's maj@k: its answers
+    are never in a trace)."""
+    found = _DERIVED.search(name)
+    if found is None:
+        return False
+    base = name[:found.start()]
+    return (always is not None and always in name[found.start():]) or base in present or any(
+        m.startswith(base + "@") for m in present)
+
+
 def _runs(flags: list) -> list[tuple[int, int]]:
     """``(start, stop)`` index ranges of the runs of True in ``flags``."""
     out, start = [], None
@@ -335,16 +343,12 @@ class _SuiteSimulatedEval:
             name = col[len("eval/"):]
             if aggregate and aggregate not in self.suites and name.partition("/")[0] == aggregate:
                 continue  # the weighted mean over the suites a run recorded: derived again here, not ground truth
-            derived = _DERIVED.search(name) if name.partition("/")[0] in self.suites else None
-            if derived is not None:
+            if name.partition("/")[0] in self.suites and _derived_from(name, present, always="maj@"):
                 # A suite metric's pass@k, quantile...: derived again here, not an item's truth, when its metric is in
                 # the trace (as _split_columns reads it: a pass@1 column alone is the ground truth); its maj@k always
                 # (answers, which no trace holds: a recorded run's eval/math/ans/maj@1 read as item 1 of a metric
                 # "ans/maj", and replay refused the run; a new user's probe)
-                base = name[:derived.start()]
-                if "maj@" in name[derived.start():] or base in present or any(m.startswith(base + "@")
-                                                                               for m in present):
-                    continue
+                continue
             if name.endswith(":std"):
                 found = _ITEM_COLUMN.match(name[: -len(":std")])
                 if found is not None and found["suite"] in self.suites:

@@ -471,9 +471,7 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         arr = arr[~nan]
     if kind == "proportion":
         binary = True
-        outside = arr[(arr < 0.0) | (arr > 1.0)]
-        if outside.size:
-            raise ValueError(_not_a_proportion(name, float(outside[0])))
+        _check_proportion(name, arr)
     elif kind == "mean":
         binary = False
     else:
@@ -494,6 +492,12 @@ def _moments(values: np.ndarray, mean: float) -> dict:
 def _not_a_proportion(name: str, value: float) -> str:
     return (f"metric {name or '?'!r} is declared a proportion (evaluation.metric_kinds) but has the value {value:g}, "
             "outside [0, 1]: declare it 'mean', or return values in [0, 1]")
+
+
+def _check_proportion(name: str, values: np.ndarray) -> None:
+    outside = values[(values < 0.0) | (values > 1.0)]
+    if outside.size:
+        raise ValueError(_not_a_proportion(name, float(outside[0])))
 
 
 def scalar_summary(value: float, n_items: int | None, confidence: float = 0.95,
@@ -590,9 +594,7 @@ def summarize_outputs(
                 rows_expected = n_items
             _check_rows(label, rows[0].shape[0], rows_expected, item_ids)
             if kinds.get(name) == "proportion":  # (as summarize checks a 1-D one)
-                outside = rows[0][(rows[0] < 0.0) | (rows[0] > 1.0)]
-                if outside.size:
-                    raise ValueError(_not_a_proportion(name, float(outside[0])))
+                _check_proportion(name, rows[0])
             derived = summarize_rows(label, name, rows[0], rows[1], ks, confidence, population, ids=item_ids,
                                      both=sharded)
             summaries.update({k: v for k, v in derived.items() if k == name or k not in outputs})
@@ -1372,29 +1374,23 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                            _pass_within_ss(m[ok], c[ok], int(k)))), k=int(k),
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
-            if both and k > 1:
-                # (0/1 answers: best@k is pass@k, worst@k the chance that k answers are all right, 1 - pass@k of the
-                # wrong ones; the general loop below cost 4-5x the shard's summary; review)
-                worst = np.array([1.0 - pass_at_k(int(m[i]), int(m[i] - c[i]), min(int(k), int(m[i]))) for i in ok],
-                                 dtype=np.float64)
-                for kind, values_k in (("best", per_item), ("worst", worst)):
-                    mean_k = stable_mean(values_k)
-                    out[f"{name}/{kind}@{k}"] = from_sums(float(values_k.sum()), float(np.dot(values_k, values_k)),
-                                                          int(values_k.size), False, confidence, clustered=True,
-                                                          samples=int(m[ok].sum()), nan_count=nan_count,
-                                                          population=population, m2=deviations(values_k, mean_k),
-                                                          mean=mean_k, **_moments(values_k, mean_k))
-        if not binary and k > 1 and values.size:
-            for kind, sign in (("best", 1.0), ("worst", -1.0)):
-                per_item = np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
-                                     for i in ok])
-                with np.errstate(over="ignore", invalid="ignore"):  # (huge values are data, as for mean@k)
-                    sums = float(per_item.sum()), float(np.dot(per_item, per_item))
-                per_mean = stable_mean(per_item)
-                out[f"{name}/{kind}@{k}"] = from_sums(*sums, int(per_item.size), False, confidence, clustered=True,
-                                                      samples=int(m[ok].sum()), nan_count=nan_count,
-                                                      population=population, m2=deviations(per_item, per_mean),
-                                                      mean=per_mean, **_moments(per_item, per_mean))
+        extremes = ()
+        if binary and both and k > 1:
+            # (0/1 answers: best@k is pass@k, worst@k the chance that k answers are all right, 1 - pass@k of the
+            # wrong ones; the general loop below cost 4-5x the shard's summary; review)
+            extremes = (("best", per_item), ("worst", np.array(
+                [1.0 - pass_at_k(int(m[i]), int(m[i] - c[i]), min(int(k), int(m[i]))) for i in ok], dtype=np.float64)))
+        elif not binary and k > 1 and values.size:
+            extremes = ((kind, np.array([sign * best_at_k(sign * padded[i][finite[i]], min(int(k), int(m[i])))
+                                         for i in ok])) for kind, sign in (("best", 1.0), ("worst", -1.0)))
+        for kind, per_item in extremes:
+            with np.errstate(over="ignore", invalid="ignore"):  # (huge values are data, as for mean@k)
+                sums = float(per_item.sum()), float(np.dot(per_item, per_item))
+            per_mean = stable_mean(per_item)
+            out[f"{name}/{kind}@{k}"] = from_sums(*sums, int(per_item.size), False, confidence, clustered=True,
+                                                  samples=int(m[ok].sum()), nan_count=nan_count,
+                                                  population=population, m2=deviations(per_item, per_mean),
+                                                  mean=per_mean, **_moments(per_item, per_mean))
     return out
 
 

@@ -227,18 +227,21 @@ def result_units(suites: Mapping[str, Mapping], metrics: Mapping) -> float | Non
     >>> result_units(cfg, m)
     345.0
     """
-    def answers(m):
-        return m.samples if getattr(m, "clustered", False) and m.samples else m.n
-
     best: dict[str, object] = {}
     for name, m in metrics.items():
         suite = name.split("/", 1)[0]
-        if suite in suites and "/" in name and (suite not in best or (answers(m), m.n) > (answers(best[suite]),
-                                                                                          best[suite].n)):
+        if suite in suites and "/" in name and (suite not in best or (answers_of(m), m.n) > (answers_of(best[suite]),
+                                                                                             best[suite].n)):
             best[suite] = m
     if not best:
         return None
-    return sum(answers(m) * float(suites[s]["cost"]) + m.n * float(suites[s]["item_cost"]) for s, m in best.items())
+    return sum(answers_of(m) * float(suites[s]["cost"]) + m.n * float(suites[s]["item_cost"])
+               for s, m in best.items())
+
+
+def answers_of(m) -> int:
+    """The answers a metric's summary counts: its answers for an items x samples metric, else its items."""
+    return int(m.samples if getattr(m, "clustered", False) and m.samples else m.n)
 
 
 def most_answers_per_item(suite: Mapping, sized: bool) -> tuple[int, str]:

@@ -233,6 +233,24 @@ def test_a_state_from_another_config_loads_and_says_what_it_cannot_carry_over(ca
     assert "suites: [] -> ['math']" in said and "metric: None -> 'math/acc'" in said
 
 
+def preempted_state(ev, run, fn, at, stop=KeyboardInterrupt) -> str:
+    """``run(ev, 0, ...)`` until the evaluation of step ``at``, where a preemption's handler saves ``state_dict()``
+    (as JSON) and stops the job (``stop``: SystemExit, KeyboardInterrupt); the state saved."""
+    saved = {}
+
+    def preempted(request):
+        if request.step == at:
+            saved["state"] = json.dumps(ev.state_dict())
+            raise stop
+        return fn(request)
+
+    try:
+        run(ev, 0, preempted)
+    except stop:
+        pass
+    return saved["state"]
+
+
 def test_a_state_saved_while_a_synchronous_evaluation_runs_resumes_to_the_same_decisions():
     """A preemption's handler saving state_dict() while the alarm's evaluation ran: the resumed run's call at that
     step was skipped as a repeat, and every later decision came a step late ([40, 68] -> [41, 69]); with suites,
@@ -261,25 +279,13 @@ def test_a_state_saved_while_a_synchronous_evaluation_runs_resumes_to_the_same_d
 
         whole = run(new(), 0, fn)
         assert any(step == 40 and reason.startswith("alarm:") for step, reason, _ in whole)
-        saved = {}
-        ev = new()
-
-        def preempted(request):
-            if request.step == 40:  # the handler: save, and stop (SystemExit, KeyboardInterrupt)
-                saved["state"] = json.dumps(ev.state_dict())
-                raise KeyboardInterrupt
-            return fn(request)
-
-        try:
-            run(ev, 0, preempted)
-        except KeyboardInterrupt:
-            pass
+        state = preempted_state(new(), run, fn, 40)
         resumed = new()
-        resumed.load_state_dict(json.loads(saved["state"]))
+        resumed.load_state_dict(json.loads(state))
         assert run(resumed, 40, fn) == whole, overrides  # (the job restarts from the checkpoint before step 40)
         # preempted again before the resumed run's call at step 40: the state saved then still holds it (review)
         once = new()
-        once.load_state_dict(json.loads(saved["state"]))
+        once.load_state_dict(json.loads(state))
         twice = new()
         twice.load_state_dict(json.loads(json.dumps(once.state_dict())))
         assert run(twice, 40, fn) == whole, overrides
@@ -468,20 +474,8 @@ def test_the_resumed_loop_observing_the_interrupted_step_again_does_not_feed_it_
 
     whole = run(new(), 0, fn)
     at = next(s for s, _, _ in whole if s >= shift)
-    ev, saved = new(), {}
-
-    def preempted(request):
-        if request.step == at:
-            saved["state"] = json.dumps(ev.state_dict())
-            raise SystemExit(143)
-        return fn(request)
-
-    try:
-        run(ev, 0, preempted)
-    except SystemExit:
-        pass
     resumed = new()
-    resumed.load_state_dict(json.loads(saved["state"]))
+    resumed.load_state_dict(json.loads(preempted_state(new(), run, fn, at, SystemExit)))
     assert run(resumed, at, fn) == whole
 
 
