@@ -527,12 +527,12 @@ def _other_kind(combined: Mapping[str, MetricSummary]) -> list[str]:
     alone, and the combined best@k counted the other shards' items only (n = 2 for 4; a fuzzing probe).  Only
     items x answers summaries are derived so (a metric of one value per item, or a scalar, that the user named so is
     kept); an items x answers metric of the user's named ``<m>/best@<k>`` beside ``<m>`` is taken for the derived one
-    (the names are the library's)."""
+    (the names are the library's).  With no item scored on any rank neither kind is kept, as in one process."""
     out = []
     for name, summary in combined.items():
         found = _KIND_OF.match(name)
         base = combined.get(found["base"]) if found is not None and summary.clustered else None
-        if base is not None and base.clustered and (found["kind"] == "pass") != base.binary:
+        if base is not None and base.clustered and ((found["kind"] == "pass") != base.binary or not base.n):
             out.append(name)
     return out
 

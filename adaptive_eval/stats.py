@@ -893,7 +893,8 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
     n = sum(p.n for p in parts)
     total = sum(p.total for p in parts)
     total_sq = sum(p.total_sq for p in parts)
-    binary = all(p.binary for p in parts)
+    live = [p for p in parts if p.n > 0]  # (an empty shard, a rank handed no item, reads as not 0/1)
+    binary = all(p.binary for p in live or parts)
     m2 = pooled_m2((p.n, p.total, shard_m2(p)) for p in parts)
     m3, m4 = pooled_moments((p.n, p.total, shard_m2(p), p.m3, p.m4) for p in parts)
     std = None
@@ -992,9 +993,9 @@ def best_at_k(values, k: int) -> float:
     if math.isfinite(scale) and scale > _HUGE_VALUE:
         return best_at_k(x / scale, k) * scale
     total = math.comb(m, k)
-    if total < 1e300:
-        w = np.array([math.comb(j - 1, k - 1) for j in range(1, m + 1)], dtype=np.float64)
-        return float(np.dot(w, x) / total)
+    if total < 1e300:  # (the k - 1 smallest weigh 0: left out, as 0 x -inf is NaN; worst@k of [1, inf, 2] read NaN)
+        w = np.array([math.comb(j - 1, k - 1) for j in range(k, m + 1)], dtype=np.float64)
+        return float(np.dot(w, x[k - 1:]) / total)
     from scipy.special import gammaln
 
     j = np.arange(k, m + 1, dtype=np.float64)
@@ -1333,6 +1334,9 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         within_ss2 = float(np.sum(item_ss[several] ** 2 / (m[live][several] - 1)))
     values = padded[finite]
     binary = bool(values.size) and bool(np.all((values == 0.0) | (values == 1.0)))
+    # A shard with no scored answer reports both kinds empty, so that its NaN answers count in the combined
+    # pass@k (or best@k) too (they were dropped from it; a review); the combination keeps the kind the others have.
+    unscored = both and not values.size
     im = means[live]
     samples = int(m.sum())
     with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
@@ -1358,7 +1362,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         # pass@k): leaving it out biased the mean up, as the answers that fail to score are mostly the hard
         # problems'.
         ok = np.nonzero(live)[0]
-        if binary:
+        if binary or unscored:
             c = filled.sum(axis=1)
             per_item = np.array([pass_at_k(int(m[i]), int(c[i]), min(int(k), int(m[i]))) for i in ok],
                                 dtype=np.float64)
@@ -1375,7 +1379,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
         extremes = ()
-        if binary and both and k > 1:
+        if (binary or unscored) and both and k > 1:
             # (0/1 answers: best@k is pass@k, worst@k the chance that k answers are all right, 1 - pass@k of the
             # wrong ones; the general loop below cost 4-5x the shard's summary; review)
             extremes = (("best", per_item), ("worst", np.array(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -59,6 +60,13 @@ def test_best_and_worst_at_k_are_subset_averages():
         subsets = list(itertools.combinations(x, k))
         assert best_at_k(x, k) == pytest.approx(np.mean([max(s) for s in subsets]))
         assert -best_at_k([-v for v in x], k) == pytest.approx(np.mean([min(s) for s in subsets]))
+    # An infinite answer is data: the worst of 2 among [1, inf, 2] is 4/3, not NaN (0 x -inf; a review lead)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for x in ([1.0, math.inf, 2.0], [1.0, -math.inf, 2.0]):
+            subsets = list(itertools.combinations(x, 2))
+            assert best_at_k(x, 2) == np.mean([max(s) for s in subsets])
+            assert -best_at_k([-v for v in x], 2) == np.mean([min(s) for s in subsets])
 
 
 # -- 2-D results ------------------------------------------------------------------------------------
@@ -206,6 +214,25 @@ def test_item_count_disagreeing_with_the_request_is_a_value_error():
         summarize_outputs({"acc": [[1, 0], 1]}, None)
     with pytest.raises(TypeError, match="shape"):
         summarize_outputs({"acc": np.zeros((2, 2, 2))}, None)
+
+
+def test_a_shard_with_no_scored_answer_or_no_item_combines_as_one_process():
+    """A rank whose answers all failed to score (NaN) reported mean@k alone, so its NaN answers were missing from the
+    combined pass@k's count (``<m>/pass@1/nan`` read 0 for 4); a rank handed no item made stats.combine read a 0/1
+    metric as a mean (its interval ran past 1)."""
+    nan = math.nan
+    unscored = [[nan, nan], [nan, nan]]
+    for other in ([[1, 0], [1, 1], [0, 0]], [[0.5, 0], [1, 0.25], [0, 0]], [[nan, nan]]):
+        whole = summarize_outputs({"m": unscored + other}, None, pass_at_k=(1, 2))
+        combined, _, _ = combine_rank_summaries([summaries_to_wire(summarize_outputs(
+            {"m": rows}, None, pass_at_k=(1, 2), sharded=True)) for rows in (unscored, other)])
+        assert set(combined) == set(whole), other
+        for name, s in whole.items():
+            c = combined[name]
+            assert (c.n, c.nan_count, c.binary) == (s.n, s.nan_count, s.binary), name
+            assert c.ci == pytest.approx(s.ci, nan_ok=True), name
+    acc = summarize([1, 0, 1, 1, 0, 1])
+    assert combine([acc, summarize([])]).binary and combine([acc, summarize([])]).ci == pytest.approx(acc.ci)
 
 
 def test_shards_combine_exactly():
