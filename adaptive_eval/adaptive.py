@@ -340,6 +340,16 @@ class AdaptiveEvaluator:
                                       eval_clock=eval_clock, distributed=self._distributed, rank=self._rank,
                                       world=self._world)
         self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
+        budget_cfg = self.cfg.policy.budget
+        if (self._async is not None and self._async.owner and clock is not None and eval_clock is None
+                and budget_cfg.enabled and budget_cfg.max_eval_device_fraction < 1.0):
+            # (two runs of one seed with a fixed latency decided differently: the evaluation's thread read the
+            # injected clock while the training loop moved it; an asynchronous probe)
+            log.warning("asynchronous evaluation times each evaluation with eval_clock, by default the clock= you "
+                        "gave, read in the evaluation's own thread while your loop moves it: the eval seconds that "
+                        "policy.budget.max_eval_device_fraction (%g) caps then vary from run to run, and so may the "
+                        "decisions; pass eval_clock= (a clock your evaluate_fn advances, or one that reads the eval "
+                        "device's time) for the same decisions on every run", budget_cfg.max_eval_device_fraction)
         # (an asynchronous evaluator never closed lost the evaluations in flight at exit without a word; found by a
         # new user: said when it is collected or the interpreter exits, unless close() ran)
         # (a weak reference: the jobs hold failed evaluations' tracebacks, whose frames may hold the evaluator's owner,
@@ -397,6 +407,7 @@ class AdaptiveEvaluator:
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
         self._unreturned: EvalResult | None = None  # integrated in observe(), returned by the next evaluate()
+        self._deferred_error: BaseException | None = None  # on_error: raise, integrated: raised at the step's end
         self._async_down_logged = False
         self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
         self._group_failed: str | None = None  # a collective of evaluate() failed (CollectiveError): why
@@ -577,6 +588,9 @@ class AdaptiveEvaluator:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
+            if self._deferred_error is not None:  # (this observe() is done: raised now)
+                raised, self._deferred_error = self._deferred_error, None
+                raise raised
 
     def _hand_over(self, metrics: Mapping, global_step: int) -> None:
         """observe() from another thread: its values, checked and read as floats in the caller's thread (a bad one
@@ -840,8 +854,9 @@ class AdaptiveEvaluator:
             if self._group_failed is not None:
                 return None  # (no collective: the ranks are out of step since the failure)
             try:
-                return self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
+                out = self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
             except CollectiveError as exc:
+                self._deferred_error = None
                 # Raised, as documented.  A loop that catches it and goes on would pair this rank's next
                 # collectives with different ones of the others (wrong results, a hang at exit): no more.
                 self._group_failed = f"step {global_step}: {exc}"
@@ -849,52 +864,64 @@ class AdaptiveEvaluator:
                           "(its collectives would no longer match the other ranks'); resume from a checkpoint "
                           "to evaluate again", global_step, exc, self._rank)
                 raise
+            if self._deferred_error is not None:  # (on_error: raise; every rank alike, once the step is done)
+                raised, self._deferred_error = self._deferred_error, None
+                raise raised
+            return out
         # A single process.  Asynchronously, what finished is integrated first and returned; what is decided
         # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
-        got = None
+        got = raised = None
         if self._async is not None:
             got = self._unreturned
             if self._async.jobs and self._async.ready(global_step):
                 # This step's call counts once the due results are in: a state_dict() taken while take() waited
                 # for one (a preemption's handler) is that of the step before, whose resumed run makes this call
                 # again (it said "called again in the same step" and skipped it: every later decision came a
-                # step late).  An evaluation's own error raised by _integrate (on_error: raise) counts the step.
+                # step late).
                 pairs = self._async.take(global_step)
                 self._last_call_step = global_step
                 got = self._integrate(pairs, global_step) or got
+                raised, self._deferred_error = self._deferred_error, None
             self._unreturned = None
-        self._last_call_step = global_step
-        trigger = self.trigger
-        since = trigger._steps_since + 1
-        if since < trigger._quiet_below:
-            # A step trigger alone that is not due at this step (nearly every step): what advance() does
-            # then, inlined, a call less (see EpochStepTimeFreqCtl._set_quiet_below).
-            trigger._steps_since = since
-            reason = None
-        else:
-            spe = self.steps_per_epoch
-            reason = trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
-        final = False
-        if (total := self.total_steps) is not None and global_step >= total - 1:
-            if global_step == total - 1:
-                final = self._eval_at_end
+        try:  # (free in the not-due path)
+            self._last_call_step = global_step
+            trigger = self.trigger
+            since = trigger._steps_since + 1
+            if since < trigger._quiet_below:
+                # A step trigger alone that is not due at this step (nearly every step): what advance() does
+                # then, inlined, a call less (see EpochStepTimeFreqCtl._set_quiet_below).
+                trigger._steps_since = since
+                reason = None
             else:
-                self._say_past_end(global_step)
-        if reason is not None and self._final_window and self._near_final(reason, global_step):
-            reason = None  # (still due: the final step takes it)
-        if reason is None:
-            if not self._alarm_pending:
-                if not final:
-                    return got
-                reason = "trigger:final"
-            elif final and not self._alarms_waiting():
-                reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
-        elif final and reason in _SCHEDULED:
-            reason = "trigger:final"  # (one due at the last step, or left to it, is the final one: every suite)
-        elif reason in _SCHEDULED and self.trigger.scale != 1.0:
-            reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
-        out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
-        return out if self._async is None else got
+                spe = self.steps_per_epoch
+                reason = trigger.advance(1 if spe is not None and step == spe - 1 else 0, 1)
+            final = False
+            if (total := self.total_steps) is not None and global_step >= total - 1:
+                if global_step == total - 1:
+                    final = self._eval_at_end
+                else:
+                    self._say_past_end(global_step)
+            if reason is not None and self._final_window and self._near_final(reason, global_step):
+                reason = None  # (still due: the final step takes it)
+            if reason is None:
+                if not self._alarm_pending:
+                    if not final:
+                        return got
+                    reason = "trigger:final"
+                elif final and not self._alarms_waiting():
+                    reason = "trigger:final"  # a candidate best re-measured at the last step is the final eval
+            elif final and reason in _SCHEDULED:
+                reason = "trigger:final"  # (one due at the last step, or left to it, is the final one: every suite)
+            elif reason in _SCHEDULED and self.trigger.scale != 1.0:
+                reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
+            out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
+            return out if self._async is None else got
+        finally:
+            if raised is not None:
+                # An evaluation's own error (on_error: raise) is raised once this step has counted and decided: the
+                # schedule went on a step late after it, and one integrated at the last step lost the final
+                # evaluation (an asynchronous probe)
+                raise raised
 
     def _say_past_end(self, global_step: int) -> None:
         """Say once that steps go past ``total_steps - 1`` (a loop counting from 1, or one that runs longer than it
@@ -1752,8 +1779,7 @@ class AdaptiveEvaluator:
             if self._logging:
                 self._log_async_eval(global_step, job, result if error is None else None)
         self._check_down(global_step)
-        if raised is not None:
-            raise raised
+        self._deferred_error = raised  # (the caller raises it once its step is done)
         return last
 
     def _log_async_eval(self, global_step: int, job, result: EvalResult | None) -> None:
@@ -1919,6 +1945,8 @@ class AdaptiveEvaluator:
             "history": [r.state() for r in self.history],
             "resources": self.resources.state_dict(),
             "unshared_alarms": [[*_alarm_to_wire(a), s] for a, s in self._unsynced],
+            # (the deferral logged and still going on: a resumed run wrote it again, and "deferred since" its step)
+            **({"deferring": list(self._deferring)} if self._deferring is not None else {}),
             **({"async": self._async.state_dict(timeout_s)} if self._async is not None else {}),
             # (integrated in observe(): the next evaluate() returns it, in the resumed run too)
             **({"unreturned": i} if (i := next((i for i, r in enumerate(self.history) if r is self._unreturned),
@@ -2051,6 +2079,8 @@ class AdaptiveEvaluator:
         self._interrupted = (int(got["step"]), _decision_from_state(got["decision"]) if got.get("decision") else None,
                              tuple(got["lookback"]) if got.get("lookback") else None) if got else None
         self._handed = collections.deque(((str(m), (a, b)) for m, a, b in sd.get("handed", [])), maxlen=_HANDED_MAX)
+        deferring = sd.get("deferring")
+        self._deferring = None if deferring is None else (check_step("deferring", deferring[0]), str(deferring[1]))
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]

@@ -920,7 +920,9 @@ class AsyncEvaluations:
                 if job.outcome is not None:
                     self.saved.add(job.id)  # (a resumed run integrates it: the exit warning says so)
             jobs.append(rec)
-        return {"jobs": jobs, "next_id": self._next_id, "down": self.is_down}
+        # (whether the runner is down is this process's, not the run's: a resumed evaluator has its own; one saved
+        # after close() or an executor's shutdown never evaluated again, a probe)
+        return {"jobs": jobs, "next_id": self._next_id}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self.jobs = []
@@ -932,8 +934,7 @@ class AsyncEvaluations:
             if wire is not None:  # (a state from before the per-item values has 3 elements)
                 job.outcome = _outcome_from_wire(wire, _BEFORE_RESUME)
             self.jobs.append(job)
-        self._next_id = int(sd.get("next_id", len(self.jobs)))
-        self.down = self.down_shared = sd.get("down")
+        self._next_id = int(sd.get("next_id", len(self.jobs)))  # (an older state's "down" is not this runner's)
 
     def drain(self, timeout_s: float | None = None) -> list[tuple[_Job, object]]:
         """Wait for everything in flight (at most ``timeout_s`` in all) and return it to integrate."""

@@ -2,6 +2,7 @@
 
 import concurrent.futures as cf
 import json
+import logging
 import math
 import multiprocessing
 import threading
@@ -194,6 +195,94 @@ def test_on_error_raise_integrates_the_results_taken_with_the_failed_one_before_
         ev.observe({"train/loss": 1.0}, 2)
     assert [r.step for r in ev.history] == [1] and ev.summary()["eval_errors"] == 1
     assert [(e["kind"], e["step"]) for e in events if e["kind"] in ("eval", "error")] == [("error", 0), ("eval", 1)]
+
+
+def test_on_error_raise_raises_once_the_step_that_notices_it_has_counted_and_decided():
+    """An asynchronous probe: the step whose call raised a failure integrated there (on_error: raise) did not count
+    for the trigger, so every later evaluation came a step late (20, 30, ... for 19, 29, ...); one integrated at the
+    last step lost the final evaluation (after_train() then saw the step as done)."""
+    def run(on_error, total, failing):
+        ev, events = make(load_config(overrides=[
+            "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "trigger.freq_steps=10",
+            f"evaluation.on_error={on_error}", "policy.interval.enabled=false", "policy.budget.enabled=false",
+            "policy.sample_size.enabled=false", "evaluation.sample_size=10"]), total_steps=total)
+        raised = []
+
+        def fn(request):
+            if request.step == failing:
+                raise RuntimeError("transient")
+            return {"acc": [1.0, 0.0] * 5}
+
+        for g in range(total):
+            ev.observe({"loss": 1.0}, g)
+            try:
+                ev.evaluate(fn, 0, g, g)
+            except RuntimeError:
+                raised.append(g)
+        ev.after_train(fn, total - 1)
+        ev.close()
+        return [(e["step"], e["reason"]) for e in events if e["kind"] == "submitted"], raised
+
+    for total, failing in ((60, 9), (53, 49)):  # (the second one's failure is noticed at the last step, 52)
+        skipped, none = run("skip", total, failing)
+        submitted, raised = run("raise", total, failing)
+        assert none == [] and raised == [failing + 3] and submitted == skipped
+    assert skipped[-1] == (52, "trigger:final") and [s for s, _ in skipped][:3] == [9, 19, 29]
+
+
+def test_a_state_saved_after_the_runner_broke_resumes_into_an_evaluator_that_evaluates():
+    """An asynchronous probe: whether the runner is down (the evaluator closed, the executor shut down) travelled in
+    the state, so the new evaluator the message tells one to build, loading it, never evaluated again."""
+    for broken in ("closed", "executor"):
+        pool = cf.ThreadPoolExecutor(1)
+        ev, _ = make(cfg("evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false"), pool)
+        train(ev, model_at(0), 6)
+        pool.shutdown() if broken == "executor" else ev.close()
+        train(ev, model_at(6), 20, start=6)  # (a due evaluation finds the runner down)
+        assert ev._async.is_down
+        state = json.loads(json.dumps(ev.state_dict()))
+        resumed, events = make(cfg("evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false"))
+        resumed.load_state_dict(state)
+        train(resumed, model_at(20), 40, start=20)
+        resumed.close()
+        assert len([e for e in events if e["kind"] == "eval"]) >= 3, broken  # (none before)
+        assert not [e for e in events if e["kind"] == "async_down"], broken
+
+
+def test_a_run_resumed_in_a_deferral_writes_the_decisions_text_of_the_one_that_never_stopped():
+    """An asynchronous probe: the deferral logged and still going on was not in the state, so the resumed run wrote
+    "deferred: async:waiting ..." again, and its next evaluation read "deferred since" the resume's step."""
+    def new_run(logger):
+        return make(cfg("evaluation.async_integrate_after_steps=15", "policy.budget.enabled=false"), logger=logger)
+
+    whole = RecordingLogger()
+    ev, _ = new_run(whole)
+    train(ev, model_at(0), 60)
+    ev.close()
+    first = RecordingLogger()
+    ev, _ = new_run(first)
+    train(ev, model_at(0), 15)  # (deferred since step 9, until step 19)
+    state = json.loads(json.dumps(ev.state_dict()))
+    second = RecordingLogger()
+    resumed, _ = new_run(second)
+    resumed.load_state_dict(state)
+    train(resumed, model_at(15), 60, start=15)
+    resumed.close()
+    texts = [t for t in whole.texts if t[1] == "decisions"]
+    assert (9, "decisions", "deferred: async:waiting (1 in flight) (was trigger:steps)") in texts
+    assert [t for t in second.texts if t[1] == "decisions"] == [t for t in texts if t[0] >= 15]
+
+
+def test_an_injected_clock_without_an_eval_clock_under_a_device_budget_is_said(caplog):
+    """An asynchronous probe: the evaluation's thread read the injected clock while the loop moved it, and two runs of
+    one seed with a fixed latency decided differently under policy.budget.max_eval_device_fraction."""
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        AdaptiveEvaluator.from_config(cfg("policy.budget.max_eval_device_fraction=0.05"), clock=FakeClock()).close()
+        AdaptiveEvaluator.from_config(cfg(), clock=FakeClock()).close()  # (no device budget: nothing to say)
+        AdaptiveEvaluator.from_config(cfg("policy.budget.max_eval_device_fraction=0.05"), clock=FakeClock(),
+                                      eval_clock=lambda: 0.0).close()
+    said = [r for r in caplog.records if "eval_clock" in r.getMessage()]
+    assert len(said) == 1 and "max_eval_device_fraction (0.05)" in said[0].getMessage()
 
 
 def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed():
