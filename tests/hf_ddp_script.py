@@ -15,6 +15,18 @@ from transformers import Trainer, TrainingArguments
 sys.path.insert(0, os.path.dirname(__file__))
 from test_integrations_hf import FAST, FlipWeights, Points, Tiny, accuracy  # noqa: E402
 
+
+class TinyKw(Tiny):
+    """``Tiny`` with a stock HF model's forward: ``**kwargs`` (so the Trainer counts the labels of every batch, across
+    the ranks with its default ``average_tokens_across_devices``), the loss over ``num_items_in_batch`` when given."""
+
+    def forward(self, x, labels=None, num_items_in_batch=None, **kwargs):
+        out = {"logits": self.net(x)}
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(out["logits"], labels, reduction="sum")
+            out["loss"] = loss / (num_items_in_batch if num_items_in_batch is not None else labels.numel())
+        return out
+
 from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 
 
@@ -39,7 +51,14 @@ class Recording(AdaptiveEvalCallback):
     def _evaluate_on(self, request, model):
         # (model not None: a replica, or the model holding a kept checkpoint's weights)
         Recording.seen.append([request.step, request.indices(200), model is not None, request.checkpoint])
-        return super()._evaluate_on(request, model)
+        got = super()._evaluate_on(request, model)
+        if isinstance(self.trainer.model, TinyKw):  # each item's loss beside the plain forward's on it
+            net, data = (model or self.trainer.model).net, self.trainer.eval_dataset
+            with torch.no_grad():
+                plain = [float(torch.nn.functional.cross_entropy(net(data.x[i]), data.y[i]))
+                         for i in request.indices(200)]
+            Recording.seen[-1].append([got["eval_loss"], plain])
+        return got
 
 
 def main(out: str, modes: str = "sync") -> None:
@@ -71,10 +90,12 @@ def run(out: str, mode: str) -> None:
                              save_steps=10, report_to=[], disable_tqdm=True, use_cpu=True,
                              logging_steps=10, ddp_backend="gloo", seed=0)
     extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3"] if mode == "async" else []
+    if mode == "stock":  # 33 items: shards of 17 and 16
+        extra = ["policy.sample_size.enabled=false", "evaluation.sample_size=33"]
     cb = Recording("default", overrides=FAST + ["trigger.freq_steps=25" if flip else "trigger.freq_steps=5"] + extra,
                    look_back=mode == "lookback")
-    trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
-                      callbacks=[cb] + ([FlipWeights(40)] if flip else []))
+    trainer = Trainer(TinyKw() if mode == "stock" else Tiny(), args, train_dataset=train, eval_dataset=held_out,
+                      compute_metrics=accuracy, callbacks=[cb] + ([FlipWeights(40)] if flip else []))
     trainer.train(resume_from_checkpoint=os.path.join(out, "checkpoint-20") if mode == "resume" else None)
     cb = next(c for c in trainer.callback_handler.callbacks if isinstance(c, Recording))
     history = [[r.step, r.reason, r.items, r.mean("eval_accuracy"), list(r["eval_loss"].ci), r.integrated_step]

@@ -26,14 +26,14 @@ def run(tmp_path, mode, out="rank"):
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory):
-    """One torchrun launch, four runs one after the other: one that checkpoints every 10 steps (it serves as the
-    plain synchronous run and as the uninterrupted run the resume is compared with), an asynchronous one, and a
-    run whose weights are flipped at step 40 with look_back and without."""
+    """One torchrun launch, five runs one after the other: one that checkpoints every 10 steps (it serves as the
+    plain synchronous run and as the uninterrupted run the resume is compared with), an asynchronous one, a
+    run whose weights are flipped at step 40 with look_back and without, and one of a stock HF model's forward."""
     folder = tmp_path_factory.mktemp("hf_ddp")
-    run(folder, "save,async,lookback,flip", out=None)
+    run(folder, "save,async,lookback,flip,stock", out=None)
     ranks = lambda mode: [json.loads((folder / mode / f"rank{r}.json").read_text()) for r in (0, 1)]  # noqa: E731
     return {"save": (folder / "save", ranks("save")), "async": ranks("async"),
-            "lookback": (folder / "lookback", ranks("lookback")), "flip": ranks("flip")}
+            "lookback": (folder / "lookback", ranks("lookback")), "flip": ranks("flip"), "stock": ranks("stock")}
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,18 @@ def test_two_gloo_ranks_evaluating_asynchronously_integrate_the_same_results_at_
         assert replica0 and replica1 and not set(mine) & set(theirs)  # each item scored once, on a replica
         assert sorted(mine + theirs) == sorted(EvalRequest(step=h[0], sample_size=h[2], seed=0,
                                                            reason="").indices(200))
+
+
+def test_a_stock_models_shards_of_different_sizes_are_scored_without_collectives_each_item_its_own_loss(launch):
+    """A model whose forward takes ``**kwargs`` (every stock HF model) under HF's default
+    ``average_tokens_across_devices``: the Trainer's prediction_step all-gathered the label count at every call and
+    scaled the loss by the number of ranks, so shards of 17 and 16 items made unmatched collectives (gloo aborted
+    the run; asynchronously it hung), and an item's loss read the other rank's labels (a multi-process probe)."""
+    r0, r1 = launch["stock"]
+    assert r0["history"] == r1["history"] and len(r0["history"]) >= 3 and r0["history"][-1][2] == 33
+    for r, n in ((r0, 17), (r1, 16)):
+        for _, mine, _, _, (losses, plain) in r["seen"]:
+            assert len(mine) == n and losses == pytest.approx(plain, rel=1e-5)
 
 
 def test_under_ddp_every_rank_resumes_its_own_detectors_and_decides_as_the_uninterrupted_run(saved):

@@ -59,6 +59,7 @@ trainer was built), pass ``trainer=``.  Nothing here raises inside the training 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -232,6 +233,23 @@ def _tensorboard_beside(cfg, trainer):
                 return None  # (the evaluator tries again, says so once and logs nothing)
             return logger if isinstance(logger, NullLogger) else _WithoutTrainerResults(logger)
     return None
+
+
+def _shard_local(trainer):
+    """``trainer`` as the callback's own ``prediction_step`` calls need it, each rank scoring its own shard: with HF's
+    default ``average_tokens_across_devices`` and a model whose forward takes ``**kwargs`` (every stock HF model),
+    ``prediction_step`` all-gathers the batch's label count at every call (``Trainer._get_num_items_in_batch``) and
+    scales the loss by the number of processes.  Ranks scoring 32 and 31 items then made unmatched collectives (gloo
+    aborted the run, or an asynchronous one hung), and an item's loss read the other rank's labels (a multi-process
+    probe).  A shallow copy whose own ``args`` turn it off (the training loop's trainer and args are left alone: an
+    asynchronous evaluation runs beside it)."""
+    args = trainer.args
+    if not getattr(args, "average_tokens_across_devices", False) or getattr(args, "world_size", 1) <= 1:
+        return trainer
+    local = copy.copy(trainer)
+    local.args = copy.copy(args)
+    local.args.average_tokens_across_devices = False
+    return local
 
 
 class _WithoutTrainerResults:
@@ -654,6 +672,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
+        trainer = _shard_local(trainer)
         named = _eval_sets(self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset)
         if model is None:
             model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
