@@ -6,6 +6,7 @@ import datetime
 import json
 import logging
 import math
+import pickle
 from types import SimpleNamespace
 
 import pytest
@@ -409,6 +410,10 @@ def test_a_run_stopped_early_evaluates_its_last_weights():
     assert trainer.global_step == 40
     last = cb.evaluator.history[-1]
     assert (last.step, last.reason) == (39, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+    # A callback used in a fit pickles, as ddp_spawn pickles it for a later fit (it failed at that launch: the
+    # listener close() was given, the fit's thread; a multi-process probe), its evaluator's results with it
+    again = pickle.loads(pickle.dumps(cb))
+    assert [r.step for r in again.evaluator.history] == [r.step for r in cb.evaluator.history]
 
 
 SEEN_STEPS = []  # (not on the module: an asynchronous replica is a copy of it)

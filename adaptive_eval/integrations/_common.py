@@ -169,8 +169,16 @@ def close_and_drain(evaluator, guard: StepGuard) -> list:
     one among them, are waited for and integrated) and return the results that closing integrated, for the
     adapter to report like the others."""
     drained = []
-    evaluator.add_listener(lambda e: drained.append(e["result"]) if e["kind"] == "eval" else None)
-    guard("close", evaluator.close)
+
+    def drain(event):
+        if event["kind"] == "eval":
+            drained.append(event["result"])
+
+    evaluator.add_listener(drain)
+    try:
+        guard("close", evaluator.close)
+    finally:  # (left on, it kept the evaluator and the callback that holds it from pickling: Lightning's ddp_spawn
+        evaluator._listeners.remove(drain)  # of a callback used in an earlier fit failed; a multi-process probe)
     return drained
 
 

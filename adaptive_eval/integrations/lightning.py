@@ -309,6 +309,7 @@ class AdaptiveEvalCallback(Callback):
         self.teardown(trainer, pl_module, "fit")  # (Lightning calls on_exception, not teardown, when fit raises)
 
     def teardown(self, trainer, pl_module, stage):
+        self._fit_thread = None  # (a thread does not pickle: a later fit with ddp_spawn failed at its launch)
         if self._wrapped_save is not None:
             strategy, ours = self._wrapped_save
             if vars(strategy).get("save_checkpoint") is ours:
