@@ -587,10 +587,8 @@ class AdaptiveEvaluator:
         if self._outputs:
             self._write_streams(metrics, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
+            # (an evaluation's error, on_error: raise, is raised by this step's evaluate() once the step has counted)
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
-            if self._deferred_error is not None:  # (this observe() is done: raised now)
-                raised, self._deferred_error = self._deferred_error, None
-                raise raised
 
     def _hand_over(self, metrics: Mapping, global_step: int) -> None:
         """observe() from another thread: its values, checked and read as floats in the caller's thread (a bad one
@@ -855,8 +853,10 @@ class AdaptiveEvaluator:
                 return None  # (no collective: the ranks are out of step since the failure)
             try:
                 out = self._evaluate_in_group(evaluate_fn, epoch, step, global_step)
-            except CollectiveError as exc:
-                self._deferred_error = None
+            except BaseException as exc:
+                self._deferred_error = None  # (the step's own exception goes up; the evaluation's error was logged)
+                if not isinstance(exc, CollectiveError):
+                    raise
                 # Raised, as documented.  A loop that catches it and goes on would pair this rank's next
                 # collectives with different ones of the others (wrong results, a hang at exit): no more.
                 self._group_failed = f"step {global_step}: {exc}"
@@ -881,8 +881,8 @@ class AdaptiveEvaluator:
                 pairs = self._async.take(global_step)
                 self._last_call_step = global_step
                 got = self._integrate(pairs, global_step) or got
-                raised, self._deferred_error = self._deferred_error, None
             self._unreturned = None
+            raised, self._deferred_error = self._deferred_error, None  # (integrated here or in observe())
         try:  # (free in the not-due path)
             self._last_call_step = global_step
             trigger = self.trigger
@@ -916,6 +916,9 @@ class AdaptiveEvaluator:
                 reason = "interval:tightened" if self.trigger.scale < 1.0 else "interval:relaxed"
             out = self._decide_and_run(evaluate_fn, reason, epoch, global_step, final)  # (async: submits, None)
             return out if self._async is None else got
+        except BaseException:
+            raised = None  # (the step's own exception, a Ctrl-C, goes up as it is; the evaluation's error was logged)
+            raise
         finally:
             if raised is not None:
                 # An evaluation's own error (on_error: raise) is raised once this step has counted and decided: the
@@ -1779,7 +1782,8 @@ class AdaptiveEvaluator:
             if self._logging:
                 self._log_async_eval(global_step, job, result if error is None else None)
         self._check_down(global_step)
-        self._deferred_error = raised  # (the caller raises it once its step is done)
+        if raised is not None and self._deferred_error is None:  # (raised by this step's evaluate(), at its end)
+            self._deferred_error = raised
         return last
 
     def _log_async_eval(self, global_step: int, job, result: EvalResult | None) -> None:

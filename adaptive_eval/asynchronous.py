@@ -673,6 +673,14 @@ class AsyncEvaluations:
         self._next_id += 1
         try:
             self._start(job, evaluate_fn, request, epoch)
+        except BaseException as exc:  # noqa: BLE001 - the snapshot failed (out of memory), a Ctrl-C in it
+            # A failed evaluation, handled by on_error where it is integrated (a job without a future read as
+            # "async:lost ... in flight when the state was saved"; a review); a Ctrl-C still goes up.
+            job.future = cf.Future()
+            job.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(
+                f"the asynchronous evaluation of step {request.step} did not start: {type(exc).__name__}"))
+            if not isinstance(exc, Exception):
+                raise
         finally:
             # (listed once its future is set: a job listed without one reads as lost by a resume, and an observe()
             # from the evaluation's own thread, or another, between the two dropped it as "async:lost"; a new

@@ -191,21 +191,26 @@ def test_on_error_raise_integrates_the_results_taken_with_the_failed_one_before_
     ev.evaluate(fn, 0, 1, 1)  # step 1's: done at once, waits behind step 0's (submission order)
     release.set()
     pool.shutdown(wait=True)  # both done
-    with pytest.raises(ValueError, match="eval broke"):
-        ev.observe({"train/loss": 1.0}, 2)
+    ev.observe({"train/loss": 1.0}, 2)  # (integrated here; raised by this step's evaluate(), once it has counted)
     assert [r.step for r in ev.history] == [1] and ev.summary()["eval_errors"] == 1
+    with pytest.raises(ValueError, match="eval broke"):
+        ev.evaluate(fn, 0, 2, 2)
+    assert ev._last_call_step == 2
     assert [(e["kind"], e["step"]) for e in events if e["kind"] in ("eval", "error")] == [("error", 0), ("eval", 1)]
 
 
 def test_on_error_raise_raises_once_the_step_that_notices_it_has_counted_and_decided():
     """An asynchronous probe: the step whose call raised a failure integrated there (on_error: raise) did not count
     for the trigger, so every later evaluation came a step late (20, 30, ... for 19, 29, ...); one integrated at the
-    last step lost the final evaluation (after_train() then saw the step as done)."""
-    def run(on_error, total, failing):
+    last step lost the final evaluation (after_train() then saw the step as done).  Without a fixed latency the
+    failure is integrated by the next observe(), which raised it before the step had counted (a review)."""
+    def run(on_error, total, failing, latency=3):
         ev, events = make(load_config(overrides=[
-            "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "trigger.freq_steps=10",
+            "evaluation.asynchronous=true", f"evaluation.async_integrate_after_steps={latency}",
+            "trigger.freq_steps=10",
             f"evaluation.on_error={on_error}", "policy.interval.enabled=false", "policy.budget.enabled=false",
-            "policy.sample_size.enabled=false", "evaluation.sample_size=10"]), total_steps=total)
+            "policy.sample_size.enabled=false", "evaluation.sample_size=10"]), total_steps=total,
+            executor=InlineExecutor() if latency == "null" else None)
         raised = []
 
         def fn(request):
@@ -223,11 +228,46 @@ def test_on_error_raise_raises_once_the_step_that_notices_it_has_counted_and_dec
         ev.close()
         return [(e["step"], e["reason"]) for e in events if e["kind"] == "submitted"], raised
 
-    for total, failing in ((60, 9), (53, 49)):  # (the second one's failure is noticed at the last step, 52)
-        skipped, none = run("skip", total, failing)
-        submitted, raised = run("raise", total, failing)
-        assert none == [] and raised == [failing + 3] and submitted == skipped
-    assert skipped[-1] == (52, "trigger:final") and [s for s, _ in skipped][:3] == [9, 19, 29]
+    for total, failing, latency in ((60, 9, 3), (53, 49, 3), (60, 9, "null"), (11, 9, "null")):
+        skipped, none = run("skip", total, failing, latency)  # (53, 11: the failure noticed at the last step)
+        submitted, raised = run("raise", total, failing, latency)
+        assert none == [] and raised == [failing + (3 if latency == 3 else 1)] and submitted == skipped
+        assert skipped[0] == (9, "trigger:steps") and skipped[-1] == (total - 1, "trigger:final")
+
+
+def test_a_failure_of_the_steps_own_submission_is_not_masked_nor_read_as_lost():
+    """A review: the evaluation's error raised at the end of the step replaced the step's own exception (a Ctrl-C in
+    the snapshot came up as the earlier evaluation's RuntimeError); a snapshot that failed left its job without a
+    future, later a failed evaluation "in flight when the state was saved"; now it is that evaluation's failure."""
+    class Snap(SnapshotEval):
+        def snapshot(self, step=None):
+            if step == 5:
+                raise self.exc
+            return super().snapshot(step)
+
+    def fn(request, weights):
+        if request.step == 2:
+            raise RuntimeError("evaluation of step 2 failed")
+        return {"acc": [1.0, 0.0] * 5}
+
+    for exc in (KeyboardInterrupt(), MemoryError("out of memory while copying the weights")):
+        ev, events = make(load_config(overrides=[
+            "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "trigger.freq_steps=3",
+            "evaluation.on_error=raise", "policy.interval.enabled=false", "policy.budget.enabled=false",
+            "policy.sample_size.enabled=false", "evaluation.sample_size=10"]), total_steps=40)
+        snap = Snap(torch.nn.Linear(3, 2), fn)
+        snap.exc = exc
+        for g in range(5):
+            ev.observe({"loss": 1.0}, g)
+            ev.evaluate(snap, 0, g, g)
+        ev.observe({"loss": 1.0}, 5)
+        with pytest.raises(type(exc) if isinstance(exc, KeyboardInterrupt) else RuntimeError) as got:
+            ev.evaluate(snap, 0, 5, 5)  # step 2's failure integrated here, step 5's snapshot failing
+        assert isinstance(exc, KeyboardInterrupt) or "evaluation of step 2 failed" in str(got.value)
+        ev.close()
+        errors = {e["step"]: e["error"] for e in events if e["kind"] == "error"}
+        assert set(errors) == {2, 5} and "lost" not in errors[5]
+        assert ("out of memory" if isinstance(exc, MemoryError) else "did not start: KeyboardInterrupt") in errors[5]
 
 
 def test_a_state_saved_after_the_runner_broke_resumes_into_an_evaluator_that_evaluates():

@@ -113,6 +113,35 @@ def _world(rank, world):
     ev = make("evaluation.async_integrate_after_steps=3")
     out["empty"] = decisions(drive(ev, rank, 0, STEPS, empty))
 
+    # on_error: raise, the failure of step 4's shard on rank 1: raised on both ranks at step 7's evaluate(), once the
+    # step decided, as in one process (the schedule as under skip); step 9's snapshot failing is that evaluation's
+    # failure, raised where it is integrated, not an exception of step 9 (it left a stale error; a review)
+    class Snap(SnapshotEval):
+        def snapshot(self, step=None):
+            if step == 9:
+                raise MemoryError("out of memory while copying the weights")
+            return super().snapshot(step)
+
+    def fails_at_4(request, weights):
+        if request.step == 4 and rank == 1:
+            raise RuntimeError("eval server down")
+        return weight_sum(request, weights)
+
+    out["raise"] = []
+    for on_error in ("skip", "raise"):
+        ev, model, raised = make("evaluation.async_integrate_after_steps=3", f"evaluation.on_error={on_error}"), \
+            model_at(0), []
+        events = []
+        ev.add_listener(events.append)
+        for g in range(20):
+            ev.observe(stream(rank, g), g)
+            try:
+                ev.evaluate(Snap(model, fails_at_4), 0, g, g)
+            except Exception as exc:  # noqa: BLE001
+                raised.append((g, type(exc).__name__))
+        ev.close()
+        out["raise"].append(([(e["step"], e["kind"]) for e in events if e["kind"] in ("submitted", "error")], raised))
+
     first = make("evaluation.async_integrate_after_steps=3")
     before = drive(first, rank, 0, CUT, weight_sum, close=False)
     state = json.dumps(first.state_dict())  # this rank's own state, with an evaluation in flight
@@ -177,6 +206,15 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     assert "on rank 1: RuntimeError: eval server down" in errors[0]["error"]
     assert err1[err0.index(errors[0])]["error"] == "RuntimeError: eval server down"
     assert [e for e in err0 if e["kind"] == "eval" and e["step"] > errors[0]["step"]]
+
+    # on_error: raise: raised on both ranks where it was noticed, the schedule as under skip; the snapshot's failure an
+    # evaluation's error
+    for r in range(2):
+        (skipped, none), (submitted, raised) = ranks[r]["raise"]
+        assert none == [] and submitted == skipped  # (rank 0 raises rank 1's failure as a RemoteEvaluationError)
+        assert raised == [(7, "RuntimeError" if r == 1 else "RemoteEvaluationError"), (12, "MemoryError")]
+        assert (4, "error") in submitted
+        assert (9, "error") in submitted and (9, "submitted") in submitted
 
     # a rank whose shard deviates: the rank_discrepancy alarm on both ranks, at the step its result is integrated
     disc0, disc1 = ranks[0]["discrepancy"], ranks[1]["discrepancy"]
