@@ -15,6 +15,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
+from adaptive_eval import EvalRequest  # noqa: E402
 from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 
 FAST = ["policy.sample_size.initial=32", "policy.sample_size.min=16", "policy.sample_size.max=48",
@@ -412,6 +413,47 @@ def test_a_run_stopped_early_evaluates_its_last_weights(tmp_path):
     assert trainer.state.global_step == 30
     last = cb.evaluator.history[-1]
     assert (last.step, last.reason) == (29, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+
+
+class Scramble(TrainerCallback):
+    """From step ``at`` on, scrambles the output layer at every step (the accuracy falls: an early stop fires); keeps
+    the weights of the last step trained."""
+
+    def __init__(self, at):
+        self.at, self.last = at, None
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step >= self.at:
+            with torch.no_grad():
+                model.net[2].weight.add_(torch.randn_like(model.net[2].weight) * 2.0)
+        self.last = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_a_run_stopped_early_with_the_best_model_loaded_at_the_end_evaluates_its_last_weights(tmp_path):
+    """A new user's probe: with load_best_model_at_end (EarlyStoppingCallback's setting) HF loads the best checkpoint
+    before on_train_end, where the stopped run's evaluation ran: it scored that checkpoint under the last step's
+    name (loss 1.16 for the last weights' 12.3)."""
+    from transformers import EarlyStoppingCallback
+
+    torch.manual_seed(0)
+    held_out, scramble = Points(100, 1), Scramble(12)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=100"])
+    args = make_args(tmp_path, max_steps=60, eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5,
+                     load_best_model_at_end=True, metric_for_best_model="accuracy")
+    trainer = Trainer(Tiny(), args, train_dataset=Points(1000, 0), eval_dataset=held_out, compute_metrics=accuracy,
+                      callbacks=[scramble, cb, EarlyStoppingCallback(early_stopping_patience=2)])
+    trainer.train()
+    stopped = trainer.state.global_step
+    assert stopped < 60 and trainer.state.best_model_checkpoint.endswith("checkpoint-10")
+    last = cb.evaluator.history[-1]
+    assert (last.step, last.reason) == (stopped - 1, "trigger:final")
+    items = EvalRequest(step=last.step, sample_size=last.sample_size, seed=0, reason="").indices(len(held_out))
+    model = Tiny()
+    model.load_state_dict(scramble.last)
+    with torch.no_grad():
+        loss = float(nn.functional.cross_entropy(model.net(held_out.x[items]), held_out.y[items], reduction="none")
+                     .mean())
+    assert last.mean("eval_loss") == pytest.approx(loss, rel=1e-5) and loss > 3.0
 
 
 class WindowedLog(Trainer):

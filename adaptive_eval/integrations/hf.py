@@ -609,6 +609,25 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             os.fsync(f.fileno())
         os.replace(tmp, path)
 
+    def on_epoch_end(self, args, state, control, **kwargs):
+        # Training stops here before HF's _finalize_training, which loads the best checkpoint into the model with
+        # load_best_model_at_end: evaluated at on_train_end, a run stopped early scored that checkpoint under its
+        # last step's name (a new user's probe).
+        self.hooks_called.add("on_epoch_end")
+        if self.evaluator is not None and control.should_training_stop:
+            self._evaluate_last(state, control)
+
+    def _evaluate_last(self, state, control) -> None:
+        """The last weights of a run stopped early (EarlyStoppingCallback, should_training_stop); nothing where the
+        final evaluation already ran at this step."""
+        if state.global_step > 0:
+            fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
+            seen = len(self.evaluator.history)
+            result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
+            if result is not None:
+                self._guard("report", self._report, result, control)
+                self._guard("report", self._report_look_backs, seen, control)
+
     def on_train_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_end")
         if self._wrapped_training_step is not None:
@@ -616,13 +635,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
         if self.evaluator is not None:
-            if state.global_step > 0:  # stopped early (EarlyStoppingCallback, should_training_stop): its last weights
-                fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
-                seen = len(self.evaluator.history)
-                result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
-                if result is not None:
-                    self._guard("report", self._report, result, control)
-                    self._guard("report", self._report_look_backs, seen, control)
+            self._evaluate_last(state, control)  # (done at on_epoch_end, unless training stopped elsewhere)
             for result in close_and_drain(self.evaluator, self._guard):
                 self._guard("report", self._report, result, control)
             self._saved_state = self._guard("state", self.evaluator.state_dict)
