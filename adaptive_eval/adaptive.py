@@ -173,6 +173,22 @@ def _with_nonfinite(streams: dict) -> dict:
             "watch": {name: with_it(specs) for name, specs in (streams["watch"] or {}).items()}}
 
 
+_MANY_STREAMS = 1000  # more metric names than this: said once (they are most likely made per step)
+
+
+def _numbers_of(metrics: Mapping) -> dict:
+    """The entries of ``metrics`` that read as numbers (:func:`as_float`), for the streams written and recorded at a
+    step one of whose values was refused."""
+    out = {}
+    for k, v in metrics.items():
+        try:
+            as_float(k, v)
+        except TypeError:
+            continue
+        out[k] = v
+    return out
+
+
 def _backwards(where: str, last: int, step: int) -> str:
     """The message of a step that went backwards: a loop that restarted without a new evaluator, or a resume from
     a checkpoint older than the evaluator state loaded (found by a new-user probe: the advice said to do what
@@ -456,6 +472,13 @@ class AdaptiveEvaluator:
         if not isinstance(stream, str) or not stream:  # ('' cannot be a trace column: record_to lost every row)
             raise TypeError(f"metric names must be non-empty strings, got {stream!r}")
         dets = self._detectors[stream] = self._build(stream, self._specs_for(stream))
+        if len(self._detectors) == _MANY_STREAMS:
+            # (a name made per step, "loss_step_123", grew the state, the memory and every evaluation's cost without
+            # a word, and a CSV trace by a rewrite of the file per name; a long-run probe)
+            log.warning("%d metric names observed so far (the latest %r): each name is a stream with detectors of its "
+                        "own, kept in memory and in state_dict(), and a column of a recorded trace (a CSV trace is "
+                        "rewritten for each new one): keep names made per step or per item (an id in the name) out of "
+                        "observe() (said once)", _MANY_STREAMS, stream)
         return self._index(stream, dets)
 
     def _index(self, stream: str, dets: list) -> tuple:
@@ -572,23 +595,34 @@ class AdaptiveEvaluator:
         # (see _index).  Everything else (a new stream, an int or numpy scalar, NaN/inf) goes through
         # _observe_one, which makes the same updates.
         on_finite = self._on_finite
+        bad = None  # (a value that is not a number: the others are applied, written and recorded, then it raises)
         for name, value in items:
             try:
                 update = on_finite[name]
             except KeyError:  # a new stream
-                self._observe_one(name, value, global_step)
+                try:
+                    self._observe_one(name, value, global_step)
+                except TypeError as exc:
+                    bad = bad or (name, exc)
                 continue
             if type(value) is float and value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
                 alarm = update(value, global_step)
                 if alarm is not None:
                     self._raised(alarm, global_step)
             else:
-                self._observe_one(name, value, global_step)
+                try:
+                    self._observe_one(name, value, global_step)
+                except TypeError as exc:
+                    bad = bad or (name, exc)
         if self._outputs:
-            self._write_streams(metrics, global_step)
+            self._write_streams(metrics if bad is None else _numbers_of(metrics), global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             # (an evaluation's error, on_error: raise, is raised by this step's evaluate() once the step has counted)
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
+        if bad is not None:
+            # (the values before it reached the detectors, the rest neither them nor the trace: a replay of the trace
+            # could not find the alarm they raised; a long-run probe)
+            raise bad[1]
 
     def _hand_over(self, metrics: Mapping, global_step: int) -> None:
         """observe() from another thread: its values, checked and read as floats in the caller's thread (a bad one
@@ -637,11 +671,11 @@ class AdaptiveEvaluator:
 
     def _observe_one(self, name, value, global_step: int) -> None:
         """One metric of :meth:`observe`, by the general path (any value; any stream, new ones included)."""
+        if type(value) is not float:
+            value = as_float(name, value)  # (first: a name whose value is refused is no stream)
         entry = self._watchers.get(name)
         if entry is None:
             entry = self._watch(name)
-        if type(value) is not float:
-            value = as_float(name, value)
         if value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
             updates = entry[0]
             if name in self._in_nonfinite_run:  # the run ends: every detector sees it (nonfinite re-arms)

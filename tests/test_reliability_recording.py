@@ -26,6 +26,33 @@ def test_reserved_metric_names_are_recorded_renamed_not_raised(tmp_path, caplog)
     assert ev.summary()["record_errors"] == 0
 
 
+def test_a_value_refused_at_a_step_leaves_the_others_applied_and_recorded_alike(tmp_path):
+    """A long-run probe: one value that is not a number (a bool) raised half-way through observe(): the values before
+    it reached the detectors (a NaN's alarm), those after it nothing, and the trace nothing at all, so its replay
+    could not find the alarm; the refused name had detectors of its own."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]))
+    ev.record_to(tmp_path / "t.jsonl")
+    for g in range(20):
+        with pytest.raises(TypeError, match="metric 'flag': expected a number, got bool"):
+            ev.observe({"train/loss": float("nan") if g == 12 else 1.0, "flag": g % 2 == 0, "train/z": 2.0}, g)
+        ev.evaluate(lambda: {"acc": 0.5}, 0, g, g)
+    ev.close()
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert [r.step for r in trace if {"train/loss", "train/z"} <= set(r.metrics)] == list(range(20))
+    assert "flag" not in ev._detectors and "train/z" in ev._detectors and ev.summary()["alarms"] >= 1
+
+
+def test_metric_names_made_per_step_are_said_once(caplog):
+    """A long-run probe: a name made per step ("loss_step_<g>") grew the state, the memory and every evaluation's
+    cost (and a CSV trace by a rewrite per name) without a word."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]))
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(1200):
+            ev.observe({"train/loss": 1.0, f"loss_step_{g}": 1.0}, g)
+    said = [m for m in caplog.messages if "metric names observed so far" in m]
+    assert len(said) == 1 and "'loss_step_998'" in said[0] and "out of observe()" in said[0]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_full_disk_while_recording_is_logged_and_training_goes_on(tmp_path, caplog):
 
