@@ -136,9 +136,10 @@ def test_a_tensorboard_error_never_reaches_the_training_step(tmp_path, caplog):
 
 
 def test_counters_and_timings_the_trainers_log_are_not_watched():
-    """TRL's cumulative num_tokens and its step_time were watched by detectors (a counter always "shifts")."""
+    """TRL's cumulative num_tokens and its step_time were watched by detectors (a counter always "shifts"); so was
+    HF's train_tokens_per_second (include_num_input_tokens_seen), a wall-clock throughput (a new user's probe)."""
     from adaptive_eval.integrations._common import watched
 
     assert not any(watched(k) for k in ("num_tokens", "train/num_tokens", "step_time", "train/step_time",
-                                        "learning_rate", "eval_loss", "train_runtime"))
+                                        "learning_rate", "eval_loss", "train_runtime", "train_tokens_per_second"))
     assert all(watched(k) for k in ("train/reward", "train/kl", "train/completions/mean_length", "loss"))

@@ -50,7 +50,7 @@ EXTRA = "integrations"
 # Keys a trainer logs that are schedule or bookkeeping, not a signal about the model: never watched.
 UNWATCHED = ("epoch", "learning_rate", "lr", "total_flos", "step", "global_step", "num_input_tokens_seen",
              "num_tokens", "step_time")  # (TRL's cumulative token count and its timing)
-UNWATCHED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos")
+UNWATCHED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_tokens_per_second", "_flos")
 
 
 def missing(module: str, what: str, exc: BaseException) -> ModuleNotFoundError:
