@@ -630,17 +630,22 @@ def test_a_fault_in_the_loss_is_not_corroborated_by_the_same_loss_under_another_
     assert reasons[0].startswith("alarm:train_loss:") and cb.evaluator.summary()["alarms"] == 1, reasons
 
 
-def test_with_gradient_accumulation_the_loss_is_the_mean_of_the_steps_micro_batches():
+@pytest.mark.parametrize("how", ["none", "train_loss"])
+def test_with_gradient_accumulation_the_loss_is_the_mean_of_the_steps_micro_batches(how):
     """With accumulate_grad_batches=2 the observed train/loss was the last micro-batch's loss divided by 2
-    (Lightning scales outputs["loss"] for backward).  5 batches an epoch: the epoch's last step has one."""
+    (Lightning scales outputs["loss"] for backward).  5 batches an epoch: the epoch's last step has one.  A module
+    that logs its loss itself: its stream was the last micro-batch's, Lightning's value (a new user's probe)."""
     train, _ = loaders(n_train=20)  # 5 batches of 4: steps of 2, 2 and 1 micro-batches
     torch.manual_seed(0)
-    model = LoggedLossModel("none")
+    model = LoggedLossModel(how)
     cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=1000"])
     trainer = L.Trainer(max_steps=9, accumulate_grad_batches=2, logger=False, enable_checkpointing=False,
                         callbacks=[cb], **QUIET)
     trainer.fit(model, train)
     observed = cb.observed["train/loss"]
+    if how == "train_loss":  # (both names until the module's is known to be the loss, 3 steps; then its name)
+        observed = {**dict(cb.observed["train_loss"]), **dict(observed)}
+        observed = sorted(observed.items())
     assert [s for s, _ in observed] == list(range(9))
     # the module's global_step during a step's micro-batches is the step's 0-based index
     assert [len(model.losses[s]) for s in range(9)] == [2, 2, 1] * 3
@@ -1154,6 +1159,16 @@ def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
         L.Trainer(max_steps=6, logger=False, callbacks=[cb, ckpt], **QUIET).fit(Model(), train)  # (no validation)
     said = [r.getMessage() for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
     assert len(said) == 1 and "ModelCheckpoint(monitor='adaptive_eval/score')" in said[0]
+    # With Lightning's validation on, a monitor of the adapter's key raised at the first validation, unsaid (a probe)
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    caplog.clear()
+    cb = AdaptiveEvalCallback("areal", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=3"])
+    with caplog.at_level("WARNING", logger="adaptive_eval"), pytest.raises(RuntimeError, match="adaptive_eval/score"):
+        L.Trainer(max_steps=6, logger=False, val_check_interval=3, callbacks=[cb, EarlyStopping("adaptive_eval/score")],
+                  **{**QUIET, "limit_val_batches": 2}).fit(Model(), *loaders())
+    said = [r.getMessage() for r in caplog.records if "names a key of AdaptiveEvalCallback's" in r.getMessage()]
+    assert len(said) == 1 and "EarlyStopping(monitor='adaptive_eval/score')" in said[0]
 
 
 # -- what a new user's Lightning set-up met (sixth probe of the adapters) ---------------------------------

@@ -459,6 +459,8 @@ class AdaptiveEvalCallback(Callback):
 
         if twin is not None:
             if is_loss(fresh[twin]):
+                if n > 1:  # (Lightning keeps the last micro-batch's: the stream is the window's mean, as train/loss)
+                    fresh[twin] = mean
                 return fresh
             # it no longer carries the step's loss (a part of it that equalled it while the rest was 0):
             # train/loss is observed again, and the search starts over
@@ -479,6 +481,8 @@ class AdaptiveEvalCallback(Callback):
             self._twin, self._aliases = confirmed[0], set(confirmed[1:])
             for key in confirmed[1:]:
                 fresh.pop(key, None)
+            if n > 1:  # (under accumulation the loss stream is the window's mean, not the last micro-batch's: a probe)
+                fresh[confirmed[0]] = mean
             return fresh
         return {"train/loss": mean, **fresh}
 
@@ -831,20 +835,25 @@ def _say_monitors(trainer) -> None:
     """With Lightning's own validation off (``limit_val_batches=0``, the way to let the adapter decide alone), a
     ``ModelCheckpoint``/``EarlyStopping`` monitor finds no key: the adapter's results go to the loggers, not to
     ``callback_metrics``.  Lightning's own message ("could not find the monitored key", or EarlyStopping's
-    RuntimeError) does not say why; found by a new-user probe.  Said once, at on_train_start."""
+    RuntimeError) does not say why; found by a new-user probe.  So does a monitor of an ``adaptive_eval/...`` key with
+    Lightning's validation on (EarlyStopping raised at the first validation).  Said once, at on_train_start."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    if trainer.limit_val_batches != 0:
-        return
     for cb in trainer.callbacks:
         monitor = getattr(cb, "monitor", None)
-        if isinstance(cb, (ModelCheckpoint, EarlyStopping)) and monitor:
-            log.warning("adaptive_eval: %s(monitor=%r) with limit_val_batches=0: Lightning validates never, and "
-                        "the monitor never sees AdaptiveEvalCallback's results (they go to the loggers as "
-                        "adaptive_eval/<metric>, not to callback_metrics); checkpoint by steps "
-                        "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
-                        "adaptive_eval.scoring.pick_best(callback.evaluator.history, metric)",
-                        type(cb).__name__, monitor)
+        if not isinstance(cb, (ModelCheckpoint, EarlyStopping)) or not monitor:
+            continue
+        if trainer.limit_val_batches == 0:
+            why = "with limit_val_batches=0: Lightning validates never, and the monitor never sees"
+        elif str(monitor).startswith("adaptive_eval/"):  # (a crash at the first validation, unsaid; a probe)
+            why = "names a key of AdaptiveEvalCallback's, which the monitor never sees:"
+        else:
+            continue
+        log.warning("adaptive_eval: %s(monitor=%r) %s AdaptiveEvalCallback's results (they go to the loggers as "
+                    "adaptive_eval/<metric>, not to callback_metrics); checkpoint by steps "
+                    "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
+                    "adaptive_eval.scoring.pick_best(callback.evaluator.history, metric)",
+                    type(cb).__name__, monitor, why)
 
 
 def _kind(key: str) -> int:
