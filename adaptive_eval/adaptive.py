@@ -177,15 +177,16 @@ _MANY_STREAMS = 1000  # more metric names than this: said once (they are most li
 
 
 def _numbers_of(metrics: Mapping) -> dict:
-    """The entries of ``metrics`` that read as numbers (:func:`as_float`), for the streams written and recorded at a
-    step one of whose values was refused."""
+    """The entries of ``metrics`` with a name and a value observe() takes (a non-empty string; a number, as
+    :func:`as_float` reads it), for the streams written and recorded at a step one of whose entries was refused."""
     out = {}
     for k, v in metrics.items():
         try:
             as_float(k, v)
         except TypeError:
             continue
-        out[k] = v
+        if isinstance(k, str) and k:  # (a refused name failed the trace's whole row: a review)
+            out[k] = v
     return out
 
 
@@ -957,7 +958,9 @@ class AdaptiveEvaluator:
             if raised is not None:
                 # An evaluation's own error (on_error: raise) is raised once this step has counted and decided: the
                 # schedule went on a step late after it, and one integrated at the last step lost the final
-                # evaluation (an asynchronous probe)
+                # evaluation (an asynchronous probe).  A result integrated with it is returned by the next call.
+                if got is not None:
+                    self._unreturned = got
                 raise raised
 
     def _say_past_end(self, global_step: int) -> None:
@@ -1095,7 +1098,23 @@ class AdaptiveEvaluator:
         check), sized by the policies.  None otherwise: a run that reached its last step evaluated it in
         :meth:`evaluate`.  In a process group every rank calls it (the same decision on every rank: the same
         steps).  Asynchronously it submits; :meth:`close` waits for it."""
-        global_step = check_step("global_step", global_step)
+        try:
+            result = self._after_train(evaluate_fn, check_step("global_step", global_step))
+        except BaseException:
+            self._deferred_error = None  # (its own exception goes up; the evaluation's error was logged)
+            raise
+        self._raise_deferred()  # (one integrated by the last observe(): nothing else raises it)
+        return result
+
+    def _raise_deferred(self) -> None:
+        """Raise the error of an asynchronous evaluation integrated under ``on_error: raise`` and not raised yet (by
+        the last step's ``observe()``, which no ``evaluate()`` followed: HF's on_log comes after on_step_end); not
+        while another exception goes up (a ``finally: close()`` after the training loop's own)."""
+        error, self._deferred_error = self._deferred_error, None
+        if error is not None and sys.exc_info()[1] is None:
+            raise error
+
+    def _after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
         if not self._eval_at_end or self._last_eval_step == global_step:
             return None
         if self.total_steps is not None and global_step >= self.total_steps - 1 and not (
@@ -2142,7 +2161,8 @@ class AdaptiveEvaluator:
         evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
         how long it may last and why) and integrated at the last step seen;
-        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here).  In a
+        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here, but does raise a
+        failure the last ``observe()`` integrated, which no ``evaluate()`` raised, unless another exception goes up).  In a
         process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with
         eval ranks it also tells them to stop serving.  An asynchronous evaluator evaluates no more after it:
@@ -2182,6 +2202,7 @@ class AdaptiveEvaluator:
             self._recorder.close()
             self._recorder = None
         self._closed = self._closed or True  # (a second close keeps "said")
+        self._raise_deferred()  # (integrated by an observe() no evaluate() followed; not close()'s own drain)
 
     def _say_closed(self, what: str) -> None:
         """Once: a call after :meth:`close`, which went on deciding with nothing written (found by a new user)."""

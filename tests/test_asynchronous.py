@@ -196,6 +196,7 @@ def test_on_error_raise_integrates_the_results_taken_with_the_failed_one_before_
     with pytest.raises(ValueError, match="eval broke"):
         ev.evaluate(fn, 0, 2, 2)
     assert ev._last_call_step == 2
+    assert ev._unreturned.step == 1  # (integrated with it: the next evaluate() returns it; it was lost, a review)
     assert [(e["kind"], e["step"]) for e in events if e["kind"] in ("eval", "error")] == [("error", 0), ("eval", 1)]
 
 
@@ -233,6 +234,42 @@ def test_on_error_raise_raises_once_the_step_that_notices_it_has_counted_and_dec
         submitted, raised = run("raise", total, failing, latency)
         assert none == [] and raised == [failing + (3 if latency == 3 else 1)] and submitted == skipped
         assert skipped[0] == (9, "trigger:steps") and skipped[-1] == (total - 1, "trigger:final")
+
+
+def test_a_failure_the_last_steps_observe_integrates_is_raised_by_after_train_or_close_not_over_another():
+    """A review: HF's order (on_step_end's evaluate(), then on_log's observe()) integrated the failed final evaluation
+    in the last observe(), which left it to an evaluate() that never came: on_error: raise raised nothing."""
+    def run(end):
+        ev, _ = make(load_config(overrides=[
+            "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=null", "trigger.freq_steps=5",
+            "evaluation.on_error=raise", "policy.interval.enabled=false", "policy.budget.enabled=false",
+            "policy.sample_size.enabled=false", "evaluation.sample_size=10"]), total_steps=12,
+            executor=InlineExecutor())
+
+        def fn(request):
+            if request.step == 11:
+                raise RuntimeError("eval of step 11 broke")
+            return {"acc": [1.0, 0.0] * 5}
+
+        for g in range(12):
+            ev.evaluate(fn, 0, g, g)
+            ev.observe({"loss": 1.0}, g)  # (the final evaluation's failure integrated here, at step 11)
+        end(ev, fn)
+        return ev
+
+    with pytest.raises(RuntimeError, match="step 11 broke"):
+        run(lambda ev, fn: ev.after_train(fn, 11))
+    with pytest.raises(RuntimeError, match="step 11 broke"):
+        run(lambda ev, fn: ev.close())
+
+    def loop_failed(ev, fn):
+        try:
+            raise KeyError("the training loop's own")
+        finally:
+            ev.close()  # (the evaluation's error, logged, does not take the place of the loop's)
+
+    with pytest.raises(KeyError, match="the training loop's own"):
+        run(loop_failed)
 
 
 def test_a_failure_of_the_steps_own_submission_is_not_masked_nor_read_as_lost():

@@ -429,18 +429,21 @@ class Scramble(TrainerCallback):
         self.last = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def test_a_run_stopped_early_with_the_best_model_loaded_at_the_end_evaluates_its_last_weights(tmp_path):
+@pytest.mark.parametrize("strategy", ["steps", "epoch"])
+def test_a_run_stopped_early_with_the_best_model_loaded_at_the_end_evaluates_its_last_weights(tmp_path, strategy):
     """A new user's probe: with load_best_model_at_end (EarlyStoppingCallback's setting) HF loads the best checkpoint
     before on_train_end, where the stopped run's evaluation ran: it scored that checkpoint under the last step's
-    name (loss 1.16 for the last weights' 12.3)."""
+    name (loss 1.16 for the last weights' 12.3).  With eval_strategy="epoch" training stops after on_epoch_end."""
     from transformers import EarlyStoppingCallback
 
     torch.manual_seed(0)
     held_out, scramble = Points(100, 1), Scramble(12)
     cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=100"])
-    args = make_args(tmp_path, max_steps=60, eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5,
-                     load_best_model_at_end=True, metric_for_best_model="accuracy")
-    trainer = Trainer(Tiny(), args, train_dataset=Points(1000, 0), eval_dataset=held_out, compute_metrics=accuracy,
+    every = dict(eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5) if strategy == "steps" \
+        else dict(eval_strategy="epoch", save_strategy="epoch")  # (160 items: an epoch of 10 steps)
+    args = make_args(tmp_path, max_steps=60, load_best_model_at_end=True, metric_for_best_model="accuracy", **every)
+    trainer = Trainer(Tiny(), args, train_dataset=Points(1000 if strategy == "steps" else 160, 0),
+                      eval_dataset=held_out, compute_metrics=accuracy,
                       callbacks=[scramble, cb, EarlyStoppingCallback(early_stopping_patience=2)])
     trainer.train()
     stopped = trainer.state.global_step

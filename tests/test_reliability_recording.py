@@ -40,6 +40,13 @@ def test_a_value_refused_at_a_step_leaves_the_others_applied_and_recorded_alike(
     trace = read_trace(tmp_path / "t.jsonl")
     assert [r.step for r in trace if {"train/loss", "train/z"} <= set(r.metrics)] == list(range(20))
     assert "flag" not in ev._detectors and "train/z" in ev._detectors and ev.summary()["alarms"] >= 1
+    ev = AdaptiveEvaluator.from_config(load_config())  # a refused name: its number failed the trace's row (a review)
+    ev.record_to(tmp_path / "u.jsonl")
+    with pytest.raises(TypeError, match="non-empty strings"):
+        ev.observe({"train/loss": 1.0, "": 2.0}, 0)
+    ev.close()
+    assert [r.metrics for r in read_trace(tmp_path / "u.jsonl")] == [{"train/loss": 1.0}]
+    assert ev.summary()["record_errors"] == 0
 
 
 def test_metric_names_made_per_step_are_said_once(caplog):

@@ -556,9 +556,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.hooks_called.add("on_save")
         if self.evaluator is not None and self.look_back:
             self._guard("checkpoint", self._keep_checkpoint, args, state, _checkpoint_dir(args, state.global_step))
-        if self.evaluator is None or args.world_size <= 1 or args.process_index == 0:
-            return
-        self._guard("save", self._save_own_state, args, state)
+        if self.evaluator is not None and args.world_size > 1 and args.process_index != 0:
+            self._guard("save", self._save_own_state, args, state)
+        if self.evaluator is not None and control.should_training_stop:
+            # (with eval_strategy="epoch", EarlyStoppingCallback stops training after on_epoch_end, at the evaluation
+            # this checkpoint follows: the last weights before load_best_model_at_end loads the best; a review.  After
+            # this step's state is saved, as rank zero's was in the checkpoint)
+            self._evaluate_last(state, control)
 
     def _keep_checkpoint(self, args, state, folder: str) -> None:
         """``look_back``: hand the checkpoint just saved to the evaluator, unless the trainer's own evaluation

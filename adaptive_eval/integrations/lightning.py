@@ -474,6 +474,8 @@ class AdaptiveEvalCallback(Callback):
         for key, v in fresh.items():  # (a key not logged this step keeps its count: a loss logged every k steps)
             if is_loss(v):
                 votes[key] = votes.get(key, 0) + 1
+                if n > 1:  # (the window's mean from the first step, as once it is known to be the loss; a review)
+                    fresh[key] = mean
             else:
                 votes.pop(key, None)
         confirmed = [key for key in fresh if votes.get(key, 0) >= 3]
@@ -481,9 +483,7 @@ class AdaptiveEvalCallback(Callback):
             self._twin, self._aliases = confirmed[0], set(confirmed[1:])
             for key in confirmed[1:]:
                 fresh.pop(key, None)
-            if n > 1:  # (under accumulation the loss stream is the window's mean, not the last micro-batch's: a probe)
-                fresh[confirmed[0]] = mean
-            return fresh
+            return fresh  # (under accumulation the window's mean, set above, not the last micro-batch's: a probe)
         return {"train/loss": mean, **fresh}
 
     def on_train_end(self, trainer, pl_module):
