@@ -2162,8 +2162,8 @@ class AdaptiveEvaluator:
         ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
         how long it may last and why) and integrated at the last step seen;
         one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here, but does raise a
-        failure the last ``observe()`` integrated, which no ``evaluate()`` raised, unless another exception goes up).  In a
-        process group, call it on every training rank (the drained results are shared: all-gathered shards, or
+        failure the last ``observe()`` integrated, which no ``evaluate()`` raised, unless another exception goes up).
+        In a process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with
         eval ranks it also tells them to stop serving.  An asynchronous evaluator evaluates no more after it:
         a due evaluation fails and evaluation is down (``async:down (the evaluator was closed: ...)``, logged as
