@@ -90,7 +90,8 @@ def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_th
     trainer.train()
     ev = cb.evaluator
     # every hook the adapter overrides fired (a renamed hook would simply never be called)
-    assert cb.hooks_called == {"on_init_end", "on_train_begin", "on_step_end", "on_log", "on_train_end"}
+    assert cb.hooks_called == {"on_init_end", "on_train_begin", "on_step_end", "on_log", "on_epoch_end",
+                               "on_train_end"}  # (on_save: the look_back tests)
     assert cb.trainer is trainer
     # the fault (labels scrambled from step 30 on, 0-based) is caught within 25 steps by an alarm on train/loss
     alarms = [r for r in ev.history if r.reason.startswith("alarm:train/loss")]
@@ -457,6 +458,84 @@ def test_a_run_stopped_early_with_the_best_model_loaded_at_the_end_evaluates_its
         loss = float(nn.functional.cross_entropy(model.net(held_out.x[items]), held_out.y[items], reduction="none")
                      .mean())
     assert last.mean("eval_loss") == pytest.approx(loss, rel=1e-5) and loss > 3.0
+
+
+class Tokens(torch.utils.data.Dataset):
+    """Token sequences of 3 to 11 tokens (a causal LM's evaluation set: batches of different lengths)."""
+
+    def __init__(self, n, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.items = [torch.randint(5, 100, (int(torch.randint(3, 12, (1,), generator=g)),), generator=g)
+                      for _ in range(n)]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.items[i]}
+
+
+def pad_tokens(items):
+    """Pads with 0 (labels -100), as DataCollatorForLanguageModeling(mlm=False) does."""
+    longest = max(len(x["input_ids"]) for x in items)
+    ids = torch.zeros(len(items), longest, dtype=torch.long)
+    for row, x in enumerate(items):
+        ids[row, :len(x["input_ids"])] = x["input_ids"]
+    return {"input_ids": ids, "attention_mask": (ids != 0).long(), "labels": ids.masked_fill(ids == 0, -100)}
+
+
+@pytest.mark.parametrize("case", ["batch_eval_metrics", "include_for_metrics", "prediction_loss_only", "joined"])
+def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_path, case):
+    """A new user's probe of the evaluation arguments: batch_eval_metrics failed every evaluation (compute_metrics
+    called without compute_result), include_for_metrics gave None for the inputs and losses, prediction_loss_only
+    was ignored, and per_item=False failed on a causal LM's batches of different lengths and on a model's tuple of
+    outputs (preprocess_logits_for_metrics ran after joining them); a bool metric was dropped.  A tiny GPT-2 built
+    from config; the callback's evaluation of the whole set equals HF's own evaluate()."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    calls = []
+
+    def token_metrics(p, compute_result=None):
+        calls.append(compute_result)
+        preds = p.predictions[0] if isinstance(p.predictions, tuple) else p.predictions
+        preds, labels = np.asarray(preds)[:, :-1], np.asarray(p.label_ids)[:, 1:]
+        mask = labels != -100
+        out = {"token_accuracy": float((preds[mask] == labels[mask]).mean()),
+               "any_right": bool((preds == labels).any())}
+        if case == "include_for_metrics":
+            out["mean_loss"] = float(np.mean(p.losses))
+            out["mean_len"] = float((np.asarray(p.inputs) > 0).sum(-1).mean())
+        return out
+
+    def argmax(logits, labels):
+        return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
+                                       output_hidden_states=case == "joined"))
+    options = {"batch_eval_metrics": dict(batch_eval_metrics=True),
+               "include_for_metrics": dict(include_for_metrics=["inputs", "loss"]),
+               "prediction_loss_only": dict(prediction_loss_only=True), "joined": {}}[case]
+    cb = AdaptiveEvalCallback("default", per_item=case != "joined", overrides=[
+        "policy.sample_size.enabled=false", "evaluation.sample_size=null", "policy.budget.enabled=false",
+        "trigger.freq_steps=1000", "policy.peak.confirm_size=0", "evaluation.on_error=raise"])
+    trainer = Trainer(model, make_args(tmp_path, max_steps=4, per_device_eval_batch_size=1, **options),
+                      train_dataset=Tokens(32, 0), eval_dataset=Tokens(12, 1), data_collator=pad_tokens,
+                      compute_metrics=token_metrics, preprocess_logits_for_metrics=argmax, callbacks=[cb])
+    trainer.train()
+    ours = {k: m.mean for k, m in cb.evaluator.history[-1].metrics.items()}
+    calls.clear()
+    theirs = {k: float(v) for k, v in trainer.evaluate().items() if k in ours or k == "eval_token_accuracy"}
+    if case == "prediction_loss_only":
+        assert set(ours) == {"eval_loss"} and calls == []
+    elif case == "joined":  # (one call on the items joined: token accuracy over every token, as HF's)
+        assert ours == pytest.approx(theirs, rel=1e-5) and "eval_any_right" in ours
+    else:  # (one call per item: its token accuracy, the mean over items)
+        assert set(ours) == {*theirs, "eval_any_right"}
+        assert ours["eval_loss"] == pytest.approx(theirs["eval_loss"], rel=1e-5)
+        if case == "include_for_metrics":
+            assert ours["eval_mean_loss"] == pytest.approx(theirs["eval_mean_loss"], rel=1e-5)
+            assert ours["eval_mean_len"] == pytest.approx(theirs["eval_mean_len"], rel=1e-5)
 
 
 class WindowedLog(Trainer):

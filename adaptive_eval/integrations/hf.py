@@ -193,19 +193,39 @@ def _find_trainer(callback) -> object | None:
     return None
 
 
-def _numpy(x):
-    import numpy as np
+def _wants_metrics(trainer) -> bool:
+    """Whether the trainer's evaluation computes ``compute_metrics`` (not with ``prediction_loss_only``, as HF)."""
+    return trainer.compute_metrics is not None and not trainer.args.prediction_loss_only
 
-    if x is None:
-        return None
-    if isinstance(x, (tuple, list)):
-        return type(x)(_numpy(v) for v in x)
-    if hasattr(x, "detach"):
-        x = x.detach().to("cpu")
-        if x.dtype.is_floating_point:
-            x = x.float()
-        return x.numpy()
-    return np.asarray(x)
+
+class _Joined:
+    """What HF's ``evaluation_loop`` hands ``compute_metrics``, batch by batch: predictions, labels, losses (the
+    batch's loss once per item) and inputs, each joined across batches as HF joins them (``EvalLoopContainer``:
+    padded with -100 where lengths differ, a causal LM's batches of another length failed to join; or kept as a
+    list of batches with ``eval_do_concat_batches=False``); numpy arrays, or the tensors as they are with
+    ``batch_eval_metrics`` (HF passes each batch's tensors)."""
+
+    def __init__(self, concat: bool, tensors: bool):
+        from transformers.trainer_pt_utils import EvalLoopContainer
+
+        self.tensors = tensors
+        self.parts = {k: EvalLoopContainer(concat, padding_index=-100)
+                      for k in ("predictions", "label_ids", "losses", "inputs")}
+        self.any = False
+        self._last: dict = {}
+
+    def add(self, loss, logits, labels, inputs, items: int) -> None:
+        self.any = True
+        losses = loss.detach().reshape(-1)[:1].repeat(items) if loss is not None else None
+        self._last = {"predictions": logits, "label_ids": labels, "losses": losses, "inputs": inputs}
+        for k, v in self._last.items():
+            if v is not None:
+                self.parts[k].add(v)
+
+    def arrays(self) -> dict:
+        if self.tensors:
+            return dict(self._last)
+        return {k: c.get_arrays() for k, c in self.parts.items()}
 
 
 def _tensorboard_beside(cfg, trainer):
@@ -743,23 +763,43 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _pad(trainer, model, dataset, collator, indices, pad: int, batch: int = 1) -> None:
         """``pad`` calls of ``batch`` items each, results dropped (see ``lockstep_padding``), made exactly as the
         real ones are (a ``Seq2SeqTrainer`` generating with ``synced_gpus`` runs collectives per token)."""
-        loss_only = trainer.compute_metrics is None
+        loss_only = not _wants_metrics(trainer)
         for _ in range(pad):
             chunk = [dataset[indices[0] if indices else 0]] * batch
             trainer.prediction_step(model, collator(chunk), prediction_loss_only=loss_only)
 
-    def _metrics_of(self, trainer, logits, labels, one_item: bool = False) -> dict:
-        """``compute_metrics``' scalar keys as ``eval_<key>``.  A key that is not one number (a list, a string:
-        HF logs them as they are) is not a metric: skipped, with a warning naming it, once (such a key made
-        every evaluation fail, the scalar metrics with it: found by a new user)."""
-        from transformers import EvalPrediction
-
-        if trainer.preprocess_logits_for_metrics is not None:
+    @staticmethod
+    def _predict(trainer, model, batch, want: bool):
+        """One batch as HF's ``evaluation_loop`` takes it: ``(loss, logits, labels, inputs)``, the logits through
+        ``preprocess_logits_for_metrics`` per batch (before batches are joined: a model returning hidden states
+        too failed to join them), ``inputs`` the model's main input where ``include_for_metrics`` asks for it."""
+        loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=not want)
+        inputs = None
+        if want and "inputs" in (trainer.args.include_for_metrics or ()):
+            inputs = batch.get(getattr(trainer.model, "main_input_name", "input_ids"))
+        if want and logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, labels)
         if isinstance(logits, tuple) and len(logits) == 1:
             logits = logits[0]
+        return loss, logits, labels, inputs
+
+    def _metrics_of(self, trainer, prediction: dict, one_item: bool = False, last: bool = True) -> dict:
+        """``compute_metrics``' scalar keys as ``eval_<key>``, called as HF's ``evaluation_loop`` calls it on
+        ``prediction`` (``predictions``, ``label_ids``, ``losses``, ``inputs``; ``losses`` and ``inputs`` where
+        ``include_for_metrics`` asks for them; with ``batch_eval_metrics``, ``compute_result=last``).  A key that is
+        not one number (a list, a string: HF logs them as they are) is not a metric: skipped, with a warning naming
+        it, once (such a key made every evaluation fail, the scalar metrics with it: found by a new user)."""
+        from transformers import EvalPrediction
+
+        include = trainer.args.include_for_metrics or ()
+        pred = EvalPrediction(predictions=prediction["predictions"], label_ids=prediction["label_ids"],
+                              losses=prediction["losses"] if "loss" in include else None,
+                              inputs=prediction["inputs"] if "inputs" in include else None)
         try:
-            metrics = trainer.compute_metrics(EvalPrediction(predictions=_numpy(logits), label_ids=_numpy(labels)))
+            if trainer.args.batch_eval_metrics:  # (compute_metrics(p) failed every evaluation: a new user's probe)
+                metrics = trainer.compute_metrics(pred, compute_result=last)
+            else:
+                metrics = trainer.compute_metrics(pred)
         except Exception as exc:
             if not one_item:
                 raise
@@ -769,8 +809,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 "needs several items (a corpus-level metric: F1 macro, AUC, BLEU, ...), pass "
                 "AdaptiveEvalCallback(..., per_item=False), which calls it once per batch of items") from exc
         out, skipped = {}, []
-        for k, v in metrics.items():
-            value = scalar(v)
+        for k, v in (metrics or {}).items():
+            value = float(v) if isinstance(v, bool) else scalar(v)  # (an exact match written bool(...): 0/1)
             if value is None:
                 skipped.append(k)
                 continue
@@ -786,14 +826,16 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _per_item(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
         metrics: dict[str, list] = {}
         losses: list[float] = []
-        want_metrics = trainer.compute_metrics is not None
+        want = _wants_metrics(trainer)
         for i in indices:
             batch = collator([dataset[i]])
-            loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=not want_metrics)
+            loss, logits, labels, inputs = self._predict(trainer, model, batch, want)
             if loss is not None:
                 losses.append(float(loss))
-            if want_metrics and logits is not None:
-                for k, v in self._metrics_of(trainer, logits, labels, one_item=True).items():
+            if want and logits is not None:
+                prediction = _Joined(trainer.args.eval_do_concat_batches, trainer.args.batch_eval_metrics)
+                prediction.add(loss, logits, labels, inputs, 1)
+                for k, v in self._metrics_of(trainer, prediction.arrays(), one_item=True).items():
                     metrics.setdefault(k, []).append(v)
         self._pad(trainer, model, dataset, collator, indices, pad)
         if losses:
@@ -801,25 +843,27 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return metrics
 
     def _aggregate(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
-        import torch
-
         bs = max(int(trainer.args.per_device_eval_batch_size), 1)
-        want_metrics = trainer.compute_metrics is not None
-        loss_sum, n, all_logits, all_labels = 0.0, 0, [], []
+        want = _wants_metrics(trainer)
+        batched = trainer.args.batch_eval_metrics
+        loss_sum, n, out = 0.0, 0, {}
+        joined = _Joined(trainer.args.eval_do_concat_batches, batched)
         for start in range(0, len(indices), bs):
             chunk = [dataset[i] for i in indices[start:start + bs]]
-            loss, logits, labels = trainer.prediction_step(model, collator(chunk),
-                                                           prediction_loss_only=not want_metrics)
+            loss, logits, labels, inputs = self._predict(trainer, model, collator(chunk), want)
             if loss is not None:
                 loss_sum += float(loss) * len(chunk)
             n += len(chunk)
-            if want_metrics and logits is not None:
-                all_logits.append(logits[0] if isinstance(logits, tuple) and len(logits) == 1 else logits)
-                all_labels.append(labels)
+            if want and logits is not None:
+                if batched:  # (as HF: each batch as it comes, the result at the last one)
+                    one = _Joined(True, True)
+                    one.add(loss, logits, labels, inputs, len(chunk))
+                    out = self._metrics_of(trainer, one.arrays(), last=start + bs >= len(indices))
+                else:
+                    joined.add(loss, logits, labels, inputs, len(chunk))
         self._pad(trainer, model, dataset, collator, indices, pad, bs)
-        out = {}
-        if want_metrics and all_logits:
-            out.update(self._metrics_of(trainer, torch.cat(all_logits), torch.cat(all_labels)))
+        if want and not batched and joined.any:
+            out.update(self._metrics_of(trainer, joined.arrays()))
         if n:
             out["eval_loss"] = loss_sum / n
         return out
