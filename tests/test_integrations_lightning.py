@@ -455,6 +455,23 @@ def test_the_tracked_metric_is_not_the_loss_and_an_asynchronous_replica_sees_the
     assert SEEN_STEPS and max(SEEN_STEPS) > 0  # the trainer's step, not 0 on a detached replica
 
 
+def test_with_the_metric_null_a_checkpoint_monitors_key_and_mode_are_tracked(tmp_path, caplog):
+    """A new user's probe: beside ModelCheckpoint(monitor="val_loss", mode="min") the adapter tracked val_loss as
+    higher-is-better (said in a warning); the HF adapter reads metric_for_best_model so."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    train, val = loaders()
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    ckpt = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", mode="min")
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        L.Trainer(max_steps=20, logger=False, callbacks=[cb, ckpt], **{**QUIET, "limit_val_batches": 2}).fit(
+            AccModel(), train, val)
+    evaluation = cb.evaluator.cfg.evaluation
+    assert (evaluation.metric, evaluation.higher_is_better) == ("val_loss", False)
+    assert cb.evaluator.summary()["evals"] >= 2 and "higher-is-better" not in caplog.text
+
+
 class Observing(AdaptiveEvalCallback):
     """Records every observe call: {stream: [(step, value), ...]}."""
 

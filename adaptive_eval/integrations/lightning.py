@@ -321,6 +321,13 @@ class AdaptiveEvalCallback(Callback):
 
         overrides = self.overrides + (["evaluation.asynchronous=true"] if self.executor is not None else [])
         cfg = build_config(self.config, overrides)
+        monitored = _monitored(trainer) if cfg.evaluation.metric is None and self.evaluate_fn is None else None
+        if monitored is not None:  # (a copy: a config the user passed stays as it is)
+            from omegaconf import OmegaConf
+
+            from adaptive_eval.config import as_config
+
+            cfg = as_config(OmegaConf.merge(cfg, {"evaluation": dict(zip(("metric", "higher_is_better"), monitored))}))
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         total = trainer.estimated_stepping_batches
         total = int(total) if total is not None and math.isfinite(total) else None
@@ -829,6 +836,20 @@ def _copy_state(value):
     if isinstance(value, list):
         return list(value)
     return value
+
+
+def _monitored(trainer) -> tuple[str, bool] | None:
+    """With ``evaluation.metric`` null: ``(key, higher is better)`` of the first ``ModelCheckpoint``/``EarlyStopping``
+    monitor, from its ``mode``, as the HF adapter reads ``metric_for_best_model`` (``val_loss`` was tracked as
+    higher-is-better beside ``ModelCheckpoint(monitor="val_loss", mode="min")``; a new user's probe); None (the
+    first metric logged) without one."""
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    for cb in trainer.callbacks:
+        monitor = getattr(cb, "monitor", None)
+        if isinstance(cb, (ModelCheckpoint, EarlyStopping)) and monitor and not monitor.startswith("adaptive_eval/"):
+            return str(monitor), getattr(cb, "mode", "min") == "max"
+    return None
 
 
 def _say_monitors(trainer) -> None:
