@@ -515,7 +515,8 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
                                        output_hidden_states=case == "joined"))
     options = {"batch_eval_metrics": dict(batch_eval_metrics=True),
                "include_for_metrics": dict(include_for_metrics=["inputs", "loss"]),
-               "prediction_loss_only": dict(prediction_loss_only=True), "joined": {}}[case]
+               "prediction_loss_only": dict(prediction_loss_only=True),
+               "joined": dict(eval_accumulation_steps=2)}[case]
     cb = AdaptiveEvalCallback("default", per_item=case != "joined", overrides=[
         "policy.sample_size.enabled=false", "evaluation.sample_size=null", "policy.budget.enabled=false",
         "trigger.freq_steps=1000", "policy.peak.confirm_size=0", "evaluation.on_error=raise"])
@@ -526,8 +527,10 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
     ours = {k: m.mean for k, m in cb.evaluator.history[-1].metrics.items()}
     calls.clear()
     theirs = {k: float(v) for k, v in trainer.evaluate().items() if k in ours or k == "eval_token_accuracy"}
-    if case == "prediction_loss_only":
+    if case == "prediction_loss_only":  # (the loss tracked as a loss: it was higher-is-better; a review)
         assert set(ours) == {"eval_loss"} and calls == []
+        evaluation = cb.evaluator.cfg.evaluation
+        assert (evaluation.metric, evaluation.higher_is_better) == ("eval_loss", False)
     elif case == "joined":  # (one call on the items joined: token accuracy over every token, as HF's)
         assert ours == pytest.approx(theirs, rel=1e-5) and "eval_any_right" in ours
     else:  # (one call per item: its token accuracy, the mean over items)

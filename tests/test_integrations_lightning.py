@@ -470,6 +470,12 @@ def test_with_the_metric_null_a_checkpoint_monitors_key_and_mode_are_tracked(tmp
     evaluation = cb.evaluator.cfg.evaluation
     assert (evaluation.metric, evaluation.higher_is_better) == ("val_loss", False)
     assert cb.evaluator.summary()["evals"] >= 2 and "higher-is-better" not in caplog.text
+    # a monitor of a training key ("step": keep the latest) is no evaluation's metric: not taken (a review)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    ckpt = ModelCheckpoint(dirpath=tmp_path / "latest", monitor="step", mode="max")
+    L.Trainer(max_steps=20, logger=False, callbacks=[cb, ckpt], **{**QUIET, "limit_val_batches": 2}).fit(
+        AccModel(), train, val)
+    assert list(cb.evaluator.history[-1].metrics)[0] == "val_score" and cb.evaluator.cfg.evaluation.metric is None
 
 
 class Observing(AdaptiveEvalCallback):

@@ -222,6 +222,10 @@ class _Joined:
             if v is not None:
                 self.parts[k].add(v)
 
+    def offload(self) -> None:
+        for c in self.parts.values():
+            c.to_cpu_and_numpy()
+
     def arrays(self) -> dict:
         if self.tensors:
             return dict(self._last)
@@ -420,7 +424,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             name = best if best.startswith("eval_") else f"eval_{best}"
             greater = args.greater_is_better if args.greater_is_better is not None else name != "eval_loss"
             return [f"evaluation.metric={name}", f"evaluation.higher_is_better={bool(greater)}"]
-        if trainer is None or trainer.compute_metrics is None:
+        if trainer is None or not _wants_metrics(trainer):  # (prediction_loss_only too: a review)
             sets = self.eval_dataset if self.eval_dataset is not None else getattr(trainer, "eval_dataset", None)
             first = next(iter(sets), None) if isinstance(sets, Mapping) else None
             loss = "eval_loss" if first is None else f"eval_{first}_loss"  # a dict of sets: the first one's loss
@@ -832,7 +836,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             loss, logits, labels, inputs = self._predict(trainer, model, batch, want)
             if loss is not None:
                 losses.append(float(loss))
-            if want and logits is not None:
+            if want and logits is not None and labels is not None:  # (as HF: no labels, no compute_metrics)
                 prediction = _Joined(trainer.args.eval_do_concat_batches, trainer.args.batch_eval_metrics)
                 prediction.add(loss, logits, labels, inputs, 1)
                 for k, v in self._metrics_of(trainer, prediction.arrays(), one_item=True).items():
@@ -847,20 +851,23 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         want = _wants_metrics(trainer)
         batched = trainer.args.batch_eval_metrics
         loss_sum, n, out = 0.0, 0, {}
+        every = trainer.args.eval_accumulation_steps
         joined = _Joined(trainer.args.eval_do_concat_batches, batched)
-        for start in range(0, len(indices), bs):
+        for k, start in enumerate(range(0, len(indices), bs)):
             chunk = [dataset[i] for i in indices[start:start + bs]]
             loss, logits, labels, inputs = self._predict(trainer, model, collator(chunk), want)
-            if loss is not None:
+            if loss is not None:  # (no loss returned: no eval_loss, as HF; it read 0.0)
                 loss_sum += float(loss) * len(chunk)
-            n += len(chunk)
-            if want and logits is not None:
+                n += len(chunk)
+            if want and logits is not None and labels is not None:
                 if batched:  # (as HF: each batch as it comes, the result at the last one)
                     one = _Joined(True, True)
                     one.add(loss, logits, labels, inputs, len(chunk))
                     out = self._metrics_of(trainer, one.arrays(), last=start + bs >= len(indices))
                 else:
                     joined.add(loss, logits, labels, inputs, len(chunk))
+                    if every and (k + 1) % every == 0:  # (off the device every N batches, as HF)
+                        joined.offload()
         self._pad(trainer, model, dataset, collator, indices, pad, bs)
         if want and not batched and joined.any:
             out.update(self._metrics_of(trainer, joined.arrays()))

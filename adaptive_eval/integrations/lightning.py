@@ -845,10 +845,17 @@ def _monitored(trainer) -> tuple[str, bool] | None:
     first metric logged) without one."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
-    for cb in trainer.callbacks:
-        monitor = getattr(cb, "monitor", None)
-        if isinstance(cb, (ModelCheckpoint, EarlyStopping)) and monitor and not monitor.startswith("adaptive_eval/"):
-            return str(monitor), getattr(cb, "mode", "min") == "max"
+    # A ModelCheckpoint's first (it picks the checkpoints; Lightning moves them last), and only a validation key: a
+    # monitor of "train_loss" or "step" (the latest-N pattern) tracked a metric no evaluation has (a review)
+    for kind in (ModelCheckpoint, EarlyStopping):
+        for cb in trainer.callbacks:
+            monitor = getattr(cb, "monitor", None)
+            if isinstance(cb, kind) and monitor and _VALIDATION_KEY.match(str(monitor)) and not (
+                    str(monitor).endswith("_epoch")):
+                higher = getattr(cb, "mode", "min") == "max"
+                log.info("adaptive_eval: evaluation.metric is null: tracking %r (%s-is-better), the monitor of %s",
+                         monitor, "higher" if higher else "lower", type(cb).__name__)
+                return str(monitor), higher
     return None
 
 
