@@ -176,20 +176,6 @@ def _with_nonfinite(streams: dict) -> dict:
 _MANY_STREAMS = 1000  # more metric names than this: said once (they are most likely made per step)
 
 
-def _numbers_of(metrics: Mapping) -> dict:
-    """The entries of ``metrics`` with a name and a value observe() takes (a non-empty string; a number, as
-    :func:`as_float` reads it), for the streams written and recorded at a step one of whose entries was refused."""
-    out = {}
-    for k, v in metrics.items():
-        try:
-            as_float(k, v)
-        except TypeError:
-            continue
-        if isinstance(k, str) and k:  # (a refused name failed the trace's whole row: a review)
-            out[k] = v
-    return out
-
-
 def _backwards(where: str, last: int, step: int) -> str:
     """The message of a step that went backwards: a loop that restarted without a new evaluator, or a resume from
     a checkpoint older than the evaluator state loaded (found by a new-user probe: the advice said to do what
@@ -596,7 +582,7 @@ class AdaptiveEvaluator:
         # (see _index).  Everything else (a new stream, an int or numpy scalar, NaN/inf) goes through
         # _observe_one, which makes the same updates.
         on_finite = self._on_finite
-        bad = None  # (a value that is not a number: the others are applied, written and recorded, then it raises)
+        bad = None  # (entries refused, (name, error): the others are applied, written and recorded, then it raises)
         for name, value in items:
             try:
                 update = on_finite[name]
@@ -604,7 +590,7 @@ class AdaptiveEvaluator:
                 try:
                     self._observe_one(name, value, global_step)
                 except TypeError as exc:
-                    bad = bad or (name, exc)
+                    bad = [*(bad or ()), (name, exc)]
                 continue
             if type(value) is float and value - value == 0.0:  # finite (NaN - NaN and inf - inf are NaN)
                 alarm = update(value, global_step)
@@ -614,16 +600,17 @@ class AdaptiveEvaluator:
                 try:
                     self._observe_one(name, value, global_step)
                 except TypeError as exc:
-                    bad = bad or (name, exc)
+                    bad = [*(bad or ()), (name, exc)]
         if self._outputs:
-            self._write_streams(metrics if bad is None else _numbers_of(metrics), global_step)
+            self._write_streams(metrics if bad is None else {k: v for k, v in items if k not in [n for n, _ in bad]},
+                                global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             # (an evaluation's error, on_error: raise, is raised by this step's evaluate() once the step has counted)
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned
         if bad is not None:
             # (the values before it reached the detectors, the rest neither them nor the trace: a replay of the trace
             # could not find the alarm they raised; a long-run probe)
-            raise bad[1]
+            raise bad[0][1]
 
     def _hand_over(self, metrics: Mapping, global_step: int) -> None:
         """observe() from another thread: its values, checked and read as floats in the caller's thread (a bad one

@@ -218,6 +218,8 @@ class _Joined:
         self.any = True
         losses = loss.detach().reshape(-1)[:1].repeat(items) if loss is not None else None
         self._last = {"predictions": logits, "label_ids": labels, "losses": losses, "inputs": inputs}
+        if self.tensors:
+            return  # (the last batch's tensors are what is handed over: nothing to join)
         for k, v in self._last.items():
             if v is not None:
                 self.parts[k].add(v)
