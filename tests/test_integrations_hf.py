@@ -541,6 +541,54 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
             assert ours["eval_mean_len"] == pytest.approx(theirs["eval_mean_len"], rel=1e-5)
 
 
+class Reversals(torch.utils.data.Dataset):
+    """Sequence-to-sequence items: 6 tokens in, the last 4 of them reversed out."""
+
+    def __init__(self, n, seed):
+        self.x = torch.randint(2, 20, (n, 6), generator=torch.Generator().manual_seed(seed))
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.x[i], "attention_mask": torch.ones(6, dtype=torch.long),
+                "labels": self.x[i].flip(0)[:4]}
+
+
+def test_a_seq2seq_trainer_generates_with_the_generation_arguments_as_its_own_evaluate_does(tmp_path):
+    """Seq2SeqTrainer(predict_with_generate=True): the callback's evaluation generated with the model's generation
+    config (max_length 20, greedy), not generation_max_length and generation_num_beams as HF's evaluate() does,
+    and so scored other answers than HF's.  A tiny T5 built from config."""
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, T5Config, T5ForConditionalGeneration
+
+    def first_two_right(p):  # (per item: the first two generated tokens after the start token)
+        preds, labels = np.asarray(p.predictions), np.asarray(p.label_ids)
+        return {"right": float((preds[:, 1:3] == labels[:, :2]).mean())}
+
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(T5Config(vocab_size=24, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8,
+                                                decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
+    asked = []
+    generate = model.generate
+    model.generate = lambda *a, **kw: asked.append((kw.get("max_length"), kw.get("num_beams"))) or generate(*a, **kw)
+    args = Seq2SeqTrainingArguments(str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
+                                    use_cpu=True, eval_strategy="no", save_strategy="no", disable_tqdm=True,
+                                    predict_with_generate=True, generation_max_length=3, generation_num_beams=2)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.sample_size=null", "trigger.freq_steps=1000",
+                                                           "policy.sample_size.enabled=false", "evaluation.on_error=raise"])
+    trainer = Seq2SeqTrainer(model, args, train_dataset=Reversals(32, 0), eval_dataset=Reversals(8, 1),
+                             compute_metrics=first_two_right, callbacks=[cb])
+    trainer.train()
+    ours = cb.evaluator.history[-1]
+    assert ours.reason == "trigger:final" and ours["eval_right"].n == 8
+    assert set(asked) == {(3, 2)}  # every item generated as the arguments say
+    asked.clear()
+    theirs = trainer.evaluate()
+    assert set(asked) == {(3, 2)}
+    assert ours["eval_right"].mean == pytest.approx(theirs["eval_right"])
+    assert ours["eval_loss"].mean == pytest.approx(theirs["eval_loss"], rel=1e-5)
+
+
 class WindowedLog(Trainer):
     """As TRL's GRPOTrainer does: metrics gathered over logging_steps, averaged and cleared in its own log()."""
 

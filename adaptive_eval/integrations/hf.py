@@ -261,20 +261,33 @@ def _tensorboard_beside(cfg, trainer):
     return None
 
 
-def _shard_local(trainer):
-    """``trainer`` as the callback's own ``prediction_step`` calls need it, each rank scoring its own shard: with HF's
+def _evaluating(trainer):
+    """``trainer`` as the callback's own ``prediction_step`` calls need it.  Each rank scores its own shard: with HF's
     default ``average_tokens_across_devices`` and a model whose forward takes ``**kwargs`` (every stock HF model),
     ``prediction_step`` all-gathers the batch's label count at every call (``Trainer._get_num_items_in_batch``) and
     scales the loss by the number of processes.  Ranks scoring 32 and 31 items then made unmatched collectives (gloo
     aborted the run, or an asynchronous one hung), and an item's loss read the other rank's labels (a multi-process
-    probe).  A shallow copy whose own ``args`` turn it off (the training loop's trainer and args are left alone: an
-    asynchronous evaluation runs beside it)."""
+    probe).  A ``Seq2SeqTrainer`` with ``predict_with_generate`` generates with the arguments'
+    ``generation_max_length`` and ``generation_num_beams``, as its ``evaluate()`` sets them (``_gen_kwargs``) for
+    HF's own evaluation: the callback's generated with the model's generation config instead (max_length 20,
+    greedy) and scored other answers than HF's ``evaluate()``.  A shallow copy where either applies (the training
+    loop's trainer and args are left alone: an asynchronous evaluation runs beside it)."""
     args = trainer.args
-    if not getattr(args, "average_tokens_across_devices", False) or getattr(args, "world_size", 1) <= 1:
+    own_tokens = getattr(args, "average_tokens_across_devices", False) and getattr(args, "world_size", 1) > 1
+    generating = getattr(args, "predict_with_generate", False) and isinstance(trainer, transformers.Seq2SeqTrainer)
+    if not own_tokens and not generating:
         return trainer
     local = copy.copy(trainer)
-    local.args = copy.copy(args)
-    local.args.average_tokens_across_devices = False
+    if own_tokens:
+        local.args = copy.copy(args)
+        local.args.average_tokens_across_devices = False
+    if generating:  # (as Seq2SeqTrainer.evaluate() with no gen_kwargs: what HF's evaluation during training passes)
+        gen_kwargs = {}
+        if getattr(args, "generation_max_length", None) is not None:
+            gen_kwargs["max_length"] = args.generation_max_length
+        if getattr(args, "generation_num_beams", None) is not None:
+            gen_kwargs["num_beams"] = args.generation_num_beams
+        local._gen_kwargs = gen_kwargs
     return local
 
 
@@ -715,7 +728,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
-        trainer = _shard_local(trainer)
+        trainer = _evaluating(trainer)
         named = _eval_sets(self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset)
         if model is None:
             model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
