@@ -1,7 +1,7 @@
 """Where checkpoint-selection regret comes from: coverage (the run's true best minus the truest checkpoint a
 schedule evaluated: what a perfect pick would still lose) and selection (the rest: picking among noisy estimates).
 
-    python benchmarks/regret_decomposition.py [--half heldout|tune] [--steps 1000] [--seeds 3]
+    python benchmarks/regret_decomposition.py [--half heldout|tune] [--steps 1000] [--seeds 3] [--quick]
 
 The default preset against fixed schedules of 292 items every 50, 69 and 100 steps (about the default's
 items per evaluation; 69 steps is about its cost at 1,000 steps), on the synthetic suite of
@@ -47,8 +47,9 @@ def main(argv=None) -> int:
     ap.add_argument("--half", choices=sorted(SPLIT), default="heldout")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="one run per kind and seed of the half, not two")
     args = ap.parse_args(argv)
-    cases = synthetic_cases(args.half, args.steps)
+    cases = synthetic_cases(args.half, args.steps, per_kind=1 if args.quick else 2)
     schedules = {"preset default": load_config("default")}
     for k in FIXED_K:
         schedules[f"fixed every {k}, {FIXED_SIZE} items"] = load_config(
