@@ -574,8 +574,8 @@ def test_a_seq2seq_trainer_generates_with_the_generation_arguments_as_its_own_ev
     args = Seq2SeqTrainingArguments(str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
                                     use_cpu=True, eval_strategy="no", save_strategy="no", disable_tqdm=True,
                                     predict_with_generate=True, generation_max_length=3, generation_num_beams=2)
-    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.sample_size=null", "trigger.freq_steps=1000",
-                                                           "policy.sample_size.enabled=false", "evaluation.on_error=raise"])
+    whole = ["evaluation.sample_size=null", "policy.sample_size.enabled=false", "trigger.freq_steps=1000"]
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["evaluation.on_error=raise"])
     trainer = Seq2SeqTrainer(model, args, train_dataset=Reversals(32, 0), eval_dataset=Reversals(8, 1),
                              compute_metrics=first_two_right, callbacks=[cb])
     trainer.train()
