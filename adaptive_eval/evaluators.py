@@ -338,11 +338,14 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
     else:
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
-                                    kinds=kinds, aggregations=aggregations, sharded=request.world_size > 1)
+                                    kinds=kinds, aggregations=aggregations, sharded=request.world_size > 1,
+                                    items_of=request._handed.get("metric_items"))
         _check_not_empty(outputs, metrics, request, num_items)
-    if request.world_size > 1 and num_items == 0:
+    if request.world_size > 1:
         # A rank handed no items contributes nothing, whatever scalar it reported.
-        metrics = {k: (v if v.per_sample else dataclasses.replace(v, n=0, total=0.0)) for k, v in metrics.items()}
+        items_of = request._handed.get("metric_items") or {}
+        metrics = {k: (v if v.per_sample or items_of.get(k, num_items) != 0 else dataclasses.replace(v, n=0, total=0.0))
+                   for k, v in metrics.items()}
     return metrics, None
 
 

@@ -530,7 +530,7 @@ def summarize_outputs(
     suites: Mapping[str, Sequence[int]] | None = None, populations: Mapping[str, int] | None = None,
     ids: Sequence[int] | None = None, item_values: dict | None = None, kinds: Mapping[str, str] | None = None,
     aggregations: Mapping[str, Sequence[str]] | None = None, strata: Mapping[str, Sequence[str]] | None = None,
-    samples_asked: Mapping[str, int] | None = None, sharded: bool = False,
+    samples_asked: Mapping[str, int] | None = None, sharded: bool = False, items_of: Mapping[str, int] | None = None,
 ) -> dict[str, MetricSummary]:
     """Summaries of everything an ``evaluate_fn`` returned (a mapping of metric name to values).
 
@@ -540,7 +540,8 @@ def summarize_outputs(
     rank's item indices: every name must then be ``"<suite>/<metric>"`` of a due suite, and per-item
     values need one row per index; ``populations`` gives each suite's size (finite population correction).
     Without suites, a 2-D value needs one row per item handed (``n_items``, when known), and ``ids`` are
-    the indices of those items, if known.
+    the indices of those items, if known.  A scalar is over ``n_items`` items, or over ``items_of[name]`` where
+    that is given (a framework adapter scoring several eval sets: each set's aggregate over its own items).
 
     **maj@k**: for a metric ``m``, ``"m:answers"`` holds each item's sampled answers (items x samples of
     strings or numbers) and ``"m:reference"`` each item's reference answer (one per item); the result has
@@ -634,7 +635,8 @@ def summarize_outputs(
             if item_values is not None and suites is not None and len(item_ids) == values.size:
                 item_values[name] = {int(i): float(v) for i, v in zip(item_ids, values) if v == v}
         else:
-            summaries[name] = scalar_summary(scalar, items, confidence, kinds.get(name), name)
+            summaries[name] = scalar_summary(scalar, (items_of or {}).get(name, items), confidence, kinds.get(name),
+                                             name)
     return summaries
 
 

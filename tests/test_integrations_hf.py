@@ -721,12 +721,14 @@ def test_a_corpus_level_metric_under_per_item_scoring_says_to_pass_per_item_fals
     assert cb.evaluator.summary()["eval_errors"] == 0 and "eval_accuracy" in cb.evaluator.history[-1].metrics
 
 
-@pytest.mark.parametrize("with_metrics", [True, False])
-def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path, with_metrics):
-    """Trainer(eval_dataset={"a": ..., "b": ...}) meant no evaluation: a traceback at every due step."""
+@pytest.mark.parametrize("with_metrics,per_item", [(True, True), (False, True), (True, False)])
+def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path, with_metrics, per_item):
+    """Trainer(eval_dataset={"a": ..., "b": ...}) meant no evaluation: a traceback at every due step.  With
+    per_item=False each set's aggregates were said to be over the last set's count of items (30 for a's 40)."""
     sets = {"a": Points(40, 1), "b": Points(30, 2)}
     whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: each whole set
-    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=4", "evaluation.on_error=raise"])
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=4", "evaluation.on_error=raise"],
+                              per_item=per_item)
     trainer = tiny_run(tmp_path, cb, eval_dataset=sets, compute_metrics=accuracy if with_metrics else None,
                        max_steps=8)
     ev = cb.evaluator
@@ -734,11 +736,13 @@ def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path
     names = {"eval_a_loss", "eval_b_loss"} | ({"eval_a_accuracy", "eval_b_accuracy"} if with_metrics else set())
     assert set(last.metrics) == names and ev.summary()["eval_errors"] == 0
     assert (last["eval_a_loss"].n, last["eval_b_loss"].n) == (40, 30)  # each set on the request's items of its own
+    if with_metrics:
+        assert (last["eval_a_accuracy"].n, last["eval_b_accuracy"].n) == (40, 30)
     # the same names and numbers as HF's own evaluate() of the dict
     theirs = trainer.evaluate()
     for name in names:
         assert last[name].mean == pytest.approx(theirs[name], rel=1e-4), name
-    assert any("eval_b_loss_ci_low" in h for h in trainer.state.log_history)
+    assert any("eval_b_loss_ci_low" in h for h in trainer.state.log_history) == per_item  # (an aggregate: no interval)
     # tracked without compute_metrics: the first set's loss, lower is better (eval_loss is not among them)
     if not with_metrics:
         assert (ev.cfg.evaluation.metric, ev.cfg.evaluation.higher_is_better) == ("eval_a_loss", False)

@@ -748,10 +748,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                     bs = max(int(trainer.args.per_device_eval_batch_size), 1)
                     pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
                     part = self._aggregate(trainer, model, dataset, collator, indices, pad)
-                if name is None:
-                    out.update(part)
-                else:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
-                    out.update({f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()})
+                if name is not None:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
+                    part = {f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()}
+                if not self.per_item:  # (each set's aggregates over its own items: all read the last set's count)
+                    request._handed.setdefault("metric_items", {}).update(dict.fromkeys(part, len(indices)))
+                out.update(part)
         finally:
             model.train(was_training)
         return out
