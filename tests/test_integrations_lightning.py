@@ -878,6 +878,32 @@ def test_a_torchmetrics_metric_logged_as_an_object_is_computed_over_the_items_as
     assert int(model.val_acc._update_count) == 0
 
 
+class TwoLoaderMetricObjectModel(MetricObjectModel):
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        super().validation_step(batch, batch_idx)
+
+
+def test_a_torchmetrics_metric_of_each_validation_dataloader_is_over_that_loaders_items():
+    """Each loader's metric object was said to be computed over the last loader's count of items (30 for the
+    first loader's 40)."""
+    pytest.importorskip("torchmetrics")
+    torch.manual_seed(0)
+    model = TwoLoaderMetricObjectModel()
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: each whole set
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=10", "evaluation.on_error=raise",
+                                                                   "evaluation.metric=val_acc/dataloader_idx_0"])
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    sets = Points(40, 1), Points(30, 2)
+    trainer.fit(model, DataLoader(Points(160, 0), batch_size=8), [DataLoader(v, batch_size=8) for v in sets])
+    last = cb.evaluator.history[-1]
+    assert cb.evaluator.summary()["eval_errors"] == 0 and last.step == 9
+    for i, val in enumerate(sets):
+        with torch.no_grad():
+            expected = float((model.net(val.x).argmax(1) == val.y).float().mean())
+        acc = last[f"val_acc/dataloader_idx_{i}"]
+        assert (acc.n, acc.mean) == (len(val), pytest.approx(expected))
+
+
 def test_a_tracked_metric_validation_step_only_returns_is_said_to_be_a_guess(caplog):
     """BoringModel's validation_step returns {"x": loss}: x was tracked as higher-is-better without a word (the
     warning needed "loss" in the name)."""

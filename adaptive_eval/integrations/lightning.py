@@ -685,7 +685,8 @@ class AdaptiveEvalCallback(Callback):
                     for key, metric in logged_metrics.items():  # before the padding calls update them
                         value = module_metrics.compute(metric)
                         if value is not None:
-                            captured[key] = value
+                            captured[key] = value  # (over this loader's items: all read the last loader's count)
+                            request._handed.setdefault("metric_items", {})[key] = len(indices)
                     logged_metrics.clear()
                     pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
                     for n in range(pad):  # (results dropped)
