@@ -505,6 +505,8 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
         if case == "include_for_metrics":
             out["mean_loss"] = float(np.mean(p.losses))
             out["mean_len"] = float((np.asarray(p.inputs) > 0).sum(-1).mean())
+        if case == "batch_eval_metrics":  # (HF hands each batch's input dict over, not its input ids)
+            out["mean_len"] = float((p.inputs["input_ids"] > 0).sum(-1).float().mean())
         return out
 
     def argmax(logits, labels):
@@ -513,7 +515,7 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=100, n_positions=64,
                                        output_hidden_states=case == "joined"))
-    options = {"batch_eval_metrics": dict(batch_eval_metrics=True),
+    options = {"batch_eval_metrics": dict(batch_eval_metrics=True, include_for_metrics=["inputs"]),
                "include_for_metrics": dict(include_for_metrics=["inputs", "loss"]),
                "prediction_loss_only": dict(prediction_loss_only=True),
                "joined": dict(eval_accumulation_steps=2)}[case]
@@ -539,29 +541,47 @@ def test_the_callbacks_evaluation_reads_the_evaluation_arguments_as_hf_does(tmp_
         if case == "include_for_metrics":
             assert ours["eval_mean_loss"] == pytest.approx(theirs["eval_mean_loss"], rel=1e-5)
             assert ours["eval_mean_len"] == pytest.approx(theirs["eval_mean_len"], rel=1e-5)
+        if case == "batch_eval_metrics":  # (HF's is its last batch's: compared where both are whole sets, above)
+            assert "eval_mean_len" in ours and "eval_mean_len" in theirs
 
 
 class Reversals(torch.utils.data.Dataset):
-    """Sequence-to-sequence items: 6 tokens in, the last 4 of them reversed out."""
+    """Sequence-to-sequence items: 6 tokens in, the last 2 to 5 of them reversed out (labels of several lengths)."""
 
     def __init__(self, n, seed):
-        self.x = torch.randint(2, 20, (n, 6), generator=torch.Generator().manual_seed(seed))
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randint(2, 20, (n, 6), generator=g)
+        self.out = torch.randint(2, 6, (n,), generator=g)
 
     def __len__(self):
         return len(self.x)
 
     def __getitem__(self, i):
-        return {"input_ids": self.x[i], "attention_mask": torch.ones(6, dtype=torch.long),
-                "labels": self.x[i].flip(0)[:4]}
+        return {"input_ids": self.x[i], "labels": self.x[i].flip(0)[:int(self.out[i])]}
 
 
-def test_a_seq2seq_trainer_generates_with_the_generation_arguments_as_its_own_evaluate_does(tmp_path):
+def pad_labels(items):
+    """Stacks the inputs and pads the labels with -100, as DataCollatorForSeq2Seq does."""
+    longest = max(len(x["labels"]) for x in items)
+    labels = torch.full((len(items), longest), -100)
+    for row, x in enumerate(items):
+        labels[row, :len(x["labels"])] = x["labels"]
+    ids = torch.stack([x["input_ids"] for x in items])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+
+@pytest.mark.parametrize("mode", ["per_item", "aggregate", "asynchronous"])
+def test_a_seq2seq_trainer_generates_with_the_generation_arguments_as_its_own_evaluate_does(tmp_path, monkeypatch,
+                                                                                           mode):
     """Seq2SeqTrainer(predict_with_generate=True): the callback's evaluation generated with the model's generation
     config (max_length 20, greedy), not generation_max_length and generation_num_beams as HF's evaluate() does,
-    and so scored other answers than HF's.  A tiny T5 built from config."""
+    and so scored other answers than HF's; asynchronously it generated with the live model (its prediction_step
+    generates with self.model), in training mode (T5's dropout on); with per_item=False its batches were in the
+    sample's order, and its token-weighted loss differed from HF's.  A tiny T5 built from config."""
+    from conftest import DeferredExecutor
     from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, T5Config, T5ForConditionalGeneration
 
-    def first_two_right(p):  # (per item: the first two generated tokens after the start token)
+    def first_two_right(p):  # (the first two generated tokens after the start token; the mean over items)
         preds, labels = np.asarray(p.predictions), np.asarray(p.label_ids)
         return {"right": float((preds[:, 1:3] == labels[:, :2]).mean())}
 
@@ -569,24 +589,44 @@ def test_a_seq2seq_trainer_generates_with_the_generation_arguments_as_its_own_ev
     model = T5ForConditionalGeneration(T5Config(vocab_size=24, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8,
                                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))
     asked = []
-    generate = model.generate
-    model.generate = lambda *a, **kw: asked.append((kw.get("max_length"), kw.get("num_beams"))) or generate(*a, **kw)
+    generate = T5ForConditionalGeneration.generate
+
+    def spy(self, *a, **kw):
+        asked.append((kw.get("max_length"), kw.get("num_beams"), self is model, self.training))
+        return generate(self, *a, **kw)
+
+    monkeypatch.setattr(T5ForConditionalGeneration, "generate", spy)
     args = Seq2SeqTrainingArguments(str(tmp_path), max_steps=4, per_device_train_batch_size=8, report_to=[],
                                     use_cpu=True, eval_strategy="no", save_strategy="no", disable_tqdm=True,
-                                    predict_with_generate=True, generation_max_length=3, generation_num_beams=2)
+                                    predict_with_generate=True, generation_max_length=3, generation_num_beams=2,
+                                    per_device_eval_batch_size=3)
     whole = ["evaluation.sample_size=null", "policy.sample_size.enabled=false", "trigger.freq_steps=1000"]
-    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["evaluation.on_error=raise"])
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["evaluation.on_error=raise"],
+                              per_item=mode != "aggregate",
+                              executor=DeferredExecutor() if mode == "asynchronous" else None)
     trainer = Seq2SeqTrainer(model, args, train_dataset=Reversals(32, 0), eval_dataset=Reversals(8, 1),
-                             compute_metrics=first_two_right, callbacks=[cb])
+                             data_collator=pad_labels, compute_metrics=first_two_right, callbacks=[cb])
     trainer.train()
     ours = cb.evaluator.history[-1]
     assert ours.reason == "trigger:final" and ours["eval_right"].n == 8
-    assert set(asked) == {(3, 2)}  # every item generated as the arguments say
+    # every item generated as the arguments say, on a model in evaluation mode: asynchronously, a replica
+    assert set(asked) == {(3, 2, mode != "asynchronous", False)}
     asked.clear()
+    batches = []
+    step = Seq2SeqTrainer.prediction_step
+
+    def batch_loss(self, model, inputs, *a, **kw):
+        out = step(self, model, inputs, *a, **kw)
+        batches.append((float(out[0]), len(inputs["labels"])))
+        return out
+
+    monkeypatch.setattr(Seq2SeqTrainer, "prediction_step", batch_loss)
     theirs = trainer.evaluate()
-    assert set(asked) == {(3, 2)}
+    assert set(asked) == {(3, 2, True, False)}
     assert ours["eval_right"].mean == pytest.approx(theirs["eval_right"])
-    assert ours["eval_loss"].mean == pytest.approx(theirs["eval_loss"], rel=1e-5)
+    if mode == "aggregate":  # HF's batches (3, 3 and 2 items), each weighted by its items (HF weights the last as 3)
+        assert [n for _, n in batches] == [3, 3, 2]
+        assert ours["eval_loss"].mean == pytest.approx(sum(x * n for x, n in batches) / 8, rel=1e-6)
 
 
 class WindowedLog(Trainer):

@@ -261,7 +261,7 @@ def _tensorboard_beside(cfg, trainer):
     return None
 
 
-def _evaluating(trainer):
+def _evaluating(trainer, model):
     """``trainer`` as the callback's own ``prediction_step`` calls need it.  Each rank scores its own shard: with HF's
     default ``average_tokens_across_devices`` and a model whose forward takes ``**kwargs`` (every stock HF model),
     ``prediction_step`` all-gathers the batch's label count at every call (``Trainer._get_num_items_in_batch``) and
@@ -270,8 +270,11 @@ def _evaluating(trainer):
     probe).  A ``Seq2SeqTrainer`` with ``predict_with_generate`` generates with the arguments'
     ``generation_max_length`` and ``generation_num_beams``, as its ``evaluate()`` sets them (``_gen_kwargs``) for
     HF's own evaluation: the callback's generated with the model's generation config instead (max_length 20,
-    greedy) and scored other answers than HF's ``evaluate()``.  A shallow copy where either applies (the training
-    loop's trainer and args are left alone: an asynchronous evaluation runs beside it)."""
+    greedy) and scored other answers than HF's ``evaluate()``; and it generates with ``model`` (its
+    ``prediction_step`` generates with ``self.model``, whatever model it is handed: an asynchronous evaluation
+    generated with the live model, in training mode, and its dropout drew from the training run's random numbers;
+    a probe).  A shallow copy where any of it applies (the training loop's trainer and args are left alone: an
+    asynchronous evaluation runs beside it)."""
     args = trainer.args
     own_tokens = getattr(args, "average_tokens_across_devices", False) and getattr(args, "world_size", 1) > 1
     generating = getattr(args, "predict_with_generate", False) and isinstance(trainer, transformers.Seq2SeqTrainer)
@@ -282,6 +285,7 @@ def _evaluating(trainer):
         local.args = copy.copy(args)
         local.args.average_tokens_across_devices = False
     if generating:  # (as Seq2SeqTrainer.evaluate() with no gen_kwargs: what HF's evaluation during training passes)
+        local.model = model
         gen_kwargs = {}
         if getattr(args, "generation_max_length", None) is not None:
             gen_kwargs["max_length"] = args.generation_max_length
@@ -728,10 +732,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = self.trainer
         if trainer is None:
             raise RuntimeError("AdaptiveEvalCallback has no Trainer to evaluate with: pass trainer= or evaluate_fn=")
-        trainer = _evaluating(trainer)
         named = _eval_sets(self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset)
         if model is None:
             model = trainer.model  # unwrapped: a DDP wrapper would run collectives in forward (FSDP's still does)
+        trainer = _evaluating(trainer, model)
         refuse_tensor_parallel(model, request)
         lockstep = request.world_size > 1 and forward_collectives(model)
         was_training = model.training
@@ -744,10 +748,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 if self.per_item:
                     pad = lockstep_padding(request, len(dataset), len(indices)) if lockstep else 0
                     part = self._per_item(trainer, model, dataset, collator, indices, pad)
-                else:
+                else:  # (batched in the set's order, as HF's: the token-weighted loss of a batch depends on it)
                     bs = max(int(trainer.args.per_device_eval_batch_size), 1)
                     pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
-                    part = self._aggregate(trainer, model, dataset, collator, indices, pad)
+                    part = self._aggregate(trainer, model, dataset, collator, sorted(indices), pad)
                 if name is not None:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
                     part = {f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()}
                 if not self.per_item:  # (each set's aggregates over its own items: all read the last set's count)
@@ -792,11 +796,15 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _predict(trainer, model, batch, want: bool):
         """One batch as HF's ``evaluation_loop`` takes it: ``(loss, logits, labels, inputs)``, the logits through
         ``preprocess_logits_for_metrics`` per batch (before batches are joined: a model returning hidden states
-        too failed to join them), ``inputs`` the model's main input where ``include_for_metrics`` asks for it."""
+        too failed to join them), ``inputs`` the model's main input where ``include_for_metrics`` asks for it (with
+        ``batch_eval_metrics``, the batch's whole input dict, as HF hands it over)."""
         loss, logits, labels = trainer.prediction_step(model, batch, prediction_loss_only=not want)
         inputs = None
         if want and "inputs" in (trainer.args.include_for_metrics or ()):
-            inputs = batch.get(getattr(trainer.model, "main_input_name", "input_ids"))
+            if trainer.args.batch_eval_metrics:  # (HF hands each batch's inputs over whole: the model's input dict)
+                inputs = trainer._prepare_input(batch)
+            else:
+                inputs = batch.get(getattr(trainer.model, "main_input_name", "input_ids"))
         if want and logits is not None and trainer.preprocess_logits_for_metrics is not None:
             logits = trainer.preprocess_logits_for_metrics(logits, labels)
         if isinstance(logits, tuple) and len(logits) == 1:
