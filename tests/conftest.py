@@ -7,6 +7,9 @@ from hypothesis import settings
 
 from adaptive_eval.loggers import MetricLogger
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # (pytest -n 2 on two cores: one torch thread per worker, not two each)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Property tests draw the same examples on every run (CI found a new one at random and went red on a change that
 # had passed here); explore further by hand with `pytest --hypothesis-profile=default --hypothesis-seed=N`.
 settings.register_profile("deterministic", derandomize=True)

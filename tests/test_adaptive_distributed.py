@@ -19,6 +19,8 @@ from adaptive_eval.scheduler import FakeResourceMonitor
 from conftest import FakeClock
 from dist_utils import run_ranks, scenario_getter
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 ITEMS = 1000
 DATA = np.random.default_rng(3).normal(0.6, 0.3, size=101)
 HITS = (np.random.default_rng(4).random(101) < 0.7).astype(float)

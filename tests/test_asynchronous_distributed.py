@@ -23,6 +23,8 @@ from adaptive_eval.asynchronous import EvalRanks, SnapshotEval
 from conftest import FakeClock, decisions
 from dist_utils import run_ranks
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 TIMEOUT_S = 3.0  # distributed.timeout_s; room for a loaded 2-core machine
 STEPS = 40
 

@@ -10,6 +10,8 @@ from adaptive_eval.demos import digits as demo
 from adaptive_eval.cli import main
 from adaptive_eval.trace import read_trace
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 STEPS = 1000
 FAULT = STEPS // 2
 CATCH_WITHIN = 25  # steps after the fault

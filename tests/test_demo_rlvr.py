@@ -12,6 +12,8 @@ from adaptive_eval.cli import main
 from adaptive_eval.demos import rlvr
 from adaptive_eval.trace import read_trace
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 STEPS = 24
 FAULT = STEPS // 2
 RUNS = ("adaptive", "async", "fixed_same", "fixed")

@@ -14,6 +14,8 @@ pytest.importorskip("accelerate")
 
 from adaptive_eval import EvalRequest  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 
 def run(tmp_path, mode, out="rank"):
     script = Path(__file__).with_name("hf_ddp_script.py")

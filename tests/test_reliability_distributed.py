@@ -25,6 +25,8 @@ from adaptive_eval import AdaptiveEvaluator, load_config
 from conftest import FakeClock
 from dist_utils import run_ranks
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 TIMEOUT_S = 1.0  # distributed.timeout_s in every case
 SLACK_S = 2.0  # a loaded two-core machine
 

@@ -20,6 +20,8 @@ from adaptive_eval.config import as_config
 from adaptive_eval.scheduler import FakeResourceMonitor
 from conftest import FakeClock
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: test_zz_fuzz_figures reads the others' counts)
+
 COUNTS = {}
 
 
