@@ -445,6 +445,24 @@ def test_plugin_with_the_ini_option_and_a_config(plugin_project):
     result.assert_outcomes(passed=1)
 
 
+def test_plugin_with_p_and_autoload_off_reads_the_ini_config(plugin_project, monkeypatch):
+    """With PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 (common in CI) the entry point that registers the ini options is not
+    loaded: with -p adaptive_eval.testing.plugin every replay ran under the default preset, adaptive_eval_config
+    ignored with pytest's generic "unknown config option" warning only (a new user's probe)."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugin_project.makeini("[pytest]\nadaptive_eval_config = aggressive\n")
+    plugin_project.makepyfile(test_ini_preset="""
+        import pytest
+
+        @pytest.mark.replay_traces("traces/a.csv")
+        def test_config(replay_run):
+            assert replay_run.config_name == "aggressive"
+        """)
+    result = plugin_project.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "test_ini_preset.py")
+    result.assert_outcomes(passed=1)
+    assert "Unknown config option" not in result.stdout.str()
+
+
 def test_plugin_without_a_trace_is_a_usage_error(pytester):
     pytester.makepyfile("def test_x(replay_run):\n    pass\n")
     result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin")

@@ -78,6 +78,16 @@ def _key(value):
     return id(value)
 
 
+def pytest_addoption(parser) -> None:
+    """The ini options, which the entry point registers too: with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 (common in CI)
+    it is not loaded, and ``-p adaptive_eval.testing.plugin`` replayed every trace under the default preset,
+    ``adaptive_eval_config`` ignored with pytest's generic warning only (a new user's probe).  Registering an ini
+    option twice is harmless."""
+    from adaptive_eval.testing._pytest_entry import pytest_addoption as register
+
+    register(parser)
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}(source, *, config=None, seed=0, eval=None, stream=None, step_column=None, "
