@@ -290,10 +290,10 @@ def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
 
 def _load_trace(args: argparse.Namespace):
     """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
-    ``real:NAME``, as ``check`` and ``tune`` take it) when no such path exists."""
-    if not os.path.exists(args.trace) and not _foreign(args):
-        from adaptive_eval.testing._core import _load  # (check's and replay_trace's reading of a name)
+    ``real:NAME``, as ``check`` and ``tune`` take it; a bare name is the shipped trace from any directory)."""
+    from adaptive_eval.testing._core import _load, shipped_trace_name  # (check's and replay_trace's reading)
 
+    if (shipped_trace_name(args.trace) is not None or not os.path.exists(args.trace)) and not _foreign(args):
         return _load(args.trace)[0]
     return _load_trace_file(args.trace, args)
 
@@ -435,6 +435,14 @@ def _budget_note(trace, cfg, deferred: list[dict], evals: int, name: str = "") -
           file=sys.stderr)
 
 
+def _on_disk(trace: str) -> bool:
+    """``trace`` is read from disk: it exists and is not a shipped trace's bare name (that is the shipped trace
+    from any directory; ``./NAME`` reads a file or folder of that name)."""
+    from adaptive_eval.testing._core import shipped_trace_name
+
+    return os.path.exists(trace) and shipped_trace_name(trace) is None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
     from adaptive_eval.testing._core import NO_EXPECTATIONS
@@ -443,7 +451,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     traces = []
     for trace in args.trace:  # a folder of trace files, as the pytest marker takes it (not a TensorBoard run)
         folder = pathlib.Path(trace)
-        found = trace_files(folder) if folder.is_dir() and not any(folder.glob("*tfevents*")) else []
+        found = (trace_files(folder) if _on_disk(trace) and folder.is_dir() and not any(folder.glob("*tfevents*"))
+                 else [])
         if found:  # (listed once: a run deeper down was warned about twice)
             traces += [str(f) for f in found]
         else:
@@ -458,18 +467,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for trace in traces:
         try:
             source = trace
-            if _foreign(args) and os.path.exists(trace):  # (its events file beside it, as for a trace read as is)
+            if _foreign(args) and _on_disk(trace):  # (its events file beside it, as for a trace read as is)
                 source = _load_trace_file(trace, args)
                 sidecar = events_path(trace)
                 events = args.events if args.events is not None else (str(sidecar) if sidecar is not None else None)
             else:
-                if os.path.exists(trace):  # read once, for the replay and the notes (its sidecar: by its source)
+                if _on_disk(trace):  # read once, for the replay and the notes (its sidecar: by its source)
                     source = read_trace(trace)
                 events = args.events
             run = replay_trace(source, cfg, seed=args.seed, events=events)
             if names.count(pathlib.Path(trace).name) > 1:  # a/run.csv and b/run.csv: named by their paths
                 run.name = trace
-            used = events if events is not None else (events_path(trace) if os.path.exists(trace) else None)
+            used = events if events is not None else (events_path(trace) if _on_disk(trace) else None)
             if used is not None:
                 read_from[run.name] = str(used)
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)

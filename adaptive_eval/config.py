@@ -582,9 +582,25 @@ def preset_names() -> list[str]:
     return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".yaml"))
 
 
+def _bare(name: str) -> bool:
+    """A name with no folder in it (``default``, not ``./default`` or ``configs/default``)."""
+    return os.sep not in name and (os.altsep is None or os.altsep not in name)
+
+
 def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
-    """Return (display name, YAML text) for a file path or a preset name."""
+    """Return (display name, YAML text) for a file path or a preset name.  A preset's bare name (``default``, no
+    folder, no ``.yaml``) is the preset from any directory: a file or folder of that name in the working directory
+    was read instead (``./default`` reads it), so the same call meant two configs (found by a new user's probe)."""
     p = os.fspath(path)
+    if _bare(p) and p in preset_names():
+        if os.path.exists(p):
+            from adaptive_eval.types import log_once
+
+            log_once(("preset-shadowed", os.path.abspath(p)), "%r is the shipped preset; the %s of that name in the "
+                     "working directory is not read (pass ./%s for it; said once)", p,
+                     "folder" if os.path.isdir(p) else "file", p)
+        res = resources.files("adaptive_eval.configs") / f"{p}.yaml"
+        return f"preset:{p} ({res})", res.read_text(encoding="utf-8")
     if os.path.exists(p):
         if os.path.isdir(p):
             raise ConfigError([f"{p}: is a directory, not a YAML file"])

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from adaptive_eval import load_config
 from adaptive_eval.cli import main
 from adaptive_eval.scoring import confirmed_delay, eval_samples
 from adaptive_eval.synthetic import make_trace
@@ -461,6 +462,41 @@ def test_plugin_with_p_and_autoload_off_reads_the_ini_config(plugin_project, mon
     result = plugin_project.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "test_ini_preset.py")
     result.assert_outcomes(passed=1)
     assert "Unknown config option" not in result.stdout.str()
+
+
+def test_a_shipped_name_is_the_shipped_trace_and_preset_from_any_directory(pytester, collapse, kl_collapse_run,
+                                                                            capsys, caplog):
+    """A run folder named like a shipped trace, or a file named like a preset, in the working directory was read
+    instead of the shipped one: the same marker or call meant two traces, or two configs, depending on where pytest
+    ran (a new user's probe).  ``./NAME`` reads the file or folder."""
+    import logging
+
+    shadow = pytester.mkdir("grpo_kl_collapse")
+    (shadow / "mine.csv").write_bytes(collapse.read_bytes())
+    (pytester.path / "default").write_text("trigger:\n  freq_steps: 7\n")
+    with caplog.at_level(logging.INFO, logger="adaptive_eval"):
+        assert load_config("default").trigger.freq_steps == load_config("default.yaml").trigger.freq_steps != 7
+        run = replay_trace("grpo_kl_collapse", "default")
+    assert (run.name, run.steps) == (kl_collapse_run.name, kl_collapse_run.steps)
+    said = caplog.text
+    assert "the file of that name in the working directory is not read (pass ./default" in said
+    assert "the folder of that name in the working directory is not read (pass ./grpo_kl_collapse" in said
+    assert load_config("./default").trigger.freq_steps == 7
+    code, out, _ = check_main(capsys, "grpo_kl_collapse", "--config", "default")
+    assert out.splitlines()[1].split()[:2] == ["grpo_kl_collapse", "collapse"]  # (not mine.csv)
+    code, out, _ = check_main(capsys, "./grpo_kl_collapse", "--config", "./default")
+    assert out.splitlines()[1].split()[0] == "mine.csv"
+    tests = pytester.mkdir("tests")
+    (tests / "test_shipped.py").write_text(textwrap.dedent("""\
+        import pytest
+
+        @pytest.mark.replay_traces("grpo_kl_collapse")
+        def test_shipped(replay_run):
+            assert replay_run.name == "grpo_kl_collapse"
+        """))
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v", "tests")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*test_shipped?grpo_kl_collapse? PASSED*"])
 
 
 def test_plugin_without_a_trace_is_a_usage_error(pytester):

@@ -14,6 +14,7 @@ from adaptive_eval import scoring
 from adaptive_eval.config import as_config, load_config
 from adaptive_eval.replay import ReplayResult, every_step, ground_truth, replay, replay_units
 from adaptive_eval.trace import Trace, read_trace
+from adaptive_eval.types import log_once
 
 __all__ = [
     "CheckRow", "Event", "ExpectationError", "Expectations", "QuietWindow", "ReplayRun", "assert_confirmed",
@@ -370,6 +371,18 @@ def _a_document(path: pathlib.Path) -> bool:
     return False
 
 
+def shipped_trace_name(value) -> str | None:
+    """The shipped real trace ``value`` names (``"grpo_kl_collapse"``, or ``"real:grpo_kl_collapse"`` as
+    ``adaptive-eval tune`` spells it), or None: a bare name, no folder in it, means the shipped trace from any
+    directory."""
+    if not isinstance(value, str) or os.sep in value or (os.altsep is not None and os.altsep in value):
+        return None
+    from adaptive_eval.convert import real_traces
+
+    name = value.removeprefix("real:")
+    return name if name in {info.name for info in real_traces()} else None
+
+
 def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
     """(trace, name, expectations found with it, its eval metric if known)."""
     if isinstance(path_or_trace, Trace):
@@ -387,16 +400,22 @@ def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
         return t.trace, str(getattr(t, "name", _trace_name(t.trace.source))), Expectations(events), metric
     if isinstance(path_or_trace, (str, os.PathLike)):
         p = pathlib.Path(path_or_trace)
+        shipped = shipped_trace_name(path_or_trace)
+        if shipped is not None:  # (from any directory: a run folder of that name in the working directory was read)
+            if p.exists() and isinstance(path_or_trace, str) and not path_or_trace.startswith("real:"):
+                log_once(("trace-shadowed", str(p.resolve())), "%r is the shipped real trace; the %s of that name "
+                         "in the working directory is not read (pass ./%s for it; said once)", path_or_trace,
+                         "folder" if p.is_dir() else "file", path_or_trace)
+            from adaptive_eval.convert import load_real
+
+            return _load(load_real(shipped))
         if p.exists():
             side = events_path(p)
             exp = load_expectations(side) if side else Expectations()
             return read_trace(p), p.name, exp, None
-        from adaptive_eval.convert import load_real, real_traces
+        from adaptive_eval.convert import real_traces
 
         names = [info.name for info in real_traces()]
-        name = str(path_or_trace).removeprefix("real:")  # "real:NAME" as adaptive-eval tune spells it
-        if name in names:
-            return _load(load_real(name))
         raise FileNotFoundError(f"{p}: no such trace file (nor a shipped real trace of that name: "
                                 f"{', '.join(names)})")
     raise TypeError(f"replay_trace takes a trace path, a shipped trace name, a Trace or a RealTrace, "

@@ -37,7 +37,12 @@ import pathlib
 import pytest
 
 from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
-from adaptive_eval.testing._core import READ_OPTIONS, read_options, read_with  # noqa: F401 (READ_OPTIONS: as before)
+from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before)
+    READ_OPTIONS,
+    read_options,
+    read_with,
+    shipped_trace_name,
+)
 
 MARKER = "replay_traces"
 
@@ -111,7 +116,9 @@ def _sources(marker, base: pathlib.Path) -> list:
     out = []
     for item in items:
         resolved = _relative_to(base, item)
-        if isinstance(resolved, (str, os.PathLike)) and os.path.isdir(resolved):
+        if resolved is item and shipped_trace_name(item) is not None:
+            out.append(item)  # (not a folder of that name in the working directory: pytest run from elsewhere)
+        elif isinstance(resolved, (str, os.PathLike)) and os.path.isdir(resolved):
             found = trace_files(resolved)
             if not found:
                 raise pytest.UsageError(f"@pytest.mark.{MARKER}({item!r}): no trace files (*.csv, *.jsonl, *.json) "
