@@ -291,10 +291,11 @@ def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
 def _load_trace(args: argparse.Namespace):
     """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
     ``real:NAME``, as ``check`` and ``tune`` take it; a bare name is the shipped trace from any directory)."""
-    from adaptive_eval.testing._core import _load, shipped_trace_name  # (check's and replay_trace's reading)
+    from adaptive_eval.testing._core import _load, refuse_read_options_on_shipped, shipped_trace_name
 
-    if (shipped_trace_name(args.trace) is not None or not os.path.exists(args.trace)) and not _foreign(args):
-        return _load(args.trace)[0]
+    refuse_read_options_on_shipped(args.trace, _foreign(args))
+    if shipped_trace_name(args.trace) is not None or not os.path.exists(args.trace) and not _foreign(args):
+        return _load(args.trace)[0]  # (check's and replay_trace's reading)
     return _load_trace_file(args.trace, args)
 
 
@@ -445,7 +446,7 @@ def _on_disk(trace: str) -> bool:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
-    from adaptive_eval.testing._core import NO_EXPECTATIONS
+    from adaptive_eval.testing._core import NO_EXPECTATIONS, in_folder
 
     cfg = load_config(args.config, args.overrides)
     traces = []
@@ -454,7 +455,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         found = (trace_files(folder) if _on_disk(trace) and folder.is_dir() and not any(folder.glob("*tfevents*"))
                  else [])
         if found:  # (listed once: a run deeper down was warned about twice)
-            traces += [str(f) for f in found]
+            traces += [str(in_folder(trace, f)) for f in found]
         else:
             traces.append(trace)
     from adaptive_eval.testing._core import _load

@@ -592,7 +592,7 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
     folder, no ``.yaml``) is the preset from any directory: a file or folder of that name in the working directory
     was read instead (``./default`` reads it), so the same call meant two configs (found by a new user's probe)."""
     p = os.fspath(path)
-    if _bare(p) and p in preset_names():
+    if isinstance(path, str) and _bare(p) and p in preset_names():  # (Path("./default") is "default": a path)
         if os.path.exists(p):
             from adaptive_eval.types import log_once
 

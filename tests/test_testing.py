@@ -465,7 +465,8 @@ def test_plugin_with_p_and_autoload_off_reads_the_ini_config(plugin_project, mon
 
 
 def test_a_shipped_name_is_the_shipped_trace_and_preset_from_any_directory(pytester, collapse, kl_collapse_run,
-                                                                            capsys, caplog):
+                                                                            capsys, caplog, tensorboard_runs,
+                                                                            monkeypatch):
     """A run folder named like a shipped trace, or a file named like a preset, in the working directory was read
     instead of the shipped one: the same marker or call meant two traces, or two configs, depending on where pytest
     ran (a new user's probe).  ``./NAME`` reads the file or folder."""
@@ -497,6 +498,20 @@ def test_a_shipped_name_is_the_shipped_trace_and_preset_from_any_directory(pytes
     result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-v", "tests")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*test_shipped?grpo_kl_collapse? PASSED*"])
+    # a pathlib.Path is a path (it drops "./"), and names the shipped trace only where no such path exists
+    assert load_config(pathlib.Path("default")).trigger.freq_steps == 7
+    # read options read a file: with a shipped name they are refused, not applied to whatever is here
+    with pytest.raises(ValueError, match=r"'grpo_kl_collapse' is the shipped real trace .*pass ./grpo_kl_collapse"):
+        replay_trace("grpo_kl_collapse", "default", eval="accuracy")
+    # a folder's runs keep their folder: `check .` beside a run named like a shipped trace reads the run
+    runs = pytester.path / "runs"
+    shutil.copytree(tensorboard_runs / "run_a", runs / "grpo_kl_collapse")
+    shutil.copy(tensorboard_runs / "run_a.events.yaml", runs / "grpo_kl_collapse.events.yaml")
+    monkeypatch.chdir(runs)
+    assert replay_trace(pathlib.Path("nanogpt_124m")).name == "nanogpt_124m"
+    capsys.readouterr()  # (pytester's run above)
+    code, out, _ = check_main(capsys, ".", "--config", "default")
+    assert out.splitlines()[1].split()[:5] == ["grpo_kl_collapse", "change", "at", "step", str(ONSET)]  # (not 56)
 
 
 def test_plugin_without_a_trace_is_a_usage_error(pytester):

@@ -383,6 +383,25 @@ def shipped_trace_name(value) -> str | None:
     return name if name in {info.name for info in real_traces()} else None
 
 
+def in_folder(folder, found):
+    """``found`` (an entry :func:`trace_files` listed in ``folder``) as a path that names its folder: listed in
+    ``.``, a run folder ``nanogpt_124m`` read as the shipped trace of that name."""
+    if pathlib.Path(found).parent != pathlib.Path("."):
+        return found
+    return os.path.join(os.fspath(folder), os.fspath(found))
+
+
+def refuse_read_options_on_shipped(value, options) -> None:
+    """ValueError for read options (``eval=``, ``stream=``, ...; the command line's ``--eval``, ...) given with a
+    shipped trace's bare name: they read a trace file, and the shipped trace is read as it is (a file or folder of
+    that name in the working directory was read with them, so the same call meant two traces)."""
+    name = shipped_trace_name(value) if options else None
+    if name is not None:
+        raise ValueError(f"{value!r} is the shipped real trace {name!r}, read as it is: eval=, stream=, step_column= "
+                         f"and keep_last_run= (--eval, --stream, --step-column, --keep-last-run) read a trace file; "
+                         f"pass ./{value} for a file or folder of that name")
+
+
 def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
     """(trace, name, expectations found with it, its eval metric if known)."""
     if isinstance(path_or_trace, Trace):
@@ -413,6 +432,8 @@ def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
             side = events_path(p)
             exp = load_expectations(side) if side else Expectations()
             return read_trace(p), p.name, exp, None
+        if shipped_trace_name(os.fspath(path_or_trace)) is not None:  # (a pathlib.Path of a shipped name)
+            return _load(os.fspath(path_or_trace))
         from adaptive_eval.convert import real_traces
 
         names = [info.name for info in real_traces()]
@@ -485,6 +506,7 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     ``step_column=``, ``keep_last_run=True``.  The same trace, config and seed give the same run.
     """
     options = read_options(read)
+    refuse_read_options_on_shipped(path_or_trace, options)
     if options:
         if isinstance(path_or_trace, (str, os.PathLike)) and not os.path.exists(path_or_trace):
             raise FileNotFoundError(f"{path_or_trace}: no such trace file")

@@ -39,8 +39,10 @@ import pytest
 from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
 from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before)
     READ_OPTIONS,
+    in_folder,
     read_options,
     read_with,
+    refuse_read_options_on_shipped,
     shipped_trace_name,
 )
 
@@ -58,6 +60,7 @@ class ReplayCache:
         """``read``: how to read a trace file, the marker's ``eval``, ``stream``, ``step_column`` and
         ``keep_last_run`` (:func:`read_options`)."""
         options = read_options(read)
+        refuse_read_options_on_shipped(trace, options)
         run = self._runs.get(key := (_key(trace), _key(config), seed, options))
         if run is None:
             source = trace
@@ -123,7 +126,7 @@ def _sources(marker, base: pathlib.Path) -> list:
             if not found:
                 raise pytest.UsageError(f"@pytest.mark.{MARKER}({item!r}): no trace files (*.csv, *.jsonl, *.json) "
                                         f"or TensorBoard runs in {resolved}")
-            out += found
+            out += [in_folder(resolved, f) for f in found]
         else:
             out.append(resolved)
     return out
