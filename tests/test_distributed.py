@@ -36,6 +36,8 @@ from adaptive_eval.evaluators import RemoteEvaluationError, run_evaluation_outco
 from adaptive_eval.stats import summarize
 from dist_utils import run_ranks, scenario_getter
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 Pair = collections.namedtuple("Pair", "left right")
 DATA = np.random.default_rng(3).normal(0.6, 0.3, size=101)
 HITS = (np.random.default_rng(4).random(101) < 0.7).astype(float)

@@ -28,6 +28,8 @@ from adaptive_eval.suites import due_suites, suite_order, suite_requests
 from adaptive_eval.types import SuiteRequest
 from dist_utils import run_ranks, scenario_getter
 
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
+
 SUITES = ["evaluation.suites.math500.size=500", "evaluation.suites.math500.samples_per_item=4",
           "evaluation.suites.aime24.size=30", "evaluation.suites.aime24.samples_per_item=16",
           "evaluation.suites.aime24.every=4"]

@@ -28,7 +28,7 @@ from dist_utils import run_ranks
 pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: its module-scoped runs on one worker)
 
 TIMEOUT_S = 1.0  # distributed.timeout_s in every case
-SLACK_S = 2.0  # a loaded two-core machine
+SLACK_S = 4.0 if os.environ.get("PYTEST_XDIST_WORKER") else 2.0  # a loaded two-core machine (-n 2: more)
 
 
 def config(**extra):
