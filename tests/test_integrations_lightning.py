@@ -1469,3 +1469,59 @@ def test_a_shut_down_executor_is_refused_when_the_callback_is_built():
     pool.shutdown()
     with pytest.raises(RuntimeError, match="is shut down"):
         AdaptiveEvalCallback("default", executor=pool)
+
+
+class ReducedModel(Model):
+    def validation_step(self, batch, batch_idx):
+        loss = self.step(batch)
+        self.log("val_loss", loss, on_step=True, on_epoch=True)  # Lightning's keys: val_loss_step, val_loss_epoch
+        self.log("val_worst", loss, reduce_fx="max")
+
+
+def test_limit_val_batches_an_epoch_monitor_and_a_reduce_fx_are_read_as_lightning_reads_them(tmp_path, caplog):
+    """A new user's probe: limit_val_batches was ignored (the callback sampled the whole set); a monitor of
+    val_loss_epoch (logged on_step and on_epoch) was skipped, and the first metric logged was tracked as
+    higher-is-better; a metric logged with reduce_fx="max" was reported as a mean under its name, unsaid."""
+    train, val = loaders(n_train=160, n_val=40)  # batches of 4
+    torch.manual_seed(0)
+    model = ReducedModel()
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48", "trigger.freq_steps=10"]  # all it may score
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["evaluation.on_error=raise"])
+    saver = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss_epoch", mode="min")
+    trainer = L.Trainer(max_steps=10, logger=False, callbacks=[cb, saver], **{**QUIET, "limit_val_batches": 2})
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.fit(model, train, val)
+    ev = cb.evaluator
+    assert (ev.cfg.evaluation.metric, ev.cfg.evaluation.higher_is_better) == ("val_loss", False)
+    last = ev.history[-1]
+    assert last.step == 9 and last["val_loss"].n == 8  # Lightning's 2 batches of 4
+    theirs = trainer.validate(model, val, verbose=False)[0]
+    assert last["val_loss"].mean == pytest.approx(theirs["val_loss_epoch"], rel=1e-6)
+    said = [r.getMessage() for r in caplog.records if "reduce_fx" in r.getMessage()]
+    assert len(said) == 1 and "'val_worst' is logged with reduce_fx=max" in said[0]
+
+
+class SqueezeModel(Model):
+    """A binary head whose squeeze() drops the batch dimension of a batch of one item."""
+
+    def validation_step(self, batch, batch_idx):
+        logits = self(batch)[:, 0].squeeze()
+        self.log("val_loss", torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.ones(len(batch))))
+
+
+@pytest.mark.parametrize("case", ["combined", "squeeze"])
+def test_validation_data_or_steps_the_callback_cannot_score_item_by_item_say_why(case, caplog):
+    """A new user's probe: a CombinedLoader in mode max_size_cycle, and a validation_step that fails on a batch of one
+    item, failed every evaluation with an error that did not say why (Lightning's own validation works)."""
+    from lightning.pytorch.utilities import CombinedLoader
+
+    train, val = loaders(n_train=80, n_val=20)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.on_error=raise"])
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    if case == "combined":
+        with pytest.raises(ValueError, match=r"a CombinedLoader in mode 'max_size_cycle'.*evaluate_fn="):
+            trainer.fit(Model(), train, CombinedLoader({"a": val, "b": val}, mode="max_size_cycle"))
+    else:
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"), pytest.raises(ValueError, match="Target size"):
+            trainer.fit(SqueezeModel(), train, val)
+        assert "validation_step failed on a batch of ONE item" in caplog.text

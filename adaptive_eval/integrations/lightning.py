@@ -113,6 +113,10 @@ log = logging.getLogger("adaptive_eval")
 # A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
 # key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
 # found by a new-user probe).
+# the reduce_fx (a name, or torch.mean) the callback's per-item mean reports as Lightning does; any other was
+# reported as a mean under the same name, unsaid (a new user's probe)
+_MEANS = ("mean", "avg", "average")
+
 _VALIDATION_KEY = re.compile(r"^(?i:val|valid|validate|validation|eval|evaluate|evaluation|test|testing|tests)"
                              r"(?![a-z])")
 # What a module holds its layers, weights and buffers in (put back after a look back's on_load_checkpoint hook)
@@ -195,6 +199,8 @@ class AdaptiveEvalCallback(Callback):
         self._fit_thread = None  # the thread that runs the fit (on_train_start): precision contexts only there
         self._pick_metric = False
         self._loss_warned = False
+        self._reduce_said: set[str] = set()  # metrics logged with a reduce_fx other than the mean: said once each
+        self._one_item_said = False
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
         self._reset_stream_state()
         self.hooks_called: set[str] = set()
@@ -537,6 +543,15 @@ class AdaptiveEvalCallback(Callback):
             except Exception as exc:  # noqa: BLE001 - Lightning raises several kinds for "not defined"
                 raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or "
                                  f"evaluate_fn= ({exc})") from None
+        combined = getattr(getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None),
+                           "_combined_loader", None)
+        if isinstance(loaders, lightning.pytorch.utilities.CombinedLoader):
+            combined, loaders = loaders, loaders.iterables
+        mode = getattr(combined, "_mode", "sequential")
+        if mode != "sequential":  # (every evaluation failed in validation_step, unsaid; a new user's probe)
+            raise ValueError(f"the validation data is a CombinedLoader in mode {mode!r}: validation_step takes one "
+                             "batch of every loader at once, which the callback cannot score item by item; pass "
+                             "evaluate_fn=, val_dataset=, or the loaders in mode 'sequential'")
         if isinstance(loaders, Mapping):  # named dataloaders: Lightning numbers them in this order
             loaders = list(loaders.values())
         if not isinstance(loaders, (list, tuple)):
@@ -616,8 +631,14 @@ class AdaptiveEvalCallback(Callback):
         suffix = ""
         Metric = _metric_type()
 
-        def capture(name, value, *args, add_dataloader_idx=True, **kwargs):
+        def capture(name, value, *args, add_dataloader_idx=True, reduce_fx="mean", **kwargs):
             key = name + suffix if add_dataloader_idx else name
+            if str(getattr(reduce_fx, "__name__", reduce_fx)).lower() not in _MEANS and name not in self._reduce_said:
+                self._reduce_said.add(name)
+                log.warning("adaptive_eval: %r is logged with reduce_fx=%s: the callback reports its mean over the "
+                            "items it scores (with an interval), not Lightning's %s over the validation batches; "
+                            "log a per-item value to compare, or pass evaluate_fn= (said once)", name,
+                            getattr(reduce_fx, "__name__", reduce_fx), getattr(reduce_fx, "__name__", reduce_fx))
             if Metric is not None and isinstance(value, Metric):
                 # self.log("val_acc", self.val_acc): Lightning computes the Metric over the validation items at
                 # the epoch's end; so does the adapter, over the request's items (it was dropped: found by a new
@@ -630,7 +651,7 @@ class AdaptiveEvalCallback(Callback):
 
         def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
-                capture(k, v, add_dataloader_idx=add_dataloader_idx)
+                capture(k, v, add_dataloader_idx=add_dataloader_idx, reduce_fx=kwargs.get("reduce_fx", "mean"))
 
         precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
         elsewhere = threading.current_thread() is not (self._fit_thread or threading.current_thread())
@@ -672,7 +693,11 @@ class AdaptiveEvalCallback(Callback):
                     module_metrics.reset()
                     for n, i in enumerate(indices):
                         item_values.clear()
-                        out = call(collate([dataset[i]]), n, dl_idx)
+                        try:
+                            out = call(collate([dataset[i]]), n, dl_idx)
+                        except Exception:
+                            self._say_one_item()
+                            raise
                         if isinstance(out, Mapping):
                             for k, v in out.items():
                                 returned.add(k + suffix)
@@ -708,6 +733,17 @@ class AdaptiveEvalCallback(Callback):
                             "loss set evaluation.metric: %s and evaluation.higher_is_better: false, or set "
                             "evaluation.metric to the metric to track", first, why, first)
         return captured
+
+    def _say_one_item(self) -> None:
+        """Said once, at validation_step's first failure: it runs on batches of one item here (a ``squeeze()`` that
+        drops the batch dimension failed every evaluation, with an error that did not say why; a new user's probe)."""
+        if not self._one_item_said:
+            self._one_item_said = True
+            log.warning("adaptive_eval: validation_step failed on a batch of ONE item: the callback calls it one item "
+                        "at a time, so that each metric has a per-item value and a real interval; a step that needs "
+                        "several items (a squeeze() that drops the batch dimension, a metric over the batch) fails "
+                        "or differs here: make it work on one item, or pass evaluate_fn= (said once; the error "
+                        "follows)")
 
     # -- reporting --------------------------------------------------------------------------------------
     @property
@@ -851,9 +887,12 @@ def _monitored(trainer) -> tuple[str, bool] | None:
     for kind in (ModelCheckpoint, EarlyStopping):
         for cb in trainer.callbacks:
             monitor = getattr(cb, "monitor", None)
-            if isinstance(cb, kind) and monitor and _VALIDATION_KEY.match(str(monitor)) and not (
-                    str(monitor).endswith("_epoch")):
+            if isinstance(cb, kind) and monitor and _VALIDATION_KEY.match(str(monitor)):
                 higher = getattr(cb, "mode", "min") == "max"
+                # self.log(name, on_step=True, on_epoch=True) is monitored as name_epoch; the callback's is name
+                # (it was skipped: the first metric logged tracked higher-is-better; a new user's probe)
+                head, idx, tail = str(monitor).partition("/dataloader_idx_")
+                monitor = head.removesuffix("_epoch") + idx + tail
                 log.info("adaptive_eval: evaluation.metric is null: tracking %r (%s-is-better), the monitor of %s",
                          monitor, "higher" if higher else "lower", type(cb).__name__)
                 return str(monitor), higher
@@ -897,8 +936,9 @@ def _items_of(loader, trainer):
     items its sampler picks (a ``SubsetRandomSampler`` or sampler of one's own over a shared dataset: indexing the
     dataset itself scored training items, without a word; found by a new user), sorted (a sampler that shuffles
     picks the same items in another order).  Lightning's distributed samplers are seen through (the adapter shards
-    by itself); an ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N``: the first N batches' items,
-    as Lightning validates on N batches."""
+    by itself); an ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N`` and
+    ``limit_val_batches`` (N batches, or a fraction of them): the first batches' items, as Lightning validates on
+    those (``limit_val_batches`` was ignored: up to ``sample_size`` items of the whole set; a new user's probe)."""
     import torch.utils.data as data
 
     dataset = loader.dataset
@@ -925,10 +965,18 @@ def _items_of(loader, trainer):
         if items is not None:  # (sorted: a sampler that shuffles gives the same items in any order, resumed too)
             items = None if sorted(items) == list(range(len(dataset))) else sorted(items)
     fast = getattr(trainer, "fast_dev_run", False) if trainer is not None else False
+    limit = getattr(trainer, "limit_val_batches", 1.0) if trainer is not None else 1.0
+    size = max(int(getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None),
+                                                                   "batch_size", None) or 1), 1)
+    count = len(items) if items is not None else len(dataset)
+    first = None
     if fast:
-        size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size",
-                                                                None)
-        first = int(fast) * max(int(size or 1), 1)
+        first = int(fast) * size
+    elif isinstance(limit, float) and 0.0 < limit < 1.0:  # (as Lightning: int(batches x fraction), at least one)
+        first = max(int(-(-count // size) * limit), 1) * size
+    elif isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        first = limit * size
+    if first is not None and first < count:
         items = (items if items is not None else list(range(len(dataset))))[:first]
     return dataset if items is None else data.Subset(dataset, items)
 
