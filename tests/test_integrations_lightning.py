@@ -1478,10 +1478,13 @@ class ReducedModel(Model):
         self.log("val_worst", loss, reduce_fx="max")
 
 
-def test_limit_val_batches_an_epoch_monitor_and_a_reduce_fx_are_read_as_lightning_reads_them(tmp_path, caplog):
-    """A new user's probe: limit_val_batches was ignored (the callback sampled the whole set); a monitor of
-    val_loss_epoch (logged on_step and on_epoch) was skipped, and the first metric logged was tracked as
-    higher-is-better; a metric logged with reduce_fx="max" was reported as a mean under its name, unsaid."""
+def test_an_epoch_monitor_and_a_reduce_fx_are_said_and_limit_val_batches_caps_lightnings_validation_only(
+        tmp_path, caplog):
+    """A new user's probe: a monitor of val_loss_epoch (logged on_step and on_epoch) was skipped without a word,
+    and the first metric logged was tracked as higher-is-better; a metric logged with reduce_fx="max" was reported
+    as a mean under its name, unsaid.  (Which of val_loss and a metric named val_loss_epoch the monitor means is
+    not known before a result: said, not guessed; a review.)  limit_val_batches caps Lightning's own validation:
+    limit_val_batches=1 keeps it cheap, and capped every evaluation at one batch when the callback read it."""
     train, val = loaders(n_train=160, n_val=40)  # batches of 4
     torch.manual_seed(0)
     model = ReducedModel()
@@ -1491,14 +1494,13 @@ def test_limit_val_batches_an_epoch_monitor_and_a_reduce_fx_are_read_as_lightnin
     trainer = L.Trainer(max_steps=10, logger=False, callbacks=[cb, saver], **{**QUIET, "limit_val_batches": 2})
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         trainer.fit(model, train, val)
-    ev = cb.evaluator
-    assert (ev.cfg.evaluation.metric, ev.cfg.evaluation.higher_is_better) == ("val_loss", False)
-    last = ev.history[-1]
-    assert last.step == 9 and last["val_loss"].n == 8  # Lightning's 2 batches of 4
-    theirs = trainer.validate(model, val, verbose=False)[0]
-    assert last["val_loss"].mean == pytest.approx(theirs["val_loss_epoch"], rel=1e-6)
-    said = [r.getMessage() for r in caplog.records if "reduce_fx" in r.getMessage()]
-    assert len(said) == 1 and "'val_worst' is logged with reduce_fx=max" in said[0]
+    said = [r.getMessage() for r in caplog.records]
+    assert any("monitors 'val_loss_epoch': the callback's metric is 'val_loss' if validation_step logs it on_step "
+               "and on_epoch, else 'val_loss_epoch'" in m and "higher_is_better: false" in m for m in said)
+    reduced = [m for m in said if "reduce_fx" in m]
+    assert len(reduced) == 1 and "'val_worst' is logged with reduce_fx=max" in reduced[0]
+    last = cb.evaluator.history[-1]
+    assert last.step == 9 and last["val_loss"].n == 40  # the whole set, not Lightning's 2 batches of 4
 
 
 class SqueezeModel(Model):

@@ -512,6 +512,14 @@ def test_a_shipped_name_is_the_shipped_trace_and_preset_from_any_directory(pytes
     capsys.readouterr()  # (pytester's run above)
     code, out, _ = check_main(capsys, ".", "--config", "default")
     assert out.splitlines()[1].split()[:5] == ["grpo_kl_collapse", "change", "at", "step", str(ONSET)]  # (not 56)
+    code, out, err = check_main(capsys, "grpo_kl_collapse", "--eval", "accuracy")  # (--eval was dropped, unsaid)
+    assert code == 2 and "'grpo_kl_collapse' is the shipped real trace" in out + err
+    # the session's replay cache keys a shipped name as the name, not as the folder of that name here (a review)
+    from adaptive_eval.testing.plugin import ReplayCache
+
+    cache = ReplayCache()
+    shipped, here = cache.get("grpo_kl_collapse"), cache.get("./grpo_kl_collapse")
+    assert (shipped.steps, here.steps, cache.replays) == (kl_collapse_run.steps, 300, 2)
 
 
 def test_plugin_without_a_trace_is_a_usage_error(pytester):

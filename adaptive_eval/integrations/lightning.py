@@ -693,8 +693,9 @@ class AdaptiveEvalCallback(Callback):
                     module_metrics.reset()
                     for n, i in enumerate(indices):
                         item_values.clear()
+                        batch = collate([dataset[i]])
                         try:
-                            out = call(collate([dataset[i]]), n, dl_idx)
+                            out = call(batch, n, dl_idx)
                         except Exception:
                             self._say_one_item()
                             raise
@@ -739,11 +740,11 @@ class AdaptiveEvalCallback(Callback):
         drops the batch dimension failed every evaluation, with an error that did not say why; a new user's probe)."""
         if not self._one_item_said:
             self._one_item_said = True
-            log.warning("adaptive_eval: validation_step failed on a batch of ONE item: the callback calls it one item "
-                        "at a time, so that each metric has a per-item value and a real interval; a step that needs "
-                        "several items (a squeeze() that drops the batch dimension, a metric over the batch) fails "
-                        "or differs here: make it work on one item, or pass evaluate_fn= (said once; the error "
-                        "follows)")
+            log.warning("adaptive_eval: validation_step failed on a batch of ONE item, which may be why: the callback "
+                        "calls it one item at a time, so that each metric has a per-item value and a real interval; "
+                        "a step that needs several items (a squeeze() that drops the batch dimension, a metric over "
+                        "the batch) fails or differs here: make it work on one item, or pass evaluate_fn= (said "
+                        "once; the error follows)")
 
     # -- reporting --------------------------------------------------------------------------------------
     @property
@@ -889,10 +890,17 @@ def _monitored(trainer) -> tuple[str, bool] | None:
             monitor = getattr(cb, "monitor", None)
             if isinstance(cb, kind) and monitor and _VALIDATION_KEY.match(str(monitor)):
                 higher = getattr(cb, "mode", "min") == "max"
-                # self.log(name, on_step=True, on_epoch=True) is monitored as name_epoch; the callback's is name
-                # (it was skipped: the first metric logged tracked higher-is-better; a new user's probe)
                 head, idx, tail = str(monitor).partition("/dataloader_idx_")
-                monitor = head.removesuffix("_epoch") + idx + tail
+                if head.endswith("_epoch"):
+                    # self.log(name, on_step=True, on_epoch=True) is monitored as name_epoch, and the callback's is
+                    # name; a metric may be named name_epoch too: which one is not known here (it was skipped
+                    # without a word, and the first metric logged tracked higher-is-better; a new user's probe)
+                    log.warning("adaptive_eval: evaluation.metric is null and %s monitors %r: the callback's metric "
+                                "is %r if validation_step logs it on_step and on_epoch, else %r; set "
+                                "evaluation.metric to it and evaluation.higher_is_better: %s (the first metric "
+                                "logged is tracked meanwhile)", type(cb).__name__, monitor,
+                                head.removesuffix("_epoch") + idx + tail, monitor, str(higher).lower())
+                    continue
                 log.info("adaptive_eval: evaluation.metric is null: tracking %r (%s-is-better), the monitor of %s",
                          monitor, "higher" if higher else "lower", type(cb).__name__)
                 return str(monitor), higher
@@ -936,9 +944,10 @@ def _items_of(loader, trainer):
     items its sampler picks (a ``SubsetRandomSampler`` or sampler of one's own over a shared dataset: indexing the
     dataset itself scored training items, without a word; found by a new user), sorted (a sampler that shuffles
     picks the same items in another order).  Lightning's distributed samplers are seen through (the adapter shards
-    by itself); an ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N`` and
-    ``limit_val_batches`` (N batches, or a fraction of them): the first batches' items, as Lightning validates on
-    those (``limit_val_batches`` was ignored: up to ``sample_size`` items of the whole set; a new user's probe)."""
+    by itself); an ``IterableDataset`` has no items to pick: a ``ValueError``.  ``fast_dev_run=N``: the first N
+    batches' items, as Lightning validates on N batches.  ``limit_val_batches`` caps Lightning's own validation,
+    not the callback's sample (``limit_val_batches=1`` keeps Lightning's validation cheap; read as Lightning reads
+    it, it capped every evaluation at one batch in a trial)."""
     import torch.utils.data as data
 
     dataset = loader.dataset
@@ -965,18 +974,10 @@ def _items_of(loader, trainer):
         if items is not None:  # (sorted: a sampler that shuffles gives the same items in any order, resumed too)
             items = None if sorted(items) == list(range(len(dataset))) else sorted(items)
     fast = getattr(trainer, "fast_dev_run", False) if trainer is not None else False
-    limit = getattr(trainer, "limit_val_batches", 1.0) if trainer is not None else 1.0
-    size = max(int(getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None),
-                                                                   "batch_size", None) or 1), 1)
-    count = len(items) if items is not None else len(dataset)
-    first = None
     if fast:
-        first = int(fast) * size
-    elif isinstance(limit, float) and 0.0 < limit < 1.0:  # (as Lightning: int(batches x fraction), at least one)
-        first = max(int(-(-count // size) * limit), 1) * size
-    elif isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-        first = limit * size
-    if first is not None and first < count:
+        size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size",
+                                                                None)
+        first = int(fast) * max(int(size or 1), 1)
         items = (items if items is not None else list(range(len(dataset))))[:first]
     return dataset if items is None else data.Subset(dataset, items)
 

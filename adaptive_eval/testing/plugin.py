@@ -71,11 +71,18 @@ class ReplayCache:
         return run
 
 
+def _preset_name(value: str) -> bool:
+    from adaptive_eval.config import _bare, preset_names
+
+    return _bare(value) and value in preset_names()
+
+
 def _key(value):
     """A cache key: a path by its resolved name and modification time, a config by its YAML, a preset or a
     shipped trace by its name, anything else by identity."""
-    if value is None or isinstance(value, str) and not os.path.exists(value):
-        return value
+    if value is None or isinstance(value, str) and (not os.path.exists(value) or shipped_trace_name(value) is not None
+                                                     or _preset_name(value)):
+        return value  # (a shipped name is the shipped trace or preset, whatever lies in the working directory)
     if isinstance(value, (str, os.PathLike)):
         p = pathlib.Path(value).resolve()
         return str(p), p.stat().st_mtime_ns
