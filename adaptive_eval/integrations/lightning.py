@@ -110,13 +110,12 @@ __all__ = ["AdaptiveEvalCallback"]
 
 log = logging.getLogger("adaptive_eval")
 
+# The reduce_fx (a name, or torch.mean) the callback's per-item mean reports as Lightning does; any other was
+# reported as a mean under the same name, unsaid (a new user's probe).
+_MEANS = ("mean", "avg", "average")
 # A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
 # key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
 # found by a new-user probe).
-# the reduce_fx (a name, or torch.mean) the callback's per-item mean reports as Lightning does; any other was
-# reported as a mean under the same name, unsaid (a new user's probe)
-_MEANS = ("mean", "avg", "average")
-
 _VALIDATION_KEY = re.compile(r"^(?i:val|valid|validate|validation|eval|evaluate|evaluation|test|testing|tests)"
                              r"(?![a-z])")
 # What a module holds its layers, weights and buffers in (put back after a look back's on_load_checkpoint hook)
