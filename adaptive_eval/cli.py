@@ -446,7 +446,7 @@ def _on_disk(trace: str) -> bool:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from adaptive_eval.testing import check, events_path, format_rows, replay_trace, trace_files
-    from adaptive_eval.testing._core import NO_EXPECTATIONS, in_folder, refuse_read_options_on_shipped
+    from adaptive_eval.testing._core import NO_EXPECTATIONS, in_folder, shipped_trace_name
 
     cfg = load_config(args.config, args.overrides)
     traces = []
@@ -468,9 +468,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     for trace in traces:
         try:
             source = trace
-            if not _on_disk(trace) and (_for_trace(getattr(args, "eval", None), trace)
-                                        or _for_trace(getattr(args, "stream", None), trace)):
-                refuse_read_options_on_shipped(trace, True)  # (--eval for it was dropped without a word)
+            if _foreign(args) and not _on_disk(trace) and shipped_trace_name(trace) is not None:
+                # (they were dropped without a word; for a list of traces they are meant for the others)
+                print(f"adaptive-eval: {trace}: a shipped real trace, read as it is: --eval, --stream, --step-column "
+                      f"and --keep-last-run read trace files (./{trace} reads a file or folder of that name)",
+                      file=sys.stderr)
             if _foreign(args) and _on_disk(trace):  # (its events file beside it, as for a trace read as is)
                 source = _load_trace_file(trace, args)
                 sidecar = events_path(trace)
