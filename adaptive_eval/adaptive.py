@@ -602,8 +602,11 @@ class AdaptiveEvaluator:
                 except TypeError as exc:
                     bad = [*(bad or ()), (name, exc)]
         if self._outputs:
-            self._write_streams(metrics if bad is None else {k: v for k, v in items if k not in [n for n, _ in bad]},
-                                global_step)
+            if bad is None:
+                self._write_streams(metrics, global_step)
+            else:
+                refused = {n for n, _ in bad}
+                self._write_streams({k: v for k, v in items if k not in refused}, global_step)
         if self._async_poll and self._async.jobs and self._async.ready(global_step):
             # (an evaluation's error, on_error: raise, is raised by this step's evaluate() once the step has counted)
             self._unreturned = self._integrate(self._async.take(global_step), global_step) or self._unreturned

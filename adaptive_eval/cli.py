@@ -291,10 +291,10 @@ def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
 def _load_trace(args: argparse.Namespace):
     """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
     ``real:NAME``, as ``check`` and ``tune`` take it; a bare name is the shipped trace from any directory)."""
-    from adaptive_eval.testing._core import _load, refuse_read_options_on_shipped, shipped_trace_name
+    from adaptive_eval.testing._core import _load, refuse_read_options_on_shipped
 
     refuse_read_options_on_shipped(args.trace, _foreign(args))
-    if shipped_trace_name(args.trace) is not None or not os.path.exists(args.trace) and not _foreign(args):
+    if not _on_disk(args.trace) and not _foreign(args):  # (a shipped name with read options: refused above)
         return _load(args.trace)[0]  # (check's and replay_trace's reading)
     return _load_trace_file(args.trace, args)
 

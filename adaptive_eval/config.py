@@ -587,12 +587,18 @@ def _bare(name: str) -> bool:
     return os.sep not in name and (os.altsep is None or os.altsep not in name)
 
 
+def _preset_named(value) -> bool:
+    """``value`` is a preset's bare name (a string: ``Path("./default")`` is ``default``, a path), the preset from
+    any directory."""
+    return isinstance(value, str) and _bare(value) and value in preset_names()
+
+
 def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
     """Return (display name, YAML text) for a file path or a preset name.  A preset's bare name (``default``, no
     folder, no ``.yaml``) is the preset from any directory: a file or folder of that name in the working directory
     was read instead (``./default`` reads it), so the same call meant two configs (found by a new user's probe)."""
     p = os.fspath(path)
-    if isinstance(path, str) and _bare(p) and p in preset_names():  # (Path("./default") is "default": a path)
+    if _preset_named(path):
         if os.path.exists(p):
             from adaptive_eval.types import log_once
 

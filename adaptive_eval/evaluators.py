@@ -326,6 +326,7 @@ def _drop_suites_not_due(outputs, request, configured) -> Mapping:
 
 def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item_values, kinds, aggregations,
                 strata):
+    items_of = request._handed.get("metric_items") or {}  # (EvalRequest._scored: an adapter's aggregates per set)
     if suites:
         if not isinstance(suites, bool):  # (the configured suites' names)
             outputs = _drop_suites_not_due(outputs, request, suites)
@@ -339,11 +340,10 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
         metrics = summarize_outputs(outputs, num_items, confidence, pass_at_k=tuple(pass_at_k),
                                     ids=request._handed.get("indices"), item_values=item_values,
                                     kinds=kinds, aggregations=aggregations, sharded=request.world_size > 1,
-                                    items_of=request._handed.get("metric_items"))
+                                    items_of=items_of)
         _check_not_empty(outputs, metrics, request, num_items)
     if request.world_size > 1:
         # A rank handed no items contributes nothing, whatever scalar it reported.
-        items_of = request._handed.get("metric_items") or {}
         metrics = {k: (v if v.per_sample or items_of.get(k, num_items) != 0 else dataclasses.replace(v, n=0, total=0.0))
                    for k, v in metrics.items()}
     return metrics, None

@@ -214,6 +214,11 @@ class EvalRequest:
         """How many items :meth:`indices` gave this rank (None if it was not called)."""
         return self._handed.get("count")
 
+    def _scored(self, names, count: int) -> None:
+        """A framework adapter's note: the metrics ``names`` (aggregates, one scalar each) are over ``count`` of this
+        rank's items, their own eval set's (of several, :attr:`items_handed` is the last set's)."""
+        self._handed.setdefault("metric_items", {}).update(dict.fromkeys(names, count))
+
 
 @dataclasses.dataclass(frozen=True)
 class MetricSummary:

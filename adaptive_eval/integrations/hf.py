@@ -755,7 +755,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 if name is not None:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
                     part = {f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()}
                 if not self.per_item:  # (each set's aggregates over its own items: all read the last set's count)
-                    request._handed.setdefault("metric_items", {}).update(dict.fromkeys(part, len(indices)))
+                    request._scored(part, len(indices))
                 out.update(part)
         finally:
             model.train(was_training)

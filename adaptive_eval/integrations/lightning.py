@@ -632,12 +632,12 @@ class AdaptiveEvalCallback(Callback):
 
         def capture(name, value, *args, add_dataloader_idx=True, reduce_fx="mean", **kwargs):
             key = name + suffix if add_dataloader_idx else name
-            if str(getattr(reduce_fx, "__name__", reduce_fx)).lower() not in _MEANS and name not in self._reduce_said:
+            fx = str(getattr(reduce_fx, "__name__", reduce_fx))  # (a name, or torch.max)
+            if fx.lower() not in _MEANS and name not in self._reduce_said:
                 self._reduce_said.add(name)
                 log.warning("adaptive_eval: %r is logged with reduce_fx=%s: the callback reports its mean over the "
                             "items it scores (with an interval), not Lightning's %s over the validation batches; "
-                            "log a per-item value to compare, or pass evaluate_fn= (said once)", name,
-                            getattr(reduce_fx, "__name__", reduce_fx), getattr(reduce_fx, "__name__", reduce_fx))
+                            "log a per-item value to compare, or pass evaluate_fn= (said once)", name, fx, fx)
             if Metric is not None and isinstance(value, Metric):
                 # self.log("val_acc", self.val_acc): Lightning computes the Metric over the validation items at
                 # the epoch's end; so does the adapter, over the request's items (it was dropped: found by a new
@@ -711,7 +711,7 @@ class AdaptiveEvalCallback(Callback):
                         value = module_metrics.compute(metric)
                         if value is not None:
                             captured[key] = value  # (over this loader's items: all read the last loader's count)
-                            request._handed.setdefault("metric_items", {})[key] = len(indices)
+                            request._scored([key], len(indices))
                     logged_metrics.clear()
                     pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
                     for n in range(pad):  # (results dropped)

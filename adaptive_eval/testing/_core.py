@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from adaptive_eval import scoring
-from adaptive_eval.config import as_config, load_config
+from adaptive_eval.config import _bare, as_config, load_config
 from adaptive_eval.replay import ReplayResult, every_step, ground_truth, replay, replay_units
 from adaptive_eval.trace import Trace, read_trace
 from adaptive_eval.types import log_once
@@ -375,7 +375,7 @@ def shipped_trace_name(value) -> str | None:
     """The shipped real trace ``value`` names (``"grpo_kl_collapse"``, or ``"real:grpo_kl_collapse"`` as
     ``adaptive-eval tune`` spells it), or None: a bare name, no folder in it, means the shipped trace from any
     directory."""
-    if not isinstance(value, str) or os.sep in value or (os.altsep is not None and os.altsep in value):
+    if not isinstance(value, str) or not _bare(value):
         return None
     from adaptive_eval.convert import real_traces
 

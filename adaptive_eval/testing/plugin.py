@@ -36,6 +36,7 @@ import pathlib
 
 import pytest
 
+from adaptive_eval.config import _preset_named
 from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
 from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before)
     READ_OPTIONS,
@@ -71,17 +72,11 @@ class ReplayCache:
         return run
 
 
-def _preset_name(value: str) -> bool:
-    from adaptive_eval.config import _bare, preset_names
-
-    return _bare(value) and value in preset_names()
-
-
 def _key(value):
     """A cache key: a path by its resolved name and modification time, a config by its YAML, a preset or a
     shipped trace by its name, anything else by identity."""
     if value is None or isinstance(value, str) and (not os.path.exists(value) or shipped_trace_name(value) is not None
-                                                     or _preset_name(value)):
+                                                     or _preset_named(value)):
         return value  # (a shipped name is the shipped trace or preset, whatever lies in the working directory)
     if isinstance(value, (str, os.PathLike)):
         p = pathlib.Path(value).resolve()
