@@ -871,7 +871,8 @@ class AsyncEvaluations:
             if discrepancy_threshold is not None:
                 found = tuple(rank_discrepancies(means, counts, discrepancy_threshold, step=job.step))
             result = EvalResult(step=job.step, sample_size=job.sample_size, reason=job.reason,
-                                seconds=max(p[2] for p in parts), metrics=combined, epoch=job.epoch)
+                                seconds=max(p[2] for p in parts), metrics=combined, epoch=job.epoch,
+                                sets=mine.result.sets if mine.result is not None else {})
             # (this rank's per-item values of its shard: the paired comparison combines the ranks' at integration)
             out.append((job, EvalOutcome(result, None, means, counts, found, attempts=attempts,
                                          item_values=mine.item_values)))

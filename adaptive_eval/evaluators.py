@@ -559,7 +559,8 @@ def run_evaluation_outcome(
                     for d in found:
                         log.warning("rank discrepancy at step %d: %s", request.step, d.message)
             result = EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason,
-                                seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw)
+                                seconds=max(s for _, s, _ in everyone), metrics=combined, epoch=epoch, raw=raw,
+                                sets=_sets_of(request))
             return EvalOutcome(result, None, means, counts, found, (), attempt + 1, item_values)
         remote = "; ".join(f"rank {r}: {everyone[r][2]}" for r in failed)
         # a kept checkpoint gone on every rank that failed (a node without the file): said in one warning line, not
@@ -599,11 +600,16 @@ def run_evaluation_outcome(
         return EvalOutcome(None, exc, attempts=attempt + 1)
     return EvalOutcome(
         EvalResult(step=request.step, sample_size=request.sample_size, reason=request.reason, seconds=seconds,
-                   metrics=metrics, epoch=epoch, raw=raw),
+                   metrics=metrics, epoch=epoch, raw=raw, sets=_sets_of(request)),
         None,
         attempts=attempt + 1,
         item_values=item_values,
     )
+
+
+def _sets_of(request) -> dict:
+    """The eval sets of each metric a framework adapter noted (:meth:`EvalRequest._from_set`); {} without."""
+    return dict(request._handed.get("metric_sets") or {})
 
 
 def _is_plain(value) -> bool:

@@ -219,6 +219,13 @@ class EvalRequest:
         rank's items, their own eval set's (of several, :attr:`items_handed` is the last set's)."""
         self._handed.setdefault("metric_items", {}).update(dict.fromkeys(names, count))
 
+    def _from_set(self, names, label: str) -> None:
+        """A framework adapter's note: the metrics ``names`` were scored on its eval set ``label``, one of several
+        (HF's dict of eval sets, Lightning's validation loaders): :attr:`EvalResult.items` adds the sets up."""
+        sets = self._handed.setdefault("metric_sets", {})
+        for name in names:
+            sets[name] = tuple(sorted({*sets.get(name, ()), str(label)}))
+
 
 @dataclasses.dataclass(frozen=True)
 class MetricSummary:
@@ -344,6 +351,9 @@ class EvalResult:
     evaluated_at: int | None = None
     # With evaluation.suites: the configured suites' names (metrics "<suite>/<metric>"), set by the evaluator.
     suites: tuple = ()
+    # Where a framework adapter scored several eval sets of its own (HF's dict of eval sets, Lightning's validation
+    # loaders): by metric, the sets it was scored on (one, or several for a name the sets share).
+    sets: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, name: str) -> MetricSummary:
         return self.metrics[name]
@@ -353,7 +363,8 @@ class EvalResult:
         """Items actually evaluated: the largest count of any metric, its NaN items included (the whole set when
         ``sample_size`` is None), else the requested ``sample_size`` (0 when neither is known; so too when every
         value of items x samples metrics was NaN).  With eval suites, each suite's (its largest metric count)
-        added up: 300 MATH-500 problems and 30 AIME ones are 330 items.
+        added up: 300 MATH-500 problems and 30 AIME ones are 330 items; so too the eval sets of a framework
+        adapter (:attr:`sets`: HF's dict of eval sets, Lightning's validation loaders), each its largest count.
 
         >>> m = lambda n: MetricSummary(0.5, n, (0.4, 0.6))
         >>> EvalResult(10, None, "x", 1.0, {"math/acc": m(300), "math/pass@4": m(300), "aime/acc": m(30)},
@@ -373,6 +384,13 @@ class EvalResult:
                 if suite in self.suites:
                     counts[suite] = max(counts.get(suite, 0), measured(m))
             count = sum(counts.values())
+        elif self.sets:
+            per_set: dict[str, int] = {}
+            for name, m in self.metrics.items():
+                sets = self.sets.get(name, ())
+                if len(sets) == 1:  # (a name several sets share counts them all already: the max below)
+                    per_set[sets[0]] = max(per_set.get(sets[0], 0), measured(m))
+            count = max(sum(per_set.values()), max((measured(m) for m in self.metrics.values()), default=0))
         if not count and self.metrics:
             count = max(measured(m) for m in self.metrics.values())
         if not count and any(m.nan_count for m in self.metrics.values()):
@@ -394,6 +412,8 @@ class EvalResult:
     def _add_async(self, d: dict) -> dict:
         if self.suites:
             d["suites"] = list(self.suites)
+        if self.sets:
+            d["sets"] = {k: list(v) for k, v in self.sets.items()}
         if self.evaluated_at is not None:
             d["evaluated_at"] = self.evaluated_at
         if self.integrated_step is not None:
@@ -408,7 +428,8 @@ class EvalResult:
             metrics={k: MetricSummary.from_dict(v) for k, v in d["metrics"].items()}, epoch=d.get("epoch"),
             paired={k: MetricSummary.from_dict(v) for k, v in d.get("paired", {}).items()},
             submitted_step=d.get("submitted_step"), integrated_step=d.get("integrated_step"),
-            evaluated_at=d.get("evaluated_at"), suites=tuple(d.get("suites", ())))))
+            evaluated_at=d.get("evaluated_at"), suites=tuple(d.get("suites", ())),
+            sets={k: tuple(v) for k, v in d.get("sets", {}).items()})))
 
     def to_dict(self) -> dict:
         """The line written to ``evals.jsonl``: means, intervals and item counts ``n`` by metric; for

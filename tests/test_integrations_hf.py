@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainingArguments  # noqa: E402
 
-from adaptive_eval import EvalRequest  # noqa: E402
+from adaptive_eval import EvalRequest, EvalResult  # noqa: E402
 from adaptive_eval.integrations.hf import AdaptiveEvalCallback  # noqa: E402
 
 FAST = ["policy.sample_size.initial=32", "policy.sample_size.min=16", "policy.sample_size.max=48",
@@ -761,13 +761,15 @@ def test_a_corpus_level_metric_under_per_item_scoring_says_to_pass_per_item_fals
     assert cb.evaluator.summary()["eval_errors"] == 0 and "eval_accuracy" in cb.evaluator.history[-1].metrics
 
 
-@pytest.mark.parametrize("with_metrics,per_item", [(True, True), (False, True), (True, False)])
-def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path, with_metrics, per_item):
+@pytest.mark.parametrize("with_metrics,per_item,asynchronous",
+                         [(True, True, False), (False, True, False), (True, False, False), (True, True, True)])
+def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path, with_metrics, per_item, asynchronous):
     """Trainer(eval_dataset={"a": ..., "b": ...}) meant no evaluation: a traceback at every due step.  With
     per_item=False each set's aggregates were said to be over the last set's count of items (30 for a's 40)."""
     sets = {"a": Points(40, 1), "b": Points(30, 2)}
     whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: each whole set
-    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=4", "evaluation.on_error=raise"],
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=4", "evaluation.on_error=raise",
+                                                                   f"evaluation.asynchronous={asynchronous}"],
                               per_item=per_item)
     trainer = tiny_run(tmp_path, cb, eval_dataset=sets, compute_metrics=accuracy if with_metrics else None,
                        max_steps=8)
@@ -776,6 +778,9 @@ def test_a_dict_of_eval_datasets_is_evaluated_each_named_as_hf_names_it(tmp_path
     names = {"eval_a_loss", "eval_b_loss"} | ({"eval_a_accuracy", "eval_b_accuracy"} if with_metrics else set())
     assert set(last.metrics) == names and ev.summary()["eval_errors"] == 0
     assert (last["eval_a_loss"].n, last["eval_b_loss"].n) == (40, 30)  # each set on the request's items of its own
+    # its cost is both sets' items (the budget and summary()["samples"] counted the largest set's, 40)
+    assert last.items == 70 and ev.summary()["samples"] == 70 * len(ev.history)
+    assert EvalResult.from_state(last.state()).items == 70  # (a resumed run's history counts them alike)
     if with_metrics:
         assert (last["eval_a_accuracy"].n, last["eval_b_accuracy"].n) == (40, 30)
     # the same names and numbers as HF's own evaluate() of the dict

@@ -902,6 +902,8 @@ def test_a_torchmetrics_metric_of_each_validation_dataloader_is_over_that_loader
             expected = float((model.net(val.x).argmax(1) == val.y).float().mean())
         acc = last[f"val_acc/dataloader_idx_{i}"]
         assert (acc.n, acc.mean) == (len(val), pytest.approx(expected))
+    # its cost is both loaders' items (the budget and summary()["samples"] counted the largest loader's, 40)
+    assert last.items == 70 and cb.evaluator.summary()["samples"] == 70 * len(cb.evaluator.history)
 
 
 def test_a_tracked_metric_validation_step_only_returns_is_said_to_be_a_guess(caplog):

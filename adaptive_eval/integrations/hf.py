@@ -754,6 +754,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                     part = self._aggregate(trainer, model, dataset, collator, sorted(indices), pad)
                 if name is not None:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
                     part = {f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()}
+                    request._from_set(part, name)  # (the evaluation's items: the sets' added up)
                 if not self.per_item:  # (each set's aggregates over its own items: all read the last set's count)
                     request._scored(part, len(indices))
                 out.update(part)

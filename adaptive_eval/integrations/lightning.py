@@ -690,6 +690,7 @@ class AdaptiveEvalCallback(Callback):
                     suffix = f"/dataloader_idx_{dl_idx}" if several else ""
                     indices = request.indices(len(dataset))
                     module_metrics.reset()
+                    touched: set[str] = set()  # (the metrics of this loader: the evaluation's items add them up)
                     for n, i in enumerate(indices):
                         item_values.clear()
                         batch = collate([dataset[i]])
@@ -707,12 +708,16 @@ class AdaptiveEvalCallback(Callback):
                             capture("val_loss", out)
                         for k, v in item_values.items():
                             captured.setdefault(k, []).append(v)
+                        touched.update(item_values)
                     for key, metric in logged_metrics.items():  # before the padding calls update them
                         value = module_metrics.compute(metric)
                         if value is not None:
                             captured[key] = value  # (over this loader's items: all read the last loader's count)
                             request._scored([key], len(indices))
+                            touched.add(key)
                     logged_metrics.clear()
+                    if several:
+                        request._from_set(touched, str(dl_idx))
                     pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
                     for n in range(pad):  # (results dropped)
                         call(collate([dataset[indices[0] if indices else 0]]), len(indices) + n, dl_idx)
