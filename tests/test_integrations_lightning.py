@@ -1529,3 +1529,52 @@ def test_validation_data_or_steps_the_callback_cannot_score_item_by_item_say_why
         with caplog.at_level(logging.WARNING, logger="adaptive_eval"), pytest.raises(ValueError, match="Target size"):
             trainer.fit(SqueezeModel(), train, val)
         assert "validation_step failed on a batch of ONE item" in caplog.text
+
+
+class BatchMetricModel(MetricObjectModel):
+    """A validation_step whose metrics need the batch: a spread over its items (NaN on one item), and a worst case
+    logged with reduce_fx="max"; its squeeze() drops the batch dimension of a batch of one item."""
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x).squeeze()
+        self.log("val_loss", torch.nn.functional.cross_entropy(logits, y))
+        self.log("val_spread", logits.std(0).mean())
+        self.log("val_worst", torch.nn.functional.cross_entropy(logits, y, reduction="none").max(), reduce_fx="max")
+        self.log_dict({"val_total": torch.nn.functional.cross_entropy(logits, y, reduction="sum")}, reduce_fx="sum")
+        self.val_acc(logits, y)
+        self.log("val_acc", self.val_acc)  # (a torchmetrics object: computed over the items, as ever)
+
+
+def test_per_item_false_runs_validation_step_on_batches_and_reduces_as_lightnings_own_validation(caplog):
+    """A step that needs several items (a metric over the batch, a squeeze()) could only be scored through an
+    evaluate_fn of one's own: per_item=False batches the requested items as the validation loader does."""
+    pytest.importorskip("torchmetrics")
+    torch.manual_seed(0)
+    train, val = Points(160, 0), Points(44, 1)  # 5 batches of 8 and one of 4: the weighted mean must weigh it less
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: the whole set
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=10", "evaluation.on_error=raise",
+                                                                   "evaluation.metric=val_loss",
+                                                                   "evaluation.higher_is_better=false"],
+                              per_item=False)
+    model = BatchMetricModel()
+    trainer = L.Trainer(max_steps=20, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.fit(model, DataLoader(train, batch_size=8), DataLoader(val, batch_size=8))
+    assert "reduce_fx" not in caplog.text  # (max and sum are reduced as Lightning reduces them)
+    ev = cb.evaluator
+    last = ev.history[-1]
+    assert ev.summary()["eval_errors"] == 0 and last.step == 19 and last.items == 44
+    assert set(last.metrics) == {"val_loss", "val_spread", "val_worst", "val_total", "val_acc"}
+    theirs = L.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu").validate(
+        model, DataLoader(val, batch_size=8), verbose=False)[0]
+    for name in ("val_loss", "val_spread", "val_worst", "val_total", "val_acc"):
+        assert last[name].n == 44 and last[name].mean == pytest.approx(theirs[name], rel=1e-5), name
+    with pytest.raises(ValueError, match=r"per_item=False with val_dataset= needs batch_size="):
+        AdaptiveEvalCallback(val_dataset=val, per_item=False)
+    # per item, the same step fails on one item, and the warning says what to do
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.on_error=raise"])
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"), pytest.raises(Exception):
+        trainer.fit(BatchMetricModel(), DataLoader(train, batch_size=8), DataLoader(val, batch_size=8))
+    assert "pass per_item=False" in caplog.text

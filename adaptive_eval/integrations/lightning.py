@@ -27,7 +27,8 @@ What it does (see the README's table):
 * evaluates when the evaluator decides: by default through the module's own ``validation_step`` on the
   items the request names, taken from each validation dataloader's dataset (with several, each gets the
   request, ``validation_step`` gets ``dataloader_idx=i`` and the metrics are named as Lightning names them,
-  ``<name>/dataloader_idx_<i>``), one item at a time, each rank
+  ``<name>/dataloader_idx_<i>``), one item at a time (``per_item=False``: in batches, reduced as Lightning
+  reduces its validation epoch, one value per metric), each rank
   only its shard, the values it ``self.log``-s (or returns) captured per item, so each metric has a real
   interval; a torchmetrics ``Metric`` logged as an object is computed over the items, as Lightning computes it
   at the end of its validation epoch (one value, n items; the module's metrics keep their state).  Lightning has no flag to request a validation run now, so the adapter runs it itself;
@@ -113,6 +114,9 @@ log = logging.getLogger("adaptive_eval")
 # The reduce_fx (a name, or torch.mean) the callback's per-item mean reports as Lightning does; any other was
 # reported as a mean under the same name, unsaid (a new user's probe).
 _MEANS = ("mean", "avg", "average")
+# The other reduce_fx Lightning takes by name (or as torch.sum, torch.max, torch.min), reduced over the batches
+# with ``per_item=False`` as Lightning reduces them.
+_REDUCES = {"sum": sum, "max": max, "min": min}
 # A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
 # key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
 # found by a new-user probe).
@@ -159,12 +163,17 @@ class AdaptiveEvalCallback(Callback):
     last one from before it (``policy.lookback``; see the module documentation).
     ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
     default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
+    ``per_item=False``: ``validation_step`` runs on batches of the requested items (``batch_size`` of them, default
+    each validation dataloader's batch size; required with ``val_dataset=``), in the set's order, and what it logs
+    is reduced over the batches as Lightning reduces it (the mean weighted by each batch's size, or the
+    ``reduce_fx`` "sum", "max", "min"): for a step that needs several items (a metric over the batch); one value
+    per metric, without an interval.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
                  val_dataset=None, name: str | None = None, executor=None, clock=None, look_back: bool = False,
-                 resource_monitor=None):
+                 resource_monitor=None, per_item: bool = True, batch_size: int | None = None):
         # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
@@ -183,6 +192,15 @@ class AdaptiveEvalCallback(Callback):
         self.clock = clock
         self.resource_monitor = resource_monitor
         self.look_back = bool(look_back)
+        if not isinstance(per_item, bool):
+            raise TypeError(f"per_item must be True or False, got {per_item!r}")
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                       or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+        if not per_item and batch_size is None and val_dataset is not None:
+            raise ValueError("per_item=False with val_dataset= needs batch_size= (items per validation_step call)")
+        self.per_item = per_item
+        self.batch_size = batch_size
         self.evaluator = None
         self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
         self._kept_step: int | None = None  # the step of the last checkpoint handed over (the first file of a step)
@@ -194,7 +212,7 @@ class AdaptiveEvalCallback(Callback):
         self._steps_per_epoch = 1
         self._module_eval = None
         self._async = False
-        self._val = None  # [(dataset, collate_fn)] of this fit, one per validation dataloader
+        self._val = None  # [(dataset, collate_fn, batch size)] of this fit, one per validation dataloader
         self._fit_thread = None  # the thread that runs the fit (on_train_start): precision contexts only there
         self._pick_metric = False
         self._loss_warned = False
@@ -524,7 +542,7 @@ class AdaptiveEvalCallback(Callback):
         what ``fit`` was given (its ``val_dataloaders``, a datamodule's or the module's ``val_dataloader()``),
         looked up once per fit."""
         if self.val_dataset is not None:
-            return [(self.val_dataset, None)]
+            return [(self.val_dataset, None, self.batch_size or 1)]
         if self._val is not None:
             return self._val
         loaders = trainer.val_dataloaders  # None when Lightning itself never validates (limit_val_batches=0)
@@ -558,7 +576,8 @@ class AdaptiveEvalCallback(Callback):
         loaders = [loader for loader in loaders if loader is not None]
         if not loaders:
             raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
-        self._val = [(_items_of(loader, trainer), getattr(loader, "collate_fn", None)) for loader in loaders]
+        self._val = [(_items_of(loader, trainer), getattr(loader, "collate_fn", None),
+                      self.batch_size or _batch_size(loader)) for loader in loaders]
         return self._val
 
     def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
@@ -617,7 +636,8 @@ class AdaptiveEvalCallback(Callback):
 
     def evaluate_with_module(self, trainer, pl_module, request) -> dict:
         """The default evaluation: ``validation_step`` on this rank's requested items, one at a time; what it
-        logs (``self.log``/``log_dict``) or returns is captured per item."""
+        logs (``self.log``/``log_dict``) or returns is captured per item (``per_item=False``: on batches of them,
+        reduced over the batches as Lightning does)."""
         import torch
         from torch.utils.data import default_collate
 
@@ -627,17 +647,24 @@ class AdaptiveEvalCallback(Callback):
         item_values: dict[str, float] = {}
         logged_metrics: dict = {}  # key -> a torchmetrics Metric logged as an object (computed over the items)
         returned: set[str] = set()  # keys validation_step returned (Lightning does not log those)
+        reduce_of: dict[str, str] = {}  # per_item=False: key -> its reduce_fx ("mean", "sum", "max", "min")
+        weight_of: dict[str, float] = {}  # per_item=False: key -> the batch_size self.log was given, this batch
         suffix = ""
         Metric = _metric_type()
 
         def capture(name, value, *args, add_dataloader_idx=True, reduce_fx="mean", **kwargs):
             key = name + suffix if add_dataloader_idx else name
-            fx = str(getattr(reduce_fx, "__name__", reduce_fx))  # (a name, or torch.max)
-            if fx.lower() not in _MEANS and name not in self._reduce_said:
+            fx = str(getattr(reduce_fx, "__name__", reduce_fx)).lower()  # (a name, or torch.max)
+            if not self.per_item:
+                reduce_of[key] = fx if fx in _REDUCES else "mean"
+                if kwargs.get("batch_size") is not None:
+                    weight_of[key] = float(kwargs["batch_size"])
+            if fx not in _MEANS and (self.per_item or fx not in _REDUCES) and name not in self._reduce_said:
                 self._reduce_said.add(name)
                 log.warning("adaptive_eval: %r is logged with reduce_fx=%s: the callback reports its mean over the "
-                            "items it scores (with an interval), not Lightning's %s over the validation batches; "
-                            "log a per-item value to compare, or pass evaluate_fn= (said once)", name, fx, fx)
+                            "%s, not Lightning's %s over the validation batches; log a per-item value to compare, "
+                            "or pass evaluate_fn= (said once)", name, fx,
+                            "items it scores (with an interval)" if self.per_item else "batches", fx)
             if Metric is not None and isinstance(value, Metric):
                 # self.log("val_acc", self.val_acc): Lightning computes the Metric over the validation items at
                 # the epoch's end; so does the adapter, over the request's items (it was dropped: found by a new
@@ -650,7 +677,8 @@ class AdaptiveEvalCallback(Callback):
 
         def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
-                capture(k, v, add_dataloader_idx=add_dataloader_idx, reduce_fx=kwargs.get("reduce_fx", "mean"))
+                capture(k, v, add_dataloader_idx=add_dataloader_idx, reduce_fx=kwargs.get("reduce_fx", "mean"),
+                        batch_size=kwargs.get("batch_size"))
 
         precision = getattr(trainer, "precision_plugin", None) if trainer is not None else None
         elsewhere = threading.current_thread() is not (self._fit_thread or threading.current_thread())
@@ -685,19 +713,25 @@ class AdaptiveEvalCallback(Callback):
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
         try:
             with torch.no_grad():
-                for dl_idx, (dataset, collate) in enumerate(sets):
+                for dl_idx, (dataset, collate, batch_size) in enumerate(sets):
                     collate = collate or default_collate
                     suffix = f"/dataloader_idx_{dl_idx}" if several else ""
                     indices = request.indices(len(dataset))
                     module_metrics.reset()
                     touched: set[str] = set()  # (the metrics of this loader: the evaluation's items add them up)
-                    for n, i in enumerate(indices):
+                    per_call = 1 if self.per_item else batch_size
+                    calls = [indices[k:k + 1] for k in range(len(indices))] if self.per_item else \
+                        [sorted(indices)[k:k + per_call] for k in range(0, len(indices), per_call)]  # (set order)
+                    batches: dict[str, list] = {}  # per_item=False: key -> [(value, weight) of each batch]
+                    for n, chunk in enumerate(calls):
                         item_values.clear()
-                        batch = collate([dataset[i]])
+                        weight_of.clear()
+                        batch = collate([dataset[i] for i in chunk])
                         try:
                             out = call(batch, n, dl_idx)
                         except Exception:
-                            self._say_one_item()
+                            if self.per_item:
+                                self._say_one_item()
                             raise
                         if isinstance(out, Mapping):
                             for k, v in out.items():
@@ -707,8 +741,17 @@ class AdaptiveEvalCallback(Callback):
                             returned.add("val_loss" + suffix)
                             capture("val_loss", out)
                         for k, v in item_values.items():
-                            captured.setdefault(k, []).append(v)
+                            if self.per_item:
+                                captured.setdefault(k, []).append(v)
+                            else:
+                                batches.setdefault(k, []).append((v, weight_of.get(k, len(chunk))))
                         touched.update(item_values)
+                    for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
+                        how = _REDUCES.get(reduce_of.get(k, "mean"))
+                        total = sum(w for _, w in pairs)
+                        captured[k] = how(v for v, _ in pairs) if how is not None else \
+                            sum(v * w for v, w in pairs) / total if total else float("nan")
+                    request._scored(batches, len(indices))
                     for key, metric in logged_metrics.items():  # before the padding calls update them
                         value = module_metrics.compute(metric)
                         if value is not None:
@@ -718,7 +761,7 @@ class AdaptiveEvalCallback(Callback):
                     logged_metrics.clear()
                     if several:
                         request._from_set(touched, str(dl_idx))
-                    pad = lockstep_padding(request, len(dataset), len(indices)) if sharded else 0
+                    pad = lockstep_padding(request, len(dataset), len(indices), per_call) if sharded else 0
                     for n in range(pad):  # (results dropped)
                         call(collate([dataset[indices[0] if indices else 0]]), len(indices) + n, dl_idx)
         finally:
@@ -747,8 +790,8 @@ class AdaptiveEvalCallback(Callback):
             log.warning("adaptive_eval: validation_step failed on a batch of ONE item, which may be why: the callback "
                         "calls it one item at a time, so that each metric has a per-item value and a real interval; "
                         "a step that needs several items (a squeeze() that drops the batch dimension, a metric over "
-                        "the batch) fails or differs here: make it work on one item, or pass evaluate_fn= (said "
-                        "once; the error follows)")
+                        "the batch) fails or differs here: make it work on one item, pass per_item=False (batches, as "
+                        "Lightning's own validation; no interval), or evaluate_fn= (said once; the error follows)")
 
     # -- reporting --------------------------------------------------------------------------------------
     @property
@@ -941,6 +984,13 @@ def _kind(key: str) -> int:
     if _VALIDATION_KEY.match(key) or not watched(key) or key.endswith("_epoch"):
         return 0
     return 1
+
+
+def _batch_size(loader) -> int:
+    """A validation dataloader's items per batch (``per_item=False``): its ``batch_size``, else its batch sampler's
+    (1 when neither says)."""
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) and size > 0 else 1
 
 
 def _items_of(loader, trainer):
