@@ -475,8 +475,13 @@ def best_split(values) -> int:
 
 
 def tiny_scale(level: float) -> float:
-    """The scale given to a constant stream: any visible departure from the constant is a large change."""
-    return 1e-9 * max(1.0, abs(level))
+    """The scale given to a constant stream: any visible departure from the constant is a large change.  Relative to
+    the level, so that a stream's units change nothing: with a floor of 1e-9 in absolute units (of 1e-9 x the level
+    above 1), a stream whose spread was below it (a KL of 1e-12, any metric in units a thousand million times smaller,
+    1e11 + N(0, 1)) was taken for a constant and every detector was blind to it (found by a probe on rescaled real
+    series).  1e-12 of the level is still thousands of float64 rounding steps: a constant computed in another order
+    stays a constant."""
+    return 1e-12 * max(1e-30, abs(level))
 
 
 _HUGE = 1e150  # beyond this a square may overflow

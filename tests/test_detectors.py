@@ -382,12 +382,12 @@ def test_a_sparse_zero_one_stream_keeps_its_scale():
     every 1 as an outlier and the scale fell to the tiny scale of a constant: each later 1 was a change.  On
     10 stationary Bernoulli(0.1) series of 2,000 steps CUSUM alarmed 153 times; now 84 (the rest is the skew of
     such a stream: a 1 is 3 sd above the mean).  A single wild value in a constant stream is still screened."""
-    from adaptive_eval.detectors._base import screened_moments
+    from adaptive_eval.detectors._base import screened_moments, tiny_scale
 
     mean, sd, n = screened_moments([0.0] * 45 + [1.0] * 5)
     assert (mean, n) == (0.1, 50) and sd == pytest.approx(0.303, abs=1e-3)
-    assert screened_moments([0.0] * 45 + [1e6]) == (0.0, 1e-9, 45)
-    assert screened_moments([512.0] * 49 + [2000.0])[1:] == (512e-9, 49)  # (a lone spike, in any units)
+    assert screened_moments([0.0] * 45 + [1e6]) == (0.0, tiny_scale(0.0), 45)
+    assert screened_moments([512.0] * 49 + [2000.0])[1:] == (tiny_scale(512.0), 49)  # (a lone spike, in any units)
     assert screened_moments([0.0] * 45 + [1e9] * 5)[1] == pytest.approx(0.303e9, rel=1e-3)
     alarms = 0
     for seed in range(10):

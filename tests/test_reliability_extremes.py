@@ -24,18 +24,23 @@ def test_huge_finite_values_never_raise_in_observe_default_preset():
     assert ev.summary()["alarms"] >= 1
 
 
-@pytest.mark.parametrize("kind", ["cusum", "page_hinkley", "bocpd", "kswin", "window_test"])
-def test_detectors_decide_alike_on_values_scaled_to_1e180(kind):
-    """A scale-free detector gives the same alarms on x and on x * 2**600 (about 4e180): huge is not blind."""
+@pytest.mark.parametrize("kind", ["cusum", "page_hinkley", "bocpd", "kswin", "window_test", "adwin"])
+def test_detectors_decide_alike_on_values_scaled_to_1e180_or_1e_minus_30_or_offset_by_1e11(kind):
+    """A scale-free detector gives the same alarms on x and on x * 2**600 (about 4e180): huge is not blind.  Nor
+    is tiny, nor far from 0: with a constant's scale floored at 1e-9 in absolute units (1e-9 x the level), a spread
+    of 1e-13 (x * 2**-40) or 0.1 about 1.4e11 (x + 2**37) read as a constant's, and every detector was blind."""
     rng = random.Random(3)
     base = ([rng.gauss(1.0, 0.1) for _ in range(300)] + [rng.gauss(1.5, 0.1) for _ in range(100)]
             + [rng.gauss(1.0, 0.1) for _ in range(300)])
     runs = []
-    for factor in (1.0, 2.0**600, 2.0**1000):
+    for factor in (1.0, 2.0**600, 2.0**1000, 2.0**-40, 2.0**-100):
         det = make_detector({"type": kind})
         runs.append([(a.step, a.direction, a.location) for g, v in enumerate(base)
                      if (a := det.update(v * factor, g)) is not None])
-    assert runs[0] and runs[0] == runs[1] == runs[2]
+    assert runs[0] and all(r == runs[0] for r in runs), runs
+    det = make_detector({"type": kind})  # (not exact: the offset rounds each value to 2**-15)
+    offset = [(a.step, a.direction) for g, v in enumerate(base) if (a := det.update(v + 2.0**37, g)) is not None]
+    assert offset == [(step, d) for step, d, _ in runs[0]]
 
 
 @pytest.mark.parametrize("kind", sorted(available()))
