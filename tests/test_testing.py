@@ -736,3 +736,28 @@ def test_a_folders_json_document_that_is_no_trace_is_left_out_and_a_list_of_reco
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 1.0}]}))
     assert trace_files(tmp_path) == [tmp_path / n for n in ("records.json", "trace.csv", "trainer_state.json")]
     assert trace_files(tmp_path / "comparison.json") == [tmp_path / "comparison.json"]  # (named: read, and refused)
+
+
+@pytest.mark.parametrize("every", [1, 10])
+def test_a_change_inside_the_detectors_warm_up_is_said_to_be_there_when_its_confirmation_fails(tmp_path, every):
+    """Found by a probe on the Nile (a drop 28 values in): the failure listed no alarm and no evaluation and did not
+    say that the change came while the stream detectors were still learning the level (their first 30 values)."""
+    from adaptive_eval.testing import assert_confirmed, replay_trace
+
+    rng = np.random.default_rng(1)
+    rows = ["step,train/flow,eval/acc"]
+    for k in range(100):
+        down = k >= 28
+        rows.append(f"{k * every},{(700 if down else 1100) + 150 * rng.normal():.1f},{0.5 if down else 0.8}")
+    path = tmp_path / "short.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(AssertionError) as failed:
+        assert_confirmed(replay_trace(path), 28 * every, within=20 * every, direction="down", metric="acc")
+    text = str(failed.value)
+    assert ("the event comes about 28 values into the trace, within the first 30 that the stream detectors "
+            "(streams.default) learn their level and scale from") in text
+    rows = ["step,train/flow,eval/acc"] + [f"{k * every},{1100 + 150 * rng.normal():.1f},0.8" for k in range(100)]
+    path.write_text("\n".join(rows) + "\n")  # an event after the warm-up, quiet stream: no such line
+    with pytest.raises(AssertionError) as failed:
+        assert_confirmed(replay_trace(path), 60 * every, within=5 * every, direction="down", metric="acc")
+    assert "values into the trace" not in str(failed.value)
