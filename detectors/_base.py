@@ -461,8 +461,8 @@ def best_split(values) -> int:
     # Centred first: the split is shift-free, and far from zero (1e9 + N(0, 1)) the cumulative sums of the raw
     # values lost the differences to rounding and put the split anywhere (found in review).
     big = np.max(np.abs(x))
-    if big > _HUGE:  # the split is scale-free; squares of huge values would overflow
-        x = x / big
+    if big > _HUGE or 0.0 < big < 1.0 / _HUGE:  # the split is scale-free; squares of huge values would overflow,
+        x = x / big  # those of tiny ones underflow to 0 (every split then equal: an alarm at every step after one)
     x = x - x[n // 2]
     x = x - np.mean(x)
     csum = np.cumsum(x)
