@@ -294,11 +294,13 @@ class AdaptiveEvaluator:
         # evaluation of examples/hf_trainer.py looked 10x its cost, and the budget held an alarm's evaluation from
         # step 63 to the run's end).  See warm_statistics.
         warm_statistics(self._evaluation["confidence"])
-        if self._evaluation["asynchronous"] and self._evaluation["precision"] != "none":
+        if self._evaluation["precision"] != "none":
             # evaluate_fn runs under torch.inference_mode: an asynchronous evaluation's timeout_s counts from its
             # submission, and importing torch in the worker made a process that had not imported it time out
-            # its first evaluation (1.7 s against timeout_s 1; found by a new-user probe).  (A synchronous one
-            # imports it before its clock starts: _evaluate_request.)
+            # its first evaluation (1.7 s against timeout_s 1; found by a new-user probe).  A synchronous one
+            # imported it in the training step of its first evaluation, where a Ctrl-C during the import (seconds)
+            # left torch half imported: evaluate() then raised, or the process crashed, on the notebook cell's
+            # re-run (a probe).  Here, at the set-up, not in a step.
             import torch  # noqa: F401
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)

@@ -216,13 +216,21 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
             weights = WeightSnapshot(weights, request.step)
         fn = _WithWeights(fn, weights)
     clock = options.get("clock") or time.monotonic
-    return run_evaluation_outcome(
-        fn, request, epoch=options.get("epoch"), clock=clock, confidence=options["confidence"],
-        on_error=options["on_error"], max_retries=options["max_retries"],
-        retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
-        pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=tuple(options.get("suites") or ()),
-        metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
-        strata=options.get("strata"), failures_said=options.get("failures_said"))
+    try:
+        return run_evaluation_outcome(
+            fn, request, epoch=options.get("epoch"), clock=clock, confidence=options["confidence"],
+            on_error=options["on_error"], max_retries=options["max_retries"],
+            retry_backoff_s=options["retry_backoff_s"], precision=options["precision"],
+            pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=tuple(options.get("suites") or ()),
+            metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
+            strata=options.get("strata"), failures_said=options.get("failures_said"))
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # In a worker a KeyboardInterrupt or SystemExit stops only the evaluation, as Python stops only the thread
+        # that raises it: a failed evaluation, handled by on_error.  (Raised as it was, it came back into the
+        # training loop at every later step and close() could never finish; found by a probe.)
+        what = f"{type(exc).__name__}({str(exc)!r})" if str(exc) else type(exc).__name__
+        raise RuntimeError(f"evaluate_fn raised {what} in the asynchronous evaluation of step {request.step}, in "
+                           "its worker: it stopped that evaluation only") from exc
 
 
 # -- where it runs --------------------------------------------------------------------------------------
@@ -247,6 +255,7 @@ class DaemonThreadExecutor(cf.Executor):
 
     def __init__(self) -> None:
         self._shutdown = False
+        self._threads: list[tuple[threading.Thread, cf.Future]] = []  # (those alive at the last submit)
 
     def submit(self, fn, /, *args, **kwargs):
         if self._shutdown:
@@ -261,11 +270,24 @@ class DaemonThreadExecutor(cf.Executor):
             except BaseException as exc:  # noqa: BLE001
                 future.set_exception(exc)
 
-        threading.Thread(target=target, name="adaptive_eval-async-eval", daemon=True).start()
+        thread = threading.Thread(target=target, name="adaptive_eval-async-eval", daemon=True)
+        self._threads = [(t, f) for t, f in self._threads if t.is_alive()] + [(thread, future)]
+        thread.start()
         return future
 
     def shutdown(self, wait=True, *, cancel_futures=False):
         self._shutdown = True
+
+    def join_finished(self, timeout_s: float = 30.0) -> None:
+        """Wait (at most ``timeout_s`` in all) for the threads whose evaluation is done to end: one still frees
+        what it held (a weight snapshot) after its result is in, and a daemon thread killed in torch's C++ code
+        at the interpreter's exit aborted the process (``terminate called without an active exception``, exit
+        status 134, after close() returned; found by a probe with a 270 MB model).  A hung evaluation's thread
+        is not waited for."""
+        deadline = time.monotonic() + timeout_s
+        for thread, future in self._threads:
+            if future.done() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
 
 _IN_PROCESS = (InlineExecutor, DaemonThreadExecutor, cf.ThreadPoolExecutor)
@@ -673,19 +695,22 @@ class AsyncEvaluations:
         self._next_id += 1
         try:
             self._start(job, evaluate_fn, request, epoch)
-        except BaseException as exc:  # noqa: BLE001 - the snapshot failed (out of memory), a Ctrl-C in it
+        except Exception as exc:  # noqa: BLE001 - the snapshot failed (out of memory)
             # A failed evaluation, handled by on_error where it is integrated (a job without a future read as
-            # "async:lost ... in flight when the state was saved"; a review); a Ctrl-C still goes up.
+            # "async:lost ... in flight when the state was saved"; a review).
             job.future = cf.Future()
-            job.future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(
-                f"the asynchronous evaluation of step {request.step} did not start: {type(exc).__name__}"))
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            # (listed once its future is set: a job listed without one reads as lost by a resume, and an observe()
-            # from the evaluation's own thread, or another, between the two dropped it as "async:lost"; a new
-            # user's probe)
-            self.jobs.append(job)
+            job.future.set_exception(exc)
+        except BaseException:
+            # A Ctrl-C: before the evaluation was handed to its worker (in the weights' snapshot), nothing runs and
+            # nothing is counted, as in a synchronous evaluation (it was a failed one, and under on_error: raise the
+            # one Ctrl-C came back a step later as a RuntimeError; found by a probe); after, it runs and is
+            # integrated as any other.
+            if job.future is not None:
+                self.jobs.append(job)
+            raise
+        # (listed once its future is set: a job listed without one reads as lost by a resume, and an observe() from
+        # the evaluation's own thread, or another, between the two dropped it as "async:lost"; a new user's probe)
+        self.jobs.append(job)
         return job
 
     def _start(self, job: _Job, evaluate_fn: Callable, request: EvalRequest, epoch) -> None:
@@ -980,6 +1005,7 @@ class AsyncEvaluations:
             ex.shutdown(wait=True, timeout_s=timeout_s if timeout_s is not None else self.wait_limit_s)
         elif isinstance(ex, DaemonThreadExecutor):
             ex.shutdown(wait=False)
+            ex.join_finished()
         # A user's executor is the user's to shut down.
 
 

@@ -160,31 +160,44 @@ class EvalTimeout:
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
-        self._abandoned: threading.Thread | None = None
+        self._abandoned: threading.Event | None = None  # set when the abandoned thread's evaluate_fn returns
         self._abandoned_step: int | None = None
 
     @property
     def still_running(self) -> int | None:
         """The step of a timed-out evaluation whose thread has not returned yet, else None."""
-        if self._abandoned is not None and not self._abandoned.is_alive():
+        # (its own flag, not Thread.is_alive(): a Ctrl-C in Thread.join() marks the thread stopped while it runs on,
+        # CPython 3.11's _wait_for_tstate_lock, and the next evaluation ran beside it; found by a probe)
+        if self._abandoned is not None and self._abandoned.is_set():
             self._abandoned = self._abandoned_step = None
         return self._abandoned_step
 
     def call(self, fn: Callable, *args, step: int):
         """``fn(*args)`` in a daemon thread: its value or exception, or ``TimeoutError`` after ``timeout_s``."""
         box: dict = {}
+        done = threading.Event()
 
         def target():
             try:
                 box["value"] = fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 box["error"] = exc
+            finally:
+                done.set()
 
         thread = threading.Thread(target=target, name=f"adaptive_eval-evaluate-step{step}", daemon=True)
-        thread.start()
-        thread.join(min(self.timeout_s, threading.TIMEOUT_MAX))
-        if thread.is_alive():
-            self._abandoned, self._abandoned_step = thread, step
+        try:
+            thread.start()
+            thread.join(min(self.timeout_s, threading.TIMEOUT_MAX))
+        except BaseException:
+            # A Ctrl-C in the start or the wait: the evaluation runs on in its thread, and a due one waits for it, as
+            # for a timed out one (the next ones ran beside it; found by a probe).  (still_running forgets a thread
+            # that has ended.)  (A thread that never started is none: the Ctrl-C came before it ran anything.)
+            if thread.ident is not None:
+                self._abandoned, self._abandoned_step = done, step
+            raise
+        if not done.is_set():
+            self._abandoned, self._abandoned_step = done, step
             frame = sys._current_frames().get(thread.ident)
             stack = traceback.extract_stack(frame) if frame is not None else []
             names = [f.name for f in stack]
@@ -493,7 +506,9 @@ def run_evaluation_outcome(
                 outputs = _attempt(evaluate_fn, request, precision)
             else:
                 outputs = timeout.call(_attempt, evaluate_fn, request, precision, step=request.step)
-        except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
+        except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
+            if not evaluation_failure(exc):
+                raise  # (a Ctrl-C, a SystemExit: the user's, as ever)
             if on_error == "raise" and not sharded:
                 raise
             error = exc
@@ -610,6 +625,15 @@ def run_evaluation_outcome(
 def _sets_of(request) -> dict:
     """The eval sets of each metric a framework adapter noted (:meth:`EvalRequest._from_set`); {} without."""
     return dict(request._handed.get("metric_sets") or {})
+
+
+def evaluation_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` from ``evaluate_fn`` fails the evaluation (handled by ``on_error``), rather than going up as a
+    Ctrl-C or a SystemExit does: any ``Exception``, and asyncio's ``CancelledError`` (a ``BaseException``: an
+    evaluate_fn's ``asyncio.run(...)`` whose request was cancelled killed training under ``on_error: skip``; found
+    by a probe)."""
+    cancelled = getattr(sys.modules.get("asyncio"), "CancelledError", ())  # (only if asyncio was imported)
+    return isinstance(exc, (Exception, cancelled))
 
 
 def _is_plain(value) -> bool:
