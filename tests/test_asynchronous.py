@@ -303,7 +303,7 @@ def test_a_failure_of_the_steps_own_submission_is_not_masked_nor_read_as_lost():
         assert isinstance(exc, KeyboardInterrupt) or "evaluation of step 2 failed" in str(got.value)
         ev.close()
         errors = {e["step"]: e["error"] for e in events if e["kind"] == "error"}
-        if isinstance(exc, KeyboardInterrupt):  # (the user's: nothing started, nothing counted; tests/test_interrupts.py)
+        if isinstance(exc, KeyboardInterrupt):  # (the user's: nothing started, nothing counted)
             assert set(errors) == {2}
         else:
             assert set(errors) == {2, 5} and "lost" not in errors[5] and "out of memory" in errors[5]
