@@ -65,6 +65,18 @@ def _group_exists(group) -> bool:
     return DistContext(group).distributed
 
 
+def _group_gone(job, outcome):
+    """close() after the process group was destroyed (``accelerator.end_training()`` first): an evaluation in flight
+    cannot be combined across the ranks, so it fails, saying why (each rank integrated its own shard as the whole
+    result, n halved and the ranks' histories apart, without a word; a new user's probe)."""
+    from adaptive_eval.evaluators import EvalOutcome
+
+    return EvalOutcome(None, RuntimeError(
+        f"the asynchronous evaluation of step {job.step} was in flight when the process group was destroyed: its "
+        "ranks' shards cannot be combined; call close() before destroy_process_group() (accelerate's "
+        "end_training())"), attempts=outcome.attempts)
+
+
 def _no_alarm(value: float, step: int) -> None:
     """The update of a stream no detector watches on finite values (see ``AdaptiveEvaluator._index``)."""
     return None
@@ -2175,7 +2187,10 @@ class AdaptiveEvaluator:
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
             try:
-                if self._distributed and self._async.sharded:
+                if self._distributed and self._async.jobs and not self.dist.distributed:
+                    pairs = self._async.drain(timeout_s)
+                    pairs = [(job, _group_gone(job, outcome)) for job, outcome in pairs]
+                elif self._distributed and self._async.sharded:
                     pairs = self._combine_shards(self._async.drain(timeout_s))
                 elif self._distributed:
                     if self._async.owner:

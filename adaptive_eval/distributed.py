@@ -286,8 +286,12 @@ class DistContext:
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, DistBackendError, ...
             rank, world = self.rank_world()
             limit = f"{self.timeout_s:g} s" if self.timeout_s is not None else "the process group's timeout"
+            # (the usual cause in a user's loop: a call on the main process only, ``if is_main_process:``, which
+            # the others never make; it read as a bare timeout or a closed connection: a new user's probe)
             raise CollectiveError(
-                f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}"
+                f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}.  In a "
+                "process group every rank calls observe(), evaluate() and close() at every step, with the same "
+                "global_step (a call made on the main process only leaves the others out); or a peer died"
             ) from exc
         finally:
             del work

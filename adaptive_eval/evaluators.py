@@ -355,6 +355,7 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
                                     kinds=kinds, aggregations=aggregations, sharded=request.world_size > 1,
                                     items_of=items_of)
         _check_not_empty(outputs, metrics, request, num_items)
+        _check_not_gathered(outputs, metrics, request, num_items)
     if request.world_size > 1:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample or items_of.get(k, num_items) != 0 else dataclasses.replace(v, n=0, total=0.0))
@@ -384,6 +385,25 @@ def no_value_on_any_rank(metrics, step: int, sample_size: int | None) -> ValueEr
                       "though the request asked for "
                       f"{'the whole eval set' if sample_size is None else f'{sample_size} items'}: an empty list or "
                       "array is not a result (give NaN for an item that could not be scored; it is kept as data)")
+
+
+def _check_not_gathered(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
+    """ValueError when a metric has more per-item values than the items ``request.indices`` handed this process (it
+    was asked once): values gathered from every rank (accelerate's ``gather_for_metrics``, an all_gather) counted
+    each item once per rank, n doubled and the interval too narrow, without a word (found by a new user's probe)."""
+    if num_items is None or request._handed.get("calls") != 1:
+        return
+    over = {k: metrics[k].n + metrics[k].nan_count for k in outputs
+            if k in metrics and metrics[k].per_sample and not metrics[k].clustered
+            and metrics[k].n + metrics[k].nan_count > num_items}
+    if over:
+        name, got = next(iter(over.items()))
+        where = (f" (rank {request.rank} of {request.world_size}: the evaluator combines the ranks' values itself, "
+                 "so return this rank's own, not gathered from every rank)" if request.world_size > 1 else
+                 " (values gathered from other processes, or items not asked for?)")
+        raise ValueError(f"evaluate_fn returned {got} values for {name!r} at step {request.step}, but "
+                         f"request.indices handed this process {num_items} items: return one value per item "
+                         f"handed{where}")
 
 
 def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:

@@ -207,6 +207,7 @@ class EvalRequest:
         mine = list(chosen[self.rank :: self.world_size])
         self._handed["count"] = len(mine)
         self._handed["indices"] = mine
+        self._handed["calls"] = self._handed.get("calls", 0) + 1  # (an adapter's several eval sets: one call each)
         return mine
 
     @property

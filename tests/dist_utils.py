@@ -28,7 +28,8 @@ def _worker(rank, world, init_file, out_dir, fn, args, timeout_s):
         try:
             result = ("ok", fn(rank, world, *args))
         finally:
-            dist.destroy_process_group()
+            if dist.is_initialized():  # (a case may destroy it itself: close() after end_training())
+                dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - report everything to the parent
         result = ("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     finally:

@@ -150,11 +150,31 @@ def _world(rank, world):
     second.load_state_dict(json.loads(state))
     out["resume"] = (decisions(before), json.loads(state)["async"]["jobs"], decisions(drive(second, rank, CUT, STEPS,
                                                                                    weight_sum)))
+
+    # the last case: close() after the group was destroyed (accelerate's end_training() first), an evaluation in
+    # flight: each rank integrated its own shard as the whole result, silently
+    def slower(request, weights):
+        time.sleep(1.0)
+        return weight_sum(request, weights)
+
+    ev = make()
+    events = drive(ev, rank, 0, 10, slower, close=False)
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    ev.close()
+    out["destroyed"] = [(e["kind"], e["step"], e.get("error", "")) for e in events if e["kind"] in ("eval", "error")]
     return out
 
 
 def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_same_step_and_agree():
     ranks = run_ranks(_world, world=2, timeout_s=240, collective_timeout_s=60)
+    # close() after the group was destroyed: the evaluation in flight fails on both ranks, saying why (it was each
+    # rank's own shard, as the whole result)
+    for r in ranks:
+        *before, last = r["destroyed"]
+        assert last[0] == "error" and "in flight when the process group was destroyed" in last[2], r["destroyed"]
+        assert all(kind == "eval" for kind, _, _ in before) and last[1] not in [step for _, step, _ in before]
     (fixed0, calls0), (fixed1, calls1) = ranks[0]["fixed"], ranks[1]["fixed"]
 
     # fixed latency: both ranks hold the same events, each result integrated 3 steps after its submission

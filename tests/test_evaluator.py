@@ -7,7 +7,7 @@ import torch
 from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
-from adaptive_eval import EvalRequest, EvalResult, Evaluator, load_config
+from adaptive_eval import AdaptiveEvaluator, EvalRequest, EvalResult, Evaluator, load_config
 
 
 @dataclasses.dataclass
@@ -317,3 +317,34 @@ def test_settings_that_did_nothing_or_read_nonsense_are_said(caplog):
         AdaptiveEvaluator.from_config(load_config()).add_listener("print")
     with pytest.raises(ConfigError, match="evaluation.suite_aggregate: 'all' is the mean over evaluation.suites"):
         load_config(overrides=["evaluation.suite_aggregate=all"])
+
+
+def test_values_gathered_from_every_rank_fail_the_evaluation_naming_the_count():
+    """A new user's accelerate loop: evaluate_fn gathered its per-item values across ranks (gather_for_metrics), so
+    each rank returned every rank's values: n doubled and the interval too narrow, silently.  More values than the
+    items request.indices handed is now a failed evaluation that says why; an adapter's several eval sets (indices
+    asked once per set, the last set's the smaller) are not refused."""
+    values = [1.0, 0.0] * 500
+
+    def gathered(request):
+        mine = [values[i] for i in request.indices(len(values))]
+        return {"acc": mine + mine}  # (this rank's and, as a 2-rank gather would, the other's)
+
+    def two_sets(request):
+        a = [values[i] for i in request.indices(len(values))]
+        b = [values[i] for i in request.indices(10)]
+        return {"a_acc": a, "b_acc": b}
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.on_error=raise", "evaluation.sample_size=50", "policy.sample_size.enabled=false",
+        "trigger.freq_steps=5"]), total_steps=40)
+    with pytest.raises(ValueError, match=r"returned 100 values for 'acc' at step 4, but request.indices handed this "
+                                         r"process 50 items: return one value per item handed"):
+        for g in range(5):
+            ev.evaluate(gathered, 0, g, g)
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.on_error=raise", "evaluation.sample_size=50", "policy.sample_size.enabled=false",
+        "trigger.freq_steps=5"]), total_steps=40)
+    for g in range(5):
+        ev.evaluate(two_sets, 0, g, g)
+    assert (ev.history[-1]["a_acc"].n, ev.history[-1]["b_acc"].n) == (50, 10)

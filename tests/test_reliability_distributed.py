@@ -121,6 +121,8 @@ def test_a_rank_hanging_in_evaluate_fn_is_a_collective_error_on_the_other_within
     assert kind == "CollectiveError" and step == 14  # the first evaluation at or after step 12
     assert TIMEOUT_S * 0.9 <= seconds < TIMEOUT_S + SLACK_S, seconds
     assert "gather_objects failed on rank 0 of 2 (timeout 1 s)" in message
+    # ... and says the usual cause in a user's loop (a call on the main process only read as a bare timeout)
+    assert "every rank calls observe(), evaluate() and close() at every step" in message
     # evaluation.timeout_s adds no thread in a group: evaluate_fn ran in the main thread on both ranks.
     assert main_thread_calls and all(main_thread_calls) and all(r1[3])
     # The late rank does not hang either: its own collective fails (or completes from buffered data).
