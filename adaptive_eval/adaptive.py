@@ -2041,8 +2041,9 @@ class AdaptiveEvaluator:
             # (rank 0's state loaded on every rank: found in review; the adapters load each rank its own)
             log.warning("load_state_dict on rank %d: the state was taken on rank %s; it is loaded, but this rank's "
                         "detectors go on from that rank's streams, and the next paired difference finds no earlier "
-                        "value of this rank's items (the state holds that rank's shard): save state_dict() on "
-                        "every rank and load each rank its own", self._rank, saved["rank"])
+                        "value of this rank's items (the state holds that rank's shard), and an asynchronous "
+                        "evaluation in flight at the save fails: save state_dict() on every rank and load each "
+                        "rank its own", self._rank, saved["rank"])
         changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
                    if k != "rank" and k in saved and saved.get(k) != now[k]]
         lost = [job.get("step") for job in (sd.get("async") or {}).get("jobs", [])] if self._async is None else []
@@ -2153,7 +2154,15 @@ class AdaptiveEvaluator:
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
-            self._async.load_state_dict(sd.get("async", {}))
+            held = sd.get("async", {})
+            shape = sd.get("shape")
+            if self._async.sharded and isinstance(shape, Mapping) and shape.get("rank", self._rank) != self._rank:
+                # Another rank's state (accelerate's register_for_checkpointing saves the main process's only): the
+                # outcomes it holds are that rank's shards, which combined with the others' counted its items twice
+                # as the whole result (a new user's probe); those evaluations fail instead, on every rank alike.
+                held = {**held, "jobs": [{k: v for k, v in rec.items() if k != "outcome"}
+                                         for rec in held.get("jobs", [])]}
+            self._async.load_state_dict(held)
         if say:
             self._say_other_shape(sd)
 

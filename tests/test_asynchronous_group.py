@@ -151,6 +151,20 @@ def _world(rank, world):
     out["resume"] = (decisions(before), json.loads(state)["async"]["jobs"], decisions(drive(second, rank, CUT, STEPS,
                                                                                    weight_sum)))
 
+    # rank 0's state loaded on every rank (accelerate's register_for_checkpointing saves the main process's only),
+    # an evaluation in flight: rank 0's shard, held in that state, counted twice as the whole result
+    import torch.distributed as dist
+
+    first = make("evaluation.async_integrate_after_steps=3")
+    drive(first, rank, 0, CUT, weight_sum, close=False)
+    held = [json.dumps(first.state_dict())]
+    dist.broadcast_object_list(held, src=0)
+    second = make("evaluation.async_integrate_after_steps=3")
+    second.load_state_dict(json.loads(held[0]))
+    out["resume_other"] = [(e["kind"], e["step"], e["result"]["n"]["score"] if e["kind"] == "eval" else e["error"])
+                           for e in decisions(drive(second, rank, CUT, STEPS, weight_sum))
+                           if e["kind"] in ("eval", "error")]
+
     # the last case: close() after the group was destroyed (accelerate's end_training() first), an evaluation in
     # flight: each rank integrated its own shard as the whole result, silently
     def slower(request, weights):
@@ -159,8 +173,6 @@ def _world(rank, world):
 
     ev = make()
     events = drive(ev, rank, 0, 10, slower, close=False)
-    import torch.distributed as dist
-
     dist.destroy_process_group()
     ev.close()
     out["destroyed"] = [(e["kind"], e["step"], e.get("error", "")) for e in events if e["kind"] in ("eval", "error")]
@@ -175,6 +187,12 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
         *before, last = r["destroyed"]
         assert last[0] == "error" and "in flight when the process group was destroyed" in last[2], r["destroyed"]
         assert all(kind == "eval" for kind, _, _ in before) and last[1] not in [step for _, step, _ in before]
+    # rank 0's state on both ranks: the evaluation in flight at the save (step 15) fails on both, alike; the later
+    # ones are whole (each rank's shard, combined)
+    assert [e[:2] for e in ranks[0]["resume_other"]] == [e[:2] for e in ranks[1]["resume_other"]]
+    first, *later = ranks[0]["resume_other"]
+    assert first[:2] == ("error", 15) and "async:lost" in first[2], first  # (rank 1's shard, the one not held)
+    assert later and all(kind == "eval" and n == later[0][2] for kind, _, n in later), later
     (fixed0, calls0), (fixed1, calls1) = ranks[0]["fixed"], ranks[1]["fixed"]
 
     # fixed latency: both ranks hold the same events, each result integrated 3 steps after its submission
