@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import pathlib
@@ -311,6 +312,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 2
     out = args.out
     _check_writable(out)
+    _clear_earlier_outputs(out)
     logger = None
     if not args.no_tensorboard:
         from adaptive_eval.tensorboard import make_logger
@@ -350,6 +352,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print("  reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())))
     print(f"  wrote {out}/evals.jsonl, alarms.jsonl, summary.json" + ("" if args.no_tensorboard else ", tb/"))
     return 0
+
+
+_REPLAY_OUTPUTS = ("evals.jsonl", "alarms.jsonl", "summary.json")
+
+
+def _clear_earlier_outputs(out: str) -> None:
+    """Remove what an earlier replay into ``out`` wrote at its end: a replay interrupted before its own end left the
+    earlier run's evals.jsonl and summary.json beside its own partial tb/, two runs read as one (a probe)."""
+    for name in _REPLAY_OUTPUTS:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, name))
 
 
 def _clear_earlier_replay(tb: str) -> None:
@@ -775,6 +788,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, OSError) as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (a Ctrl-C: a line and the shell's 130, not a traceback of where it landed; a probe)
+        print(f"adaptive-eval {args.command}: interrupted", file=sys.stderr)
+        return 130
     finally:
         warnings.showwarning = shown
 

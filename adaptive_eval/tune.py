@@ -720,6 +720,11 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
     written.append(path)
     presets = os.path.join(out_dir, "presets")
     os.makedirs(presets, exist_ok=True)
+    # An earlier search's presets go: point-3.yaml of a search that chose 5 sat beside this one's 2, read as this
+    # search's (a probe's re-run into the same --out)
+    for name in os.listdir(presets):
+        if re.fullmatch(r"point-\d+\.yaml", name):
+            os.remove(os.path.join(presets, name))
     for n, (i, rule) in enumerate(result.chosen):
         t = result.trials[i]
         cfg = apply_params(base, t["params"])

@@ -920,6 +920,28 @@ def test_tune_asks_which_eval_metric_as_check_does_and_hf_eval_runtime_is_none(t
     assert set(evals_of(tmp_path / "o")[0]["metrics"]) == {"accuracy", "loss"}
 
 
+def test_an_interrupted_replay_leaves_no_earlier_replays_outputs_and_says_so_in_a_line(tmp_path, capsys, monkeypatch):
+    """Found by a probe: Ctrl-C in a replay printed a traceback of where it landed, and a replay into an --out that
+    held an earlier one left that one's evals.jsonl and summary.json beside its own partial tb/."""
+    import adaptive_eval.replay
+
+    path = tmp_path / "run.csv"
+    path.write_text("step,train/loss,eval/acc\n" + "".join(f"{s},{1.0 + 0.01 * (s % 3)},{0.5 if s % 25 == 0 else ''}\n"
+                                                           for s in range(60)))
+    out = tmp_path / "o"
+    assert main(["replay", str(path), "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"evals.jsonl", "alarms.jsonl", "summary.json"}
+    capsys.readouterr()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(adaptive_eval.replay, "replay", interrupted)
+    assert main(["replay", str(path), "--out", str(out)]) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "adaptive-eval replay: interrupted"
+    assert not {p.name for p in out.iterdir()} & {"evals.jsonl", "alarms.jsonl", "summary.json"}
+
+
 def test_a_second_replay_into_the_same_out_folder_replaces_the_first_ones_tensorboard_files(tmp_path, capsys):
     """Found by a new-user probe: evals.jsonl was overwritten but tb/ kept the first replay's event file, and
     TensorBoard (and plot) interleaved the two runs' streams.  Read back with TensorBoard's own reader."""

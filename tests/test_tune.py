@@ -28,9 +28,16 @@ def collapse_csv(tmp_path, name="run.csv", seed=3, steps=300):
 def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
     path, onset = collapse_csv(tmp_path)
     out = tmp_path / "tune"
+    (out / "presets").mkdir(parents=True)  # an earlier search's preset (it chose more), and a file of the user's
+    (out / "presets" / "point-7.yaml").write_text("trigger: {freq_steps: 3}\n")
+    (out / "presets" / "mine.yaml").write_text("trigger: {freq_steps: 3}\n")
     rc = main(["tune", path, "--events", f"{path}={onset}", "--objective", "cost", "--objective", "delay",
                "--trials", "4", "--out", str(out), "--no-progress"])
     assert rc == 0
+    # this search's presets alone (a probe read an earlier search's point-3..4.yaml beside this one's two)
+    chosen = json.loads((out / "summary.json").read_text())["chosen"]
+    assert sorted(p.name for p in (out / "presets").iterdir()) == sorted(
+        ["mine.yaml"] + [c["preset"].split("/")[-1] for c in chosen])
     printed = capsys.readouterr().out
     assert "| preset | trial | rule | cost | delay |" in printed
     for f in ("pareto.png", "pareto.md", "pareto.csv", "trials.csv", "summary.json"):
