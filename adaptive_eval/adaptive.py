@@ -241,7 +241,7 @@ class AdaptiveEvaluator:
 
     def __init__(self, cfg=None, *, steps_per_epoch: int | None = None, total_steps: int | None = None,
                  clock: Callable[[], float] | None = None, logger: MetricLogger | None = None, group=None,
-                 resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None):
+                 resource_monitor=None, executor=None, eval_ranks=None, eval_clock=None, _simulated: bool = False):
         self.cfg = as_config(cfg)
         trig = self.cfg.trigger
         if trig.freq_epochs is not None and steps_per_epoch is None:
@@ -306,7 +306,7 @@ class AdaptiveEvaluator:
         # evaluation of examples/hf_trainer.py looked 10x its cost, and the budget held an alarm's evaluation from
         # step 63 to the run's end).  See warm_statistics.
         warm_statistics(self._evaluation["confidence"])
-        if self._evaluation["precision"] != "none":
+        if self._evaluation["precision"] != "none" and not _simulated:  # (replay's evaluations are numbers)
             # evaluate_fn runs under torch.inference_mode: an asynchronous evaluation's timeout_s counts from its
             # submission, and importing torch in the worker made a process that had not imported it time out
             # its first evaluation (1.7 s against timeout_s 1; found by a new-user probe).  A synchronous one
@@ -1707,10 +1707,19 @@ class AdaptiveEvaluator:
             self._due_in_flight[global_step] = list(suites)
             for old in sorted(self._due_in_flight)[:-64]:
                 del self._due_in_flight[old]
-        self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
                               reason=decision.reason, rank=rank, world_size=world, suites=suites)
-        self._async.submit(evaluate_fn, request, epoch=epoch, urgent=decision.urgent)
+        try:
+            self._async.submit(evaluate_fn, request, epoch=epoch, urgent=decision.urgent)
+        except BaseException:
+            # (a Ctrl-C before it was handed to its worker: nothing ran, nothing counts, the suites' every-m-th
+            # schedule included; a review)
+            if not any(job.step == global_step for job in self._async.jobs):
+                self._due_in_flight.pop(global_step, None)
+                raise
+            self._evals_run += 1
+            raise
+        self._evals_run += 1
         self.trigger.fired()
         self._last_eval_step = global_step
         self._alarm_pending = False

@@ -1005,7 +1005,7 @@ class AsyncEvaluations:
             ex.shutdown(wait=True, timeout_s=timeout_s if timeout_s is not None else self.wait_limit_s)
         elif isinstance(ex, DaemonThreadExecutor):
             ex.shutdown(wait=False)
-            ex.join_finished()
+            ex.join_finished(30.0 if timeout_s is None else timeout_s)
         # A user's executor is the user's to shut down.
 
 

@@ -175,9 +175,10 @@ class EvalTimeout:
     def call(self, fn: Callable, *args, step: int):
         """``fn(*args)`` in a daemon thread: its value or exception, or ``TimeoutError`` after ``timeout_s``."""
         box: dict = {}
-        done = threading.Event()
+        began, done = threading.Event(), threading.Event()
 
         def target():
+            began.set()
             try:
                 box["value"] = fn(*args)
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
@@ -192,8 +193,9 @@ class EvalTimeout:
         except BaseException:
             # A Ctrl-C in the start or the wait: the evaluation runs on in its thread, and a due one waits for it, as
             # for a timed out one (the next ones ran beside it; found by a probe).  (still_running forgets a thread
-            # that has ended.)  (A thread that never started is none: the Ctrl-C came before it ran anything.)
-            if thread.ident is not None:
+            # that has ended.)  (A thread that never starts is none: the Ctrl-C came before it ran anything; one that
+            # is about to, its start interrupted after the thread was made, is seen to begin within a moment.)
+            if began.wait(1.0):
                 self._abandoned, self._abandoned_step = done, step
             raise
         if not done.is_set():
@@ -388,22 +390,27 @@ def no_value_on_any_rank(metrics, step: int, sample_size: int | None) -> ValueEr
 
 
 def _check_not_gathered(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
-    """ValueError when a metric has more per-item values than the items ``request.indices`` handed this process (it
-    was asked once): values gathered from every rank (accelerate's ``gather_for_metrics``, an all_gather) counted
-    each item once per rank, n doubled and the interval too narrow, without a word (found by a new user's probe)."""
+    """More per-item values of a metric than the items ``request.indices`` handed this process (asked once).  In a
+    process group, as many as every rank's items together: values gathered from every rank (accelerate's
+    ``gather_for_metrics``, an all_gather) counted each item once per rank, n doubled and the interval too narrow,
+    without a word (a new user's probe): a ValueError.  Otherwise (k answers per item flattened, a probe set scored
+    beside the sample, per-token values) each value counts as an item: said once per metric."""
     if num_items is None or request._handed.get("calls") != 1:
         return
-    over = {k: metrics[k].n + metrics[k].nan_count for k in outputs
-            if k in metrics and metrics[k].per_sample and not metrics[k].clustered
-            and metrics[k].n + metrics[k].nan_count > num_items}
-    if over:
-        name, got = next(iter(over.items()))
-        where = (f" (rank {request.rank} of {request.world_size}: the evaluator combines the ranks' values itself, "
-                 "so return this rank's own, not gathered from every rank)" if request.world_size > 1 else
-                 " (values gathered from other processes, or items not asked for?)")
-        raise ValueError(f"evaluate_fn returned {got} values for {name!r} at step {request.step}, but "
-                         f"request.indices handed this process {num_items} items: return one value per item "
-                         f"handed{where}")
+    for name in outputs:
+        m = metrics.get(name)
+        if m is None or not m.per_sample or m.clustered or m.n + m.nan_count <= num_items:
+            continue
+        got = m.n + m.nan_count
+        if request.world_size > 1 and got in (request._handed.get("selected"), num_items * request.world_size):
+            raise ValueError(f"evaluate_fn returned {got} values for {name!r} at step {request.step} on rank "
+                             f"{request.rank} of {request.world_size}, every rank's items, but request.indices "
+                             f"handed this rank {num_items}: return this rank's own values, not gathered from every "
+                             "rank (the evaluator combines the ranks itself)")
+        log_once(("more values", name), "evaluate_fn returned %d values for %r at step %s for the %d items "
+                 "request.indices handed: each value counts as one item (n %d); if they are k answers per item, "
+                 "return them items x k (a 2-D value) so that the item is the interval's unit (said once per "
+                 "metric)", got, name, request.step, num_items, got)
 
 
 def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | None) -> None:
@@ -521,6 +528,7 @@ def run_evaluation_outcome(
         outputs = None
         error = None
         item_values: dict = {}
+        request._handed.pop("calls", None)  # (the indices asked in this attempt)
         try:
             if timeout is None:
                 outputs = _attempt(evaluate_fn, request, precision)

@@ -676,7 +676,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                       "resource_monitor=adaptive_eval.scheduler.FakeResourceMonitor([...])", RuntimeWarning,
                       stacklevel=2)
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
-                                  logger=logger if logger is not None else NullLogger(), **extra)
+                                  logger=logger if logger is not None else NullLogger(), _simulated=True, **extra)
     # The simulated evaluations are numbers, not a model: they run as they are (evaluation.precision: none), not
     # under torch.inference_mode, which imported torch (2.8 s of every CLI replay here).  Nothing decided depends on
     # it; the config the run logs stays the user's.

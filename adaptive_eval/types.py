@@ -208,6 +208,7 @@ class EvalRequest:
         self._handed["count"] = len(mine)
         self._handed["indices"] = mine
         self._handed["calls"] = self._handed.get("calls", 0) + 1  # (an adapter's several eval sets: one call each)
+        self._handed["selected"] = len(chosen)  # (every rank's items together)
         return mine
 
     @property

@@ -127,6 +127,9 @@ class LookbackPolicy(Policy):
         if last is None or "alarm:" not in result.reason or not self._kept:
             return
         low, high = summary.ci
+        if not (math.isfinite(low) and math.isfinite(high)):
+            low = high = summary.mean  # (one value without an interval, an aggregate: read as it is; with its NaN
+            #                            interval no fall was ever seen, and no look back ran; a new user's probe)
         if math.isfinite(summary.mean):
             fell = high < last[1] if self.higher_is_better else low > last[1]
         else:

@@ -319,32 +319,45 @@ def test_settings_that_did_nothing_or_read_nonsense_are_said(caplog):
         load_config(overrides=["evaluation.suite_aggregate=all"])
 
 
-def test_values_gathered_from_every_rank_fail_the_evaluation_naming_the_count():
+def test_values_gathered_from_every_rank_fail_the_evaluation_naming_the_count(caplog):
     """A new user's accelerate loop: evaluate_fn gathered its per-item values across ranks (gather_for_metrics), so
-    each rank returned every rank's values: n doubled and the interval too narrow, silently.  More values than the
-    items request.indices handed is now a failed evaluation that says why; an adapter's several eval sets (indices
-    asked once per set, the last set's the smaller) are not refused."""
+    each rank returned every rank's values: n doubled and the interval too narrow, silently.  In a group, as many
+    values as every rank's items is now a failed evaluation that says why; elsewhere more values than items handed
+    (k answers flattened, a probe set beside the sample) are said once, not refused (a review); an adapter's several
+    eval sets (indices asked once per set, the last set's the smaller) say nothing."""
+    import logging
+
+    from adaptive_eval.evaluators import _summaries
+
+    request = EvalRequest(step=4, sample_size=50, seed=0, reason="trigger:steps", rank=0, world_size=2)
+    mine = request.indices(1000)
+    assert len(mine) == 25
+    with pytest.raises(ValueError, match=r"returned 50 values for 'acc' at step 4 on rank 0 of 2, every rank's items, "
+                                         r"but request.indices handed this rank 25"):
+        _summaries({"acc": [1.0, 0.0] * 25}, request, None, 0.95)
+
     values = [1.0, 0.0] * 500
 
-    def gathered(request):
-        mine = [values[i] for i in request.indices(len(values))]
-        return {"acc": mine + mine}  # (this rank's and, as a 2-rank gather would, the other's)
+    def flattened(request):  # 4 answers per item, flattened
+        # (a name of its own: said once a process)
+        return {"flat_acc": [values[i] for i in request.indices(len(values)) for _ in range(4)]}
 
     def two_sets(request):
         a = [values[i] for i in request.indices(len(values))]
         b = [values[i] for i in request.indices(10)]
         return {"a_acc": a, "b_acc": b}
 
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
-        "evaluation.on_error=raise", "evaluation.sample_size=50", "policy.sample_size.enabled=false",
-        "trigger.freq_steps=5"]), total_steps=40)
-    with pytest.raises(ValueError, match=r"returned 100 values for 'acc' at step 4, but request.indices handed this "
-                                         r"process 50 items: return one value per item handed"):
-        for g in range(5):
-            ev.evaluate(gathered, 0, g, g)
-    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
-        "evaluation.on_error=raise", "evaluation.sample_size=50", "policy.sample_size.enabled=false",
-        "trigger.freq_steps=5"]), total_steps=40)
-    for g in range(5):
-        ev.evaluate(two_sets, 0, g, g)
-    assert (ev.history[-1]["a_acc"].n, ev.history[-1]["b_acc"].n) == (50, 10)
+    for fn, expected in ((flattened, {"flat_acc": 200}), (two_sets, {"a_acc": 50, "b_acc": 10})):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+            "evaluation.on_error=raise", "evaluation.sample_size=50", "policy.sample_size.enabled=false",
+            "trigger.freq_steps=5"]), total_steps=40)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+            for g in range(5):
+                ev.evaluate(fn, 0, g, g)
+        assert {k: m.n for k, m in ev.history[-1].metrics.items()} == expected
+        said = [r.getMessage() for r in caplog.records if "values for" in r.getMessage()]
+        assert said == ([] if fn is two_sets else [
+            "evaluate_fn returned 200 values for 'flat_acc' at step 4 for the 50 items request.indices handed: each "
+            "value counts as one item (n 200); if they are k answers per item, return them items x k (a 2-D value) so "
+            "that the item is the interval's unit (said once per metric)"])

@@ -1578,3 +1578,64 @@ def test_per_item_false_runs_validation_step_on_batches_and_reduces_as_lightning
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"), pytest.raises(Exception):
         trainer.fit(BatchMetricModel(), DataLoader(train, batch_size=8), DataLoader(val, batch_size=8))
     assert "pass per_item=False" in caplog.text
+
+
+class SharedKeyModel(BatchMetricModel):
+    """Two loaders logging one key (add_dataloader_idx=False), and a returned value under a logged name."""
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x).squeeze(), y, reduction="none")
+        self.log("val_shared", loss.mean(), add_dataloader_idx=False)
+        self.log("val_total", loss.sum(), reduce_fx="sum")
+        return {"val_total": loss.mean()}  # (Lightning logs nothing returned: the logged sum stands)
+
+
+def test_per_item_false_pools_a_shared_key_keeps_a_logged_value_and_never_runs_a_lone_item_of_a_sample():
+    """A review and a new user's probe: a key shared by two loaders read the last loader's value alone (n 30 of 70);
+    a value validation_step returned under a logged name replaced the logged one; a sample of 17 items in batches
+    of 8 left one item over, on which a squeeze() step failed (Lightning's own validation never runs one); a
+    batch_size= per item, or a loader whose batch sampler has no batch size, went unsaid."""
+    torch.manual_seed(0)
+    sets = Points(40, 1), Points(30, 2)
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]
+    cb = AdaptiveEvalCallback("default", overrides=FAST + whole + ["trigger.freq_steps=10", "evaluation.on_error=raise",
+                                                                   "evaluation.metric=val_shared",
+                                                                   "evaluation.higher_is_better=false"],
+                              per_item=False)
+    model = SharedKeyModel()
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(model, DataLoader(Points(160, 0), batch_size=8), [DataLoader(v, batch_size=8) for v in sets])
+    last = cb.evaluator.history[-1]
+    with torch.no_grad():
+        losses = [torch.nn.functional.cross_entropy(model.net(v.x), v.y, reduction="none") for v in sets]
+    pooled = torch.cat(losses)
+    assert last["val_shared"].n == 70 and last["val_shared"].mean == pytest.approx(float(pooled.mean()), rel=1e-5)
+    for i, loss in enumerate(losses):  # the logged sum of each loader, not the returned mean
+        assert last[f"val_total/dataloader_idx_{i}"].mean == pytest.approx(float(loss.sum()), rel=1e-5)
+    assert last.items == 70
+
+    # a sample of 17 items in batches of 8: 8, 7 and 2, never a lone item for the squeeze() to drop
+    class Sizes(BatchMetricModel):
+        seen: list = []
+
+        def validation_step(self, batch, batch_idx):
+            self.seen.append(len(batch[0]))
+            super().validation_step(batch, batch_idx)
+
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.on_error=raise",
+                                                           "policy.sample_size.initial=17", "policy.sample_size.min=17",
+                                                           "evaluation.metric=val_loss",
+                                                           "evaluation.higher_is_better=false"], per_item=False)
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(Sizes(), DataLoader(Points(160, 0), batch_size=8), DataLoader(Points(44, 1), batch_size=8))
+    assert cb.evaluator.summary()["eval_errors"] == 0 and Sizes.seen[-3:] == [8, 7, 2]
+
+    with pytest.raises(ValueError, match=r"batch_size= applies with per_item=False"):
+        AdaptiveEvalCallback(batch_size=8)
+    bucketed = DataLoader(Points(44, 1), batch_sampler=[list(range(0, 30)), list(range(30, 44))])
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10", "evaluation.on_error=raise"],
+                              per_item=False)
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with pytest.raises(ValueError, match=r"dataloader 0 has no batch_size .*AdaptiveEvalCallback\(batch_size"):
+        trainer.fit(BatchMetricModel(), DataLoader(Points(160, 0), batch_size=8), bucketed)

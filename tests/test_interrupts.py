@@ -109,9 +109,21 @@ def test_close_waits_for_the_threads_of_finished_evaluations_to_end():
     ex = DaemonThreadExecutor()
     future = ex.submit(lambda held: 1, SlowToFree())  # (its only reference: freed in the worker, after the result)
     assert future.result() == 1
+    (thread, _), = ex._threads
     ex.shutdown(wait=False)
     ex.join_finished()
-    assert not [t for t in threading.enumerate() if t.name == "adaptive_eval-async-eval"]
+    assert not thread.is_alive()
+
+
+def test_an_asynchronous_evaluators_close_joins_its_finished_threads(monkeypatch):
+    """(The call the test above covers is made by close(), with close's time limit.)"""
+    calls = []
+    monkeypatch.setattr(DaemonThreadExecutor, "join_finished", lambda self, timeout_s=30.0: calls.append(timeout_s))
+    ev = make(asynchronous=True)
+    for g in range(6):
+        ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
+    ev.close(timeout_s=5.0)
+    assert calls == [5.0]
 
 
 def test_a_ctrl_c_while_a_timed_evaluation_runs_leaves_it_running_and_the_next_one_waits_for_it(monkeypatch):

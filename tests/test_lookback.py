@@ -413,8 +413,20 @@ def test_a_failing_checkpoint_evaluation_never_raises_into_training_even_under_o
     assert run.evaluator.summary()["eval_errors"] == 1 and not lookbacks(run.evaluator.history)
 
 
+def test_an_aggregate_without_an_interval_that_falls_looks_back():
+    """A new user's probe: one value over the items (HF's or Lightning's per_item=False) has no interval, and with its
+    NaN interval no fall was ever seen: a collapse to 0.02 looked back at nothing.  Its value is read as it is."""
+    run = Run(["evaluation.metric=accuracy"])
+
+    def fn(request):
+        return {"accuracy": truth(request.step if request.checkpoint is None else int(request.checkpoint))}
+
+    run.train(fn=fn)
+    assert [r.step for r in lookbacks(run.evaluator.history)] == [650]
+
+
 def test_a_scalar_metric_looks_back_on_the_items_asked_not_on_its_n_of_one():
-    """A scalar (n = 1, no interval) falls only by going NaN: the run died.  The look back asked for 1 item."""
+    """A scalar (n = 1, no interval) that goes NaN (the run died) falls.  The look back asked for 1 item."""
     run = Run(["evaluation.metric=accuracy"])
     sizes = []
 

@@ -197,6 +197,8 @@ class AdaptiveEvalCallback(Callback):
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                        or batch_size < 1):
             raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
+        if per_item and batch_size is not None:
+            raise ValueError("batch_size= applies with per_item=False (per item, validation_step runs on one item)")
         if not per_item and batch_size is None and val_dataset is not None:
             raise ValueError("per_item=False with val_dataset= needs batch_size= (items per validation_step call)")
         self.per_item = per_item
@@ -218,6 +220,7 @@ class AdaptiveEvalCallback(Callback):
         self._loss_warned = False
         self._reduce_said: set[str] = set()  # metrics logged with a reduce_fx other than the mean: said once each
         self._one_item_said = False
+        self._group_reduce_said = False  # (per_item=False under DDP with a sum, max or min: said once)
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
         self._reset_stream_state()
         self.hooks_called: set[str] = set()
@@ -577,7 +580,8 @@ class AdaptiveEvalCallback(Callback):
         if not loaders:
             raise ValueError("no validation data: pass val_dataloaders to fit(), val_dataset= or evaluate_fn=")
         self._val = [(_items_of(loader, trainer), getattr(loader, "collate_fn", None),
-                      self.batch_size or _batch_size(loader)) for loader in loaders]
+                      self.batch_size or (1 if self.per_item else _batch_size(loader, i)))
+                     for i, loader in enumerate(loaders)]
         return self._val
 
     def evaluate_checkpoint(self, trainer, pl_module, request) -> dict:
@@ -647,6 +651,8 @@ class AdaptiveEvalCallback(Callback):
         item_values: dict[str, float] = {}
         logged_metrics: dict = {}  # key -> a torchmetrics Metric logged as an object (computed over the items)
         returned: set[str] = set()  # keys validation_step returned (Lightning does not log those)
+        batches: dict[str, list] = {}  # per_item=False: key -> [(value, weight) of each batch], over every loader
+        counted: dict[str, int] = {}  # per_item=False: key -> the items of the batches that logged it
         reduce_of: dict[str, str] = {}  # per_item=False: key -> its reduce_fx ("mean", "sum", "max", "min")
         weight_of: dict[str, float] = {}  # per_item=False: key -> the batch_size self.log was given, this batch
         suffix = ""
@@ -721,8 +727,7 @@ class AdaptiveEvalCallback(Callback):
                     touched: set[str] = set()  # (the metrics of this loader: the evaluation's items add them up)
                     per_call = 1 if self.per_item else batch_size
                     calls = [indices[k:k + 1] for k in range(len(indices))] if self.per_item else \
-                        [sorted(indices)[k:k + per_call] for k in range(0, len(indices), per_call)]  # (set order)
-                    batches: dict[str, list] = {}  # per_item=False: key -> [(value, weight) of each batch]
+                        _batches(sorted(indices), per_call, whole=len(indices) == len(dataset))  # (set order)
                     for n, chunk in enumerate(calls):
                         item_values.clear()
                         weight_of.clear()
@@ -733,11 +738,14 @@ class AdaptiveEvalCallback(Callback):
                             if self.per_item:
                                 self._say_one_item()
                             raise
+                        # (a value returned under a name the step also logged: the logged one, as Lightning, which
+                        # never logs what validation_step returns; the returned one replaced it: a new user's probe)
                         if isinstance(out, Mapping):
                             for k, v in out.items():
-                                returned.add(k + suffix)
-                                capture(k, v)
-                        elif out is not None:
+                                if k + suffix not in item_values:
+                                    returned.add(k + suffix)
+                                    capture(k, v)
+                        elif out is not None and "val_loss" + suffix not in item_values:
                             returned.add("val_loss" + suffix)
                             capture("val_loss", out)
                         for k, v in item_values.items():
@@ -745,13 +753,8 @@ class AdaptiveEvalCallback(Callback):
                                 captured.setdefault(k, []).append(v)
                             else:
                                 batches.setdefault(k, []).append((v, weight_of.get(k, len(chunk))))
+                                counted[k] = counted.get(k, 0) + len(chunk)
                         touched.update(item_values)
-                    for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
-                        how = _REDUCES.get(reduce_of.get(k, "mean"))
-                        total = sum(w for _, w in pairs)
-                        captured[k] = how(v for v, _ in pairs) if how is not None else \
-                            sum(v * w for v, w in pairs) / total if total else float("nan")
-                    request._scored(batches, len(indices))
                     for key, metric in logged_metrics.items():  # before the padding calls update them
                         value = module_metrics.compute(metric)
                         if value is not None:
@@ -768,6 +771,14 @@ class AdaptiveEvalCallback(Callback):
             del pl_module.log, pl_module.log_dict
             module_metrics.restore()
             pl_module.train(was_training)
+        for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
+            how = _REDUCES.get(reduce_of.get(k, "mean"))
+            total = sum(w for _, w in pairs)
+            captured[k] = how(v for v, _ in pairs) if how is not None else \
+                sum(v * w for v, w in pairs) / total if total else float("nan")
+            request._scored([k], counted[k])  # (the items of the batches that logged it, of every loader)
+        if batches and request.world_size > 1:
+            self._say_reduced_in_group(reduce_of, batches)
         if self._pick_metric and captured:
             captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
             # what the evaluator then tracks: the first metric with per-item values, else the first
@@ -781,6 +792,18 @@ class AdaptiveEvalCallback(Callback):
                             "loss set evaluation.metric: %s and evaluation.higher_is_better: false, or set "
                             "evaluation.metric to the metric to track", first, why, first)
         return captured
+
+    def _say_reduced_in_group(self, reduce_of: Mapping, batches: Mapping) -> None:
+        """Said once: under DDP each rank reduces its shard and the ranks' values are combined as a mean weighted by
+        their items, which for a sum, a max or a min is not Lightning's (a new user's probe: a max of 2.31 and 2.67
+        read 2.65)."""
+        other = sorted({k for k in batches if reduce_of.get(k, "mean") in _REDUCES})
+        if other and not self._group_reduce_said:
+            self._group_reduce_said = True
+            log.warning("adaptive_eval: per_item=False in a process group: %s, logged with reduce_fx sum, max or min, "
+                        "are reduced on each rank's shard and the ranks' values combined as a mean weighted by their "
+                        "items, not summed nor maximized across ranks (a mean is exact); log a mean to compare "
+                        "(said once)", ", ".join(map(repr, other)))
 
     def _say_one_item(self) -> None:
         """Said once, at validation_step's first failure: it runs on batches of one item here (a ``squeeze()`` that
@@ -986,11 +1009,25 @@ def _kind(key: str) -> int:
     return 1
 
 
-def _batch_size(loader) -> int:
-    """A validation dataloader's items per batch (``per_item=False``): its ``batch_size``, else its batch sampler's
-    (1 when neither says)."""
+def _batch_size(loader, i: int) -> int:
+    """A validation dataloader's items per batch (``per_item=False``): its ``batch_size``, else its batch sampler's;
+    a ValueError when neither says (a bucketing batch sampler of its own: it ran one item at a time, unsaid)."""
     size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
-    return size if isinstance(size, int) and size > 0 else 1
+    if isinstance(size, int) and size > 0:
+        return size
+    raise ValueError(f"per_item=False: validation dataloader {i} has no batch_size (a batch_sampler of its own); pass "
+                     "AdaptiveEvalCallback(batch_size=...) for the items per validation_step call")
+
+
+def _batches(indices: list, size: int, whole: bool) -> list[list]:
+    """``indices`` in batches of ``size``, as a loader of that batch size gives them; of a sample (not ``whole``), a
+    last batch of one item takes one from the batch before: the sample's size, not the set's, left one item over,
+    and a step that needs several items (a squeeze()) failed on it where Lightning's own validation never runs
+    one (a review)."""
+    out = [indices[k:k + size] for k in range(0, len(indices), size)]
+    if not whole and len(out) > 1 and len(out[-1]) == 1 and size > 2:
+        out[-1].insert(0, out[-2].pop())
+    return out
 
 
 def _items_of(loader, trainer):
