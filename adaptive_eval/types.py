@@ -409,13 +409,13 @@ class EvalResult:
              # (an aggregation's payload, up to one value per item, is needed only to combine shards)
              "metrics": {k: {**v.to_dict(), "payload": []} for k, v in self.metrics.items()},
              "paired": {k: v.to_dict() for k, v in self.paired.items()}}
+        if self.sets:  # (a state's only: evals.jsonl's lines keep their documented keys, their sample_size its count)
+            d["sets"] = {k: list(v) for k, v in self.sets.items()}
         return self._add_async(d)
 
     def _add_async(self, d: dict) -> dict:
         if self.suites:
             d["suites"] = list(self.suites)
-        if self.sets:
-            d["sets"] = {k: list(v) for k, v in self.sets.items()}
         if self.evaluated_at is not None:
             d["evaluated_at"] = self.evaluated_at
         if self.integrated_step is not None:
