@@ -1404,6 +1404,10 @@ class AdaptiveEvaluator:
             raise
         except BaseException:  # (an interrupt: the state saved by its handler holds the evaluation as interrupted)
             self._running = None
+            if running is not None and not self._distributed:
+                # A Ctrl-C in evaluate_fn, the loop run again from this step (a notebook cell): evaluate() at this
+                # step runs the evaluation, as after a resume from a state saved in it; it came a step late (a probe)
+                self._evals_run, self._interrupted = running[2], (global_step, running[1], None)
             raise
         self._running = None
         self.last_outcome = outcome

@@ -171,3 +171,30 @@ def test_a_ctrl_c_while_a_timed_evaluation_runs_leaves_it_running_and_the_next_o
         if ev.evaluate(fn, 0, h, h) is not None:
             break
     assert calls[-1] == h and beside == []  # (evaluating again once it ended)
+
+
+def test_after_a_ctrl_c_in_evaluate_fn_the_loop_run_again_from_that_step_evaluates_it_as_the_uninterrupted_run():
+    """A notebook cell interrupted in evaluate_fn and run again from the same step: the evaluation came a step late
+    (evaluate() at that step again returned None); only a state saved inside evaluate_fn ran it again."""
+    def run(interrupt_at=None):
+        ev = make()
+        done, g = [], 0
+        while g < 30:
+            def fn(request):
+                if request.step == interrupt_at and not done:
+                    done.append(request.step)
+                    raise KeyboardInterrupt
+                return {"acc": [1.0, 0.0, 1.0] * 8}
+
+            try:
+                ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+                ev.evaluate(fn, 0, g, g)
+            except KeyboardInterrupt:
+                continue  # the cell run again from the step it stopped at
+            g += 1
+        return [(r.step, r.reason, r.items) for r in ev.history], ev.summary()
+
+    plain, summary = run()
+    steps = [s for s, _, _ in plain]
+    again, summary_again = run(interrupt_at=steps[1])
+    assert again == plain and summary_again["evals"] == summary["evals"]
