@@ -312,12 +312,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 2
     out = args.out
     _check_writable(out)
-    _clear_earlier_outputs(out)
+    _clear_earlier_replay(out)
     logger = None
     if not args.no_tensorboard:
         from adaptive_eval.tensorboard import make_logger
 
-        _clear_earlier_replay(os.path.join(out, "tb"))
         logger = make_logger(os.path.join(out, "tb"), flush_secs=cfg.logging.flush_secs)
     streams = _for_trace(args.stream, args.trace) or None
     if streams:
@@ -357,18 +356,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 _REPLAY_OUTPUTS = ("evals.jsonl", "alarms.jsonl", "summary.json")
 
 
-def _clear_earlier_outputs(out: str) -> None:
-    """Remove what an earlier replay into ``out`` wrote at its end: a replay interrupted before its own end left the
-    earlier run's evals.jsonl and summary.json beside its own partial tb/, two runs read as one (a probe)."""
+def _clear_earlier_replay(out: str) -> None:
+    """Remove what an earlier replay into ``out`` wrote, before this one starts: its evals.jsonl, alarms.jsonl and
+    summary.json (one interrupted before its end left them beside its own partial tb/, two runs read as one; a
+    probe), and its event files in ``out/tb`` (ours alone: ``.adaptive_eval`` in the name), as TensorBoard and
+    ``plot`` read every event file of a folder, and two runs' streams interleaved there, an oscillation neither
+    log had (found by a new-user probe)."""
     for name in _REPLAY_OUTPUTS:
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(out, name))
-
-
-def _clear_earlier_replay(tb: str) -> None:
-    """Remove the event files an earlier replay into the same ``--out`` wrote (ours alone: ``.adaptive_eval`` in
-    the name), as its evals.jsonl is overwritten: TensorBoard and ``plot`` read every event file of a folder,
-    and two runs' streams interleaved there, an oscillation neither log had (found by a new-user probe)."""
+    tb = os.path.join(out, "tb")
     try:
         old = [f for f in os.listdir(tb) if "tfevents" in f and ".adaptive_eval" in f]
     except OSError:

@@ -378,21 +378,20 @@ class EvalResult:
             # counted 0; items x samples count their NaN samples, not items, so an item all NaN is not added)
             return m.n + (m.nan_count if not m.clustered else 0)
 
-        count = 0
-        if self.suites:
-            counts: dict[str, int] = {}
-            for name, m in self.metrics.items():
+        def group(name: str):  # (a suite's metrics by their prefix; an adapter's by their one eval set)
+            if self.suites:
                 suite = name.split("/", 1)[0]
-                if suite in self.suites:
-                    counts[suite] = max(counts.get(suite, 0), measured(m))
-            count = sum(counts.values())
-        elif self.sets:
-            per_set: dict[str, int] = {}
-            for name, m in self.metrics.items():
-                sets = self.sets.get(name, ())
-                if len(sets) == 1:  # (a name several sets share counts them all already: the max below)
-                    per_set[sets[0]] = max(per_set.get(sets[0], 0), measured(m))
-            count = max(sum(per_set.values()), max((measured(m) for m in self.metrics.values()), default=0))
+                return suite if suite in self.suites else None
+            sets = self.sets.get(name, ())
+            return sets[0] if len(sets) == 1 else None  # (a name several sets share: in the largest count below)
+
+        counts: dict[str, int] = {}
+        for name, m in self.metrics.items():
+            if (key := group(name)) is not None:
+                counts[key] = max(counts.get(key, 0), measured(m))
+        count = sum(counts.values())
+        if self.sets and not self.suites:
+            count = max(count, max((measured(m) for m in self.metrics.values()), default=0))
         if not count and self.metrics:
             count = max(measured(m) for m in self.metrics.values())
         if not count and any(m.nan_count for m in self.metrics.values()):
