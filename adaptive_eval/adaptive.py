@@ -424,6 +424,7 @@ class AdaptiveEvaluator:
         self.last_decision = Decision(False)
         self.last_outcome = None  # the EvalOutcome of the last evaluation (per-rank details in a group)
         self._unreturned: EvalResult | None = None  # integrated in observe(), returned by the next evaluate()
+        self._track(self._evaluation["metric"])  # (evaluation.metric: null is chosen at the first evaluation)
         self._deferred_error: BaseException | None = None  # on_error: raise, integrated: raised at the step's end
         self._async_down_logged = False
         self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
@@ -872,9 +873,7 @@ class AdaptiveEvaluator:
                     self._interrupted = None  # state: then it runs, the rest as it went on)
                     if decision is not None:
                         return self._run(evaluate_fn, decision, epoch, global_step)
-                    looked = self._run_look_back(evaluate_fn, wanted, epoch, global_step)
-                    if looked is not None:
-                        self._report_look_back(*looked, global_step)
+                    self._look_back_at(evaluate_fn, wanted, epoch, global_step)
                 return None
             # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(_backwards(" in evaluate()", last, global_step))
@@ -1321,6 +1320,38 @@ class AdaptiveEvaluator:
             log.warning("%s; it does nothing (returned: %s; said once)", "; ".join(said),
                         ", ".join(repr(n) for n in names[:20]) + (" ..." if len(names) > 20 else ""))
 
+    def _track(self, name: str | None) -> None:
+        """The metric the policies track (interval, peak, sample size, look back), the pick and the look back's
+        suite: ``evaluation.metric``, or with it null the one :meth:`_choose_tracked` chose (None until then)."""
+        self._tracked = name
+        for policy in self.policies.policies:
+            if hasattr(policy, "metric"):
+                policy.metric = name
+
+    def _choose_tracked(self, result: EvalResult) -> None:
+        """``evaluation.metric: null``: the metric tracked for the rest of the run, chosen from its first
+        evaluation with a metric (:func:`adaptive_eval.policies.tracked_metric`; each evaluation tracked its own
+        first metric before, so two suites returned in varying order were compared with each other, and a loss
+        returned first was tracked as higher-is-better: new users' probes).  Said at INFO, and as a warning when
+        what it chose reads lower-is-better while ``evaluation.higher_is_better`` is true."""
+        from adaptive_eval.policies._base import looks_lower_is_better, tracked_metric
+
+        higher = bool(self._evaluation["higher_is_better"])
+        name = tracked_metric(result, tuple(self._suites), higher)
+        if name is None:
+            return
+        self._track(name)
+        if self._rank != 0:
+            return
+        word = looks_lower_is_better(name) if higher else None
+        if word is not None:
+            log.warning("evaluation.metric is null: the policies track %r as higher-is-better, yet it reads like a %s "
+                        "(as every metric returned does): a rise reads as improving, the best checkpoint is its "
+                        "highest; set evaluation.metric: %s and evaluation.higher_is_better: false", name, word, name)
+        else:
+            log.info("evaluation.metric is null: the policies track %r (%s-is-better) for the rest of the run; set "
+                     "evaluation.metric to choose", name, "higher" if higher else "lower")
+
     def _say_untracked(self, result: EvalResult, due: Sequence[str] | None = None, takes_request: bool = True
                        ) -> None:
         """``evaluation.metric`` absent from an evaluation's results: the policies that track it (interval,
@@ -1428,6 +1459,8 @@ class AdaptiveEvaluator:
         else:
             outcome_result = result
             self.history.append(result)
+            if self._tracked is None:
+                self._choose_tracked(result)
             self._say_untracked(result, [str(p[0]) for p in decision.suites] if self._suites else None,
                                 takes_request=_wants_request(evaluate_fn))
             if not self._names_said:
@@ -1453,9 +1486,9 @@ class AdaptiveEvaluator:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
             self._log_eval(global_step, decision, result)
-        looked = self._look_back(evaluate_fn, epoch, global_step)
-        if looked is not None:
-            self._report_look_back(*looked, global_step)
+        wanted = self._lookback_wanted(evaluate_fn)
+        if wanted is not None:
+            self._look_back_at(evaluate_fn, self.policies.by_name["lookback"].take(), epoch, global_step)
         return result
 
     def _settle_alarms(self, step: int, error, global_step: int) -> None:
@@ -1492,14 +1525,22 @@ class AdaptiveEvaluator:
         self._lookback_said = True
         return None
 
-    def _look_back(self, evaluate_fn, epoch, global_step: int):
-        """Evaluate at once the kept checkpoint the evaluation just run asks for, if any: ``(request, outcome,
-        result)``, or None.  In a process group every rank asks for the same one (see :meth:`_lookback_votes`)."""
-        wanted = self._lookback_wanted(evaluate_fn)
-        if wanted is None:
-            return None
-        self.policies.by_name["lookback"].take()
-        return self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+    def _look_back_at(self, evaluate_fn, wanted, epoch, global_step: int) -> None:
+        """Evaluate at once the kept checkpoint ``wanted`` (the evaluation just run asked for it) and report it;
+        one found gone (``CheckpointUnavailable``: ``save_total_limit`` deleted it) gives way to the next older one
+        the same fall allows, while there is one.  In a process group every rank asks for the same one (see
+        :meth:`_lookback_votes`), and every rank sees the same failure."""
+        from adaptive_eval.evaluators import CheckpointUnavailable
+
+        while wanted is not None:
+            looked = self._run_look_back(evaluate_fn, wanted, epoch, global_step)
+            if looked is None:
+                return
+            self._report_look_back(*looked, global_step)
+            _, outcome, result = looked
+            if result is not None or not isinstance(outcome.error, CheckpointUnavailable):
+                return
+            wanted = self.policies.by_name["lookback"].gone()
 
     def _lookback_votes(self, evaluate_fn) -> list[float]:
         """In a process group, for the step's one all-reduce (max): what the trainer told this rank of its kept
@@ -1540,7 +1581,7 @@ class AdaptiveEvaluator:
         from adaptive_eval.policies._base import primary_metric
         from adaptive_eval.suites import SuitePlan, suite_requests
 
-        metric = self._evaluation["metric"]
+        metric = self._tracked
         before = next((r for r in reversed(self.history) if r.evaluated_at is None and r.step < step
                        and primary_metric(r, metric) is not None), None)
         tracked = primary_metric(before, metric)[0] if before is not None else (metric or "")
@@ -1829,6 +1870,8 @@ class AdaptiveEvaluator:
                 result = self._with_aggregate(self._pair(result, outcome.item_values))
                 self._eval_seconds += result.seconds  # eval-device seconds
                 self.history.append(result)
+                if self._tracked is None:
+                    self._choose_tracked(result)
                 self._say_untracked(result)
                 if not self._names_said:
                     self._say_unmatched_names(result)
@@ -2026,6 +2069,8 @@ class AdaptiveEvaluator:
             **({"unreturned": i} if (i := next((i for i, r in enumerate(self.history) if r is self._unreturned),
                                                None)) is not None else {}),
             "shape": self._shape(),
+            # (evaluation.metric: null: the metric chosen at the first evaluation, which the resumed run tracks)
+            **({"tracked": self._tracked} if self._evaluation["metric"] is None and self._tracked is not None else {}),
         })
 
     def _waiting_to_run(self) -> tuple | None:
@@ -2159,6 +2204,17 @@ class AdaptiveEvaluator:
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
+        if self._evaluation["metric"] is None:
+            tracked = sd.get("tracked")
+            if tracked is not None:
+                self._track(str(tracked))
+            else:  # (a state from before the choice was kept: chosen again from the run's first evaluation)
+                first = next((r for r in self.history if r.evaluated_at is None and r.metrics), None)
+                if first is not None:
+                    from adaptive_eval.policies._base import tracked_metric
+
+                    self._track(tracked_metric(first, tuple(self._suites),
+                                               bool(self._evaluation["higher_is_better"])))
         unreturned = sd.get("unreturned")  # (a synchronous evaluator returns its results at once: none waits)
         self._unreturned = (self.history[int(unreturned)] if unreturned is not None and self._async is not None
                             and 0 <= int(unreturned) < len(self.history) else None)
@@ -2253,7 +2309,7 @@ class AdaptiveEvaluator:
             from adaptive_eval.policies._base import primary_metric
             from adaptive_eval.scoring import pick_best
 
-            metric = self._evaluation["metric"]
+            metric = self._tracked
             found = next((primary_metric(r, metric) for r in reversed(self.history)
                           if primary_metric(r, metric) is not None), None)
             if found is None:

@@ -70,8 +70,6 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
     return out
 
 
-_LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|error|err|mse|mae|rmse|bpb|bpc)"
-                              r"(?:$|[_/.\-@])", re.IGNORECASE)
 
 
 def _eval_names(args: argparse.Namespace, path: str) -> dict[str, str]:
@@ -90,6 +88,7 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     named = named or {}
     import numpy as np
 
+    from adaptive_eval.policies._base import _LOWER_IS_BETTER
     from adaptive_eval.replay import _split_columns
 
     _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 
 from adaptive_eval.types import Decision, EvalResult, MetricSummary
 
-__all__ = ["Context", "Policy", "NopPolicy", "primary_metric"]
+__all__ = ["Context", "Policy", "NopPolicy", "primary_metric", "tracked_metric", "looks_lower_is_better"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,50 @@ def is_bookkeeping(name: str) -> bool:
     ``eval_samples_per_second``, ``epoch``, ...): never chosen as the tracked metric by default."""
     last = name.rsplit("/", 1)[-1]
     return last in ("epoch", "step", "global_step") or last.endswith(_BOOKKEEPING_SUFFIXES)
+
+
+_LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|error|err|mse|mae|rmse|bpb|bpc)"
+                              r"(?:$|[_/.\-@])", re.IGNORECASE)
+
+
+def looks_lower_is_better(name: str) -> str | None:
+    """The word that makes a metric's name read lower-is-better (``"loss"`` in ``eval_loss``), or None.
+
+    >>> looks_lower_is_better("eval_loss"), looks_lower_is_better("math/wer"), looks_lower_is_better("accuracy")
+    ('loss', 'wer', None)
+    """
+    found = _LOWER_IS_BETTER.search(str(name))
+    return None if found is None else found.group(1).lower()
+
+
+def tracked_metric(result: EvalResult, suites: Sequence[str] = (), higher_is_better: bool = True) -> str | None:
+    """The metric ``evaluation.metric: null`` tracks, chosen from a run's first evaluation with a metric (the
+    evaluator keeps it for the rest of the run): with eval suites, the first suite's (in ``evaluation.suites``
+    order) before the others'; then, while higher is better, a name that does not read lower-is-better (a loss
+    tracked as higher-is-better reads its rise as improving); then one returned with per-sample values (it has a
+    real interval); then the first returned.  Bookkeeping names (``eval_runtime``, ``epoch``) only if nothing
+    else was returned.  Before, each evaluation tracked its own first metric: with two suites returned in
+    varying order the policies compared one suite's accuracy with the other's (a new user's probe).
+
+    >>> from adaptive_eval.types import MetricSummary
+    >>> r = EvalResult(step=0, sample_size=10, reason="", seconds=0.0, metrics={
+    ...     "ood/loss": MetricSummary(2.0, 10, (1.9, 2.1), per_sample=True),
+    ...     "ood/acc": MetricSummary(0.4, 10, (0.2, 0.6), per_sample=True),
+    ...     "id/acc": MetricSummary(0.7, 10, (0.5, 0.9), per_sample=True)})
+    >>> tracked_metric(r), tracked_metric(r, suites=["id", "ood"])
+    ('ood/acc', 'id/acc')
+    """
+    if not result.metrics:
+        return None
+    names = [n for n in result.metrics if not is_bookkeeping(n)] or list(result.metrics)
+    order = {s: i for i, s in enumerate(suites)}
+
+    def rank(name: str) -> tuple:
+        return (order.get(name.partition("/")[0], len(order)),
+                bool(higher_is_better) and looks_lower_is_better(name) is not None,
+                not result.metrics[name].per_sample)
+
+    return min(names, key=rank)  # (the first of equals, in the order returned)
 
 
 def primary_metric(result: EvalResult, metric: str | None) -> tuple[str, MetricSummary] | None:

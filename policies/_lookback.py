@@ -85,6 +85,8 @@ class LookbackPolicy(Policy):
         # would evaluate a checkpoint the others do not.
         self.told = [0, 0]
         self.off: str | None = None  # why it was turned off for the rest of the run (a group that disagreed)
+        self._taken: tuple | None = None  # the last checkpoint take() gave and the floor of its fall (see gone())
+        self._floor: int | None = None  # the step of the evaluation before the fall that set _pending
 
     def saved(self, step: int, ref=None) -> None:
         """A checkpoint of the model at ``step`` is kept; ``ref`` (a path, a name, a number or None) is handed
@@ -141,6 +143,7 @@ class LookbackPolicy(Policy):
         if options:
             step, ref = options[-1]
             self._pending = [step, ref, self.sample_size if self.sample_size is not None else last[2], result.reason]
+            self._floor = last[0]  # (the evaluation before the fall: gone() looks back no further)
 
     def peek(self) -> tuple[int, object, int | None, str] | None:
         """The checkpoint to evaluate, ``(step, ref, items, the reason of the evaluation that showed the fall)``
@@ -152,9 +155,38 @@ class LookbackPolicy(Policy):
         pending, self._pending = self._pending, None
         if pending is None:
             return None
+        self._taken = (pending, self._floor)
         if self._last is not None:
             self._last[0] = max(self._last[0], pending[0])
         return tuple(pending)
+
+    def gone(self) -> tuple[int, object, int | None, str] | None:
+        """The checkpoint :meth:`take` gave was not there any more (``CheckpointUnavailable``: the trainer's
+        ``save_total_limit`` deleted it): it is forgotten, and the next older one the same fall allows is returned
+        (taken), if any (a new user's probe: checkpoint-95 gone, checkpoint-90 on disk and never tried).  None once
+        there is none, or after a resume (what the fall allowed is not kept in ``state_dict``).
+
+        >>> p = LookbackPolicy(lag_steps=0)
+        >>> ctx = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0)
+        >>> from adaptive_eval.types import MetricSummary
+        >>> r = lambda s, m, why: EvalResult(step=s, sample_size=300, reason=why, seconds=0.0,
+        ...                                  metrics={"acc": MetricSummary(m, 300, (m - 0.05, m + 0.05))})
+        >>> p.on_eval(r(100, 0.6, "interval:relaxed"), ctx(100))
+        >>> for s in (90, 120, 140): p.saved(s, f"ckpt-{s}")
+        >>> p.on_eval(r(150, 0.05, "alarm:reward:cusum:down"), ctx(150))
+        >>> p.take()[:2], p.gone()[:2], p.gone(), p.kept
+        ((140, 'ckpt-140'), (120, 'ckpt-120'), None, [(90, 'ckpt-90')])
+        """
+        taken, self._taken = self._taken, None
+        if taken is None:
+            return None
+        (step, ref, items, reason), floor = taken
+        self._kept = [k for k in self._kept if k[0] != step]
+        older = [k for k in self._kept if floor is not None and floor < k[0] < step]
+        if not older:
+            return None
+        self._pending, self._floor = [older[-1][0], older[-1][1], items, reason], floor
+        return self.take()
 
     def state_dict(self) -> dict:
         return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),

@@ -1037,3 +1037,62 @@ def test_an_asynchronous_evaluate_fn_that_observes_loses_no_evaluation():
     # (asynchronously, the later steps depend on when each result came back)
     assert got["false"] == ([4, 15, 39], 0) and got["true"][1] == 0 and got["true"][0][0] == 4 and \
         len(got["true"][0]) >= 3
+
+
+def _decisions_tracking(metric, returned, extra=(), steps=300, resume_at=None):
+    """A run of the default preset whose evaluate_fn returns ``returned(request)``; its evaluations' steps and
+    reasons, and the evaluator (resumed from its state at ``resume_at`` when given)."""
+    overrides = ["trigger.freq_steps=10", *extra, *([f"evaluation.metric={metric}"] if metric else [])]
+    cfg = load_config("default", overrides)
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(cfg, clock=clock, total_steps=steps)
+    for g in range(steps):
+        clock.advance(1.0)
+        if g == resume_at:
+            state = json.loads(json.dumps(ev.state_dict()))
+            ev = AdaptiveEvaluator.from_config(load_config("default", overrides), clock=clock, total_steps=steps)
+            ev.load_state_dict(state)
+        ev.evaluate(returned, 0, g, g)
+    return [(r.step, r.reason) for r in ev.history], ev
+
+
+def test_a_null_metric_is_chosen_once_the_first_suite_before_others_and_not_a_loss(caplog):
+    """evaluation.metric: null tracked each evaluation's own first metric: two suites returned in varying order
+    (ood, every 2nd evaluation, first) made the policies compare ood's accuracy with id's, and a loss returned
+    first was tracked as higher-is-better (new users' probes).  It is chosen once, from the first evaluation: the
+    first suite's in evaluation.suites order, a name that does not read lower-is-better, one with per-item values;
+    a resumed run tracks it too."""
+    rng = np.random.default_rng(0)
+    suites = ["evaluation.suites.id.size=60", "evaluation.suites.ood.size=60", "evaluation.suites.ood.every=2"]
+
+    def both(req):
+        out = {}
+        if "ood" in req.suites:
+            out["ood/acc"] = (rng.random(len(req.suites["ood"].indices)) < 0.3).astype(float)
+        out["id/acc"] = (rng.random(len(req.suites["id"].indices)) < 0.8).astype(float)
+        return out
+
+    null, ev = _decisions_tracking(None, both, suites)
+    rng = np.random.default_rng(0)
+    named, _ = _decisions_tracking("id/acc", both, suites)
+    assert null == named and ev.policies.by_name["interval"].metric == "id/acc"
+    rng = np.random.default_rng(0)
+    resumed, _ = _decisions_tracking(None, both, suites, resume_at=150)
+    assert resumed == null
+
+    def loss_first(req):
+        n = req.sample_size or 100
+        return {"loss": 2.0 + rng.random(n), "acc": (rng.random(n) < 0.6).astype(float)}
+
+    rng = np.random.default_rng(1)
+    with caplog.at_level("INFO", logger="adaptive_eval"):
+        null, ev = _decisions_tracking(None, loss_first)
+    rng = np.random.default_rng(1)
+    named, _ = _decisions_tracking("acc", loss_first)
+    assert null == named and ev.policies.by_name["peak"].metric == "acc"
+    assert "evaluation.metric is null: the policies track 'acc' (higher-is-better)" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        _decisions_tracking(None, lambda req: {"eval_loss": 2.0 + rng.random(req.sample_size or 100)}, steps=30)
+    assert caplog.text.count("track 'eval_loss' as higher-is-better, yet it reads like a loss") == 1

@@ -560,7 +560,8 @@ def test_a_kept_checkpoint_gone_is_not_retried_under_on_error_retry():
         return run.evaluate_fn(request)
 
     run.train(fn=fn)
-    assert asked == ["650"] and run.evaluator.summary()["eval_errors"] == 1
+    # (each once; the next older one kept after the evaluation before the fall is then tried, also once)
+    assert asked == ["650", "600"] and run.evaluator.summary()["eval_errors"] == 2
 
 
 def test_a_look_back_does_not_carry_the_budget_note_of_the_alarms_evaluation():
@@ -636,3 +637,49 @@ def test_a_look_back_whose_exception_cannot_say_its_message_is_a_failed_look_bac
     run.train(fn=fn)
     assert [e["error"] for e in errors] == ["Unreadable: <str() failed; repr: Unreadable()>"]
     assert errors[0]["evaluated_at"] > errors[0]["step"] and not lookbacks(run.evaluator.history)
+
+
+def test_a_kept_checkpoint_found_gone_gives_way_to_the_next_older_one_the_fall_allows():
+    """A new user's probe: save_total_limit deleted checkpoint-95 while checkpoint-90, also after the evaluation
+    before the fall, was still on disk; the look back gave up at the first.  It now tries the next older one
+    (once each, never one from before the evaluation before the fall), and the pick can find it."""
+    from adaptive_eval.evaluators import CheckpointUnavailable
+
+    run = Run(keep_every=10)
+    asked = []
+
+    def fn(request):
+        if request.checkpoint is not None:
+            asked.append(request.checkpoint)
+            if request.checkpoint == "650":
+                raise CheckpointUnavailable(f"{request.checkpoint}: no such folder any more")
+        return run.evaluate_fn(request)
+
+    run.train(fn=fn)
+    [back] = lookbacks(run.evaluator.history)
+    assert asked == ["650", "640"] and back.step == 640 and run.evaluator.summary()["eval_errors"] == 1
+    assert pick_best(run.evaluator.history, "accuracy").step == 640
+    assert 650 not in [s for s, _ in run.evaluator.policies.by_name["lookback"].kept]
+
+    # every one gone: each tried once, back to the evaluation before the fall and no further
+    run = Run(keep_every=10)
+    asked.clear()
+
+    def gone(request):
+        if request.checkpoint is not None:
+            asked.append(int(request.checkpoint))
+            raise CheckpointUnavailable(f"{request.checkpoint}: no such folder any more")
+        return run.evaluate_fn(request)
+
+    run.train(fn=gone)
+    # the 8 remembered (policy.lookback.keep) are 590-660; 660 is within lag_steps of the alarm; the evaluation
+    # before the fall, at 575, bounds them too
+    before = max(r.step for r in run.evaluator.history if r.step < COLLAPSE)
+    assert asked == [650, 640, 630, 620, 610, 600, 590] and before < 590
+    assert run.evaluator.summary()["eval_errors"] == len(asked) and not lookbacks(run.evaluator.history)
+
+    # and the evaluation before the fall bounds them: 60-step checkpoints at 600 and 540, the latter before it
+    run = Run(keep_every=60)
+    asked.clear()
+    run.train(fn=gone)
+    assert asked == [600]
