@@ -1969,6 +1969,21 @@ class AdaptiveEvaluator:
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
                 "record_errors": self._record_errors, "listener_errors": self._listener_errors}
 
+    def best(self, metric: str | None = None, *, by: str = "shrunk", steps=None):
+        """The checkpoint to ship, as :func:`adaptive_eval.scoring.pick_best` picks it from :attr:`history` (a
+        :class:`~adaptive_eval.scoring.Pick`: ``step``, ``estimate``, ``interval`` allowing for the pick, the
+        evaluation; None before any evaluation measured the metric).  ``metric``: the tracked one by default, in
+        ``evaluation.higher_is_better``'s direction (another metric: its name's, as ``pick_best`` reads it);
+        ``steps``: only among these steps, the checkpoints you still have (an evaluation's step need not be one you
+        saved; every evaluation still informs the estimates).  In a process group every rank gets the same pick."""
+        from adaptive_eval.scoring import pick_best
+
+        name = metric if metric is not None else self._tracked
+        if name is None:
+            return None
+        higher = bool(self._evaluation["higher_is_better"]) if name == self._tracked else None
+        return pick_best(self.history, name, higher_is_better=higher, by=by, steps=steps)
+
     def add_listener(self, fn: Callable[[dict], None]) -> None:
         """Call ``fn(event)`` for every alarm, evaluation, deferral and evaluation error (plain dicts).  An
         exception in ``fn`` is logged (the first with its traceback) and counted in ``summary()["listener_errors"]``,
@@ -2306,25 +2321,18 @@ class AdaptiveEvaluator:
         if isinstance(self.logger, NullLogger) or not self.history or self._logged_pick == len(self.history):
             return
         try:
-            from adaptive_eval.policies._base import primary_metric
-            from adaptive_eval.scoring import pick_best
-
-            metric = self._tracked
-            found = next((primary_metric(r, metric) for r in reversed(self.history)
-                          if primary_metric(r, metric) is not None), None)
-            if found is None:
-                return
-            name = found[0]
-            pick = pick_best(self.history, name, higher_is_better=bool(self.cfg.evaluation.higher_is_better))
+            pick = self.best()
             if pick is None:
                 return
+            name = pick.metric
             self._logged_pick = len(self.history)
             lo, hi = pick.interval
             measured = pick.eval["metrics"][name]
             items = (pick.eval.get("n") or {}).get(name, pick.eval.get("sample_size"))
             step = max(s for s in (self._last_call_step, self._last_step, pick.step) if s is not None)
             self.logger.text(step, "picked", f"step {pick.step}: {name} {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] "
-                             f"(the best {pick.by} estimate of {len(self.history)} evaluations; its interval allows "
+                             f"(the best {pick.by} estimate, {'higher' if pick.higher_is_better else 'lower'} is "
+                             f"better, of {len(self.history)} evaluations; its interval allows "
                              f"for the pick; measured {measured:.4g} on {items} items)")
         except Exception:  # noqa: BLE001 - a summary never stops the user's shutdown
             log.exception("writing the picked checkpoint to TensorBoard failed; the run's results are kept")

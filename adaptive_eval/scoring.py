@@ -466,7 +466,8 @@ def _shrunk_interval(fit: _Fit, i: int, est: float, *, drop: float | None = None
 class Pick:
     """The checkpoint picked: its evaluation's ``step``, the ``estimate`` it was picked by, a 95% ``interval``
     for the picked checkpoint's true value that allows for its having been picked as the best of many (see
-    :func:`pick_best`; it always holds ``estimate``), the rule (``by``), the ``metric`` and the evaluation."""
+    :func:`pick_best`; it always holds ``estimate``), the rule (``by``), the ``metric``, the evaluation, and the
+    direction it was picked in."""
 
     step: int
     estimate: float
@@ -474,10 +475,12 @@ class Pick:
     by: str
     metric: str
     eval: Mapping
+    higher_is_better: bool = True
 
     def to_dict(self) -> dict:
         """Plain values for ``summary.json``."""
-        return {"metric": self.metric, "step": int(self.step), "estimate": float(self.estimate),
+        return {"metric": self.metric, "higher_is_better": bool(self.higher_is_better), "step": int(self.step),
+                "estimate": float(self.estimate),
                 "interval": [float(self.interval[0]), float(self.interval[1])], "by": self.by,
                 "measured": float(self.eval["metrics"][self.metric]),
                 # (the picked metric's items: with suites, its suite's, not every suite's)
@@ -489,9 +492,25 @@ class Pick:
 PICK_RULES = ("shrunk", "bound", "mean")
 
 
-def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
-              by: str = "shrunk") -> Pick | None:
+def _direction(metric: str, higher_is_better: bool | None) -> bool:
+    """``higher_is_better`` as given, else read off the name as HF's ``greater_is_better`` is: a name that reads
+    lower-is-better (``eval_loss``, ``wer``, ``perplexity``) is lower-is-better (the README's ``pick_best(history,
+    "eval_loss")`` picked the collapsed model's highest loss; a new user's probe)."""
+    if higher_is_better is not None:
+        return bool(higher_is_better)
+    from adaptive_eval.policies._base import looks_lower_is_better
+
+    return looks_lower_is_better(metric) is None
+
+
+def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool | None = None,
+              by: str = "shrunk", steps=None) -> Pick | None:
     """The evaluation to pick a checkpoint by, with the estimate that picked it.
+
+    ``higher_is_better``: None (default) reads it off the name, as Hugging Face's ``greater_is_better`` does:
+    a metric named like a loss (``eval_loss``, ``val/ppl``, ``wer``, ``error``) is lower-is-better, any other
+    higher-is-better (``Pick.higher_is_better`` says which it took).  ``steps``: pick only among evaluations of
+    these steps (the checkpoints you kept); every evaluation still informs the shrunk estimates.
 
     ``by="shrunk"`` (default): the best shrunk estimate (:func:`shrunk_estimates`): many small noisy
     evaluations each get pulled towards their neighbours, so the luckiest of them does not win (the
@@ -531,24 +550,29 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
         raise ValueError(f"by must be one of {', '.join(PICK_RULES)}, got {by!r}")
     evals = _rows(evals)
     _warn_unknown(evals, metric, "pick_best")
+    higher_is_better = _direction(metric, higher_is_better)
     sign = 1.0 if higher_is_better else -1.0
+    among = None if steps is None else {int(s) for s in steps}
     if by == "shrunk":
         fit = _Fit.of(evals, metric)
         if fit is None:
             return None
         m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])
+        candidates = [j for j in range(len(m_s)) if among is None or int(fit.rows[j]["step"]) in among]
+        if not candidates:
+            return None
         # The best posterior mean (the Bayes pick under a random-walk prior); an exact tie goes to the more
         # precise estimate.  No wider tie band: the smoothed estimates of a plateau differ by small amounts that
         # still carry the trend, and resolving a band of them by precision prefers Wilson intervals away from 0.5
         # and the middle of a run (on the tuning half that raised every fixed schedule's regret by a third).
         # ("Exact" up to rounding: estimates pooled to one value differ in the 9th digit, 1e-6 sd here.)
-        top = max(sign * m for m in m_s)
+        top = max(sign * m_s[j] for j in candidates)
         tol = 1e-6 * math.sqrt(max(min(p_s), 0.0)) + 1e-12 * abs(top)
-        i = min((j for j in range(len(m_s)) if sign * m_s[j] >= top - tol), key=lambda j: (p_s[j], -sign * m_s[j]))
+        i = min((j for j in candidates if sign * m_s[j] >= top - tol), key=lambda j: (p_s[j], -sign * m_s[j]))
         est = m_s[i]
         return Pick(int(fit.rows[i]["step"]), est, _clipped(_shrunk_interval(fit, i, est), fit.rows, metric), by,
-                    metric, fit.rows[i])
-    measured = _measured(_rows(evals), metric)
+                    metric, fit.rows[i], higher_is_better)
+    measured = [e for e in _measured(_rows(evals), metric) if among is None or int(e["step"]) in among]
     if not measured:
         return None
 
@@ -575,7 +599,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     mean = float(e["metrics"][metric])
     widen = _sidak_z(len(measured)) / _Z95
     low, high = min(low, mean - widen * max(mean - low, 0.0)), max(high, mean + widen * max(high - mean, 0.0))
-    return Pick(int(e["step"]), est, _clipped((low, high), measured, metric), by, metric, e)
+    return Pick(int(e["step"]), est, _clipped((low, high), measured, metric), by, metric, e, higher_is_better)
 
 
 def _clipped(interval: tuple[float, float], evals: Sequence[Mapping], metric: str) -> tuple[float, float]:
@@ -605,9 +629,10 @@ def _sidak_z(n: int, level: float = 0.95) -> float:
     return normal_quantile(level ** (1.0 / max(n, 1)))
 
 
-def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool = True,
-              by: str = "shrunk") -> Mapping | None:
-    """The evaluation :func:`pick_best` picks (None when nothing measured ``metric``).
+def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool | None = None,
+              by: str = "shrunk", steps=None) -> Mapping | None:
+    """The evaluation :func:`pick_best` picks (None when nothing measured ``metric``; the direction from the
+    name unless given; ``steps``: among those steps only).
 
     >>> evals = [{"step": 1, "metrics": {"acc": 1.0}, "ci": {"acc": [0.89, 1.0]}},
     ...          {"step": 2, "metrics": {"acc": 0.97}, "ci": {"acc": [0.95, 0.98]}}]
@@ -617,7 +642,7 @@ def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
     2
     """
     rows = _rows(evals)
-    pick = pick_best(rows, metric, higher_is_better=higher_is_better, by=by)
+    pick = pick_best(rows, metric, higher_is_better=higher_is_better, by=by, steps=steps)
     if pick is None:
         return None
     # (an EvalResult of the evaluator's history comes back as itself)
@@ -625,7 +650,7 @@ def best_eval(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool =
 
 
 def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequence[float], metric: str, *,
-                     higher_is_better: bool = True, by: str = "mean") -> float:
+                     higher_is_better: bool | None = None, by: str = "mean") -> float:
     """True value of the best step minus the true value of the step whose eval was best (see
     :func:`best_eval` for ``by``).
 
@@ -636,6 +661,7 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
     >>> selection_regret([{"step": 1, "metrics": {"acc": 0.7}}, {"step": 3, "metrics": {"acc": 0.65}}], truth, "acc")
     0.4
     """
+    higher_is_better = _direction(metric, higher_is_better)
     sign = 1.0 if higher_is_better else -1.0
     values = truth.values() if isinstance(truth, Mapping) else truth
     finite = [sign * v for v in values if v is not None and math.isfinite(v)]

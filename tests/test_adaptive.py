@@ -1096,3 +1096,27 @@ def test_a_null_metric_is_chosen_once_the_first_suite_before_others_and_not_a_lo
     with caplog.at_level("WARNING", logger="adaptive_eval"):
         _decisions_tracking(None, lambda req: {"eval_loss": 2.0 + rng.random(req.sample_size or 100)}, steps=30)
     assert caplog.text.count("track 'eval_loss' as higher-is-better, yet it reads like a loss") == 1
+
+
+def test_best_picks_the_tracked_metric_in_the_configured_direction_among_the_steps_given():
+    """The live run had no pick (summary.json's best came from replay and the demo only), and pick_best's
+    default direction took a tracked loss's highest value: evaluator.best() picks on the tracked metric (chosen
+    once, for evaluation.metric: null) in evaluation.higher_is_better's direction, among the steps given."""
+    rng = np.random.default_rng(0)
+
+    def loss_of(g):
+        return 0.3 + 0.5 * math.exp(-g / 40) if g < 150 else 9.0
+
+    def fn(req):
+        n = req.sample_size or 200
+        return {"val/ppl": loss_of(req.step) + 0.2 * rng.standard_normal(n)}
+
+    _, ev = _decisions_tracking(None, fn, ["evaluation.higher_is_better=false"], steps=200)
+    pick = ev.best()
+    assert pick.metric == "val/ppl" and not pick.higher_is_better and 100 <= pick.step < 150
+    assert ev.best(by="mean").estimate == min(r.metrics["val/ppl"].mean for r in ev.history)
+    early = [r.step for r in ev.history if r.step < 60]
+    assert ev.best(steps=early).step in early[-2:] and ev.best(by="mean", steps=early[:2]).step == early[1]
+    assert ev.best(steps=[-1]) is None
+    with pytest.warns(RuntimeWarning, match="no evaluation measured 'nope'"):
+        assert ev.best("nope") is None

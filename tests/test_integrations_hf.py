@@ -998,3 +998,20 @@ def test_a_generating_trainer_without_evaluate_fn_is_told_to_pass_one(tmp_path, 
         GRPOTrainer(Tiny(), make_args(tmp_path, max_steps=2), train_dataset=Points(100, 0),
                     eval_dataset=Points(20, 1), callbacks=[cb]).train()
     assert [r for r in caplog.records if "GRPOTrainer's own evaluation (prediction_step)" in r.getMessage()]
+
+
+def test_look_back_with_save_total_limit_one_is_said_at_the_start(tmp_path, caplog):
+    """A new user's probe: with save_total_limit=1 HF deletes each checkpoint at the next save, so the look back
+    found the one before a fall gone, and only then said so; the Lightning adapter says it of save_top_k=1 at the
+    start, and this one now does too (once; not for a limit of 2, nor without the look back)."""
+    said = "look_back: save_total_limit=1 keeps only the latest checkpoint"
+    for limit, look_back, expected in ((1, True, 1), (2, True, 0), (1, False, 0)):
+        caplog.clear()
+        cb = AdaptiveEvalCallback("default", overrides=FAST, look_back=look_back)
+        trainer = Trainer(Tiny(), make_args(tmp_path / f"{limit}{look_back}", max_steps=4, save_strategy="steps",
+                                            save_steps=2, save_total_limit=limit),
+                          train_dataset=Points(100, 0), eval_dataset=Points(20, 1), compute_metrics=accuracy,
+                          callbacks=[cb])
+        with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+            trainer.train()
+        assert sum(said in r.getMessage() for r in caplog.records) == expected, (limit, look_back)

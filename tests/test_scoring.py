@@ -399,3 +399,24 @@ def test_a_measured_level_before_the_event_counts_its_own_error():
     rows = [{"step": 0, "metrics": {"acc": before.mean}, "ci": {"acc": list(before.ci)}},
             {"step": 10, "metrics": {"acc": after.mean}, "ci": {"acc": list(after.ci)}}]
     assert confirmed_delay(rows, 5, "acc", direction="down") == 5
+
+
+def test_pick_best_reads_a_losss_direction_off_its_name_and_picks_among_the_steps_given():
+    """A new user's probe: the README's pick_best(history, "eval_loss") picked the collapsed model's highest
+    loss (step 102, 13.6) over the best checkpoint (step 89, 0.30).  Without higher_is_better the direction is
+    read off the name, as HF's greater_is_better is; given, it is as given; the pick says which.  steps= picks only
+    among the checkpoints still kept (the pick's step need not be one)."""
+    from adaptive_eval.scoring import best_eval, pick_best
+
+    losses = [(10, 0.9), (20, 0.6), (30, 0.4), (40, 0.3), (50, 0.35), (60, 13.6)]
+    evals = [{"step": s, "sample_size": 100, "metrics": {"eval_loss": m, "acc": 1.0 - m / 20},
+              "ci": {"eval_loss": [m - 0.05, m + 0.05], "acc": [1.0 - m / 20 - 0.01, 1.0 - m / 20 + 0.01]}}
+             for s, m in losses]
+    for by in ("shrunk", "mean", "bound"):
+        loss = pick_best(evals, "eval_loss", by=by)
+        assert loss.step == 40 and not loss.higher_is_better and loss.to_dict()["higher_is_better"] is False
+        assert pick_best(evals, "eval_loss", by=by, higher_is_better=True).step == 60
+        assert pick_best(evals, "acc", by=by).step == 40 and pick_best(evals, "acc", by=by).higher_is_better
+        kept = pick_best(evals, "eval_loss", by=by, steps=[20, 50, 60])
+        assert kept.step == 50 and best_eval(evals, "eval_loss", by=by, steps={20, 60})["step"] == 20
+        assert pick_best(evals, "eval_loss", by=by, steps=[15]) is None

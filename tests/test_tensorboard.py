@@ -478,7 +478,8 @@ def test_the_picked_checkpoint_is_written_to_tensorboard_at_close(tmp_path):
     pick = pick_best(ev.history, "acc")
     lo, hi = pick.interval
     assert read_texts(str(tmp_path / "tb"), "picked") == [(39, (
-        f"step {pick.step}: acc {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] (the best shrunk estimate of 8 evaluations; "
+        f"step {pick.step}: acc {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] (the best shrunk estimate, higher is "
+        f"better, of 8 evaluations; "
         f"its interval allows for the pick; measured {ev.history[pick.step // 5]['acc'].mean:.4g} on 40 items)"))]
 
 

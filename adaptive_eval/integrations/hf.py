@@ -177,8 +177,8 @@ def _say_hf_evaluation(args, trainer) -> None:
     elif _strategy(getattr(args, "save_strategy", "no")) == "best":
         log.warning("adaptive_eval: save_strategy='best' with eval_strategy='no': HF's best-checkpoint tracking "
                     "sees only HF's own evaluations, so it never saves; AdaptiveEvalCallback's results are not "
-                    "handed to it.  Save checkpoints by steps and pick with adaptive_eval.scoring.pick_best("
-                    "callback.evaluator.history, metric), which allows for many small noisy evaluations (the "
+                    "handed to it.  Save checkpoints by steps and pick with "
+                    "callback.evaluator.best(steps=[n - 1 for each checkpoint-n kept]), which allows for many small noisy evaluations (the "
                     "TensorBoard text 'picked' has its pick)")
 
 
@@ -516,6 +516,15 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 relocate_checkpoints(self.evaluator, resumed)
         if trainer is not None and self._wrapped_training_step is None:
             self._wrap_training_step(trainer)
+        if (self.look_back and "lookback" in self.evaluator.policies.by_name and getattr(args, "save_total_limit", None)
+                == 1 and _strategy(getattr(args, "save_strategy", "no")) != "no"
+                and getattr(state, "is_world_process_zero", True)):
+            # (as the Lightning adapter says of save_top_k=1: a new user's look backs found checkpoint-95 gone, and
+            # nothing had said why at the start)
+            log.warning("adaptive_eval: look_back: save_total_limit=1 keeps only the latest checkpoint (and the best, "
+                        "with load_best_model_at_end), which the next save replaces, so a look back will mostly find "
+                        "the checkpoint from before a fall gone; keep several (save_total_limit=None or 4 and up) and "
+                        "save every few steps (save_steps)")
 
     def _own_state(self, args, state, zero_state: dict) -> dict:
         """This rank's state saved beside the checkpoint being resumed (``on_save``); rank zero's, with a

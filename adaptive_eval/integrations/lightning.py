@@ -998,7 +998,7 @@ def _say_monitors(trainer) -> None:
         log.warning("adaptive_eval: %s(monitor=%r) %s AdaptiveEvalCallback's results (they go to the loggers as "
                     "adaptive_eval/<metric>, not to callback_metrics); checkpoint by steps "
                     "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
-                    "adaptive_eval.scoring.pick_best(callback.evaluator.history, metric)",
+                    "callback.evaluator.best(steps=...), the kept files' steps less one",
                     type(cb).__name__, monitor, why)
 
 
