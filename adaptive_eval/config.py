@@ -916,8 +916,51 @@ def _drop_interpolations(bad: list[tuple[str, str, Any, Any]]) -> None:
                 del node[k]
 
 
+def _merge_loaded(cfg: DictConfig, loaded: dict, source: str, lines: dict[str, int], problems: list[str],
+                  failed: set[str]) -> DictConfig:
+    """``cfg`` with the plain nested mapping ``loaded`` (a file's, or a config given as a mapping) merged in; each
+    key that does not merge is a problem (in ``problems``, its key in ``failed``), named by ``source`` and its
+    line in ``lines`` where known, and the others still merge, so that every problem shows at once."""
+    # A list where a mapping belongs or the reverse: OmegaConf's merge raises a bare TypeError there.
+    shapes = _shape_problems(loaded)
+    good = []
+    whole = None
+    if not shapes:
+        # A file that merges as a whole needs no merge per key to find what did not (each deep-copies the
+        # whole config: 75 of them made load_config of a preset take 0.7 s, in every test and CLI call)
+        try:
+            whole = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+        except (OmegaConfBaseException, TypeError):
+            whole = None
+    for parts, value in (() if whole is not None else _leaves(Config, loaded)):
+        key = ".".join(parts)
+        mine = [(b, msg) for b, msg in shapes if b == key or b.startswith((key + ".", key + "["))]
+        if mine:
+            problems += [f"{_where(b, source, lines)}{b}: {msg}" for b, msg in mine
+                         if f"{_where(b, source, lines)}{b}: {msg}" not in problems]
+            failed.add(key)
+            continue
+        try:
+            OmegaConf.merge(cfg, _nested(parts, value))
+        except (OmegaConfBaseException, TypeError) as exc:
+            problems.append(str(_merge_error(exc, source, lines, key, value)))
+            failed.add(key)
+        else:
+            good.append((parts, value))
+    if whole is not None:
+        cfg = whole
+    elif problems:  # (go on with the keys that merge, to report the other problems too)
+        for parts, value in good:
+            cfg = OmegaConf.merge(cfg, _nested(parts, value))
+    else:
+        cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+    return cfg
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> DictConfig:
-    """Load the configuration: schema defaults, then ``path`` (a YAML file or preset name), then overrides.
+    """Load the configuration: schema defaults, then ``path`` (a YAML file or preset name; or a mapping or
+    DictConfig, a Hydra node such as ``cfg.adaptive_eval`` with its interpolations resolved against the whole
+    config), then overrides.
 
     >>> cfg = load_config(overrides=["trigger.freq_steps=50"])
     >>> cfg.trigger.freq_steps, cfg.policy.budget.max_eval_fraction
@@ -937,7 +980,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
                             f"{item!r}")
     cfg = OmegaConf.structured(Config)
     source = ""
-    if path is not None:
+    given = isinstance(path, (Mapping, DictConfig))  # (a Hydra node, cfg.adaptive_eval; a nested dict)
+    if given:
+        loaded, source = _plain_node(path) if isinstance(path, DictConfig) else (path, "config")
+        if not isinstance(loaded, dict):
+            raise ConfigError([f"{source}: expected a mapping of sections at the top, got {type(loaded).__name__}"])
+    elif path is not None:
         source, text = _resolve_path(path)
         try:
             loaded = yaml.safe_load(text)
@@ -965,41 +1013,9 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     failed: set[str] = set()
     if path is not None:
         duplicates: list[str] = []
-        lines = _key_lines(text, duplicates)
+        lines = _key_lines(text, duplicates) if not given else {}
         problems += [f"{source}:{d}" for d in duplicates]
-        # A list where a mapping belongs or the reverse: OmegaConf's merge raises a bare TypeError there.
-        shapes = _shape_problems(loaded)
-        good = []
-        whole = None
-        if not shapes:
-            # A file that merges as a whole needs no merge per key to find what did not (each deep-copies the
-            # whole config: 75 of them made load_config of a preset take 0.7 s, in every test and CLI call)
-            try:
-                whole = OmegaConf.merge(cfg, OmegaConf.create(loaded))
-            except (OmegaConfBaseException, TypeError):
-                whole = None
-        for parts, value in (() if whole is not None else _leaves(Config, loaded)):
-            key = ".".join(parts)
-            mine = [(b, msg) for b, msg in shapes if b == key or b.startswith((key + ".", key + "["))]
-            if mine:
-                problems += [f"{_where(b, source, lines)}{b}: {msg}" for b, msg in mine
-                             if f"{_where(b, source, lines)}{b}: {msg}" not in problems]
-                failed.add(key)
-                continue
-            try:
-                OmegaConf.merge(cfg, _nested(parts, value))
-            except (OmegaConfBaseException, TypeError) as exc:
-                problems.append(str(_merge_error(exc, source, lines, key, value)))
-                failed.add(key)
-            else:
-                good.append((parts, value))
-        if whole is not None:
-            cfg = whole
-        elif problems:  # (go on with the keys that merge, to report the other problems too)
-            for parts, value in good:
-                cfg = OmegaConf.merge(cfg, _nested(parts, value))
-        else:
-            cfg = OmegaConf.merge(cfg, OmegaConf.create(loaded))
+        cfg = _merge_loaded(cfg, loaded, source, lines, problems, failed)
     overridden: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
@@ -1156,17 +1172,27 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     if cfg is None:
         return load_config()
     if isinstance(cfg, DictConfig):
+        node = cfg._get_parent() is not None
+        if node or OmegaConf.get_type(cfg) not in (Config, dict):
+            # A node of a larger config (Hydra's cfg.adaptive_eval): its interpolations (${trainer.test_freq})
+            # resolve against the whole config, which a copy onto the schema has lost ("interpolation key not
+            # found"); a structured config of the user's own dataclass merges onto ours only as plain values (a
+            # new user's probes).  Read as they are now, every problem named under the node's key.
+            return _from_plain(*_plain_node(cfg))
         # Re-merge onto the schema so a config built by hand is typed and checked too.
-        shapes = _shape_problems(OmegaConf.to_container(cfg))
-        if shapes:
-            raise ConfigError([f"config: {key}: {msg}" for key, msg in shapes])
+        plain = OmegaConf.to_container(cfg)
         try:
+            if _shape_problems(plain):
+                raise TypeError("a list where a mapping belongs, or the reverse")
             merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
-        except (OmegaConfBaseException, TypeError) as exc:
-            raise _merge_error(exc, "config", {}) from None
+        except (OmegaConfBaseException, TypeError):
+            return _from_plain(plain, "config")  # (raises, with every problem: it said only the first)
         if not OmegaConf.is_readonly(merged):
             _numbers_in_specs(merged)
-        validate(merged)
+        try:
+            validate(merged)
+        except ConfigError:
+            return _from_plain(plain, "config")
         return merged
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         if isinstance(cfg, Config):
@@ -1183,6 +1209,46 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     if is_areal_evaluator_config(cfg):
         return from_areal(cfg)
     raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
+
+
+def _plain_node(cfg: DictConfig) -> tuple[Any, str]:
+    """A DictConfig as plain values, its interpolations resolved against the config it is a node of, and how to
+    name it in a problem: ``the node 'adaptive_eval'`` (Hydra's ``cfg.adaptive_eval``), ``a MyConfig`` (a
+    structured config of the user's dataclass), else ``config``."""
+    if cfg._get_parent() is not None:
+        label = f"the node {cfg._get_full_key(None)!r}"
+    elif OmegaConf.get_type(cfg) not in (Config, dict, None):
+        label = f"a {OmegaConf.get_type(cfg).__name__}"
+    else:
+        label = "config"
+    try:
+        return OmegaConf.to_container(cfg, resolve=True), label
+    except OmegaConfBaseException as exc:
+        raise ConfigError([f"{label}: {getattr(exc, 'full_key', '') or '<root>'}: "
+                           f"{str(exc).splitlines()[0]}"]) from None
+
+
+def _from_plain(data: Any, source: str) -> DictConfig:
+    """A config given as a plain nested mapping, merged onto the schema and checked; every problem at once (as
+    :func:`load_config` reports a file's), each named by ``source`` and its key."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: expected a mapping of sections at the top, got {type(data).__name__}"])
+    problems: list[str] = []
+    failed: set[str] = set()
+    cfg = _merge_loaded(OmegaConf.structured(Config), data, source, {}, problems, failed)
+    named = "" if source == "config" else f"{source}: "  # (a value's problem named by its key alone, as before)
+    bad = _interpolation_problems(cfg)
+    problems += [f"{named}{key}: {msg}" for key, msg, _, _ in bad]
+    failed.update(key for key, _, _, _ in bad)
+    _drop_interpolations(bad)
+    _numbers_in_specs(cfg)
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        problems += [f"{named}{p}" for p in exc.problems if p.split(":", 1)[0].strip() not in failed]
+    if problems:
+        raise ConfigError(problems)
+    return cfg
 
 
 _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")

@@ -551,3 +551,48 @@ def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not
     with pytest.raises(SystemExit) as exit_:
         main(["config", "--config", "aggressive", "--config", str(tmp_path / "q.yaml")])
     assert exit_.value.code == 2 and "--config given twice ('aggressive', then" in capsys.readouterr().err
+
+
+def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_named_under_it():
+    """New users' probes with Hydra (verl's configs): cfg.adaptive_eval whose trigger.freq_steps is
+    ${trainer.test_freq} failed with "interpolation key 'trainer.test_freq' not found" (the node was copied onto the
+    schema, away from the config it resolves in); load_config took no node (a raw TypeError); from_config said only
+    the first of four problems; and a structured config of the user's own dataclass was "not a subclass of
+    Config"."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    app = OmegaConf.create({"trainer": {"test_freq": 10, "total_training_steps": 300},
+                            "adaptive_eval": {"trigger": {"freq_steps": "${trainer.test_freq}"},
+                                              "policy": {"budget": {"max_eval_fraction": 0.2}}}})
+    OmegaConf.set_struct(app, True)  # (as Hydra hands it)
+    ev = AdaptiveEvaluator.from_config(app.adaptive_eval, total_steps=app.trainer.total_training_steps)
+    assert ev.cfg.trigger.freq_steps == 10 and ev.cfg.policy.budget.max_eval_fraction == 0.2
+    cfg = load_config(app.adaptive_eval, ["policy.budget.max_eval_fraction=0.3"])
+    assert (cfg.trigger.freq_steps, cfg.policy.budget.max_eval_fraction) == (10, 0.3)
+    assert load_config({"trigger": {"freq_steps": 3}}).trigger.freq_steps == 3
+
+    bad = OmegaConf.create({"adaptive_eval": {"trigger": {"freq_steps": "ten"}, "polcy": {}, "policy": {
+        "budget": {"max_eval_fraction": 2.0}, "sample_size": {"min": 0}}}})
+    for given in (bad.adaptive_eval, OmegaConf.to_container(bad.adaptive_eval)):
+        with pytest.raises(ConfigError) as info:
+            AdaptiveEvaluator.from_config(given)
+        named = "the node 'adaptive_eval': " if not isinstance(given, dict) else ""
+        assert len(info.value.problems) == 4, info.value.problems
+        assert info.value.problems[1] == f"{named or 'config: '}polcy: unknown key 'polcy' (did you mean 'policy'?)"
+        assert f"{named}policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in info.value.problems
+    gone = OmegaConf.create({"trainer": {}, "adaptive_eval": {"trigger": {"freq_steps": "${trainer.nope}"}}})
+    with pytest.raises(ConfigError, match=r"^the node 'adaptive_eval': adaptive_eval.trigger.freq_steps: "
+                                          r"Interpolation key 'trainer.nope' not found$"):
+        AdaptiveEvaluator.from_config(gone.adaptive_eval)
+
+    @dataclasses.dataclass
+    class Trigger:
+        freq_steps: int = 7
+
+    @dataclasses.dataclass
+    class MyEval:
+        trigger: Trigger = dataclasses.field(default_factory=Trigger)
+
+    assert AdaptiveEvaluator.from_config(OmegaConf.structured(MyEval)).cfg.trigger.freq_steps == 7
