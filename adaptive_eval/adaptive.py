@@ -2098,10 +2098,11 @@ class AdaptiveEvaluator:
         return self._interrupted
 
     def _shape(self) -> dict:
-        """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric;
-        and the rank that took it."""
+        """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric, the
+        sample's seed; and the rank that took it, in a group of how many."""
         return {"asynchronous": self._async is not None, "suites": sorted(self._suites),
-                "metric": self._evaluation["metric"], "rank": self._rank}
+                "metric": self._evaluation["metric"], "seed": self._evaluation["seed"], "rank": self._rank,
+                "world": self._world}
 
     def _say_other_shape(self, sd: Mapping) -> None:
         """A state taken under another config loads (a changed frequency is meant to), but what it cannot carry
@@ -2118,7 +2119,15 @@ class AdaptiveEvaluator:
                         "evaluation in flight at the save fails: save state_dict() on every rank and load each "
                         "rank its own", self._rank, saved["rank"])
         changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
-                   if k != "rank" and k in saved and saved.get(k) != now[k]]
+                   if k not in ("rank", "world") and k in saved and saved.get(k) != now[k]]
+        if saved.get("world", self._world) != self._world and self._rank == 0:
+            # (an elastic restart, 4 ranks to 2: each rank's last per-item values are of its old shard, and a sharded
+            # asynchronous evaluation's held outcomes are the old ranks' shards: the first paired difference used a
+            # third of the items, the evaluation in flight came back on half of them as the whole; a new user's probe)
+            log.warning("load_state_dict: the state was taken in a group of %s processes, loaded in %d; it is loaded, "
+                        "and the run goes on, but the next evaluation is not paired with the one before (each rank's "
+                        "items change with the group's size), and a sharded asynchronous evaluation in flight at the "
+                        "save fails", saved["world"], self._world)
         lost = [job.get("step") for job in (sd.get("async") or {}).get("jobs", [])] if self._async is None else []
         if changed and self._rank == 0:
             log.warning("load_state_dict: the state was taken under another config (%s); it is loaded, and the run "
@@ -2191,10 +2200,18 @@ class AdaptiveEvaluator:
                         det_states[0].get("type") != "nonfinite":
                     # saved before a list without nonfinite got one (_with_nonfinite): the others resume as saved
                     dets = dets[1:]
+                # (the config's detectors changed since the save: said with the way to resume under it; a new user's
+                # probe found no way but starting over)
+                hint = (f"; to resume under this config, load the state without them (state.pop({key!r})): every "
+                        "stream's detectors then start afresh, with a warm-up, and the rest resumes as saved")
                 if len(dets) != len(det_states):
                     raise ValueError(f"state_dict has {len(det_states)} detectors for stream {stream!r}, "
-                                     f"the config {len(dets)}")
+                                     f"the config {len(dets)}{hint}")
                 for det, st in zip(dets, det_states):
+                    saved_type = st.get("type") if isinstance(st, Mapping) else None
+                    if saved_type is not None and saved_type != det.name:
+                        raise ValueError(f"state_dict holds a {saved_type!r} detector for stream {stream!r} where the "
+                                         f"config has {det.name!r}{hint}")
                     det.load_state_dict(st)
         for stream, dets in self._detectors.items():
             if any(getattr(d, "_in_run", False) for d in dets):
@@ -2219,6 +2236,10 @@ class AdaptiveEvaluator:
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]
+        shape = sd.get("shape")
+        regrouped = isinstance(shape, Mapping) and shape.get("world", self._world) != self._world
+        if regrouped:
+            self._item_values = {}  # (this rank's shard of another group: see _say_other_shape)
         if self._evaluation["metric"] is None:
             tracked = sd.get("tracked")
             if tracked is not None:
@@ -2240,7 +2261,8 @@ class AdaptiveEvaluator:
         if self._async is not None:
             held = sd.get("async", {})
             shape = sd.get("shape")
-            if self._async.sharded and isinstance(shape, Mapping) and shape.get("rank", self._rank) != self._rank:
+            if self._async.sharded and isinstance(shape, Mapping) and (shape.get("rank", self._rank) != self._rank
+                                                                       or regrouped):
                 # Another rank's state (accelerate's register_for_checkpointing saves the main process's only): the
                 # outcomes it holds are that rank's shards, which combined with the others' counted its items twice
                 # as the whole result (a new user's probe); those evaluations fail instead, on every rank alike.

@@ -19,6 +19,7 @@ import pickle
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from adaptive_eval import AdaptiveEvaluator, load_config
@@ -150,3 +151,42 @@ def test_a_rank_dying_mid_run_is_a_collective_error_on_the_other_at_once(faults)
     assert kind == "CollectiveError" and step == 17 and "rank 0 of 2" in message
     assert seconds < TIMEOUT_S + SLACK_S  # a dead peer is usually seen at once
     assert "die" not in faults[1]  # rank 1 never got to write it
+
+
+def _two_rank_state(rank, world):
+    """A sharded run of 60 items x 2 answers on two ranks: its state after step 39, as every rank saves it."""
+    import json
+
+    import numpy as np
+
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=10", "evaluation.sample_size=60"]),
+                                       clock=FakeClock(), total_steps=200)
+    rng = np.random.default_rng(rank)
+
+    def fn(req):
+        return {"acc": (rng.random((len(req.indices(60)), 2)) < 0.6).astype(float)}
+
+    for g in range(40):
+        ev.clock.advance(1.0)
+        ev.evaluate(fn, 0, g, g)
+    return json.loads(json.dumps(ev.state_dict()))
+
+
+def test_a_state_from_a_group_of_another_size_is_said_and_its_shards_pairing_is_not_used(caplog):
+    """A new user's elastic restart, 4 ranks to 2 or 1: each rank's last per-item values are of its old shard, so
+    the first paired difference after the resume used part of the items as the whole (n 76 of 301, no longer
+    significant; the schedule then changed), without a word.  The group's size is now in the state: another one is
+    said, and the next evaluation is not paired (the ones after it are, on every item)."""
+    states = run_ranks(_two_rank_state, world=2)
+    assert states[0]["shape"]["world"] == 2
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=10", "evaluation.sample_size=60"]),
+                                       clock=clock, total_steps=200)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        ev.load_state_dict(states[0])
+    assert "the state was taken in a group of 2 processes, loaded in 1" in caplog.text
+    for g in range(40, 200):
+        clock.advance(1.0)
+        ev.evaluate(lambda req: {"acc": np.ones((len(req.indices(60)), 2))}, 0, g, g)
+    resumed = [r for r in ev.history if r.step >= 40]
+    assert len(resumed) >= 2 and "acc" not in resumed[0].paired and resumed[1].paired["acc"].n == resumed[0].items

@@ -401,9 +401,18 @@ def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it
 
     expected = run(fresh())
     ev = fresh()
-    with pytest.raises(ValueError, match="state_dict has 2 detectors for stream 'train/loss', the config 0"):
+    with pytest.raises(ValueError, match="state_dict has 2 detectors for stream 'train/loss', the config 0; to resume "
+                                         r"under this config, load the state without them \(state.pop\('detectors'\)\)"):
         ev.load_state_dict(good)
     assert run(ev) == expected and expected[0] == (249, "trigger:steps")
+    # Another detector where the state has one (a new user's probe: the stream was not named, and no way forward)
+    other = AdaptiveEvaluator.from_config(load_config("default", ["streams.default=[{type: nonfinite}, "
+                                                                  "{type: page_hinkley}]"]), clock=FakeClock())
+    with pytest.raises(ValueError, match="state_dict holds a 'cusum' detector for stream 'train/loss' where the config "
+                                         "has 'page_hinkley'; to resume under this config"):
+        other.load_state_dict(good)
+    other.load_state_dict({k: v for k, v in good.items() if k != "detectors"})  # (the way it says)
+    assert len(other.history) == len(src.history) and other._last_step == 149
 
     def damaged(key, value):
         sd = copy.deepcopy(good)
