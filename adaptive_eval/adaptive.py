@@ -357,6 +357,12 @@ class AdaptiveEvaluator:
                                       eval_clock=eval_clock, distributed=self._distributed, rank=self._rank,
                                       world=self._world)
         self._async_poll = self._async is not None and not self._async.fixed_latency and not self._distributed
+        if (timeout_s := self._evaluation["timeout_s"]) is not None and self._distributed and self._rank == 0 and self._async is None:
+            # (documented, yet a new user set it in a group and waited on a slow rank for 8 s against 2 without a word)
+            log.warning("evaluation.timeout_s (%g s) does not bound a synchronous evaluation in a process group (no "
+                        "thread is left behind there); distributed.timeout_s (%g s) bounds how long the ranks wait "
+                        "for a late one, after which evaluate() raises CollectiveError", timeout_s,
+                        self.cfg.distributed.timeout_s)
         budget_cfg = self.cfg.policy.budget
         if (self._async is not None and self._async.owner and clock is not None and eval_clock is None
                 and budget_cfg.enabled and budget_cfg.max_eval_device_fraction < 1.0):
@@ -898,9 +904,10 @@ class AdaptiveEvaluator:
                 # Raised, as documented.  A loop that catches it and goes on would pair this rank's next
                 # collectives with different ones of the others (wrong results, a hang at exit): no more.
                 self._group_failed = f"step {global_step}: {exc}"
-                log.error("the process group failed at step %d (%s): no more evaluations on rank %d of this run "
-                          "(its collectives would no longer match the other ranks'); resume from a checkpoint "
-                          "to evaluate again", global_step, exc, self._rank)
+                log.error("the process group failed at step %d (%s): raised into the training step; if it is caught "
+                          "and training goes on, no more evaluations on rank %d of this run (its collectives would no "
+                          "longer match the other ranks'); resume from a checkpoint to evaluate again", global_step,
+                          exc, self._rank)
                 raise
             if self._deferred_error is not None:  # (on_error: raise; every rank alike, once the step is done)
                 raised, self._deferred_error = self._deferred_error, None

@@ -190,3 +190,25 @@ def test_a_state_from_a_group_of_another_size_is_said_and_its_shards_pairing_is_
         ev.evaluate(lambda req: {"acc": np.ones((len(req.indices(60)), 2))}, 0, g, g)
     resumed = [r for r in ev.history if r.step >= 40]
     assert len(resumed) >= 2 and "acc" not in resumed[0].paired and resumed[1].paired["acc"].n == resumed[0].items
+
+
+def _timeout_said(rank, world):
+    import logging
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        AdaptiveEvaluator.from_config(load_config("default", ["evaluation.timeout_s=2"]), clock=FakeClock())
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return said
+
+
+def test_evaluation_timeout_s_in_a_process_group_is_said_not_to_bound_a_synchronous_evaluation():
+    """A new user set evaluation.timeout_s: 2 in a group and waited 8 s on a slow rank without a word (it is
+    documented: no thread is left behind in a group; distributed.timeout_s bounds the wait).  Said once, on rank 0."""
+    said = run_ranks(_timeout_said, world=2)
+    assert [sum("evaluation.timeout_s (2 s) does not bound a synchronous evaluation in a process group" in m
+                for m in s) for s in said] == [1, 0]
