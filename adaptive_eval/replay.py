@@ -763,7 +763,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     out.summary = {"steps": len(records), "evals": s["evals"], "samples": samples, "answers": s["answers"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
                    "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
-                   "best": _best(out.evals[:before_close], cfg)}
+                   "best": _best(out.evals[:before_close], cfg, evaluator._tracked)}
     return out
 
 
@@ -867,12 +867,12 @@ def eval_latency_model(trace, cfg):
     return latency
 
 
-def _best(evals: list[dict], cfg) -> dict | None:
-    """The checkpoint :func:`adaptive_eval.scoring.pick_best` picks on the tracked metric: step, estimate,
-    interval (for ``summary.json``)."""
+def _best(evals: list[dict], cfg, tracked: str | None = None) -> dict | None:
+    """The checkpoint :func:`adaptive_eval.scoring.pick_best` picks on the tracked metric (``tracked``: the one the
+    evaluator chose for ``evaluation.metric: null``): step, estimate, interval (for ``summary.json``)."""
     from adaptive_eval.scoring import pick_best
 
-    metric = cfg.evaluation.metric
+    metric = cfg.evaluation.metric or tracked
     if metric is None:
         metric = next((m for e in evals for m in e["metrics"]), None)
     if metric is None:

@@ -442,3 +442,16 @@ def test_a_trace_whose_ground_truth_starts_late_does_not_blame_evaluate_fn(caplo
     assert result.evals and not result.evals[0]["metrics"]  # (an evaluation before the ground truth)
     said = [str(w.message) for w in got] + [r.getMessage() for r in caplog.records]
     assert not [m for m in said if "returned no metric" in m], said
+
+
+def test_a_replay_with_a_null_metric_picks_the_best_on_the_metric_the_evaluator_tracked():
+    """summary.json's best took the first eval column (eval/err_rate) while the evaluator, for evaluation.metric:
+    null, tracks a metric that does not read like an error (eval/score): the pick and the schedule were about two
+    metrics."""
+    import math
+
+    records = [TraceRecord(s, {"train/reward": 0.5 + 0.001 * s, "eval/err_rate": 0.6 - 0.001 * s,
+                               "eval/score": 0.4 + 0.0004 * s + 0.05 * math.sin(s / 40)}) for s in range(400)]
+    result = replay(Trace(records, "t.csv"), load_config("default", ["trigger.freq_steps=20"]))
+    assert list(result.evals[0]["metrics"]) == ["err_rate", "score"]
+    assert result.summary["best"]["metric"] == "score" and result.summary["best"]["higher_is_better"] is True
