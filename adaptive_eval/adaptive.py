@@ -1536,16 +1536,16 @@ class AdaptiveEvaluator:
         """Evaluate at once the kept checkpoint ``wanted`` (the evaluation just run asked for it) and report it;
         one found gone (``CheckpointUnavailable``: ``save_total_limit`` deleted it) gives way to the next older one
         the same fall allows, while there is one.  In a process group every rank asks for the same one (see
-        :meth:`_lookback_votes`), and every rank sees the same failure."""
-        from adaptive_eval.evaluators import CheckpointUnavailable
-
+        :meth:`_lookback_votes`), and goes on alike: ``outcome.gone`` is decided on what every rank gathered (a
+        rank's own error is not: gone on one rank, another error on the other, the first tried the next one alone
+        and the group failed; a review).  Never past ``policy.lookback.keep`` tries."""
         while wanted is not None:
             looked = self._run_look_back(evaluate_fn, wanted, epoch, global_step)
             if looked is None:
                 return
             self._report_look_back(*looked, global_step)
             _, outcome, result = looked
-            if result is not None or not isinstance(outcome.error, CheckpointUnavailable):
+            if result is not None or not outcome.gone:
                 return
             wanted = self.policies.by_name["lookback"].gone()
 

@@ -111,7 +111,9 @@ class EvalOutcome:
     rank's exception, or a :class:`RemoteEvaluationError` when only other ranks failed.  In a process
     group, ``per_rank_means`` / ``per_rank_n`` give each rank's mean and item count per metric, and
     ``discrepancies`` the ranks whose mean deviated beyond the configured threshold; ``failed_ranks``
-    lists the ranks whose ``evaluate_fn`` raised at the last attempt.  All of it is identical on every rank.
+    lists the ranks whose ``evaluate_fn`` raised at the last attempt; ``gone``: it failed because a kept
+    checkpoint was not there (``CheckpointUnavailable`` on every rank that failed).  All of it, ``error`` aside,
+    is identical on every rank.
     """
 
     result: EvalResult | None
@@ -123,6 +125,7 @@ class EvalOutcome:
     attempts: int = 1
     # This rank's per-item means by metric ({metric: {item index: mean}}), where the items are known (rank-local).
     item_values: Mapping[str, dict] = dataclasses.field(default_factory=dict)
+    gone: bool = False
 
 
 class CheckpointUnavailable(LookupError):
@@ -547,7 +550,7 @@ def run_evaluation_outcome(
             if timeout is not None and timeout.still_running is not None:
                 return EvalOutcome(None, error, attempts=attempt + 1)  # no retry beside the running call
             if isinstance(error, CheckpointUnavailable):
-                return EvalOutcome(None, error, attempts=attempt + 1)  # gone: a retry would only sleep in the step
+                return EvalOutcome(None, error, attempts=attempt + 1, gone=True)  # a retry would only sleep here
             if attempt + 1 < attempts:
                 sleep(retry_backoff_s * (2**attempt))
             continue
@@ -629,7 +632,7 @@ def run_evaluation_outcome(
         if attempt + 1 < attempts and not gone:
             sleep(retry_backoff_s * (2**attempt))
         else:
-            return EvalOutcome(None, error, failed_ranks=failed, attempts=attempt + 1)
+            return EvalOutcome(None, error, failed_ranks=failed, attempts=attempt + 1, gone=gone)
     if error is not None:
         return EvalOutcome(None, error, attempts=attempts)
     seconds = clock() - start

@@ -164,7 +164,7 @@ class LookbackPolicy(Policy):
         """The checkpoint :meth:`take` gave was not there any more (``CheckpointUnavailable``: the trainer's
         ``save_total_limit`` deleted it): it is forgotten, and the next older one the same fall allows is returned
         (taken), if any (a new user's probe: checkpoint-95 gone, checkpoint-90 on disk and never tried).  None once
-        there is none, or after a resume (what the fall allowed is not kept in ``state_dict``).
+        there is none.
 
         >>> p = LookbackPolicy(lag_steps=0)
         >>> ctx = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0)
@@ -191,7 +191,10 @@ class LookbackPolicy(Policy):
     def state_dict(self) -> dict:
         return {"kept": [list(k) for k in self._kept], "last": None if self._last is None else list(self._last),
                 "alarm_step": self._alarm_step, "pending": None if self._pending is None else list(self._pending),
-                "told": list(self.told), "off": self.off}
+                "told": list(self.told), "off": self.off,
+                # (what gone() needs: a state saved inside a look back resumed into one that tried no older one)
+                "floor": self._floor,
+                "taken": None if self._taken is None else [list(self._taken[0]), self._taken[1]]}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._reset()
@@ -207,3 +210,8 @@ class LookbackPolicy(Policy):
         calls, digest = sd.get("told", [0, 0])
         self.told = [int(calls), int(digest)]
         self.off = sd.get("off")
+        self._floor = step(sd.get("floor"))
+        taken = sd.get("taken")
+        if taken is not None:
+            (s, ref, items, reason), floor = taken
+            self._taken = ([int(s), ref, step(items), str(reason)], step(floor))
