@@ -2133,8 +2133,8 @@ class AdaptiveEvaluator:
             # third of the items, the evaluation in flight came back on half of them as the whole; a new user's probe)
             log.warning("load_state_dict: the state was taken in a group of %s processes, loaded in %d; it is loaded, "
                         "and the run goes on, but the next evaluation is not paired with the one before (each rank's "
-                        "items change with the group's size), and a sharded asynchronous evaluation in flight at the "
-                        "save fails", saved["world"], self._world)
+                        "items change with the group's size), and an asynchronous evaluation in flight at the save, if "
+                        "any, fails", saved["world"], self._world)
         lost = [job.get("step") for job in (sd.get("async") or {}).get("jobs", [])] if self._async is None else []
         if changed and self._rank == 0:
             log.warning("load_state_dict: the state was taken under another config (%s); it is loaded, and the run "
@@ -2268,11 +2268,13 @@ class AdaptiveEvaluator:
         if self._async is not None:
             held = sd.get("async", {})
             shape = sd.get("shape")
-            if self._async.sharded and isinstance(shape, Mapping) and (shape.get("rank", self._rank) != self._rank
-                                                                       or regrouped):
+            if regrouped or (self._async.sharded and isinstance(shape, Mapping)
+                             and shape.get("rank", self._rank) != self._rank):
                 # Another rank's state (accelerate's register_for_checkpointing saves the main process's only): the
                 # outcomes it holds are that rank's shards, which combined with the others' counted its items twice
-                # as the whole result (a new user's probe); those evaluations fail instead, on every rank alike.
+                # as the whole result (a new user's probe); those evaluations fail instead, on every rank alike.  So
+                # in a group of another size, even in one process (4 ranks to 1: rank 0's shard of 76 items came back
+                # as the whole evaluation of 301).
                 held = {**held, "jobs": [{k: v for k, v in rec.items() if k != "outcome"}
                                          for rec in held.get("jobs", [])]}
             self._async.load_state_dict(held)

@@ -153,23 +153,24 @@ def test_a_rank_dying_mid_run_is_a_collective_error_on_the_other_at_once(faults)
     assert "die" not in faults[1]  # rank 1 never got to write it
 
 
-def _two_rank_state(rank, world):
-    """A sharded run of 60 items x 2 answers on two ranks: its state after step 39, as every rank saves it."""
+def _two_rank_state(rank, world, extra=(), until=40):
+    """A sharded run of 60 items x 2 answers on two ranks: its state after step ``until`` - 1, as every rank saves
+    it."""
     import json
 
     import numpy as np
 
-    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=10", "evaluation.sample_size=60"]),
-                                       clock=FakeClock(), total_steps=200)
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=10", "evaluation.sample_size=60",
+                                                               *extra]), clock=FakeClock(), total_steps=200)
     rng = np.random.default_rng(rank)
 
     def fn(req):
         return {"acc": (rng.random((len(req.indices(60)), 2)) < 0.6).astype(float)}
 
-    for g in range(40):
+    for g in range(until):
         ev.clock.advance(1.0)
         ev.evaluate(fn, 0, g, g)
-    return json.loads(json.dumps(ev.state_dict()))
+    return json.loads(json.dumps(ev.state_dict(timeout_s=0)))
 
 
 def test_a_state_from_a_group_of_another_size_is_said_and_its_shards_pairing_is_not_used(caplog):
@@ -190,6 +191,20 @@ def test_a_state_from_a_group_of_another_size_is_said_and_its_shards_pairing_is_
         ev.evaluate(lambda req: {"acc": np.ones((len(req.indices(60)), 2))}, 0, g, g)
     resumed = [r for r in ev.history if r.step >= 40]
     assert len(resumed) >= 2 and "acc" not in resumed[0].paired and resumed[1].paired["acc"].n == resumed[0].items
+
+    # Asynchronous, an evaluation in flight at the save: it fails as lost, in one process too (4 ranks to 1: rank 0's
+    # shard of 76 items came back as the whole evaluation of 301)
+    extra = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=8"]
+    states = run_ranks(_two_rank_state, extra, 35, world=2)
+    [job] = states[0]["async"]["jobs"]  # (submitted at step 31, due at 39)
+    ev = AdaptiveEvaluator.from_config(load_config("default", ["trigger.freq_steps=10", "evaluation.sample_size=60",
+                                                               *extra]), clock=clock, total_steps=200)
+    ev.load_state_dict(states[0])
+    for g in range(35, 60):
+        clock.advance(1.0)
+        ev.evaluate(lambda req: {"acc": np.ones((len(req.indices(60)), 2))}, 0, g, g)
+    ev.close()
+    assert job["step"] not in [r.step for r in ev.history] and ev.summary()["eval_errors"] == 1
 
 
 def _timeout_said(rank, world):
