@@ -1352,9 +1352,9 @@ class AdaptiveEvaluator:
             return
         word = looks_lower_is_better(name) if higher else None
         if word is not None:
-            log.warning("evaluation.metric is null: the policies track %r as higher-is-better, yet it reads like a %s "
-                        "(as every metric returned does): a rise reads as improving, the best checkpoint is its "
-                        "highest; set evaluation.metric: %s and evaluation.higher_is_better: false", name, word, name)
+            log.warning("evaluation.metric is null: the policies track %r as higher-is-better, yet it reads like a %s: "
+                        "a rise reads as improving, the best checkpoint is its highest; set evaluation.metric: %s and "
+                        "evaluation.higher_is_better: false, or evaluation.metric to another metric", name, word, name)
         else:
             log.info("evaluation.metric is null: the policies track %r (%s-is-better) for the rest of the run; set "
                      "evaluation.metric to choose", name, "higher" if higher else "lower")
@@ -1371,7 +1371,7 @@ class AdaptiveEvaluator:
         returned {} or None, passed unsaid); else a suite none of whose metrics came back counts as not due."""
         if self._untracked_said:
             return
-        metric = self._evaluation["metric"]
+        metric = self._tracked  # (evaluation.metric, or the one chosen for it at the first evaluation)
         if not result.metrics and result.raw is not None:
             message = (f"evaluate_fn returned a bare {type(result.raw).__name__} ({result.raw!r}), kept as raw with "
                        "no metric: the policies that track one (interval, sample size, peak) learn nothing from it; "
@@ -1398,7 +1398,9 @@ class AdaptiveEvaluator:
             shown = ", ".join(repr(n) for n in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20
                                                               else "")
             close = difflib.get_close_matches(metric, names, n=1, cutoff=0.6)
-            message = (f"evaluation.metric {metric!r} is not among an evaluation's metrics (returned: "
+            named = (f"evaluation.metric {metric!r}" if self._evaluation["metric"] is not None else
+                     f"the tracked metric {metric!r} (evaluation.metric: null chose it at the first evaluation)")
+            message = (f"{named} is not among an evaluation's metrics (returned: "
                        f"{shown or 'none'}){f'; did you mean {close[0]!r}?' if close else ''}: the policies that "
                        "track it (interval, sample size, peak) learn nothing from an evaluation without it (said once)")
         self._untracked_said = True
@@ -1409,7 +1411,15 @@ class AdaptiveEvaluator:
         while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
             level, frame = level + 1, frame.f_back
         try:
-            warnings.warn(message, RuntimeWarning, stacklevel=level)
+            if frame is None:
+                warnings.warn(message, RuntimeWarning, stacklevel=level)
+            else:
+                # (without the caller's registry, which shows one text once per line: a second evaluator with the same
+                # mistake, called from the same loop line, was told nothing; a new user's probe.  Once per evaluator:
+                # _untracked_said)
+                warnings.warn_explicit(message, RuntimeWarning, frame.f_code.co_filename, frame.f_lineno,
+                                       module=frame.f_globals.get("__name__"), registry=None,
+                                       module_globals=frame.f_globals)
         except Warning:  # warnings turned into errors: a message, never an exception in the training step
             log.warning("%s", message)
 
@@ -1986,8 +1996,8 @@ class AdaptiveEvaluator:
         from adaptive_eval.scoring import pick_best
 
         name = metric if metric is not None else self._tracked
-        if name is None:
-            return None
+        if name is None or (metric is None and not any(name in r.metrics for r in self.history)):
+            return None  # (the tracked metric never measured: said once already, see _say_untracked)
         higher = bool(self._evaluation["higher_is_better"]) if name == self._tracked else None
         return pick_best(self.history, name, higher_is_better=higher, by=by, steps=steps)
 

@@ -7,7 +7,6 @@ import contextlib
 import math
 import os
 import pathlib
-import re
 import sys
 import warnings
 
@@ -70,8 +69,6 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
     return out
 
 
-
-
 def _eval_names(args: argparse.Namespace, path: str) -> dict[str, str]:
     """``eval/<c>`` -> ``c`` for the columns ``--eval`` names for the trace at ``path`` (the user's names, for
     hints)."""
@@ -88,7 +85,7 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     named = named or {}
     import numpy as np
 
-    from adaptive_eval.policies._base import _LOWER_IS_BETTER
+    from adaptive_eval.policies._base import looks_lower_is_better
     from adaptive_eval.replay import _split_columns
 
     _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))
@@ -96,21 +93,21 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     declared = dict(cfg.evaluation.metric_kinds or {})
     tracked = cfg.evaluation.metric
     for name in ([tracked] if tracked else evals):
-        found = _LOWER_IS_BETTER.search(str(name))
-        if found is None or name not in evals or not cfg.evaluation.higher_is_better:
+        word = looks_lower_is_better(name)
+        if word is None or name not in evals or not cfg.evaluation.higher_is_better:
             continue
         kind = ""
         _, values = trace.column(f"eval/{name}")
         values = values[np.isfinite(values)]
         # (only a column in [0, 1] is drawn as a proportion: one beyond it is returned as it is, which the note
         # below says; this one told a loss in [1.5, 2.5] it was drawn as a proportion, the next that it was not)
-        if found.group(1).lower() in ("loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "bpb", "bpc") \
+        if word in ("loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse", "bpb", "bpc") \
                 and name not in declared and evals[name] is None and not cfg.evaluation.suites \
                 and values.size and values.min() >= 0.0 and values.max() <= 1.0:
-            kind = (f"; and a {found.group(1)} is not a proportion of correct answers, which is how replay draws "
+            kind = (f"; and a {word} is not a proportion of correct answers, which is how replay draws "
                     f"a column in [0, 1] without a :std column: --set 'evaluation.metric_kinds={{{name}: mean}}' (with "
                     f"no eval/{name}:std column, its per-sample sd, it then gets no interval)")
-        print(f"  note: {where}eval/{name} looks lower-is-better (a {found.group(1)}), but "
+        print(f"  note: {where}eval/{name} looks lower-is-better (a {word}), but "
               f"evaluation.higher_is_better is true: the best checkpoint is its highest value, and a rise reads as "
               f"improving; --set evaluation.higher_is_better=false{kind}", file=sys.stderr)
     for name in evals:  # (its evaluations all read NaN, and replay said nothing: found by a new-user probe)

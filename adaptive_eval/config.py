@@ -957,7 +957,8 @@ def _merge_loaded(cfg: DictConfig, loaded: dict, source: str, lines: dict[str, i
     return cfg
 
 
-def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> DictConfig:
+def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, overrides: Sequence[str] = ()
+                ) -> DictConfig:
     """Load the configuration: schema defaults, then ``path`` (a YAML file or preset name; or a mapping or
     DictConfig, a Hydra node such as ``cfg.adaptive_eval`` with its interpolations resolved against the whole
     config), then overrides.
@@ -982,7 +983,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     source = ""
     given = isinstance(path, (Mapping, DictConfig))  # (a Hydra node, cfg.adaptive_eval; a nested dict)
     if given:
-        loaded, source = _plain_node(path) if isinstance(path, DictConfig) else (path, "config")
+        loaded, source = _plain_node(path) if isinstance(path, DictConfig) else (dict(path), "config")
         if not isinstance(loaded, dict):
             raise ConfigError([f"{source}: expected a mapping of sections at the top, got {type(loaded).__name__}"])
     elif path is not None:
@@ -1091,8 +1092,11 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
     try:
         validate(cfg)
     except ConfigError as exc:
-        problems += [_locate(p, source, lines, overridden) for p in exc.problems
-                     if p.split(":", 1)[0].strip() not in failed]
+        located = [_locate(p, source, lines, overridden) for p in exc.problems
+                   if p.split(":", 1)[0].strip() not in failed]
+        if given and source != "config":  # (a node's: named under it, as its other problems are)
+            located = [p if p.startswith(("override ", f"{source}: ")) else f"{source}: {p}" for p in located]
+        problems += located
     if problems:
         raise ConfigError(problems)
     # The configuration as it is used (and printed): an environment variable is read once, here.
@@ -1224,8 +1228,10 @@ def _plain_node(cfg: DictConfig) -> tuple[Any, str]:
     try:
         return OmegaConf.to_container(cfg, resolve=True), label
     except OmegaConfBaseException as exc:
-        raise ConfigError([f"{label}: {getattr(exc, 'full_key', '') or '<root>'}: "
-                           f"{str(exc).splitlines()[0]}"]) from None
+        key = str(getattr(exc, "full_key", "") or "<root>")
+        if cfg._get_parent() is not None:  # (the key within the node: it is named already)
+            key = key.removeprefix(f"{cfg._get_full_key(None)}.")
+        raise ConfigError([f"{label}: {key}: {str(exc).splitlines()[0]}"]) from None
 
 
 def _from_plain(data: Any, source: str) -> DictConfig:

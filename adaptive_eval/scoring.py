@@ -552,7 +552,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
     _warn_unknown(evals, metric, "pick_best")
     higher_is_better = _direction(metric, higher_is_better)
     sign = 1.0 if higher_is_better else -1.0
-    among = None if steps is None else {int(s) for s in steps}
+    among = None if steps is None else _steps_among(steps)
     if by == "shrunk":
         fit = _Fit.of(evals, metric)
         if fit is None:
@@ -560,7 +560,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
         m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])
         candidates = [j for j in range(len(m_s)) if among is None or int(fit.rows[j]["step"]) in among]
         if not candidates:
-            return None
+            return _none_among(among, [int(r["step"]) for r in fit.rows])
         # The best posterior mean (the Bayes pick under a random-walk prior); an exact tie goes to the more
         # precise estimate.  No wider tie band: the smoothed estimates of a plateau differ by small amounts that
         # still carry the trend, and resolving a band of them by precision prefers Wilson intervals away from 0.5
@@ -572,7 +572,12 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
         est = m_s[i]
         return Pick(int(fit.rows[i]["step"]), est, _clipped(_shrunk_interval(fit, i, est), fit.rows, metric), by,
                     metric, fit.rows[i], higher_is_better)
-    measured = [e for e in _measured(_rows(evals), metric) if among is None or int(e["step"]) in among]
+    measured = _measured(_rows(evals), metric)
+    if among is not None and measured:
+        kept = [e for e in measured if int(e["step"]) in among]
+        if not kept:
+            return _none_among(among, [int(e["step"]) for e in measured])
+        measured = kept
     if not measured:
         return None
 
@@ -600,6 +605,32 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
     widen = _sidak_z(len(measured)) / _Z95
     low, high = min(low, mean - widen * max(mean - low, 0.0)), max(high, mean + widen * max(high - mean, 0.0))
     return Pick(int(e["step"]), est, _clipped((low, high), measured, metric), by, metric, e, higher_is_better)
+
+
+def _steps_among(steps) -> set[int]:
+    """``steps=`` as a set of step numbers; a checkpoint's name (``"checkpoint-10"``) is a ``TypeError`` saying what
+    a step is (a new user's probe: a bare "invalid literal for int()")."""
+    import numbers
+
+    if isinstance(steps, (str, bytes)) or not hasattr(steps, "__iter__"):
+        raise TypeError(f"steps= takes the step numbers to pick among (a list), got {steps!r}")
+    bad = [s for s in steps if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
+    if bad:
+        raise TypeError(f"steps= takes the step numbers to pick among, got {bad[0]!r}: the steps your loop passed to "
+                        "evaluate() (with the Hugging Face and Lightning adapters, 0-based: HF's checkpoint-N folder "
+                        "holds step N - 1)")
+    return {int(s) for s in steps}
+
+
+def _none_among(among: set[int], evaluated: Sequence[int]) -> None:
+    """None, said: no evaluation measured the metric at any of the steps given (a silent None read as "no best";
+    the usual cause, checkpoints named 1-based against 0-based steps, or saved between evaluations)."""
+    shown = ", ".join(str(s) for s in sorted(set(evaluated))[:12]) + (" ..." if len(set(evaluated)) > 12 else "")
+    warnings.warn(f"pick_best: none of the {len(among)} steps given was evaluated (the evaluations are at steps "
+                  f"{shown}), so it returns None; an evaluation's step is the step passed to evaluate() (with the "
+                  "Hugging Face and Lightning adapters, 0-based: HF's checkpoint-N folder holds step N - 1), and a "
+                  "checkpoint saved between two evaluations was not evaluated", RuntimeWarning, stacklevel=3)
+    return None
 
 
 def _clipped(interval: tuple[float, float], evals: Sequence[Mapping], metric: str) -> tuple[float, float]:

@@ -1050,6 +1050,7 @@ def _decisions_tracking(metric, returned, extra=(), steps=300, resume_at=None):
         clock.advance(1.0)
         if g == resume_at:
             state = json.loads(json.dumps(ev.state_dict()))
+            assert state.get("tracked") == (ev._tracked if metric is None else None)
             ev = AdaptiveEvaluator.from_config(load_config("default", overrides), clock=clock, total_steps=steps)
             ev.load_state_dict(state)
         ev.evaluate(returned, 0, g, g)
@@ -1077,8 +1078,8 @@ def test_a_null_metric_is_chosen_once_the_first_suite_before_others_and_not_a_lo
     named, _ = _decisions_tracking("id/acc", both, suites)
     assert null == named and ev.policies.by_name["interval"].metric == "id/acc"
     rng = np.random.default_rng(0)
-    resumed, _ = _decisions_tracking(None, both, suites, resume_at=150)
-    assert resumed == null
+    resumed, ev = _decisions_tracking(None, both, suites, resume_at=150)
+    assert resumed == null and ev._tracked == "id/acc"
 
     def loss_first(req):
         n = req.sample_size or 100
@@ -1117,6 +1118,24 @@ def test_best_picks_the_tracked_metric_in_the_configured_direction_among_the_ste
     assert ev.best(by="mean").estimate == min(r.metrics["val/ppl"].mean for r in ev.history)
     early = [r.step for r in ev.history if r.step < 60]
     assert ev.best(steps=early).step in early[-2:] and ev.best(by="mean", steps=early[:2]).step == early[1]
-    assert ev.best(steps=[-1]) is None
+    with pytest.warns(RuntimeWarning, match="none of the 1 steps given was evaluated"):
+        assert ev.best(steps=[-1]) is None
     with pytest.warns(RuntimeWarning, match="no evaluation measured 'nope'"):
         assert ev.best("nope") is None
+
+
+def test_each_evaluator_with_an_absent_metric_is_told_even_from_one_loop_line():
+    """A new user's probe: two evaluators (two tasks) with the same mistake, evaluation.metric 'accuracy' where
+    evaluate_fn returns 'acc', driven from one line of the loop: Python's registry for that line showed the text
+    once, and the second evaluator, tracking nothing, said nothing.  Each says it once."""
+    import warnings
+
+    evs = [AdaptiveEvaluator.from_config(load_config(preset, ["evaluation.metric=accuracy", "trigger.freq_steps=2"]),
+                                         clock=FakeClock()) for preset in ("default", "aggressive")]
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("default")  # (Python's own: once per text and line)
+        for g in range(6):
+            for ev in evs:
+                ev.evaluate(lambda: {"acc": [1.0, 0.0]}, 0, g, g)
+    said = [str(w.message) for w in record if "evaluation.metric 'accuracy' is not among" in str(w.message)]
+    assert len(said) == 2 and all(w.filename == __file__ for w in record if "'accuracy'" in str(w.message))

@@ -583,9 +583,16 @@ def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_name
         assert info.value.problems[1] == f"{named or 'config: '}polcy: unknown key 'polcy' (did you mean 'policy'?)"
         assert f"{named}policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in info.value.problems
     gone = OmegaConf.create({"trainer": {}, "adaptive_eval": {"trigger": {"freq_steps": "${trainer.nope}"}}})
-    with pytest.raises(ConfigError, match=r"^the node 'adaptive_eval': adaptive_eval.trigger.freq_steps: "
+    with pytest.raises(ConfigError, match=r"^the node 'adaptive_eval': trigger.freq_steps: "
                                           r"Interpolation key 'trainer.nope' not found$"):
         AdaptiveEvaluator.from_config(gone.adaptive_eval)
+    with pytest.raises(ConfigError) as info:  # (load_config names a node's value problems under it too)
+        load_config(bad.adaptive_eval)
+    assert "the node 'adaptive_eval': policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in \
+        info.value.problems
+    from types import MappingProxyType
+
+    assert load_config(MappingProxyType({"trigger": {"freq_steps": 4}})).trigger.freq_steps == 4
 
     @dataclasses.dataclass
     class Trigger:

@@ -419,4 +419,9 @@ def test_pick_best_reads_a_losss_direction_off_its_name_and_picks_among_the_step
         assert pick_best(evals, "acc", by=by).step == 40 and pick_best(evals, "acc", by=by).higher_is_better
         kept = pick_best(evals, "eval_loss", by=by, steps=[20, 50, 60])
         assert kept.step == 50 and best_eval(evals, "eval_loss", by=by, steps={20, 60})["step"] == 20
-        assert pick_best(evals, "eval_loss", by=by, steps=[15]) is None
+        with pytest.warns(RuntimeWarning, match=r"none of the 1 steps given was evaluated \(the evaluations are "
+                                                r"at steps 10, 20, 30, 40, 50, 60\).*checkpoint-N folder holds "
+                                                r"step N - 1"):
+            assert pick_best(evals, "eval_loss", by=by, steps=[15]) is None
+        with pytest.raises(TypeError, match="steps= takes the step numbers to pick among, got 'checkpoint-10'"):
+            pick_best(evals, "eval_loss", by=by, steps=["checkpoint-10"])

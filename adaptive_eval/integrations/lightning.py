@@ -781,16 +781,20 @@ class AdaptiveEvalCallback(Callback):
             self._say_reduced_in_group(reduce_of, batches)
         if self._pick_metric and captured:
             captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
-            # what the evaluator then tracks: the first metric with per-item values, else the first
-            first = next((k for k, v in captured.items() if isinstance(v, list)), next(iter(captured)))
-            if not self._loss_warned and ("loss" in first.lower() or first in returned):
+        if self._pick_metric and captured and not self._loss_warned:
+            # what the evaluator tracks (it chooses once, as policies.tracked_metric ranks them, and says so of a
+            # loss); a value validation_step only returns is said here: only the adapter knows it for a guess
+            from adaptive_eval.policies._base import looks_lower_is_better
+
+            first = min(captured, key=lambda k: (looks_lower_is_better(k) is not None,
+                                                 not isinstance(captured[k], list)))
+            if first in returned and looks_lower_is_better(first) is None:
                 self._loss_warned = True
-                why = ("validation_step returns it; Lightning itself does not log a returned value, so what it measures "
-                       "is a guess" if first in returned and "loss" not in first.lower() else
-                       "the first metric validation_step logs with a value per item")
-                log.warning("adaptive_eval: evaluation.metric is null: tracking %r as higher-is-better (%s); for a "
-                            "loss set evaluation.metric: %s and evaluation.higher_is_better: false, or set "
-                            "evaluation.metric to the metric to track", first, why, first)
+                log.warning("adaptive_eval: evaluation.metric is null: tracking %r as higher-is-better "
+                            "(validation_step returns it; Lightning itself does not log a returned value, so what it "
+                            "measures is a guess); for a loss set evaluation.metric: %s and "
+                            "evaluation.higher_is_better: false, or set evaluation.metric to the metric to track",
+                            first, first)
         return captured
 
     def _say_reduced_in_group(self, reduce_of: Mapping, batches: Mapping) -> None:
