@@ -349,6 +349,15 @@ class TensorBoardLogger(MetricLogger):
         except OSError as exc:
             raise OSError(exc.errno, f"cannot create a TensorBoard event file: {exc.strerror}",
                           str(self.log_dir)) from exc
+        here = self.log_dir.resolve()
+        if any(other.log_dir.resolve() == here for other in list(_LIVE) if other.rank == rank):
+            # (two evaluators of one run, one per task, given one folder: TensorBoard reads it as one run, their
+            # controller/ charts mixed into one line going back and forth, the custom-scalars layout the last one's;
+            # a new user's probe)
+            log.warning("TensorBoard: another adaptive_eval logger in this process is writing to %s: TensorBoard "
+                        "shows one folder as one run, so the two evaluators' controller/ charts mix into one line "
+                        "and the dashboard's layout is the last one's; give each evaluator its own "
+                        "logging.tensorboard_dir (a subfolder each: one run each)", self.log_dir)
         self._file = file
         self._records = RecordWriter(file)
         self._Event = event_pb2.Event

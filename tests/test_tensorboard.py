@@ -513,3 +513,28 @@ def test_a_decision_with_eval_suites_gives_the_sum_of_the_suites_items_not_of_as
     ev.close()
     found = [t for _, t in read_texts(str(tmp_path / "tb"), "decisions")]
     assert found and all(t.endswith("(n=80)") for t in found), found
+
+
+def test_a_second_live_evaluator_writing_to_the_same_folder_is_said(tmp_path, caplog):
+    """A new user's probe: two evaluators of one run (one per task) given one folder: TensorBoard read it as one
+    run, their controller/ charts mixed into one line going back and forth and the custom-scalars layout was the
+    last one's, without a word.  Said when the second opens it; not for a folder of its own, nor after the first
+    closed (a resumed run writes into its folder again)."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def make(folder, preset="default"):
+        return AdaptiveEvaluator.from_config(load_config(preset, [f"logging.tensorboard_dir={folder}"]))
+
+    said = "another adaptive_eval logger in this process is writing to"
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        a, b = make(tmp_path / "tb"), make(tmp_path / "tb", "aggressive")
+        c = make(tmp_path / "other")
+    assert caplog.text.count(said) == 1 and str(tmp_path / "tb") in caplog.text
+    for ev in (a, b, c):
+        ev.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        make(tmp_path / "tb").close()
+    assert said not in caplog.text
