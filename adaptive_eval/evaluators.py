@@ -28,7 +28,7 @@ from adaptive_eval.distributed import (
 )
 from adaptive_eval.stats import summarize_outputs
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
-from adaptive_eval.types import EvalRequest, EvalResult, error_text, log_once
+from adaptive_eval.types import SAID_IN, EvalRequest, EvalResult, error_text, log_once
 
 __all__ = [
     "CheckpointUnavailable",
@@ -321,7 +321,7 @@ def _summaries(outputs, request: EvalRequest, num_items: int | None, confidence:
         raise TypeError(f"evaluate_fn returned a value that cannot be read: {error_text(exc)}") from exc
 
 
-_NOT_DUE_SAID: set = set()  # suites whose results came back when not due: said once per process
+_NOT_DUE_SAID: set = set()  # ("not due", suite) whose results came back when not due: said once (SAID_IN)
 
 
 def _drop_suites_not_due(outputs, request, configured) -> Mapping:
@@ -332,9 +332,11 @@ def _drop_suites_not_due(outputs, request, configured) -> Mapping:
                     and k.partition("/")[0] in configured and k.partition("/")[0] not in request.suites})
     if not extra:
         return outputs
-    new = [name for name in extra if name not in _NOT_DUE_SAID]
+    said = SAID_IN.get()
+    said = _NOT_DUE_SAID if said is None else said
+    new = [name for name in extra if ("not due", name) not in said]
     if new:
-        _NOT_DUE_SAID.update(new)
+        said.update(("not due", name) for name in new)
         log.warning("evaluate_fn returned results of suite%s %s, not due in this evaluation (step %s; due: %s): "
                     "left out, as at every evaluation that does not ask for them (request.suites names the suites "
                     "due; said once)", "s" if len(new) > 1 else "", ", ".join(map(repr, new)), request.step,
@@ -443,7 +445,20 @@ def _check_not_empty(outputs, metrics, request: EvalRequest, num_items: int | No
                          "item that could not be scored; it is kept as data)")
 
 
-def run_evaluation_outcome(
+def run_evaluation_outcome(evaluate_fn: Callable, request: EvalRequest, **options) -> EvalOutcome:
+    """:func:`_run_evaluation_outcome`, with what it says once said once for the evaluator whose
+    ``failures_said`` it is given (:data:`adaptive_eval.types.SAID_IN`), not once per process."""
+    said = options.get("failures_said")
+    if said is None:
+        return _run_evaluation_outcome(evaluate_fn, request, **options)
+    token = SAID_IN.set(said.setdefault("said once", set()))
+    try:
+        return _run_evaluation_outcome(evaluate_fn, request, **options)
+    finally:
+        SAID_IN.reset(token)
+
+
+def _run_evaluation_outcome(
     evaluate_fn: Callable,
     request: EvalRequest,
     *,

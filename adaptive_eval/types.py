@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import logging
@@ -14,6 +15,10 @@ import numpy as np
 
 log = logging.getLogger("adaptive_eval")
 _SAID: set = set()  # the keys of warnings said once per process (log_once)
+# Inside an evaluation: the evaluator's own set of them (run_evaluation_outcome), so that each evaluator of a process
+# is told (two tasks' evaluators, a sweep's trials: the second evaluator with the same mistake on a metric of the same
+# name was told nothing, its k answers counted as items; a new user's probe)
+SAID_IN: contextvars.ContextVar = contextvars.ContextVar("adaptive_eval_said", default=None)
 
 
 def error_text(exc: BaseException) -> str:
@@ -35,9 +40,12 @@ def error_message(exc: BaseException) -> str:
 
 
 def log_once(key, message: str, *args) -> None:
-    """``log.warning(message, *args)`` the first time ``key`` comes in this process, nothing after."""
-    if key not in _SAID:
-        _SAID.add(key)
+    """``log.warning(message, *args)`` the first time ``key`` comes in this process (inside an evaluation, for
+    its evaluator: :data:`SAID_IN`), nothing after."""
+    said = SAID_IN.get()
+    said = _SAID if said is None else said
+    if key not in said:
+        said.add(key)
         log.warning(message, *args)
 
 

@@ -361,3 +361,22 @@ def test_values_gathered_from_every_rank_fail_the_evaluation_naming_the_count(ca
             "evaluate_fn returned 200 values for 'flat_acc' at step 4 for the 50 items request.indices handed: each "
             "value counts as one item (n 200); if they are k answers per item, return them items x k (a 2-D value) so "
             "that the item is the interval's unit (said once per metric)"])
+
+
+def test_a_note_said_once_is_said_once_per_evaluator_not_once_per_process(caplog):
+    """A new user's probe (two tasks' evaluators, a sweep's trials in one process): the notes said once were keyed
+    by the metric's name for the whole process, so a second evaluator with the same mistake (a grader returning
+    None, k answers flattened) was told nothing, and its k answers counted as items.  Once per evaluator now."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def run():
+        ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1"]))
+        for g in range(3):
+            ev.evaluate(lambda req: {"acc": [1.0, 0.0], "judge": None}, 0, g, g)
+        return ev
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        run(), run()
+    assert caplog.text.count("evaluate_fn returned None for 'judge'") == 2

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from adaptive_eval import AdaptiveEvaluator, Evaluator, load_config
-from adaptive_eval.evaluators import EvalTimeout, EvaluationStillRunning, run_evaluation_outcome
+from adaptive_eval.evaluators import EvalTimeout, EvaluationStillRunning, _run_evaluation_outcome
 from conftest import RecordingLogger
 
 
@@ -58,7 +58,7 @@ def test_skip_logs_the_traceback_with_the_step_counts_and_training_goes_on(caplo
 def test_retry_succeeds_on_the_second_attempt_with_the_configured_backoff(caplog, monkeypatch):
     sleeps = []
     # The evaluator passes evaluation.retry_backoff_s; record the sleeps instead of sleeping them.
-    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    monkeypatch.setitem(_run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
     ev, logger, events = make("evaluation.on_error=retry", "evaluation.max_retries=3",
                               "evaluation.retry_backoff_s=0.01")
     calls = []
@@ -81,7 +81,7 @@ def test_retry_succeeds_on_the_second_attempt_with_the_configured_backoff(caplog
 
 def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_error(monkeypatch):
     sleeps = []
-    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    monkeypatch.setitem(_run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
     ev, logger, events = make("evaluation.on_error=retry", "evaluation.max_retries=2",
                               "evaluation.retry_backoff_s=0.01")
 
@@ -220,7 +220,7 @@ def test_timeout_with_on_error_raise_raises_timeout_error(release):
 
 def test_timed_out_eval_is_not_retried_beside_itself(release, monkeypatch):
     sleeps = []
-    monkeypatch.setitem(run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    monkeypatch.setitem(_run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
     ev, _, events = make("evaluation.timeout_s=0.1", "evaluation.on_error=retry", "evaluation.max_retries=3")
     calls = []
 
