@@ -531,6 +531,18 @@ def _pass_at_k_problems(cfg: DictConfig) -> list[str]:
     sized = bool(cfg.policy.sample_size.enabled)
     most = {str(name): most_answers_per_item(suite, sized) for name, suite in ev.suites.items()}
     problems = []
+    tracked = re.fullmatch(r"([^/]+)/.+/pass@(\d+)", str(ev.metric or ""))
+    suite = ev.suites.get(tracked.group(1)) if tracked else None
+    if suite is not None and sized and suite.sample_size is None and \
+            int(tracked.group(2)) > (suite.min_samples_per_item or 1):
+        # (a new user's probe: after the first evaluation the policy asked one answer per item, no evaluation
+        # reported pass@4 again, and the policies and the pick tracked the untrained model's evaluation alone)
+        key = f"evaluation.suites.{tracked.group(1)}.min_samples_per_item"
+        least = "null" if suite.min_samples_per_item is None else suite.min_samples_per_item
+        problems.append(f"evaluation.metric: {ev.metric!r} is reported only by evaluations of {tracked.group(2)} or "
+                        f"more answers per item, and the sample-size policy may ask for fewer ({key}: {least}); set "
+                        f"{key}: {tracked.group(2)}, or track "
+                        f"{tracked.group(0).rsplit('/', 1)[0]!r}")
     for i, k in enumerate(ev.pass_at_k):
         if k >= 1 and all(k > top for top, _ in most.values()):
             why = "; ".join(f"{name}: {top} ({reason})" for name, (top, reason) in most.items())

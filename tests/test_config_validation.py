@@ -416,8 +416,9 @@ def test_an_evaluation_metric_no_suite_reports_names_the_key_line_and_the_suites
     with pytest.raises(ConfigError, match=r"\(eval/ begins a trace's column, not a metric's name: 'math/acc'\)"):
         load_config(overrides=["evaluation.metric=eval/math/acc", *suites])
     # What suites do report: any "<suite>/..." (pass@k, strata, aggregations too) and "<suite_aggregate>/...".
-    for metric in ("math/acc", "aime/acc/pass@4", "math/acc/stratum=hard"):
-        assert load_config(overrides=[f"evaluation.metric={metric}", *suites]).evaluation.metric == metric
+    for metric in ("math/acc", "aime/acc/pass@4", "math/acc/stratum=hard"):  # (pass@4 at 4 answers or more)
+        assert load_config(overrides=[f"evaluation.metric={metric}", *suites,
+                                      "evaluation.suites.aime.min_samples_per_item=4"]).evaluation.metric == metric
     cfg = load_config(overrides=["evaluation.metric=all/acc", "evaluation.suite_aggregate=all", *suites])
     assert cfg.evaluation.metric == "all/acc"
     assert load_config(overrides=["evaluation.metric=acc"]).evaluation.metric == "acc"  # no suites: anything goes
@@ -603,3 +604,18 @@ def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_name
         trigger: Trigger = dataclasses.field(default_factory=Trigger)
 
     assert AdaptiveEvaluator.from_config(OmegaConf.structured(MyEval)).cfg.trigger.freq_steps == 7
+
+
+def test_tracking_a_pass_at_k_the_sample_size_policy_may_not_report_is_refused_saying_the_key():
+    """A new user's probe: evaluation.metric id/acc/pass@4 while the sample-size policy asked one answer per item
+    after the first evaluation: pass@4 was never reported again, and the policies and the pick followed the
+    untrained model's evaluation alone.  Refused at load, naming the key that fixes it."""
+    base = ["evaluation.suites.id.size=50", "evaluation.suites.id.samples_per_item=4", "evaluation.pass_at_k=[1,4]"]
+    with pytest.raises(ConfigError, match=r"evaluation.metric: 'id/acc/pass@4' is reported only by evaluations of 4 "
+                                          r"or more answers per item, .*\(evaluation.suites.id.min_samples_per_item: "
+                                          r"null\); set evaluation.suites.id.min_samples_per_item: 4, or track "
+                                          r"'id/acc'"):
+        load_config("default", [*base, "evaluation.metric=id/acc/pass@4"])
+    for fine in ("evaluation.suites.id.min_samples_per_item=4", "policy.sample_size.enabled=false",
+                 "evaluation.suites.id.sample_size=50"):
+        assert load_config("default", [*base, "evaluation.metric=id/acc/pass@4", fine]).evaluation.metric
