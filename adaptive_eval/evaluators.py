@@ -97,10 +97,53 @@ def _inspect_wants_request(evaluate_fn: Callable) -> bool:
 
 
 def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):
-    """Call ``evaluate_fn()`` (AReaL style) or ``evaluate_fn(request)``, by its signature."""
-    if _wants_request(evaluate_fn):
-        return evaluate_fn(request)
-    return evaluate_fn()
+    """Call ``evaluate_fn()`` (AReaL style) or ``evaluate_fn(request)``, by its signature; an ``async def`` one
+    (an async inference engine's client) is run to its result (:func:`_run_awaitable`)."""
+    out = evaluate_fn(request) if _wants_request(evaluate_fn) else evaluate_fn()
+    if inspect.isawaitable(out):
+        return _run_awaitable(out)
+    return out
+
+
+_LOOPS = threading.local()  # this thread's event loop for async evaluate_fns, kept from one evaluation to the next
+
+
+def _run_awaitable(awaitable):
+    """An async ``evaluate_fn``'s result (it failed every evaluation: "must return a mapping ..., got coroutine";
+    a new user's check).  Where no event loop runs in this thread (a training loop, a worker thread), on this
+    thread's own loop, the same one at every evaluation, so that what the function keeps from one call to the next
+    (a client, a lock) stays on its loop; where one runs (a notebook cell, an async trainer), which cannot be
+    waited on from inside, on a helper thread's loop, the caller waiting for it as for any evaluation."""
+    import asyncio
+
+    async def wait():
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop = getattr(_LOOPS, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = _LOOPS.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(wait())
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = _run_awaitable(awaitable)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, as its own evaluate_fn's
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="adaptive_eval-async-evaluate_fn", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        error = box.pop("error")
+        try:
+            raise error
+        finally:
+            del error
+    return box["value"]
 
 
 @dataclasses.dataclass(frozen=True)

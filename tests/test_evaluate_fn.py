@@ -89,3 +89,34 @@ def test_only_positional_parameters_without_defaults_take_the_request():
     # the same function again gives the same answer (cached) and a changed default count is seen
     call_evaluate_fn(areal_style, REQUEST)
     assert seen[-1] == ("areal", False)
+
+
+def test_an_async_evaluate_fn_is_run_to_its_result_on_one_loop_and_inside_a_running_loop_too():
+    """An async inference engine's client: an `async def evaluate_fn` failed every evaluation ("must return a
+    mapping ..., got coroutine", with a never-awaited warning).  It is run to its result: on one event loop of this
+    thread from one evaluation to the next (a client or lock it keeps stays on its loop), and from inside a running
+    loop (a notebook cell) on a helper thread's; its exception is a failed evaluation like any other."""
+    import asyncio
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1"]))
+    loops = []
+
+    async def fn(request):
+        loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        return {"acc": [1.0, 0.0, 1.0, 1.0]}
+
+    results = [ev.evaluate(fn, 0, g, g) for g in range(3)]
+    assert [r["acc"].mean for r in results] == [0.75] * 3 and len(set(map(id, loops))) == 1
+
+    async def cell():
+        return ev.evaluate(fn, 0, 3, 3)
+
+    assert asyncio.run(cell())["acc"].n == 4
+
+    async def broken(request):
+        raise ValueError("the engine is down")
+
+    assert ev.evaluate(broken, 0, 4, 4) is None and ev.summary()["eval_errors"] == 1
