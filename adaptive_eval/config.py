@@ -1194,7 +1194,7 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             # resolve against the whole config, which a copy onto the schema has lost ("interpolation key not
             # found"); a structured config of the user's own dataclass merges onto ours only as plain values (a
             # new user's probes).  Read as they are now, every problem named under the node's key.
-            return _from_plain(*_plain_node(cfg))
+            return load_config(cfg)
         # Re-merge onto the schema so a config built by hand is typed and checked too.
         plain = OmegaConf.to_container(cfg)
         try:
@@ -1202,13 +1202,13 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
                 raise TypeError("a list where a mapping belongs, or the reverse")
             merged = OmegaConf.merge(OmegaConf.structured(Config), cfg)
         except (OmegaConfBaseException, TypeError):
-            return _from_plain(plain, "config")  # (raises, with every problem: it said only the first)
+            return load_config(plain)  # (raises, with every problem: it said only the first)
         if not OmegaConf.is_readonly(merged):
             _numbers_in_specs(merged)
         try:
             validate(merged)
         except ConfigError:
-            return _from_plain(plain, "config")
+            return load_config(plain)
         return merged
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         if isinstance(cfg, Config):
@@ -1244,29 +1244,6 @@ def _plain_node(cfg: DictConfig) -> tuple[Any, str]:
         if cfg._get_parent() is not None:  # (the key within the node: it is named already)
             key = key.removeprefix(f"{cfg._get_full_key(None)}.")
         raise ConfigError([f"{label}: {key}: {str(exc).splitlines()[0]}"]) from None
-
-
-def _from_plain(data: Any, source: str) -> DictConfig:
-    """A config given as a plain nested mapping, merged onto the schema and checked; every problem at once (as
-    :func:`load_config` reports a file's), each named by ``source`` and its key."""
-    if not isinstance(data, dict):
-        raise ConfigError([f"{source}: expected a mapping of sections at the top, got {type(data).__name__}"])
-    problems: list[str] = []
-    failed: set[str] = set()
-    cfg = _merge_loaded(OmegaConf.structured(Config), data, source, {}, problems, failed)
-    named = "" if source == "config" else f"{source}: "  # (a value's problem named by its key alone, as before)
-    bad = _interpolation_problems(cfg)
-    problems += [f"{named}{key}: {msg}" for key, msg, _, _ in bad]
-    failed.update(key for key, _, _, _ in bad)
-    _drop_interpolations(bad)
-    _numbers_in_specs(cfg)
-    try:
-        validate(cfg)
-    except ConfigError as exc:
-        problems += [f"{named}{p}" for p in exc.problems if p.split(":", 1)[0].strip() not in failed]
-    if problems:
-        raise ConfigError(problems)
-    return cfg
 
 
 _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")

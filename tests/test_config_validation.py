@@ -229,7 +229,7 @@ def test_an_interpolation_that_fails_names_the_override_and_the_other_problems_s
     with pytest.raises(ConfigError, match=r"^override 'streams.default.1.k=\$\{nope\}': streams.default\[1\].k: "
                                           r"\$\{nope\}: interpolation key 'nope' not found$"):
         load_config(overrides=["streams.default.1.k=${nope}"])
-    with pytest.raises(ConfigError, match=r"^trigger.freq_steps: \$\{evaluation.sead\}: interpolation key "
+    with pytest.raises(ConfigError, match=r"^config: trigger.freq_steps: \$\{evaluation.sead\}: interpolation key "
                                           r"'evaluation.sead' not found \(did you mean 'evaluation.seed'\?\)$"):
         AdaptiveEvaluator.from_config({"trigger": {"freq_steps": "${evaluation.sead}"}})
 
