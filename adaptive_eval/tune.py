@@ -108,9 +108,14 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     from adaptive_eval.replay import replay, replay_units
 
     overrides = cost_overrides(case) if case.overrides is None else case.overrides
+    # The metric the case is scored on, in its direction: the policies followed the first eval column as
+    # higher-is-better (distill_r1's validation loss: the peak policy re-measured its rises as new bests) while
+    # the scoring read it lower-is-better.  A config's own evaluation.metric stands.
+    tracked = [f"evaluation.metric={case.metric}"] if case.metric and cfg.evaluation.metric is None else []
     # (replay.every_step off: the case's trace is replayed as it is, filled when the case was made)
-    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, "logging.tensorboard_dir=null",
-                                                       "replay.every_step=false"]))
+    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, *tracked, "logging.tensorboard_dir=null",
+                                                       "replay.every_step=false",
+                                                       f"evaluation.higher_is_better={bool(case.higher_is_better)}"]))
     res = replay(case.trace, cfg, seed=seed)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
     evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]

@@ -508,3 +508,23 @@ def test_a_warning_said_once_a_run_is_said_once_a_command(tmp_path, caplog):
     assert [said.filter(record("%s", text)) for text in ("one problem", "another problem", "one problem")] == \
         [True, True, False]
     assert said.filter(logging.LogRecord("adaptive_eval", logging.ERROR, "x", 1, "%s", ("one problem",), None))
+
+
+def test_a_case_is_replayed_tracking_the_metric_it_is_scored_on_in_its_direction(monkeypatch):
+    """benchmarks/policies.py replayed the shipped distill_r1 run (ground truth: a validation loss, lower is better)
+    with evaluation.metric null and higher_is_better true: the policies followed the loss as higher-is-better (the
+    peak policy re-measured its rises as new bests) while the scoring read it lower-is-better.  The replay now
+    tracks the case's metric in the case's direction; a config's own evaluation.metric stands."""
+    from adaptive_eval import replay as replay_module
+    from adaptive_eval.tune import case_from_real, replay_case
+
+    seen = []
+    real = replay_module.replay
+    monkeypatch.setattr(replay_module, "replay", lambda trace, cfg, **kw: seen.append(cfg) or real(trace, cfg, **kw))
+    case = case_from_real("distill_r1")
+    assert case.metric == "val_loss" and case.higher_is_better is False
+    replay_case(case, load_config("default"))
+    with pytest.warns(RuntimeWarning, match="'other'"):  # (it is not in the trace: said)
+        replay_case(case, load_config("default", ["evaluation.metric=other"]))
+    assert [(c.evaluation.metric, c.evaluation.higher_is_better) for c in seen] == [("val_loss", False),
+                                                                                  ("other", False)]
