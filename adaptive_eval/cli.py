@@ -92,7 +92,10 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     where = f"{trace.source}: " if trace.source else ""  # (check and tune read many traces)
     declared = dict(cfg.evaluation.metric_kinds or {})
     tracked = cfg.evaluation.metric
-    for name in ([tracked] if tracked else evals):
+    # (with evaluation.metric null the evaluator tracks a column that does not read lower-is-better where there is
+    # one: then no other column's direction matters; the notes on eval/loss read as if the pick were made on it)
+    untracked = not tracked and not all(looks_lower_is_better(n) for n in evals)
+    for name in ([tracked] if tracked else [] if untracked else evals):
         word = looks_lower_is_better(name)
         if word is None or name not in evals or not cfg.evaluation.higher_is_better:
             continue

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import difflib
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -105,45 +107,75 @@ def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):
     return out
 
 
-_LOOPS = threading.local()  # this thread's event loop for async evaluate_fns, kept from one evaluation to the next
+_LOOP: list = [None, None, None]  # [the event loop async evaluate_fns run on, its thread, the pid that made it]
+_LOOP_LOCK = threading.Lock()
+_AWAITING: dict = {}  # thread ident -> the concurrent future of the coroutine it waits for (see EvalTimeout)
+_IN_LOOP_SAY_S = 10.0  # called from inside a running loop: said when the coroutine has not returned by then
+
+
+def _background_loop():
+    """The event loop every async ``evaluate_fn`` of this process runs on, in a daemon thread of its own, made at the
+    first one: one loop from one evaluation to the next and across threads (the training loop's, an asynchronous
+    evaluation's worker, a timeout's), so that what the function keeps (a client, a lock, a worker task) stays on
+    its loop; and the caller can wait for it from inside a running loop of its own (a notebook cell)."""
+    import asyncio
+
+    with _LOOP_LOCK:
+        loop, thread, pid = _LOOP
+        if loop is not None and pid == os.getpid() and thread.is_alive():
+            return loop
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="adaptive_eval-async-loop", daemon=True)
+        thread.start()
+        if _LOOP[0] is None:
+            atexit.register(_close_background_loop)
+        _LOOP[:] = [loop, thread, os.getpid()]
+        return loop
+
+
+def _close_background_loop() -> None:
+    loop, thread, pid = _LOOP
+    if loop is None or pid != os.getpid() or loop.is_closed():
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(1.0)
+    if not thread.is_alive():
+        loop.close()
 
 
 def _run_awaitable(awaitable):
     """An async ``evaluate_fn``'s result (it failed every evaluation: "must return a mapping ..., got coroutine";
-    a new user's check).  Where no event loop runs in this thread (a training loop, a worker thread), on this
-    thread's own loop, the same one at every evaluation, so that what the function keeps from one call to the next
-    (a client, a lock) stays on its loop; where one runs (a notebook cell, an async trainer), which cannot be
-    waited on from inside, on a helper thread's loop, the caller waiting for it as for any evaluation."""
+    a new user's check), run on :func:`_background_loop`.  The caller waits as for any evaluation; a Ctrl-C in
+    the wait, or ``evaluation.timeout_s`` running out (:class:`EvalTimeout`), cancels the coroutine (an
+    interrupted one resumed inside the next evaluation, a timed-out one kept every later evaluation waiting: a new
+    user's probe)."""
     import asyncio
 
     async def wait():
         return await awaitable
 
+    future = asyncio.run_coroutine_threadsafe(wait(), _background_loop())
+    me = threading.get_ident()
+    _AWAITING[me] = future
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        loop = getattr(_LOOPS, "loop", None)
-        if loop is None or loop.is_closed():
-            loop = _LOOPS.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(wait())
-    box: dict = {}
+        if asyncio._get_running_loop() is not None:  # (public get_running_loop raises where none runs)
+            import concurrent.futures
 
-    def target():
-        try:
-            box["value"] = _run_awaitable(awaitable)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller, as its own evaluate_fn's
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="adaptive_eval-async-evaluate_fn", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        error = box.pop("error")
-        try:
-            raise error
-        finally:
-            del error
-    return box["value"]
+            try:
+                return future.result(timeout=_IN_LOOP_SAY_S)
+            except concurrent.futures.TimeoutError:
+                # (a client made on the caller's own loop, which waits here, never answers: a silent deadlock; a
+                # new user's probe)
+                log_once("async-in-loop", "an async evaluate_fn called from inside a running event loop (a notebook "
+                         "cell) runs on adaptive_eval's own loop and has not returned after %g s: if it awaits "
+                         "something of your loop (a client made there), it waits forever, as your loop waits for it; "
+                         "make such a client inside evaluate_fn, on first use", _IN_LOOP_SAY_S)
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
+    finally:
+        _AWAITING.pop(me, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +276,17 @@ class EvalTimeout:
             if began.wait(1.0):
                 self._abandoned, self._abandoned_step = done, step
             raise
+        awaiting = _AWAITING.get(thread.ident)
+        if not done.is_set() and awaiting is not None:
+            # an async evaluate_fn: its coroutine is cancelled, and its thread returns (Python cannot stop a thread,
+            # but asyncio can stop a coroutine at its next await)
+            awaiting.cancel()
+            if done.wait(1.0):
+                box.clear()
+                log.error("evaluate_fn (async) did not return at step %d within evaluation.timeout_s=%g s: its "
+                          "coroutine was cancelled", step, self.timeout_s)
+                raise TimeoutError(f"evaluate_fn did not return within evaluation.timeout_s={self.timeout_s:g} s at "
+                                   f"step {step}; its coroutine was cancelled")
         if not done.is_set():
             self._abandoned, self._abandoned_step = done, step
             frame = sys._current_frames().get(thread.ident)

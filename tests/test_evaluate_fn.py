@@ -5,6 +5,7 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 
 from adaptive_eval import AdaptiveEvaluator, EvalRequest, Evaluator, load_config
 from adaptive_eval.evaluators import call_evaluate_fn
@@ -120,3 +121,42 @@ def test_an_async_evaluate_fn_is_run_to_its_result_on_one_loop_and_inside_a_runn
         raise ValueError("the engine is down")
 
     assert ev.evaluate(broken, 0, 4, 4) is None and ev.summary()["eval_errors"] == 1
+    # one loop for every thread (a new user's probe: each thread's own loop failed a lock kept from the first, and
+    # hung a client's worker task): from inside the running loop above too, and an asynchronous evaluation's worker
+    assert len(set(map(id, loops))) == 1
+    pool = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", "evaluation.asynchronous=true",
+                                                               "evaluation.async_integrate_after_steps=1"]))
+    for g in range(4):
+        pool.evaluate(fn, 0, g, g)
+    pool.close()
+    assert len(pool.history) == 4 and len(set(map(id, loops))) == 1
+
+    # evaluation.timeout_s, and a Ctrl-C in the wait: the coroutine is cancelled (it went on, and every later
+    # evaluation waited for it, or it resumed inside the next one)
+    cancelled = []
+
+    async def slow(request):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(request.step)
+            raise
+        return {"acc": [1.0]}
+
+    bounded = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", "evaluation.timeout_s=0.2"]))
+    assert bounded.evaluate(slow, 0, 0, 0) is None and bounded.evaluate(fn, 0, 1, 1)["acc"].n == 4
+    assert bounded.summary()["deferrals"] == 0 and cancelled == [0]
+    import threading
+
+    import os
+    import signal
+
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))  # (a Ctrl-C, as a terminal sends it)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        ev.evaluate(slow, 0, 5, 5)
+    for _ in range(100):
+        if cancelled == [0, 5]:
+            break
+        threading.Event().wait(0.02)
+    assert cancelled == [0, 5]

@@ -1034,3 +1034,22 @@ def test_a_users_own_val_and_perf_streams_are_watched_and_check_passes_on_them(t
     assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
     alarms = [json.loads(line) for line in (tmp_path / "o" / "alarms.jsonl").read_text().splitlines()]
     assert any(a["stream"] == "perf/reward" and 150 <= a["step"] < 170 for a in alarms)
+
+
+def test_the_note_on_a_losss_direction_is_left_out_when_the_evaluator_tracks_another_column(tmp_path, capsys):
+    """A new user's probe: with evaluation.metric null, replay noted "eval/loss looks lower-is-better ... the best
+    checkpoint is its highest value" while the evaluator tracked and picked on eval/score (it prefers a column that
+    does not read lower-is-better): the note read as if the pick were made on the loss."""
+    from adaptive_eval.cli import main
+
+    rows = "".join(f"{s},{0.5 + s / 1000},{2 - s / 400 if s % 20 == 0 else ''},{0.3 + s / 1000 if s % 20 == 0 else ''}\n"
+                   for s in range(200))
+    both = tmp_path / "both.csv"
+    both.write_text("step,train/reward,eval/loss,eval/score\n" + rows)
+    assert main(["replay", str(both), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert "lower-is-better" not in capsys.readouterr().err
+    only = tmp_path / "only.csv"
+    only.write_text("step,train/reward,eval/loss\n" + "".join(
+        f"{s},{0.5 + s / 1000},{2 - s / 400 if s % 20 == 0 else ''}\n" for s in range(200)))
+    assert main(["replay", str(only), "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
+    assert "eval/loss looks lower-is-better (a loss)" in capsys.readouterr().err
