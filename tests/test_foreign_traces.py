@@ -1042,7 +1042,7 @@ def test_the_note_on_a_losss_direction_is_left_out_when_the_evaluator_tracks_ano
     does not read lower-is-better): the note read as if the pick were made on the loss."""
     from adaptive_eval.cli import main
 
-    rows = "".join(f"{s},{0.5 + s / 1000},{2 - s / 400 if s % 20 == 0 else ''},{0.3 + s / 1000 if s % 20 == 0 else ''}\n"
+    rows = "".join(f"{s},{0.5 + s / 1000}," + (f"{2 - s / 400},{0.3 + s / 1000}\n" if s % 20 == 0 else ",\n")
                    for s in range(200))
     both = tmp_path / "both.csv"
     both.write_text("step,train/reward,eval/loss,eval/score\n" + rows)
