@@ -20,7 +20,7 @@ from adaptive_eval.config import as_config
 from adaptive_eval.scheduler import FakeResourceMonitor
 from conftest import FakeClock
 
-pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: test_zz_fuzz_figures reads the others' counts)
+pytestmark = pytest.mark.xdist_group(__name__)  # (under pytest -n: one worker, its figures printed once)
 
 COUNTS = {}
 
@@ -401,8 +401,10 @@ def test_an_int_beyond_float_range_is_not_an_overflow_error():
     assert ev.summary()["alarms"] == 1
 
 
-def test_zz_fuzz_figures():
-    """The number of fuzz examples run in this module (printed with -s; runs after the fuzz tests)."""
-    if "programs" not in COUNTS:
-        pytest.skip("the fuzz tests did not run in this session")
-    print("\nfuzz: " + ", ".join(f"{k}: {v}" for k, v in sorted(COUNTS.items())))
+@pytest.fixture(scope="module", autouse=True)
+def fuzz_figures():
+    """The number of fuzz examples run in this module, printed with -s once its tests ran (on each worker under
+    pytest -n: a test that read the others' counts was skipped when the scheduler put it on another worker)."""
+    yield
+    if COUNTS:
+        print("\nfuzz: " + ", ".join(f"{k}: {v}" for k, v in sorted(COUNTS.items())))
