@@ -1217,6 +1217,11 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             return merged
         if is_areal_evaluator_config(cfg):
             return from_areal(cfg)
+        sections = {f.name for f in dataclasses.fields(Config)}
+        if any(f.name in sections for f in dataclasses.fields(cfg)):
+            # the user's own config dataclass, laid out as ours (verl's style; its structured config was read, the
+            # instance refused: a re-run of a new user's probe)
+            return load_config(OmegaConf.structured(cfg))
         raise ConfigError([f"config: a {type(cfg).__name__} dataclass is neither an adaptive_eval Config nor AReaL's "
                            "EvaluatorConfig (no freq_epochs/freq_steps/freq_secs); pass load_config(...), a Config "
                            "or a nested dict"])

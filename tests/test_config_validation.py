@@ -604,6 +604,7 @@ def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_name
         trigger: Trigger = dataclasses.field(default_factory=Trigger)
 
     assert AdaptiveEvaluator.from_config(OmegaConf.structured(MyEval)).cfg.trigger.freq_steps == 7
+    assert AdaptiveEvaluator.from_config(MyEval(Trigger(9))).cfg.trigger.freq_steps == 9  # (the instance too)
 
 
 def test_tracking_a_pass_at_k_the_sample_size_policy_may_not_report_is_refused_saying_the_key():
