@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from adaptive_eval.types import Decision, EvalResult, MetricSummary
 
-__all__ = ["Context", "Policy", "NopPolicy", "primary_metric", "tracked_metric", "looks_lower_is_better"]
+__all__ = ["Context", "Policy", "NopPolicy", "primary_metric", "tracked_metric", "tracked_name",
+           "looks_lower_is_better"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,13 +119,20 @@ def tracked_metric(result: EvalResult, suites: Sequence[str] = (), higher_is_bet
     """
     if not result.metrics:
         return None
-    names = [n for n in result.metrics if not is_bookkeeping(n)] or list(result.metrics)
+    return tracked_name(result.metrics, lambda name: result.metrics[name].per_sample, suites, higher_is_better)
+
+
+def tracked_name(names, per_sample, suites: Sequence[str] = (), higher_is_better: bool = True) -> str:
+    """:func:`tracked_metric`'s choice among ``names`` (non-empty, in the order returned); ``per_sample(name)``:
+    whether that metric came with per-sample values (the Lightning adapter asks it of what a validation step
+    logged, before the evaluator has a result)."""
+    names = [n for n in names if not is_bookkeeping(n)] or list(names)
     order = {s: i for i, s in enumerate(suites)}
 
     def rank(name: str) -> tuple:
         return (order.get(name.partition("/")[0], len(order)),
                 bool(higher_is_better) and looks_lower_is_better(name) is not None,
-                not result.metrics[name].per_sample)
+                not per_sample(name))
 
     return min(names, key=rank)  # (the first of equals, in the order returned)
 

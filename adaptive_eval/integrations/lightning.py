@@ -782,12 +782,11 @@ class AdaptiveEvalCallback(Callback):
         if self._pick_metric and captured:
             captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
         if self._pick_metric and captured and not self._loss_warned:
-            # what the evaluator tracks (it chooses once, as policies.tracked_metric ranks them, and says so of a
-            # loss); a value validation_step only returns is said here: only the adapter knows it for a guess
-            from adaptive_eval.policies._base import looks_lower_is_better
+            # what the evaluator tracks (it chooses once, and says so of a loss); a value validation_step only
+            # returns is said here: only the adapter knows it for a guess
+            from adaptive_eval.policies._base import looks_lower_is_better, tracked_name
 
-            first = min(captured, key=lambda k: (looks_lower_is_better(k) is not None,
-                                                 not isinstance(captured[k], list)))
+            first = tracked_name(captured, lambda k: isinstance(captured[k], list))  # (higher is better here)
             if first in returned and looks_lower_is_better(first) is None:
                 self._loss_warned = True
                 log.warning("adaptive_eval: evaluation.metric is null: tracking %r as higher-is-better "
