@@ -144,20 +144,11 @@ def _json_rows(path: pathlib.Path, value: str) -> tuple[list[str], int, list[tup
         raise TraceError("no records", path)
     header = list(dict.fromkeys(k for _, obj in records for k in obj))
 
-    def cell(v) -> str:
-        if v is None:
-            return ""
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (dict, list)):
-            return json.dumps(v)  # (refused where it is read as a number or an id: its line is named)
-        return str(v)
-
     rows = []
     for n, obj in records:
         answers = obj.get(value)
         for answer in (answers if isinstance(answers, list) else [answers]):
-            rows.append((n, [cell(answer) if k == value else cell(obj.get(k)) for k in header]))
+            rows.append((n, [_json_cell(answer) if k == value else _json_cell(obj.get(k)) for k in header]))
     return header, 1, rows
 
 
@@ -405,9 +396,57 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
 _TRUE_FALSE = {"true": 1.0, "false": 0.0, "yes": 1.0, "no": 0.0}
 
 
-def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "accuracy", step: str = "step",
-                      item: str = "item", value: str = "correct", streams: Trace | None = None,
-                      scale: float = 1.0) -> tuple[Trace, list[str]]:
+def _json_cell(v) -> str:
+    """A value as the text of its cell (as :func:`_json_rows` writes it; ``where``'s values compare so)."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))  # (an id written 1.0 in one file and 1 in another is one problem)
+    if isinstance(v, (dict, list)):
+        return json.dumps(v)  # (refused where it is read as a number or an id: its line is named)
+    return str(v).strip()
+
+
+def _result_files(path) -> list[tuple[pathlib.Path, int | None]]:
+    """``[(file, its step or None: read from its step column)]`` of ``from_item_results``'s ``path``."""
+    if isinstance(path, (str, os.PathLike)):
+        if pathlib.Path(path).is_dir():
+            raise IsADirectoryError(f"{path}: a folder; pass its result files as a list (each with a step column) "
+                                    "or as {step: file} (one checkpoint's results each)")
+        return [(pathlib.Path(path), None)]
+    if isinstance(path, Mapping):
+        files = []
+        for at, p in path.items():
+            if isinstance(at, bool) or not isinstance(at, numbers.Integral):
+                raise TypeError(f"{{step: file}}: the step {at!r} of {p!r} is not an integer")
+            files.append((pathlib.Path(p), int(at)))
+    elif isinstance(path, Sequence):
+        files = [(pathlib.Path(p), None) for p in path]
+    else:
+        raise TypeError(f"path={path!r}: a file, a list of files or {{step: file}}")
+    if not files:
+        raise ValueError("no result files given")
+    return files
+
+
+def _not_item_truth(trace: Trace) -> set[str]:
+    """A trace's eval columns that are not whole per-item sets ``eval/<suite>/<metric>@0..N-1`` (``:std`` beside)."""
+    names = {k for r in trace.records for k in r.metrics if k.startswith("eval/")}
+    sets: dict[str, set] = {}
+    for k in names:
+        head, at, tail = k.removesuffix(":std").rpartition("@")
+        if at and tail.isdigit() and head.count("/") >= 2:
+            sets.setdefault(head, set()).add(int(tail))
+    whole = {h for h, got in sets.items() if got == set(range(len(got)))}
+    return {k for k in names if k.removesuffix(":std").rpartition("@")[0] not in whole}
+
+
+def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: str, metric: str = "accuracy",
+                      step: str = "step", item: str = "item", value: str = "correct", streams: Trace | None = None,
+                      scale: float = 1.0, where: Mapping[str, object] | None = None,
+                      answer: str | None = None) -> tuple[Trace, list[str]]:
     """Per-problem eval results in long form as per-item ground truth: ``(trace, item ids)``.
 
     The CSV (or JSONL: one object a line, keys as columns, and a list under ``value`` for a problem's k answers)
@@ -436,8 +475,23 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     problem without a row at a later step keeps its last value there (replay carries every item forward).  A
     missing column, a bad step or value is a :class:`TraceError` naming file and line; a zero or non-finite
     ``scale`` a ``ValueError``.
+
+    Several files: a list of them is read as one (each with its ``step`` column); a mapping ``{step: file}`` reads
+    each file as that checkpoint's results, as lm-evaluation-harness writes them (one ``samples_<task>*.jsonl`` per
+    run, with no step in it; a ``step`` column there is not read).  ``where={"filter": "strict-match"}`` keeps
+    the rows whose cells equal those values (lm-evaluation-harness logs a row per document *and filter*: rows of
+    several filters are refused unless ``where`` picks one, as they would be averaged as if they were answers).
+    ``answer``: a column numbering each answer of a problem (a sample index); a row repeating a step, problem and
+    answer replaces the earlier one (a resumed eval job that appended a checkpoint twice), said once.  Without it,
+    rows on different lines with every cell alike are counted as further answers, said once.  The training log's
+    eval columns other than whole per-item sets (``eval/<suite>/<metric>@0..N-1``) are left out, said once (verl's
+    ``val-core/.../mean@4`` read as item 4 of a suite).
+
+    Replay draws fresh answers from each problem's fraction correct, so its pass@k of a problem solved once in 4 is
+    ``1 - (3/4)^k``-like, not the 1 the answers on disk give: compare replayed pass@k with the model of the
+    problem's success probability, not with the pass@k logged from the same answers.
     """
-    path = pathlib.Path(path)
+    files = _result_files(path)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale={scale!r}: the factor each score is multiplied by must be a number "
                         "(e.g. 0.01 for percent)")
@@ -445,44 +499,84 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
     if not math.isfinite(factor) or factor == 0.0:
         raise ValueError(f"scale={scale!r}: the factor each score is multiplied by must be a finite non-zero "
                          "number (e.g. 0.01 for percent)" + ("; 0 would zero every score" if factor == 0 else ""))
-    if _is_jsonl(path):
-        header, header_line, rows = _json_rows(path, value)
-    else:
-        header, header_line, rows = _read_rows(path)
-    index = {name: i for i, name in enumerate(header)}
-    missing = [c for c in (step, item, value) if c not in index]
-    if missing:
-        raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)}; name them "
-                         "with step=, item=, value=)", path, header_line)
     if "/" in suite or "@" in suite or not suite:
         raise ValueError(f"suite {suite!r}: a suite name is not empty and has no '/' or '@'")
+    if where is not None and not isinstance(where, Mapping):
+        raise TypeError(f"where={where!r}: a mapping of column -> value, e.g. {{'filter': 'strict-match'}}")
+    wanted = {str(k): _json_cell(v) for k, v in (where or {}).items()}
     to_value = _scaler(factor)
     seen: dict[str, None] = {}  # problem ids in order of first appearance
-    answers: dict[int, dict[str, list[float]]] = {}  # step -> problem id -> its scored answers there
-    scored = False
-    for line, cells in rows:
-        if len(cells) != len(header):
-            raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
-        s = _parse_int(cells[index[step]], repr(step), path, line)
-        key = cells[index[item]].strip()
-        if not key:
-            raise TraceError(f"empty {item!r} cell", path, line)
-        seen.setdefault(key)
-        # (made before the value is read: a problem whose every answer is unscored is NaN there, not left out)
-        per_item = answers.setdefault(s, {}).setdefault(key, [])
-        text = cells[index[value]].strip()
-        if not text:
-            continue  # not scored: no answer for this row
-        try:
-            v = _TRUE_FALSE[text.lower()] if text.lower() in _TRUE_FALSE else to_value(text)
-        except ValueError:
-            raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path, line) from None
-        if v != v:
-            continue  # NaN: not scored, as an empty cell (and as evaluate_fn's NaN answers)
-        per_item.append(v)
-        scored = True
-    if not scored:
-        raise TraceError("no scored rows", path)
+    answers: dict[int, dict[str, dict]] = {}  # step -> problem id -> {answer key: its score (None: not scored)}
+    first: dict[str, int] = {}  # problem id -> the first step with its rows
+    replaced = repeated = 0
+    for path, at in files:
+        if _is_jsonl(path):
+            header, header_line, rows = _json_rows(path, value)
+        else:
+            header, header_line, rows = _read_rows(path)
+        index = {name: i for i, name in enumerate(header)}
+        missing = [c for c in (*((step,) if at is None else ()), item, value, *((answer,) if answer else ()),
+                               *wanted) if c not in index]
+        if missing:
+            raise TraceError(f"no column {', '.join(map(repr, missing))} (columns: {', '.join(header)}; name them "
+                             "with step=, item=, value=" + (", answer=" if answer else "")
+                             + (", where=" if wanted else "") + ")"
+                             + ("; one checkpoint's results with no step in them (as lm-evaluation-harness writes "
+                                "its samples): pass {step: file}" if step in missing else ""), path, header_line)
+        # (an exact repeat is suspect only where a row has more than its step, problem and score: else two answers
+        # alike, both right, are two such rows)
+        suspect = answer is None and len(set(header) - {step, item, value, *wanted}) > 0
+        if "filter" in index and "filter" not in wanted:
+            filters = sorted({cells[index["filter"]] for _, cells in rows if len(cells) == len(header)})
+            if len(filters) > 1:
+                raise TraceError(f"rows of {len(filters)} filters in column 'filter' ({', '.join(map(repr, filters))}"
+                                 "): lm-evaluation-harness logs a row per document and filter, which would be "
+                                 f"averaged as answers; pick one, e.g. where={{'filter': {filters[0]!r}}}", path,
+                                 header_line)
+        last_line: dict[tuple, int] = {}  # (every cell) -> the line it was first seen on (exact repeats)
+        for line, cells in rows:
+            if len(cells) != len(header):
+                raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
+            if any(cells[index[c]].strip() != v for c, v in wanted.items()):
+                continue
+            s = at if at is not None else _parse_int(cells[index[step]], repr(step), path, line)
+            key = cells[index[item]].strip()
+            if not key:
+                raise TraceError(f"empty {item!r} cell", path, line)
+            seen.setdefault(key)
+            first.setdefault(key, s)
+            first[key] = min(first[key], s)
+            # (made before the value is read: a problem whose every answer is unscored is NaN there, not left out)
+            per_item = answers.setdefault(s, {}).setdefault(key, {})
+            if answer:
+                slot = cells[index[answer]].strip()
+                replaced += slot in per_item
+            else:
+                slot = len(per_item)
+                if suspect:
+                    repeated += last_line.setdefault(tuple(cells), line) != line
+            text = cells[index[value]].strip()
+            if not text:
+                per_item[slot] = None  # not scored: no answer for this row
+                continue
+            try:
+                v = _TRUE_FALSE[text.lower()] if text.lower() in _TRUE_FALSE else to_value(text)
+            except ValueError:
+                raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path,
+                                 line) from None
+            per_item[slot] = None if v != v else v  # NaN: not scored, as an empty cell (and as evaluate_fn's)
+    path = str(files[0][0]) if len(files) == 1 else f"{files[0][0]} (and {len(files) - 1} more file(s))"
+    if not any(v is not None for per_item in answers.values() for vs in per_item.values() for v in vs.values()):
+        raise TraceError("no scored rows" + (f" where {wanted}" if wanted else ""), path)
+    if replaced:
+        warnings.warn(f"{path}: {replaced} row(s) repeat a step, problem and {answer!r} already read: each replaces "
+                      "the earlier one", RuntimeWarning, stacklevel=2)
+    if repeated:
+        warnings.warn(f"{path}: {repeated} row(s) repeat an earlier row cell for cell (a checkpoint appended twice?): "
+                      "each is counted as a further answer; name a column numbering the answers with answer= to "
+                      "keep one per answer", RuntimeWarning, stacklevel=2)
+    answers = {s: {k: [v for v in vs.values() if v is not None] for k, vs in per_item.items()}
+               for s, per_item in answers.items()}
     ids = list(seen)
     if sorted(ids, key=lambda k: (len(k), k)) == [str(i) for i in range(len(ids))]:
         ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
@@ -495,7 +589,9 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
         warnings.warn(f"{path}: every score in column {value!r} is 0 or 100: answers in percent?  Pass scale=0.01 "
                       "for 0/1 answers (else they are replayed as scores with a spread, Normal draws)",
                       RuntimeWarning, stacklevel=2)
-    later = [(s, len(ids) - len(answers[s])) for s in sorted(answers)[1:] if len(answers[s]) < len(ids)]
+    # (a problem added later is NaN before its first rows, not carried: only those seen before count here)
+    later = [(s, n) for s in sorted(answers)[1:]
+             if (n := sum(first[k] < s and k not in answers[s] for k in ids))]
     if later:
         warnings.warn(f"{path}: {len(later)} checkpoint(s) lack rows of some problems (step {later[0][0]}: "
                       f"{later[0][1]} of {len(ids)}): each keeps its value from its last step with rows",
@@ -515,10 +611,17 @@ def from_item_results(path: str | os.PathLike, *, suite: str, metric: str = "acc
             if spread:
                 out[f"{column}@{i}:std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / len(vs))
     log = {r.step: r for r in streams.records} if streams is not None else {}
+    dropped = _not_item_truth(streams) if streams is not None else set()
+    if dropped:
+        warnings.warn(f"streams: left out {len(dropped)} eval column(s) of the training log that are not whole "
+                      f"per-item sets ({', '.join(sorted(dropped)[:3])}{', ...' if len(dropped) > 3 else ''}): "
+                      "beside per-item truth replay reads eval columns as items of suites", RuntimeWarning,
+                      stacklevel=2)
     for step_, rec in log.items():
         merged = by_step.setdefault(step_, {})
         for k, v in rec.metrics.items():
-            merged.setdefault(k, v)
+            if k not in dropped:
+                merged.setdefault(k, v)
     records = [TraceRecord(s, by_step[s], getattr(log.get(s), "epoch", None), getattr(log.get(s), "time", None))
                for s in sorted(by_step)]
     return Trace(records, str(path)), ids

@@ -830,10 +830,16 @@ def _optional_column(cells: Sequence[str], convert) -> list:
 
 def date_hint(text: str, step: bool = False) -> str:
     """A hint for a cell that is not a number because it is a date (found by a new-user probe: a ``date,value``
-    series read with ``--step-column none`` said only "'2000-01-01' is not a number"); else ""."""
+    series read with ``--step-column none`` said only "'2000-01-01' is not a number") or text (not of a step);
+    else ""."""
     s = text.strip()
     if not re.match(r"\d{4}-\d{2}", s):
-        return ""
+        if step or not re.search(r"[A-Za-z_]", s):
+            return ""
+        # (found by a new-user probe: per-problem results read as a trace said only "'aime_2024_I_9' is not a number")
+        return (" (text, not a metric: name the columns to watch with --stream COL and the others are left out; "
+                "per-problem results, a row per checkpoint x problem x answer, are read by "
+                "adaptive_eval.convert.from_item_results)")
     try:
         datetime.datetime.fromisoformat(s + "-01" if _YEAR_MONTH.fullmatch(s) else s)
     except ValueError:
@@ -1114,11 +1120,14 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
     box = "metrics" if "metrics" in obj else "data" if isinstance(obj.get("data"), dict) else None
     if box is not None:
         extra = sorted(set(obj) - {step_key, "step", "epoch", "time", box})
+        # (lm-evaluation-harness's samples carry "metrics": [names]; a new-user probe replayed them as a trace)
+        samples = ("; lm-evaluation-harness samples?  Per-problem results are read by "
+                   "adaptive_eval.convert.from_item_results" if "doc_id" in obj or isinstance(obj[box], list) else "")
         if extra:
-            raise TraceError(f"unexpected key(s) {extra} beside {box!r}", path, line)
+            raise TraceError(f"unexpected key(s) {extra} beside {box!r}{samples}", path, line)
         raw = obj[box]
         if not isinstance(raw, dict):
-            raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}", path, line)
+            raise TraceError(f"'metrics' must be an object, got {type(raw).__name__}{samples}", path, line)
     else:
         raw = {k: v for k, v in obj.items() if k not in RESERVED and k not in _HF_BOOKKEEPING and k != step_key}
         if skipped is not None:

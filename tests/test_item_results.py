@@ -203,3 +203,122 @@ def test_answers_in_percent_and_problems_missing_from_a_checkpoint_are_said(tmp_
                                             "each keeps its value from its last step with rows"):
         from_item_results(write_results(tmp_path / "m.csv", missing), suite="s", item="problem", value="score",
                           scale=0.01)
+
+
+# ------------------------------------------------- real per-problem result files (a new user's probe, session 29)
+
+
+def lm_eval_samples(path, scores, filters=("strict-match",), step=None):
+    """lm-evaluation-harness ``--log_samples`` rows: one per document and filter, ``metrics`` a list of names."""
+    import json
+
+    rows = []
+    for doc, score in enumerate(scores):
+        for f in filters:
+            row = {"doc_id": doc, "doc": {"problem": f"p{doc}"}, "resps": [["... 7"]], "filtered_resps": ["7"],
+                   "filter": f, "metrics": ["exact_match"],
+                   "exact_match": float(score if f == filters[0] else 1.0)}
+            if step is not None:
+                row["step"] = step
+            rows.append(json.dumps(row))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_lm_eval_rows_of_several_filters_are_refused_unless_where_picks_one(tmp_path):
+    """Each document's row per filter was averaged as if it were another answer (0.5 where strict-match said 0)."""
+    from adaptive_eval.trace import TraceError
+
+    f = lm_eval_samples(tmp_path / "s.jsonl", [0, 1, 1], filters=("strict-match", "flexible-extract"), step=100)
+    with pytest.raises(TraceError, match=r"s\.jsonl:1: rows of 2 filters in column 'filter'.*where="):
+        from_item_results(f, suite="a", item="doc_id", value="exact_match")
+    trace, ids = from_item_results(f, suite="a", item="doc_id", value="exact_match",
+                                   where={"filter": "strict-match"})
+    assert ids == ["0", "1", "2"]
+    assert [trace.records[0].metrics[f"eval/a/accuracy@{i}"] for i in range(3)] == [0.0, 1.0, 1.0]
+    with pytest.raises(TraceError, match=r"no column 'split'.*where="):
+        from_item_results(f, suite="a", item="doc_id", value="exact_match", where={"split": "test"})
+
+
+def test_one_file_per_checkpoint_is_read_as_step_to_file(tmp_path):
+    """lm-evaluation-harness writes a file per run with no step in it: one file said "no column 'step'", a list a
+    TypeError, a folder IsADirectoryError."""
+    from adaptive_eval.trace import TraceError
+
+    files = {}
+    for step, scores in ((0, [0, 0, 1]), (50, [1, 0, 1]), (100, [1, 1, 1])):
+        (tmp_path / f"global_step_{step}").mkdir()
+        files[step] = lm_eval_samples(tmp_path / f"global_step_{step}" / "samples_aime.jsonl", scores)
+    trace, ids = from_item_results(files, suite="a", item="doc_id", value="exact_match")
+    assert [r.step for r in trace.records] == [0, 50, 100] and ids == ["0", "1", "2"]
+    assert [trace.records[1].metrics[f"eval/a/accuracy@{i}"] for i in range(3)] == [1.0, 0.0, 1.0]
+    with pytest.raises(TraceError, match=r"no column 'step'.*pass \{step: file\}"):
+        from_item_results(files[0], suite="a", item="doc_id", value="exact_match")
+    with pytest.raises(IsADirectoryError, match=r"\{step: file\}"):
+        from_item_results(tmp_path, suite="a", item="doc_id", value="exact_match")
+    with pytest.raises(TypeError, match="step 'x'"):
+        from_item_results({"x": files[0]}, suite="a", item="doc_id", value="exact_match")
+    # A list: files that carry their own steps, read as one.
+    a = write_results(tmp_path / "a.csv", [(0, "q", 1), (0, "q", 0)])
+    b = write_results(tmp_path / "b.csv", [(10, "q", 1)])
+    trace, _ = from_item_results([a, b], suite="s", item="problem", value="score")
+    assert [(r.step, r.metrics["eval/s/accuracy@0"]) for r in trace.records] == [(0, 0.5), (10, 1.0)]
+
+
+def test_a_checkpoint_appended_twice_is_said_and_answer_keeps_one_row_per_answer(tmp_path):
+    """A duplicated row counted as a fifth answer, silently (0.6 where the four answers give 0.5)."""
+    rows = [(100, "q1", k, c, 2000 + k) for k, c in enumerate([1, 0, 1, 0])] + [(100, "q1", 2, 1, 2002)]
+    f = write_results(tmp_path / "r.csv", rows, header="step,problem,sample,score,length")
+    with pytest.warns(RuntimeWarning, match="1 row.* repeat an earlier row cell for cell.*answer="):
+        trace, _ = from_item_results(f, suite="s", item="problem", value="score")
+    assert trace.records[0].metrics["eval/s/accuracy@0"] == pytest.approx(0.6)
+    with pytest.warns(RuntimeWarning, match="1 row.* repeat a step, problem and 'sample'"):
+        trace, _ = from_item_results(f, suite="s", item="problem", value="score", answer="sample")
+    assert trace.records[0].metrics["eval/s/accuracy@0"] == 0.5
+    # Step, problem and score alone: two right answers are two alike rows, not a repeat.
+    plain = write_results(tmp_path / "p.csv", [(0, "q", 1), (0, "q", 1), (0, "q", 0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace, _ = from_item_results(plain, suite="s", item="problem", value="score")
+    assert trace.records[0].metrics["eval/s/accuracy@0"] == pytest.approx(2 / 3)
+
+
+def test_the_training_logs_own_eval_columns_are_left_out_but_another_suites_items_kept(tmp_path):
+    """verl's val-core/aime/acc/mean@4, merged from the training log, read as item 4 of a suite 'val-core'."""
+    log = Trace([TraceRecord(s, {"reward": 0.1 * s, "eval/val-core/aime/acc/mean@4": 0.3}) for s in (0, 1, 2)])
+    f = write_results(tmp_path / "r.csv", [(0, "q", 1), (2, "q", 0)])
+    with pytest.warns(RuntimeWarning, match=r"left out 1 eval column.*eval/val-core/aime/acc/mean@4"):
+        trace, _ = from_item_results(f, suite="s", item="problem", value="score", streams=log)
+    assert not any("val-core" in k for r in trace.records for k in r.metrics)
+    assert trace.records[1].metrics == {"reward": 0.1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a whole item set, another suite's, is not left out)
+        both, _ = from_item_results(f, suite="t", item="problem", value="score", streams=trace)
+    assert both.records[0].metrics["eval/s/accuracy@0"] == 1.0 and both.records[0].metrics["eval/t/accuracy@0"] == 1.0
+
+
+def test_a_problem_added_later_is_not_said_to_lack_rows_and_float_ids_are_integers(tmp_path):
+    import json
+
+    f = write_results(tmp_path / "r.csv", [(0, "a", 1), (10, "a", 1), (10, "b", 0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ("1 checkpoint(s) lack rows of some problems" of b, new at step 10)
+        trace, _ = from_item_results(f, suite="s", item="problem", value="score")
+    assert math.isnan(trace.records[0].metrics["eval/s/accuracy@1"])
+    j = tmp_path / "r.jsonl"
+    j.write_text("\n".join(json.dumps(o) for o in ({"step": 0, "item": 1.0, "correct": 1},
+                                                    {"step": 0, "item": 1, "correct": 0},
+                                                    {"step": 0, "item": 0, "correct": 1})) + "\n")
+    trace, ids = from_item_results(j, suite="s")
+    assert ids == ["0", "1"] and trace.records[0].metrics["eval/s/accuracy@1"] == 0.5
+
+
+def test_per_problem_results_read_as_a_trace_point_to_from_item_results(tmp_path):
+    from adaptive_eval.trace import TraceError, read_trace
+
+    f = write_results(tmp_path / "long.csv", [(0, "aime_I_9", 1)], header="step,problem_id,score")
+    with pytest.raises(TraceError, match=r"long\.csv:2: column 'problem_id'.*from_item_results"):
+        read_trace(f)
+    s = lm_eval_samples(tmp_path / "s.jsonl", [1], step=0)
+    with pytest.raises(TraceError, match=r"s\.jsonl:1: unexpected key.*lm-evaluation-harness samples.*from_item"):
+        read_trace(s)
