@@ -564,6 +564,9 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
             except ValueError:
                 raise TraceError(f"column {value!r}: {text!r} is not a number (nor true/false)", path,
                                  line) from None
+            if v in (math.inf, -math.inf):
+                raise TraceError(f"column {value!r}: {text!r} is not a finite score (a problem's mean would be "
+                                 "infinite; leave an unscored answer empty or NaN)", path, line)
             per_item[slot] = None if v != v else v  # NaN: not scored, as an empty cell (and as evaluate_fn's)
     path = str(files[0][0]) if len(files) == 1 else f"{files[0][0]} (and {len(files) - 1} more file(s))"
     if not any(v is not None for per_item in answers.values() for vs in per_item.values() for v in vs.values()):
@@ -580,6 +583,17 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
     ids = list(seen)
     if sorted(ids, key=lambda k: (len(k), k)) == [str(i) for i in range(len(ids))]:
         ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
+    elif all(k.isdigit() and (k == "0" or not k.startswith("0")) for k in ids) and "0" in seen:
+        # (a new user's probe: doc 2 never appeared, doc 3 became item 2, and strata in the dataset's order
+        # labelled the wrong problems)
+        gaps = sorted(set(range(max(map(int, ids)) + 1)) - set(map(int, ids)))
+        warnings.warn(f"{path}: the ids are a dataset's indices from 0 with gaps (no rows of {gaps[:5]}"
+                      f"{' ...' if len(gaps) > 5 else ''}): the problems are numbered in order of first appearance, "
+                      "so write a suite's strata in the order of the returned ids", RuntimeWarning, stacklevel=2)
+    scores = {v for per_item in answers.values() for vs in per_item.values() for v in vs}
+    if factor != 1.0 and scores <= {0.0, factor}:  # (true/false cells are 0/1 whatever the scale)
+        warnings.warn(f"{path}: with scale={scale!r} every score in column {value!r} is 0 or {factor!r}: answers "
+                      "already 0/1?  scale is for scores in percent (0/100)", RuntimeWarning, stacklevel=2)
     number = {key: i for i, key in enumerate(ids)}
     spread = any(not 0.0 <= v <= 1.0 for per_item in answers.values() for vs in per_item.values() for v in vs)
     if spread and factor == 1.0 and {v for per_item in answers.values() for vs in per_item.values()

@@ -322,3 +322,18 @@ def test_per_problem_results_read_as_a_trace_point_to_from_item_results(tmp_path
     s = lm_eval_samples(tmp_path / "s.jsonl", [1], step=0)
     with pytest.raises(TraceError, match=r"s\.jsonl:1: unexpected key.*lm-evaluation-harness samples.*from_item"):
         read_trace(s)
+
+
+def test_an_infinite_score_a_scale_on_0_1_answers_and_ids_with_gaps_are_said(tmp_path):
+    from adaptive_eval.trace import TraceError
+
+    with pytest.raises(TraceError, match=r"r\.csv:3: column 'score': 'inf' is not a finite score"):
+        from_item_results(write_results(tmp_path / "r.csv", [(0, "a", 1), (0, "a", "inf")]), suite="s",
+                          item="problem", value="score")
+    with pytest.warns(RuntimeWarning, match=r"scale=0\.01 every score .* is 0 or 0\.01: answers already 0/1"):
+        from_item_results(write_results(tmp_path / "b.csv", [(0, "a", 1), (0, "b", 0)]), suite="s",
+                          item="problem", value="score", scale=0.01)
+    with pytest.warns(RuntimeWarning, match=r"from 0 with gaps \(no rows of \[2\]\)"):
+        _, ids = from_item_results(write_results(tmp_path / "g.csv", [(0, 0, 1), (0, 1, 0), (0, 3, 1)]),
+                                   suite="s", item="problem", value="score")
+    assert ids == ["0", "1", "3"]
