@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -358,7 +359,12 @@ def kind_of(case: Case) -> str:
     name = case.name.split("/", 1)[-1]
     if case.name.startswith("items/"):
         return name[len("items-"):].rsplit("-s", 1)[0]
-    return name.rsplit("-s", 1)[0] if case.name.startswith("synthetic/") else name
+    if case.name.startswith(("synthetic/", "real/")):
+        return name.rsplit("-s", 1)[0] if case.name.startswith("synthetic/") else name
+    # Your own runs: a file's name less its extension and a trailing run number (collapse-0.csv, collapse-1.csv:
+    # one kind, pooled; each was a row of its own, found by an outside reviewer's runs)
+    stem = pathlib.PurePath(name).name.split(".", 1)[0]
+    return re.sub(r"[-_]?\d+$", "", stem) or stem
 
 
 def by_kind(cases: list[Case], out: dict, presets_run, whole: dict) -> None:
@@ -408,7 +414,7 @@ def confirmable(cases: list[Case], within: int = 25, reps: int = 400, seed: int 
         for e in c.events:
             pre, direction = event_direction(truth, e, higher_is_better=c.higher_is_better)
             seg = truth[e:e + within + 1]
-            if pre is None or len(seg) < within + 1:
+            if pre is None or len(seg) < within + 1 or not np.isfinite(seg).all():
                 continue
             k = rng.binomial(c.items, np.clip(np.broadcast_to(seg, (reps, len(seg))), 0.0, 1.0))
             low, high = proportion_confint(k, c.items, method="wilson")
@@ -565,6 +571,12 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
     except (ValueError, OSError) as exc:
         print(f"policies.py: {exc}", file=sys.stderr)
         return 2
+    # The ceiling, as for the synthetic suite: what a whole-set evaluation could show within 25 steps of each event
+    # (proportions only: the truth's Binomial draws)
+    proportions = [c for c in cases if c.events and c.truth is not None
+                   and all(0.0 <= v <= 1.0 for v in c.truth if v == v)]
+    if proportions:
+        confirmable(proportions)
     return 0
 
 

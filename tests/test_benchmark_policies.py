@@ -1,6 +1,7 @@
 """benchmarks/policies.py on the user's own recorded runs (subprocess, as a user runs it)."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -18,19 +19,25 @@ def run(*args):
 def test_policies_scores_your_traces_against_fixed_schedules_or_exits_2(tmp_path):
     """The honest comparison against a fixed schedule ran on the synthetic suite and the shipped traces only: a
     user could not measure it on their own runs (found by a new user; --help offered no TRACE)."""
-    rng = np.random.default_rng(0)
-    lines = ["step,train/reward,eval/accuracy"]
-    for s in range(400):  # a reward collapse at 250, the accuracy (ground truth every 10 steps) with it
-        reward = (0.7 if s < 250 else 0.2) + 0.02 * rng.normal()
-        acc = f"{0.8 if s < 250 else 0.3}" if s % 10 == 0 else ""
-        lines.append(f"{s},{reward:.4f},{acc}")
-    (tmp_path / "run.csv").write_text("\n".join(lines) + "\n")
-    (tmp_path / "run.csv.events.yaml").write_text("events:\n  - {step: 250, direction: down}\n")
-    out = run(str(tmp_path / "run.csv"), "--presets", "default", "--boot", "20")
+    for seed in (0, 1):
+        rng = np.random.default_rng(seed)
+        lines = ["step,train/reward,eval/accuracy"]
+        for s in range(400):  # a reward collapse at 250, the accuracy (ground truth every 10 steps) with it
+            reward = (0.7 if s < 250 else 0.2) + 0.02 * rng.normal()
+            acc = f"{0.8 if s < 250 else 0.3}" if s % 10 == 0 else ""
+            lines.append(f"{s},{reward:.4f},{acc}")
+        (tmp_path / f"run-{seed}.csv").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"run-{seed}.csv.events.yaml").write_text("events:\n  - {step: 250, direction: down}\n")
+    out = run(str(tmp_path / "run-0.csv"), str(tmp_path / "run-1.csv"), "--presets", "default", "--boot", "20")
     assert out.returncode == 0, out.stderr
-    assert "your traces: 1 runs, 1 events; evaluations SIMULATED" in out.stdout
+    assert "your traces: 2 runs, 2 events; evaluations SIMULATED" in out.stdout
     assert "fixed  25, whole set" in out.stdout and "preset default" in out.stdout
     assert "fewer samples at equal median confirmed delay: vs fixed" in out.stdout
+    # Runs of one kind (a name less its run number) pool into one row, and the ceiling is printed, as for the
+    # synthetic suite (each file was a row; no ceiling: an outside reviewer's runs)
+    rows = out.stdout.split("per kind (n runs / n events)")[1]
+    assert re.search(r"^run +2/2 ", rows, re.M), rows
+    assert re.search(r"what any schedule could confirm within 25 steps[^\n]*\n.*\nrun +2 +100% +100%", out.stdout)
     (tmp_path / "nothing.csv").write_text("step,train/reward\n" + "".join(f"{s},0.5\n" for s in range(50)))
     out = run(str(tmp_path / "nothing.csv"))
     assert out.returncode == 2 and "no eval ground truth" in out.stderr
