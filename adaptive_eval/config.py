@@ -153,6 +153,7 @@ class IntervalPolicyConfig:
     tighten: float = 0.5  # and shrinks by this one after an alarm or a significant change
     significance: float = 0.05  # p-value below which two successive evals differ
     max_run_fraction: Optional[float] = None  # with a known total: longest interval at most this share of the run
+    tighten_per_stream: bool = True  # between two evals, each stream that alarms tightens once (false: one alarm)
 
 
 @dataclass

@@ -74,7 +74,9 @@ class IntervalPolicy(Policy):
     """Scale the base interval: x ``tighten`` after an alarm or an evaluation that differs significantly
     from the previous one, x ``relax`` after a quiet evaluation; always within [``min_factor``, ``max_factor``].
     "Differs" is the paired test on the shared items (:func:`paired_differs`) when the result carries a
-    paired difference for the tracked metric, else the unpaired :func:`differs`.
+    paired difference for the tracked metric, else the unpaired :func:`differs`.  Between two evaluations an alarm
+    tightens once; with ``tighten_per_stream`` once for each stream that alarms (more streams agreeing, the next look
+    sooner).
 
     >>> from adaptive_eval.types import EvalResult
     >>> from adaptive_eval.stats import summarize
@@ -90,7 +92,8 @@ class IntervalPolicy(Policy):
     name = "interval"
 
     def __init__(self, min_factor: float = 0.25, max_factor: float = 4.0, relax: float = 1.5, tighten: float = 0.5,
-                 significance: float = 0.05, metric: str | None = None, max_run_fraction: float | None = None):
+                 significance: float = 0.05, metric: str | None = None, max_run_fraction: float | None = None,
+                 tighten_per_stream: bool = False):
         if not 0 < min_factor <= max_factor:
             raise ValueError(f"min_factor ({min_factor}) must be positive and <= max_factor ({max_factor})")
         if max_run_fraction is not None and not 0 < max_run_fraction < math.inf:
@@ -104,11 +107,13 @@ class IntervalPolicy(Policy):
         self.metric = metric
         # (the evaluator applies it: it knows the run's total steps; see hold_within)
         self.max_run_fraction = None if max_run_fraction is None else float(max_run_fraction)
+        self.tighten_per_stream = bool(tighten_per_stream)
         self._reset()
 
     def _reset(self) -> None:
         self.factor = 1.0
         self._alarmed = False  # an alarm since the last evaluation
+        self._streams: set[str] = set()  # the streams that alarmed since (tighten_per_stream)
         self._prev: dict | None = None  # summary of the tracked metric at the last evaluation
         self.last_change = ""  # why the factor last changed
 
@@ -126,10 +131,17 @@ class IntervalPolicy(Policy):
             self.factor = most
 
     def on_alarm(self, alarm, ctx: Context) -> None:
-        if not self._alarmed:
-            self._alarmed = True
-            self.factor = self._clamp(self.factor * self.tighten)
-            self.last_change = "tightened:alarm"
+        # tighten_per_stream: each stream that alarms since the last evaluation tightens once more.  A gradual
+        # collapse moves one stream first (kl, 2 steps in), whose evaluation finds little; the others follow
+        # within the alarm cooldown, which let them bring nothing, and the next look came 30 steps on (an outside
+        # reviewer's traces: 46% -> 69% of their events confirmed within 25 steps, the same cost on ours)
+        if self.tighten_per_stream and alarm.stream not in self._streams:
+            self._streams.add(alarm.stream)
+        elif self._alarmed:
+            return
+        self._alarmed = True
+        self.factor = self._clamp(self.factor * self.tighten)
+        self.last_change = "tightened:alarm"
 
     def on_eval(self, result: EvalResult, ctx: Context) -> None:
         found = primary_metric(result, self.metric)
@@ -160,9 +172,11 @@ class IntervalPolicy(Policy):
             self.factor = self._clamp(self.factor * self.relax)
             self.last_change = "relaxed:quiet"
         self._alarmed = False
+        self._streams.clear()
 
     def state_dict(self) -> dict:
-        return {"factor": self.factor, "alarmed": self._alarmed, "prev": self._prev, "last_change": self.last_change}
+        return {"factor": self.factor, "alarmed": self._alarmed, "prev": self._prev, "last_change": self.last_change,
+                "streams": sorted(self._streams)}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self.factor = float(sd.get("factor", 1.0))
@@ -173,3 +187,7 @@ class IntervalPolicy(Policy):
             MetricSummary.from_dict({**prev, "ci": list(prev["ci"])})
         self._prev = prev
         self.last_change = str(sd.get("last_change", ""))
+        streams = sd.get("streams", ())
+        if isinstance(streams, (str, bytes)) or not isinstance(streams, (list, tuple, set)):
+            raise TypeError(f"streams: a list of stream names, got {type(streams).__name__}")
+        self._streams = {str(x) for x in streams}

@@ -205,3 +205,18 @@ def test_regret_at_equal_cost_is_undefined_outside_the_fixed_schedules_costs():
     cheaper = bench.headline(agg(2433.0, 0.03), same, same)
     assert np.isnan(cheaper["fixed_regret"]) and np.isnan(cheaper["regret_ratio"])
     assert np.isnan(cheaper["points_ratio"])
+
+
+def test_the_outside_generator_writes_its_16_runs_with_their_events(tmp_path):
+    """benchmarks/outside_traces.py, the README's outside check: traces policies.py and check read as they are."""
+    from adaptive_eval.trace import read_trace
+
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "outside_traces.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    runs = sorted(tmp_path.glob("*.csv"))
+    assert len(runs) == 16 and all(pathlib.Path(f"{r}.events.yaml").exists() for r in runs)
+    trace = read_trace(tmp_path / "c_gradual_collapse-0.csv")
+    assert len(trace.records) == 1000
+    assert set(trace.records[0].metrics) == {"reward", "loss", "kl", "response_length", "eval/accuracy"}
+    assert "collapse" in (tmp_path / "c_gradual_collapse-0.csv.events.yaml").read_text()

@@ -779,3 +779,60 @@ def test_a_suites_plan_keeps_the_answers_its_pass_at_k_needs_or_says_it_drops_it
     assert all("math500/acc/pass@8" in r.metrics for r in results)
     plan = SampleSizePolicy(suites={"aime": {"size": 30, "samples_per_item": 1, "min_samples_per_item": 4}})
     assert plan.propose(Decision(True, 32, "trigger:steps"), ctx(1)).suites[0][2] == 4
+
+
+# ------------------------------------------- tighten per stream (an outside reviewer's gradual collapses, session 29)
+
+
+def _alarm(stream, step):
+    from adaptive_eval.detectors import Alarm
+
+    return Alarm(step=step, detector="cusum", stream=stream, direction="up", location=step, message="")
+
+
+def test_each_stream_that_alarms_between_evaluations_tightens_the_interval_once_more():
+    ctx = Context(step=0, elapsed=0.0, eval_seconds=0.0)
+    p = IntervalPolicy(min_factor=0.1, max_factor=4.0, tighten=0.5, tighten_per_stream=True)
+    for stream in ("kl", "kl", "response_length", "loss", "loss"):
+        p.on_alarm(_alarm(stream, 1), ctx)
+    assert p.factor == 0.125  # (three streams; a stream alarming again adds nothing)
+    saved = json.loads(json.dumps(p.state_dict()))
+    q = IntervalPolicy(min_factor=0.1, max_factor=4.0, tighten=0.5, tighten_per_stream=True)
+    q.load_state_dict(saved)
+    q.on_alarm(_alarm("loss", 2), ctx)
+    q.on_alarm(_alarm("reward", 2), ctx)
+    assert q.factor == 0.1  # (resumed: loss had alarmed already, reward had not; clamped at min_factor)
+    with pytest.raises(TypeError, match="streams: a list"):
+        q.load_state_dict({**saved, "streams": "kl"})
+    q.on_eval(EvalResult(step=3, sample_size=10, reason="alarm:kl", seconds=0.0, metrics={}), ctx)
+    q.on_alarm(_alarm("kl", 4), ctx)
+    assert q.state_dict()["streams"] == ["kl"]  # (an evaluation starts the count again)
+    once = IntervalPolicy(min_factor=0.1, max_factor=4.0, tighten=0.5)
+    for stream in ("kl", "response_length", "loss"):
+        once.on_alarm(_alarm(stream, 1), ctx)
+    assert once.factor == 0.5
+
+
+def test_a_gradual_collapse_whose_streams_alarm_one_after_another_is_looked_at_again_sooner():
+    """kl moves 2 steps into a collapse whose accuracy falls slowly, then length, loss and reward, each inside the
+    alarm cooldown: the next look came 28 steps after the alarm's, when the fall was long seen (an outside
+    reviewer's traces: 0 of 9 such collapses confirmed within 25 steps)."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    rng = np.random.default_rng(0)
+    onset, records = 600, []
+    for s in range(1000):
+        acc = 0.7 if s < onset else max(0.2, 0.7 - 0.5 * min(1.0, (s - onset) / 30) ** 2)
+        records.append(TraceRecord(s, {
+            "kl": 0.01 + 0.002 * rng.normal() + (0.03 if s >= onset + 2 else 0.0),
+            "response_length": 1000 + 30 * rng.normal() + (400 if s >= onset + 11 else 0),
+            "loss": 0.5 + 0.02 * rng.normal() + (0.2 if s >= onset + 15 else 0),
+            "reward": 0.6 + 0.05 * rng.normal() - (0.25 if s >= onset + 21 else 0), "eval/accuracy": acc}))
+    looks = {}
+    for flag in (True, False):
+        cfg = load_config("default", [f"policy.interval.tighten_per_stream={str(flag).lower()}"])
+        evals = [e for e in replay(Trace(records, "gradual"), cfg, seed=0).evals if e["step"] >= onset]
+        assert evals[0]["reason"].startswith("alarm:kl") and evals[0]["step"] <= onset + 5
+        looks[flag] = evals[1]["step"] - onset
+    assert looks[True] <= 20 < 25 < looks[False], looks
