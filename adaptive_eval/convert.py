@@ -35,6 +35,7 @@ import math
 import numbers
 import os
 import pathlib
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
@@ -409,6 +410,16 @@ def _json_cell(v) -> str:
     return str(v).strip()
 
 
+def _id_text(text: str) -> str:
+    """A cell as an id: stripped, and an integer written as a float (``1.0``, as pandas writes an int column with a
+    gap) as the integer, so ``1.0`` and ``1`` are one problem."""
+    t = text.strip()
+    return t.split(".", 1)[0] if _INTEGRAL.fullmatch(t) else t
+
+
+_INTEGRAL = re.compile(r"-?\d+\.0+")
+
+
 def _result_files(path) -> list[tuple[pathlib.Path, int | None]]:
     """``[(file, its step or None: read from its step column)]`` of ``from_item_results``'s ``path``."""
     if isinstance(path, (str, os.PathLike)):
@@ -432,13 +443,15 @@ def _result_files(path) -> list[tuple[pathlib.Path, int | None]]:
 
 
 def _not_item_truth(trace: Trace) -> set[str]:
-    """A trace's eval columns that are not whole per-item sets ``eval/<suite>/<metric>@0..N-1`` (``:std`` beside)."""
-    names = {k for r in trace.records for k in r.metrics if k.startswith("eval/")}
+    """A trace's eval columns that look like items, ``eval/<suite>/<metric>@<n>``, but are not part of a whole set
+    ``@0..N-1`` (verl's ``val-core/aime/acc/mean@4``).  Suite-wide values (no ``@``) are kept: replay reads them."""
     sets: dict[str, set] = {}
-    for k in names:
+    names = set()
+    for k in {k for r in trace.records for k in r.metrics if k.startswith("eval/")}:
         head, at, tail = k.removesuffix(":std").rpartition("@")
         if at and tail.isdigit() and head.count("/") >= 2:
             sets.setdefault(head, set()).add(int(tail))
+            names.add(k)
     whole = {h for h, got in sets.items() if got == set(range(len(got)))}
     return {k for k in names if k.removesuffix(":std").rpartition("@")[0] not in whole}
 
@@ -503,13 +516,15 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
         raise ValueError(f"suite {suite!r}: a suite name is not empty and has no '/' or '@'")
     if where is not None and not isinstance(where, Mapping):
         raise TypeError(f"where={where!r}: a mapping of column -> value, e.g. {{'filter': 'strict-match'}}")
-    wanted = {str(k): _json_cell(v) for k, v in (where or {}).items()}
+    wanted = {str(k): _id_text(_json_cell(v)) for k, v in (where or {}).items()}
     to_value = _scaler(factor)
     seen: dict[str, None] = {}  # problem ids in order of first appearance
     answers: dict[int, dict[str, dict]] = {}  # step -> problem id -> {answer key: its score (None: not scored)}
     first: dict[str, int] = {}  # problem id -> the first step with its rows
-    replaced = repeated = 0
-    for path, at in files:
+    replaced = 0
+    others: dict[tuple, set] = {}  # (file, step, problem) -> the other cells of its rows (exact repeats)
+    repeats: dict[tuple, int] = {}  # (file, step, problem) -> rows repeating an earlier one cell for cell
+    for fi, (path, at) in enumerate(files):
         if _is_jsonl(path):
             header, header_line, rows = _json_rows(path, value)
         else:
@@ -523,9 +538,10 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
                              + (", where=" if wanted else "") + ")"
                              + ("; one checkpoint's results with no step in them (as lm-evaluation-harness writes "
                                 "its samples): pass {step: file}" if step in missing else ""), path, header_line)
-        # (an exact repeat is suspect only where a row has more than its step, problem and score: else two answers
-        # alike, both right, are two such rows)
-        suspect = answer is None and len(set(header) - {step, item, value, *wanted}) > 0
+        # (an exact repeat is suspect only among a problem's rows at a step whose other cells differ (a sample
+        # index, a length): two right answers with nothing else to tell them apart are two such rows, as are rows
+        # whose other cells are the same for all, a task or model column)
+        extra = [i for name, i in index.items() if name not in {step, item, value, *wanted}]
         if "filter" in index and "filter" not in wanted:
             filters = sorted({cells[index["filter"]] for _, cells in rows if len(cells) == len(header)})
             if len(filters) > 1:
@@ -533,14 +549,16 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
                                  "): lm-evaluation-harness logs a row per document and filter, which would be "
                                  f"averaged as answers; pick one, e.g. where={{'filter': {filters[0]!r}}}", path,
                                  header_line)
-        last_line: dict[tuple, int] = {}  # (every cell) -> the line it was first seen on (exact repeats)
+        last_line: dict[tuple, int] = {}  # (step, problem, every cell) -> the line it was first seen on
+        at_line = (-1, 0)  # (line, answers of it so far): a JSONL list's answers share their object's line
         for line, cells in rows:
             if len(cells) != len(header):
                 raise TraceError(f"expected {len(header)} fields, got {len(cells)}", path, line)
-            if any(cells[index[c]].strip() != v for c, v in wanted.items()):
+            if any(_id_text(cells[index[c]]) != v for c, v in wanted.items()):
                 continue
+            at_line = (line, at_line[1] + 1 if at_line[0] == line else 0)
             s = at if at is not None else _parse_int(cells[index[step]], repr(step), path, line)
-            key = cells[index[item]].strip()
+            key = _id_text(cells[index[item]])
             if not key:
                 raise TraceError(f"empty {item!r} cell", path, line)
             seen.setdefault(key)
@@ -549,12 +567,14 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
             # (made before the value is read: a problem whose every answer is unscored is NaN there, not left out)
             per_item = answers.setdefault(s, {}).setdefault(key, {})
             if answer:
-                slot = cells[index[answer]].strip()
+                slot = (cells[index[answer]].strip(), at_line[1])
                 replaced += slot in per_item
             else:
                 slot = len(per_item)
-                if suspect:
-                    repeated += last_line.setdefault(tuple(cells), line) != line
+                if extra:
+                    last_line.setdefault((s, key, tuple(cells)), line)
+                    others.setdefault((fi, s, key), set()).add(tuple(cells[i] for i in extra))
+                    repeats[(fi, s, key)] = repeats.get((fi, s, key), 0) + (last_line[(s, key, tuple(cells))] != line)
             text = cells[index[value]].strip()
             if not text:
                 per_item[slot] = None  # not scored: no answer for this row
@@ -571,6 +591,7 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
     path = str(files[0][0]) if len(files) == 1 else f"{files[0][0]} (and {len(files) - 1} more file(s))"
     if not any(v is not None for per_item in answers.values() for vs in per_item.values() for v in vs.values()):
         raise TraceError("no scored rows" + (f" where {wanted}" if wanted else ""), path)
+    repeated = sum(n for g, n in repeats.items() if len(others[g]) > 1)
     if replaced:
         warnings.warn(f"{path}: {replaced} row(s) repeat a step, problem and {answer!r} already read: each replaces "
                       "the earlier one", RuntimeWarning, stacklevel=2)
@@ -591,7 +612,7 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
                       f"{' ...' if len(gaps) > 5 else ''}): the problems are numbered in order of first appearance, "
                       "so write a suite's strata in the order of the returned ids", RuntimeWarning, stacklevel=2)
     scores = {v for per_item in answers.values() for vs in per_item.values() for v in vs}
-    if factor != 1.0 and scores <= {0.0, factor}:  # (true/false cells are 0/1 whatever the scale)
+    if factor != 1.0 and factor in scores and scores <= {0.0, factor}:  # (true/false cells: 0/1 whatever the scale)
         warnings.warn(f"{path}: with scale={scale!r} every score in column {value!r} is 0 or {factor!r}: answers "
                       "already 0/1?  scale is for scores in percent (0/100)", RuntimeWarning, stacklevel=2)
     number = {key: i for i, key in enumerate(ids)}
@@ -627,10 +648,9 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
     log = {r.step: r for r in streams.records} if streams is not None else {}
     dropped = _not_item_truth(streams) if streams is not None else set()
     if dropped:
-        warnings.warn(f"streams: left out {len(dropped)} eval column(s) of the training log that are not whole "
-                      f"per-item sets ({', '.join(sorted(dropped)[:3])}{', ...' if len(dropped) > 3 else ''}): "
-                      "beside per-item truth replay reads eval columns as items of suites", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn(f"streams: left out {len(dropped)} eval column(s) of the training log named like items but "
+                      f"not a whole item set ({', '.join(sorted(dropped)[:3])}{', ...' if len(dropped) > 3 else ''}): "
+                      "replay would read '<name>@<n>' as item n of a suite", RuntimeWarning, stacklevel=2)
     for step_, rec in log.items():
         merged = by_step.setdefault(step_, {})
         for k, v in rec.metrics.items():

@@ -653,7 +653,9 @@ def warn_clashes(path, clashes: list, stacklevel: int = 2) -> None:
                   f"the later is kept (the first: step {step}, {key!r}: {old:g}, then {new:g}), and a replay sees it "
                   "alone.  Rows that repeat "
                   "a step are merged, not averaged: if they are separate measurements (episodes, seeds), "
-                  "aggregate them per step first (their mean)", RuntimeWarning, stacklevel=stacklevel + 1)
+                  "aggregate them per step first (their mean); per-problem results, a row per checkpoint x problem x "
+                  "answer, are read by adaptive_eval.convert.from_item_results", RuntimeWarning,
+                  stacklevel=stacklevel + 1)
 
 
 def check_separator(header: Sequence[str], path, line: int) -> None:
@@ -837,8 +839,8 @@ def date_hint(text: str, step: bool = False) -> str:
         if step or not re.search(r"[A-Za-z_]", s):
             return ""
         # (found by a new-user probe: per-problem results read as a trace said only "'aime_2024_I_9' is not a number")
-        return (" (text, not a metric: name the columns to watch with --stream COL and the others are left out; "
-                "per-problem results, a row per checkpoint x problem x answer, are read by "
+        return (" (text, not a metric: leave the column out of the streams, e.g. name those to watch with --stream "
+                "COL; per-problem results, a row per checkpoint x problem x answer, are read by "
                 "adaptive_eval.convert.from_item_results)")
     try:
         datetime.datetime.fromisoformat(s + "-01" if _YEAR_MONTH.fullmatch(s) else s)

@@ -357,9 +357,10 @@ def regret_floor(preset: dict, head: dict, same: dict[int, dict], whole: dict[in
 
 def kind_of(case: Case) -> str:
     name = case.name.split("/", 1)[-1]
-    if case.name.startswith("items/"):
+    if case.name.startswith("items/") and not pathlib.PurePath(case.name).suffix:
         return name[len("items-"):].rsplit("-s", 1)[0]
-    if case.name.startswith(("synthetic/", "real/")):
+    own = pathlib.PurePath(case.name).suffix.lower() in (".csv", ".jsonl", ".ndjson", ".json")
+    if not own and case.name.startswith(("synthetic/", "real/")):
         return name.rsplit("-s", 1)[0] if case.name.startswith("synthetic/") else name
     # Your own runs: a file's name less its extension and a trailing run number (collapse-0.csv, collapse-1.csv:
     # one kind, pooled; each was a row of its own, found by an outside reviewer's runs)

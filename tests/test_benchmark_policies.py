@@ -220,3 +220,18 @@ def test_the_outside_generator_writes_its_16_runs_with_their_events(tmp_path):
     assert len(trace.records) == 1000
     assert set(trace.records[0].metrics) == {"reward", "loss", "kl", "response_length", "eval/accuracy"}
     assert "collapse" in (tmp_path / "c_gradual_collapse-0.csv.events.yaml").read_text()
+
+
+def test_kinds_of_your_own_runs_are_their_names_less_run_numbers_whatever_their_folder():
+    """A user's real/collapse-0.csv was read as a shipped real trace (not pooled), items/foo-1.csv as kind 'csv'."""
+    import importlib.util
+
+    from adaptive_eval.tune import Case
+
+    spec = importlib.util.spec_from_file_location("bench_kinds", REPO / "benchmarks" / "policies.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    kind = lambda name: bench.kind_of(Case(name, None, [], None, None))  # noqa: E731
+    assert [kind(n) for n in ("real/collapse-0.csv", "real/collapse-1.csv", "items/foo-1.csv", "runs/seed_2.jsonl",
+                              "synthetic/collapse-s4", "real/grpo_no_kl", "items/items-nan-s5")] == [
+        "collapse", "collapse", "foo", "seed", "collapse", "grpo_no_kl", "nan"]

@@ -337,3 +337,38 @@ def test_an_infinite_score_a_scale_on_0_1_answers_and_ids_with_gaps_are_said(tmp
         _, ids = from_item_results(write_results(tmp_path / "g.csv", [(0, 0, 1), (0, 1, 0), (0, 3, 1)]),
                                    suite="s", item="problem", value="score")
     assert ids == ["0", "1", "3"]
+
+
+def test_review_of_the_new_inputs_suite_values_constant_columns_list_answers_and_float_ids(tmp_path):
+    """A review's findings on this session's first version: another suite's whole-suite value in the training log
+    was left out (replay then had no ground truth for it); a constant task column made two right answers a
+    "repeat"; answer= with a JSONL list of answers kept the last; all-zero percent scores were said to be 0/1;
+    CSV ids 1.0 and 1 were two problems."""
+    import json
+
+    log = Trace([TraceRecord(s, {"reward": 0.5, "eval/gsm8k/accuracy": 0.4}) for s in (0, 10)])
+    f = write_results(tmp_path / "r.csv", [(0, "q", 1), (10, "q", 0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace, _ = from_item_results(f, suite="aime", item="problem", value="score", streams=log)
+    assert trace.records[0].metrics["eval/gsm8k/accuracy"] == 0.4
+    constant = write_results(tmp_path / "c.csv", [(0, "q", "math", c) for c in (1, 1, 0, 1)],
+                             header="step,problem,task,score")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace, _ = from_item_results(constant, suite="s", item="problem", value="score")
+    assert trace.records[0].metrics["eval/s/accuracy@0"] == 0.75
+    j = tmp_path / "l.jsonl"
+    j.write_text(json.dumps({"step": 10, "item": "p", "sample": 0, "correct": [1, 0, 0, 0]}) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace, _ = from_item_results(j, suite="s", answer="sample")
+    assert trace.records[0].metrics["eval/s/accuracy@0"] == 0.25
+    zeros = write_results(tmp_path / "z.csv", [(0, "a", 0), (0, "b", 0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_item_results(zeros, suite="s", item="problem", value="score", scale=0.01)
+    a = write_results(tmp_path / "a.csv", [(0, "1.0", 1), (0, "2.0", 0)])
+    b = write_results(tmp_path / "b.csv", [(10, "1", 0), (10, "2", 1)])
+    trace, ids = from_item_results([a, b], suite="s", item="problem", value="score", where={"problem": 1})
+    assert ids == ["1"] and [r.metrics["eval/s/accuracy@0"] for r in trace.records] == [1.0, 0.0]
