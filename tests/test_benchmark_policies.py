@@ -207,9 +207,18 @@ def test_regret_at_equal_cost_is_undefined_outside_the_fixed_schedules_costs():
     assert np.isnan(cheaper["points_ratio"])
 
 
-def test_the_outside_generator_writes_its_16_runs_with_their_events(tmp_path):
-    """benchmarks/outside_traces.py, the README's outside check: traces policies.py and check read as they are."""
+def test_the_outside_generators_write_their_runs_with_their_events(tmp_path):
+    """benchmarks/outside_traces.py and outside_traces2.py, the README's outside checks: traces policies.py and
+    check read as they are."""
     from adaptive_eval.trace import read_trace
+
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "outside_traces2.py"), str(tmp_path / "two")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    runs = sorted((tmp_path / "two").glob("*.csv"))
+    assert len(runs) == 18 and all(pathlib.Path(f"{r}.events.yaml").exists() for r in runs)
+    assert any(v != v for r in read_trace(tmp_path / "two" / "nan_grad-0.csv").records
+               for v in r.metrics.values())
 
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "outside_traces.py"), str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
