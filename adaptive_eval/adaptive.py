@@ -1897,9 +1897,11 @@ class AdaptiveEvaluator:
                 learned = result
                 last = result
             self.last_outcome = outcome
-            for p in self.policies.policies:  # the alarm policy learned at submission
+            for p in self.policies.policies:  # the alarm policy learned at submission, but for what the result showed
                 if p.name != "alarm":
                     p.on_eval(learned, ctx)
+                else:
+                    p.learn(learned)
             self._settle_alarms(job.step, error, global_step)
             if result is not None and error is None:
                 for name, summary in result.metrics.items():

@@ -142,6 +142,7 @@ class AlarmPolicyConfig:
     corroborate: int = 2  # a non-urgent alarm brings an eval forward once this many streams agree
     corroborate_steps: int = 20  # within this many steps of each other
     abrupt_steps: Optional[int] = 2  # a lone alarm whose change began this few steps before it counts alone
+    habituate: bool = True  # a stream whose urgent alarm's eval showed no change: its urgent alarms wait for another
 
 
 @dataclass

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from adaptive_eval.types import Decision
 
-from adaptive_eval.policies._base import Context, Policy
+from adaptive_eval.policies._base import Context, Policy, primary_metric
 
 __all__ = ["AlarmPolicy"]
 
@@ -33,6 +33,14 @@ class AlarmPolicy(Policy):
     lone alarm neither runs an evaluation nor tightens the schedule.  Fewer streams able to alarm than
     ``corroborate`` (``Context.streams``: those whose detectors are past warm-up): all of them must agree.
 
+    **Habituation** (``habituate``): when the evaluation an urgent alarm brought shows the tracked metric
+    unchanged (no significant difference from the evaluation before it), that stream's later urgent alarms are
+    urgent no more: they wait for another stream to agree, as a non-urgent alarm does (the abrupt rule aside),
+    and widen nothing.  An evaluation that shows a change undoes it for those streams.  A mixed-precision loss
+    scaler's skipped steps put bursts of inf in ``grad_norm`` that each bought a whole evaluation while the
+    accuracy never moved (an outside reviewer's traces: 10 of 17 needless evaluations); a run that dies still
+    makes its loss or reward alarm too.
+
     ``corroborate_steps`` and ``abrupt_steps`` count the streams' own updates: on a run whose metrics are
     observed every k steps (``Context.stride``, a trace logged every k steps) each counts k steps, so an
     abrupt shift caught on the second value after it still counts alone.
@@ -58,7 +66,8 @@ class AlarmPolicy(Policy):
     name = "alarm"
 
     def __init__(self, cooldown_steps: int = 20, urgent_detectors: Sequence[str] = ("nonfinite",),
-                 corroborate: int = 1, corroborate_steps: int = 0, abrupt_steps: int | None = None):
+                 corroborate: int = 1, corroborate_steps: int = 0, abrupt_steps: int | None = None,
+                 habituate: bool = False, significance: float = 0.05, metric: str | None = None):
         if cooldown_steps < 0:
             raise ValueError(f"cooldown_steps must be >= 0, got {cooldown_steps}")
         if corroborate < 1:
@@ -72,6 +81,11 @@ class AlarmPolicy(Policy):
         if abrupt_steps is not None and abrupt_steps < 0:
             raise ValueError(f"abrupt_steps must be >= 0 or None, got {abrupt_steps}")
         self.abrupt_steps = None if abrupt_steps is None else int(abrupt_steps)
+        if not 0 < significance < 1:
+            raise ValueError(f"significance must lie in (0, 1), got {significance}")
+        self.habituate = bool(habituate)
+        self.significance = float(significance)
+        self.metric = metric
         self._reset()
 
     def _reset(self) -> None:
@@ -87,11 +101,14 @@ class AlarmPolicy(Policy):
         self._moved: dict[str, str] = {}  # stream -> direction of its last corroborated alarm
         self._taken: int | None = None  # step of the last alarm taken after corroboration (or abrupt)
         self.held = 0  # alarms held for want of corroboration
+        self._habituated: set[str] = set()  # streams whose urgent alarm's evaluation showed no change
+        self._last_summary: dict | None = None  # the tracked metric at the last evaluation learned from
 
     def admit(self, alarm, ctx: Context) -> bool:
         """Whether ``alarm`` counts now (False: held, waiting for another stream to agree).  Urgent alarms
         always count; with ``corroborate`` 1 every alarm does."""
-        if self.corroborate <= 1 or alarm.detector in self.urgent_detectors:
+        quiet = self.quiet(alarm)
+        if not quiet and (self.corroborate <= 1 or alarm.detector in self.urgent_detectors):
             return True
         step, stream, direction = ctx.step, alarm.stream, alarm.direction
         stride = ctx.stride if ctx.stride > 1 else 1
@@ -111,7 +128,7 @@ class AlarmPolicy(Policy):
         keep.append((stream, step, direction))
         need = self.corroborate if ctx.streams is None else max(1, min(self.corroborate, ctx.streams))
         location = alarm.location
-        abrupt = (self.abrupt_steps is not None and location is not None
+        abrupt = (self.abrupt_steps is not None and location is not None and not quiet
                   and alarm.step - location <= self.abrupt_steps * stride)
         if abrupt or len({r[0] for r in keep}) >= need:
             # Taken: an abrupt shift (the detector crossed its threshold within a few steps of the change),
@@ -124,11 +141,43 @@ class AlarmPolicy(Policy):
         self.held += 1
         return False
 
+    def quiet(self, alarm) -> bool:
+        """An urgent detector's alarm on a habituated stream: it waits for another stream and widens nothing."""
+        return alarm.stream in self._habituated and alarm.detector in self.urgent_detectors
+
+    def learn(self, result) -> None:
+        """What the evaluation of ``result.step`` showed (synchronous: from :meth:`on_eval`; asynchronous: when
+        its result comes back): habituate the streams whose urgent alarms brought it when the tracked metric did
+        not change, un-habituate them when it did."""
+        from adaptive_eval.policies._interval import differs, paired_differs
+        from adaptive_eval.types import MetricSummary
+
+        found = primary_metric(result, self.metric) if result is not None and result.metrics else None
+        if found is None:
+            return
+        name, cur = found
+        streams = [s for s, at in self._last_urgent_eval.items() if at == result.step]
+        if streams and self.habituate:
+            pair = result.paired.get(name)
+            if pair is not None and pair.n >= 2:
+                p = paired_differs(pair)
+            elif self._last_summary is not None:
+                prev = self._last_summary
+                p = differs(MetricSummary(**{**prev, "ci": tuple(prev["ci"])}), cur)
+            else:
+                p = float("nan")
+            if p == p and p >= self.significance:
+                self._habituated.update(streams)
+            elif p == p:
+                self._habituated.difference_update(streams)
+        self._last_summary = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std,
+                              "binary": cur.binary, "clustered": cur.clustered}
+
     def _cooling(self, last: int | None, step: int) -> bool:
         return last is not None and step - last < self.cooldown_steps
 
     def on_alarm(self, alarm, ctx: Context) -> None:
-        urgent = alarm.detector in self.urgent_detectors
+        urgent = alarm.detector in self.urgent_detectors and alarm.stream not in self._habituated
         if urgent:
             cooling = self._cooling(self._last_urgent_eval.get(alarm.stream), ctx.step)
         else:
@@ -157,6 +206,7 @@ class AlarmPolicy(Policy):
                 del self._answered[old]
         self._pending = []
         self._retried = []
+        self.learn(result)
 
     def settle(self, step: int, failed: bool) -> bool:
         """The evaluation of ``step`` (the one that answered the alarms pending then) finished; when it
@@ -185,7 +235,8 @@ class AlarmPolicy(Policy):
                 "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
                 "recent": [list(r) for r in self._recent], "moved": dict(self._moved), "taken": self._taken,
                 "held": self.held, "retried": [list(a) for a in self._retried],
-                "answered": {str(k): [[list(a), r] for a, r in v] for k, v in self._answered.items()}}
+                "answered": {str(k): [[list(a), r] for a, r in v] for k, v in self._answered.items()},
+                "habituated": sorted(self._habituated), "last_summary": self._last_summary}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
@@ -203,3 +254,14 @@ class AlarmPolicy(Policy):
         except (TypeError, ValueError):  # (a state of this session's first format, never released: no retry)
             self._answered = {}
         self._retried = [tuple(a) for a in sd.get("retried", [])]
+        habituated = sd.get("habituated", [])
+        if isinstance(habituated, (str, bytes)) or not isinstance(habituated, (list, tuple, set)):
+            raise TypeError(f"habituated: a list of stream names, got {type(habituated).__name__}")
+        self._habituated = {str(x) for x in habituated}
+        last = sd.get("last_summary")
+        if last is not None:  # (checked as learn reads it: a damaged one loaded, then raised in evaluate())
+            from adaptive_eval.types import MetricSummary
+
+            last = dict(last)
+            MetricSummary.from_dict({**last, "ci": list(last["ci"])})
+        self._last_summary = last

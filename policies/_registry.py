@@ -42,7 +42,7 @@ def _params(name: str, section: Mapping, evaluation: Mapping | None) -> dict:
     if isinstance(params.get("urgent_detectors"), Sequence):
         params["urgent_detectors"] = tuple(params["urgent_detectors"])
     ev = evaluation or {}
-    if name in ("interval", "peak", "sample_size", "lookback"):
+    if name in ("interval", "peak", "sample_size", "lookback", "alarm"):
         params.setdefault("metric", ev.get("metric"))
     if name in ("peak", "lookback"):
         params.setdefault("higher_is_better", ev.get("higher_is_better", True))
@@ -92,8 +92,9 @@ class PolicySet:
     def on_alarm(self, alarm, ctx: Context) -> None:
         gate = self.by_name.get("alarm")
         if gate is not None and not gate.admit(alarm, ctx):  # held: waits for another stream to agree
-            for p in self.policies:
-                p.on_held_alarm(alarm, ctx)
+            if not gate.quiet(alarm):  # (a habituated stream's urgent alarm widens nothing)
+                for p in self.policies:
+                    p.on_held_alarm(alarm, ctx)
             return
         for p in self.policies:
             p.on_alarm(alarm, ctx)

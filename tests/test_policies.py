@@ -1,6 +1,7 @@
 """Policies: a contract suite over every registered policy, then tables of inputs -> decisions."""
 
 import json
+import math
 import logging
 import pickle
 import random
@@ -836,3 +837,69 @@ def test_a_gradual_collapse_whose_streams_alarm_one_after_another_is_looked_at_a
         assert evals[0]["reason"].startswith("alarm:kl") and evals[0]["step"] <= onset + 5
         looks[flag] = evals[1]["step"] - onset
     assert looks[True] <= 20 < 25 < looks[False], looks
+
+
+# --------------------------------------------- habituation of urgent alarms (an outside reviewer's traces, session 29)
+
+
+def _acc(step, mean, n=500, reason="alarm:x"):
+    return EvalResult(step=step, sample_size=n, reason=reason, seconds=0.0,
+                      metrics={"acc": summarize([1.0] * round(mean * n) + [0.0] * (n - round(mean * n)))})
+
+
+def test_an_urgent_alarm_whose_evaluation_showed_no_change_makes_its_stream_wait_for_another():
+    from adaptive_eval.detectors import Alarm
+
+    nan = lambda stream, s: Alarm(step=s, detector="nonfinite", stream=stream, direction=None, location=s,  # noqa
+                                  message="")
+    c = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0, streams=3)  # noqa: E731
+    p = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5, abrupt_steps=2, habituate=True)
+    p.on_eval(_acc(0, 0.8, reason="trigger:step"), c(0))
+    assert p.admit(nan("grad_norm", 50), c(50))
+    p.on_alarm(nan("grad_norm", 50), c(50))
+    assert p.propose(Decision(False), c(50)).urgent
+    p.on_eval(_acc(50, 0.79), c(50))  # the accuracy did not move: grad_norm's NaN alarms wait from now on
+    assert p.state_dict()["habituated"] == ["grad_norm"]
+    assert not p.admit(nan("grad_norm", 100), c(100)) and p.quiet(nan("grad_norm", 100)) and not p.pending
+    saved = json.loads(json.dumps(p.state_dict()))
+    q = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5, abrupt_steps=2, habituate=True)
+    q.load_state_dict(saved)
+    assert q.admit(nan("train/loss", 102), c(102))  # another stream agrees (and is urgent itself)
+    q.on_alarm(nan("train/loss", 102), c(102))
+    assert q.propose(Decision(False), c(102)).urgent
+    q.on_eval(_acc(102, 0.0), c(102))  # the run died: loss's alarms stay urgent
+    assert q.state_dict()["habituated"] == ["grad_norm"]
+    with pytest.raises(TypeError, match="habituated: a list"):
+        q.load_state_dict({**saved, "habituated": "grad_norm"})
+    off = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5, abrupt_steps=2)
+    off.on_eval(_acc(0, 0.8, reason="trigger:step"), c(0))
+    off.on_alarm(nan("grad_norm", 50), c(50))
+    off.on_eval(_acc(50, 0.79), c(50))
+    assert off.admit(nan("grad_norm", 100), c(100))
+
+
+def test_bursts_of_nan_in_grad_norm_buy_one_evaluation_and_a_death_is_still_evaluated_at_once():
+    """A loss scaler's skipped steps (bursts of NaN in grad_norm, the accuracy never moving) each bought a whole
+    urgent evaluation (an outside reviewer's traces: 10 of 17 needless evaluations)."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    rng = np.random.default_rng(1)
+    bursts, death, records = (150, 300, 450, 600), 800, []
+    for s in range(1000):
+        dead = s >= death
+        gn = math.nan if any(b <= s < b + 4 for b in bursts) or dead else 0.6 + 0.05 * rng.normal()
+        records.append(TraceRecord(s, {"grad_norm": gn,
+                                       "loss": math.nan if dead else 0.5 + 0.02 * rng.normal(),
+                                       "reward": math.nan if dead else 0.6 + 0.05 * rng.normal(),
+                                       "eval/accuracy": 0.0 if dead else 0.7}))
+    # (asynchronous: the alarm policy learns at submission, so what the result showed reaches it when it comes back)
+    for extra in ([], ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2"]):
+        brought = {}
+        for flag in (True, False):
+            cfg = load_config("default", [f"policy.alarm.habituate={str(flag).lower()}", *extra])
+            evals = replay(Trace(records, "bursts"), cfg, seed=0).evals
+            brought[flag] = [e["step"] for e in evals
+                             if e["reason"].startswith("alarm:grad_norm") and e["step"] < death]
+            assert any(e["step"] == death and e["reason"].startswith("alarm:") for e in evals), evals
+        assert brought == {True: [150], False: [150, 300, 450, 600]}, (extra, brought)
