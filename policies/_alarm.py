@@ -34,9 +34,11 @@ class AlarmPolicy(Policy):
     ``corroborate`` (``Context.streams``: those whose detectors are past warm-up): all of them must agree.
 
     **Habituation** (``habituate``): when the evaluation an urgent alarm brought shows the tracked metric
-    unchanged (no significant difference from the evaluation before it), that stream's later urgent alarms are
-    urgent no more: they wait for another stream to agree, as a non-urgent alarm does (the abrupt rule aside),
-    and widen nothing.  An evaluation that shows a change undoes it for those streams.  A mixed-precision loss
+    unchanged (no significant difference from the evaluation before it), that stream's later urgent alarms wait
+    for another stream to agree, as a non-urgent alarm does (the abrupt rule aside), and a held one widens
+    nothing.  Admitted (another stream alarming within ``corroborate_steps``, a change just taken, or the only
+    stream that can alarm), it is urgent as before; an evaluation an urgent alarm brought that shows a change
+    undoes every stream's habituation.  A mixed-precision loss
     scaler's skipped steps put bursts of inf in ``grad_norm`` that each bought a whole evaluation while the
     accuracy never moved (an outside reviewer's traces: 10 of 17 needless evaluations); a run that dies still
     makes its loss or reward alarm too.
@@ -148,7 +150,7 @@ class AlarmPolicy(Policy):
     def learn(self, result) -> None:
         """What the evaluation of ``result.step`` showed (synchronous: from :meth:`on_eval`; asynchronous: when
         its result comes back): habituate the streams whose urgent alarms brought it when the tracked metric did
-        not change, un-habituate them when it did."""
+        not change; when it did, un-habituate every stream."""
         from adaptive_eval.policies._interval import differs, paired_differs
         from adaptive_eval.types import MetricSummary
 
@@ -168,8 +170,8 @@ class AlarmPolicy(Policy):
                 p = float("nan")
             if p == p and p >= self.significance:
                 self._habituated.update(streams)
-            elif p == p:
-                self._habituated.difference_update(streams)
+            elif p == p:  # a change: what was learned of every stream no longer holds (a habituated grad_norm
+                self._habituated.clear()  # that goes NaN beside the dying loss was not undone; found in review)
         self._last_summary = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std,
                               "binary": cur.binary, "clustered": cur.clustered}
 
@@ -177,7 +179,9 @@ class AlarmPolicy(Policy):
         return last is not None and step - last < self.cooldown_steps
 
     def on_alarm(self, alarm, ctx: Context) -> None:
-        urgent = alarm.detector in self.urgent_detectors and alarm.stream not in self._habituated
+        # (a habituated stream's alarm that was admitted, another stream agreeing, is urgent as ever: the run may be
+        # dying, and the evaluation it brings may undo the habituation; found in review)
+        urgent = alarm.detector in self.urgent_detectors
         if urgent:
             cooling = self._cooling(self._last_urgent_eval.get(alarm.stream), ctx.step)
         else:

@@ -867,10 +867,25 @@ def test_an_urgent_alarm_whose_evaluation_showed_no_change_makes_its_stream_wait
     assert q.admit(nan("train/loss", 102), c(102))  # another stream agrees (and is urgent itself)
     q.on_alarm(nan("train/loss", 102), c(102))
     assert q.propose(Decision(False), c(102)).urgent
-    q.on_eval(_acc(102, 0.0), c(102))  # the run died: loss's alarms stay urgent
-    assert q.state_dict()["habituated"] == ["grad_norm"]
+    q.on_eval(_acc(102, 0.0), c(102))  # the run died: grad_norm's habituation is undone too
+    assert q.state_dict()["habituated"] == []
     with pytest.raises(TypeError, match="habituated: a list"):
         q.load_state_dict({**saved, "habituated": "grad_norm"})
+    # Every stream habituated, then the run dies: its streams' NaN alarms agree, and the evaluation is urgent at
+    # once (the death was absorbed by the non-urgent cooldown after a change taken at 182; found in review)
+    r = AlarmPolicy(cooldown_steps=33, corroborate=2, corroborate_steps=20, abrupt_steps=2, habituate=True)
+    r.load_state_dict({**saved, "habituated": ["grad_norm", "train/loss"]})
+    for stream in ("train/loss", "grad_norm"):
+        cusum = Alarm(step=180, detector="cusum", stream=stream, direction="up", location=170, message="")
+        if r.admit(cusum, c(182)):
+            r.on_alarm(cusum, c(182))
+    assert r.propose(Decision(False), c(182)).evaluate
+    r.on_eval(_acc(182, 0.78), c(182))
+    for stream in ("train/loss", "grad_norm"):
+        if r.admit(nan(stream, 200), c(200)):
+            r.on_alarm(nan(stream, 200), c(200))
+    decision = r.propose(Decision(False), c(200))
+    assert decision.evaluate and decision.urgent
     off = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5, abrupt_steps=2)
     off.on_eval(_acc(0, 0.8, reason="trigger:step"), c(0))
     off.on_alarm(nan("grad_norm", 50), c(50))
