@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from adaptive_eval.types import Decision
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
+from adaptive_eval.policies._interval import change_p, loaded_summary, remembered
 
 __all__ = ["AlarmPolicy"]
 
@@ -151,29 +152,18 @@ class AlarmPolicy(Policy):
         """What the evaluation of ``result.step`` showed (synchronous: from :meth:`on_eval`; asynchronous: when
         its result comes back): habituate the streams whose urgent alarms brought it when the tracked metric did
         not change; when it did, un-habituate every stream."""
-        from adaptive_eval.policies._interval import differs, paired_differs
-        from adaptive_eval.types import MetricSummary
-
         found = primary_metric(result, self.metric) if result is not None and result.metrics else None
         if found is None:
             return
         name, cur = found
         streams = [s for s, at in self._last_urgent_eval.items() if at == result.step]
         if streams and self.habituate:
-            pair = result.paired.get(name)
-            if pair is not None and pair.n >= 2:
-                p = paired_differs(pair)
-            elif self._last_summary is not None:
-                prev = self._last_summary
-                p = differs(MetricSummary(**{**prev, "ci": tuple(prev["ci"])}), cur)
-            else:
-                p = float("nan")
+            p = change_p(result, name, cur, self._last_summary)
             if p == p and p >= self.significance:
                 self._habituated.update(streams)
             elif p == p:  # a change: what was learned of every stream no longer holds (a habituated grad_norm
                 self._habituated.clear()  # that goes NaN beside the dying loss was not undone; found in review)
-        self._last_summary = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std,
-                              "binary": cur.binary, "clustered": cur.clustered}
+        self._last_summary = remembered(cur)
 
     def _cooling(self, last: int | None, step: int) -> bool:
         return last is not None and step - last < self.cooldown_steps
@@ -262,10 +252,4 @@ class AlarmPolicy(Policy):
         if isinstance(habituated, (str, bytes)) or not isinstance(habituated, (list, tuple, set)):
             raise TypeError(f"habituated: a list of stream names, got {type(habituated).__name__}")
         self._habituated = {str(x) for x in habituated}
-        last = sd.get("last_summary")
-        if last is not None:  # (checked as learn reads it: a damaged one loaded, then raised in evaluate())
-            from adaptive_eval.types import MetricSummary
-
-            last = dict(last)
-            MetricSummary.from_dict({**last, "ci": list(last["ci"])})
-        self._last_summary = last
+        self._last_summary = loaded_summary(sd.get("last_summary"))

@@ -9,7 +9,7 @@ from adaptive_eval.types import EvalResult, MetricSummary
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
-__all__ = ["IntervalPolicy", "differs", "paired_differs"]
+__all__ = ["IntervalPolicy", "change_p", "differs", "loaded_summary", "paired_differs", "remembered"]
 
 
 def differs(prev: MetricSummary, cur: MetricSummary) -> float:
@@ -68,6 +68,34 @@ def paired_differs(diff: MetricSummary) -> float:
 
     stat = diff.mean / (diff.std / math.sqrt(diff.n))
     return float(2.0 * t.sf(abs(stat), diff.n - 1))
+
+
+def remembered(summary: MetricSummary) -> dict:
+    """What :func:`change_p` needs of an evaluation's tracked metric, as plain values (a policy's state)."""
+    return {"mean": summary.mean, "n": summary.n, "ci": list(summary.ci), "std": summary.std,
+            "binary": summary.binary, "clustered": summary.clustered}
+
+
+def loaded_summary(prev) -> dict | None:
+    """A remembered summary from a saved state, checked as :func:`change_p` reads it (a damaged one loaded, then
+    raised in evaluate())."""
+    if prev is None:
+        return None
+    prev = dict(prev)
+    MetricSummary.from_dict({**prev, "ci": list(prev["ci"])})
+    return prev
+
+
+def change_p(result: EvalResult, name: str, cur: MetricSummary, prev: dict | None) -> float:
+    """p-value of "no change" of metric ``name`` (``cur``) since the evaluation ``prev`` remembered: the paired test
+    on the shared items when the result carries one (the same items measured again, far more sensitive than two
+    independent means), else :func:`differs`; NaN when it cannot be tested."""
+    pair = result.paired.get(name)
+    if pair is not None and pair.n >= 2:
+        return paired_differs(pair)
+    if prev is None:
+        return math.nan
+    return differs(MetricSummary(**{**prev, "ci": tuple(prev["ci"])}), cur)
 
 
 class IntervalPolicy(Policy):
@@ -148,17 +176,9 @@ class IntervalPolicy(Policy):
         changed = False
         if found is not None:
             name, cur = found
-            pair = result.paired.get(name)
-            if pair is not None and pair.n >= 2:
-                # The same items measured again: the paired test, far more sensitive than two independent means.
-                p = paired_differs(pair)
-                changed = p == p and p < self.significance
-            elif self._prev is not None:
-                prev = MetricSummary(**{**self._prev, "ci": tuple(self._prev["ci"])})
-                p = differs(prev, cur)
-                changed = p == p and p < self.significance
-            self._prev = {"mean": cur.mean, "n": cur.n, "ci": list(cur.ci), "std": cur.std, "binary": cur.binary,
-                          "clustered": cur.clustered}
+            p = change_p(result, name, cur, self._prev)
+            changed = p == p and p < self.significance
+            self._prev = remembered(cur)
         if changed:
             self.factor = self._clamp(self.factor * self.tighten)
             self.last_change = "tightened:change"
@@ -181,11 +201,7 @@ class IntervalPolicy(Policy):
     def load_state_dict(self, sd: Mapping) -> None:
         self.factor = float(sd.get("factor", 1.0))
         self._alarmed = bool(sd.get("alarmed", False))
-        prev = sd.get("prev")
-        if prev is not None:  # (checked as on_eval reads it: a damaged one loaded, then raised in evaluate())
-            prev = dict(prev)
-            MetricSummary.from_dict({**prev, "ci": list(prev["ci"])})
-        self._prev = prev
+        self._prev = loaded_summary(sd.get("prev"))
         self.last_change = str(sd.get("last_change", ""))
         streams = sd.get("streams", ())
         if isinstance(streams, (str, bytes)) or not isinstance(streams, (list, tuple, set)):
