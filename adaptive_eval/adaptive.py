@@ -811,7 +811,9 @@ class AdaptiveEvaluator:
             why = ""  # (an alarm that brings no evaluation says why: no decision does; found by new users)
             if alarm_policy is not None and alarm_policy.held > held:
                 why = (f" [held: no evaluation unless another stream agrees within policy.alarm.corroborate_steps="
-                       f"{alarm_policy.corroborate_steps} (policy.alarm.corroborate={alarm_policy.corroborate})]")
+                       f"{alarm_policy.corroborate_steps} (policy.alarm.corroborate={alarm_policy.corroborate})"
+                       + ("; an earlier one's evaluation showed no change, policy.alarm.habituate"
+                          if alarm_policy.quiet(alarm) else "") + "]")
             elif alarm_policy is not None and alarm_policy.absorbed > absorbed:
                 why = (f" [no evaluation of its own: within policy.alarm.cooldown_steps="
                        f"{alarm_policy.cooldown_steps} of the last alarm's evaluation]")

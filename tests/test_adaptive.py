@@ -822,6 +822,26 @@ def test_an_alarm_held_for_corroboration_says_so():
     assert len(held) == alarm.held
 
 
+def test_a_habituated_streams_held_nan_alarm_says_why():
+    """A NaN alarm held because an earlier one's evaluation showed no change (policy.alarm.habituate) read as any
+    held alarm in TensorBoard's alarms text, without its reason."""
+    from conftest import RecordingLogger
+
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=60"]), total_steps=400,
+                                       clock=FakeClock(), logger=logger)
+    rng = np.random.default_rng(0)
+    for g in range(300):  # bursts of NaN in one stream, the accuracy steady
+        nan = g in (100, 101, 200, 201)
+        ev.observe({"grad_norm": math.nan if nan else 1.0 + rng.normal(0, 0.1), "b": rng.normal(0, 0.1),
+                    "c": rng.normal(0, 0.1)}, g)
+        ev.evaluate(lambda request: {"accuracy": [1.0, 0.0] * 50}, 0, g, g)
+    texts = {s: t for s, tag, t in logger.texts if tag == "alarms"}
+    assert [r.step for r in ev.history if r.reason.startswith("alarm:")] == [100]
+    assert texts[200].endswith("; an earlier one's evaluation showed no change, policy.alarm.habituate]")
+    assert "habituate" not in texts[100]
+
+
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("failures", [1, 2])
 def test_an_alarm_whose_evaluation_fails_is_pending_again_once(asynchronous, failures):
