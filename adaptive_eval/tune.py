@@ -230,10 +230,13 @@ SPACE = [
     ("trigger.freq_steps", int, 5, 100, True),
     ("policy.interval.max_factor", float, 1.0, 8.0, True),
     ("policy.interval.relax", float, 1.0, 3.0, False),
+    ("policy.interval.tighten", float, 0.2, 1.0, False),
+    ("policy.interval.tighten_per_stream", bool, False, True, False),
     ("policy.alarm.cooldown_steps", int, 1, 60, False),
     ("policy.alarm.corroborate", int, 1, 3, False),
     ("policy.alarm.corroborate_steps", int, 5, 60, False),
     ("policy.alarm.abrupt_steps", int, 0, 10, False),
+    ("policy.alarm.habituate", bool, False, True, False),
     ("policy.sample_size.initial", int, 16, 256, True),
     ("policy.sample_size.min", int, 8, 128, True),
     ("policy.sample_size.target_half_width", float, 0.03, 0.25, True),
@@ -295,7 +298,9 @@ def apply_params(base, params: dict):
 def _suggest(trial, base) -> dict:
     params = {}
     for key, kind, low, high, log in SPACE:
-        if kind is int:
+        if kind is bool:
+            params[key] = trial.suggest_categorical(key, [False, True])
+        elif kind is int:
             params[key] = trial.suggest_int(key, low, high, log=log)
         else:
             params[key] = trial.suggest_float(key, low, high, log=log)

@@ -62,6 +62,11 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
         assert ss.min <= ss.initial <= ss.max  # (a preset held initial 46 beside min 68)
     ran = [json.loads(line)["params"] for line in (out / "trials.jsonl").read_text().splitlines()]
     assert all(p["policy.peak.confirm_size"] <= 500 for p in ran)
+    # The switches added to the default preset after the space was written are searched too (they were held at
+    # the base config's values in every trial), each trial's value as its preset holds it (above).
+    for key in ("policy.interval.tighten_per_stream", "policy.alarm.habituate"):
+        assert {p[key] for p in ran} == {False, True}, key
+    assert len({p["policy.interval.tighten"] for p in ran}) == len(ran)
     assert all(p["policy.sample_size.min"] <= p["policy.sample_size.initial"] for p in ran)
     # Trial 0 is the base config's own values.
     first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
