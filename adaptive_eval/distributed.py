@@ -496,6 +496,9 @@ def combine_rank_summaries(
             payloads = [p[_EXTRA + 1] for p in aggregated]
             if kind == "weighted_mean":  # sums add up
                 merged = tuple(fsum(x[i] for x in payloads) for i in range(6))
+            elif kind in ("sum", "max", "min"):  # (value, items) of each rank that scored items
+                got = [x for x in payloads if x[1] > 0] or payloads
+                merged = (reduce_values(kind, [x[0] for x in got]), fsum(x[1] for x in got))
             else:  # quantiles: the per-item values of every rank (in rank order)
                 merged = tuple(v for x in payloads for v in x)
             summary = aggregate_summary(kind, merged, confidence)
@@ -520,6 +523,21 @@ def combine_rank_summaries(
     for name in _other_kind(combined):
         del combined[name], means[name], counts[name]
     return combined, means, counts
+
+
+def reduce_values(kind: str, values: Sequence[float]) -> float:
+    """``sum``, ``max`` or ``min`` of ``values`` as torch reduces a tensor of them: NaN when any is NaN (Python's
+    ``max`` returned NaN or a number by where the NaN stood), and a sum of +inf and -inf is NaN.
+
+    >>> reduce_values("max", [1.0, float("nan"), 3.0]), reduce_values("sum", [0.1] * 3), reduce_values("min", [2, 1])
+    (nan, 0.30000000000000004, 1)
+    """
+    values = list(values)
+    if not values or any(v != v for v in values):
+        return math.nan
+    if kind == "sum":
+        return fsum(values) if all(math.isfinite(v) for v in values) else sum(values)
+    return max(values) if kind == "max" else min(values)
 
 
 _KIND_OF = re.compile(r"^(?P<base>.+)/(?P<kind>pass|best|worst)@\d+$")

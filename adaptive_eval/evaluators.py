@@ -453,6 +453,11 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample or items_of.get(k, num_items) != 0 else dataclasses.replace(v, n=0, total=0.0))
                    for k, v in metrics.items()}
+        # An adapter's sum, max or min over this rank's items combines across the ranks as such (EvalRequest._reduced)
+        for k, how in (request._handed.get("metric_reduce") or {}).items():
+            v = metrics.get(k)
+            if v is not None and not v.per_sample and not v.aggregate:
+                metrics[k] = dataclasses.replace(v, aggregate=how, payload=(float(v.mean), float(v.n)))
     return metrics, None
 
 

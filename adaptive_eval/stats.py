@@ -1593,8 +1593,13 @@ def aggregate_summary(kind: str, payload: tuple, confidence: float = 0.95) -> Me
 
     ``weighted_mean``: ``sum(w y) / sum(w)`` over items (``y`` the item's mean), with the linearised
     (ratio-estimator) variance ``n/(n-1) sum(w^2 (y - R)^2) / sum(w)^2`` and a t interval over items.
-    ``p<q>``: the quantile over items with :func:`quantile_interval`.
+    ``p<q>``: the quantile over items with :func:`quantile_interval`.  ``sum``, ``max``, ``min``: one value over
+    ``n`` items (a framework adapter's reduction of its rank's items, ``payload`` ``(value, n)``), no interval.
     """
+    if kind in ("sum", "max", "min"):
+        value, n = float(payload[0]), int(payload[1])
+        return MetricSummary(mean=value, n=n, ci=(math.nan, math.nan), total=value * n, per_sample=False,
+                             aggregate=kind, payload=(value, float(n)))
     if kind == "weighted_mean":
         n, sw, swy, sw2, sw2y, sw2y2 = payload
         n = int(n)

@@ -229,6 +229,11 @@ class EvalRequest:
         rank's items, their own eval set's (of several, :attr:`items_handed` is the last set's)."""
         self._handed.setdefault("metric_items", {}).update(dict.fromkeys(names, count))
 
+    def _reduced(self, names, how: str) -> None:
+        """A framework adapter's note: the scalar metrics ``names`` are this rank's ``how`` ("sum", "max" or "min") over
+        its items, so the ranks' values combine the same way (they were averaged, weighted by items)."""
+        self._handed.setdefault("metric_reduce", {}).update(dict.fromkeys(names, how))
+
     def _from_set(self, names, label: str) -> None:
         """A framework adapter's note: the metrics ``names`` were scored on its eval set ``label``, one of several
         (HF's dict of eval sets, Lightning's validation loaders): :attr:`EvalResult.items` adds the sets up."""

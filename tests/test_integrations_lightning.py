@@ -1546,6 +1546,73 @@ class BatchMetricModel(MetricObjectModel):
         self.log("val_acc", self.val_acc)  # (a torchmetrics object: computed over the items, as ever)
 
 
+class ShardReducedModel(L.LightningModule):
+    """Logs a mean and, over the batch's items, a max, a min and a sum with the reduce_fx that says how to combine."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 4)
+
+    def losses(self, x, y):
+        return torch.nn.functional.cross_entropy(self.net(x), y, reduction="none")
+
+    def training_step(self, batch, batch_idx):
+        return self.losses(*batch).mean()
+
+    def validation_step(self, batch, batch_idx):
+        losses = self.losses(*batch)
+        self.log("val_loss", losses.mean())
+        self.log("val_worst", losses.max(), reduce_fx="max")
+        self.log("val_best", losses.min(), reduce_fx=torch.min)
+        self.log_dict({"val_total": losses.sum()}, reduce_fx="sum")
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class FinalRecording(AdaptiveEvalCallback):
+    """Writes each spawned rank's last evaluation and final weights."""
+
+    def __init__(self, out, **kw):
+        super().__init__("default", **kw)
+        self.out = str(out)
+
+    def on_train_end(self, trainer, pl_module):
+        super().on_train_end(trainer, pl_module)
+        last = self.evaluator.history[-1]
+        torch.save(pl_module.state_dict(), f"{self.out}/weights{trainer.global_rank}.pt")
+        with open(f"{self.out}/rank{trainer.global_rank}.json", "w") as f:
+            json.dump({"step": last.step, "items": last.items,
+                       "metrics": {k: [m.mean, m.n] for k, m in last.metrics.items()}}, f)
+
+
+def test_per_item_false_under_ddp_combines_a_max_a_min_and_a_sum_across_ranks_as_lightning_syncs_them(tmp_path):
+    """Each rank reduces its shard's batches; the ranks' values were then averaged, weighted by their items, so a
+    max of 2.31 and 2.67 read 2.65 and a sum read about half the total (a new user's probe): they combine as a max,
+    a min and a sum now, over every item of the evaluation, as Lightning's sync_dist=True reduces them."""
+    torch.manual_seed(0)
+    train, val = Points(160, 0), Points(44, 1)  # 22 items a rank: batches of 8, 8 and 6
+    whole = ["policy.sample_size.initial=48", "policy.sample_size.min=48"]  # every evaluation: the whole set
+    cb = FinalRecording(tmp_path, overrides=FAST + whole + LOSS + ["trigger.freq_steps=10",
+                                                                  "evaluation.on_error=raise"], per_item=False)
+    spawn = DDPStrategy(start_method="spawn", timeout=datetime.timedelta(seconds=120))
+    trainer = L.Trainer(max_steps=20, strategy=spawn, devices=2, num_nodes=1, logger=False,
+                        enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(ShardReducedModel(), DataLoader(train, batch_size=8), DataLoader(val, batch_size=8))
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0 == r1 and r0["items"] == 44  # the same combined result on both ranks, over the whole set
+    model = ShardReducedModel()
+    model.load_state_dict(torch.load(tmp_path / "weights0.pt", weights_only=True))
+    with torch.no_grad():
+        losses = model.losses(val.x, val.y).double()
+    got = r0["metrics"]
+    assert got["val_worst"][0] == pytest.approx(float(losses.max()), rel=1e-6)
+    assert got["val_best"][0] == pytest.approx(float(losses.min()), rel=1e-6)
+    assert got["val_total"][0] == pytest.approx(float(losses.sum()), rel=1e-5)
+    assert got["val_loss"][0] == pytest.approx(float(losses.mean()), rel=1e-5)  # (a mean was exact before too)
+    assert {k: n for k, (_, n) in got.items()} == dict.fromkeys(got, 44)
+
+
 def test_per_item_false_runs_validation_step_on_batches_and_reduces_as_lightnings_own_validation(caplog):
     """A step that needs several items (a metric over the batch, a squeeze()) could only be scored through an
     evaluate_fn of one's own: per_item=False batches the requested items as the validation loader does."""

@@ -95,6 +95,7 @@ from adaptive_eval.integrations._common import (
     synchronous_for_sharded,
     watched,
 )
+from adaptive_eval.distributed import reduce_values
 
 try:
     import lightning
@@ -115,8 +116,8 @@ log = logging.getLogger("adaptive_eval")
 # reported as a mean under the same name, unsaid (a new user's probe).
 _MEANS = ("mean", "avg", "average")
 # The other reduce_fx Lightning takes by name (or as torch.sum, torch.max, torch.min), reduced over the batches
-# with ``per_item=False`` as Lightning reduces them.
-_REDUCES = {"sum": sum, "max": max, "min": min}
+# with ``per_item=False`` as Lightning reduces them (and across ranks likewise, as ``sync_dist=True`` does).
+_REDUCES = ("sum", "max", "min")
 # A validation key: one of these words, then the end or a separator ("val_loss", "val/acc", "valLoss"), not any
 # key that starts with their letters ("value_loss", PPO's critic loss, and "validity_rate" were never watched;
 # found by a new-user probe).
@@ -166,8 +167,9 @@ class AdaptiveEvalCallback(Callback):
     ``per_item=False``: ``validation_step`` runs on batches of the requested items (``batch_size`` of them, default
     each validation dataloader's batch size; required with ``val_dataset=``), in the set's order, and what it logs
     is reduced over the batches as Lightning reduces it (the mean weighted by each batch's size, or the
-    ``reduce_fx`` "sum", "max", "min"): for a step that needs several items (a metric over the batch); one value
-    per metric, without an interval.
+    ``reduce_fx`` "sum", "max", "min"; across the ranks of a process group the same way, as ``sync_dist=True``
+    does): for a step that needs several items (a metric over the batch); one value per metric, without an
+    interval.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator`.
     """
 
@@ -220,7 +222,6 @@ class AdaptiveEvalCallback(Callback):
         self._loss_warned = False
         self._reduce_said: set[str] = set()  # metrics logged with a reduce_fx other than the mean: said once each
         self._one_item_said = False
-        self._group_reduce_said = False  # (per_item=False under DDP with a sum, max or min: said once)
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
         self._reset_stream_state()
         self.hooks_called: set[str] = set()
@@ -772,13 +773,16 @@ class AdaptiveEvalCallback(Callback):
             module_metrics.restore()
             pl_module.train(was_training)
         for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
-            how = _REDUCES.get(reduce_of.get(k, "mean"))
+            how = reduce_of.get(k, "mean")
             total = sum(w for _, w in pairs)
-            captured[k] = how(v for v, _ in pairs) if how is not None else \
-                sum(v * w for v, w in pairs) / total if total else float("nan")
+            if how in _REDUCES:
+                captured[k] = reduce_values(how, [v for v, _ in pairs])
+                # (across the ranks too, as sync_dist=True reduces it: the ranks' values were averaged, weighted by
+                # their items, so a max of 2.31 and 2.67 read 2.65; a new user's probe)
+                request._reduced([k], how)
+            else:
+                captured[k] = sum(v * w for v, w in pairs) / total if total else float("nan")
             request._scored([k], counted[k])  # (the items of the batches that logged it, of every loader)
-        if batches and request.world_size > 1:
-            self._say_reduced_in_group(reduce_of, batches)
         if self._pick_metric and captured:
             captured = dict(sorted(captured.items(), key=lambda kv: "loss" in kv[0].lower()))  # (stable)
         if self._pick_metric and captured and not self._loss_warned:
@@ -795,18 +799,6 @@ class AdaptiveEvalCallback(Callback):
                             "evaluation.higher_is_better: false, or set evaluation.metric to the metric to track",
                             first, first)
         return captured
-
-    def _say_reduced_in_group(self, reduce_of: Mapping, batches: Mapping) -> None:
-        """Said once: under DDP each rank reduces its shard and the ranks' values are combined as a mean weighted by
-        their items, which for a sum, a max or a min is not Lightning's (a new user's probe: a max of 2.31 and 2.67
-        read 2.65)."""
-        other = sorted({k for k in batches if reduce_of.get(k, "mean") in _REDUCES})
-        if other and not self._group_reduce_said:
-            self._group_reduce_said = True
-            log.warning("adaptive_eval: per_item=False in a process group: %s, logged with reduce_fx sum, max or min, "
-                        "are reduced on each rank's shard and the ranks' values combined as a mean weighted by their "
-                        "items, not summed nor maximized across ranks (a mean is exact); log a mean to compare "
-                        "(said once)", ", ".join(map(repr, other)))
 
     def _say_one_item(self) -> None:
         """Said once, at validation_step's first failure: it runs on batches of one item here (a ``squeeze()`` that
