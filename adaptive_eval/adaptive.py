@@ -42,7 +42,7 @@ from adaptive_eval.evaluators import EvalTimeout, _wants_request, check_step, ru
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
 from adaptive_eval.scheduler import ResourceMonitor, ResourceScheduler
-from adaptive_eval.stats import as_float, warm_statistics
+from adaptive_eval.stats import REDUCED_KINDS, as_float, warm_statistics
 from adaptive_eval.trigger import EpochStepTimeFreqCtl
 from adaptive_eval.types import Decision, EvalRequest, EvalResult, error_text
 
@@ -153,7 +153,9 @@ def _answers(result: EvalResult, suites: Mapping) -> int:
 
     if suites:
         return int(result_units({name: {"cost": 1.0, "item_cost": 0.0} for name in suites}, result.metrics) or 0)
-    return max((answers_of(m) for m in result.metrics.values() if not m.aggregate), default=0)
+    # (a derived aggregation, weighted_mean or p<q>, counts no answers of its own; a framework adapter's sum, max or
+    # min over a rank's items is the metric itself: under DDP its answers read 0, a review)
+    return max((answers_of(m) for m in result.metrics.values() if m.aggregate in ("", *REDUCED_KINDS)), default=0)
 
 
 def _unstrict(obj, path: str = "state_dict"):

@@ -312,7 +312,9 @@ def _outcome_to_wire(outcome, items: bool = False) -> list:
     ``items`` its per-item values too, when it has any (``{metric: {"<item index>": mean}}``, string keys: a
     JSON object's), which the paired comparison at its integration needs (a resumed run pairs as the one that
     never stopped).  Values stay floats: a state_dict makes NaN and infinities strict JSON."""
-    result = outcome.result.state() if outcome.result is not None else None
+    # (with its aggregations' payloads: a shard's result, in a process group, is combined with the other ranks' after
+    # a resume; with none its sum, max, weighted_mean... failed the combination, a review)
+    result = outcome.result.state(payloads=True) if outcome.result is not None else None
     # (lists, not tuples: a state_dict is what it is after a JSON round trip)
     error = None if outcome.error is None else [_error_kind(type(outcome.error)), error_message(outcome.error)]
     if not (items and outcome.item_values):

@@ -37,8 +37,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
-from adaptive_eval.stats import (aggregate_summary, from_sums, fsum, overflowed_spread, pooled_m2, pooled_moments,
-                                 shard_m2)
+from adaptive_eval.stats import (REDUCED_KINDS, aggregate_summary, from_sums, fsum, overflowed_spread, pooled_m2,
+                                 pooled_moments, shard_m2)
 from adaptive_eval.types import MetricSummary
 
 log = logging.getLogger("adaptive_eval")
@@ -441,7 +441,10 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
                 float(shard_m2(s)), float(s.m3), float(s.m4), float(s.std))
         if s.aggregate:
-            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
+            payload = s.payload
+            if not payload and s.aggregate in REDUCED_KINDS:
+                payload = (s.mean, s.n)  # (a state saved without its payload: what it holds is the value over n items)
+            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in payload))
         elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k),
                      float(s.within_ss2))
@@ -496,7 +499,7 @@ def combine_rank_summaries(
             payloads = [p[_EXTRA + 1] for p in aggregated]
             if kind == "weighted_mean":  # sums add up
                 merged = tuple(fsum(x[i] for x in payloads) for i in range(6))
-            elif kind in ("sum", "max", "min"):  # (value, items) of each rank that scored items
+            elif kind in REDUCED_KINDS:  # (value, items) of each rank that scored items
                 got = [x for x in payloads if x[1] > 0] or payloads
                 merged = (reduce_values(kind, [x[0] for x in got]), fsum(x[1] for x in got))
             else:  # quantiles: the per-item values of every rank (in rank order)

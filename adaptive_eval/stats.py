@@ -1587,6 +1587,10 @@ def quantile_interval(values, q: float, confidence: float = 0.95) -> tuple[float
     return float(np.quantile(x, q)), low, high
 
 
+# The aggregations a framework adapter makes of one rank's items (Lightning's reduce_fx): shards combine as such.
+REDUCED_KINDS = ("sum", "max", "min")
+
+
 def aggregate_summary(kind: str, payload: tuple, confidence: float = 0.95) -> MetricSummary:
     """The summary of an aggregation from its sufficient statistics (exact across shards: weighted sums
     add up, quantile values concatenate).
@@ -1596,7 +1600,7 @@ def aggregate_summary(kind: str, payload: tuple, confidence: float = 0.95) -> Me
     ``p<q>``: the quantile over items with :func:`quantile_interval`.  ``sum``, ``max``, ``min``: one value over
     ``n`` items (a framework adapter's reduction of its rank's items, ``payload`` ``(value, n)``), no interval.
     """
-    if kind in ("sum", "max", "min"):
+    if kind in REDUCED_KINDS:
         value, n = float(payload[0]), int(payload[1])
         return MetricSummary(mean=value, n=n, ci=(math.nan, math.nan), total=value * n, per_sample=False,
                              aggregate=kind, payload=(value, float(n)))

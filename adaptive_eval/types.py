@@ -414,12 +414,13 @@ class EvalResult:
     def mean(self, name: str) -> float:
         return self.metrics[name].mean
 
-    def state(self) -> dict:
-        """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped)."""
+    def state(self, payloads: bool = False) -> dict:
+        """Every field as plain values; ``EvalResult.from_state`` restores it (``raw`` is dropped).  An aggregation's
+        payload (up to one value per item) is needed only to combine shards: kept with ``payloads`` (a shard's
+        result still to combine), else left out."""
         d = {"step": self.step, "epoch": self.epoch, "sample_size": self.sample_size, "reason": self.reason,
              "seconds": self.seconds,
-             # (an aggregation's payload, up to one value per item, is needed only to combine shards)
-             "metrics": {k: {**v.to_dict(), "payload": []} for k, v in self.metrics.items()},
+             "metrics": {k: {**v.to_dict(), **({} if payloads else {"payload": []})} for k, v in self.metrics.items()},
              "paired": {k: v.to_dict() for k, v in self.paired.items()}}
         if self.sets:  # (a state's only: evals.jsonl's lines keep their documented keys, their sample_size its count)
             d["sets"] = {k: list(v) for k, v in self.sets.items()}

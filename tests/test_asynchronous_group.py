@@ -24,7 +24,8 @@ import torch
 
 from adaptive_eval import AdaptiveEvaluator, load_config
 from adaptive_eval.asynchronous import SnapshotEval
-from conftest import FakeClock, decisions
+from conftest import FakeClock
+from conftest import decisions as _decisions
 from dist_utils import run_ranks
 
 STEPS = 40
@@ -39,6 +40,21 @@ def config(*extra):
 def stream(rank, g):
     jump = 6.0 if rank == 1 and g >= 20 else 0.0  # only rank 1's data goes bad
     return {"train/loss": 1.0 + jump + 0.01 * (g % 3)}
+
+
+def _no_nan(x):
+    """NaN as None, so that results compare equal (a max's interval is NaN: NaN != NaN)."""
+    if isinstance(x, float) and x != x:
+        return None
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_no_nan(v) for v in x)
+    return x
+
+
+def decisions(events):
+    return _no_nan(_decisions(events))
 
 
 def model_at(g):
@@ -74,14 +90,30 @@ def _world(rank, world):
         items = request.indices(100)
         calls.append((request.step, request.rank, request.world_size, items))
         total = float(sum(t.double().sum() for t in weights.values()))
-        # items x samples (the items are known: each result pairs with the one before on the items both share)
-        return {"score": [[total + 0.01 * i, total - 0.01 * i] for i in items]}
+        # A framework adapter's max over this rank's items (Lightning's reduce_fx="max"): combined as a max
+        request._reduced(["worst"], "max")
+        # items x samples (the items are known: each result pairs with the one before on the items both share), its
+        # weighted mean over items too (evaluation.aggregations)
+        return {"score": [[total + 0.01 * i, total - 0.01 * i] for i in items],
+                "score:weights": [1.0 + (i % 3) for i in items], "worst": total + rank}
 
     def make(*extra):
-        return AdaptiveEvaluator.from_config(config(*extra), clock=FakeClock(), total_steps=STEPS)
+        return AdaptiveEvaluator.from_config(config("evaluation.aggregations={score: [weighted_mean]}", *extra),
+                                             clock=FakeClock(), total_steps=STEPS)
 
     ev = make("evaluation.async_integrate_after_steps=3")
     out["fixed"] = (decisions(drive(ev, rank, 0, STEPS, weight_sum)), list(calls))
+
+    def worst_only(request):  # synchronous: the answers of a run that reports only such a max are its items
+        request.indices(10)
+        request._reduced(["worst"], "max")
+        return {"worst": 2.0 + rank}
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=4", "distributed.timeout_s=20"]),
+                                       clock=FakeClock(), total_steps=10)
+    for g in range(4):
+        ev.evaluate(worst_only, 0, g, g)
+    out["answers"] = ({k: ev.summary()[k] for k in ("evals", "samples", "answers")}, ev.history[-1].mean("worst"))
 
     def slow(request, weights):
         time.sleep(0.05)
@@ -200,6 +232,10 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
     evals = [e for e in fixed0 if e["kind"] == "eval"]
     assert len(evals) >= 4 and evals[-1]["step"] == STEPS - 1
     assert all(e["integrated_step"] == min(e["step"] + 3, STEPS - 1) for e in evals)
+    # each rank's max combined as a max (rank 1's, 1 above rank 0's), and the weighted mean over every item
+    for e in evals:
+        m = e["result"]["metrics"]
+        assert abs(m["worst"] - (m["score"] + 1.0)) < 1e-9 and abs(m["score/weighted_mean"] - m["score"]) < 1e-9, m
     # rank 1's alarm (its stream alone jumped at step 20) brought an evaluation forward on both ranks
     assert any(e["kind"] == "alarm" for e in fixed0)
     assert any(e["result"]["reason"].startswith("alarm:") and e["step"] >= 20 for e in evals)
@@ -273,6 +309,8 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
 
     # resume: each rank's saved state held the evaluation in flight; the resumed run decides as the uninterrupted one
     for r in range(2):
+        # a sum, max or min an adapter made of its rank's items counts its items as answers (0 under a group before)
+        assert ranks[r]["answers"] == ({"evals": 1, "samples": 10, "answers": 10}, 3.0)
         before, jobs, after = ranks[r]["resume"]
         assert [j["step"] for j in jobs] == [e["step"] for e in fixed0 if e["kind"] == "eval"
                                              and e["step"] < CUT <= e["integrated_step"]] != []
