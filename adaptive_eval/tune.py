@@ -508,6 +508,8 @@ class TuneResult:
     interrupted: bool = False
     written: list[str] = dataclasses.field(default_factory=list)
     refused: list[str] = dataclasses.field(default_factory=list)  # why each refused trial was (schema errors)
+    # chosen trial index -> {switch: the base config's value}: a switch whose drawn value changed no score
+    kept_base: dict = dataclasses.field(default_factory=dict)
 
 
 def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str) -> int | None:
@@ -635,9 +637,36 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         interrupted = interrupted or stop.is_set()
         result = summarize(done, objectives, fold_idx, interrupted)
         result.refused = refused
+        if not interrupted:
+            result.kept_base = _inert_switches(result, base, cases, objectives, fold_idx, stop)
         if out_dir is not None:
             result.written = write_outputs(result, base, out_dir)
     return result
+
+
+def _inert_switches(result: TuneResult, base, cases, objectives, fold_idx, stop: threading.Event) -> dict:
+    """For each chosen point, the on/off switches of ``SPACE`` (``policy.alarm.habituate``, ...) whose drawn value
+    is not the base config's and changed no score: replayed with the base's value, every run scores the same (no
+    run exercises it: ``habituate`` acts only after an urgent alarm whose evaluation showed no change).  Its preset
+    keeps the base's value then: a drawn value that nothing measured turned a safety default off (a new user's
+    probe: 9 of 30 trials drew ``habituate: false`` on runs where it does nothing)."""
+    switches = [key for key, kind, *_ in SPACE if kind is bool]
+    out = {}
+    for i, _ in result.chosen:
+        params = result.trials[i]["params"]
+        for key in switches:
+            own = bool(_get(base, key)) if _get(base, key) is not None else None
+            if own is None or params.get(key) is None or bool(params[key]) == own or stop.is_set():
+                continue
+            cfg = apply_params(base, {**params, key: own})
+            scores = []
+            for c in cases:
+                with _Where(f"trial {result.trials[i]['number']} with {key}={own}, {c.name}"):
+                    scores.append(run_case(c, cfg, seed=0))
+            per_fold = [objective_values([scores[j] for j in f], objectives) for f in fold_idx]
+            if _strict(per_fold) == _strict(result.trials[i]["fold_values"]):
+                out.setdefault(i, {})[key] = own
+    return out
 
 
 def _nanmean(values: Sequence[float]) -> float:
@@ -737,12 +766,16 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
             os.remove(os.path.join(presets, name))
     for n, (i, rule) in enumerate(result.chosen):
         t = result.trials[i]
-        cfg = apply_params(base, t["params"])
+        kept = result.kept_base.get(i, {})
+        cfg = apply_params(base, {**t["params"], **kept})
         held = result.cv.get(rule)
         header = [f"# adaptive-eval tune: point {n} of the Pareto front (trial {t['number']}, {rule})",
                   "# over all traces: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, t["values"]))]
         if held:
             header.append("# held-out folds: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, held)))
+        for key, v in kept.items():
+            header.append(f"# {key}: the trial drew {str(not v).lower()}, which changed no score on these runs: "
+                          f"the base config's {str(v).lower()} is kept")
         path = os.path.join(presets, f"point-{n}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(header) + "\n" + OmegaConf.to_yaml(cfg))
@@ -755,7 +788,8 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
         json.dump(_strict({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
                    "front": [result.trials[i]["number"] for i in result.front],
                    "chosen": [{"preset": f"presets/point-{n}.yaml", "trial": result.trials[i]["number"],
-                               "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule)}
+                               "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule),
+                               **({"kept_base": result.kept_base[i]} if i in result.kept_base else {})}
                               for n, (i, rule) in enumerate(result.chosen)]}), f, indent=2, allow_nan=False)
     written.append(path)
     return written

@@ -56,8 +56,9 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
         assert cfg.policy.alarm.corroborate_steps == params["policy.alarm.corroborate_steps"]
         # Every searched value as the preset holds it (the table and trials said confirm size 1022 beside a
         # preset's 500, clipped to the eval set; a new user's probe)
+        kept = chosen.get("kept_base", {})  # (a switch whose drawn value changed no score keeps the base's)
         for key, *_ in SPACE:
-            assert _get(cfg, key) == pytest.approx(params[key]), key
+            assert _get(cfg, key) == pytest.approx(kept.get(key, params[key])), key
         ss = cfg.policy.sample_size
         assert ss.min <= ss.initial <= ss.max  # (a preset held initial 46 beside min 68)
     ran = [json.loads(line)["params"] for line in (out / "trials.jsonl").read_text().splitlines()]
@@ -67,6 +68,17 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
     for key in ("policy.interval.tighten_per_stream", "policy.alarm.habituate"):
         assert {p[key] for p in ran} == {False, True}, key
     assert len({p["policy.interval.tighten"] for p in ran}) == len(ran)
+    # A switch whose drawn value changed no score keeps the base config's in the preset (habituate acts only after
+    # an urgent alarm, which this run has not: trial 3 drew it off, a safety default turned off by chance), said in
+    # the preset and summary.json; one that changed the scores (tighten_per_stream, off in trial 3) is kept as drawn
+    assert [(c["trial"], c.get("kept_base")) for c in summary["chosen"]] == \
+        [(3, {"policy.alarm.habituate": True}), (1, None), (0, None)]
+    assert ran[3]["policy.alarm.habituate"] is False and ran[3]["policy.interval.tighten_per_stream"] is False
+    point = out / summary["chosen"][0]["preset"]
+    cfg = load_config(str(point))
+    assert cfg.policy.alarm.habituate is True and cfg.policy.interval.tighten_per_stream is False
+    assert "# policy.alarm.habituate: the trial drew false, which changed no score on these runs: the base config's " \
+           "true is kept" in point.read_text()
     assert all(p["policy.sample_size.min"] <= p["policy.sample_size.initial"] for p in ran)
     # Trial 0 is the base config's own values.
     first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
