@@ -589,6 +589,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     stop, writing = threading.Event(), threading.Event()
     refused: list[str] = []
+    run_scores: dict[int, list] = {}
 
     def objective(trial):
         params = _suggest(trial, base)
@@ -613,6 +614,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         params = {k: (v if k.startswith("cusum.") else _get(cfg, k)) for k, v in params.items()}
         row = {"number": trial.number, "params": params, "values": values, "fold_values": per_fold}
         done.append(row)
+        run_scores[trial.number] = _plain_scores(scores)  # (what _inert_switches compares; not written)
         if log_path is not None:
             import json
 
@@ -638,33 +640,44 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         result = summarize(done, objectives, fold_idx, interrupted)
         result.refused = refused
         if not interrupted:
-            result.kept_base = _inert_switches(result, base, cases, objectives, fold_idx, stop)
+            result.kept_base = _inert_switches(result, base, cases, run_scores, stop)
+            # (a Ctrl-C there: the points checked so far keep what was found, the others their drawn values; exit 130)
+            result.interrupted = stop.is_set()
         if out_dir is not None:
             result.written = write_outputs(result, base, out_dir)
     return result
 
 
-def _inert_switches(result: TuneResult, base, cases, objectives, fold_idx, stop: threading.Event) -> dict:
+def _plain_scores(scores) -> list:
+    """Each run's ``RunScore`` as plain comparable values (NaN as None)."""
+    return [_strict(dataclasses.asdict(sc)) for sc in scores]
+
+
+def _inert_switches(result: TuneResult, base, cases, run_scores: dict, stop: threading.Event) -> dict:
     """For each chosen point, the on/off switches of ``SPACE`` (``policy.alarm.habituate``, ...) whose drawn value
-    is not the base config's and changed no score: replayed with the base's value, every run scores the same (no
-    run exercises it: ``habituate`` acts only after an urgent alarm whose evaluation showed no change).  Its preset
-    keeps the base's value then: a drawn value that nothing measured turned a safety default off (a new user's
-    probe: 9 of 30 trials drew ``habituate: false`` on runs where it does nothing)."""
+    is not the base config's and changed nothing measured: replayed with the base's value, every run scores the
+    same, to its cost, evaluations, each event's confirmed delay, needless evaluations and pick (no run exercises
+    it: ``habituate`` acts only after an urgent alarm whose evaluation showed no change).  Its preset keeps the
+    base's value then: a drawn value that nothing measured turned a safety default off (a new user's probe: 9 of 30
+    trials drew ``habituate: false`` on runs where it does nothing).  A Ctrl-C (``stop``) ends it after the run
+    being replayed; the switch under check then keeps its drawn value."""
     switches = [key for key, kind, *_ in SPACE if kind is bool]
     out = {}
     for i, _ in result.chosen:
-        params = result.trials[i]["params"]
+        params, number = result.trials[i]["params"], result.trials[i]["number"]
         for key in switches:
             own = bool(_get(base, key)) if _get(base, key) is not None else None
-            if own is None or params.get(key) is None or bool(params[key]) == own or stop.is_set():
+            if own is None or params.get(key) is None or bool(params[key]) == own or number not in run_scores:
                 continue
-            cfg = apply_params(base, {**params, key: own})
+            cfg = apply_params(base, {**params, **out.get(i, {}), key: own})  # (with the switches already kept)
             scores = []
             for c in cases:
-                with _Where(f"trial {result.trials[i]['number']} with {key}={own}, {c.name}"):
+                if stop.is_set():
+                    return out
+                with _Where(f"trial {number} with {key}={own}, {c.name}"):
                     scores.append(run_case(c, cfg, seed=0))
-            per_fold = [objective_values([scores[j] for j in f], objectives) for f in fold_idx]
-            if _strict(per_fold) == _strict(result.trials[i]["fold_values"]):
+            # (the drawn value's scores, with the switches already kept: the same as the trial's, or this is not run)
+            if _plain_scores(scores) == run_scores[number]:
                 out.setdefault(i, {})[key] = own
     return out
 
@@ -723,6 +736,10 @@ def table(result: TuneResult) -> str:
                  str(p.get("trigger.freq_steps")), f"{p.get('cusum.threshold', math.nan):.2f}",
                  f"{p.get('policy.sample_size.target_half_width', math.nan):.3f}", str(p.get("policy.peak.confirm_size"))]
         lines.append("| " + " | ".join(cells) + " |")
+    for n, (i, _) in enumerate(result.chosen):
+        for key, v in result.kept_base.get(i, {}).items():
+            lines.append(f"\npoint-{n}.yaml keeps the base config's {key}: {str(v).lower()} (trial "
+                         f"{result.trials[i]['number']} drew {str(not v).lower()}, which changed no run's score)")
     return "\n".join(lines)
 
 
@@ -774,8 +791,8 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
         if held:
             header.append("# held-out folds: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, held)))
         for key, v in kept.items():
-            header.append(f"# {key}: the trial drew {str(not v).lower()}, which changed no score on these runs: "
-                          f"the base config's {str(v).lower()} is kept")
+            header.append(f"# {key}: the trial drew {str(not v).lower()}, which changed no run's score: the base "
+                          f"config's {str(v).lower()} is kept")
         path = os.path.join(presets, f"point-{n}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(header) + "\n" + OmegaConf.to_yaml(cfg))

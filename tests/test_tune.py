@@ -77,8 +77,10 @@ def test_tune_writes_front_table_png_and_presets_that_load(tmp_path, capsys):
     point = out / summary["chosen"][0]["preset"]
     cfg = load_config(str(point))
     assert cfg.policy.alarm.habituate is True and cfg.policy.interval.tighten_per_stream is False
-    assert "# policy.alarm.habituate: the trial drew false, which changed no score on these runs: the base config's " \
-           "true is kept" in point.read_text()
+    assert "# policy.alarm.habituate: the trial drew false, which changed no run's score: the base config's true " \
+           "is kept" in point.read_text()
+    assert "point-0.yaml keeps the base config's policy.alarm.habituate: true (trial 3 drew false, which changed " \
+           "no run's score)" in (out / "pareto.md").read_text() and "keeps the base config's" in printed
     assert all(p["policy.sample_size.min"] <= p["policy.sample_size.initial"] for p in ran)
     # Trial 0 is the base config's own values.
     first = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
@@ -241,6 +243,34 @@ def test_a_second_ctrl_c_while_the_outputs_are_written_loses_none_of_them(tmp_pa
     assert len(result.trials) == 2 and not result.interrupted  # (the search had finished: nothing was cut short)
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["trials"] == 2
     assert (tmp_path / "out" / "pareto.png").is_file() and os.listdir(tmp_path / "out" / "presets")
+
+
+def test_a_ctrl_c_while_the_chosen_switches_are_checked_ends_the_check_and_says_interrupted(tmp_path, monkeypatch):
+    """Found in review: a Ctrl-C after the last trial, while the chosen points' switches were replayed with the base
+    config's values, was swallowed: the check ran on, exit 0, summary.json "interrupted": false."""
+    from adaptive_eval import tune as tune_mod
+
+    real = tune_mod._inert_switches
+
+    def interrupted_while_checking(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tune_mod, "_inert_switches", interrupted_while_checking)
+    path, onset = collapse_csv(tmp_path)
+    out = tmp_path / "tune"
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background test run ignores SIGINT)
+    try:
+        rc = main(["tune", path, "--events", f"{path}={onset}", "--objective", "cost", "--objective", "delay",
+                   "--trials", "4", "--out", str(out), "--no-progress"])
+    finally:
+        signal.signal(signal.SIGINT, outer)
+    summary = json.loads((out / "summary.json").read_text())
+    assert rc == 130 and summary["interrupted"] is True and summary["trials"] == 4
+    # (uninterrupted, trial 3's preset keeps the base's habituate: see the first test; here it keeps its draw)
+    assert not any("kept_base" in c for c in summary["chosen"])
+    assert load_config(str(out / summary["chosen"][0]["preset"])).policy.alarm.habituate is False
 
 
 def test_trials_the_config_refuses_are_counted_and_the_first_reason_said(tmp_path, capsys):
