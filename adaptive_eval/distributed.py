@@ -441,10 +441,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
         wire = (float(s.total), float(s.total_sq), int(s.n), bool(s.binary), bool(s.per_sample),
                 float(shard_m2(s)), float(s.m3), float(s.m4), float(s.std))
         if s.aggregate:
-            payload = s.payload
-            if not payload and s.aggregate in REDUCED_KINDS:
-                payload = (s.mean, s.n)  # (a state saved without its payload: what it holds is the value over n items)
-            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in payload))
+            wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k),
                      float(s.within_ss2))

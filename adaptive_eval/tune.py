@@ -666,9 +666,10 @@ def _inert_switches(result: TuneResult, base, cases, run_scores: dict, stop: thr
     for i, _ in result.chosen:
         params, number = result.trials[i]["params"], result.trials[i]["number"]
         for key in switches:
-            own = bool(_get(base, key)) if _get(base, key) is not None else None
-            if own is None or params.get(key) is None or bool(params[key]) == own or number not in run_scores:
+            own = _get(base, key)
+            if own is None or params.get(key) is None or bool(params[key]) == bool(own) or number not in run_scores:
                 continue
+            own = bool(own)
             cfg = apply_params(base, {**params, **out.get(i, {}), key: own})  # (with the switches already kept)
             scores = []
             for c in cases:
