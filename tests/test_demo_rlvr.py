@@ -49,6 +49,12 @@ def test_writes_every_run_and_the_table(demo_run):
     report = json.loads((out / "comparison.json").read_text())
     assert report["fault"] == "reward_hack" and report["fault_step"] == FAULT
     assert (out / "comparison.png").read_bytes().startswith(b"\x89PNG")
+    # Every file the demo writes at the top of its folder is named where it says what it wrote (comparison.json and
+    # the trace's events file were not: a new user's read of the README against the output).
+    wrote = next(line for line in stdout.splitlines() if line.startswith("wrote "))
+    for path in out.iterdir():
+        if path.is_file() and not path.name.startswith("."):
+            assert f"{out}/{path.name}" in wrote, (path.name, wrote)
     for name in RUNS:
         run = out / name
         assert (run / "run.png").read_bytes().startswith(b"\x89PNG")

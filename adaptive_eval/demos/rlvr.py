@@ -833,6 +833,7 @@ def format_comparison(report: dict) -> str:
               f"{c['eval_seconds_per_sample']:g} s per generated answer an evaluation (asynchronous: on its own device); "
               f"real: {report['train_wall_seconds']:.0f} s on the CPU, base model {report['base_seconds']:.0f} s of it",
               f"wrote {out}/{{{','.join(names)}}}/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
-              f"{out}/comparison.png; the run as a trace: {out}/{TRACE_NAME}",
+              f"{out}/comparison.png, {out}/comparison.json; the run as a trace: {out}/{TRACE_NAME} (its fault: "
+              f"{out}/{TRACE_NAME}.events.yaml)",
               f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
     return "\n".join(lines)
