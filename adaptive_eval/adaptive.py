@@ -2197,6 +2197,9 @@ class AdaptiveEvaluator:
             raise ValueError(f"load_state_dict: state_dict[{where[0]!r}] does not load into this evaluator: "
                              f"{error_text(exc)}; the evaluator is left as it was (a state of another config or "
                              "version, or edited?)") from exc
+        note = getattr(self.logger, "note_resumed", None)  # (its folder may hold this run's own earlier files)
+        if note is not None:
+            note()
 
     def _load(self, sd: Mapping, where: list, say: bool = True) -> None:
         """The body of :meth:`load_state_dict`; ``where[0]``: the key being loaded (for its error); ``say``: what

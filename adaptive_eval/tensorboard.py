@@ -350,7 +350,11 @@ class TensorBoardLogger(MetricLogger):
             raise OSError(exc.errno, f"cannot create a TensorBoard event file: {exc.strerror}",
                           str(self.log_dir)) from exc
         here = self.log_dir.resolve()
+        # An earlier run's files in this folder: said at the first scalar unless a state is loaded first (a resumed
+        # run, note_resumed), or the warning below is given
+        self._earlier = earlier
         if any(other.log_dir.resolve() == here for other in list(_LIVE) if other.rank == rank):
+            self._earlier = 0
             # (two evaluators of one run, one per task, given one folder: TensorBoard reads it as one run, their
             # controller/ charts mixed into one line going back and forth, the custom-scalars layout the last one's;
             # a new user's probe)
@@ -440,8 +444,22 @@ class TensorBoardLogger(MetricLogger):
             self.groups = groups
             self._layout_stale = True
 
+    def note_resumed(self) -> None:
+        """This logger's run was resumed (``AdaptiveEvaluator.load_state_dict`` calls it): the event files of
+        earlier runs in its folder are its own, written before the state was saved."""
+        self._earlier = 0
+
     def _note_new_tag(self, tag: str) -> None:
         """Track eval metrics; mark the dashboard layout stale when one appears or gains its CI."""
+        if self._earlier:
+            # (a script run again with the same logging.tensorboard_dir: TensorBoard reads the folder as one run and
+            # draws both runs' values at the same steps as one line going back and forth; a new user's probe)
+            log.warning("TensorBoard: %s already holds the event files of %d earlier adaptive_eval run(s), and this "
+                        "run did not load a state_dict() (a resumed run's own files are expected there): TensorBoard "
+                        "shows one folder as one run, so at the steps both ran, its charts mix the two runs' values; "
+                        "give each run its own logging.tensorboard_dir, or delete the old event files", self.log_dir,
+                        self._earlier)
+            self._earlier = 0
         found = _metric_of(tag)
         if found is None:
             return

@@ -133,6 +133,35 @@ def test_a_run_resumed_into_the_same_folder_keeps_the_earlier_runs_text_markers(
         ["decisions/0000", "decisions/0001", "decisions/10000"]
 
 
+def test_a_new_run_in_a_folder_an_earlier_run_wrote_is_said_and_a_resumed_one_is_not(tmp_path, caplog):
+    """A script run again with the same logging.tensorboard_dir: TensorBoard reads the folder as one run, both runs'
+    values at the same steps in one series; nothing said it (a new user's probe).  A run resumed from a state_dict()
+    writes beside its own earlier files, as expected, and is not warned."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    cfg = load_config(overrides=[f"logging.tensorboard_dir={tmp_path}"])
+
+    def run(state=None, steps=range(10)):
+        ev = AdaptiveEvaluator.from_config(cfg, clock=lambda: 0.0)
+        if state is not None:
+            ev.load_state_dict(state)
+        for step in steps:
+            ev.observe({"loss": 1.0 + 0.01 * step}, step)
+        saved = ev.state_dict()
+        ev.close()
+        return saved
+
+    said = "already holds the event files of"
+    state = run()
+    assert said not in caplog.text
+    run()
+    assert caplog.text.count(said) == 1 and "1 earlier adaptive_eval run(s)" in caplog.text
+    assert [e.step for e in read(tmp_path).Scalars("streams/loss")].count(3) == 2  # the two runs, mixed at step 3
+    caplog.clear()
+    run(state, range(10, 20))  # resumed
+    assert said not in caplog.text
+
+
 def test_layout_has_a_margin_chart_per_metric_and_the_controller_state(tmp_path):
     result = EvalResult(step=10, sample_size=64, reason="trigger:steps", seconds=1.0,
                         metrics={"acc": MetricSummary(0.5, 64, (0.4, 0.6)),
