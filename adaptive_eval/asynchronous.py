@@ -601,6 +601,10 @@ class AsyncEvaluations:
         self.executor = executor
         self.clock = clock
         self.eval_clock = eval_clock if eval_clock is not None else clock
+        # evaluation.timeout_s counts real seconds from a submission, as a synchronous evaluation's does, whatever
+        # clock= the run was given: on a clock the loop moves 60 s a step, an evaluation of 0.3 s timed out at 120 s
+        # when its thread was slower than the loop's two steps, and not when it was quicker (a new user's probe)
+        self.timer = time.monotonic
         self.timeout_s = timeout_s
         self.wait_limit_s = float(wait_limit_s)
         self.owner = owner
@@ -674,7 +678,7 @@ class AsyncEvaluations:
         limit = (f"evaluation.timeout_s is {self.timeout_s:g} s" if self.timeout_s is not None else
                  "evaluation.timeout_s is null: no limit, an evaluate_fn that hangs stops every later evaluation")
         return (f"step {step}: the asynchronous evaluation of step {job.step} ({job.reason}) still runs "
-                f"{self.clock() - job.submitted_at:.0f} s after its submission, and due evaluations have waited for "
+                f"{self.timer() - job.submitted_at:.0f} s after its submission, and due evaluations have waited for "
                 f"it at {job.held_up} evaluate() calls since step {job.held_up_since} (async:waiting, "
                 f"evaluation.max_in_flight={self.max_in_flight}): no evaluation starts until it finishes; {limit}. "
                 "Set evaluation.timeout_s to fail an evaluation that takes longer (close() and state_dict() wait "
@@ -693,7 +697,7 @@ class AsyncEvaluations:
             raise ValueError(self.needs_snapshot)  # on every training rank alike, before any collective
         job = _Job(id=self._next_id, step=request.step, epoch=epoch, sample_size=request.sample_size,
                    reason=request.reason, urgent=urgent, due_step=None if lat is None else request.step + lat,
-                   submitted_at=self.clock())
+                   submitted_at=self.timer())
         self._next_id += 1
         try:
             self._start(job, evaluate_fn, request, epoch)
@@ -748,7 +752,7 @@ class AsyncEvaluations:
 
     # -- integration --------------------------------------------------------------------------------
     def _timed_out(self, job: _Job) -> bool:
-        return self.timeout_s is not None and self.clock() - job.submitted_at > self.timeout_s
+        return self.timeout_s is not None and self.timer() - job.submitted_at > self.timeout_s
 
     def ready(self, step: int) -> bool:
         """Whether the oldest evaluation in flight is to be integrated at ``step`` (by its due step, or,
@@ -793,7 +797,7 @@ class AsyncEvaluations:
                                                   "when the state was saved and did not finish"), attempts=0)
         limit, by_timeout = self.wait_limit_s, False
         if self.timeout_s is not None:
-            left = max(0.0, self.timeout_s - (self.clock() - job.submitted_at))
+            left = max(0.0, self.timeout_s - (self.timer() - job.submitted_at))
             if left < limit:  # (the time left of it: the message names the configured value)
                 limit, by_timeout = left, True
         try:
@@ -830,7 +834,7 @@ class AsyncEvaluations:
                  + ("null" if self.timeout_s is None else f"{self.timeout_s:g} s"))
         log.warning("%s waits up to %.0f s more for the asynchronous evaluation of step %d (%s), still running %.0f s "
                     "after its submission: %s. The bound is %s; set evaluation.timeout_s to give up on an evaluation "
-                    "that hangs sooner", who, limit, job.step, job.reason, self.clock() - job.submitted_at, why, bound)
+                    "that hangs sooner", who, limit, job.step, job.reason, self.timer() - job.submitted_at, why, bound)
         return future.result(timeout=limit)
 
     def take_head(self, step: int) -> list[tuple[_Job, object]]:
@@ -934,7 +938,7 @@ class AsyncEvaluations:
                 if job.outcome is None and job.future is not None:
                     limit, by_timeout = max(0.0, deadline - time.monotonic()), False
                     if self.timeout_s is not None:  # no longer than the run that goes on would wait for it
-                        left = max(0.0, self.timeout_s - (self.clock() - job.submitted_at))
+                        left = max(0.0, self.timeout_s - (self.timer() - job.submitted_at))
                         if left <= limit:
                             limit, by_timeout = left, True
                     try:
@@ -965,7 +969,7 @@ class AsyncEvaluations:
         for rec in sd.get("jobs", []):
             job = _Job(id=int(rec["id"]), step=int(rec["step"]), epoch=rec.get("epoch"),
                        sample_size=rec.get("sample_size"), reason=str(rec["reason"]), urgent=bool(rec["urgent"]),
-                       due_step=rec.get("due_step"), submitted_at=self.clock())
+                       due_step=rec.get("due_step"), submitted_at=self.timer())
             wire = rec.get("outcome")
             if wire is not None:  # (a state from before the per-item values has 3 elements)
                 job.outcome = _outcome_from_wire(wire, _BEFORE_RESUME)

@@ -6,6 +6,7 @@ import logging
 import math
 import multiprocessing
 import threading
+import time
 
 import pytest
 import torch
@@ -373,6 +374,7 @@ def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed(
         return {"score": [1.0]}
 
     ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
+    ev._async.timer = clock  # (real seconds by default: this test moves them by hand)
     model = model_at(0)
     for g in range(10):
         clock.advance(10.0)
@@ -385,6 +387,32 @@ def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed(
                                   "evaluation.timeout_s (30 s)")
     release.set()
     ev.close()
+
+
+def test_evaluation_timeout_counts_real_seconds_not_the_injected_clock_the_loop_moves():
+    """The timeout read clock=, which the loop moved 60 s a step: at the step its result was due, an evaluation of a
+    moment was past a timeout of 120 s, and failed when its thread was slower than the loop's three steps, not when
+    quicker (a new user's probe).  A synchronous evaluation's timeout counts real seconds; so does this."""
+    clock = FakeClock()
+    started = threading.Event()
+
+    def slow(request, weights):
+        started.set()
+        time.sleep(0.3)  # still running when the loop reaches the step its result is due at
+        return {"score": [1.0]}
+
+    ev, events = make(cfg("evaluation.timeout_s=120", "evaluation.async_integrate_after_steps=3",
+                          "policy.budget.enabled=false"), clock=clock)
+    model = model_at(0)
+    for g in range(10):
+        clock.advance(60.0)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(SnapshotEval(model, slow), 0, g, g)
+        if g == 4:
+            assert started.wait(10)
+    ev.close()
+    assert not [e for e in events if e["kind"] == "error"]
+    assert [(e["step"], e["integrated_step"]) for e in events if e["kind"] == "eval"][:1] == [(4, 7)]
 
 
 def test_a_run_resumed_with_evaluations_in_flight_decides_exactly_as_the_one_that_never_stopped():
