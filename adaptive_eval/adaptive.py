@@ -93,6 +93,7 @@ def _alarm_from_wire(wire):
 # observe() calls from other threads waiting for the training thread's next call: the oldest dropped beyond this,
 # and at most _HANDED_PER_CALL applied a call (another thread observing in a tight loop does not stall training)
 _HANDED_MAX = 100_000
+EXCEPTION_DRAIN_S = 5.0  # close() while an exception goes up: the longest wait for evaluations in flight
 _HANDED_PER_CALL = 1_000
 
 
@@ -2308,8 +2309,11 @@ class AdaptiveEvaluator:
         evaluations still in flight are waited for (at most ``timeout_s`` in all; default
         ``evaluation.timeout_s``, else ``distributed.timeout_s``; a wait past a second logs a warning that says
         how long it may last and why) and integrated at the last step seen;
-        one that does not finish counts as failed (logged; ``on_error: raise`` does not raise here, but does raise a
-        failure the last ``observe()`` integrated, which no ``evaluate()`` raised, unless another exception goes up).
+        one that does not finish counts as failed (logged).  With ``on_error: raise`` the first failure among them,
+        or one the last ``observe()`` integrated that no ``evaluate()`` raised, is raised once everything is closed
+        (as a synchronous run raises its final evaluation's), unless another exception goes up: then the wait is
+        at most :data:`EXCEPTION_DRAIN_S` unless ``timeout_s`` is given (a crash in the training step showed only
+        after the evaluation in flight, up to 600 s).
         In a process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with
         eval ranks it also tells them to stop serving.  An asynchronous evaluator evaluates no more after it:
@@ -2329,6 +2333,15 @@ class AdaptiveEvaluator:
             self._apply_handed(self._last_step)  # (what other threads observed last: recorded and logged too)
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
+            going_up = sys.exc_info()[1]
+            if timeout_s is None and going_up is not None and self._async.jobs:
+                # (a `with` block or a `finally: close()` that a crash of the training step leaves: it waited up to
+                # 600 s for an evaluation in flight before the crash showed; a new user's probe)
+                timeout_s = min(EXCEPTION_DRAIN_S, self._async.wait_limit_s)
+                log.warning("close() while an exception goes up (%s): it waits at most %g s for the %d asynchronous "
+                            "evaluation(s) in flight, not evaluation.timeout_s or distributed.timeout_s; pass "
+                            "close(timeout_s=...) for longer", type(going_up).__name__, timeout_s,
+                            len(self._async.jobs))
             try:
                 if self._distributed and self._async.jobs and not self.dist.distributed:
                     pairs = self._async.drain(timeout_s)
@@ -2343,7 +2356,7 @@ class AdaptiveEvaluator:
                         pairs = self._async.outcomes_from_wire(self.dist.broadcast_object(None, src=0))
                 else:
                     pairs = self._async.drain(timeout_s)
-                self._integrate(pairs, step, may_raise=False)
+                self._integrate(pairs, step)  # (on_error: raise: the first failure is raised below, at the end)
             finally:
                 self._async.close(timeout_s)
         self._log_pick()
@@ -2352,7 +2365,7 @@ class AdaptiveEvaluator:
             self._recorder.close()
             self._recorder = None
         self._closed = self._closed or True  # (a second close keeps "said")
-        self._raise_deferred()  # (integrated by an observe() no evaluate() followed; not close()'s own drain)
+        self._raise_deferred()  # (integrated by an observe() no evaluate() followed, or by this drain)
 
     def _say_closed(self, what: str) -> None:
         """Once: a call after :meth:`close`, which went on deciding with nothing written (found by a new user)."""

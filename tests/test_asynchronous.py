@@ -273,6 +273,54 @@ def test_a_failure_the_last_steps_observe_integrates_is_raised_by_after_train_or
         run(loop_failed)
 
 
+def test_the_final_evaluations_failure_close_drains_is_raised_under_on_error_raise_once_everything_is_closed(
+        tmp_path):
+    """A new user's probe: with on_error: raise, a synchronous run raised its final evaluation's failure, and an
+    asynchronous one, whose final evaluation close() waits for, ended without a word (close() never raised)."""
+    ev, events = make(load_config(overrides=[
+        "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "trigger.freq_steps=5",
+        "evaluation.on_error=raise", "policy.budget.enabled=false", f"logging.tensorboard_dir={tmp_path}"]),
+        total_steps=20)
+
+    def fn(request):
+        if request.reason.startswith("trigger:final"):
+            raise ConnectionError("the grader is down for the final evaluation")
+        return {"acc": [1.0, 0.0] * 5}
+
+    for g in range(20):
+        ev.observe({"loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)  # (the final evaluation's failure is not due before close())
+    with pytest.raises(ConnectionError, match="grader is down"):
+        ev.close()
+    assert ev.logger.closed and ev.summary()["eval_errors"] == 1  # closed first: its logs are all written
+    assert [e["step"] for e in events if e["kind"] == "error"] == [19]
+
+
+def test_close_while_the_training_steps_exception_goes_up_waits_briefly_for_an_evaluation_in_flight(monkeypatch,
+                                                                                                     caplog):
+    """A new user's probe: a crash in the training step inside ``with AdaptiveEvaluator(...)`` (or before a
+    ``finally: close()``) showed only once the evaluation in flight was done, up to 600 s later."""
+    import adaptive_eval.adaptive as adaptive_module
+
+    monkeypatch.setattr(adaptive_module, "EXCEPTION_DRAIN_S", 0.2)
+    release = threading.Event()
+
+    def hung(request):
+        release.wait(30)
+        return {"acc": [1.0]}
+
+    ev, events = make(cfg("policy.budget.enabled=false"))
+    with pytest.raises(KeyError, match="the training step's own"), ev:
+        for g in range(10):
+            ev.observe({"loss": 1.0}, g)
+            ev.evaluate(hung, 0, g, g)
+        raise KeyError("the training step's own")
+    release.set()
+    errors = [e["error"] for e in events if e["kind"] == "error"]
+    assert len(errors) == 1 and "close()'s wait (0.2 s in all)" in errors[0], errors
+    assert "close() while an exception goes up (KeyError): it waits at most 0.2 s" in caplog.text
+
+
 def test_a_failure_of_the_steps_own_submission_is_not_masked_nor_read_as_lost():
     """A review: the evaluation's error raised at the end of the step replaced the step's own exception (a Ctrl-C in
     the snapshot came up as the earlier evaluation's RuntimeError); a snapshot that failed left its job without a
