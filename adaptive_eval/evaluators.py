@@ -13,6 +13,7 @@ import threading
 import time
 import traceback
 import types
+import typing
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
@@ -68,7 +69,9 @@ _WANTS_REQUEST_LOCK = threading.Lock()
 
 
 def _wants_request(evaluate_fn: Callable) -> bool:
-    """Whether ``evaluate_fn`` takes the request: it has a positional parameter without a default (or ``*args``).
+    """Whether ``evaluate_fn`` takes the request: it has a positional parameter without a default (or ``*args``),
+    or one named ``request`` or annotated ``EvalRequest``, default or not (``evaluate_fn(request=None)`` was called
+    with no argument, and every evaluation failed on ``None.indices``: a new user's probe).
 
     ``evaluate_fn()`` (AReaL style) and ``evaluate_fn(verbose=False)`` are called with no argument.
     """
@@ -94,8 +97,20 @@ def _inspect_wants_request(evaluate_fn: Callable) -> bool:
     except (TypeError, ValueError):  # builtins without a signature: assume the request form
         return True
     return any(p.kind is p.VAR_POSITIONAL
-               or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
+               or (p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                   and (p.default is p.empty or p.name == "request" or _names_request(p.annotation)))
                for p in params)
+
+
+def _names_request(annotation) -> bool:
+    """``EvalRequest`` as an annotation: the class, or its name as a string (``from __future__ import annotations``),
+    optional or not."""
+    if annotation is EvalRequest:
+        return True
+    if not isinstance(annotation, str):
+        return EvalRequest in typing.get_args(annotation)  # (EvalRequest | None, Optional[EvalRequest])
+    text = annotation.replace("Optional[", "").replace("]", "").replace("'", "").replace('"', "")
+    return any(part.strip().split(".")[-1] == "EvalRequest" for part in text.split("|"))
 
 
 def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):

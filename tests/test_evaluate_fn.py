@@ -92,6 +92,33 @@ def test_only_positional_parameters_without_defaults_take_the_request():
     assert seen[-1] == ("areal", False)
 
 
+def test_a_parameter_named_request_or_annotated_evalrequest_takes_it_though_it_has_a_default():
+    """A new user's probe: ``def evaluate_fn(request=None)`` was called with no argument, and every evaluation failed
+    on ``None.indices`` (AttributeError), with nothing pointing at the default."""
+    seen = []
+
+    def named(request=None):
+        seen.append(("named", request.sample_size))
+
+    def typed(req: EvalRequest | None = None):
+        seen.append(("typed", req.sample_size))
+
+    def typed_as_text(req: "Optional[EvalRequest]" = None):  # noqa: F821 - (a string annotation is not evaluated)
+        seen.append(("text", req.sample_size))
+
+    def other(verbose=None):  # AReaL style: no argument
+        seen.append(("other", verbose))
+
+    for fn in (named, typed, typed_as_text, other):
+        call_evaluate_fn(fn, REQUEST)
+    assert seen == [("named", REQUEST.sample_size), ("typed", REQUEST.sample_size), ("text", REQUEST.sample_size),
+                    ("other", None)]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
+    result = ev.evaluate(lambda request=None: {"acc": [1.0] * len(request.indices(10))}, 0, 0, 0)
+    ev.close()
+    assert result is not None and ev.summary()["eval_errors"] == 0
+
+
 def test_an_async_evaluate_fn_is_run_to_its_result_on_one_loop_and_inside_a_running_loop_too():
     """An async inference engine's client: an `async def evaluate_fn` failed every evaluation ("must return a
     mapping ..., got coroutine", with a never-awaited warning).  It is run to its result: on one event loop of this
