@@ -678,7 +678,7 @@ class AsyncEvaluations:
         limit = (f"evaluation.timeout_s is {self.timeout_s:g} s" if self.timeout_s is not None else
                  "evaluation.timeout_s is null: no limit, an evaluate_fn that hangs stops every later evaluation")
         return (f"step {step}: the asynchronous evaluation of step {job.step} ({job.reason}) still runs "
-                f"{self.timer() - job.submitted_at:.0f} s after its submission, and due evaluations have waited for "
+                f"{self.timer() - job.submitted_at:.3g} s after its submission, and due evaluations have waited for "
                 f"it at {job.held_up} evaluate() calls since step {job.held_up_since} (async:waiting, "
                 f"evaluation.max_in_flight={self.max_in_flight}): no evaluation starts until it finishes; {limit}. "
                 "Set evaluation.timeout_s to fail an evaluation that takes longer (close() and state_dict() wait "
@@ -832,7 +832,7 @@ class AsyncEvaluations:
         bound = (f"evaluation.timeout_s ({self.timeout_s:g} s since its submission)" if by_timeout else
                  "the wait limit (distributed.timeout_s; for close(), its timeout_s): evaluation.timeout_s is "
                  + ("null" if self.timeout_s is None else f"{self.timeout_s:g} s"))
-        log.warning("%s waits up to %.0f s more for the asynchronous evaluation of step %d (%s), still running %.0f s "
+        log.warning("%s waits up to %.3g s more for the asynchronous evaluation of step %d (%s), still running %.3g s "
                     "after its submission: %s. The bound is %s; set evaluation.timeout_s to give up on an evaluation "
                     "that hangs sooner", who, limit, job.step, job.reason, self.timer() - job.submitted_at, why, bound)
         return future.result(timeout=limit)
