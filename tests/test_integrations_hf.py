@@ -742,6 +742,15 @@ def test_non_scalar_compute_metrics_keys_are_skipped_with_one_warning_and_the_sc
     assert len(said) == 1 and "'note'" in said[0] and "skipped" in said[0]
 
 
+def test_compute_metrics_returning_no_dict_is_a_type_error_naming_it(tmp_path):
+    """A list from compute_metrics failed every evaluation with "'list' object has no attribute 'items'", naming
+    neither compute_metrics nor what it returned (a new user's probe)."""
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4", "evaluation.on_error=raise"],
+                              per_item=False)
+    with pytest.raises(TypeError, match=r"compute_metrics must return a dict of metric name to number.*got list"):
+        tiny_run(tmp_path, cb, compute_metrics=lambda pred: [accuracy(pred)["accuracy"]])
+
+
 def test_a_corpus_level_metric_under_per_item_scoring_says_to_pass_per_item_false(tmp_path):
     """A metric that needs several items (F1 macro, AUC) failed every evaluation under the default per-item
     scoring with an error that did not say what to do."""

@@ -842,10 +842,14 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             if not one_item:
                 raise
             raise RuntimeError(
-                f"compute_metrics failed on one item ({type(exc).__name__}: {exc}): AdaptiveEvalCallback calls it "
-                "once per item by default (per_item=True), so that each metric has a real interval; if a metric "
-                "needs several items (a corpus-level metric: F1 macro, AUC, BLEU, ...), pass "
+                f"compute_metrics failed on one item ({type(exc).__name__}: {exc}).  AdaptiveEvalCallback calls it "
+                "once per item by default (per_item=True), so that each metric has a real interval: if it failed "
+                "because a metric needs several items (a corpus-level metric: F1 macro, AUC, BLEU, ...), pass "
                 "AdaptiveEvalCallback(..., per_item=False), which calls it once per batch of items") from exc
+        if metrics is not None and not isinstance(metrics, Mapping):
+            # (a list failed every evaluation with "'list' object has no attribute 'items'", naming neither; a probe)
+            raise TypeError(f"compute_metrics must return a dict of metric name to number, as HF's Trainer takes it, "
+                            f"got {type(metrics).__name__}")
         out, skipped = {}, []
         for k, v in (metrics or {}).items():
             value = float(v) if isinstance(v, bool) else scalar(v)  # (an exact match written bool(...): 0/1)
