@@ -271,6 +271,7 @@ class AdaptiveEvaluator:
                 log.error("TensorBoard logging is off: %s", exc)
                 logger = None
         self.logger = logger if logger is not None else NullLogger()
+        self._logger = _GuardedLogger(self.logger)  # (what the evaluator itself calls: never raises)
         self._logging = not isinstance(self.logger, NullLogger)
         self._log_streams = self._logging and bool(self.cfg.logging.log_streams)
         self._recorder = None  # see record_to()
@@ -332,7 +333,7 @@ class AdaptiveEvaluator:
 
         self._strata = reported_strata(self._suites)  # suites reported per stratum too (report_strata)
         if self._suites and hasattr(self.logger, "set_groups"):
-            self.logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
+            self._logger.set_groups(self._suites)  # the dashboard groups the eval charts by suite
         # evaluation.timeout_s: a worker thread per evaluation in a single process; none in a group, where
         # distributed.timeout_s bounds the collectives that wait for a late rank (see EvalTimeout).
         timeout_s = self._evaluation["timeout_s"]
@@ -391,7 +392,7 @@ class AdaptiveEvaluator:
                                            self._pid) if self._async is not None else None)
         self._reset()
         if self._logging:
-            self.logger.log_config(OmegaConf.to_yaml(self.cfg))
+            self._logger.log_config(OmegaConf.to_yaml(self.cfg))
 
     def _reset(self) -> None:
         self._detectors: dict[str, list] = {}
@@ -716,7 +717,7 @@ class AdaptiveEvaluator:
     def _write_streams(self, metrics: Mapping, step: int) -> None:
         values = {k: as_float(k, v) for k, v in metrics.items()}
         if self._log_streams:
-            self.logger.log(step, {f"streams/{k}": v for k, v in values.items()})
+            self._logger.log(step, {f"streams/{k}": v for k, v in values.items()})
         if self._recorder is not None:
             self._record(step, values)
 
@@ -809,7 +810,7 @@ class AdaptiveEvaluator:
             message = alarm.message or ""
             if message.startswith(f"{alarm.stream}: "):  # (a detector's message names its stream first)
                 message = message[len(alarm.stream) + 2:]
-            self.logger.log(step, {"controller/alarms": float(self._alarm_count)})
+            self._logger.log(step, {"controller/alarms": float(self._alarm_count)})
             head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
             why = ""  # (an alarm that brings no evaluation says why: no decision does; found by new users)
             if alarm_policy is not None and alarm_policy.held > held:
@@ -820,7 +821,7 @@ class AdaptiveEvaluator:
             elif alarm_policy is not None and alarm_policy.absorbed > absorbed:
                 why = (f" [no evaluation of its own: within policy.alarm.cooldown_steps="
                        f"{alarm_policy.cooldown_steps} of the last alarm's evaluation]")
-            self.logger.text(step, "alarms", f"{where}{head}: {message}".strip() + why)
+            self._logger.text(step, "alarms", f"{where}{head}: {message}".strip() + why)
 
     def _witnesses(self) -> int:
         """Streams whose level detectors are past their warm-up (``Context.streams``: those that could
@@ -1215,13 +1216,13 @@ class AdaptiveEvaluator:
                 self._deferrals += 1
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
                 if self._logging:
-                    self.logger.log(global_step, {"controller/deferred": 1.0})
+                    self._logger.log(global_step, {"controller/deferred": 1.0})
                     # (what was due: the policy's reason, else the trigger's; "(was None)" hid a peak:confirm)
                     text = f"deferred: {decision.reason} (was {decision.deferred or reason or 'due'})"
                     # Once per deferral, not at every step it lasts (controller/deferred is 1 at each of them).
                     if self._deferring is None or self._deferring[1] != text:
                         self._deferring = (global_step, text)
-                        self.logger.text(global_step, "decisions", text)
+                        self._logger.text(global_step, "decisions", text)
             else:
                 self._deferring = None  # nothing due any more
             return None
@@ -1521,7 +1522,7 @@ class AdaptiveEvaluator:
             return
         self._alarm_pending = self._policy_pending()
         if self._logging:
-            self.logger.text(global_step, "alarms", f"the evaluation of step {step} for the alarm failed: "
+            self._logger.text(global_step, "alarms", f"the evaluation of step {step} for the alarm failed: "
                              "its alarm is pending again (once)")
 
     def _lookback_wanted(self, evaluate_fn):
@@ -1678,10 +1679,10 @@ class AdaptiveEvaluator:
 
             # On the checkpoint's step, under lookback/ (eval/ has points after it: TensorBoard drops the later
             # points of a tag written at an earlier step).
-            self.logger.log(request.step, {"lookback/" + k[len(EVAL_PREFIX):]: v
+            self._logger.log(request.step, {"lookback/" + k[len(EVAL_PREFIX):]: v
                                            for k, v in eval_scalars(result).items()})
         what = f"n={result.items}" if result is not None else f"failed: {type(outcome.error).__name__}"
-        self.logger.text(global_step, "decisions", f"evaluated the checkpoint of step {request.step} "
+        self._logger.text(global_step, "decisions", f"evaluated the checkpoint of step {request.step} "
                                                    f"({request.reason}, {what})")
 
     def _evaluate_request(self, evaluate_fn, request: EvalRequest, epoch, on_error: str):
@@ -1798,9 +1799,9 @@ class AdaptiveEvaluator:
                     "sample_size": decision.sample_size})
         if self._logging:
             # (deferred 0 here, as a synchronous evaluation writes it: a deferral's 1 stayed up to the run's end)
-            self.logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
+            self._logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
                                           "controller/deferred": 0.0})
-            self.logger.text(global_step, "decisions",
+            self._logger.text(global_step, "decisions",
                              f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)
 
@@ -1829,7 +1830,7 @@ class AdaptiveEvaluator:
                     self._async.max_in_flight)
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
         if self._logging:  # (the decisions text said only "submitted" for it: a result that never came, unexplained)
-            self.logger.text(global_step, "decisions",
+            self._logger.text(global_step, "decisions",
                              f"cancelled: the evaluation submitted at step {job.step} ({job.reason}), to make room "
                              f"for an urgent one (evaluation.max_in_flight={self._async.max_in_flight})")
 
@@ -1842,8 +1843,8 @@ class AdaptiveEvaluator:
                   global_step, down)
         self._emit({"kind": "async_down", "step": global_step, "error": down})
         if self._logging:
-            self.logger.log(global_step, {"controller/async_down": 1.0})
-            self.logger.text(global_step, "decisions", f"asynchronous evaluation down: {down}; no more evaluations")
+            self._logger.log(global_step, {"controller/async_down": 1.0})
+            self._logger.text(global_step, "decisions", f"asynchronous evaluation down: {down}; no more evaluations")
 
     def _combine_shards(self, pairs: list) -> list:
         """Sharded (a group without eval ranks): this rank's (job, outcome) pairs, all-gathered and combined
@@ -1933,14 +1934,14 @@ class AdaptiveEvaluator:
                    "controller/async_in_flight": float(len(self._async.jobs))}
         if self.interval is not None:
             scalars["controller/interval"] = self.interval
-        self.logger.log(global_step, scalars)
+        self._logger.log(global_step, scalars)
         if result is not None:
             from adaptive_eval.tensorboard import eval_scalars
 
-            self.logger.log(job.step, eval_scalars(result))
+            self._logger.log(job.step, eval_scalars(result))
         what = "integrated" if result is not None else "failed"
         n = result.items if result is not None else job.sample_size  # (measured, as controller/sample_size says)
-        self.logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, n={n})")
+        self._logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, n={n})")
 
     def _update_eval_detectors(self, metric: str, value: float, step: int) -> None:
         if "/stratum=" in metric:  # a few items each (report_strata): shown, not watched
@@ -1991,7 +1992,8 @@ class AdaptiveEvaluator:
                 "lookbacks": sum(r.evaluated_at is not None for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
                 "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
-                "record_errors": self._record_errors, "listener_errors": self._listener_errors}
+                "record_errors": self._record_errors, "listener_errors": self._listener_errors,
+                "logger_errors": self._logger.errors}
 
     def best(self, metric: str | None = None, *, by: str = "shrunk", steps=None):
         """The checkpoint to ship, as :func:`adaptive_eval.scoring.pick_best` picks it from :attr:`history` (a
@@ -2039,7 +2041,7 @@ class AdaptiveEvaluator:
             from adaptive_eval.tensorboard import eval_scalars
 
             scalars.update(eval_scalars(result))
-        self.logger.log(step, scalars)
+        self._logger.log(step, scalars)
         asked = decision.sample_size
         if decision.suites:  # (its items, suite by suite, are in the reason's plans; n is their sum)
             n = f"n={asked}"
@@ -2047,7 +2049,7 @@ class AdaptiveEvaluator:
             n = f"n={items}"
         else:
             n = f"n={items} of {asked} asked"
-        self.logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
+        self._logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
 
     def _deferred_since(self) -> str:
         """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""
@@ -2360,7 +2362,10 @@ class AdaptiveEvaluator:
             finally:
                 self._async.close(timeout_s)
         self._log_pick()
-        self.logger.close()
+        try:
+            self.logger.close()
+        except Exception:  # noqa: BLE001 - the recorder is closed all the same (it is said, and counted)
+            self._logger._failed("close")
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
@@ -2393,7 +2398,7 @@ class AdaptiveEvaluator:
             measured = pick.eval["metrics"][name]
             items = (pick.eval.get("n") or {}).get(name, pick.eval.get("sample_size"))
             step = max(s for s in (self._last_call_step, self._last_step, pick.step) if s is not None)
-            self.logger.text(step, "picked", f"step {pick.step}: {name} {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] "
+            self._logger.text(step, "picked", f"step {pick.step}: {name} {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] "
                              f"(the best {pick.by} estimate, {'higher' if pick.higher_is_better else 'lower'} is "
                              f"better, of {len(self.history)} evaluations; its interval allows "
                              f"for the pick; measured {measured:.4g} on {items} items)")
@@ -2405,6 +2410,49 @@ class AdaptiveEvaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _GuardedLogger:
+    """The evaluator's calls into its logger (``log``, ``text``, ``set_groups``, ``log_config``): an exception there
+    (a logger's bug, a user's logger, a value it cannot take) is logged once with its traceback and counted in
+    ``summary()["logger_errors"]``, never raised into the training step (a TensorBoard logger's error went up
+    through ``observe()``: found in review of a new user's probe)."""
+
+    __slots__ = ("inner", "errors")
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.errors = 0
+
+    def _failed(self, what: str) -> None:
+        self.errors += 1
+        if self.errors == 1:
+            log.exception("the logger (%r) raised in %s(); training goes on, what it was to write is lost, and later "
+                          "failures are counted in summary()['logger_errors']", self.inner, what)
+
+    def log(self, step, scalars) -> None:
+        try:
+            self.inner.log(step, scalars)
+        except Exception:  # noqa: BLE001 - logging never stops training
+            self._failed("log")
+
+    def text(self, step, tag, text) -> None:
+        try:
+            self.inner.text(step, tag, text)
+        except Exception:  # noqa: BLE001
+            self._failed("text")
+
+    def set_groups(self, groups) -> None:
+        try:
+            self.inner.set_groups(groups)
+        except Exception:  # noqa: BLE001
+            self._failed("set_groups")
+
+    def log_config(self, config_yaml) -> None:
+        try:
+            self.inner.log_config(config_yaml)
+        except Exception:  # noqa: BLE001
+            self._failed("log_config")
 
 
 _EVALUATORS: weakref.WeakSet = weakref.WeakSet()

@@ -150,6 +150,18 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
     return streams, evals
 
 
+def _refuse_negative_std(trace, eval_cols: dict[str, str | None]) -> None:
+    """ValueError naming the first negative value of an ``eval/<metric>:std`` column (it failed every simulated
+    evaluation at those rows with numpy's "scale < 0", and the replay exited 0; a new user's probe)."""
+    columns = [c for c in eval_cols.values() if c is not None]
+    for rec in trace.records if columns else ():
+        for col in columns:
+            v = rec.metrics.get(col)
+            if v is not None and v < 0:
+                raise ValueError(f"{trace.source + ': ' if trace.source else ''}step {rec.step}: {col!r} is {v:g}: "
+                                 "a standard deviation is never negative")
+
+
 def _refuse_bookkeeping(streams: Iterable[str], source: str | None) -> None:
     """ValueError for a stream to watch that is verl's timing or throughput (``trace.BOOKKEEPING_PREFIXES``)."""
     from adaptive_eval.trace import BOOKKEEPING_PREFIXES
@@ -641,6 +653,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
             raise ValueError(f"{trace.source}: no column {', '.join(map(repr, missing))} to watch "
                              f"(columns: {', '.join(names)})")
         stream_cols = list(streams)
+    _refuse_negative_std(trace, eval_cols)
     watched = frozenset(stream_cols)
     clock = SimClock()
     asynchronous = bool(cfg.evaluation.asynchronous)

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import operator
 import os
 import re
@@ -218,16 +219,23 @@ def _metric_of(tag: str) -> tuple[str, bool] | None:
     return tag[len(EVAL_PREFIX):], False
 
 
+_FLOAT32_MAX = 3.4028234663852886e38  # TensorBoard keeps a scalar as a float32: a finite value beyond is inf there
+
+
 def _as_value(tag, value) -> float:
-    if type(value) is float:
+    if type(value) is not float:
+        if value is None or isinstance(value, (str, bytes)):
+            raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__} {value!r}")
+        try:
+            value = float(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__}: {exc}") \
+                from None
+    if -_FLOAT32_MAX <= value <= _FLOAT32_MAX or value != value or value in (math.inf, -math.inf):
         return value
-    if value is None or isinstance(value, (str, bytes)):
-        raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__} {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise TypeError(f"TensorBoard scalar {tag!r}: expected a number, got {type(value).__name__}: {exc}") \
-            from None
+    # A huge finite value (1e200) read back as inf: a replay of the folder raised a nonfinite alarm the run never
+    # raised, and the plot drew it as NaN / inf (a new user's probe).  The largest float32 of its sign instead.
+    return math.copysign(_FLOAT32_MAX, value)
 
 
 def _check_step(step) -> int:

@@ -920,6 +920,9 @@ def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
     numbers of seconds are an error."""
     times = [r.time for r in records if r.time is not None]
     dated = sum(isinstance(t, _Date) for t in times)
+    if not dated and times:
+        records = _seconds_relative(records, path)
+        times = [r.time for r in records if r.time is not None]
     if not dated and times and times[0] >= _EPOCH_SECONDS:
         # Numbers of seconds that are POSIX timestamps (time.time() logged as is): taken as seconds since
         # 1970, the run had trained for 54 years before its first step, and the eval budget never bound.
@@ -938,6 +941,39 @@ def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
                          f"{_iso(times[back])}): records must be oldest first (sort the file by date)", path)
     t0 = times[0]
     return [r if r.time is None else _new_record(r.step, r.metrics, r.epoch, float(r.time) - t0) for r in records]
+
+
+def _seconds_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
+    """A time column of seconds that goes back (a clock restarted by a resume: every later step read as before the
+    budget's start, 107 deferrals where there were none) continues from the time before it at the trace's pace; one
+    that starts far later than its first step could (``time.monotonic()`` logged as is: 98 hours before the first
+    step, and the eval budget never bound) counts from the first record.  Each said once.  Found by a new user."""
+    timed = [(r.step, float(r.time)) for r in records if r.time is not None]
+    rates = sorted((t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(timed, timed[1:]) if s1 > s0 and t1 >= t0)
+    pace = rates[len(rates) // 2] if rates else 0.0
+    offset, last, back, out = 0.0, None, None, {}
+    for step, t in timed:
+        t += offset
+        if last is not None and t < last[1]:
+            back = back or (step, t - offset, last[1] - offset)
+            offset += last[1] + pace * (step - last[0]) - t
+            t = last[1] + pace * (step - last[0])
+        out[step] = t
+        last = (step, t)
+    first_step, first = timed[0]
+    late = first < _EPOCH_SECONDS and pace > 0 and first > 10.0 * pace * (first_step + 1) + 3600.0
+    if back is not None:
+        warnings.warn(f"{path}: the time column goes back at step {back[0]} ({back[2]:g} s -> {back[1]:g} s; a clock "
+                      "restarted by a resume?): the later times continue from the earlier ones at the trace's pace "
+                      f"({pace:g} s a step)", RuntimeWarning, stacklevel=5)
+    if late:
+        warnings.warn(f"{path}: the time column starts at {first:g} s, far more than its first step takes at the "
+                      f"trace's pace ({pace:g} s a step): read as a clock that did not start with the run "
+                      "(time.monotonic()?), its times count from the first record", RuntimeWarning, stacklevel=5)
+    if back is None and not late:
+        return records
+    shift = first if late else 0.0
+    return [r if r.time is None else _new_record(r.step, r.metrics, r.epoch, out[r.step] - shift) for r in records]
 
 
 def _iso(seconds: float) -> str:
@@ -1170,6 +1206,9 @@ def _json_metrics(raw: dict, prefix: str, metrics: dict, path, line, skipped: di
     ``actor/kl``).  With ``skipped``, text, true/false and lists are left out into it (name: first line)."""
     for key, value in raw.items():
         name = f"{prefix}{key}"
+        if not key.strip():  # (a replay took it to the evaluator, which raised a traceback mid-run; a probe)
+            raise TraceError(f"an empty metric name {name!r}{f' under {prefix[:-1]!r}' if prefix else ''}", path,
+                             line)
         if isinstance(value, dict):
             _json_metrics(value, name + "/", metrics, path, line, skipped)
             continue

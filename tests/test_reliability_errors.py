@@ -284,6 +284,49 @@ def test_eval_timeout_rejects_bad_values_and_huge_ones_work():
 
 
 
+def test_a_raising_logger_never_stops_training_and_decides_nothing_differently(caplog):
+    """An exception in the logger (a bug of ours: TensorBoard's logger raised on a huge value; or the user's own
+    logger) went up through observe() into the training step."""
+    from adaptive_eval.loggers import NullLogger
+
+    class Broken(RecordingLogger):
+        def log(self, step, scalars):
+            if step % 3 == 0:
+                raise RuntimeError("logger bug")
+            super().log(step, scalars)
+
+        def text(self, step, tag, text):
+            raise RuntimeError("text bug")
+
+        def close(self):
+            raise OSError("the disk is gone")
+
+    def run(logger):
+        cfg = load_config(overrides=["trigger.freq_steps=10", "policy.budget.enabled=false"])
+        ev = AdaptiveEvaluator.from_config(cfg, logger=logger, clock=lambda: 0.0)
+        ev.record_to(tmp / f"{type(logger).__name__}.csv")
+        for step in range(60):
+            ev.observe({"loss": 1.0 if step < 30 else 5.0}, step)
+            ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 20}, 0, step, step)
+        ev.close()
+        return ev
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+            broken = run(Broken())
+        plain = run(NullLogger())
+        assert (tmp / "Broken.csv").read_text() == (tmp / "NullLogger.csv").read_text()  # closed, the same trace
+    assert [(r.step, r.reason) for r in broken.history] == [(r.step, r.reason) for r in plain.history]
+    assert broken.summary()["alarms"] == plain.summary()["alarms"] >= 1
+    assert broken.summary()["logger_errors"] > 20 and plain.summary()["logger_errors"] == 0
+    said = [r for r in caplog.records if "the logger" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is not None  # once, with its traceback
+
+
 def test_a_raising_listener_never_stops_training_and_the_other_listeners_get_every_event(caplog):
     """A bug in an add_listener callback (the user's) raised out of evaluate() and killed the training step."""
     ev, logger, events = make()

@@ -162,6 +162,26 @@ def test_a_new_run_in_a_folder_an_earlier_run_wrote_is_said_and_a_resumed_one_is
     assert said not in caplog.text
 
 
+def test_a_huge_finite_value_reads_back_finite_and_a_replay_of_the_folder_raises_no_nonfinite_alarm(tmp_path):
+    """TensorBoard keeps a scalar as a float32: 1e200 read back as inf, so a replay of the run's own tb/ raised a
+    nonfinite alarm (and an urgent evaluation) the run never raised (a new user's probe).  The largest float32 of
+    its sign is written instead; NaN and inf stay as they are."""
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import read_trace
+
+    with TensorBoardLogger(tmp_path) as logger:
+        for step in range(60):
+            logger.log(step, {"streams/ppl": 1e200 if step == 40 else -1e200 if step == 41 else 3.0 + 0.01 * step,
+                              "streams/other": math.inf if step == 50 else math.nan if step == 51 else 1.0})
+    got = {e.step: e.value for e in read(tmp_path).Scalars("streams/ppl")}
+    assert got[40] == np.finfo(np.float32).max and got[41] == -np.finfo(np.float32).max
+    other = {e.step: e.value for e in read(tmp_path).Scalars("streams/other")}
+    assert other[50] == math.inf and math.isnan(other[51])
+    trace = read_trace(tmp_path)
+    alarms = replay(trace, None, streams=["ppl"]).alarms
+    assert not [a for a in alarms if a["detector"] == "nonfinite"], alarms
+
+
 def test_layout_has_a_margin_chart_per_metric_and_the_controller_state(tmp_path):
     result = EvalResult(step=10, sample_size=64, reason="trigger:steps", seconds=1.0,
                         metrics={"acc": MetricSummary(0.5, 64, (0.4, 0.6)),

@@ -185,6 +185,52 @@ def test_a_time_column_of_posix_timestamps_starts_the_clock_at_zero(tmp_path):
     assert [e["step"] for e in replay(a, cfg, seed=0).evals] == [e["step"] for e in replay(b, cfg, seed=0).evals]
 
 
+def test_a_clock_that_did_not_start_with_the_run_or_restarted_at_a_resume_replays_as_one_from_zero(tmp_path):
+    """time.monotonic() logged as is (the first step 98 hours in: the budget never bound) and a clock restarted at a
+    resume (the later steps before the run's start: 107 deferrals where there were none) changed the replay's
+    decisions against the same run timed from 0; each is said, and both now replay as it does (a new user's probe)."""
+    from adaptive_eval import load_config
+    from adaptive_eval.replay import replay
+
+    def write(name, time_of):
+        path = tmp_path / name
+        path.write_text("step,time,train/loss,eval/accuracy\n" + "".join(
+            f"{s},{time_of(s)},{1.0 + 0.001 * s + (0.5 if s >= 250 else 0.0)},{0.6 if s < 250 else 0.4}\n"
+            for s in range(400)))
+        return path
+
+    base = read_trace(write("from0.csv", lambda s: 5.0 * s))
+    with pytest.warns(RuntimeWarning, match=r"starts at 352817 s, far more than its first step takes .* \(5 s a step"):
+        late = read_trace(write("monotonic.csv", lambda s: 352817.0 + 5.0 * s))
+    with pytest.warns(RuntimeWarning, match=r"goes back at step 300 \(1495 s -> 0 s; a clock restarted by a resume"):
+        restarted = read_trace(write("restart.csv", lambda s: 5.0 * (s if s < 300 else s - 300)))
+    assert [r.time for r in late.records] == [r.time for r in restarted.records] == [r.time for r in base.records]
+    cfg = load_config()
+    decided = [[(e["step"], e["reason"]) for e in replay(t, cfg, seed=0).evals] for t in (base, late, restarted)]
+    assert decided[0] == decided[1] == decided[2]
+
+
+def test_an_empty_json_key_and_a_negative_std_are_refused_naming_where(tmp_path):
+    """An empty metric name in a JSONL record reached the evaluator mid-replay (a traceback, exit 1), and a negative
+    eval/<metric>:std failed every simulated evaluation at those rows with numpy's "scale < 0" (exit 0): both are
+    errors naming the line or step, exit 2 before any work (a new user's probe)."""
+    jsonl = tmp_path / "empty.jsonl"
+    jsonl.write_text('{"step": 0, "train/loss": 1.0}\n{"step": 1, "": 0.1}\n')
+    with pytest.raises(TraceError, match=r"empty.jsonl:2: an empty metric name ''"):
+        read_trace(jsonl)
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text('{"step": 0, "actor": {"": 0.1}}\n')
+    with pytest.raises(TraceError, match=r"nested.jsonl:1: an empty metric name 'actor/' under 'actor'"):
+        read_trace(nested)
+    std = tmp_path / "std.csv"
+    std.write_text("step,train/loss,eval/loss,eval/loss:std\n0,1.0,0.6,0.1\n1,1.0,,\n2,1.0,0.6,-0.1\n")
+    out = subprocess.run([sys.executable, "-m", "adaptive_eval.cli", "replay", str(std), "--out",
+                          str(tmp_path / "out"), "--no-tensorboard"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "step 2: 'eval/loss:std' is -0.1: a standard deviation is never negative" in \
+        out.stderr, out.stderr
+    assert not (tmp_path / "out" / "evals.jsonl").exists()
+
+
 def test_a_pandas_index_or_a_trailing_comma_is_an_ignored_column(tmp_path):
     """pandas' df.to_csv() writes its index under an empty name and a trailing comma makes an empty last
     column; both were refused ("empty column name in the header").  They are ignored, with a warning, on the
