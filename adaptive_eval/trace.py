@@ -945,27 +945,25 @@ def _dates_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
 
 def _seconds_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
     """A time column of seconds that goes back (a clock restarted by a resume: every later step read as before the
-    budget's start, 107 deferrals where there were none) continues from the time before it at the trace's pace; one
+    budget's start, 107 deferrals where there were none) continues from the last time before it; one
     that starts far later than its first step could (``time.monotonic()`` logged as is: 98 hours before the first
     step, and the eval budget never bound) counts from the first record.  Each said once.  Found by a new user."""
     timed = [(r.step, float(r.time)) for r in records if r.time is not None]
     rates = sorted((t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(timed, timed[1:]) if s1 > s0 and t1 >= t0)
     pace = rates[len(rates) // 2] if rates else 0.0
-    offset, last, back, out = 0.0, None, None, {}
-    for step, t in timed:
-        t += offset
-        if last is not None and t < last[1]:
-            back = back or (step, t - offset, last[1] - offset)
-            offset += last[1] + pace * (step - last[0]) - t
-            t = last[1] + pace * (step - last[0])
-        out[step] = t
-        last = (step, t)
+    offset, last_raw, back, out = 0.0, None, None, {}
+    for step, raw in timed:
+        if last_raw is not None and raw < last_raw:  # (the new reading counts from the last one before the drop)
+            back = back or (step, raw, last_raw)
+            offset += last_raw
+        out[step] = raw + offset
+        last_raw = raw
     first_step, first = timed[0]
     late = first < _EPOCH_SECONDS and pace > 0 and first > 10.0 * pace * (first_step + 1) + 3600.0
     if back is not None:
         warnings.warn(f"{path}: the time column goes back at step {back[0]} ({back[2]:g} s -> {back[1]:g} s; a clock "
-                      "restarted by a resume?): the later times continue from the earlier ones at the trace's pace "
-                      f"({pace:g} s a step)", RuntimeWarning, stacklevel=5)
+                      "restarted by a resume?): the later times continue from the last one before it",
+                      RuntimeWarning, stacklevel=5)
     if late:
         warnings.warn(f"{path}: the time column starts at {first:g} s, far more than its first step takes at the "
                       f"trace's pace ({pace:g} s a step): read as a clock that did not start with the run "
