@@ -1508,7 +1508,7 @@ class AdaptiveEvaluator:
         if result is not None:
             self._emit({"kind": "eval", "step": global_step, "result": result})
         if self._logging:
-            self._log_eval(global_step, decision, result)
+            self._log_eval(global_step, decision, result, error)
         wanted = self._lookback_wanted(evaluate_fn)
         if wanted is not None:
             self._look_back_at(evaluate_fn, self.policies.by_name["lookback"].take(), epoch, global_step)
@@ -1918,16 +1918,16 @@ class AdaptiveEvaluator:
             if error is None:
                 self._emit({"kind": "eval", "step": job.step, "integrated_step": global_step, "result": result})
             if self._logging:
-                self._log_async_eval(global_step, job, result if error is None else None)
+                self._log_async_eval(global_step, job, result if error is None else None, error)
         self._check_down(global_step)
         if raised is not None and self._deferred_error is None:  # (raised by this step's evaluate(), at its end)
             self._deferred_error = raised
         return last
 
-    def _log_async_eval(self, global_step: int, job, result: EvalResult | None) -> None:
+    def _log_async_eval(self, global_step: int, job, result: EvalResult | None, error=None) -> None:
         # Eval metrics on the step axis of the weights; controller scalars and text where it happened (a
         # tag written at an earlier step than before would make TensorBoard drop the later points).
-        scalars = {"controller/sample_size": float(result.items if result is not None else job.sample_size or 0),
+        scalars = {"controller/sample_size": float(result.items if result is not None else 0),
                    "controller/eval_fraction": self.eval_fraction,
                    "controller/eval_errors": float(self._eval_errors),
                    "controller/async_latency_steps": float(global_step - job.step),
@@ -1939,9 +1939,13 @@ class AdaptiveEvaluator:
             from adaptive_eval.tensorboard import eval_scalars
 
             self._logger.log(job.step, eval_scalars(result))
-        what = "integrated" if result is not None else "failed"
-        n = result.items if result is not None else job.sample_size  # (measured, as controller/sample_size says)
-        self._logger.text(global_step, "decisions", f"{what}: evaluation of step {job.step} ({job.reason}, n={n})")
+        if result is None:  # (measured nothing: n was the asked size, as if it had run)
+            why = f"; {_short(error_text(error))}" if error is not None else ""
+            self._logger.text(global_step, "decisions", f"failed: evaluation of step {job.step} ({job.reason}, "
+                              f"{_asked(job.sample_size)}{why})")
+            return
+        self._logger.text(global_step, "decisions", f"integrated: evaluation of step {job.step} ({job.reason}, "
+                          f"n={result.items})")
 
     def _update_eval_detectors(self, metric: str, value: float, step: int) -> None:
         if "/stratum=" in metric:  # a few items each (report_strata): shown, not watched
@@ -2030,8 +2034,11 @@ class AdaptiveEvaluator:
                                   "listeners still get every event; later failures are counted in "
                                   "summary()['listener_errors']", fn, event.get("kind"), event.get("step"))
 
-    def _log_eval(self, step: int, decision: Decision, result: EvalResult | None) -> None:
-        items = result.items if result is not None else (decision.sample_size or 0)
+    def _log_eval(self, step: int, decision: Decision, result: EvalResult | None, error=None) -> None:
+        # (a failed evaluation measured nothing: it read "evaluated: ... (n=500)" of a 100-item set, and
+        # controller/sample_size 500, the asked size; only controller/eval_errors said otherwise: a new user's probe)
+        failed = result is None and error is not None
+        items = result.items if result is not None else 0 if failed else (decision.sample_size or 0)
         scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
                    "controller/eval_errors": float(self._eval_errors), "controller/alarms": float(self._alarm_count)}
@@ -2049,6 +2056,10 @@ class AdaptiveEvaluator:
             n = f"n={items}"
         else:
             n = f"n={items} of {asked} asked"
+        if failed:
+            self._logger.text(step, "decisions", f"failed: {decision.reason} ({_asked(asked)}; "
+                              f"{_short(error_text(error))}){self._deferred_since()}")
+            return
         self._logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
 
     def _deferred_since(self) -> str:
@@ -2410,6 +2421,17 @@ class AdaptiveEvaluator:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _asked(size) -> str:
+    """A failed evaluation's size as asked, for its decisions row."""
+    return "the whole set asked" if size is None else f"n={size} asked"
+
+
+def _short(text: str, most: int = 200) -> str:
+    """``text`` on one line, at most ``most`` characters (a decisions row beside others)."""
+    text = " ".join(text.split())
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 class _GuardedLogger:

@@ -294,6 +294,11 @@ def test_the_final_evaluations_failure_close_drains_is_raised_under_on_error_rai
         ev.close()
     assert ev.logger.closed and ev.summary()["eval_errors"] == 1  # closed first: its logs are all written
     assert [e["step"] for e in events if e["kind"] == "error"] == [19]
+    from adaptive_eval.tensorboard import read_texts
+
+    failed = [t for _, t in read_texts(tmp_path, "decisions") if t.startswith("failed: ")]
+    assert len(failed) == 1 and failed[0].startswith("failed: evaluation of step 19 (trigger:final, n=") and \
+        failed[0].endswith(" asked; ConnectionError: the grader is down for the final evaluation)"), failed
 
 
 def test_close_while_the_training_steps_exception_goes_up_waits_briefly_for_an_evaluation_in_flight(monkeypatch,

@@ -53,6 +53,13 @@ def test_skip_logs_the_traceback_with_the_step_counts_and_training_goes_on(caplo
     assert ev.summary()["eval_errors"] == 1 and ev.summary()["evals"] == 5
     assert logger.last("controller/eval_errors") == (5, 1.0)
     assert (3, 1.0) in [(s, d["controller/eval_errors"]) for s, d in logger.scalars if "controller/eval_errors" in d]
+    # What TensorBoard shows of it: a failure that measured nothing (it read "evaluated: ... (n=2)", the items asked
+    # for, and controller/sample_size 2, as if it had run; a new user's probe)
+    decisions = {st: t for st, tag, t in logger.texts if tag == "decisions"}
+    assert decisions[3] == "failed: trigger:steps (the whole set asked; RuntimeError: grader crashed)", decisions[3]
+    assert decisions[2].startswith("evaluated: trigger:steps (n=2)")
+    sizes = {st: d["controller/sample_size"] for st, d in logger.scalars if "controller/sample_size" in d}
+    assert sizes[3] == 0.0 and sizes[2] == 2.0
 
 
 def test_retry_succeeds_on_the_second_attempt_with_the_configured_backoff(caplog, monkeypatch):
