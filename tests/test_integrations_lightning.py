@@ -581,6 +581,11 @@ class LoggedLossModel(Model):
         elif self.how == "sparse":  # its own loss, logged every 5 steps only
             if self.global_step % 5 == 0:
                 self.log("train_loss", loss)
+        elif self.how == "nan":  # its own loss, NaN at two steps (AMP's skipped steps: the weights unharmed)
+            if self.global_step in (8, 12):
+                loss = loss * 0.0 + float("nan")
+                self.losses[self.global_step][-1] = float("nan")
+            self.log("train_loss", loss)
         self.log("score", float(batch_idx % 7))
         return {"loss": loss}
 
@@ -593,7 +598,10 @@ ALL = list(range(20))
     ("train_loss", {"train/loss": [0, 1], "train_loss": ALL}),
     ("objective", {"train/loss": [0, 1], "objective": ALL}),
     ("twice", {"train/loss": [0, 1], "loss": ALL, "train_loss": [0, 1]}),
-    ("sparse", {"train/loss": list(range(10)), "train_loss": [0, 5, 10, 15]})])
+    ("sparse", {"train/loss": list(range(10)), "train_loss": [0, 5, 10, 15]}),
+    # (a NaN loss broke the comparison: train/loss was observed again beside train_loss, two nonfinite alarms for
+    # one and the schedule tightened twice; a new user's probe)
+    ("nan", {"train/loss": [0, 1], "train_loss": ALL})])
 def test_the_loss_is_one_stream_when_the_module_logs_it_too(how, streams):
     """outputs["loss"] (as train/loss) and the module's own self.log("train_loss", loss) were both watched: every
     loss alarm was doubled and corroborated itself (the default preset needs 2 streams to agree).  A key whose
@@ -607,7 +615,10 @@ def test_the_loss_is_one_stream_when_the_module_logs_it_too(how, streams):
     trainer.fit(model, train)
     assert {k: [s for s, _ in v] for k, v in cb.observed.items() if k != "score"} == streams
     for stream, steps in streams.items():
-        assert [v for _, v in cb.observed[stream]] == pytest.approx([model.losses[s][0] for s in steps], rel=1e-6)
+        assert [v for _, v in cb.observed[stream]] == pytest.approx([model.losses[s][0] for s in steps], rel=1e-6,
+                                                                    nan_ok=True)
+    if how == "nan":
+        assert cb.evaluator.summary()["alarms"] == 2  # one nonfinite alarm each, on the one loss stream
 
 
 class PartsModel(Model):

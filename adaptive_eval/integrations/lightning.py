@@ -474,7 +474,7 @@ class AdaptiveEvalCallback(Callback):
         twin = self._twin
         if twin is not None and self._aliases and twin in fresh:  # the same loss under another name: once
             for key in self._aliases:
-                if key in fresh and fresh[key] != 0 and math.isclose(fresh[key], fresh[twin], rel_tol=1e-6):
+                if key in fresh and fresh[key] != 0 and _same(fresh[key], fresh[twin], 1e-6):
                     del fresh[key]
         if self._loss_n == 0:
             return fresh
@@ -489,7 +489,7 @@ class AdaptiveEvalCallback(Callback):
         last = scalar(last) if fresh else None
 
         def is_loss(v: float) -> bool:
-            return v != 0 and any(x is not None and math.isclose(v, x, rel_tol=1e-5) for x in (last, mean))
+            return v != 0 and any(x is not None and _same(v, x, 1e-5) for x in (last, mean))
 
         if twin is not None:
             if is_loss(fresh[twin]):
@@ -995,6 +995,12 @@ def _say_monitors(trainer) -> None:
                     "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
                     "callback.evaluator.best(steps=...), the kept files' steps less one",
                     type(cb).__name__, monitor, why)
+
+
+def _same(a: float, b: float, rel_tol: float) -> bool:
+    """``a`` and ``b`` are one value: close, or both NaN (an AMP step's NaN loss logged under the module's own name
+    read as another stream than the loss: two nonfinite alarms for one, and the schedule tightened twice; a probe)."""
+    return math.isclose(a, b, rel_tol=rel_tol) or (a != a and b != b)
 
 
 def _kind(key: str) -> int:
