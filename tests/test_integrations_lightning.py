@@ -761,6 +761,47 @@ class ManualModel(Model):
         return {"loss": per_sample}
 
 
+class TwoOptimizerModel(Model):
+    """Manual optimization with two optimizers, each stepping every batch (a GAN's generator and discriminator)."""
+
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+        self.other = torch.nn.Linear(32, 2)
+
+    def training_step(self, batch, batch_idx):
+        first, second = self.optimizers()
+        for opt, out in ((first, self(batch)), (second, self.other(batch))):
+            loss = torch.nn.functional.mse_loss(out, torch.ones_like(out))
+            opt.zero_grad()
+            self.manual_backward(loss)
+            opt.step()
+        self.log("train_loss", loss)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.layer.parameters(), lr=0.01), torch.optim.SGD(self.other.parameters(), lr=0.01)
+
+
+def test_manual_optimization_with_two_optimizers_steps_once_a_batch(caplog):
+    """Lightning's global_step counts every optimizer's step(): 2 a batch, so the steps read 1, 3, 5, ..., past
+    estimated_stepping_batches; the final evaluation came halfway, a second one at the end, and the epoch trigger
+    mid-epoch, with warnings blaming the user's calls (a new user's probe).  The batches that stepped are the steps,
+    as Lightning's loggers count them."""
+    torch.manual_seed(0)
+    train = DataLoader(RandomDataset(32, 64), batch_size=4)  # 16 batches an epoch
+    cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]},
+                   overrides=["trigger.freq_steps=null", "trigger.freq_epochs=1", "policy.interval.enabled=false",
+                              "policy.alarm.enabled=false", "policy.budget.enabled=false"])
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.fit(TwoOptimizerModel(), train)
+    assert trainer.global_step == 96 and trainer.estimated_stepping_batches == 48
+    assert [s for s, _ in cb.observed["train_loss"]] == list(range(48))
+    assert [(r.step, r.reason) for r in cb.evaluator.history] == [
+        (15, "trigger:epochs"), (31, "trigger:epochs"), (47, "trigger:final")]
+    assert "steps skipped" not in caplog.text and "total_steps" not in caplog.text
+
+
 def test_a_per_sample_loss_from_manual_optimization_never_reaches_the_training_step():
     """The micro-batch accumulation ran outside the guard: a per-sample loss vector whose last batch was
     shorter raised "size of tensor a (2) must match ... b (4)" inside training (found in review)."""

@@ -213,6 +213,7 @@ class AdaptiveEvalCallback(Callback):
         self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
         self._guard = StepGuard()
         self._last_global_step = -1
+        self._per_batch, self._batches_done = False, 0  # (manual optimization with several optimizers: _build)
         self._steps_per_epoch = 1
         self._module_eval = None
         self._async = False
@@ -274,7 +275,8 @@ class AdaptiveEvalCallback(Callback):
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
         wrapped for this fit), unless the module's own evaluation of one could not be done safely here (said)."""
-        why = self._no_look_back(trainer, pl_module)
+        why = ("manual optimization with several optimizers (a checkpoint's global_step counts each one's steps, "
+               "not the batches this run's steps are)" if self._per_batch else self._no_look_back(trainer, pl_module))
         if why is not None:
             log.warning("adaptive_eval: look_back is off for this run: %s", why)
             return
@@ -364,6 +366,14 @@ class AdaptiveEvalCallback(Callback):
         else:
             spe = total
         self._steps_per_epoch = spe or 1
+        # Manual optimization with several optimizers (a GAN's generator and discriminator): Lightning's global_step
+        # counts every optimizer's step() (192 after 96 batches, past estimated_stepping_batches), so the steps
+        # read 1, 3, 5, ..., the final evaluation came halfway and the epoch trigger mid-epoch (a new user's probe).
+        # The batches that stepped are the steps then, as Lightning's loggers count them.
+        module = trainer.lightning_module
+        self._per_batch = bool(module is not None and not module.automatic_optimization
+                               and len(trainer.optimizers) > 1)
+        self._batches_done = trainer.fit_loop.epoch_loop._batches_that_stepped
         executor = self.executor
         if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
                 and _sharded(trainer, trainer.lightning_module)):
@@ -385,7 +395,12 @@ class AdaptiveEvalCallback(Callback):
             # first step, as the uninterrupted run did
             if self._stashed_twin:
                 self._twin, self._aliases = self._stashed_twin[0], set(self._stashed_twin[1])
-        self._last_global_step = trainer.global_step
+        self._last_global_step = self._done(trainer)
+
+    def _done(self, trainer) -> int:
+        """Steps done, on Lightning's count: its global_step, or under manual optimization with several optimizers
+        the batches that stepped."""
+        return self._batches_done if self._per_batch else trainer.global_step
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.hooks_called.add("on_train_epoch_start")
@@ -430,10 +445,13 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluator is None:
             return
         self._guard("observe", self._add_loss, trainer, pl_module, outputs)  # train/loss: the window's mean
-        if trainer.global_step == self._last_global_step:
+        if self._per_batch:
+            self._batches_done += 1  # (Lightning counts it after this hook)
+        done = self._done(trainer)
+        if done == self._last_global_step:
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
-        self._last_global_step = trainer.global_step
-        global_step = trainer.global_step - 1
+        self._last_global_step = done
+        global_step = done - 1
         values = self._guard("observe", self._step_values, trainer.callback_metrics)
         if values:
             self._guard("observe", self.evaluator.observe, values, global_step)
@@ -527,10 +545,10 @@ class AdaptiveEvalCallback(Callback):
             # result: Lightning's counter is one past it now; a result drained here was logged at a step never
             # trained, found by a new user)
             last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
-            if trainer.global_step > 0:  # stopped early (EarlyStopping, should_stop): its last weights
+            if self._done(trainer) > 0:  # stopped early (EarlyStopping, should_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
                 seen = len(self.evaluator.history)
-                result = self._guard("evaluate", self.evaluator.after_train, fn, trainer.global_step - 1)
+                result = self._guard("evaluate", self.evaluator.after_train, fn, self._done(trainer) - 1)
                 if result is not None:
                     self._guard("report", self._report, trainer, result, last)
                     self._guard("report", self._report_look_backs, trainer, seen)
