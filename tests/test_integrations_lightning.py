@@ -1379,10 +1379,12 @@ class NoValModel(MarkedModel):
     val_dataloader = L.LightningModule.val_dataloader  # (BoringModel has one)
 
 
-@pytest.mark.parametrize("val", ["none", "iterable"])
+@pytest.mark.parametrize("val", ["none", "iterable", "prebatched"])
 def test_validation_data_the_adapter_cannot_use_is_said_before_the_first_step(val):
     """No validation data, or an IterableDataset: said only at the first evaluation (in a real run thousands of
-    steps in), as "evaluate_fn failed" though the user gave none (found by a new user)."""
+    steps in), as "evaluate_fn failed" though the user gave none (found by a new user).  A loader of batch_size=None
+    (each item a batch already) failed every evaluation in validation_step, with advice that did not apply."""
+    batches = torch.utils.data.TensorDataset(torch.zeros(5, 4, 32))  # (5 items, each a batch of 4)
     train, _ = loaders()
     marks = _Marks()
     logging.getLogger("adaptive_eval").addHandler(marks)
@@ -1390,12 +1392,13 @@ def test_validation_data_the_adapter_cannot_use_is_said_before_the_first_step(va
         cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
         L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
             NoValModel() if val == "none" else MarkedModel(), train, None if val == "none" else DataLoader(
-                Stream(), batch_size=4))
+                Stream(), batch_size=4) if val == "iterable" else DataLoader(batches, batch_size=None))
     finally:
         logging.getLogger("adaptive_eval").removeHandler(marks)
     said = [m for m in marks.marks if "every evaluation of this run will fail" in m]
     assert len(said) == 1 and marks.marks.index(said[0]) < marks.marks.index("first training step")
-    assert ("no validation data" if val == "none" else "is an IterableDataset (Stream)") in said[0]
+    assert {"none": "no validation data", "iterable": "is an IterableDataset (Stream)",
+            "prebatched": "has batch_size=None: each item of its dataset is a batch already"}[val] in said[0]
 
 
 def test_fast_dev_run_evaluates_the_items_of_its_validation_batches_only():

@@ -1065,6 +1065,12 @@ def _items_of(loader, trainer):
         raise ValueError(f"the validation dataloader's dataset is an IterableDataset ({type(dataset).__name__}): it "
                          "has no items to pick a sample from; pass a map-style val_dataset= (one with __len__ and "
                          "__getitem__) or evaluate_fn=")
+    if isinstance(loader, data.DataLoader) and loader.batch_size is None and loader.batch_sampler is None:
+        # (each item wrapped as a batch of one: every evaluation failed in validation_step, "not enough values to
+        # unpack", with advice about per_item=False that did not apply; a new user's probe)
+        raise ValueError("the validation dataloader has batch_size=None: each item of its dataset is a batch "
+                         "already, and the callback, which picks the items to evaluate, cannot pick inside one; pass "
+                         "a map-style val_dataset= of single items (and batch_size= for its batches) or evaluate_fn=")
     sampler = getattr(loader, "sampler", None)
     batches = getattr(loader, "batch_sampler", None)
     if batches is not None and not (type(batches) is data.BatchSampler and batches.sampler is sampler):
