@@ -220,6 +220,26 @@ def test_a_sidecar_named_after_the_trace_without_its_suffix_is_found(tmp_path, c
     assert trace_files(tmp_path) == [trace]
 
 
+def test_reading_the_events_of_a_trace_without_its_events_file_says_so_and_names_a_near_miss(tmp_path, collapse):
+    """A misnamed sidecar (run.csv.event.yaml): the README's `for event in replay_run.events:` checked nothing and
+    the test passed, where `adaptive-eval check` says so and fails (a new user's probe)."""
+    import warnings
+
+    trace = tmp_path / "run.csv"
+    trace.write_bytes(collapse.read_bytes())
+    (tmp_path / "run.csv.event.yaml").write_text(f"events:\n- {{step: {ONSET}, direction: down}}\n")
+    run = replay_trace(trace, "default")
+    with pytest.warns(RuntimeWarning, match=r"run.csv: no events file beside it .*; not read: run.csv.event.yaml: "
+                                            r"this run's events are none, and a check that loops over them"):
+        assert run.events == ()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run.events == ()  # (said once per run)
+        assert replay_trace(collapse, "default").events  # with its sidecar: nothing to say
+        assert replay_trace(trace, "default", events=[ONSET]).events  # events given: nothing to say
+        assert replay_trace("grpo_kl_collapse", "default").events  # a shipped trace: its own events
+
+
 @pytest.mark.parametrize("text, message", [
     ("events:\n- {step: 5, kind: collapse, directon: down}\n",
      ":2: events[0]: unknown key 'directon' (an event has direction, kind, metric, step, within)"),

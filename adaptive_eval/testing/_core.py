@@ -7,6 +7,7 @@ import math
 import numbers
 import os
 import pathlib
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -240,6 +241,8 @@ class ReplayRun:
     truth: dict[str, list[tuple[int, float]]] = dataclasses.field(repr=False)
     metric: str | None
     expectations: Expectations
+    # the trace file whose sidecar events file was looked for and not found (said when .events is read)
+    no_sidecar: str | None = dataclasses.field(default=None, repr=False)
 
     @property
     def evals(self) -> list[dict]:
@@ -259,6 +262,15 @@ class ReplayRun:
 
     @property
     def events(self) -> tuple[Event, ...]:
+        if self.no_sidecar is not None:  # (a misnamed events file: `for event in run.events:` checked nothing and
+            # passed, where `adaptive-eval check` says so and fails; a new user's probe)
+            p = pathlib.Path(self.no_sidecar)
+            near = sorted(f.name for f in p.parent.glob(f"{p.stem}*") if "event" in f.name.lower() and f != p)
+            unread = f"; not read: {', '.join(near)}" if near else ""
+            warnings.warn(f"{self.no_sidecar}: no events file beside it ({p.name}.events.yaml, .yml or .json, or "
+                          f"{p.stem}.events.yaml){unread}: this run's events are none, and a check that loops over "
+                          "them checks nothing", RuntimeWarning, stacklevel=2)
+            self.no_sidecar = None  # (said once per run)
         return self.expectations.events
 
     @property
@@ -507,6 +519,7 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     """
     options = read_options(read)
     refuse_read_options_on_shipped(path_or_trace, options)
+    given = path_or_trace
     if options:
         if isinstance(path_or_trace, (str, os.PathLike)) and not os.path.exists(path_or_trace):
             raise FileNotFoundError(f"{path_or_trace}: no such trace file")
@@ -538,6 +551,9 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
     run = ReplayRun(name=name, config_name=config_name, seed=seed, config=cfg, result=ReplayResult(),
                     steps=len(trace), first_step=trace.records[0].step, last_step=trace.records[-1].step,
                     truth=truth, metric=metric, expectations=exp)
+    if (events is None and exp.source is None and isinstance(given, (str, os.PathLike)) and os.path.exists(given)
+            and shipped_trace_name(given) is None):
+        run.no_sidecar = os.fspath(given)
     origin = f" ({exp.source})" if exp.source else ""
     for ev in exp.events:  # bad input before the replay, not after it
         _check_in_trace(run, ev.step, f"event {ev.describe()}{origin}")
