@@ -564,6 +564,9 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
             events[key(name)] = [int(s) for s in steps.split(",") if s.strip()]
         except ValueError:
             raise TuneError(f"--events {item!r}: expected TRACE=STEP[,STEP...] (integer steps)") from None
+        if not events[key(name)]:  # (it replaced the trace's sidecar events with none: "no events in any trace")
+            raise TuneError(f"--events {item!r}: no step after '=' (an unset shell variable?); leave --events out "
+                            "for a trace whose events file says them")
     unknown = [item.rpartition("=")[0] for item in args.events
                if key(item.rpartition("=")[0]) not in {key(t) for t in args.trace}]
     if unknown:

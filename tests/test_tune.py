@@ -116,6 +116,8 @@ def no_eval_csv(tmp_path):
     (one_step_csv, ["--events", "{p}=0"], "1 step: a trace needs at least 2 steps"),
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "speed"], "unknown objective 'speed'"),
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=x"], "expected TRACE=STEP"),
+    # (found by a new-user probe: an unset shell variable replaced the events file's events with none)
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}="], "no step after '=' (an unset shell variable?)"),
     (lambda t: "real:no_such_trace", [], "no real trace 'no_such_trace'"),
     # (found by a new-user probe: accepted; a run in both the tuning and the held-out folds)
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--objective", "cost", "--objective", "cost"],
