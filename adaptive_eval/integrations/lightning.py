@@ -370,10 +370,10 @@ class AdaptiveEvalCallback(Callback):
         # counts every optimizer's step() (192 after 96 batches, past estimated_stepping_batches), so the steps
         # read 1, 3, 5, ..., the final evaluation came halfway and the epoch trigger mid-epoch (a new user's probe).
         # The batches that stepped are the steps then, as Lightning's loggers count them.
-        module = trainer.lightning_module
+        module = getattr(trainer, "lightning_module", None)
         self._per_batch = bool(module is not None and not module.automatic_optimization
-                               and len(trainer.optimizers) > 1)
-        self._batches_done = trainer.fit_loop.epoch_loop._batches_that_stepped
+                               and len(getattr(trainer, "optimizers", ())) > 1)
+        self._batches_done = trainer.fit_loop.epoch_loop._batches_that_stepped if self._per_batch else 0
         executor = self.executor
         if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
                 and _sharded(trainer, trainer.lightning_module)):
