@@ -609,7 +609,7 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
         base = event
     else:
         step = _int(event, f"{run.name}: {what}: event_step")
-        base = next((e for e in run.events if e.step == step), Event(step))
+        base = next((e for e in run.expectations.events if e.step == step), Event(step))
     # (the column's name, eval/<m>, names the metric <m>, as evaluation.metric=eval/<m> does)
     ev = dataclasses.replace(base, metric=(metric or base.metric or run.metric or "").removeprefix("eval/") or None,
                              direction=direction if direction is not None else base.direction,
@@ -875,7 +875,7 @@ def check(run: ReplayRun, *, within: int | None = None, max_samples_per_1k: floa
     if within is not None and _int(within, f"{run.name}: --within") < 0:
         raise ExpectationError(f"{run.name}: --within {within} is negative (a change cannot be confirmed before "
                                f"it happens)")
-    events = [dataclasses.replace(e, within=within) if within is not None else e for e in run.events]
+    events = [dataclasses.replace(e, within=within) if within is not None else e for e in run.expectations.events]
     limit = max_samples_per_1k if max_samples_per_1k is not None else run.expectations.max_samples_per_1k
     if limit is not None and _number(limit, f"{run.name}: max_samples_per_1k") < 0:
         raise ExpectationError(f"{run.name}: max_samples_per_1k={limit:g} is negative, so nothing could pass")
