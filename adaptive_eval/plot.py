@@ -189,6 +189,7 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
     other per-metric tags (``/n``, ``/samples_per_item``, ``/nan``) and the paired differences are not metrics."""
     from adaptive_eval.tensorboard import (_EVAL_SUFFIXES, CI_HIGH_SUFFIX, CI_LOW_SUFFIX, COUNT_SUFFIX, EVAL_PREFIX,
                                            PAIRED_SUFFIX)
+    from adaptive_eval.trace import _HF_TB_BOOKKEEPING
 
     reasons, looked_back, async_sizes = {}, {}, {}
     for step, text in texts.get("decisions", []):
@@ -206,6 +207,8 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
         if "controller/sample_size" in scalars else {}
     by_key: dict[tuple[int, str], dict] = {}
     for tag, (steps, values) in scalars.items():
+        if tag in _HF_TB_BOOKKEEPING:  # (HF's eval/runtime, eval/samples_per_second: drawn as evaluated metrics, "12
+            continue  # evaluations, 0 samples", in a folder HF's TensorBoardCallback wrote; a new user's probe)
         prefix = next((p for p in (EVAL_PREFIX, "lookback/") if tag.startswith(p)), None)
         name = tag[len(prefix):] if prefix else ""
         if not name or name.endswith(PAIRED_SUFFIX) or PAIRED_SUFFIX + "/" in name:

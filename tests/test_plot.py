@@ -265,6 +265,19 @@ def test_the_output_is_in_the_format_its_name_says_and_odd_paths_are_named(tmp_p
     assert "1 evaluation, 1 sample, 0 alarms" in title, title
 
 
+def test_hf_bookkeeping_in_a_tensorboard_folder_is_not_an_evaluated_metric(tmp_path):
+    """A folder HF's TensorBoardCallback wrote: eval/runtime and eval/samples_per_second were drawn as evaluated
+    metrics beside eval/accuracy ("12 evaluations, 0 samples"; a new user's probe)."""
+    logger = TensorBoardLogger(tmp_path / "tb", flush_secs=3600)
+    for step in range(0, 200, 50):
+        logger.log(step, {"eval/accuracy": 0.5 + step / 1000, "eval/runtime": 3.2, "eval/samples_per_second": 90.0,
+                          "eval/loss": 1.0})
+    logger.close()
+    drawn = _load(tmp_path)
+    assert [e["step"] for e in drawn.evals] == [0, 50, 100, 150]
+    assert all(set(e["metrics"]) == {"accuracy", "loss"} for e in drawn.evals), drawn.evals
+
+
 def test_from_tensorboard_alone_an_asynchronous_runs_sizes_and_every_alarm_text_are_read(tmp_path):
     """Found in review: an asynchronous evaluation's size (controller/sample_size, written where its result was
     integrated) was read at its submission step, another evaluation's whenever the two coincided; an alarm whose
