@@ -1122,6 +1122,10 @@ def _json_int(value, key: str, path, line) -> int | None:
     return int(value)
 
 
+class _Stepless(TraceError):
+    """A JSONL record of W&B's bookkeeping (``_runtime``, ``_timestamp``) without a step: a system row."""
+
+
 def _json_record(text: str, path, line, skipped: dict | None = None, step_key: str = "step") -> TraceRecord:
     try:
         obj = json.loads(text)
@@ -1131,6 +1135,9 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
         raise TraceError(f"expected a JSON object, got {type(obj).__name__}", path, line)
     if step_key == "step" and "step" not in obj and "_step" in obj:
         step_key = "_step"  # (W&B's run history, files/wandb-history.jsonl: said once by _read_jsonl)
+    if step_key not in obj and step_key in ("step", "_step") and "step" not in obj and "_step" not in obj and any(
+            k in obj for k in _WANDB_JSON):
+        raise _Stepless("a W&B row without '_step'", path, line)  # (the JSONL reader skips it, as the CSV one does)
     if step_key not in obj:
         # OpenRLHF logs train rows with train/global_step and eval rows with eval/global_step.
         leaf = step_key.rsplit("/", 1)[-1]
@@ -1309,19 +1316,25 @@ def _read_jsonl(path, text: str, keep_last: bool = False, step_key: str = "step"
     skipped: dict = {}
     restarts: list = []
     clashes: list = []
+    stepless: list[int] = []
     for i, raw in enumerate(lines):
         if not raw.strip():
             continue
         try:
             rec = _json_record(raw, path, i + 1, skipped, step_key)
             _finish_line(rec, records, path, i + 1, keep_last, restarts, clashes)
+        except _Stepless:
+            stepless.append(i + 1)  # (exit 2, "missing 'step'", where the same rows of a CSV export were skipped)
         except TraceError as err:
             if unterminated and i == last_index:
                 _drop_torn(path, i + 1, str(err).split(": ", 1)[-1], stacklevel=3)
                 break
             raise
     if not records:
-        raise TraceError("no records", path)
+        raise TraceError("no records" + (" with a '_step' (W&B's system rows only?)" if stepless else ""), path)
+    if stepless:
+        warnings.warn(f"{path}: {len(stepless)} record{'s' if len(stepless) > 1 else ''} without '_step' skipped "
+                      f"(W&B's system rows; the first on line {stepless[0]})", RuntimeWarning, stacklevel=3)
     _warn_skipped(path, skipped)
     warn_restarts(path, restarts, len(records), stacklevel=4)
     warn_clashes(path, clashes, stacklevel=4)

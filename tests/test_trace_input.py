@@ -231,6 +231,22 @@ def test_an_empty_json_key_and_a_negative_std_are_refused_naming_where(tmp_path)
     assert not (tmp_path / "out" / "evals.jsonl").exists()
 
 
+def test_wandb_system_rows_without_a_step_are_skipped_in_jsonl_as_in_csv(tmp_path):
+    """A W&B history JSONL whose system rows carry _runtime but no _step exited 2 ("missing 'step'"), where the same
+    rows of a CSV export were skipped with a warning (a new user's probe)."""
+    path = tmp_path / "wandb-history.jsonl"
+    path.write_text('{"_step": 0, "train/loss": 1.0, "_runtime": 1.0}\n{"_runtime": 2.0, "system/gpu": 50}\n'
+                    '{"_step": 1, "train/loss": 0.9, "_runtime": 3.0}\n')
+    with pytest.warns(RuntimeWarning, match=r"1 record without '_step' skipped \(W&B's system rows; the first on "
+                                            r"line 2\)"):
+        trace = read_trace(path)
+    assert [(r.step, r.metrics) for r in trace.records] == [(0, {"train/loss": 1.0}), (1, {"train/loss": 0.9})]
+    other = tmp_path / "plain.jsonl"  # (not W&B's: a record without a step is still an error naming its line)
+    other.write_text('{"step": 0, "loss": 1.0}\n{"loss": 2.0}\n')
+    with pytest.raises(TraceError, match=r"plain.jsonl:2: missing 'step'"):
+        read_trace(other)
+
+
 def test_a_pandas_index_or_a_trailing_comma_is_an_ignored_column(tmp_path):
     """pandas' df.to_csv() writes its index under an empty name and a trailing comma makes an empty last
     column; both were refused ("empty column name in the header").  They are ignored, with a warning, on the
