@@ -949,11 +949,18 @@ def _seconds_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
     that starts far later than its first step could (``time.monotonic()`` logged as is: 98 hours before the first
     step, and the eval budget never bound) counts from the first record.  Each said once.  Found by a new user."""
     timed = [(r.step, float(r.time)) for r in records if r.time is not None]
+    bad = next(((step, t) for step, t in timed if not math.isfinite(t)), None)
+    if bad is not None:  # (one inf made every later time inf; a NaN hid the drop after it: a review)
+        raise TraceError(f"the time column is {bad[1]} at step {bad[0]}: times are finite seconds (leave the cell empty "
+                         "where none was taken)", path)
     rates = sorted((t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(timed, timed[1:]) if s1 > s0 and t1 >= t0)
     pace = rates[len(rates) // 2] if rates else 0.0
     offset, last_raw, back, out = 0.0, None, None, {}
     for step, raw in timed:
-        if last_raw is not None and raw < last_raw:  # (the new reading counts from the last one before the drop)
+        # A restart: a reading under half the one before (the new clock counts from the last reading before the
+        # drop).  Not a small step back (a logger's jitter, two rows out of order: it added the whole time before, 54
+        # years of POSIX seconds; a review), nor POSIX seconds: those stay as they are.
+        if last_raw is not None and 0 <= raw < last_raw / 2 and last_raw < _EPOCH_SECONDS:
             back = back or (step, raw, last_raw)
             offset += last_raw
         out[step] = raw + offset

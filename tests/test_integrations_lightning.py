@@ -802,6 +802,31 @@ def test_manual_optimization_with_two_optimizers_steps_once_a_batch(caplog):
     assert "steps skipped" not in caplog.text and "total_steps" not in caplog.text
 
 
+def test_manual_optimization_with_two_optimizers_resumes_from_a_checkpoint_inside_an_epoch(tmp_path):
+    """A review: a count of the adapter's own, started from Lightning's at on_train_start, was one step behind after
+    a resume from a checkpoint written inside an epoch (Lightning corrects its counter after that hook): the resumed
+    run observed steps 4...30 for 5...31, and its final evaluation came at 30."""
+    over = ["trigger.freq_steps=null", "trigger.freq_epochs=1", "policy.interval.enabled=false",
+            "policy.alarm.enabled=false", "policy.budget.enabled=false"]
+
+    def run(folder, max_epochs, ckpt_path=None):
+        torch.manual_seed(0)
+        cb = Observing("default", evaluate_fn=lambda: {"score": [1.0]}, overrides=over)
+        saver = ModelCheckpoint(dirpath=folder, save_top_k=-1, every_n_train_steps=10, save_on_train_epoch_end=False)
+        trainer = L.Trainer(max_epochs=max_epochs, logger=False, callbacks=[cb, saver], **QUIET)
+        trainer.fit(TwoOptimizerModel(), DataLoader(RandomDataset(32, 64), batch_size=4), ckpt_path=ckpt_path)
+        return cb
+
+    whole = run(tmp_path / "whole", 2)
+    run(tmp_path / "first", 1)
+    first = min((tmp_path / "first").glob("*.ckpt"), key=lambda f: f.stat().st_mtime)  # after batch 5 (step 10)
+    resumed = run(tmp_path / "resumed", 2, ckpt_path=first)
+    assert [s for s, _ in resumed.observed["train_loss"]] == list(range(5, 32))
+    assert [(r.step, r.reason) for r in resumed.evaluator.history] == [(r.step, r.reason)
+                                                                        for r in whole.evaluator.history][-2:]
+    assert resumed.evaluator.history[-1].step == 31
+
+
 def test_a_per_sample_loss_from_manual_optimization_never_reaches_the_training_step():
     """The micro-batch accumulation ran outside the guard: a per-sample loss vector whose last batch was
     shorter raised "size of tensor a (2) must match ... b (4)" inside training (found in review)."""

@@ -205,6 +205,14 @@ def test_a_clock_that_did_not_start_with_the_run_or_restarted_at_a_resume_replay
     with pytest.warns(RuntimeWarning, match=r"goes back at step 300 \(1495 s -> 5 s; a clock restarted by a resume"):
         restarted = read_trace(write("restart.csv", lambda s: 5.0 * (s if s < 300 else s - 299)))
     assert [r.time for r in late.records] == [r.time for r in restarted.records] == [r.time for r in base.records]
+    # A small step back (a logger's jitter, two rows out of order) is no restart, POSIX seconds neither (each added
+    # the whole time before it: 54 years after one POSIX row logged 6 s early; a review); a non-finite time is refused.
+    jitter = read_trace(write("jitter.csv", lambda s: 5.0 * s - (6.0 if s == 100 else 0.0)))
+    assert [r.time for r in jitter.records][99:102] == [495.0, 494.0, 505.0]
+    posix = read_trace(write("posix.csv", lambda s: 1.7e9 + 5.0 * s - (6.0 if s == 100 else 0.0)))
+    assert [r.time for r in posix.records][99:102] == [495.0, 494.0, 505.0]
+    with pytest.raises(TraceError, match=r"inf.csv: the time column is inf at step 3: times are finite seconds"):
+        read_trace(write("inf.csv", lambda s: math.inf if s == 3 else 5.0 * s))
     cfg = load_config()
     decided = [[(e["step"], e["reason"]) for e in replay(t, cfg, seed=0).evals] for t in (base, late, restarted)]
     assert decided[0] == decided[1] == decided[2]

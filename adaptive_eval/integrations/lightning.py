@@ -213,7 +213,7 @@ class AdaptiveEvalCallback(Callback):
         self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
         self._guard = StepGuard()
         self._last_global_step = -1
-        self._per_batch, self._batches_done = False, 0  # (manual optimization with several optimizers: _build)
+        self._per_batch = False  # (manual optimization with several optimizers: see _build)
         self._steps_per_epoch = 1
         self._module_eval = None
         self._async = False
@@ -371,9 +371,10 @@ class AdaptiveEvalCallback(Callback):
         # read 1, 3, 5, ..., the final evaluation came halfway and the epoch trigger mid-epoch (a new user's probe).
         # The batches that stepped are the steps then, as Lightning's loggers count them.
         module = getattr(trainer, "lightning_module", None)
-        self._per_batch = bool(module is not None and not module.automatic_optimization
+        self._per_batch = bool(module is not None and not getattr(module, "automatic_optimization", True)
                                and len(getattr(trainer, "optimizers", ())) > 1)
-        self._batches_done = trainer.fit_loop.epoch_loop._batches_that_stepped if self._per_batch else 0
+        if self._per_batch and getattr(trainer, "max_steps", -1) not in (-1, None):
+            total = None  # (max_steps counts every optimizer's steps: how many batches that makes is not known)
         executor = self.executor
         if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
                 and _sharded(trainer, trainer.lightning_module)):
@@ -397,10 +398,14 @@ class AdaptiveEvalCallback(Callback):
                 self._twin, self._aliases = self._stashed_twin[0], set(self._stashed_twin[1])
         self._last_global_step = self._done(trainer)
 
-    def _done(self, trainer) -> int:
+    def _done(self, trainer, in_batch: bool = False) -> int:
         """Steps done, on Lightning's count: its global_step, or under manual optimization with several optimizers
-        the batches that stepped."""
-        return self._batches_done if self._per_batch else trainer.global_step
+        the batches that stepped (``in_batch``: in ``on_train_batch_end``, before Lightning counts that batch; its
+        own counter, which it corrects after a resume from a checkpoint written inside an epoch: a count of ours
+        started from it was one step behind there; a review)."""
+        if self._per_batch:
+            return trainer.fit_loop.epoch_loop._batches_that_stepped + (1 if in_batch else 0)
+        return trainer.global_step
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.hooks_called.add("on_train_epoch_start")
@@ -445,10 +450,8 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluator is None:
             return
         self._guard("observe", self._add_loss, trainer, pl_module, outputs)  # train/loss: the window's mean
-        if self._per_batch:
-            self._batches_done += 1  # (Lightning counts it after this hook)
-        done = self._done(trainer)
-        if done == self._last_global_step:
+        done = self._done(trainer, in_batch=True)
+        if done == self._last_global_step and not self._per_batch:
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
         self._last_global_step = done
         global_step = done - 1
