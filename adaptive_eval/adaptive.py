@@ -2324,9 +2324,10 @@ class AdaptiveEvaluator:
         how long it may last and why) and integrated at the last step seen;
         one that does not finish counts as failed (logged).  With ``on_error: raise`` the first failure among them,
         or one the last ``observe()`` integrated that no ``evaluate()`` raised, is raised once everything is closed
-        (as a synchronous run raises its final evaluation's), unless another exception goes up: then the wait is
-        at most :data:`EXCEPTION_DRAIN_S` unless ``timeout_s`` is given (a crash in the training step showed only
-        after the evaluation in flight, up to 600 s).
+        (as a synchronous run raises its final evaluation's), unless another exception goes up.  Leaving a ``with``
+        block on an exception, the wait is at most :data:`EXCEPTION_DRAIN_S` unless ``timeout_s`` is given (a crash
+        in the training step showed only after the evaluation in flight, up to 600 s); in a ``finally:`` of your
+        own, pass ``close(timeout_s=...)`` for that.
         In a process group, call it on every training rank (the drained results are shared: all-gathered shards, or
         the first rank's broadcast with eval ranks); with
         eval ranks it also tells them to stop serving.  An asynchronous evaluator evaluates no more after it:
@@ -2346,15 +2347,15 @@ class AdaptiveEvaluator:
             self._apply_handed(self._last_step)  # (what other threads observed last: recorded and logged too)
         if self._async is not None:
             step = max(s for s in (self._last_call_step, self._last_step, -1) if s is not None)
-            going_up = sys.exc_info()[1]
+            going_up, self._going_up = self.__dict__.get("_going_up"), None
             if timeout_s is None and going_up is not None and self._async.jobs:
-                # (a `with` block or a `finally: close()` that a crash of the training step leaves: it waited up to
-                # 600 s for an evaluation in flight before the crash showed; a new user's probe)
+                # (a `with` block that a crash of the training step leaves: it waited up to 600 s for an evaluation
+                # in flight before the crash showed; a new user's probe.  Only there: a close() in an `except` block
+                # that handled its exception looks the same to sys.exc_info(), and lost what was in flight; a review)
                 timeout_s = min(EXCEPTION_DRAIN_S, self._async.wait_limit_s)
-                log.warning("close() while an exception goes up (%s): it waits at most %g s for the %d asynchronous "
-                            "evaluation(s) in flight, not evaluation.timeout_s or distributed.timeout_s; pass "
-                            "close(timeout_s=...) for longer", type(going_up).__name__, timeout_s,
-                            len(self._async.jobs))
+                log.warning("leaving the evaluator's `with` block on %s: close() waits at most %g s for the %d "
+                            "asynchronous evaluation(s) in flight, not evaluation.timeout_s or distributed.timeout_s",
+                            type(going_up).__name__, timeout_s, len(self._async.jobs))
             try:
                 if self._distributed and self._async.jobs and not self.dist.distributed:
                     pairs = self._async.drain(timeout_s)
@@ -2419,7 +2420,8 @@ class AdaptiveEvaluator:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._going_up = exc  # (close() then waits at most EXCEPTION_DRAIN_S for what is in flight)
         self.close()
 
 
