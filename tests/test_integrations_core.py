@@ -143,3 +143,29 @@ def test_counters_and_timings_the_trainers_log_are_not_watched():
     assert not any(watched(k) for k in ("num_tokens", "train/num_tokens", "step_time", "train/step_time",
                                         "learning_rate", "eval_loss", "train_runtime", "train_tokens_per_second"))
     assert all(watched(k) for k in ("train/reward", "train/kl", "train/completions/mean_length", "loss"))
+
+
+def test_closing_reports_what_it_drained_before_a_failure_among_it_goes_up():
+    """A review: under on_error: raise, a failure close() integrated (the final evaluation's) went up before the
+    adapter reported the other results the drain integrated with it: lost to the trainer's logs."""
+    from adaptive_eval.integrations._common import StepGuard, close_and_drain
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=5", "trigger.freq_steps=4",
+        "evaluation.on_error=raise", "policy.budget.enabled=false", "policy.interval.enabled=false"]),
+        total_steps=20, clock=lambda: 0.0)
+
+    def fn(request):
+        if request.reason.startswith("trigger:final"):
+            raise ConnectionError("the grader is down")
+        return {"acc": [1.0, 0.0] * 10}
+
+    for g in range(20):
+        ev.observe({"loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+    in_flight = [job.step for job in ev._async.jobs]
+    assert in_flight[-1] == 19 and len(in_flight) >= 2
+    reported = []
+    with pytest.raises(ConnectionError, match="grader is down"):
+        close_and_drain(ev, StepGuard("raise"), lambda result: reported.append(result.step))
+    assert reported == in_flight[:-1]  # the results that came back beside the failure, reported first

@@ -164,10 +164,11 @@ def result_scalars(result, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def close_and_drain(evaluator, guard: StepGuard) -> list:
+def close_and_drain(evaluator, guard: StepGuard, report) -> None:
     """At train end: close ``evaluator`` under ``guard`` (asynchronous evaluations still in flight, the final
-    one among them, are waited for and integrated) and return the results that closing integrated, for the
-    adapter to report like the others."""
+    one among them, are waited for and integrated) and ``report(result)`` each result closing integrated, like the
+    others: also when closing raises (``on_error: raise``, a failure among them), before it goes up (the results
+    that came back beside the failure were lost to the trainer's logs; a review)."""
     drained = []
 
     def drain(event):
@@ -179,7 +180,8 @@ def close_and_drain(evaluator, guard: StepGuard) -> list:
         guard("close", evaluator.close)
     finally:  # (left on, it kept the evaluator and the callback that holds it from pickling: Lightning's ddp_spawn
         evaluator._listeners.remove(drain)  # of a callback used in an earlier fit failed; a multi-process probe)
-    return drained
+        for result in drained:
+            guard("report", report, result)
 
 
 def log_summary(evaluator) -> None:

@@ -692,11 +692,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._wrapped_training_step = None
         if self.evaluator is not None:
             self._evaluate_last(state, control)  # (done at on_epoch_end, unless training stopped elsewhere)
-            for result in close_and_drain(self.evaluator, self._guard):
-                self._guard("report", self._report, result, control)
-            self._saved_state = self._guard("state", self.evaluator.state_dict)
-            if state.is_world_process_zero:
-                log_summary(self.evaluator)
+            try:
+                close_and_drain(self.evaluator, self._guard, lambda result: self._report(result, control))
+            finally:  # (on_error: raise, a failure closing integrated: the state and the summary all the same)
+                self._saved_state = self._guard("state", self.evaluator.state_dict)
+                if state.is_world_process_zero:
+                    log_summary(self.evaluator)
 
     # -- evaluation through the trainer -----------------------------------------------------------------
     def _evaluate_with_trainer(self, request):

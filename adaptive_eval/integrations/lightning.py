@@ -555,10 +555,12 @@ class AdaptiveEvalCallback(Callback):
                 if result is not None:
                     self._guard("report", self._report, trainer, result, last)
                     self._guard("report", self._report_look_backs, trainer, seen)
-            for result in close_and_drain(self.evaluator, self._guard):
-                self._guard("report", self._report, trainer, result, last)
-            if trainer.is_global_zero:
-                log_summary(self.evaluator)
+            try:
+                close_and_drain(self.evaluator, self._guard, lambda result: self._report(trainer, result, last))
+            finally:  # (on_error: raise, a failure closing integrated: the summary all the same, nothing kept)
+                if trainer.is_global_zero:
+                    log_summary(self.evaluator)
+                self._module_eval = self._val = None
         self._module_eval = self._val = None  # hold the trainer and the data
 
     # -- evaluation through the module ------------------------------------------------------------------
