@@ -8,6 +8,7 @@ import difflib
 import inspect
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -109,8 +110,8 @@ def _names_request(annotation) -> bool:
         return True
     if not isinstance(annotation, str):
         return EvalRequest in typing.get_args(annotation)  # (EvalRequest | None, Optional[EvalRequest])
-    text = annotation.replace("Optional[", "").replace("]", "").replace("'", "").replace('"', "")
-    return any(part.strip().split(".")[-1] == "EvalRequest" for part in text.split("|"))
+    text = re.sub(r"(typing\.)?(Optional|Union)\[|[\]'\"]", "", annotation)
+    return any(part.strip().split(".")[-1] == "EvalRequest" for part in re.split(r"[|,]", text))
 
 
 def call_evaluate_fn(evaluate_fn: Callable, request: EvalRequest):

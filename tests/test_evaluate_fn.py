@@ -106,13 +106,16 @@ def test_a_parameter_named_request_or_annotated_evalrequest_takes_it_though_it_h
     def typed_as_text(req: "Optional[EvalRequest]" = None):  # noqa: F821 - (a string annotation is not evaluated)
         seen.append(("text", req.sample_size))
 
+    def as_union(req: "typing.Union[EvalRequest, None]" = None):  # noqa: F821
+        seen.append(("union", req.sample_size))
+
     def other(verbose=None):  # AReaL style: no argument
         seen.append(("other", verbose))
 
-    for fn in (named, typed, typed_as_text, other):
+    for fn in (named, typed, typed_as_text, as_union, other):
         call_evaluate_fn(fn, REQUEST)
     assert seen == [("named", REQUEST.sample_size), ("typed", REQUEST.sample_size), ("text", REQUEST.sample_size),
-                    ("other", None)]
+                    ("union", REQUEST.sample_size), ("other", None)]
     ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]))
     result = ev.evaluate(lambda request=None: {"acc": [1.0] * len(request.indices(10))}, 0, 0, 0)
     ev.close()
