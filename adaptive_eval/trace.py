@@ -951,8 +951,8 @@ def _seconds_relative(records: list[TraceRecord], path) -> list[TraceRecord]:
     timed = [(r.step, float(r.time)) for r in records if r.time is not None]
     bad = next(((step, t) for step, t in timed if not math.isfinite(t)), None)
     if bad is not None:  # (one inf made every later time inf; a NaN hid the drop after it: a review)
-        raise TraceError(f"the time column is {bad[1]} at step {bad[0]}: times are finite seconds (leave the cell empty "
-                         "where none was taken)", path)
+        raise TraceError(f"the time column is {bad[1]} at step {bad[0]}: times are finite seconds (leave the cell "
+                         "empty where none was taken)", path)
     rates = sorted((t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(timed, timed[1:]) if s1 > s0 and t1 >= t0)
     pace = rates[len(rates) // 2] if rates else 0.0
     offset, last_raw, back, out = 0.0, None, None, {}

@@ -6,8 +6,9 @@ detectors) and asks it whether to evaluate (``evaluate``): the adaptive schedule
 held-out items to use, and each evaluation prints the accuracy with its 95% Wilson interval.  Halfway the
 labels of the training stream flip (a fault), the detectors raise an alarm and an evaluation comes early.  That
 evaluation, two steps in, still reads the old accuracy: the model has not learned the flipped labels yet, and the
-accuracy falls only some 70-100 steps later, which the next looks show.  Seeded (``torch.manual_seed(0)``): the same data and
-model every run.  Runs in a few seconds on a CPU, downloads nothing.  ``python examples/train_loop.py [--tensorboard DIR]``
+accuracy falls only some 70-100 steps later, which the next looks show.  Seeded (``torch.manual_seed(0)``): the
+same data and model every run.  Runs in a few seconds on a CPU, downloads nothing.
+``python examples/train_loop.py [--tensorboard DIR]``
 """
 
 from __future__ import annotations
