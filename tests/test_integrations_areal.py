@@ -351,3 +351,36 @@ def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_t
         assert Trainer(config, spec(10, epochs=3)).evaluator.total_steps == 30
     finally:
         sys.modules.pop(mod.__name__)
+
+
+@pytest.mark.parametrize("preset", ["areal", "default"])
+def test_areals_evaluate_fn_runs_as_areals_evaluator_calls_it_not_under_inference_mode(preset):
+    """A new user's probe: built from AReaL's EvaluatorConfig (patch_areal), the adaptive evaluator ran AReaL's
+    evaluate_fn under torch.inference_mode (every preset's evaluation.precision fp32): a tensor the model cached in
+    that forward made the next training step's backward raise "Inference tensors cannot be saved for backward"."""
+    torch = pytest.importorskip("torch")
+
+    class Cached(torch.nn.Module):  # caches a tensor at its first forward, as rotary embeddings do
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.cache = None
+
+        def forward(self, x):
+            if self.cache is None:
+                self.cache = torch.cos(torch.arange(4.0))
+            return self.lin(x) * self.cache
+
+    model, seen = Cached(), []
+
+    def evaluate_fn():  # AReaL's _evaluate_fn: a forward over the valid set, returns None
+        seen.append(torch.is_inference_mode_enabled())
+        with torch.no_grad():
+            model(torch.ones(2, 4))
+
+    ev = shim.AdaptiveEvaluator(areal_config(freq_steps=5, eval_before_train=True), spec(epochs=1, spe=40),
+                                preset=preset)
+    for g in range(3):
+        ev.evaluate(evaluate_fn, 0, g, g)
+        model(torch.ones(2, 4)).sum().backward()  # the next training step
+    assert seen and not any(seen)

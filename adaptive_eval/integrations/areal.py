@@ -201,6 +201,12 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
             # AReaL's default EvaluatorConfig, every frequency None: AReaL's Evaluator never evaluates, so neither
             # does the shim at the last step (the preset's eval_at_end made one there: found by a new user)
             cfg = as_config(OmegaConf.merge(cfg, {"trigger": {"eval_at_end": False}}))
+        if is_areal_evaluator_config(config):
+            # AReaL's evaluate_fn runs its engine's forward as it means to, as AReaL's own Evaluator calls it: under
+            # torch.inference_mode (evaluation.precision fp32, every preset's) a tensor the model cached there broke
+            # the next training step's backward, "Inference tensors cannot be saved for backward" (a new user's
+            # probe; FSDP and ZeRO-3 fail so too)
+            cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"precision": "none"}}))
         if executor is not None and not cfg.evaluation.asynchronous:
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"asynchronous": True}}))
         super().__init__(cfg, steps_per_epoch=spe, total_steps=total, clock=clock, logger=logger, group=group,
