@@ -93,8 +93,8 @@ def _alarm_from_wire(wire):
 # observe() calls from other threads waiting for the training thread's next call: the oldest dropped beyond this,
 # and at most _HANDED_PER_CALL applied a call (another thread observing in a tight loop does not stall training)
 _HANDED_MAX = 100_000
-EXCEPTION_DRAIN_S = 5.0  # close() while an exception goes up: the longest wait for evaluations in flight
 _HANDED_PER_CALL = 1_000
+EXCEPTION_DRAIN_S = 5.0  # leaving the evaluator's `with` block on an exception: the longest wait for what is in flight
 
 
 def _decision_state(d: Decision) -> dict:
@@ -1523,7 +1523,7 @@ class AdaptiveEvaluator:
         self._alarm_pending = self._policy_pending()
         if self._logging:
             self._logger.text(global_step, "alarms", f"the evaluation of step {step} for the alarm failed: "
-                             "its alarm is pending again (once)")
+                              "its alarm is pending again (once)")
 
     def _lookback_wanted(self, evaluate_fn):
         """The kept checkpoint the lookback policy wants evaluated, ``(step, ref, items, reason)``, if this
@@ -1680,7 +1680,7 @@ class AdaptiveEvaluator:
             # On the checkpoint's step, under lookback/ (eval/ has points after it: TensorBoard drops the later
             # points of a tag written at an earlier step).
             self._logger.log(request.step, {"lookback/" + k[len(EVAL_PREFIX):]: v
-                                           for k, v in eval_scalars(result).items()})
+                                            for k, v in eval_scalars(result).items()})
         what = f"n={result.items}" if result is not None else f"failed: {type(outcome.error).__name__}"
         self._logger.text(global_step, "decisions", f"evaluated the checkpoint of step {request.step} "
                                                    f"({request.reason}, {what})")
@@ -1800,9 +1800,9 @@ class AdaptiveEvaluator:
         if self._logging:
             # (deferred 0 here, as a synchronous evaluation writes it: a deferral's 1 stayed up to the run's end)
             self._logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
-                                          "controller/deferred": 0.0})
+                                           "controller/deferred": 0.0})
             self._logger.text(global_step, "decisions",
-                             f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
+                              f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)
 
     def _say_held_alarm(self, decision: Decision, global_step: int) -> None:
@@ -1831,8 +1831,8 @@ class AdaptiveEvaluator:
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
         if self._logging:  # (the decisions text said only "submitted" for it: a result that never came, unexplained)
             self._logger.text(global_step, "decisions",
-                             f"cancelled: the evaluation submitted at step {job.step} ({job.reason}), to make room "
-                             f"for an urgent one (evaluation.max_in_flight={self._async.max_in_flight})")
+                              f"cancelled: the evaluation submitted at step {job.step} ({job.reason}), to make room "
+                              f"for an urgent one (evaluation.max_in_flight={self._async.max_in_flight})")
 
     def _check_down(self, global_step: int) -> None:
         down = self._async.is_down
@@ -2411,9 +2411,9 @@ class AdaptiveEvaluator:
             items = (pick.eval.get("n") or {}).get(name, pick.eval.get("sample_size"))
             step = max(s for s in (self._last_call_step, self._last_step, pick.step) if s is not None)
             self._logger.text(step, "picked", f"step {pick.step}: {name} {pick.estimate:.4g} [{lo:.4g}, {hi:.4g}] "
-                             f"(the best {pick.by} estimate, {'higher' if pick.higher_is_better else 'lower'} is "
-                             f"better, of {len(self.history)} evaluations; its interval allows "
-                             f"for the pick; measured {measured:.4g} on {items} items)")
+                              f"(the best {pick.by} estimate, {'higher' if pick.higher_is_better else 'lower'} is "
+                              f"better, of {len(self.history)} evaluations; its interval allows "
+                              f"for the pick; measured {measured:.4g} on {items} items)")
         except Exception:  # noqa: BLE001 - a summary never stops the user's shutdown
             log.exception("writing the picked checkpoint to TensorBoard failed; the run's results are kept")
 
