@@ -2454,29 +2454,23 @@ class _GuardedLogger:
             log.exception("the logger (%r) raised in %s(); training goes on, what it was to write is lost, and later "
                           "failures are counted in summary()['logger_errors']", self.inner, what)
 
-    def log(self, step, scalars) -> None:
+    def _call(self, what: str, *args) -> None:
         try:
-            self.inner.log(step, scalars)
+            getattr(self.inner, what)(*args)
         except Exception:  # noqa: BLE001 - logging never stops training
-            self._failed("log")
+            self._failed(what)
+
+    def log(self, step, scalars) -> None:
+        self._call("log", step, scalars)
 
     def text(self, step, tag, text) -> None:
-        try:
-            self.inner.text(step, tag, text)
-        except Exception:  # noqa: BLE001
-            self._failed("text")
+        self._call("text", step, tag, text)
 
     def set_groups(self, groups) -> None:
-        try:
-            self.inner.set_groups(groups)
-        except Exception:  # noqa: BLE001
-            self._failed("set_groups")
+        self._call("set_groups", groups)
 
     def log_config(self, config_yaml) -> None:
-        try:
-            self.inner.log_config(config_yaml)
-        except Exception:  # noqa: BLE001
-            self._failed("log_config")
+        self._call("log_config", config_yaml)
 
 
 _EVALUATORS: weakref.WeakSet = weakref.WeakSet()

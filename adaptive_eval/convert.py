@@ -703,21 +703,6 @@ def select_columns(trace: Trace, *, streams: Sequence[str] | None = None,
     return Trace(records, trace.source)
 
 
-def _continuous_time(trace: Trace) -> Trace:
-    """Make ``time`` non-decreasing where a logger restarted its timer: after a drop, the timer's new
-    reading counts from the last reading before the drop."""
-    offset, last_raw, out = 0.0, None, []
-    for rec in trace.records:
-        if rec.time is None:
-            out.append(rec)
-            continue
-        if last_raw is not None and rec.time < last_raw:
-            offset += last_raw
-        last_raw = rec.time
-        out.append(dataclasses.replace(rec, time=rec.time + offset))
-    return Trace(out, trace.source)
-
-
 # ------------------------------------------------------------------------------------------- specific logs
 
 # rasbt/reasoning-from-scratch GRPO columns -> stream names shared with the synthetic traces.
@@ -760,11 +745,10 @@ def convert_nanogpt(path: str | os.PathLike) -> Trace:
     The speedrun restarts its timer after the warm-up steps (step 11 reads 1.7 s after step 10 read 97 s);
     ``time`` continues across the restart so it stays seconds since start.  ``total_steps`` is dropped.
     """
-    with warnings.catch_warnings():  # (the timer's restart is this log's own, and made continuous here)
+    with warnings.catch_warnings():  # (the timer's restart is this log's own: the reader makes it continuous)
         warnings.filterwarnings("ignore", message=".*the time column goes back", category=RuntimeWarning)
-        trace = from_columns(path, streams=["train_loss"], evals={"val_loss": 1.0}, time="train_time_ms",
-                             time_scale=0.001, rename={"train_loss": "train/loss", "val_loss": "eval/val_loss"})
-    return _continuous_time(trace)
+        return from_columns(path, streams=["train_loss"], evals={"val_loss": 1.0}, time="train_time_ms",
+                            time_scale=0.001, rename={"train_loss": "train/loss", "val_loss": "eval/val_loss"})
 
 
 def convert_distill(path: str | os.PathLike) -> Trace:
