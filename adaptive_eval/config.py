@@ -14,6 +14,7 @@ import functools
 import math
 import os
 import re
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -1189,6 +1190,8 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     """Accept a loaded config, a :class:`Config`, a plain nested dict, or None (the defaults)."""
     if cfg is None:
         return load_config()
+    if isinstance(cfg, (Mapping, DictConfig)) and is_areal_evaluator_config(cfg):
+        return from_areal(cfg)
     if isinstance(cfg, DictConfig):
         node = cfg._get_parent() is not None
         if node or OmegaConf.get_type(cfg) not in (Config, dict):
@@ -1259,9 +1262,31 @@ _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
 def is_areal_evaluator_config(obj) -> bool:
     """Whether ``obj`` looks like AReaL's ``EvaluatorConfig``: an object (a dataclass, a ``SimpleNamespace``, ...)
     with its three ``freq_*`` fields, duck-typed as the shim's plain ``Evaluator`` reads it (the adaptive one refused
-    a ``SimpleNamespace`` the plain one took; an architecture check)."""
-    return (not isinstance(obj, (type, Config, Mapping, DictConfig))
-            and all(hasattr(obj, f) for f in _AREAL_FREQS))
+    a ``SimpleNamespace`` the plain one took; an architecture check), or a mapping with those three keys and no
+    ``trigger`` (AReaL's config as an OmegaConf node, ``OmegaConf.structured(EvaluatorConfig(...))`` or its YAML
+    section: read as adaptive_eval's, every AReaL field was an "unknown key"; found by a probe)."""
+    return areal_view(obj) is not None
+
+
+def areal_view(obj):
+    """``obj`` itself where it is AReaL's ``EvaluatorConfig`` as an object; a mapping of its fields (an OmegaConf
+    node, a dict with the three ``freq_*`` keys and no ``trigger``) as a ``SimpleNamespace`` of them, its
+    interpolations resolved; None for anything else."""
+    if isinstance(obj, (Mapping, DictConfig)):
+        if "trigger" in obj or not all(f in obj for f in _AREAL_FREQS):
+            return None
+        if isinstance(obj, DictConfig):
+            plain, _ = _plain_node(obj)  # (a problem in resolving it is a ConfigError naming the node)
+            kind = OmegaConf.get_type(obj)
+            label = kind.__name__ if kind not in (dict, None) else "EvaluatorConfig"
+        else:
+            plain, label = dict(obj), "EvaluatorConfig"
+        view = types.SimpleNamespace(**{str(k): v for k, v in plain.items()})
+        view.__areal_name__ = label
+        return view
+    if isinstance(obj, (type, Config)) or not all(hasattr(obj, f) for f in _AREAL_FREQS):
+        return None
+    return obj
 
 
 def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None = None) -> DictConfig:
@@ -1272,7 +1297,8 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     A negative or non-numeric frequency is a :class:`ConfigError` naming the field
     (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.
     """
-    name = type(evaluator_config).__name__
+    evaluator_config = areal_view(evaluator_config) or evaluator_config
+    name = getattr(evaluator_config, "__areal_name__", type(evaluator_config).__name__)
     problems, trigger = [], {}
     for f in _AREAL_FREQS:
         v = getattr(evaluator_config, f, None)

@@ -803,7 +803,11 @@ def _plain_config(config):
     typed and checked as ``load_config`` would (every section of it is read: ``evaluation``, ``distributed``),
     else AReaL's frequencies as attributes.  An unknown key, or none of the three frequencies, is an error: it
     read as "never evaluate" (found by a new-user probe: ``Evaluator({"freq_steps": 5})`` never evaluated)."""
-    if not isinstance(config, Mapping) or isinstance(config, DictConfig):
+    if isinstance(config, DictConfig):
+        from adaptive_eval.config import areal_view
+
+        return areal_view(config) or config  # (AReaL's EvaluatorConfig as an OmegaConf node: its fields)
+    if not isinstance(config, Mapping):
         return config
     if "trigger" in config:
         from adaptive_eval.config import as_config

@@ -195,6 +195,28 @@ def test_as_config_maps_areals_config_and_rejects_other_dataclasses():
         shim.AdaptiveEvaluator(types.SimpleNamespace(freq_epochs=None, freq_steps=-1, freq_secs=None), spec(10))
 
 
+@pytest.mark.parametrize("fe,fs,before,spe", [(None, 5, True, 10), (1, 3, False, 4)])
+def test_areals_config_as_an_omegaconf_node_schedules_as_the_dataclass(fe, fs, before, spe):
+    """AReaL's EvaluatorConfig as OmegaConf holds it (``OmegaConf.structured``, a YAML section): every field of it
+    was an "unknown key" to the adaptive evaluators, and the plain shim failed on ``trigger``."""
+    from omegaconf import OmegaConf
+
+    dataclass = areal_config(freq_epochs=fe, freq_steps=fs, eval_before_train=before)
+    expected = run(AREAL.Evaluator(dataclass, spec(spe)), 0, 40, spe)
+    for node in (OmegaConf.structured(dataclass),
+                 OmegaConf.create({"freq_epochs": fe, "freq_steps": fs, "freq_secs": None, "eval_before_train": before,
+                                   "experiment_name": "e"})):
+        assert run(shim.Evaluator(node, spec(spe)), 0, 40, spe) == expected
+        assert run(shim.AdaptiveEvaluator(node, spec(spe, epochs=100), preset="areal"), 0, 40, spe,
+                   request=True) == expected
+        assert as_config(node).trigger.freq_steps == fs
+    bad = OmegaConf.structured(areal_config(freq_steps=5))
+    bad.freq_steps = -1
+    for make in (lambda c: shim.Evaluator(c, spec(4)), lambda c: shim.AdaptiveEvaluator(c, spec(4)), as_config):
+        with pytest.raises(ConfigError, match=r"EvaluatorConfig\.freq_steps: must be a non-negative"):
+            make(bad)
+
+
 def test_patch_areal_replaces_the_name_the_trainers_build(caplog):
     names = []
     for n in ("rl", "sft"):  # stand-ins for areal.trainer.*_trainer, whose imports need AReaL's whole stack

@@ -13,7 +13,7 @@ or, in your own AReaL loop, ``evaluator = AdaptiveEvaluator(config.evaluator, ft
 * ``ft_spec`` is AReaL's ``FinetuneSpec`` or anything with ``steps_per_epoch`` and ``total_train_steps``
   (``total_train_steps=`` AReaL's ``config.total_train_steps`` where the loop stops there; ``patch_areal`` reads it)
   (zero steps per epoch is a :class:`~adaptive_eval.ConfigError` naming the field); ``config`` is AReaL's
-  ``EvaluatorConfig`` (its ``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train`` become
+  ``EvaluatorConfig``, or an OmegaConf node of it (its ``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train`` become
   ``trigger.*``; a negative frequency is a ``ConfigError`` naming the field; 0 fires at every step, as in
   AReaL), the rest of the configuration coming from ``preset``; an adaptive_eval config works too.
 * State interoperates both ways: both evaluators load the state AReaL's ``Evaluator`` saved (its recover
@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 
 from adaptive_eval import adaptive as _adaptive
 from adaptive_eval import evaluators as _evaluators
-from adaptive_eval.config import ConfigError, as_config, from_areal, is_areal_evaluator_config
+from adaptive_eval.config import ConfigError, areal_view, as_config, from_areal, is_areal_evaluator_config
 
 __all__ = ["AREAL_TRAINER_MODULES", "AdaptiveEvaluator", "Evaluator", "areal_state", "patch_areal",
            "rollout_evaluate_fn", "spec_steps"]
@@ -147,6 +147,7 @@ class Evaluator(_evaluators.Evaluator):
     def __init__(self, config, ft_spec, *, clock: Callable[[], float] | None = None, group=None):
         spe, total = spec_steps(ft_spec)
         if is_areal_evaluator_config(config):
+            config = areal_view(config)  # (an OmegaConf node of it: its fields as attributes)
             from_areal(config)  # validates: a negative frequency is a ConfigError naming the field
         super().__init__(config, steps_per_epoch=spe, clock=clock, group=group, independent=True)
         self.ft_spec = ft_spec
@@ -196,12 +197,13 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
                  executor=None, eval_ranks=None, eval_clock=None):
         spe, total = spec_steps(ft_spec)
         total = _last_of(total, total_train_steps)
-        cfg = from_areal(config, preset) if is_areal_evaluator_config(config) else as_config(config)
-        if is_areal_evaluator_config(config) and all(getattr(config, f, None) is None for f in _FREQS):
+        areal = areal_view(config)
+        cfg = from_areal(areal, preset) if areal is not None else as_config(config)
+        if areal is not None and all(getattr(areal, f, None) is None for f in _FREQS):
             # AReaL's default EvaluatorConfig, every frequency None: AReaL's Evaluator never evaluates, so neither
             # does the shim at the last step (the preset's eval_at_end made one there: found by a new user)
             cfg = as_config(OmegaConf.merge(cfg, {"trigger": {"eval_at_end": False}}))
-        if is_areal_evaluator_config(config):
+        if areal is not None:
             # AReaL's evaluate_fn runs its engine's forward as it means to, as AReaL's own Evaluator calls it: under
             # torch.inference_mode (evaluation.precision fp32, every preset's) a tensor the model cached there broke
             # the next training step's backward, "Inference tensors cannot be saved for backward" (a new user's
