@@ -838,9 +838,12 @@ def _freqs_from(config) -> tuple:
             raise ValueError(f"{type(config).__name__} has none of freq_epochs, freq_steps, freq_secs (None "
                              "disables one; AReaL's EvaluatorConfig has all three)"
                              + (f": did you mean {', '.join(near)}?" if near else ""))
+        # AReaL's EvaluatorConfig (no trigger section, no ``independent``): its counters fire on their own, as in
+        # AReaL's Evaluator and as every other evaluator reads it (this one counted two frequencies jointly)
+        independent = getattr(src, "independent", None)
         return (getattr(src, "freq_epochs", None), getattr(src, "freq_steps", None),
                 getattr(src, "freq_secs", None), bool(getattr(src, "eval_before_train", False)),
-                bool(getattr(src, "independent", False)))
+                bool(independent) if independent is not None else src is config)
     except ValueError:
         raise
     except Exception as exc:  # noqa: BLE001 - odd config objects
@@ -853,8 +856,9 @@ class Evaluator:
     ``config`` is AReaL's ``EvaluatorConfig`` or anything with ``freq_epochs``, ``freq_steps``,
     ``freq_secs`` and ``eval_before_train`` (an adaptive_eval config works too: its ``trigger`` section
     is used), or a dict of either (an unknown key, or an object with none of the three frequencies, is a
-    ``ValueError``: it read as "never evaluate").  ``evaluate_fn`` takes no argument (AReaL style) or one
-    :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or
+    ``ValueError``: it read as "never evaluate").  Several frequencies of AReaL's config count on their own, as
+    AReaL's do; those of an adaptive_eval config as its ``trigger.independent`` says.  ``evaluate_fn`` takes no
+    argument (AReaL style) or one :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or
     ``evaluate_fn`` failed and ``on_error`` is ``skip``, the default: a failing evaluation never stops training).
 
     With ``eval_before_train``, call :meth:`before_train` before the first training step to evaluate the

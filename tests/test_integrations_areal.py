@@ -73,7 +73,14 @@ def test_the_adaptive_shim_on_the_default_preset_keeps_areals_schedule_with_two_
     # (a clock of steps, the evaluations taking no time: the budget defers nothing)
     adaptive = shim.AdaptiveEvaluator(cfg, spec(spe, epochs=100), clock=lambda: float(current[0]))
     assert run(adaptive, 0, 60, spe) == expected
+    # so too the top-level plain Evaluator given AReaL's config (it counted them jointly: 6, 13, 20, ...), and
+    # the same frequencies as a plain dict; an adaptive_eval config keeps its own trigger.independent
+    assert run(JointEvaluator(cfg, steps_per_epoch=spe), 0, 60, spe) == expected
+    freqs = {"freq_epochs": fe, "freq_steps": fs, "eval_before_train": before}
+    assert run(JointEvaluator(freqs, steps_per_epoch=spe), 0, 60, spe) == expected
+    joint = JointEvaluator({"trigger": freqs}, steps_per_epoch=spe)
     if (fe, fs, spe) == (1, 7, 12):
+        assert run(joint, 0, 60, spe)[:4] == [6, 13, 20, 27]
         assert expected[:5] == [6, 11, 13, 20, 23]
 
 
