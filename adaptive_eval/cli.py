@@ -122,6 +122,12 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
                   file=sys.stderr)
     if cfg.evaluation.suites:
         return
+    groups = sorted({n.split("/", 1)[0] for n in evals if "/" in n.strip("/")})
+    if len(groups) >= 2:  # (the demo's trace replayed its 300 + 30 problems as one set of 500, unsaid: a probe)
+        sets = " ".join(f"--set evaluation.suites.{g}.size=N" for g in groups[:3])
+        print(f"  note: {where}the eval columns of {', '.join(groups[:3])}{', ...' if len(groups) > 3 else ''} "
+              f"replay as metrics of one simulated eval set of {int(cfg.replay.eval_set_size)} items "
+              f"(replay.eval_set_size); eval suites of their own sizes: {sets}", file=sys.stderr)
     for name, std in evals.items():
         if std is not None or declared.get(name) == "proportion":
             continue

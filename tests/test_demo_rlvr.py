@@ -108,11 +108,16 @@ def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):
 
     events = load_expectations(out / "trace.csv.events.yaml").events
     assert [(e.step, e.direction, e.metric) for e in events] == [(FAULT, "down", "id/accuracy")]
+    # the command the demo prints replays its suites at their own sizes (300 + 30 problems, not one set of 500)
+    _, stdout, _ = demo_run
+    command = next(line for line in stdout.splitlines() if line.startswith("replay it: ")).split()[4:]
+    assert command[0] == str(out / "trace.csv")
     buf = io.StringIO()
     with redirect_stdout(buf):
-        assert main(["replay", str(out / "trace.csv"), "--out", str(tmp_path / "replay"), "--no-tensorboard"]) == 0
+        assert main(["replay", *command, "--out", str(tmp_path / "replay"), "--no-tensorboard"]) == 0
     replayed = _lines(tmp_path / "replay" / "evals.jsonl")
     assert replayed and all("id/accuracy" in e["metrics"] for e in replayed)
+    assert max(e["n"]["ood/accuracy"] for e in replayed) <= rlvr.SUITES["ood"][0]
 
 
 def _training(fault, fault_step=3, seed=0):

@@ -1053,3 +1053,21 @@ def test_the_note_on_a_losss_direction_is_left_out_when_the_evaluator_tracks_ano
         f"{s},{0.5 + s / 1000},{2 - s / 400 if s % 20 == 0 else ''}\n" for s in range(200)))
     assert main(["replay", str(only), "--out", str(tmp_path / "o2"), "--no-tensorboard"]) == 0
     assert "eval/loss looks lower-is-better (a loss)" in capsys.readouterr().err
+
+
+def test_replay_says_that_columns_of_several_eval_sets_replay_as_one_set(tmp_path, capsys):
+    """The demo's trace (eval/id/accuracy of 300 problems, eval/ood/accuracy of 30) replayed as one simulated
+    set of 500 items, unsaid (a new user's probe); with the suites sized, their own sizes and no note."""
+    path = tmp_path / "two.csv"
+    path.write_text("step,train/reward,eval/id/accuracy,eval/ood/accuracy\n"
+                    + "".join(f"{s},{0.5 + s / 1000},{0.6 if s < 50 else 0.4},{0.3}\n" for s in range(100)))
+    out = tmp_path / "o"
+    assert main(["replay", str(path), "--out", str(out), "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert ("the eval columns of id, ood replay as metrics of one simulated eval set of 500 items" in err
+            and "--set evaluation.suites.id.size=N --set evaluation.suites.ood.size=N" in err)
+    sized = ["--set", "evaluation.suites.id.size=40", "--set", "evaluation.suites.ood.size=8"]
+    assert main(["replay", str(path), *sized, "--out", str(tmp_path / "s"), "--no-tensorboard"]) == 0
+    assert "eval columns of" not in capsys.readouterr().err
+    evals = [json.loads(line) for line in (tmp_path / "s" / "evals.jsonl").read_text().splitlines()]
+    assert evals and max(e["n"]["ood/accuracy"] for e in evals) <= 8 < max(e["n"]["id/accuracy"] for e in evals)

@@ -835,5 +835,7 @@ def format_comparison(report: dict) -> str:
               f"wrote {out}/{{{','.join(names)}}}/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
               f"{out}/comparison.png, {out}/comparison.json; the run as a trace: {out}/{TRACE_NAME} (its fault: "
               f"{out}/{TRACE_NAME}.events.yaml)",
+              f"replay it: adaptive-eval replay {out}/{TRACE_NAME} "
+              + " ".join(f"--set evaluation.suites.{name}.size={size}" for name, (size, _) in SUITES.items()),
               f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
     return "\n".join(lines)
