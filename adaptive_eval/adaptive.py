@@ -992,6 +992,16 @@ class AdaptiveEvaluator:
                     "after_train(evaluate_fn, last_step) (said once)", global_step, self.total_steps - 1,
                     self.total_steps, self.total_steps - 1, self.total_steps - 1, self.total_steps + 1)
 
+    def _say_steps_differ(self, global_step: int, low: int, high: int) -> None:
+        """Say once, on every rank, that the ranks called ``evaluate`` with different ``global_step`` values."""
+        if self.__dict__.get("_steps_differ_said"):
+            return
+        self._steps_differ_said = True
+        log.warning("rank %d: the ranks called evaluate() with different global_step values at the same call (%d to "
+                    "%d; this rank's %d): every rank must pass the same step at every call (a loop counting from 1 "
+                    "on one rank, or a skipped call), or their evaluations are stored under different steps and "
+                    "their best checkpoints differ (said once)", self._rank, low, high, global_step)
+
     def _scale(self) -> float:
         """The policies' multiplier of the base interval, within ``policy.interval.max_run_fraction`` of the run
         (in evaluate() calls: with streams logged every k steps, a call is k steps), never below 1."""
@@ -1030,9 +1040,13 @@ class AdaptiveEvaluator:
         vote = (not ready) if sharded else ready
         # The one collective of a step with nothing due (it also carries what each rank was told of its kept
         # checkpoints and whether it can load one: policy.lookback, see _lookback_votes).
-        new_alarms, due, self._now, vote, *lookback = self.dist.all_reduce_max(
+        # (and the step each rank was given: ranks one step apart stored the same evaluations under different steps
+        # and picked different bests, said 30 steps later if ever; found by a probe)
+        new_alarms, due, self._now, vote, top, bottom, *lookback = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
-             *self._lookback_votes(evaluate_fn)])
+             float(global_step), -float(global_step), *self._lookback_votes(evaluate_fn)])
+        if top != -bottom:
+            self._say_steps_differ(global_step, int(-bottom), int(top))
         self._lookback_agreed(lookback, global_step)
         got = None
         if (vote < 0.5) if sharded else (vote >= 0.5):  # identical on every rank (the records are), so is what

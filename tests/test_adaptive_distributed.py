@@ -273,6 +273,30 @@ def group_of_one(rank, world):
     return drive(rank, cfg(), 200, {"train/loss": noise(90, lambda g: 1.0)}, group=sub)
 
 
+def steps_apart(rank, world):
+    """Rank 1's loop counts from 1: each rank is told at the first call (found by a probe: they stored the same
+    evaluations under different steps, and said nothing until a final evaluation 30 steps on disagreed)."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 10}, policy=NO_POLICIES), clock=lambda: 0.0)
+        for g in range(12):
+            step = g + rank
+            ev.evaluate(lambda req: {"acc": [acc(i, 0.6) for i in req.indices(100)]}, 0, step, step)
+            if g == 0:
+                first = list(said)
+        ev.close()
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return {"first": first, "said": said, "steps": [r.step for r in ev.history]}
+
+
 def _scenarios_rank(rank, world, log_dir):
     scenarios = {
         "skewed_clocks": lambda: skewed_clocks(rank, world),
@@ -290,6 +314,7 @@ def _scenarios_rank(rank, world, log_dir):
         "resources_cusum": lambda: resources_cusum(rank, world),
         "quiet": lambda: quiet(rank, world),
         "group_of_one": lambda: group_of_one(rank, world),
+        "steps_apart": lambda: steps_apart(rank, world),
     }
     out = {}
     for name, run in scenarios.items():
@@ -312,6 +337,16 @@ def same_on_both(a, b, *, logger=True):
         assert a[key] == b[key], key
     if logger:
         assert (a["logger"], b["logger"]) == ("NullLogger", "NullLogger")
+
+
+def test_ranks_given_different_steps_are_told_at_the_first_call(group_run):
+    a, b = group_run("steps_apart")
+    for rank, got in enumerate((a, b)):
+        assert len(got["first"]) == 1, got["first"]
+        assert (f"rank {rank}: the ranks called evaluate() with different global_step values at the same call (0 to 1; "
+                f"this rank's {rank})") in got["first"][0]
+        assert sum("different global_step" in m for m in got["said"]) == 1  # said once
+    assert [s + 1 for s in a["steps"]] == b["steps"]  # (the same evaluations, under each rank's own steps)
 
 
 def test_skewed_clocks_the_fastest_clock_drives_the_time_trigger(group_run):
