@@ -356,12 +356,14 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
                     request.reason, exc)
         return
     first = _seen_before(exc, request, said)
+    # (an attempt with another to come is a warning: a retry that then succeeded was logged as an error; a probe)
+    say = log.warning if attempt + 1 < attempts else log.error
     if first is not None:
-        log.error("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s (the same failure as at step "
-                  "%d, whose traceback is logged there)", where, request.step, attempt + 1, attempts, request.reason,
-                  error_text(exc), first)
+        say("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s (the same failure as at step "
+            "%d, whose traceback is logged there)", where, request.step, attempt + 1, attempts, request.reason,
+            error_text(exc), first)
         return
-    log.error(
+    say(
         "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
         where, request.step, attempt + 1, attempts, request.reason,
         "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
@@ -749,8 +751,8 @@ def _run_evaluation_outcome(
                 # (one warning line: CheckpointUnavailable)
                 _log_failure(error, request, attempt, attempts, said=failures_said)
             else:
-                log.error("evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts,
-                          remote)
+                (log.warning if attempt + 1 < attempts else log.error)(
+                    "evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts, remote)
         if attempt + 1 < attempts and not gone:
             sleep(retry_backoff_s * (2**attempt))
         else:

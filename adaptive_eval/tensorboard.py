@@ -25,7 +25,6 @@ tag                                 value
 ``controller/deferred``             1 while an evaluation is deferred, else 0
 ``controller/eval_errors``          evaluation errors so far
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
-``streams/<name>/<detector>``       a detector's statistic on that stream
 ``controller/alarms``               alarms so far, on every stream, written at each alarm and each
                                     evaluation (it only grows, so no smoothing hides an alarm; the stream,
                                     direction and message of each are in the ``alarms`` text)

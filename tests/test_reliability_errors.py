@@ -76,17 +76,19 @@ def test_retry_succeeds_on_the_second_attempt_with_the_configured_backoff(caplog
             raise ConnectionError("eval server busy")
         return {"acc": [1.0, 1.0, 0.0]}
 
-    with caplog.at_level(logging.ERROR, logger="adaptive_eval"):
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         result = ev.evaluate(flaky, 0, 0, 0)
     assert result is not None and result.mean("acc") == pytest.approx(2 / 3)
     assert calls == [0, 0] and ev.last_outcome.attempts == 2 and sleeps == [0.01]
     assert "evaluate_fn failed at step 0 (attempt 1/4" in caplog.text and "ConnectionError" in caplog.text
+    # a failed attempt with retries to come is a warning, not an error (it was logged at ERROR; a probe)
+    assert [r.levelname for r in caplog.records if "evaluate_fn failed" in r.getMessage()] == ["WARNING"]
     # A retried success is no error.
     assert errors(events) == [] and ev.summary()["eval_errors"] == 0
     assert logger.last("controller/eval_errors") == (0, 0.0)
 
 
-def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_error(monkeypatch):
+def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_error(monkeypatch, caplog):
     sleeps = []
     monkeypatch.setitem(_run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
     ev, logger, events = make("evaluation.on_error=retry", "evaluation.max_retries=2",
@@ -95,7 +97,10 @@ def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_e
     def down(request):
         raise ConnectionError("eval server down")
 
-    assert ev.evaluate(down, 0, 0, 0) is None
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert ev.evaluate(down, 0, 0, 0) is None
+    assert [r.levelname for r in caplog.records if "evaluate_fn failed" in r.getMessage()] == ["WARNING", "WARNING",
+                                                                                               "ERROR"]
     assert ev.last_outcome.attempts == 3 and sleeps == [0.01, 0.02]
     assert errors(events) == [(0, "ConnectionError: eval server down")] and ev.summary()["eval_errors"] == 1
     assert logger.last("controller/eval_errors") == (0, 1.0)
