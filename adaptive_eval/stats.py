@@ -1297,6 +1297,9 @@ def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | No
     why = ("asked (the request's samples_per_item, the plan's choice)" if asked and need == int(asked)
            else "(the largest k of evaluation.pass_at_k)")
     scored = " (NaN answers not counted)" if nan else ""
+    if need == 1:  # (only items with none are short: "fewer than 1 answers asked" read oddly; a probe)
+        return (f"{label}: {short.size} of {lengths.size} items returned no answer{scored}, "
+                f"{_item_name(i, ids, lengths.size)} among them: left out (not evaluated)")
     none = int(np.sum(lengths == 0))
     left_out = (f"; {none} item{'s' if none > 1 else ''} with no answer {'are' if none > 1 else 'is'} left out "
                 "(not evaluated)") if none else ""

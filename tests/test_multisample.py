@@ -165,6 +165,11 @@ def test_nan_padded_rows_short_of_k_warn_and_count_as_pass_at_m(caplog):
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         summarize_outputs({"acc": [[1, 0, 1], [], [0, 0, 1]]}, None, pass_at_k=(1, 3))
     assert "1 item with no answer is left out" in caplog.text
+    caplog.clear()  # (with k = 1 only an item with none is short: "returned fewer than 1 answers" read oddly)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        summarize_outputs({"acc": [[1, 0], [math.nan, math.nan], [0, 1]]}, None, pass_at_k=(1,))
+    assert "metric 'acc': 1 of 3 items returned no answer (NaN answers not counted), item 1 among them: left out" \
+        in caplog.text and "fewer than 1" not in caplog.text
     # Every item short of k by NaN answers (a grader timing out once per item) is data, not an error: an error
     # dropped the whole evaluation, every metric of every suite (found in review).  pass@m of each item's m.
     short = np.array([[1, 0, 1, math.nan], [0, 0, math.nan, math.nan], [1, 1, 0, math.nan]])
