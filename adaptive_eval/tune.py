@@ -452,6 +452,16 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
         for rec in trace.records:
             last = at.get(rec.step, last)
             truth.append(float(last))
+        # an event with no ground truth before it is one check refuses: nothing to compare with, so every trial
+        # scored it a miss (found by a new-user probe: tune ran on, exit 0)
+        blind = [int(e) for e in events if len(trace.records) > 1  # (one step: check_input says so)
+                 and not any(step < int(e) and math.isfinite(v) for step, v in known[metric])]
+        if blind:
+            start = min((step for step, v in known[metric] if math.isfinite(v)), default=None)
+            raise TuneError(f"{path}: event{'s' if len(blind) > 1 else ''} at step{'s' if len(blind) > 1 else ''} "
+                            f"{', '.join(map(str, blind))}: no ground truth of {metric} before "
+                            f"{'them' if len(blind) > 1 else 'it'} to compare with (as check says)"
+                            + (f"; eval/{metric} starts at step {start}" if start is not None else ""))
     return Case(str(path), trace, _index_events(trace, events), truth, metric,
                 bool(base.evaluation.higher_is_better), int(base.replay.eval_set_size), overrides=[])
 

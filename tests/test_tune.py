@@ -127,6 +127,10 @@ def no_eval_csv(tmp_path):
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=150", "--set", "policy.interval.max_factor=10", "--set",
                                     "policy.interval.min_factor=9"],
      "refused: policy.interval.min_factor: 9.0 is larger than policy.interval.max_factor: 8.0"),
+    # (found by a new-user probe: check refused an event with no ground truth before it; tune scored it a miss in
+    # every trial, exit 0)
+    (lambda t: collapse_csv(t)[0], ["--events", "{p}=0"],
+     "event at step 0: no ground truth of accuracy before it to compare with (as check says)"),
 ])
 def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, message):
     path = make(tmp_path)
