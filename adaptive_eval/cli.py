@@ -316,6 +316,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         print(f"adaptive-eval: {args.trace}: the trace has no records", file=sys.stderr)
         return 2
     out = args.out
+    if os.path.exists(args.trace):  # (it was read, then removed and written over, exit 0; found by a probe)
+        mine = os.path.realpath(args.trace)
+        outputs = [os.path.realpath(os.path.join(out, n)) for n in _REPLAY_OUTPUTS]
+        tb = os.path.realpath(os.path.join(out, "tb"))
+        if mine in outputs or mine == tb or mine.startswith(tb + os.sep):  # (tb/: cleared with or without it)
+            print(f"adaptive-eval: --out {out} would overwrite the trace being replayed, {args.trace} (replay writes "
+                  f"{', '.join(_REPLAY_OUTPUTS)} and tb/ there afresh): choose another --out", file=sys.stderr)
+            return 2
     _check_writable(out)
     _clear_earlier_replay(out)
     logger = None

@@ -141,6 +141,23 @@ def test_empty_trace_exits_2(tmp_path, capsys):
     assert "empty.csv" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("inside", ["summary.json", "tb"])
+def test_an_out_that_would_overwrite_the_trace_being_replayed_exits_2_and_keeps_it(collapse_trace, tmp_path, capsys,
+                                                                                   inside):
+    """A trace named evals.jsonl in --out (or a replay's own tb/ replayed into the same --out) was read, then removed
+    and written over, exit 0 (found by a new-user probe)."""
+    path, _ = collapse_trace
+    out = tmp_path / "o"
+    assert main(["replay", str(path), "--out", str(out)]) == 0
+    trace = out / inside  # (a JSON trace named as replay's summary, or replay's own TensorBoard folder)
+    if inside == "summary.json":
+        trace.write_text(json.dumps([{"step": s, "train/loss": 1.0, "eval/accuracy": 0.5} for s in range(30)]))
+    before = sorted((p.name, p.read_bytes()) for p in ([trace] if trace.is_file() else trace.iterdir()))
+    assert main(["replay", str(trace), "--out", str(out), "--no-tensorboard"]) == 2
+    assert f"--out {out} would overwrite the trace being replayed, {trace}" in capsys.readouterr().err
+    assert sorted((p.name, p.read_bytes()) for p in ([trace] if trace.is_file() else trace.iterdir())) == before
+
+
 def test_unknown_set_key_exits_2(collapse_trace, tmp_path, capsys):
     path, _ = collapse_trace
     assert main(["replay", str(path), "--set", "policy.alarm.cooldwn=3", "--out", str(tmp_path / "o")]) == 2
