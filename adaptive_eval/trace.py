@@ -804,8 +804,8 @@ def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
         cols = [cells[j::width] for j in range(width)]
         del cells
     steps = list(map(int, cols[names.index("step")]))
-    if any(map(operator.ge, steps, itertools.islice(steps, 1, None))):
-        raise _Fallback  # a repeated step (merged) or a decreasing one (an error with its line)
+    if any(map(operator.ge, steps, itertools.islice(steps, 1, None))) or (steps and max(steps[-1], -steps[0]) > _INT64):
+        raise _Fallback  # a repeated step (merged) or a decreasing one (an error with its line), or one too large
     none = itertools.repeat(None)
     epochs = _optional_column(cols[names.index("epoch")], int) if "epoch" in names else none
     times = _optional_column(cols[names.index("time")], float) if "time" in names else none
@@ -852,10 +852,21 @@ def date_hint(text: str, step: bool = False) -> str:
             "call the column 'time' to take it as the clock)")
 
 
+_INT64 = 2**63 - 1
+
+
+def _in_range(value: int, what: str, text, path, line) -> int:
+    """``value``, or a :class:`TraceError` where it lies beyond a 64-bit integer (a step of 1e30 was read, replayed,
+    then crashed the CLI's notes with an ``OverflowError``; found by a probe)."""
+    if abs(value) > _INT64:
+        raise TraceError(f"{what} {text!r} is beyond the largest a trace holds (2**63 - 1)", path, line)
+    return value
+
+
 def _parse_int(text: str, what: str, path, line) -> int:
     s = text.strip()
     try:
-        return int(s)
+        return _in_range(int(s), what, text, path, line)
     except ValueError:
         pass
     try:
@@ -864,7 +875,7 @@ def _parse_int(text: str, what: str, path, line) -> int:
         raise TraceError(f"{what} {text!r} is not a number{date_hint(text, step=True)}", path, line) from None
     if not x.is_integer():
         raise TraceError(f"{what} {text!r} is not an integer", path, line)
-    return int(x)
+    return _in_range(int(x), what, text, path, line)
 
 
 def _parse_float(text: str, what: str, path, line) -> float:
@@ -1126,7 +1137,7 @@ def _json_int(value, key: str, path, line) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
         raise TraceError(f"{key} {value!r} is not an integer", path, line)
-    return int(value)
+    return _in_range(int(value), key, value, path, line)
 
 
 class _Stepless(TraceError):

@@ -224,6 +224,10 @@ def test_complete_last_line_without_newline_is_kept(tmp_path):
     ("t.jsonl", '{"step": 1, "metrics": {"r": true}}\n', r"t\.jsonl:1: metric 'r': True is not a number"),
     ("t.csv", "step,a\n1.5,0.5\n", r"t\.csv:2: step '1.5' is not an integer"),
     ("t.csv", "step,a\n,0.5\n", r"t\.csv:2: empty 'step' cell"),
+    # (a step beyond 64 bits was read, then crashed the CLI's notes with an OverflowError; a probe)
+    ("t.csv", f"step,a\n0,0.5\n{2**63},0.5\n", r"t\.csv:3: step '9223372036854775808' is beyond the largest"),
+    ("t.csv", "step,a\n0,0.5\n1e30,0.5\n", r"t\.csv:3: step '1e30' is beyond the largest"),
+    ("t.jsonl", '{"step": 0}\n{"step": 1e30}\n', r"t\.jsonl:2: step 1e\+30 is beyond the largest"),
     ("t.csv", "step,a,a\n1,2,3\n", r"t\.csv:1: duplicate column"),
     ("t.jsonl", '{"step": 1, "reason": "x", "metrics": {}}\n', r"t\.jsonl:1: unexpected key"),
     ("t.csv", "", r"t\.csv: no records"),
