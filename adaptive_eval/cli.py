@@ -7,6 +7,7 @@ import contextlib
 import math
 import os
 import pathlib
+import re
 import sys
 import warnings
 
@@ -58,11 +59,16 @@ def _cmd_config(args: argparse.Namespace) -> int:
 def _eval_mapping(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items:
-        col, _, scale = item.partition(":")
+        # the scale after the last ':', where it is a number: a column named with ':' (val:acc) is named as it is,
+        # or with its scale after (val:acc:0.01); the first ':' split it, and no form named it (a probe)
+        col, _, scale = item.rpartition(":")
         try:
-            out[col] = float(scale) if scale else 1.0
+            out[col] = float(scale)
         except ValueError:
-            raise ValueError(f"--eval {item!r}: the scale after ':' must be a number") from None
+            if col and re.fullmatch(r"[0-9.eE+-]+", scale):  # (acc:0..01, a typo of a scale)
+                raise ValueError(f"--eval {item!r}: the scale after ':' must be a number") from None
+            col = item  # (no ':' at all, or one within the column's name)
+            out[col] = 1.0
         if not (math.isfinite(out[col]) and out[col] > 0):
             raise ValueError(f"--eval {item!r}: the scale after ':' must be a positive number "
                              "(e.g. 0.01 for percent)")
@@ -88,7 +94,7 @@ def _truth_note(trace, cfg, named: dict[str, str] | None = None) -> None:
     from adaptive_eval.policies._base import looks_lower_is_better
     from adaptive_eval.replay import _split_columns
 
-    _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}))
+    _, evals = _split_columns(sorted({k for r in trace.records for k in r.metrics}), trace.source)
     where = f"{trace.source}: " if trace.source else ""  # (check and tune read many traces)
     declared = dict(cfg.evaluation.metric_kinds or {})
     tracked = cfg.evaluation.metric

@@ -117,8 +117,9 @@ class ReplayResult:
             self.deferrals.append({"step": event["step"], "reason": event["reason"]})
 
 
-def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | None]]:
-    """(cheap stream columns, {eval metric: its std column or None})."""
+def _split_columns(names: Iterable[str], source: str = "") -> tuple[list[str], dict[str, str | None]]:
+    """(cheap stream columns, {eval metric: its std column or None}); a ``ValueError`` naming ``source`` for an
+    eval column with no metric name (``eval/``: replayed as the metric '', which check then could not name)."""
     # Tags the evaluator itself writes to TensorBoard are not data: replaying a run's tb/ folder watches
     # its streams/<name> and evaluates from its eval/<metric> means.
     names = list(names)
@@ -139,6 +140,10 @@ def _split_columns(names: Iterable[str]) -> tuple[list[str], dict[str, str | Non
              and not (n.startswith("eval/") and n.endswith(("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")))
              and not (n.startswith("eval/") and "/paired_diff" in n)
              and not (n.startswith("eval/") and derived(n))]
+    nameless = [n for n in names if n in ("eval/", "eval/:std")]
+    if nameless:
+        raise ValueError(f"{source + ': ' if source else ''}column {nameless[0]!r} has no metric name after 'eval/' "
+                         "(an eval column is eval/<metric>: rename it, eval/accuracy say)")
     evals = {}
     for n in names:
         if n.startswith("eval/") and not n.endswith(":std"):
@@ -597,7 +602,7 @@ def ground_truth(trace, cfg=None) -> dict[str, list[tuple[int, float]]]:
     """
     cfg = as_config(cfg)
     names = sorted({k for r in trace.records for k in r.metrics})
-    _, eval_cols = _split_columns(names)
+    _, eval_cols = _split_columns(names, trace.source)
     sim = _simulator(trace, cfg, names, eval_cols, SimClock(), 0)
     out: dict[str, list[tuple[int, float]]] = {}
     for rec in trace.records:
@@ -640,7 +645,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         trace = every_step(trace)
     records = trace.records
     names = sorted({k for r in records for k in r.metrics})
-    stream_cols, eval_cols = _split_columns(names)
+    stream_cols, eval_cols = _split_columns(names, trace.source)
     if streams is not None:
         _refuse_bookkeeping(streams, trace.source)
         missing = [s for s in streams if s not in stream_cols]

@@ -276,8 +276,17 @@ def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_sc
                      f"eval/acc:{bad}"]) == 2
         assert f"adaptive-eval: --eval 'eval/acc:{bad}': the scale after ':' must be a positive number" \
             in capsys.readouterr().err
-    assert main(["check", str(tmp_path / "pct.csv"), "--eval", "eval/acc:x"]) == 2
+    assert main(["check", str(tmp_path / "pct.csv"), "--eval", "eval/acc:0..1"]) == 2
     assert "the scale after ':' must be a number" in capsys.readouterr().err
+    # what follows the last ':' is a scale where it reads as a number, else part of the column's name (a column
+    # named with ':' could not be named at all, the first ':' split it; a probe)
+    assert main(["check", str(tmp_path / "pct.csv"), "--eval", "eval/acc:x"]) == 2
+    assert "no column 'eval/acc:x'" in capsys.readouterr().err
+    colon = tmp_path / "colon.csv"
+    colon.write_text((tmp_path / "pct.csv").read_text().replace("eval/acc", "val:acc", 1))
+    for named in ("val:acc:0.01", "val:acc"):
+        assert main(["replay", str(colon), "--out", str(tmp_path / "d"), "--no-tensorboard", "--eval", named]) == 0
+        assert ("eval/val:acc lies in" in capsys.readouterr().err) == (named == "val:acc")
     # a column declared a mean without its :std: tune searched for confirmations that could not come, silently
     (tmp_path / "pct.csv.events.yaml").write_text("events:\n  - {step: 150, direction: down}\n")
     assert main(["tune", str(tmp_path / "pct.csv"), "--set", "evaluation.metric_kinds={acc: mean}", "--trials", "1",

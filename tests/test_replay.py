@@ -125,6 +125,8 @@ def test_what_is_simulated_as_a_proportion_is_decided_per_column():
     ("step,a\n1,0.5\n0,0.4\n", ":3:"),  # steps going backwards: file and line
     ("a,b\n1,2\n", "step"),  # no step column
     ("step,a\n1,x\n2,0.3\n", ":2:"),  # a non-numeric cell
+    # an eval column with no metric name: replayed as the metric '' (check then named none; a probe)
+    ("step,a,eval/\n0,1,0.5\n1,1,0.5\n", "column 'eval/' has no metric name after 'eval/'"),
 ])
 def test_bad_traces_are_clear_errors(tmp_path, capsys, content, message):
     f = tmp_path / "bad.csv"
@@ -132,6 +134,7 @@ def test_bad_traces_are_clear_errors(tmp_path, capsys, content, message):
     assert main(["replay", str(f), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "bad.csv" in err and message in err
+    assert main(["check", str(f)]) == 2 and message in capsys.readouterr().err
 
 
 def test_empty_trace_exits_2(tmp_path, capsys):
