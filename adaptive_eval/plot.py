@@ -710,7 +710,8 @@ def plot_runs(dirs, out_path: str | os.PathLike | None = None) -> Path:
     """One picture of several runs: each folder of ``dirs`` that holds a run, or the runs right below it (the
     demo's ``runs/demo`` gives its adaptive and fixed runs).  One run is drawn as :func:`plot_run` draws it;
     several share their axes.  Default output: ``<the common folder>/runs.png`` (one run: its ``run.png``)."""
-    found = find_runs(dirs)
+    found = list({p.resolve(): p for p in reversed(find_runs(dirs))}.values())[::-1]  # (a run given twice is one run:
+    # `plot o/plain o/plain` drew it twice, "o/plain vs o/plain"; a probe)
     if len(found) == 1:
         return plot_run(found[0], out_path)
     out = Path(out_path) if out_path is not None else Path(os.path.commonpath([p.resolve() for p in found])) / "runs.png"

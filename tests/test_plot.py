@@ -363,3 +363,11 @@ def test_a_suites_markers_are_sized_by_its_own_items_not_the_evaluations(tmp_pat
     by_panel = {ax.get_ylabel(): max(c.get_sizes().max() for c in ax.collections if isinstance(c, PathCollection)
                                      and len(c.get_offsets()) == 3) for ax in fig.axes if ax.get_ylabel()}
     assert by_panel["eval/aime/acc"] < by_panel["eval/math/acc"]
+
+
+def test_a_run_given_twice_is_drawn_once(tmp_path):
+    """``plot o/plain o/plain`` drew the run twice, titled "o/plain vs o/plain" (a probe): it is one run."""
+    from adaptive_eval.plot import plot_runs
+
+    run = make_run(tmp_path / "run")
+    assert plot_runs([run, tmp_path / "." / "run"]) == run / "run.png"  # (one run: its own picture)
