@@ -667,10 +667,12 @@ def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]
                     duplicates.append(f"{k.start_mark.line + 1}: {key}: given twice (also at line {lines[key]}; "
                                       "YAML would keep only the last)")
                 kind = k.tag[len(plain):] if k.tag.startswith(plain) else ""
+                # (a date, 2024-06-01: a suite named by a release, escaped as OmegaConf's KeyValidationError; a probe)
                 if duplicates is not None and isinstance(k, yaml.ScalarNode) and kind in ("int", "float", "bool",
-                                                                                           "null"):
+                                                                                           "null", "timestamp"):
                     duplicates.append(f"{k.start_mark.line + 1}: {key}: YAML reads the name {k.value!r} as a "
-                                      f"{dict(null='null', bool='boolean').get(kind, 'number')}: quote it "
+                                      f"{dict(null='null', bool='boolean', timestamp='date').get(kind, 'number')}: "
+                                      "quote it "
                                       f"(\"{k.value}\":) to use it as a name")
                 lines[key] = k.start_mark.line + 1
                 if (duplicates is not None and isinstance(v, yaml.ScalarNode) and v.tag == plain + "int"

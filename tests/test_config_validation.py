@@ -523,6 +523,9 @@ def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not
     said = problems("evaluation:\n  suites:\n    2024:\n      size: 30\n    on:\n      size: 20\n")
     assert "c.yaml:3: evaluation.suites.2024: YAML reads the name '2024' as a number: quote it" in said
     assert "c.yaml:5: evaluation.suites.on: YAML reads the name 'on' as a boolean" in said
+    # a suite named by a date (a release) escaped as OmegaConf's KeyValidationError, no file or line (a probe)
+    assert "c.yaml:3: evaluation.suites.2024-06-01: YAML reads the name '2024-06-01' as a date: quote it" in problems(
+        "evaluation:\n  suites:\n    2024-06-01: {size: 10}\n")
     (tmp_path / "q.yaml").write_text('evaluation:\n  suites:\n    "2024":\n      size: 30\n')
     assert list(load_config(tmp_path / "q.yaml").evaluation.suites) == ["2024"]
     assert "c.yaml:2: trigger.freq_steps: YAML reads 010 as an octal number (8): write 10" in problems(
