@@ -1346,6 +1346,26 @@ class AdaptiveEvaluator:
         if said and self._rank == 0:
             log.warning("%s; it does nothing (returned: %s; said once)", "; ".join(said),
                         ", ".join(repr(n) for n in names[:20]) + (" ..." if len(names) > 20 else ""))
+        self._say_unobserved_streams(result.step)
+
+    def _say_unobserved_streams(self, step: int) -> None:
+        """``streams.watch`` or ``streams.ignore`` naming a stream not observed before the first evaluation (a typo,
+        ``train/rewrad``): the stream it meant ran the default detectors, or was watched, without a word (a probe).
+        Said once, on rank 0, with the nearest name observed."""
+        seen = [n for n in self._detectors if not n.startswith("eval/")]
+        if not seen or self._rank != 0:
+            return
+        import difflib
+
+        said = []
+        for key, names in (("watch", self._streams["watch"]), ("ignore", self._ignore)):
+            for name in sorted(n for n in names if n not in self._detectors):
+                close = difflib.get_close_matches(name, seen, n=1, cutoff=0.6)
+                said.append(f"streams.{key}: {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        if said:
+            log.warning("%s: no such stream observed before the first evaluation (step %d; observed: %s): it does "
+                        "nothing unless one comes later (said once)", "; ".join(said), step,
+                        ", ".join(repr(n) for n in seen[:20]) + (" ..." if len(seen) > 20 else ""))
 
     def _track(self, name: str | None) -> None:
         """The metric the policies track (interval, peak, sample size, look back), the pick and the look back's
