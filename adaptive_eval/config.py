@@ -830,17 +830,23 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
         msg = _unknown(key)
     elif isinstance(value, str) and "could not be converted to" in msg and _yaml11_text_number(value):
         # YAML 1.1 reads 1e3 (no dot) as text (found by a new-user probe: the message did not say why)
-        msg += f" (YAML reads {value} as text: write {_yaml11_text_number(value)})"
+        msg += f" (YAML reads {value} as text: write {_yaml11_text_number(value, 'to Integer' in msg)})"
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
 
 
-def _yaml11_text_number(text: str) -> str | None:
+def _yaml11_text_number(text: str, integer: bool = False) -> str | None:
     """The number ``text`` means where YAML 1.1 reads it as a string (``1e3``, ``5E-2``: an exponent without a dot
-    in the mantissa), written as YAML reads a number; None otherwise."""
+    in the mantissa), written as YAML reads a number (for an ``integer`` key, its digits); None otherwise.  (The
+    hint for 1e30 read "write 1e+30", text again, and for an integer 2e15 "2000000000000000.0"; a probe.)"""
     if not re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()):
         return None
     value = float(text)
-    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if value.is_integer() and (integer or abs(value) < 1e15):
+        import decimal
+
+        return str(int(decimal.Decimal(text.strip())))  # (exact: 1e30's float is 1000000000000000019884624838656)
+    mantissa, _, exponent = repr(value).partition("e")  # (1e+30 is text to YAML 1.1 too: 1.0e+30)
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}" if exponent else repr(value)
 
 
 def _leaves(hint: Any, data: dict, prefix: tuple = ()):

@@ -315,6 +315,13 @@ def test_an_exponent_yaml_reads_as_text_says_how_to_write_the_number(tmp_path):
     path.write_text("trigger:\n  freq_steps: ten\n")
     with pytest.raises(ConfigError, match=r"converted to Integer$"):
         load_config(path)
+    # the number written is an integer YAML reads as one (1e30's read "write 1e+30", text again, and 2e15's
+    # "2000000000000000.0", a float; a probe)
+    path.write_text("replay:\n  eval_set_size: 2e15\n")
+    with pytest.raises(ConfigError, match=r"\(YAML reads 2e15 as text: write 2000000000000000\)$"):
+        load_config(path)
+    path.write_text("replay:\n  eval_set_size: 2000000000000000\n")
+    assert load_config(path).replay.eval_set_size == 2 * 10**15
 
 
 def test_overrides_must_be_a_list_of_strings():
