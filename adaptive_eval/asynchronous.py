@@ -601,6 +601,13 @@ class AsyncEvaluations:
         self.executor = executor
         self.clock = clock
         self.eval_clock = eval_clock if eval_clock is not None else clock
+        if owner and eval_clock is not None and not isinstance(executor, _IN_PROCESS):
+            # (it was left out without a word, and the decisions followed real time: a resume probe with a wrapper
+            # around a thread pool)
+            log.warning("eval_clock= is not passed to a %s: only %s are known to run their evaluations in this "
+                        "process, so its evaluations are timed with time.monotonic where they run (eval-device "
+                        "seconds, which the budget caps, then vary from run to run)", type(executor).__name__,
+                        ", ".join(c.__name__ for c in _IN_PROCESS))
         # evaluation.timeout_s counts real seconds from a submission, as a synchronous evaluation's does, whatever
         # clock= the run was given: on a clock the loop moves 60 s a step, an evaluation of 0.3 s timed out at 120 s
         # when its thread was slower than the loop's two steps, and not when it was quicker (a new user's probe)

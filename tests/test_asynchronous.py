@@ -437,6 +437,23 @@ def test_an_injected_clock_without_an_eval_clock_under_a_device_budget_is_said(c
                                       eval_clock=lambda: 0.0).close()
     said = [r for r in caplog.records if "eval_clock" in r.getMessage()]
     assert len(said) == 1 and "max_eval_device_fraction (0.05)" in said[0].getMessage()
+    # an executor not known to run in this process does not get the eval_clock: said (it was left out unsaid, and
+    # the decisions followed real time; a resume probe with a wrapper around a thread pool)
+
+    class Wrapper(cf.Executor):
+        def __init__(self):
+            self.pool = cf.ThreadPoolExecutor(1)
+
+        def submit(self, fn, *args, **kwargs):
+            return self.pool.submit(fn, *args, **kwargs)
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for executor in (Wrapper(), cf.ThreadPoolExecutor(1)):
+            AdaptiveEvaluator.from_config(cfg(), clock=FakeClock(), eval_clock=lambda: 0.0, executor=executor).close()
+    said = [r.getMessage() for r in caplog.records if "eval_clock" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("eval_clock= is not passed to a Wrapper: only InlineExecutor, "
+                                                 "DaemonThreadExecutor, ThreadPoolExecutor are known")
 
 
 def test_evaluation_timeout_counts_from_submission_and_is_an_error_when_noticed():
