@@ -735,6 +735,10 @@ class RunScore:
     regret: float
     regret_points: float = math.nan  # the same regret in the metric's own units
     pick: dict | None = None
+    # Each event's delay confirmed against the last evaluation before it (its own error counted), as a user who
+    # does not know the true level before the event can: beside ``delays``, which use that true level when known
+    # (a sceptical review: the true level favours a schedule whose last look before an event is old or small)
+    delays_measured: list = dataclasses.field(default_factory=list)
 
 
 def event_direction(truth: Sequence[float], index: int, *, higher_is_better: bool = True,
@@ -769,7 +773,7 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
     picked at random (the mean over the run of the true best minus the truth), not NaN, which the averages
     over runs left out (a fixed schedule that never evaluated a short run scored 0% regret).
     """
-    delays = []
+    delays, measured = [], []
     for i, ev in enumerate(events):
         step = int(getattr(ev, "step", ev))
         pre, direction = (event_direction(truth, step, higher_is_better=higher_is_better)
@@ -779,6 +783,9 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
             direction = own  # (confirmed_delay refuses anything but "up", "down" and None)
         delays.append(confirmed_delay(evals, step, metric, pre_level=pre, direction=direction, paired=paired)
                       if metric is not None else None)
+        measured.append(delays[-1] if pre is None else
+                        confirmed_delay(evals, step, metric, pre_level=None, direction=direction, paired=paired)
+                        if metric is not None else None)
     needless, quiet = needless_evals(evals, events)
     regret, points, pick = math.nan, math.nan, None
     if metric is not None and truth is not None:
@@ -796,4 +803,5 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
                 points = best - sign * sum(finite) / len(finite)
             regret = points / spread if spread > 0 else 0.0
     return RunScore(steps=int(steps), evals=len(evals), samples=eval_samples(evals, full_size), delays=delays,
-                    needless=needless, quiet_evals=quiet, regret=regret, regret_points=points, pick=pick)
+                    needless=needless, quiet_evals=quiet, regret=regret, regret_points=points, pick=pick,
+                    delays_measured=measured)

@@ -162,13 +162,15 @@ def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:
 
 def aggregate(scores: Sequence[RunScore], *, within: int = 25) -> dict:
     """Pooled figures: ``per_1k`` (eval items per 1,000 steps), ``median_delay`` (confirmed; a miss is
-    infinite), ``confirmed`` (share of events confirmed within ``within`` steps), ``needless`` (share of
+    infinite), ``confirmed`` (share of events confirmed within ``within`` steps; ``confirmed_measured``: against
+    the last evaluation before each event, not the true level before it), ``needless`` (share of
     the evaluations on event-free stretches that an alarm brought forward), ``regret`` (mean over runs
     with ground truth), ``items_per_eval``, and the counts behind them."""
     steps = sum(s.steps for s in scores)
     samples = sum(s.samples for s in scores)
     evals = sum(s.evals for s in scores)
     delays = [d for s in scores for d in s.delays]
+    measured = [d for s in scores for d in s.delays_measured]
     quiet = sum(s.quiet_evals for s in scores)
     regrets = [s.regret for s in scores if math.isfinite(s.regret)]
     points = [s.regret_points for s in scores if math.isfinite(s.regret_points)]
@@ -176,6 +178,9 @@ def aggregate(scores: Sequence[RunScore], *, within: int = 25) -> dict:
         "per_1k": 1000.0 * samples / max(steps, 1),
         "median_delay": statistics.median(math.inf if d is None else d for d in delays) if delays else math.nan,
         "confirmed": sum(d is not None and d <= within for d in delays) / len(delays) if delays else math.nan,
+        # (against the last evaluation before each event, as a user can: RunScore.delays_measured)
+        "confirmed_measured": (sum(d is not None and d <= within for d in measured) / len(measured) if measured
+                               else math.nan),
         "needless": sum(s.needless for s in scores) / quiet if quiet else 0.0,
         "regret": sum(regrets) / len(regrets) if regrets else math.nan,
         "regret_points": sum(points) / len(points) if points else math.nan,

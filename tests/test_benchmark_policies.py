@@ -196,15 +196,20 @@ def test_regret_at_equal_cost_is_undefined_outside_the_fixed_schedules_costs():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    def agg(per_1k, regret, delay=5.0):
-        return {"per_1k": per_1k, "regret": regret, "regret_points": regret / 10, "median_delay": delay}
+    def agg(per_1k, regret, delay=5.0, confirmed=0.8):
+        return {"per_1k": per_1k, "regret": regret, "regret_points": regret / 10, "median_delay": delay,
+                "confirmed": confirmed}
 
-    same = {25: agg(10000.0, 0.02), 50: agg(6234.0, 0.04)}
+    same = {25: agg(10000.0, 0.02), 50: agg(6234.0, 0.04, confirmed=0.4)}
     inside = bench.headline(agg(8117.0, 0.03), same, same)
     assert inside["fixed_regret"] == pytest.approx(0.03) and inside["regret_ratio"] == pytest.approx(1.0)
     cheaper = bench.headline(agg(2433.0, 0.03), same, same)
     assert np.isnan(cheaper["fixed_regret"]) and np.isnan(cheaper["regret_ratio"])
     assert np.isnan(cheaper["points_ratio"])
+    # at an equal share confirmed within 25 steps: the cheapest fixed schedule confirming as many (a sceptical
+    # review: the saving at equal median delay is set by the abrupt events alone); none confirms more: undefined
+    assert cheaper["ratio_share"] == pytest.approx(10000.0 / 2433.0)
+    assert np.isnan(bench.headline(agg(2433.0, 0.03, confirmed=0.9), same, same)["ratio_share"])
 
 
 def test_the_outside_generators_write_their_runs_with_their_events(tmp_path):

@@ -33,6 +33,19 @@ def test_confirmed_delay_table(event, kw, expected):
     assert confirmed_delay(EVALS, event, "acc", **kw) == expected
 
 
+def test_score_run_also_scores_each_event_against_the_last_evaluation_before_it():
+    """A sceptical review: scored against the true level before the event, a schedule whose last look before it was
+    small gets the benefit a user without that truth does not; RunScore.delays_measured scores it as they can."""
+    from adaptive_eval.scoring import score_run
+
+    truth = [0.8] * 10 + [0.6] * 30
+    evals = [ev(0, 0.8, 0.5, 1.0, n=8), ev(15, 0.6, 0.55, 0.65), ev(25, 0.6, 0.58, 0.62)]
+    s = score_run(evals, steps=40, full_size=500, events=[10], truth=truth, metric="acc")
+    assert s.delays == [5]  # (0.65 < the true 0.8 before)
+    assert s.delays_measured == [None]  # (the only look before, 0.8 [0.5, 1.0], cannot tell 0.6 from it)
+    assert score_run(evals, steps=40, full_size=500, events=[10], metric="acc").delays_measured == [None]
+
+
 def test_small_eval_does_not_count_where_the_plain_delay_does():
     # detection_delay counts the 32-item eval at step 12 that cannot see the change; confirmed_delay does not.
     assert detection_delay(EVALS, 10) == 2
