@@ -135,10 +135,11 @@ def paired_effect(cases: list[Case], schedules: dict[str, object], within: int =
         print(f"{label:24s} {cell(hits[False]):>22s} {cell(hits[True]):>22s} {hits[True] - hits[False]:12d}")
 
 
-def lookback_effect(cases: list[Case], every: int, preset: str, overrides: list[str], reps: int) -> None:
+def lookback_effect(cases: list[Case], every: int, preset: str, overrides: list[str]) -> None:
     """The preset with and without a checkpoint kept every ``every`` steps (``replay.checkpoint_every``, which
     ``policy.lookback`` may evaluate after a fall), the same runs and seeds: cost, regret in points by kind, and
-    the paired difference in regret with its 95% bootstrap interval over runs."""
+    the paired difference in regret with its 95% Student t interval over runs (a percentile bootstrap over 8 runs
+    of a kind covers far less than 95%: 0.88 on normal data, 0.78 on skewed, in a sceptical review's check)."""
     base = load_config(preset, overrides)
     kept = load_config(preset, [*overrides, f"replay.checkpoint_every={every}"])
     without, with_ = scores_for(base, cases), scores_for(kept, cases)
@@ -153,13 +154,24 @@ def lookback_effect(cases: list[Case], every: int, preset: str, overrides: list[
 
         def cost(sc, ids):
             return 1000.0 * sum(sc[i].samples for i in ids) / max(sum(sc[i].steps for i in ids), 1)
-        diff = [with_[i].regret_points - without[i].regret_points for i in idx]
-        mean = lambda ids: float(np.mean([diff[j] for j in ids])) if ids else math.nan  # noqa: E731
-        ci = boot(mean, len(idx), reps)
+        diff = np.array([with_[i].regret_points - without[i].regret_points for i in idx], dtype=float)
+        mean = float(diff.mean()) if diff.size else math.nan
+        ci = t_interval(diff)
         print(f"{kind:22s} {len(idx):3d} {cost(without, idx):19.0f} {cost(with_, idx):7.0f} "
               f"{100 * np.mean([without[i].regret_points for i in idx]):15.2f} "
               f"{100 * np.mean([with_[i].regret_points for i in idx]):6.2f} "
-              f"{fmt_ci(100 * mean(list(range(len(idx)))), (100 * ci[0], 100 * ci[1]), '+.2f'):>26s}")
+              f"{fmt_ci(100 * mean, (100 * ci[0], 100 * ci[1]), '+.2f'):>26s}")
+
+
+def t_interval(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The Student t interval of the mean of ``values`` (independent runs); NaN for fewer than 2, and the mean
+    itself when they are all equal."""
+    from scipy import stats
+
+    if values.size < 2:
+        return math.nan, math.nan
+    half = stats.t.ppf(0.5 + confidence / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+    return float(values.mean() - half), float(values.mean() + half)
 
 
 def real_cases(quick: bool = False) -> list[Case]:
@@ -518,7 +530,7 @@ def main(argv=None) -> int:
     syn = synthetic_cases(args.half, steps=args.steps, per_kind=1 if args.quick else 2)
     if args.lookback is not None:
         print(f"synthetic suite, {args.half} half (suite seeds {SPLIT[args.half]})")
-        lookback_effect(syn, args.lookback, chosen[0], args.overrides, reps)
+        lookback_effect(syn, args.lookback, chosen[0], args.overrides)
         return 0
     print(f"split: synthetic suite seeds {SPLIT['tune']} = tuning half, {SPLIT['heldout']} = held-out half; "
           f"reporting the {args.half} half (suite seeds {SPLIT[args.half]})"

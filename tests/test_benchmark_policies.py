@@ -113,7 +113,7 @@ def test_lookback_table_pairs_the_preset_with_and_without_kept_checkpoints(capsy
     from adaptive_eval.tune import case_from_synthetic
 
     cases = [case_from_synthetic(st) for st in suite(0, steps=1000, per_kind=1) if st.name.split("-")[0] == "nan"]
-    bench.lookback_effect(cases, 25, "default", [], reps=20)
+    bench.lookback_effect(cases, 25, "default", [])
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in (["nan"], ["all"])}
     assert set(rows) == {"nan", "all"} and rows["nan"][1] == "1"
@@ -121,6 +121,12 @@ def test_lookback_table_pairs_the_preset_with_and_without_kept_checkpoints(capsy
     # is the two regrets' difference.
     assert int(rows["nan"][3]) > int(rows["nan"][2])
     assert float(rows["nan"][6]) == pytest.approx(float(rows["nan"][5]) - float(rows["nan"][4]), abs=0.011)
+    # its interval is Student t over runs (a percentile bootstrap over 8 runs of a kind covered far below 95%)
+    from scipy import stats
+
+    values = np.array([0.06, -0.2, -0.3, -0.99, 0.0, 0.0, -0.5, 0.0])
+    expected = stats.t.interval(0.95, 7, loc=values.mean(), scale=stats.sem(values))
+    assert bench.t_interval(values) == pytest.approx(expected) and expected[1] > 0  # (the bootstrap's excluded 0)
 
 
 def test_steps_sets_the_length_of_the_synthetic_runs(monkeypatch, capsys):
