@@ -752,6 +752,10 @@ def table(result: TuneResult) -> str:
                  str(p.get("trigger.freq_steps")), f"{p.get('cusum.threshold', math.nan):.2f}",
                  f"{p.get('policy.sample_size.target_half_width', math.nan):.3f}", str(p.get("policy.peak.confirm_size"))]
         lines.append("| " + " | ".join(cells) + " |")
+    if result.cv:  # (a sceptical review: read as a held-out test of the row's preset, which it is not)
+        lines.append("\n(held-out: each rule picked on all folds but one and scored on the one left out, the mean "
+                     "over folds; the search itself saw every fold, so these are optimistic, and in each fold the "
+                     "rule may pick another trial than this row's)")
     for n, (i, _) in enumerate(result.chosen):
         for key, v in result.kept_base.get(i, {}).items():
             lines.append(f"\npoint-{n}.yaml keeps the base config's {key}: {str(v).lower()} (trial "

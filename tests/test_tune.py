@@ -344,6 +344,8 @@ def test_a_note_when_a_fold_has_no_event_for_the_held_out_delay(tmp_path, capsys
     captured = capsys.readouterr()
     assert "note: 1 of the 2 runs have events and there are 2 folds: a held-out delay is '-'" in captured.err
     assert "presets/point-*.yaml (" in captured.out
+    # the held-out columns say what is held out (the rule's choice, not the search; a sceptical review)
+    assert "the search itself saw every fold, so these are optimistic" in (tmp_path / "t" / "pareto.md").read_text()
 
 
 def percent_csv(tmp_path, column="eval/acc", std=False):
