@@ -1005,8 +1005,9 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     cfg = OmegaConf.structured(Config)
     source = ""
     given = isinstance(path, (Mapping, DictConfig))  # (a Hydra node, cfg.adaptive_eval; a nested dict)
+    unresolved: list[tuple[str, str]] = []  # (a node's interpolations that do not resolve: left at their defaults)
     if given:
-        loaded, source = _plain_node(path) if isinstance(path, DictConfig) else (dict(path), "config")
+        loaded, source, unresolved = _plain_node(path) if isinstance(path, DictConfig) else (dict(path), "config", [])
         if not isinstance(loaded, dict):
             raise ConfigError([f"{source}: expected a mapping of sections at the top, got {type(loaded).__name__}"])
     elif path is not None:
@@ -1040,6 +1041,8 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
         lines = _key_lines(text, duplicates) if not given else {}
         problems += [f"{source}:{d}" for d in duplicates]
         cfg = _merge_loaded(cfg, loaded, source, lines, problems, failed)
+        problems += [f"{source}: {key}: {msg}" for key, msg in unresolved]
+        failed.update(key for key, _ in unresolved)
     overridden: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
@@ -1245,10 +1248,11 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
 
 
-def _plain_node(cfg: DictConfig) -> tuple[Any, str]:
-    """A DictConfig as plain values, its interpolations resolved against the config it is a node of, and how to
+def _plain_node(cfg: DictConfig) -> tuple[Any, str, list[tuple[str, str]]]:
+    """A DictConfig as plain values, its interpolations resolved against the config it is a node of; how to
     name it in a problem: ``the node 'adaptive_eval'`` (Hydra's ``cfg.adaptive_eval``), ``a MyConfig`` (a
-    structured config of the user's dataclass), else ``config``."""
+    structured config of the user's dataclass), else ``config``; and ``(key, problem)`` for each interpolation
+    that does not resolve, left out of the values (one of them hid every other problem of the node; a probe)."""
     if cfg._get_parent() is not None:
         label = f"the node {cfg._get_full_key(None)!r}"
     elif OmegaConf.get_type(cfg) not in (Config, dict, None):
@@ -1256,12 +1260,30 @@ def _plain_node(cfg: DictConfig) -> tuple[Any, str]:
     else:
         label = "config"
     try:
-        return OmegaConf.to_container(cfg, resolve=True), label
+        return OmegaConf.to_container(cfg, resolve=True), label, []
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "<root>")
         if cfg._get_parent() is not None:  # (the key within the node: it is named already)
             key = key.removeprefix(f"{cfg._get_full_key(None)}.")
-        raise ConfigError([f"{label}: {key}: {str(exc).splitlines()[0]}"]) from None
+        first = ConfigError([f"{label}: {key}: {str(exc).splitlines()[0]}"])
+    try:
+        bad = [(key, msg) for key, msg, _, _ in _interpolation_problems(cfg)]
+        # a plain copy of the whole config (interpolations resolve against it), without the bad ones
+        copy = OmegaConf.create(OmegaConf.to_container(cfg._get_root(), resolve=False))
+        node = OmegaConf.select(copy, cfg._get_full_key(None)) if cfg._get_parent() is not None else copy
+        for key, _ in reversed(bad):
+            if key.endswith("]"):
+                parent, index = key[:key.rindex("[")], int(key[key.rindex("[") + 1:-1])
+                (OmegaConf.select(node, parent) if parent else node)[index] = None
+            else:
+                parent, _, leaf = key.rpartition(".")
+                del (OmegaConf.select(node, parent) if parent else node)[leaf]
+        plain = OmegaConf.to_container(node, resolve=True)
+    except (OmegaConfBaseException, ValueError, TypeError, KeyError, IndexError):
+        raise first from None
+    if not bad:
+        raise first
+    return plain, label, bad
 
 
 _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
@@ -1284,7 +1306,9 @@ def areal_view(obj):
         if "trigger" in obj or not all(f in obj for f in _AREAL_FREQS):
             return None
         if isinstance(obj, DictConfig):
-            plain, _ = _plain_node(obj)  # (a problem in resolving it is a ConfigError naming the node)
+            plain, _, unresolved = _plain_node(obj)  # (a problem in resolving it is a ConfigError naming the node)
+            if unresolved:
+                raise ConfigError([f"EvaluatorConfig: {key}: {msg}" for key, msg in unresolved])
             kind = OmegaConf.get_type(obj)
             label = kind.__name__ if kind not in (dict, None) else "EvaluatorConfig"
         else:

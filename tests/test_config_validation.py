@@ -594,9 +594,19 @@ def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_name
         assert info.value.problems[1] == f"{named or 'config: '}polcy: unknown key 'polcy' (did you mean 'policy'?)"
         assert f"{named}policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in info.value.problems
     gone = OmegaConf.create({"trainer": {}, "adaptive_eval": {"trigger": {"freq_steps": "${trainer.nope}"}}})
-    with pytest.raises(ConfigError, match=r"^the node 'adaptive_eval': trigger.freq_steps: "
-                                          r"Interpolation key 'trainer.nope' not found$"):
+    with pytest.raises(ConfigError, match=r"^the node 'adaptive_eval': trigger.freq_steps: \$\{trainer.nope\}: "
+                                          r"interpolation key 'trainer.nope' not found$"):
         AdaptiveEvaluator.from_config(gone.adaptive_eval)
+    # one that does not resolve no longer hides the node's other problems (only it was said; a probe)
+    bad.adaptive_eval.trigger.freq_epochs = "${trainer.tset_freq}"
+    with pytest.raises(ConfigError) as info:
+        load_config(bad.adaptive_eval)
+    assert len(info.value.problems) == 5, info.value.problems
+    assert ("the node 'adaptive_eval': trigger.freq_epochs: ${trainer.tset_freq}: interpolation key "
+            "'trainer.tset_freq' not found") in info.value.problems
+    assert "the node 'adaptive_eval': policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in \
+        info.value.problems
+    del bad.adaptive_eval.trigger.freq_epochs
     with pytest.raises(ConfigError) as info:  # (load_config names a node's value problems under it too)
         load_config(bad.adaptive_eval)
     assert "the node 'adaptive_eval': policy.budget.max_eval_fraction: must lie in (0, 1], got 2.0" in \
