@@ -1064,7 +1064,7 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                             f"{int(rhs.strip().replace('_', ''))}, or 0o{rhs.strip().lstrip('+-0')} for octal")
             continue
         try:
-            if any(part.isdigit() for part in lhs.split(".")):
+            if _indexes_a_list(cfg, lhs):
                 # An item of a list (streams.default.1.adapt=0): a dotlist merge cannot index a list (it raised
                 # TypeError "Cannot merge incompatible container types"); update the item in place.
                 value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={rhs}"]))["v"]  # (not resolved)
@@ -1246,6 +1246,21 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     if is_areal_evaluator_config(cfg):
         return from_areal(cfg)
     raise TypeError(f"config must be a DictConfig, Config, dict or AReaL EvaluatorConfig, got {type(cfg).__name__}")
+
+
+def _indexes_a_list(cfg: DictConfig, dotted: str) -> bool:
+    """Whether a part of ``dotted`` made of digits is an item of a list of ``cfg`` (``streams.default.1.adapt``),
+    not a name (a suite named ``2024``: ``evaluation.suites.2024.size`` took the list path and failed)."""
+    from omegaconf import ListConfig
+
+    node = cfg
+    for part in dotted.split("."):
+        if isinstance(node, ListConfig):
+            return part.isdigit()
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return False
 
 
 def _plain_node(cfg: DictConfig) -> tuple[Any, str, list[tuple[str, str]]]:

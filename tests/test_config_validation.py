@@ -119,6 +119,10 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
         load_config(overrides=["streams.default.1.threshold=high"])
     assert info.value.problems == ["override 'streams.default.1.threshold=high': streams.default[1]: cusum: "
                                    "threshold must be a number in (0.0, 1000000.0], got 'high'"]
+    # a name of digits is a name where no list is (a suite named 2024 took the list path: "no such list item or
+    # key (Invalid type assigned: dict is not a subclass of SuiteConfig...)"; a probe)
+    cfg = load_config(overrides=["evaluation.suites.2024.size=10", "streams.watch.7=[{type: cusum}]"])
+    assert cfg.evaluation.suites["2024"].size == 10 and list(cfg.streams.watch) == ["7"]
 
 
 def test_a_bound_reported_bad_is_not_compared_with_its_pair_again():
