@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Optional
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 __all__ = [
@@ -996,6 +996,12 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     """
     import yaml
 
+    if dataclasses.is_dataclass(path) and not isinstance(path, type):
+        path = OmegaConf.structured(path)  # (a Config, or the user's own dataclass: from_config took them; a probe)
+    elif path is not None and not isinstance(path, (str, os.PathLike, Mapping, DictConfig)):
+        kind = "a list" if isinstance(path, (list, tuple, ListConfig)) else f"a {type(path).__name__}"
+        raise TypeError(f"load_config: the config is a YAML file or preset name, a mapping, a DictConfig or a "
+                        f"Config (dataclass), not {kind}")
     if isinstance(overrides, (str, bytes)) or not isinstance(overrides, Sequence):
         raise TypeError(f"overrides must be a list of 'KEY=VALUE' strings, got {type(overrides).__name__}")
     for item in overrides:

@@ -328,6 +328,28 @@ def test_an_exponent_yaml_reads_as_text_says_how_to_write_the_number(tmp_path):
     assert load_config(path).replay.eval_set_size == 2 * 10**15
 
 
+def test_load_config_takes_what_from_config_takes_and_names_what_it_does_not():
+    """A Config or the user's own dataclass instance (from_config takes both) was a bare os.fspath TypeError in
+    load_config, and so was a list (a probe)."""
+    import dataclasses
+
+    from adaptive_eval.config import Config
+
+    @dataclasses.dataclass
+    class Trig:
+        freq_steps: int = 10
+
+    @dataclasses.dataclass
+    class Mine:
+        trigger: Trig = dataclasses.field(default_factory=Trig)
+
+    assert load_config(Config(), ["trigger.freq_steps=4"]).trigger.freq_steps == 4
+    assert load_config(Mine()).trigger.freq_steps == 10
+    with pytest.raises(TypeError, match=r"^load_config: the config is a YAML file or preset name, a mapping, a "
+                                        r"DictConfig or a Config \(dataclass\), not a list$"):
+        load_config([1, 2])
+
+
 def test_overrides_must_be_a_list_of_strings():
     """A str was split into its characters: 20 errors, one per character."""
     with pytest.raises(TypeError, match=r"^overrides must be a list of 'KEY=VALUE' strings, got str$"):
