@@ -153,6 +153,32 @@ def test_a_resumed_trainer_makes_the_decisions_of_the_uninterrupted_run(tmp_path
     assert len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
 
 
+def test_two_callbacks_each_resume_their_own_state_and_a_state_that_does_not_load_starts_afresh_watched(tmp_path,
+                                                                                                       caplog):
+    """Found by a probe: with two callbacks HF appends every instance's state at every save, and each resumed from
+    the first entry, an empty state from __init__ (afresh, unsaid); and a saved state that did not load into the
+    config escaped the set-up half done, the training step never wrapped: the loss went unwatched."""
+    def run(out, overrides=(), **kw):
+        torch.manual_seed(0)
+        a = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=3", *overrides])
+        b = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=7"], eval_dataset=Points(40, 2))
+        trainer = Trainer(Tiny(), make_args(out, max_steps=24, save_strategy="steps", save_steps=10),
+                          train_dataset=Points(800, 0), eval_dataset=Points(60, 1), callbacks=[a, b])
+        trainer.train(**kw)
+        ran = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+        return [[(r.step, r.reason) for r in c.evaluator.history] for c in ran], ran
+
+    full, _ = run(tmp_path / "a")
+    resumed, _ = run(tmp_path / "a", resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-10"))
+    assert resumed == full and full[0] != full[1]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        _, ran = run(tmp_path / "a", ["streams.default=[{type: page_hinkley}]"],
+                     resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-10"))
+    assert "the adaptive state in the checkpoint does not load into this config, so the evaluator starts afresh " \
+           "at step 10" in caplog.text
+    assert "train/loss" in ran[0].evaluator.state_dict()["detectors"]  # (observed: the training step was wrapped)
+
+
 def test_aggregates_only_are_reported_with_n_and_no_guessed_interval(tmp_path):
     from adaptive_eval import EvalRequest
     from adaptive_eval.evaluators import run_evaluation_outcome

@@ -112,14 +112,15 @@ def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_
     assert set(model.stages) == {(False, True)}
 
 
-def test_a_resumed_fit_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
-    def run(ckpt_path=None, max_steps=40):
+def test_a_resumed_fit_makes_the_decisions_of_the_uninterrupted_run(tmp_path, caplog):
+    def run(ckpt_path=None, max_steps=40, extra=()):
         train, val = loaders(n_train=80, n_val=100)  # 20 optimizer steps per epoch
         torch.manual_seed(1)
-        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=6"])
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=6", *extra])
         saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_epochs=1, save_top_k=-1)
         trainer = L.Trainer(max_steps=max_steps, logger=False, callbacks=[cb, saver], **QUIET)
         trainer.fit(Model(), train, val, ckpt_path=ckpt_path)
+        run.cb = cb
         return [(r.step, r.reason, r.sample_size, round(r.mean("val_loss"), 6)) for r in cb.evaluator.history]
 
     full = run()
@@ -133,6 +134,12 @@ def test_a_resumed_fit_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
     assert [r[:3] for r in resumed] == [r[:3] for r in full]
     assert [r for r in resumed if r[0] < 20] == [r for r in full if r[0] < 20]
     assert len(full) >= 4 and full[-1][:2] == (39, "trigger:final")
+    # a state that does not load into the config (other detectors) is said, and the run goes on afresh, watched (it
+    # escaped the set-up half done; a probe of the HF adapter, whose loss then went unwatched)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        afresh = run(ckpt_path=str(first), extra=["streams.default=[{type: page_hinkley}]"])
+    assert "does not load into this config, so the evaluator starts afresh at step 20" in caplog.text
+    assert afresh[-1][:2] == (39, "trigger:final") and "train/loss" in run.cb.evaluator.state_dict()["detectors"]
 
 
 class RecordingCallback(AdaptiveEvalCallback):

@@ -500,14 +500,30 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                             and asynchronous(cfg, executor) else self._evaluate_with_trainer)
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)
-        if isinstance(stored, list):  # several instances: HF keeps a list; take the first
-            stored = stored[0] if stored else None
+        if isinstance(stored, list):
+            # several instances: HF appends every instance's state at every save ([A, B] at __init__, then A@10,
+            # B@10, ...), so the checkpoint's are the last k, in the callbacks' order (the first, an instance's
+            # empty state from __init__, was taken: two callbacks resumed afresh, unsaid; found by a probe)
+            mine = [c for c in (trainer.callback_handler.callbacks if trainer is not None else [])
+                    if type(c).__name__ == type(self).__name__]
+            k = max(len(mine), 1)
+            at = next((i for i, c in enumerate(mine) if c is self), 0)
+            stored = stored[-k:][at] if len(stored) >= k else (stored[-1] if stored else None)
         if isinstance(stored, Mapping) and stored.get("attributes", {}).get("_saved_state"):
             saved = stored["attributes"]["_saved_state"]
         if saved and state.global_step > 0:  # resuming from a checkpoint
             if args.world_size > 1 and args.process_index > 0:
                 saved = self._own_state(args, state, saved)
-            self.evaluator.load_state_dict(saved)
+            try:
+                self.evaluator.load_state_dict(saved)
+            except (ValueError, TypeError, KeyError) as exc:
+                # (it escaped to the guard of on_train_begin, which then skipped wrapping the training step: the
+                # loss went unwatched for the whole run, unsaid but for the error; found by a probe)
+                saved = None
+                log.warning("adaptive_eval: the adaptive state in the checkpoint does not load into this config, so "
+                            "the evaluator starts afresh at step %d (its detectors learn the streams again, its "
+                            "schedule counts from here): %s", state.global_step, exc)
+        if saved and state.global_step > 0:
             if self.look_back:
                 # The state in checkpoint-N was taken before on_save handed checkpoint-N over: hand it over again,
                 # as the uninterrupted run did.
