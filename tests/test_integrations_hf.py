@@ -1050,3 +1050,17 @@ def test_look_back_with_save_total_limit_one_is_said_at_the_start(tmp_path, capl
         with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
             trainer.train()
         assert sum(said in r.getMessage() for r in caplog.records) == expected, (limit, look_back)
+
+
+def test_suites_without_an_evaluate_fn_are_said_at_the_start(tmp_path, caplog):
+    """Found by a probe: evaluation.suites with the trainer's own evaluation built without a word, then every
+    evaluation failed, each naming an evaluate_fn the user never wrote."""
+    suites = ["evaluation.suites={a: {size: 30}, b: {size: 20}}", "evaluation.metric=a/accuracy"]
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        tiny_run(tmp_path, AdaptiveEvalCallback("default", overrides=FAST + suites))
+    assert "evaluation.suites (a, b) needs AdaptiveEvalCallback(evaluate_fn=...)" in caplog.text
+    caplog.clear()
+    fn = lambda req: {f"{s}/accuracy": [1.0] * len(r.indices) for s, r in req.suites.items()}  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        tiny_run(tmp_path, AdaptiveEvalCallback("default", fn, overrides=FAST + suites))
+    assert "needs AdaptiveEvalCallback(evaluate_fn" not in caplog.text

@@ -1793,3 +1793,15 @@ def test_per_item_false_pools_a_shared_key_keeps_a_logged_value_and_never_runs_a
     trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
     with pytest.raises(ValueError, match=r"dataloader 0 has no batch_size .*AdaptiveEvalCallback\(batch_size"):
         trainer.fit(BatchMetricModel(), DataLoader(Points(160, 0), batch_size=8), bucketed)
+
+
+def test_suites_without_an_evaluate_fn_are_said_at_the_start(caplog):
+    """As in the HF adapter (found by a probe there): evaluation.suites with the trainer's own validation failed
+    every evaluation, each naming an evaluate_fn the user never wrote, and nothing said so at the start."""
+    train, val = loaders(n_train=40, n_val=20)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.suites={a: {size: 20}}",
+                                                           "evaluation.metric=a/val_loss"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(Model(), train,
+                                                                                                      val)
+    assert "evaluation.suites (a) needs AdaptiveEvalCallback(evaluate_fn=...)" in caplog.text

@@ -433,7 +433,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         """The tracked metric, when the user's config leaves it null; one named without HF's ``eval_`` prefix, for
         the trainer's own evaluation, gets it, as ``metric_for_best_model`` does (``accuracy`` tracked nothing:
         the evaluation returns ``eval_accuracy``; found by a new-user probe)."""
-        if self.evaluate_fn is not None:
+        if self.evaluate_fn is not None or cfg.evaluation.suites:  # (suites: their own names; said in _build)
             return []
         if cfg.evaluation.metric is not None:
             named = str(cfg.evaluation.metric)
@@ -481,6 +481,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 log.warning("adaptive_eval: %s's own evaluation (prediction_step) does not generate and score "
                             "answers: pass AdaptiveEvalCallback(evaluate_fn=...) that generates and scores the "
                             "requested prompts (request.indices)", type(trainer).__name__)
+            if self.evaluate_fn is None and cfg.evaluation.suites:
+                # (every evaluation failed, each naming an evaluate_fn the user never wrote; found by a probe)
+                log.warning("adaptive_eval: evaluation.suites (%s) needs AdaptiveEvalCallback(evaluate_fn=...) that "
+                            "scores each suite's requested items (request.suites): the trainer's own evaluation "
+                            "scores its eval_dataset, not the suites, so every evaluation will fail",
+                            ", ".join(cfg.evaluation.suites))
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None
         try:

@@ -358,6 +358,12 @@ class AdaptiveEvalCallback(Callback):
 
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": dict(zip(("metric", "higher_is_better"), monitored))}))
         self._guard.reraise = cfg.evaluation.on_error == "raise"
+        if self.evaluate_fn is None and cfg.evaluation.suites and getattr(trainer, "is_global_zero", True):
+            # (as the HF adapter says: every evaluation failed, naming an evaluate_fn the user never wrote; a probe)
+            log.warning("adaptive_eval: evaluation.suites (%s) needs AdaptiveEvalCallback(evaluate_fn=...) that "
+                        "scores each suite's requested items (request.suites): the trainer's own validation scores "
+                        "its val_dataloaders, not the suites, so every evaluation will fail",
+                        ", ".join(cfg.evaluation.suites))
         total = trainer.estimated_stepping_batches
         total = int(total) if total is not None and math.isfinite(total) else None
         batches = trainer.num_training_batches
