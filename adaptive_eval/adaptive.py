@@ -319,6 +319,16 @@ class AdaptiveEvaluator:
             # re-run (a probe).  Here, at the set-up, not in a step.
             import torch  # noqa: F401
         self._suites = self._evaluation["suites"]  # {} without eval suites: nothing of them runs
+        named = self._evaluation["metric"]
+        if named and self._evaluation["higher_is_better"] and self._rank == 0:
+            from adaptive_eval.policies._base import looks_lower_is_better
+
+            # (as when it is null and the evaluator picks one: an explicit loss was tracked as higher-is-better, its
+            # highest value picked as the best checkpoint, unsaid; found by a probe of the HF adapter)
+            if (word := looks_lower_is_better(str(named))) is not None:
+                log.warning("evaluation.metric %r reads like a %s, yet evaluation.higher_is_better is true: a rise "
+                            "reads as improving, the best checkpoint is its highest; set evaluation.higher_is_better: "
+                            "false if lower is better", named, word)
         self._dropped_pass_at_k: set = set()  # (suite, k) said once (see _say_dropped_pass_at_k)
         self._untracked_said = False  # evaluation.metric absent from a result: said once (see _say_untracked)
         self._names_said = False  # metric_kinds/aggregations naming no metric returned (see _say_unmatched_names)

@@ -400,3 +400,19 @@ def test_a_watched_or_ignored_stream_never_observed_is_said_with_the_nearest_nam
         "streams.watch: 'train/rewrad' (did you mean 'train/reward'?); streams.ignore: 'train/los' (did you mean "
         "'train/loss'?): no such stream observed before the first evaluation (step 1;")
     assert "'train/kl'" not in said[0].partition("observed:")[0]  # (ignored as named: nothing to say)
+
+
+def test_an_explicit_metric_that_reads_lower_is_better_tracked_as_higher_is_better_is_said(caplog):
+    """Found by a probe of the HF adapter: evaluation.metric: eval_loss with higher_is_better left true picked the
+    highest loss as the best checkpoint, unsaid (only a metric the evaluator picked itself was warned of)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.metric=eval_loss"])).close()
+        AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.metric=eval_loss",
+                                                             "evaluation.higher_is_better=false"])).close()
+        AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.metric=accuracy"])).close()
+    said = [r.getMessage() for r in caplog.records if "reads like a" in r.getMessage()]
+    assert said == ["evaluation.metric 'eval_loss' reads like a loss, yet evaluation.higher_is_better is true: a rise "
+                    "reads as improving, the best checkpoint is its highest; set evaluation.higher_is_better: false "
+                    "if lower is better"]
