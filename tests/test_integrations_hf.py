@@ -1064,3 +1064,13 @@ def test_suites_without_an_evaluate_fn_are_said_at_the_start(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         tiny_run(tmp_path, AdaptiveEvalCallback("default", fn, overrides=FAST + suites))
     assert "needs AdaptiveEvalCallback(evaluate_fn" not in caplog.text
+
+
+def test_an_empty_eval_dataset_fails_the_evaluation_saying_so(tmp_path, caplog):
+    """Found by a probe: an eval_dataset of no items read as evaluations of 50 items with no metric ("a missing
+    return?"), none of them failed."""
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        tiny_run(tmp_path, cb, eval_dataset=Points(0, 1))
+    assert cb.evaluator.history == [] and cb.evaluator.summary()["eval_errors"] >= 1
+    assert "eval_dataset has no items: pass one with items, or evaluate_fn=" in caplog.text

@@ -322,11 +322,18 @@ def _eval_sets(dataset) -> list:
     """``[(name, dataset)]``: ``[(None, dataset)]`` for one eval set, each ``(name, set)`` of a dict of them."""
     if dataset is None:
         raise ValueError("no eval_dataset: pass Trainer(eval_dataset=...), eval_dataset= or evaluate_fn=")
-    if isinstance(dataset, Mapping):
-        if not dataset:
-            raise ValueError("eval_dataset is an empty dict: pass at least one dataset, or evaluate_fn=")
-        return list(dataset.items())
-    return [(None, dataset)]
+    sets = list(dataset.items()) if isinstance(dataset, Mapping) else [(None, dataset)]
+    if not sets:
+        raise ValueError("eval_dataset is an empty dict: pass at least one dataset, or evaluate_fn=")
+    for name, one in sets:
+        try:
+            empty = len(one) == 0
+        except TypeError:  # (an iterable dataset: its length is not known)
+            empty = False
+        if empty:  # (it read as evaluations of 50 items with no metric, "a missing return?"; a probe)
+            raise ValueError(f"eval_dataset{f'[{name!r}]' if name is not None else ''} has no items: pass one with "
+                             "items, or evaluate_fn=")
+    return sets
 
 
 class AdaptiveEvalCallback(TrainerCallback, ExportableState):
