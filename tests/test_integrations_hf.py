@@ -1074,3 +1074,23 @@ def test_an_empty_eval_dataset_fails_the_evaluation_saying_so(tmp_path, caplog):
         tiny_run(tmp_path, cb, eval_dataset=Points(0, 1))
     assert cb.evaluator.history == [] and cb.evaluator.summary()["eval_errors"] >= 1
     assert "eval_dataset has no items: pass one with items, or evaluate_fn=" in caplog.text
+
+
+class Poison(TrainerCallback):
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 12:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float("nan"))
+
+
+def test_a_steps_logged_values_are_observed_before_its_decision(tmp_path):
+    """Found by a probe: HF logs grad_norm in on_log, after on_step_end had decided the step, so weights gone NaN
+    cost two evaluations one step apart (the loss's alarm, then grad_norm's); one now, with logging_steps=1 too."""
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=8"])
+    torch.manual_seed(0)
+    args = make_args(tmp_path / "out", max_steps=20, logging_steps=1)
+    Trainer(Tiny(), args, train_dataset=Points(400, 0), eval_dataset=Points(60, 1), compute_metrics=accuracy,
+            callbacks=[cb, Poison()]).train()
+    alarms = [(r.step, r.reason) for r in cb.evaluator.history if r.reason.startswith("alarm:")]
+    assert len(alarms) == 1 and "nonfinite" in alarms[0][1], alarms

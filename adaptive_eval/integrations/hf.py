@@ -382,6 +382,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._saved_state: dict | None = None  # set by HF when it restores a callback from its arguments
         self._guard = StepGuard()
         self._step_loss = None
+        self._pending: int | None = None  # a step whose decision waits for its logged values (on_step_end, on_log)
         self._steps_per_epoch = 1
         self._wrapped_training_step = None
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
@@ -603,6 +604,16 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             value = self._guard("loss", scalar, loss)
             if value is not None:
                 self._guard("observe", self.evaluator.observe, {"train/loss": value}, global_step)
+        self._decide_pending(control)
+        if control.should_log:
+            # HF logs this step's values (grad_norm, TRL's rewards) after on_step_end, in on_log: the decision waits
+            # for them there, as a loop that observes a step's values before evaluate() decides (decided first, a
+            # NaN in grad_norm was seen a step late: two evaluations for one event; found by a probe)
+            self._pending = global_step
+            return
+        self._decide(global_step, control)
+
+    def _decide(self, global_step: int, control) -> None:
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
         seen = len(self.evaluator.history)
@@ -611,9 +622,21 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._guard("report", self._report, result, control)
             self._guard("report", self._report_look_backs, seen, control)
 
+    def _decide_pending(self, control) -> None:
+        """The decision of a step left for its log (on_step_end), where no log came: before anything else."""
+        pending, self._pending = self._pending, None
+        if pending is not None and self.evaluator is not None:
+            self._decide(pending, control)
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         # Read only: a change to `logs` here would reach neither log_history nor the reporters.
         self.hooks_called.add("on_log")
+        try:
+            self._observe_log(state, logs)
+        finally:  # (the step's decision, left for its logged values; reporting it logs again: not pending then)
+            self._decide_pending(control)
+
+    def _observe_log(self, state, logs) -> None:
         if self.evaluator is None or not logs or state.global_step < 1:
             return
         values = {}
@@ -635,6 +658,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def on_save(self, args, state, control, **kwargs):
         # Called on every rank after the checkpoint was written; HF kept state() of process zero only.
         self.hooks_called.add("on_save")
+        self._decide_pending(control)
         if self.evaluator is not None and self.look_back:
             self._guard("checkpoint", self._keep_checkpoint, args, state, _checkpoint_dir(args, state.global_step))
         if self.evaluator is not None and args.world_size > 1 and args.process_index != 0:
@@ -699,6 +723,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # load_best_model_at_end: evaluated at on_train_end, a run stopped early scored that checkpoint under its
         # last step's name (a new user's probe).
         self.hooks_called.add("on_epoch_end")
+        self._decide_pending(control)
         if self.evaluator is not None and control.should_training_stop:
             self._evaluate_last(state, control)
 
@@ -715,6 +740,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     def on_train_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_end")
+        self._decide_pending(control)
         if self._wrapped_training_step is not None:
             trainer, _ = self._wrapped_training_step
             trainer.__dict__.pop("training_step", None)  # back to the class's method
