@@ -2286,8 +2286,10 @@ class AdaptiveEvaluator:
                     dets = dets[1:]
                 # (the config's detectors changed since the save: said with the way to resume under it; a new user's
                 # probe found no way but starting over)
-                hint = (f"; to resume under this config, load the state without them (state.pop({key!r})): every "
-                        "stream's detectors then start afresh, with a warm-up, and the rest resumes as saved")
+                # (both keys: the first pop named one, and the load then failed on the other; a resume probe)
+                hint = ("; to resume under this config, load the state without the detectors (state.pop('detectors'); "
+                        "state.pop('eval_detectors')): every stream's detectors then start afresh, with a warm-up, and "
+                        "the rest resumes as saved")
                 if len(dets) != len(det_states):
                     raise ValueError(f"state_dict has {len(det_states)} detectors for stream {stream!r}, "
                                      f"the config {len(dets)}{hint}")

@@ -402,7 +402,8 @@ def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it
     expected = run(fresh())
     ev = fresh()
     with pytest.raises(ValueError, match="state_dict has 2 detectors for stream 'train/loss', the config 0; to resume "
-                                         r"under this config, load the state without them \(state.pop\('detectors'\)\)"):
+                                         r"under this config, load the state without the detectors "
+                                         r"\(state.pop\('detectors'\); state.pop\('eval_detectors'\)\)"):
         ev.load_state_dict(good)
     assert run(ev) == expected and expected[0] == (249, "trigger:steps")
     # Another detector where the state has one (a new user's probe: the stream was not named, and no way forward)
@@ -413,6 +414,17 @@ def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it
         other.load_state_dict(good)
     other.load_state_dict({k: v for k, v in good.items() if k != "detectors"})  # (the way it says)
     assert len(other.history) == len(src.history) and other._last_step == 149
+    # the areal preset's state in the default preset's evaluator: both keys differ, and the one pop the hint named
+    # failed on the other (a resume probe); the way it says now loads at once
+    areal_state = fresh()
+    run(areal_state)
+    state = areal_state.state_dict()
+    target = AdaptiveEvaluator.from_config(load_config("default"), clock=FakeClock())
+    with pytest.raises(ValueError, match=r"state.pop\('detectors'\); state.pop\('eval_detectors'\)"):
+        target.load_state_dict(state)
+    state.pop("detectors"), state.pop("eval_detectors")
+    target.load_state_dict(state)
+    assert len(target.history) == len(areal_state.history)
 
     def damaged(key, value):
         sd = copy.deepcopy(good)
