@@ -1094,3 +1094,19 @@ def test_a_steps_logged_values_are_observed_before_its_decision(tmp_path):
             callbacks=[cb, Poison()]).train()
     alarms = [(r.step, r.reason) for r in cb.evaluator.history if r.reason.startswith("alarm:")]
     assert len(alarms) == 1 and "nonfinite" in alarms[0][1], alarms
+
+
+def test_eval_before_train_evaluates_the_initial_weights(tmp_path):
+    """Found by a probe: trigger.eval_before_train's evaluation came after the first optimizer step (the adapter
+    never called before_train); now the initial weights, before the first step, as HF's eval_on_start."""
+    held_out = Points(100, 1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        initial = float(nn.functional.cross_entropy(Tiny().net(held_out.x), held_out.y))
+    cb = AdaptiveEvalCallback("default", overrides=["trigger.eval_before_train=true", "trigger.freq_steps=50",
+                                                    "policy.sample_size.enabled=false", "evaluation.sample_size=null"])
+    tiny_run(tmp_path, cb, eval_dataset=held_out, compute_metrics=None)
+    first = cb.evaluator.history[0]
+    assert (first.step, first.reason) == (0, "before_train")
+    assert first.mean("eval_loss") == pytest.approx(initial, rel=1e-5)
+    assert cb.evaluator.history[1].mean("eval_loss") != pytest.approx(initial, rel=1e-3)  # (trained since)

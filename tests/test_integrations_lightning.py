@@ -1805,3 +1805,19 @@ def test_suites_without_an_evaluate_fn_are_said_at_the_start(caplog):
         L.Trainer(max_steps=4, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(Model(), train,
                                                                                                       val)
     assert "evaluation.suites (a) needs AdaptiveEvalCallback(evaluate_fn=...)" in caplog.text
+
+
+def test_eval_before_train_evaluates_the_initial_weights():
+    """As in the HF adapter (found by a probe there): trigger.eval_before_train's evaluation came after the first
+    optimizer step; now the initial weights, before the first step."""
+    train, val = loaders(n_train=40, n_val=20)
+    torch.manual_seed(0)
+    model = Model()
+    with torch.no_grad():
+        initial = float(torch.stack([model.step(val.dataset[i][None]) for i in range(len(val.dataset))]).mean())
+    cb = AdaptiveEvalCallback("default", overrides=["trigger.eval_before_train=true", "trigger.freq_steps=50",
+                                                    "policy.sample_size.enabled=false", "evaluation.sample_size=null"])
+    L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train, val)
+    first = cb.evaluator.history[0]
+    assert (first.step, first.reason) == (0, "before_train")
+    assert first.mean("val_loss") == pytest.approx(initial, rel=1e-5)

@@ -471,6 +471,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             log.warning("adaptive_eval: AdaptiveEvalCallback did not find its Trainer; pass trainer=... to "
                         "evaluate through it and log through its loggers")
         self._guard("on_train_begin", self._build, args, state, trainer, kwargs.get("train_dataloader"))
+        if self.evaluator is not None and state.global_step == 0:
+            # trigger.eval_before_train: the initial weights, before the first step, as HF's eval_on_start (it came
+            # after the first optimizer step, at that step's decision; found by a probe)
+            fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
+            result = self._guard("evaluate", self.evaluator.before_train, fn, 0)
+            if result is not None:
+                self._guard("report", self._report, result, control)
 
     def _build(self, args, state, trainer, train_dataloader) -> None:
         from adaptive_eval import AdaptiveEvaluator

@@ -271,6 +271,13 @@ class AdaptiveEvalCallback(Callback):
             except Exception as exc:  # noqa: BLE001 - said, never raised into the fit
                 if trainer.is_global_zero:
                     log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
+        if self.evaluator is not None and self._done(trainer) == 0:
+            # trigger.eval_before_train: the initial weights, before the first step (it came after the first
+            # optimizer step, at that step's evaluate(); found by a probe of the HF adapter)
+            fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+            result = self._guard("evaluate", self.evaluator.before_train, fn, 0)
+            if result is not None:
+                self._guard("report", self._report, trainer, result)
 
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
