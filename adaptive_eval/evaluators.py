@@ -860,7 +860,8 @@ class Evaluator:
     is used), or a dict of either (an unknown key, or an object with none of the three frequencies, is a
     ``ValueError``: it read as "never evaluate").  Several frequencies of AReaL's config count on their own, as
     AReaL's do; those of an adaptive_eval config as its ``trigger.independent`` says.  ``evaluate_fn`` takes no
-    argument (AReaL style) or one :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no evaluation was due (or
+    argument (AReaL style) or one :class:`EvalRequest`.  It returns an :class:`EvalResult`, or None when no
+    evaluation was due (or
     ``evaluate_fn`` failed and ``on_error`` is ``skip``, the default: a failing evaluation never stops training).
 
     With ``eval_before_train``, call :meth:`before_train` before the first training step to evaluate the

@@ -20,7 +20,8 @@ evaluation (goal: asynchronous within 1.1x; per repeat, the runs interleaved, th
 interval over the R repeats) and the seconds the training thread waited for a result at its
 integration step; whether every mode evaluated the same steps with the same
 values (to 1e-9); the training step's time while an evaluation is in flight vs. a step of the run without
-evaluation (each run's medians; their ratio over repeats, as above); the latency in steps from submission to integration; and the cost of
+evaluation (each run's medians; their ratio over repeats, as above); the latency in steps from submission to
+integration; and the cost of
 ``snapshot_weights`` per million parameters (median of 7, [min, max]).
 
 On a machine with fewer free cores than processes the asynchronous evaluation competes with training for

@@ -13,7 +13,8 @@ or, in your own AReaL loop, ``evaluator = AdaptiveEvaluator(config.evaluator, ft
 * ``ft_spec`` is AReaL's ``FinetuneSpec`` or anything with ``steps_per_epoch`` and ``total_train_steps``
   (``total_train_steps=`` AReaL's ``config.total_train_steps`` where the loop stops there; ``patch_areal`` reads it)
   (zero steps per epoch is a :class:`~adaptive_eval.ConfigError` naming the field); ``config`` is AReaL's
-  ``EvaluatorConfig``, or an OmegaConf node of it (its ``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train`` become
+  ``EvaluatorConfig``, or an OmegaConf node of it (its ``freq_epochs``, ``freq_steps``, ``freq_secs``,
+  ``eval_before_train`` become
   ``trigger.*``; a negative frequency is a ``ConfigError`` naming the field; 0 fires at every step, as in
   AReaL), the rest of the configuration coming from ``preset``; an adaptive_eval config works too.
 * State interoperates both ways: both evaluators load the state AReaL's ``Evaluator`` saved (its recover
