@@ -1356,15 +1356,16 @@ class AdaptiveEvaluator:
         if said and self._rank == 0:
             log.warning("%s; it does nothing (returned: %s; said once)", "; ".join(said),
                         ", ".join(repr(n) for n in names[:20]) + (" ..." if len(names) > 20 else ""))
-        self._say_unobserved_streams(result.step)
 
-    def _say_unobserved_streams(self, step: int) -> None:
-        """``streams.watch`` or ``streams.ignore`` naming a stream not observed before the first evaluation (a typo,
+    def _say_unobserved_streams(self) -> None:
+        """``streams.watch`` or ``streams.ignore`` naming a stream never observed in the run (a typo,
         ``train/rewrad``): the stream it meant ran the default detectors, or was watched, without a word (a probe).
-        Said once, on rank 0, with the nearest name observed."""
+        Said at :meth:`close` (at the first evaluation, a stream logged later, HF's grad_norm at its first
+        logging step, read as missing; a review), on rank 0, with the nearest name observed.  Never raises."""
         seen = [n for n in self._detectors if not n.startswith("eval/")]
-        if not seen or self._rank != 0:
+        if not seen or self._rank != 0 or self.__dict__.get("_streams_said"):
             return
+        self._streams_said = True
         import difflib
 
         said = []
@@ -1373,8 +1374,8 @@ class AdaptiveEvaluator:
                 close = difflib.get_close_matches(name, seen, n=1, cutoff=0.6)
                 said.append(f"streams.{key}: {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
         if said:
-            log.warning("%s: no such stream observed before the first evaluation (step %d; observed: %s): it does "
-                        "nothing unless one comes later (said once)", "; ".join(said), step,
+            log.warning("%s: no such stream observed in this run (up to step %s; observed: %s): it did nothing",
+                        "; ".join(said), self._last_step,
                         ", ".join(repr(n) for n in seen[:20]) + (" ..." if len(seen) > 20 else ""))
 
     def _track(self, name: str | None) -> None:
@@ -2420,6 +2421,10 @@ class AdaptiveEvaluator:
             finally:
                 self._async.close(timeout_s)
         self._log_pick()
+        try:
+            self._say_unobserved_streams()
+        except Exception:  # noqa: BLE001 - a note never stops the user's shutdown
+            pass
         try:
             self.logger.close()
         except Exception:  # noqa: BLE001 - the recorder is closed all the same (it is said, and counted)

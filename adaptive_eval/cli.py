@@ -62,6 +62,9 @@ def _eval_mapping(items: list[str]) -> dict[str, float]:
         # the scale after the last ':', where it is a number: a column named with ':' (val:acc) is named as it is,
         # or with its scale after (val:acc:0.01); the first ':' split it, and no form named it (a probe)
         col, _, scale = item.rpartition(":")
+        if col and not scale:  # (acc: is acc, scale 1, as before; a review)
+            out[col] = 1.0
+            continue
         try:
             out[col] = float(scale)
         except ValueError:

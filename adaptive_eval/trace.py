@@ -804,7 +804,8 @@ def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
         cols = [cells[j::width] for j in range(width)]
         del cells
     steps = list(map(int, cols[names.index("step")]))
-    if any(map(operator.ge, steps, itertools.islice(steps, 1, None))) or (steps and max(steps[-1], -steps[0]) > _INT64):
+    if any(map(operator.ge, steps, itertools.islice(steps, 1, None))) or (steps and max(steps[-1], -steps[0] - 1)
+                                                                            > _INT64):
         raise _Fallback  # a repeated step (merged) or a decreasing one (an error with its line), or one too large
     none = itertools.repeat(None)
     epochs = _optional_column(cols[names.index("epoch")], int) if "epoch" in names else none
@@ -858,7 +859,7 @@ _INT64 = 2**63 - 1
 def _in_range(value: int, what: str, text, path, line) -> int:
     """``value``, or a :class:`TraceError` where it lies beyond a 64-bit integer (a step of 1e30 was read, replayed,
     then crashed the CLI's notes with an ``OverflowError``; found by a probe)."""
-    if abs(value) > _INT64:
+    if not -_INT64 - 1 <= value <= _INT64:  # (-2**63 is an int64; a review)
         raise TraceError(f"{what} {text!r} is beyond the largest a trace holds (2**63 - 1)", path, line)
     return value
 

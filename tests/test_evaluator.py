@@ -384,21 +384,28 @@ def test_a_note_said_once_is_said_once_per_evaluator_not_once_per_process(caplog
 
 def test_a_watched_or_ignored_stream_never_observed_is_said_with_the_nearest_name(caplog):
     """``streams.watch`` / ``streams.ignore`` naming a stream never observed (a typo): the stream it meant ran the
-    default detectors, or stayed watched, without a word (a probe).  Said once, at the first evaluation."""
+    default detectors, or stayed watched, without a word (a probe).  Said once, at close() (at the first evaluation,
+    a stream logged later read as missing: a review)."""
     import logging
 
     cfg = load_config(overrides=["evaluation.precision=none", "trigger.freq_steps=2",
-                                 "streams.watch={train/rewrad: [{type: cusum, threshold: 3}]}",
+                                 "streams.watch={train/rewrad: [{type: cusum, threshold: 3}], "
+                                 "train/grad_norm: [{type: cusum}]}",
                                  "streams.ignore=[train/los, train/kl]"])
     ev = AdaptiveEvaluator.from_config(cfg, total_steps=10, clock=lambda: 0.0)
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         for step in range(10):
             ev.observe({"train/reward": 0.5, "train/loss": 1.0, "train/kl": 0.1}, step)
+            if step == 5:
+                ev.observe({"train/grad_norm": 1.0}, step)  # (first logged late: watched, not missing)
             ev.evaluate(lambda req: {"acc": [1.0, 0.0]}, 0, step, step)
+        assert not [r for r in caplog.records if "streams." in r.getMessage()]
+        ev.close()
+        ev.close()
     said = [r.getMessage() for r in caplog.records if "streams." in r.getMessage()]
     assert len(said) == 1 and said[0].startswith(
         "streams.watch: 'train/rewrad' (did you mean 'train/reward'?); streams.ignore: 'train/los' (did you mean "
-        "'train/loss'?): no such stream observed before the first evaluation (step 1;")
+        "'train/loss'?): no such stream observed in this run (up to step 9;")
     assert "'train/kl'" not in said[0].partition("observed:")[0]  # (ignored as named: nothing to say)
 
 

@@ -284,6 +284,9 @@ def test_replay_says_when_the_truth_cannot_give_an_interval_and_refuses_a_bad_sc
     assert "no column 'eval/acc:x'" in capsys.readouterr().err
     colon = tmp_path / "colon.csv"
     colon.write_text((tmp_path / "pct.csv").read_text().replace("eval/acc", "val:acc", 1))
+    from adaptive_eval.cli import _eval_mapping
+
+    assert _eval_mapping(["acc:"]) == {"acc": 1.0}  # (a trailing ':' is no part of the name; a review)
     for named in ("val:acc:0.01", "val:acc"):
         assert main(["replay", str(colon), "--out", str(tmp_path / "d"), "--no-tensorboard", "--eval", named]) == 0
         assert ("eval/val:acc lies in" in capsys.readouterr().err) == (named == "val:acc")

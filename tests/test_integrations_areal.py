@@ -217,6 +217,12 @@ def test_areals_config_as_an_omegaconf_node_schedules_as_the_dataclass(fe, fs, b
         assert run(shim.AdaptiveEvaluator(node, spec(spe, epochs=100), preset="areal"), 0, 40, spe,
                    request=True) == expected
         assert as_config(node).trigger.freq_steps == fs
+    # a plain mapping with a key AReaL's config does not have is refused, not dropped (a review)
+    with pytest.raises(ConfigError, match=r"EvaluatorConfig: eval_before_trian: unknown key .*did you mean "
+                                          r"'eval_before_train'"):
+        as_config({"freq_epochs": None, "freq_steps": 5, "freq_secs": None, "eval_before_trian": True})
+    with pytest.raises(ConfigError, match=r"EvaluatorConfig: evaluation: unknown key"):
+        as_config({"freq_epochs": None, "freq_steps": 5, "freq_secs": None, "evaluation": {"metric": "acc"}})
     bad = OmegaConf.structured(areal_config(freq_steps=5))
     bad.freq_steps = -1
     for make in (lambda c: shim.Evaluator(c, spec(4)), lambda c: shim.AdaptiveEvaluator(c, spec(4)), as_config):

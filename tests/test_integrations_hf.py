@@ -177,6 +177,17 @@ def test_two_callbacks_each_resume_their_own_state_and_a_state_that_does_not_loa
     assert "the adaptive state in the checkpoint does not load into this config, so the evaluator starts afresh " \
            "at step 10" in caplog.text
     assert "train/loss" in ran[0].evaluator.state_dict()["detectors"]  # (observed: the training step was wrapped)
+    # resumed with one callback where two saved: which state is whose is not known, so it starts afresh, said (it
+    # took the second one's state; a review)
+    caplog.clear()
+    one = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=3"])
+    trainer = Trainer(Tiny(), make_args(tmp_path / "a", max_steps=24, save_strategy="steps", save_steps=10),
+                      train_dataset=Points(800, 0), eval_dataset=Points(60, 1), callbacks=[one])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-10"))
+    assert "holds the states of 2 AdaptiveEvalCallback instances and this trainer has 1" in caplog.text
+    (ran,) = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+    assert all(r.step >= 10 for r in ran.evaluator.history)
 
 
 def test_aggregates_only_are_reported_with_n_and_no_guessed_interval(tmp_path):
@@ -1110,3 +1121,34 @@ def test_eval_before_train_evaluates_the_initial_weights(tmp_path):
     assert (first.step, first.reason) == (0, "before_train")
     assert first.mean("eval_loss") == pytest.approx(initial, rel=1e-5)
     assert cb.evaluator.history[1].mean("eval_loss") != pytest.approx(initial, rel=1e-3)  # (trained since)
+
+
+class NoLogAt(TrainerCallback):
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            control.should_log = False  # (after ours: the step's decision waits for a log that does not come)
+
+
+def test_a_step_left_for_a_log_that_never_comes_is_decided_before_the_next_step_and_never_outlives_its_run(tmp_path):
+    """From a review: a step whose decision waited for its log, where no log came, was decided at the next
+    on_step_end, on the next step's weights; and one left pending by a run that died before its log was decided on
+    the next train()'s evaluator, whose steps then went backwards (every evaluation failed)."""
+    seen = []
+    trainer = None
+
+    def fn(request):
+        seen.append((request.step, trainer.state.global_step))
+        return {"acc": [1.0] * len(request.indices(20))}
+
+    cb = AdaptiveEvalCallback("default", fn, overrides=FAST + ["trigger.freq_steps=8", "trigger.eval_at_end=false"])
+    torch.manual_seed(0)
+    trainer = Trainer(Tiny(), make_args(tmp_path / "out", max_steps=12, logging_steps=1),
+                      train_dataset=Points(400, 0), callbacks=[cb, NoLogAt(8)])
+    trainer.train()
+    assert seen and seen[0] == (7, 8)  # (the weights of step 7, HF's global_step 8: not 9)
+    cb._pending = 30  # (as a run that died between its on_step_end and on_log leaves it)
+    trainer.train()
+    assert cb.evaluator.summary()["eval_errors"] == 0 and cb.evaluator.history

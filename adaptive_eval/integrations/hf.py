@@ -461,6 +461,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     # -- hooks ------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_begin")
+        # (a run that died between on_step_end and on_log left its step pending: decided on the next train()'s
+        # evaluator, it went back in steps and failed every step; a review)
+        self._pending = None
         trainer = _find_trainer(self)
         if trainer is not None:  # (the trainer that trains: one reused in a second Trainer kept the first; found by
             self._trainer_ref = weakref.ref(trainer)  # a new user; two built up front: the first that trains)
@@ -529,7 +532,17 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                     if type(c).__name__ == type(self).__name__]
             k = max(len(mine), 1)
             at = next((i for i, c in enumerate(mine) if c is self), 0)
-            stored = stored[-k:][at] if len(stored) >= k else (stored[-1] if stored else None)
+            # the instances that saved: as many as the states at the head of the list taken before any training
+            saved_k = next((i for i, e in enumerate(stored) if not (isinstance(e, Mapping) and not
+                                                                   e.get("attributes", {}).get("_saved_state"))),
+                           len(stored))
+            if 0 < saved_k != k:  # (another number of callbacks: which state is whose is not known; a review)
+                if getattr(state, "is_world_process_zero", True) and at == 0:
+                    log.warning("adaptive_eval: the checkpoint holds the states of %d AdaptiveEvalCallback instances "
+                                "and this trainer has %d: each starts afresh", saved_k, k)
+                stored = None
+            else:
+                stored = stored[-k:][at] if len(stored) >= k else (stored[-1] if stored else None)
         if isinstance(stored, Mapping) and stored.get("attributes", {}).get("_saved_state"):
             saved = stored["attributes"]["_saved_state"]
         if saved and state.global_step > 0:  # resuming from a checkpoint
@@ -619,6 +632,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._pending = global_step
             return
         self._decide(global_step, control)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        # A step left for its log where no log came (a callback cleared should_log) is decided before the next step
+        # trains: decided at the next on_step_end, it evaluated that step's weights (a review)
+        self._decide_pending(control)
 
     def _decide(self, global_step: int, control) -> None:
         epoch, step = divmod(global_step, self._steps_per_epoch)
