@@ -208,11 +208,26 @@ def ratio_ci(ratios, confidence: float = 0.95) -> tuple[float, float, float]:
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+def unpaired_ratio_ci(values, base, confidence: float = 0.95) -> tuple[float, float, float]:
+    """(ratio of the geometric means, low, high) of two independent samples: Welch's t interval of the difference of
+    their mean logs (both samples' uncertainty; dividing each value by the other's median left that one's out)."""
+    from scipy import stats
+
+    a, b = np.log(np.asarray(values, dtype=float)), np.log(np.asarray(base, dtype=float))
+    diff = float(a.mean() - b.mean())
+    if a.size < 2 or b.size < 2:
+        return math.exp(diff), math.nan, math.nan
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1)) if va + vb > 0 else 1.0
+    half = float(stats.t.ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb))
+    return math.exp(diff), math.exp(diff - half), math.exp(diff + half)
+
+
 def fmt_ratio(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.3f} [{r[1]:.3f}, {r[2]:.3f}]"
 
 
-def snapshot_cost(rng) -> list[tuple[int, float, float, float]]:
+def snapshot_cost() -> list[tuple[int, float, float, float]]:
     rows = []
     for hidden in (512, 1024, 2048):
         model = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, hidden),
@@ -238,7 +253,6 @@ def main() -> None:
     ap.add_argument("--no-eval-rank", action="store_true")
     args = ap.parse_args()
     args.batches, step_s = calibrate(args.eval_steps)
-    rng = np.random.Generator(np.random.PCG64(0))
     print(f"# {args.steps} steps, an evaluation every {args.every} (the same steps in every mode); one training "
           f"step {step_s * 1e3:.2f} ms; the evaluation: {args.batches} batches of {BATCH * 4} ~ {args.eval_steps:g} "
           f"steps; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; torch {torch.__version__}")
@@ -270,11 +284,11 @@ def main() -> None:
         lat_s = f"{statistics.median(lat):g} [{min(lat)}, {max(lat)}]" if lat else "-"
         paired = name in modes and name != "no evaluation"
         ratio = (fmt_ratio(ratio_ci([w / b for w, b in zip(walls, base_walls)])) if paired
-                 else "1" if name == "no evaluation" else fmt_ratio(ratio_ci([w / base for w in walls])) + " *")
+                 else "1" if name == "no evaluation" else fmt_ratio(unpaired_ratio_ci(walls, base_walls)) + " *")
         print(f"| {name} | {statistics.median(walls):.2f} [{min(walls):.2f}, {max(walls):.2f}] | {ratio} | "
               f"{len(res)} | {same} | {lat_s} | {statistics.median(r['waited'] for r in rs):.2f} |")
     if not args.no_eval_rank:
-        print("(* not interleaved with the others: each run over the median run without evaluation)")
+        print("(* not interleaved with the others: the ratio of the two modes' geometric means, Welch's t interval)")
     # A training step while an evaluation runs beside it against a step of the run without evaluation (the same
     # repeat: interleaved): per repeat, the ratio of the two medians; over repeats, their geometric mean with a t
     # interval (the steps of one run are not independent).  (It compared the asynchronous run's own steps with and
@@ -293,12 +307,12 @@ def main() -> None:
             continue
         bi = [statistics.median(x) for x in busy]
         paired = name in modes
-        ratios = [b / p for b, p in zip(bi, plain)] if paired else [b / statistics.median(plain) for b in bi]
+        ratio = ratio_ci([b / p for b, p in zip(bi, plain)]) if paired else unpaired_ratio_ci(bi, plain)
         print(f"| {name} | {statistics.median(plain):.2f} | {statistics.median(bi):.2f} | "
-              f"{fmt_ratio(ratio_ci(ratios))}{'' if paired else ' *'} |")
+              f"{fmt_ratio(ratio)}{'' if paired else ' *'} |")
     print("\n| parameters | snapshot_weights to CPU, ms per million parameters (median of 7 [min, max]) |")
     print("| --- | --- |")
-    for params, med, lo, hi in snapshot_cost(rng):
+    for params, med, lo, hi in snapshot_cost():
         print(f"| {params / 1e6:.2f} M | {med:.2f} [{lo:.2f}, {hi:.2f}] |")
 
 
