@@ -1193,6 +1193,12 @@ def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[s
     for lhs, item in reversed(overridden.items()):  # (the last override that covers the key)
         if dotted == lhs or dotted.startswith(lhs + "."):
             return f"override {item!r}: {problem}"
+    # a problem of two keys (min larger than max) that an override set the other of: it named the key left at its
+    # default, and no override (a probe)
+    for other in re.findall(r"\b[a-z_]+(?:\.[a-z_0-9]+)+\b", problem.partition(":")[2]):
+        for lhs, item in reversed(overridden.items()):
+            if other == lhs:
+                return f"override {item!r}: {problem}"
     under = [item for lhs, item in overridden.items() if lhs.startswith(dotted + ".")]
     if len(under) == 1:  # (a problem of an item an override changed: streams.default[1]: cusum: threshold ...)
         return f"override {under[0]!r}: {problem}"

@@ -51,6 +51,10 @@ def test_replay_unwritable_out_exits_2(tmp_path, capsys):
     ("evaluation.on_error=ignore", "evaluation.on_error: must be one of skip, retry, raise; got 'ignore'"),
     ("evaluation.timeout_s=-1", "evaluation.timeout_s: must be positive or null, got -1.0"),
     ("policy.sample_size.min=600", "policy.sample_size.min: 600 is larger than policy.sample_size.max: 512"),
+    # the override of the other key of the pair (it named min, left at its default, and no override; a probe)
+    ("policy.sample_size.max=10", "policy.sample_size.min: 48 is larger than policy.sample_size.max: 10"),
+    ("policy.interval.max_factor=0.3", "policy.interval.min_factor: 0.5 is larger than policy.interval.max_factor: "
+                                       "0.3"),
 ])
 def test_impossible_values_are_config_errors_with_the_dotted_key(override, message):
     with pytest.raises(ConfigError) as info:
