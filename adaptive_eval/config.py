@@ -831,6 +831,11 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     elif isinstance(value, str) and "could not be converted to" in msg and _yaml11_text_number(value):
         # YAML 1.1 reads 1e3 (no dot) as text (found by a new-user probe: the message did not say why)
         msg += f" (YAML reads {value} as text: write {_yaml11_text_number(value, 'to Integer' in msg)})"
+    elif "is not Optional" in msg:
+        # (a section whose keys are all commented out reads null: OmegaConf's "field 'policy' is not Optional" gave
+        # no way on; a probe)
+        msg = ("empty (null: its keys commented out?): give it a value, write {} for a section or [] for a list, "
+               "or delete the line")
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
 
 

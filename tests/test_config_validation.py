@@ -556,6 +556,10 @@ def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not
     said = problems("evaluation:\n  suites:\n    2024:\n      size: 30\n    on:\n      size: 20\n")
     assert "c.yaml:3: evaluation.suites.2024: YAML reads the name '2024' as a number: quote it" in said
     assert "c.yaml:5: evaluation.suites.on: YAML reads the name 'on' as a boolean" in said
+    # a section whose keys are all commented out reads null: OmegaConf's "field 'policy' is not Optional" gave no way
+    # on (a probe)
+    assert ("c.yaml:1: policy: empty (null: its keys commented out?): give it a value, write {} for a section or [] "
+            "for a list, or delete the line") in problems("policy:\n#  alarm:\n#    enabled: false\n")
     # a suite named by a date (a release) escaped as OmegaConf's KeyValidationError, no file or line (a probe)
     assert "c.yaml:3: evaluation.suites.2024-06-01: YAML reads the name '2024-06-01' as a date: quote it" in problems(
         "evaluation:\n  suites:\n    2024-06-01: {size: 10}\n")
