@@ -331,20 +331,9 @@ def test_an_exponent_yaml_reads_as_text_says_how_to_write_the_number(tmp_path):
 def test_load_config_takes_what_from_config_takes_and_names_what_it_does_not():
     """A Config or the user's own dataclass instance (from_config takes both) was a bare os.fspath TypeError in
     load_config, and so was a list (a probe)."""
-    import dataclasses
-
     from adaptive_eval.config import Config
 
-    @dataclasses.dataclass
-    class Trig:
-        freq_steps: int = 10
-
-    @dataclasses.dataclass
-    class Mine:
-        trigger: Trig = dataclasses.field(default_factory=Trig)
-
-    assert load_config(Config(), ["trigger.freq_steps=4"]).trigger.freq_steps == 4
-    assert load_config(Mine()).trigger.freq_steps == 10
+    assert load_config(Config(), ["trigger.freq_steps=4"]).trigger.freq_steps == 4  # (the user's own: below)
     with pytest.raises(TypeError, match=r"^load_config: the config is a YAML file or preset name, a mapping, a "
                                         r"DictConfig or a Config \(dataclass\), not a list$"):
         load_config([1, 2])
@@ -654,6 +643,7 @@ def test_a_node_of_a_larger_config_resolves_against_it_and_every_problem_is_name
         trigger: Trigger = dataclasses.field(default_factory=Trigger)
 
     assert AdaptiveEvaluator.from_config(OmegaConf.structured(MyEval)).cfg.trigger.freq_steps == 7
+    assert load_config(MyEval()).trigger.freq_steps == 7  # (an instance: a bare os.fspath TypeError; a probe)
     assert AdaptiveEvaluator.from_config(MyEval(Trigger(9))).cfg.trigger.freq_steps == 9  # (the instance too)
 
 
