@@ -2425,10 +2425,7 @@ class AdaptiveEvaluator:
             self._say_unobserved_streams()
         except Exception:  # noqa: BLE001 - a note never stops the user's shutdown
             pass
-        try:
-            self.logger.close()
-        except Exception:  # noqa: BLE001 - the recorder is closed all the same (it is said, and counted)
-            self._logger._failed("close")
+        self._logger.close()  # (the recorder is closed all the same: a failure is said, and counted)
         if self._recorder is not None:
             self._recorder.close()
             self._recorder = None
@@ -2488,10 +2485,10 @@ def _short(text: str, most: int = 200) -> str:
 
 
 class _GuardedLogger:
-    """The evaluator's calls into its logger (``log``, ``text``, ``set_groups``, ``log_config``): an exception there
-    (a logger's bug, a user's logger, a value it cannot take) is logged once with its traceback and counted in
-    ``summary()["logger_errors"]``, never raised into the training step (a TensorBoard logger's error went up
-    through ``observe()``: found in review of a new user's probe)."""
+    """The evaluator's calls into its logger (``log``, ``text``, ``set_groups``, ``log_config``, ``close``): an
+    exception there (a logger's bug, a user's logger, a value it cannot take) is logged once with its traceback and
+    counted in ``summary()["logger_errors"]``, never raised into the training step (a TensorBoard logger's error went
+    up through ``observe()``: found in review of a new user's probe)."""
 
     __slots__ = ("inner", "errors")
 
@@ -2522,6 +2519,9 @@ class _GuardedLogger:
 
     def log_config(self, config_yaml) -> None:
         self._call("log_config", config_yaml)
+
+    def close(self) -> None:
+        self._call("close")
 
 
 _EVALUATORS: weakref.WeakSet = weakref.WeakSet()

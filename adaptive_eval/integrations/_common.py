@@ -184,6 +184,28 @@ def close_and_drain(evaluator, guard: StepGuard, report) -> None:
             guard("report", report, result)
 
 
+def load_or_start_afresh(evaluator, state, step: int) -> bool:
+    """Load a checkpoint's adaptive ``state`` into ``evaluator``; one that does not load into its config is said and
+    the evaluator starts afresh (False).  (It escaped the adapter's set-up half done: HF's training step was never
+    wrapped, the loss went unwatched for the whole run; found by a probe.)"""
+    try:
+        evaluator.load_state_dict(state)
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("adaptive_eval: the adaptive state in the checkpoint does not load into this config, so the "
+                    "evaluator starts afresh at step %d (its detectors learn the streams again, its schedule counts "
+                    "from here): %s", step, exc)
+        return False
+    return True
+
+
+def say_suites_need_evaluate_fn(cfg, own: str) -> None:
+    """``evaluation.suites`` with the trainer's own evaluation (``own``: what it scores), which scores no suite:
+    every evaluation failed, each naming an evaluate_fn the user never wrote (found by a probe).  Said at the start."""
+    log.warning("adaptive_eval: evaluation.suites (%s) needs AdaptiveEvalCallback(evaluate_fn=...) that scores each "
+                "suite's requested items (request.suites): the trainer's own evaluation scores %s, not the suites, so "
+                "every evaluation will fail", ", ".join(cfg.evaluation.suites), own)
+
+
 def log_summary(evaluator) -> None:
     """The one-line account of a run at train end (the adapter calls it on the main process only)."""
     s = evaluator.summary()

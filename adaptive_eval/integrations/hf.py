@@ -76,6 +76,7 @@ from adaptive_eval.integrations._common import (
     checkpoint_path,
     close_and_drain,
     forward_collectives,
+    load_or_start_afresh,
     lockstep_padding,
     log_summary,
     missing,
@@ -83,6 +84,7 @@ from adaptive_eval.integrations._common import (
     refuse_tensor_parallel,
     relocate_checkpoints,
     result_scalars,
+    say_suites_need_evaluate_fn,
     scalar,
     synchronous_for_sharded,
     watched,
@@ -500,11 +502,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                             "answers: pass AdaptiveEvalCallback(evaluate_fn=...) that generates and scores the "
                             "requested prompts (request.indices)", type(trainer).__name__)
             if self.evaluate_fn is None and cfg.evaluation.suites:
-                # (every evaluation failed, each naming an evaluate_fn the user never wrote; found by a probe)
-                log.warning("adaptive_eval: evaluation.suites (%s) needs AdaptiveEvalCallback(evaluate_fn=...) that "
-                            "scores each suite's requested items (request.suites): the trainer's own evaluation "
-                            "scores its eval_dataset, not the suites, so every evaluation will fail",
-                            ", ".join(cfg.evaluation.suites))
+                say_suites_need_evaluate_fn(cfg, "its eval_dataset")
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None
         try:
@@ -548,15 +546,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if saved and state.global_step > 0:  # resuming from a checkpoint
             if args.world_size > 1 and args.process_index > 0:
                 saved = self._own_state(args, state, saved)
-            try:
-                self.evaluator.load_state_dict(saved)
-            except (ValueError, TypeError, KeyError) as exc:
-                # (it escaped to the guard of on_train_begin, which then skipped wrapping the training step: the
-                # loss went unwatched for the whole run, unsaid but for the error; found by a probe)
+            if not load_or_start_afresh(self.evaluator, saved, state.global_step):
                 saved = None
-                log.warning("adaptive_eval: the adaptive state in the checkpoint does not load into this config, so "
-                            "the evaluator starts afresh at step %d (its detectors learn the streams again, its "
-                            "schedule counts from here): %s", state.global_step, exc)
         if saved and state.global_step > 0:
             if self.look_back:
                 # The state in checkpoint-N was taken before on_save handed checkpoint-N over: hand it over again,

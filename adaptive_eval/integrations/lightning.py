@@ -84,6 +84,7 @@ from adaptive_eval.integrations._common import (
     checkpoint_path,
     close_and_drain,
     forward_collectives,
+    load_or_start_afresh,
     lockstep_padding,
     log_summary,
     missing,
@@ -91,6 +92,7 @@ from adaptive_eval.integrations._common import (
     refuse_tensor_parallel,
     relocate_checkpoints,
     result_scalars,
+    say_suites_need_evaluate_fn,
     scalar,
     synchronous_for_sharded,
     watched,
@@ -366,11 +368,7 @@ class AdaptiveEvalCallback(Callback):
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": dict(zip(("metric", "higher_is_better"), monitored))}))
         self._guard.reraise = cfg.evaluation.on_error == "raise"
         if self.evaluate_fn is None and cfg.evaluation.suites and getattr(trainer, "is_global_zero", True):
-            # (as the HF adapter says: every evaluation failed, naming an evaluate_fn the user never wrote; a probe)
-            log.warning("adaptive_eval: evaluation.suites (%s) needs AdaptiveEvalCallback(evaluate_fn=...) that "
-                        "scores each suite's requested items (request.suites): the trainer's own validation scores "
-                        "its val_dataloaders, not the suites, so every evaluation will fail",
-                        ", ".join(cfg.evaluation.suites))
+            say_suites_need_evaluate_fn(cfg, "its val_dataloaders")
         total = trainer.estimated_stepping_batches
         total = int(total) if total is not None and math.isfinite(total) else None
         batches = trainer.num_training_batches
@@ -404,18 +402,10 @@ class AdaptiveEvalCallback(Callback):
         if self._stashed:
             state = self._own_state(self._stashed, self._stashed_ranks)
             self._stashed = self._stashed_ranks = None
-            try:
-                self.evaluator.load_state_dict(state)
-            except (ValueError, TypeError, KeyError) as exc:
-                # (it escaped the set-up half done, as in the HF adapter, where the loss then went unwatched; a probe)
-                log.warning("adaptive_eval: the adaptive state in the checkpoint does not load into this config, so "
-                            "the evaluator starts afresh at step %d (its detectors learn the streams again, its "
-                            "schedule counts from here): %s", self._done(trainer), exc)
-            else:
+            if load_or_start_afresh(self.evaluator, state, self._done(trainer)) and self._stashed_twin:
                 # a resumed run whose module logged the step's loss itself keeps outputs["loss"] unobserved from its
                 # first step, as the uninterrupted run did
-                if self._stashed_twin:
-                    self._twin, self._aliases = self._stashed_twin[0], set(self._stashed_twin[1])
+                self._twin, self._aliases = self._stashed_twin[0], set(self._stashed_twin[1])
         self._last_global_step = self._done(trainer)
 
     def _done(self, trainer, in_batch: bool = False) -> int:
