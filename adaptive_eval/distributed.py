@@ -434,7 +434,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
     ``m3``, ``m4``: of cubed and fourth-power deviations, NaN when unknown; ``std``: the shard's standard
     deviation, finite where ``m2`` overflows, values near 1e160), and for a
     multi-sample (items x samples) metric also ``(samples, within_ss, nan_count, population, k,
-    within_ss2)``, for a custom
+    within_ss2, inv_samples)``, for a custom
     aggregation ``("agg:<kind>", payload)``, for per-sample values with NaN skipped ``("nan", nan_count)``."""
     out = {}
     for name, s in summaries.items():
@@ -444,7 +444,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k),
-                     float(s.within_ss2))
+                     float(s.within_ss2), float(s.inv_samples))
         elif s.nan_count:
             wire += ("nan", int(s.nan_count))
         out[name] = wire
@@ -512,7 +512,9 @@ def combine_rank_summaries(
                                 population=max(p[_EXTRA + 3] for p in clustered), m2=m2,
                                 k=max(p[_EXTRA + 4] for p in clustered), m3=m3, m4=m4,
                                 within_ss2=fsum(p[_EXTRA + 5] if len(p) > _EXTRA + 5 else math.nan
-                                                     for p in clustered))
+                                                     for p in clustered),
+                                inv_samples=fsum(p[_EXTRA + 6] if len(p) > _EXTRA + 6 else math.nan
+                                                 for p in clustered))
         else:
             m2, std = overflowed_spread(m2, [(p[2], p[0] / p[2], p[8]) for p in live])
             summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4, std=std)

@@ -303,7 +303,8 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
               clustered: bool = False, samples: int = 0, within_ss: float = math.nan,
               nan_count: int = 0, population: int = 0, m2: float | None = None,
               mean: float | None = None, k: int = 1, m3: float = math.nan, m4: float = math.nan,
-              std: float | None = None, within_ss2: float = math.nan) -> MetricSummary:
+              std: float | None = None, within_ss2: float = math.nan,
+              inv_samples: float = math.nan) -> MetricSummary:
     """Summary from the sufficient statistics of per-sample values (exact across shards).
 
     ``mean``: the values' mean when it is known better than ``total / n`` (finite values whose sum
@@ -318,7 +319,9 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     unbounded population of problems) with the finite population correction.  ``k``: the values are the
     items' pass@k (see :func:`clustered_interval`'s ``trials``).  ``within_ss2``: the sum over items of
     ``SS_i^2 / (m_i - 1)``, ``SS_i`` an item's share of ``within_ss`` and ``m_i`` its samples (NaN: unknown), from
-    which the within-item variance's degrees of freedom are read (:func:`_within_df`).
+    which the within-item variance's degrees of freedom are read (:func:`_within_df`).  ``inv_samples``: the sum
+    over items of ``1 / m_i`` (NaN: unknown, the counts taken as equal), for items of different counts
+    (:attr:`MetricSummary.effective_samples_per_item`).
 
     ``m3``, ``m4``: the sums of cubed and fourth-power deviations (:func:`higher_moments`), when known: a
     Student t interval (and a proportion's over items) then takes :func:`kurtosis_df` degrees of freedom.
@@ -328,7 +331,7 @@ def from_sums(total: float, total_sq: float, n: int, binary: bool, confidence: f
     """
     if clustered:
         return _clustered_from_sums(total, total_sq, n, binary, confidence, samples, within_ss, nan_count,
-                                    population, m2, mean, k, m3, m4, within_ss2)
+                                    population, m2, mean, k, m3, m4, within_ss2, inv_samples)
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0, binary=binary,
                              nan_count=nan_count)
@@ -904,7 +907,7 @@ def combine(parts: Iterable[MetricSummary], confidence: float = 0.95) -> MetricS
         m2, std = overflowed_spread(m2, [(p.n, p.mean, p.std) for p in parts])
     return from_sums(total, total_sq, n, binary, confidence, clustered=any(p.clustered for p in parts),
                      samples=sum(p.samples for p in parts), within_ss=sum(p.within_ss for p in parts),
-                     within_ss2=sum(p.within_ss2 for p in parts),
+                     within_ss2=sum(p.within_ss2 for p in parts), inv_samples=sum(p.inv_samples for p in parts),
                      nan_count=sum(p.nan_count for p in parts), population=max(p.population for p in parts),
                      m2=m2, k=max((p.k for p in parts), default=1), m3=m3, m4=m4, std=std)
 
@@ -1109,10 +1112,10 @@ def clopper_pearson(successes: float, n: float, confidence: float = 0.95) -> tup
 
 def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, within_ss, nan_count,
                          population=0, m2=None, mean=None, k=1, m3=math.nan, m4=math.nan,
-                         within_ss2=math.nan) -> MetricSummary:
+                         within_ss2=math.nan, inv_samples=math.nan) -> MetricSummary:
     extra = {"clustered": True, "samples": int(samples), "within_ss": float(within_ss), "nan_count": int(nan_count),
              "population": int(population), "k": int(k), "m3": float(m3), "m4": float(m4),
-             "within_ss2": float(within_ss2)}
+             "within_ss2": float(within_ss2), "inv_samples": float(inv_samples)}
     if n <= 0:
         return MetricSummary(mean=math.nan, n=0, ci=(math.nan, math.nan), total=0.0, total_sq=0.0,
                              binary=proportion, **extra)
@@ -1121,13 +1124,13 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
     std = math.sqrt(_variance(total, total_sq, n, m2)) if n > 1 else math.nan
     summary = MetricSummary(mean=mean, n=n, ci=(math.nan, math.nan), std=std, total=total, total_sq=total_sq,
                             binary=proportion, **extra)
-    fpc = population > 0 and math.isfinite(summary.within_var) and summary.samples_per_item > 0
+    spi = summary.effective_samples_per_item  # (the harmonic mean of the items' answers: unequal counts)
+    fpc = population > 0 and math.isfinite(summary.within_var) and spi > 0
     # pass@k in a suite: its within part (the jackknife, at least the variance at a smoothed solve rate:
     # _pass_within_ss) is not capped at the item estimates' spread, which reads 0 where they all read 1; the
     # interval is instead never wider than a sample of problems' (below).
     pass_fpc = proportion and k > 1 and fpc and n >= 2
-    var_mean = mean_over_items_var(std, n, summary.within_var, summary.samples_per_item, population,
-                                   cap_within=not pass_fpc)
+    var_mean = mean_over_items_var(std, n, summary.within_var, spi, population, cap_within=not pass_fpc)
     # With the finite population correction the answers' own spread is what is left, and answers to one
     # problem vary less than a Bernoulli at the overall mean: capping the effective size at the answers made
     # a whole 30-problem suite's interval about 1.2x too wide (simulated coverage 0.98-0.99 at 95%; uncapped
@@ -1149,7 +1152,7 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
             summary.within_var) else 0.0
     df = n - 1 if whole or (proportion and k > 1) else kurtosis_df(n, _m2(std, n), m4, weight)
     if fpc:
-        df = min(df, _within_df(std, n, summary.within_var, summary.samples_per_item, population, within_ss,
+        df = min(df, _within_df(std, n, summary.within_var, spi, population, within_ss,
                                 within_ss2, df, cap_within=not pass_fpc))
     if proportion and k > 1:
         # pass@k: an item's m answers hold m / k disjoint k-answer trials, and the effective size is capped at
@@ -1347,8 +1350,10 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
     with np.errstate(over="ignore", invalid="ignore"):  # huge values are data: inf sums, not a warning
         sums = float(im.sum()), float(np.dot(im, im))
     im_mean = stable_mean(im)
+    inv_samples = float(np.sum(1.0 / m[live]))  # (items of unequal counts: MetricSummary.effective_samples_per_item)
     out = {name: from_sums(*sums, int(im.size), binary, confidence, clustered=True, samples=samples,
                            within_ss=within_ss, within_ss2=within_ss2, nan_count=nan_count, population=population,
+                           inv_samples=inv_samples,
                            m2=deviations(im, im_mean), mean=im_mean, **_moments(im, im_mean))}
     for k in ks:
         # The answers returned (row lengths), not those scored: k above what every item returned is a request
@@ -1381,6 +1386,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                 population=population,
                                                 **dict(zip(("within_ss", "within_ss2"),
                                                            _pass_within_ss(m[ok], c[ok], int(k)))), k=int(k),
+                                                inv_samples=inv_samples if k == 1 else math.nan,
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
         extremes = ()
