@@ -611,8 +611,13 @@ def summarize_outputs(
             _say_more_answers(label, name, int(rows[1].max(initial=0)),
                               (samples_asked or {}).get(name.partition("/")[0]))
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
-                summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask], ks, confidence,
-                                                size if population else 0, both=sharded))
+                # (a k above every answer list of the stratum, the others' reaching it, is no pass@k of the
+                # stratum: it raised, which failed the whole evaluation for a stratum shown, not watched; a probe)
+                most = int(rows[1][mask].max(initial=0))
+                summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask],
+                                                [k for k in ks if int(k) <= most], confidence,
+                                                size if population else 0, both=sharded,
+                                                ids=None if item_ids is None else np.asarray(item_ids)[mask]))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 per_item = _row_means(rows[0])

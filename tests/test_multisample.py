@@ -1470,3 +1470,28 @@ def test_unequal_answer_counts_combine_across_shards_as_in_one_process():
     combined, _, _ = combine_rank_summaries([summaries_to_wire(h) for h in halves])
     assert combined["s/acc"].ci == pytest.approx(whole.ci, abs=1e-12)
     assert combined["s/acc"].inv_samples == pytest.approx(10 * (1 + 1 / 16))
+
+
+def test_a_stratum_whose_every_item_came_back_short_of_a_k_keeps_the_evaluation():
+    """report_strata with pass@[1, 4]: the two hardest problems returned one answer each (three timed out).  The
+    suite's pass@4 counts them as pass@1 of their one (said); the stratum's pass@4, which none of its items could
+    give, raised, and the whole evaluation failed (every suite's metrics lost) for a stratum shown, not watched
+    (a new-user probe).  The stratum now reports what its answers allow."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    levels = ["L1"] * 4 + ["L2"] * 4 + ["L5"] * 2
+    cfg = load_config(overrides=["trigger.freq_steps=5", "policy.sample_size.enabled=false",
+                                 "evaluation.pass_at_k=[1,4]", "evaluation.suites.math.size=10",
+                                 "evaluation.suites.math.samples_per_item=4", "evaluation.metric=math/acc",
+                                 "evaluation.suites.math.strata=[" + ",".join(levels) + "]",
+                                 "evaluation.suites.math.report_strata=true"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=10)
+    fn = (lambda request: {"math/acc": [[1.0] if levels[i] == "L5" else [1.0, 0.0, 1.0, 1.0]
+                                        for i in request.suites["math"].indices]})
+    for g in range(6):
+        ev.evaluate(fn, 0, g, g)
+    assert ev.summary()["eval_errors"] == 0 and ev.summary()["evals"] == 1
+    got = ev.history[-1].metrics
+    assert got["math/acc/pass@4"].mean == 1.0 and got["math/acc/stratum=L5/pass@1"].mean == 1.0
+    assert "math/acc/stratum=L5/pass@4" not in got and got["math/acc/stratum=L1/pass@4"].mean == 1.0
+    ev.close()
