@@ -493,6 +493,14 @@ def _evaluation_problems(ev) -> list[str]:
                 problems.append(f"{key}.strata: {len(strata)} labels for {size} items (size)")
             if missing:
                 problems.append(f"{key}.strata: item index {missing[0]} has an empty stratum label")
+    everies = {name: suite.every for name, suite in ev.suites.items() if isinstance(suite.every, int)}
+    if everies and len(everies) == len(ev.suites) and min(everies.values()) > 1:
+        # (an evaluation with no suite due called evaluate_fn with no suite, was counted, and relaxed the schedule as
+        # a quiet one: the tracked metric was measured at 4 steps of 400; a new-user probe)
+        problems.append("evaluation.suites: no suite is due at every evaluation ("
+                        + ", ".join(f"evaluation.suites.{n}.every: {e}" for n, e in everies.items())
+                        + "), so some scheduled evaluations would evaluate nothing; give one of them every: 1 (the "
+                        "tracked metric's suite, usually), or lengthen the schedule instead (trigger.freq_steps)")
     return problems
 
 

@@ -272,7 +272,7 @@ def test_every_misspelt_key_of_every_suite_is_reported_at_once_with_a_suggestion
         f"{path}:10: evaluation.suites.empty.size: missing; every suite needs its number of items (e.g. size: 500)"]
     with pytest.raises(ConfigError, match=r"did you mean 'evaluation.suites.math.cost'\?"):
         load_config(overrides=["evaluation.suites.math.costt=2"])
-    path.write_text("evaluation:\n  suites:\n    math.v2:\n      size: 10\n      every: 2\n")
+    path.write_text("evaluation:\n  suites:\n    math.v2:\n      size: 10\n      every: 2\n    base:\n      size: 5\n")
     assert load_config(path).evaluation.suites["math.v2"].every == 2
 
 
@@ -660,3 +660,16 @@ def test_tracking_a_pass_at_k_the_sample_size_policy_may_not_report_is_refused_s
     for fine in ("evaluation.suites.id.min_samples_per_item=4", "policy.sample_size.enabled=false",
                  "evaluation.suites.id.sample_size=50"):
         assert load_config("default", [*base, "evaluation.metric=id/acc/pass@4", fine]).evaluation.metric
+
+
+def test_suites_none_of_which_is_due_at_every_evaluation_are_refused_naming_their_every():
+    """a every 2nd evaluation, b every 3rd: the evaluations where neither was due called evaluate_fn with no suite,
+    were counted, and relaxed the schedule as quiet ones, so the tracked a/acc was measured at 4 steps of 400 (a
+    new-user probe).  One suite every 1 is enough."""
+    with pytest.raises(ConfigError, match=r"no suite is due at every evaluation \(evaluation.suites.a.every: 2, "
+                                          r"evaluation.suites.b.every: 3\)"):
+        load_config(overrides=["evaluation.metric=a/acc", "evaluation.suites.a.size=20", "evaluation.suites.a.every=2",
+                               "evaluation.suites.b.size=10", "evaluation.suites.b.every=3"])
+    cfg = load_config(overrides=["evaluation.metric=a/acc", "evaluation.suites.a.size=20",
+                                 "evaluation.suites.b.size=10", "evaluation.suites.b.every=3"])
+    assert cfg.evaluation.suites.b.every == 3
