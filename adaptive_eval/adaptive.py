@@ -2346,8 +2346,8 @@ class AdaptiveEvaluator:
         self.resources.load_state_dict(sd.get("resources", {}))
         self._unsynced = [(_alarm_from_wire(w[:6]), int(w[6])) for w in sd.get("unshared_alarms", [])]
         if self._async is not None:
-            held = sd.get("async", {})
             shape = sd.get("shape")
+            held = sd.get("async", {})  # (read last: a failure loading it names 'async', not 'shape'; a probe)
             if regrouped or (self._async.sharded and isinstance(shape, Mapping)
                              and shape.get("rank", self._rank) != self._rank):
                 # Another rank's state (accelerate's register_for_checkpointing saves the main process's only): the

@@ -224,11 +224,16 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
             pass_at_k=tuple(options.get("pass_at_k", (1,))), suites=tuple(options.get("suites") or ()),
             metric_kinds=options.get("metric_kinds"), aggregations=options.get("aggregations"), local=True,
             strata=options.get("strata"), failures_said=options.get("failures_said"))
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            raise
         # In a worker a KeyboardInterrupt or SystemExit stops only the evaluation, as Python stops only the thread
         # that raises it: a failed evaluation, handled by on_error.  (Raised as it was, it came back into the
-        # training loop at every later step and close() could never finish; found by a probe.)
-        what = f"{type(exc).__name__}({str(exc)!r})" if str(exc) else type(exc).__name__
+        # training loop at every later step and close() could never finish; found by a probe.)  So does any other
+        # BaseException (GeneratorExit, a library's own): the future's waiter caught Exception only, and such a
+        # one jammed the queue for good (a probe).
+        message = error_message(exc)
+        what = f"{type(exc).__name__}({message!r})" if message else type(exc).__name__
         raise RuntimeError(f"evaluate_fn raised {what} in the asynchronous evaluation of step {request.step}, in "
                            "its worker: it stopped that evaluation only") from exc
 
@@ -347,7 +352,7 @@ def _restored_error(kind: str, text: str) -> Exception | None:
             exc = cls(arg())
         except Exception:  # noqa: BLE001 - a type that takes other arguments, a message that is no literal
             continue
-        if str(exc) == text:
+        if error_message(exc) == text:  # (an exception whose __str__ raises: no load; a probe)
             return exc
     return None
 
@@ -821,7 +826,7 @@ class AsyncEvaluations:
         except Exception as exc:  # noqa: BLE001 - on_error raise in the worker, a broken runner
             if not _raised_by(job.future, exc):
                 raise  # a signal handler's exception while this thread waited (a preemption): the training loop's
-            if "eval rank" in str(exc) and getattr(self.executor, "broken", None):
+            if "eval rank" in error_message(exc) and getattr(self.executor, "broken", None):
                 self.down = self.executor.broken
             return EvalOutcome(None, exc)
 

@@ -1296,3 +1296,77 @@ def test_a_preemption_while_one_call_takes_two_due_results_keeps_both_in_the_sta
     assert [j["step"] for j in jobs] == [0, 1] and all(j["outcome"] is not None for j in jobs)
     ev.close()
     assert [r.step for r in ev.history] == [0, 1]
+
+
+class _LibraryCancel(BaseException):
+    """A library's own BaseException (not an Exception): a cancelled request."""
+
+
+class _ClientError(Exception):
+    """A client library's error whose message formats an attribute a re-raised copy lacks."""
+
+    def __str__(self):
+        return f"HTTP {self.status}"
+
+
+@pytest.mark.parametrize("exc", [_LibraryCancel("request cancelled"), GeneratorExit("request cancelled")])
+def test_a_base_exception_in_the_worker_is_one_failed_evaluation(exc):
+    """A probe: a BaseException other than KeyboardInterrupt and SystemExit, raised by evaluate_fn in the worker,
+    was raised into the training loop at every later observe and evaluate and by close(), and no evaluation ran
+    again (the job never left the queue; eval_errors stayed 0).  Now it is that evaluation's failure, on_error's."""
+    def fn(request):
+        raise exc
+
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false"), total_steps=12)
+    for g in range(12):
+        ev.observe({"loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)  # (raised nothing into the loop)
+    ev.close()
+    errors = [e for e in events if e["kind"] == "error"]
+    assert ev.summary()["eval_errors"] == len(errors) >= 2
+    assert type(exc).__name__ in errors[0]["error"] and "stopped that evaluation only" in errors[0]["error"]
+
+
+def test_an_error_whose_message_fails_is_raised_once_under_on_error_raise_and_resumes_under_skip():
+    """A probe: with on_error: raise, an error whose __str__ raises jammed the queue (an AttributeError from every
+    later observe and from close(), eval_errors 0); under skip, a state holding it in flight did not load, and the
+    message blamed state_dict['shape']."""
+    def fn(request):
+        raise _ClientError()
+
+    ev, events = make(cfg("evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false",
+                          "evaluation.on_error=raise"), total_steps=12)
+    raised = []
+    for g in range(12):
+        try:
+            ev.observe({"loss": 1.0}, g)
+            ev.evaluate(fn, 0, g, g)
+        except _ClientError:
+            raised.append(g)
+    with pytest.raises(_ClientError):
+        ev.close()
+    assert raised and ev.summary()["eval_errors"] == len(raised) + 1
+    ev, _ = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"), total_steps=12)
+    for g in range(6):
+        ev.observe({"loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+    sd = json.loads(json.dumps(ev.state_dict()))
+    assert any(job.get("outcome") for job in sd["async"]["jobs"])
+    again, events = make(cfg("evaluation.async_integrate_after_steps=3", "policy.budget.enabled=false"), total_steps=12)
+    again.load_state_dict(sd)  # (raised "state_dict['shape'] does not load")
+    for g in (6, 7):
+        again.observe({"loss": 1.0}, g)
+        again.evaluate(fn, 0, g, g)
+    assert [e["step"] for e in events if e["kind"] == "error"] == [4]  # (the failure in flight, integrated at 7)
+    ev.close()
+    again.close()
+
+
+def test_a_state_whose_async_part_does_not_load_names_async():
+    """The key read last named the failure: 'shape', read after 'async' (a probe)."""
+    ev, _ = make(cfg(), total_steps=12)
+    sd = ev.state_dict()
+    sd["async"] = {"jobs": [{"id": "x"}], "next_id": 1}
+    with pytest.raises(ValueError, match=r"state_dict\['async'\] does not load"):
+        make(cfg(), total_steps=12)[0].load_state_dict(sd)
+    ev.close()
