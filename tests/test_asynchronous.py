@@ -432,11 +432,12 @@ def test_an_injected_clock_without_an_eval_clock_under_a_device_budget_is_said(c
     one seed with a fixed latency decided differently under policy.budget.max_eval_device_fraction."""
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         AdaptiveEvaluator.from_config(cfg("policy.budget.max_eval_device_fraction=0.05"), clock=FakeClock()).close()
-        AdaptiveEvaluator.from_config(cfg(), clock=FakeClock()).close()  # (no device budget: nothing to say)
+        AdaptiveEvaluator.from_config(cfg(), clock=FakeClock()).close()  # (at the default 1 too: a probe)
+        AdaptiveEvaluator.from_config(cfg("policy.budget.enabled=false"), clock=FakeClock()).close()  # (no budget)
         AdaptiveEvaluator.from_config(cfg("policy.budget.max_eval_device_fraction=0.05"), clock=FakeClock(),
                                       eval_clock=lambda: 0.0).close()
-    said = [r for r in caplog.records if "eval_clock" in r.getMessage()]
-    assert len(said) == 1 and "max_eval_device_fraction (0.05)" in said[0].getMessage()
+    said = [r.getMessage() for r in caplog.records if "eval_clock" in r.getMessage()]
+    assert len(said) == 2 and "max_eval_device_fraction (0.05)" in said[0] and "(1)" in said[1]
     # an executor not known to run in this process does not get the eval_clock: said (it was left out unsaid, and
     # the decisions followed real time; a resume probe with a wrapper around a thread pool)
 
