@@ -102,6 +102,36 @@ def _decision_state(d: Decision) -> dict:
     return {**dataclasses.asdict(d), "suites": [list(p) for p in d.suites]}
 
 
+class _FiniteClock:
+    """An injected ``clock=`` whose readings are checked: one that is no finite number (``inf`` once switched the
+    time trigger off for the rest of the run, ``None`` raised a TypeError from inside evaluate(); a probe) reads as
+    the last good one, said once.  (The default ``time.monotonic`` is called as it is: the hot path.)"""
+
+    __slots__ = ("fn", "last", "said")
+
+    def __init__(self, fn):
+        self.fn, self.last, self.said = fn, 0.0, False
+
+    def __call__(self) -> float:
+        value = self.fn()
+        try:
+            if math.isfinite(value):
+                self.last = float(value)
+                return self.last
+        except TypeError:
+            pass
+        if not self.said:
+            self.said = True
+            log.warning("clock= returned %r, not a finite number of seconds: its last finite reading (%g) is used "
+                        "instead (said once)", value, self.last)
+        return self.last
+
+    def __getattr__(self, name):  # (the clock's own attributes: a FakeClock's advance(), a SimClock's time)
+        if name in _FiniteClock.__slots__:
+            raise AttributeError(name)
+        return getattr(self.fn, name)
+
+
 class _Reading(dict):
     """A state being loaded that notes the key last read (``where[0]``): a load's error names it."""
 
@@ -255,7 +285,7 @@ class AdaptiveEvaluator:
         self.total_steps = check_step("total_steps", total_steps) if total_steps is not None else None
         if self.total_steps is not None and self.total_steps < 1:  # (0 and -1 were taken: no final evaluation)
             raise ValueError(f"total_steps must be >= 1 (the run's number of steps) or None, got {self.total_steps}")
-        self.clock = clock if clock is not None else time.monotonic
+        self.clock = _FiniteClock(clock) if clock is not None else time.monotonic
         self.dist = DistContext.from_config(self.cfg, group)
         # Decided once: a single process pays nothing for the distributed machinery, step after step.
         self._distributed = _group_exists(group)

@@ -423,3 +423,27 @@ def test_an_explicit_metric_that_reads_lower_is_better_tracked_as_higher_is_bett
     assert said == ["evaluation.metric 'eval_loss' reads like a loss, yet evaluation.higher_is_better is true: a rise "
                     "reads as improving, the best checkpoint is its highest; set evaluation.higher_is_better: false "
                     "if lower is better"]
+
+
+@pytest.mark.parametrize("bad", [math.inf, None])
+def test_a_clock_reading_that_is_no_finite_number_reads_as_the_last_good_one_said_once(bad, caplog):
+    """A probe: one inf from an injected clock switched the time trigger off for the rest of the run (evaluations at
+    3, 6, 7, 59 where every 3rd step was due), and None raised a TypeError from inside evaluate()."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    t, now = [0.0], [-1]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=null", "trigger.freq_secs=30",
+                                                              "policy.interval.enabled=false"]), total_steps=60,
+                                       clock=lambda: bad if now[0] == 7 else t[0])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for step in range(60):
+            t[0], now[0] = t[0] + 10.0, step
+            ev.observe({"train/loss": 1.0}, step)
+            ev.evaluate(lambda: {"acc": [1.0, 0.0] * 10}, 0, step, step)
+    ev.close()
+    steps = [r.step for r in ev.history]
+    assert steps == list(range(2, 60, 3))  # (inf: 2, 5, 8, 59)
+    said = [r.getMessage() for r in caplog.records if "clock= returned" in r.getMessage()]
+    assert len(said) == 1 and "last finite reading" in said[0]
