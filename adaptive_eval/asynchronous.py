@@ -1002,14 +1002,18 @@ class AsyncEvaluations:
             finally:
                 self.wait_limit_s, self._wait_bound = saved, bound
         stuck = [job.step for job in self.jobs if job.future is not None and not job.future.done()]
-        if stuck and isinstance(self.executor, cf.ThreadPoolExecutor):
+        stuck += [step for future, step in self._abandoned if not future.done() and step not in stuck]
+        pool = next((kind for kind in (cf.ThreadPoolExecutor, cf.ProcessPoolExecutor)
+                     if isinstance(self.executor, kind)), None)
+        if stuck and pool is not None:
             # Its worker threads are not daemons: Python joins them at exit, so the process would wait for the
-            # hung evaluation forever after training returned (found by a new user).
-            log.warning("the evaluation of step(s) %s still runs in your ThreadPoolExecutor after the drain timeout: "
-                        "Python waits for a ThreadPoolExecutor's threads at exit, so this process will not exit until "
-                        "it returns; pass executor=adaptive_eval.asynchronous.DaemonThreadExecutor() (or none: "
+            # hung evaluation forever after training returned (found by a new user).  So it does a process pool's
+            # workers, and one failed by evaluation.timeout_s runs on as well (a probe: not said).
+            log.warning("the evaluation of step(s) %s still runs in your %s after the drain timeout: Python waits "
+                        "for a %s's workers at exit, so this process will not exit until it returns; pass "
+                        "executor=adaptive_eval.asynchronous.DaemonThreadExecutor() (or none: "
                         "evaluation.asynchronous uses daemon threads) and set evaluation.timeout_s",
-                        ", ".join(map(str, stuck)))
+                        ", ".join(map(str, sorted(stuck))), pool.__name__, pool.__name__)
         self.jobs = []
         return out
 

@@ -1371,3 +1371,19 @@ def test_a_state_whose_async_part_does_not_load_names_async():
     with pytest.raises(ValueError, match=r"state_dict\['async'\] does not load"):
         make(cfg(), total_steps=12)[0].load_state_dict(sd)
     ev.close()
+
+
+def test_an_evaluation_failed_by_its_timeout_that_still_runs_in_a_users_pool_is_named_at_close(caplog):
+    """A probe: with evaluation.timeout_s the hung evaluation was failed and left running in the user's pool, and
+    close() said nothing, though the interpreter then waits for it at exit (a process pool's workers too)."""
+    release, hangs = hanging()
+    try:
+        ev, events = make(cfg("policy.budget.enabled=false", "evaluation.timeout_s=0.2",
+                              "evaluation.async_integrate_after_steps=1"), cf.ThreadPoolExecutor(1))
+        train(ev, model_at(0), 8, fn=hangs)
+        assert any(e["kind"] == "error" and "timeout_s" in e["error"] for e in events)
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            ev.close(timeout_s=0.2)
+        assert "the evaluation of step(s) 4 still runs in your ThreadPoolExecutor" in caplog.text
+    finally:
+        release.set()
