@@ -17,8 +17,9 @@ Rules the reader and the recorder share:
   real values and read back exactly.  JSONL holds them as the strings ``"nan"``, ``"inf"``, ``"-inf"`` so
   every line stays strict JSON; the reader also accepts Python's ``NaN``/``Infinity`` tokens.
 - Every line is written whole with one ``write`` and ends in a newline, so after a crash at most the last
-  line is torn.  The reader drops a malformed last line that has no newline (with a warning) and rejects any
-  other malformed line with a :class:`TraceError` naming the file and line.
+  line is torn.  The reader drops a malformed last line that has no newline (with a warning), reads a CSV last
+  line without one that parses with a warning (cut inside its last cell it still parses), and rejects any other
+  malformed line with a :class:`TraceError` naming the file and line.
 
 >>> import pathlib, tempfile
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.jsonl"
@@ -589,11 +590,20 @@ def trace_format(path: str | os.PathLike, text: str | None = None) -> str:
 def read_text(path: pathlib.Path) -> str:
     """A trace file's text, with any line endings (``\n``, ``\r\n``, old Mac ``\r``) read as ``\n``;
     a file that is not UTF-8 is a :class:`TraceError` naming the file, line and byte."""
-    data = path.read_bytes()
+    return _decoded(path.read_bytes(), path)
+
+
+def _decoded(data: bytes, path, torn_ok: bool = True) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
+        if torn_ok and exc.end == len(data) and b"\n" not in data[exc.start:]:
+            # A crash cut the last line inside a character (a metric named in another script): it read "not
+            # UTF-8 ... save the trace as UTF-8" and the whole trace was refused (a probe); a torn last line.
+            _drop_torn(path, line, f"no newline at its end, cut inside a character (byte 0x{data[exc.start]:02x})",
+                       stacklevel=3)
+            return _decoded(data[:data.rfind(b"\n") + 1], path, torn_ok=False)
         raise TraceError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the trace "
                          "as UTF-8", path, line) from None
     if "\r" in text:
@@ -1063,6 +1073,11 @@ def warn_restarts(path, restarts: list, kept: int, stacklevel: int = 2) -> None:
                   RuntimeWarning, stacklevel=stacklevel + 1)
 
 
+def _cells(row: list[str], most: int = 60) -> str:
+    text = ",".join(row)
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
 def _drop_torn(path, line, why: str, stacklevel: int) -> None:
     warnings.warn(f"{path}:{line}: dropped a torn last line ({why})", RuntimeWarning, stacklevel=stacklevel + 1)
 
@@ -1083,6 +1098,13 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
             continue  # blank line
         try:
             rec = _csv_record(row, names, path, line)
+            if unterminated and k == len(rows) - 1:
+                # A CSV line cut inside its last cell still parses ("9,1.25,0" of "9,1.25,0.3"), and was read
+                # unsaid (a probe); a script that joins its lines leaves a whole last line without one too, so it
+                # is kept, said.
+                warnings.warn(f"{path}:{line}: the last line has no newline at its end: read as it is ({_cells(row)}"
+                              "), but if the run crashed while writing it, its last value may be cut (this "
+                              "library's traces end every line with a newline)", RuntimeWarning, stacklevel=4)
             _finish_line(rec, records, path, line, keep_last, restarts, clashes)
         except TraceError as err:
             if unterminated and k == len(rows) - 1:

@@ -206,8 +206,30 @@ def test_torn_last_line_is_dropped_with_a_warning(tmp_path, suffix, good, torn):
 
 
 def test_complete_last_line_without_newline_is_kept(tmp_path):
-    assert len(read_trace(write(tmp_path, "t.csv", "step,a\n1,2\n2,3"))) == 2
-    assert len(read_trace(write(tmp_path, "t.jsonl", '{"step": 1}\n{"step": 2}'))) == 2
+    """A script that joins its lines leaves the last without a newline: kept.  A CSV line cut by a crash inside its
+    last cell parses too ("2,3" of "2,3.5"): read unsaid (a probe), it is now said, naming the line."""
+    with pytest.warns(RuntimeWarning, match=r"t\.csv:3: the last line has no newline at its end: read as it is "
+                                            r"\(2,3\), but if the run crashed while writing it, its last value may "
+                                            r"be cut"):
+        assert len(read_trace(write(tmp_path, "t.csv", "step,a\n1,2\n2,3"))) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a JSON line cut anywhere does not parse: nothing to say)
+        assert len(read_trace(write(tmp_path, "t.jsonl", '{"step": 1}\n{"step": 2}'))) == 2
+
+
+def test_a_last_line_cut_inside_a_character_is_a_torn_line_not_a_file_that_is_not_utf8(tmp_path):
+    """A probe: a JSONL trace whose last line a crash cut inside a non-ASCII character (a metric named by another
+    script, ensure_ascii=False) was refused whole ("not UTF-8 text ...; save the trace as UTF-8")."""
+    whole = '{"step": 1, "metrics": {"récompense": 0.5}}\n{"step": 2, "metrics": {"récompense": 0.25}}\n'
+    cut = (whole + '{"step": 3, "metrics": {"ré').encode()[:-1]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(cut)
+    with pytest.warns(RuntimeWarning, match=r"t\.jsonl:3: dropped a torn last line \(no newline at its end, cut "
+                                            r"inside a character \(byte 0xc3\)\)"):
+        assert [r.metrics["récompense"] for r in read_trace(path)] == [0.5, 0.25]
+    path.write_bytes(cut + b"\n")  # (not at the end: still a file that is not UTF-8)
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: not UTF-8 text"):
+        read_trace(path)
 
 
 def test_the_smallest_int64_step_is_read(tmp_path):
