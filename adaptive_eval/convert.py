@@ -263,7 +263,9 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
 
         wandb_step = next((c for c in _WANDB_STEPS if c in header), None)
         if wandb_step is not None:
-            warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} (W&B's) as the step", RuntimeWarning,
+            whose = ("TensorBoard's CSV download" if wandb_step == "Step" and "Wall time" in header
+                     else "W&B's")  # (TensorBoard's "Wall time,Step,Value" was called W&B's; a probe)
+            warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} ({whose}) as the step", RuntimeWarning,
                           stacklevel=2)
             step = wandb_step
     named = [c for c in (step, epoch, time) if c is not None] + list(streams or ()) + list(evals or ())

@@ -98,13 +98,13 @@ def test_a_tensorboard_or_wandb_csv_export_s_clock_column_is_the_clock_not_a_str
     rows = [(s, t0 + 6 * s + (3600 if s >= 150 else 0), 0.5 + 0.01 * (s % 3)) for s in range(0, 300, 10)]
     path = tmp_path / "tb_export.csv"
     path.write_text("Step,Wall time,train/reward\n" + "".join(f"{s},{t},{r}\n" for s, t, r in rows))
-    with pytest.warns(RuntimeWarning, match="read 'Step'"):
+    with pytest.warns(RuntimeWarning, match=r"read 'Step' \(TensorBoard's CSV download\)"):  # (not W&B's: a probe)
         trace = read_trace(path)
     assert {k for r in trace for k in r.metrics} == {"train/reward"}
     assert [r.time for r in trace][:2] == [0.0, 60.0] and trace.records[-1].time == 6 * 290 + 3600
     wandb = tmp_path / "wandb.csv"
     wandb.write_text("Step,_runtime,_timestamp,train/reward\n0,0.5,1700000000.5,1\n10,61.5,1700000061.5,2\n")
-    with pytest.warns(RuntimeWarning, match="read 'Step'"):
+    with pytest.warns(RuntimeWarning, match=r"read 'Step' \(W&B's\)"):
         trace = read_trace(wandb)
     assert [r.time for r in trace] == [0.5, 61.5] and {k for r in trace for k in r.metrics} == {"train/reward"}
     # W&B's API export (run.history().to_csv()) names its step _step: read as the step, like Step (it was
