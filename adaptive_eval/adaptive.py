@@ -1522,6 +1522,9 @@ class AdaptiveEvaluator:
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
         self._running = running
+        # (the time trigger's interval counts from the decision, the evaluation's own time in it, as AReaL's: from
+        # its end, freq_secs=30 with 8 s evaluations evaluated at steps 5, 11, 17 where AReaL did at 5, 10, 15; a probe)
+        decided_at = self.trigger.clock() if self.trigger.freq_sec is not None else None
         try:
             outcome, seconds = self._evaluate_request(evaluate_fn, request, epoch, ev["on_error"])
         except Exception as exc:
@@ -1545,7 +1548,7 @@ class AdaptiveEvaluator:
         result, error = outcome.result, outcome.error
         if result is not None:
             result = self._with_aggregate(self._pair(result, outcome.item_values))
-        self.trigger.fired()
+        self.trigger.fired(decided_at)
         self._last_eval_step = global_step
         self._eval_seconds += seconds
         if error is not None:

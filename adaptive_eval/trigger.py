@@ -185,20 +185,24 @@ class EpochStepTimeFreqCtl:
         """AReaL's API: True when an evaluation is due at this step."""
         return self.poll(epochs, steps) is not None
 
-    def fired(self) -> None:
+    def fired(self, now: float | None = None) -> None:
         """Restart the staleness counters: an evaluation happened now (whatever caused it).
 
         Jointly counted triggers all restart.  Counted AReaL's way (one trigger, or ``independent``), a
         scheduled firing restarts only the triggers that are due (the initial one restarts the epoch
-        counter), and an unscheduled one (an alarm, the last step) restarts all of them.
+        counter), and an unscheduled one (an alarm, the last step) restarts all of them.  ``now``: the clock's
+        reading when the evaluation was decided (the time trigger's interval counts from there, the evaluation's
+        own time in it, as AReaL's does); None: the clock's reading now.
         """
+        if self.freq_sec is not None and now is None:
+            now = self.clock()
         initial = self._initial
         self._initial_pending = False
         if not self._several:
             scale = self._scale
             epoch_due = self.freq_epoch is not None and self._epochs_since >= self.freq_epoch * scale - _EPS
             step_due = self.freq_step is not None and self._steps_since >= self.freq_step * scale
-            time_due = self.freq_sec is not None and self.clock() - self._last_time >= self.freq_sec * scale
+            time_due = self.freq_sec is not None and now - self._last_time >= self.freq_sec * scale
             if initial or epoch_due or step_due or time_due:
                 if initial or epoch_due:
                     self._epochs_since = 0.0
@@ -206,13 +210,13 @@ class EpochStepTimeFreqCtl:
                 if step_due:
                     self._steps_since = 0
                 if time_due:
-                    self._last_time = self.clock()
+                    self._last_time = now
                 return
         self._steps_since = 0
         self._epochs_since = 0.0
         self._steps_in_epoch_since = 0
         if self.freq_sec is not None:
-            self._last_time = self.clock()
+            self._last_time = now
 
     def _elapsed(self) -> float:
         elapsed = self.clock() - self._last_time

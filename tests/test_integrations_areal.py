@@ -419,3 +419,29 @@ def test_areals_evaluate_fn_runs_as_areals_evaluator_calls_it_not_under_inferenc
         ev.evaluate(evaluate_fn, 0, g, g)
         model(torch.ones(2, 4)).sum().backward()  # the next training step
     assert seen and not any(seen)
+
+
+def test_the_time_triggers_interval_counts_the_evaluations_own_time_as_areals_does():
+    """A probe (AReaL's own Evaluator in a one-process gloo group, datetime.now faked): with freq_secs=30, 5 s a
+    step and 8 s an evaluation, AReaL evaluates at steps 5, 10, 15, 20, 25 (its interval restarts when the check
+    passes, before the evaluation); the adaptive shim restarted it at the evaluation's end: 5, 11, 17, 23, 29.
+    The plain shim matched AReaL in all 256 cases of the probe's grid; the adaptive one now matches it."""
+    now = [0.0]
+
+    def run(make):
+        now[0] = 0.0
+        ev, fired = make(), []
+        for g in range(30):
+            now[0] += 5.0
+
+            def fn(g=g):
+                fired.append(g)
+                now[0] += 8.0
+
+            ev.evaluate(fn, 0, g, g)
+        return fired
+
+    cfg, clock = areal_config(freq_secs=30), (lambda: now[0])
+    plain = run(lambda: shim.Evaluator(cfg, spec(30, epochs=1, batch=8), clock=clock))
+    assert plain == [5, 10, 15, 20, 25]
+    assert run(lambda: shim.AdaptiveEvaluator(cfg, spec(30, epochs=1, batch=8), preset="areal", clock=clock)) == plain
