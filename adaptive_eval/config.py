@@ -1330,11 +1330,13 @@ _AREAL_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
 def is_areal_evaluator_config(obj) -> bool:
     """Whether ``obj`` looks like AReaL's ``EvaluatorConfig``: an object (a dataclass, a ``SimpleNamespace``, ...)
     with its three ``freq_*`` fields, duck-typed as the shim's plain ``Evaluator`` reads it (the adaptive one refused
-    a ``SimpleNamespace`` the plain one took; an architecture check), or a mapping with those three keys and no
+    a ``SimpleNamespace`` the plain one took; an architecture check), or a mapping with any of those keys and no
     ``trigger`` (AReaL's config as an OmegaConf node, ``OmegaConf.structured(EvaluatorConfig(...))`` or its YAML
-    section: read as adaptive_eval's, every AReaL field was an "unknown key"; found by a probe)."""
+    section: read as adaptive_eval's, every AReaL field was an "unknown key"; found by a probe; so was a dict of
+    some of them, ``{"freq_steps": 4}``, which the plain shim took, a probe: adaptive_eval's own keys of those
+    names lie under ``trigger``)."""
     if isinstance(obj, (Mapping, DictConfig)):
-        return "trigger" not in obj and all(f in obj for f in _AREAL_FREQS)
+        return "trigger" not in obj and any(f in obj for f in _AREAL_FREQS)
     return not isinstance(obj, (type, Config)) and all(hasattr(obj, f) for f in _AREAL_FREQS)
 
 
@@ -1345,8 +1347,8 @@ _AREAL_FIELDS = frozenset({*_AREAL_FREQS, "eval_before_train", "experiment_name"
 
 def areal_view(obj):
     """``obj`` itself where it is AReaL's ``EvaluatorConfig`` as an object; a mapping of its fields (an OmegaConf
-    node, a dict with the three ``freq_*`` keys and no ``trigger``) as a ``SimpleNamespace`` of them, its
-    interpolations resolved; None for anything else.  A plain mapping (not AReaL's structured config) with a key
+    node, a dict with any of the ``freq_*`` keys and no ``trigger``; one left out is AReaL's default, None) as a
+    ``SimpleNamespace`` of them, its interpolations resolved; None for anything else.  A plain mapping (not AReaL's structured config) with a key
     AReaL's config does not have is a :class:`ConfigError` naming it."""
     if isinstance(obj, (Mapping, DictConfig)):
         if not is_areal_evaluator_config(obj):
@@ -1368,7 +1370,7 @@ def areal_view(obj):
             label = kind.__name__ if kind not in (dict, None) else "EvaluatorConfig"
         else:
             plain, label = dict(obj), "EvaluatorConfig"
-        view = types.SimpleNamespace(**{str(k): v for k, v in plain.items()})
+        view = types.SimpleNamespace(**{**dict.fromkeys(_AREAL_FREQS), **{str(k): v for k, v in plain.items()}})
         view.__areal_name__ = label
         return view
     return obj if is_areal_evaluator_config(obj) else None

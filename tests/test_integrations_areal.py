@@ -445,3 +445,14 @@ def test_the_time_triggers_interval_counts_the_evaluations_own_time_as_areals_do
     plain = run(lambda: shim.Evaluator(cfg, spec(30, epochs=1, batch=8), clock=clock))
     assert plain == [5, 10, 15, 20, 25]
     assert run(lambda: shim.AdaptiveEvaluator(cfg, spec(30, epochs=1, batch=8), preset="areal", clock=clock)) == plain
+
+
+def test_a_dict_of_some_of_areals_fields_is_read_by_both_shims_and_a_misspelt_one_is_named():
+    """A probe: the plain shim took {"freq_steps": 4}, the adaptive one refused it, naming freq_steps an "unknown
+    key"; with one key misspelt it named all three AReaL fields unknown, the valid ones among them."""
+    for make in (shim.Evaluator, lambda *a: shim.AdaptiveEvaluator(*a, preset="areal")):
+        ev = make({"freq_steps": 4}, spec(10))
+        assert run(ev, 0, 12, 10) == [3, 7, 11]
+        with pytest.raises(ConfigError, match=r"^EvaluatorConfig: freq_epoch: unknown key \(AReaL's EvaluatorConfig "
+                                              r"has .*\); did you mean 'freq_epochs'\?$"):
+            make({"freq_steps": 4, "freq_epoch": 1, "freq_secs": None}, spec(10))
