@@ -413,12 +413,17 @@ def test_areals_evaluate_fn_runs_as_areals_evaluator_calls_it_not_under_inferenc
         with torch.no_grad():
             model(torch.ones(2, 4))
 
-    ev = shim.AdaptiveEvaluator(areal_config(freq_steps=5, eval_before_train=True), spec(epochs=1, spe=40),
-                                preset=preset)
-    for g in range(3):
-        ev.evaluate(evaluate_fn, 0, g, g)
-        model(torch.ones(2, 4)).sum().backward()  # the next training step
-    assert seen and not any(seen)
+    from adaptive_eval import load_config
+
+    # (also a config of ours given where AReaL's was, at its presets' fp32: it still ran under inference_mode; a probe)
+    for config in (areal_config(freq_steps=5, eval_before_train=True),
+                   load_config(preset, overrides=["trigger.freq_steps=5", "trigger.eval_before_train=true"])):
+        model.cache, seen[:] = None, []
+        ev = shim.AdaptiveEvaluator(config, spec(epochs=1, spe=40), preset=preset)
+        for g in range(3):
+            ev.evaluate(evaluate_fn, 0, g, g)
+            model(torch.ones(2, 4)).sum().backward()  # the next training step
+        assert seen and not any(seen)
 
 
 def test_the_time_triggers_interval_counts_the_evaluations_own_time_as_areals_does():

@@ -204,11 +204,12 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
             # AReaL's default EvaluatorConfig, every frequency None: AReaL's Evaluator never evaluates, so neither
             # does the shim at the last step (the preset's eval_at_end made one there: found by a new user)
             cfg = as_config(OmegaConf.merge(cfg, {"trigger": {"eval_at_end": False}}))
-        if areal is not None:
+        if areal is not None or cfg.evaluation.precision == "fp32":
             # AReaL's evaluate_fn runs its engine's forward as it means to, as AReaL's own Evaluator calls it: under
             # torch.inference_mode (evaluation.precision fp32, every preset's) a tensor the model cached there broke
             # the next training step's backward, "Inference tensors cannot be saved for backward" (a new user's
-            # probe; FSDP and ZeRO-3 fail so too)
+            # probe; FSDP and ZeRO-3 fail so too).  So with a config of ours at its presets' fp32 (a probe: a config
+            # given where AReaL's was still ran it so); a precision that autocasts (bf16, fp16) is the user's ask.
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"precision": "none"}}))
         if executor is not None and not cfg.evaluation.asynchronous:
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"asynchronous": True}}))
