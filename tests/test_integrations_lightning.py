@@ -1,5 +1,6 @@
 """The Lightning adapter on a real lightning.Trainer (CPU; BoringModel-based; two gloo ranks with ddp_spawn)."""
 
+import collections
 import csv
 import dataclasses
 import datetime
@@ -65,10 +66,10 @@ class StageModel(Model):
 
     def __init__(self):
         super().__init__()
-        self.stages = []
+        self.stages = collections.Counter()  # (not a list: what the adapter's calls append to a list is removed)
 
     def validation_step(self, batch, batch_idx):
-        self.stages.append((self.trainer.validating, self.trainer.training))
+        self.stages[(self.trainer.validating, self.trainer.training)] += 1
         super().validation_step(batch, batch_idx)
 
 
@@ -108,7 +109,7 @@ def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_
     assert float(evals[-1]["adaptive_eval/val_loss_n"]) == len(idx)
     # the adapter's validation_step calls run inside training: a step that accumulates outputs for
     # on_validation_epoch_end can leave them out by checking self.trainer.validating
-    assert len(model.stages) == sum(r.sample_size for r in ev.history)
+    assert sum(model.stages.values()) == sum(r.sample_size for r in ev.history)
     assert set(model.stages) == {(False, True)}
 
 
@@ -1821,3 +1822,38 @@ def test_eval_before_train_evaluates_the_initial_weights():
     first = cb.evaluator.history[0]
     assert (first.step, first.reason) == (0, "before_train")
     assert first.mean("val_loss") == pytest.approx(initial, rel=1e-5)
+
+
+def test_what_the_adapters_calls_append_to_the_modules_lists_is_removed_after_them(caplog):
+    """Lightning 2's pattern: validation_step appends to self.validation_step_outputs, on_validation_epoch_end reads
+    and clears it.  The adapter's own calls appended to it too: Lightning's epochs read 250, 200, 600 items where it
+    ran 200 (its accuracy off, which a ModelCheckpoint monitor then reads), and with limit_val_batches=0 the list
+    grew for the whole run (a new user's probe)."""
+    class Outputs(Model):
+        def __init__(self):
+            super().__init__()
+            self.validation_step_outputs, self.epoch_sizes, self.record = [], [], []
+
+        def validation_step(self, batch, batch_idx):
+            loss = self.step(batch)
+            self.validation_step_outputs.append(loss)
+            self.record.append(self.trainer.validating)  # (a record of the user's own: kept, said)
+            self.log("val_loss", loss)
+
+        def on_validation_epoch_end(self):
+            self.epoch_sizes.append(len(self.validation_step_outputs))
+            self.validation_step_outputs.clear()
+
+    train, val = loaders(n_val=40)
+    cb = AdaptiveEvalCallback("default", overrides=FAST)
+    model = Outputs()
+    L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, callbacks=[cb], num_sanity_val_steps=0,
+              enable_progress_bar=False, enable_model_summary=False, accelerator="cpu").fit(model, train, val)
+    assert cb.evaluator.summary()["evals"] >= 2 and model.epoch_sizes == [10, 10, 10]  # (40 items, batches of 4)
+    model, cb = Outputs(), AdaptiveEvalCallback("default", overrides=FAST)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train,
+                                                                                                     val)
+    assert cb.evaluator.summary()["samples"] > 0 and model.validation_step_outputs == []
+    assert len(model.record) == cb.evaluator.summary()["samples"] and not any(model.record)
+    assert "validation_step appended to self.record in adaptive_eval's own evaluation" in caplog.text

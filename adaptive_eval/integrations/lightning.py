@@ -98,6 +98,7 @@ from adaptive_eval.integrations._common import (
     watched,
 )
 from adaptive_eval.distributed import reduce_values
+from adaptive_eval.types import log_once
 
 try:
     import lightning
@@ -750,6 +751,7 @@ class AdaptiveEvalCallback(Callback):
         was_training = pl_module.training
         pl_module.eval()
         module_metrics = _MetricStates(pl_module, Metric)  # their state now, restored after: the user's to keep
+        output_lists = _OutputLists(pl_module)  # (self.validation_step_outputs and the like: put back after)
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
         try:
             with torch.no_grad():
@@ -804,6 +806,7 @@ class AdaptiveEvalCallback(Callback):
         finally:
             del pl_module.log, pl_module.log_dict
             module_metrics.restore()
+            output_lists.restore()
             pl_module.train(was_training)
         for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
             how = reduce_of.get(k, "mean")
@@ -964,6 +967,32 @@ class _MetricStates:
                 setattr(m, name, value)
             for name, value in extra.items():
                 setattr(m, name, value)
+
+
+class _OutputLists:
+    """The lists a module holds as plain attributes, which ``validation_step`` may append to for
+    ``on_validation_epoch_end`` (Lightning 2's ``self.validation_step_outputs``): what the adapter's own calls appended
+    to one named like that (``*output*``) is removed after them.  Left there, it went into Lightning's next validation
+    epoch (250, 200, 600 items where it ran 200; its accuracy 0.8233 for 0.8300, which a ModelCheckpoint or
+    EarlyStopping monitor then read), and with ``limit_val_batches=0`` nothing ever cleared it (1,250 tensors after a
+    small run; a new user's probe).  Another list that grew (a record the user keeps) is left as it is, said once."""
+
+    def __init__(self, module):
+        self.lengths = [(name, value, len(value)) for name, value in vars(module).items() if type(value) is list]
+
+    def restore(self) -> None:
+        grew = []
+        for name, value, length in self.lengths:
+            if len(value) > length:
+                if "output" in name.lower():
+                    del value[length:]
+                else:
+                    grew.append(name)
+        if grew:
+            log_once(("lists", tuple(grew)), "validation_step appended to self.%s in adaptive_eval's own evaluation "
+                     "(self.trainer.validating is false there): if on_validation_epoch_end reads it, Lightning's "
+                     "validation counts those items too; append only when self.trainer.validating (lists named like "
+                     "validation_step_outputs are put back after the evaluation; said once)", ", self.".join(grew))
 
 
 def _copy_state(value):
