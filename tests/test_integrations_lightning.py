@@ -1857,3 +1857,26 @@ def test_what_the_adapters_calls_append_to_the_modules_lists_is_removed_after_th
     assert cb.evaluator.summary()["samples"] > 0 and model.validation_step_outputs == []
     assert len(model.record) == cb.evaluator.summary()["samples"] and not any(model.record)
     assert "validation_step appended to self.record in adaptive_eval's own evaluation" in caplog.text
+
+
+def test_a_fit_that_raises_closes_the_evaluator_and_its_tensorboard_file_holds_every_step(tmp_path):
+    """A probe: when fit raised, Lightning called on_exception only, and the evaluator was never closed: its
+    TensorBoard file ended steps before the crash until the interpreter exited (a notebook kept it stale), and an
+    asynchronous one said at exit "call close() at the end of training"."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    class Crashes(Model):
+        def training_step(self, batch, batch_idx):
+            if self.global_step == 45:
+                raise RuntimeError("the user's bug at step 45")
+            return super().training_step(batch, batch_idx)
+
+    train, val = loaders(n_val=40)
+    cb = AdaptiveEvalCallback("default", overrides=[*FAST, f"logging.tensorboard_dir={tmp_path}",
+                                                    "logging.flush_secs=3600"])
+    with pytest.raises(RuntimeError, match="the user's bug at step 45"):
+        L.Trainer(max_steps=100, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
+            Crashes(), train, val)
+    assert cb.evaluator._closed and cb.evaluator.history
+    acc = EventAccumulator(str(tmp_path)).Reload()
+    assert acc.Scalars("streams/train_loss")[-1].step == 44

@@ -345,7 +345,18 @@ class AdaptiveEvalCallback(Callback):
         self.evaluator.checkpoint_saved(step, checkpoint_path(filepath))
 
     def on_exception(self, trainer, pl_module, exception):
-        self.teardown(trainer, pl_module, "fit")  # (Lightning calls on_exception, not teardown, when fit raises)
+        # (Lightning calls on_exception, not teardown nor on_train_end, when fit raises: the evaluator was never
+        # closed, its TensorBoard file stale until the interpreter exited, and an asynchronous one said at exit "call
+        # close() at the end of training", which the adapter is there to do; a new user's probe.  Closed as a with
+        # block left on an exception closes: the evaluations in flight waited for EXCEPTION_DRAIN_S at most.)
+        if self.evaluator is not None and not self.evaluator._closed:
+            from adaptive_eval.adaptive import EXCEPTION_DRAIN_S
+
+            try:
+                self.evaluator.close(timeout_s=EXCEPTION_DRAIN_S)
+            except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
+                log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
+        self.teardown(trainer, pl_module, "fit")
 
     def teardown(self, trainer, pl_module, stage):
         self._fit_thread = None  # (a thread does not pickle: a later fit with ddp_spawn failed at its launch)
