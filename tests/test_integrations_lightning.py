@@ -1880,3 +1880,21 @@ def test_a_fit_that_raises_closes_the_evaluator_and_its_tensorboard_file_holds_e
     assert cb.evaluator._closed and cb.evaluator.history
     acc = EventAccumulator(str(tmp_path)).Reload()
     assert acc.Scalars("streams/train_loss")[-1].step == 44
+
+
+def test_a_validation_step_that_failed_after_one_item_calls_ran_is_not_blamed_on_one_item(caplog):
+    """A probe: every failure of validation_step was said to be perhaps for its batch of one item, also one that
+    came after one-item calls had run (an earlier evaluation of 50 items)."""
+    class LateBug(Model):
+        def validation_step(self, batch, batch_idx):
+            if self.global_step >= 20:
+                raise KeyError("a bug in the user's metric")
+            super().validation_step(batch, batch_idx)
+
+    train, val = loaders(n_train=160, n_val=20)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        L.Trainer(max_steps=40, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
+            LateBug(), train, val)
+    assert cb.evaluator.history and cb.evaluator.summary()["eval_errors"] >= 1
+    assert "a bug in the user's metric" in caplog.text and "batch of ONE item" not in caplog.text

@@ -226,6 +226,7 @@ class AdaptiveEvalCallback(Callback):
         self._loss_warned = False
         self._reduce_said: set[str] = set()  # metrics logged with a reduce_fx other than the mean: said once each
         self._one_item_said = False
+        self._one_item_ran = False  # (a one-item validation_step call ran: a later failure is not for one item)
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
         self._reset_stream_state()
         self.hooks_called: set[str] = set()
@@ -785,6 +786,7 @@ class AdaptiveEvalCallback(Callback):
                             if self.per_item:
                                 self._say_one_item()
                             raise
+                        self._one_item_ran = self.per_item
                         # (a value returned under a name the step also logged: the logged one, as Lightning, which
                         # never logs what validation_step returns; the returned one replaced it: a new user's probe)
                         if isinstance(out, Mapping):
@@ -850,7 +852,7 @@ class AdaptiveEvalCallback(Callback):
     def _say_one_item(self) -> None:
         """Said once, at validation_step's first failure: it runs on batches of one item here (a ``squeeze()`` that
         drops the batch dimension failed every evaluation, with an error that did not say why; a new user's probe)."""
-        if not self._one_item_said:
+        if not self._one_item_said and not self._one_item_ran:  # (not after one-item calls that ran: a probe)
             self._one_item_said = True
             log.warning("adaptive_eval: validation_step failed on a batch of ONE item, which may be why: the callback "
                         "calls it one item at a time, so that each metric has a per-item value and a real interval; "
