@@ -1898,3 +1898,19 @@ def test_a_validation_step_that_failed_after_one_item_calls_ran_is_not_blamed_on
             LateBug(), train, val)
     assert cb.evaluator.history and cb.evaluator.summary()["eval_errors"] >= 1
     assert "a bug in the user's metric" in caplog.text and "batch of ONE item" not in caplog.text
+
+
+def test_fit_again_on_the_same_trainer_continues_the_evaluators_run():
+    """A probe: fit() again on the same trainer (max_epochs raised, in a notebook) built a fresh evaluator, its
+    detectors warming up again and the first fit's evaluations gone from it (its first one at freq_steps after the
+    restart, 104), while a resume from the checkpoint of that step continued the schedule; it continues now."""
+    train, val = loaders(n_train=160, n_val=40)
+    cb, model = AdaptiveEvalCallback("default", overrides=FAST), Model()
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    trainer.fit(model, train, val)
+    first = [(r.step, r.reason) for r in cb.evaluator.history]
+    trainer.fit_loop.max_epochs = 4
+    trainer.fit(model, train, val)
+    again = [(r.step, r.reason) for r in cb.evaluator.history]
+    assert again[:len(first)] == first and len(again) > len(first) and again[-1] == (159, "trigger:final")
+    assert cb.evaluator.summary()["evals"] == len(again) and again[len(first)] != (104, "trigger:steps")

@@ -370,6 +370,16 @@ class AdaptiveEvalCallback(Callback):
     def _build(self, trainer) -> None:
         from adaptive_eval import AdaptiveEvaluator
 
+        previous = self.evaluator
+        if (self._stashed is None and previous is not None and trainer.global_step > 0
+                and previous._last_step == trainer.global_step - 1):
+            # fit() again on the same trainer (max_epochs raised, in a notebook) continues the run: the evaluator
+            # goes on from the state it had, as a resume from the checkpoint of that step does (it started afresh,
+            # its detectors warming up again and the first fit's history gone from it; a new user's probe)
+            self.load_state_dict(self.state_dict())
+            if trainer.is_global_zero:
+                log.info("adaptive_eval: fit() continues at step %d: the evaluator goes on from its state there",
+                         trainer.global_step)
         overrides = self.overrides + (["evaluation.asynchronous=true"] if self.executor is not None else [])
         cfg = build_config(self.config, overrides)
         monitored = _monitored(trainer) if cfg.evaluation.metric is None and self.evaluate_fn is None else None
