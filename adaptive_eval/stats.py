@@ -1054,7 +1054,9 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     limit = max(float(samples), float(n))
     if n < 2 or not math.isfinite(var_mean):
         n_eff = 1.0
-    elif var_mean > 0 and 0.0 < p < 1.0:
+    elif var_mean > 1e-12 * p * (1.0 - p) and 0.0 < p < 1.0:
+        # (a spread of rounding residue, ~1e-33 where every problem's mean read 2/3, is none: it read n_eff ~1e31,
+        # a zero-width interval, where an exact 0 read the answers' count; a new-user probe)
         n_eff = max(p * (1.0 - p) / var_mean, 1.0)
         if cap:
             n_eff = min(n_eff, limit)

@@ -1495,3 +1495,13 @@ def test_a_stratum_whose_every_item_came_back_short_of_a_k_keeps_the_evaluation(
     assert got["math/acc/pass@4"].mean == 1.0 and got["math/acc/stratum=L5/pass@1"].mean == 1.0
     assert "math/acc/stratum=L5/pass@4" not in got and got["math/acc/stratum=L1/pass@4"].mean == 1.0
     ev.close()
+
+
+def test_a_whole_suite_whose_problems_all_read_the_same_mean_is_not_a_zero_width_interval():
+    """A probe: ten problems answered [1, 0, 1] each, a whole suite: the spread of their means was rounding residue
+    (~1e-33, 2/3 not exact in floats), read as an effective size of ~1e31 and a zero-width interval, while [1, 0, 1, 1]
+    (3/4, exact) read the answers' count.  Both now read the answers' count."""
+    for row, low, high in (([1, 0, 1], 0.4391, 0.8486), ([1, 0, 1, 1], 0.5591, 0.8890)):
+        s = summarize_outputs({"s/acc": [row] * 10}, None, suites={"s": list(range(10))}, populations={"s": 10},
+                              pass_at_k={"s": (1,)})["s/acc"]
+        assert s.ci == pytest.approx((low, high), abs=1e-4)
