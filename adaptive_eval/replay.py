@@ -402,9 +402,12 @@ class _SuiteSimulatedEval:
                 raise ValueError(f"{source}: per-item ground truth of {suite}/{metric} has no column for item"
                                  f"{'s' if len(missing) > 1 else ''} {shown} (eval/{suite}/{metric}@<item> for "
                                  f"every item 0-{size - 1} of evaluation.suites.{suite}.size={size})")
+        # (suite, metric) whose truth is one suite-wide value: every problem drawn at it (_warn_suite_truth)
+        self.suite_wide: list[tuple[str, str]] = []
         for col, spot in whole.items():  # a suite-wide value, unless per-item columns say more
             if spot not in items:
                 self.where[col] = (*spot, None)
+                self.suite_wide.append(spot)
         covered = {suite for suite, _, _ in self.where.values()}
         empty = [name for name in self.suites if name not in covered]
         if empty and covered:  # (it would be "evaluated" with nothing to measure, on the budget of the others)
@@ -790,6 +793,14 @@ def _warn_suite_truth(sim: _SuiteSimulatedEval, source: str | None) -> None:
     (every answer its item's value, so intervals lack the spread within items), and a metric that due
     evaluations could not measure (no ground truth yet for some requested item)."""
     where = f"{source}: " if source else ""
+    for suite, metric in sorted(sim.suite_wide):
+        # (a recorded suites run holds only its means: its replay drew every problem at the mean, unsaid, and read
+        # a between-problem variance of 0.0018 where the run's was 0.049; a new-user probe)
+        warnings.warn(f"{where}eval/{suite}/{metric} is the suite's value alone, with no per-item truth (eval/{suite}/"
+                      f"{metric}@<item>): every problem is simulated at it, so the replay has no spread between "
+                      "problems (its intervals and sample sizes read as if every problem were alike, pass@k above "
+                      "the run's); give per-item results (adaptive_eval.convert.from_item_results)",
+                      RuntimeWarning, stacklevel=3)
     for suite, metric in sim.no_spread:
         warnings.warn(f"{where}eval/{suite}/{metric} is simulated as a mean (values outside [0, 1], or "
                       "evaluation.metric_kinds) and has no :std column, so every simulated answer is its item's "

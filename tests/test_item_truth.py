@@ -298,3 +298,21 @@ def test_per_problem_results_in_jsonl_read_as_the_csv_does(tmp_path):
                                         '{"step": 0, "doc_id": 2, "exact_match": "right"}\n')
     with pytest.raises(TraceError, match=r"bad.jsonl:2: column 'exact_match': 'right' is not a number"):
         from_item_results(tmp_path / "bad.jsonl", **kw)
+
+
+def test_a_suite_with_its_mean_alone_replays_with_a_warning_that_every_problem_is_drawn_at_it(collapse):
+    """A new-user probe: a recorded suites run holds only its suites' means; its replay drew every problem at the
+    mean, unsaid (the between-problem variance the plan read: 0.0018 where the run's was 0.049)."""
+    import warnings
+
+    cfg = load_config("areal", ["trigger.freq_steps=30", *SUITES])
+    means = with_column(collapse.trace, lambda m, s: {k: v for k, v in m.items() if "@" not in k} | (
+        {"eval/math/acc": float(np.mean([v for k, v in m.items() if k.startswith("eval/math/acc@")])),
+         "eval/aime/acc": float(np.mean([v for k, v in m.items() if k.startswith("eval/aime/acc@")]))}
+        if "eval/math/acc@0" in m else {}))
+    with pytest.warns(RuntimeWarning, match=r"eval/math/acc is the suite's value alone, with no per-item truth"):
+        assert replay(means, cfg, seed=1).evals
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        replay(collapse.trace, cfg, seed=1)
+    assert not [w for w in caught if "no per-item truth" in str(w.message)]
