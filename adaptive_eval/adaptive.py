@@ -2218,6 +2218,8 @@ class AdaptiveEvaluator:
         """What a state only means under (checked at load): asynchronous or not, the suites, the tracked metric, the
         sample's seed; and the rank that took it, in a group of how many."""
         return {"asynchronous": self._async is not None, "suites": sorted(self._suites),
+                # (a suite's size changed, 500 -> 300, loaded unsaid, and the first plan still read N=500; a probe)
+                "sizes": {str(n): int(suite["size"]) for n, suite in self._suites.items()},
                 "metric": self._evaluation["metric"], "seed": self._evaluation["seed"], "rank": self._rank,
                 "world": self._world}
 
@@ -2236,7 +2238,10 @@ class AdaptiveEvaluator:
                         "evaluation in flight at the save fails: save state_dict() on every rank and load each "
                         "rank its own", self._rank, saved["rank"])
         changed = [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
-                   if k not in ("rank", "world") and k in saved and saved.get(k) != now[k]]
+                   if k not in ("rank", "world", "sizes") and k in saved and saved.get(k) != now[k]]
+        sizes = saved.get("sizes") if isinstance(saved.get("sizes"), Mapping) else {}
+        changed += [f"evaluation.suites.{n}.size: {sizes[n]!r} -> {size!r}" for n, size in now["sizes"].items()
+                    if n in sizes and sizes[n] != size]
         if saved.get("world", self._world) != self._world and self._rank == 0:
             # (an elastic restart, 4 ranks to 2: each rank's last per-item values are of its old shard, and a sharded
             # asynchronous evaluation's held outcomes are the old ranks' shards: the first paired difference used a

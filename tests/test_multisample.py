@@ -1505,3 +1505,22 @@ def test_a_whole_suite_whose_problems_all_read_the_same_mean_is_not_a_zero_width
         s = summarize_outputs({"s/acc": [row] * 10}, None, suites={"s": list(range(10))}, populations={"s": 10},
                               pass_at_k={"s": (1,)})["s/acc"]
         assert s.ci == pytest.approx((low, high), abs=1e-4)
+
+
+def test_a_state_taken_under_another_suite_size_says_so_at_load(caplog):
+    """A probe: a renamed or added suite, or another seed, was said at load; a suite's size changed (500 -> 300)
+    loaded unsaid, and the first plan after it still read N=500."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def make(size):
+        return AdaptiveEvaluator.from_config(load_config(overrides=[
+            "evaluation.metric=math/acc", f"evaluation.suites.math.size={size}"]), total_steps=50)
+
+    saved = make(500).state_dict()
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        make(500).load_state_dict(saved)
+        assert "another config" not in caplog.text
+        make(300).load_state_dict(saved)
+    assert "the state was taken under another config (evaluation.suites.math.size: 500 -> 300)" in caplog.text
