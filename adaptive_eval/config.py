@@ -442,6 +442,13 @@ def _evaluation_problems(ev) -> list[str]:
     elif ev.suite_aggregate in ("None", "none"):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r}: a name for the mean over the suites, or "
                         "null (none); YAML's None is null")
+    elif ev.suite_aggregate is not None and all(isinstance(s.weight, (int, float)) and s.weight == 0
+                                                for s in ev.suites.values()):
+        # (accepted, its metric never reported, and a tracked all/acc was told "did you mean 'a/acc'?"; a probe)
+        problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} is the weight-weighted mean over the "
+                        "suites, and every suite's weight is 0 ("
+                        + ", ".join(f"evaluation.suites.{n}.weight" for n in ev.suites)
+                        + "): give one a positive weight, or leave suite_aggregate null")
     problems += _tracked_metric_problems(ev)
     for name, suite in ev.suites.items():
         key = f"evaluation.suites.{name}"

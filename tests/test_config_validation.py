@@ -673,3 +673,16 @@ def test_suites_none_of_which_is_due_at_every_evaluation_are_refused_naming_thei
     cfg = load_config(overrides=["evaluation.metric=a/acc", "evaluation.suites.a.size=20",
                                  "evaluation.suites.b.size=10", "evaluation.suites.b.every=3"])
     assert cfg.evaluation.suites.b.every == 3
+
+
+def test_a_suite_aggregate_over_suites_all_of_weight_zero_is_refused_naming_the_weights():
+    """A probe: accepted, the aggregate was never reported, and a tracked all/acc was told "did you mean 'a/acc'?"."""
+    with pytest.raises(ConfigError, match=r"evaluation.suite_aggregate: 'all' is the weight-weighted mean over the "
+                                          r"suites, and every suite's weight is 0 \(evaluation.suites.a.weight, "
+                                          r"evaluation.suites.b.weight\)"):
+        load_config(overrides=["evaluation.suite_aggregate=all", "evaluation.metric=all/acc",
+                               "evaluation.suites.a.size=10", "evaluation.suites.a.weight=0",
+                               "evaluation.suites.b.size=10", "evaluation.suites.b.weight=0"])
+    assert load_config(overrides=["evaluation.suite_aggregate=all", "evaluation.metric=all/acc",
+                                  "evaluation.suites.a.size=10", "evaluation.suites.a.weight=0",
+                                  "evaluation.suites.b.size=10"]).evaluation.suites.b.weight > 0
