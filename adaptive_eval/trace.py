@@ -775,7 +775,8 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
         # from_columns finds that step column, and says so.
         from adaptive_eval.convert import from_columns
 
-        return from_columns(path, on_restart="keep_last" if keep_last else "error")
+        trace = from_columns(path, on_restart="keep_last" if keep_last else "error")
+        return Trace(_counters_out(trace.records, header, path), trace.source)
     names, _ = _csv_header(path, first, skipped + 1)
     with _gc_paused():
         try:
@@ -784,7 +785,32 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
             records = _read_csv_careful(path, text, names, keep_last, skipped)
     if not records:
         raise TraceError("no records", path)
-    return Trace(_dates_relative(records, path), str(path))
+    return Trace(_dates_relative(_counters_out(records, names, path), path), str(path))
+
+
+def _counters_out(records: list[TraceRecord], names, path) -> list[TraceRecord]:
+    """A CSV's epoch and step counters logged as metrics (verl's ``training/epoch``, ``training/global_step``) read as
+    the JSONL and TensorBoard readers read them: the epoch (where the record has none), and left out.  Watched as
+    streams, they alarmed at every epoch boundary, and a verl log replayed as CSV spent 2.6x what it did as JSONL
+    (a probe)."""
+    counters = [n for n in names if n in _EPOCH_TAGS or n in _STEP_TAGS]
+    if not counters:
+        return records
+    out = []
+    for rec in records:
+        metrics, epoch = rec.metrics, rec.epoch
+        if any(k in metrics for k in counters):
+            metrics = dict(metrics)
+            for key in _EPOCH_TAGS:
+                if key in metrics:
+                    value = metrics.pop(key)
+                    if epoch is None and math.isfinite(value):
+                        epoch = _epoch(value, value, path, None)
+            for key in _STEP_TAGS.intersection(metrics):
+                del metrics[key]
+            rec = TraceRecord(rec.step, metrics, epoch, rec.time)
+        out.append(rec)
+    return out
 
 
 def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:

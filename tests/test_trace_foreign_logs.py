@@ -92,6 +92,17 @@ def test_verls_training_epoch_is_the_epoch_and_its_global_step_is_not_a_stream(t
     trace = read_trace(path)
     assert trace.stream_names() == ["critic/score/mean"]  # no epoch counter to alarm at each epoch boundary
     assert [r.epoch for r in trace.records] == [0, 0, 0, 1, 1, 1, 2]
+    # The same log as CSV (a W&B export; its "Step" too) reads alike: its counters were watched as streams, an alarm at
+    # every epoch boundary, 2.6x the samples of the JSONL under the aggressive preset (a probe).
+    for step in ("step", "Step"):
+        csv_path = tmp_path / f"verl_{step}.csv"
+        csv_path.write_text(f"{step},training/global_step,training/epoch,critic/score/mean\n" + "".join(
+            f"{s},{s},{(s - 1) // 3},0.5\n" for s in range(1, 8)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (W&B's "Step": said)
+            csv_trace = read_trace(csv_path)
+        assert csv_trace.stream_names() == ["critic/score/mean"]
+        assert [r.epoch for r in csv_trace.records] == [0, 0, 0, 1, 1, 1, 2]
 
 
 def _openrlhf(path):
