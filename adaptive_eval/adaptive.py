@@ -55,6 +55,15 @@ __all__ = ["AdaptiveEvaluator"]
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
 _RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
+# The last part of a metric name that is a schedule or a counter, not a stream to watch (see _is_schedule).
+_SCHEDULE_NAMES = frozenset(("lr", "learning_rate", "epoch", "global_step", "step"))
+
+
+def _is_schedule(name: str) -> bool:
+    """A learning rate (``actor/lr``, ``train/learning_rate``, Lightning's ``lr-Adam``) or an epoch or step counter
+    (``training/epoch``, ``training/global_step``): what the trainer sets, not what the run shows."""
+    last = name.rsplit("/", 1)[-1].lower()
+    return last in _SCHEDULE_NAMES or last.startswith(("lr-", "lr_"))
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -391,6 +400,7 @@ class AdaptiveEvaluator:
             budget.cost_model(self._planned_units, partial(result_units, self._suites))
         self._streams = _with_nonfinite(plain["streams"])
         self._ignore = frozenset(self._streams["ignore"])
+        self._schedule_said = False  # (a schedule or counter given to observe(): said once, see _is_schedule)
         self._listeners: list[Callable[[dict], None]] = []
         # evaluation.asynchronous: the evaluations in flight (adaptive_eval.asynchronous); None: synchronous.
         self._async = None
@@ -513,7 +523,20 @@ class AdaptiveEvaluator:
     def _specs_for(self, stream: str) -> list:
         if stream in self._ignore:
             return []
-        return self._streams["watch"].get(stream, self._streams["default"])
+        specs = self._streams["watch"].get(stream)
+        if specs is not None:
+            return specs
+        if _is_schedule(stream):
+            # (a verl-style stats dict given whole: its learning rate's warm-up and decay and its epoch and step
+            # counters alarmed, 19 evaluations brought forward in a quiet run under the default preset, 3.6x its
+            # samples; the trace readers and the HF adapter already leave them out; a probe)
+            if not self._schedule_said:
+                self._schedule_said = True
+                log.info("observe(): %r is a schedule or a counter (a learning rate, an epoch or step count), not a "
+                         "stream the run's health shows in: not watched (list it in streams.watch to watch it; said "
+                         "once)", stream)
+            return []
+        return self._streams["default"]
 
     def _build(self, stream: str, specs) -> list:
         if not specs:
@@ -2331,6 +2354,8 @@ class AdaptiveEvaluator:
                 hint = ("; to resume under this config, load the state without the detectors (state.pop('detectors'); "
                         "state.pop('eval_detectors')): every stream's detectors then start afresh, with a warm-up, and "
                         "the rest resumes as saved")
+                if not dets and key == "detectors" and _is_schedule(stream) and stream not in self._ignore:
+                    continue  # (a schedule a state of an earlier release watched: watched no more, see _specs_for)
                 if len(dets) != len(det_states):
                     raise ValueError(f"state_dict has {len(det_states)} detectors for stream {stream!r}, "
                                      f"the config {len(dets)}{hint}")

@@ -1159,3 +1159,27 @@ def test_each_evaluator_with_an_absent_metric_is_told_even_from_one_loop_line():
                 ev.evaluate(lambda: {"acc": [1.0, 0.0]}, 0, g, g)
     said = [str(w.message) for w in record if "evaluation.metric 'accuracy' is not among" in str(w.message)]
     assert len(said) == 2 and all(w.filename == __file__ for w in record if "'accuracy'" in str(w.message))
+
+
+def test_a_learning_rate_and_counters_in_the_stats_dict_are_not_watched_unless_named():
+    """A probe: a verl-style stats dict given whole to observe(), its actor/lr warming up then decaying and its
+    training/epoch and training/global_step counters, brought 19 evaluations forward in a quiet run (3.6x its
+    samples under the default preset).  The trace readers and the HF adapter already left them out."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def run(*overrides):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=["policy.budget.enabled=false", *overrides]),
+                                           total_steps=600)
+        rng = np.random.default_rng(0)
+        for g in range(600):
+            lr = 1e-6 * min(g / 50, 1.0) * (0.5 + 0.5 * math.cos(math.pi * g / 600))
+            ev.observe({"critic/score/mean": 0.5 + 0.01 * rng.standard_normal(), "actor/lr": lr,
+                        "training/epoch": g // 40, "training/global_step": g}, g)
+            ev.evaluate(lambda: {"acc": [1.0, 0.0] * 50}, g // 40, g % 40, g)
+        ev.close()
+        return ev
+
+    quiet = run()
+    assert quiet.summary()["alarms"] == 0 and not quiet._detectors["actor/lr"]
+    watched = run("streams.watch={actor/lr: [{type: cusum, k: 1.0, threshold: 8.0}]}")
+    assert watched._detectors["actor/lr"] and watched.summary()["alarms"] > 0
