@@ -1355,8 +1355,8 @@ _AREAL_FIELDS = frozenset({*_AREAL_FREQS, "eval_before_train", "experiment_name"
 def areal_view(obj):
     """``obj`` itself where it is AReaL's ``EvaluatorConfig`` as an object; a mapping of its fields (an OmegaConf
     node, a dict with any of the ``freq_*`` keys and no ``trigger``; one left out is AReaL's default, None) as a
-    ``SimpleNamespace`` of them, its interpolations resolved; None for anything else.  A plain mapping (not AReaL's structured config) with a key
-    AReaL's config does not have is a :class:`ConfigError` naming it."""
+    ``SimpleNamespace`` of them, its interpolations resolved; None for anything else.  A plain mapping (not AReaL's
+    structured config) with a key AReaL's config does not have is a :class:`ConfigError` naming it."""
     if isinstance(obj, (Mapping, DictConfig)):
         if not is_areal_evaluator_config(obj):
             return None

@@ -2,6 +2,7 @@
 
 import io
 import json
+import shlex
 from contextlib import redirect_stdout
 
 import numpy as np
@@ -110,7 +111,7 @@ def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):
     assert [(e.step, e.direction, e.metric) for e in events] == [(FAULT, "down", "id/accuracy")]
     # the command the demo prints replays its suites at their own sizes (300 + 30 problems, not one set of 500)
     _, stdout, _ = demo_run
-    command = next(line for line in stdout.splitlines() if line.startswith("replay it: ")).split()[4:]
+    command = shlex.split(next(line for line in stdout.splitlines() if line.startswith("replay it: "))[11:])[2:]
     assert command[0] == str(out / "trace.csv")
     buf = io.StringIO()
     with redirect_stdout(buf):
@@ -118,6 +119,12 @@ def test_the_trace_holds_the_run_and_replays(demo_run, tmp_path):
     replayed = _lines(tmp_path / "replay" / "evals.jsonl")
     assert replayed and all("id/accuracy" in e["metrics"] for e in replayed)
     assert max(e["n"]["ood/accuracy"] for e in replayed) <= rlvr.SUITES["ood"][0]
+    # and under the demo's own eval settings (it gave the sizes alone: 1 answer per problem, ood at every
+    # evaluation, the costs of replay's defaults; a fresh-clone probe), and the user's preset and --set
+    assert f"evaluation.suites.ood.every={rlvr.OOD_EVERY}" in command and "replay.step_seconds=60" in command
+    report = {"adaptive_config": "aggressive", "adaptive_overrides": ["policy.alarm.cooldown_steps=5"]}
+    line = rlvr._replay_command(report, out)
+    assert shlex.split(line)[3:5] == ["--config", "aggressive"] and line.endswith("--set policy.alarm.cooldown_steps=5")
 
 
 def _training(fault, fault_step=3, seed=0):

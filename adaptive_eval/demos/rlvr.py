@@ -782,6 +782,21 @@ def _wall(d: dict) -> str:
     return f"{d['wall_seconds_simulated'] / 3600:.2f} h ({d['eval_seconds'] / 3600:.2f} h of it evaluating)"
 
 
+def _replay_command(report: dict, out) -> str:
+    """The command that replays the adaptive run from the trace: the preset and ``--set`` it ran with, the demo's
+    eval settings among them (it gave the suites' sizes alone: the user's preset and the answers per problem, ood's
+    cadence and the simulated costs were left out, and its replay spent 1,515 items where the run spent 2,750; a
+    fresh-clone probe).  The trace holds the suites' exact means, not each problem's: replay says so."""
+    import shlex
+
+    args = ["adaptive-eval", "replay", f"{out}/{TRACE_NAME}"]
+    if report.get("adaptive_config", "default") != "default":
+        args += ["--config", str(report["adaptive_config"])]
+    for override in [*_overrides(adaptive=True), *report.get("adaptive_overrides", ())]:
+        args += ["--set", override]
+    return " ".join(shlex.quote(a) for a in args)
+
+
 def _fault_words(report: dict) -> str:
     if report["fault"] == "none":
         return "no fault"
@@ -835,7 +850,6 @@ def format_comparison(report: dict) -> str:
               f"wrote {out}/{{{','.join(names)}}}/ (evals.jsonl, alarms.jsonl, summary.json, tb/, run.png), "
               f"{out}/comparison.png, {out}/comparison.json; the run as a trace: {out}/{TRACE_NAME} (its fault: "
               f"{out}/{TRACE_NAME}.events.yaml)",
-              f"replay it: adaptive-eval replay {out}/{TRACE_NAME} "
-              + " ".join(f"--set evaluation.suites.{name}.size={size}" for name, (size, _) in SUITES.items()),
+              f"replay it: {_replay_command(report, out)}",
               f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
     return "\n".join(lines)
