@@ -74,12 +74,17 @@ def _group_exists(group) -> bool:
     return DistContext(group).distributed
 
 
-def _group_gone(job, outcome):
-    """close() after the process group was destroyed (``accelerator.end_training()`` first): an evaluation in flight
-    cannot be combined across the ranks, so it fails, saying why (each rank integrated its own shard as the whole
-    result, n halved and the ranks' histories apart, without a word; a new user's probe)."""
+def _group_gone(job, outcome, failed: str | None = None):
+    """close() after the process group was destroyed (``accelerator.end_training()`` first), or after one of its
+    collectives failed (``failed``: when and why): an evaluation in flight cannot be combined across the ranks, so it
+    fails, saying why (each rank integrated its own shard as the whole result, n halved and the ranks' histories
+    apart, without a word; a new user's probe)."""
     from adaptive_eval.evaluators import EvalOutcome
 
+    if failed is not None:
+        return EvalOutcome(None, RuntimeError(
+            f"the asynchronous evaluation of step {job.step} was in flight when the process group failed ({failed}): "
+            "its ranks' shards cannot be combined"), attempts=outcome.attempts)
     return EvalOutcome(None, RuntimeError(
         f"the asynchronous evaluation of step {job.step} was in flight when the process group was destroyed: its "
         "ranks' shards cannot be combined; call close() before destroy_process_group() (accelerate's "
@@ -2469,7 +2474,12 @@ class AdaptiveEvaluator:
                             "asynchronous evaluation(s) in flight, not evaluation.timeout_s or distributed.timeout_s",
                             type(going_up).__name__, timeout_s, len(self._async.jobs))
             try:
-                if self._distributed and self._async.jobs and not self.dist.distributed:
+                if self._distributed and self._group_failed is not None:
+                    # (no collective after the group failed, as evaluate() runs none: close() ran one more, which
+                    # waited distributed.timeout_s again and left one more unmatched operation in gloo; a probe)
+                    pairs = [(job, _group_gone(job, outcome, self._group_failed))
+                             for job, outcome in self._async.drain(timeout_s)]
+                elif self._distributed and self._async.jobs and not self.dist.distributed:
                     pairs = self._async.drain(timeout_s)
                     pairs = [(job, _group_gone(job, outcome)) for job, outcome in pairs]
                 elif self._distributed and self._async.sharded:

@@ -227,3 +227,43 @@ def test_evaluation_timeout_s_in_a_process_group_is_said_not_to_bound_a_synchron
     said = run_ranks(_timeout_said, world=2)
     assert [sum("evaluation.timeout_s (2 s) does not bound a synchronous evaluation in a process group" in m
                 for m in s) for s in said] == [1, 0]
+
+
+def _async_close_after_failure_rank(rank, world):
+    from adaptive_eval.distributed import CollectiveError
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", f"distributed.timeout_s={TIMEOUT_S}",
+                                 "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=20",
+                                 "policy.budget.enabled=false", "evaluation.precision=none"])
+    clock = FakeClock()
+    ev = AdaptiveEvaluator.from_config(cfg, clock=clock, total_steps=40)
+    caught = None
+    for g in range(40):
+        clock.advance(10.0)
+        if rank == 1 and g == 12:
+            time.sleep(TIMEOUT_S + 1.0)  # its loop broke off; the process lives on, never closing
+            return ("stalled",)
+        ev.observe({"train/loss": 1.0}, g)
+        try:
+            ev.evaluate(lambda request: {"acc": [1.0] * len(request.indices(100))}, 0, g, g)
+        except CollectiveError:
+            caught = g
+            break
+    events = []
+    ev.add_listener(events.append)
+    try:
+        ev.close()
+    except CollectiveError as exc:
+        return ("close raised", caught, str(exc))
+    return ("closed", caught, [e["error"] for e in events if e["kind"] == "error"])
+
+
+def test_close_after_the_group_failed_runs_no_collective_and_fails_what_was_in_flight_saying_why():
+    """A probe: asynchronous, a rank's loop broke off; the other got its CollectiveError, and then its close() ran
+    one more collective (broadcasting the evaluations in flight), which waited distributed.timeout_s again, raised
+    CollectiveError from close(), and left one more unmatched operation in gloo to wait on at exit."""
+    r0, r1 = run_ranks(_async_close_after_failure_rank, timeout_s=90, collective_timeout_s=10)
+    assert r1 == ("stalled",)
+    kind, caught, errors = r0
+    assert kind == "closed" and caught == 12, r0
+    assert errors and all("in flight when the process group failed (step 12:" in e for e in errors)
