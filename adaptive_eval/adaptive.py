@@ -1157,8 +1157,12 @@ class AdaptiveEvaluator:
         needs_resources = (self._resources_enabled and decision.evaluate
                            and not self.resources.bypasses(decision.urgent, decision.reason))
         shortage = self.resources.shortage() if needs_resources else None
-        # Rank 0's decision and every rank's shortage, in one all-gather; every rank follows rank 0.
-        everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage))
+        # Rank 0's decision and every rank's shortage, in one all-gather; every rank follows rank 0.  And the step
+        # of an asynchronous evaluation that timed out and still runs in this rank's thread: no evaluation starts
+        # beside it on any rank (in a group none was held up: a rank whose grader hung piled up 8 threads, each
+        # holding its snapshot; a probe).
+        busy = self._async.still_running() if self._async is not None and not final else None
+        everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage, busy))
         agreed = everyone[0][0]
         if agreed != decision:
             self._divergences += 1
@@ -1170,9 +1174,12 @@ class AdaptiveEvaluator:
             if self.resources.bypasses(decision.urgent, decision.reason):  # (rank 0's decision: every rank alike)
                 verdict = self.resources.decide(global_step, decision.urgent, decision.reason)  # reads no monitor
             else:
-                short = "; ".join(f"rank {r}: {s}" for r, (_, s) in enumerate(everyone) if s) or None
+                short = "; ".join(f"rank {r}: {s}" for r, (_, s, _) in enumerate(everyone) if s) or None
                 verdict = self.resources.decide_with(global_step, short, final)
             decision = self._gate(decision, verdict)
+        stuck = [b for _, _, b in everyone if b is not None]
+        if decision.evaluate and not final and stuck:
+            decision = self._wait_for_timed_out(decision, global_step, min(stuck))
         out = self._act(evaluate_fn, decision, reason, epoch, global_step, final)
         return out if out is not None else got
 

@@ -178,3 +178,39 @@ def test_a_dead_eval_rank_is_an_error_on_both_training_ranks_and_training_goes_o
     error = next(e for e in events0 if e["kind"] == "error")
     assert "eval rank 2" in error["error"]
     assert "dead" not in world[2]
+
+
+def _hung_grader_rank(rank, world):
+    import threading
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", "distributed.timeout_s=30", "evaluation.precision=none",
+                                 "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2",
+                                 "evaluation.timeout_s=0.3", "policy.budget.enabled=false",
+                                 "policy.interval.enabled=false", "trigger.eval_at_end=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=30, clock=FakeClock())
+    release = threading.Event()
+
+    def fn(request):
+        if rank == 1:
+            release.wait(30)  # rank 1's grader hangs until the loop is done
+        return {"acc": [1.0] * len(request.indices(100))}
+
+    reasons, peak = [], 0
+    ev.add_listener(lambda e: reasons.append(str(e.get("reason", ""))))
+    for g in range(30):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+        time.sleep(0.05)
+        peak = max(peak, sum(t.name.startswith("adaptive_eval") and t.is_alive() for t in threading.enumerate()))
+    release.set()
+    ev.close(timeout_s=5)
+    return peak, sum(r.startswith("waiting:timed-out-eval-still-running") for r in reasons)
+
+
+def test_in_a_group_no_evaluation_starts_beside_one_that_timed_out_and_still_runs_on_any_rank():
+    """A probe: in one process an evaluation failed by evaluation.timeout_s whose thread still ran held up the next;
+    in a group none did, and a rank whose grader hung piled up 8 threads, each holding its snapshot.  Each rank
+    now shares in the decision's all-gather whether one of its threads still runs: every rank waits alike."""
+    (peak0, waits0), (peak1, waits1) = run_ranks(_hung_grader_rank, timeout_s=90)
+    assert peak1 == 1 and peak0 <= 1  # (rank 0's own threads finish at once)
+    assert waits0 == waits1 > 0
