@@ -467,6 +467,15 @@ def _summarized(outputs, request, num_items, confidence, pass_at_k, suites, item
                                     items_of=items_of)
         _check_not_empty(outputs, metrics, request, num_items)
         _check_not_gathered(outputs, metrics, request, num_items)
+        if request.world_size > 1 and not request._handed.get("calls") and any(m.per_sample for m in metrics.values()):
+            # (an AReaL-style evaluate_fn of no argument on two ranks, each scoring the whole set: n 402 for 201
+            # items, the interval sqrt(2) too narrow, unsaid; a probe)
+            log_once(("unsharded",), "evaluate_fn did not call request.indices on rank %d of %d (step %s): its values "
+                     "are combined with the other ranks' as this rank's shard of the items; if every rank scores the "
+                     "whole eval set (or values gathered from every rank), each item counts %d times and the interval "
+                     "is too narrow: shard with request.indices(len(dataset)) (a DistributedSampler of your own "
+                     "shards too; then ignore this; said once)", request.rank, request.world_size, request.step,
+                     request.world_size)
     if request.world_size > 1:
         # A rank handed no items contributes nothing, whatever scalar it reported.
         metrics = {k: (v if v.per_sample or items_of.get(k, num_items) != 0 else dataclasses.replace(v, n=0, total=0.0))

@@ -536,3 +536,33 @@ def test_an_unknown_precision_is_a_config_error_naming_the_choices():
 
     with pytest.raises(ConfigError, match=r"evaluation\.precision.*fp32.*bf16.*fp16.*none"):
         load_config(overrides=["evaluation.precision=fp8"])
+
+
+def _unsharded_rank(rank, world):
+    import logging
+
+    said = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logging.getLogger("adaptive_eval").addHandler(Keep(logging.WARNING))
+    from adaptive_eval import load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=5", "distributed.timeout_s=30"]),
+                                       total_steps=10, clock=FakeClock())
+    for g in range(10):
+        ev.evaluate(lambda: {"acc": [1.0, 0.0, 1.0] * 67}, 0, g, g)  # (no request: the whole 201-item set)
+    n = ev.history[0]["acc"].n
+    ev.close()
+    return n, [m for m in said if "did not call request.indices" in m]
+
+
+def test_an_evaluate_fn_that_never_shards_in_a_group_is_said():
+    """A probe: an evaluate_fn of no argument on two ranks, each scoring the whole 201-item set, read n 402 and an
+    interval sqrt(2) too narrow, unsaid (it cannot be told from a DistributedSampler's shards, so it is said)."""
+    (n0, said0), (n1, said1) = run_ranks(_unsharded_rank, timeout_s=90)
+    assert n0 == n1 == 402
+    assert len(said0) == 1 and "rank 0 of 2" in said0[0] and "each item counts 2 times" in said0[0]
+    assert len(said1) == 1
