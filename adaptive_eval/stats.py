@@ -630,7 +630,8 @@ def summarize_outputs(
         if values is not None:
             if suites is not None:
                 _check_rows(label, values.size, rows_expected, item_ids)
-                _say_no_pass_at_k(label, name, ks, (samples_asked or {}).get(name.partition("/")[0]))
+                if values.size:  # (a rank handed no item returns []: no per-item values to speak of; a probe)
+                    _say_no_pass_at_k(label, name, ks, (samples_asked or {}).get(name.partition("/")[0]))
             summaries[name] = summarize(values, confidence, kinds.get(name), name)
             if suites is not None and len(item_ids) == values.size:
                 for key, mask, _ in _stratum_masks(strata, name, item_ids):

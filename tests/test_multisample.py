@@ -1524,3 +1524,14 @@ def test_a_state_taken_under_another_suite_size_says_so_at_load(caplog):
         assert "another config" not in caplog.text
         make(300).load_state_dict(saved)
     assert "the state was taken under another config (evaluation.suites.math.size: 500 -> 300)" in caplog.text
+
+
+def test_a_shard_with_no_items_returning_an_empty_list_is_not_told_it_lacks_pass_at_k(caplog):
+    """A probe: a rank handed no item of a one-item suite returned [] (as allowed) and was told "one value per item,
+    while the request asked for 4 answers per item: ... no pass@1/pass@2"; the combined result had them."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        out = summarize_outputs({"one/acc": []}, None, suites={"one": []}, populations={"one": 1},
+                                pass_at_k={"one": (1, 2)}, samples_asked={"one": 4}, sharded=True)
+    assert out["one/acc"].n == 0 and "one value per item" not in caplog.text
