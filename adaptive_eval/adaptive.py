@@ -2432,8 +2432,17 @@ class AdaptiveEvaluator:
                 # as the whole result (a new user's probe); those evaluations fail instead, on every rank alike.  So
                 # in a group of another size, even in one process (4 ranks to 1: rank 0's shard of 76 items came back
                 # as the whole evaluation of 301).
-                held = {**held, "jobs": [{k: v for k, v in rec.items() if k != "outcome"}
-                                         for rec in held.get("jobs", [])]}
+                # (one that had finished was said "in flight when the state was saved and did not finish": it did,
+                # and its result is dropped for another reason; a probe)
+                whose = (f"rank {shape.get('rank')} of a group of {shape.get('world')}" if isinstance(shape, Mapping)
+                         else "another rank")
+                held = {**held, "jobs": [
+                    {k: v for k, v in rec.items() if k != "outcome"} if rec.get("outcome") is None else
+                    {**rec, "outcome": [None, ["builtins.RuntimeError", (
+                        f"the evaluation of step {rec.get('step')} had finished when the state was saved, on {whose}: "
+                        f"its result is that rank's shard of the items, which cannot be used on rank {self._rank} of "
+                        f"{self._world}")], 0]}
+                    for rec in held.get("jobs", [])]}
             self._async.load_state_dict(held)
         if say:
             self._say_other_shape(sd)
