@@ -503,6 +503,8 @@ def test_check_of_a_folder_checks_every_trace_and_says_which_it_could_not(tmp_pa
     assert main(["check", str(folder)]) == 2
     captured = capsys.readouterr()
     assert "b_plain.csv  (no expectations)" in captured.out and "c_truth.csv  (no expectations)" in captured.out
+    # (its result column read "ok" on a run that exits non-zero having checked nothing; a fresh-clone probe)
+    assert [line.split()[-1] for line in captured.out.splitlines() if "(no expectations)" in line] == ["unchecked"] * 2
     assert "1 of 3 traces could not be checked" in captured.out and "a_other.csv:1: missing 'step'" in captured.out
     assert captured.err.count("warning: the trace has no eval ground truth") == 1  # b_plain's
     assert f"warning: the trace has no eval ground truth ({folder / 'b_plain.csv'}: no eval/<metric> column)" \

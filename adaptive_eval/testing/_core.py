@@ -921,7 +921,8 @@ def format_rows(rows: Iterable[CheckRow]) -> str:
     """The table ``adaptive-eval check`` prints."""
     rows = list(rows)
     header = ("trace", "event", "confirmed after", "samples/1k", "result")
-    cells = [header] + [(r.trace, r.expectation, r.confirmed_after, r.samples_per_1k, "ok" if r.ok else "FAIL")
-                        for r in rows]
+    # (a trace with nothing to check read "ok" on a run that exits 1, "nothing was checked"; a fresh-clone probe)
+    cells = [header] + [(r.trace, r.expectation, r.confirmed_after, r.samples_per_1k,
+                         "unchecked" if r.expectation == NO_EXPECTATIONS else "ok" if r.ok else "FAIL") for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells)
