@@ -734,8 +734,9 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
                         f"{report[name]['answers']} answers")
         ax.set_ylabel(f"{suite} accuracy")
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"{suite}: {size} problems x {k} answers; points: measured mean@{k} with 95% intervals, "
-                     "line: exact", fontsize=9, loc="left")
+        # (mean@{k} it read, where the adaptive runs' id evaluations mostly drew 1 answer a problem; a probe)
+        ax.set_title(f"{suite}: {size} problems x up to {k} answers; points: measured accuracy (mean@m, m the "
+                     "answers drawn) with 95% intervals, line: exact", fontsize=9, loc="left")
     steps = np.arange(len(streams))
     reward = np.array([m["train/reward"] for m in streams])
     window = max(1, len(streams) // 40)
@@ -749,7 +750,7 @@ def _plot_comparison(out: Path, report: dict, results: dict, truth: dict, stream
     if report["fault"] != "none":
         for ax in axes:
             ax.axvline(report["fault_step"], color="red", ls="--", lw=1)
-    axes[0].legend(fontsize=7.5, loc="lower right")
+    axes[0].legend(fontsize=7.5, loc="lower left")  # (lower right covered the evaluations after a fault; a probe)
     axes[2].legend(fontsize=7.5, loc="lower right")
     fig.suptitle(f"rlvr demo: {_fault_words(report)}" + (" (red line)" if report["fault"] != "none" else ""),
                  fontsize=10)
