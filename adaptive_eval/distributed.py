@@ -610,9 +610,10 @@ def warn_missing_shards(counts: Mapping[str, Sequence[int]], step: int) -> None:
     """Log :func:`missing_shards` (on one rank: the caller's choice)."""
     for name, ranks in missing_shards(counts).items():
         have = sum(counts[name])
-        log.warning("step %d: metric %r has no value from rank(s) %s (the other ranks: %d values); their shards "
-                    "are left out of its result.  Does evaluate_fn return %r on every rank?", step, name,
-                    ", ".join(map(str, ranks)), have, name)
+        # (a rank whose values were all NaN read only "Does evaluate_fn return it on every rank?"; a probe)
+        log.warning("step %d: metric %r has no finite value from rank(s) %s (the other ranks: %d values); their "
+                    "shards are left out of its result.  Does evaluate_fn return %r on every rank, and are its "
+                    "values there all NaN?", step, name, ", ".join(map(str, ranks)), have, name)
 
 
 def _wire(v) -> tuple:

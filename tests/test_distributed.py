@@ -448,9 +448,9 @@ def test_a_rank_without_a_metric_the_others_report_is_named(group_run):
     a, b = group_run("missing_shard")
     assert a[0] == b[0] == [{"acc": 4, "accuracy": 3}, {"acc": 4}]  # the result itself: as before
     assert len(a[1]) == 3 and not b[1]  # rank 0 warns, once per metric and evaluation
-    assert "step 0: metric 'acc' has no value from rank(s) 1" in a[1][0]
-    assert "step 0: metric 'accuracy' has no value from rank(s) 0" in a[1][1]
-    assert "step 1: metric 'acc' has no value from rank(s) 1" in a[1][2]
+    assert "step 0: metric 'acc' has no finite value from rank(s) 1" in a[1][0] and "all NaN?" in a[1][0]
+    assert "step 0: metric 'accuracy' has no finite value from rank(s) 0" in a[1][1]
+    assert "step 1: metric 'acc' has no finite value from rank(s) 1" in a[1][2]
 
 
 def _dying_rank(rank, world, out_file):
