@@ -1394,7 +1394,7 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                 population=population,
                                                 **dict(zip(("within_ss", "within_ss2"),
                                                            _pass_within_ss(m[ok], c[ok], int(k)))), k=int(k),
-                                                inv_samples=inv_samples if k == 1 else math.nan,
+                                                inv_samples=inv_samples,  # (k > 1 too: 0.90 -> 0.96; review)
                                                 m2=deviations(per_item, per_mean), mean=per_mean,
                                                 **_moments(per_item, per_mean))
         extremes = ()
