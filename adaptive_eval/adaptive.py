@@ -60,10 +60,13 @@ _SCHEDULE_NAMES = frozenset(("lr", "learning_rate", "epoch", "global_step", "ste
 
 
 def _is_schedule(name: str) -> bool:
-    """A learning rate (``actor/lr``, ``train/learning_rate``, Lightning's ``lr-Adam``) or an epoch or step counter
-    (``training/epoch``, ``training/global_step``): what the trainer sets, not what the run shows."""
-    last = name.rsplit("/", 1)[-1].lower()
-    return last in _SCHEDULE_NAMES or last.startswith(("lr-", "lr_"))
+    """A learning rate (``actor/lr``, ``train/learning_rate``, Lightning's ``lr-Adam``, ``lr-Adam/pg1``) or an epoch or
+    step counter (``training/epoch``, ``training/global_step``): what the trainer sets, not what the run shows."""
+    parts = name.lower().split("/")
+    # (any part for a learning rate: LearningRateMonitor's lr-Adam/pg1 of several parameter groups; a review)
+    return parts[-1] in _SCHEDULE_NAMES or any(p.startswith(("lr-", "lr_")) for p in parts)
+
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
@@ -405,7 +408,8 @@ class AdaptiveEvaluator:
             budget.cost_model(self._planned_units, partial(result_units, self._suites))
         self._streams = _with_nonfinite(plain["streams"])
         self._ignore = frozenset(self._streams["ignore"])
-        self._schedule_said = False  # (a schedule or counter given to observe(): said once, see _is_schedule)
+        self._schedule_said: set[str] = set()  # (schedules and counters given to observe(): each said once)
+        self._slow_said = False  # (an evaluation longer than trigger.freq_secs: said once)
         self._listeners: list[Callable[[dict], None]] = []
         # evaluation.asynchronous: the evaluations in flight (adaptive_eval.asynchronous); None: synchronous.
         self._async = None
@@ -535,11 +539,11 @@ class AdaptiveEvaluator:
             # (a verl-style stats dict given whole: its learning rate's warm-up and decay and its epoch and step
             # counters alarmed, 19 evaluations brought forward in a quiet run under the default preset, 3.6x its
             # samples; the trace readers and the HF adapter already leave them out; a probe)
-            if not self._schedule_said:
-                self._schedule_said = True
-                log.info("observe(): %r is a schedule or a counter (a learning rate, an epoch or step count), not a "
-                         "stream the run's health shows in: not watched (list it in streams.watch to watch it; said "
-                         "once)", stream)
+            if stream not in self._schedule_said:
+                self._schedule_said.add(stream)
+                log.info("observe(): %r is bookkeeping (its name reads as a learning rate, an epoch or a step "
+                         "count), not a stream the run's health shows in: not watched (list it in streams.watch to "
+                         "watch it)", stream)
             return []
         return self._streams["default"]
 
@@ -1586,6 +1590,16 @@ class AdaptiveEvaluator:
         self.trigger.fired(decided_at)
         self._last_eval_step = global_step
         self._eval_seconds += seconds
+        if (decided_at is not None and not self._slow_said and self._rank == 0 and self.trigger.freq_sec > 0
+                and seconds >= self.trigger.freq_sec * self.trigger.scale):
+            # (the interval counts from the decision, as AReaL's: an evaluation longer than it leaves the next due at
+            # once, every step evaluated, 91% of the time; a review)
+            self._slow_said = True
+            log.warning("the evaluation at step %d took %.3g s, at least trigger.freq_secs (%g s%s): the time "
+                        "trigger's interval counts from the decision, as AReaL's does, so the next evaluation is due "
+                        "at once; raise trigger.freq_secs above an evaluation's time (said once)", global_step,
+                        seconds, self.trigger.freq_sec * self.trigger.scale,
+                        "" if self.trigger.scale == 1.0 else f", scaled x{self.trigger.scale:g}")
         if error is not None:
             self._eval_errors += 1
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,

@@ -231,3 +231,27 @@ def test_step_trigger_shortcut_matches_the_float_bound_at_any_scale():
         other.scale = ctl.scale
         other.load_state_dict(ctl.state_dict())
         assert [other.check(0, 1) for _ in range(40)] == [ctl.check(0, 1) for _ in range(40)]
+
+
+def test_an_evaluation_longer_than_freq_secs_is_said_once(caplog):
+    """A review: the time trigger's interval counts from the decision (as AReaL's), so 70 s evaluations under
+    freq_secs=60 leave the next due at once, every step evaluated; said, once."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    now = [0.0]
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=null", "trigger.freq_secs=60"]),
+                                       total_steps=30, clock=lambda: now[0])
+
+    def slow():
+        now[0] += 70.0
+        return {"acc": [1.0, 0.0]}
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(30):
+            now[0] += 5.0
+            ev.evaluate(slow, 0, g, g)
+    said = [r.getMessage() for r in caplog.records if "at least trigger.freq_secs" in r.getMessage()]
+    assert len(said) == 1 and "took 70 s, at least trigger.freq_secs (60 s)" in said[0]
+    assert [r.step for r in ev.history][1:4] == [12, 13, 14]  # (due at once after each, as AReaL)
