@@ -214,3 +214,49 @@ def test_in_a_group_no_evaluation_starts_beside_one_that_timed_out_and_still_run
     (peak0, waits0), (peak1, waits1) = run_ranks(_hung_grader_rank, timeout_s=90)
     assert peak1 == 1 and peak0 <= 1  # (rank 0's own threads finish at once)
     assert waits0 == waits1 > 0
+
+
+def _lightning_exception_on_one_rank(rank, world):
+    import logging
+    import threading
+    from types import SimpleNamespace
+
+    pytest.importorskip("lightning")
+    from adaptive_eval.integrations.lightning import AdaptiveEvalCallback
+
+    said = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logging.getLogger("adaptive_eval").addHandler(Keep(logging.WARNING))
+    cfg = load_config(overrides=["trigger.freq_steps=5", "distributed.timeout_s=2", "evaluation.asynchronous=true",
+                                 "evaluation.async_integrate_after_steps=20", "policy.budget.enabled=false",
+                                 "evaluation.precision=none"])
+    cb = AdaptiveEvalCallback(cfg)
+    cb.evaluator = AdaptiveEvaluator.from_config(cfg, total_steps=40, clock=FakeClock())
+    release = threading.Event()
+
+    def fn(request):
+        release.wait(5)
+        return {"acc": [1.0] * len(request.indices(100))}
+
+    events = []
+    cb.evaluator.add_listener(events.append)
+    for g in range(6):  # (an evaluation submitted at step 4, in flight on both ranks)
+        cb.evaluator.observe({"train/loss": 1.0}, g)
+        cb.evaluator.evaluate(fn, 0, g, g)
+    if rank == 0:  # its fit raised; the other rank trains on, never closing here
+        cb.on_exception(SimpleNamespace(global_rank=0), None, RuntimeError("out of memory"))
+    release.set()
+    time.sleep(3 if rank == 1 else 0)
+    errors = [e["error"] for e in events if e["kind"] == "error"]
+    return errors, [m for m in said if "failed on rank" in m]
+
+
+def test_a_lightning_fit_raising_on_one_rank_closes_without_a_collective():
+    """A review: on_exception closed the evaluator, whose close() combines the shards in flight (a collective) on
+    the rank that raised alone: it waited distributed.timeout_s or met another rank's evaluate(); it fails them."""
+    (errors0, collective0), _ = run_ranks(_lightning_exception_on_one_rank, timeout_s=90, collective_timeout_s=10)
+    assert not collective0 and errors0 and "the fit raised RuntimeError on rank 0" in errors0[0]

@@ -353,6 +353,10 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluator is not None and not self.evaluator._closed:
             from adaptive_eval.adaptive import EXCEPTION_DRAIN_S
 
+            if self.evaluator._distributed and self.evaluator._group_failed is None:
+                # (one rank's exception: a collective of close() would run on that rank alone, waiting out
+                # distributed.timeout_s or meeting another rank's evaluate(); what is in flight fails instead; review)
+                self.evaluator._group_failed = f"the fit raised {type(exception).__name__} on rank {trainer.global_rank}"
             try:
                 self.evaluator.close(timeout_s=EXCEPTION_DRAIN_S)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
@@ -376,7 +380,9 @@ class AdaptiveEvalCallback(Callback):
             # fit() again on the same trainer (max_epochs raised, in a notebook) continues the run: the evaluator
             # goes on from the state it had, as a resume from the checkpoint of that step does (it started afresh,
             # its detectors warming up again and the first fit's history gone from it; a new user's probe)
-            self.load_state_dict(self.state_dict())
+            # (this rank's own state: state_dict() would gather every rank's, a collective; review)
+            self._stashed, self._stashed_ranks = previous.state_dict(), None
+            self._stashed_twin = (self._twin, sorted(self._aliases)) if self._twin is not None else None
             if trainer.is_global_zero:
                 log.info("adaptive_eval: fit() continues at step %d: the evaluator goes on from its state there",
                          trainer.global_step)
@@ -1008,6 +1014,8 @@ class _OutputLists:
         for name, value, length in self.lengths:
             if len(value) > length:
                 if "output" in name.lower():
+                    log.debug("adaptive_eval: removed the %d entries its evaluation's validation_step calls appended "
+                              "to self.%s", len(value) - length, name)
                     del value[length:]
                 else:
                     grew.append(name)
