@@ -801,16 +801,22 @@ def _counters_out(records: list[TraceRecord], names, path) -> list[TraceRecord]:
         metrics, epoch = rec.metrics, rec.epoch
         if any(k in metrics for k in counters):
             metrics = dict(metrics)
-            for key in _EPOCH_TAGS:
-                if key in metrics:
-                    value = metrics.pop(key)
-                    if epoch is None and math.isfinite(value):
-                        epoch = _epoch(value, value, path, None)
-            for key in _STEP_TAGS.intersection(metrics):
-                del metrics[key]
-            rec = TraceRecord(rec.step, metrics, epoch, rec.time)
+            rec = TraceRecord(rec.step, metrics, _take_counters(metrics, epoch, path, None), rec.time)
         out.append(rec)
     return out
+
+
+def _take_counters(metrics: dict, epoch: int | None, path, line) -> int | None:
+    """Take an epoch or step counter logged as a metric out of ``metrics`` (in place); the record's epoch, the
+    counter's where it had none (verl logs training/epoch: a stream, it alarmed at each epoch boundary)."""
+    for key in _EPOCH_TAGS:
+        if key in metrics:
+            value = metrics.pop(key)
+            if epoch is None and math.isfinite(value):
+                epoch = _epoch(value, value, path, line)
+    for key in _STEP_TAGS.intersection(metrics):
+        del metrics[key]
+    return epoch
 
 
 def _read_csv_fast(path, text: str, names: list[str]) -> list[TraceRecord]:
@@ -1250,13 +1256,7 @@ def _json_record(text: str, path, line, skipped: dict | None = None, step_key: s
     metrics = {}
     # (verl's data box too: one bool or list in it refused the whole file, while a flat record's were skipped)
     _json_metrics(raw, "", metrics, path, line, skipped if box != "metrics" else None)
-    for key in _EPOCH_TAGS:  # (verl logs training/epoch: a stream, it alarmed at each epoch boundary)
-        if key in metrics:
-            value = metrics.pop(key)
-            if epoch is None and math.isfinite(value):
-                epoch = _epoch(value, value, path, line)
-    for key in _STEP_TAGS.intersection(metrics):
-        del metrics[key]
+    epoch = _take_counters(metrics, epoch, path, line)
     return _new_record(step, metrics, epoch, time)
 
 

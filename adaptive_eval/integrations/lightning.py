@@ -356,7 +356,8 @@ class AdaptiveEvalCallback(Callback):
             if self.evaluator._distributed and self.evaluator._group_failed is None:
                 # (one rank's exception: a collective of close() would run on that rank alone, waiting out
                 # distributed.timeout_s or meeting another rank's evaluate(); what is in flight fails instead; review)
-                self.evaluator._group_failed = f"the fit raised {type(exception).__name__} on rank {trainer.global_rank}"
+                self.evaluator._group_failed = (f"the fit raised {type(exception).__name__} on rank "
+                                                f"{trainer.global_rank}")
             try:
                 self.evaluator.close(timeout_s=EXCEPTION_DRAIN_S)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
