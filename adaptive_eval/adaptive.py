@@ -55,11 +55,11 @@ __all__ = ["AdaptiveEvaluator"]
 _SCHEDULED = ("trigger:steps", "trigger:time", "trigger:epochs")
 _NOT_DUE = Decision(False)
 _RESERVED = frozenset(("step", "epoch", "time"))  # a trace's own columns (adaptive_eval.trace.RESERVED)
-# The last part of a metric name that is a schedule or a counter, not a stream to watch (see _is_schedule).
+# The last part of a metric name that is a schedule or a counter, not a stream to watch (see is_schedule).
 _SCHEDULE_NAMES = frozenset(("lr", "learning_rate", "epoch", "global_step", "step"))
 
 
-def _is_schedule(name: str) -> bool:
+def is_schedule(name: str) -> bool:
     """A learning rate (``actor/lr``, ``train/learning_rate``, Lightning's ``lr-Adam``, ``lr-Adam/pg1``) or an epoch or
     step counter (``training/epoch``, ``training/global_step``): what the trainer sets, not what the run shows."""
     parts = name.lower().split("/")
@@ -535,7 +535,7 @@ class AdaptiveEvaluator:
         specs = self._streams["watch"].get(stream)
         if specs is not None:
             return specs
-        if _is_schedule(stream):
+        if is_schedule(stream):
             # (a verl-style stats dict given whole: its learning rate's warm-up and decay and its epoch and step
             # counters alarmed, 19 evaluations brought forward in a quiet run under the default preset, 3.6x its
             # samples; the trace readers and the HF adapter already leave them out; a probe)
@@ -2380,7 +2380,7 @@ class AdaptiveEvaluator:
                 hint = ("; to resume under this config, load the state without the detectors (state.pop('detectors'); "
                         "state.pop('eval_detectors')): every stream's detectors then start afresh, with a warm-up, and "
                         "the rest resumes as saved")
-                if not dets and key == "detectors" and _is_schedule(stream) and stream not in self._ignore:
+                if not dets and key == "detectors" and is_schedule(stream) and stream not in self._ignore:
                     continue  # (a schedule a state of an earlier release watched: watched no more, see _specs_for)
                 if len(dets) != len(det_states):
                     raise ValueError(f"state_dict has {len(det_states)} detectors for stream {stream!r}, "

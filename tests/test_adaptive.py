@@ -1183,6 +1183,6 @@ def test_a_learning_rate_and_counters_in_the_stats_dict_are_not_watched_unless_n
     assert quiet.summary()["alarms"] == 0 and not quiet._detectors["actor/lr"]
     watched = run("streams.watch={actor/lr: [{type: cusum, k: 1.0, threshold: 8.0}]}")
     assert watched._detectors["actor/lr"] and watched.summary()["alarms"] > 0
-    from adaptive_eval.adaptive import _is_schedule  # (Lightning's LearningRateMonitor of two groups: a review)
+    from adaptive_eval.adaptive import is_schedule  # (Lightning's LearningRateMonitor of two groups: a review)
 
-    assert _is_schedule("lr-Adam/pg1") and _is_schedule("lr-SGD") and not _is_schedule("train/reward")
+    assert is_schedule("lr-Adam/pg1") and is_schedule("lr-SGD") and not is_schedule("train/reward")

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from adaptive_eval.adaptive import is_schedule
 from adaptive_eval.asynchronous import SnapshotEval, WeightSnapshot
 from adaptive_eval.config import Config, as_config, load_config
 
@@ -47,9 +48,9 @@ log = logging.getLogger("adaptive_eval")
 
 EXTRA = "integrations"
 
-# Keys a trainer logs that are schedule or bookkeeping, not a signal about the model: never watched.
-UNWATCHED = ("epoch", "learning_rate", "lr", "total_flos", "step", "global_step", "num_input_tokens_seen",
-             "num_tokens", "step_time")  # (TRL's cumulative token count and its timing)
+# Keys a trainer logs that are bookkeeping, not a signal about the model: never watched.  (Learning rates and
+# epoch or step counters: adaptive_eval.adaptive.is_schedule, which observe() itself applies.)
+UNWATCHED = ("total_flos", "num_input_tokens_seen", "num_tokens", "step_time")  # (TRL's token count, its timing)
 UNWATCHED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_tokens_per_second", "_flos")
 
 
@@ -101,7 +102,8 @@ def _merge_overrides(cfg: DictConfig, overrides) -> DictConfig:
 def watched(name: str) -> bool:
     """Whether a logged training key is a signal worth a detector (not a schedule or a counter)."""
     last = name.rsplit("/", 1)[-1]
-    return last not in UNWATCHED and not last.endswith(UNWATCHED_SUFFIXES) and not _EVAL_KEY.match(name)
+    return (not is_schedule(name) and last not in UNWATCHED and not last.endswith(UNWATCHED_SUFFIXES)
+            and not _EVAL_KEY.match(name))
 
 
 # An evaluation's key (HF's eval_loss, eval/acc): "eval" then the end or a separator, not every key beginning with
