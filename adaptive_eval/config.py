@@ -805,6 +805,10 @@ def _shape_problems(value: Any, hint: Any = Config, path: str = "") -> list[tupl
     wants a mapping, or the reverse: OmegaConf's merge raises a bare ``TypeError("Cannot merge incompatible
     container types")`` there (or names a type hint), without the key."""
     hint = _unoptional(hint)
+    if hint is bool and isinstance(value, (int, float)) and not isinstance(value, bool) and value not in (0, 1):
+        # (OmegaConf reads any number as a switch: evaluation.asynchronous: 2, meant as a lag of 2 steps, turned
+        # asynchronous evaluation on without a word; a review)
+        return [(path or "<root>", f"expected true or false, got {value!r}")]
     origin = typing.get_origin(hint)
     want_list = origin in (list, tuple)
     want_map = origin is dict or dataclasses.is_dataclass(hint)

@@ -686,3 +686,17 @@ def test_a_suite_aggregate_over_suites_all_of_weight_zero_is_refused_naming_the_
     assert load_config(overrides=["evaluation.suite_aggregate=all", "evaluation.metric=all/acc",
                                   "evaluation.suites.a.size=10", "evaluation.suites.a.weight=0",
                                   "evaluation.suites.b.size=10"]).evaluation.suites.b.weight > 0
+
+
+def test_a_number_other_than_0_or_1_for_a_switch_is_refused_naming_file_line_and_key(tmp_path):
+    """OmegaConf reads any number as a bool: ``evaluation.asynchronous: 2`` (meant as a lag of two steps) turned
+    asynchronous evaluation on without a word."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("evaluation:\n  asynchronous: 2\n")
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}:2: evaluation.asynchronous: expected true or "
+                                          r"false, got 2"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"evaluation.asynchronous: expected true or false, got 0.5"):
+        load_config(overrides=["evaluation.asynchronous=0.5"])
+    assert load_config(overrides=["evaluation.asynchronous=1"]).evaluation.asynchronous is True
+    assert load_config(overrides=["evaluation.asynchronous=true"]).evaluation.asynchronous is True
