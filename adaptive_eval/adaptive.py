@@ -469,6 +469,7 @@ class AdaptiveEvaluator:
         self._start = self.clock()
         self._now = 0.0
         self._eval_seconds = 0.0
+        self._sync_eval_seconds = 0.0  # (the training's own clock stood still for these: see _record)
         self._eval_errors = 0
         self._deferrals = 0
         self._alarm_count = 0
@@ -806,7 +807,11 @@ class AdaptiveEvaluator:
                                 "trace's own columns", name, f"{name}_")
             values = {(f"{k}_" if k in _RESERVED else k): v for k, v in values.items()}
         try:
-            self._recorder.record(step, values, epoch=self._recorded_epoch, time=self.clock() - self._start)
+            # The time column is the training's: the seconds this evaluator's own synchronous evaluations took are
+            # left out, since replay simulates each evaluation's seconds on top of it (recorded with them, a replay
+            # counted each twice, and its budget sized evaluations smaller than the live run's; a new-user probe).
+            self._recorder.record(step, values, epoch=self._recorded_epoch,
+                                  time=self.clock() - self._start - self._sync_eval_seconds)
         except Exception as exc:  # noqa: BLE001 - recording must never stop training
             self._record_errors += 1
             if self._record_errors == 1:
@@ -819,7 +824,9 @@ class AdaptiveEvaluator:
         Each ``observe`` appends the step's metrics; each evaluation appends ``eval/<metric>`` (the measured
         mean) and, for metrics that are not proportions, ``eval/<metric>:std``, so that ``adaptive-eval
         replay`` can re-run the run under another policy.  Every record is one appended line, written
-        before the call returns (crash-safe; ``fsync`` for power loss too).  Closed by :meth:`close`.
+        before the call returns (crash-safe; ``fsync`` for power loss too).  Closed by :meth:`close`.  The
+        ``time`` column is the training's seconds since the start: the seconds of this evaluator's synchronous
+        evaluations are left out, as replay simulates each evaluation's own.
         """
         from adaptive_eval.trace import TraceRecorder
 
@@ -1590,6 +1597,7 @@ class AdaptiveEvaluator:
         self.trigger.fired(decided_at)
         self._last_eval_step = global_step
         self._eval_seconds += seconds
+        self._sync_eval_seconds += seconds
         if (decided_at is not None and not self._slow_said and self._rank == 0 and self.trigger.freq_sec > 0
                 and seconds >= self.trigger.freq_sec * self.trigger.scale):
             # (the interval counts from the decision, as AReaL's: an evaluation longer than it leaves the next due at
@@ -1787,6 +1795,7 @@ class AdaptiveEvaluator:
             self._looking = None
         result = outcome.result
         self._eval_seconds += seconds  # (the budget counts it like any evaluation)
+        self._sync_eval_seconds += seconds
         if result is not None:
             # (not paired with the evaluation before: the items of its suites are not the next one's baseline)
             result = dataclasses.replace(self._with_aggregate(result), evaluated_at=global_step)
@@ -2223,6 +2232,7 @@ class AdaptiveEvaluator:
             "eval_detectors": {k: [d.state_dict() for d in v] for k, v in self._eval_detectors.items()},
             "elapsed": self._elapsed(),
             "eval_seconds": self._eval_seconds,
+            "sync_eval_seconds": self._sync_eval_seconds,
             "eval_errors": self._eval_errors,
             "deferrals": self._deferrals,
             "alarms": self._alarm_count,
@@ -2396,6 +2406,7 @@ class AdaptiveEvaluator:
                 self._in_nonfinite_run.add(stream)
             self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
+        self._sync_eval_seconds = float(sd.get("sync_eval_seconds", self._eval_seconds))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
         self._alarm_count = int(sd.get("alarms", 0))

@@ -3,6 +3,7 @@
 import json
 import pathlib
 
+import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -187,6 +188,35 @@ def test_a_live_run_recorded_with_record_to_replays(tmp_path, clock):
     assert eval_steps == [r.step for r in ev.history]
     assert all("eval/loss:std" in r.metrics for r in trace.records if "eval/loss" in r.metrics)
     assert replay(trace, load_config(), seed=0).summary["steps"] == 200
+
+
+def test_a_recorded_run_replays_to_its_own_budgeted_decisions_counting_each_evaluation_once(tmp_path, clock):
+    """The trace's time column held the live evaluations' seconds, and replay added its simulated ones on top: the
+    budget sized the alarm's evaluation 123 items instead of the live run's 117 (a new-user probe).  Here each
+    evaluation costs what replay simulates (5 s + 0.05 s an item), and scalar results draw nothing."""
+    from adaptive_eval import AdaptiveEvaluator
+    from adaptive_eval.testing import replay_trace
+
+    cfg = load_config(overrides=["policy.budget.max_eval_fraction=0.02"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=300, clock=clock)
+    path = tmp_path / "live.csv"
+    ev.record_to(path)
+    rng = np.random.default_rng(0)
+
+    def evaluate_fn(req):
+        clock.advance(5 + 0.05 * req.sample_size)
+        return {"score": 5.0 if req.step < 150 else 2.0}
+
+    for s in range(300):
+        clock.advance(10.0)
+        ev.observe({"train/reward": (0.7 if s < 150 else 0.1) + 0.05 * rng.standard_normal()}, s)
+        ev.evaluate(evaluate_fn, 0, s, s)
+    ev.close()
+    live = [(r.step, r.sample_size, r.reason) for r in ev.history]
+    assert any("budget" in reason for _, _, reason in live)  # (the budget sized some)
+    run = replay_trace(path, cfg)
+    assert [(e["step"], e["sample_size"], e["reason"]) for e in run.evals] == live
+    assert run.summary["train_seconds"] == pytest.approx(3000.0)
 
 
 def test_a_restarted_log_replays_with_keep_last_run(traces_dir, tmp_path, capsys):
