@@ -292,7 +292,7 @@ class DaemonThreadExecutor(cf.Executor):
         deadline = time.monotonic() + timeout_s
         for thread, future in self._threads:
             if future.done() and thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
+                thread.join(min(max(0.0, deadline - time.monotonic()), threading.TIMEOUT_MAX))
 
 
 _IN_PROCESS = (InlineExecutor, DaemonThreadExecutor, cf.ThreadPoolExecutor)
@@ -410,7 +410,7 @@ class EvalRanks:
         self.rank = dist.get_rank()
         self.timeout_s = float(timeout_s)
         self.train_group = dist.new_group(train)
-        idle = datetime.timedelta(seconds=idle_timeout_s)
+        idle = datetime.timedelta(seconds=min(idle_timeout_s, threading.TIMEOUT_MAX))
         self._pairs = {e: dist.new_group(sorted([self.leader, e]), timeout=idle) for e in ranks}
 
     @classmethod
@@ -554,7 +554,7 @@ class _EvalRankExecutor(cf.Executor):
             self._queue.put(None)
         if wait:
             for t in self._threads:
-                t.join(timeout_s)
+                t.join(None if timeout_s is None else min(timeout_s, threading.TIMEOUT_MAX))
 
 
 # -- the engine ------------------------------------------------------------------------------------------
@@ -834,6 +834,9 @@ class AsyncEvaluations:
         """``job.future.result(timeout=limit)``; a wait longer than ``QUIET_WAIT_S`` on an unfinished evaluation
         is announced first (a warning: who waits, how long at most, why, and the key that bounds it)."""
         future = job.future
+        # (a distributed.timeout_s above threading.TIMEOUT_MAX, 1e10 for "no limit", raised OverflowError from
+        # the wait, inside the training step and close(); a probe)
+        limit = min(limit, threading.TIMEOUT_MAX)
         if limit <= QUIET_WAIT_S or future.done():
             return future.result(timeout=limit)
         try:

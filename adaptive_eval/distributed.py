@@ -282,7 +282,7 @@ class DistContext:
             elif self.timeout_s is None:
                 work.wait()
             else:
-                work.wait(timeout=datetime.timedelta(seconds=self.timeout_s))
+                work.wait(timeout=datetime.timedelta(seconds=min(self.timeout_s, threading.TIMEOUT_MAX)))
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, DistBackendError, ...
             rank, world = self.rank_world()
             limit = f"{self.timeout_s:g} s" if self.timeout_s is not None else "the process group's timeout"

@@ -1387,3 +1387,23 @@ def test_an_evaluation_failed_by_its_timeout_that_still_runs_in_a_users_pool_is_
         assert "the evaluation of step(s) 4 still runs in your ThreadPoolExecutor" in caplog.text
     finally:
         release.set()
+
+
+def test_a_wait_limit_beyond_what_python_can_wait_is_a_long_wait_not_an_overflow(monkeypatch):
+    """distributed.timeout_s 1e10 (a "no limit" the config accepts, .inf being refused) raised OverflowError from
+    ``future.result(timeout=...)`` inside evaluate() and close(): above threading.TIMEOUT_MAX (a probe)."""
+    import adaptive_eval.asynchronous as asynchronous
+
+    monkeypatch.setattr(asynchronous, "QUIET_WAIT_S", 0.01)  # (the long wait follows the quiet one)
+    ev = AdaptiveEvaluator.from_config(cfg("distributed.timeout_s=1e10", "evaluation.async_integrate_after_steps=1"),
+                                       total_steps=30)
+
+    def slow(request):
+        time.sleep(0.2)
+        return {"acc": [1.0, 0.0] * (request.sample_size // 2)}
+
+    for s in range(30):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(slow, 0, s, s)
+    ev.close()
+    assert ev.summary()["evals"] >= 2 and ev.summary()["eval_errors"] == 0
