@@ -49,6 +49,16 @@ __all__ = [
 log = logging.getLogger("adaptive_eval")
 
 
+MAX_BACKOFF_S = 60.0
+
+
+def backoff_seconds(base: float, attempt: int) -> float:
+    """The sleep before retry ``attempt + 1`` under ``on_error: retry``: ``base`` x 2^attempt, the doubling capped
+    at a minute (or at ``base`` when that is longer).  (Uncapped, max_retries 1,100 raised OverflowError inside the
+    training step, and the default 1 s with max_retries 40 would have slept 2^39 s; a probe.)"""
+    return min(base * 2.0 ** min(attempt, 64), max(base, MAX_BACKOFF_S))
+
+
 def check_step(name: str, value) -> int:
     """Steps are integers; anything else is a ``ValueError`` naming the argument."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
@@ -685,7 +695,7 @@ def _run_evaluation_outcome(
             if isinstance(error, CheckpointUnavailable):
                 return EvalOutcome(None, error, attempts=attempt + 1, gone=True)  # a retry would only sleep here
             if attempt + 1 < attempts:
-                sleep(retry_backoff_s * (2**attempt))
+                sleep(backoff_seconds(retry_backoff_s, attempt))
             continue
         # Sharded: one all-gather of this attempt's outcome, whether it succeeded or not.
         seconds = clock() - start
@@ -763,7 +773,7 @@ def _run_evaluation_outcome(
                 (log.warning if attempt + 1 < attempts else log.error)(
                     "evaluate_fn failed at step %d (attempt %d/%d): %s", request.step, attempt + 1, attempts, remote)
         if attempt + 1 < attempts and not gone:
-            sleep(retry_backoff_s * (2**attempt))
+            sleep(backoff_seconds(retry_backoff_s, attempt))
         else:
             return EvalOutcome(None, error, failed_ranks=failed, attempts=attempt + 1, gone=gone)
     if error is not None:

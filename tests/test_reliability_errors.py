@@ -106,6 +106,25 @@ def test_retry_gives_up_after_max_retries_with_doubling_backoff_and_counts_one_e
     assert logger.last("controller/eval_errors") == (0, 1.0)
 
 
+def test_many_retries_double_the_backoff_up_to_a_minute_and_never_overflow(monkeypatch):
+    """max_retries 1,100 raised OverflowError inside the training step (2**1024 as a float), and the default 1 s with
+    40 retries would have slept 2^39 s (a probe)."""
+    sleeps = []
+    monkeypatch.setitem(_run_evaluation_outcome.__kwdefaults__, "sleep", sleeps.append)
+    ev, _, events = make("evaluation.on_error=retry", "evaluation.max_retries=1100", "evaluation.retry_backoff_s=1")
+
+    def down(request):
+        raise ConnectionError("eval server down")
+
+    assert ev.evaluate(down, 0, 0, 0) is None
+    assert ev.last_outcome.attempts == 1101 and len(sleeps) == 1100
+    assert sleeps[:7] == [1, 2, 4, 8, 16, 32, 60] and set(sleeps[6:]) == {60.0}
+    assert errors(events) == [(0, "ConnectionError: eval server down")]
+    ev2, _, _ = make("evaluation.on_error=retry", "evaluation.max_retries=2", "evaluation.retry_backoff_s=100")
+    sleeps.clear()
+    assert ev2.evaluate(down, 0, 0, 0) is None and sleeps == [100, 100]  # (a base above a minute is kept)
+
+
 def test_retry_really_sleeps_the_small_backoff():
     ev, _, _ = make("evaluation.on_error=retry", "evaluation.max_retries=2", "evaluation.retry_backoff_s=0.01")
     calls = []
