@@ -305,13 +305,15 @@ def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
 
 def _load_trace(args: argparse.Namespace):
     """``replay``'s trace: a file or TensorBoard folder, or a shipped real trace by name (``NAME`` or
-    ``real:NAME``, as ``check`` and ``tune`` take it; a bare name is the shipped trace from any directory)."""
+    ``real:NAME``, as ``check`` and ``tune`` take it; a bare name is the shipped trace from any directory); and
+    the shipped ``RealTrace`` it is, or None."""
     from adaptive_eval.testing._core import _load, refuse_read_options_on_shipped
 
     refuse_read_options_on_shipped(args.trace, _foreign(args))
     if not _on_disk(args.trace) and not _foreign(args):  # (a shipped name with read options: refused above)
-        return _load(args.trace)[0]  # (check's and replay_trace's reading)
-    return _load_trace_file(args.trace, args)
+        loaded = _load(args.trace)  # (check's and replay_trace's reading)
+        return loaded[0], loaded[4]
+    return _load_trace_file(args.trace, args), None
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -320,7 +322,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     if os.path.exists(args.trace):
         _check_trace_prefixes(args, [args.trace])
-    trace = _load_trace(args)
+    trace, real = _load_trace(args)
+    if real is not None:  # (its cost model, eval set size and direction, as check and tune replay it; --set wins)
+        from adaptive_eval.testing._core import shipped_settings
+
+        cfg = load_config(args.config, [*shipped_settings(real), *args.overrides])
     if len(trace) == 0:
         print(f"adaptive-eval: {args.trace}: the trace has no records", file=sys.stderr)
         return 2

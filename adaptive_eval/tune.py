@@ -75,11 +75,15 @@ def case_from_real(name: str) -> Case:
     """A shipped real trace (:func:`adaptive_eval.convert.load_real`) as a case."""
     from adaptive_eval.convert import load_real
 
-    rt = load_real(name)
+    return case_of_real(load_real(name))
+
+
+def case_of_real(rt) -> Case:
+    """A loaded shipped real trace (a ``RealTrace``) as a case."""
     metric = rt.eval_metric[len("eval/"):] if rt.eval_metric else None
     items = rt.items.get(rt.eval_metric, 500) if rt.eval_metric else 500
     truth = None if rt.truth is None else [float(v) for v in rt.truth]
-    return Case(f"real/{name}", rt.trace, _index_events(rt.trace, [e.step for e in rt.events]), truth, metric,
+    return Case(f"real/{rt.name}", rt.trace, _index_events(rt.trace, [e.step for e in rt.events]), truth, metric,
                 rt.higher_is_better, items)
 
 

@@ -317,6 +317,29 @@ def test_a_metric_without_intervals_cannot_confirm():
         assert_confirmed(run, 946, within=50)
 
 
+def test_a_shipped_trace_replays_in_its_metrics_direction_and_under_the_cost_model_tune_scores_it_by(tmp_path):
+    """nanogpt_124m's validation loss replayed as higher-is-better: the pick was step 24 at 10.83, the worst value
+    in the run; and sb3_pong's return (10 episodes) was simulated on 500 items, so a preset tune wrote replayed to
+    4,966 samples/1k where tune had reported 40.7 (a new-user probe)."""
+    from adaptive_eval.tune import case_from_real, replay_case
+
+    run = replay_trace("nanogpt_124m", "default")
+    assert run.config.evaluation.higher_is_better is False
+    low = min(v for _, v in run.truth["val_loss"])
+    assert run.summary["best"]["measured"] == pytest.approx(low)
+    pong = replay_trace("sb3_pong", "default")
+    assert pong.config.replay.eval_set_size == 10
+    assert [(e["sample_size"], e["reason"]) for e in pong.evals] == [
+        (e["sample_size"], e["reason"]) for e in replay_case(case_from_real("sb3_pong"), load_config("default"))]
+    # the command line the same, and --set still wins
+    assert main(["replay", "real:sb3_pong", "--no-tensorboard", "--out", str(tmp_path / "a")]) == 0
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["samples"] == sum(e["sample_size"] or 10 for e in pong.evals) == 10 * len(pong.evals)
+    assert main(["replay", "real:nanogpt_124m", "--no-tensorboard", "--out", str(tmp_path / "b"),
+                 "--set", "evaluation.higher_is_better=true"]) == 0
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["best"]["step"] != run.summary["best"]["step"]
+
+
 # ------------------------------------------------------------------------------------------- the CLI
 
 

@@ -462,7 +462,7 @@ def test_traces_that_name_their_step_column_differently_get_one_step_column_each
     from adaptive_eval.cli import _load_trace, build_parser
 
     # the default spelt out is no trace option: a shipped trace by name still loads (found in review)
-    assert len(_load_trace(build_parser().parse_args(["replay", "grpo_no_kl", "--step-column", "step"]))) == 500
+    assert len(_load_trace(build_parser().parse_args(["replay", "grpo_no_kl", "--step-column", "step"]))[0]) == 500
     other = tmp_path / "other.csv"
     other.write_text("x\n")
     assert main([*check, "--step-column", f"{other}=iter"]) == 2

@@ -395,6 +395,18 @@ def shipped_trace_name(value) -> str | None:
     return name if name in {info.name for info in real_traces()} else None
 
 
+def shipped_settings(real) -> list[str]:
+    """The settings a shipped real trace (a ``RealTrace``) replays under wherever it is replayed (``replay``,
+    ``check``, :func:`replay_trace`), as ``tune`` scores it: its eval cost model and eval set size
+    (:func:`adaptive_eval.tune.cost_overrides`: sb3_pong's return is the mean of 10 episodes, not 500 items) and
+    its metric's direction (nanogpt_124m's validation loss was replayed as higher-is-better: its pick was the
+    worst checkpoint; and a preset ``tune`` wrote did not replay to the figures it reported; a new-user probe)."""
+    from adaptive_eval.tune import case_of_real, cost_overrides
+
+    out = [o for o in cost_overrides(case_of_real(real)) if not o.startswith("logging.")]
+    return out + ([] if real.higher_is_better else ["evaluation.higher_is_better=false"])
+
+
 def in_folder(folder, found):
     """``found`` (an entry :func:`trace_files` listed in ``folder``) as a path that names its folder: listed in
     ``.``, a run folder ``nanogpt_124m`` read as the shipped trace of that name."""
@@ -414,12 +426,13 @@ def refuse_read_options_on_shipped(value, options) -> None:
                          f"pass ./{value} for a file or folder of that name")
 
 
-def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
-    """(trace, name, expectations found with it, its eval metric if known)."""
+def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None, Any]:
+    """(trace, name, expectations found with it, its eval metric if known, the shipped ``RealTrace`` it is or
+    None)."""
     if isinstance(path_or_trace, Trace):
         side = events_path(path_or_trace.source) if path_or_trace.source else None
         exp = load_expectations(side) if side else Expectations()
-        return path_or_trace, _trace_name(path_or_trace.source), exp, None
+        return path_or_trace, _trace_name(path_or_trace.source), exp, None, None
     if hasattr(path_or_trace, "trace") and hasattr(path_or_trace, "events"):
         # A RealTrace (adaptive_eval.convert.load_real) or a SyntheticTrace: its events are known.
         t = path_or_trace
@@ -428,7 +441,8 @@ def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
         if metric is not None:
             worse = "down" if getattr(t, "higher_is_better", True) else "up"
         events = tuple(Event(int(e.step), e.kind, worse if e.kind in _WORSE_KINDS else None) for e in t.events)
-        return t.trace, str(getattr(t, "name", _trace_name(t.trace.source))), Expectations(events), metric
+        real = t if getattr(t, "kind", None) == "real" else None
+        return t.trace, str(getattr(t, "name", _trace_name(t.trace.source))), Expectations(events), metric, real
     if isinstance(path_or_trace, (str, os.PathLike)):
         p = pathlib.Path(path_or_trace)
         shipped = shipped_trace_name(path_or_trace)
@@ -443,7 +457,7 @@ def _load(path_or_trace) -> tuple[Trace, str, Expectations, str | None]:
         if p.exists():
             side = events_path(p)
             exp = load_expectations(side) if side else Expectations()
-            return read_trace(p), p.name, exp, None
+            return read_trace(p), p.name, exp, None, None
         if shipped_trace_name(os.fspath(path_or_trace)) is not None:  # (a pathlib.Path of a shipped name)
             return _load(os.fspath(path_or_trace))
         from adaptive_eval.convert import real_traces
@@ -527,10 +541,14 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
             raise TypeError(f"{', '.join(k + '=' for k in READ_OPTIONS if read.get(k))} read a trace file; "
                             f"{path_or_trace!r} is none (a Trace: adaptive_eval.convert.select_columns)")
         path_or_trace = read_with(path_or_trace, options)
-    trace, name, exp, metric = _load(path_or_trace)
+    trace, name, exp, metric, real = _load(path_or_trace)
     if len(trace) == 0:
         raise ExpectationError(f"{name}: the trace has no records")
     cfg, config_name = _config(config)
+    if real is not None:
+        from omegaconf import OmegaConf
+
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(shipped_settings(real)))
     if cfg.replay.every_step:  # every training step a record: steps and costs count training steps
         trace = every_step(trace)
     if events is not None:
