@@ -122,26 +122,38 @@ def _decision_state(d: Decision) -> dict:
 class _FiniteClock:
     """An injected ``clock=`` whose readings are checked: one that is no finite number (``inf`` once switched the
     time trigger off for the rest of the run, ``None`` raised a TypeError from inside evaluate(); a probe) reads as
-    the last good one, said once.  (The default ``time.monotonic`` is called as it is: the hot path.)"""
+    the last good one, said once; one that goes back (a wall clock set back) counts on from the last good one, said
+    once (set back 100 s during an evaluation, it took -100 s and the budget read evaluation as free; set back
+    below the run's start, the budget and the time trigger never evaluated again; a probe).  (The default
+    ``time.monotonic`` is called as it is: the hot path.)"""
 
-    __slots__ = ("fn", "last", "said")
+    __slots__ = ("fn", "last", "said", "offset", "back_said")
 
     def __init__(self, fn):
-        self.fn, self.last, self.said = fn, 0.0, False
+        self.fn, self.last, self.said, self.offset, self.back_said = fn, None, False, 0.0, False
 
     def __call__(self) -> float:
         value = self.fn()
         try:
             if math.isfinite(value):
-                self.last = float(value)
-                return self.last
+                now = float(value) + self.offset
+                if self.last is not None and now < self.last:
+                    if not self.back_said:
+                        self.back_said = True
+                        log.warning("clock= went back %g s (to %g): the time since the run started counts on from "
+                                    "its last reading, so the budget and trigger.freq_secs see no time pass in the "
+                                    "jump (said once)", self.last - now, float(value))
+                    self.offset += self.last - now
+                    now = self.last
+                self.last = now
+                return now
         except TypeError:
             pass
         if not self.said:
             self.said = True
             log.warning("clock= returned %r, not a finite number of seconds: its last finite reading (%g) is used "
-                        "instead (said once)", value, self.last)
-        return self.last
+                        "instead (said once)", value, self.last or 0.0)
+        return self.last if self.last is not None else 0.0
 
     def __getattr__(self, name):  # (the clock's own attributes: a FakeClock's advance(), a SimClock's time)
         if name in _FiniteClock.__slots__:

@@ -447,3 +447,33 @@ def test_a_clock_reading_that_is_no_finite_number_reads_as_the_last_good_one_sai
     assert steps == list(range(2, 60, 3))  # (inf: 2, 5, 8, 59)
     said = [r.getMessage() for r in caplog.records if "clock= returned" in r.getMessage()]
     assert len(said) == 1 and "last finite reading" in said[0]
+
+
+def test_a_clock_set_back_counts_on_from_its_last_reading_said_once(caplog):
+    """A probe: a clock set back below the run's start (a wall clock corrected) made the time trigger and the budget
+    evaluate no more for the rest of the run, and one set back during an evaluation gave it -100 s, read by the
+    budget as free evaluation; nothing was said."""
+    import logging
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    t = [1000.0]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=null", "trigger.freq_secs=30",
+                                                              "policy.interval.enabled=false"]), total_steps=60,
+                                       clock=lambda: t[0])
+
+    def evaluate_fn():
+        t[0] -= 100.0 if step == 20 else -1.0  # (set back during the evaluation of step 20)
+        return {"acc": [1.0, 0.0] * 10}
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for step in range(60):
+            t[0] += 10.0 if step != 40 else -5000.0  # (set back below the start before step 40)
+            ev.observe({"train/loss": 1.0}, step)
+            ev.evaluate(evaluate_fn, 0, step, step)
+    ev.close()
+    assert all(r.seconds >= 0 for r in ev.history)
+    steps = [r.step for r in ev.history]
+    assert steps[-1] == 59 and max(b - a for a, b in zip(steps, steps[1:])) <= 4, steps
+    said = [r.getMessage() for r in caplog.records if "clock= went back" in r.getMessage()]
+    assert len(said) == 1 and "counts on from its last reading" in said[0]
