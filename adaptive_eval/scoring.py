@@ -16,6 +16,8 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 
+from adaptive_eval.types import reason_cause
+
 __all__ = ["PAIRED_MIN_ITEMS", "Pick", "RunScore", "best_eval", "event_direction", "needless_evals", "pick_best", "score_run", "shrunk_estimates", "caught_within", "confirmed_delay", "confirmed_delays", "detection_delay", "detection_delays",
            "eval_samples", "selection_regret"]
 
@@ -372,7 +374,7 @@ class _Fit:
         obs = [_observation(e, metric) for e in rows]
         y, r = [o[0] for o in obs], [o[1] for o in obs]
         steps = [float(e["step"]) for e in rows]
-        forced = [i > 0 and str(e.get("reason", "")).startswith("alarm:") for i, e in enumerate(rows)]
+        forced = [i > 0 and reason_cause(str(e.get("reason", ""))).startswith("alarm:") for i, e in enumerate(rows)]
         fit = cls._fit(rows, y, r, steps, forced)
         sizes = _proportion_sizes(rows, metric)
         if sizes is not None:
@@ -717,7 +719,7 @@ def needless_evals(evals: Sequence[Mapping], events: Sequence, *, steps: int | N
     first = min((getattr(ev, "step", ev) for ev in events), default=math.inf)
     # A kept checkpoint evaluated later (policy.lookback) counts where it ran, evaluated_at: it was brought by an alarm.
     quiet = [e for e in evals if (e["step"] if e.get("evaluated_at") is None else e["evaluated_at"]) < first]
-    return sum(str(e.get("reason", "")).startswith(("alarm:", "lookback:")) for e in quiet), len(quiet)
+    return sum(reason_cause(str(e.get("reason", ""))).startswith(("alarm:", "lookback:")) for e in quiet), len(quiet)
 
 
 @dataclasses.dataclass

@@ -19,14 +19,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from adaptive_eval.types import SuiteRequest
+from adaptive_eval.types import SuiteRequest, reason_cause
 
 __all__ = ["SuitePlan", "due_suites", "most_answers_per_item", "plan_units", "reported_strata", "result_units",
            "suite_order", "suite_requests", "suites_reason", "weighted_aggregate"]
 
 # Evaluations that cover every suite, whatever its ``every``.
 _ALL_SUITES = ("alarm:", "trigger:final", "before_train")
-_FORCED = "resources:forced ("  # (the reason of an evaluation the resource check forced: "resources:forced (<cause>)")
 
 
 @functools.lru_cache(maxsize=64)
@@ -97,8 +96,7 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
     >>> due_suites(cfg, 1, "resources:forced (trigger:final)")
     {'math500': 'every', 'aime24': 'final'}
     """
-    if reason.startswith(_FORCED) and reason.endswith(")"):
-        reason = reason[len(_FORCED):-1]
+    reason = reason_cause(reason)
     out = {}
     for name, suite in suites.items():
         every = int(suite["every"])

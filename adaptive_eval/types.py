@@ -39,6 +39,18 @@ def error_message(exc: BaseException) -> str:
             return "<str() failed>"
 
 
+_FORCED = "resources:forced ("  # (the reason of an evaluation the resource check forced: "resources:forced (<cause>)")
+
+
+def reason_cause(reason: str) -> str:
+    """The reason an evaluation was due for: ``reason`` itself, or inside ``resources:forced (...)``.  (Read by its
+    prefix, a forced ``peak:confirm`` counted as a quiet evaluation and relaxed the interval, and a forced alarm's
+    evaluation began no new segment of the best-checkpoint pick; a probe.)"""
+    if reason.startswith(_FORCED) and reason.endswith(")"):
+        return reason[len(_FORCED):-1]
+    return reason
+
+
 def log_once(key, message: str, *args) -> None:
     """``log.warning(message, *args)`` the first time ``key`` comes in this process (inside an evaluation, for
     its evaluator: :data:`SAID_IN`), nothing after."""

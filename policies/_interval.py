@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from adaptive_eval.types import EvalResult, MetricSummary
+from adaptive_eval.types import EvalResult, MetricSummary, reason_cause
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
@@ -188,7 +188,7 @@ class IntervalPolicy(Policy):
             if self.factor < 1.0 and not self._alarmed:
                 self.factor = min(1.0, self._clamp(self.factor * self.relax))
                 self.last_change = "relaxed:unmeasured"
-        elif not self._alarmed and not result.reason.startswith(("alarm:", "peak:")):
+        elif not self._alarmed and not reason_cause(result.reason).startswith(("alarm:", "peak:")):
             self.factor = self._clamp(self.factor * self.relax)
             self.last_change = "relaxed:quiet"
         self._alarmed = False

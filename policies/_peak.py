@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 
-from adaptive_eval.types import Decision, EvalResult
+from adaptive_eval.types import Decision, EvalResult, reason_cause
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
@@ -122,7 +122,7 @@ class PeakPolicy(Policy):
         # never came, a candidate was re-measured again at every step.)
         exhausted = (result.sample_size is not None and m.n < result.sample_size and not m.clustered
                      and not m.population)
-        precise = (m.n >= self.confirm_size or result.sample_size is None or result.reason.startswith("peak:confirm")
+        precise = (m.n >= self.confirm_size or result.sample_size is None or reason_cause(result.reason).startswith("peak:confirm")
                    or exhausted or m.n <= 1 or not math.isfinite(m.ci[0]))
         if precise:
             self.best_precise = max(self.best_precise, sign * m.mean)

@@ -260,3 +260,34 @@ def test_a_monitor_given_while_the_scheduler_is_off_is_said(caplog):
     with caplog.at_level("WARNING", logger="adaptive_eval"):
         AdaptiveEvaluator.from_config(cfg(enabled=False), resource_monitor=FakeResourceMonitor([LOW]))
     assert [r.getMessage() for r in caplog.records if "resources.enabled is false" in r.getMessage()]
+
+
+def test_an_evaluation_the_shortage_forced_is_read_by_its_cause_not_as_a_quiet_one():
+    """A probe: "resources:forced (peak:confirm)" counted as a quiet scheduled evaluation and relaxed the interval
+    (2.2 -> 4.4), which the same re-measure unforced did not; and "resources:forced (alarm:...)" began no new segment
+    of the best-checkpoint pick's estimates, as an alarm's evaluation does."""
+    from adaptive_eval.policies import IntervalPolicy
+    from adaptive_eval.scoring import shrunk_estimates
+    from adaptive_eval.types import EvalResult, MetricSummary
+
+    def factor_after(reason):
+        policy = IntervalPolicy(min_factor=0.25, max_factor=8.0, relax=2.0)
+        policy.factor = 2.2
+        m = MetricSummary(mean=0.8, std=0.4, n=300, ci=(0.75, 0.85))
+        policy.on_eval(EvalResult(step=20, sample_size=300, reason=reason, seconds=0.0, metrics={"acc": m}), None)
+        return policy.factor
+
+    assert factor_after("resources:forced (peak:confirm)") == factor_after("peak:confirm") == 2.2
+    assert factor_after("resources:forced (trigger:steps)") == factor_after("trigger:steps") > 2.2
+
+    def rows(alarm_reason):
+        out = []
+        for s, m in [(10, .80), (20, .82), (30, .81), (40, .80), (45, .70), (55, .71), (65, .72)]:
+            half = 1.96 * (m * (1 - m) / 100) ** 0.5
+            out.append({"step": s, "sample_size": 100, "reason": alarm_reason if s == 45 else "trigger:steps",
+                        "metrics": {"acc": m}, "ci": {"acc": [m - half, m + half]}})
+        return out
+
+    alarm = [m for _, m, _ in shrunk_estimates(rows("alarm:train/loss:cusum:up"), "acc")]
+    assert alarm[3] > 0.8 > alarm[4]  # (the segments: before the alarm, after it)
+    assert [m for _, m, _ in shrunk_estimates(rows("resources:forced (alarm:train/loss:cusum:up)"), "acc")] == alarm
