@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Iterable, Mapping
 
 __all__ = [
@@ -124,6 +125,27 @@ def _as_snapshot(reading) -> ResourceSnapshot:
     return reading
 
 
+_READINGS = ("accelerator_free_gb", "accelerator_total_gb", "host_free_gb", "host_cpu_percent")
+
+
+def _possible(snapshot: ResourceSnapshot) -> tuple[ResourceSnapshot, dict]:
+    """``snapshot`` with each reading that cannot be (NaN, negative, infinite, ``True``) as None, not taken, so it
+    never defers; and those readings, by field.  (NaN never deferred, unsaid; -3 GB free deferred every evaluation
+    until forced, "accelerator free -3.00 GB < 4.00 GB"; True read as 1 GB; a probe.)"""
+    bad, said = {}, {}
+    for name in _READINGS:
+        value = getattr(snapshot, name)
+        if value is None or isinstance(value, (str, bytes)):  # (text: a reading that fails, read_errors)
+            continue
+        try:
+            fine = not isinstance(value, bool) and 0 <= float(value) < math.inf
+        except (TypeError, ValueError):
+            continue
+        if not fine:
+            bad[name], said[name] = None, value
+    return (dataclasses.replace(snapshot, **bad) if bad else snapshot), said
+
+
 class FakeResourceMonitor:
     """A scripted monitor: each :meth:`snapshot` returns the next snapshot; the last one repeats.
 
@@ -202,6 +224,7 @@ class ResourceScheduler:
             raise ValueError(f"resources.max_deferral_steps must be non-negative, got {self.max_deferral_steps}")
         self._monitor = monitor
         self._unread_said = False  # an accelerator threshold with no reading: said once
+        self._impossible_said: set[str] = set()  # the fields of readings that cannot be, said once each
         self._reset()
 
     def _reset(self) -> None:
@@ -238,9 +261,11 @@ class ResourceScheduler:
                     if float(_setting(self.section, k, 0.0)) > 0]
             if keys:
                 self._unread_said = True
-                log.warning("resources.%s is set, but the monitor reads no accelerator memory here (%s: no CUDA "
-                            "device, no NVML): it is not checked (said once)", " and ".join(keys),
-                            getattr(self.last_snapshot, "source", "none"))
+                ours = isinstance(self._monitor, ResourceMonitor)
+                log.warning("resources.%s is set, but the monitor reads no accelerator memory here (%s): it is not "
+                            "checked (said once)", " and ".join(keys),
+                            f"{self.last_snapshot.source or 'none'}: no CUDA device, no NVML" if ours else
+                            f"{type(self._monitor).__name__}'s readings have no accelerator_free_gb")
         return "; ".join(found) if found else None
 
     def _read(self) -> ResourceSnapshot:
@@ -249,8 +274,14 @@ class ResourceScheduler:
         is a ``TypeError``, a reading not taken (a dict or None raised AttributeError into the training step; a
         function was never called: found by a new user)."""
         monitor = self.monitor
-        return _as_snapshot(monitor() if callable(monitor) and not hasattr(monitor, "snapshot")
-                            else monitor.snapshot())
+        reading = monitor() if callable(monitor) and not hasattr(monitor, "snapshot") else monitor.snapshot()
+        snapshot, impossible = _possible(_as_snapshot(reading))
+        for name, value in impossible.items():
+            if name not in self._impossible_said:
+                self._impossible_said.add(name)
+                log.warning("the resource monitor (%s) read %s = %r, which cannot be (a finite number >= 0): that "
+                            "reading is not checked, never deferring (said once)", type(monitor).__name__, name, value)
+        return snapshot
 
     def bypasses(self, urgent: bool, reason: str = "") -> bool:
         """Whether an evaluation skips the resource check: with ``alarm_bypass``, an urgent one and one an
@@ -296,6 +327,11 @@ class ResourceScheduler:
             self.forced += 1
             return True, "resources:forced"
         self.deferrals += 1
+        if self.deferrals == 1:  # (nothing reached the log: a NaN's evaluation ran 50 steps late, unsaid; a probe)
+            log.warning("the evaluation due at step %d is deferred: %s; it runs once the machine has recovered, or "
+                        "after resources.max_deferral_steps (%d) steps anyway; every deferral is in TensorBoard "
+                        "(controller/deferred) and summary()['deferrals'] (said once)", step, shortage,
+                        self.max_deferral_steps)
         return False, f"resources:deferred ({shortage})"
 
     def state_dict(self) -> dict:

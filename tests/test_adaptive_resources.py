@@ -291,3 +291,25 @@ def test_an_evaluation_the_shortage_forced_is_read_by_its_cause_not_as_a_quiet_o
     alarm = [m for _, m, _ in shrunk_estimates(rows("alarm:train/loss:cusum:up"), "acc")]
     assert alarm[3] > 0.8 > alarm[4]  # (the segments: before the alarm, after it)
     assert [m for _, m, _ in shrunk_estimates(rows("resources:forced (alarm:train/loss:cusum:up)"), "acc")] == alarm
+
+
+@pytest.mark.parametrize("free", [math.nan, -3.0, -math.inf, math.inf, True])
+def test_a_reading_that_cannot_be_is_not_checked_and_said_once_and_the_first_deferral_is_said(free, caplog):
+    """A probe: NaN free memory never deferred, unsaid; -3 GB deferred every evaluation until forced ("accelerator
+    free -3.00 GB < 4.00 GB"); True read as 1 GB; and no deferral ever reached the log."""
+    monitor = FakeResourceMonitor([{**LOW, "accelerator_free_gb": free}])
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=monitor)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        done = run(ev, 30)
+    assert done == {9: "trigger:steps", 19: "trigger:steps", 29: "trigger:steps"} and ev.resources.deferrals == 0
+    said = [r.getMessage() for r in caplog.records if "cannot be" in r.getMessage()]
+    assert said == [f"the resource monitor (FakeResourceMonitor) read accelerator_free_gb = {free!r}, which cannot "
+                    "be (a finite number >= 0): that reading is not checked, never deferring (said once)"]
+    short = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        run(short, 30)
+    said = [r.getMessage() for r in caplog.records if "deferred" in r.getMessage()]
+    assert said == ["the evaluation due at step 9 is deferred: accelerator free 1.00 GB < 4.00 GB; it runs once the "
+                    "machine has recovered, or after resources.max_deferral_steps (5) steps anyway; every deferral is "
+                    "in TensorBoard (controller/deferred) and summary()['deferrals'] (said once)"]
