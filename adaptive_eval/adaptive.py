@@ -1340,6 +1340,8 @@ class AdaptiveEvaluator:
             else:
                 self._deferring = None  # nothing due any more
             return None
+        if self._resources_enabled:
+            self.resources.ran()
         return self._run(evaluate_fn, decision, epoch, global_step)
 
     def _due_plans(self, decision: Decision) -> tuple[int, dict, list]:

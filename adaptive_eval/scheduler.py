@@ -229,6 +229,7 @@ class ResourceScheduler:
 
     def _reset(self) -> None:
         self.deferred_since: int | None = None  # first step of the current run of deferrals
+        self.forced_pending = False  # forced, and not yet started
         self.deferrals = 0  # evaluations deferred in total
         self.forced = 0  # evaluations run because the deferral limit was reached
         self.last_snapshot: ResourceSnapshot | None = None
@@ -319,12 +320,18 @@ class ResourceScheduler:
         """
         if shortage is None:
             self.deferred_since = None
+            self.forced_pending = False
             return True, ""
+        if self.forced_pending:
+            # (forced, but it could not start: a slot of max_in_flight, a timed-out evaluation still running; a
+            # new deferral began at the next step and it ran 11 steps late, counted forced twice; a probe)
+            return True, "resources:forced"
         if self.deferred_since is None:
             self.deferred_since = step
         if final or step - self.deferred_since >= self.max_deferral_steps:
             self.deferred_since = None
             self.forced += 1
+            self.forced_pending = True  # (until ran(): the evaluation has started)
             return True, "resources:forced"
         self.deferrals += 1
         if self.deferrals == 1:  # (nothing reached the log: a NaN's evaluation ran 50 steps late, unsaid; a probe)
@@ -334,9 +341,13 @@ class ResourceScheduler:
                         self.max_deferral_steps)
         return False, f"resources:deferred ({shortage})"
 
+    def ran(self) -> None:
+        """Told that the due evaluation has started: a forced one is done with."""
+        self.forced_pending = False
+
     def state_dict(self) -> dict:
         return {"version": 1, "deferred_since": self.deferred_since, "deferrals": self.deferrals,
-                "forced": self.forced}
+                "forced": self.forced, "forced_pending": self.forced_pending}
 
     def load_state_dict(self, state_dict: Mapping) -> None:
         if not isinstance(state_dict, Mapping):
@@ -345,4 +356,5 @@ class ResourceScheduler:
         self.deferred_since = None if since is None else int(since)
         self.deferrals = int(state_dict.get("deferrals", 0))
         self.forced = int(state_dict.get("forced", 0))
+        self.forced_pending = bool(state_dict.get("forced_pending", False))
 

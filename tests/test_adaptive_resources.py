@@ -313,3 +313,17 @@ def test_a_reading_that_cannot_be_is_not_checked_and_said_once_and_the_first_def
     assert said == ["the evaluation due at step 9 is deferred: accelerator free 1.00 GB < 4.00 GB; it runs once the "
                     "machine has recovered, or after resources.max_deferral_steps (5) steps anyway; every deferral is "
                     "in TensorBoard (controller/deferred) and summary()['deferrals'] (said once)"]
+
+
+def test_a_forced_evaluation_that_cannot_start_yet_starts_with_the_first_free_slot_not_after_a_new_deferral():
+    """A probe: forced at 24 while max_in_flight's one slot was taken (async:waiting), the evaluation began a new
+    deferral at 25, ran at 30 (the slot was free at 29), and counted as forced twice."""
+    config = cfg(evaluation={"asynchronous": True, "max_in_flight": 1, "async_integrate_after_steps": 20})
+    ev = AdaptiveEvaluator.from_config(config, resource_monitor=FakeResourceMonitor([OK] + [LOW] * 200))
+    started = []
+    ev.add_listener(lambda e: e["kind"] == "submitted" and started.append((e["step"], e["reason"])))
+    run(ev, 60)
+    ev.close()
+    # 19-23 deferred, forced at 24, waiting for the slot step 9's evaluation holds until its result at 29
+    assert started == [(9, "trigger:steps"), (29, FORCED), (49, FORCED)]
+    assert ev.resources.forced == 2
