@@ -1032,6 +1032,40 @@ def test_a_callback_reused_in_a_second_trainer_evaluates_and_logs_through_that_o
         AdaptiveEvalCallback("default", executor=pool)
 
 
+def test_a_callback_reused_after_an_interrupted_train_watches_the_new_trainers_loss_from_a_clean_step(tmp_path):
+    """A probe: Ctrl-C in the first train() skipped on_train_end, so the first trainer kept the wrapper, the new
+    Trainer was never wrapped, and its training loss was never observed (unsaid); and the interrupted step's loss
+    so far was added to the next run's first step."""
+    class Interrupt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 5:
+                raise KeyboardInterrupt
+
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    first = Trainer(Tiny(), make_args(tmp_path / "a", max_steps=10), train_dataset=Points(200, 0),
+                    eval_dataset=Points(40, 1), compute_metrics=accuracy, callbacks=[cb, Interrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    cb._step_loss = torch.tensor(100.0)  # (as an interrupted step's micro-batches leave it)
+    second = Trainer(Tiny(), make_args(tmp_path / "b", max_steps=10), train_dataset=Points(200, 2),
+                     eval_dataset=Points(40, 3), compute_metrics=accuracy, callbacks=[cb])
+    seen = []
+    original = AdaptiveEvalCallback._build
+
+    def build(self, *a, **kw):
+        original(self, *a, **kw)
+        observe = self.evaluator.observe
+        self.evaluator.observe = lambda stats, step, *x, **y: (seen.append((step, stats.get("train/loss"))),
+                                                              observe(stats, step, *x, **y))[1]
+
+    cb._build = build.__get__(cb)
+    second.train()
+    assert "training_step" not in first.__dict__  # (unwrapped)
+    losses = [v for _, v in seen if v is not None]
+    assert len(losses) == 10 and max(losses) < 10
+
+
 def test_a_generating_trainer_without_evaluate_fn_is_told_to_pass_one(tmp_path, caplog):
     """TRL's GRPOTrainer without evaluate_fn failed every evaluation with TRL's own shape error (a new user's find):
     said at the start (a Trainer subclass under TRL's class name stands for it here)."""

@@ -466,6 +466,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # (a run that died between on_step_end and on_log left its step pending: decided on the next train()'s
         # evaluator, it went back in steps and failed every step; a review)
         self._pending = None
+        # (and its step's loss so far: added to the resumed run's first step, 4.24 where it was 2.87; a probe)
+        self._step_loss = None
         trainer = _find_trainer(self)
         if trainer is not None:  # (the trainer that trains: one reused in a second Trainer kept the first; found by
             self._trainer_ref = weakref.ref(trainer)  # a new user; two built up front: the first that trains)
@@ -555,6 +557,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 resumed = _resumed_from() or _checkpoint_dir(args, state.global_step)
                 self._keep_checkpoint(args, state, resumed)
                 relocate_checkpoints(self.evaluator, resumed)
+        if self._wrapped_training_step is not None and self._wrapped_training_step[0] is not trainer:
+            # (a train() that was interrupted never reached on_train_end: the callback, reused in a new Trainer,
+            # kept the old one's wrapper and watched no training loss again, unsaid; a probe)
+            self._wrapped_training_step[0].__dict__.pop("training_step", None)
+            self._wrapped_training_step = None
         if trainer is not None and self._wrapped_training_step is None:
             self._wrap_training_step(trainer)
         if (self.look_back and "lookback" in self.evaluator.policies.by_name and getattr(args, "save_total_limit", None)
