@@ -345,11 +345,34 @@ def shrunk_estimates(evals: Sequence[Mapping], metric: str) -> list[tuple[Mappin
     >>> [round(est, 2) for _, est, _ in shrunk_estimates(evals, "acc")]
     [0.53, 0.53, 0.53, 0.53]
     """
-    fit = _Fit.of(evals, metric)
+    fit = _fit(evals, metric, "shrunk_estimates: each evaluation's own value instead")
+    if fit is _TOO_LARGE:  # each evaluation as it is: its interval's midpoint, and its half-width / z
+        rows = sorted(_measured(_rows(evals), metric), key=lambda e: e["step"])
+        out = []
+        for e in rows:
+            ci = _eval_interval(e, metric)
+            mid = float(e["metrics"][metric]) if ci is None else 0.5 * ci[0] + 0.5 * ci[1]
+            out.append((e, mid, 0.0 if ci is None else max(ci[1] - ci[0], 0.0) / (2.0 * _Z95)))
+        return out
     if fit is None:
         return []
     m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])
     return [(e, m, math.sqrt(max(v, 0.0))) for e, m, v in zip(fit.rows, m_s, p_s)]
+
+
+_TOO_LARGE = object()
+
+
+def _fit(evals, metric: str, instead: str):
+    """``_Fit.of(evals, metric)``, or ``_TOO_LARGE`` (warned, with what is done ``instead``) where its values are
+    too large to smooth: squared, they overflow (items of 1e200 raised OverflowError from ``best()``, after
+    training; a huge metric is data; a probe)."""
+    try:
+        return _Fit.of(evals, metric)
+    except (OverflowError, ZeroDivisionError):
+        warnings.warn(f"the values of {metric!r} are too large to smooth (their squares overflow): {instead}",
+                      RuntimeWarning, stacklevel=3)
+        return _TOO_LARGE
 
 
 @dataclasses.dataclass
@@ -555,8 +578,11 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
     higher_is_better = _direction(metric, higher_is_better)
     sign = 1.0 if higher_is_better else -1.0
     among = None if steps is None else _steps_among(steps)
+    fit = _fit(evals, metric, "picked by the bound of each evaluation's own interval (by='bound')") if (
+        by == "shrunk") else None
+    if fit is _TOO_LARGE:
+        by = "bound"
     if by == "shrunk":
-        fit = _Fit.of(evals, metric)
         if fit is None:
             return None
         m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])

@@ -438,3 +438,20 @@ def test_pick_best_reads_a_losss_direction_off_its_name_and_picks_among_the_step
             assert pick_best(evals, "eval_loss", by=by, steps=[15]) is None
         with pytest.raises(TypeError, match="steps= takes the step numbers to pick among, got 'checkpoint-10'"):
             pick_best(evals, "eval_loss", by=by, steps=["checkpoint-10"])
+
+
+def test_values_too_large_to_smooth_are_picked_by_their_bound_with_a_warning_not_an_overflow():
+    """A probe: items of 1e200 raised OverflowError from ``best()`` after training (their squares overflow): a huge
+    metric is data, not a crash."""
+    from adaptive_eval.scoring import shrunk_estimates
+
+    evals = [{"step": s, "sample_size": 32, "metrics": {"score": m}, "ci": {"score": [0.4 * m, 1.6 * m]}}
+             for s, m in [(10, 5e199), (20, 6e199), (30, 5.5e199)]]
+    with pytest.warns(RuntimeWarning, match="too large to smooth"):
+        pick = pick_best(evals, "score")
+    assert pick.by == "bound" and pick.step == 20
+    with pytest.warns(RuntimeWarning, match="each evaluation's own value"):
+        estimates = shrunk_estimates(evals, "score")
+    assert [(e["step"], m) for e, m, _ in estimates] == [(10, pytest.approx(5e199)), (20, pytest.approx(6e199)),
+                                                         (30, pytest.approx(5.5e199))]
+    assert all(math.isfinite(se) and se > 0 for _, _, se in estimates)
