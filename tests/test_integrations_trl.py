@@ -78,3 +78,60 @@ class _Listen:
 
     def on_train_begin(self, *args, **kwargs):
         self.cb.evaluator.add_listener(lambda e: e["kind"] == "alarm" and self.into.append(e))
+
+
+def test_sft_trainer_evaluations_of_the_callback_leave_the_users_own_evaluate_as_it_would_be(tmp_path):
+    """TRL's SFTTrainer keeps its evaluation's per-batch metrics (entropy, token accuracy) in _metrics["eval"] until
+    its own log() pops them; the callback's evaluations went through its prediction_step and stayed there, so the
+    user's trainer.evaluate() afterwards averaged them in: eval_mean_token_accuracy 0.598 where it was 0.784 (a new
+    user's probe).  An iterable eval set, which cannot be sampled, is said at the start."""
+    import logging
+
+    import torch
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from trl import SFTConfig, SFTTrainer
+
+    from adaptive_eval.integrations.hf import AdaptiveEvalCallback
+
+    tok = Tokenizer(models.WordLevel({**{f"t{i}": i for i in range(98)}, "<pad>": 98, "<eos>": 99}, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+    def lm(n, seed):
+        g = torch.Generator().manual_seed(seed)
+        return Dataset.from_dict({"input_ids": ((torch.randint(0, 98, (n, 1), generator=g) + torch.arange(16)) % 98)
+                                  .tolist()})
+
+    def trainer(callbacks, eval_dataset):
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=32))
+        args = SFTConfig(str(tmp_path / "out"), max_steps=12, per_device_train_batch_size=8, learning_rate=5e-3,
+                         report_to=[], use_cpu=True, disable_tqdm=True, save_strategy="no", eval_strategy="no",
+                         seed=0)
+        return SFTTrainer(model=model, args=args, train_dataset=lm(200, 0), eval_dataset=eval_dataset,
+                          processing_class=tokenizer, callbacks=callbacks)
+
+    cb = AdaptiveEvalCallback("default", overrides=["trigger.freq_steps=4", "policy.budget.enabled=false",
+                                                    "evaluation.sample_size=8"])
+    with_cb = trainer([cb], lm(30, 1))
+    with_cb.train()
+    assert len(cb.evaluator.history) >= 2
+    without = trainer([], lm(30, 1))
+    without.train()
+    ours, theirs = with_cb.evaluate(), without.evaluate()
+    for key in ("eval_loss", "eval_mean_token_accuracy", "eval_entropy"):
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-6), key
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        trainer([AdaptiveEvalCallback("default", overrides=["trigger.freq_steps=100"])],
+                lm(30, 1).to_iterable_dataset()).train()
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    assert any("eval_dataset is an iterable dataset (IterableDataset): it has no items to pick a sample from" in m
+               and "every evaluation of this run will fail" in m for m in said)

@@ -330,8 +330,10 @@ def _eval_sets(dataset) -> list:
     for name, one in sets:
         try:
             empty = len(one) == 0
-        except TypeError:  # (an iterable dataset: its length is not known)
-            empty = False
+        except TypeError:  # (an iterable dataset: every evaluation failed "object of type 'It' has no len()"; a probe)
+            raise ValueError(f"eval_dataset{f'[{name!r}]' if name is not None else ''} is an iterable dataset "
+                             f"({type(one).__name__}): it has no items to pick a sample from; pass a map-style "
+                             "eval_dataset= (with __len__ and __getitem__), or evaluate_fn=") from None
         if empty:  # (it read as evaluations of 50 items with no metric, "a missing return?"; a probe)
             raise ValueError(f"eval_dataset{f'[{name!r}]' if name is not None else ''} has no items: pass one with "
                              "items, or evaluate_fn=")
@@ -505,6 +507,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                             "requested prompts (request.indices)", type(trainer).__name__)
             if self.evaluate_fn is None and cfg.evaluation.suites:
                 say_suites_need_evaluate_fn(cfg, "its eval_dataset")
+            elif self.evaluate_fn is None and trainer is not None:
+                # (now, not at the first evaluation, hours in: an iterable or missing eval set failed every one)
+                try:
+                    _eval_sets(self.eval_dataset if self.eval_dataset is not None else trainer.eval_dataset)
+                except ValueError as exc:
+                    log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         spe = None
         try:
@@ -829,6 +837,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         was_training = model.training
         model.eval()
         out = {}
+        # TRL's trainers keep their evaluation's per-batch metrics in _metrics["eval"] until their own log() pops
+        # them; ours run through prediction_step too, and a user's trainer.evaluate() then averaged ours in
+        # (eval_mean_token_accuracy 0.598 where it was 0.784; a probe): what ours add is taken back out.
+        kept = getattr(self.trainer, "_metrics", None)
+        kept = kept.get("eval") if isinstance(kept, dict) else None
+        lengths = {k: len(v) for k, v in kept.items() if isinstance(v, list)} if isinstance(kept, dict) else None
         try:
             for name, raw in named:
                 dataset, collator = self._prepared(trainer, raw)
@@ -848,6 +862,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 out.update(part)
         finally:
             model.train(was_training)
+            if lengths is not None:
+                for key in [k for k in kept if k not in lengths and isinstance(kept[k], list)]:
+                    del kept[key]
+                for key, n in lengths.items():
+                    if isinstance(kept.get(key), list):
+                        del kept[key][n:]
         return out
 
     def _prepared(self, trainer, dataset):
