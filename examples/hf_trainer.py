@@ -4,7 +4,8 @@ A tiny classifier built from code (no download) learns a 4-class problem; at ste
 scrambled (a broken data pipeline).  The callback watches every step's training loss, brings an evaluation
 forward when the loss jumps, evaluates the requested items of `eval_dataset` through `compute_metrics` (per
 item, so each metric has an interval), evaluates the final weights, and logs through `trainer.log`, so the
-results show up in `log_history` and wherever `report_to` points (here TensorBoard, in --out/tb).
+results show up in `log_history` and wherever `report_to` points (here TensorBoard, in --out/tb, where
+`logging.tensorboard_dir` puts why each evaluation came too: its `decisions` and `alarms` in the Text tab).
 
     python examples/hf_trainer.py [--steps 120] [--out runs/hf]
     torchrun --nproc_per_node=2 examples/hf_trainer.py     # two gloo ranks: each scores its shard
@@ -77,7 +78,8 @@ def main() -> None:
     # A toy model trains in a millisecond a step, so scoring items one by one is relatively dear: let
     # evaluation take up to half the wall time (the default budget is 11%).
     cb = AdaptiveEvalCallback("default", overrides=["policy.sample_size.max=128",  # 2
-                                                    "policy.budget.max_eval_fraction=0.5"])
+                                                    "policy.budget.max_eval_fraction=0.5",
+                                                    f"logging.tensorboard_dir={os.path.join(a.out, 'tb')}"])
     trainer = Trainer(Tiny(), args, train_dataset=train, eval_dataset=held_out, compute_metrics=accuracy,
                       callbacks=[cb, ScrambleLabels(train, a.steps // 2)])  # 3
     trainer.train()

@@ -71,6 +71,12 @@ def test_the_framework_examples_catch_the_fault_and_evaluate_the_final_weights(t
     assert fault in out
     assert any(r.startswith(alarm) and 60 <= s <= 85 for s, r in evals), evals  # within 25 steps
     assert evals[-1] == (119, "trigger:final")
-    [written] = tmp_path.glob(logs)
-    if written.suffix == ".csv":  # the adapter's results in the trainer's own logger
-        assert "adaptive_eval/" in written.read_text().splitlines()[0]
+    written = sorted(tmp_path.glob(logs))
+    assert written
+    if written[0].suffix == ".csv":  # the adapter's results in the trainer's own logger
+        assert "adaptive_eval/" in written[0].read_text().splitlines()[0]
+    else:  # HF's writer and ours in one folder, one TensorBoard run: the results, and why each evaluation came
+        from adaptive_eval.tensorboard import read_texts
+
+        decisions = read_texts(written[0].parent, "decisions")
+        assert any(alarm in text for _, text in decisions) and any("trigger:final" in t for _, t in decisions)
