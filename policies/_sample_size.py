@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 
 from adaptive_eval.stats import mean_sample_size, two_stage_size, wilson_sample_size
-from adaptive_eval.types import Decision, EvalResult
+from adaptive_eval.types import Decision, EvalResult, log_once
 
 from adaptive_eval.policies._base import Context, Policy, primary_metric
 
@@ -68,6 +68,11 @@ class SampleSizePolicy(Policy):
         if not alarm_factor >= 1:
             raise ValueError(f"alarm_factor must be >= 1, got {alarm_factor}")
         self.initial, self.min, self.max = int(initial), int(min), int(max)
+        if not self.min <= self.initial <= self.max:
+            # (clamped, as it always was, but the config printed 1000 and the first evaluation asked for 512; a probe)
+            log_once(("sample-size-initial", self.initial, self.min, self.max), "policy.sample_size.initial %d is "
+                     "outside [policy.sample_size.min %d, policy.sample_size.max %d]: the first evaluation asks for %d "
+                     "(said once)", self.initial, self.min, self.max, self._clamp(self.initial))
         self.target_half_width, self.alarm_factor = float(target_half_width), float(alarm_factor)
         self.confidence, self.metric = float(confidence), metric
         self.widen_held = bool(widen_held)

@@ -918,3 +918,21 @@ def test_bursts_of_nan_in_grad_norm_buy_one_evaluation_and_a_death_is_still_eval
                              if e["reason"].startswith("alarm:grad_norm") and e["step"] < death]
             assert any(e["step"] == death and e["reason"].startswith("alarm:") for e in evals), evals
         assert brought == {True: [150], False: [150, 300, 450, 600]}, (extra, brought)
+
+
+def test_an_initial_size_outside_min_and_max_is_said_with_the_size_the_first_evaluation_asks_for(caplog):
+    """A probe: policy.sample_size.initial 1000 (max 512) was printed by `adaptive-eval config` and clamped to 512
+    without a word."""
+    import logging
+
+    from adaptive_eval.policies import SampleSizePolicy
+
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        assert SampleSizePolicy(initial=1000, min=48, max=512).base == 512
+        assert SampleSizePolicy(initial=8, min=48, max=512).base == 48
+        SampleSizePolicy(initial=50, min=48, max=512)
+    assert [r.getMessage() for r in caplog.records] == [
+        "policy.sample_size.initial 1000 is outside [policy.sample_size.min 48, policy.sample_size.max 512]: the first "
+        "evaluation asks for 512 (said once)",
+        "policy.sample_size.initial 8 is outside [policy.sample_size.min 48, policy.sample_size.max 512]: the first "
+        "evaluation asks for 48 (said once)"]
