@@ -1099,8 +1099,11 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                 # TypeError "Cannot merge incompatible container types"); update the item in place.
                 value = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={rhs}"]))["v"]  # (not resolved)
                 updated = cfg.copy()
+                # (a whole item given, streams.default.1={type: page_hinkley}, replaces it: merged into the
+                # CUSUM spec it kept its k, adapt and warmup, refused as page_hinkley's; a probe)
+                whole = isinstance(value, dict) and lhs.rpartition(".")[2].isdigit()
                 try:
-                    OmegaConf.update(updated, lhs, value, merge=True)
+                    OmegaConf.update(updated, lhs, value, merge=not whole)
                 except (IndexError, KeyError, TypeError, ValueError) as exc:
                     problems.append(f"override {item!r}: {lhs}: no such list item or key "
                                     f"({str(exc).splitlines()[0]})")
@@ -1112,7 +1115,19 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                 if shapes:
                     problems += [f"override {item!r}: {key}: {msg}" for key, msg in shapes]
                     continue
-                cfg = OmegaConf.merge(cfg, dotlist)
+                section = OmegaConf.to_container(dotlist)  # (not resolved: ${...} is said where it merges)
+                for part in lhs.split("."):
+                    section = section.get(part) if isinstance(section, dict) else None
+                if isinstance(section, dict):
+                    # A section given whole (policy.alarm={...}): each of its keys merged and checked on its own,
+                    # as a file's are (its first problem alone was said, naming no key; a probe)
+                    before = len(problems)
+                    cfg = _merge_loaded(cfg, OmegaConf.to_container(dotlist), f"override {item!r}", {}, problems,
+                                        failed)
+                    if len(problems) > before:
+                        continue
+                else:
+                    cfg = OmegaConf.merge(cfg, dotlist)
             overridden[lhs] = item
             failed.discard(lhs)
         except yaml.YAMLError as exc:
@@ -1130,6 +1145,8 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
             key = key or lhs
             if "not in struct" in msg or ("Key '" in msg and "not in" in msg):
                 msg = _unknown(key)
+            elif not msg.startswith(f"{key}:"):
+                msg = f"{key}: {msg}"
             problems.append(f"override {item!r}: {msg}")
     # A value left "???" in the file (OmegaConf's "still to be given") that no override gave: the merge kept the
     # default without a word (a new user's probe)

@@ -89,7 +89,8 @@ def test_every_problem_of_a_file_and_its_overrides_is_reported_at_once_with_its_
         load_config(path, ["policy.alarm.cooldown_steps=abc", "trigger.nope=1"])
     assert info.value.problems == [
         f"{path}:2: trigger.freq_steps: Value 'ten' of type 'str' could not be converted to Integer",
-        "override 'policy.alarm.cooldown_steps=abc': Value 'abc' of type 'str' could not be converted to Integer",
+        "override 'policy.alarm.cooldown_steps=abc': policy.alarm.cooldown_steps: Value 'abc' of type 'str' could not "
+        "be converted to Integer",
         "override 'trigger.nope=1': unknown key 'trigger.nope'",
         f"{path}:5: policy.budget.max_eval_fraction: must lie in (0, 1], got 1.5",
         f"{path}:7: policy.sample_size.min: 600 is larger than policy.sample_size.max: 100"]
@@ -405,8 +406,8 @@ def test_a_suite_without_a_size_or_with_a_size_that_is_no_number_is_one_error_na
                                    "not be converted to Integer"]
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["evaluation.suites.m.samples_per_item=4", "evaluation.suites.m.size=abc"])
-    assert info.value.problems == ["override 'evaluation.suites.m.size=abc': Value 'abc' of type 'str' could not be "
-                                   "converted to Integer"]
+    assert info.value.problems == ["override 'evaluation.suites.m.size=abc': evaluation.suites.m.size: Value 'abc' "
+                                   "of type 'str' could not be converted to Integer"]
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["evaluation.suites.m.samples_per_item=4", "evaluation.suites.m.size=${nope}"])
     assert info.value.problems == ["override 'evaluation.suites.m.size=${nope}': evaluation.suites.m.size: ${nope}: "
@@ -700,3 +701,20 @@ def test_a_number_other_than_0_or_1_for_a_switch_is_refused_naming_file_line_and
         load_config(overrides=["evaluation.asynchronous=0.5"])
     assert load_config(overrides=["evaluation.asynchronous=1"]).evaluation.asynchronous is True
     assert load_config(overrides=["evaluation.asynchronous=true"]).evaluation.asynchronous is True
+
+
+def test_a_section_given_whole_in_an_override_names_each_of_its_problems_and_a_whole_list_item_replaces_it():
+    """A probe: --set 'policy.alarm={cooldown_steps: abc, cooldwn: 1}' said only "Value 'abc' of type 'str' could
+    not be converted to Integer", no key, and nothing of the unknown key; and streams.default.1={type: page_hinkley}
+    was merged into the CUSUM spec there, refused for the k, adapt and warmup the user never wrote."""
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides=["policy.alarm={cooldown_steps: abc, cooldwn: 1}"])
+    text = str(err.value)
+    assert "policy.alarm.cooldown_steps: Value 'abc'" in text and "policy.alarm.cooldwn: unknown key" in text
+    with pytest.raises(ConfigError, match=r"override 'trigger.freq_steps=ten': trigger.freq_steps: Value 'ten'"):
+        load_config(overrides=["trigger.freq_steps=ten"])
+    cfg = load_config(overrides=["streams.default.1={type: page_hinkley}"])
+    assert dict(cfg.streams.default[1]) == {"type": "page_hinkley"}
+    assert load_config(overrides=["policy.alarm={cooldown_steps: 7}"]).policy.alarm.cooldown_steps == 7
+    assert dict(load_config(overrides=["streams.default.1.warmup=40"]).streams.default[1]) == {
+        "type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 40}  # (a key of an item: merged)
