@@ -304,10 +304,20 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key)
 
 
+def _structured(instance) -> DictConfig:
+    """``OmegaConf.structured(instance)`` of a config dataclass instance; one whose values do not fit its types is a
+    :class:`ConfigError` naming each key, as a mapping's problems are (``Config(trigger=TriggerConfig(freq_steps=
+    "ten"))`` raised OmegaConf's own ValidationError, its message a multi-line dump; a probe)."""
+    try:
+        return OmegaConf.structured(instance)
+    except OmegaConfBaseException:
+        return load_config(dataclasses.asdict(instance))  # (raises, naming every problem)
+
+
 def validate(cfg: DictConfig | Config) -> None:
     """Check values the types cannot express; raise :class:`ConfigError` listing every problem."""
     if not isinstance(cfg, DictConfig):
-        cfg = OmegaConf.structured(cfg)
+        cfg = _structured(cfg)
     problems = []
     bad = _interpolation_problems(cfg)
     if bad:  # each named once; the other checks run on a copy without them (at their schema defaults)
@@ -1021,7 +1031,7 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     import yaml
 
     if dataclasses.is_dataclass(path) and not isinstance(path, type):
-        path = OmegaConf.structured(path)  # (a Config, or the user's own dataclass: from_config took them; a probe)
+        path = _structured(path)  # (a Config, or the user's own dataclass: from_config took them; a probe)
     elif path is not None and not isinstance(path, (str, os.PathLike, Mapping, DictConfig)):
         kind = "a list" if isinstance(path, (list, tuple, ListConfig)) else f"a {type(path).__name__}"
         raise TypeError(f"load_config: the config is a YAML file or preset name, a mapping, a DictConfig or a "
@@ -1281,7 +1291,7 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
         return merged
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         if isinstance(cfg, Config):
-            merged = OmegaConf.structured(cfg)
+            merged = _structured(cfg)
             validate(merged)
             return merged
         if is_areal_evaluator_config(cfg):
@@ -1290,7 +1300,7 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
         if any(f.name in sections for f in dataclasses.fields(cfg)):
             # the user's own config dataclass, laid out as ours (verl's style; its structured config was read, the
             # instance refused: a re-run of a new user's probe)
-            return load_config(OmegaConf.structured(cfg))
+            return load_config(_structured(cfg))
         raise ConfigError([f"config: a {type(cfg).__name__} dataclass is neither an adaptive_eval Config nor AReaL's "
                            "EvaluatorConfig (no freq_epochs/freq_steps/freq_secs); pass load_config(...), a Config "
                            "or a nested dict"])

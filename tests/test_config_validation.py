@@ -718,3 +718,15 @@ def test_a_section_given_whole_in_an_override_names_each_of_its_problems_and_a_w
     assert load_config(overrides=["policy.alarm={cooldown_steps: 7}"]).policy.alarm.cooldown_steps == 7
     assert dict(load_config(overrides=["streams.default.1.warmup=40"]).streams.default[1]) == {
         "type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 40}  # (a key of an item: merged)
+
+
+def test_a_config_dataclass_whose_values_do_not_fit_is_a_config_error_naming_the_key():
+    """A probe: Config(trigger=TriggerConfig(freq_steps="ten")) raised OmegaConf's ValidationError (a multi-line
+    dump) from from_config, load_config and validate, where ConfigError is the promised error."""
+    from adaptive_eval.config import Config, TriggerConfig, validate
+
+    bad = Config(trigger=TriggerConfig(freq_steps="ten"))
+    for call in (lambda: AdaptiveEvaluator.from_config(bad), lambda: load_config(bad), lambda: validate(bad)):
+        with pytest.raises(ConfigError, match=r"trigger.freq_steps: Value 'ten' of type 'str' could not be converted"):
+            call()
+    assert load_config(Config(trigger=TriggerConfig(freq_steps=7))).trigger.freq_steps == 7
