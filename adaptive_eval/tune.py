@@ -49,6 +49,8 @@ class Case:
     overrides: list[str] | None = None  # replay cost model for this run (None: cost_overrides(case))
     # each event's direction as its events file says it ("up", "down"; None: read from the truth), or None
     directions: list[str | None] | None = None
+    # each event's own step (between two records of a trace logged every k steps), or None: its record's
+    event_steps: list[int] | None = None
 
     @property
     def steps(self) -> int:
@@ -61,14 +63,17 @@ def case_from_synthetic(st) -> Case:
                 [float(v) for v in st.truth], st.eval_metric[len("eval/"):], st.higher_is_better)
 
 
-def _index_events(trace, steps: Sequence[int]) -> list[int]:
+def _index_events(trace, steps: Sequence[int], *, with_steps: bool = False):
+    """The record index of each event (the first record at or after its step; one past the trace is left out), or
+    with ``with_steps`` those indices and the steps of the events kept."""
     index = [r.step for r in trace.records]
-    out = []
+    out, kept = [], []
     for s in steps:
         i = int(np.searchsorted(index, s))  # the first record at or after the event's step
         if i < len(index):
             out.append(i)
-    return out
+            kept.append(int(s))
+    return (out, kept) if with_steps else out
 
 
 def case_from_real(name: str) -> Case:
@@ -142,6 +147,18 @@ def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: boo
                       directions=case.directions)
     if evals and all("units" in e for e in evals):  # eval suites: the cost is in their units, not items
         score = dataclasses.replace(score, samples=int(round(sum(e["units"] for e in evals))))
+    steps = [r.step for r in getattr(case.trace, "records", ())]
+    if steps and any(b - a != 1 for a, b in zip(steps, steps[1:])):
+        # Delays in the trace's steps, as check and assert_confirmed count them (and --within, the cap of 100): in
+        # records, a trace logged every 10 steps read 2 where check said 20 (a new-user probe).
+        at = case.event_steps or [steps[e] for e in case.events]
+
+        def in_steps(delays):
+            return [None if d is None else steps[min(e + d, len(steps) - 1)] - s
+                    for e, s, d in zip(case.events, at, delays)]
+
+        score = dataclasses.replace(score, delays=in_steps(score.delays),
+                                    delays_measured=in_steps(score.delays_measured))
     return score
 
 
@@ -471,8 +488,9 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
                             f"{', '.join(map(str, blind))}: no ground truth of {metric} before "
                             f"{'them' if len(blind) > 1 else 'it'} to compare with (as check says)"
                             + (f"; eval/{metric} starts at step {start}" if start is not None else ""))
-    return Case(str(path), trace, _index_events(trace, events), truth, metric,
-                bool(base.evaluation.higher_is_better), int(base.replay.eval_set_size), overrides=[])
+    indices, at = _index_events(trace, events, with_steps=True)
+    return Case(str(path), trace, indices, truth, metric, bool(base.evaluation.higher_is_better),
+                int(base.replay.eval_set_size), overrides=[], event_steps=at)
 
 
 def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *, to: str = "to tune on") -> None:

@@ -302,6 +302,12 @@ def test_tune_on_a_trace_logged_every_10_steps_counts_training_steps_with_every_
     args = ["tune", str(path), "--events", f"{path}={onset}", "--trials", "1", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "a")]) == 0
     assert "record every 10 steps" in capsys.readouterr().err
+    # its delay in the trace's steps, as check and the user's tests count them (it was in records: 2 for 20 steps)
+    from adaptive_eval.testing import replay_trace
+
+    chosen = json.loads((tmp_path / "a" / "summary.json").read_text())["chosen"][0]
+    run = replay_trace(path, str(tmp_path / "a" / chosen["preset"]), events=[onset])
+    assert chosen["values"][1] == run.confirmed_after(run.events[0]) > 10  # (records: 5.0)
     assert main([*args, "--out", str(tmp_path / "b"), "--set", "replay.every_step=true"]) == 0
     assert "note:" not in capsys.readouterr().err
     full = tmp_path / "full.csv"
