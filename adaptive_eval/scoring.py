@@ -713,8 +713,10 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
     """True value of the best step minus the true value of the step whose eval was best (see
     :func:`best_eval` for ``by``).
 
-    ``truth`` maps each step to the metric's true value (a sequence is indexed by step).  NaN when no
-    evaluation measured ``metric``.
+    ``truth`` maps each step to the metric's true value (a sequence is indexed by step); a mapping of the steps
+    where it was recorded (``ReplayRun.truth``, every 50 steps) gives a step between two of them the earlier one's,
+    as replay simulates it (a raw ``KeyError`` for the pick at step 63; a probe).  NaN when no evaluation measured
+    ``metric``.
 
     >>> truth = [0.1, 0.5, 0.9, 0.6]
     >>> selection_regret([{"step": 1, "metrics": {"acc": 0.7}}, {"step": 3, "metrics": {"acc": 0.65}}], truth, "acc")
@@ -727,7 +729,14 @@ def selection_regret(evals: Sequence[Mapping], truth: Mapping[int, float] | Sequ
     picked = best_eval(evals, metric, higher_is_better=higher_is_better, by=by)
     if not finite or picked is None:
         return math.nan
-    true_at_pick = truth[picked["step"]]
+    step = picked["step"]
+    if isinstance(truth, Mapping) and step not in truth:
+        earlier = [k for k in truth if k <= step]
+        if not earlier:
+            raise ValueError(f"selection_regret: the pick is step {step}, before the first step of truth "
+                             f"({min(truth)}): no true value for it")
+        step = max(earlier)
+    true_at_pick = truth[step]
     return round(max(finite) - sign * true_at_pick, 12)
 
 
@@ -801,6 +810,9 @@ def score_run(evals: Sequence[Mapping], *, steps: int, full_size: int, events: S
     picked at random (the mean over the run of the true best minus the truth), not NaN, which the averages
     over runs left out (a fixed schedule that never evaluated a short run scored 0% regret).
     """
+    if isinstance(truth, Mapping):
+        raise TypeError("score_run: truth is a sequence indexed by record (truth[i], the true value at record i, "
+                        "as steps are record indices), not a mapping; for a mapping of steps use selection_regret")
     delays, measured = [], []
     for i, ev in enumerate(events):
         step = int(getattr(ev, "step", ev))

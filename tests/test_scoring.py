@@ -455,3 +455,16 @@ def test_values_too_large_to_smooth_are_picked_by_their_bound_with_a_warning_not
     assert [(e["step"], m) for e, m, _ in estimates] == [(10, pytest.approx(5e199)), (20, pytest.approx(6e199)),
                                                          (30, pytest.approx(5.5e199))]
     assert all(math.isfinite(se) and se > 0 for _, _, se in estimates)
+
+
+def test_selection_regret_reads_a_step_between_two_of_a_mappings_steps_as_the_earlier_one():
+    """A probe: ReplayRun.truth's mapping (ground truth every 50 steps) raised a bare KeyError: 63 for the pick at
+    step 63, which measured step 50's model; score_run, which takes a sequence by record, said no more."""
+    from adaptive_eval.scoring import score_run, selection_regret
+
+    evals = [{"step": 40, "metrics": {"acc": 0.6}}, {"step": 63, "metrics": {"acc": 0.9}}]
+    assert selection_regret(evals, {0: 0.5, 50: 0.8, 100: 0.85}, "acc") == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="the pick is step 63, before the first step of truth \\(70\\)"):
+        selection_regret(evals, {70: 0.8}, "acc")
+    with pytest.raises(TypeError, match="truth is a sequence indexed by record"):
+        score_run(evals, steps=100, full_size=10, truth={0: 0.5, 50: 0.8}, metric="acc")
