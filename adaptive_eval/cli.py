@@ -666,6 +666,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         check_input(cases, objectives, args.trials)
         check_base(base)
         _check_writable(args.out)
+        presets = os.path.join(args.out, "presets")
+        if os.path.exists(presets) and not os.path.isdir(presets):  # (found after every trial had run; a probe)
+            raise TuneError(f"--out {args.out}: {presets} is a file, not a folder: tune writes its presets there")
     except TuneError as exc:
         print(f"adaptive-eval tune: {exc}", file=sys.stderr)
         return 2

@@ -782,6 +782,8 @@ def _read_csv(path, text: str, keep_last: bool = False) -> Trace:
         try:
             records = _read_csv_fast(path, text, names)
         except (_Fallback, ValueError, TypeError):
+            records = None  # (the careful reader, outside the handler: its TraceError came chained to _Fallback)
+        if records is None:
             records = _read_csv_careful(path, text, names, keep_last, skipped)
     if not records:
         raise TraceError("no records", path)

@@ -478,3 +478,13 @@ def test_an_evaluator_resumed_from_its_state_records_on_into_the_same_trace(tmp_
     assert [r.step for r in trace] == list(range(12))
     assert [r.metrics["loss"] for r in trace] == [1.0] * 6 + [2.0] * 6
     assert resumed.summary()["record_errors"] == 0
+
+
+def test_a_trace_error_the_careful_reader_finds_is_not_chained_to_the_fast_readers_internal_exception(tmp_path):
+    """A probe: pytest showed ``adaptive_eval.trace._Fallback`` first, then "During handling of the above exception,
+    another exception occurred", before the clear error naming file and line."""
+    path = tmp_path / "shuffled.csv"
+    path.write_text("step,loss\n0,1.0\n2,1.0\n1,1.0\n")
+    with pytest.raises(TraceError, match="shuffled.csv:4") as info:
+        read_trace(path)
+    assert info.value.__context__ is None

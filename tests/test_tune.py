@@ -589,3 +589,14 @@ def test_a_case_is_replayed_tracking_the_metric_it_is_scored_on_in_its_direction
         replay_case(case, load_config("default", ["evaluation.metric=other"]))
     assert [(c.evaluation.metric, c.evaluation.higher_is_better) for c in seen] == [("val_loss", False),
                                                                                   ("other", False)]
+
+
+def test_an_out_folder_whose_presets_is_a_file_is_refused_before_any_trial(tmp_path, capsys):
+    """A probe: every trial ran, then "[Errno 17] File exists: .../presets", and nothing was written."""
+    path, onset = collapse_csv(tmp_path)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "presets").write_text("mine")
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "2", "--out", str(tmp_path / "t"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "presets is a file, not a folder: tune writes its presets there" in err and "trial" not in err
