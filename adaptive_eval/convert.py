@@ -626,6 +626,16 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
         warnings.warn(f"{path}: every score in column {value!r} is 0 or 100: answers in percent?  Pass scale=0.01 "
                       "for 0/1 answers (else they are replayed as scores with a spread, Normal draws)",
                       RuntimeWarning, stacklevel=2)
+    elif spread:
+        # (one answer a grader scored -1, "did not parse", turned a whole 0/1 suite into scores, its pass@k into
+        # best@k, without a word; a probe)
+        out = [(s, k, v) for s in sorted(answers) for k, vs in answers[s].items() for v in vs if not 0.0 <= v <= 1.0]
+        total = sum(len(vs) for per_item in answers.values() for vs in per_item.values())
+        s0, k0, v0 = out[0]
+        warnings.warn(f"{path}: {len(out)} of {total} scores in column {value!r} lie outside [0, 1] (the first: {v0:g} "
+                      f"at step {s0}, problem {k0!r}): every problem's answers are replayed as scores with a spread "
+                      "(Normal draws; best@k, not pass@k), not as 0/1 answers; a grader's -1 for an answer it could "
+                      "not parse would be a 0", RuntimeWarning, stacklevel=2)
     # (a problem added later is NaN before its first rows, not carried: only those seen before count here)
     later = [(s, n) for s in sorted(answers)[1:]
              if (n := sum(first[k] < s and k not in answers[s] for k in ids))]

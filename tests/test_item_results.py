@@ -39,8 +39,12 @@ def suite_cfg(size, samples, *more):
 def test_scores_outside_0_1_give_each_problems_answer_sd_and_0_1_scores_none(tmp_path):
     rows = [(0, "a", 1), (0, "a", -1), (0, "a", 1), (0, "a", 1), (0, "b", 1), (0, "b", 1), (0, "c", "nan"),
             (0, "c", -1)]
-    trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="r",
-                                   item="problem", value="score")
+    # (said: one -1 among 0/1 answers, a grader's "did not parse", turned the whole suite into scores unsaid)
+    with pytest.warns(RuntimeWarning, match=r"r.csv: 2 of 7 scores in column 'score' lie outside \[0, 1\] \(the "
+                                            r"first: -1 at step 0, problem 'a'\): every problem's answers are "
+                                            r"replayed as scores with a spread"):
+        trace, ids = from_item_results(write_results(tmp_path / "r.csv", rows), suite="s", metric="r",
+                                       item="problem", value="score")
     m = trace.records[0].metrics
     assert ids == ["a", "b", "c"]
     assert m["eval/s/r@0"] == 0.5 and m["eval/s/r@0:std"] == pytest.approx(np.std([1, -1, 1, 1]))
