@@ -390,7 +390,18 @@ class _SuiteSimulatedEval:
                 whole[col] = (suite, metric)
             else:
                 hint = ("; the weighted mean over the suites a run recorded? set evaluation.suite_aggregate: "
-                        f"{suite}" if not aggregate and metric else "")
+                        f"{suite}" if not aggregate and metric and found is None else "")
+                if found is not None or not hint:
+                    # (a per-item column is no mean over suites: the hint led to dropping that suite's columns, and
+                    # the next suite missing from the config was then refused with no hint at all; a probe)
+                    others = sorted({c[len("eval/"):].partition("/")[0] for c in columns if "/" in c[len("eval/"):]}
+                                    - set(self.suites) - ({aggregate} if aggregate else set()))
+                    import difflib
+
+                    near = difflib.get_close_matches(suite, list(self.suites), n=1)
+                    hint = (f"; the trace's suites missing from the config: {', '.join(others)} (give each "
+                            "evaluation.suites.<name>.size, its number of problems)"
+                            + (f"; or did you mean {near[0]!r}?" if near else ""))
                 raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
                                  f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})"
                                  f"{hint}")

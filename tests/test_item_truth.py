@@ -316,3 +316,17 @@ def test_a_suite_with_its_mean_alone_replays_with_a_warning_that_every_problem_i
         warnings.simplefilter("always")
         replay(collapse.trace, cfg, seed=1)
     assert not [w for w in caught if "no per-item truth" in str(w.message)]
+
+
+def test_a_trace_with_suites_the_config_lacks_names_them_all_not_a_suite_aggregate():
+    """A probe: the per-item column eval/math/acc@0 of a suite missing from the config was answered "the weighted
+    mean over the suites a run recorded? set evaluation.suite_aggregate: math", which dropped that suite's columns,
+    and the next missing suite was then refused with no hint."""
+    recs = [TraceRecord(s, {**{f"eval/{suite}/acc@{i}": 0.5 for suite in ("aime", "gsm", "math") for i in range(3)},
+                            "train/reward": 0.1}) for s in range(5)]
+    cfg = load_config(overrides=["evaluation.suites.aime24.size=3", "evaluation.metric=aime24/acc"])
+    with pytest.raises(ValueError, match=r"the trace's suites missing from the config: aime, gsm, math \(give each "
+                                         r"evaluation.suites.<name>.size, its number of problems\); or did you mean "
+                                         r"'aime24'\?") as info:
+        replay(Trace(recs, "run.csv"), cfg)
+    assert "suite_aggregate" not in str(info.value)
