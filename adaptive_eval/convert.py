@@ -598,9 +598,9 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
         warnings.warn(f"{path}: {replaced} row(s) repeat a step, problem and {answer!r} already read: each replaces "
                       "the earlier one", RuntimeWarning, stacklevel=2)
     if repeated:
-        warnings.warn(f"{path}: {repeated} row(s) repeat an earlier row cell for cell (a checkpoint appended twice?): "
-                      "each is counted as a further answer; name a column numbering the answers with answer= to "
-                      "keep one per answer", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"{path}: {repeated} row(s) repeat an earlier row cell for cell (answers alike, or a checkpoint "
+                      "appended twice?): each is counted as a further answer; where a column numbers the answers, name "
+                      "it with answer= to keep one per answer", RuntimeWarning, stacklevel=2)
     answers = {s: {k: [v for v in vs.values() if v is not None] for k, vs in per_item.items()}
                for s, per_item in answers.items()}
     ids = list(seen)
