@@ -756,8 +756,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--within", metavar="N", type=int, default=None,
                    help="every event must be confirmed within N steps (replaces the events' own 'within')")
     p.add_argument("--max-samples-per-1k", metavar="M", type=float, default=None,
-                   help="at most M eval samples per 1,000 steps on each trace (records of a trace logged every k "
-                        "steps; training steps with --set replay.every_step=true)")
+                   help="at most M eval samples per 1,000 steps on each trace (with eval suites their cost units, "
+                        "answers x cost + items x item_cost; records of a trace logged every k steps; training "
+                        "steps with --set replay.every_step=true)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the simulated evaluations")
     _add_trace_args(p)
     p.set_defaults(func=_cmd_check)

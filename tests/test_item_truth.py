@@ -59,6 +59,9 @@ def test_testing_and_check_confirm_a_collapse_from_per_item_truth(collapse, tmp_
     assert main(["check", str(path), "--config", str(tmp_path / "suites.yaml")]) == 0
     out = capsys.readouterr().out
     assert f"collapse at step {onset}" in out or f"step {onset}" in out, out
+    # its cost is in the suites' units, answers x cost, not samples (it was headed "samples/1k"; a probe)
+    header, row = out.splitlines()[0], out.splitlines()[1]
+    assert "cost/1k" in header and "samples/1k" not in header and " units" in row, out
 
 
 def test_tune_reads_per_item_truth_and_counts_cost_in_the_suites_units(collapse, tmp_path):

@@ -898,7 +898,10 @@ def check(run: ReplayRun, *, within: int | None = None, max_samples_per_1k: floa
     if limit is not None and _number(limit, f"{run.name}: max_samples_per_1k") < 0:
         raise ExpectationError(f"{run.name}: max_samples_per_1k={limit:g} is negative, so nothing could pass")
     _contradictions(run, events, run.quiet, limit)
-    cost = f"{run.samples_per_1k:.0f}" + (f" (<= {limit:g})" if limit is not None else "")
+    # (with eval suites the cost is in their units, answers x cost + items x item_cost: read as "samples", 9,565
+    # where replay counted 3,415 items and 5,065 answers per 1,000 steps; a probe)
+    units = " units" if run.config.evaluation.suites else ""
+    cost = f"{run.samples_per_1k:.0f}{units}" + (f" (<= {limit:g})" if limit is not None else "")
     rows = []
     for ev in events:
         full = _resolve_event(run, ev, None, None, None, "expected")
@@ -938,7 +941,8 @@ NO_EXPECTATIONS = "(no expectations)"  # the row of a trace with nothing to chec
 def format_rows(rows: Iterable[CheckRow]) -> str:
     """The table ``adaptive-eval check`` prints."""
     rows = list(rows)
-    header = ("trace", "event", "confirmed after", "samples/1k", "result")
+    header = ("trace", "event", "confirmed after",
+              "cost/1k" if any(" units" in r.samples_per_1k for r in rows) else "samples/1k", "result")
     # (a trace with nothing to check read "ok" on a run that exits 1, "nothing was checked"; a fresh-clone probe)
     cells = [header] + [(r.trace, r.expectation, r.confirmed_after, r.samples_per_1k,
                          "unchecked" if r.expectation == NO_EXPECTATIONS else "ok" if r.ok else "FAIL") for r in rows]
