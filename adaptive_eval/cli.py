@@ -464,12 +464,16 @@ def _budget_note(trace, cfg, deferred: list[dict], evals: int, name: str = "") -
     # (per training step: with replay.every_step the steps between a strided trace's records are replayed too)
     span = (trace.records[-1].step - trace.records[0].step) if cfg.replay.every_step else len(times) - 1
     step = (times[-1] - times[0]) / max(span, 1) if timed else float(cfg.replay.step_seconds)
-    whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * int(
-        cfg.replay.eval_set_size)
+    suites = cfg.evaluation.suites
+    # (with eval suites, their items x (answers x cost + item_cost), as replay charges them: it said replay's
+    # eval_set_size, 30 s, for suites of 201 s; a probe)
+    units = (sum(int(x.size) * (int(x.samples_per_item) * float(x.cost) + float(x.item_cost)) for x in suites.values())
+             if suites else int(cfg.replay.eval_set_size))
+    whole = float(cfg.replay.eval_fixed_seconds) + float(cfg.replay.eval_seconds_per_sample) * units
     source = "the trace's time column" if timed else "replay.step_seconds"
     print(f"  note: {name + ': ' if name else ''}the budget deferred {deferrals} evaluations: a step takes "
-          f"{step:.3g} s ({source}) and an evaluation of the whole set {whole:.3g} s (replay.eval_fixed_seconds, "
-          "replay.eval_seconds_per_sample)"
+          f"{step:.3g} s ({source}) and an evaluation of the whole {'suites' if suites else 'set'} {whole:.3g} s "
+          "(replay.eval_fixed_seconds, replay.eval_seconds_per_sample)"
           + ("; --set replay.trace_time=false times steps by replay.step_seconds instead" if timed else ""),
           file=sys.stderr)
 

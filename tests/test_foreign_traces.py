@@ -1085,3 +1085,18 @@ def test_replay_says_that_columns_of_several_eval_sets_replay_as_one_set(tmp_pat
     assert "eval columns of" not in capsys.readouterr().err
     evals = [json.loads(line) for line in (tmp_path / "s" / "evals.jsonl").read_text().splitlines()]
     assert evals and max(e["n"]["ood/accuracy"] for e in evals) <= 8 < max(e["n"]["id/accuracy"] for e in evals)
+
+
+def test_the_budget_note_prices_a_whole_evaluation_of_the_suites_as_replay_charges_it(capsys):
+    """A probe: with suites it said replay.eval_set_size's whole set, 30 s, where replay charged 201 s for the
+    suites (items x (answers x cost + item_cost))."""
+    from adaptive_eval.cli import _budget_note
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    cfg = load_config(overrides=["evaluation.metric=math/acc", "evaluation.suites.math.size=500",
+                                 "evaluation.suites.math.samples_per_item=4", "evaluation.suites.aime.size=30",
+                                 "evaluation.suites.aime.samples_per_item=16", "evaluation.suites.aime.cost=4"])
+    trace = Trace([TraceRecord(s, {"loss": 1.0}) for s in range(50)], "t.csv")
+    _budget_note(trace, cfg, [{"reason": "budget:deferred"}] * 20, 1)
+    # 5 s + 0.05 s x (500 x 4 + 30 x 16 x 4)
+    assert "an evaluation of the whole suites 201 s" in capsys.readouterr().err
