@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Iterable, Mapping
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 _GB = 1024**3
+SLOW_READING_S = 0.25  # a monitor reading slower than this is said (once): it runs inside the training step
 log = logging.getLogger("adaptive_eval")
 
 
@@ -225,6 +227,7 @@ class ResourceScheduler:
         self._monitor = monitor
         self._unread_said = False  # an accelerator threshold with no reading: said once
         self._impossible_said: set[str] = set()  # the fields of readings that cannot be, said once each
+        self._slow_said = False  # a reading slower than SLOW_READING_S: said once
         self._reset()
 
     def _reset(self) -> None:
@@ -245,6 +248,7 @@ class ResourceScheduler:
         """Sample the monitor; what is short (``"a; b"``) or None.  A monitor that raises (an NVML or CUDA error)
         is a reading it cannot take, which never defers: logged once with its traceback, never raised into the
         training step (found by a new-user probe: it raised at every due step)."""
+        started = time.monotonic()
         try:
             self.last_snapshot = self._read()
             found = shortages(self.last_snapshot, self.section)
@@ -256,6 +260,16 @@ class ResourceScheduler:
                             "fails (said once; counted in ResourceScheduler.read_errors)",
                             type(self._monitor).__name__, type(exc).__name__, exc, exc_info=True)
             return None
+        finally:
+            took = time.monotonic() - started
+            if took > SLOW_READING_S and not self._slow_said:
+                # (it is read inside the training step at each due step: a 0.5 s monitor held 11 steps back unsaid,
+                # and in a group one slower than distributed.timeout_s failed the collective, blaming evaluate_fn)
+                self._slow_said = True
+                log.warning("the resource monitor (%s) took %.3g s to read: it is read inside the training step at "
+                            "each step an evaluation is due (and, in a process group, must return within "
+                            "distributed.timeout_s); make snapshot() cheaper (said once)", type(self._monitor).__name__,
+                            took)
         if not self._unread_said and self.last_snapshot.accelerator_free_gb is None:
             # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)
             keys = [k for k in ("min_free_accelerator_gb", "min_free_accelerator_fraction")

@@ -327,3 +327,20 @@ def test_a_forced_evaluation_that_cannot_start_yet_starts_with_the_first_free_sl
     # 19-23 deferred, forced at 24, waiting for the slot step 9's evaluation holds until its result at 29
     assert started == [(9, "trigger:steps"), (29, FORCED), (49, FORCED)]
     assert ev.resources.forced == 2
+
+
+def test_a_slow_monitor_is_said_once(caplog):
+    """A probe: a monitor taking 0.5 s held every step of a deferral back, unsaid; in a group, one slower than
+    distributed.timeout_s failed the collective with a message blaming evaluate_fn."""
+    import time as _time
+
+    class Slow(FakeResourceMonitor):
+        def snapshot(self):
+            _time.sleep(0.3)
+            return super().snapshot()
+
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=Slow([OK]))
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        run(ev, 20)
+    said = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("the resource monitor (Slow) took 0.3") and "said once" in said[0]
