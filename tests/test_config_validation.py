@@ -730,3 +730,13 @@ def test_a_config_dataclass_whose_values_do_not_fit_is_a_config_error_naming_the
         with pytest.raises(ConfigError, match=r"trigger.freq_steps: Value 'ten' of type 'str' could not be converted"):
             call()
     assert load_config(Config(trigger=TriggerConfig(freq_steps=7))).trigger.freq_steps == 7
+
+
+def test_a_problem_of_two_keys_the_file_set_only_one_of_points_at_that_ones_line(tmp_path):
+    """A probe: a file setting only max: 16 read "mine.yaml:3: policy.sample_size.min: 48 is larger than
+    policy.sample_size.max: 16", line 3 the section's, for a min it never wrote."""
+    path = tmp_path / "mine.yaml"
+    path.write_text("policy:\n  alarm: {cooldown_steps: 5}\n  sample_size:\n    initial: 20\n    max: 16\n")
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}:5: policy.sample_size.min: 48 is larger than "
+                                          r"policy.sample_size.max: 16"):
+        load_config(path)
