@@ -1083,6 +1083,7 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
         cfg = _merge_loaded(cfg, loaded, source, lines, problems, failed)
         problems += [f"{source}: {key}: {msg}" for key, msg in unresolved]
         failed.update(key for key, _ in unresolved)
+    from_file = len(problems)
     overridden: dict[str, str] = {}
     for item in overrides:
         if "=" not in item:
@@ -1158,6 +1159,16 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
             elif not msg.startswith(f"{key}:"):
                 msg = f"{key}: {msg}"
             problems.append(f"override {item!r}: {msg}")
+    if overridden and from_file:
+        # A file's value that did not merge, given again by an override: the override's stands (a range error was
+        # replaced so, a type error still reported at the file's line; a probe)
+        def fixed(problem: str) -> bool:
+            key = re.sub(rf"^{re.escape(source)}(?::\d+)?: ", "", problem).partition(":")[0].strip()
+            return any(key == lhs or key.startswith(lhs + ".") for lhs in overridden)
+
+        gone = {i for i in range(from_file) if fixed(problems[i])}
+        problems[:] = [p for i, p in enumerate(problems) if i not in gone]
+        failed.difference_update({k for k in failed if any(k == lhs or k.startswith(lhs + ".") for lhs in overridden)})
     # A value left "???" in the file (OmegaConf's "still to be given") that no override gave: the merge kept the
     # default without a word (a new user's probe)
     for key in (_missing_keys(loaded) if path is not None else ()):

@@ -740,3 +740,15 @@ def test_a_problem_of_two_keys_the_file_set_only_one_of_points_at_that_ones_line
     with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}:5: policy.sample_size.min: 48 is larger than "
                                           r"policy.sample_size.max: 16"):
         load_config(path)
+
+
+def test_an_override_of_a_key_whose_file_value_did_not_merge_stands(tmp_path):
+    """A probe: --set replaced the file's freq_steps: -5 (a range error) but not its eval_at_end: maybe (a type
+    error), still reported at the file's line though the override gave the key."""
+    path = tmp_path / "fixme.yaml"
+    path.write_text("trigger:\n  freq_steps: -5\n  eval_at_end: maybe\n  freq_secs: soon\n")
+    cfg = load_config(path, ["trigger.freq_steps=10", "trigger.eval_at_end=false", "trigger.freq_secs=null"])
+    assert (cfg.trigger.freq_steps, cfg.trigger.eval_at_end, cfg.trigger.freq_secs) == (10, False, None)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["trigger.eval_at_end=false"])
+    assert sorted(p.split(": ")[1] for p in info.value.problems) == ["trigger.freq_secs", "trigger.freq_steps"]
