@@ -28,6 +28,22 @@ def _seed(text: str) -> int:
     return value
 
 
+def _at_least(least: int):
+    """An argparse type: an integer of at least ``least``, refused naming the option (the benchmarks' counts too:
+    ``--reps 0`` was a ZeroDivisionError's traceback, ``--seeds -3`` one seed; a probe)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
 class _Once(argparse.Action):
     """An option given at most once: a second ``--config`` replaced the first without a word (a preset dropped
     from ``--config aggressive --config mine.yaml``; a new user's probe)."""

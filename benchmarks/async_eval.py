@@ -47,6 +47,7 @@ import torch  # noqa: E402
 
 from adaptive_eval import AdaptiveEvaluator, load_config  # noqa: E402
 from adaptive_eval.asynchronous import EvalRanks, SnapshotEval, snapshot_weights  # noqa: E402
+from adaptive_eval.cli import _at_least  # noqa: E402
 
 torch.set_num_threads(1)
 BATCH, DIM, HIDDEN, CLASSES = 64, 64, 512, 10
@@ -246,10 +247,11 @@ def snapshot_cost() -> list[tuple[int, float, float, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--every", type=int, default=10)
+    ap.add_argument("--steps", type=_at_least(1), default=300)
+    ap.add_argument("--every", type=_at_least(2), default=10,
+                    help="an evaluation every N steps, integrated N - 1 steps after its step (at least 2)")
     ap.add_argument("--eval-steps", type=float, default=5.0)
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--repeat", type=_at_least(1), default=10)
     ap.add_argument("--no-eval-rank", action="store_true")
     args = ap.parse_args()
     args.batches, step_s = calibrate(args.eval_steps)

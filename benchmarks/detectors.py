@@ -977,6 +977,14 @@ def main(argv=None) -> None:
                            "(TCPD's datasets/<name>/<name>.json, read as a trace), where at least 2 annotators "
                            "agree within 5 records, at the earliest point")
     args = ap.parse_args(argv)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.only:
+        from adaptive_eval.detectors import available
+
+        unknown = [n for n in args.only.split(",") if n not in available()]
+        if unknown:  # (a typo ran no detector and printed "targets met"; a probe)
+            ap.error(f"--only: unknown detector {unknown[0]!r} (known: {', '.join(available())})")
     if args.traces and not args.real:
         ap.error("trace files are read with --real only")
     if (args.config is not None or args.overrides) and not args.real:
@@ -1035,6 +1043,7 @@ def main(argv=None) -> None:
 
     head = (f"{'detector':12s} {'arl0':>6s} {'ARL0 measured':>16s} {'ratio':>6s} {'runs':>9s}   "
             + "   ".join(f"{'d=' + format(s, 'g'):>13s}" for s in SHIFTS) + f"   {'updates/s':>10s}")
+    print("SIMULATED: seeded i.i.d. N(0, 1) streams, a mean shift of d sd at value 300 for the delays")
     print("delay columns: median delay / bound ln(arl0)/(d^2/2); runs = ARL runs (+capped), delay runs per shift")
     print(head)
     print("-" * len(head))

@@ -35,6 +35,8 @@ import tempfile
 import time
 from types import SimpleNamespace
 
+from adaptive_eval.cli import _at_least
+
 _COUNTED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "all_gather_single",
             "all_gather_object", "broadcast_object_list", "barrier", "gather", "scatter", "reduce",
             "monitored_barrier")
@@ -206,11 +208,11 @@ def run(world: int, args) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=10000)
+    ap.add_argument("--items", type=_at_least(2), default=10000)
     ap.add_argument("--dim", type=int, default=48)
     ap.add_argument("--work", type=int, default=20, help="matrix products per item")
-    ap.add_argument("--steps", type=int, default=2000, help="training steps timed for the per-step rows")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--steps", type=_at_least(1), default=2000, help="training steps timed for the per-step rows")
+    ap.add_argument("--repeat", type=_at_least(1), default=3)
     ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     args = ap.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = "1"

@@ -22,6 +22,7 @@ import numpy as np
 
 from adaptive_eval.synthetic import suite
 from adaptive_eval.testing import Event, replay_trace
+from adaptive_eval.cli import _at_least
 
 WINDOWS = (25, 50, 100, 500)
 QUIET_KINDS = ("flat", "spikes", "rise_plateau")
@@ -52,10 +53,17 @@ def share_interval(x: np.ndarray, resamples: int = 9999, seed: int = 1) -> tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--events-per-run", type=int, default=5)
+    ap.add_argument("--events-per-run", type=_at_least(1), default=5)
     ap.add_argument("--preset", default="default")
-    ap.add_argument("--boot", type=int, default=9999)
+    ap.add_argument("--boot", type=_at_least(100), default=9999)
     args = ap.parse_args()
+    from adaptive_eval import load_config
+    from adaptive_eval.config import ConfigError
+
+    try:
+        load_config(args.preset)  # (a misspelt preset: a traceback; a probe)
+    except (ConfigError, OSError) as exc:
+        ap.exit(2, f"false_confirmations.py: {exc}\n")
     rng = np.random.default_rng(0)
     hits = []  # runs x windows x events
     rises = []  # whether each run is a rise_plateau one

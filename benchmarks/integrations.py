@@ -31,6 +31,8 @@ import tokenize
 import warnings
 from pathlib import Path
 
+from adaptive_eval.cli import _at_least
+
 ROOT = Path(__file__).resolve().parent.parent
 NO_EVAL = ["trigger.freq_steps=null", "trigger.eval_at_end=false", "policy.alarm.enabled=false"]
 
@@ -181,8 +183,8 @@ def areal_rows(repeat: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--steps", type=_at_least(20), default=300)
+    parser.add_argument("--repeat", type=_at_least(1), default=3)
     a = parser.parse_args()
     import torch
 

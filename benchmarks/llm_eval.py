@@ -21,6 +21,7 @@ from adaptive_eval.replay import replay
 from adaptive_eval.scoring import confirmed_delay
 from adaptive_eval.stats import summarize_outputs, two_stage_size, wilson_interval
 from adaptive_eval.synthetic_items import make_item_trace
+from adaptive_eval.cli import _at_least
 
 
 def _sigmoid(x):
@@ -167,9 +168,9 @@ def delay_table(seeds: int, steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=400)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--reps", type=_at_least(1), default=400)
+    ap.add_argument("--seeds", type=_at_least(1), default=3)
+    ap.add_argument("--steps", type=_at_least(20), default=600)
     ap.add_argument("--quick", action="store_true", help="100 reps, 1 seed")
     ap.add_argument("--delay-only", action="store_true", help="only the detection-delay table")
     args = ap.parse_args()

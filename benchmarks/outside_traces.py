@@ -21,7 +21,13 @@ import sys
 import numpy as np
 
 T = 1000
-OUT = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "outside_traces")
+if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+    print(__doc__)
+    sys.exit(0)
+if len(sys.argv) != 2 or sys.argv[1].startswith("-"):  # (--help was a folder it wrote 32 files into; a probe)
+    print(f"usage: python {sys.argv[0]} FOLDER  (the folder to write the runs into)", file=sys.stderr)
+    sys.exit(2)
+OUT = pathlib.Path(sys.argv[1])
 
 
 def ar1(rng, n, sd, phi=0.4, t_df=None):

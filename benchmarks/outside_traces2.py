@@ -19,7 +19,13 @@ import sys
 import numpy as np
 
 N = 1000
-OUT = sys.argv[1] if len(sys.argv) > 1 else "."
+if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
+    print(__doc__)
+    sys.exit(0)
+if len(sys.argv) != 2 or sys.argv[1].startswith("-"):  # (--help was a folder it wrote 32 files into; a probe)
+    print(f"usage: python {sys.argv[0]} FOLDER  (the folder to write the runs into)", file=sys.stderr)
+    sys.exit(2)
+OUT = sys.argv[1]
 os.makedirs(OUT, exist_ok=True)
 
 

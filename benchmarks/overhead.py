@@ -23,6 +23,8 @@ import time
 import timeit
 from types import SimpleNamespace
 
+from adaptive_eval.cli import _at_least
+
 
 def rows(number: int, repeat: int) -> tuple[list[tuple[str, float]], list[float]]:
     """The table's rows ``(name, us per call)`` and the per-round ratios of the adaptive step to AReaL's check."""
@@ -120,8 +122,8 @@ def load_areal_timeutil():
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--number", type=int, default=20_000, help="calls per timed loop")
-    ap.add_argument("--repeat", type=int, default=50, help="rounds (each times every row once)")
+    ap.add_argument("--number", type=_at_least(1), default=20_000, help="calls per timed loop")
+    ap.add_argument("--repeat", type=_at_least(1), default=50, help="rounds (each times every row once)")
     args = ap.parse_args(argv)
     table, ratios = rows(args.number, args.repeat)
     base = table[0][1]

@@ -28,6 +28,7 @@ from multiprocessing import Pool
 import numpy as np
 
 from adaptive_eval.stats import summarize_outputs, wilson_interval
+from adaptive_eval.cli import _at_least
 
 # (solve rates, problems evaluated, population: 0 a large pool / N a suite of N, answers m, ks, suite seed)
 ROWS = [
@@ -128,13 +129,19 @@ def one_row(args) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--reps", type=int, default=1000, help="draws per row (default 1000)")
+    ap.add_argument("--reps", type=_at_least(1), default=1000, help="draws per row (default 1000)")
     ap.add_argument("--rows", default="", help="comma-separated row numbers (default: all)")
     ap.add_argument("--markdown", action="store_true", help="a markdown table")
     ap.add_argument("--json", default="", help="also write the rows here")
     args = ap.parse_args()
-    picked = [int(r) for r in args.rows.split(",")] if args.rows else range(len(ROWS))
+    try:
+        picked = [int(r) for r in args.rows.split(",")] if args.rows else range(len(ROWS))
+    except ValueError:
+        ap.error(f"--rows: comma-separated row numbers, got {args.rows!r}")
+    if any(not 0 <= r < len(ROWS) for r in picked):
+        ap.error(f"--rows: the rows are 0-{len(ROWS) - 1}, got {args.rows}")
     start, out = time.time(), []
+    print(f"SIMULATED: seeded draws of items x answers, {args.reps} per row; coverage of the 95% interval")
     if args.markdown:
         print("| row | solve rates | problems | answers | metric | n | coverage [95%] | truth above / below | width |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -42,6 +42,7 @@ from adaptive_eval.scoring import _Z95, _Fit, _shrunk_interval, pick_best, shrun
 from adaptive_eval.stats import wilson_interval
 from adaptive_eval.synthetic import make_trace
 from adaptive_eval.tune import case_from_synthetic, replay_case
+from adaptive_eval.cli import _at_least, _seed
 
 KINDS = ("rise_plateau", "collapse", "collapse_recovery", "silent_degradation", "flat")
 FIXED = ((32, 25), (100, 25), (292, 50))  # (items per evaluation, every k steps)
@@ -79,8 +80,8 @@ def intervals(evals: list[dict], metric: str) -> dict[str, tuple[dict, tuple[flo
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--per-kind", type=int, default=24, help="true curves per kind (default 24)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the curves and the simulated evaluations")
+    ap.add_argument("--per-kind", type=_at_least(1), default=24, help="true curves per kind (default 24)")
+    ap.add_argument("--seed", type=_seed, default=0, help="seed of the curves and the simulated evaluations")
     ap.add_argument("--quick", action="store_true", help="2 curves per kind, the 32-item schedule only")
     args = ap.parse_args(argv)
     per_kind = 2 if args.quick else args.per_kind

@@ -75,6 +75,7 @@ from adaptive_eval.replay import replay
 from adaptive_eval.scoring import RunScore
 from adaptive_eval.synthetic import make_trace, suite
 from adaptive_eval.tune import Case, aggregate, case_from_real, case_from_synthetic, run_case
+from adaptive_eval.cli import _at_least
 
 PRESETS = ("default", "aggressive", "budget")
 FIXED_K = (2, 3, 5, 10, 25, 50, 100, 250)
@@ -283,7 +284,8 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
     """The tables for ``cases``; ``base`` overrides apply to every schedule (an eval suite), ``size_key`` is the
     key that fixes the items per evaluation of the fixed same-size schedules, at most ``size_cap`` (the suite's
     size: a preset whose cost units over all suites exceed it is matched by the whole suite)."""
-    print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events ==")
+    print(f"\n== {title}: {len(cases)} traces, {sum(len(c.events) for c in cases)} events (evaluations SIMULATED "
+          "from the traces' ground truth) ==")
     if SEEDS > 1:
         print(f"(every run replayed under seeds 0-{SEEDS - 1} of the simulated evaluations, pooled per run: "
               f"costs and counts summed, each event once per seed, regret averaged)")
@@ -331,15 +333,20 @@ def report(title: str, cases: list[Case], overrides: list[str], reps: int, prese
         line(f"preset {name}", p)
     print(f"\nper preset, 95% bootstrap intervals over the {len(cases)} traces (n events = "
           f"{sum(len(c.events) for c in cases)}):")
+    if len(cases) < 2:
+        print("  (one trace: the bootstrap over traces has nothing to resample, so its intervals are points)")
     marks = set()
     for name, p, h, ci, size, s in rows:
         conf_ci, conf_mark = exact_if_degenerate(p["confirmed"], ci["confirmed"], sum(1 for c in cases if c.events))
         need_ci, need_mark = exact_if_degenerate(p["needless"], ci["needless"], len(cases))
-        marks |= {conf_mark, need_mark}
+        # (it read "0% [0%, 0%]" beside the exact interval of the share next to it; a probe)
+        meas_ci, meas_mark = exact_if_degenerate(p["confirmed_measured"], ci["confirmed_measured"],
+                                                 sum(1 for c in cases if c.events))
+        marks |= {conf_mark, need_mark, meas_mark}
         print(f"  {name}: {p['items_per_eval']:.0f} items/eval; samples/1k {fmt_ci(p['per_1k'], ci['per_1k'], '.0f')}; "
               f"median confirmed delay {fmt_ci(p['median_delay'], ci['median_delay'], '.1f')}; "
               f"confirmed<=25 {fmt_ci(p['confirmed'], conf_ci, '.0%')}{conf_mark} (against the last evaluation "
-              f"before each event: {fmt_ci(p['confirmed_measured'], ci['confirmed_measured'], '.0%')}); "
+              f"before each event: {fmt_ci(p['confirmed_measured'], meas_ci, '.0%')}{meas_mark}); "
               f"needless {fmt_ci(p['needless'], need_ci, '.1%')}{need_mark} (n = {p['quiet_evals']} evals"
               f"{f' over {SEEDS} seeds' if SEEDS > 1 else ''})")
         print(f"    fewer samples at equal median confirmed delay: vs fixed {size} items "
@@ -477,14 +484,15 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=1000,
                     help="length of the synthetic runs (default 1000, the length the defaults were tuned on; other "
                          "lengths ask how the preset carries over to shorter or longer runs)")
-    ap.add_argument("--boot", type=int, default=200, help="bootstrap resamples")
-    ap.add_argument("--seeds", type=int, default=1,
+    ap.add_argument("--boot", type=_at_least(10), default=200, help="bootstrap resamples")
+    ap.add_argument("--seeds", type=_at_least(1), default=1,
                     help="replay every run under this many seeds of the simulated evaluations and pool them per run "
                          "(regret and the needless and >25 counts then average over seeds; default 1)")
     ap.add_argument("--png", default=None,
                     help="where to draw cost against delay (default: the README's benchmarks/policies.png, for the "
                          "README's run only: a --quick, --steps, --half, --seeds, --set or own-preset run draws "
-                         "nothing unless given a path; '' draws nothing)")
+                         "nothing unless given a path; '' draws nothing; not with TRACE files, --items or "
+                         "--lookback)")
     ap.add_argument("--set", action="append", default=[], dest="overrides", help="override for every preset")
     ap.add_argument("--presets", default=",".join(PRESETS), help="comma-separated presets to score")
     ap.add_argument("--items", action="store_true",
@@ -506,12 +514,22 @@ def main(argv=None) -> int:
     global SEEDS
     SEEDS = max(1, args.seeds)
     chosen = tuple(p for p in args.presets.split(",") if p)
+    if args.png and (args.traces or args.items or args.lookback is not None):
+        # (it was taken and nothing drawn, unsaid; a probe)
+        ap.error("--png draws the synthetic suite's cost against delay: not with TRACE files, --items or --lookback")
     if args.traces:
         return your_traces(args, chosen, reps)
     if args.events or _foreign(args):
         ap.error("--events and the trace options apply to TRACE files")
     if args.steps < 100:
         ap.error(f"--steps {args.steps}: the synthetic runs need at least 100 steps")
+    from adaptive_eval.config import ConfigError
+
+    for name in chosen:  # (a misspelt preset or --set key: a traceback after minutes of replays; a probe)
+        try:
+            load_config(name, args.overrides)
+        except (ConfigError, OSError) as exc:
+            ap.exit(2, f"policies.py: {exc}\n")
     if args.items:
         cases = item_cases(args.half, steps=args.steps, per_kind=1 if args.quick else 2)
         print(f"item-level variant of the {args.half} half (suite seeds {SPLIT[args.half]}): the same runs, each eval "

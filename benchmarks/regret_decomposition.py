@@ -22,6 +22,7 @@ from policies import SPLIT, kind_of, synthetic_cases  # noqa: E402
 
 from adaptive_eval import load_config  # noqa: E402
 from adaptive_eval.tune import replay_case, score_case  # noqa: E402
+from adaptive_eval.cli import _at_least  # noqa: E402
 
 FIXED_K = (50, 69, 100)
 FIXED_SIZE = 292
@@ -45,8 +46,8 @@ def decompose(case, cfg, seeds: int) -> tuple[float, float, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--half", choices=sorted(SPLIT), default="heldout")
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=_at_least(100), default=1000)
+    ap.add_argument("--seeds", type=_at_least(1), default=3)
     ap.add_argument("--quick", action="store_true", help="one run per kind and seed of the half, not two")
     args = ap.parse_args(argv)
     cases = synthetic_cases(args.half, args.steps, per_kind=1 if args.quick else 2)
