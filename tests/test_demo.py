@@ -176,6 +176,27 @@ def test_a_folder_no_demo_wrote_keeps_the_users_runs(tmp_path):
     assert not (tmp_path / "async").exists() and not (tmp_path / "comparison.png").exists()
 
 
+def test_a_demo_clears_an_earlier_demos_run_files_and_keeps_a_trace_no_demo_wrote(tmp_path):
+    """Probes: a demo interrupted in a reused folder left the earlier run's evals.jsonl and summary.json beside its
+    own partial tb/ and trace, and plot drew one run's evaluations over the other's streams; and a folder no demo
+    wrote lost its trace.csv before training."""
+    from adaptive_eval.demos import DemoError, prepare_out
+
+    prepare_out(tmp_path, ("adaptive", "fixed"))
+    for name in ("evals.jsonl", "summary.json", "run.png"):
+        (tmp_path / "adaptive" / name).write_text("the earlier demo's")
+    (tmp_path / "trace.csv").write_text("step,loss\n")
+    prepare_out(tmp_path, ("adaptive", "fixed"))
+    assert not any((tmp_path / "adaptive" / n).exists() for n in ("evals.jsonl", "summary.json", "run.png"))
+    assert not (tmp_path / "trace.csv").exists()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "trace.csv").write_text("step,loss\n0,1.0\n")
+    with pytest.raises(DemoError, match="it holds trace.csv, which no demo wrote"):
+        prepare_out(theirs, ("adaptive", "fixed"))
+    assert (theirs / "trace.csv").read_text() == "step,loss\n0,1.0\n"
+
+
 def test_tensorboard_holds_every_decision_and_alarm_under_default_settings(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -27,9 +27,14 @@ def prepare_out(out_dir: Path, runs) -> None:
     """Create ``runs``' folders under ``out_dir`` and prove them writable, before any training; clear a previous
     demo's event files there (TensorBoard would draw both runs as one) and its trace (the recorder would continue
     it) with the trace's events file.  In a folder a demo marked as its own (:data:`MARKER`), also what the other
-    task wrote: its comparison, and the files and event files of runs this task does not have (their folders too,
-    once nothing else is in them); in any other folder nothing else is touched."""
+    task wrote: its comparison, the files of the runs it has (which it writes again at its end), and the files and
+    event files of runs this task does not have (their folders too, once nothing else is in them); in any other
+    folder nothing else is touched, and a trace there that no demo wrote is a :class:`DemoError`."""
     ours = (out_dir / MARKER).is_file()
+    foreign = [f for f in ("trace.csv", "trace.csv.events.yaml") if not ours and (out_dir / f).exists()]
+    if foreign:  # (deleted before training in a folder no demo wrote; a probe)
+        raise DemoError(f"--out {out_dir}: it holds {foreign[0]}, which no demo wrote (the demo writes its own there): "
+                        "pick another folder, or move that file")
     try:
         for name in _DEMO_RUNS:
             run_dir = out_dir / name
@@ -38,6 +43,10 @@ def prepare_out(out_dir: Path, runs) -> None:
                 probe = run_dir / ".write-test"
                 probe.write_bytes(b"")
                 probe.unlink()
+                for file in _RUN_FILES if ours else ():
+                    # (an earlier demo's, which this one writes again at its end: interrupted, it left them beside
+                    # its own partial tb/ and trace, and plot drew one run's evaluations over the other's streams)
+                    (run_dir / file).unlink(missing_ok=True)
             elif not (ours and run_dir.is_dir()):
                 continue
             else:
