@@ -274,3 +274,20 @@ def test_real_reads_tcpd_datasets_with_their_annotations(tmp_path):
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "detectors.py"), "--real", "--tcpd-annotations",
                           str(annotations)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "--tcpd-annotations applies to the TRACE files" in out.stderr
+
+
+@pytest.mark.parametrize("script, args, said", [
+    ("detectors.py", ["--quick", "--only", "cusm"], "--only: unknown detector 'cusm'"),
+    ("pass_at_k_coverage.py", ["--reps", "0"], "argument --reps: must be at least 1, got 0"),
+    ("pass_at_k_coverage.py", ["--rows", "99"], "--rows: the rows are 0-"),
+    ("outside_traces2.py", [], "usage: python"),
+    ("outside_traces.py", ["--out", "x"], "usage: python"),
+    ("pick_coverage.py", ["--seed", "-1"], "argument --seed: must be an integer in [0, 2**32), got -1"),
+])
+def test_a_benchmarks_bad_arguments_are_refused_naming_the_option_before_any_work(tmp_path, script, args, said):
+    """A sceptical reader's probe: a misspelt --only ran no detector and printed "targets met"; --reps 0 was a
+    ZeroDivisionError's traceback; outside_traces.py --help wrote 32 files into ./--help/."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []  # (nothing written)
