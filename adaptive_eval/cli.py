@@ -637,7 +637,9 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
             try:
                 seed = int(t[len("synthetic:"):])
             except ValueError:
-                raise TuneError(f"{t}: expected synthetic:SEED (an integer seed of the synthetic suite)") from None
+                seed = -1
+            if seed < 0:  # (-1 read numpy's "expected non-negative integer", naming nothing; a probe)
+                raise TuneError(f"{t}: expected synthetic:SEED (a non-negative integer seed of the synthetic suite)")
             cases.extend(case_from_synthetic(st) for st in suite(seed, per_kind=1))
         else:
             steps = events.get(key(t))

@@ -130,7 +130,7 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--steps", "5"], "steps must be an integer >= 20"),
+    (["--steps", "5"], "--steps 5: too few; the digits task needs at least 20"),
     (["--set", "trigger.freq_stepz=3"], "trigger.freq_stepz"),
 ])
 def test_bad_settings_exit_2(tmp_path, capsys, args, message):

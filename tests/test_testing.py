@@ -804,3 +804,11 @@ def test_a_change_inside_the_detectors_warm_up_is_said_to_be_there_when_its_conf
     with pytest.raises(AssertionError) as failed:
         assert_confirmed(replay_trace(path), 60 * every, within=5 * every, direction="down", metric="acc")
     assert "values into the trace" not in str(failed.value)
+
+
+def test_an_events_folder_is_said_to_be_a_folder(tmp_path):
+    """A probe: check --events <a folder> said "no such events file", though the folder exists."""
+    from adaptive_eval.testing import load_expectations
+
+    with pytest.raises(FileNotFoundError, match="a folder, not an events file"):
+        load_expectations(tmp_path)

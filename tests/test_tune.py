@@ -600,3 +600,9 @@ def test_an_out_folder_whose_presets_is_a_file_is_refused_before_any_trial(tmp_p
                  "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "presets is a file, not a folder: tune writes its presets there" in err and "trial" not in err
+
+
+def test_a_negative_synthetic_seed_is_refused_naming_the_trace(capsys, tmp_path):
+    """A probe: tune synthetic:-1 said numpy's "expected non-negative integer", naming nothing."""
+    assert main(["tune", "synthetic:-1", "--trials", "1", "--out", str(tmp_path / "t"), "--no-progress"]) == 2
+    assert "synthetic:-1: expected synthetic:SEED (a non-negative integer seed" in capsys.readouterr().err

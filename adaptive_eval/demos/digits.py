@@ -243,7 +243,7 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     if fault != "lr_blowup":
         raise DemoError(f"--fault {fault!r}: unknown; the digits task knows lr_blowup")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 20:
-        raise DemoError(f"steps must be an integer >= 20, got {steps!r}")
+        raise DemoError(f"--steps {steps!r}: too few; the digits task needs at least 20")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise DemoError(f"seed must be an integer, got {seed!r}")
     if fault_step is None:

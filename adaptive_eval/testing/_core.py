@@ -174,7 +174,7 @@ def load_expectations(path: str | os.PathLike) -> Expectations:
 
     p = pathlib.Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: no such events file")
+        raise FileNotFoundError(f"{p}: {'a folder, not an events file' if p.is_dir() else 'no such events file'}")
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
