@@ -294,3 +294,20 @@ def test_without_a_fault_and_with_an_override_the_table_says_so(tmp_path, caplog
     assert report["adaptive_overrides"] == ["policy.alarm.cooldown_steps=5"]
     notes = [r.getMessage() for r in caplog.records if "said once" in r.getMessage()]
     assert len(notes) == len(set(notes)) >= 1
+
+
+def test_a_tracked_metric_of_the_users_is_said_to_steer_the_policies_not_the_report(tmp_path, capsys, monkeypatch):
+    """A probe: --set evaluation.metric=ood/accuracy was taken by the adaptive runs' policies while the table,
+    summary.json and the picks went on reporting id/accuracy, unsaid."""
+    from adaptive_eval.demos import DemoError
+
+    def stop(*args, **kwargs):
+        raise DemoError("stopped before training")
+
+    monkeypatch.setattr(rlvr, "prepare_out", stop)
+    assert main(["demo", "--out", str(tmp_path), "--no-progress", "--set", "evaluation.metric=ood/accuracy"]) == 2
+    err = capsys.readouterr().err
+    assert ("note: evaluation.metric=ood/accuracy steers the adaptive runs' policies; the comparison, summary.json "
+            "and the picks report id/accuracy") in err
+    assert main(["demo", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "steers" not in capsys.readouterr().err
