@@ -936,3 +936,25 @@ def test_an_initial_size_outside_min_and_max_is_said_with_the_size_the_first_eva
         "evaluation asks for 512 (said once)",
         "policy.sample_size.initial 8 is outside [policy.sample_size.min 48, policy.sample_size.max 512]: the first "
         "evaluation asks for 48 (said once)"]
+
+
+def test_the_peak_policy_never_cuts_a_whole_set_evaluation_down_to_its_confirm_size():
+    """A probe: with the sample-size policy off and evaluation.sample_size null (the whole set), every evaluation
+    after the first of an improving metric was cut to confirm_size, 500 of 20,000 items, its reason unchanged."""
+    from adaptive_eval import AdaptiveEvaluator
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["policy.sample_size.enabled=false",
+                                                              "evaluation.sample_size=null",
+                                                              "policy.budget.enabled=false"]), total_steps=200)
+    sizes = []
+
+    def evaluate_fn(request):
+        idx = request.indices(20_000)
+        sizes.append(len(idx))
+        p = min(0.2 + request.step / 300, 0.9)  # still improving
+        return {"acc": [1.0 if (i * 37 % 100) / 100 < p else 0.0 for i in idx]}
+
+    for g in range(200):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(evaluate_fn, 0, g, g)
+    assert len(sizes) > 3 and set(sizes) == {20_000}, sizes
