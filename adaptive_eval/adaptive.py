@@ -847,7 +847,8 @@ class AdaptiveEvaluator:
         self._recorder = TraceRecorder(path, fsync=fsync)
         self._recorded_epoch = None
         self._outputs = True
-        self.add_listener(self._record_eval)
+        if self._record_eval not in self._listeners:  # (once: each record_to() added another, and a trace rotated
+            self.add_listener(self._record_eval)       # five times wrote each evaluation five times; a probe)
         return self._recorder
 
     def _record_eval(self, event: dict) -> None:

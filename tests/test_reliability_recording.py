@@ -129,3 +129,18 @@ def test_a_recorded_run_with_aggregations_maj_at_k_and_epochs_replays_under_its_
     # Tracking the weighted mean itself cannot be replayed: said, not run blind (review)
     with pytest.raises(ValueError, match="evaluation.metric 'math/reward/weighted_mean' needs per-item weights"):
         replay(trace, load_config(overrides=[*overrides, "evaluation.metric=math/reward/weighted_mean"]))
+
+
+def test_a_trace_rotated_with_record_to_writes_each_evaluation_once(tmp_path):
+    """A probe: each record_to() added another listener, so the fifth file of a trace rotated five times held each
+    evaluation's row five times, and the listeners grew without bound."""
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5", "policy.budget.enabled=false"]))
+    for part in range(5):
+        ev.record_to(tmp_path / f"part{part}.csv")
+        for g in range(20 * part, 20 * part + 20):
+            ev.observe({"train/loss": 1.0}, g)
+            ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 10}, 0, g, g)
+    ev.close()
+    rows = [line for line in (tmp_path / "part4.csv").read_text().splitlines()[1:] if line.split(",")[-1]]
+    steps = [line.split(",")[0] for line in rows]
+    assert steps and len(steps) == len(set(steps)), rows
