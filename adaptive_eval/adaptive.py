@@ -576,8 +576,9 @@ class AdaptiveEvaluator:
             # a word, and a CSV trace by a rewrite of the file per name; a long-run probe)
             log.warning("%d metric names observed so far (the latest %r): each name is a stream with detectors of its "
                         "own, kept in memory and in state_dict(), and a column of a recorded trace (a CSV trace is "
-                        "rewritten for each new one): keep names made per step or per item (an id in the name) out of "
-                        "observe() (said once)", _MANY_STREAMS, stream)
+                        "rewritten for each new one): if names are made per step or per item (an id in the name), keep "
+                        "them out of observe(); a fixed set this large (per-layer norms) is fine, at about 0.5 us a "
+                        "stream a step (said once)", _MANY_STREAMS, stream)
         return self._index(stream, dets)
 
     def _index(self, stream: str, dets: list) -> tuple:
