@@ -368,11 +368,23 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
+_HUGE = 1e150  # beyond what an axis can span (matplotlib: "arange: cannot compute length" at 1e308)
+
+
+def _drawable(values) -> np.ndarray:
+    """``values`` as floats, a huge one (beyond ``_HUGE``) as an infinity of its sign: marked as one, not drawn (a
+    huge metric is data: a value of 1e308 made plot exit 2 with matplotlib's "arange: cannot compute length";
+    a probe)."""
+    values = np.asarray(values, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.abs(values) > _HUGE, np.sign(values) * np.inf, values)
+
+
 def _mark_nonfinite(ax, steps, values) -> bool:
     bad = ~np.isfinite(values)
     if bad.any():
         ax.plot(steps[bad], np.full(bad.sum(), 0.02), linestyle="none", marker="|", markersize=10, color="red",
-                transform=ax.get_xaxis_transform(), label="NaN / inf")
+                transform=ax.get_xaxis_transform(), label="NaN / inf / huge")
         return True
     return False
 
@@ -389,9 +401,9 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
     # By step: a kept checkpoint evaluated later (policy.lookback) comes after the evaluation that prompted it.
     rows = sorted((e for e in evals if metric in e["metrics"]), key=lambda e: e["step"])
     steps = np.array([e["step"] for e in rows])
-    means = np.array([e["metrics"][metric] for e in rows])
-    lo = np.array([e["ci"][metric][0] for e in rows])
-    hi = np.array([e["ci"][metric][1] for e in rows])
+    means = _drawable([e["metrics"][metric] for e in rows])
+    lo = _drawable([e["ci"][metric][0] for e in rows])
+    hi = _drawable([e["ci"][metric][1] for e in rows])
     smin, smax = size_range
     sizes = np.array([_size(e, metric) for e in rows])
     area = np.where(np.isfinite(sizes), _area(sizes, size_range), 40.0)
@@ -428,6 +440,7 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
 
 
 def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> None:
+    values = _drawable(values)
     if len(steps) > 200:
         ax.plot(steps, values, color="tab:blue", linewidth=0.6, alpha=0.35)
         window = max(5, len(steps) // 60)

@@ -371,3 +371,13 @@ def test_a_run_given_twice_is_drawn_once(tmp_path):
 
     run = make_run(tmp_path / "run")
     assert plot_runs([run, tmp_path / "." / "run"]) == run / "run.png"  # (one run: its own picture)
+
+
+def test_a_huge_finite_value_or_interval_is_marked_not_a_failure(tmp_path):
+    """A probe: an evaluation of 1e308, or an interval of +-1e308, made plot exit 2 with matplotlib's "arange:
+    cannot compute length" (a huge metric is data)."""
+    rows = [{"step": 1, "metrics": {"acc": 0.5}, "ci": {"acc": [0.4, 0.6]}, "reason": "trigger:steps"},
+            {"step": 5, "metrics": {"acc": 1e308}, "ci": {}, "reason": "trigger:steps"},
+            {"step": 9, "metrics": {"acc": 0.5}, "ci": {"acc": [-1e308, 1e308]}, "reason": "trigger:steps"}]
+    (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _check_png(plot_run(tmp_path), min_h=200)
