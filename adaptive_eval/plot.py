@@ -37,7 +37,9 @@ MAX_STREAM_PANELS = 4
 MAX_EVAL_PANELS = 3
 
 _REASON_COLORS = {"trigger": "tab:blue", "alarm": "tab:red", "budget": "tab:orange", "resources": "tab:purple",
-                  "lookback": "tab:green"}  # (lookback: a kept checkpoint evaluated after a fall)
+                  "lookback": "tab:green",  # (lookback: a kept checkpoint evaluated after a fall)
+                  # (the policies' own: "peak (5)" and "interval (23)" were two grey legend entries; a probe)
+                  "interval": "tab:cyan", "peak": "tab:olive", "before_train": "tab:brown", "async": "tab:pink"}
 _OTHER_REASON_COLOR = "tab:gray"
 _DETECTOR_COLORS = ["crimson", "darkorange", "darkviolet", "teal", "saddlebrown", "deeppink"]
 _ARROWS = {"up": "\u2191", "down": "\u2193"}

@@ -381,3 +381,12 @@ def test_a_huge_finite_value_or_interval_is_marked_not_a_failure(tmp_path):
             {"step": 9, "metrics": {"acc": 0.5}, "ci": {"acc": [-1e308, 1e308]}, "reason": "trigger:steps"}]
     (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _check_png(plot_run(tmp_path), min_h=200)
+
+
+def test_each_reason_an_evaluation_can_have_gets_a_colour_of_its_own():
+    """A probe: "peak (5)" and "interval (23)" were two grey legend entries of one colour."""
+    from adaptive_eval.plot import _REASON_COLORS, _reason_kind
+
+    kinds = {_reason_kind(r) for r in ("trigger:steps", "alarm:loss:cusum:up", "budget:deferred", "resources:forced",
+                                       "lookback:alarm", "interval:relaxed", "peak:confirm", "before_train")}
+    assert kinds <= set(_REASON_COLORS) and len({_REASON_COLORS[k] for k in kinds}) == len(kinds)
