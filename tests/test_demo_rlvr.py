@@ -63,6 +63,7 @@ def test_writes_every_run_and_the_table(demo_run):
         evals = _lines(run / "evals.jsonl")
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == STEPS and summary["evals"] == len(evals) > 0
+        assert summary["simulated"].startswith("train_seconds and eval_seconds on the simulated clock")
         assert summary["lookbacks"] == sum("evaluated_at" in e for e in evals)
         assert report[name]["answers"] == summary["answers"] > 0
         # The picked checkpoint, with its estimate and interval, is in the run's summary.json.

@@ -505,3 +505,10 @@ def test_a_replay_with_a_null_metric_picks_the_best_on_the_metric_the_evaluator_
     result = replay(Trace(records, "t.csv"), load_config("default", ["trigger.freq_steps=20"]))
     assert list(result.evals[0]["metrics"]) == ["err_rate", "score"]
     assert result.summary["best"]["metric"] == "score" and result.summary["best"]["higher_is_better"] is True
+
+
+def test_a_replays_summary_says_its_evaluations_are_simulated(collapse_trace):
+    """A probe: summary.json, the picture and the table never said the evaluations were draws."""
+    _, st = collapse_trace
+    summary = replay(st.trace, load_config("default", ["logging.tensorboard_dir=null"]), seed=0).summary
+    assert summary["simulated"].startswith("every evaluation drawn from the trace's ground truth")

@@ -687,6 +687,9 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
                     "metric": METRIC, "step": f["best_step"], "estimate": f["best_estimate"],
                     "interval": f["best_interval"], "measured": f["best"], "sample_size": f["best_sample_size"],
                     "true": f["best_true"], "by": "shrunk"}
+                # (beside comparison.json's real wall_seconds, unlabelled; a probe)
+                results[name].summary["simulated"] = ("train_seconds and eval_seconds on the simulated clock (costs "
+                                                      "in comparison.json); the evaluations are the models' answers")
                 write_outputs(results[name], out / name)
     finally:
         torch.set_num_threads(threads)
