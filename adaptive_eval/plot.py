@@ -679,16 +679,20 @@ def _draw_comparison(runs: list[_Run]):
     axes = list(np.atleast_1d(fig.subplots(n_panels, 1, sharex=True, squeeze=False)[:, 0]))
     sizes = [n for r in runs for e in r.evals for m in metrics if m in e["metrics"] and math.isfinite(n := _size(e, m))]
     size_range = (min(sizes), max(sizes)) if sizes else (math.nan, math.nan)
+    # Each run a little apart sideways: runs that evaluated the same steps alike (the demo's adaptive and async
+    # runs) hid one under the other, the legend counting points nobody could see (a probe).
+    every_step = [e["step"] for r in runs for e in r.evals]
+    shift = 0.004 * max(max(every_step, default=1) - min(every_step, default=0), 1)
     for ax, metric in zip(axes, metrics):
         for i, run in enumerate(runs):
-            rows = [e for e in run.evals if metric in e["metrics"] and math.isfinite(e["metrics"][metric])]
+            rows = [e for e in run.evals if metric in e["metrics"] and abs(e["metrics"][metric]) <= _HUGE]
             if not rows:
                 continue
             color = _RUN_COLORS[i % len(_RUN_COLORS)]
-            steps = np.array([e["step"] for e in rows])
+            steps = np.array([e["step"] for e in rows]) + (i - (len(runs) - 1) / 2) * shift
             means = np.array([e["metrics"][metric] for e in rows])
-            lo = np.array([e["ci"].get(metric, [math.nan, math.nan])[0] for e in rows], dtype=float)
-            hi = np.array([e["ci"].get(metric, [math.nan, math.nan])[1] for e in rows], dtype=float)
+            lo = _drawable([e["ci"].get(metric, [math.nan, math.nan])[0] for e in rows])
+            hi = _drawable([e["ci"].get(metric, [math.nan, math.nan])[1] for e in rows])
             n = np.array([_size(e, metric) for e in rows], dtype=float)
             ok = np.isfinite(lo) & np.isfinite(hi)
             ax.errorbar(steps[ok], means[ok], yerr=np.vstack([means[ok] - lo[ok], hi[ok] - means[ok]]).clip(0),
@@ -712,7 +716,8 @@ def _draw_comparison(runs: list[_Run]):
     axes[-1].set_xlabel("training step", fontsize=9)
     fig.suptitle(" vs ".join(r.name for r in runs) + ": evaluations on shared axes", fontsize=11,
                  fontweight="bold")
-    notes = ["marker area \u221d sample size; bars: confidence interval; dashed: alarms, in the run's colour"]
+    notes = ["marker area \u221d sample size; bars: confidence interval; dashed: alarms, in the run's colour; "
+             "runs drawn a little apart sideways"]
     if len(every_metric) > len(metrics):  # (as the single-run picture says; a run's metric may have no panel)
         hidden = every_metric[len(metrics):]
         notes.append(f"{_count(len(hidden), 'more eval metric')} not shown ({', '.join(hidden[:4])}"

@@ -390,3 +390,18 @@ def test_each_reason_an_evaluation_can_have_gets_a_colour_of_its_own():
     kinds = {_reason_kind(r) for r in ("trigger:steps", "alarm:loss:cusum:up", "budget:deferred", "resources:forced",
                                        "lookback:alarm", "interval:relaxed", "peak:confirm", "before_train")}
     assert kinds <= set(_REASON_COLORS) and len({_REASON_COLORS[k] for k in kinds}) == len(kinds)
+
+
+def test_runs_that_evaluated_the_same_steps_alike_are_drawn_apart_not_one_over_the_other(tmp_path):
+    """A probe: the demo's adaptive and async runs evaluate the same steps alike, and plot drew one exactly under the
+    other (8 of 9 markers hidden, the legend counting them)."""
+    from adaptive_eval.plot import _draw_comparison
+
+    rows = [{"step": s, "metrics": {"acc": 0.5}, "ci": {"acc": [0.4, 0.6]}, "reason": "trigger:steps"}
+            for s in (10, 50, 90)]
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = _draw_comparison([_load(tmp_path / "a"), _load(tmp_path / "b")])
+    xs = [tuple(c.get_offsets()[:, 0]) for c in fig.axes[0].collections if len(c.get_offsets()) == 3]
+    assert len(xs) == 2 and all(a < b for a, b in zip(*xs))
