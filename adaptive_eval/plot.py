@@ -276,17 +276,25 @@ def _stream_tags(scalars: Mapping, alarmed: set[str]) -> list[str]:
 
 
 def _choose_streams(names: list[str], alarms: list[dict], limit: int = MAX_STREAM_PANELS) -> list[str]:
-    """At most ``limit`` streams, chosen by the alarms they raised (most first, then by name), drawn in name
+    """At most ``limit`` streams, chosen by the alarms they raised (most first), then a reward's or a loss's first
+    (the run's main signals: a demo without alarms left out its train/reward; a probe), then by name, drawn in name
     order: the same trace gives the same panels in the same order, from the demo's folder or a replay.
 
     >>> _choose_streams(["e", "b", "c", "d", "a"], [{"stream": "d", "step": 5}, {"stream": "d", "step": 9},
     ...                                              {"stream": "c", "step": 1}])
     ['a', 'b', 'c', 'd']
+    >>> _choose_streams(["train/entropy", "train/kl", "train/loss", "train/length", "train/reward"], [])
+    ['train/entropy', 'train/kl', 'train/loss', 'train/reward']
     """
     counts: dict[str, int] = {}
     for a in alarms:
         counts[a["stream"]] = counts.get(a["stream"], 0) + 1
-    return sorted(sorted(names, key=lambda n: (-counts.get(n, 0), n))[:limit])
+    main = ("reward", "loss")
+
+    def key(n):
+        return -counts.get(n, 0), not any(w in n.lower() for w in main), n
+
+    return sorted(sorted(names, key=key)[:limit])
 
 
 def _deferred_spans(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, int]]:
@@ -598,7 +606,9 @@ def _draw(run: _Run):
     if len(metrics) > len(eval_metrics):
         notes.append(f"{_count(len(metrics) - len(eval_metrics), 'more eval metric')} not shown")
     if len(run.streams) > len(stream_names):
-        notes.append(f"{_count(len(run.streams) - len(stream_names), 'more stream')} not shown")
+        hidden = sorted(set(run.streams) - set(stream_names))
+        notes.append(f"{_count(len(hidden), 'more stream')} not shown ({', '.join(hidden[:3])}"
+                     f"{', ...' if len(hidden) > 3 else ''})")
     if run.alarms:
         notes.append("dashed lines: alarms (detector \u2191/\u2193 stream)")
     if run.deferred is not None and (run.deferred[1] >= 0.5).any():
