@@ -31,6 +31,7 @@ import sys
 import time
 import warnings
 import weakref
+from threading import Lock as _Lock
 from threading import get_ident as _get_ident
 from collections.abc import Callable, Mapping, Sequence
 
@@ -127,12 +128,19 @@ class _FiniteClock:
     below the run's start, the budget and the time trigger never evaluated again; a probe).  (The default
     ``time.monotonic`` is called as it is: the hot path.)"""
 
-    __slots__ = ("fn", "last", "said", "offset", "back_said")
+    __slots__ = ("fn", "last", "said", "offset", "back_said", "lock")
 
     def __init__(self, fn):
         self.fn, self.last, self.said, self.offset, self.back_said = fn, None, False, 0.0, False
+        # (an asynchronous evaluation's worker reads it too: a reading taken before the other thread's, stored
+        # after it, read as the clock going back; a review)
+        self.lock = _Lock()
 
     def __call__(self) -> float:
+        with self.lock:
+            return self._read()
+
+    def _read(self) -> float:
         value = self.fn()
         try:
             if math.isfinite(value):
@@ -353,6 +361,7 @@ class AdaptiveEvaluator:
             log.warning("a resource_monitor was given, but resources.enabled is false: it is never read; set "
                         "resources.enabled: true for the scheduler to defer evaluations on its readings")
         self.resources = ResourceScheduler(self.cfg.resources, resource_monitor)
+        self.resources.says = self._rank == 0  # (its deferrals are the group's: said by one rank, not each; a review)
         self._eval_at_end = bool(trig.eval_at_end)
         # With the adaptive interval, a scheduled evaluation due this few steps before the final one (the
         # shortest interval the policy ever takes) is left to it: it would measure nearly the same weights
@@ -2422,7 +2431,9 @@ class AdaptiveEvaluator:
                 self._in_nonfinite_run.add(stream)
             self._index(stream, dets)  # (after: a stream in a run of NaN/inf has no fast path)
         self._eval_seconds = float(sd.get("eval_seconds", 0.0))
-        self._sync_eval_seconds = float(sd.get("sync_eval_seconds", self._eval_seconds))
+        # (a state saved before the key: 0, so the recorded time goes on from where it was, which held the
+        # evaluations then; eval_seconds set it back, below zero after an asynchronous run's; a review)
+        self._sync_eval_seconds = float(sd.get("sync_eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
         self._alarm_count = int(sd.get("alarms", 0))

@@ -339,10 +339,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     if os.path.exists(args.trace):
         _check_trace_prefixes(args, [args.trace])
     trace, real = _load_trace(args)
-    if real is not None:  # (its cost model, eval set size and direction, as check and tune replay it; --set wins)
-        from adaptive_eval.testing._core import shipped_settings
+    if real is not None:  # (its cost model, eval set size and direction, as check and tune replay it; yours win)
+        from adaptive_eval.testing._core import with_shipped
 
-        cfg = load_config(args.config, [*shipped_settings(real), *args.overrides])
+        cfg = with_shipped(cfg, real, args.overrides)
     if len(trace) == 0:
         print(f"adaptive-eval: {args.trace}: the trace has no records", file=sys.stderr)
         return 2

@@ -907,6 +907,15 @@ def _leaves(hint: Any, data: dict, prefix: tuple = ()):
             yield parts, v
 
 
+def _flat_keys(value: dict, prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves of a nested mapping (a list or an empty mapping is a leaf)."""
+    out = []
+    for k, v in value.items():
+        key = f"{prefix}{k}"
+        out += _flat_keys(v, key + ".") if isinstance(v, dict) and v else [key]
+    return out
+
+
 def _nested(parts: tuple, value: Any) -> dict:
     out: dict = {}
     node = out
@@ -1085,6 +1094,7 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
         failed.update(key for key, _ in unresolved)
     from_file = len(problems)
     overridden: dict[str, str] = {}
+    set_keys: set[str] = set()  # the keys the overrides gave (a section's: each of its keys)
     for item in overrides:
         if "=" not in item:
             problems.append(f"override {item!r}: expected KEY=VALUE")
@@ -1137,8 +1147,13 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                                         failed)
                     if len(problems) > before:
                         continue
+                    # (merged key by key: the keys it gave are what it set, not the whole section; a review)
+                    set_keys.update(f"{lhs}.{k}" for k in _flat_keys(section))
                 else:
                     cfg = OmegaConf.merge(cfg, dotlist)
+                    set_keys.add(lhs)
+            if _indexes_a_list(cfg, lhs):
+                set_keys.add(lhs)
             overridden[lhs] = item
             failed.discard(lhs)
         except yaml.YAMLError as exc:
@@ -1162,13 +1177,13 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     if overridden and from_file:
         # A file's value that did not merge, given again by an override: the override's stands (a range error was
         # replaced so, a type error still reported at the file's line; a probe)
-        def fixed(problem: str) -> bool:
-            key = re.sub(rf"^{re.escape(source)}(?::\d+)?: ", "", problem).partition(":")[0].strip()
-            return any(key == lhs or key.startswith(lhs + ".") for lhs in overridden)
+        def fixed(key: str) -> bool:
+            return any(key == k or key.startswith(k + ".") for k in set_keys)
 
-        gone = {i for i in range(from_file) if fixed(problems[i])}
+        gone = {i for i in range(from_file)
+                if fixed(re.sub(rf"^{re.escape(source)}(?::\d+)?: ", "", problems[i]).partition(":")[0].strip())}
         problems[:] = [p for i, p in enumerate(problems) if i not in gone]
-        failed.difference_update({k for k in failed if any(k == lhs or k.startswith(lhs + ".") for lhs in overridden)})
+        failed.difference_update({k for k in failed if fixed(k)})
     # A value left "???" in the file (OmegaConf's "still to be given") that no override gave: the merge kept the
     # default without a word (a new user's probe)
     for key in (_missing_keys(loaded) if path is not None else ()):

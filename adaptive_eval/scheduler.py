@@ -228,6 +228,7 @@ class ResourceScheduler:
         self._unread_said = False  # an accelerator threshold with no reading: said once
         self._impossible_said: set[str] = set()  # the fields of readings that cannot be, said once each
         self._slow_said = False  # a reading slower than SLOW_READING_S: said once
+        self.says = True  # whether the deferrals it decides are said in the log (in a process group: rank 0 alone)
         self._reset()
 
     def _reset(self) -> None:
@@ -348,7 +349,7 @@ class ResourceScheduler:
             self.forced_pending = True  # (until ran(): the evaluation has started)
             return True, "resources:forced"
         self.deferrals += 1
-        if self.deferrals == 1:  # (nothing reached the log: a NaN's evaluation ran 50 steps late, unsaid; a probe)
+        if self.deferrals == 1 and self.says:  # (nothing reached the log: a NaN's evaluation ran 50 steps late, unsaid; a probe)
             log.warning("the evaluation due at step %d is deferred: %s; it runs once the machine has recovered, or "
                         "after resources.max_deferral_steps (%d) steps anyway; every deferral is in TensorBoard "
                         "(controller/deferred) and summary()['deferrals'] (said once)", step, shortage,

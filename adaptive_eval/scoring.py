@@ -776,6 +776,9 @@ class RunScore:
     # does not know the true level before the event can: beside ``delays``, which use that true level when known
     # (a sceptical review: the true level favours a schedule whose last look before an event is old or small)
     delays_measured: list = dataclasses.field(default_factory=list)
+    # Trace steps per record, for delays in steps of a trace logged every k steps: tune's cap of 100 is 100
+    # records' worth (in steps it made 400 steps, 2 records late, score as a miss; a review)
+    step_scale: float = 1.0
 
 
 def event_direction(truth: Sequence[float], index: int, *, higher_is_better: bool = True,

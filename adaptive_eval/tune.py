@@ -158,7 +158,8 @@ def score_case(case: Case, evals: list[dict], *, by: str = "shrunk", paired: boo
                     for e, s, d in zip(case.events, at, delays)]
 
         score = dataclasses.replace(score, delays=in_steps(score.delays),
-                                    delays_measured=in_steps(score.delays_measured))
+                                    delays_measured=in_steps(score.delays_measured),
+                                    step_scale=float(np.median(np.diff(steps))))
     return score
 
 
@@ -216,7 +217,8 @@ OBJECTIVES = {
     # name: (what is minimised, the aggregate key, a formatter)
     "cost": "eval samples per 1,000 training steps (items; with eval suites, their cost units: answers x cost + "
             "items x item_cost)",
-    "delay": "mean confirmed detection delay in steps (a miss or a delay over 100 counts 100)",
+    "delay": "mean confirmed detection delay in steps (a miss or a delay over 100 counts 100; on a trace logged "
+             "every k steps, 100 records' worth)",
     "regret": "selection regret, as a share of each run's range of true values (mean over runs)",
 }
 DELAY_CAP = 100
@@ -227,7 +229,9 @@ class TuneError(ValueError):
 
 
 def capped_delay(scores: Sequence[RunScore], cap: int = DELAY_CAP) -> float:
-    delays = [cap if d is None else min(d, cap) for s in scores for d in s.delays]
+    """The mean delay, a miss or a delay over ``cap`` records' worth of steps (``RunScore.step_scale``) counted at
+    that cap."""
+    delays = [cap * s.step_scale if d is None else min(d, cap * s.step_scale) for s in scores for d in s.delays]
     return sum(delays) / len(delays) if delays else math.nan
 
 

@@ -752,3 +752,13 @@ def test_an_override_of_a_key_whose_file_value_did_not_merge_stands(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(path, ["trigger.eval_at_end=false"])
     assert sorted(p.split(": ")[1] for p in info.value.problems) == ["trigger.freq_secs", "trigger.freq_steps"]
+
+
+def test_a_section_given_whole_by_an_override_fixes_only_the_keys_it_gives(tmp_path):
+    """A review: an override giving a whole section (trigger={freq_secs: 60}) is merged key by key, yet it dropped the
+    file's error for a key it never gave (trigger.freq_steps: ten), which then stood at its default unsaid."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("trigger:\n  freq_steps: ten\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:2: trigger.freq_steps: Value 'ten'"):
+        load_config(path, ["trigger={freq_secs: 60}"])
+    assert load_config(path, ["trigger={freq_steps: 7}"]).trigger.freq_steps == 7

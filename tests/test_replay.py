@@ -512,3 +512,38 @@ def test_a_replays_summary_says_its_evaluations_are_simulated(collapse_trace):
     _, st = collapse_trace
     summary = replay(st.trace, load_config("default", ["logging.tensorboard_dir=null"]), seed=0).summary
     assert summary["simulated"].startswith("every evaluation drawn from the trace's ground truth")
+
+
+def test_a_run_resumed_from_a_state_saved_before_its_time_key_records_on_without_going_back(tmp_path, clock):
+    """A review: a state saved before sync_eval_seconds was kept read it as eval_seconds, and the trace's time went
+    back at the resume (below zero after an asynchronous run's)."""
+    from adaptive_eval import AdaptiveEvaluator
+
+    def evaluate_fn(req):
+        clock.advance(30.0)
+        return {"acc": [1.0, 0.0] * 10}
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", "policy.budget.enabled=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, clock=clock)
+    ev.record_to(tmp_path / "t.csv")
+    for g in range(20):
+        clock.advance(1.0)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(evaluate_fn, 0, g, g)
+        ev._sync_eval_seconds = 0.0  # (the code before: its time column held the evaluations' seconds)
+    state = ev.state_dict()
+    del state["sync_eval_seconds"]
+    ev.close()
+    resumed = AdaptiveEvaluator.from_config(cfg, clock=clock)
+    resumed.load_state_dict(state)
+    resumed.record_to(tmp_path / "t.csv")
+    for g in range(20, 40):
+        clock.advance(1.0)
+        resumed.observe({"train/loss": 1.0}, g)
+        resumed.evaluate(evaluate_fn, 0, g, g)
+    resumed.close()
+    import csv
+
+    with open(tmp_path / "t.csv", newline="") as f:  # (as written: read_trace mends a time that goes back)
+        times = [float(row["time"]) for row in csv.DictReader(f) if row["time"]]
+    assert len(times) >= 40 and all(b >= a for a, b in zip(times, times[1:])), times

@@ -338,6 +338,8 @@ def test_a_shipped_trace_replays_in_its_metrics_direction_and_under_the_cost_mod
     assert main(["replay", "real:nanogpt_124m", "--no-tensorboard", "--out", str(tmp_path / "b"),
                  "--set", "evaluation.higher_is_better=true"]) == 0
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["best"]["step"] != run.summary["best"]["step"]
+    # and a value of the user's wins in check and replay_trace too (they were merged over it; a review)
+    assert replay_trace("sb3_pong", load_config(overrides=["replay.eval_set_size=40"])).config.replay.eval_set_size == 40
 
 
 # ------------------------------------------------------------------------------------------- the CLI

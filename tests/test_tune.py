@@ -606,3 +606,16 @@ def test_a_negative_synthetic_seed_is_refused_naming_the_trace(capsys, tmp_path)
     """A probe: tune synthetic:-1 said numpy's "expected non-negative integer", naming nothing."""
     assert main(["tune", "synthetic:-1", "--trials", "1", "--out", str(tmp_path / "t"), "--no-progress"]) == 2
     assert "synthetic:-1: expected synthetic:SEED (a non-negative integer seed" in capsys.readouterr().err
+
+
+def test_the_delay_objectives_cap_is_a_hundred_records_worth_of_steps():
+    """A review: with delays in steps, a trace logged every 200 steps scored a confirmation 2 records late (400
+    steps) as a miss, 100, and the delay objective lost its signal there."""
+    from adaptive_eval.scoring import RunScore
+    from adaptive_eval.tune import capped_delay
+
+    coarse = RunScore(steps=100, evals=5, samples=500, delays=[400, None], needless=0, quiet_evals=0, regret=0.0,
+                      step_scale=200.0)
+    assert capped_delay([coarse]) == (400 + 20_000) / 2
+    fine = RunScore(steps=100, evals=5, samples=500, delays=[40, 250, None], needless=0, quiet_evals=0, regret=0.0)
+    assert capped_delay([fine]) == (40 + 100 + 100) / 3

@@ -407,6 +407,22 @@ def shipped_settings(real) -> list[str]:
     return out + ([] if real.higher_is_better else ["evaluation.higher_is_better=false"])
 
 
+def with_shipped(cfg, real, given: Sequence[str] = ()):
+    """``cfg`` with the shipped trace ``real``'s settings (:func:`shipped_settings`) where it leaves them at their
+    defaults and ``given`` (the ``--set KEY=VALUE`` overrides) does not name them: a config or ``--set`` of the
+    user's that gives one wins (they were merged over it, so ``check --set replay.eval_set_size=40`` and
+    ``replay_trace(config=...)`` were ignored; a review)."""
+    from omegaconf import OmegaConf
+
+    from adaptive_eval.config import Config
+
+    schema = OmegaConf.structured(Config)
+    named = {g.partition("=")[0].strip() for g in given}
+    keep = [item for item in shipped_settings(real) if (key := item.partition("=")[0]) not in named
+            and OmegaConf.select(cfg, key) == OmegaConf.select(schema, key)]
+    return OmegaConf.merge(cfg, OmegaConf.from_dotlist(keep)) if keep else cfg
+
+
 def in_folder(folder, found):
     """``found`` (an entry :func:`trace_files` listed in ``folder``) as a path that names its folder: listed in
     ``.``, a run folder ``nanogpt_124m`` read as the shipped trace of that name."""
@@ -546,9 +562,7 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
         raise ExpectationError(f"{name}: the trace has no records")
     cfg, config_name = _config(config)
     if real is not None:
-        from omegaconf import OmegaConf
-
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(shipped_settings(real)))
+        cfg = with_shipped(cfg, real)
     if cfg.replay.every_step:  # every training step a record: steps and costs count training steps
         trace = every_step(trace)
     if events is not None:
