@@ -1324,6 +1324,7 @@ class AdaptiveEvaluator:
 
     def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step, final: bool = False
              ) -> EvalResult | None:
+        forced = self._resources_enabled and "resources:forced" in decision.reason  # (forced, perhaps held below)
         if decision.evaluate and self._async is not None:
             decision, victim = self._async.admit(decision, final)  # the same on every rank: same records
             if victim is not None:
@@ -1335,6 +1336,8 @@ class AdaptiveEvaluator:
                     log.warning("%s", said)
         self.last_decision = decision
         if not decision.evaluate:
+            if forced:  # (forced, it could not start: a full slot, a timed-out one still running; it starts at the
+                self.resources.held()  # first free step, not after a new deferral)
             if decision.reason == "budget:deferred" and (decision.deferred or "").startswith("alarm:"):
                 self._say_held_alarm(decision, global_step)
             if decision.reason:

@@ -346,7 +346,6 @@ class ResourceScheduler:
         if final or step - self.deferred_since >= self.max_deferral_steps:
             self.deferred_since = None
             self.forced += 1
-            self.forced_pending = True  # (until ran(): the evaluation has started)
             return True, "resources:forced"
         self.deferrals += 1
         if self.deferrals == 1 and self.says:  # (nothing reached the log: a NaN's evaluation ran 50 steps late, unsaid; a probe)
@@ -356,13 +355,18 @@ class ResourceScheduler:
                         self.max_deferral_steps)
         return False, f"resources:deferred ({shortage})"
 
+    def held(self) -> None:
+        """Told that the evaluation it forced could not start (a full slot of ``evaluation.max_in_flight``, a
+        timed-out evaluation still running): it stays forced, without a new deferral, until :meth:`ran`."""
+        self.forced_pending = True
+
     def ran(self) -> None:
         """Told that the due evaluation has started: a forced one is done with."""
         self.forced_pending = False
 
     def state_dict(self) -> dict:
-        return {"version": 1, "deferred_since": self.deferred_since, "deferrals": self.deferrals,
-                "forced": self.forced, "forced_pending": self.forced_pending}
+        out = {"version": 1, "deferred_since": self.deferred_since, "deferrals": self.deferrals, "forced": self.forced}
+        return {**out, "forced_pending": True} if self.forced_pending else out
 
     def load_state_dict(self, state_dict: Mapping) -> None:
         if not isinstance(state_dict, Mapping):

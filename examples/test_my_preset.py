@@ -50,7 +50,9 @@ def test_slow_decline_is_confirmed_within_80_steps_at_a_bounded_cost(replay_run)
 def test_a_one_step_loss_spike_is_not_an_alarm(replay_run):
     # train loss jumps by 1.5 at step 946 and is back at 947: no alarm, and no evaluation brought forward.
     assert_quiet(replay_run, 940, 980, max_alarms=0, max_evals=1)
-    assert_cost(replay_run, max_samples_per_1k=1000)
+    # Its validation loss keeps falling, so each new best is re-measured on the whole set: 4,082 samples/1k (read as
+    # higher-is-better, before the shipped trace's direction was applied, it cost under 1,000).
+    assert_cost(replay_run, max_samples_per_1k=5000)
 
 
 def test_replay_is_deterministic(replay_cache):
