@@ -360,6 +360,10 @@ def _ranks_log(rank, world, root):
 
     kinds = []
     only_rank1 = dist.new_group([1])
+    # (both ranks past the group's set-up before either goes on to exit: rank 0, done first, destroyed its process
+    # group while rank 1 still set up gloo's mesh for its own, "connectFullMesh failed ... Connection closed by
+    # peer", once in a full suite)
+    dist.barrier()
     for name, group in [("world", None), ("group1", only_rank1)]:
         log_dir = os.path.join(root, name, f"rank{rank}")
         logger = make_logger(log_dir, group=group)
@@ -367,6 +371,7 @@ def _ranks_log(rank, world, root):
         logger.text(1, "decisions", "trigger:steps")
         logger.close()
         kinds.append((type(logger).__name__, os.path.exists(log_dir)))
+    dist.barrier()
     return kinds
 
 
