@@ -1130,21 +1130,22 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                                     f"({str(exc).splitlines()[0]})")
                     continue
                 cfg = updated
+                set_keys.add(lhs)
             else:
                 dotlist = OmegaConf.from_dotlist([item])
-                shapes = _shape_problems(OmegaConf.to_container(dotlist))
+                plain = OmegaConf.to_container(dotlist)  # (not resolved: ${...} is said where it merges)
+                shapes = _shape_problems(plain)
                 if shapes:
                     problems += [f"override {item!r}: {key}: {msg}" for key, msg in shapes]
                     continue
-                section = OmegaConf.to_container(dotlist)  # (not resolved: ${...} is said where it merges)
+                section = plain
                 for part in lhs.split("."):
                     section = section.get(part) if isinstance(section, dict) else None
                 if isinstance(section, dict):
                     # A section given whole (policy.alarm={...}): each of its keys merged and checked on its own,
                     # as a file's are (its first problem alone was said, naming no key; a probe)
                     before = len(problems)
-                    cfg = _merge_loaded(cfg, OmegaConf.to_container(dotlist), f"override {item!r}", {}, problems,
-                                        failed)
+                    cfg = _merge_loaded(cfg, plain, f"override {item!r}", {}, problems, failed)
                     if len(problems) > before:
                         continue
                     # (merged key by key: the keys it gave are what it set, not the whole section; a review)
@@ -1152,8 +1153,6 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                 else:
                     cfg = OmegaConf.merge(cfg, dotlist)
                     set_keys.add(lhs)
-            if _indexes_a_list(cfg, lhs):
-                set_keys.add(lhs)
             overridden[lhs] = item
             failed.discard(lhs)
         except yaml.YAMLError as exc:

@@ -127,7 +127,7 @@ def _as_snapshot(reading) -> ResourceSnapshot:
     return reading
 
 
-_READINGS = ("accelerator_free_gb", "accelerator_total_gb", "host_free_gb", "host_cpu_percent")
+_READINGS = tuple(f.name for f in dataclasses.fields(ResourceSnapshot) if f.name != "source")
 
 
 def _possible(snapshot: ResourceSnapshot) -> tuple[ResourceSnapshot, dict]:
