@@ -521,6 +521,7 @@ class AdaptiveEvaluator:
         self._deferred_error: BaseException | None = None  # on_error: raise, integrated: raised at the step's end
         self._async_down_logged = False
         self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
+        self._deferred_span: list[int] | None = None  # its [first, last] step as controller/deferred charts it
         self._group_failed: str | None = None  # a collective of evaluate() failed (CollectiveError): why
         if self._async is not None:
             self._async.load_state_dict({})
@@ -1344,7 +1345,12 @@ class AdaptiveEvaluator:
                 self._deferrals += 1
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
                 if self._logging:
-                    self._logger.log(global_step, {"controller/deferred": 1.0})
+                    # A deferral's first step and (when it ends) its last: a 1 at every step it lasted crowded
+                    # the evaluations' 0s out of TensorBoard's 1,000 points a chart keeps (a new user's probe)
+                    if self._deferred_span is None:
+                        self._logger.log(global_step, {"controller/deferred": 1.0})
+                        self._deferred_span = [global_step, global_step]
+                    self._deferred_span[1] = global_step
                     # (what was due: the policy's reason, else the trigger's; "(was None)" hid a peak:confirm)
                     text = f"deferred: {decision.reason} (was {decision.deferred or reason or 'due'})"
                     # Once per deferral, not at every step it lasts (controller/deferred is 1 at each of them).
@@ -1353,6 +1359,8 @@ class AdaptiveEvaluator:
                         self._logger.text(global_step, "decisions", text)
             else:
                 self._deferring = None  # nothing due any more
+                if self._deferred_span is not None:
+                    self._end_deferred_span(global_step)
             return None
         if self._resources_enabled:
             self.resources.ran()
@@ -1965,6 +1973,7 @@ class AdaptiveEvaluator:
                     "sample_size": decision.sample_size})
         if self._logging:
             # (deferred 0 here, as a synchronous evaluation writes it: a deferral's 1 stayed up to the run's end)
+            self._end_deferred_span(global_step, zero=False)
             self._logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
                                            "controller/deferred": 0.0})
             self._logger.text(global_step, "decisions",
@@ -2096,6 +2105,9 @@ class AdaptiveEvaluator:
         scalars = {"controller/sample_size": float(result.items if result is not None else 0),
                    "controller/eval_fraction": self.eval_fraction,
                    "controller/eval_errors": float(self._eval_errors),
+                   # (at each evaluation, as a synchronous run writes it: it was written at alarms only, so a run
+                   # without alarms had no chart of them and the count's line stopped at the last; a probe)
+                   "controller/alarms": float(self._alarm_count),
                    "controller/async_latency_steps": float(global_step - job.step),
                    "controller/async_in_flight": float(len(self._async.jobs))}
         if self.interval is not None:
@@ -2205,6 +2217,7 @@ class AdaptiveEvaluator:
         # controller/sample_size 500, the asked size; only controller/eval_errors said otherwise: a new user's probe)
         failed = result is None and error is not None
         items = result.items if result is not None else 0 if failed else (decision.sample_size or 0)
+        self._end_deferred_span(step, zero=False)
         scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
                    "controller/eval_errors": float(self._eval_errors), "controller/alarms": float(self._alarm_count)}
@@ -2227,6 +2240,17 @@ class AdaptiveEvaluator:
                               f"{_short(error_text(error))}){self._deferred_since()}")
             return
         self._logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
+
+    def _end_deferred_span(self, step: int, zero: bool = True) -> None:
+        """The chart's end of a deferral going on (``controller/deferred`` 1 at its last step, then ``zero``: 0 at
+        ``step``), so that TensorBoard draws it as a step, not a slope from its first step."""
+        span, self._deferred_span = self._deferred_span, None
+        if span is None:
+            return
+        if span[0] < span[1] < step:
+            self._logger.log(span[1], {"controller/deferred": 1.0})
+        if zero:
+            self._logger.log(step, {"controller/deferred": 0.0})
 
     def _deferred_since(self) -> str:
         """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""
@@ -2452,6 +2476,7 @@ class AdaptiveEvaluator:
         self._handed = collections.deque(((str(m), (a, b)) for m, a, b in sd.get("handed", [])), maxlen=_HANDED_MAX)
         deferring = sd.get("deferring")
         self._deferring = None if deferring is None else (check_step("deferring", deferring[0]), str(deferring[1]))
+        self._deferred_span = None  # (this writer charts a deferral going on from its next step)
         self._item_values = {m: {int(i): float(v) for i, v in vals.items()}
                              for m, vals in sd.get("item_values", {}).items()}
         self.history = [EvalResult.from_state(r) for r in sd.get("history", [])]

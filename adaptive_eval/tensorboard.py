@@ -22,7 +22,8 @@ tag                                 value
 ``controller/interval``             steps until the next scheduled evaluation
 ``controller/sample_size``          items of this evaluation (over all its suites)
 ``controller/eval_fraction``        evaluation wall time / elapsed wall time so far
-``controller/deferred``             1 while an evaluation is deferred, else 0
+``controller/deferred``             1 at the first and last steps an evaluation is deferred, 0 at each
+                                    evaluation (and at the step nothing is due any more)
 ``controller/eval_errors``          evaluation errors so far
 ``streams/<name>``                  a watched per-step stream (train reward, loss, KL, ...)
 ``controller/alarms``               alarms so far, on every stream, written at each alarm and each
@@ -139,12 +140,21 @@ def _exact(tag: str) -> str:
     return "^" + re.escape(tag) + "$"
 
 
-def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = (), groups: Iterable[str] = ()) -> dict:
+def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = (), groups: Iterable[str] = (),
+                     renamed: Mapping[str, str] | None = None) -> dict:
     """The custom-scalars layout, as ``{category: {chart title: (kind, tags)}}``.
 
     A metric with a confidence interval gets a Margin chart (value, lower, upper tags); one without
     gets a Multiline chart.  Multiline tags are regular expressions.  ``groups`` (the eval suites): a
-    metric ``"<suite>/..."`` goes into the category ``"eval: <suite>"``, one per suite.
+    metric ``"<suite>/..."`` goes into the category ``"eval: <suite>"``, one per suite.  ``renamed``: eval tags
+    another writer puts in the folder under other names (HF's ``TensorBoardCallback`` writes ``eval/acc/ci_low``
+    as ``eval/acc_ci_low``), charted where they are (``{ours: theirs}``; their counts by name).
+
+    >>> charts = dashboard_layout(["eval_acc"], ["eval_acc"], renamed={"eval/eval_acc": "eval/acc",
+    ...     "eval/eval_acc/ci_low": "eval/acc_ci_low", "eval/eval_acc/ci_high": "eval/acc_ci_high",
+    ...     "eval/eval_acc/n": "eval/acc_n"})["eval"]
+    >>> charts["eval_acc"], charts["samples per evaluation"]
+    (('Margin', ['eval/acc', 'eval/acc_ci_low', 'eval/acc_ci_high']), ('Multiline', ['^eval/acc_n$']))
 
     >>> list(dashboard_layout(["math500/acc", "aime24/acc"], groups=["math500", "aime24"]))[:2]
     ['eval: math500', 'eval: aime24']
@@ -161,6 +171,7 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     """
     with_ci = set(metrics_with_ci)
     groups = list(groups)
+    renamed = renamed or {}
     suite_charts: dict[str, dict[str, tuple[str, list[str]]]] = {g: {} for g in groups}
     eval_charts: dict[str, tuple[str, list[str]]] = {}
     for m in metrics:
@@ -168,9 +179,9 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
         head = m.partition("/")[0]
         charts = suite_charts[head] if head in suite_charts and "/" in m else eval_charts
         if m in with_ci:
-            charts[m] = ("Margin", [tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX])
+            charts[m] = ("Margin", [renamed.get(t, t) for t in (tag, tag + CI_LOW_SUFFIX, tag + CI_HIGH_SUFFIX)])
         else:
-            charts[m] = ("Multiline", [_exact(tag)])
+            charts[m] = ("Multiline", [_exact(renamed.get(tag, tag))])
     # The count charts: a suite's own metrics, its strata apart (a stratum's few items on the suite's axis would
     # crowd it), and the loose metrics without any suite's.
     # Nor the counts of what is derived from a metric (found by a new-user probe: one chart mixed 11 lines): its
@@ -186,8 +197,10 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
                 charts["items per stratum"] = ("Multiline", [prefix + ".*" + re.escape(STRATUM_MARK) + "[^/]*/n$"])
     if eval_charts:
         suites_out = "(?!(?:" + "|".join(re.escape(g + "/") for g in groups) + "))" if groups else ""
-        eval_charts["samples per evaluation"] = ("Multiline", ["^" + re.escape(EVAL_PREFIX) + suites_out + not_stratum
-                                                               + ".*/n$"])
+        counts = ["^" + re.escape(EVAL_PREFIX) + suites_out + not_stratum + ".*/n$"]
+        if renamed:  # (their counts: HF's eval/acc_n matched no "/n$", and "_n$" would match a metric of that name)
+            counts = [_exact(renamed[t]) for m in eval_charts if (t := EVAL_PREFIX + m + COUNT_SUFFIX) in renamed]
+        eval_charts["samples per evaluation"] = ("Multiline", counts)
     # One unit per chart: steps, items, a fraction, a 0/1 flag and a count each get their own axis (on a shared
     # one, a fixed run's 500 items put the interval off-scale, or the small ones become flat lines).
     controller = {
@@ -379,6 +392,7 @@ class TensorBoardLogger(MetricLogger):
         self._seen: set[str] = set()
         self._metrics: dict[str, None] = {}  # eval metrics in order of appearance
         self._metrics_with_ci: set[str] = set()
+        self._renamed: dict[str, str] = {}  # eval tags another writer puts here under other names (written_as)
         self.groups: tuple[str, ...] = ()  # eval suites: one dashboard category each (set_groups)
         self._layout_stale = False
         self._text_metadata = None
@@ -451,6 +465,21 @@ class TensorBoardLogger(MetricLogger):
             self.groups = groups
             self._layout_stale = True
 
+    def written_as(self, step: int, renamed: Mapping[str, str]) -> None:
+        """Eval tags (``{ours: theirs}``) that another writer puts in this folder under other names at ``step``, so
+        this logger leaves them out (the HF adapter sharing HF's own folder): the dashboard charts them where they are
+        (its eval charts were missing, their bands and counts unmatched: a new user's probe)."""
+        if not self._finalizer.alive:
+            return
+        for ours, theirs in renamed.items():
+            if self._renamed.get(ours) != theirs:
+                self._renamed[ours] = theirs
+                self._note_new_tag(ours)
+                self._layout_stale = True
+        if self._layout_stale:
+            self._write_layout(_check_step(step))
+            self.flush()
+
     def note_resumed(self) -> None:
         """This logger's run was resumed (``AdaptiveEvaluator.load_state_dict`` calls it): the event files of
         earlier runs in its folder are its own, written before the state was saved."""
@@ -483,7 +512,8 @@ class TensorBoardLogger(MetricLogger):
         from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
         categories = []
-        for title, charts in dashboard_layout(self._metrics, self._metrics_with_ci, self.groups).items():
+        for title, charts in dashboard_layout(self._metrics, self._metrics_with_ci, self.groups,
+                                                      self._renamed).items():
             chart_protos = []
             for chart_title, (kind, tags) in charts.items():
                 if kind == "Margin":
@@ -581,9 +611,19 @@ TEXT_PAGE_OFFSET = 10_000  # the first page of the n-th writer in a folder: n x 
 _PAGE_ROW = re.compile(r"^\| (?:<pre>)?(\d+)(?:</pre>)? \| (.*) \|$")  # (pages written before <pre> too)
 
 
+_MARKDOWN = re.compile(r"([\\|*_`\[\]])")  # what TensorBoard's markdown would read as markup in a cell
+
+
 def _cell(text: str) -> str:
-    """``text`` as one markdown table cell: pipes escaped, line breaks as <br>."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+    """``text`` as one markdown table cell, shown as written: pipes and markup escaped, line breaks as <br>.
+
+    TensorBoard renders text as markdown: ``Model.__init__()`` read "Model.**init**()" and ``loss*2 and reward*3``
+    lost its asterisks to italics (a new user's probe).
+
+    >>> _cell("train/__kl__ * 2 | x")
+    'train/\\\\_\\\\_kl\\\\_\\\\_ \\\\* 2 \\\\| x'
+    """
+    return _MARKDOWN.sub(r"\\\1", text).replace("\r\n", "<br>").replace("\n", "<br>")
 
 
 def _uncell(cell: str) -> str:

@@ -133,6 +133,18 @@ def test_a_trainer_run_catches_the_fault_evaluates_the_final_weights_and_logs_th
     # new user) and keeps what only it has
     assert not [t for t in ours.Tags()["scalars"] if t.startswith("eval/")]
     assert "controller/sample_size" in ours.Tags()["scalars"]
+    # and its dashboard charts them where HF's file has them (it had no eval charts: a new user's probe)
+    from tensorboard.plugins.custom_scalar import layout_pb2, metadata
+    from tensorboard.util import tensor_util
+
+    layout = layout_pb2.Layout.FromString(
+        tensor_util.make_ndarray(ours.Tensors(metadata.CONFIG_SUMMARY_TAG)[-1].tensor_proto).item())
+    charts = {c.title: c for cat in layout.category if cat.title == "eval" for c in cat.chart}
+    acc = charts["eval_accuracy"].margin.series[0]
+    assert (acc.value, acc.lower, acc.upper) == ("eval/accuracy", "eval/accuracy_ci_low", "eval/accuracy_ci_high")
+    assert set(charts["samples per evaluation"].multiline.tag) == {"^eval/accuracy_n$", "^eval/loss_n$"}
+    assert {"eval/accuracy_ci_low", "eval/accuracy_ci_high", "eval/accuracy_n", "eval/loss_n"} <= set(
+        theirs.Tags()["scalars"])
 
 
 def test_a_resumed_trainer_makes_the_decisions_of_the_uninterrupted_run(tmp_path):
@@ -1186,3 +1198,27 @@ def test_a_step_left_for_a_log_that_never_comes_is_decided_before_the_next_step_
     cb._pending = 30  # (as a run that died between its on_step_end and on_log leaves it)
     trainer.train()
     assert cb.evaluator.summary()["eval_errors"] == 0 and cb.evaluator.history
+
+
+def test_beside_hf_writer_our_file_keeps_the_paired_differences_interval_and_charts_hfs_tags(tmp_path):
+    """In HF's TensorBoard folder our file leaves out what trainer.log sends to HF's writer; it also left out a paired
+    difference's bounds and n (only its bare value was written), and its dashboard charted tags HF does not write
+    (a new user's probe)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from adaptive_eval.integrations.hf import _WithoutTrainerResults
+    from adaptive_eval.tensorboard import TensorBoardLogger, eval_scalars
+    from adaptive_eval.types import MetricSummary
+
+    result = EvalResult(step=9, sample_size=32, reason="trigger:steps", seconds=0.0,
+                        metrics={"eval_acc": MetricSummary(mean=0.5, n=32, ci=(0.33, 0.67))},
+                        paired={"eval_acc": MetricSummary(mean=-0.1, n=30, ci=(-0.2, 0.0))})
+    logger = _WithoutTrainerResults(TensorBoardLogger(tmp_path))
+    logger.log(9, eval_scalars(result))
+    logger.inner.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"eval/eval_acc/paired_diff", "eval/eval_acc/paired_diff/ci_low",
+                                          "eval/eval_acc/paired_diff/ci_high", "eval/eval_acc/paired_diff/n"}
+    assert logger.inner._renamed == {"eval/eval_acc": "eval/acc", "eval/eval_acc/ci_low": "eval/acc_ci_low",
+                                     "eval/eval_acc/ci_high": "eval/acc_ci_high", "eval/eval_acc/n": "eval/acc_n"}

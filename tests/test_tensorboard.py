@@ -592,3 +592,68 @@ def test_a_second_live_evaluator_writing_to_the_same_folder_is_said(tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         make(tmp_path / "tb").close()
     assert said not in caplog.text
+
+
+def test_a_long_deferral_leaves_every_evaluation_on_tensorboards_default_chart(tmp_path):
+    """controller/deferred was 1 at every deferred step: 2,900 points under a budget that defers most steps, and
+    TensorBoard's server keeps 1,000 a chart, so the evaluations' 0s were dropped from it (a new user's probe).  Now
+    a deferral's first and last steps carry it."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    out, now = tmp_path / "tb", [0.0]
+    cfg = load_config(overrides=[f"logging.tensorboard_dir={out}", "trigger.freq_steps=25",
+                                 "logging.log_streams=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=2500, clock=lambda: now[0])
+
+    def evaluate_fn(request):
+        now[0] += 300.0  # an evaluation worth 300 training steps: the 11% budget defers most of the run
+        return {"accuracy": (np.random.default_rng(request.step).random(len(request.indices(1000))) < 0.7) * 1.0}
+
+    for step in range(2500):
+        now[0] += 1.0
+        ev.evaluate(evaluate_fn, 0, step, step)
+    ev.close()
+    assert ev.summary()["deferrals"] > 2000
+    server = EventAccumulator(str(out), size_guidance={"scalars": 1000})  # the server's default
+    server.Reload()
+    points = [(e.step, e.value) for e in server.Scalars("controller/deferred")]
+    assert [s for s, v in points if v == 0.0] == [r.step for r in ev.history]
+    assert len(points) <= 3 * len(ev.history)  # (a deferral's first and last steps, each evaluation's 0)
+
+
+def test_decision_and_alarm_texts_render_as_written_in_tensorboards_markdown(tmp_path):
+    """TensorBoard renders text as markdown: ``train/__kl__`` read "train/**kl**", ``Model.__init__()``
+    "Model.**init**()" and ``loss*2 and reward*3`` lost its asterisks to italics (a new user's probe)."""
+    from tensorboard.plugin_util import markdown_to_safe_html
+
+    written = ["train/__kl__ up", "Model.__init__() got an unexpected keyword", "loss*2 and reward*3",
+               "a | b [c](d) `e`"]
+    with TensorBoardLogger(tmp_path) as logger:
+        for step, text in enumerate(written):
+            logger.text(step, "decisions", text)
+    acc = read(tmp_path)
+    assert [t for _, t in read_texts(acc, "decisions")] == written
+    page = texts(acc, "decisions/0000")[-1][1]
+    html = markdown_to_safe_html(page)
+    for text in written:
+        assert text.replace("<", "&lt;") in html, (text, html)
+
+
+def test_an_asynchronous_run_charts_its_alarm_count_at_every_evaluation(tmp_path):
+    """controller/alarms was written at alarms only in an asynchronous run: a run without alarms had no chart of them,
+    and the count's line stopped at the last alarm (a new user's probe)."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    out = tmp_path / "tb"
+    cfg = load_config(overrides=[f"logging.tensorboard_dir={out}", "trigger.freq_steps=25",
+                                 "policy.budget.enabled=false", "evaluation.asynchronous=true",
+                                 "evaluation.async_integrate_after_steps=2"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=100, clock=lambda: 0.0, eval_clock=lambda: 0.0)
+    for step in range(100):
+        ev.observe({"train/loss": 1.0 + 0.01 * (step % 3)}, step)
+        ev.evaluate(lambda r: {"accuracy": [1.0, 0.0] * 16}, 0, step, step)
+    ev.close()
+    acc = read(out)
+    alarms = [(e.step, e.value) for e in acc.Scalars("controller/alarms")]
+    integrated = [e.step for e in acc.Scalars("controller/async_latency_steps")]
+    assert len(integrated) >= 3 and [s for s, _ in alarms] == integrated and {v for _, v in alarms} == {0.0}

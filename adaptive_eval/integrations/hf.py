@@ -298,15 +298,31 @@ def _evaluating(trainer, model):
 
 
 class _WithoutTrainerResults:
-    """A logger that leaves out the result scalars ``trainer.log`` already sent to HF's TensorBoard writer."""
+    """A logger that leaves out the result scalars ``trainer.log`` already sent to HF's TensorBoard writer, and charts
+    them in its dashboard where HF writes them (``eval/eval_acc/ci_low`` is HF's ``eval/acc_ci_low``)."""
 
-    _OURS_ONLY = ("/paired_diff", "/samples_per_item", "/nan")  # (eval tags trainer.log does not carry)
+    _OURS_ONLY = ("/samples_per_item", "/nan")  # (eval tags trainer.log does not carry; nor a paired difference's)
+    _THEIRS = {"": "", "/ci_low": "_ci_low", "/ci_high": "_ci_high", "/n": "_n"}  # (result_scalars' suffixes)
 
     def __init__(self, inner):
         self.inner = inner
 
     def log(self, step, scalars):
-        kept = {k: v for k, v in scalars.items() if not k.startswith("eval/") or k.endswith(self._OURS_ONLY)}
+        kept, theirs = {}, {}
+        for k, v in scalars.items():
+            # (a paired difference's bounds and n were left out with HF's: only its bare value was written; a probe)
+            if not k.startswith("eval/") or k.endswith(self._OURS_ONLY) or "/paired_diff" in k:
+                kept[k] = v
+                continue
+            head, suffix = k, ""
+            for ours in ("/ci_low", "/ci_high", "/n"):
+                if k.endswith(ours):
+                    head, suffix = k[:-len(ours)], ours
+                    break
+            # trainer.log's eval_<metric>[_ci_low...] reaches HF's writer as eval/<metric>[_ci_low...] (rewrite_logs)
+            theirs[k] = "eval/" + head[len("eval/"):].removeprefix("eval_") + self._THEIRS[suffix]
+        if theirs and hasattr(self.inner, "written_as"):
+            self.inner.written_as(step, theirs)
         if kept:
             self.inner.log(step, kept)
 
