@@ -49,6 +49,7 @@ import os
 import pathlib
 import re
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -219,6 +220,18 @@ def _fsync_dir(path: pathlib.Path) -> None:
         os.close(fd)
 
 
+_OPEN_RECORDERS: weakref.WeakSet = weakref.WeakSet()  # (a forked child disowns them: _disown_in_child)
+
+
+def _disown_in_child() -> None:
+    for recorder in list(_OPEN_RECORDERS):
+        recorder._forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_in_child)
+
+
 class TraceRecorder:
     """Append records to a trace file, crash-safely.
 
@@ -278,6 +291,8 @@ class TraceRecorder:
             if columns is not None and set(fixed) != set(self._columns or fixed):
                 raise ValueError(f"{self.path}: the existing header {self._columns} does not match columns={list(columns)}")
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._forked = False  # in a forked child: the file is the parent's, never written here
+        _OPEN_RECORDERS.add(self)
         if columns is not None and self._columns is None:
             self._columns = fixed
             self._write(_csv_text([fixed]))
@@ -341,6 +356,12 @@ class TraceRecorder:
         """Append the values recorded at ``step`` (one line, on disk before this returns)."""
         if self._fd is None:
             raise ValueError(f"{self.path}: the recorder is closed")
+        if self._forked:
+            # (a DataLoader worker's observe() wrote its row into the parent's trace, and a new column rewrote the
+            # file under the parent, which went on appending to the unlinked one: the rest of its run was lost)
+            raise RuntimeError(f"{self.path}: this is a forked child (pid {os.getpid()}); the trace is its parent's "
+                               "and is written by the parent alone (a child that trains: record_to() a file of its "
+                               "own)")
         step = _as_step("step", step)
         epoch = _as_step("epoch", epoch, optional=True)
         if time is not None:
@@ -645,10 +666,15 @@ def _new_record(step, metrics, epoch, time, _new=object.__new__, _set=object.__s
     return rec
 
 
+_ASYNC_LATENCY = "async/latency_steps"  # (record_to's column of an asynchronous result)
+
+
 def _merge(prev: TraceRecord, rec: TraceRecord, clashes: list | None = None) -> TraceRecord:
     """One record of two at the same step (the later value of a metric written twice); ``clashes`` collects
     ``(step, metric, earlier, later)`` for each value overwritten by a different one."""
-    if clashes is not None:
+    if clashes is not None and not (_ASYNC_LATENCY in prev.metrics and _ASYNC_LATENCY in rec.metrics):
+        # (two asynchronous results integrated at one step, as close() integrates the one in flight and the final
+        # one: the later, of the newer weights, is the step's value; a warning to aggregate episodes misled a probe)
         for k, v in rec.metrics.items():
             old = prev.metrics.get(k)
             if old is not None and old != v and not (old != old and v != v):

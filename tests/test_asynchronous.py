@@ -792,6 +792,38 @@ def test_a_trace_recorded_by_an_asynchronous_run_replays_with_its_recorded_laten
     assert not any("async" in a["stream"] for a in out.alarms)  # the latency column is not a stream
 
 
+def test_two_results_integrated_at_one_step_read_back_from_the_trace_without_a_warning(tmp_path):
+    """close() integrates the evaluation still in flight and the final one at the last step: both are written at
+    that step, and reading the run's own trace warned "written twice at one step ... aggregate them per step" (a
+    new user's probe).  The later result, of the newer weights, is the step's value, unwarned."""
+    import warnings
+
+    from adaptive_eval.trace import read_trace
+
+    release = threading.Event()
+
+    def evaluate_fn(request):
+        if request.step == 4:
+            release.wait(30)  # still running at the last step
+            return {"acc": [1.0, 1.0, 1.0, 0.0]}
+        return {"acc": [0.0, 0.0, 0.0, 1.0]}
+
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                  "policy.budget.enabled=false"]), total_steps=8)
+    ev.record_to(tmp_path / "trace.csv")
+    for s in range(8):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(evaluate_fn, 0, s, s)
+    release.set()
+    ev.close()
+    assert [(r.step, r.integrated_step) for r in ev.history] == [(4, 7), (7, 7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trace = read_trace(tmp_path / "trace.csv")
+    assert trace.column("eval/acc")[1].tolist() == [0.25]
+    assert trace.column("async/latency_steps")[1].tolist() == [0.0]
+
+
 def hanging():
     """``(release, evaluate_fn)``: an evaluation that hangs until ``release.set()`` (at most 30 s)."""
     release = threading.Event()

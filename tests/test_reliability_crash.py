@@ -295,3 +295,36 @@ def test_a_forked_child_that_trains_with_the_parents_evaluator_closes_it():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "child [4" in proc.stdout, proc.stdout  # (the evaluation of step 4 at least: it was "child []")
+
+
+def test_a_forked_childs_observe_leaves_the_parents_trace_alone(tmp_path):
+    """A DataLoader worker (a forked child) that observed a stream of its own rewrote the parent's CSV under it (a
+    new column), and the parent went on appending to the unlinked file: the rest of its run was lost without a word
+    (a new user's probe).  The child's recording fails, said in its own log; the parent's trace is whole."""
+    code = textwrap.dedent("""
+        import os, sys
+        from adaptive_eval import AdaptiveEvaluator, load_config
+        ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5"]), total_steps=20)
+        ev.record_to(sys.argv[1])
+        for s in range(20):
+            ev.observe({"train/loss": 1.0 + 0.01 * s}, s)
+            ev.evaluate(lambda r: {"acc": [1.0, 0.0]}, 0, s, s)
+            if s == 8:
+                pid = os.fork()
+                if pid == 0:
+                    ev.observe({"worker/queue_len": 3.0}, s)
+                    ev.observe({"train/loss": 3.0}, s)
+                    print("child errors", ev.summary()["record_errors"], flush=True)
+                    os._exit(0)
+                os.waitpid(pid, 0)
+        ev.close()
+        print("evaluated", [r.step for r in ev.history], flush=True)
+    """)
+    path = tmp_path / "trace.csv"
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "child errors 2" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "forked child" in proc.stderr and "record_to() a file of its own" in proc.stderr
+    trace = read_trace(path)
+    assert trace.steps().tolist() == list(range(20)) and "worker/queue_len" not in trace.metric_names()
+    assert trace.column("train/loss")[1][8] == 1.08
+    assert f"evaluated {trace.column('eval/acc')[0].tolist()}" in proc.stdout  # (the last: at step 19)
