@@ -501,6 +501,7 @@ class AdaptiveEvaluator:
         self._last_call_step: int | None = None
         self._waiting_said = None  # the step of a timed-out evaluation a due one waits for: said once
         self._gap_said = False  # evaluate() called with steps skipped: said once (replay notes strides itself)
+        self._loaded_last: int | None = None  # the last call step of the state last loaded (_say_gap)
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         # A synchronous evaluation running: (step, its decision, evals_run before it), which a state_dict() taken
         # meanwhile (a preemption's handler) saves as interrupted, and the resumed run's call at that step runs
@@ -945,6 +946,15 @@ class AdaptiveEvaluator:
         schedule, once (found by a new user: calls every 100 steps at freq_steps 100 evaluated never)."""
         self._gap_said = True
         k = global_step - last
+        if k == 2 and last == self._loaded_last:
+            # (AReaL's trainers save the state, RecoverHandler.dump, before the step's evaluate() call and resume at
+            # the step after: "call evaluate() at every training step" blamed a loop that does; a new user's probe)
+            log.warning("resumed at global_step %d from a state saved after step %d's evaluate() call: the call of step "
+                        "%d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state before "
+                        "the step's evaluate()), so the schedule goes on from step %d's, as AReaL's own Evaluator's "
+                        "does; save the state after evaluate() for a resumed run that decides as the uninterrupted "
+                        "one (said once)", global_step, last, last + 1, last)
+            return
         freq = self.trigger.freq_step
         then = (f"trigger.freq_steps ({freq}) counts evaluate() calls, as AReaL's Evaluator does, so with a call "
                 f"every {k} steps an evaluation is due every {freq * k} steps; " if freq else "")
@@ -2410,6 +2420,7 @@ class AdaptiveEvaluator:
         note = getattr(self.logger, "note_resumed", None)  # (its folder may hold this run's own earlier files)
         if note is not None:
             note()
+        self._loaded_last = self._last_call_step
 
     def _load(self, sd: Mapping, where: list, say: bool = True) -> None:
         """The body of :meth:`load_state_dict`; ``where[0]``: the key being loaded (for its error); ``say``: what

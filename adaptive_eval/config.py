@@ -1472,7 +1472,9 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     trigger["independent"] = True
     if problems:
         raise ConfigError(problems)
-    base = preset if isinstance(preset, DictConfig) else load_config(preset)
+    # (a DictConfig as it is: a node of the user's own config, cfg.adaptive_eval, or one made of a few keys, was taken
+    # for a whole config and failed its check with a TypeError; read onto the schema as a mapping is; a probe)
+    base = as_config(preset) if isinstance(preset, DictConfig) else load_config(preset)
     merged = OmegaConf.merge(base, {"trigger": trigger})
     validate(merged)
     OmegaConf.set_readonly(merged, True)

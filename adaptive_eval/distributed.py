@@ -292,7 +292,9 @@ class DistContext:
                 f"{what} failed on rank {rank} of {world} (timeout {limit}): {type(exc).__name__}: {exc}.  In a "
                 "process group every rank calls observe(), evaluate() and close() at every step, with the same "
                 "global_step (a call made on the main process only leaves the others out); or a rank's evaluate_fn "
-                "ran longer than distributed.timeout_s (raise it above your slowest evaluation); or a peer died"
+                "ran longer than distributed.timeout_s (raise it above your slowest evaluation); or one rank's "
+                "evaluate_fn failed while the others were in a collective of its own (a barrier in it: its error is "
+                "in that rank's log); or a peer died"
             ) from exc
         finally:
             del work

@@ -713,6 +713,10 @@ def _run_evaluation_outcome(
             mine = ("bad_output", seconds, f"{type(shape_error).__name__}: {shape_error}")
         else:
             mine = ("ok", seconds, summaries_to_wire(metrics))
+        if error is not None:
+            # Said before the exchange: a rank still inside a collective of evaluate_fn's own (AReaL's ends in a
+            # barrier) holds it up to the group's timeout, and the error was said after it, so never (a probe)
+            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}", said=failures_said)
         everyone = dist_context.gather_objects(mine)
         bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
         mixed = None if bad else mixed_shapes_error([p if kind == "ok" else {} for kind, _, p in everyone])
@@ -763,8 +767,7 @@ def _run_evaluation_outcome(
         if on_error == "raise":
             raise error
         if request.rank in failed:
-            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}",
-                         said=failures_said)
+            pass  # (said before the exchange)
         elif request.rank == min(r for r in range(request.world_size) if r not in failed):
             if gone:
                 # (one warning line: CheckpointUnavailable)

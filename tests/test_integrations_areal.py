@@ -461,3 +461,50 @@ def test_a_dict_of_some_of_areals_fields_is_read_by_both_shims_and_a_misspelt_on
         with pytest.raises(ConfigError, match=r"^EvaluatorConfig: freq_epoch: unknown key \(AReaL's EvaluatorConfig "
                                               r"has .*\); did you mean 'freq_epochs'\?$"):
             make({"freq_steps": 4, "freq_epoch": 1, "freq_secs": None}, spec(10))
+
+
+def test_a_state_saved_before_the_steps_evaluate_resumes_as_areals_own_evaluator_and_says_why(caplog):
+    """AReaL's trainers save the evaluator's state (RecoverHandler.dump) before the step's evaluate() and resume at the
+    step after: the resumed run's first call comes two steps after the state's last, and the gap warning told the
+    user to "call evaluate() at every training step", which AReaL's loop does (a new user's probe).  The schedule goes
+    on as AReaL's own Evaluator's, and the warning says why it is not the uninterrupted run's."""
+    cfg = areal_config(freq_steps=5)
+
+    def areal_order(ev, start, stop, fired, dumps):
+        for g in range(start, stop):
+            dumps[g] = json.dumps(ev.state_dict())  # RecoverHandler.dump: before the step's evaluate()
+            ev.evaluate(lambda g=g: fired.append(g), *divmod(g, 20), g)
+
+    runs = {}
+    for name, make in (("areal", lambda: AREAL.Evaluator(cfg, spec(20, epochs=1))),
+                       ("shim", lambda: shim.AdaptiveEvaluator(cfg, spec(20, epochs=1), preset="areal"))):
+        first, dumps = [], {}
+        areal_order(make(), 0, 12, first, dumps)  # crashes after step 11; the last dump was at step 11, then 9 ...
+        resumed = make()
+        resumed.load_state_dict(json.loads(dumps[9]))  # ... say the one kept is step 9's (recover every 5 steps)
+        caplog.clear()
+        second = []
+        areal_order(resumed, 10, 20, second, {})
+        runs[name] = (first, second, [r.getMessage() for r in caplog.records])
+    assert runs["shim"][:2] == runs["areal"][:2] == ([4, 9], [10, 15])
+    said = [m for m in runs["shim"][2] if "global_step 10" in m]
+    assert len(said) == 1 and "saves the state before the step's evaluate()" in said[0], runs["shim"][2]
+    assert "call evaluate() at every training step" not in said[0]
+
+
+def test_a_section_of_the_users_own_config_is_a_preset_as_a_mapping_is():
+    """``preset=cfg.adaptive_eval`` (an OmegaConf node of the user's AReaL config) or a DictConfig of a few keys was
+    taken for a whole config and failed with "TypeError: '>=' not supported between NoneType and int"; a plain dict
+    worked (a new user's probe)."""
+    from omegaconf import OmegaConf
+
+    from adaptive_eval import ConfigError
+
+    root = OmegaConf.create({"adaptive_eval": {"policy": {"interval": {"max_factor": 3}}}})
+    for preset in (root.adaptive_eval, OmegaConf.create({"policy": {"interval": {"max_factor": 3}}}),
+                   {"policy": {"interval": {"max_factor": 3}}}):
+        ev = shim.AdaptiveEvaluator(areal_config(freq_steps=5), spec(8, epochs=2), preset=preset)
+        assert ev.cfg.policy.interval.max_factor == 3 and ev.cfg.trigger.freq_steps == 5
+    with pytest.raises(ConfigError, match=r"policy\.interval\.max_factr: unknown key .*did you mean"):
+        shim.AdaptiveEvaluator(areal_config(freq_steps=5), spec(8, epochs=2),
+                               preset=OmegaConf.create({"policy": {"interval": {"max_factr": 3}}}))

@@ -267,3 +267,46 @@ def test_close_after_the_group_failed_runs_no_collective_and_fails_what_was_in_f
     kind, caught, errors = r0
     assert kind == "closed" and caught == 12, r0
     assert errors and all("in flight when the process group failed (step 12:" in e for e in errors)
+
+
+def _fails_beside_a_barrier_rank(rank, world):
+    import datetime
+    import logging
+
+    import torch.distributed as dist
+
+    from adaptive_eval.distributed import CollectiveError
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    ours = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    theirs = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=TIMEOUT_S))  # evaluate_fn's own
+    dist.barrier()  # (each rank has made both groups before either is used)
+
+    def evaluate_fn(request):
+        if rank == 1:
+            raise RuntimeError("CUDA out of memory (injected)")
+        dist.barrier(group=theirs)  # AReaL's evaluate_fn ends in one: rank 1 never gets there
+        return {"acc": [1.0] * 4}
+
+    ev = AdaptiveEvaluator.from_config(config(), group=ours, clock=FakeClock())
+    failed = None
+    try:
+        for g in range(6):
+            ev.evaluate(evaluate_fn, 0, g, g)
+    except CollectiveError as exc:
+        failed = str(exc)
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return said, failed
+
+
+def test_one_ranks_failing_evaluate_fn_is_said_at_once_while_another_waits_in_a_collective_of_its_own():
+    """AReaL's evaluate_fn ends in a barrier: a rank whose evaluate_fn raised (an OOM) went into the ranks' exchange of
+    outcomes while the other waited in that barrier, both timed out, and the OOM was said after the exchange, so
+    never: the job failed with a CollectiveError alone (a new user's probe).  It is said before the exchange."""
+    said, failed = run_ranks(_fails_beside_a_barrier_rank, world=2)[1]
+    assert any("CUDA out of memory (injected)" in m and "on rank 1 at step 4" in m for m in said), said
+    assert failed is None or "a barrier in it: its error is in that rank's log" in failed, failed

@@ -235,6 +235,7 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
             steps = int(sd["step"].get("steps", 0))
             if steps > 0:
                 self._last_step = self._last_call_step = steps - 1
+            self._loaded_last = self._last_call_step
             return
         super().load_state_dict(sd)
 
