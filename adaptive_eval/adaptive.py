@@ -949,8 +949,8 @@ class AdaptiveEvaluator:
         if k == 2 and last == self._loaded_last:
             # (AReaL's trainers save the state, RecoverHandler.dump, before the step's evaluate() call and resume at
             # the step after: "call evaluate() at every training step" blamed a loop that does; a new user's probe)
-            log.warning("resumed at global_step %d from a state saved after step %d's evaluate() call: the call of step "
-                        "%d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state before "
+            log.warning("resumed at global_step %d from a state saved after step %d's evaluate() call: the call of "
+                        "step %d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state before "
                         "the step's evaluate()), so the schedule goes on from step %d's, as AReaL's own Evaluator's "
                         "does; save the state after evaluate() for a resumed run that decides as the uninterrupted "
                         "one (said once)", global_step, last, last + 1, last)
