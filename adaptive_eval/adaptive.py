@@ -39,6 +39,7 @@ from omegaconf import OmegaConf
 
 from adaptive_eval.config import as_config
 from adaptive_eval.distributed import CollectiveError, DistContext
+from adaptive_eval.asynchronous import job_step
 from adaptive_eval.evaluators import EvalTimeout, _wants_request, check_step, run_evaluation_outcome
 from adaptive_eval.loggers import MetricLogger, NullLogger
 from adaptive_eval.policies import Context, PolicySet, make_policies
@@ -470,6 +471,8 @@ class AdaptiveEvaluator:
         self._owner: int = _get_ident()
         self._handed: collections.deque = collections.deque(maxlen=_HANDED_MAX)
         _EVALUATORS.add(self)  # (close() in a forked child that never used it leaves the parent's alone)
+        self._in_fn = False  # a synchronous evaluate_fn is running (an evaluate() from inside it is refused)
+        self._close_lock = _Lock()  # close() from two threads at once: one after the other
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
                                            self._pid) if self._async is not None else None)
         self._reset()
@@ -984,6 +987,10 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
+        if self._in_fn or (self._async is not None and job_step() is not None):
+            # (a nested evaluation ran, the history came out of order, and the loop's own call was a no-op; a probe)
+            raise RuntimeError(f"evaluate() called from inside evaluate_fn (at global_step {global_step}): the "
+                               "evaluation it runs in is not done; call evaluate() from the training loop only")
         self._owner = _get_ident()
         if self._interrupted is not None and global_step != self._interrupted[0]:
             # (resumed past the interrupted step: not run again; its alarm is still pending)
@@ -1879,15 +1886,19 @@ class AdaptiveEvaluator:
             import torch  # noqa: F401
 
         start = self.clock()
-        outcome = run_evaluation_outcome(
-            evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
-            on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
-            dist_context=self.dist, precision=ev["precision"],
-            rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
-            timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=tuple(self._suites),
-            metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
-            failures_said=self._failures_said,
-        )
+        self._in_fn = True  # (an evaluate() from inside it is refused: see evaluate)
+        try:
+            outcome = run_evaluation_outcome(
+                evaluate_fn, request, epoch=epoch, clock=self.clock, confidence=ev["confidence"],
+                on_error=on_error, max_retries=ev["max_retries"], retry_backoff_s=ev["retry_backoff_s"],
+                dist_context=self.dist, precision=ev["precision"],
+                rank_discrepancy_threshold=self._discrepancy_threshold if self._distributed else None,
+                timeout=self._eval_timeout, pass_at_k=ev["pass_at_k"], suites=tuple(self._suites),
+                metric_kinds=ev["metric_kinds"], aggregations=ev["aggregations"], strata=self._strata,
+                failures_said=self._failures_said,
+            )
+        finally:
+            self._in_fn = False
         if not self._distributed:
             return outcome, self.clock() - start
         # The slowest rank's: the reduced result carries them; after a failure, which every rank saw, one more
@@ -2284,6 +2295,25 @@ class AdaptiveEvaluator:
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real)
                                       or not timeout_s >= 0):
             raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
+        self._not_inside_a_job("state_dict")
+        try:
+            return self._state_dict(timeout_s)
+        except RuntimeError as exc:
+            if "changed size during iteration" not in str(exc) or _get_ident() == self._owner:
+                raise
+            # (a checkpoint-saving thread's call raced with the training thread: a bare RuntimeError; a probe)
+            raise RuntimeError(f"state_dict() was called from another thread than the training loop's, and the loop "
+                               f"changed the state while it was read ({exc}): take it in the training thread (a "
+                               "checkpoint hook of the trainer runs there)") from exc
+
+    def _not_inside_a_job(self, what: str) -> None:
+        """Refuse ``what`` from inside an asynchronous evaluation: it waits for the evaluations in flight, its own
+        among them (it waited distributed.timeout_s, 600 s, and close() integrated it twice; a probe)."""
+        if self._async is not None and (step := job_step()) is not None:
+            raise RuntimeError(f"{what}() called from inside the asynchronous evaluation of step {step}: it waits for "
+                               "the evaluations in flight, this one among them; call it from the training loop")
+
+    def _state_dict(self, timeout_s: float | None) -> dict:
         return _strict({
             # 2: evaluations carry within_ss2 (twenty-fourth session), which the release before refuses; its
             # message then says a later library wrote the state (it said "another config or version?")
@@ -2558,6 +2588,11 @@ class AdaptiveEvaluator:
         a due evaluation fails and evaluation is down (``async:down (the evaluator was closed: ...)``, logged as
         an error, raised only with ``on_error: raise``), as when its executor breaks.
         """
+        self._not_inside_a_job("close")
+        with self._close_lock:  # (a second caller, a watchdog thread, integrated every evaluation twice; a probe)
+            self._close(timeout_s)
+
+    def _close(self, timeout_s: float | None) -> None:
         if self._unclosed is not None:  # (close() was called, whatever its drain meets)
             self._unclosed.detach()
         if self.__dict__.get("_forked_at") == (self._last_step, self._last_call_step):

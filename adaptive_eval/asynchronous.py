@@ -207,9 +207,26 @@ class _WithWeights:
         return out
 
 
+_INSIDE = threading.local()  # the step of the evaluation this worker thread runs (job_step)
+
+
+def job_step() -> int | None:
+    """The step of the asynchronous evaluation this thread is running, or None (not inside one)."""
+    return getattr(_INSIDE, "step", None)
+
+
 def _run_job(fn, request: EvalRequest, weights, options: Mapping):
     """Run one evaluation in a worker (a thread, another process, an eval rank): an EvalOutcome."""
     from adaptive_eval.evaluators import run_evaluation_outcome
+
+    _INSIDE.step = request.step
+    try:
+        return _run_job_here(fn, request, weights, options, run_evaluation_outcome)
+    finally:
+        _INSIDE.step = None
+
+
+def _run_job_here(fn, request: EvalRequest, weights, options: Mapping, run_evaluation_outcome):
 
     if weights is not None:
         if not isinstance(weights, WeightSnapshot):

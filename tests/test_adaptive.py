@@ -1186,3 +1186,46 @@ def test_a_learning_rate_and_counters_in_the_stats_dict_are_not_watched_unless_n
     from adaptive_eval.adaptive import is_schedule  # (Lightning's LearningRateMonitor of two groups: a review)
 
     assert is_schedule("lr-Adam/pg1") and is_schedule("lr-SGD") and not is_schedule("train/reward")
+
+
+def test_evaluate_called_from_inside_evaluate_fn_fails_that_evaluation_saying_why():
+    """A nested evaluation ran: the history came out of order ([5, 4, 30, 29], a step past total_steps) and the loop's
+    own call at the nested step was a no-op (a new user's probe).  The call is refused inside evaluate_fn."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "policy.budget.enabled=false"]),
+                           total_steps=12)
+    errors = []
+    ev.add_listener(lambda e: e["kind"] == "error" and errors.append(e["error"]))
+
+    def evaluate_fn(request):
+        ev.evaluate(lambda r: {"acc": [0.0]}, 0, request.step + 1, request.step + 1)
+        return {"acc": [1.0]}
+
+    for s in range(12):
+        ev.evaluate(evaluate_fn, 0, s, s)
+    assert ev.history == [] and errors and all("evaluate() called from inside evaluate_fn" in e for e in errors)
+
+
+def test_state_dict_racing_the_training_thread_from_another_thread_says_to_take_it_in_the_training_thread(
+        monkeypatch):
+    """A checkpoint-saving thread's state_dict() raced with the loop: a bare "dictionary changed size during
+    iteration" (6 of 181 calls in a new user's probe).  It says what happened and where to take it."""
+    import threading
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator(load_config())
+    ev.evaluate(lambda r: {"acc": [1.0]}, 0, 0, 0)  # (the training thread: this one)
+
+    def races(timeout_s):
+        raise RuntimeError("dictionary changed size during iteration")
+
+    monkeypatch.setattr(ev, "_state_dict", races)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(pytest.raises(RuntimeError, ev.state_dict)))
+    thread.start()
+    thread.join()
+    assert "called from another thread than the training loop's" in str(got[0].value)
+    with pytest.raises(RuntimeError, match="^dictionary changed size during iteration$"):
+        ev.state_dict()  # (in the training thread: as it was)

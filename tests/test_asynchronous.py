@@ -1439,3 +1439,54 @@ def test_a_wait_limit_beyond_what_python_can_wait_is_a_long_wait_not_an_overflow
         ev.evaluate(slow, 0, s, s)
     ev.close()
     assert ev.summary()["evals"] >= 2 and ev.summary()["eval_errors"] == 0
+
+
+def test_close_from_two_threads_at_once_integrates_each_evaluation_once():
+    """A watchdog thread's close() beside the training thread's: each drained the evaluations in flight, and every
+    one was integrated twice (history [4, 7, 4, 7], summary()["evals"] 4; a new user's probe)."""
+    release = threading.Event()
+
+    def evaluate_fn(request):
+        release.wait(30)
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                  "policy.budget.enabled=false"]), total_steps=8)
+    for s in range(8):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(evaluate_fn, 0, s, s)
+    closers = [threading.Thread(target=ev.close) for _ in range(2)]
+    for t in closers:
+        t.start()
+    time.sleep(0.2)  # (both are in close() while the evaluations still run)
+    release.set()
+    for t in closers:
+        t.join(30)
+    assert [r.step for r in ev.history] == [4, 7] and ev.summary()["evals"] == 2
+
+
+@pytest.mark.parametrize("call", ["state_dict", "close", "evaluate"])
+def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_that_evaluation_saying_why(call):
+    """state_dict() or close() inside an asynchronous evaluate_fn (saving a checkpoint with the state) waited for the
+    evaluations in flight, its own among them: distributed.timeout_s, 600 s, and close() integrated it twice; an
+    evaluate() from there moved the training thread's ownership to the worker (a new user's probe)."""
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                  "policy.budget.enabled=false"]), total_steps=12)
+    errors = []
+    ev.add_listener(lambda e: e["kind"] == "error" and errors.append(e["error"]))
+
+    def evaluate_fn(request):
+        if call == "evaluate":
+            ev.evaluate(evaluate_fn, 0, request.step, request.step)
+        else:
+            getattr(ev, call)()
+        return {"acc": [1.0]}
+
+    start = time.monotonic()
+    for s in range(12):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(evaluate_fn, 0, s, s)
+    ev.close()
+    assert time.monotonic() - start < 10
+    assert ev.history == [] and len(errors) == ev.summary()["eval_errors"] >= 2
+    assert all(f"{call}() called from inside" in e for e in errors), errors
