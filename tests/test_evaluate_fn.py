@@ -190,3 +190,13 @@ def test_an_async_evaluate_fn_is_run_to_its_result_on_one_loop_and_inside_a_runn
             break
         threading.Event().wait(0.02)
     assert cancelled == [0, 5]
+
+
+def test_a_masked_arrays_masked_values_are_skipped_samples_in_mean_n_and_interval_alike():
+    """evaluate_fn returned a numpy masked array (items that could not be scored masked out): its mean left them out,
+    its n and interval did not, so the interval (0.15, 0.85) excluded the mean 1.0 (a new user's probe)."""
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false"]),
+                           total_steps=1)
+    values = np.ma.masked_array([1.0, 1.0, 0.0, 0.0], mask=[0, 0, 1, 1])
+    m = ev.evaluate(lambda request: {"acc": values}, 0, 0, 0).metrics["acc"]
+    assert (m.mean, m.n, m.nan_count) == (1.0, 2, 2) and m.ci[0] <= m.mean <= m.ci[1]
