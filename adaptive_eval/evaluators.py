@@ -266,6 +266,13 @@ class EvalTimeout:
         self.timeout_s = float(timeout_s)
         self._abandoned: threading.Event | None = None  # set when the abandoned thread's evaluate_fn returns
         self._abandoned_step: int | None = None
+        self._interrupted_box: dict | None = None  # where the thread a Ctrl-C left running puts its outcome
+
+    def rejoins(self, step: int) -> bool:
+        """Whether the evaluation of ``step`` a Ctrl-C left running in its thread is still running: the same step's
+        evaluation run again (the loop retrying the interrupted step) waits for it and takes its outcome (it was
+        skipped as "the one that timed out ... is still running"; a new user's probe)."""
+        return self._interrupted_box is not None and self.still_running == step
 
     @property
     def still_running(self) -> int | None:
@@ -277,7 +284,17 @@ class EvalTimeout:
         return self._abandoned_step
 
     def call(self, fn: Callable, *args, step: int):
-        """``fn(*args)`` in a daemon thread: its value or exception, or ``TimeoutError`` after ``timeout_s``."""
+        """``fn(*args)`` in a daemon thread: its value or exception, or ``TimeoutError`` after ``timeout_s``.  The
+        evaluation of ``step`` a Ctrl-C left running (:meth:`rejoins`) is waited for instead of run again."""
+        if self.rejoins(step):
+            box, done, self._interrupted_box = self._interrupted_box, self._abandoned, None
+            if not done.wait(min(self.timeout_s, threading.TIMEOUT_MAX)):
+                log.error("evaluate_fn, interrupted at step %d and left running, is still running after "
+                          "evaluation.timeout_s=%g s more", step, self.timeout_s)
+                raise TimeoutError(f"evaluate_fn did not return within evaluation.timeout_s={self.timeout_s:g} s at "
+                                   f"step {step} (interrupted, then waited for); it is left running in its thread")
+            self._abandoned = self._abandoned_step = None
+            return self._outcome(box)
         box: dict = {}
         began, done = threading.Event(), threading.Event()
 
@@ -300,7 +317,7 @@ class EvalTimeout:
             # that has ended.)  (A thread that never starts is none: the Ctrl-C came before it ran anything; one that
             # is about to, its start interrupted after the thread was made, is seen to begin within a moment.)
             if began.wait(1.0):
-                self._abandoned, self._abandoned_step = done, step
+                self._abandoned, self._abandoned_step, self._interrupted_box = done, step, box
             raise
         awaiting = _AWAITING.get(thread.ident)
         if not done.is_set() and awaiting is not None:
@@ -314,7 +331,7 @@ class EvalTimeout:
                 raise TimeoutError(f"evaluate_fn did not return within evaluation.timeout_s={self.timeout_s:g} s at "
                                    f"step {step}; its coroutine was cancelled")
         if not done.is_set():
-            self._abandoned, self._abandoned_step = done, step
+            self._abandoned, self._abandoned_step, self._interrupted_box = done, step, None
             frame = sys._current_frames().get(thread.ident)
             stack = traceback.extract_stack(frame) if frame is not None else []
             names = [f.name for f in stack]
@@ -325,6 +342,10 @@ class EvalTimeout:
                       thread.name, where)
             raise TimeoutError(f"evaluate_fn did not return within evaluation.timeout_s={self.timeout_s:g} s at "
                                f"step {step}; it is left running in daemon thread {thread.name!r}")
+        return self._outcome(box)
+
+    @staticmethod
+    def _outcome(box: dict):
         if "error" in box:
             error = box.pop("error")
             try:
@@ -660,7 +681,7 @@ def _run_evaluation_outcome(
             )
     if sharded or timeout is None:
         timeout = None
-    elif (busy := timeout.still_running) is not None:
+    elif (busy := timeout.still_running) is not None and not timeout.rejoins(request.step):
         error = EvaluationStillRunning(f"{EvaluationStillRunning.reason}: the evaluation due at step {request.step} "
                                        f"is skipped: the one that timed out at step {busy} is still running")
         log.error("%s", error)

@@ -198,3 +198,38 @@ def test_after_a_ctrl_c_in_evaluate_fn_the_loop_run_again_from_that_step_evaluat
     steps = [s for s, _, _ in plain]
     again, summary_again = run(interrupt_at=steps[1])
     assert again == plain and summary_again["evals"] == summary["evals"]
+
+
+def test_the_ctrl_c_d_step_run_again_waits_for_its_evaluation_still_running_and_takes_its_outcome(monkeypatch):
+    """With evaluation.timeout_s, a Ctrl-C in the wait for step 3's evaluation and the loop running step 3 again (a
+    notebook cell retried): it was skipped as "the one that timed out at step 3 is still running" and counted as an
+    error, though nothing timed out, and the first evaluation came at step 12 (a new user's probe).  Without a
+    timeout the step run again evaluates; with one it now waits for the same evaluation and takes its result."""
+    started, release, calls = threading.Event(), threading.Event(), []
+    real_join = threading.Thread.join
+
+    def join(thread, timeout=None):
+        if thread.name == "adaptive_eval-evaluate-step3" and not release.is_set():
+            started.wait(30)
+            raise KeyboardInterrupt  # the user's Ctrl-C, in the wait
+        return real_join(thread, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", join)
+
+    def fn(request):
+        calls.append(request.step)
+        if request.step == 3:
+            started.set()
+            release.wait(30)
+            return {"acc": [1.0] * 16}
+        return {"acc": [1.0, 0.0] * 8}
+
+    ev = make("evaluation.timeout_s=60", "trigger.freq_steps=4")
+    with pytest.raises(KeyboardInterrupt):
+        for g in range(10):
+            ev.evaluate(fn, 0, g, g)
+    assert g == 3
+    threading.Timer(0.2, release.set).start()
+    result = ev.evaluate(fn, 0, 3, 3)  # the step run again
+    assert result is not None and result["acc"].mean == 1.0 and calls == [3]  # (its outcome, not a second run)
+    assert ev.summary()["eval_errors"] == 0
