@@ -1914,3 +1914,27 @@ def test_fit_again_on_the_same_trainer_continues_the_evaluators_run():
     again = [(r.step, r.reason) for r in cb.evaluator.history]
     assert again[:len(first)] == first and len(again) > len(first) and again[-1] == (159, "trigger:final")
     assert cb.evaluator.summary()["evals"] == len(again) and again[len(first)] != (104, "trigger:steps")
+
+
+def test_validating_a_checkpoint_by_hand_leaves_the_next_fit_its_own_run(tmp_path):
+    """trainer.validate(ckpt_path=...) restores the callbacks' states too, and the next fit() took that checkpoint's:
+    a new run started at the old run's step 79 (every call after refused as going backwards: no evaluation) and a
+    continued fit lost its later evaluations (a new user's probe)."""
+    saver = ModelCheckpoint(dirpath=tmp_path / "old", every_n_train_steps=20, save_top_k=-1, filename="{step}")
+    train, val = loaders(n_train=160, n_val=40)
+    L.Trainer(max_steps=40, logger=False, callbacks=[AdaptiveEvalCallback("default", overrides=FAST), saver],
+              **QUIET).fit(Model(), train, val)
+
+    def fresh(validate_first):
+        train, val = loaders(n_train=160, n_val=40)
+        torch.manual_seed(1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=6"])
+        trainer = L.Trainer(max_steps=30, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+        if validate_first:
+            trainer.validate(Model(), val, ckpt_path=str(tmp_path / "old" / "step=40.ckpt"), verbose=False)
+        torch.manual_seed(2)
+        trainer.fit(Model(), train, val)
+        return [(r.step, r.reason) for r in cb.evaluator.history], cb._guard.errors
+
+    plain = fresh(False)
+    assert plain == fresh(True) and plain[0][-1] == (29, "trigger:final") and plain[1] == 0

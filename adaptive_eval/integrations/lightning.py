@@ -212,6 +212,7 @@ class AdaptiveEvalCallback(Callback):
         self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
         self._kept_step: int | None = None  # the step of the last checkpoint handed over (the first file of a step)
         self._stashed: dict | None = None
+        self._stage = "fit"  # the stage Lightning set up last (setup): a checkpoint restored for another is not ours
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
         self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
         self._guard = StepGuard()
@@ -926,7 +927,15 @@ class AdaptiveEvalCallback(Callback):
             out["loss_twin"] = list(twin)
         return out
 
+    def setup(self, trainer, pl_module, stage):
+        self._stage = str(getattr(stage, "value", stage))  # (before Lightning restores a checkpoint's callbacks)
+
     def load_state_dict(self, state_dict) -> None:
+        if self._stage != "fit":
+            # trainer.validate(ckpt_path=...) restores the callbacks' states too: that checkpoint's is not this run's,
+            # and the next fit() took it (a new run started at an old run's step 79, every call after refused as going
+            # backwards; a fit continued after validating an earlier checkpoint lost its later evaluations; a probe)
+            return
         # Restore runs before or after on_fit_start depending on the strategy: apply it in on_train_start.
         self._stashed = state_dict.get("evaluator")
         self._stashed_ranks = state_dict.get("ranks")
