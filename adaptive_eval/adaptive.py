@@ -2592,6 +2592,15 @@ class AdaptiveEvaluator:
         with self._close_lock:  # (a second caller, a watchdog thread, integrated every evaluation twice; a probe)
             self._close(timeout_s)
 
+    def __getstate__(self) -> dict:  # (pickled, as ddp_spawn pickles a framework callback: the lock is made anew)
+        state = self.__dict__.copy()
+        state.pop("_close_lock", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._close_lock = _Lock()
+
     def _close(self, timeout_s: float | None) -> None:
         if self._unclosed is not None:  # (close() was called, whatever its drain meets)
             self._unclosed.detach()
