@@ -1938,3 +1938,20 @@ def test_validating_a_checkpoint_by_hand_leaves_the_next_fit_its_own_run(tmp_pat
 
     plain = fresh(False)
     assert plain == fresh(True) and plain[0][-1] == (29, "trigger:final") and plain[1] == 0
+
+
+def test_look_back_finds_the_steps_file_another_checkpointer_keeps_when_the_first_ones_is_gone(tmp_path):
+    """Two ModelCheckpoints saving at the same steps, the first keeping its latest file only: the adapter kept the
+    first file of each step, which was deleted, and the look back failed ("no such file any more") beside the
+    second checkpointer's file of that step (a new user's probe)."""
+    train, val = loaders(n_train=80, n_val=100)
+    torch.manual_seed(1)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + LOSS + ["trigger.freq_steps=25"], look_back=True)
+    latest = ModelCheckpoint(dirpath=tmp_path / "latest", monitor="step", mode="max", save_top_k=1,
+                             every_n_train_steps=5)
+    every = ModelCheckpoint(dirpath=tmp_path / "every", save_top_k=-1, every_n_train_steps=5)
+    L.Trainer(max_steps=80, logger=False, callbacks=[cb, latest, every, FlipWeights(45)], **QUIET).fit(
+        Model(), train, val)
+    [back] = [r for r in cb.evaluator.history if r.evaluated_at is not None]
+    assert back.step % 5 == 4 and back.step < 45 and cb.evaluator.summary()["eval_errors"] == 0
+    assert len(list((tmp_path / "latest").iterdir())) == 1  # (the first checkpointer's file of that step is gone)

@@ -211,6 +211,7 @@ class AdaptiveEvalCallback(Callback):
         self.evaluator = None
         self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
         self._kept_step: int | None = None  # the step of the last checkpoint handed over (the first file of a step)
+        self._files_at: dict[int, list] = {}  # every file written at a recent step: the look back's other choices
         self._stashed: dict | None = None
         self._stage = "fit"  # the stage Lightning set up last (setup): a checkpoint restored for another is not ours
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
@@ -341,6 +342,11 @@ class AdaptiveEvalCallback(Callback):
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             return
         step -= 1  # Lightning's global_step counts the optimizer steps done; adaptive_eval's axis is 0-based
+        # (two checkpointers: the first file of a step may be one its top-k deletes while another keeps its own; the
+        # look back lost it, "no such file any more", beside a kept file of that step; a new user's probe)
+        self._files_at.setdefault(step, []).append(checkpoint_path(filepath))
+        while len(self._files_at) > _FILES_AT_MOST:
+            del self._files_at[min(self._files_at)]
         if step == self._kept_step:
             return  # a second file of the same weights (last.ckpt, which the next save rewrites): the first stays
         self._kept_step = step
@@ -665,15 +671,22 @@ class AdaptiveEvalCallback(Callback):
         # such argument.)
         own_file = {"weights_only": False} if "weights_only" in inspect.signature(strategy.load_checkpoint).parameters \
             else {}
-        try:
-            checkpoint = strategy.load_checkpoint(request.checkpoint, **own_file)
-        except FileNotFoundError:
-            raise CheckpointUnavailable(f"{request.checkpoint}: no such file any more (save_top_k deletes files "
-                                        "that leave its top k)") from None
-        held = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
-        if held != request.step + 1:
-            raise CheckpointUnavailable(f"{request.checkpoint}: holds global_step {held}, not {request.step + 1} (the "
-                                        "step it was kept for): written again since")
+        problems, checkpoint = [], None
+        others = [f for f in self._files_at.get(request.step, ()) if f != request.checkpoint]
+        for path in [request.checkpoint, *others]:  # (the step's other files, where this run wrote several)
+            try:
+                checkpoint = strategy.load_checkpoint(path, **own_file)
+            except FileNotFoundError:
+                problems.append(f"{path}: no such file any more (save_top_k deletes files that leave its top k)")
+                continue
+            held = checkpoint.get("global_step") if isinstance(checkpoint, Mapping) else None
+            if held == request.step + 1:
+                break
+            problems.append(f"{path}: holds global_step {held}, not {request.step + 1} (the step it was kept for): "
+                            "written again since")
+            checkpoint = None
+        if checkpoint is None:
+            raise CheckpointUnavailable("; ".join(problems))
         own = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.state_dict().items()}
         # The module's own on_load_checkpoint hook first, as Lightning resumes (a module that renames or converts
         # keys there failed every look back: left undone last round).  What the hook binds on the module itself
@@ -952,6 +965,9 @@ class AdaptiveEvalCallback(Callback):
         log.warning("adaptive_eval: the checkpoint holds the states of %d ranks, this run has %d: rank %d resumes "
                     "with rank zero's (its detectors start from rank zero's view of the run)", len(ranks), world, rank)
         return zero_state
+
+
+_FILES_AT_MOST = 64  # the recent steps whose files the adapter remembers (the look back keeps fewer)
 
 
 def _metric_type():
