@@ -1295,6 +1295,15 @@ def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
         L.Trainer(max_steps=6, logger=False, callbacks=[cb, ckpt], **QUIET).fit(Model(), train)  # (no validation)
     said = [r.getMessage() for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
     assert len(said) == 1 and "ModelCheckpoint(monitor='adaptive_eval/score')" in said[0]
+    # A key the training logs, and ModelCheckpoint's own "step", are seen: not said (a probe: "the monitor never sees",
+    # of monitors whose files were saved)
+    caplog.clear()
+    cb = AdaptiveEvalCallback("areal", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=3"])
+    savers = [ModelCheckpoint(monitor=key, mode="max", save_top_k=1, every_n_train_steps=2) for key in ("train_loss",
+                                                                                                       "step")]
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        L.Trainer(max_steps=6, logger=False, callbacks=[cb, *savers], **QUIET).fit(Model(), train)
+    assert not [r for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
     # With Lightning's validation on, a monitor of the adapter's key raised at the first validation, unsaid (a probe)
     from lightning.pytorch.callbacks import EarlyStopping
 

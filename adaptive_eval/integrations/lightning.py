@@ -212,6 +212,7 @@ class AdaptiveEvalCallback(Callback):
         self._wrapped_save = None  # (strategy, our save_checkpoint) while look_back hears of the checkpoints written
         self._kept_step: int | None = None  # the step of the last checkpoint handed over (the first file of a step)
         self._files_at: dict[int, list] = {}  # every file written at a recent step: the look back's other choices
+        self._monitors_unsure = False  # a monitor with Lightning's validation off that the training may log
         self._stashed: dict | None = None
         self._stage = "fit"  # the stage Lightning set up last (setup): a checkpoint restored for another is not ours
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
@@ -261,8 +262,9 @@ class AdaptiveEvalCallback(Callback):
         self._reset_stream_state()
         self._fit_thread = threading.current_thread()
         self._guard("on_train_start", self._build, trainer)
+        self._monitors_unsure = False
         if trainer.is_global_zero:
-            self._guard("on_train_start", _say_monitors, trainer)
+            self._monitors_unsure = bool(self._guard("on_train_start", _say_monitors, trainer))
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
                              else _ModuleEval(self, trainer, pl_module))
@@ -502,6 +504,9 @@ class AdaptiveEvalCallback(Callback):
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
         self._last_global_step = done
         global_step = done - 1
+        if self._monitors_unsure:  # (the monitors the training may log: said after its first step if it does not)
+            self._monitors_unsure = False
+            self._guard("observe", _say_monitors, trainer, set(trainer.callback_metrics))
         values = self._guard("observe", self._step_values, trainer.callback_metrics)
         if values:
             self._guard("observe", self.evaluator.observe, values, global_step)
@@ -1091,19 +1096,30 @@ def _monitored(trainer) -> tuple[str, bool] | None:
     return None
 
 
-def _say_monitors(trainer) -> None:
+def _say_monitors(trainer, logged=None) -> list[str]:
     """With Lightning's own validation off (``limit_val_batches=0``, the way to let the adapter decide alone), a
     ``ModelCheckpoint``/``EarlyStopping`` monitor finds no key: the adapter's results go to the loggers, not to
     ``callback_metrics``.  Lightning's own message ("could not find the monitored key", or EarlyStopping's
     RuntimeError) does not say why; found by a new-user probe.  So does a monitor of an ``adaptive_eval/...`` key with
-    Lightning's validation on (EarlyStopping raised at the first validation).  Said once, at on_train_start."""
+    Lightning's validation on (EarlyStopping raised at the first validation).  Said once: at on_train_start, where
+    ``logged`` is None and the monitors that the training may log are returned; for those, after the first step,
+    with ``logged`` the keys logged by then (``trainer.callback_metrics``)."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    unsure: list[str] = []
 
     for cb in trainer.callbacks:
         monitor = getattr(cb, "monitor", None)
         if not isinstance(cb, (ModelCheckpoint, EarlyStopping)) or not monitor:
             continue
         if trainer.limit_val_batches == 0:
+            # (a key the training logs, or ModelCheckpoint's own "step" and "epoch", is seen: the warning said a
+            # working monitor never sees anything; a probe)
+            if (isinstance(cb, ModelCheckpoint) and monitor in ("step", "epoch")) or monitor in (logged or ()):
+                continue
+            if logged is None:
+                unsure.append(monitor)
+                continue
             why = "with limit_val_batches=0: Lightning validates never, and the monitor never sees"
         elif str(monitor).startswith("adaptive_eval/"):  # (a crash at the first validation, unsaid; a probe)
             why = "names a key of AdaptiveEvalCallback's, which the monitor never sees:"
@@ -1114,6 +1130,7 @@ def _say_monitors(trainer) -> None:
                     "(ModelCheckpoint(every_n_train_steps=...), no monitor) and pick with "
                     "callback.evaluator.best(steps=...), the kept files' steps less one",
                     type(cb).__name__, monitor, why)
+    return unsure
 
 
 def _same(a: float, b: float, rel_tol: float) -> bool:
