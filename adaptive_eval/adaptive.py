@@ -1008,6 +1008,10 @@ class AdaptiveEvaluator:
                     if decision is not None:
                         return self._run(evaluate_fn, decision, epoch, global_step)
                     self._look_back_at(evaluate_fn, wanted, epoch, global_step)
+                    # (the step's own result, as the uninterrupted call returned it after its look back: the loop
+                    # got None and never received it; found by a resume fuzzer)
+                    return next((r for r in reversed(self.history) if r.step == global_step
+                                 and r.evaluated_at is None), None)
                 return None
             # else a step could be evaluated twice (5, 3, 5)
             raise ValueError(_backwards(" in evaluate()", last, global_step))

@@ -53,7 +53,9 @@ class Run:
             reward = 0.5 if s < COLLAPSE else -1.0
             self.evaluator.observe({"train/reward": reward + 0.1 * self.rng.standard_normal(),
                                     "train/loss": 1.0 + 0.1 * self.rng.standard_normal()}, s)
-            self.evaluator.evaluate(fn or self.evaluate_fn, 0, s, s)
+            result = self.evaluator.evaluate(fn or self.evaluate_fn, 0, s, s)
+            if result is not None:  # (what the loop received, step by step)
+                self.__dict__.setdefault("returned", {})[s] = (result.step, result.reason)
             if self.keep_every and s % self.keep_every == 0:
                 self.save(s)
             self.step += 1

@@ -370,6 +370,10 @@ def test_a_look_back_interrupted_by_a_saved_state_runs_again_in_the_resumed_run(
     resumed.eval_rng, resumed.rng = cut.eval_rng, cut.rng
     resumed.train()
     assert looked(resumed) == looked(whole)
+    # and the loop receives the step's own result from the call that runs the look back again, as from the
+    # uninterrupted call (it got None: found by a resume fuzzer)
+    step = state["interrupted"]["step"]
+    assert resumed.returned[step] == whole.returned[step] and whole.returned[step][0] == step
 
 
 def test_a_state_that_does_not_load_names_its_key_and_leaves_the_evaluator_as_it_was():
