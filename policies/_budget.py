@@ -46,6 +46,8 @@ def fixed_cost(observations) -> float:
     return round(fixed, 9) if fixed >= _NEGLIGIBLE * cheapest else 0.0
 
 
+_SNAP = 1e-6  # items: the rounding of clock readings (a POSIX time's last bits) below what a budget can tell apart
+
 class BudgetPolicy(Policy):
     """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
 
@@ -211,6 +213,9 @@ class BudgetPolicy(Policy):
         room = self._room(ctx)
         room -= self._fixed_seconds
         afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
+        # (a whole number of items the clock's rounding put a hair below: 163.9999999 or 164.0000001 by where the
+        # clock starts, so a run resumed with its clock counting from 0 again shrank to 163, not 164; a fuzzer)
+        afford += _SNAP
         if afford >= asked:
             return decision
         if self._planned is not None:

@@ -594,3 +594,38 @@ def test_a_damaged_entry_of_a_saved_state_is_refused_at_load_not_raised_in_a_lat
         run(ev, 240, 300)  # raises here if a damaged value loaded
         ev.state_dict()
     assert refused >= 40
+
+
+def test_decisions_do_not_depend_on_where_the_clock_starts_nor_on_a_resumed_clock_counting_from_zero():
+    """The budget's shrunk sample came out 163 or 164 items by where the clock started (164.0 read as 163.9999999
+    from one origin), so a run resumed in a process whose clock counts from 0 again decided otherwise from there (a
+    resume fuzzer)."""
+    cfg = load_config(overrides=["trigger.freq_steps=2", "policy.budget.max_eval_fraction=0.1",
+                                 "evaluation.metric=accuracy"])
+
+    def run(origin, cut=None, restart=None):
+        now = [origin]
+
+        def evaluate_fn(request):  # 5 s + 0.2 s an item, on the training clock
+            idx = request.indices(500)
+            now[0] += 5.0 + 0.2 * len(idx)
+            return {"accuracy": (np.random.default_rng(request.step).random(len(idx)) < 0.6).astype(float)}
+
+        ev = AdaptiveEvaluator.from_config(cfg, clock=lambda: now[0], total_steps=120)
+        out = []
+        for g in range(120):
+            if g == cut:
+                state = json.loads(json.dumps(ev.state_dict()))
+                now[0] = restart
+                ev = AdaptiveEvaluator.from_config(cfg, clock=lambda: now[0], total_steps=120)
+                ev.load_state_dict(state)
+            now[0] += 10.0
+            ev.observe({"train/loss": 1.0 + 0.01 * (g % 5)}, g)
+            r = ev.evaluate(evaluate_fn, 0, g, g)
+            if r is not None:
+                out.append((g, r.sample_size, r.reason))
+        return out
+
+    whole = run(0.0)
+    assert any("budget:" in reason for _, _, reason in whole)
+    assert run(1e6) == run(1.7e9) == whole == run(0.0, cut=12, restart=0.0) == run(1.7e9, cut=12, restart=3.0)
