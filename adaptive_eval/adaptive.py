@@ -512,6 +512,7 @@ class AdaptiveEvaluator:
         self._running: tuple | None = None
         self._looking: tuple | None = None  # a look back running: (step, what it evaluates), as _running
         self._interrupted: tuple | None = None  # loaded: (step, decision or None, look back or None)
+        self._taking: int | None = None  # the step whose evaluate() waits for a due asynchronous result
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -1049,13 +1050,19 @@ class AdaptiveEvaluator:
         # at this step is submitted.  (The not-due path, taken nearly every step, calls nothing but the trigger.)
         got = raised = None
         if self._async is not None:
+            self._interrupted = None  # (a state saved in take() below: this is the call it makes again)
             got = self._unreturned
             if self._async.jobs and self._async.ready(global_step):
                 # This step's call counts once the due results are in: a state_dict() taken while take() waited
                 # for one (a preemption's handler) is that of the step before, whose resumed run makes this call
                 # again (it said "called again in the same step" and skipped it: every later decision came a
-                # step late).
-                pairs = self._async.take(global_step)
+                # step late).  It holds this step as interrupted, so that the step's observe() run again is a repeat,
+                # as after a synchronous evaluation interrupted (fed twice: a CUSUM alarm a step early; a fuzzer).
+                self._taking = global_step
+                try:
+                    pairs = self._async.take(global_step)
+                finally:
+                    self._taking = None
                 self._last_call_step = global_step
                 got = self._integrate(pairs, global_step) or got
             self._unreturned = None
@@ -2367,6 +2374,8 @@ class AdaptiveEvaluator:
             return self._running[0], self._running[1], None
         if self._looking is not None:
             return self._looking[0], None, self._looking[1]
+        if self._taking is not None:  # (waiting for a due asynchronous result: the step's call is made again)
+            return self._taking, None, None
         return self._interrupted
 
     def _shape(self) -> dict:

@@ -1170,13 +1170,23 @@ def test_a_preemption_while_training_waits_for_a_due_result_reaches_the_loop_and
         signal.signal(signal.SIGALRM, old)
     assert [j["step"] for j in saved["state"]["async"]["jobs"]] == [due - 2]
     assert saved["state"]["async"]["jobs"][0]["outcome"] is not None
-    resumed, _ = make(cfg(*overrides), total_steps=40)
-    resumed.load_state_dict(saved["state"])
-    resumed.evaluate(slow, 0, due, due)  # the state was taken inside this call, after the step's observe
-    run(resumed, 40, start=due + 1)
-    resumed.close()
-    assert [r.step for r in resumed.history] == [r.step for r in full.history]
-    assert [r.metrics["acc"].mean for r in resumed.history] == [r.metrics["acc"].mean for r in full.history]
+    assert saved["state"]["interrupted"] == {"step": due}
+    for rerun in ("evaluate", "the step"):
+        resumed, _ = make(cfg(*overrides), total_steps=40)
+        resumed.load_state_dict(saved["state"])
+        alarms = []
+        resumed.add_listener(lambda e: e["kind"] == "alarm" and alarms.append(e["step"]))
+        if rerun == "evaluate":
+            resumed.evaluate(slow, 0, due, due)  # the state was taken inside this call, after the step's observe
+            run(resumed, 40, start=due + 1)
+        else:  # the whole step run again, as after a synchronous evaluation interrupted: its observe() is a repeat
+            before = json.dumps(resumed.state_dict()["detectors"])
+            resumed.observe({"train/loss": 50.0}, due)  # (fed, it would move the detectors)
+            assert json.dumps(resumed.state_dict()["detectors"]) == before
+            run(resumed, 40, start=due)
+        resumed.close()
+        assert [r.step for r in resumed.history] == [r.step for r in full.history], rerun
+        assert [r.metrics["acc"].mean for r in resumed.history] == [r.metrics["acc"].mean for r in full.history]
 
 
 def test_state_dict_waits_no_longer_than_its_timeout_and_saves_a_running_evaluation_as_lost():
