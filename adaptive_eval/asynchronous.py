@@ -774,8 +774,8 @@ class AsyncEvaluations:
                                                       f"not be submitted: {exc}"))
 
     def still_running(self) -> int | None:
-        """The step of an evaluation that timed out (``evaluation.timeout_s``) and still runs in its thread, else
-        None: no evaluation starts beside it (AdaptiveEvaluator defers, as a synchronous one does)."""
+        """The step of an evaluation that timed out (``evaluation.timeout_s``, or the wait limit) and still runs in its
+        thread, else None: no evaluation starts beside it (AdaptiveEvaluator defers, as a synchronous one does)."""
         self._abandoned = [(f, step) for f, step in self._abandoned if not f.done()]
         return self._abandoned[0][1] if self._abandoned else None
 
@@ -833,7 +833,9 @@ class AsyncEvaluations:
             return self._wait(job, limit, by_timeout, who or "evaluate()",
                               why or "its result is integrated at this step (evaluation.async_integrate_after_steps)")
         except cf.TimeoutError:
-            if not job.future.cancel() and by_timeout:  # (a thread cannot be stopped: it runs on)
+            # (a thread cannot be stopped: it runs on, and none starts beside it; one failed by the wait limit too,
+            # in this process's threads: 4 piled up, a probe; an eval rank's is the rank's own, said down instead)
+            if not job.future.cancel() and (by_timeout or isinstance(self.executor, _IN_PROCESS)):
                 self._abandoned.append((job.future, job.step))
             what = f"evaluation.timeout_s ({self.timeout_s:g} s)" if by_timeout else self._wait_bound
             return EvalOutcome(None, TimeoutError(f"the asynchronous evaluation of step {job.step} did not finish "

@@ -1258,6 +1258,39 @@ def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
     assert running[0] == 4 and min(running[1:]) == 30  # the one due while it ran, at the first step after
 
 
+def test_no_evaluation_starts_beside_one_that_failed_by_the_wait_limit_and_still_runs():
+    """Without evaluation.timeout_s, a result due by async_integrate_after_steps that does not come within the wait
+    limit (distributed.timeout_s) failed, and the next evaluation started beside its thread: 3-4 threads piled up
+    under a hung grader, each holding a weight snapshot (a new user's probe).  It is held up as after a timeout."""
+    release = threading.Event()
+    running = []
+
+    def hung(request):
+        running.append(request.step)
+        if request.step == 4:
+            release.wait(30)
+        return {"acc": [1.0] * 8}
+
+    ev, events = make(cfg("distributed.timeout_s=2", "evaluation.async_integrate_after_steps=3",
+                          "policy.budget.enabled=false"))
+    live = 0
+    for g in range(30):
+        if g == 20:
+            release.set()
+            for _ in range(3000):  # (at most 30 s)
+                if not any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
+                    break
+                threading.Event().wait(0.01)
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(hung, 0, g, g)
+        live = max(live, sum(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()))
+    ev.close()
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [e["step"] for e in errors] == [4] and "did not finish within" in errors[0]["error"]
+    assert live == 1 and running[0] == 4 and min(running[1:]) == 20  # (the one due meanwhile, once it returned)
+    assert any(e["kind"] == "deferred" and "timed-out-eval-still-running" in e["reason"] for e in events)
+
+
 def test_an_executors_wrapped_failure_is_the_evaluations_and_a_caught_one_leaves_no_gap(caplog):
     """Found in review: a user's executor whose future wraps the evaluation's exception was taken for a signal
     handler's (the job stayed in the list and raised at every later step, never counted); and a loop that catches
