@@ -854,10 +854,14 @@ class AdaptiveEvaluator:
         replay`` can re-run the run under another policy.  Every record is one appended line, written
         before the call returns (crash-safe; ``fsync`` for power loss too).  Closed by :meth:`close`.  The
         ``time`` column is the training's seconds since the start: the seconds of this evaluator's synchronous
-        evaluations are left out, as replay simulates each evaluation's own.
+        evaluations are left out, as replay simulates each evaluation's own.  In a process group rank 0 records (call
+        it on every rank alike, as everything else; the others return None): every rank writing one file
+        interleaved their rows into a trace no reader took (a new user's probe).
         """
         from adaptive_eval.trace import TraceRecorder
 
+        if self._distributed and self._rank != 0:
+            return None
         if self._recorder is not None:
             self._recorder.close()
         self._recorder = TraceRecorder(path, fsync=fsync)

@@ -566,3 +566,30 @@ def test_an_evaluate_fn_that_never_shards_in_a_group_is_said():
     assert n0 == n1 == 402
     assert len(said0) == 1 and "rank 0 of 2" in said0[0] and "each item counts 2 times" in said0[0]
     assert len(said1) == 1
+
+
+def _record_to_rank(rank, world, path):
+    from adaptive_eval import load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=5", "distributed.timeout_s=30"]),
+                                       total_steps=20, clock=FakeClock())
+    recorder = ev.record_to(path)  # (on every rank, as every call in a group)
+    for g in range(20):
+        ev.observe({"train/loss": 1.0 + rank + 0.01 * g}, g)
+        ev.evaluate(lambda r: {"acc": [1.0, 0.0] * 10}, 0, g, g)
+    ev.close()
+    return recorder is not None
+
+
+def test_record_to_on_every_rank_writes_one_readable_trace_from_rank_0():
+    """Both ranks called record_to(path), as every call in a group is made on every rank: their rows interleaved in
+    one file (16 steps twice, headers of different lengths) that read_trace refused (a new user's probe)."""
+    from adaptive_eval.trace import read_trace
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/trace.csv"
+        assert run_ranks(_record_to_rank, path, timeout_s=90) == [True, False]
+        trace = read_trace(path)
+        assert trace.steps().tolist() == sorted(set(trace.steps().tolist())) == list(range(20))
+        assert trace.column("train/loss")[1].tolist() == [1.0 + 0.01 * g for g in range(20)]  # rank 0's
+        assert trace.column("eval/acc")[0].tolist() == [4, 9, 14, 19]
