@@ -994,6 +994,10 @@ class AsyncEvaluations:
                 if job.outcome is not None:
                     self.saved.add(job.id)  # (a resumed run integrates it: the exit warning says so)
             jobs.append(rec)
+        if isinstance(self.executor, DaemonThreadExecutor):
+            # (a preemption's handler saves the state and exits, often without close(): a thread whose result is in,
+            # still freeing its weight snapshot in torch, aborted the process at exit, status 134; a probe)
+            self.executor.join_finished(max(0.0, deadline - time.monotonic()))
         # (whether the runner is down is this process's, not the run's: a resumed evaluator has its own; one saved
         # after close() or an executor's shutdown never evaluated again, a probe)
         return {"jobs": jobs, "next_id": self._next_id}

@@ -328,3 +328,28 @@ def test_a_forked_childs_observe_leaves_the_parents_trace_alone(tmp_path):
     assert trace.steps().tolist() == list(range(20)) and "worker/queue_len" not in trace.metric_names()
     assert trace.column("train/loss")[1][8] == 1.08
     assert f"evaluated {trace.column('eval/acc')[0].tolist()}" in proc.stdout  # (the last: at step 19)
+
+
+def test_state_dict_waits_for_the_evaluation_threads_whose_result_it_took_to_end(monkeypatch):
+    """A preemption's handler saves state_dict() and the script ends without close(): the evaluation thread whose
+    result the state took was still ending (freeing what it held, in torch) at exit, and the process aborted
+    ("terminate called without an active exception", status 134) in 1 to 5 of 8 runs (a new user's probe).
+    state_dict() now joins such threads, as close() does."""
+    import torch
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.asynchronous import SnapshotEval
+
+    cfg = load_config(overrides=["trigger.freq_steps=10", "evaluation.asynchronous=true",
+                                 "evaluation.async_integrate_after_steps=3"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=60, clock=lambda: 0.0, eval_clock=lambda: 0.0)
+    fn = SnapshotEval(torch.nn.Linear(1, 1, bias=False), lambda request, weights: {"acc": [1.0, 0.0] * 50})
+    for step in range(11):
+        ev.observe({"train/loss": 1.0}, step)
+        ev.evaluate(fn, 0, step, step)
+    assert [j.step for j in ev._async.jobs] == [9]
+    joined, join = [], threading.Thread.join
+    monkeypatch.setattr(threading.Thread, "join", lambda t, timeout=None: joined.append(t.name) or join(t, timeout))
+    ev.state_dict()
+    assert "adaptive_eval-async-eval" in joined
+    ev.close()
