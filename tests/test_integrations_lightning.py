@@ -1964,3 +1964,22 @@ def test_look_back_finds_the_steps_file_another_checkpointer_keeps_when_the_firs
     [back] = [r for r in cb.evaluator.history if r.evaluated_at is not None]
     assert back.step % 5 == 4 and back.step < 45 and cb.evaluator.summary()["eval_errors"] == 0
     assert len(list((tmp_path / "latest").iterdir())) == 1  # (the first checkpointer's file of that step is gone)
+
+
+class KAnswersModel(Model):
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.step(batch))
+        return {"val_correct": torch.ones(len(batch), 4)}  # (k = 4 answers per item)
+
+
+def test_k_answers_per_item_from_validation_step_are_said_to_need_evaluate_fn(caplog):
+    """validation_step returning a (batch, k) tensor of answers: left out without a word, and the run tracked val_loss
+    (a new user's probe).  Said once, naming the key, its shape and what to do."""
+    train, val = loaders(n_train=80, n_val=40)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        L.Trainer(max_steps=12, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
+            KAnswersModel(), train, val)
+    said = [r.getMessage() for r in caplog.records if "'val_correct' as shape (1, 4)" in r.getMessage()]
+    assert len(said) == 1 and "need evaluate_fn=" in said[0]
+    assert list(cb.evaluator.history[-1].metrics) == ["val_loss"]

@@ -228,6 +228,7 @@ class AdaptiveEvalCallback(Callback):
         self._pick_metric = False
         self._loss_warned = False
         self._reduce_said: set[str] = set()  # metrics logged with a reduce_fx other than the mean: said once each
+        self._dropped_said: set[str] = set()  # values validation_step gave that are not one number: said once each
         self._one_item_said = False
         self._one_item_ran = False  # (a one-item validation_step call ran: a later failure is not for one item)
         self._beside: set[int] = set()  # id() of the trainer's loggers that _report leaves out (_tensorboard_beside)
@@ -763,6 +764,16 @@ class AdaptiveEvalCallback(Callback):
             v = scalar(value)
             if v is not None:
                 item_values[key] = v
+            elif name not in self._dropped_said:
+                # (k answers per item returned as a (batch, k) tensor were left out unsaid, and the run tracked
+                # another metric; a new user's probe)
+                self._dropped_said.add(name)
+                shape = getattr(value, "shape", None)
+                log.warning("adaptive_eval: validation_step gave %r as %s, not one number%s: left out of the "
+                            "evaluation; several answers per item (k samples) need evaluate_fn= returning an items x "
+                            "answers array per metric (README: eval suites, k answers per problem) (said once)", name,
+                            f"shape {tuple(shape)}" if shape is not None else type(value).__name__,
+                            " per item" if self.per_item else " per batch")
 
         def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
