@@ -70,6 +70,17 @@ def is_schedule(name: str) -> bool:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_FRAMEWORKS = ("lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate", "trl")
+
+
+def _inside_dirs() -> tuple[str, ...]:
+    """This package's folder and those of the frameworks loaded (a warning is attributed to the user's line)."""
+    dirs = [_PACKAGE_DIR]
+    for name in _FRAMEWORKS:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            dirs.append(os.path.dirname(os.path.abspath(file)) + os.sep)
+    return tuple(dirs)
 
 
 def _group_exists(group) -> bool:
@@ -472,6 +483,7 @@ class AdaptiveEvaluator:
         self._handed: collections.deque = collections.deque(maxlen=_HANDED_MAX)
         _EVALUATORS.add(self)  # (close() in a forked child that never used it leaves the parent's alone)
         self._in_fn = False  # a synchronous evaluate_fn is running (an evaluate() from inside it is refused)
+        self.no_metric_hint: str | None = None  # a framework adapter's words for "evaluate_fn returned no metric"
         self._close_lock = _Lock()  # close() from two threads at once: one after the other
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
                                            self._pid) if self._async is not None else None)
@@ -1578,6 +1590,8 @@ class AdaptiveEvaluator:
             message = ("evaluate_fn returned no metric (None or an empty mapping): the evaluation counts, and the "
                        "policies that track a metric (interval, sample size, peak) learn nothing from it; a missing "
                        "`return`?  Return {'accuracy': per_item_values} (said once)")
+            if self.no_metric_hint is not None:  # (a framework adapter's evaluate_fn: the user wrote none)
+                message = f"{self.no_metric_hint}: {message.partition(': ')[2].partition('; a missing')[0]} (said once)"
         elif metric is None or metric in result.metrics:
             return
         else:
@@ -1603,9 +1617,11 @@ class AdaptiveEvaluator:
         self._untracked_said = True
         if self._rank != 0:
             return
-        # Attributed to the caller's line (the training loop's evaluate() call), not to this package's.
-        level, frame = 1, sys._getframe(0)
-        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        # Attributed to the caller's line (the training loop's evaluate() call), not to this package's, nor to a
+        # framework's that an adapter runs in (it read lightning/pytorch/trainer/call.py:228, and the common filter
+        # of Lightning's warnings, module="lightning", hid it; a new user's probe)
+        level, frame, inside = 1, sys._getframe(0), _inside_dirs()
+        while frame is not None and frame.f_code.co_filename.startswith(inside):
             level, frame = level + 1, frame.f_back
         try:
             if frame is None:

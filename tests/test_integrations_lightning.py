@@ -1983,3 +1983,25 @@ def test_k_answers_per_item_from_validation_step_are_said_to_need_evaluate_fn(ca
     said = [r.getMessage() for r in caplog.records if "'val_correct' as shape (1, 4)" in r.getMessage()]
     assert len(said) == 1 and "need evaluate_fn=" in said[0]
     assert list(cb.evaluator.history[-1].metrics) == ["val_loss"]
+
+
+class QuietModel(Model):
+    def validation_step(self, batch, batch_idx):
+        pass
+
+
+def test_a_validation_step_giving_nothing_is_said_at_the_users_line_in_the_adapters_words():
+    """Said as "evaluate_fn returned no metric ... a missing `return`?" (the user wrote no evaluate_fn) and attributed
+    to lightning/pytorch/trainer/call.py, so the common filter of Lightning's warnings hid it: the run "evaluated"
+    and tracked nothing, without a word (a new user's probe)."""
+    import warnings
+
+    train, val = loaders(n_train=80, n_val=40)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    trainer = L.Trainer(max_steps=12, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", module="lightning")
+        trainer.fit(QuietModel(), train, val)
+    said = [w for w in caught if "validation_step logged no number and returned none" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__ and "missing `return`" not in str(said[0].message)

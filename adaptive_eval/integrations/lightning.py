@@ -435,6 +435,9 @@ class AdaptiveEvalCallback(Callback):
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
         # when only a loss is left to track as higher-is-better.
+        if self.evaluate_fn is None:  # (its words were an evaluate_fn's, which the user never wrote; a probe)
+            self.evaluator.no_metric_hint = ("validation_step logged no number and returned none (on the requested "
+                                             "items of the val_dataloaders)")
         self._beside = _tensorboard_beside(self.evaluator.logger, trainer)
         self._pick_metric = cfg.evaluation.metric is None
         self._loss_warned = not bool(cfg.evaluation.higher_is_better)
