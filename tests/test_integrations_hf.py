@@ -229,7 +229,7 @@ def test_rank_branches_and_the_state_before_training():
 
     cb = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
     assert cb.state() == {"args": {"config": "areal", "overrides": ["trigger.freq_steps=2"], "per_item": True,
-                                   "look_back": False},
+                                   "look_back": False, "tensorboard": True},
                           "attributes": {"_saved_state": None}}  # HF calls state() in Trainer.__init__
     args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
     control = SimpleNamespace(should_log=False, should_evaluate=False)
@@ -1222,3 +1222,27 @@ def test_beside_hf_writer_our_file_keeps_the_paired_differences_interval_and_cha
                                           "eval/eval_acc/paired_diff/ci_high", "eval/eval_acc/paired_diff/n"}
     assert logger.inner._renamed == {"eval/eval_acc": "eval/acc", "eval/eval_acc/ci_low": "eval/acc_ci_low",
                                      "eval/eval_acc/ci_high": "eval/acc_ci_high", "eval/eval_acc/n": "eval/acc_n"}
+
+
+def test_with_report_to_tensorboard_the_decisions_go_into_hfs_folder_by_default(tmp_path, monkeypatch):
+    """report_to=["tensorboard"] and no logging.tensorboard_dir: the results reached HF's TensorBoard, why each came
+    (decisions, alarms, controller state) reached none (a new user's probe of the Lightning adapter, alike here).  The
+    evaluator's file goes into HF's folder, unless tensorboard=False."""
+    from adaptive_eval.tensorboard import read_texts
+
+    def run(folder, **kw):
+        monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(folder))
+        torch.manual_seed(0)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], **kw)
+        trainer = Trainer(Tiny(), make_args(tmp_path / "out", max_steps=12, report_to=["tensorboard"]),
+                          train_dataset=Points(400, 0), eval_dataset=Points(64, 1), compute_metrics=accuracy,
+                          callbacks=[cb])
+        trainer.train()
+        return cb
+
+    cb = run(tmp_path / "on")
+    decisions = read_texts(tmp_path / "on", "decisions")
+    assert [s for s, t in decisions if t.startswith("evaluated: ")] == [r.step for r in cb.evaluator.history]
+    assert cb.state()["args"]["tensorboard"] is True
+    run(tmp_path / "off", tensorboard=False)
+    assert list((tmp_path / "off").iterdir()) and not list((tmp_path / "off").glob("*.adaptive_eval"))

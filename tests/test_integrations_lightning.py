@@ -2005,3 +2005,32 @@ def test_a_validation_step_giving_nothing_is_said_at_the_users_line_in_the_adapt
         trainer.fit(QuietModel(), train, val)
     said = [w for w in caught if "validation_step logged no number and returned none" in str(w.message)]
     assert len(said) == 1 and said[0].filename == __file__ and "missing `return`" not in str(said[0].message)
+
+
+def test_beside_lightnings_tensorboard_logger_the_decisions_and_alarms_are_written_there_by_default(tmp_path):
+    """The README's set-up with Lightning's default logger (a TensorBoardLogger) and no logging.tensorboard_dir: the
+    results reached TensorBoard as adaptive_eval/<metric>, but no decision, alarm or evaluation error did (a run whose
+    evaluations all failed left no adaptive_eval tag at all; a new user's probe).  The evaluator's file goes into the
+    logger's folder (one run), unless tensorboard=False."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from adaptive_eval.tensorboard import read_texts
+
+    def run(folder, **kw):
+        train, val = loaders(n_train=80, n_val=40)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], **kw)
+        trainer = L.Trainer(max_steps=12, default_root_dir=folder, enable_checkpointing=False, callbacks=[cb],
+                            log_every_n_steps=1, **QUIET)
+        trainer.fit(Model(), train, val)
+        return cb, trainer.logger.log_dir
+
+    cb, folder = run(tmp_path / "on")
+    assert [p.name for p in (tmp_path / "on").rglob("*.adaptive_eval")] and cb.evaluator.logger.log_dir.samefile(folder)
+    decisions = read_texts(folder, "decisions")
+    assert [s for s, t in decisions if t.startswith("evaluated: ")] == [r.step for r in cb.evaluator.history]
+    acc = EventAccumulator(folder)
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "controller/sample_size" in tags and not [t for t in tags if t.startswith("adaptive_eval/")]  # (once)
+    cb, folder = run(tmp_path / "off", tensorboard=False)
+    assert not list((tmp_path / "off").rglob("*.adaptive_eval"))

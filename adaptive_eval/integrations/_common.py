@@ -86,7 +86,8 @@ def build_config(config, overrides=(), defaults: Mapping | None = None) -> DictC
         if overrides:
             cfg = _merge_overrides(cfg, overrides)
     if defaults:
-        cfg = OmegaConf.merge(cfg, {})  # a writable copy
+        cfg = OmegaConf.merge(cfg, {})  # a copy, made writable (a loaded config is read-only)
+        OmegaConf.set_readonly(cfg, False)
         for key, value in defaults.items():
             if OmegaConf.select(cfg, key) is None:
                 OmegaConf.update(cfg, key, value, merge=False)

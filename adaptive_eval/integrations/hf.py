@@ -246,20 +246,28 @@ def _tensorboard_beside(cfg, trainer):
     folder = cfg.logging.tensorboard_dir
     if folder is None or trainer is None:
         return None
+    theirs = _their_tensorboard_folder(trainer)
+    if theirs is not None and os.path.realpath(theirs) == os.path.realpath(os.fspath(folder)):
+        from adaptive_eval.loggers import NullLogger
+        from adaptive_eval.tensorboard import make_logger
+
+        try:
+            logger = make_logger(folder, flush_secs=cfg.logging.flush_secs)
+        except OSError:
+            return None  # (the evaluator tries again, says so once and logs nothing)
+        return logger if isinstance(logger, NullLogger) else _WithoutTrainerResults(logger)
+    return None
+
+
+def _their_tensorboard_folder(trainer) -> str | None:
+    """The folder HF's own ``TensorBoardCallback`` writes to (``report_to=["tensorboard"]``), or None."""
     from transformers.integrations import TensorBoardCallback
 
     for callback in trainer.callback_handler.callbacks:
         writer = getattr(callback, "tb_writer", None) if isinstance(callback, TensorBoardCallback) else None
         theirs = getattr(writer, "log_dir", None) or getattr(writer, "logdir", None)
-        if theirs is not None and os.path.realpath(os.fspath(theirs)) == os.path.realpath(os.fspath(folder)):
-            from adaptive_eval.loggers import NullLogger
-            from adaptive_eval.tensorboard import make_logger
-
-            try:
-                logger = make_logger(folder, flush_secs=cfg.logging.flush_secs)
-            except OSError:
-                return None  # (the evaluator tries again, says so once and logs nothing)
-            return logger if isinstance(logger, NullLogger) else _WithoutTrainerResults(logger)
+        if theirs is not None:
+            return os.fspath(theirs)
     return None
 
 
@@ -371,6 +379,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     loads it and scores its shard): the trainer's own evaluation then loads those weights into the model for that
     evaluation (the model's own kept on the CPU meanwhile and put back after), logged as
     ``eval_lookback_<metric>``; your ``evaluate_fn`` must load ``request.checkpoint`` itself.
+    ``tensorboard``: with ``report_to=["tensorboard"]`` and no ``logging.tensorboard_dir``, the evaluator writes its
+    TensorBoard file (decisions, alarms, controller state) into HF's folder, one run with HF's; False: nowhere.
     ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
     default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
@@ -378,7 +388,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
                  per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None,
-                 look_back: bool = False, resource_monitor=None):
+                 look_back: bool = False, resource_monitor=None, tensorboard: bool = True):
         # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
@@ -392,6 +402,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
             check_executor(executor)
         self.look_back = bool(look_back)
+        self.tensorboard = bool(tensorboard)
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
@@ -513,6 +524,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if defaults:
             cfg = build_config(cfg, defaults)
         self._guard.reraise = cfg.evaluation.on_error == "raise"
+        if cfg.logging.tensorboard_dir is None and self.tensorboard and trainer is not None:
+            # (report_to=["tensorboard"] and no folder of ours: the decisions and alarms reached no TensorBoard, and a
+            # user saw results without the why; a new user's probe of the Lightning adapter, alike here)
+            folder = _their_tensorboard_folder(trainer)
+            if folder is not None:
+                cfg = build_config(cfg, defaults={"logging.tensorboard_dir": folder})
         if getattr(state, "is_world_process_zero", True):
             _say_hf_evaluation(args, trainer)
             if self.evaluate_fn is None and any(c.__name__ in _GENERATING_TRAINERS for c in type(trainer).__mro__):
@@ -1064,5 +1081,5 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         evaluator's plain state (None before training started)."""
         saved = self.evaluator.state_dict() if self.evaluator is not None else self._saved_state
         return {"args": {"config": self.config, "overrides": list(self.overrides), "per_item": self.per_item,
-                         "look_back": self.look_back},
+                         "look_back": self.look_back, "tensorboard": self.tensorboard},
                 "attributes": {"_saved_state": saved}}

@@ -130,6 +130,18 @@ _VALIDATION_KEY = re.compile(r"^(?i:val|valid|validate|validation|eval|evaluate|
 _REGISTRIES = ("_modules", "_parameters", "_buffers", "_non_persistent_buffers_set")
 
 
+def _their_tensorboard_folder(trainer) -> str | None:
+    """The local folder of the trainer's first ``TensorBoardLogger`` (its ``log_dir``), or None."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, TensorBoardLogger):
+            theirs = logger.log_dir
+            if theirs is not None and "://" not in str(theirs):
+                return os.fspath(theirs)
+    return None
+
+
 def _tensorboard_beside(ours, trainer) -> set[int]:
     """``id()`` of the trainer's ``TensorBoardLogger``-s that write into the folder the evaluator's own TensorBoard
     logger (``ours``, from ``logging.tensorboard_dir``) writes to.  Its file there holds each result as
@@ -165,6 +177,9 @@ class AdaptiveEvalCallback(Callback):
     ``evaluation.asynchronous`` on; yours to shut down); ``clock``: the evaluator's clock (tests).
     ``look_back``: tell the evaluator of every checkpoint the trainer writes, so that after a fall it evaluates the
     last one from before it (``policy.lookback``; see the module documentation).
+    ``tensorboard``: with a ``TensorBoardLogger`` among the trainer's loggers (Lightning's default) and no
+    ``logging.tensorboard_dir``, the evaluator writes its TensorBoard file (decisions, alarms, controller state) into
+    that logger's ``log_dir``, one run with it; False: nowhere.
     ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
     default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``per_item=False``: ``validation_step`` runs on batches of the requested items (``batch_size`` of them, default
@@ -178,7 +193,8 @@ class AdaptiveEvalCallback(Callback):
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
                  val_dataset=None, name: str | None = None, executor=None, clock=None, look_back: bool = False,
-                 resource_monitor=None, per_item: bool = True, batch_size: int | None = None):
+                 resource_monitor=None, per_item: bool = True, batch_size: int | None = None,
+                 tensorboard: bool = True):
         # Plain values only: ddp_spawn pickles callbacks into its workers, and the evaluator must be built
         # inside the process group the strategy sets up.
         self.config = plain_config(config)
@@ -197,6 +213,7 @@ class AdaptiveEvalCallback(Callback):
         self.clock = clock
         self.resource_monitor = resource_monitor
         self.look_back = bool(look_back)
+        self.tensorboard = bool(tensorboard)
         if not isinstance(per_item, bool):
             raise TypeError(f"per_item must be True or False, got {per_item!r}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
@@ -399,6 +416,12 @@ class AdaptiveEvalCallback(Callback):
                          trainer.global_step)
         overrides = self.overrides + (["evaluation.asynchronous=true"] if self.executor is not None else [])
         cfg = build_config(self.config, overrides)
+        if cfg.logging.tensorboard_dir is None and self.tensorboard:
+            # (the trainer logs to TensorBoard and no folder of ours is set: the decisions, alarms and errors reached
+            # no TensorBoard; a run whose evaluations all failed left no adaptive_eval tag at all; a new user's probe)
+            folder = _their_tensorboard_folder(trainer)
+            if folder is not None:
+                cfg = build_config(cfg, defaults={"logging.tensorboard_dir": folder})
         monitored = _monitored(trainer) if cfg.evaluation.metric is None and self.evaluate_fn is None else None
         if monitored is not None:  # (a copy: a config the user passed stays as it is)
             from omegaconf import OmegaConf
