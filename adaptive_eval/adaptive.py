@@ -936,7 +936,10 @@ class AdaptiveEvaluator:
             message = alarm.message or ""
             if message.startswith(f"{alarm.stream}: "):  # (a detector's message names its stream first)
                 message = message[len(alarm.stream) + 2:]
-            self._logger.log(step, {"controller/alarms": float(self._alarm_count)})
+            # (never below a step it was written at: an asynchronous result's alarm is at the evaluation's earlier step,
+            # and TensorBoard drops the points after a step written out of order; a review)
+            self._alarms_point(step)
+            self._logger.log(self._alarms_at, {"controller/alarms": float(self._alarm_count)})
             head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
             why = ""  # (an alarm that brings no evaluation says why: no decision does; found by new users)
             if alarm_policy is not None and alarm_policy.held > held:
@@ -1397,7 +1400,7 @@ class AdaptiveEvaluator:
                     self._deferred_span[1] = global_step
                     # (what was due: the policy's reason, else the trigger's; "(was None)" hid a peak:confirm)
                     text = f"deferred: {decision.reason} (was {decision.deferred or reason or 'due'})"
-                    # Once per deferral, not at every step it lasts (controller/deferred is 1 at each of them).
+                    # Once per deferral, not at every step it lasts (nor is controller/deferred's 1: see above).
                     if self._deferring is None or self._deferring[1] != text:
                         self._deferring = (global_step, text)
                         self._logger.text(global_step, "decisions", text)
@@ -2157,13 +2160,14 @@ class AdaptiveEvaluator:
         scalars = {"controller/sample_size": float(result.items if result is not None else 0),
                    "controller/eval_fraction": self.eval_fraction,
                    "controller/eval_errors": float(self._eval_errors),
-                   # (at each evaluation, as a synchronous run writes it: it was written at alarms only, so a run
-                   # without alarms had no chart of them and the count's line stopped at the last; a probe)
-                   "controller/alarms": float(self._alarm_count),
                    "controller/async_latency_steps": float(global_step - job.step),
                    "controller/async_in_flight": float(len(self._async.jobs))}
         if self.interval is not None:
             scalars["controller/interval"] = self.interval
+        # (the alarm count at each evaluation, as a synchronous run writes it: it was written at alarms only, so a
+        # run without alarms had no chart of them and the count's line stopped at the last; a probe)
+        if self._alarms_point(global_step):
+            scalars["controller/alarms"] = float(self._alarm_count)
         self._logger.log(global_step, scalars)
         if result is not None:
             from adaptive_eval.tensorboard import eval_scalars
@@ -2272,7 +2276,9 @@ class AdaptiveEvaluator:
         self._end_deferred_span(step, zero=False)
         scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
-                   "controller/eval_errors": float(self._eval_errors), "controller/alarms": float(self._alarm_count)}
+                   "controller/eval_errors": float(self._eval_errors)}
+        if self._alarms_point(step):
+            scalars["controller/alarms"] = float(self._alarm_count)
         if self.interval is not None:
             scalars["controller/interval"] = self.interval
         if result is not None:
@@ -2292,6 +2298,14 @@ class AdaptiveEvaluator:
                               f"{_short(error_text(error))}){self._deferred_since()}")
             return
         self._logger.text(step, "decisions", f"evaluated: {decision.reason} ({n}){self._deferred_since()}")
+
+    def _alarms_point(self, step: int) -> bool:
+        """Move the step ``controller/alarms`` is written at to ``step`` unless it was written later already (then
+        False): a tag written at a step below an earlier one makes TensorBoard drop the points after it."""
+        if self.__dict__.get("_alarms_at", step) > step:
+            return False
+        self._alarms_at = step
+        return True
 
     def _end_deferred_span(self, step: int, zero: bool = True) -> None:
         """The chart's end of a deferral going on (``controller/deferred`` 1 at its last step, then ``zero``: 0 at
@@ -2622,8 +2636,15 @@ class AdaptiveEvaluator:
         an error, raised only with ``on_error: raise``), as when its executor breaks.
         """
         self._not_inside_a_job("close")
+        me = _get_ident()
+        if self.__dict__.get("_closing") == me:
+            return  # (a signal handler's close() inside this thread's close(): the one under way finishes; review)
         with self._close_lock:  # (a second caller, a watchdog thread, integrated every evaluation twice; a probe)
-            self._close(timeout_s)
+            self._closing = me
+            try:
+                self._close(timeout_s)
+            finally:
+                self._closing = None
 
     def __getstate__(self) -> dict:  # (pickled, as ddp_spawn pickles a framework callback: the lock is made anew)
         state = self.__dict__.copy()
@@ -2679,6 +2700,8 @@ class AdaptiveEvaluator:
                 self._integrate(pairs, step)  # (on_error: raise: the first failure is raised below, at the end)
             finally:
                 self._async.close(timeout_s)
+        if self._deferred_span is not None and self._logging:  # (a deferral going on at the end: its last step's 1)
+            self._end_deferred_span(self._deferred_span[1] + 1, zero=False)
         self._log_pick()
         try:
             self._say_unobserved_streams()

@@ -657,3 +657,72 @@ def test_an_asynchronous_run_charts_its_alarm_count_at_every_evaluation(tmp_path
     alarms = [(e.step, e.value) for e in acc.Scalars("controller/alarms")]
     integrated = [e.step for e in acc.Scalars("controller/async_latency_steps")]
     assert len(integrated) >= 3 and [s for s, _ in alarms] == integrated and {v for _, v in alarms} == {0.0}
+
+
+def test_the_alarm_count_never_goes_back_in_steps_and_a_deferral_going_on_at_the_end_keeps_its_last_step(tmp_path):
+    """(From a review of this round's changes.)  An asynchronous result's alarm wrote controller/alarms at the
+    evaluation's own step, below the integration step it was written at just before (TensorBoard drops the points
+    after a step written out of order); and a deferral still going on at close() had its first point only."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    out = tmp_path / "async"
+    ev = AdaptiveEvaluator(load_config(overrides=[
+        "trigger.freq_steps=2", "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3",
+        "evaluation.max_in_flight=3", "policy.budget.enabled=false", f"logging.tensorboard_dir={out}"]),
+        total_steps=30)
+    for s in range(30):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(lambda r: {"acc": [float("nan")] * 4 if r.step == 3 else [1.0, 0.0, 1.0, 1.0]}, 0, s, s)
+    ev.close()
+    assert ev.summary()["alarms"] >= 1
+    steps = [e.step for e in read(out).Scalars("controller/alarms")]
+    assert steps == sorted(steps) and steps[-1] == 29
+    out, now = tmp_path / "deferred", [0.0]
+    cfg = load_config(overrides=[f"logging.tensorboard_dir={out}", "trigger.freq_steps=25", "trigger.eval_at_end=false"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=400, clock=lambda: now[0])
+
+    def dear(request):
+        now[0] += 300.0
+        return {"acc": [1.0, 0.0] * 8}
+
+    for s in range(400):
+        now[0] += 1.0
+        ev.evaluate(dear, 0, s, s)
+    ev.close()
+    points = [(e.step, e.value) for e in read(out).Scalars("controller/deferred")]
+    assert points[-1] == (399, 1.0) and points[-2][1] == 1.0
+
+
+def test_close_called_by_a_signal_handler_during_close_returns_and_the_first_close_finishes():
+    """(From a review.)  A preemption's handler calling close() while the training thread is in close() deadlocked on
+    the lock that keeps two threads' close() from integrating everything twice."""
+    import threading
+    import time
+
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                  "policy.budget.enabled=false"]), total_steps=8)
+    release, inner = threading.Event(), []
+
+    def slow(request):
+        release.wait(30)
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    for s in range(8):
+        ev.observe({"train/loss": 1.0}, s)
+        ev.evaluate(slow, 0, s, s)
+
+    def handler(signum, frame):
+        ev.close()  # (returns at once: the close under way finishes)
+        inner.append(time.monotonic())
+        release.set()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        ev.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert inner and [r.step for r in ev.history] == [4, 7]
