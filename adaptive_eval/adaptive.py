@@ -973,10 +973,10 @@ class AdaptiveEvaluator:
             # (AReaL's trainers save the state, RecoverHandler.dump, before the step's evaluate() call and resume at
             # the step after: "call evaluate() at every training step" blamed a loop that does; a new user's probe)
             log.warning("resumed at global_step %d from a state saved after step %d's evaluate() call: the call of "
-                        "step %d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state before "
-                        "the step's evaluate()), so the schedule goes on from step %d's, as AReaL's own Evaluator's "
-                        "does; save the state after evaluate() for a resumed run that decides as the uninterrupted "
-                        "one (said once)", global_step, last, last + 1, last)
+                        "step %d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state "
+                        "before the step's evaluate()), so the schedule goes on from step %d's, as AReaL's own "
+                        "Evaluator's does; save the state after evaluate() for a resumed run that decides as the "
+                        "uninterrupted one (said once)", global_step, last, last + 1, last)
             return
         freq = self.trigger.freq_step
         then = (f"trigger.freq_steps ({freq}) counts evaluate() calls, as AReaL's Evaluator does, so with a call "
@@ -1007,7 +1007,7 @@ class AdaptiveEvaluator:
             step = check_step("step", step)
         if type(epoch) is not int:
             epoch = check_step("epoch", epoch)
-        if self._in_fn or (self._async is not None and job_step() is not None):
+        if self._in_fn or (self._async is not None and job_step(self._async) is not None):
             # (a nested evaluation ran, the history came out of order, and the loop's own call was a no-op; a probe)
             raise RuntimeError(f"evaluate() called from inside evaluate_fn (at global_step {global_step}): the "
                                "evaluation it runs in is not done; call evaluate() from the training loop only")
@@ -1365,7 +1365,9 @@ class AdaptiveEvaluator:
         if self._waiting_said != busy and self._rank == 0:
             log.warning("the evaluation due at step %d (%s) waits: the one that timed out at step %d is still "
                         "running (in its thread, or its executor's worker); it runs at the first step after that "
-                        "returns (evaluation.timeout_s)", global_step, decision.reason, busy)
+                        "returns (%s)", global_step, decision.reason, busy,
+                        "evaluation.timeout_s" if self._evaluation["timeout_s"] is not None else
+                        "it failed by the wait for its result, distributed.timeout_s")
         self._waiting_said = busy
         return Decision(False, decision.sample_size, f"waiting:timed-out-eval-still-running (step {busy}; "
                         f"{decision.reason})", decision.urgent)
@@ -2354,7 +2356,7 @@ class AdaptiveEvaluator:
     def _not_inside_a_job(self, what: str) -> None:
         """Refuse ``what`` from inside an asynchronous evaluation: it waits for the evaluations in flight, its own
         among them (it waited distributed.timeout_s, 600 s, and close() integrated it twice; a probe)."""
-        if self._async is not None and (step := job_step()) is not None:
+        if self._async is not None and (step := job_step(self._async)) is not None:
             raise RuntimeError(f"{what}() called from inside the asynchronous evaluation of step {step}: it waits for "
                                "the evaluations in flight, this one among them; call it from the training loop")
 

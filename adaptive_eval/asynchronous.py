@@ -207,23 +207,25 @@ class _WithWeights:
         return out
 
 
-_INSIDE = threading.local()  # the step of the evaluation this worker thread runs (job_step)
+_INSIDE = threading.local()  # (whose, step) of the evaluation this worker thread runs (job_step)
 
 
-def job_step() -> int | None:
-    """The step of the asynchronous evaluation this thread is running, or None (not inside one)."""
-    return getattr(_INSIDE, "step", None)
+def job_step(whose) -> int | None:
+    """The step of the asynchronous evaluation of ``whose`` (an evaluator's evaluations) this thread is running, or
+    None (not inside one of theirs: another evaluator's evaluation may call this one; a review)."""
+    job = getattr(_INSIDE, "job", None)
+    return job[1] if job is not None and job[0] == id(whose) else None
 
 
 def _run_job(fn, request: EvalRequest, weights, options: Mapping):
     """Run one evaluation in a worker (a thread, another process, an eval rank): an EvalOutcome."""
     from adaptive_eval.evaluators import run_evaluation_outcome
 
-    _INSIDE.step = request.step
+    _INSIDE.job = (options.get("whose"), request.step)
     try:
         return _run_job_here(fn, request, weights, options, run_evaluation_outcome)
     finally:
-        _INSIDE.step = None
+        _INSIDE.job = None
 
 
 def _run_job_here(fn, request: EvalRequest, weights, options: Mapping, run_evaluation_outcome):
@@ -760,7 +762,7 @@ class AsyncEvaluations:
                 log.warning("asynchronous evaluation of a plain evaluate_fn: it sees the weights the model has "
                             "while it runs, not those of step %d; wrap it as adaptive_eval.asynchronous."
                             "SnapshotEval(model, fn) to evaluate the weights of its step", request.step)
-            options = dict(self.options, epoch=epoch)
+            options = dict(self.options, epoch=epoch, whose=id(self))
             if isinstance(self.executor, _IN_PROCESS):  # another process times with its own monotonic clock
                 options["clock"] = self.eval_clock
             try:

@@ -394,8 +394,10 @@ def float_array(value) -> np.ndarray:
     Text is refused (``TypeError``): numpy would read ``"42"`` as 42, and answers returned where their scores
     belong would silently average (``[["42", "17"], ["3", "3"]]`` read 16.25).  A masked array's masked values are
     NaN: samples skipped, and counted as such (its mean left them out, its n and interval did not; a probe)."""
-    if isinstance(value, np.ma.MaskedArray):
-        return np.ma.filled(value.astype(np.float64), np.nan)
+    if isinstance(value, np.ma.MaskedArray):  # (its data as any array, so text is refused as ever; a review)
+        out = np.array(float_array(np.ma.getdata(value)), dtype=np.float64)
+        out[np.ma.getmaskarray(value)] = np.nan
+        return out
     if isinstance(value, np.ndarray) and value.dtype.kind in "fiub":
         return value.astype(np.float64, copy=False)
     if isinstance(value, (list, tuple)):

@@ -48,6 +48,7 @@ def fixed_cost(observations) -> float:
 
 _SNAP = 1e-6  # items: the rounding of clock readings (a POSIX time's last bits) below what a budget can tell apart
 
+
 class BudgetPolicy(Policy):
     """Defer a non-urgent evaluation while running it would push eval time over ``max_eval_fraction``.
 

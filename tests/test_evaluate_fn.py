@@ -200,3 +200,7 @@ def test_a_masked_arrays_masked_values_are_skipped_samples_in_mean_n_and_interva
     values = np.ma.masked_array([1.0, 1.0, 0.0, 0.0], mask=[0, 0, 1, 1])
     m = ev.evaluate(lambda request: {"acc": values}, 0, 0, 0).metrics["acc"]
     assert (m.mean, m.n, m.nan_count) == (1.0, 2, 2) and m.ci[0] <= m.mean <= m.ci[1]
+    from adaptive_eval.stats import float_array
+
+    with pytest.raises(TypeError, match="text"):  # (masked text is text, refused as a plain array's: a review)
+        float_array(np.ma.array(["42", "17", "3"], mask=[0, 0, 1]))

@@ -84,7 +84,8 @@ def test_a_lightning_run_catches_the_fault_evaluates_the_final_weights_and_logs_
                         log_every_n_steps=5, callbacks=[cb, DataFault(35)], **QUIET)
     trainer.fit(model, train, val)
     ev = cb.evaluator
-    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_end"}
+    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_epoch_end",
+                               "on_train_end"}
     alarms = [r for r in ev.history if r.reason.startswith("alarm:")]
     assert alarms and 35 <= alarms[0].step <= 35 + 25, [(r.step, r.reason) for r in ev.history]
     before = [r for r in ev.history if r.step < 35][-1]
@@ -566,7 +567,8 @@ def test_a_logged_metric_is_observed_once_per_value_it_was_logged_with():
     assert len(cb.observed["grad_scale"]) == 6
     assert cb.observed["score"] == f32(model.logged["score"])  # every step, once
     assert "score_step" not in cb.observed and "weight_norm" not in cb.observed
-    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_end"}
+    assert cb.hooks_called == {"on_train_start", "on_train_epoch_start", "on_train_batch_end", "on_train_epoch_end",
+                               "on_train_end"}
 
 
 class LoggedLossModel(Model):
@@ -1282,6 +1284,13 @@ def test_look_back_follows_lightnings_links_and_objects_and_leaves_nothing_behin
     assert "save_checkpoint" not in vars(trainer.strategy)
 
 
+class EpochLoggingModel(Model):
+    def training_step(self, batch, batch_idx):
+        loss = self.step(batch, self.train_target)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)  # (train_loss_step, train_loss_epoch)
+        return {"loss": loss}
+
+
 def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
     """ModelCheckpoint(monitor=...) with limit_val_batches=0 saved nothing and only Lightning's "could not find
     the monitored key" said so, not why (found by a new-user probe)."""
@@ -1299,10 +1308,10 @@ def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
     # of monitors whose files were saved)
     caplog.clear()
     cb = AdaptiveEvalCallback("areal", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=3"])
-    savers = [ModelCheckpoint(monitor=key, mode="max", save_top_k=1, every_n_train_steps=2) for key in ("train_loss",
-                                                                                                       "step")]
+    savers = [ModelCheckpoint(monitor=key, mode="max", save_top_k=1, every_n_train_steps=2)
+              for key in ("train_loss_step", "step", "train_loss_epoch")]  # (the last: at each epoch's end; a review)
     with caplog.at_level("WARNING", logger="adaptive_eval"):
-        L.Trainer(max_steps=6, logger=False, callbacks=[cb, *savers], **QUIET).fit(Model(), train)
+        L.Trainer(max_steps=6, logger=False, callbacks=[cb, *savers], **QUIET).fit(EpochLoggingModel(), train)
     assert not [r for r in caplog.records if "with limit_val_batches=0" in r.getMessage()]
     # With Lightning's validation on, a monitor of the adapter's key raised at the first validation, unsaid (a probe)
     from lightning.pytorch.callbacks import EarlyStopping

@@ -678,7 +678,8 @@ def test_the_alarm_count_never_goes_back_in_steps_and_a_deferral_going_on_at_the
     steps = [e.step for e in read(out).Scalars("controller/alarms")]
     assert steps == sorted(steps) and steps[-1] == 29
     out, now = tmp_path / "deferred", [0.0]
-    cfg = load_config(overrides=[f"logging.tensorboard_dir={out}", "trigger.freq_steps=25", "trigger.eval_at_end=false"])
+    cfg = load_config(overrides=[f"logging.tensorboard_dir={out}", "trigger.freq_steps=25",
+                                 "trigger.eval_at_end=false"])
     ev = AdaptiveEvaluator.from_config(cfg, total_steps=400, clock=lambda: now[0])
 
     def dear(request):

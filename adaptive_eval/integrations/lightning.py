@@ -491,6 +491,12 @@ class AdaptiveEvalCallback(Callback):
         # values the module logged in a step: mark them read.
         self._mark_read(trainer.callback_metrics)
 
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.hooks_called.add("on_train_epoch_end")
+        if self._monitors_unsure:  # (the monitors the training may log: said after its first epoch if it does not;
+            self._monitors_unsure = False  # an on_epoch key, train_loss_epoch, is not there after the first step)
+            self._guard("on_train_epoch_end", _say_monitors, trainer, set(trainer.callback_metrics))
+
     def _mark_read(self, metrics, unseen_kind: int | None = None) -> None:
         """Take every value now in ``metrics`` as read; a key not met before gets ``unseen_kind`` if given."""
         seen, kinds = self._seen, self._kinds
@@ -531,9 +537,6 @@ class AdaptiveEvalCallback(Callback):
             return  # a micro-batch inside gradient accumulation: the optimizer did not step
         self._last_global_step = done
         global_step = done - 1
-        if self._monitors_unsure:  # (the monitors the training may log: said after its first step if it does not)
-            self._monitors_unsure = False
-            self._guard("observe", _say_monitors, trainer, set(trainer.callback_metrics))
         values = self._guard("observe", self._step_values, trainer.callback_metrics)
         if values:
             self._guard("observe", self.evaluator.observe, values, global_step)
@@ -1139,7 +1142,7 @@ def _say_monitors(trainer, logged=None) -> list[str]:
     ``callback_metrics``.  Lightning's own message ("could not find the monitored key", or EarlyStopping's
     RuntimeError) does not say why; found by a new-user probe.  So does a monitor of an ``adaptive_eval/...`` key with
     Lightning's validation on (EarlyStopping raised at the first validation).  Said once: at on_train_start, where
-    ``logged`` is None and the monitors that the training may log are returned; for those, after the first step,
+    ``logged`` is None and the monitors that the training may log are returned; for those, after the first epoch,
     with ``logged`` the keys logged by then (``trainer.callback_metrics``)."""
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 
