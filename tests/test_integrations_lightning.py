@@ -1291,7 +1291,7 @@ class EpochLoggingModel(Model):
         return {"loss": loss}
 
 
-def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
+def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog, tmp_path):
     """ModelCheckpoint(monitor=...) with limit_val_batches=0 saved nothing and only Lightning's "could not find
     the monitored key" said so, not why (found by a new-user probe)."""
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -1308,7 +1308,7 @@ def test_a_monitor_with_lightnings_validation_off_is_said_once(caplog):
     # of monitors whose files were saved)
     caplog.clear()
     cb = AdaptiveEvalCallback("areal", evaluate_fn=lambda: {"score": [1.0]}, overrides=["trigger.freq_steps=3"])
-    savers = [ModelCheckpoint(monitor=key, mode="max", save_top_k=1, every_n_train_steps=2)
+    savers = [ModelCheckpoint(dirpath=tmp_path / key, monitor=key, mode="max", save_top_k=1, every_n_train_steps=2)
               for key in ("train_loss_step", "step", "train_loss_epoch")]  # (the last: at each epoch's end; a review)
     with caplog.at_level("WARNING", logger="adaptive_eval"):
         L.Trainer(max_steps=6, logger=False, callbacks=[cb, *savers], **QUIET).fit(EpochLoggingModel(), train)
