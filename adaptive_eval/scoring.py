@@ -146,7 +146,8 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
     evaluation without a finite interval confirms nothing, nor does a kept checkpoint evaluated later
     (``evaluated_at``, ``policy.lookback``: its result came after the evaluation that prompted it), nor a
     replayed one that measured a model from before the event (``truth_step``: with ground truth logged every k
-    steps, an evaluation between two records of it measures the earlier one).  None when no evaluation confirms the change.
+    steps, an evaluation between two records of it measures the earlier one).  An asynchronous evaluation's delay
+    counts to the step its result came back (``integrated_step``).  None when no evaluation confirms the change.
 
     >>> evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.70, 0.90]}},
     ...          {"step": 12, "metrics": {"acc": 0.70}, "ci": {"acc": [0.50, 0.90]}},   # too wide: no
@@ -190,7 +191,7 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
                 below = mean - level + math.hypot(max(high - mean, 0.0), margins[0])
                 above = mean - level - math.hypot(max(mean - low, 0.0), margins[1])
             if (direction != "up" and below < 0.0) or (direction != "down" and above > 0.0):
-                return int(e["step"] - event_step)
+                return int(_came_back(e) - event_step)
         pair = _paired_interval(e, metric) if paired and i > 0 else None
         if pair is not None:
             side = direction
@@ -198,8 +199,15 @@ def confirmed_delay(evals: Sequence[Mapping], event_step: int, metric: str, *, p
                 # Either way: the side this evaluation lies on from the level before (a move back does not count).
                 side = "down" if float(e["metrics"][metric]) < level else "up"
             if (side != "up" and pair[1] < 0.0) or (side != "down" and pair[0] > 0.0):
-                return int(e["step"] - event_step)
+                return int(_came_back(e) - event_step)
     return None
+
+
+def _came_back(e: Mapping) -> int:
+    """The step an evaluation's result was known at: an asynchronous one's integration step, else its own (the
+    delay of an asynchronous run's confirmation counted to its weights' step: 2 steps at any latency; a probe)."""
+    back = e.get("integrated_step")
+    return int(back) if back is not None else int(e["step"])
 
 
 def truth_step(e: Mapping, metric: str) -> int | None:

@@ -468,3 +468,14 @@ def test_selection_regret_reads_a_step_between_two_of_a_mappings_steps_as_the_ea
         selection_regret(evals, {70: 0.8}, "acc")
     with pytest.raises(TypeError, match="truth is a sequence indexed by record"):
         score_run(evals, steps=100, full_size=10, truth={0: 0.5, 50: 0.8}, metric="acc")
+
+
+def test_an_asynchronous_evaluations_confirmation_counts_to_when_its_result_came_back():
+    """confirmed_delay counted to the weights' step: an asynchronous run read "confirmed after 2 steps" at a latency of
+    2 or of 40 steps, so check, replay and tune could not see what latency costs (a new user's probe)."""
+    from adaptive_eval.scoring import confirmed_delay
+
+    evals = [{"step": 5, "metrics": {"acc": 0.80}, "ci": {"acc": [0.75, 0.85]}, "integrated_step": 7},
+             {"step": 12, "metrics": {"acc": 0.40}, "ci": {"acc": [0.35, 0.45]}, "integrated_step": 52}]
+    assert confirmed_delay(evals, 10, "acc") == 42
+    assert confirmed_delay([{k: v for k, v in e.items() if k != "integrated_step"} for e in evals], 10, "acc") == 2

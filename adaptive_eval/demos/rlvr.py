@@ -547,9 +547,8 @@ def _figures(result: ReplayResult, run: _Run, training: _Training, truth: dict[i
              fault_step: int) -> dict:
     evals = result.evals
     measured = [e for e in evals if _finite(e["metrics"].get(METRIC))]
+    # (an asynchronous run's: to the step its result came back, integrated_step)
     delay = None if fault == "none" else confirmed_delay(measured, fault_step, METRIC, direction="down")
-    if delay is not None and run.asynchronous:
-        delay += ASYNC_LATENCY   # an evaluation's step is that of its weights; its result is known later
     pick = pick_best(measured, METRIC)  # shrunk estimates: the luckiest small evaluation does not win
     last = measured[-1] if measured else None
     peak_step = max(truth, key=lambda s: truth[s][METRIC])
