@@ -52,6 +52,43 @@ __all__ = ["ReplayResult", "SimClock", "every_step", "ground_truth", "replay", "
 MAX_FILLED_STEPS = 2_000_000  # replay.every_step: at most this many training steps (about 100 bytes each)
 
 
+def at_weights_steps(trace):
+    """``trace`` with each result an asynchronous run recorded (``record_to`` writes it, with ``async/latency_steps``
+    L, at the step s it came back) moved to the step of the weights it measured, s - L: as ground truth it is those
+    weights' (replayed at s, a collapse's evaluation measured the truth of the evaluation before: 0.702 where the
+    live run measured 0.432, and check read "confirmed after 58 steps" where the live run confirmed after 2; a
+    probe).  The trace itself when it has no such record.
+
+    >>> from adaptive_eval.trace import Trace, TraceRecord
+    >>> t = at_weights_steps(Trace([TraceRecord(4, {"loss": 1.0}), TraceRecord(6, {"loss": 2.0, "eval/acc": 0.5,
+    ...                                                                        "async/latency_steps": 2.0})]))
+    >>> [(r.step, r.metrics) for r in t.records]
+    [(4, {'loss': 1.0, 'eval/acc': 0.5, 'async/latency_steps': 2.0}), (6, {'loss': 2.0})]
+    """
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    moves = {}
+    for i, r in enumerate(trace.records):
+        lag = r.metrics.get("async/latency_steps")
+        if lag is not None and math.isfinite(lag) and lag >= 1 and any(k.startswith("eval/") for k in r.metrics):
+            moves[i] = int(round(lag))
+    if not moves:
+        return trace
+    kept: dict[int, dict] = {}  # step -> its metrics (the records' order and epochs are kept)
+    epochs, times = {}, {}
+    for i, r in enumerate(trace.records):
+        metrics = dict(r.metrics)
+        if i in moves:
+            moved = {k: metrics.pop(k) for k in list(metrics) if k.startswith("eval/") or k == "async/latency_steps"}
+            at = max(r.step - moves[i], trace.records[0].step)
+            kept.setdefault(at, {}).update(moved)
+        kept.setdefault(r.step, {}).update(metrics)
+        epochs.setdefault(r.step, r.epoch)
+        times.setdefault(r.step, r.time)
+    records = [TraceRecord(step, kept[step], epochs.get(step), times.get(step)) for step in sorted(kept)]
+    return Trace(records, trace.source)
+
+
 def every_step(trace):
     """``trace`` with a record at every training step from its first record's step to its last: the steps
     between two records get a record without metrics (nothing observed, the eval truth carried forward), the
@@ -655,6 +692,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     seed = int(seed)
     cfg = _without_weights(as_config(cfg))
+    trace = at_weights_steps(trace)
     if cfg.replay.every_step:
         trace = every_step(trace)
     records = trace.records
