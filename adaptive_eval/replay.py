@@ -560,10 +560,13 @@ class _SuiteSimulatedEval:
 
     def _not_measured(self, key: tuple[str, str], step: int, items) -> None:
         self.unmeasured.setdefault(key, ([], [int(i) for i in items]))[0].append(int(step))
-        if self.evaluator is not None and f"{key[0]}/{key[1]}" == self.evaluator._evaluation["metric"]:
-            # replay's own warning names why the tracked metric is absent (no ground truth yet): the evaluator's
-            # "not among an evaluation's metrics ... did you mean" would blame the metric's name
-            self.evaluator._untracked_said = True
+        if self.evaluator is not None:
+            # replay's own warning names why (no ground truth yet): the evaluator's "not among an evaluation's
+            # metrics ... did you mean" would blame the metric's name, and its "evaluate_fn returned no result for
+            # suite ..., though due" an evaluate_fn there is none of (a new user's probe)
+            self.evaluator._missing_said.add(key[0])
+            if f"{key[0]}/{key[1]}" == self.evaluator._evaluation["metric"]:
+                self.evaluator._untracked_said = True
 
     def __call__(self, request: EvalRequest) -> dict:
         out = {}

@@ -156,6 +156,18 @@ def test_a_due_suite_replay_cannot_measure_is_not_billed_and_is_named_once():
     assert "no ground truth yet for item 3 " in said[0]
 
 
+def test_a_suite_without_ground_truth_yet_is_not_blamed_on_an_evaluate_fn_in_a_replay(caplog):
+    """A replay said "evaluate_fn returned no result for suite 's' at step 0, though due" beside its own warning of no
+    ground truth yet: there is no evaluate_fn in a replay (a new user's probe)."""
+    recs = [TraceRecord(s, {"loss": 1.0, **({f"eval/s/acc@{i}": 0.5 for i in range(8)} if s == 30 else {})})
+            for s in range(60)]
+    with caplog.at_level("WARNING", logger="adaptive_eval"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = replay(Trace(recs, "late.csv"), suite_cfg(8, 4), seed=0)
+    assert [e for e in run.evals if not e["metrics"]] and not [r for r in caplog.records if "evaluate_fn" in
+                                                                r.getMessage()]
+
+
 # ------------------------------------------------------------------------------- finding 8: item numbers
 
 
