@@ -606,13 +606,16 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
     ids = list(seen)
     if sorted(ids, key=lambda k: (len(k), k)) == [str(i) for i in range(len(ids))]:
         ids = [str(i) for i in range(len(ids))]  # a dataset's own indices: problem k is item k
-    elif all(k.isdigit() and (k == "0" or not k.startswith("0")) for k in ids) and "0" in seen:
+    elif all(k.isdigit() and (k == "0" or not k.startswith("0")) for k in ids):
         # (a new user's probe: doc 2 never appeared, doc 3 became item 2, and strata in the dataset's order
-        # labelled the wrong problems)
+        # labelled the wrong problems; and a run's own evaluations, a sample of a 500-problem set, had no
+        # problem 0, so 186 of its indices were renumbered 0..185 without a word)
         gaps = sorted(set(range(max(map(int, ids)) + 1)) - set(map(int, ids)))
-        warnings.warn(f"{path}: the ids are a dataset's indices from 0 with gaps (no rows of {gaps[:5]}"
-                      f"{' ...' if len(gaps) > 5 else ''}): the problems are numbered in order of first appearance, "
-                      "so write a suite's strata in the order of the returned ids", RuntimeWarning, stacklevel=2)
+        moved = next(f"problem {k} is item {i}" for i, k in enumerate(ids) if k != str(i))
+        warnings.warn(f"{path}: the ids are a dataset's indices{' from 0' if '0' in seen else ''} with gaps (no rows "
+                      f"of {gaps[:5]}{' ...' if len(gaps) > 5 else ''}): the problems are numbered in order of first "
+                      f"appearance ({moved}), so a suite of them has {len(ids)} items, and its strata are written in "
+                      "the order of the returned ids", RuntimeWarning, stacklevel=2)
     scores = {v for per_item in answers.values() for vs in per_item.values() for v in vs}
     if factor != 1.0 and factor in scores and scores <= {0.0, factor}:  # (true/false cells: 0/1 whatever the scale)
         warnings.warn(f"{path}: with scale={scale!r} every score in column {value!r} is 0 or {factor!r}: answers "

@@ -353,6 +353,11 @@ def test_an_infinite_score_a_scale_on_0_1_answers_and_ids_with_gaps_are_said(tmp
         _, ids = from_item_results(write_results(tmp_path / "g.csv", [(0, 0, 1), (0, 1, 0), (0, 3, 1)]),
                                    suite="s", item="problem", value="score")
     assert ids == ["0", "1", "3"]
+    # (a run's own evaluations, a sample of the set without problem 0, were renumbered without a word: a probe)
+    with pytest.warns(RuntimeWarning, match=r"with gaps .*\(problem 499 is item 0\), so a suite of them has 2 "):
+        _, ids = from_item_results(write_results(tmp_path / "h.csv", [(0, 499, 1), (0, 7, 0)]),
+                                   suite="s", item="problem", value="score")
+    assert ids == ["499", "7"]
 
 
 def test_review_of_the_new_inputs_suite_values_constant_columns_list_answers_and_float_ids(tmp_path):
