@@ -866,7 +866,7 @@ class AsyncEvaluations:
             pass
         limit -= QUIET_WAIT_S
         bound = (f"evaluation.timeout_s ({self.timeout_s:g} s since its submission)" if by_timeout else
-                 "the wait limit (distributed.timeout_s; for close(), its timeout_s): evaluation.timeout_s is "
+                 f"{self._wait_bound}: evaluation.timeout_s is "  # (it said distributed.timeout_s, half in a group)
                  + ("null" if self.timeout_s is None else f"{self.timeout_s:g} s"))
         log.warning("%s waits up to %.3g s more for the asynchronous evaluation of step %d (%s), still running %.3g s "
                     "after its submission: %s. The bound is %s; set evaluation.timeout_s to give up on an evaluation "

@@ -1027,6 +1027,9 @@ def test_close_and_state_dict_say_how_long_they_wait_for_an_unfinished_evaluatio
     assert said[0].startswith("state_dict() waits up to 0.25 s more for the asynchronous evaluation of step 4")
     assert said[1].startswith("close() waits up to 0.25 s more for the asynchronous evaluation of step 4")
     assert all("evaluation.timeout_s is null" in s and "set evaluation.timeout_s" in s for s in said)
+    # the bound as it is for that wait (it said "distributed.timeout_s" of close()'s, and of half of it in a group)
+    assert "The bound is the wait (0.3 s, distributed.timeout_s)" in said[0]
+    assert "The bound is close()'s wait (0.3 s in all)" in said[1]
     # The error names the bound that ran out (it said 'within the wait (0 s)': the time left of it).
     (error,) = [e["error"] for e in events if e["kind"] == "error"]
     assert error.endswith("did not finish within close()'s wait (0.3 s in all)"), error
