@@ -821,8 +821,11 @@ def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
     if got < expected:
         where = f"; the first item without a row is index {ids[got]}" if ids is not None else ""
         raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested{where}")
-    raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested (item index "
-                     f"{got - 1} is beyond the request)")
+    # (it said "item index 199 is beyond the request" of row 199 of 50 items x 4 answers flattened; a probe)
+    flat = (f"; {got} = {expected} x {got // expected}: answers flattened into one row each? return them items x "
+            "answers, one row per item (a list of lists or a 2-D array)" if got % expected == 0 and expected else "")
+    raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested (row {got - 1} is "
+                     f"beyond the request){flat}")
 
 
 def shard_m2(summary: MetricSummary) -> float:

@@ -204,3 +204,15 @@ def test_a_masked_arrays_masked_values_are_skipped_samples_in_mean_n_and_interva
 
     with pytest.raises(TypeError, match="text"):  # (masked text is text, refused as a plain array's: a review)
         float_array(np.ma.array(["42", "17", "3"], mask=[0, 0, 1]))
+
+
+def test_answers_flattened_into_one_row_each_are_said_to_go_items_x_answers():
+    """50 items x 4 answers returned flat, 200 rows: "item index 199 is beyond the request", which is a row, and no
+    word of the items x answers shape the README asks for (a new user's probe)."""
+    cfg = load_config(overrides=["trigger.freq_steps=1", "policy.budget.enabled=false",
+                                 "evaluation.suites={math: {size: 50, samples_per_item: 4, sample_size: 50}}"])
+    ev = AdaptiveEvaluator(cfg, total_steps=1)
+    errors = []
+    ev.add_listener(lambda e: e["kind"] == "error" and errors.append(e["error"]))
+    ev.evaluate(lambda r: {"math/acc": [1.0] * (len(r.suites["math"].indices) * 4)}, 0, 0, 0)
+    assert errors and "200 = 50 x 4: answers flattened into one row each? return them items x answers" in errors[0]
