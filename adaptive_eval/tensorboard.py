@@ -188,19 +188,26 @@ def dashboard_layout(metrics: Iterable[str], metrics_with_ci: Iterable[str] = ()
     # paired difference's (the items shared with the previous evaluation) and its pass@k's / maj@k's (its items).
     not_stratum = ("(?!.*" + re.escape(STRATUM_MARK) + ")(?!.*" + re.escape(PAIRED_SUFFIX + "/") + ")"
                    + r"(?!.*/(?:pass|best|worst|maj)@\d+/)")
+    def theirs(metrics, strata: bool = False) -> list[str]:
+        """Renamed: the counts of ``metrics`` (their own, or their strata's) by name where the other writer has them
+        (HF's eval/acc_n matched no "/n$", and "_n$" would match a metric of that name; a suite's too: a probe)."""
+        return [_exact(renamed[t]) for m in metrics if (STRATUM_MARK in m) == strata
+                and not re.search(r"/(?:pass|best|worst|maj)@\d+", m)
+                and (t := EVAL_PREFIX + m + COUNT_SUFFIX) in renamed]
+
     for g, charts in suite_charts.items():
         if charts:
             prefix = "^" + re.escape(EVAL_PREFIX + g + "/")
-            charts["items per evaluation"] = ("Multiline", [prefix + not_stratum + ".*/n$"])
+            charts["items per evaluation"] = ("Multiline", theirs(list(charts)) if renamed else
+                                              [prefix + not_stratum + ".*/n$"])
             charts["samples per item"] = ("Multiline", [prefix + not_stratum + ".*/samples_per_item$"])
             if any(STRATUM_MARK in m for m in charts):
-                charts["items per stratum"] = ("Multiline", [prefix + ".*" + re.escape(STRATUM_MARK) + "[^/]*/n$"])
+                charts["items per stratum"] = ("Multiline", theirs(list(charts), strata=True) if renamed else
+                                               [prefix + ".*" + re.escape(STRATUM_MARK) + "[^/]*/n$"])
     if eval_charts:
         suites_out = "(?!(?:" + "|".join(re.escape(g + "/") for g in groups) + "))" if groups else ""
         counts = ["^" + re.escape(EVAL_PREFIX) + suites_out + not_stratum + ".*/n$"]
-        if renamed:  # (their counts: HF's eval/acc_n matched no "/n$", and "_n$" would match a metric of that name)
-            counts = [_exact(renamed[t]) for m in eval_charts if (t := EVAL_PREFIX + m + COUNT_SUFFIX) in renamed]
-        eval_charts["samples per evaluation"] = ("Multiline", counts)
+        eval_charts["samples per evaluation"] = ("Multiline", theirs(list(eval_charts)) if renamed else counts)
     # One unit per chart: steps, items, a fraction, a 0/1 flag and a count each get their own axis (on a shared
     # one, a fixed run's 500 items put the interval off-scale, or the small ones become flat lines).
     controller = {

@@ -1246,3 +1246,70 @@ def test_with_report_to_tensorboard_the_decisions_go_into_hfs_folder_by_default(
     assert cb.state()["args"]["tensorboard"] is True
     run(tmp_path / "off", tensorboard=False)
     assert list((tmp_path / "off").iterdir()) and not list((tmp_path / "off").glob("*.adaptive_eval"))
+
+
+def test_a_relative_config_path_is_kept_absolute_for_hfs_rebuild_and_switches_are_booleans(tmp_path, monkeypatch):
+    """HF rebuilds the callback from state()["args"] on a resume (restore_callback_states_from_checkpoint): a config
+    named relative to the directory the first run started in failed "no such config file" from another; and
+    per_item="false", look_back="no", tensorboard="off" read as True (a new user's probe)."""
+    (tmp_path / "mine.yaml").write_text("trigger:\n  freq_steps: 7\n")
+    monkeypatch.chdir(tmp_path)
+    cb = AdaptiveEvalCallback("mine.yaml")
+    monkeypatch.chdir(tmp_path.parent)
+    rebuilt = AdaptiveEvalCallback(**cb.state()["args"])
+    assert cb.state()["args"]["config"] == str(tmp_path / "mine.yaml") == rebuilt.config
+    for key in ("per_item", "look_back", "tensorboard"):
+        with pytest.raises(TypeError, match=f"{key} must be True or False, got 'false'"):
+            AdaptiveEvalCallback("default", **{key: "false"})
+
+
+def test_another_sets_evaluation_by_hand_is_not_watched_nor_said_after_training(tmp_path, caplog):
+    """trainer.evaluate(test_set, metric_key_prefix="test") during training: test_loss and test_accuracy became
+    training streams; after training it was said "observe() after close()", a call the user never made (a probe)."""
+    class ByHand(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 5:
+                self.trainer.evaluate(held_out, metric_key_prefix="test")
+
+    torch.manual_seed(0)
+    train, held_out = Points(400, 0), Points(64, 1)
+    cb, hand = AdaptiveEvalCallback("default", overrides=FAST), ByHand()
+    trainer = Trainer(Tiny(), make_args(tmp_path / "out", max_steps=12), train_dataset=train, eval_dataset=held_out,
+                      compute_metrics=accuracy, callbacks=[cb, hand])
+    hand.trainer = trainer
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.train()
+        trainer.evaluate(held_out, metric_key_prefix="test")
+    assert not [s for s in cb.evaluator.state_dict()["detectors"] if "test_" in s]
+    assert not [r for r in caplog.records if "after close()" in r.getMessage()]
+
+
+def test_beside_hf_writer_the_suites_counts_and_a_metric_without_an_interval_are_charted_as_hf_writes_them():
+    """In HF's folder a suite's "items per evaluation" matched no tag (HF writes eval/<suite>/<m>_n), nor did a
+    stratum's; and a metric without an interval got a band of bounds HF never writes (result_scalars leaves a NaN
+    bound out) (a new user's probe)."""
+    from adaptive_eval.integrations.hf import _WithoutTrainerResults
+    from adaptive_eval.tensorboard import dashboard_layout
+
+    renamed = {"eval/math/acc": "eval/math/acc", "eval/math/acc/n": "eval/math/acc_n",
+               "eval/math/acc/pass@4/n": "eval/math/acc/pass@4_n",
+               "eval/math/acc/stratum=hard/n": "eval/math/acc/stratum=hard_n"}
+    layout = dashboard_layout(["math/acc", "math/acc/pass@4", "math/acc/stratum=hard"], groups=["math"],
+                              renamed=renamed)["eval: math"]
+    assert layout["items per evaluation"] == ("Multiline", ["^eval/math/acc_n$"])
+    assert layout["items per stratum"] == ("Multiline", ["^eval/math/acc/stratum=hard_n$"])
+
+    class Inner:
+        def __init__(self):
+            self.renamed = {}
+
+        def written_as(self, step, renamed):
+            self.renamed.update(renamed)
+
+        def log(self, step, scalars):
+            pass
+
+    inner = Inner()
+    _WithoutTrainerResults(inner).log(3, {"eval/eval_score": 0.5, "eval/eval_score/ci_low": math.nan,
+                                          "eval/eval_score/ci_high": math.nan, "eval/eval_score/n": 1.0})
+    assert inner.renamed == {"eval/eval_score": "eval/score", "eval/eval_score/n": "eval/score_n"}

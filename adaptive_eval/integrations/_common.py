@@ -64,6 +64,10 @@ def missing(module: str, what: str, exc: BaseException) -> ModuleNotFoundError:
 def plain_config(config) -> str | dict | None:
     """``config`` as a JSON-able value (a preset name or file path, or a nested dict), for a framework that
     rebuilds the callback from its saved arguments."""
+    if isinstance(config, os.PathLike) or (isinstance(config, str) and config.endswith((".yaml", ".yml"))):
+        # (a file named relative to the working directory: HF rebuilds the callback from this value on a resume,
+        # which failed "no such config file" when run from another directory; a new user's probe)
+        return os.path.abspath(os.fspath(config)) if os.path.isfile(config) else os.fspath(config)
     if config is None or isinstance(config, str):
         return config
     if isinstance(config, DictConfig):
@@ -73,6 +77,13 @@ def plain_config(config) -> str | dict | None:
     if isinstance(config, Mapping):
         return OmegaConf.to_container(OmegaConf.create(dict(config)), resolve=True)
     return OmegaConf.to_container(as_config(config), resolve=True)
+
+
+def flag(name: str, value) -> bool:
+    """A switch of a callback's: True or False, not a string ("false" read as True; a new user's probe)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def build_config(config, overrides=(), defaults: Mapping | None = None) -> DictConfig:

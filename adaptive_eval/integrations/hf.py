@@ -73,6 +73,7 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    flag,
     checkpoint_path,
     close_and_drain,
     forward_collectives,
@@ -305,6 +306,9 @@ def _evaluating(trainer, model):
     return local
 
 
+_OTHER_SETS = ("test_", "val_", "validation_", "predict_")  # (HF's metric_key_prefix of an evaluation by hand)
+
+
 class _WithoutTrainerResults:
     """A logger that leaves out the result scalars ``trainer.log`` already sent to HF's TensorBoard writer, and charts
     them in its dashboard where HF writes them (``eval/eval_acc/ci_low`` is HF's ``eval/acc_ci_low``)."""
@@ -327,6 +331,8 @@ class _WithoutTrainerResults:
                 if k.endswith(ours):
                     head, suffix = k[:-len(ours)], ours
                     break
+            if suffix in ("/ci_low", "/ci_high") and not math.isfinite(v):
+                continue  # (result_scalars leaves a NaN bound out: charted, it was a band of tags never written)
             # trainer.log's eval_<metric>[_ci_low...] reaches HF's writer as eval/<metric>[_ci_low...] (rewrite_logs)
             theirs[k] = "eval/" + head[len("eval/"):].removeprefix("eval_") + self._THEIRS[suffix]
         if theirs and hasattr(self.inner, "written_as"):
@@ -396,13 +402,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # A bad config is the user's setup error: a ConfigError naming the key now, in their code, not one
         # logged inside on_train_begin and then a whole run trained without an evaluation (found by a new user).
         build_config(self.config, self.overrides + (["evaluation.asynchronous=true"] if executor is not None else []))
-        self.per_item = bool(per_item)
+        self.per_item = flag("per_item", per_item)
         if executor is not None:  # (a shut-down pool: refused now, in the user's set-up, not logged at the start)
             from adaptive_eval.asynchronous import check_executor
 
             check_executor(executor)
-        self.look_back = bool(look_back)
-        self.tensorboard = bool(tensorboard)
+        self.look_back = flag("look_back", look_back)
+        self.tensorboard = flag("tensorboard", tensorboard)
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
@@ -701,11 +707,15 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._decide_pending(control)
 
     def _observe_log(self, state, logs) -> None:
-        if self.evaluator is None or not logs or state.global_step < 1:
+        # (not after training: a trainer.evaluate() then was said "observe() after close()", a call the user never
+        # made; a new user's probe)
+        if self.evaluator is None or not logs or state.global_step < 1 or self.evaluator._closed:
             return
         values = {}
         for key, value in logs.items():
-            if key in _NOT_OBSERVED or not watched(key):
+            # (nor another set's evaluation by hand, trainer.evaluate(test_set, metric_key_prefix="test"): its keys
+            # were watched as training streams; a probe)
+            if key in _NOT_OBSERVED or not watched(key) or key.startswith(_OTHER_SETS):
                 continue
             v = scalar(value)
             if v is None and value is None and key == "reward" and self.evaluator.watches("train/reward"):

@@ -81,6 +81,7 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    flag,
     checkpoint_path,
     close_and_drain,
     forward_collectives,
@@ -212,8 +213,8 @@ class AdaptiveEvalCallback(Callback):
         self.executor = executor
         self.clock = clock
         self.resource_monitor = resource_monitor
-        self.look_back = bool(look_back)
-        self.tensorboard = bool(tensorboard)
+        self.look_back = flag("look_back", look_back)
+        self.tensorboard = flag("tensorboard", tensorboard)
         if not isinstance(per_item, bool):
             raise TypeError(f"per_item must be True or False, got {per_item!r}")
         if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
