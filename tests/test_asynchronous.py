@@ -1223,14 +1223,10 @@ def test_state_dict_waits_no_longer_than_its_timeout_and_saves_a_running_evaluat
             resumed.state_dict(timeout_s=bad)
 
 
-def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
-    """A hung evaluate_fn with evaluation.timeout_s: each timed-out evaluation was failed and the next one started
-    beside it, so threads piled up (7 with max_in_flight=1 in a new user's run, each holding what it holds: GPU
-    memory).  As in a synchronous run, the due evaluation waits (deferred, still due) until that thread returns,
-    then runs."""
-    clock = FakeClock()
-    release = threading.Event()
-    running = []
+def hangs_at_4():
+    """``(release, running, evaluate_fn)``: the evaluation of step 4 hangs until ``release.set()`` (at most 30 s);
+    ``running`` lists the steps evaluated, in the order they began."""
+    release, running = threading.Event(), []
 
     def hung(request):
         running.append(request.step)
@@ -1238,21 +1234,44 @@ def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
             release.wait(30)
         return {"acc": [1.0] * 8}
 
-    ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
-    ev._async.timer = clock  # (real seconds by default: this test moves them by hand)
+    return release, running, hung
+
+
+def _eval_threads() -> int:
+    return sum(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate())
+
+
+def train_releasing(ev, fn, steps, release, at, before=lambda g: None) -> int:
+    """Train ``steps`` steps, ``release.set()`` at step ``at`` and wait (at most 30 s) for the evaluation threads to
+    end, then close; the most evaluation threads alive at once."""
     live = 0
-    for g in range(40):
-        clock.advance(10.0 if g <= 30 else 0.0)  # (after the release no time passes: nothing else times out)
-        if g == 30:
+    for g in range(steps):
+        before(g)
+        if g == at:
             release.set()
-            for _ in range(3000):  # (at most 30 s)
-                if not any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
+            for _ in range(3000):
+                if not _eval_threads():
                     break
                 threading.Event().wait(0.01)
         ev.observe({"train/loss": 1.0}, g)
-        ev.evaluate(hung, 0, g, g)
-        live = max(live, sum(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()))
+        ev.evaluate(fn, 0, g, g)
+        live = max(live, _eval_threads())
     ev.close()
+    return live
+
+
+def test_no_evaluation_starts_beside_one_that_timed_out_and_still_runs():
+    """A hung evaluate_fn with evaluation.timeout_s: each timed-out evaluation was failed and the next one started
+    beside it, so threads piled up (7 with max_in_flight=1 in a new user's run, each holding what it holds: GPU
+    memory).  As in a synchronous run, the due evaluation waits (deferred, still due) until that thread returns,
+    then runs."""
+    clock = FakeClock()
+    release, running, hung = hangs_at_4()
+
+    ev, events = make(cfg("evaluation.timeout_s=30", "policy.budget.enabled=false"), clock=clock)
+    ev._async.timer = clock  # (real seconds by default: this test moves them by hand)
+    # (after the release no time passes: nothing else times out)
+    live = train_releasing(ev, hung, 40, release, 30, before=lambda g: clock.advance(10.0 if g <= 30 else 0.0))
     assert live == 1
     errors = [e for e in events if e["kind"] == "error"]
     assert [e["step"] for e in errors] == [4] and "evaluation.timeout_s (30 s)" in errors[0]["error"]
@@ -1265,29 +1284,11 @@ def test_no_evaluation_starts_beside_one_that_failed_by_the_wait_limit_and_still
     """Without evaluation.timeout_s, a result due by async_integrate_after_steps that does not come within the wait
     limit (distributed.timeout_s) failed, and the next evaluation started beside its thread: 3-4 threads piled up
     under a hung grader, each holding a weight snapshot (a new user's probe).  It is held up as after a timeout."""
-    release = threading.Event()
-    running = []
-
-    def hung(request):
-        running.append(request.step)
-        if request.step == 4:
-            release.wait(30)
-        return {"acc": [1.0] * 8}
+    release, running, hung = hangs_at_4()
 
     ev, events = make(cfg("distributed.timeout_s=2", "evaluation.async_integrate_after_steps=3",
                           "policy.budget.enabled=false"))
-    live = 0
-    for g in range(30):
-        if g == 20:
-            release.set()
-            for _ in range(3000):  # (at most 30 s)
-                if not any(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()):
-                    break
-                threading.Event().wait(0.01)
-        ev.observe({"train/loss": 1.0}, g)
-        ev.evaluate(hung, 0, g, g)
-        live = max(live, sum(t.name == "adaptive_eval-async-eval" and t.is_alive() for t in threading.enumerate()))
-    ev.close()
+    live = train_releasing(ev, hung, 30, release, 20)
     errors = [e for e in events if e["kind"] == "error"]
     assert [e["step"] for e in errors] == [4] and "did not finish within" in errors[0]["error"]
     assert live == 1 and running[0] == 4 and min(running[1:]) == 20  # (the one due meanwhile, once it returned)

@@ -126,6 +126,19 @@ def test_an_asynchronous_evaluators_close_joins_its_finished_threads(monkeypatch
     assert calls == [5.0]
 
 
+def ctrl_c_in_the_wait_for_step_3(monkeypatch, started, release) -> None:
+    """The user's Ctrl-C raised in the wait for step 3's evaluation thread (once it started), until ``release``."""
+    real_join = threading.Thread.join
+
+    def join(thread, timeout=None):
+        if thread.name == "adaptive_eval-evaluate-step3" and not release.is_set():
+            started.wait(30)
+            raise KeyboardInterrupt
+        return real_join(thread, timeout)
+
+    monkeypatch.setattr(threading.Thread, "join", join)
+
+
 def test_a_ctrl_c_while_a_timed_evaluation_runs_leaves_it_running_and_the_next_one_waits_for_it(monkeypatch):
     """With evaluation.timeout_s the evaluation runs in a thread; a Ctrl-C interrupted only the wait for it, and the
     next due evaluations ran beside the one still running (it is tracked now, as a timed-out one is).  The Ctrl-C is
@@ -133,15 +146,7 @@ def test_a_ctrl_c_while_a_timed_evaluation_runs_leaves_it_running_and_the_next_o
     which a test cannot make sure of.  (CPython 3.11 also marks a thread whose join() a Ctrl-C interrupted as stopped
     while it runs on, so Thread.is_alive() cannot tell; the evaluator keeps its own flag.)"""
     started, release, running, beside, calls = threading.Event(), threading.Event(), set(), [], []
-    real_join = threading.Thread.join
-
-    def join(thread, timeout=None):
-        if thread.name == "adaptive_eval-evaluate-step3" and not release.is_set():
-            started.wait(30)
-            raise KeyboardInterrupt  # the user's Ctrl-C, in the wait
-        return real_join(thread, timeout)
-
-    monkeypatch.setattr(threading.Thread, "join", join)
+    ctrl_c_in_the_wait_for_step_3(monkeypatch, started, release)
 
     def fn(request):
         running.add(request.step)
@@ -206,15 +211,7 @@ def test_the_ctrl_c_d_step_run_again_waits_for_its_evaluation_still_running_and_
     error, though nothing timed out, and the first evaluation came at step 12 (a new user's probe).  Without a
     timeout the step run again evaluates; with one it now waits for the same evaluation and takes its result."""
     started, release, calls = threading.Event(), threading.Event(), []
-    real_join = threading.Thread.join
-
-    def join(thread, timeout=None):
-        if thread.name == "adaptive_eval-evaluate-step3" and not release.is_set():
-            started.wait(30)
-            raise KeyboardInterrupt  # the user's Ctrl-C, in the wait
-        return real_join(thread, timeout)
-
-    monkeypatch.setattr(threading.Thread, "join", join)
+    ctrl_c_in_the_wait_for_step_3(monkeypatch, started, release)
 
     def fn(request):
         calls.append(request.step)
