@@ -612,10 +612,12 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
         # problem 0, so 186 of its indices were renumbered 0..185 without a word)
         gaps = sorted(set(range(max(map(int, ids)) + 1)) - set(map(int, ids)))
         moved = next(f"problem {k} is item {i}" for i, k in enumerate(ids) if k != str(i))
-        warnings.warn(f"{path}: the ids are a dataset's indices{' from 0' if '0' in seen else ''} with gaps (no rows "
-                      f"of {gaps[:5]}{' ...' if len(gaps) > 5 else ''}): the problems are numbered in order of first "
-                      f"appearance ({moved}), so a suite of them has {len(ids)} items, and its strata are written in "
-                      "the order of the returned ids", RuntimeWarning, stacklevel=2)
+        where = ("numbered from 1" if gaps == [0] else  # (1-based ids "with gaps (no rows of [0])": a review)
+                 f"a dataset's indices{' from 0' if '0' in seen else ''} with gaps (no rows of {gaps[:5]}"
+                 f"{' ...' if len(gaps) > 5 else ''})")
+        warnings.warn(f"{path}: the ids are {where}: the problems are numbered in order of first appearance "
+                      f"({moved}), so a suite of them has {len(ids)} items, and its strata are written in the order "
+                      "of the returned ids", RuntimeWarning, stacklevel=2)
     scores = {v for per_item in answers.values() for vs in per_item.values() for v in vs}
     if factor != 1.0 and factor in scores and scores <= {0.0, factor}:  # (true/false cells: 0/1 whatever the scale)
         warnings.warn(f"{path}: with scale={scale!r} every score in column {value!r} is 0 or {factor!r}: answers "

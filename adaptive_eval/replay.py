@@ -74,18 +74,14 @@ def at_weights_steps(trace):
             moves[i] = int(round(lag))
     if not moves:
         return trace
-    kept: dict[int, dict] = {}  # step -> its metrics (the records' order and epochs are kept)
-    epochs, times = {}, {}
-    for i, r in enumerate(trace.records):
-        metrics = dict(r.metrics)
-        if i in moves:
-            moved = {k: metrics.pop(k) for k in list(metrics) if k.startswith("eval/") or k == "async/latency_steps"}
-            at = max(r.step - moves[i], trace.records[0].step)
-            kept.setdefault(at, {}).update(moved)
-        kept.setdefault(r.step, {}).update(metrics)
-        epochs.setdefault(r.step, r.epoch)
-        times.setdefault(r.step, r.time)
-    records = [TraceRecord(step, kept[step], epochs.get(step), times.get(step)) for step in sorted(kept)]
+    # Onto the last record at or before s - L (a trace logged every k steps has none at s - L itself: a record made
+    # there had no epoch nor time, which fired a false epoch trigger and turned the trace's time off; a review)
+    steps = [r.step for r in trace.records]
+    kept = [dict(r.metrics) for r in trace.records]
+    for i, lag in moves.items():
+        moved = {k: kept[i].pop(k) for k in list(kept[i]) if k.startswith("eval/") or k == "async/latency_steps"}
+        kept[max(bisect.bisect_right(steps, steps[i] - lag) - 1, 0)].update(moved)
+    records = [TraceRecord(r.step, m, r.epoch, r.time) for r, m in zip(trace.records, kept)]
     return Trace(records, trace.source)
 
 

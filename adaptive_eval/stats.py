@@ -823,7 +823,7 @@ def _check_rows(label: str, got: int, expected: int | None, ids) -> None:
         raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested{where}")
     # (it said "item index 199 is beyond the request" of row 199 of 50 items x 4 answers flattened; a probe)
     flat = (f"; {got} = {expected} x {got // expected}: answers flattened into one row each? return them items x "
-            "answers, one row per item (a list of lists or a 2-D array)" if got % expected == 0 and expected else "")
+            "answers, one row per item (a list of lists or a 2-D array)" if expected and got % expected == 0 else "")
     raise ValueError(f"{label}: {got} rows of per-item values for the {expected} items requested (row {got - 1} is "
                      f"beyond the request){flat}")
 

@@ -133,6 +133,9 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
         if e.get("truth_step"):  # (trace steps, like "step": their record indices too)
             e["truth_step"] = {m: None if t is None else max(bisect.bisect_right(steps, t) - 1, 0)
                                for m, t in e["truth_step"].items()}
+        for key in ("integrated_step", "evaluated_at"):  # (an asynchronous delay counts to integrated_step: a review)
+            if e.get(key) is not None:
+                e[key] = max(bisect.bisect_right(steps, e[key]) - 1, 0)
     units = replay_units(res, cfg)  # with suites, what each cost in their units (answers x cost + ...)
     for e, u in zip(evals, units or ()):
         e["units"] = u

@@ -216,3 +216,11 @@ def test_answers_flattened_into_one_row_each_are_said_to_go_items_x_answers():
     ev.add_listener(lambda e: e["kind"] == "error" and errors.append(e["error"]))
     ev.evaluate(lambda r: {"math/acc": [1.0] * (len(r.suites["math"].indices) * 4)}, 0, 0, 0)
     assert errors and "200 = 50 x 4: answers flattened into one row each? return them items x answers" in errors[0]
+
+
+def test_rows_for_a_suite_request_of_no_items_are_a_value_error_not_a_division_by_zero():
+    """(A review.)  The flattened-answers hint divided by the items requested: 0 of them raised ZeroDivisionError."""
+    from adaptive_eval.stats import summarize_outputs
+
+    with pytest.raises(ValueError, match="2 rows of per-item values for the 0 items requested"):
+        summarize_outputs({"s/acc": [1.0, 0.0]}, None, suites={"s": []})

@@ -563,3 +563,15 @@ def test_an_asynchronous_runs_recorded_results_are_the_truth_of_the_weights_they
     out = replay(Trace(records, "async.csv"), cfg, seed=0)
     measured = {e["step"]: e["metrics"]["acc"] for e in out.evals if "acc" in e["metrics"]}
     assert measured[19] > 0.7 and measured[24] < 0.3  # (read at the arrival step, 24 measured 0.8: step 19's)
+
+
+def test_a_result_moved_to_its_weights_step_lands_on_a_record_with_its_epoch_and_time():
+    """(A review.)  On a trace logged every 10 steps there is no record at the weights' step s - L: the record made
+    there had no epoch nor time, which fired a false epoch trigger and turned the trace's time off."""
+    from adaptive_eval.replay import at_weights_steps
+
+    records = [TraceRecord(s, {"loss": 1.0, **({"eval/acc": 0.5, "async/latency_steps": 3.0} if s == 40 else {})},
+                           s // 30, float(s)) for s in range(0, 70, 10)]
+    moved = at_weights_steps(Trace(records, "k.csv")).records
+    assert [r.step for r in moved] == [r.step for r in records] and moved[3].metrics["eval/acc"] == 0.5
+    assert all(r.epoch is not None and r.time is not None for r in moved) and "eval/acc" not in moved[4].metrics

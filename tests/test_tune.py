@@ -619,3 +619,24 @@ def test_the_delay_objectives_cap_is_a_hundred_records_worth_of_steps():
     assert capped_delay([coarse]) == (400 + 20_000) / 2
     fine = RunScore(steps=100, evals=5, samples=500, delays=[40, 250, None], needless=0, quiet_evals=0, regret=0.0)
     assert capped_delay([fine]) == (40 + 100 + 100) / 3
+
+
+def test_an_asynchronous_configs_delay_on_a_trace_logged_every_k_steps_is_in_one_unit():
+    """(A review.)  replay_case turned each evaluation's step into a record index and left integrated_step in trace
+    steps: once a delay counted to integrated_step, an asynchronous config on a trace logged every 10 steps read
+    990 (the trace's end) where its result came back 620 steps after the event."""
+    import numpy as np
+
+    from adaptive_eval.trace import Trace, TraceRecord
+    from adaptive_eval.tune import Case, replay_case, score_case
+
+    rng = np.random.default_rng(0)
+    recs = [TraceRecord(i * 10, {"loss": 1.0 + 0.01 * rng.random(), "eval/acc": 0.8 if i < 100 else 0.3}, None,
+                        float(i * 100)) for i in range(200)]
+    truth = [r.metrics["eval/acc"] for r in recs]
+    delays = []
+    for extra in ([], ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=20"]):
+        case = Case("x", Trace(recs), [100], truth, "acc", True, 500)
+        cfg = load_config("default", ["trigger.freq_steps=50", "evaluation.metric=acc", *extra])
+        delays.append(score_case(case, replay_case(case, cfg)).delays[0])
+    assert delays[1] == delays[0] + 20 < 900  # (in trace steps: the latency's 2 records of 10 steps)
