@@ -442,6 +442,8 @@ def metric_values(name: str, value: object) -> tuple[np.ndarray | None, float | 
         return arr, None
     # torch tensors without importing torch here.
     if type(value).__module__.startswith("torch"):
+        if getattr(value, "is_complex", lambda: False)():  # (.double() kept the real part, unsaid; a probe)
+            raise TypeError(f"metric {name!r}: a complex tensor is not a score")
         arr = value.detach().to("cpu").double().numpy()
         if arr.ndim == 0:
             return None, float(arr)
@@ -578,8 +580,8 @@ def summarize_outputs(
     summaries = {}
     kinds = kinds or {}
     for name, value in outputs.items():
-        if not isinstance(name, str):
-            raise TypeError(f"metric names must be strings, got {name!r}")
+        if not isinstance(name, str) or not name:  # (an empty name was taken, though observe() refuses one; a probe)
+            raise TypeError(f"metric names must be non-empty strings, got {name!r}")
         label, rows_expected, item_ids, items, population = f"metric {name!r}", None, ids, n_items, 0
         if suites is not None:
             suite, _, metric = name.partition("/")

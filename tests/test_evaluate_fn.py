@@ -224,3 +224,16 @@ def test_rows_for_a_suite_request_of_no_items_are_a_value_error_not_a_division_b
 
     with pytest.raises(ValueError, match="2 rows of per-item values for the 0 items requested"):
         summarize_outputs({"s/acc": [1.0, 0.0]}, None, suites={"s": []})
+
+
+def test_an_empty_metric_name_and_a_complex_tensor_are_refused_naming_them():
+    """(A new user's probe.)  A metric named '' was taken, though observe() refuses such a name; a torch complex tensor
+    kept its real part without a word (a Python complex was refused)."""
+    import torch
+
+    from adaptive_eval.stats import metric_values, summarize_outputs
+
+    with pytest.raises(TypeError, match="metric names must be non-empty strings, got ''"):
+        summarize_outputs({"": [1.0]}, None)
+    with pytest.raises(TypeError, match="metric 'x': a complex tensor is not a score"):
+        metric_values("x", torch.tensor([1 + 2j, 3j]))
