@@ -547,7 +547,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 read_from[run.name] = str(used)
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
-            _truth_note(loaded, cfg, _eval_names(args, trace))
+            # (the config the run was replayed under: a shipped trace's direction, not yours left at its default; a
+            # lower-is-better shipped loss was said to be replayed higher-is-better, which it was not; a probe)
+            _truth_note(loaded, getattr(run, "config", cfg), _eval_names(args, trace))
             if run.evals and not any(e["metrics"] for e in run.evals):
                 from adaptive_eval.trace import VALIDATION_PREFIXES
 

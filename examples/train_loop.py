@@ -60,7 +60,7 @@ def main(steps: int = 600, steps_per_epoch: int = 50, tensorboard_dir: str | Non
         result = evaluator.evaluate(evaluate_fn, epoch, step, global_step)  # an EvalResult, or None
         if result is not None:
             acc = result["acc"]
-            print(f"step {global_step:4d} ({result.reason:32.32s}) loss {loss.item():.3f}  "
+            print(f"step {global_step:4d} ({result.reason:32s}) loss {loss.item():.3f}  "
                   f"acc {acc.mean:.3f} [{acc.ci[0]:.3f}, {acc.ci[1]:.3f}] on {acc.n} items")
     evaluator.close()
     s = evaluator.summary()

@@ -1100,3 +1100,11 @@ def test_the_budget_note_prices_a_whole_evaluation_of_the_suites_as_replay_charg
     _budget_note(trace, cfg, [{"reason": "budget:deferred"}] * 20, 1)
     # 5 s + 0.05 s x (500 x 4 + 30 x 16 x 4)
     assert "an evaluation of the whole suites 201 s" in capsys.readouterr().err
+
+
+def test_check_of_a_shipped_lower_is_better_trace_does_not_say_it_is_replayed_higher_is_better(capsys):
+    """check real:nanogpt_124m said "eval/val_loss looks lower-is-better (a loss), but evaluation.higher_is_better is
+    true", of a replay that used the shipped trace's own direction, lower-is-better (a new user's probe): the note
+    read the user's config, not the one replayed."""
+    assert main(["check", "real:nanogpt_124m"]) in (0, 1)
+    assert "looks lower-is-better" not in capsys.readouterr().err
