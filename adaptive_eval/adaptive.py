@@ -70,6 +70,7 @@ def is_schedule(name: str) -> bool:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_DEFERRING = 20  # budget deferrals, and over 3 for each evaluation run, before they are said (_say_budget_deferring)
 _FRAMEWORKS = ("lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate", "trl")
 
 
@@ -483,6 +484,7 @@ class AdaptiveEvaluator:
         self._handed: collections.deque = collections.deque(maxlen=_HANDED_MAX)
         _EVALUATORS.add(self)  # (close() in a forked child that never used it leaves the parent's alone)
         self._in_fn = False  # a synchronous evaluate_fn is running (an evaluate() from inside it is refused)
+        self._budget_deferring_said = False  # the budget deferring far more than it runs: said once
         self.no_metric_hint: str | None = None  # a framework adapter's words for "evaluate_fn returned no metric"
         self._close_lock = _Lock()  # close() from two threads at once: one after the other
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
@@ -1392,6 +1394,9 @@ class AdaptiveEvaluator:
                 self._say_held_alarm(decision, global_step)
             if decision.reason:
                 self._deferrals += 1
+                if (decision.reason == "budget:deferred" and not self._budget_deferring_said
+                        and self._deferrals >= _DEFERRING and self._deferrals > 3 * self._evals_run):
+                    self._say_budget_deferring(global_step)
                 self._emit({"kind": "deferred", "step": global_step, "reason": decision.reason})
                 if self._logging:
                     # A deferral's first step and (when it ends) its last: a 1 at every step it lasted crowded
@@ -2036,6 +2041,21 @@ class AdaptiveEvaluator:
             self._logger.text(global_step, "decisions",
                               f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
         self._check_down(global_step)
+
+    def _say_budget_deferring(self, global_step: int) -> None:
+        """Once a run: the budget defers far more evaluations than it runs (a fast loop on the wall clock, where any
+        evaluation is dear against the training's milliseconds: the quick start run as a toy loop evaluated twice in
+        300 steps and deferred 207 times, unsaid; replay said so of a trace, the live evaluator did not; a probe)."""
+        self._budget_deferring_said = True
+        budget = self.policies.by_name.get("budget")
+        if budget is None or self._rank != 0:
+            return
+        key = "max_eval_device_fraction" if budget.asynchronous else "max_eval_fraction"
+        log.warning("step %d: the budget has deferred %d due evaluations and run %d: evaluation took %.3g s of the "
+                    "run's %.3g s, and policy.budget.%s is %.3g.  On the wall clock of a fast loop any evaluation is "
+                    "dear; pass clock= (a clock your loop advances by a step's real time) or raise %s, or set "
+                    "policy.budget.enabled: false (said once)", global_step, self._deferrals, self._evals_run,
+                    self._eval_seconds, self._elapsed(), key, getattr(budget, key), key)
 
     def _say_held_alarm(self, decision: Decision, global_step: int) -> None:
         """Once a run: the budget holds back the evaluation an alarm asked for (found by a new user: with

@@ -750,6 +750,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     # under torch.inference_mode, which imported torch (2.8 s of every CLI replay here).  Nothing decided depends on
     # it; the config the run logs stays the user's.
     evaluator._evaluation["precision"] = "none"
+    evaluator._budget_deferring_said = True  # (replay's own note says what a step and an evaluation take: _budget_note)
     evaluator._gap_said = True  # a trace logged every k steps: replay and check note the stride themselves
     sim.evaluator = evaluator
     if asynchronous:
