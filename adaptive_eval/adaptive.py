@@ -487,6 +487,8 @@ class AdaptiveEvaluator:
         self._budget_deferring_said = False  # the budget deferring far more than it runs: said once
         self.no_metric_hint: str | None = None  # a framework adapter's words for "evaluate_fn returned no metric"
         self._close_lock = _Lock()  # close() from two threads at once: one after the other
+        self._closing: int | None = None  # the thread in close() (a signal handler's close() inside it returns)
+        self._alarms_at = -1  # the last step controller/alarms was written at (_alarms_point)
         self._unclosed = (weakref.finalize(self, _say_lost_in_flight, weakref.ref(self._async), self._rank,
                                            self._pid) if self._async is not None else None)
         self._reset()
@@ -2324,7 +2326,7 @@ class AdaptiveEvaluator:
     def _alarms_point(self, step: int) -> bool:
         """Move the step ``controller/alarms`` is written at to ``step`` unless it was written later already (then
         False): a tag written at a step below an earlier one makes TensorBoard drop the points after it."""
-        if self.__dict__.get("_alarms_at", step) > step:
+        if self._alarms_at > step:
             return False
         self._alarms_at = step
         return True
@@ -2659,7 +2661,7 @@ class AdaptiveEvaluator:
         """
         self._not_inside_a_job("close")
         me = _get_ident()
-        if self.__dict__.get("_closing") == me:
+        if self._closing == me:
             return  # (a signal handler's close() inside this thread's close(): the one under way finishes; review)
         with self._close_lock:  # (a second caller, a watchdog thread, integrated every evaluation twice; a probe)
             self._closing = me
