@@ -725,8 +725,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(table(result))
     if result.interrupted:
         print(f"interrupted: kept the {len(result.trials)} finished trial(s)", file=sys.stderr)
+    # The budget's note, as check gives it, on trial 0 (the base config): scores dominated by its deferrals said
+    # nothing (a new-user probe: check said 260 deferrals for 7 evaluations on the same runs)
+    for case, used, deferred, evals in result.first:
+        _budget_note(case.trace, used, deferred, evals, f"trial 0 (the base config), {case.name}")
     with_events = sum(1 for c in cases if c.events)
     folds = min(args.folds, len(cases))
+    # (a probe: one run left the held-out columns '-' with no word why, and --folds 5 on two runs became 2 silently)
+    if folds < args.folds:
+        print(f"  note: --folds {args.folds} on {len(cases)} run(s): {folds} fold(s), one run each"
+              + ("; no cross-validation, so no held-out figures (give two runs or more)" if folds == 1 else ""),
+              file=sys.stderr)
+    elif folds == 1:
+        print("  note: --folds 1: no cross-validation, so no held-out figures", file=sys.stderr)
     if "delay" in objectives and folds > 1 and with_events < folds:
         print(f"  note: {with_events} of the {len(cases)} runs have events and there are {folds} folds: a held-out "
               "delay is '-' where the runs left out have no event (give more runs with events, or --folds "

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import math
 import re
+import shlex
 import signal
 import statistics
 import threading
@@ -109,12 +110,10 @@ def cost_overrides(case: Case) -> list[str]:
             "logging.tensorboard_dir=null"]
 
 
-def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
-    """Replay ``cfg`` (a loaded config) on ``case`` under the case's cost model: its evaluations, with
-    steps as record indices."""
+def case_config(case: Case, cfg):
+    """``cfg`` (a loaded config) as :func:`replay_case` replays it on ``case``: under the case's cost model,
+    tracking the metric the case is scored on, in its direction."""
     from omegaconf import OmegaConf
-
-    from adaptive_eval.replay import replay, replay_units
 
     overrides = cost_overrides(case) if case.overrides is None else case.overrides
     # The metric the case is scored on, in its direction: the policies followed the first eval column as
@@ -122,10 +121,20 @@ def replay_case(case: Case, cfg, *, seed: int = 0) -> list[dict]:
     # the scoring read it lower-is-better.  A config's own evaluation.metric stands.
     tracked = [f"evaluation.metric={case.metric}"] if case.metric and cfg.evaluation.metric is None else []
     # (replay.every_step off: the case's trace is replayed as it is, filled when the case was made)
-    cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, *tracked, "logging.tensorboard_dir=null",
-                                                       "replay.every_step=false",
-                                                       f"evaluation.higher_is_better={bool(case.higher_is_better)}"]))
+    return OmegaConf.merge(cfg, OmegaConf.from_dotlist([*overrides, *tracked, "logging.tensorboard_dir=null",
+                                                        "replay.every_step=false",
+                                                        f"evaluation.higher_is_better={bool(case.higher_is_better)}"]))
+
+
+def replay_case(case: Case, cfg, *, seed: int = 0, deferrals: list | None = None) -> list[dict]:
+    """Replay ``cfg`` (a loaded config) on ``case`` under the case's cost model (:func:`case_config`): its
+    evaluations, with steps as record indices; the replay's deferral lines are added to ``deferrals`` if given."""
+    from adaptive_eval.replay import replay, replay_units
+
+    cfg = case_config(case, cfg)
     res = replay(case.trace, cfg, seed=seed)
+    if deferrals is not None:
+        deferrals.extend(res.deferrals)
     index = {r.step: i for i, r in enumerate(case.trace.records)}
     evals = [{**e, "step": index.get(e["step"], e["step"])} for e in res.evals]
     steps = [r.step for r in case.trace.records]
@@ -180,9 +189,9 @@ class _Where(PackageFilter):
         return True
 
 
-def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk") -> RunScore:
-    """Replay ``cfg`` on ``case`` and score it."""
-    return score_case(case, replay_case(case, cfg, seed=seed), by=by)
+def run_case(case: Case, cfg, *, seed: int = 0, by: str = "shrunk", deferrals: list | None = None) -> RunScore:
+    """Replay ``cfg`` on ``case`` and score it (``deferrals``: see :func:`replay_case`)."""
+    return score_case(case, replay_case(case, cfg, seed=seed, deferrals=deferrals), by=by)
 
 
 def aggregate(scores: Sequence[RunScore], *, within: int = 25) -> dict:
@@ -426,13 +435,20 @@ def _refuse_percent_truth(path, trace, metric: str, values: Sequence[tuple[int, 
         return
     lo, hi = min(v for _, v in finite), max(v for _, v in finite)
     step, first = next((step, v) for step, v in finite if v > _ABOVE_1)
+    above = sum(v > _ABOVE_1 for _, v in finite)
+    # (a proportion with one stray value, 1.7 at step 60, was told to scale every value by 0.01; a probe)
+    stray = (f"; {above} of its {len(finite)} values are above 1: if the others are proportions, those are errors "
+             "in the trace to fix, not a scale") if above * 10 <= len(finite) else ""
     named = (eval_columns or {}).get(column, column)
+    # (the trace named: a user who named the column for one trace of several, --eval TRACE=COL, followed the hint
+    # --eval COL:0.01 and the other trace had no such column; a probe)
     raise TuneError(f"{path}: column {column!r} looks like a percentage: its values lie in [{lo:.4g}, {hi:.4g}] "
-                    f"(the first above 1: {first:.4g} at step {step}) and it has no {column + ':std'!r} column, so "
-                    "every simulated evaluation would return the value itself with no interval: nothing can be "
-                    "confirmed and every trial would score every delay a miss.  Scale it to a proportion: --eval "
-                    f"{named}:0.01; or, if it is a mean, say so: --set 'evaluation.metric_kinds={{{metric}: mean}}' "
-                    f"(and give its per-sample sd in a column {column + ':std'!r})")
+                    f"(the first above 1: {first:.4g} at step {step}{stray}) and it has no {column + ':std'!r} "
+                    "column, so every simulated evaluation would return the value itself with no interval: nothing "
+                    "can be confirmed and every trial would score every delay a miss.  Scale it to a proportion: "
+                    f"--eval {shlex.quote(f'{path}={named}:0.01')}; or, if it is a mean, say so: --set "
+                    f"'evaluation.metric_kinds={{{metric}: mean}}' (and give its per-sample sd in a column "
+                    f"{column + ':std'!r})")
 
 
 def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
@@ -554,23 +570,27 @@ class TuneResult:
     refused: list[str] = dataclasses.field(default_factory=list)  # why each refused trial was (schema errors)
     # chosen trial index -> {switch: the base config's value}: a switch whose drawn value changed no score
     kept_base: dict = dataclasses.field(default_factory=dict)
+    folds: int = 1  # the folds used: at most the number of runs (--folds 5 on two runs: 2)
+    # chosen trial index -> the on/off switches whose drawn value is not the base config's and that were not checked
+    # (a Ctrl-C before or during the check: they keep their drawn values)
+    unchecked: dict = dataclasses.field(default_factory=dict)
+    # trial 0, the base config: per run (case, its config as replayed, its deferral lines, its evaluation count)
+    first: list = dataclasses.field(default_factory=list)
 
 
-def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str) -> int | None:
+def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str,
+               objectives: Sequence[str]) -> int | None:
     front = [idx[i] for i in pareto([values[j] for j in idx])]
     if not front:
         return None
     if rule.startswith("best "):
         j = rule.split(" ", 1)[1]
-        return min(front, key=lambda i: (values[i][_OBJ_INDEX[j]], i))
+        return min(front, key=lambda i: (values[i][list(objectives).index(j)], i))
     m = len(values[front[0]])
     lo = [min(values[i][k] for i in front) for k in range(m)]
     hi = [max(values[i][k] for i in front) for k in range(m)]
     return min(front, key=lambda i: (sum(((values[i][k] - lo[k]) / (hi[k] - lo[k])) ** 2 if hi[k] > lo[k] else 0.0
                                          for k in range(m)), i))
-
-
-_OBJ_INDEX: dict[str, int] = {}
 
 
 @contextlib.contextmanager
@@ -615,8 +635,6 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
     objectives = list(dict.fromkeys(objectives))
     check_input(cases, objectives, trials)
     check_base(base)
-    _OBJ_INDEX.clear()
-    _OBJ_INDEX.update({o: i for i, o in enumerate(objectives)})
     fold_idx = folds(len(cases), n_folds)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(trials // 3, 1)))
@@ -634,6 +652,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
     stop, writing = threading.Event(), threading.Event()
     refused: list[str] = []
     run_scores: dict[int, list] = {}
+    first: list[tuple] = []  # trial 0 (the base config): (case, its config as replayed, deferral lines, evaluations)
 
     def objective(trial):
         params = _suggest(trial, base)
@@ -648,8 +667,11 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             if stop.is_set():  # Ctrl-C: this trial is not finished, so not kept
                 trial.study.stop()
                 raise optuna.TrialPruned("interrupted")
+            deferrals: list[dict] = []
             with _Where(f"trial {trial.number}, {c.name}"):
-                scores.append(run_case(c, cfg, seed=0))
+                scores.append(run_case(c, cfg, seed=0, deferrals=deferrals))
+            if trial.number == 0:  # (the base config's: for the budget's note, as check gives it; a probe)
+                first.append((c, case_config(c, cfg), deferrals, scores[-1].evals))
         per_fold = [objective_values([scores[i] for i in f], objectives) for f in fold_idx]
         values = [_nanmean([pf[k] for pf in per_fold]) if any(math.isfinite(pf[k]) for pf in per_fold)
                   else math.nan for k in range(len(objectives))]
@@ -683,10 +705,13 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         interrupted = interrupted or stop.is_set()
         result = summarize(done, objectives, fold_idx, interrupted)
         result.refused = refused
+        result.first = first
         if not interrupted:
             result.kept_base = _inert_switches(result, base, cases, run_scores, stop)
             # (a Ctrl-C there: the points checked so far keep what was found, the others their drawn values; exit 130)
             result.interrupted = stop.is_set()
+        if result.interrupted:
+            result.unchecked = _unchecked_switches(result, base)
         if out_dir is not None:
             result.written = write_outputs(result, base, out_dir)
     return result
@@ -706,8 +731,8 @@ def _inert_switches(result: TuneResult, base, cases, run_scores: dict, stop: thr
     trials drew ``habituate: false`` on runs where it does nothing).  A Ctrl-C (``stop``) ends it after the run
     being replayed; the switch under check then keeps its drawn value."""
     switches = [key for key, kind, *_ in SPACE if kind is bool]
-    out = {}
-    for i, _ in result.chosen:
+    out: dict = {}
+    for i in preset_numbers(result):
         params, number = result.trials[i]["params"], result.trials[i]["number"]
         for key in switches:
             own = _get(base, key)
@@ -738,26 +763,41 @@ def summarize(done: list[dict], objectives: list[str], fold_idx: list[list[int]]
     values = [r["values"] for r in done]
     front = pareto(values)
     chosen_idx = chosen_points(front, values)
-    rules = {}
+    # Every rule a point wins is a row of its own (one preset): a point best on cost and on delay was labelled
+    # "best cost" alone, and "best delay" had no row and no held-out figure (a new-user probe of tune)
+    rules: dict[int, list[str]] = {}
     for o in objectives:
-        i = min(front, key=lambda i: (values[i][_OBJ_INDEX[o]], i)) if front else None
+        i = _rule_pick(values, list(range(len(values))), f"best {o}", objectives)
         if i is not None:
-            rules.setdefault(i, f"best {o}")
+            rules.setdefault(i, []).append(f"best {o}")
     if len(objectives) > 1 and front:
-        rules.setdefault(_rule_pick(values, list(range(len(values))), "knee"), "knee")
-    chosen = [(i, rules.get(i, "spread")) for i in chosen_idx]
-    cv = {}
+        rules.setdefault(_rule_pick(values, list(range(len(values))), "knee", objectives), []).append("knee")
+    chosen = [(i, rule) for i in chosen_idx for rule in rules.get(i, ["spread"])]
+    cv: dict = {}
     if len(fold_idx) > 1 and done:
         for rule in sorted({r for _, r in chosen if r != "spread"}):
             held = []
             for j in range(len(fold_idx)):
                 train = [[_nanmean([r["fold_values"][f][k] for f in range(len(fold_idx)) if f != j])
                           for k in range(len(objectives))] for r in done]
-                pick = _rule_pick(train, list(range(len(done))), rule)
+                pick = _rule_pick(train, list(range(len(done))), rule, objectives)
                 if pick is not None:
                     held.append(done[pick]["fold_values"][j])
             cv[rule] = [_nanmean([h[k] for h in held]) for k in range(len(objectives))] if held else None
-    return TuneResult(objectives, done, front, chosen, cv, interrupted)
+    return TuneResult(objectives, done, front, chosen, cv, interrupted, folds=len(fold_idx))
+
+
+def preset_numbers(result: TuneResult) -> dict[int, int]:
+    """Trial index -> ``n`` of its ``presets/point-<n>.yaml``: one preset per chosen point, in the order of
+    ``result.chosen`` (where a point that wins several rules has a row per rule)."""
+    numbers: dict[int, int] = {}
+    for i, _ in result.chosen:
+        numbers.setdefault(i, len(numbers))
+    return numbers
+
+
+def _rules_of(result: TuneResult, i: int) -> list[str]:
+    return [rule for j, rule in result.chosen if j == i]
 
 
 def _fmt(name: str, v: float) -> str:
@@ -772,7 +812,9 @@ def table(result: TuneResult) -> str:
     head = ["preset", "trial", "rule", *obj, *(f"{o} (held-out)" for o in obj), "freq_steps", "cusum threshold",
             "target half-width", "confirm size"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for n, (i, rule) in enumerate(result.chosen):
+    numbers = preset_numbers(result)
+    for i, rule in result.chosen:
+        n = numbers[i]
         t = result.trials[i]
         held = result.cv.get(rule)
         p = t["params"]
@@ -785,11 +827,33 @@ def table(result: TuneResult) -> str:
         lines.append("\n(held-out: each rule picked on all folds but one and scored on the one left out, the mean "
                      "over folds; the search itself saw every fold, so these are optimistic, and in each fold the "
                      "rule may pick another trial than this row's)")
-    for n, (i, _) in enumerate(result.chosen):
+    for i, n in numbers.items():
         for key, v in result.kept_base.get(i, {}).items():
             lines.append(f"\npoint-{n}.yaml keeps the base config's {key}: {str(v).lower()} (trial "
                          f"{result.trials[i]['number']} drew {str(not v).lower()}, which changed no run's score)")
+    for i, n in numbers.items():
+        if result.unchecked.get(i):
+            lines.append(f"\npoint-{n}.yaml: {_unchecked_note(result.unchecked[i])}")
     return "\n".join(lines)
+
+
+def _unchecked_switches(result: TuneResult, base) -> dict:
+    """After a Ctrl-C the check of the chosen points' on/off switches (:func:`_inert_switches`) did not run, or
+    not to its end: for each chosen point, the switches whose drawn value is not the base config's and was kept
+    (a new-user probe: a preset kept a drawn ``habituate: false`` and nothing said the check had not run)."""
+    out = {}
+    for i in preset_numbers(result):
+        params, kept = result.trials[i]["params"], result.kept_base.get(i, {})
+        keys = [key for key, kind, *_ in SPACE if kind is bool and key not in kept and params.get(key) is not None
+                and _get(base, key) is not None and bool(params[key]) != bool(_get(base, key))]
+        if keys:
+            out[i] = keys
+    return out
+
+
+def _unchecked_note(keys: Sequence[str]) -> str:
+    return (f"the search was interrupted before the check of {', '.join(keys)}: the trial's drawn value is kept "
+            "(tune puts back the base config's value where the drawn one changes no run's score)")
 
 
 def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
@@ -830,15 +894,23 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
     for name in os.listdir(presets):
         if re.fullmatch(r"point-\d+\.yaml", name):
             os.remove(os.path.join(presets, name))
-    for n, (i, rule) in enumerate(result.chosen):
+    numbers = preset_numbers(result)
+    for i, n in numbers.items():
         t = result.trials[i]
         kept = result.kept_base.get(i, {})
         cfg = apply_params(base, {**t["params"], **kept})
-        held = result.cv.get(rule)
-        header = [f"# adaptive-eval tune: point {n} of the Pareto front (trial {t['number']}, {rule})",
+        rules = _rules_of(result, i)
+        header = [f"# adaptive-eval tune: point {n} of the Pareto front (trial {t['number']}, {', '.join(rules)})",
                   "# over all traces: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, t["values"]))]
-        if held:
-            header.append("# held-out folds: " + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, held)))
+        for rule in rules:
+            held = result.cv.get(rule)
+            if held:
+                header.append(f"# held-out folds{f' ({rule})' if len(rules) > 1 else ''}: "
+                              + ", ".join(f"{o} {_fmt(o, v)}" for o, v in zip(obj, held)))
+        if result.interrupted:
+            header.append(f"# the search was interrupted (Ctrl-C) after {len(result.trials)} trial(s)")
+        if result.unchecked.get(i):
+            header.append("# " + _unchecked_note(result.unchecked[i]))
         for key, v in kept.items():
             header.append(f"# {key}: the trial drew {str(not v).lower()}, which changed no run's score: the base "
                           f"config's {str(v).lower()} is kept")
@@ -852,11 +924,13 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
     path = os.path.join(out_dir, "summary.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_strict({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
+                   "folds": result.folds,
                    "front": [result.trials[i]["number"] for i in result.front],
-                   "chosen": [{"preset": f"presets/point-{n}.yaml", "trial": result.trials[i]["number"],
+                   "chosen": [{"preset": f"presets/point-{numbers[i]}.yaml", "trial": result.trials[i]["number"],
                                "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule),
-                               **({"kept_base": result.kept_base[i]} if i in result.kept_base else {})}
-                              for n, (i, rule) in enumerate(result.chosen)]}), f, indent=2, allow_nan=False)
+                               **({"kept_base": result.kept_base[i]} if i in result.kept_base else {}),
+                               **({"unchecked": result.unchecked[i]} if i in result.unchecked else {})}
+                              for i, rule in result.chosen]}), f, indent=2, allow_nan=False)
     written.append(path)
     return written
 
@@ -878,8 +952,8 @@ def draw_front(result: TuneResult, path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 5))
     if len(obj) == 1:
         ax.plot(range(len(vals)), [v[0] for v in vals], "o", color="gray", alpha=0.6, label="trials")
-        for n, (i, rule) in enumerate(result.chosen):
-            ax.plot([i], [vals[i][0]], "*", markersize=14, label=f"point-{n} ({rule})")
+        for i, n in preset_numbers(result).items():
+            ax.plot([i], [vals[i][0]], "*", markersize=14, label=f"point-{n} ({', '.join(_rules_of(result, i))})")
         ax.set_xlabel("trial")
         ax.set_ylabel(label(obj[0], 50))
     else:
@@ -893,13 +967,20 @@ def draw_front(result: TuneResult, path: str) -> None:
         front = sorted(result.front, key=lambda i: vals[i][0])
         ax.plot([vals[i][0] for i in front], [vals[i][1] for i in front], "o", mfc="none", mec="red",
                 markersize=9, label="Pareto front")
-        for n, (i, rule) in enumerate(result.chosen):
+        for i, n in preset_numbers(result).items():
             ax.annotate(f"point-{n}", (vals[i][0], vals[i][1]), textcoords="offset points", xytext=(5, 5),
                         fontsize=8)
         ax.set_xlabel(label(obj[0], 80))
         ax.set_ylabel(label(obj[1], 50))
         if obj[0] == "cost":
             ax.set_xscale("log")
+            # (ticks at 1, 2 and 5 of each decade, labelled as numbers: within a decade or two matplotlib labelled
+            # its minor ticks too, and "3x10^3" printed over "4x10^3"; a probe)
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_title(f"adaptive-eval tune: {len(vals)} trial{'s' if len(vals) != 1 else ''}"
                  + (" (interrupted)" if result.interrupted else ""))
     ax.grid(True, alpha=0.3)

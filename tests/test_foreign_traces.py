@@ -341,6 +341,11 @@ def test_a_tensorboard_folders_wall_clock_can_be_left_out_and_replay_says_when_i
     # check said nothing of it (a FAIL with no reason; found by a new user): it says the same note
     main(["check", str(tmp_path / "tb")])
     assert "the budget deferred" in capsys.readouterr().err
+    # ... and tune, whose every trial is replayed under the same budget, said nothing (a new-user probe): it says
+    # the note of its trial 0, the base config
+    assert main(["tune", str(tmp_path / "tb"), "--objective", "cost", "--trials", "1", "--out", str(tmp_path / "t"),
+                 "--no-progress"]) == 0
+    assert "note: trial 0 (the base config), " in capsys.readouterr().err
 
 
 def test_replay_prints_the_suites_cost_units_beside_the_items(tmp_path, capsys):

@@ -277,6 +277,14 @@ def test_a_ctrl_c_while_the_chosen_switches_are_checked_ends_the_check_and_says_
     # (uninterrupted, trial 3's preset keeps the base's habituate: see the first test; here it keeps its draw)
     assert not any("kept_base" in c for c in summary["chosen"])
     assert load_config(str(out / summary["chosen"][0]["preset"])).policy.alarm.habituate is False
+    # ... and says so (a probe: nothing in the preset, the table or summary.json said the check had not run)
+    unchecked = ["policy.interval.tighten_per_stream", "policy.alarm.habituate"]  # (both drawn off in trial 3)
+    assert summary["chosen"][0]["unchecked"] == unchecked
+    header = (out / summary["chosen"][0]["preset"]).read_text()
+    assert f"# the search was interrupted before the check of {', '.join(unchecked)}: the trial's drawn value is " \
+           "kept" in header and "# the search was interrupted (Ctrl-C) after 4 trial(s)" in header
+    assert f"point-0.yaml: the search was interrupted before the check of {', '.join(unchecked)}" in \
+        (out / "pareto.md").read_text()
 
 
 def test_trials_the_config_refuses_are_counted_and_the_first_reason_said(tmp_path, capsys):
@@ -309,7 +317,7 @@ def test_tune_on_a_trace_logged_every_10_steps_counts_training_steps_with_every_
     run = replay_trace(path, str(tmp_path / "a" / chosen["preset"]), events=[onset])
     assert chosen["values"][1] == run.confirmed_after(run.events[0]) > 10  # (records: 5.0)
     assert main([*args, "--out", str(tmp_path / "b"), "--set", "replay.every_step=true"]) == 0
-    assert "note:" not in capsys.readouterr().err
+    assert "record every 10 steps" not in capsys.readouterr().err
     full = tmp_path / "full.csv"
     write_trace(st.trace, full)
     assert main(["tune", str(full), "--events", f"{full}={onset}", "--trials", "1", "--no-progress",
@@ -374,7 +382,10 @@ def test_ground_truth_in_percent_exits_2_before_any_trial_unless_declared_a_mean
     err = capsys.readouterr().err
     assert (f"adaptive-eval tune: {path}: column 'eval/acc' looks like a percentage: its values lie in [20, 60] "
             "(the first above 1: 60 at step 0) and it has no 'eval/acc:std' column") in err
-    assert "--eval eval/acc:0.01" in err and "evaluation.metric_kinds={acc: mean}" in err
+    # (naming the trace: a user who named the column for one trace of several followed --eval COL:0.01, and the
+    # other trace had no such column; a probe)
+    assert f"--eval {path}=eval/acc:0.01;" in err and "evaluation.metric_kinds={acc: mean}" in err
+    assert "values are above 1" not in err  # (every value is: a scale, not stray values)
     assert "tuning on" not in err and not (out / "trials.jsonl").exists()
     # A foreign column named with --eval: the hint names it as the command line does.
     other = tmp_path / "other"
@@ -382,18 +393,30 @@ def test_ground_truth_in_percent_exits_2_before_any_trial_unless_declared_a_mean
     path2 = percent_csv(other, column="eval_acc")
     assert main(["tune", path2, "--stream", "train/reward", "--eval", "eval_acc", *args]) == 2
     assert "column 'eval/eval_acc' looks like a percentage" in (err := capsys.readouterr().err)
-    assert "--eval eval_acc:0.01" in err and not (out / "trials.jsonl").exists()
+    assert f"--eval {path2}=eval_acc:0.01;" in err and not (out / "trials.jsonl").exists()
     # replay's and check's note as well (they said --eval eval/eval_acc:0.01, which then had no such column)
     for cmd in (["replay", path2, "--no-tensorboard", "--out", str(tmp_path / "r")], ["check", path2]):
         main([*cmd, "--stream", "train/reward", "--eval", "eval_acc"])
         err = capsys.readouterr().err
         assert "a percentage? scale it: --eval eval_acc:0.01; a mean? give a column eval_acc:std" in err, err
     # What it suggests runs; so do a mean declared as such and a column with its per-sample sd.
-    assert main(["tune", path, "--eval", "eval/acc:0.01", *args]) == 0
+    assert main(["tune", path, "--eval", f"{path}=eval/acc:0.01", *args]) == 0
     assert main(["tune", path, "--set", "evaluation.metric_kinds={acc: mean}", *args[:-1], str(tmp_path / "t2")]) == 0
     std = tmp_path / "std"
     std.mkdir()
     assert main(["tune", percent_csv(std, std=True), *args[:-1], str(tmp_path / "t3")]) == 0
+
+
+def test_a_proportion_with_a_stray_value_above_1_is_told_to_fix_it_not_to_scale_it(tmp_path, capsys):
+    """A probe: proportions with one typo (1.7 at step 60) were refused as a percentage with the advice to scale
+    every value by 0.01."""
+    path = tmp_path / "typo.csv"
+    lines = ["step,train/reward,eval/acc"] + [f"{s},1.0,{1.7 if s == 60 else 0.8}" for s in range(0, 300, 10)]
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["tune", str(path), "--objective", "cost", "--trials", "1", "--no-progress", "--out",
+                 str(tmp_path / "t")]) == 2
+    assert ("(the first above 1: 1.7 at step 60; 1 of its 30 values are above 1: if the others are proportions, "
+            "those are errors in the trace to fix, not a scale)") in capsys.readouterr().err
 
 
 def test_a_proportion_a_rounding_error_above_1_is_not_refused_as_a_percentage(tmp_path, capsys):
@@ -640,3 +663,44 @@ def test_an_asynchronous_configs_delay_on_a_trace_logged_every_k_steps_is_in_one
         cfg = load_config("default", ["trigger.freq_steps=50", "evaluation.metric=acc", *extra])
         delays.append(score_case(case, replay_case(case, cfg)).delays[0])
     assert delays[1] == delays[0] + 20 < 900  # (in trace steps: the latency's 2 records of 10 steps)
+
+
+def test_a_point_that_wins_several_rules_has_a_row_and_a_held_out_figure_for_each(tmp_path):
+    """A new user's probe: trial 3 was best on cost and on delay and the knee, labelled "best cost" alone; "best
+    delay" and "knee" had no row, no held-out figure, nothing in summary.json."""
+    from adaptive_eval.tune import summarize, write_outputs
+
+    objectives = ["cost", "delay", "regret"]
+    # (per trial: two folds' values; trial 0 is cheapest and fastest, trial 1 the best regret)
+    folds = [[[100, 10, 0.2], [120, 12, 0.3]], [[900, 40, 0.0], [800, 30, 0.01]], [[500, 20, 0.5], [400, 25, 0.4]]]
+    done = [{"number": n, "params": {}, "values": [sum(v) / 2 for v in zip(*f)], "fold_values": f}
+            for n, f in enumerate(folds)]
+    result = summarize(done, objectives, [[0], [1]], interrupted=False)
+    assert result.chosen == [(0, "best cost"), (0, "best delay"), (0, "knee"), (1, "best regret")]
+    assert set(result.cv) == {"best cost", "best delay", "knee", "best regret"} and result.folds == 2
+    write_outputs(result, load_config(), str(tmp_path))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [(c["preset"], c["rule"]) for c in summary["chosen"]] == [
+        ("presets/point-0.yaml", "best cost"), ("presets/point-0.yaml", "best delay"),
+        ("presets/point-0.yaml", "knee"), ("presets/point-1.yaml", "best regret")]
+    assert summary["folds"] == 2
+    assert sorted(p.name for p in (tmp_path / "presets").iterdir()) == ["point-0.yaml", "point-1.yaml"]
+    header = (tmp_path / "presets" / "point-0.yaml").read_text()
+    assert "(trial 0, best cost, best delay, knee)" in header
+    assert "# held-out folds (best delay): " in header and "# held-out folds (knee): " in header
+    rows = [line for line in (tmp_path / "pareto.md").read_text().splitlines() if line.startswith("| point-")]
+    assert [row.split(" | ")[2] for row in rows] == ["best cost", "best delay", "knee", "best regret"]
+
+
+def test_too_few_runs_for_the_folds_asked_is_said(tmp_path, capsys):
+    """A probe: one run left the held-out columns '-' with no word why; --folds 5 on two runs became 2 silently."""
+    path, onset = collapse_csv(tmp_path)
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "1", "--folds", "5", "--out",
+                 str(tmp_path / "a"), "--no-progress"]) == 0
+    assert "note: --folds 5 on 1 run(s): 1 fold(s), one run each; no cross-validation, so no held-out figures" \
+        in capsys.readouterr().err
+    other, onset2 = collapse_csv(tmp_path, name="other.csv", seed=4)
+    assert main(["tune", path, other, "--events", f"{path}={onset}", "--events", f"{other}={onset2}", "--trials",
+                 "1", "--folds", "5", "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "note: --folds 5 on 2 run(s): 2 fold(s), one run each" in capsys.readouterr().err
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["folds"] == 2
