@@ -1677,6 +1677,8 @@ class AdaptiveEvaluator:
                 self._eval_errors += 1
                 self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
                             "error": error_text(exc)})
+                if self._logging:  # (in TensorBoard as under skip, as the asynchronous path writes it; a probe)
+                    self._log_eval(global_step, decision, None, exc)
             raise
         except BaseException:  # (an interrupt: the state saved by its handler holds the evaluation as interrupted)
             self._running = None

@@ -727,3 +727,32 @@ def test_close_called_by_a_signal_handler_during_close_returns_and_the_first_clo
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert inner and [r.step for r in ev.history] == [4, 7]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_failed_evaluation_is_in_tensorboard_under_raise_as_under_skip(tmp_path, on_error):
+    """A new user's probe: with on_error: raise, a loop that catches the error and trains on (or a trainer that
+    stops) had 4 errors in summary() and none in TensorBoard: no "failed:" decision, no controller/eval_errors."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "trigger.freq_steps=5", f"evaluation.on_error={on_error}", "evaluation.precision=none",
+        f"logging.tensorboard_dir={tmp_path}", "policy.budget.enabled=false"]))
+
+    def grader_down(request):
+        raise RuntimeError("grader down")
+
+    raised = 0
+    for step in range(12):
+        ev.observe({"train/loss": 1.0}, step)
+        try:
+            ev.evaluate(grader_down, 0, step, step)
+        except RuntimeError:
+            raised += 1
+    ev.close()
+    assert raised == (0 if on_error == "skip" else ev.summary()["eval_errors"]) and ev.summary()["eval_errors"] >= 2
+    acc = read(tmp_path)
+    failed = [t for t in read_texts(acc, "decisions") if t[1].startswith("failed: ")]
+    assert len(failed) == ev.summary()["eval_errors"] and "RuntimeError: grader down" in failed[0][1]
+    errors = [e.value for e in acc.Scalars("controller/eval_errors")]
+    assert errors[-1] == ev.summary()["eval_errors"]
