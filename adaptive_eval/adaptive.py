@@ -141,17 +141,34 @@ class _FiniteClock:
     below the run's start, the budget and the time trigger never evaluated again; a probe).  (The default
     ``time.monotonic`` is called as it is: the hot path.)"""
 
-    __slots__ = ("fn", "last", "said", "offset", "back_said", "lock")
+    __slots__ = ("fn", "last", "said", "offset", "back_said", "lock", "reading")
 
     def __init__(self, fn):
         self.fn, self.last, self.said, self.offset, self.back_said = fn, None, False, 0.0, False
         # (an asynchronous evaluation's worker reads it too: a reading taken before the other thread's, stored
         # after it, read as the clock going back; a review)
         self.lock = _Lock()
+        self.reading: int | None = None  # the thread inside a reading
 
     def __call__(self) -> float:
+        if self.reading == _get_ident():
+            # Re-entered by a signal handler of the thread inside a reading (a preemption handler's state_dict()):
+            # waiting for the lock that thread holds hung forever (a review); the last reading stands in
+            return self.last if self.last is not None else 0.0
         with self.lock:
-            return self._read()
+            self.reading = _get_ident()
+            try:
+                return self._read()
+            finally:
+                self.reading = None
+
+    def __getstate__(self):  # (a lock does not pickle: an evaluator built with clock= could not be; a review)
+        return {name: getattr(self, name) for name in _FiniteClock.__slots__ if name not in ("lock", "reading")}
+
+    def __setstate__(self, state):
+        for name, value in state.items():
+            setattr(self, name, value)
+        self.lock, self.reading = _Lock(), None
 
     def _read(self) -> float:
         value = self.fn()
@@ -2672,13 +2689,20 @@ class AdaptiveEvaluator:
             finally:
                 self._closing = None
 
-    def __getstate__(self) -> dict:  # (pickled, as ddp_spawn pickles a framework callback: the lock is made anew)
+    def __getstate__(self) -> tuple[dict, dict]:
+        # (pickled, as ddp_spawn pickles a framework callback: the lock is made anew.  The slots too: the instance
+        # dict alone lost them, and the copy had no _async, trigger, ...: its state_dict() raised; a review)
         state = self.__dict__.copy()
         state.pop("_close_lock", None)
-        return state
+        slots = {name: getattr(self, name) for name in AdaptiveEvaluator.__slots__
+                 if name not in ("__dict__", "__weakref__") and hasattr(self, name)}
+        return state, slots
 
-    def __setstate__(self, state: dict) -> None:
+    def __setstate__(self, state) -> None:
+        state, slots = state if isinstance(state, tuple) else (state, {})
         self.__dict__.update(state)
+        for name, value in slots.items():
+            setattr(self, name, value)
         self._close_lock = _Lock()
 
     def _close(self, timeout_s: float | None) -> None:

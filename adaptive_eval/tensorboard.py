@@ -412,6 +412,18 @@ class TensorBoardLogger(MetricLogger):
         _LIVE.add(self)
         _install_process_hooks()
 
+    def __getstate__(self) -> dict:
+        """A copy (pickled: ``ddp_spawn`` pickles a framework callback, its evaluator's logger with it, and an open
+        file does not pickle; a review) is a closed logger of the same folder: two processes never write one file."""
+        keep = ("log_dir", "flush_secs", "rank", "event_file", "groups", "_metrics", "_metrics_with_ci", "_renamed")
+        return {name: self.__dict__[name] for name in keep if name in self.__dict__}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._pid, self._layout_stale = os.getpid(), False
+        self._finalizer = weakref.finalize(self, _close_file, None, -1)
+        self._finalizer()  # (closed: every later call is a no-op)
+
     def __repr__(self) -> str:
         state = "open" if self._finalizer.alive else "closed"
         return f"TensorBoardLogger({str(self.log_dir)!r}, flush_secs={self.flush_secs}, rank={self.rank}) [{state}]"

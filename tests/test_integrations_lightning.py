@@ -890,6 +890,10 @@ def test_a_tensorboard_logger_in_the_evaluators_folder_shows_each_result_as_one_
     with open(next(tmp_path.glob("csv/*/metrics.csv"))) as f:
         rows = [r for r in csv.DictReader(f) if r.get("adaptive_eval/val_loss")]
     assert [int(r["step"]) for r in rows] == steps
+    # The callback still pickles, as ddp_spawn pickles it for a later fit: its evaluator's TensorBoard logger held
+    # an event file that does not pickle (a review: tensorboard=True, the default, broke a second ddp_spawn fit)
+    again = pickle.loads(pickle.dumps(cb))
+    assert again.evaluator.logger.closed and [r.step for r in again.evaluator.history] == steps
 
 
 class Points(torch.utils.data.Dataset):

@@ -230,3 +230,58 @@ def test_the_ctrl_c_d_step_run_again_waits_for_its_evaluation_still_running_and_
     result = ev.evaluate(fn, 0, 3, 3)  # the step run again
     assert result is not None and result["acc"].mean == 1.0 and calls == [3]  # (its outcome, not a second run)
     assert ev.summary()["eval_errors"] == 0
+
+
+def test_a_signal_handlers_state_dict_inside_a_clock_reading_does_not_hang(tmp_path):
+    """A review: with clock=, each reading held a lock while the user's clock ran; a preemption handler calling
+    state_dict() (which reads the clock) that landed inside a reading waited for that lock forever."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent("""
+        import signal, sys, time
+        from adaptive_eval import AdaptiveEvaluator, load_config
+
+        arm = [False]
+
+        def clock():
+            t = time.monotonic()
+            if arm[0]:
+                arm[0] = False
+                signal.raise_signal(signal.SIGUSR1)  # a signal arriving while the clock is read
+            return t
+
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5",
+                                                                  "policy.budget.enabled=false"]), clock=clock)
+
+        def handler(signum, frame):
+            print("saved", sorted(ev.state_dict())[:1], flush=True)
+            sys.exit(0)
+
+        signal.signal(signal.SIGUSR1, handler)
+        for s in range(100):
+            ev.observe({"train/loss": 1.0}, s)
+            if s == 9:
+                arm[0] = True  # (the next reading: a due decision's)
+            ev.evaluate(lambda r: {"acc": [1.0, 0.0]}, 0, s, s)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("saved"), proc.stderr
+
+
+def test_an_evaluator_with_its_own_clock_pickles_and_copies():
+    """A review: the clock's lock made an evaluator built with clock= unpicklable (ddp_spawn pickles a framework
+    callback and its evaluator), and copy.deepcopy failed too."""
+    import copy
+    import pickle
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5"]), clock=time.monotonic)
+    for g in range(12):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(lambda r: {"acc": [1.0, 0.0]}, 0, g, g)
+    for again in (pickle.loads(pickle.dumps(ev)), copy.deepcopy(ev)):
+        assert [r.step for r in again.history] == [r.step for r in ev.history]
+        mine, its = ev.state_dict(), again.state_dict()
+        assert mine.pop("elapsed") <= its.pop("elapsed") and its == mine  # (the time read later, on the same clock)

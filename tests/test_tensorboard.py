@@ -756,3 +756,22 @@ def test_a_failed_evaluation_is_in_tensorboard_under_raise_as_under_skip(tmp_pat
     assert len(failed) == ev.summary()["eval_errors"] and "RuntimeError: grader down" in failed[0][1]
     errors = [e.value for e in acc.Scalars("controller/eval_errors")]
     assert errors[-1] == ev.summary()["eval_errors"]
+
+
+def test_a_logger_pickles_as_a_closed_logger_of_the_same_folder(tmp_path):
+    """ddp_spawn pickles a framework callback, its evaluator's logger with it: an open event file did not pickle (a
+    review).  The copy writes nothing: two processes never write one event file."""
+    import pickle
+
+    logger = TensorBoardLogger(tmp_path)
+    logger.log(1, {"eval/acc": 0.5})
+    copy = pickle.loads(pickle.dumps(logger))
+    assert copy.closed and not logger.closed and copy.log_dir == logger.log_dir
+    copy.log(2, {"eval/acc": 0.6})
+    copy.text(2, "decisions", "from the copy")
+    copy.flush()
+    copy.close()
+    logger.log(3, {"eval/acc": 0.7})
+    logger.close()
+    assert scalars(read(tmp_path))["eval/acc"] == [(1, 0.5), (3, pytest.approx(0.7))]
+    assert len(list(tmp_path.iterdir())) == 1
