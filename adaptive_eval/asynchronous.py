@@ -207,13 +207,18 @@ class _WithWeights:
         return out
 
 
-_INSIDE = threading.local()  # (whose, step) of the evaluation this worker thread runs (job_step)
+class _Inside(threading.local):
+    job: tuple | None = None  # (a class default: the training thread never sets it, and a getattr default raised
+    #                            and caught AttributeError inside every asynchronous evaluate(), 1 us; a review)
+
+
+_INSIDE = _Inside()  # (whose, step) of the evaluation this worker thread runs (job_step)
 
 
 def job_step(whose) -> int | None:
     """The step of the asynchronous evaluation of ``whose`` (an evaluator's evaluations) this thread is running, or
     None (not inside one of theirs: another evaluator's evaluation may call this one; a review)."""
-    job = getattr(_INSIDE, "job", None)
+    job = _INSIDE.job
     return job[1] if job is not None and job[0] == id(whose) else None
 
 
@@ -221,11 +226,11 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
     """Run one evaluation in a worker (a thread, another process, an eval rank): an EvalOutcome."""
     from adaptive_eval.evaluators import run_evaluation_outcome
 
-    _INSIDE.job = (options.get("whose"), request.step)
+    outer, _INSIDE.job = _INSIDE.job, (options.get("whose"), request.step)
     try:
         return _run_job_here(fn, request, weights, options, run_evaluation_outcome)
-    finally:
-        _INSIDE.job = None
+    finally:  # (the outer job's back: an evaluator run inline inside another's evaluation cleared its marker)
+        _INSIDE.job = outer
 
 
 def _run_job_here(fn, request: EvalRequest, weights, options: Mapping, run_evaluation_outcome):

@@ -1512,17 +1512,23 @@ def test_close_from_two_threads_at_once_integrates_each_evaluation_once():
     assert [r.step for r in ev.history] == [4, 7] and ev.summary()["evals"] == 2
 
 
+@pytest.mark.parametrize("nested", [False, True])
 @pytest.mark.parametrize("call", ["state_dict", "close", "evaluate"])
-def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_that_evaluation_saying_why(call):
+def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_that_evaluation_saying_why(call, nested):
     """state_dict() or close() inside an asynchronous evaluate_fn (saving a checkpoint with the state) waited for the
     evaluations in flight, its own among them: distributed.timeout_s, 600 s, and close() integrated it twice; an
-    evaluate() from there moved the training thread's ownership to the worker (a new user's probe)."""
+    evaluate() from there moved the training thread's ownership to the worker (a new user's probe).  ``nested``:
+    another evaluator's inline evaluation run first inside it cleared the marker of this one's (a review)."""
     ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
                                                   "policy.budget.enabled=false"]), total_steps=12)
+    other = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=1", "evaluation.asynchronous=true",
+                                                     "policy.budget.enabled=false"]), executor=InlineExecutor())
     errors = []
     ev.add_listener(lambda e: e["kind"] == "error" and errors.append(e["error"]))
 
     def evaluate_fn(request):
+        if nested:
+            other.evaluate(lambda r: {"acc": [1.0]}, 0, request.step, request.step)
         if call == "evaluate":
             ev.evaluate(evaluate_fn, 0, request.step, request.step)
         else:
