@@ -108,15 +108,18 @@ def calibrate_threshold(det, arl0: float) -> float:
     cls = type(det)
     params = det._calibration_params()
     in_control, block_size = getattr(det, "in_control", None), getattr(det, "block_size", None)
-    key = calibration_key(det.name, params, in_control, block_size)
-    entry = _memory.get(key)
+    entry = _table().get(calibration_key(det.name, params)) if in_control is None else None
     if entry is None or not _covers(entry, arl0):
-        entry = None
-        if in_control is None:
-            entry = _table().get(key)
-        if entry is None or not _covers(entry, arl0):
-            disk = _read_disk().get(key)
-            entry = disk if disk is not None and _covers(disk, arl0) else None
+        # A setting's own curve, keyed by what it was simulated to as well: a curve simulated for a larger arl0
+        # (another run cap), found in the cache, gave a smaller one another threshold than a fresh simulation, so
+        # what a config decided depended on what this machine (or this process, for another stream) had calibrated
+        # before (a probe: alarms [49, 238, 1095] on one machine, [49, 238, 1095, 2855] on another)
+        bound = simulated_max_arl(det)
+        to = float(arl0) if arl0 <= bound or cls._calibration_method == "bisection" else float(bound)
+        key = calibration_key(det.name, {**params, "simulated_to": to}, in_control, block_size)
+        entry = _memory.get(key)
+        if entry is None:
+            entry = _read_disk().get(key)
         if entry is None:
             entry = _simulate_bounded(det, params, arl0, in_control, block_size)
             _write_disk(key, entry)

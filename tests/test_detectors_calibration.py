@@ -266,3 +266,18 @@ def test_an_arl0_within_the_dead_time_is_refused(spec, match, monkeypatch):
         make_detector(spec)
     make_detector({**{k: v for k, v in spec.items() if k != "arl0"},
                    make_detector({"type": spec["type"]})._threshold_param: 0.01})  # a raw threshold is fine
+
+
+def test_what_a_setting_calibrates_to_does_not_depend_on_what_was_calibrated_before(monkeypatch):
+    """A probe: the cache key left out what a curve was simulated to, so a curve simulated for arl0 900 (an earlier
+    run on this machine, or another stream of the same config) gave arl0 300 another threshold than a fresh
+    simulation: the same config and trace alarmed at [49, 238, 1095] on one machine, [49, 238, 1095, 2855] on
+    another."""
+    spec = {"type": "cusum", "warmup": 30, "k": 0.8}
+    fresh = make_detector({**spec, "arl0": 300}).threshold_
+    monkeypatch.setattr(calibration, "_memory", {})
+    calibration.cache_path().unlink()
+    make_detector({**spec, "arl0": 900})  # (in memory and on disk)
+    assert make_detector({**spec, "arl0": 300}).threshold_ == fresh
+    monkeypatch.setattr(calibration, "_memory", {})  # (another process: the disk cache)
+    assert make_detector({**spec, "arl0": 300}).threshold_ == fresh
