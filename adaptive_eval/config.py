@@ -1236,7 +1236,15 @@ def _numbers_in_specs(cfg: DictConfig) -> None:
                 except OmegaConfBaseException:  # (an interpolation that does not resolve: reported apart)
                     continue
                 if isinstance(value, str) and _NUMBER_TEXT.fullmatch(value):
-                    spec[key] = int(value) if re.fullmatch(r"\s*[-+]?\d+\s*", value) else float(value)
+                    spec[key] = _number_of(value)
+                elif isinstance(value, ListConfig):  # (in_control: [1e-3, 2e-3, ...] was refused as text; a probe)
+                    for i, item in enumerate(value):
+                        if isinstance(item, str) and _NUMBER_TEXT.fullmatch(item):
+                            value[i] = _number_of(item)
+
+
+def _number_of(text: str) -> int | float:
+    return int(text) if re.fullmatch(r"\s*[-+]?\d+\s*", text) else float(text)
 
 
 def _missing_keys(data: dict, prefix: str = "") -> list[str]:

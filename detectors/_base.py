@@ -384,10 +384,20 @@ def check_in_control(owner: str, in_control, block_size) -> tuple[list[float] | 
         return None, block_size
     if isinstance(in_control, (str, bytes)) or not hasattr(in_control, "__len__"):
         raise ValueError(f"{owner}: in_control must be a sequence of numbers, got {type(in_control).__name__}")
-    values = [to_float(v, "in_control", owner) for v in in_control]
+    values = []
+    for i, v in enumerate(in_control):
+        try:
+            values.append(to_float(v))
+        except TypeError:  # (it said "cusum on stream 'in_control'", a stream the user never named; a probe)
+            raise ValueError(f"{owner}: in_control[{i}] must be a number, got {type(v).__name__} {v!r}") from None
     values = [v for v in values if math.isfinite(v)]
     if len(values) < 20:
         raise ValueError(f"{owner}: in_control needs at least 20 finite values, got {len(values)}")
+    if min(values) == max(values):
+        # (a bootstrap of it never varies: cusum's calibration failed with a bare RuntimeError, spike's gave a
+        # threshold of 0 and 485 alarms in 1,000 steps of noise; a probe)
+        raise ValueError(f"{owner}: in_control is constant (every value {values[0]!r}): there is no in-control noise "
+                         "to calibrate a threshold on; give a segment of the stream as it varies, or a threshold")
     if block_size is not None:
         block_size = check_int(owner, "block_size", block_size, 1, len(values))
     return values, block_size

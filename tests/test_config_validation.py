@@ -578,6 +578,12 @@ def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not
     ev.observe({"train/loss": 1.0}, 0)
     cusum, ph = ev._detectors["train/loss"][1:]
     assert (cusum.threshold, cusum.warmup, ph.threshold) == (6.0, 40, 10.0)
+    # ... and in a list of numbers (in_control: [1e-3, ...] was refused as text, "on stream 'in_control'"; a probe)
+    segment = ", ".join(f"{1 + i % 7}e-3" for i in range(30))
+    (tmp_path / "e.yaml").write_text(f"streams:\n  default:\n  - type: cusum\n    arl0: 300\n"
+                                     f"    in_control: [{segment}]\n")
+    spec = load_config(tmp_path / "e.yaml").streams.default[0]
+    assert list(spec.in_control)[:3] == [1e-3, 2e-3, 3e-3]
     # --config given twice
     with pytest.raises(SystemExit) as exit_:
         main(["config", "--config", "aggressive", "--config", str(tmp_path / "q.yaml")])

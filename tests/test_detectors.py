@@ -182,6 +182,12 @@ BAD_PARAMS = [
     ("cusum", {"warmup": 100, "reference": 50}, "reference"),
     ("cusum", {"direction": "sideways"}, "direction"),
     ("cusum", {"in_control": [1.0, 2.0]}, "in_control"),
+    # (a constant segment: cusum's calibration failed with a bare RuntimeError, spike's threshold came out 0 and
+    # alarmed 485 times in 1,000 steps of noise, window_test's alpha 1.0; a probe)
+    ("cusum", {"in_control": [0.5] * 50}, "in_control is constant"),
+    ("spike", {"in_control": [0.5] * 50}, "in_control is constant"),
+    ("window_test", {"in_control": [0.5] * 50}, "in_control is constant"),
+    ("cusum", {"in_control": [0.5] * 30 + ["x"]}, r"in_control\[30\] must be a number"),
     ("cusum", {"in_control": list(range(100)), "block_size": 0}, "block_size"),
     ("page_hinkley", {"arl0": 1.0}, "arl0"),
     ("page_hinkley", {"min_instances": 0}, "min_instances"),
