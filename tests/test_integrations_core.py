@@ -169,3 +169,19 @@ def test_closing_reports_what_it_drained_before_a_failure_among_it_goes_up():
     with pytest.raises(ConnectionError, match="grader is down"):
         close_and_drain(ev, StepGuard("raise"), lambda result: reported.append(result.step))
     assert reported == in_flight[:-1]  # the results that came back beside the failure, reported first
+
+
+@pytest.mark.parametrize("given", ["name", "loaded", "dict"])
+def test_an_adapters_overrides_are_checked_whatever_the_config_is_given_as(given):
+    """A probe: with a loaded config or a dict, the callbacks merged their overrides bare: "trigger.freq_steps" (no
+    "=") set it to null, the step trigger off, without a word; 010 was read as 8; a misspelt key was OmegaConf's
+    error, not a ConfigError naming the override."""
+    from adaptive_eval.integrations._common import build_config
+
+    config = {"name": "aggressive", "loaded": load_config("aggressive"),
+              "dict": {"trigger": {"freq_steps": 10}}}[given]
+    for item, says in (("trigger.freq_steps", "expected KEY=VALUE"), ("trigger.freq_steps=", "no value"),
+                       ("trigger.freq_steps=010", "octal"), ("trigger.freq_stepz=5", "did you mean")):
+        with pytest.raises(ConfigError, match=f"override {item!r}: .*{says}"):
+            build_config(config, [item])
+    assert build_config(config, ["trigger.freq_steps=7", "streams.default.1.adapt=0"]).trigger.freq_steps == 7

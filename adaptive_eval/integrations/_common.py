@@ -95,7 +95,9 @@ def build_config(config, overrides=(), defaults: Mapping | None = None) -> DictC
     else:
         cfg = as_config(config)
         if overrides:
-            cfg = _merge_overrides(cfg, overrides)
+            # Through load_config's checks, as for a preset name: a bare merge took "trigger.freq_steps" (no "=")
+            # as null, the step trigger off, read 010 as 8, and a misspelt key was OmegaConf's error (a probe)
+            cfg = load_config(cfg, list(overrides))
     if defaults:
         cfg = OmegaConf.merge(cfg, {})  # a copy, made writable (a loaded config is read-only)
         OmegaConf.set_readonly(cfg, False)
@@ -104,11 +106,6 @@ def build_config(config, overrides=(), defaults: Mapping | None = None) -> DictC
                 OmegaConf.update(cfg, key, value, merge=False)
         cfg = as_config(cfg)
     return cfg
-
-
-def _merge_overrides(cfg: DictConfig, overrides) -> DictConfig:
-    merged = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
-    return as_config(merged)
 
 
 def watched(name: str) -> bool:
@@ -308,7 +305,7 @@ def synchronous_for_sharded(cfg):
                 "collectives), so the trainer's own evaluation runs synchronously, in the training thread, with "
                 "every rank in step; for asynchronous evaluation pass an evaluate_fn that evaluates elsewhere "
                 "(a gathered copy, an inference server)")
-    return _merge_overrides(cfg, ["evaluation.asynchronous=false"]), None
+    return load_config(cfg, ["evaluation.asynchronous=false"]), None
 
 
 class ReplicaEval(SnapshotEval):
