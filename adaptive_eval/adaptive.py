@@ -1099,10 +1099,16 @@ class AdaptiveEvaluator:
                 # step late).  It holds this step as interrupted, so that the step's observe() run again is a repeat,
                 # as after a synchronous evaluation interrupted (fed twice: a CUSUM alarm a step early; a fuzzer).
                 self._taking = global_step
+                open_before = not self._closed
                 try:
                     pairs = self._async.take(global_step)
                 finally:
                     self._taking = None
+                if open_before and self._closed:
+                    # close() in a signal handler while take() waited (a graceful shutdown) drained and integrated
+                    # every evaluation in flight, the one waited for among them: integrated again, history held it
+                    # twice (a review)
+                    pairs = []
                 self._last_call_step = global_step
                 got = self._integrate(pairs, global_step) or got
             self._unreturned = None

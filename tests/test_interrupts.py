@@ -285,3 +285,33 @@ def test_an_evaluator_with_its_own_clock_pickles_and_copies():
         assert [r.step for r in again.history] == [r.step for r in ev.history]
         mine, its = ev.state_dict(), again.state_dict()
         assert mine.pop("elapsed") <= its.pop("elapsed") and its == mine  # (the time read later, on the same clock)
+
+
+def test_a_handlers_close_while_evaluate_waits_for_a_result_integrates_it_once():
+    """A review: a SIGTERM-style handler that closes the evaluator (a graceful shutdown) while evaluate() waits in
+    take() for a due asynchronous result: close() integrated it, then evaluate() integrated it again (history
+    [4, 4], summary evals 2)."""
+    import signal
+
+    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                  "evaluation.async_integrate_after_steps=1",
+                                                  "policy.budget.enabled=false"]), total_steps=100)
+
+    def slow(request):
+        time.sleep(1.0)
+        return {"acc": [1.0, 0.0, 1.0, 1.0]}
+
+    stop = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: (ev.close(), stop.append(signum)))
+    try:
+        for s in range(20):
+            if stop:
+                break
+            ev.observe({"train/loss": 1.0}, s)
+            if s == 5:
+                signal.setitimer(signal.ITIMER_REAL, 0.2)  # (arrives while evaluate(5) waits for step 4's result)
+            ev.evaluate(slow, 0, s, s)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert stop and [r.step for r in ev.history] == [4] and ev.summary()["evals"] == 1
