@@ -1313,3 +1313,19 @@ def test_beside_hf_writer_the_suites_counts_and_a_metric_without_an_interval_are
     _WithoutTrainerResults(inner).log(3, {"eval/eval_score": 0.5, "eval/eval_score/ci_low": math.nan,
                                           "eval/eval_score/ci_high": math.nan, "eval/eval_score/n": 1.0})
     assert inner.renamed == {"eval/eval_score": "eval/score", "eval/eval_score/n": "eval/score_n"}
+
+
+@pytest.mark.parametrize("logging_steps,said", [(4, True), (1, False), (0.5, True)])
+def test_logging_that_leaves_the_logged_streams_warming_up_most_of_the_run_is_said(tmp_path, caplog, logging_steps,
+                                                                                   said):
+    """A probe of GRPOTrainer at TRL's default logging_steps=10: 19 of its 20 streams were still warming up at the
+    end of a 60-step run, and nothing said so (train/loss alone is observed every step)."""
+    cb = AdaptiveEvalCallback("default", overrides=[*FAST, "trigger.freq_steps=100"])
+    args = make_args(tmp_path, max_steps=12, logging_steps=logging_steps)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        Trainer(Tiny(), args, train_dataset=Points(200, 0), eval_dataset=Points(40, 1), compute_metrics=accuracy,
+                callbacks=[cb]).train()
+    every = 4 if logging_steps == 4 else 6
+    assert (f"logging_steps={every}: the streams the trainer logs" in caplog.text) == said, caplog.text
+    if said:
+        assert f"a detector's 30-value warm-up takes {30 * every} of this run's 12 steps" in caplog.text

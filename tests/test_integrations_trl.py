@@ -59,6 +59,9 @@ def test_grpo_trainer_feeds_its_per_step_rl_stats_and_evaluates_the_requested_pr
     nonfinite = sorted({(a["stream"], a["step"]) for a in alarms if a["detector"] == "nonfinite"})
     assert nonfinite == ([("train/reward", 2)] if gives_up else []), nonfinite
     assert {"train/loss", "train/reward", "train/reward_std", "train/entropy"} <= set(ev._detectors)
+    # One reward function: its rewards/<f>/mean and /std are reward and reward_std under other names, each alarm
+    # corroborated by its own twin (a probe); left out
+    assert not [name for name in ev._detectors if name.startswith("train/rewards/")]
     assert ev._last_step == 3
     assert [r.step for r in ev.history][-1] == 3  # the final weights
     assert all(r["exact"].n == min(r.sample_size, len(prompts)) for r in ev.history)

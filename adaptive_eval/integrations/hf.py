@@ -309,6 +309,39 @@ def _evaluating(trainer, model):
 _OTHER_SETS = ("test_", "val_", "validation_", "predict_")  # (HF's metric_key_prefix of an evaluation by hand)
 
 
+def _say_sparse_logging(args, cfg, total: int | None) -> None:
+    """The streams the trainer logs (all but ``train/loss``, observed every step) get one value per
+    ``logging_steps``: say so when the detectors' warm-up then takes more than half the run (TRL's default of 10:
+    19 of a GRPO run's 20 streams were still warming up at its end, unsaid; a probe)."""
+    every = getattr(args, "logging_steps", 1)
+    if _strategy(getattr(args, "logging_strategy", "steps")) != "steps" or not total or not isinstance(
+            every, (int, float)) or isinstance(every, bool) or every <= 0:
+        return
+    every = math.ceil(total * every) if every < 1 else int(every)  # (HF reads a value below 1 as a share of the run)
+    warmup = max([int(spec.get("warmup", 0) or 0) for spec in (cfg.streams.default or ()) if hasattr(spec, "get")]
+                 or [0])
+    if every <= 1 or warmup * every <= total / 2:
+        return
+    log.warning("adaptive_eval: logging_steps=%d: the streams the trainer logs (reward, kl, grad_norm, ...; train/loss "
+                "is observed every step) get one value every %d steps, so a detector's %d-value warm-up takes %d of "
+                "this run's %d steps; set logging_steps=1 (TrainingArguments, GRPOConfig) to watch them every step",
+                every, every, warmup, warmup * every, total)
+
+
+def _one_reward_function(logs: dict, watch) -> tuple[str, ...]:
+    """TRL's per-function ``rewards/<f>/mean`` and ``/std`` when there is one reward function: ``reward`` and
+    ``reward_std`` under other names (times its weight), left out unless ``streams.watch`` names them.  Watched as
+    streams of their own, each reward alarm corroborated itself (policy.alarm.corroborate 2: a 4 sd shift brought
+    an evaluation forward in 10 of 10 seeds under two names, 0 of 10 under one; a probe of GRPOTrainer)."""
+    if "reward" not in logs:
+        return ()
+    means = [key for key in logs if key.startswith("rewards/") and key.endswith("/mean")]
+    if len(means) != 1:
+        return ()
+    twins = (means[0], means[0][:-len("mean")] + "std")
+    return tuple(key for key in twins if f"train/{key}" not in (watch or {}))
+
+
 class _WithoutTrainerResults:
     """A logger that leaves out the result scalars ``trainer.log`` already sent to HF's TensorBoard writer, and charts
     them in its dashboard where HF writes them (``eval/eval_acc/ci_low`` is HF's ``eval/acc_ci_low``)."""
@@ -566,6 +599,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),
                                                        resource_monitor=self.resource_monitor)
+        if getattr(state, "is_world_process_zero", True):
+            _say_sparse_logging(args, cfg, total)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
                             and asynchronous(cfg, executor) else self._evaluate_with_trainer)
@@ -712,10 +747,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if self.evaluator is None or not logs or state.global_step < 1 or self.evaluator._closed:
             return
         values = {}
+        twins = _one_reward_function(logs, self.evaluator.cfg.streams.watch)
         for key, value in logs.items():
             # (nor another set's evaluation by hand, trainer.evaluate(test_set, metric_key_prefix="test"): its keys
             # were watched as training streams; a probe)
-            if key in _NOT_OBSERVED or not watched(key) or key.startswith(_OTHER_SETS):
+            if key in _NOT_OBSERVED or not watched(key) or key.startswith(_OTHER_SETS) or key in twins:
                 continue
             v = scalar(value)
             if v is None and value is None and key == "reward" and self.evaluator.watches("train/reward"):
