@@ -860,6 +860,8 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     elif isinstance(value, str) and "could not be converted to" in msg and _yaml11_text_number(value):
         # YAML 1.1 reads 1e3 (no dot) as text (found by a new-user probe: the message did not say why)
         msg += f" (YAML reads {value} as text: write {_yaml11_text_number(value, 'to Integer' in msg)})"
+    elif isinstance(value, str) and "could not be converted to" in msg and re.fullmatch(_TEXT_EXPONENT, value.strip()):
+        msg += f" ({value} is beyond any number this takes: floats end near 1.8e308)"  # (it said "write inf"; a probe)
     elif "is not Optional" in msg:
         # (a section whose keys are all commented out reads null: OmegaConf's "field 'policy' is not Optional" gave
         # no way on; a probe)
@@ -868,13 +870,18 @@ def _merge_error(exc: OmegaConfBaseException, source: str, lines: dict[str, int]
     return ConfigError([f"{_where(key, source, lines)}{key}: {msg}"])
 
 
+_TEXT_EXPONENT = r"[-+]?\d+[eE][-+]?\d+"  # a number YAML 1.1 reads as text: an exponent without a dot
+
+
 def _yaml11_text_number(text: str, integer: bool = False) -> str | None:
     """The number ``text`` means where YAML 1.1 reads it as a string (``1e3``, ``5E-2``: an exponent without a dot
     in the mantissa), written as YAML reads a number (for an ``integer`` key, its digits); None otherwise.  (The
     hint for 1e30 read "write 1e+30", text again, and for an integer 2e15 "2000000000000000.0"; a probe.)"""
-    if not re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()):
+    if not re.fullmatch(_TEXT_EXPONENT, text.strip()):
         return None
     value = float(text)
+    if not math.isfinite(value):  # (1e400: "write inf", which is then refused; a probe)
+        return None
     if value.is_integer() and (integer or abs(value) < 1e15):
         import decimal
 
@@ -968,7 +975,26 @@ def _interpolation_problems(cfg: DictConfig) -> list[tuple[str, str, Any, Any]]:
     return found
 
 
-def _drop_interpolations(bad: list[tuple[str, str, Any, Any]]) -> None:
+_FLOAT_MAX = 1.7976931348623157e308
+_BEYOND_FLOAT = "an integer beyond any number this takes (floats end near 1.8e308)"
+
+
+def _huge_integers(node, prefix: str = "") -> list[tuple[str, int, Any, Any]]:
+    """``(key, digits, node, k)`` of each integer value beyond float range, as :func:`_drop_interpolations` takes."""
+    from omegaconf import ListConfig
+
+    out = []
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else enumerate(node)
+    for k, value in items:
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(value, (DictConfig, ListConfig)):
+            out += _huge_integers(value, key)
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+            out.append((key, len(str(abs(value))), node, k))
+    return out
+
+
+def _drop_interpolations(bad: list[tuple[str, Any, Any, Any]]) -> None:
     """Replace each interpolation of ``bad`` by its schema default (a typed section's key) or remove it (from
     a list or a plain mapping), so that the other checks can run."""
     from omegaconf import ListConfig, open_dict
@@ -996,7 +1022,7 @@ def _merge_loaded(cfg: DictConfig, loaded: dict, source: str, lines: dict[str, i
         # whole config: 75 of them made load_config of a preset take 0.7 s, in every test and CLI call)
         try:
             whole = OmegaConf.merge(cfg, OmegaConf.create(loaded))
-        except (OmegaConfBaseException, TypeError):
+        except (OmegaConfBaseException, TypeError, OverflowError):  # (a 400-digit integer for a float key)
             whole = None
     for parts, value in (() if whole is not None else _leaves(Config, loaded)):
         key = ".".join(parts)
@@ -1008,6 +1034,9 @@ def _merge_loaded(cfg: DictConfig, loaded: dict, source: str, lines: dict[str, i
             continue
         try:
             OmegaConf.merge(cfg, _nested(parts, value))
+        except OverflowError:
+            problems.append(f"{_where(key, source, lines)}{key}: {_BEYOND_FLOAT}")
+            failed.add(key)
         except (OmegaConfBaseException, TypeError) as exc:
             problems.append(str(_merge_error(exc, source, lines, key, value)))
             failed.add(key)
@@ -1157,6 +1186,8 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
             failed.discard(lhs)
         except yaml.YAMLError as exc:
             problems.append(f"override {item!r}: the value does not parse as YAML: {_yaml_reason(exc, rhs)}")
+        except OverflowError:  # (a float key given a 400-digit integer: OmegaConf's conversion overflows)
+            problems.append(f"override {item!r}: {item.split('=', 1)[0]}: {_BEYOND_FLOAT}")
         except (OmegaConfBaseException, TypeError) as exc:
             lhs = item.split("=", 1)[0]
             key = getattr(exc, "full_key", None)
@@ -1196,6 +1227,13 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     problems += [f"{_origin(key, source, lines, overridden)}{key}: {msg}" for key, msg, _, _ in bad]
     failed.update(key for key, _, _, _ in bad)
     _drop_interpolations(bad)
+    # An integer beyond any float (400 digits: YAML reads 1e400 as text, and the hint for an integer key is to
+    # write its digits) raised OverflowError out of the checks, a traceback and exit 1 (a probe)
+    huge = _huge_integers(cfg)
+    problems += [f"{_origin(key, source, lines, overridden)}{key}: {_BEYOND_FLOAT} ({digits} digits)"
+                 for key, digits, _, _ in huge]
+    failed.update(key for key, _, _, _ in huge)
+    _drop_interpolations(huge)
     _numbers_in_specs(cfg)
     try:
         validate(cfg)

@@ -768,3 +768,26 @@ def test_a_section_given_whole_by_an_override_fixes_only_the_keys_it_gives(tmp_p
     with pytest.raises(ConfigError, match=r"bad.yaml:2: trigger.freq_steps: Value 'ten'"):
         load_config(path, ["trigger={freq_secs: 60}"])
     assert load_config(path, ["trigger={freq_steps: 7}"]).trigger.freq_steps == 7
+
+
+def test_an_integer_beyond_any_float_is_a_config_error_naming_the_key(tmp_path, capsys):
+    """A probe: a 400-digit integer (YAML reads 1e400 as text, and the hint for an integer key was to write its
+    digits) raised OverflowError out of load_config, a traceback and exit 1 from the CLI; and 1e400's hint was
+    "write inf", which is then refused."""
+    big = "1" + "0" * 400
+    for key in ("trigger.freq_steps", "evaluation.seed", "policy.sample_size.initial", "streams.default.1.threshold",
+                "evaluation.suites.m.cost", "distributed.timeout_s"):
+        with pytest.raises(ConfigError, match=re.escape(f"{key}: an integer beyond any number this takes")):
+            load_config(overrides=[f"{key}={big}"])
+    (tmp_path / "big.yaml").write_text(f"evaluation:\n  seed: {big}\ndistributed:\n  timeout_s: {big}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "big.yaml")
+    assert f"{tmp_path / 'big.yaml'}:2: evaluation.seed: an integer beyond" in str(err.value)
+    assert f"{tmp_path / 'big.yaml'}:4: distributed.timeout_s: an integer beyond" in str(err.value)
+    from adaptive_eval.cli import main
+
+    assert main(["config", "--config", str(tmp_path / "big.yaml")]) == 2
+    (tmp_path / "e.yaml").write_text("evaluation:\n  seed: 1e400\n")
+    with pytest.raises(ConfigError, match=r"1e400 is beyond any number this takes") as err:
+        load_config(tmp_path / "e.yaml")
+    assert "write inf" not in str(err.value)
