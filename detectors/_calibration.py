@@ -314,7 +314,11 @@ def simulate_curve(cls, params: dict, *, max_arl: float, in_control=None, block_
                 continue  # the same threshold already reaches a higher ARL: keep the curve strictly increasing
             curve.append([h, _mean_run_length(records, cap, h)])
         if not curve:
-            raise RuntimeError(f"{cls.name}: calibration failed (no threshold reaches ARL {max_arl})")
+            # (a ValueError, named by the config's key and line: a RuntimeError came out of load_config, a traceback;
+            # a probe with k: 4, where the statistic is 0 on nearly every in-control value)
+            raise ValueError(f"{cls.name}: no threshold gives an in-control run of {max_arl:g} updates with these "
+                             f"settings ({', '.join(f'{k} {v}' for k, v in params.items() if v is not None)}): give "
+                             "a threshold instead of arl0, or change the settings (a smaller k)")
         if cls._discrete_statistic:
             # Exact ARL of each achievable threshold, so lookups can pick the next one up.
             curve = [[h, _mean_run_length(records, cap, h)] for h in pool]

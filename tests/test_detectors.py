@@ -188,6 +188,9 @@ BAD_PARAMS = [
     ("spike", {"in_control": [0.5] * 50}, "in_control is constant"),
     ("window_test", {"in_control": [0.5] * 50}, "in_control is constant"),
     ("cusum", {"in_control": [0.5] * 30 + ["x"]}, r"in_control\[30\] must be a number"),
+    # (k 4: its statistic is 0 on nearly every in-control value, no threshold reaches arl0; a RuntimeError came out
+    # of load_config, a traceback; a probe)
+    ("cusum", {"k": 4.0, "arl0": 300}, "no threshold gives an in-control run of 300 updates"),
     ("cusum", {"in_control": list(range(100)), "block_size": 0}, "block_size"),
     ("page_hinkley", {"arl0": 1.0}, "arl0"),
     ("page_hinkley", {"min_instances": 0}, "min_instances"),
