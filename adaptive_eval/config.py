@@ -286,7 +286,7 @@ _POSITIVE = ("policy.alarm.cooldown_steps", "policy.alarm.corroborate", "policy.
              "policy.sample_size.max", "policy.sample_size.target_half_width", "policy.sample_size.alarm_factor",
              "policy.budget.max_eval_fraction", "policy.peak.improving_factor", "policy.lookback.keep",
              "distributed.timeout_s",
-             "replay.step_seconds", "replay.eval_set_size", "logging.flush_secs")
+             "replay.step_seconds", "logging.flush_secs")  # (replay.eval_set_size: in _RANGES)
 _NON_NEGATIVE = ("evaluation.max_retries", "evaluation.retry_backoff_s", "resources.min_free_accelerator_gb",
                  "resources.min_free_accelerator_fraction", "resources.min_free_host_gb",
                  "resources.max_deferral_steps", "replay.eval_fixed_seconds", "replay.eval_seconds_per_sample",
@@ -295,7 +295,9 @@ _UNIT = ("evaluation.confidence", "policy.interval.tighten", "policy.interval.si
          "policy.budget.max_eval_fraction", "policy.budget.max_eval_device_fraction")
 _COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps", "policy.alarm.corroborate_steps",
            "policy.lookback.lag_steps")
-_RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0)}
+_RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0),
+           "replay.eval_set_size": (1, 1_000_000)}
+MAX_ITEMS = 1_000_000  # an eval suite's (and replay's simulated eval set's) items: an order of them all is kept
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
 
@@ -473,6 +475,9 @@ def _evaluation_problems(ev) -> list[str]:
             v = size if field_name == "size" else suite[field_name]
             if v is not None and not v >= low:
                 problems.append(f"{key}.{field_name}: must be >= {low}, got {v!r}")
+        if size is not None and size > MAX_ITEMS:  # (1e12 loaded, then raised MemoryError in a training step; a probe)
+            problems.append(f"{key}.size: at most {MAX_ITEMS:,} items (each evaluation draws from a seeded order of "
+                            f"them all, held in memory), got {size!r}")
         if (suite.max_samples_per_item is not None and suite.samples_per_item >= 1
                 and suite.max_samples_per_item < suite.samples_per_item):
             problems.append(f"{key}.max_samples_per_item: {suite.max_samples_per_item} is below {key}.samples_per_item: "

@@ -791,3 +791,13 @@ def test_an_integer_beyond_any_float_is_a_config_error_naming_the_key(tmp_path, 
     with pytest.raises(ConfigError, match=r"1e400 is beyond any number this takes") as err:
         load_config(tmp_path / "e.yaml")
     assert "write inf" not in str(err.value)
+
+
+def test_an_eval_set_too_large_to_hold_an_order_of_is_refused_at_load():
+    """A probe: evaluation.suites.m.size=1e12 loaded, then the first due evaluate() raised MemoryError into the
+    training loop (a seeded order of every item is drawn); replay.eval_set_size=1e12 failed every evaluation."""
+    with pytest.raises(ConfigError, match=r"evaluation\.suites\.m\.size: at most 1,000,000 items .* got 1000000000000"):
+        load_config(overrides=["evaluation.suites.m.size=1000000000000"])
+    with pytest.raises(ConfigError, match=r"replay\.eval_set_size: must lie in \[1, 1e\+06\], got 1000000000000"):
+        load_config(overrides=["replay.eval_set_size=1000000000000"])
+    assert load_config(overrides=["evaluation.suites.m.size=1000000"]).evaluation.suites.m.size == 1_000_000
