@@ -322,11 +322,11 @@ def test_an_exponent_yaml_reads_as_text_says_how_to_write_the_number(tmp_path):
         load_config(path)
     # the number written is an integer YAML reads as one (1e30's read "write 1e+30", text again, and 2e15's
     # "2000000000000000.0", a float; a probe)
-    path.write_text("replay:\n  eval_set_size: 2e15\n")
+    path.write_text("evaluation:\n  seed: 2e15\n")
     with pytest.raises(ConfigError, match=r"\(YAML reads 2e15 as text: write 2000000000000000\)$"):
         load_config(path)
-    path.write_text("replay:\n  eval_set_size: 2000000000000000\n")
-    assert load_config(path).replay.eval_set_size == 2 * 10**15
+    path.write_text("evaluation:\n  seed: 2000000000000000\n")
+    assert load_config(path).evaluation.seed == 2 * 10**15
 
 
 def test_load_config_takes_what_from_config_takes_and_names_what_it_does_not():
