@@ -628,11 +628,24 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
         raise TuneError(str(exc)) from None
     cases = []
     for t in args.trace:
+        if t.startswith("synthetic:") and key(t) in events:
+            raise TuneError(f"--events {t}=...: synthetic:SEED is a suite of runs, each with its own events")
         if t.startswith("real:"):
             try:
-                cases.append(case_from_real(t[len("real:"):]))
+                case = case_from_real(t[len("real:"):])
             except KeyError as exc:
                 raise TuneError(str(exc.args[0])) from None
+            steps = events.get(key(t))
+            if steps is not None:  # (accepted, then the shipped annotation was scored whatever they said; a probe)
+                from adaptive_eval.tune import _index_events
+
+                first, last = case.trace.records[0].step, case.trace.records[-1].step
+                outside = [s for s in steps if not first <= s <= last]
+                if outside:
+                    raise TuneError(f"--events {t}=...: step{'s' if len(outside) > 1 else ''} "
+                                    f"{', '.join(map(str, outside))} outside the trace's steps {first}-{last}")
+                case.events, case.directions = _index_events(case.trace, steps), None
+            cases.append(case)
         elif t.startswith("synthetic:"):
             from adaptive_eval.synthetic import suite
 

@@ -704,3 +704,17 @@ def test_too_few_runs_for_the_folds_asked_is_said(tmp_path, capsys):
                  "1", "--folds", "5", "--out", str(tmp_path / "b"), "--no-progress"]) == 0
     assert "note: --folds 5 on 2 run(s): 2 fold(s), one run each" in capsys.readouterr().err
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["folds"] == 2
+
+
+def test_events_given_for_a_shipped_trace_are_the_ones_scored(tmp_path, capsys):
+    """A probe: --events real:NAME=STEPS was accepted, then the shipped annotation scored whatever the steps said
+    (99999, outside the trace, too)."""
+    args = ["tune", "real:grpo_kl_collapse", "--objective", "delay", "--trials", "1", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert main([*args, "--events", "real:grpo_kl_collapse=300", "--out", str(tmp_path / "b")]) == 0
+    delays = [json.loads((tmp_path / d / "summary.json").read_text())["chosen"][0]["values"][0] for d in "ab"]
+    assert delays[0] != delays[1]
+    capsys.readouterr()
+    assert main([*args, "--events", "real:grpo_kl_collapse=99999", "--out", str(tmp_path / "c")]) == 2
+    assert "step 99999 outside the trace's steps 1-500" in capsys.readouterr().err
+    assert main(["tune", "synthetic:0", "--events", "synthetic:0=5", "--trials", "1", "--out", str(tmp_path / "d")]) == 2
