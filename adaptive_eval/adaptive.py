@@ -2078,11 +2078,16 @@ class AdaptiveEvaluator:
         if budget is None or self._rank != 0:
             return
         key = "max_eval_device_fraction" if budget.asynchronous else "max_eval_fraction"
-        log.warning("step %d: the budget has deferred %d due evaluations and run %d: evaluation took %.3g s of the "
-                    "run's %.3g s, and policy.budget.%s is %.3g.  On the wall clock of a fast loop any evaluation is "
-                    "dear; pass clock= (a clock your loop advances by a step's real time) or raise %s, or set "
+        # (steps, not evaluations: one due evaluation held back 20 steps read "deferred 20 due evaluations"; and the
+        # advice to pass clock= went to a loop that passes one too; a review)
+        way = ("raise" if isinstance(self.clock, _FiniteClock) else  # (a clock= given)
+               "on the wall clock of a fast loop any evaluation is dear: pass clock= (a clock your loop advances by a "
+               "step's real time), or raise")
+        log.warning("step %d: the budget has held due evaluations back at %d steps and run %d evaluation%s: they "
+                    "took %.3g s of the run's %.3g s, and policy.budget.%s is %.3g; %s %s, or set "
                     "policy.budget.enabled: false (said once)", global_step, self._deferrals, self._evals_run,
-                    self._eval_seconds, self._elapsed(), key, getattr(budget, key), key)
+                    "" if self._evals_run == 1 else "s", self._eval_seconds,
+                    self._elapsed(), key, getattr(budget, key), way, key)
 
     def _say_held_alarm(self, decision: Decision, global_step: int) -> None:
         """Once a run: the budget holds back the evaluation an alarm asked for (found by a new user: with

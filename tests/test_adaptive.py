@@ -1231,7 +1231,7 @@ def test_state_dict_racing_the_training_thread_from_another_thread_says_to_take_
         ev.state_dict()  # (in the training thread: as it was)
 
 
-def test_a_budget_that_defers_far_more_than_it_runs_is_said_once(caplog):
+def test_a_budget_that_defers_far_more_than_it_runs_is_said_once(caplog, monkeypatch):
     """The quick start run as a fast toy loop on the wall clock evaluated twice in 300 steps and deferred 207 times,
     unsaid: against milliseconds of training any evaluation is dear (a new user's probe; replay said so of a trace,
     the live evaluator did not).  Said once, with the clock= to pass."""
@@ -1243,10 +1243,23 @@ def test_a_budget_that_defers_far_more_than_it_runs_is_said_once(caplog):
         now[0] += 1.0  # an evaluation worth 100 training steps of 10 ms
         return {"acc": [1.0, 0.0] * 8}
 
-    ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5"]), total_steps=300, clock=lambda: now[0])
-    with caplog.at_level("WARNING", logger="adaptive_eval"):
-        for s in range(300):
-            now[0] += 0.01
-            ev.evaluate(dear, 0, s, s)
-    said = [r.getMessage() for r in caplog.records if "the budget has deferred" in r.getMessage()]
-    assert ev.summary()["deferrals"] > 100 and len(said) == 1 and "pass clock=" in said[0]
+    import time
+
+    for given in (False, True):
+        caplog.clear()
+        now[0] = 0.0
+        with monkeypatch.context() as patch:
+            if not given:
+                patch.setattr(time, "monotonic", lambda: now[0])  # (the wall clock the evaluator reads by default)
+            ev = AdaptiveEvaluator(load_config(overrides=["trigger.freq_steps=5"]), total_steps=300,
+                                   **({"clock": lambda: now[0]} if given else {}))
+            with caplog.at_level("WARNING", logger="adaptive_eval"):
+                for s in range(300):
+                    now[0] += 0.01
+                    ev.evaluate(dear, 0, s, s)
+        said = [r.getMessage() for r in caplog.records if "the budget has held due evaluations back" in r.getMessage()]
+        assert ev.summary()["deferrals"] > 100 and len(said) == 1
+        # steps, not evaluations (a review: one evaluation held back 20 steps read "deferred 20 due evaluations"); and
+        # clock= named only to a loop that does not pass one
+        assert said[0].startswith("step 34: the budget has held due evaluations back at 20 steps and run 1 evaluation:")
+        assert ("pass clock=" in said[0]) == (not given), said[0]
