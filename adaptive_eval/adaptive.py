@@ -546,6 +546,7 @@ class AdaptiveEvaluator:
         self._looking: tuple | None = None  # a look back running: (step, what it evaluates), as _running
         self._interrupted: tuple | None = None  # loaded: (step, decision or None, look back or None)
         self._taking: int | None = None  # the step whose evaluate() waits for a due asynchronous result
+        self._sources_checked = False  # in a group: every rank's seed and suite sizes compared (_follow_sources)
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -1271,7 +1272,13 @@ class AdaptiveEvaluator:
         # beside it on any rank (in a group none was held up: a rank whose grader hung piled up 8 threads, each
         # holding its snapshot; a probe).
         busy = self._async.still_running() if self._async is not None and not final else None
-        everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage, busy))
+        # (and what every rank's sample is drawn from: a per-rank evaluation.seed, a "seed = base + rank" habit, drew
+        # another sample on each rank, shards overlapping, n=40 of 35 distinct items, unsaid; a probe)
+        everyone = self.dist.gather_objects((decision if self._rank == 0 else None, shortage, busy,
+                                             self._sample_source() if not self._sources_checked else None))
+        if not self._sources_checked:
+            self._sources_checked = True
+            self._follow_sources(everyone[0][3], [e[3] for e in everyone])
         agreed = everyone[0][0]
         if agreed != decision:
             self._divergences += 1
@@ -1283,14 +1290,35 @@ class AdaptiveEvaluator:
             if self.resources.bypasses(decision.urgent, decision.reason):  # (rank 0's decision: every rank alike)
                 verdict = self.resources.decide(global_step, decision.urgent, decision.reason)  # reads no monitor
             else:
-                short = "; ".join(f"rank {r}: {s}" for r, (_, s, _) in enumerate(everyone) if s) or None
+                short = "; ".join(f"rank {r}: {e[1]}" for r, e in enumerate(everyone) if e[1]) or None
                 verdict = self.resources.decide_with(global_step, short, final)
             decision = self._gate(decision, verdict)
-        stuck = [b for _, _, b in everyone if b is not None]
+        stuck = [e[2] for e in everyone if e[2] is not None]
         if decision.evaluate and not final and stuck:
             decision = self._wait_for_timed_out(decision, global_step, min(stuck))
         out = self._act(evaluate_fn, decision, reason, epoch, global_step, final)
         return out if out is not None else got
+
+    def _sample_source(self) -> tuple:
+        """What each evaluation's items are drawn from, which every rank of a group must share: the seed and each
+        suite's size."""
+        return int(self._evaluation["seed"]), sorted((str(n), int(x["size"])) for n, x in self._suites.items())
+
+    def _follow_sources(self, zero: tuple, everyone: list) -> None:
+        """Rank 0's seed on every rank (said, on the ranks that had another); suites of other sizes are said (their
+        items' orders differ: each rank's shard is another sample)."""
+        seed, sizes = zero
+        if self._evaluation["seed"] != seed:
+            log.warning("rank %d: evaluation.seed is %s here and %s on rank 0: every rank draws its shard from one "
+                        "sample, so this rank follows rank 0's seed (a seed per rank drew overlapping shards, items "
+                        "counted twice); give every rank the same evaluation.seed", self._rank,
+                        self._evaluation["seed"], seed)
+            self._evaluation = {**self._evaluation, "seed": seed}
+        other = [r for r, e in enumerate(everyone) if e is not None and list(e[1]) != list(sizes)]
+        if other and self._rank == 0:
+            log.error("the eval suites' sizes differ between ranks (rank 0: %s; rank %d: %s): each rank's shard comes "
+                      "from another order of the items, so some are evaluated twice and others never; give every rank "
+                      "the same evaluation.suites", dict(sizes), other[0], dict(everyone[other[0]][1]))
 
     def before_train(self, evaluate_fn: Callable, global_step: int = 0) -> EvalResult | None:
         """Evaluate the initial weights before ``global_step`` is trained, if ``trigger.eval_before_train``."""

@@ -297,8 +297,32 @@ def steps_apart(rank, world):
     return {"first": first, "said": said, "steps": [r.step for r in ev.history]}
 
 
+def seed_per_rank(rank, world):
+    """evaluation.seed = base + rank (a habit): each rank drew its shard from another sample (a probe)."""
+    import logging
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+    try:
+        ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1}, evaluation={"sample_size": 40, "seed": rank},
+                                               policy=NO_POLICIES))
+        seen = {}
+
+        def fn(req):
+            seen["seed"], seen["items"] = req.seed, list(req.indices(ITEMS))
+            return {"acc": [acc(i, 0.7) for i in seen["items"]]}
+
+        r = ev.evaluate(fn, 0, 0, 0)
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return {"seed": seen["seed"], "items": seen["items"], "n": r["acc"].n, "said": [m for m in said if "seed" in m]}
+
+
 def _scenarios_rank(rank, world, log_dir):
     scenarios = {
+        "seed_per_rank": lambda: seed_per_rank(rank, world),
         "skewed_clocks": lambda: skewed_clocks(rank, world),
         "alarm_on_one_rank": lambda: alarm_on_one_rank(rank, world),
         "alarm_on_both_ranks": lambda: alarm_on_both_ranks(rank, world),
@@ -593,3 +617,9 @@ def test_record_to_on_every_rank_writes_one_readable_trace_from_rank_0():
         assert trace.steps().tolist() == sorted(set(trace.steps().tolist())) == list(range(20))
         assert trace.column("train/loss")[1].tolist() == [1.0 + 0.01 * g for g in range(20)]  # rank 0's
         assert trace.column("eval/acc")[0].tolist() == [4, 9, 14, 19]
+
+
+def test_a_seed_per_rank_follows_rank_zeros_and_is_said(group_run):
+    a, b = group_run("seed_per_rank")
+    assert a["seed"] == b["seed"] == 0 and not set(a["items"]) & set(b["items"]) and a["n"] == b["n"] == 40
+    assert a["said"] == [] and b["said"][0].startswith("rank 1: evaluation.seed is 1 here and 0 on rank 0")
