@@ -166,8 +166,9 @@ def test_a_folder_no_demo_wrote_keeps_the_users_runs(tmp_path):
     from adaptive_eval.demos import MARKER, prepare_out
 
     (tmp_path / "async" / "tb").mkdir(parents=True)
+    (tmp_path / "adaptive" / "tb").mkdir(parents=True)  # (a run of the demo's names: its event file went; a probe)
     mine = [tmp_path / "async" / "tb" / "events.out.tfevents.1.host", tmp_path / "async" / "evals.jsonl",
-            tmp_path / "comparison.png"]
+            tmp_path / "comparison.png", tmp_path / "adaptive" / "tb" / "events.out.tfevents.2.host"]
     for f in mine:
         f.write_text("mine")
     prepare_out(tmp_path, ("adaptive", "fixed"))

@@ -52,7 +52,9 @@ def prepare_out(out_dir: Path, runs) -> None:
             else:
                 for file in _RUN_FILES:
                     (run_dir / file).unlink(missing_ok=True)
-            for old in (run_dir / "tb").glob("events.out.tfevents.*"):
+            # (in a folder no demo marked, our event files alone, as replay clears: a SummaryWriter's file of the user's
+            # in runs/adaptive/tb went too; a probe)
+            for old in (run_dir / "tb").glob("events.out.tfevents.*" + ("" if ours else ".adaptive_eval*")):
                 old.unlink()
             if name not in runs:
                 for folder in (run_dir / "tb", run_dir):
