@@ -406,9 +406,13 @@ def _clear_earlier_replay(out: str) -> None:
     probe), and its event files in ``out/tb`` (ours alone: ``.adaptive_eval`` in the name), as TensorBoard and
     ``plot`` read every event file of a folder, and two runs' streams interleaved there, an oscillation neither
     log had (found by a new-user probe)."""
+    earlier = os.path.exists(os.path.join(out, "evals.jsonl"))
     for name in _REPLAY_OUTPUTS:
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(out, name))
+    if earlier:  # (plot's picture of the earlier replay, beside this one's outputs, read as this one's; a probe)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, "run.png"))
     tb = os.path.join(out, "tb")
     try:
         old = [f for f in os.listdir(tb) if "tfevents" in f and ".adaptive_eval" in f]

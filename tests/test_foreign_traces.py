@@ -979,8 +979,11 @@ def test_a_second_replay_into_the_same_out_folder_replaces_the_first_ones_tensor
     values = [e.value for e in acc.Scalars("streams/train/loss")]
     assert len(values) == 60 and min(values) >= 5.0
     (out / "tb" / "events.out.tfevents.1.host.1.other").write_bytes(b"")  # (another writer's file is kept)
+    assert main(["plot", str(out)]) == 0 and (out / "run.png").is_file()
     assert main(["replay", str(tmp_path / "run1.csv"), "--out", str(out)]) == 0
     assert (out / "tb" / "events.out.tfevents.1.host.1.other").exists()
+    # (plot's picture of the earlier replay went too: it sat beside this one's outputs, read as this one's; a probe)
+    assert not (out / "run.png").exists()
 
 
 def test_a_wandb_history_jsonl_is_read_by_its_step_with_its_runtime_as_the_clock_not_streams(tmp_path, capsys):
