@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import textwrap
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -538,6 +539,10 @@ def _title(run: _Run) -> str:
             share = f" ({100.0 * eval_s / (eval_s + train_s):.1f}% of the run)"
         # summary.json comes from replay or the demo, whose clocks are simulated (replay.* seconds per step/item).
         parts.append(f"simulated eval time {eval_s:,.0f} s{share}")
+    if str(s.get("simulated", "")).startswith("every evaluation drawn"):
+        # (a replay's: its points looked like a real run's measured evaluations, "simulated" said only of the
+        # eval time; a probe)
+        parts.insert(0, "SIMULATED evaluations (drawn from the trace's ground truth)")
     return f"{run.name}: " + ", ".join(p for p in parts if p)
 
 
@@ -615,7 +620,8 @@ def _draw(run: _Run):
         notes.append("shaded: evaluation deferred")
     if eval_metrics:
         notes.append("marker area \u221d sample size, colour: why it ran; bars: confidence interval")
-    fig.suptitle(_title(run), fontsize=11, fontweight="bold")
+    # (wrapped: a replay's title, with its SIMULATED, ran off both sides of the picture)
+    fig.suptitle(textwrap.fill(_title(run), 105), fontsize=11, fontweight="bold")
     fig.text(0.01, 0.04 / height, "; ".join(notes), fontsize=7, color="0.35", ha="left", va="bottom")
     return fig
 

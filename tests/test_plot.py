@@ -405,3 +405,16 @@ def test_runs_that_evaluated_the_same_steps_alike_are_drawn_apart_not_one_over_t
     fig = _draw_comparison([_load(tmp_path / "a"), _load(tmp_path / "b")])
     xs = [tuple(c.get_offsets()[:, 0]) for c in fig.axes[0].collections if len(c.get_offsets()) == 3]
     assert len(xs) == 2 and all(a < b for a, b in zip(*xs))
+
+
+def test_a_replays_plot_says_its_evaluations_are_simulated(tmp_path):
+    """A probe: a replay's run.png said "simulated" only of its eval time; its points and intervals looked like a
+    real run's measured evaluations."""
+    from adaptive_eval.plot import _title
+
+    run = make_run(tmp_path / "run")
+    assert "SIMULATED" not in _title(_load(run))
+    summary = json.loads((run / "summary.json").read_text())
+    summary["simulated"] = "every evaluation drawn from the trace's ground truth; eval_seconds ... (replay.*)"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert _title(_load(run)).startswith("run: SIMULATED evaluations (drawn from the trace's ground truth), ")
