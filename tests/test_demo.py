@@ -57,6 +57,7 @@ def test_demo_writes_both_runs(demo_run):
         assert list((run / "tb").glob("events.out.tfevents.*")), f"{name}/tb has no event file"
         summary = json.loads((run / "summary.json").read_text())
         assert summary["steps"] == STEPS
+        assert summary["simulated"].startswith("train_seconds and eval_seconds on the simulated clock")  # (a probe)
         evals = _lines(run / "evals.jsonl")
         assert summary["evals"] == len(evals) > 0
         assert summary["samples"] == sum(e["sample_size"] for e in evals)

@@ -282,6 +282,9 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
         result.summary["best"] = None if f["best_step"] is None else {
             "metric": METRIC, "step": f["best_step"], "estimate": f["best_estimate"], "interval": f["best_interval"],
             "measured": f["best_accuracy"], "sample_size": f["best_sample_size"], "true": f["best_true_accuracy"]}
+        # (as the rlvr demo's: 30,000 s of train_seconds for a run of seconds, unlabelled; a probe)
+        result.summary["simulated"] = ("train_seconds and eval_seconds on the simulated clock (the config's replay.* "
+                                       "costs); the evaluations are the model's answers")
         write_outputs(result, run_dir)
         if plot:
             report[name]["png"] = str(plot_run(run_dir))
