@@ -687,3 +687,19 @@ def test_spike_on_a_quantized_stream_alarms_on_spikes_not_on_the_neighbours_of_t
     det = make_detector({"type": "spike"})
     assert [det.update(512.0, i) for i in range(200)] == [None] * 200
     assert det.update(2000.0, 200) is not None
+
+
+@pytest.mark.parametrize("name", THRESHOLDED)
+def test_a_jump_to_the_largest_floats_alarms_without_a_numpy_warning(name):
+    """A probe: window_test on a stream jumping to 1.7e308 (a diverging exp(loss)) overflowed numpy's sums, and
+    its RuntimeWarning was an exception inside observe() under warnings-as-errors (pytest's filterwarnings)."""
+    import warnings
+
+    det = make_detector({"type": name})
+    values = np.exp(np.random.default_rng(1).standard_normal(400) * 0.01 + 3.0)
+    values[200:] = 1.7e308
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        alarms = [a for i, v in enumerate(values.tolist()) if (a := det.update(v, i)) is not None]
+    if name != "spike":  # (a level shift is not a spike's: it alarms on the jump or not at all)
+        assert alarms and 200 <= alarms[0].step <= 260 and alarms[0].direction in ("up", None), (name, alarms[:1])
