@@ -626,7 +626,9 @@ class TensorBoardLogger(MetricLogger):
 
 
 TEXT_PAGE_SIZE = 25  # text markers per page (one TensorBoard text tag each)
-TEXT_PAGE_OFFSET = 10_000  # the first page of the n-th writer in a folder: n x this (250,000 markers each)
+# The first page of the n-th writer in a folder: n x this (25,000,000 markers each; at 10,000, 250,000, a writer that
+# wrote more ran into the next one's pages, and a resumed run's writer overwrote them; a long-run probe)
+TEXT_PAGE_OFFSET = 1_000_000
 _PAGE_ROW = re.compile(r"^\| (?:<pre>)?(\d+)(?:</pre>)? \| (.*) \|$")  # (pages written before <pre> too)
 
 
@@ -672,7 +674,7 @@ def read_texts(source, tag: str) -> list[tuple[int, str]]:
         acc.Reload()
     prefix = f"{tag}/"
     pages = sorted((t for t in acc.Tags().get("tensors", []) if t.startswith(prefix) and t[len(prefix):].isdigit()),
-                   key=lambda t: int(t[len(prefix):]))  # (a resumed run's writer numbers its pages on from 10000)
+                   key=lambda t: int(t[len(prefix):]))  # (a resumed run's writer numbers its pages on from 1000000)
     out = []
     for page in pages:
         text = tensor_util.make_ndarray(acc.Tensors(page)[-1].tensor_proto).item().decode("utf-8")

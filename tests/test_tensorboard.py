@@ -130,7 +130,12 @@ def test_a_run_resumed_into_the_same_folder_keeps_the_earlier_runs_text_markers(
             logger.text(step, "decisions", text)
     assert read_texts(tmp_path, "decisions") == first + resumed
     assert sorted(t for t in read(tmp_path).Tags()["tensors"] if t.startswith("decisions/")) == \
-        ["decisions/0000", "decisions/0001", "decisions/10000"]
+        ["decisions/0000", "decisions/0001", "decisions/1000000"]
+    # A writer that outgrew 10,000 pages (250,000 markers) wrote into the next writer's, whose pages, a resumed
+    # run's, then replaced its own (a long-run probe): the next writer's pages start far beyond any run's
+    from adaptive_eval.tensorboard import TEXT_PAGE_OFFSET, TEXT_PAGE_SIZE
+
+    assert TEXT_PAGE_OFFSET * TEXT_PAGE_SIZE >= 25_000_000
 
 
 def test_a_new_run_in_a_folder_an_earlier_run_wrote_is_said_and_a_resumed_one_is_not(tmp_path, caplog):
