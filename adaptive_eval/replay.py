@@ -651,6 +651,9 @@ def ground_truth(trace, cfg=None) -> dict[str, list[tuple[int, float]]]:
     {'m/acc': [(0, 0.4), (2, 0.6)]}
     """
     cfg = as_config(cfg)
+    # (an asynchronous run's results at the weights' steps, as replay reads them: check's level before an event and
+    # tune's truth were the latency late, where replay's simulated evaluations were not; a review)
+    trace = at_weights_steps(trace)
     names = sorted({k for r in trace.records for k in r.metrics})
     _, eval_cols = _split_columns(names, trace.source)
     sim = _simulator(trace, cfg, names, eval_cols, SimClock(), 0)
