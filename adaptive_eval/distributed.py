@@ -11,8 +11,12 @@ timeout, a peer that died or any other transport failure raises :class:`Collecti
 rank, so a failure never becomes a hang.  After such an error the group is not reliably usable again
 (as with torch.distributed itself); the usual reaction is to stop the run.  A timeout cannot be made
 symmetric: gloo does not cancel the timed-out collective (``ProcessGroup.abort()``/``shutdown()`` leave
-it in flight), so a rank that arrives late may still complete it from the buffered data while the
-rank that waited has raised.  A rank that died is seen at once ("Connection closed by peer").
+it in flight), so a rank that arrives late could complete it from the buffered data while the rank that
+waited has raised, and go on issuing collectives that pair with the other rank's own (a training
+all-reduce, silently mixed with ours).  So an evaluator's context that fails sets a flag in the default
+group's store, and one that was away from its collectives for half the timeout or more reads it before
+the next: that rank raises :class:`CollectiveError` too.  A rank that died is seen at once ("Connection
+closed by peer").
 
 Backends: with NCCL the payloads travel as CUDA tensors on the current device; with gloo (or a mixed
 ``cpu:gloo,cuda:nccl`` group) small payloads travel as CPU tensors.
@@ -28,6 +32,7 @@ import atexit
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import logging
 import math
 import pickle
@@ -70,6 +75,9 @@ _HEADER = 8  # int64 byte count in front of each inline buffer
 
 class CollectiveError(RuntimeError):
     """A collective failed on this rank: a timeout, a peer that died or a transport error."""
+
+
+_EVALUATOR_CONTEXTS = itertools.count()  # the failure flag's key of each evaluator's context (from_config)
 
 
 def _dist():
@@ -236,7 +244,8 @@ class DistContext:
     Without a process group, or in a group of one, every method returns the local answer at once.
     """
 
-    def __init__(self, group=None, timeout_s: float | None = None, *, poll_s: float | None = None):
+    def __init__(self, group=None, timeout_s: float | None = None, *, poll_s: float | None = None,
+                 failed_key: str | None = None):
         if timeout_s is not None and not (timeout_s > 0 and math.isfinite(timeout_s)):
             raise ValueError(f"timeout_s must be a positive number of seconds or None, got {timeout_s!r}")
         self.group = group
@@ -245,12 +254,61 @@ class DistContext:
         # background thread: Work.wait() holds the GIL while it blocks, which would stall the training thread.
         self.poll_s = poll_s
         self.collectives = 0
+        # The key, in the process group's store, that a rank whose collective failed sets, and every rank reads
+        # before each collective (see _wait); None: no such flag
+        self.failed_key = failed_key
+        self._store = None  # (looked up at the first collective: the group may not exist yet)
+        self._last_done = None  # time.monotonic() when this context's last collective completed
 
     @classmethod
     def from_config(cls, cfg, group=None) -> "DistContext":
-        """Timeout from ``cfg.distributed.timeout_s`` (absent: the group's own timeout)."""
+        """Timeout from ``cfg.distributed.timeout_s`` (absent: the group's own timeout); an evaluator's context,
+        whose failure flag is the ``n``-th evaluator's of this process (every rank builds its evaluators alike)."""
         section = getattr(cfg, "distributed", None)
-        return cls(group, timeout_s=getattr(section, "timeout_s", None) if section is not None else None)
+        return cls(group, timeout_s=getattr(section, "timeout_s", None) if section is not None else None,
+                   failed_key=f"adaptive_eval/failed/{next(_EVALUATOR_CONTEXTS)}")
+
+    def _flag_store(self):
+        """The default group's store (a key-value store every rank reaches), or None where there is none."""
+        if self._store is None:
+            try:
+                self._store = _dist().distributed_c10d._get_default_store()
+            except Exception:  # noqa: BLE001 - a backend without one, a torch without this: no flag
+                self._store = False
+        return self._store or None
+
+    def _refuse_after_failure(self, what: str) -> None:
+        """A rank whose collective timed out raised and stopped; a rank that came late completed it from the data
+        buffered and went on issuing collectives, which paired with the other's training all-reduce: its gradient
+        silently mixed with our bookkeeping, or gloo aborted on a size mismatch (a probe).  So a failure is set in
+        the store, and every collective first reads it."""
+        # Only a rank that was away from its collectives for a good part of the timeout can have left another rank
+        # waiting past it (collectives end together): the store is read then, not at every step (+0.36 ms a step)
+        last = self._last_done
+        if (self.failed_key is None or last is None
+                or time.monotonic() - last < 0.5 * (self.timeout_s if self.timeout_s is not None else 1800.0)):
+            return
+        store = self._flag_store()
+        if store is None:
+            return
+        try:
+            failed = store.check([self.failed_key])
+            said = store.get(self.failed_key).decode(errors="replace") if failed else ""
+        except Exception:  # noqa: BLE001 - the store unreachable: the collective itself will say what is wrong
+            return
+        if failed:
+            rank, world = self.rank_world()
+            raise CollectiveError(f"{what} not issued on rank {rank} of {world}: a collective of this evaluator "
+                                  f"already failed on another rank ({said}); its collectives would pair with other "
+                                  "ones (your training's all-reduce), so this rank issues no more of them either")
+
+    def _say_failure(self, what: str) -> None:
+        store = self._flag_store() if self.failed_key is not None else None
+        if store is not None:
+            try:
+                store.set(self.failed_key, f"rank {self.rank}: {what}")
+            except Exception:  # noqa: BLE001 - best effort: the error itself is raised on this rank anyway
+                pass
 
     # -- where we are -------------------------------------------------------------------------------
     @property
@@ -272,6 +330,7 @@ class DistContext:
     def _wait(self, what: str, issue, *tensors) -> None:
         """Issue one async collective on ``tensors`` and wait for it; any failure becomes a CollectiveError.
         The tensors stay referenced until the backend has let go of them (see :func:`_hold`)."""
+        self._refuse_after_failure(what)
         self.collectives += 1
         before = _use_counts(tensors)
         work = None
@@ -283,7 +342,9 @@ class DistContext:
                 work.wait()
             else:
                 work.wait(timeout=datetime.timedelta(seconds=min(self.timeout_s, threading.TIMEOUT_MAX)))
+            self._last_done = time.monotonic()
         except Exception as exc:  # noqa: BLE001 - torch raises RuntimeError, DistBackendError, ...
+            self._say_failure(what)
             rank, world = self.rank_world()
             limit = f"{self.timeout_s:g} s" if self.timeout_s is not None else "the process group's timeout"
             # (the usual cause in a user's loop: a call on the main process only, ``if is_main_process:``, which

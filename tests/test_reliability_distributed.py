@@ -126,8 +126,12 @@ def test_a_rank_hanging_in_evaluate_fn_is_a_collective_error_on_the_other_within
     assert "every rank calls observe(), evaluate() and close() at every step" in message
     # evaluation.timeout_s adds no thread in a group: evaluate_fn ran in the main thread on both ranks.
     assert main_thread_calls and all(main_thread_calls) and all(r1[3])
-    # The late rank does not hang either: its own collective fails (or completes from buffered data).
-    assert r1[0] in ("CollectiveError", "finished")
+    # The late rank does not hang either, nor complete its collective from the data buffered and go on issuing
+    # collectives that paired with the other rank's training all-reduce (its gradient silently mixed with our
+    # bookkeeping; a probe): it reads the other's failure in the store and issues none
+    assert r1[0] == "CollectiveError" and r1[1] == 14, r1[:2]
+    assert "gather_objects not issued on rank 1 of 2: a collective of this evaluator already failed on another rank " \
+           "(rank 0: gather_objects)" in r1[4]
 
 
 def test_after_a_collective_error_a_loop_that_goes_on_gets_no_more_collectives_nor_evaluations(faults):
