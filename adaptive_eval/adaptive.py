@@ -1598,6 +1598,18 @@ class AdaptiveEvaluator:
             log.warning("%s: no such stream observed in this run (up to step %s; observed: %s): it did nothing",
                         "; ".join(said), self._last_step,
                         ", ".join(repr(n) for n in seen[:20]) + (" ..." if len(seen) > 20 else ""))
+        # streams.eval's level detectors see one value per evaluation: a warm-up of 50 outlasted a run of 32
+        # evaluations, and they watched nothing, unsaid (a probe)
+        from adaptive_eval.detectors._nonfinite import NonFinite
+
+        armed = self.__dict__.get("_eval_armed", set())
+        blind = sorted({f"{type(d).name} on {name}" for name, dets in self._eval_detectors.items()
+                        for i, d in enumerate(dets) if type(d) is not NonFinite and not d.armed
+                        and (name, i) not in armed})
+        if blind:
+            log.warning("streams.eval: %s never passed its warm-up in this run's %d evaluations: it watched nothing; "
+                        "give it a warmup below the evaluations a run makes (said at close)", ", ".join(blind[:4])
+                        + (f" and {len(blind) - 4} more" if len(blind) > 4 else ""), len(self.history))
 
     def _track(self, name: str | None) -> None:
         """The metric the policies track (interval, peak, sample size, look back), the pick and the look back's
@@ -2270,8 +2282,11 @@ class AdaptiveEvaluator:
         dets = self._eval_detectors.get(stream)
         if dets is None:
             dets = self._eval_detectors[stream] = self._build(stream, self._streams["eval"])
-        for det in dets:
+        armed = self.__dict__.setdefault("_eval_armed", set())  # (ever past its warm-up: said at close if none)
+        for i, det in enumerate(dets):
             alarm = det.update(value, step)
+            if alarm is not None or det.armed:
+                armed.add((stream, i))
             if alarm is not None:
                 # A NaN or inf result of an evaluation a training stream's urgent alarm brought (its loss went NaN:
                 # the model is dead) is shown and counted, but brings no evaluation forward: it asked at once for

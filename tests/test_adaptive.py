@@ -1263,3 +1263,31 @@ def test_a_budget_that_defers_far_more_than_it_runs_is_said_once(caplog, monkeyp
         # clock= named only to a loop that does not pass one
         assert said[0].startswith("step 34: the budget has held due evaluations back at 20 steps and run 1 evaluation:")
         assert ("pass clock=" in said[0]) == (not given), said[0]
+
+
+def test_an_eval_stream_detector_that_never_passes_its_warm_up_is_said_at_close(caplog):
+    """A probe: streams.eval given a CUSUM (warm-up 50 values, one per evaluation) in a run of 32 evaluations: it
+    watched nothing, and nothing said so.  One that alarmed (adwin) is not said."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    for spec, said in (("{type: cusum}", True), ("{type: cusum, warmup: 5}", False), ("{type: adwin}", False)):
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+            "trigger.freq_steps=25", "policy.budget.enabled=false", "policy.interval.enabled=false",
+            f"streams.eval=[{spec}]"]), total_steps=800, clock=lambda: 0.0)
+        calls = [0]
+
+        def fn():
+            calls[0] += 1
+            return {"acc": [1.0] * 80 + [0.0] * 20 if calls[0] < 9 else [1.0] * 20 + [0.0] * 80}
+
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            for s in range(800):
+                ev.observe({"train/reward": 0.5}, s)
+                ev.evaluate(fn, 0, s, s)
+            ev.close()
+        told = [r.getMessage() for r in caplog.records if r.getMessage().startswith("streams.eval:")]
+        assert bool(told) == said, (spec, told)
+        if said:
+            assert told[0].startswith("streams.eval: cusum on eval/acc never passed its warm-up in this run's 32 "
+                                      "evaluations: it watched nothing")
