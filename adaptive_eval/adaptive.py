@@ -994,11 +994,17 @@ class AdaptiveEvaluator:
         if k == 2 and last == self._loaded_last:
             # (AReaL's trainers save the state, RecoverHandler.dump, before the step's evaluate() call and resume at
             # the step after: "call evaluate() at every training step" blamed a loop that does; a new user's probe)
+            # (or a loop that calls evaluate() every 2 steps, resumed: it was told to save after evaluate(), which it
+            # did, and never that its schedule doubles; a review.  Which of the two is known only later: both said)
+            freq = self.trigger.freq_step
             log.warning("resumed at global_step %d from a state saved after step %d's evaluate() call: the call of "
                         "step %d, and any evaluation it made, are not in it (AReaL's RecoverHandler saves the state "
                         "before the step's evaluate()), so the schedule goes on from step %d's, as AReaL's own "
                         "Evaluator's does; save the state after evaluate() for a resumed run that decides as the "
-                        "uninterrupted one (said once)", global_step, last, last + 1, last)
+                        "uninterrupted one.  If this loop calls evaluate() every 2 steps instead: %scall it at every "
+                        "training step (said once)", global_step, last, last + 1, last,
+                        f"trigger.freq_steps ({freq}) counts calls, so an evaluation is due every {2 * freq} steps; "
+                        if freq else "")
             return
         freq = self.trigger.freq_step
         then = (f"trigger.freq_steps ({freq}) counts evaluate() calls, as AReaL's Evaluator does, so with a call "

@@ -490,6 +490,10 @@ def test_a_state_saved_before_the_steps_evaluate_resumes_as_areals_own_evaluator
     said = [m for m in runs["shim"][2] if "global_step 10" in m]
     assert len(said) == 1 and "saves the state before the step's evaluate()" in said[0], runs["shim"][2]
     assert "call evaluate() at every training step" not in said[0]
+    # (the same gap is what a loop calling evaluate() every 2 steps shows once resumed: it was told only to save
+    # after evaluate(), which it did, never that its schedule doubles; a review)
+    assert "If this loop calls evaluate() every 2 steps instead: trigger.freq_steps (5) counts calls, so an " \
+           "evaluation is due every 10 steps" in said[0]
 
 
 def test_a_section_of_the_users_own_config_is_a_preset_as_a_mapping_is():
