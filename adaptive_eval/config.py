@@ -1134,6 +1134,13 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
             problems.append(f"override {item!r}: expected KEY=VALUE")
             continue
         lhs, rhs = item.split("=", 1)
+        if lhs != lhs.strip() or rhs != rhs.lstrip():  # (it said "unknown key 'trigger.freq_steps '"; a probe)
+            problems.append(f"override {item!r}: spaces around '=': write {lhs.strip()}={rhs.strip()}")
+            continue
+        if lhs.startswith(("+", "~")):  # (Hydra's append and delete: "did you mean 'trigger'"; a probe)
+            problems.append(f"override {item!r}: Hydra's {lhs[0]} is not taken here: every key of the config exists "
+                            f"already; write {lhs[1:].lstrip('+')}={rhs}")
+            continue
         lhs = lhs.strip()
         failed.add(lhs)  # (until it merges)
         # (each was taken without a word: an empty value as null, an unset shell variable turning the schedule

@@ -566,7 +566,12 @@ def test_what_yaml_reads_otherwise_than_it_is_written_is_named_with_its_line_not
             f"logging:\n  tensorboard_dir: {folder}\n")
     for item, says in (("trigger.freq_steps=", "no value (an unset shell variable?); write trigger.freq_steps=null"),
                        ("trigger.freq_steps=010", "YAML reads 010 as an octal number: write 10"),
-                       ("trigger.freq_steps=???", "??? marks a value still to be given")):
+                       ("trigger.freq_steps=???", "??? marks a value still to be given"),
+                       # (it said "unknown key 'trigger.freq_steps '", and to '+trigger...' "did you mean 'trigger'"; a
+                       # probe)
+                       ("trigger.freq_steps = 5", "spaces around '=': write trigger.freq_steps=5"),
+                       ("+trigger.freq_steps=5", "Hydra's + is not taken here: every key of the config exists "
+                                                 "already; write trigger.freq_steps=5")):
         with pytest.raises(ConfigError, match=re.escape(f"override {item!r}: {says}")):
             load_config(overrides=[item])
     assert load_config(overrides=["trigger.freq_steps=null"]).trigger.freq_steps is None
