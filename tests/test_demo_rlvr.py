@@ -312,3 +312,22 @@ def test_a_tracked_metric_of_the_users_is_said_to_steer_the_policies_not_the_rep
             "and the picks report id/accuracy") in err
     assert main(["demo", "--out", str(tmp_path), "--no-progress"]) == 2
     assert "steers" not in capsys.readouterr().err
+
+
+def test_a_run_too_short_for_an_evaluation_before_the_fault_is_said(tmp_path, capsys, monkeypatch):
+    """A probe: --steps 40 put the adaptive runs' first evaluation (step 24) after the fault (step 20): nothing to
+    confirm the fall against nor to look back to, and they "never" confirmed it, unsaid."""
+    from adaptive_eval.demos import DemoError
+
+    def stop(*args, **kwargs):
+        raise DemoError("stopped before training")
+
+    monkeypatch.setattr(rlvr, "prepare_out", stop)
+    assert main(["demo", "--out", str(tmp_path), "--no-progress", "--steps", "40"]) == 2
+    assert ("note: --steps 40: the adaptive runs' first scheduled evaluation (trigger.freq_steps=25: step 24) comes "
+            "after the fault at step 20") in (err := capsys.readouterr().err)
+    assert "pass --set trigger.freq_steps=6" in err
+    assert main(["demo", "--out", str(tmp_path), "--no-progress", "--steps", "40", "--set",
+                 "trigger.freq_steps=6"]) == 2
+    assert main(["demo", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "first scheduled evaluation" not in capsys.readouterr().err

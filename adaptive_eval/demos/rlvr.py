@@ -611,6 +611,14 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
         # probe)
         print(f"note: evaluation.metric={adaptive_cfg.evaluation.metric} steers the adaptive runs' policies; the "
               f"comparison, summary.json and the picks report {METRIC}, which every run measures", file=sys.stderr)
+    freq = adaptive_cfg.trigger.freq_steps
+    if freq and freq - 1 >= fault_step:
+        # (--steps 40: the adaptive runs' first evaluation came at step 24, after the fault at 20, with nothing from
+        # before it to confirm against or look back to, and they "never" confirmed it; a probe)
+        print(f"note: --steps {steps}: the adaptive runs' first scheduled evaluation (trigger.freq_steps={freq}: step "
+              f"{freq - 1}) comes after the fault at step {fault_step}, so there is none from before it to confirm the "
+              f"fall against; for a run this short pass --set trigger.freq_steps={max(1, fault_step // 3)}",
+              file=sys.stderr)
     out = Path(out_dir)
     prepare_out(out, RUNS)
 
