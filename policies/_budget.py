@@ -47,6 +47,9 @@ def fixed_cost(observations) -> float:
 
 
 _SNAP = 1e-6  # items: the rounding of clock readings (a POSIX time's last bits) below what a budget can tell apart
+# ... and in seconds: a clock at a POSIX time (1.7e9) reads in steps of 2.4e-7 s, which for items of 0.02 s is more
+# than _SNAP items (the sample shrunk to 164 or 163 by where the clock started; a review)
+_SNAP_SECONDS = 1e-5
 
 
 class BudgetPolicy(Policy):
@@ -162,7 +165,7 @@ class BudgetPolicy(Policy):
     def propose(self, decision: Decision, ctx: Context) -> Decision:
         if not decision.evaluate or self._last_seconds is None or (decision.urgent and self.bypass_urgent):
             return decision
-        if self.expected_seconds(self._items(decision)) > self._room(ctx):
+        if self.expected_seconds(self._items(decision)) > self._room(ctx) + _SNAP_SECONDS:
             shrunk = self._shrink(decision, ctx)
             if shrunk is not None:
                 return shrunk
@@ -216,7 +219,7 @@ class BudgetPolicy(Policy):
         afford = room / spp if room > 0 else 0.0  # (inf when the budget is all of the time: never int() it)
         # (a whole number of items the clock's rounding put a hair below: 163.9999999 or 164.0000001 by where the
         # clock starts, so a run resumed with its clock counting from 0 again shrank to 163, not 164; a fuzzer)
-        afford += _SNAP
+        afford += max(_SNAP, _SNAP_SECONDS / spp)
         if afford >= asked:
             return decision
         if self._planned is not None:
