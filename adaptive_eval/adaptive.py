@@ -148,19 +148,21 @@ class _FiniteClock:
         # (an asynchronous evaluation's worker reads it too: a reading taken before the other thread's, stored
         # after it, read as the clock going back; a review)
         self.lock = _Lock()
-        self.reading: int | None = None  # the thread inside a reading
+        self.reading: set = set()  # the threads in a reading, from before they take the lock to after they leave it
 
     def __call__(self) -> float:
-        if self.reading == _get_ident():
+        me = _get_ident()
+        if me in self.reading:
             # Re-entered by a signal handler of the thread inside a reading (a preemption handler's state_dict()):
-            # waiting for the lock that thread holds hung forever (a review); the last reading stands in
+            # waiting for the lock that thread holds hung forever (a review; marked before the lock is taken and
+            # unmarked after it is left: a handler between the two hung too); the last reading stands in
             return self.last if self.last is not None else 0.0
-        with self.lock:
-            self.reading = _get_ident()
-            try:
+        self.reading.add(me)
+        try:
+            with self.lock:
                 return self._read()
-            finally:
-                self.reading = None
+        finally:
+            self.reading.discard(me)
 
     def __getstate__(self):  # (a lock does not pickle: an evaluator built with clock= could not be; a review)
         return {name: getattr(self, name) for name in _FiniteClock.__slots__ if name not in ("lock", "reading")}
@@ -168,7 +170,7 @@ class _FiniteClock:
     def __setstate__(self, state):
         for name, value in state.items():
             setattr(self, name, value)
-        self.lock, self.reading = _Lock(), None
+        self.lock, self.reading = _Lock(), set()
 
     def _read(self) -> float:
         value = self.fn()
@@ -1313,6 +1315,8 @@ class AdaptiveEvaluator:
     def _follow_sources(self, zero: tuple, everyone: list) -> None:
         """Rank 0's seed on every rank (said, on the ranks that had another); suites of other sizes are said (their
         items' orders differ: each rank's shard is another sample)."""
+        if zero is None:  # (rank 0 checked at an earlier gather, this rank not: a rebuilt evaluator; a review)
+            return
         seed, sizes = zero
         if self._evaluation["seed"] != seed:
             log.warning("rank %d: evaluation.seed is %s here and %s on rank 0: every rank draws its shard from one "
@@ -1320,7 +1324,8 @@ class AdaptiveEvaluator:
                         "counted twice); give every rank the same evaluation.seed", self._rank,
                         self._evaluation["seed"], seed)
             self._evaluation = {**self._evaluation, "seed": seed}
-        other = [r for r, e in enumerate(everyone) if e is not None and list(e[1]) != list(sizes)]
+        other = [r for r, e in enumerate(everyone)
+                 if e is not None and [list(x) for x in e[1]] != [list(x) for x in sizes]]
         if other and self._rank == 0:
             log.error("the eval suites' sizes differ between ranks (rank 0: %s; rank %d: %s): each rank's shard comes "
                       "from another order of the items, so some are evaluated twice and others never; give every rank "
@@ -1335,6 +1340,10 @@ class AdaptiveEvaluator:
                                                            self._now])
             if pending < 0.5:
                 return None
+            if not self._sources_checked:  # (rank 0's seed: it drew each rank's own here, shards overlapping; a review)
+                self._sources_checked = True
+                everyone = self.dist.gather_objects(self._sample_source())
+                self._follow_sources(everyone[0], everyone)
         elif not self.trigger._initial_pending:
             return None
         # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.

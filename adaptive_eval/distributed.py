@@ -50,6 +50,7 @@ log = logging.getLogger("adaptive_eval")
 
 __all__ = [
     "INLINE_BYTES",
+    "LOCAL",
     "CollectiveError",
     "DistContext",
     "RankDiscrepancy",
@@ -78,6 +79,7 @@ class CollectiveError(RuntimeError):
 
 
 _EVALUATOR_CONTEXTS = itertools.count()  # the failure flag's key of each evaluator's context (from_config)
+_NUMBERED_AT_FIRST = "numbered at its first collective"  # (DistContext.failed_key until then)
 
 
 def _dist():
@@ -150,8 +152,25 @@ def _release_held(timeout_s: float | None = None) -> bool:
         time.sleep(0.001)
 
 
+class _Local:
+    """:data:`LOCAL`."""
+
+    def __repr__(self) -> str:
+        return "adaptive_eval.distributed.LOCAL"
+
+    def __reduce__(self):
+        return "LOCAL"
+
+
+LOCAL = _Local()
+"""A ``group`` meaning this process alone, inside a process group or not (replay's evaluator: with the default
+group, replay() on rank 0 of a live group joined its collectives, and the other ranks' aborted; a review)."""
+
+
 def is_distributed(group=None) -> bool:
     """True when a process group is initialized and ``group`` (default: the world) has more than one rank."""
+    if group is LOCAL:
+        return False
     dist = _dist()
     if not (dist.is_available() and dist.is_initialized()):
         return False
@@ -163,6 +182,8 @@ def rank_world(group=None) -> tuple[int, int]:
 
     Raises ``ValueError`` when this process is not a member of ``group``.
     """
+    if group is LOCAL:
+        return 0, 1
     dist = _dist()
     if not (dist.is_available() and dist.is_initialized()):
         return 0, 1
@@ -265,8 +286,14 @@ class DistContext:
         """Timeout from ``cfg.distributed.timeout_s`` (absent: the group's own timeout); an evaluator's context,
         whose failure flag is the ``n``-th evaluator's of this process (every rank builds its evaluators alike)."""
         section = getattr(cfg, "distributed", None)
+        # (numbered at its first collective, among the evaluators that issue collectives: one built on rank 0 alone,
+        # or replay's, numbered at construction, put the ranks' keys out of step, and a late rank never read the
+        # flag; a review)
         return cls(group, timeout_s=getattr(section, "timeout_s", None) if section is not None else None,
-                   failed_key=f"adaptive_eval/failed/{next(_EVALUATOR_CONTEXTS)}")
+                   failed_key=_NUMBERED_AT_FIRST)
+
+    def __getstate__(self) -> dict:  # (the store does not pickle: an evaluator that had read it did not; a review)
+        return {**self.__dict__, "_store": None}
 
     def _flag_store(self):
         """The default group's store (a key-value store every rank reaches), or None where there is none."""
@@ -330,6 +357,8 @@ class DistContext:
     def _wait(self, what: str, issue, *tensors) -> None:
         """Issue one async collective on ``tensors`` and wait for it; any failure becomes a CollectiveError.
         The tensors stay referenced until the backend has let go of them (see :func:`_hold`)."""
+        if self.failed_key is _NUMBERED_AT_FIRST:
+            self.failed_key = f"adaptive_eval/failed/{next(_EVALUATOR_CONTEXTS)}"
         self._refuse_after_failure(what)
         self.collectives += 1
         before = _use_counts(tensors)

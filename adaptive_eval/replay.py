@@ -747,8 +747,11 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
                       "resources.enabled=false); to test the resource scheduler, give AdaptiveEvaluator a "
                       "resource_monitor=adaptive_eval.scheduler.FakeResourceMonitor([...])", RuntimeWarning,
                       stacklevel=2)
+    from adaptive_eval.distributed import LOCAL
+
     evaluator = AdaptiveEvaluator(cfg, steps_per_epoch=steps_per_epoch, total_steps=total, clock=clock,
-                                  logger=logger if logger is not None else NullLogger(), _simulated=True, **extra)
+                                  logger=logger if logger is not None else NullLogger(), _simulated=True,
+                                  group=LOCAL, **extra)
     # The simulated evaluations are numbers, not a model: they run as they are (evaluation.precision: none), not
     # under torch.inference_mode, which imported torch (2.8 s of every CLI replay here).  Nothing decided depends on
     # it; the config the run logs stays the user's.

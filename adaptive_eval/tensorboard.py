@@ -700,7 +700,9 @@ def make_logger(log_dir: str | os.PathLike | None, *, flush_secs: float = 30.0, 
     global_rank = None
     # (never imported: no process group can exist, so this is rank 0; importing torch for it cost a replay 2.8 s)
     dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    from adaptive_eval.distributed import LOCAL
+
+    if dist is not None and dist.is_available() and dist.is_initialized() and group is not LOCAL:
         rank = dist.get_rank(group)  # -1 when this process is not in the group
         global_rank = dist.get_rank()
     if rank != 0:

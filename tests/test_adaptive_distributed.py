@@ -306,22 +306,43 @@ def seed_per_rank(rank, world):
     handler.emit = lambda record: said.append(record.getMessage())
     logging.getLogger("adaptive_eval").addHandler(handler)
     try:
-        ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1}, evaluation={"sample_size": 40, "seed": rank},
-                                               policy=NO_POLICIES))
-        seen = {}
+        out = {}
+        for before in (False, True):  # (before_train drew with each rank's own seed: a review)
+            ev = AdaptiveEvaluator.from_config(cfg(trigger={"freq_steps": 1, "eval_before_train": before},
+                                                   evaluation={"sample_size": 40, "seed": rank}, policy=NO_POLICIES))
+            seen = {}
 
-        def fn(req):
-            seen["seed"], seen["items"] = req.seed, list(req.indices(ITEMS))
-            return {"acc": [acc(i, 0.7) for i in seen["items"]]}
+            def fn(req):
+                seen["seed"], seen["items"] = req.seed, list(req.indices(ITEMS))
+                return {"acc": [acc(i, 0.7) for i in seen["items"]]}
 
-        r = ev.evaluate(fn, 0, 0, 0)
+            r = ev.before_train(fn, 0) if before else ev.evaluate(fn, 0, 0, 0)
+            out[before] = {"seed": seen["seed"], "items": seen["items"], "n": r["acc"].n}
     finally:
         logging.getLogger("adaptive_eval").removeHandler(handler)
-    return {"seed": seen["seed"], "items": seen["items"], "n": r["acc"].n, "said": [m for m in said if "seed" in m]}
+    return {**out[False], "before_train": out[True], "said": [m for m in said if "seed" in m]}
+
+
+def replay_on_one_rank(rank, world):
+    """replay() on rank 0 alone, in a live group: its evaluator took the default group, joined a collective the
+    other rank never made (CollectiveError after the timeout; the other rank aborted when busy; a review)."""
+    import time
+
+    from adaptive_eval.replay import replay
+    from adaptive_eval.trace import Trace, TraceRecord
+
+    if rank != 0:
+        return None
+    trace = Trace([TraceRecord(s, {"train/loss": 1.0 + 0.01 * (s % 3), **({"eval/acc": 0.7} if s % 10 == 0 else {})})
+                   for s in range(60)], "t.csv")
+    start = time.monotonic()
+    out = replay(trace, cfg(trigger={"freq_steps": 10}), seed=0)
+    return {"evals": len(out.evals), "seconds": time.monotonic() - start}
 
 
 def _scenarios_rank(rank, world, log_dir):
     scenarios = {
+        "replay_on_one_rank": lambda: replay_on_one_rank(rank, world),
         "seed_per_rank": lambda: seed_per_rank(rank, world),
         "skewed_clocks": lambda: skewed_clocks(rank, world),
         "alarm_on_one_rank": lambda: alarm_on_one_rank(rank, world),
@@ -623,3 +644,10 @@ def test_a_seed_per_rank_follows_rank_zeros_and_is_said(group_run):
     a, b = group_run("seed_per_rank")
     assert a["seed"] == b["seed"] == 0 and not set(a["items"]) & set(b["items"]) and a["n"] == b["n"] == 40
     assert a["said"] == [] and b["said"][0].startswith("rank 1: evaluation.seed is 1 here and 0 on rank 0")
+    a, b = a["before_train"], b["before_train"]
+    assert a["seed"] == b["seed"] == 0 and not set(a["items"]) & set(b["items"]) and a["n"] == b["n"] == 40
+
+
+def test_replay_on_one_rank_of_a_live_group_runs_alone(group_run):
+    a, b = group_run("replay_on_one_rank")
+    assert b is None and a["evals"] >= 6 and a["seconds"] < 10

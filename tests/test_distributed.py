@@ -651,3 +651,19 @@ def test_single_process_outcome_keeps_the_old_behaviour():
     assert isinstance(run_evaluation_outcome(lambda: 1 / 0, req, on_error="retry", max_retries=1).error,
                       ZeroDivisionError)
     assert issubclass(RemoteEvaluationError, RuntimeError)
+
+
+def test_a_context_that_read_its_store_pickles_without_it():
+    """A review: an evaluator whose context had read the group's store (after a long gap or a failure) no longer
+    pickled nor deep-copied: the store does not pickle."""
+    import copy
+    import pickle
+    import threading
+
+    from adaptive_eval.distributed import LOCAL, DistContext
+
+    ctx = DistContext(None, 5.0, failed_key="adaptive_eval/failed/0")
+    ctx._store = threading.Lock()  # (stands for the store: neither pickles)
+    for again in (pickle.loads(pickle.dumps(ctx)), copy.deepcopy(ctx)):
+        assert again._store is None and again.failed_key == ctx.failed_key and again.timeout_s == 5.0
+    assert pickle.loads(pickle.dumps(LOCAL)) is LOCAL and not DistContext(LOCAL).distributed
