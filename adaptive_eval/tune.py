@@ -574,6 +574,7 @@ class TuneResult:
     # chosen trial index -> the on/off switches whose drawn value is not the base config's and that were not checked
     # (a Ctrl-C before or during the check: they keep their drawn values)
     unchecked: dict = dataclasses.field(default_factory=dict)
+    checked: dict = dataclasses.field(default_factory=dict)  # chosen trial index -> the switches whose check ran
     # trial 0, the base config: per run (case, its config as replayed, its deferral lines, its evaluation count)
     first: list = dataclasses.field(default_factory=list)
 
@@ -732,6 +733,7 @@ def _inert_switches(result: TuneResult, base, cases, run_scores: dict, stop: thr
     being replayed; the switch under check then keeps its drawn value."""
     switches = [key for key, kind, *_ in SPACE if kind is bool]
     out: dict = {}
+    checked = result.checked  # (filled as each check ends: after a Ctrl-C, what was not checked is said)
     for i in preset_numbers(result):
         params, number = result.trials[i]["params"], result.trials[i]["number"]
         for key in switches:
@@ -749,6 +751,7 @@ def _inert_switches(result: TuneResult, base, cases, run_scores: dict, stop: thr
             # (the drawn value's scores, with the switches already kept: the same as the trial's, or this is not run)
             if _plain_scores(scores) == run_scores[number]:
                 out.setdefault(i, {})[key] = own
+            checked.setdefault(i, set()).add(key)
     return out
 
 
@@ -844,8 +847,10 @@ def _unchecked_switches(result: TuneResult, base) -> dict:
     out = {}
     for i in preset_numbers(result):
         params, kept = result.trials[i]["params"], result.kept_base.get(i, {})
-        keys = [key for key, kind, *_ in SPACE if kind is bool and key not in kept and params.get(key) is not None
-                and _get(base, key) is not None and bool(params[key]) != bool(_get(base, key))]
+        done = result.checked.get(i, set())  # (checked and kept as drawn, for it changed a score: not unchecked)
+        keys = [key for key, kind, *_ in SPACE if kind is bool and key not in kept and key not in done
+                and params.get(key) is not None and _get(base, key) is not None
+                and bool(params[key]) != bool(_get(base, key))]
         if keys:
             out[i] = keys
     return out

@@ -718,3 +718,18 @@ def test_events_given_for_a_shipped_trace_are_the_ones_scored(tmp_path, capsys):
     assert main([*args, "--events", "real:grpo_kl_collapse=99999", "--out", str(tmp_path / "c")]) == 2
     assert "step 99999 outside the trace's steps 1-500" in capsys.readouterr().err
     assert main(["tune", "synthetic:0", "--events", "synthetic:0=5", "--trials", "1", "--out", str(tmp_path / "d")]) == 2
+
+
+def test_a_switch_checked_before_a_ctrl_c_is_not_said_unchecked():
+    """A review: a Ctrl-C during the check of a point's second switch said its first one, checked and kept as drawn
+    (it changed a score), was "interrupted before the check" too."""
+    from adaptive_eval.tune import TuneResult, _unchecked_switches
+
+    base = load_config()
+    drawn = {"policy.interval.tighten_per_stream": not base.policy.interval.tighten_per_stream,
+             "policy.alarm.habituate": not base.policy.alarm.habituate}
+    result = TuneResult(["cost"], [{"number": 5, "params": drawn, "values": [1.0]}], [0], [(0, "best cost")], {},
+                        interrupted=True, checked={0: {"policy.interval.tighten_per_stream"}})
+    assert _unchecked_switches(result, base) == {0: ["policy.alarm.habituate"]}
+    result.checked = {}
+    assert _unchecked_switches(result, base) == {0: ["policy.interval.tighten_per_stream", "policy.alarm.habituate"]}
