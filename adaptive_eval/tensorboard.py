@@ -416,13 +416,19 @@ class TensorBoardLogger(MetricLogger):
         """A copy (pickled: ``ddp_spawn`` pickles a framework callback, its evaluator's logger with it, and an open
         file does not pickle; a review) is a closed logger of the same folder: two processes never write one file."""
         keep = ("log_dir", "flush_secs", "rank", "event_file", "groups", "_metrics", "_metrics_with_ci", "_renamed")
-        return {name: self.__dict__[name] for name in keep if name in self.__dict__}
+        return {**{name: self.__dict__[name] for name in keep if name in self.__dict__},
+                "_copied_open": self._finalizer.alive}
 
     def __setstate__(self, state: dict) -> None:
+        copied_open = state.pop("_copied_open", False)
         self.__dict__.update(state)
         self._pid, self._layout_stale = os.getpid(), False
         self._finalizer = weakref.finalize(self, _close_file, None, -1)
         self._finalizer()  # (closed: every later call is a no-op)
+        if copied_open:  # (the copy of a logger still writing went on deciding, writing nothing, unsaid; a review)
+            log.warning("TensorBoard: a copy of the logger writing %s (pickled, e.g. for another process) writes "
+                        "nothing: one event file has one writer; give the copy's evaluator its own "
+                        "logging.tensorboard_dir", self.event_file)
 
     def __repr__(self) -> str:
         state = "open" if self._finalizer.alive else "closed"

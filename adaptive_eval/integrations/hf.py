@@ -309,23 +309,30 @@ def _evaluating(trainer, model):
 _OTHER_SETS = ("test_", "val_", "validation_", "predict_")  # (HF's metric_key_prefix of an evaluation by hand)
 
 
-def _say_sparse_logging(args, cfg, total: int | None) -> None:
+def _say_sparse_logging(args, cfg, total: int | None, steps_per_epoch: int | None = None) -> None:
     """The streams the trainer logs (all but ``train/loss``, observed every step) get one value per
     ``logging_steps``: say so when the detectors' warm-up then takes more than half the run (TRL's default of 10:
-    19 of a GRPO run's 20 streams were still warming up at its end, unsaid; a probe)."""
-    every = getattr(args, "logging_steps", 1)
-    if _strategy(getattr(args, "logging_strategy", "steps")) != "steps" or not total or not isinstance(
-            every, (int, float)) or isinstance(every, bool) or every <= 0:
+    19 of a GRPO run's 20 streams were still warming up at its end, unsaid; a probe), and under
+    ``logging_strategy="epoch"`` (one value an epoch) or ``"no"`` (none; a review)."""
+    strategy = _strategy(getattr(args, "logging_strategy", "steps"))
+    if strategy == "no":
+        log.warning("adaptive_eval: logging_strategy='no': the trainer logs no values, so only train/loss is watched "
+                    "(the reward, kl, grad_norm, ... it would log are not); log every step (logging_steps=1) to "
+                    "watch them")
+        return
+    every = steps_per_epoch if strategy == "epoch" else getattr(args, "logging_steps", 1)
+    if not total or not isinstance(every, (int, float)) or isinstance(every, bool) or every <= 0:
         return
     every = math.ceil(total * every) if every < 1 else int(every)  # (HF reads a value below 1 as a share of the run)
     warmup = max([int(spec.get("warmup", 0) or 0) for spec in (cfg.streams.default or ()) if hasattr(spec, "get")]
                  or [0])
     if every <= 1 or warmup * every <= total / 2:
         return
-    log.warning("adaptive_eval: logging_steps=%d: the streams the trainer logs (reward, kl, grad_norm, ...; train/loss "
-                "is observed every step) get one value every %d steps, so a detector's %d-value warm-up takes %d of "
-                "this run's %d steps; set logging_steps=1 (TrainingArguments, GRPOConfig) to watch them every step",
-                every, every, warmup, warmup * every, total)
+    log.warning("adaptive_eval: %s: the streams the trainer logs (reward, kl, grad_norm, ...; train/loss is observed "
+                "every step) get one value every %d steps, so a detector's %d-value warm-up takes %d of this run's %d "
+                "steps; set logging_steps=1 (TrainingArguments, GRPOConfig) to watch them every step",
+                f"logging_steps={every}" if strategy != "epoch" else "logging_strategy='epoch'", every, warmup,
+                warmup * every, total)
 
 
 def _one_reward_function(logs: dict, watch) -> tuple[str, ...]:
@@ -600,7 +607,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),
                                                        resource_monitor=self.resource_monitor)
         if getattr(state, "is_world_process_zero", True):
-            _say_sparse_logging(args, cfg, total)
+            _say_sparse_logging(args, cfg, total, spe)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
                             and asynchronous(cfg, executor) else self._evaluate_with_trainer)
