@@ -432,9 +432,13 @@ class _SuiteSimulatedEval:
                     import difflib
 
                     near = difflib.get_close_matches(suite, list(self.suites), n=1)
-                    hint = (f"; the trace's suites missing from the config: {', '.join(others)} (give each "
-                            "evaluation.suites.<name>.size, its number of problems)"
-                            + (f"; or did you mean {near[0]!r}?" if near else ""))
+                    # (a column of no suite at all, eval/accuracy, listed none: "missing from the config: " and
+                    # nothing, no way on; a probe)
+                    hint = ((f"; the trace's suites missing from the config: {', '.join(others)} (give each "
+                             "evaluation.suites.<name>.size, its number of problems)") if others else
+                            f"; {col!r} belongs to no suite: replay it without evaluation.suites, or name its "
+                            f"column eval/<suite>/{col[len('eval/'):]}")
+                    hint += f"; or did you mean {near[0]!r}?" if near else ""
                 raise ValueError(f"{source}: column {col!r}: with evaluation.suites, eval columns are "
                                  f"eval/<suite>/<metric>[@<item>] of a configured suite ({', '.join(self.suites)})"
                                  f"{hint}")

@@ -333,3 +333,13 @@ def test_a_trace_with_suites_the_config_lacks_names_them_all_not_a_suite_aggrega
                                          r"'aime24'\?") as info:
         replay(Trace(recs, "run.csv"), cfg)
     assert "suite_aggregate" not in str(info.value)
+
+
+def test_a_column_of_no_suite_replayed_with_suites_says_the_way_on():
+    """A probe: eval/accuracy (no suite) replayed with evaluation.suites set was refused with "the trace's suites
+    missing from the config: " and an empty list, no way on."""
+    recs = [TraceRecord(s, {"eval/accuracy": 0.5, "train/reward": 0.1}) for s in range(5)]
+    cfg = load_config(overrides=["evaluation.suites.math.size=500"])
+    with pytest.raises(ValueError, match=r"'eval/accuracy' belongs to no suite: replay it without evaluation.suites, "
+                                         r"or name its column eval/<suite>/accuracy$"):
+        replay(Trace(recs, "run.csv"), cfg)
