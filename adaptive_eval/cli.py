@@ -298,15 +298,16 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     return trace
 
 
-def _no_truth_warning(trace) -> None:
-    """Say on stderr that a replay measured nothing, and which columns might be the ground truth."""
+def _no_truth_warning(trace, shipped: bool = False) -> None:
+    """Say on stderr that a replay measured nothing, and which columns might be the ground truth (a shipped
+    trace's are as shipped: --eval, refused for them, was the advice; a probe)."""
     from adaptive_eval.trace import eval_like
 
     likely = eval_like(trace)
+    way = ("a shipped trace without one: its alarms and decisions replay, its evaluations measure nothing" if shipped
+           else "name it with --eval COL" + (f" (eval-like columns here: {', '.join(likely[:6])})" if likely else ""))
     print(f"  warning: the trace has no eval ground truth ({trace.source + ': ' if trace.source else ''}no "
-          "eval/<metric> column), so every simulated "
-          "evaluation measured nothing; name it with --eval COL"
-          + (f" (eval-like columns here: {', '.join(likely[:6])})" if likely else ""), file=sys.stderr)
+          f"eval/<metric> column), so every simulated evaluation measured nothing; {way}", file=sys.stderr)
 
 
 def _stride_note(source: str, records: int, first: int, last: int, cfg) -> None:
@@ -380,7 +381,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
     _truth_note(trace, cfg, _eval_names(args, args.trace))
     if s["evals"] and not any(e["metrics"] for e in result.evals):
-        _no_truth_warning(trace)
+        _no_truth_warning(trace, shipped=real is not None)
     units = replay_units(result, cfg)  # with eval suites: the cost units check, tune and the budget count
     samples = (f"samples {s['samples']}" if units is None else
                f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
@@ -565,7 +566,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                                      "evaluation measured nothing; name the eval column with --eval COL (--eval "
                                      f"TRACE=COL for one trace of several): {', '.join(likely[:6])}"
                                      + (f" and {len(likely) - 6} more" if len(likely) > 6 else ""))
-                _no_truth_warning(loaded)
+                _no_truth_warning(loaded, shipped=not _on_disk(trace))
             _budget_note(loaded, cfg, run.deferrals, len(run.evals), run.name)
             run.config_name = " ".join([args.config, *(f"--set {o}" for o in args.overrides)])
             rows += check(run, within=args.within, max_samples_per_1k=args.max_samples_per_1k)

@@ -1116,3 +1116,12 @@ def test_check_of_a_shipped_lower_is_better_trace_does_not_say_it_is_replayed_hi
     read the user's config, not the one replayed."""
     assert main(["check", "real:nanogpt_124m"]) in (0, 1)
     assert "looks lower-is-better" not in capsys.readouterr().err
+
+
+def test_a_shipped_trace_without_ground_truth_is_not_told_to_pass_eval(capsys):
+    """A probe: check of grpo_no_kl_stopped (shipped, no eval column) said "name it with --eval COL", and --eval is
+    refused for a shipped trace."""
+    main(["check", "grpo_no_kl_stopped"])
+    err = capsys.readouterr().err
+    assert "warning: the trace has no eval ground truth" in err and "--eval" not in err
+    assert "a shipped trace without one: its alarms and decisions replay" in err
