@@ -96,7 +96,8 @@ class CUSUM(Detector):
     warmup
         Number of values that estimate the in-control level and scale (again after each alarm).
     reference
-        The estimates are refined until this many in-control values have been seen (>= ``warmup``).
+        The estimates are refined until this many in-control values have been seen (>= ``warmup``; None: 500, or
+        ``warmup`` when that is more).
     clip
         Standardized values are clipped to ``[-clip, clip]`` (None: no clipping).
     adapt
@@ -156,7 +157,7 @@ class CUSUM(Detector):
     _simulated_max_arl = 5000.0
 
     def __init__(self, k: float | Sequence[float] = (0.5, 1.5), threshold: float | None = None,
-                 arl0: float | None = None, warmup: int = 50, reference: int = 500, clip: float | None = 4.0,
+                 arl0: float | None = None, warmup: int = 50, reference: int | None = None, clip: float | None = 4.0,
                  adapt: float = 0.0, direction: str = "both", in_control=None, block_size: int | None = None,
                  warmup_test: bool | float | None = None, stream: str = ""):
         owner = self.name
@@ -172,6 +173,10 @@ class CUSUM(Detector):
         self.threshold = threshold
         self.arl0 = arl0
         self.warmup = check_int(owner, "warmup", warmup, 3, 1_000_000)
+        # (None: 500, or the warm-up when longer; a warm-up of 1,000,000 alone was refused as "reference must be an
+        # integer in [1000000, ...], got 500", a parameter the user never set; a probe)
+        if reference is None:
+            reference = max(500, self.warmup)
         self.reference = check_int(owner, "reference", reference, self.warmup, 100_000_000)
         self.clip = None if clip is None else check_float(owner, "clip", clip, 0.0, 1e6, lo_open=True)
         self.adapt = check_float(owner, "adapt", adapt, 0.0, 0.5)

@@ -564,7 +564,8 @@ class KSWIN(Detector):
     arl0
         In-control average run length to calibrate ``alpha`` for.
     window_size, stat_size
-        Sliding window and the size of each of the two compared samples.
+        Sliding window and the size of each of the two compared samples (``stat_size`` None: 30, or half the
+        window when that is less).
     seed
         Seed of river's sampling of the reference values (fixed for reproducible alarms).
     in_control, block_size
@@ -596,11 +597,14 @@ class KSWIN(Detector):
     _simulated_max_arl = 750.0  # 200 runs x 2,250 updates of ~6.5 us
 
     def __init__(self, alpha: float | None = None, arl0: float | None = None, window_size: int = 100,
-                 stat_size: int = 30, seed: int = 0, in_control=None, block_size: int | None = None, stream: str = ""):
+                 stat_size: int | None = None, seed: int = 0, in_control=None, block_size: int | None = None,
+                 stream: str = ""):
         owner = self.name
         self.alpha = alpha
         self.arl0 = arl0
         self.window_size = check_int(owner, "window_size", window_size, 4, 100_000)
+        if stat_size is None:  # (30, or half the window when that is less: window_size 4 alone was refused as
+            stat_size = min(30, self.window_size // 2)  # "stat_size ... in [2, 2], got 30", never set; a probe)
         self.stat_size = check_int(owner, "stat_size", stat_size, 2, self.window_size // 2)
         self.seed = check_int(owner, "seed", seed, 0, 2**63 - 1)
         self.in_control, self.block_size = check_in_control(owner, in_control, block_size)

@@ -703,3 +703,13 @@ def test_a_jump_to_the_largest_floats_alarms_without_a_numpy_warning(name):
         alarms = [a for i, v in enumerate(values.tolist()) if (a := det.update(v, i)) is not None]
     if name != "spike":  # (a level shift is not a spike's: it alarms on the jump or not at all)
         assert alarms and 200 <= alarms[0].step <= 260 and alarms[0].direction in ("up", None), (name, alarms[:1])
+
+
+@pytest.mark.parametrize("spec, attr, value", [({"type": "cusum", "warmup": 1000, "threshold": 5.0}, "reference", 1000),
+                                                ({"type": "cusum"}, "reference", 500),
+                                                ({"type": "kswin", "window_size": 10, "alpha": 0.01}, "stat_size", 5),
+                                                ({"type": "kswin"}, "stat_size", 30)])
+def test_a_default_that_another_parameter_rules_out_follows_it(spec, attr, value):
+    """A probe: cusum with warmup 1000 alone was refused as "reference must be an integer in [1000, ...], got 500",
+    and kswin with window_size 10 as "stat_size ... got 30": parameters the user never set."""
+    assert getattr(make_detector(spec), attr) == value
