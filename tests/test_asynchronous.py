@@ -1514,7 +1514,8 @@ def test_close_from_two_threads_at_once_integrates_each_evaluation_once():
 
 @pytest.mark.parametrize("nested", [False, True])
 @pytest.mark.parametrize("call", ["state_dict", "close", "evaluate"])
-def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_that_evaluation_saying_why(call, nested):
+def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_that_evaluation_saying_why(
+        call, nested):
     """state_dict() or close() inside an asynchronous evaluate_fn (saving a checkpoint with the state) waited for the
     evaluations in flight, its own among them: distributed.timeout_s, 600 s, and close() integrated it twice; an
     evaluate() from there moved the training thread's ownership to the worker (a new user's probe).  ``nested``:

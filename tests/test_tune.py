@@ -717,7 +717,8 @@ def test_events_given_for_a_shipped_trace_are_the_ones_scored(tmp_path, capsys):
     capsys.readouterr()
     assert main([*args, "--events", "real:grpo_kl_collapse=99999", "--out", str(tmp_path / "c")]) == 2
     assert "step 99999 outside the trace's steps 1-500" in capsys.readouterr().err
-    assert main(["tune", "synthetic:0", "--events", "synthetic:0=5", "--trials", "1", "--out", str(tmp_path / "d")]) == 2
+    assert main(["tune", "synthetic:0", "--events", "synthetic:0=5", "--trials", "1",
+                 "--out", str(tmp_path / "d")]) == 2
 
 
 def test_a_switch_checked_before_a_ctrl_c_is_not_said_unchecked():
