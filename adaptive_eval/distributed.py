@@ -308,7 +308,7 @@ class DistContext:
         """A rank whose collective timed out raised and stopped; a rank that came late completed it from the data
         buffered and went on issuing collectives, which paired with the other's training all-reduce: its gradient
         silently mixed with our bookkeeping, or gloo aborted on a size mismatch (a probe).  So a failure is set in
-        the store, and every collective first reads it."""
+        the store, and a collective after a long gap first reads it."""
         # Only a rank that was away from its collectives for a good part of the timeout can have left another rank
         # waiting past it (collectives end together): the store is read then, not at every step (+0.36 ms a step)
         last = self._last_done
