@@ -757,6 +757,10 @@ def _list_item_problem(leaf: str, value: Any, index: int, msg: str) -> tuple[str
 
 def _unknown(key: str) -> str:
     """"unknown key 'K'", with the closest key of its section when one is close (a misspelling)."""
+    if key in ("defaults", "extends", "base", "include"):  # (another preset to start from: said only "unknown")
+        return (f"unknown key {key!r}: a config file holds only the keys it changes, on the default preset; to start "
+                "from another preset give it as --config PRESET (load_config('aggressive', [...])) with --set, or "
+                "copy that preset's file (adaptive-eval config --config PRESET prints it)")
     return f"unknown key {key!r}{_suggestion(key)}"
 
 
@@ -837,7 +841,14 @@ def _shape_problems(value: Any, hint: Any = Config, path: str = "") -> list[tupl
         expected = _SHAPES.get(hint) or (f"a mapping (of keys such as {', '.join(list(_field_hints(hint))[:3])})"
                                          if dataclasses.is_dataclass(hint) else "a mapping" if want_map else "a list")
         got = "a mapping" if isinstance(value, dict) else "a list" if container else repr(value)
-        return [(path or "<root>", f"expected {expected}, got {got}")]
+        split = ""
+        if (path.startswith("streams.watch.") and isinstance(value, dict) and want_list and value
+                and all(isinstance(v, (list, tuple)) for v in value.values())):
+            # (a stream name with a dot, train.loss, split by a dotted override into train -> loss; a probe)
+            name = f"{path[len('streams.watch.'):]}.{next(iter(value))}" if value else path[len("streams.watch."):]
+            split = (f" (a stream name with a dot, {name!r}, is split by a dotted key: give the whole mapping, "
+                     f"streams.watch={{'{name}': [...]}})")
+        return [(path or "<root>", f"expected {expected}, got {got}{split}")]
     out: list[tuple[str, str]] = []
     if isinstance(value, dict) and want_map:
         hints = _field_hints(hint) if dataclasses.is_dataclass(hint) else None

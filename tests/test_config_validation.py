@@ -806,3 +806,18 @@ def test_an_eval_set_too_large_to_hold_an_order_of_is_refused_at_load():
     with pytest.raises(ConfigError, match=r"replay\.eval_set_size: must lie in \[1, 1e\+06\], got 1000000000000"):
         load_config(overrides=["replay.eval_set_size=1000000000000"])
     assert load_config(overrides=["evaluation.suites.m.size=1000000"]).evaluation.suites.m.size == 1_000_000
+
+
+def test_a_dotted_stream_name_and_a_defaults_key_say_the_way_on(tmp_path):
+    """Probes: streams.watch.train.loss=[...] read "streams.watch.train: expected a list, got a mapping", not that
+    the dot split the name; a file starting `defaults: [aggressive]` (Hydra's) read only "unknown key"."""
+    with pytest.raises(ConfigError, match=r"a stream name with a dot, 'train.loss', is split by a dotted key: give "
+                                          r"the whole mapping, streams.watch=\{'train.loss': \[...\]\}"):
+        load_config(overrides=["streams.watch.train.loss=[{type: cusum}]"])
+    cfg = load_config(overrides=["streams.watch={'train.loss': [{type: cusum}]}"])
+    assert list(cfg.streams.watch) == ["train.loss"]
+    (tmp_path / "d.yaml").write_text("defaults: [aggressive]\ntrigger:\n  freq_steps: 5\n")
+    with pytest.raises(ConfigError, match=r"d.yaml:1: defaults: unknown key 'defaults': a config file holds only the "
+                                          r"keys it changes, on the default preset; to start from another preset give "
+                                          r"it as --config PRESET"):
+        load_config(tmp_path / "d.yaml")
