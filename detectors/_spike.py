@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 
 from adaptive_eval.detectors._base import (
     _DIRECTIONS,
@@ -87,7 +87,7 @@ class Spike(Detector):
 
     name = "spike"
     _threshold_param = "threshold"
-    _state = ("_ring", "_run")
+    _state = ("_ring", "_run", "_hush")
     _default_threshold = 6.0
     _table_max_arl = 30000.0
     _calibration_runs = 300
@@ -138,6 +138,10 @@ class Spike(Detector):
         self._sorted: list[float] = []
         self._run = 0  # +1 / -1 while consecutive outliers above / below continue
         self._z = 0.0
+        # While the window is mostly one value (its IQR 0), no new alarm before this step: a stream leaving an exact
+        # constant (a KL of 0 before the first update) read every value of its noise as a spike, 24 alarms in 80
+        # steps for one change, until the constant left the window (a probe)
+        self._hush = -1
 
     def _after_load(self) -> None:
         self._sorted = sorted(self._ring)
@@ -179,12 +183,18 @@ class Spike(Detector):
             if not scale > 0.0:
                 level, scale = self._level_scale()
             z = self._z = (value - level) / scale
+            hushed = False
+            if (z > self._hi or z < self._lo) and (bisect_right(s, level) - bisect_left(s, level)) * 4 >= n:
+                # an outlier of a window a quarter or more of which is one value (the level): a stream leaving an
+                # exact constant; its first alarm hushes the next ones for half a window, and each outlier in it on
+                hushed = step < self._hush
+                self._hush = step + self.window // 2 if hushed or self._run != (1 if z > 0 else -1) else self._hush
             if z > self._hi:
-                if self._run != 1:
+                if self._run != 1 and not hushed:
                     alarm = self._alarm(step, "up", value, level, z)
                 self._run = 1
             elif z < self._lo:
-                if self._run != -1:
+                if self._run != -1 and not hushed:
                     alarm = self._alarm(step, "down", value, level, z)
                 self._run = -1
             elif self._run:
