@@ -1315,24 +1315,34 @@ def test_beside_hf_writer_the_suites_counts_and_a_metric_without_an_interval_are
     assert inner.renamed == {"eval/eval_score": "eval/score", "eval/eval_score/n": "eval/score_n"}
 
 
-@pytest.mark.parametrize("logging_steps,said", [(4, True), (1, False), (0.5, True), ("epoch", True), ("no", True)])
+class GRPOTrainer(Trainer):
+    """A Trainer under TRL's class name (TRL's own runs in tests/test_integrations_trl.py): one that logs per-step
+    RL stats."""
+
+
+@pytest.mark.parametrize("logging_steps,said", [(4, True), (1, False), (0.5, True), ("epoch", True), ("no", True),
+                                                ("plain", False)])
 def test_logging_that_leaves_the_logged_streams_warming_up_most_of_the_run_is_said(tmp_path, caplog, logging_steps,
                                                                                    said):
     """A probe of GRPOTrainer at TRL's default logging_steps=10: 19 of its 20 streams were still warming up at the
     end of a 60-step run, and nothing said so (train/loss alone is observed every step); and a review: nor under
-    logging_strategy "epoch" or "no"."""
+    logging_strategy "epoch" or "no", whose advice names logging_strategy too.  Not of a plain Trainer (it logs only
+    grad_norm beside the loss: said at HF's default of 500, it was noise; a probe)."""
     cb = AdaptiveEvalCallback("default", overrides=[*FAST, "trigger.freq_steps=100"])
-    strategy = {"logging_strategy": logging_steps} if isinstance(logging_steps, str) else {
-        "logging_steps": logging_steps}
+    strategy = {"logging_strategy": logging_steps} if logging_steps in ("epoch", "no") else {
+        "logging_steps": 4 if logging_steps == "plain" else logging_steps}
     args = make_args(tmp_path, max_steps=12, **strategy)
+    kind = Trainer if logging_steps == "plain" else GRPOTrainer
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
-        Trainer(Tiny(), args, train_dataset=Points(200, 0), eval_dataset=Points(40, 1), compute_metrics=accuracy,
-                callbacks=[cb]).train()
+        kind(Tiny(), args, train_dataset=Points(200, 0), eval_dataset=Points(40, 1), compute_metrics=accuracy,
+             callbacks=[cb]).train()
     if logging_steps == "no":
         assert "logging_strategy='no': the trainer logs no values, so only train/loss is watched" in caplog.text
+        assert "set logging_strategy='steps' and logging_steps=1" in caplog.text
         return
-    every = {4: 4, 0.5: 6, "epoch": 13, 1: 1}[logging_steps]  # (an epoch: 200 items in batches of 16)
+    every = {4: 4, 0.5: 6, "epoch": 13, 1: 1, "plain": 4}[logging_steps]  # (an epoch: 200 items in batches of 16)
     head = "logging_strategy='epoch'" if logging_steps == "epoch" else f"logging_steps={every}"
     assert (f"{head}: the streams the trainer logs" in caplog.text) == said, caplog.text
     if said:
         assert f"a detector's 30-value warm-up takes {30 * every} of this run's 12 steps" in caplog.text
+        assert ("set logging_strategy='steps' and logging_steps=1" in caplog.text) == (logging_steps == "epoch")

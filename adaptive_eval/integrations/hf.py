@@ -309,16 +309,26 @@ def _evaluating(trainer, model):
 _OTHER_SETS = ("test_", "val_", "validation_", "predict_")  # (HF's metric_key_prefix of an evaluation by hand)
 
 
+def _logs_rl_stats(trainer) -> bool:
+    """A TRL trainer (or one under a TRL trainer's name): it logs per-step stats worth watching (reward, kl,
+    entropy, ...), where a plain Trainer logs only grad_norm beside the loss."""
+    return trainer is not None and any(c.__module__.startswith("trl.") or c.__name__ in _GENERATING_TRAINERS
+                                       for c in type(trainer).__mro__)
+
+
 def _say_sparse_logging(args, cfg, total: int | None, steps_per_epoch: int | None = None) -> None:
     """The streams the trainer logs (all but ``train/loss``, observed every step) get one value per
     ``logging_steps``: say so when the detectors' warm-up then takes more than half the run (TRL's default of 10:
     19 of a GRPO run's 20 streams were still warming up at its end, unsaid; a probe), and under
-    ``logging_strategy="epoch"`` (one value an epoch) or ``"no"`` (none; a review)."""
+    ``logging_strategy="epoch"`` (one value an epoch) or ``"no"`` (none; a review).  Only for a trainer that logs
+    such streams (:func:`_logs_rl_stats`): said of every plain Trainer at HF's default of 500, it was noise."""
     strategy = _strategy(getattr(args, "logging_strategy", "steps"))
+    fix = ("set logging_steps=1 (TrainingArguments, GRPOConfig)" if strategy == "steps" else
+           "set logging_strategy='steps' and logging_steps=1 (TrainingArguments, GRPOConfig; logging_steps alone is "
+           f"read only under logging_strategy='steps')")
     if strategy == "no":
         log.warning("adaptive_eval: logging_strategy='no': the trainer logs no values, so only train/loss is watched "
-                    "(the reward, kl, grad_norm, ... it would log are not); log every step (logging_steps=1) to "
-                    "watch them")
+                    "(the reward, kl, entropy, ... it would log are not); %s to watch them", fix)
         return
     every = steps_per_epoch if strategy == "epoch" else getattr(args, "logging_steps", 1)
     if not total or not isinstance(every, (int, float)) or isinstance(every, bool) or every <= 0:
@@ -328,11 +338,11 @@ def _say_sparse_logging(args, cfg, total: int | None, steps_per_epoch: int | Non
                  or [0])
     if every <= 1 or warmup * every <= total / 2:
         return
-    log.warning("adaptive_eval: %s: the streams the trainer logs (reward, kl, grad_norm, ...; train/loss is observed "
+    log.warning("adaptive_eval: %s: the streams the trainer logs (reward, kl, entropy, ...; train/loss is observed "
                 "every step) get one value every %d steps, so a detector's %d-value warm-up takes %d of this run's %d "
-                "steps; set logging_steps=1 (TrainingArguments, GRPOConfig) to watch them every step",
+                "steps; %s to watch them every step",
                 f"logging_steps={every}" if strategy != "epoch" else "logging_strategy='epoch'", every, warmup,
-                warmup * every, total)
+                warmup * every, total, fix)
 
 
 def _one_reward_function(logs: dict, watch) -> tuple[str, ...]:
@@ -606,7 +616,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),
                                                        resource_monitor=self.resource_monitor)
-        if getattr(state, "is_world_process_zero", True):
+        if getattr(state, "is_world_process_zero", True) and _logs_rl_stats(trainer):
             _say_sparse_logging(args, cfg, total, spe)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
