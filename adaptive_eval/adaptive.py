@@ -1622,9 +1622,10 @@ class AdaptiveEvaluator:
                         for i, d in enumerate(dets) if type(d) is not NonFinite and not d.armed
                         and (name, i) not in armed})
         if blind:
-            log.warning("streams.eval: %s never passed its warm-up in this run's %d evaluations: it watched nothing; "
+            n = len(self.history)
+            log.warning("streams.eval: %s never passed its warm-up in this run's %d evaluation%s: it watched nothing; "
                         "give it a warmup below the evaluations a run makes (said at close)", ", ".join(blind[:4])
-                        + (f" and {len(blind) - 4} more" if len(blind) > 4 else ""), len(self.history))
+                        + (f" and {len(blind) - 4} more" if len(blind) > 4 else ""), n, "" if n == 1 else "s")
 
     def _track(self, name: str | None) -> None:
         """The metric the policies track (interval, peak, sample size, look back), the pick and the look back's
@@ -2761,6 +2762,11 @@ class AdaptiveEvaluator:
     def __getstate__(self) -> tuple[dict, dict]:
         # (pickled, as ddp_spawn pickles a framework callback: the lock is made anew.  The slots too: the instance
         # dict alone lost them, and the copy had no _async, trigger, ...: its state_dict() raised; a review)
+        if self._async is not None and self._async.jobs:
+            # (an internal "Can't pickle local object" or "cannot pickle '_thread.lock'" said nothing of why; a probe)
+            raise TypeError(f"cannot copy an evaluator with asynchronous evaluations in flight (of steps "
+                            f"{', '.join(str(job.step) for job in self._async.jobs)}): close() it first, or take "
+                            "state_dict() and load it into a new evaluator")
         state = self.__dict__.copy()
         state.pop("_close_lock", None)
         slots = {name: getattr(self, name) for name in AdaptiveEvaluator.__slots__

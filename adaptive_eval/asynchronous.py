@@ -307,6 +307,9 @@ class DaemonThreadExecutor(cf.Executor):
     def shutdown(self, wait=True, *, cancel_futures=False):
         self._shutdown = True
 
+    def __getstate__(self) -> dict:  # (its threads do not pickle: a copy starts none; a probe)
+        return {"_shutdown": self._shutdown, "_threads": []}
+
     def join_finished(self, timeout_s: float = 30.0) -> None:
         """Wait (at most ``timeout_s`` in all) for the threads whose evaluation is done to end: one still frees
         what it held (a weight snapshot) after its result is in, and a daemon thread killed in torch's C++ code

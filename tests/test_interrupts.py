@@ -315,3 +315,34 @@ def test_a_handlers_close_while_evaluate_waits_for_a_result_integrates_it_once()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert stop and [r.step for r in ev.history] == [4] and ev.summary()["evals"] == 1
+
+
+def test_an_asynchronous_evaluator_with_work_in_flight_refuses_a_copy_saying_why():
+    """A probe: pickle or deepcopy of an asynchronous evaluator mid-run raised "Can't pickle local object
+    'DaemonThreadExecutor.submit.<locals>.target'" or "cannot pickle '_thread.lock'", saying nothing of why; with
+    nothing in flight it pickles, and the copy decides as the original."""
+    import copy
+    import pickle
+
+    def fn(request):
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "trigger.freq_steps=5", "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3",
+        "policy.budget.enabled=false", "policy.interval.enabled=false"]), clock=lambda: 0.0, eval_clock=lambda: 0.0)
+    for g in range(20):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+    with pytest.raises(TypeError, match=r"cannot copy an evaluator with asynchronous evaluations in flight \(of steps "
+                                        r"19\): close\(\) it first, or take state_dict\(\)"):
+        pickle.dumps(ev)
+    for g in range(20, 23):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(fn, 0, g, g)
+    again = copy.deepcopy(ev)
+    for e in (ev, again):
+        for g in range(23, 40):
+            e.observe({"train/loss": 1.0}, g)
+            e.evaluate(fn, 0, g, g)
+        e.close()
+    assert [r.step for r in again.history] == [r.step for r in ev.history] and len(ev.history) >= 7
