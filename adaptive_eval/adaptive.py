@@ -549,6 +549,7 @@ class AdaptiveEvaluator:
         self._interrupted: tuple | None = None  # loaded: (step, decision or None, look back or None)
         self._taking: int | None = None  # the step whose evaluate() waits for a due asynchronous result
         self._sources_checked = False  # in a group: every rank's seed and suite sizes compared (_follow_sources)
+        self._eval_armed: set = set()  # (streams.eval stream, detector index) ever past its warm-up: said at close
         self._item_values: dict[str, dict[int, float]] = {}  # this rank's last per-item means, by metric
         # With eval suites: the plans (items x answers per item, over all ranks) the latest scheduled evaluations
         # asked for, by step: a look back asks for the plan of the evaluation it is set beside (what it returned
@@ -1617,7 +1618,7 @@ class AdaptiveEvaluator:
         # evaluations, and they watched nothing, unsaid (a probe)
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        armed = self.__dict__.get("_eval_armed", set())
+        armed = self._eval_armed
         blind = sorted({f"{type(d).name} on {name}" for name, dets in self._eval_detectors.items()
                         for i, d in enumerate(dets) if type(d) is not NonFinite and not d.armed
                         and (name, i) not in armed})
@@ -2298,7 +2299,7 @@ class AdaptiveEvaluator:
         dets = self._eval_detectors.get(stream)
         if dets is None:
             dets = self._eval_detectors[stream] = self._build(stream, self._streams["eval"])
-        armed = self.__dict__.setdefault("_eval_armed", set())  # (ever past its warm-up: said at close if none)
+        armed = self._eval_armed
         for i, det in enumerate(dets):
             alarm = det.update(value, step)
             if alarm is not None or det.armed:

@@ -188,7 +188,8 @@ class Spike(Detector):
                 # an outlier of a window a quarter or more of which is one value (the level): a stream leaving an
                 # exact constant; its first alarm hushes the next ones for half a window, and each outlier in it on
                 hushed = step < self._hush
-                self._hush = step + self.window // 2 if hushed or self._run != (1 if z > 0 else -1) else self._hush
+                if hushed or self._run != (1 if z > 0 else -1):  # (hushed, or about to alarm)
+                    self._hush = step + self.window // 2
             if z > self._hi:
                 if self._run != 1 and not hushed:
                     alarm = self._alarm(step, "up", value, level, z)
