@@ -645,12 +645,15 @@ class AdaptiveEvaluator:
         call is :meth:`_observe_one`, which ends the run."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        finite = tuple(d._finite_path() for d in dets if type(d) is not NonFinite)
+        finite_dets = [d for d in dets if type(d) is not NonFinite]
+        finite = tuple(d._finite_path() for d in finite_dets)
         entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
         if stream in self._in_nonfinite_run:
             self._on_finite[stream] = functools.partial(self._observe_one, stream)
         elif len(finite) == 1:
             self._on_finite[stream] = finite[0]
+        elif len(finite) == 2 and hasattr(finite_dets[0], "_chain"):  # the default preset's stuck, then cusum
+            self._on_finite[stream] = finite_dets[0]._chain(finite[1])
         else:
             self._on_finite[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
         return entry
@@ -849,6 +852,10 @@ class AdaptiveEvaluator:
                 self._raised(alarm, global_step)
 
     def _raised(self, alarm, global_step: int) -> None:
+        if type(alarm) is list:  # (two detectors of one fast path alarming at once: see Stuck._chain)
+            for one in alarm:
+                self._raised(one, global_step)
+            return
         if self._distributed:  # shared with the other ranks at the next evaluate()
             self._unsynced.append((alarm, global_step))
         else:

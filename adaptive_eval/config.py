@@ -139,7 +139,7 @@ class StreamsConfig:
 class AlarmPolicyConfig:
     enabled: bool = True
     cooldown_steps: int = 33  # a burst of alarms within this many steps costs one evaluation
-    urgent_detectors: list[str] = field(default_factory=lambda: ["nonfinite"])  # bypass budget and cooldown
+    urgent_detectors: list[str] = field(default_factory=lambda: ["nonfinite", "stuck"])  # bypass budget, cooldown
     corroborate: int = 2  # a non-urgent alarm brings an eval forward once this many streams agree
     corroborate_steps: int = 20  # within this many steps of each other
     abrupt_steps: Optional[int] = 2  # a lone alarm whose change began this few steps before it counts alone

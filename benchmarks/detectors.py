@@ -7,6 +7,7 @@ Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
                                                 (the Turing Change Point Dataset, events by annotator consensus)
      python benchmarks/detectors.py --tradeoff  (the default CUSUM's settings on synthetic streams; see tradeoff)
      python benchmarks/detectors.py --warmup    (the test for a change inside the warm-up; see warmup_changes)
+     python benchmarks/detectors.py --stuck     (stuck: false alarms on streams that repeat, and a reward stuck at 0)
 
 For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibrated threshold):
 
@@ -22,7 +23,8 @@ For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibr
 
 Targets (issue 3): measured ARL0 >= 0.7 x arl0; cusum and bocpd delays within 1.5 x the bound for shifts
 >= 1 sd; cusum, page_hinkley, spike and nonfinite at >= 200,000 updates/s.  ``nonfinite`` has no threshold
-and never alarms on finite data, so it only gets a speed.  Slow detectors (bocpd, kswin, window_test) get
+and never alarms on finite data, so it only gets a speed; so does ``stuck`` (its arl0 is in closed form and it never
+alarms on a float stream that does not repeat: ``--stuck`` has its tables).  Slow detectors (bocpd, kswin, window_test) get
 fewer runs; the run counts are printed.  Everything is seeded.
 """
 
@@ -113,7 +115,7 @@ def measure_delays(name: str, arl0: float, runs: int) -> list[tuple[float, bool,
 def updates_per_second(name: str, n: int) -> float:
     from adaptive_eval.detectors import make_detector
 
-    det = make_detector({"type": name, "arl0": 10000} if name != "nonfinite" else {"type": name})
+    det = make_detector({"type": name, "arl0": 10000} if name not in ("nonfinite", "stuck") else {"type": name})
     values = np.random.default_rng(3).standard_normal(n).tolist()
     update = det.update
     best = math.inf
@@ -950,6 +952,109 @@ def warmup_changes() -> None:
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 
+def _repeating_streams() -> dict:
+    """Streams that repeat values by nature, as draws ``rng -> (i -> value)``."""
+    def carried(rng):
+        held = [0.0]
+
+        def draw(i):
+            if i % 4 == 0:
+                held[0] = rng.gauss(0.0, 1.0)
+            return held[0]
+        return draw
+
+    return {
+        "N(0, 1)": lambda rng: lambda i: rng.gauss(0.0, 1.0),
+        "5 levels, equal": lambda rng: lambda i: rng.choice((0.0, 0.25, 0.5, 0.75, 1.0)),
+        "batch of 8, p 0.3": lambda rng: lambda i: sum(rng.random() < 0.3 for _ in range(8)) / 8,
+        "0/1, half": lambda rng: lambda i: float(rng.random() < 0.5),
+        "0/1, 0.9 ones": lambda rng: lambda i: float(rng.random() < 0.9),
+        "0 in 80%, else U(0,1)": lambda rng: lambda i: 0.0 if rng.random() < 0.8 else rng.random(),
+        "N(0, .02) to 2 places": lambda rng: lambda i: round(rng.gauss(0.0, 0.02), 2),
+        "carried over 4 calls": carried,
+    }
+
+
+def _stuck_delay(spec: dict, batch: int, p: float, seed: int, onset: int = 300, after: int = 200) -> int | None:
+    """Values after ``onset`` up to and including the first alarm (1: the first stuck value) of a batch-mean reward
+    (``batch`` answers right with chance ``p``) that is exactly 0 from ``onset`` on; None: none within ``after``.
+    A run whose detector alarms before the onset is redrawn by the caller (None, -1)."""
+    import random
+
+    from adaptive_eval.detectors import make_detector
+
+    rng = random.Random(seed)
+    dets = [make_detector(d) for d in spec]
+    for i in range(onset + after):
+        x = sum(rng.random() < p for _ in range(batch)) / batch if i < onset else 0.0
+        if any(d.update(x, i) is not None for d in dets):
+            return -1 if i < onset else i - onset + 1
+    return None
+
+
+def stuck_tables(quick: bool = False) -> None:
+    """SIMULATED.  The ``stuck`` detector's two promises: on streams that repeat by nature, false alarms at most
+    one in ``arl0`` steps (mean steps to the first alarm from a fresh detector, runs capped at 5 x arl0); and a
+    GRPO batch-mean reward that falls to exactly 0 (a verifier scoring everything 0) caught within a few steps
+    whatever the batch, where the default CUSUM needs the drop to stand out of the batch noise."""
+    import random
+
+    from adaptive_eval.detectors import Stuck
+
+    t0 = time.perf_counter()
+    runs = 5 if quick else 20
+    print(f"SIMULATED: stuck on streams that repeat by nature; mean steps to the first alarm ({runs} runs each, "
+          "capped at 5 x arl0; 'c': capped runs)")
+    head = f"{'stream':24s}" + "".join(f"{'arl0 ' + format(a, ','):>22s}" for a in ARL0S)
+    print(head)
+    print("-" * len(head))
+    problems = []
+    for name, make in _repeating_streams().items():
+        cells = []
+        for arl0 in ARL0S:
+            lengths, capped = [], 0
+            for r in range(runs):
+                rng = random.Random(1000 * r + 7)
+                draw, det, cap = make(rng), Stuck(arl0=arl0), 5 * int(arl0)
+                n = next((i + 1 for i in range(cap) if det.update(draw(i), i) is not None), None)
+                capped += n is None
+                lengths.append(cap if n is None else n)
+            mean = statistics.fmean(lengths)
+            se = statistics.stdev(lengths) / math.sqrt(len(lengths))
+            if mean < 0.7 * arl0:
+                problems.append(f"{name} arl0={arl0}: {mean:.0f} steps to a false alarm < 0.7 x arl0")
+            cells.append(f"{mean:>9,.0f} +-{se:6,.0f}{f' {capped}c':>4s}")
+        print(f"{name:24s}" + "".join(f"{c:>22s}" for c in cells))
+    n = 50 if quick else 200
+    cusum = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
+    rows = (("default cusum", [cusum]), ("stuck", [{"type": "stuck"}]), ("stuck, then cusum", [{"type": "stuck"}, cusum]))
+    print(f"\nSIMULATED: a batch-mean reward (answers right with chance 0.3) exactly 0 from value 300 on; median values "
+          f"after the onset to the first alarm [>= 90% CI, order statistics], and the share caught within 25; n = {n} "
+          "runs per cell (a run alarming before the onset redrawn: 'r', how many); default settings (stuck arl0 "
+          "30,000)")
+    batches = (4, 8, 16, 32, 128)
+    head = f"{'detectors':20s}" + "".join(f"{'batch ' + str(b):>27s}" for b in batches)
+    print(head)
+    print("-" * len(head))
+    for label, spec in rows:
+        cells = []
+        for batch in batches:
+            delays, seed, redrawn = [], 0, 0
+            while len(delays) < n:
+                d = _stuck_delay(spec, batch, 0.3, seed)
+                seed += 1
+                redrawn += d == -1
+                if d != -1:
+                    delays.append(POST_CAP if d is None else d)
+            lo, hi, _ = _median_ci(delays)
+            within = sum(d <= 25 for d in delays) / n
+            fmt = lambda v: ">200" if v >= POST_CAP else f"{v:g}"  # noqa: E731
+            cells.append(f"{fmt(statistics.median(delays))} [{fmt(lo)}, {fmt(hi)}] {within:4.0%} {redrawn}r")
+        print(f"{label:20s}" + "".join(f"{c:>27s}" for c in cells))
+    print(f"\n{time.perf_counter() - t0:.0f} s")
+    print("targets met" if not problems else "targets missed:\n  " + "\n  ".join(problems))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group()
@@ -957,6 +1062,9 @@ def main(argv=None) -> None:
                       help="only the tables on the shipped real traces' streams, beside river's ADWIN and PageHinkley")
     mode.add_argument("--warmup", action="store_true",
                       help="only CUSUM's and BOCPD's warm-up test: shifts inside the warm-up, false alarms, the Nile")
+    mode.add_argument("--stuck", action="store_true",
+                      help="only the stuck detector: false alarms on streams that repeat by nature, and the delay to a "
+                           "batch-mean reward stuck at exactly 0, beside the default CUSUM")
     mode.add_argument("--tradeoff", action="store_true",
                       help="only the default CUSUM's settings against alternatives, on synthetic streams")
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute); "
@@ -1023,11 +1131,14 @@ def main(argv=None) -> None:
     if args.warmup:
         warmup_changes()
         return
+    if args.stuck:
+        stuck_tables(quick=args.quick)
+        return
 
     from adaptive_eval.detectors import available
 
     names = [n for n in available() if not args.only or n in args.only.split(",")]
-    thresholded = [n for n in names if n != "nonfinite"]
+    thresholded = [n for n in names if n not in ("nonfinite", "stuck")]
     # Longest jobs first, so the pool stays busy to the end.
     order = sorted(((n, a) for n in thresholded for a in ARL0S),
                    key=lambda na: -COST_US[na[0]] * na[1] * RUNS[na[0]][0 if na[1] == ARL0S[0] else 1])
@@ -1049,8 +1160,8 @@ def main(argv=None) -> None:
     print("-" * len(head))
     problems = []
     for name in names:
-        if name == "nonfinite":
-            print(f"{name:12s} {'-':>6s} {'no threshold':>16s} {'':>6s} {'':>9s}   "
+        if name in ("nonfinite", "stuck"):
+            print(f"{name:12s} {'-':>6s} {'no threshold' if name == 'nonfinite' else 'see --stuck':>16s} {'':>6s} {'':>9s}   "
                   + "   ".join(f"{'-':>13s}" for _ in SHIFTS) + f"   {speed[name]:10,.0f}")
             continue
         for arl0 in ARL0S:

@@ -12,6 +12,7 @@ from adaptive_eval.detectors._nonfinite import NonFinite
 from adaptive_eval.detectors._registry import available, make_detector, parameters
 from adaptive_eval.detectors._river import ADWIN, KSWIN, PageHinkley
 from adaptive_eval.detectors._spike import Spike
+from adaptive_eval.detectors._stuck import Stuck
 from adaptive_eval.detectors._window import WindowTest
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "NonFinite",
     "PageHinkley",
     "Spike",
+    "Stuck",
     "WindowTest",
     "available",
     "make_detector",

@@ -11,6 +11,7 @@ from adaptive_eval.detectors._cusum import CUSUM
 from adaptive_eval.detectors._nonfinite import NonFinite
 from adaptive_eval.detectors._river import ADWIN, KSWIN, PageHinkley
 from adaptive_eval.detectors._spike import Spike
+from adaptive_eval.detectors._stuck import Stuck
 from adaptive_eval.detectors._window import WindowTest
 
 __all__ = ["available", "make_detector"]
@@ -24,6 +25,7 @@ _REGISTRY: dict[str, type[Detector]] = {
     "bocpd": BOCPD,
     "spike": Spike,
     "nonfinite": NonFinite,
+    "stuck": Stuck,
     "window_test": WindowTest,
 }
 
@@ -32,7 +34,7 @@ def available() -> list[str]:
     """Registry names of all detectors.
 
     >>> available()
-    ['cusum', 'page_hinkley', 'adwin', 'kswin', 'bocpd', 'spike', 'nonfinite', 'window_test']
+    ['cusum', 'page_hinkley', 'adwin', 'kswin', 'bocpd', 'spike', 'nonfinite', 'stuck', 'window_test']
     """
     return list(_REGISTRY)
 

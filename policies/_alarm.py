@@ -22,7 +22,7 @@ def alarm_reason(stream: str, detector: str, direction: str | None) -> str:
 class AlarmPolicy(Policy):
     """Evaluate at the step an alarm arrives; a burst of alarms within ``cooldown_steps`` costs one eval.
 
-    Alarms from ``urgent_detectors`` (default: ``nonfinite``) are urgent: the decision is marked urgent
+    Alarms from ``urgent_detectors`` (default: ``nonfinite`` and ``stuck``) are urgent: the decision is marked urgent
     (so the budget may let it through) and they ignore the cooldown of other alarms, with their own
     cooldown per stream, so a stream stuck at NaN does not evaluate at every step.
 
@@ -68,7 +68,7 @@ class AlarmPolicy(Policy):
 
     name = "alarm"
 
-    def __init__(self, cooldown_steps: int = 20, urgent_detectors: Sequence[str] = ("nonfinite",),
+    def __init__(self, cooldown_steps: int = 20, urgent_detectors: Sequence[str] = ("nonfinite", "stuck"),
                  corroborate: int = 1, corroborate_steps: int = 0, abrupt_steps: int | None = None,
                  habituate: bool = False, significance: float = 0.05, metric: str | None = None):
         if cooldown_steps < 0:

@@ -109,7 +109,7 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
     OmegaConf ("Cannot merge incompatible container types"): a traceback and exit 1 from the CLI."""
     cfg = load_config(overrides=["streams.default.1.adapt=0.02", "policy.alarm.urgent_detectors.0=cusum"])
     assert cfg.streams.default[1].adapt == 0.02 and cfg.streams.default[1].threshold == 8.0
-    assert list(cfg.policy.alarm.urgent_detectors) == ["cusum"]
+    assert list(cfg.policy.alarm.urgent_detectors) == ["cusum", "stuck"]
     with pytest.raises(ConfigError, match=r"override 'streams.default.5.adapt=0.02': streams.default.5.adapt: no "
                                           r"such list item"):
         load_config(overrides=["streams.default.5.adapt=0.02"])
@@ -301,7 +301,7 @@ def test_a_misspelt_urgent_detector_and_every_bad_parameter_of_one_spec_are_name
         load_config(path)
     problems = info.value.problems
     assert problems[0] == (f"{path}:4: policy.alarm.urgent_detectors[0]: unknown detector 'nonfinit'; one of cusum, "
-                           "page_hinkley, adwin, kswin, bocpd, spike, nonfinite, window_test, rank_discrepancy")
+                           "page_hinkley, adwin, kswin, bocpd, spike, nonfinite, stuck, window_test, rank_discrepancy")
     assert problems[1].startswith(f"{path}:8: streams.default[0]: ") and "threshold must be" in problems[1] \
         and "k must be" in problems[1]
     assert problems[2].startswith(f"{path}:11: streams.default[1]: ") and "threshold must be" in problems[2]
