@@ -607,7 +607,7 @@ def summarize_outputs(
             if kinds.get(name) == "proportion":  # (as summarize checks a 1-D one)
                 _check_proportion(name, rows[0])
             derived = summarize_rows(label, name, rows[0], rows[1], ks, confidence, population, ids=item_ids,
-                                     both=sharded)
+                                     both=sharded, kind=kinds.get(name))
             summaries.update({k: v for k, v in derived.items() if k == name or k not in outputs})
             _say_nearly_binary(label, name, rows[0], item_ids)
             scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
@@ -624,7 +624,8 @@ def summarize_outputs(
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask],
                                                 [k for k in ks if int(k) <= most], confidence,
                                                 size if population else 0, both=sharded,
-                                                ids=None if item_ids is None else np.asarray(item_ids)[mask]))
+                                                ids=None if item_ids is None else np.asarray(item_ids)[mask],
+                                                kind=kinds.get(name)))
             aggs = _aggregations(aggregations, name)
             if aggs:
                 per_item = _row_means(rows[0])
@@ -1088,11 +1089,14 @@ def mean_over_items_var(std: float, n: int, within_var: float = math.nan, sample
     answers remains), which needs the within-item variance (two or more samples per item); with one sample
     per item the two parts cannot be told apart and no correction is made (conservative).
 
-    The within part is at most the variance of the item means (``cap_within``): one estimated above it, by
-    chance or by a conservative estimate such as pass@k's jackknife, would make the correction widen the
-    interval.  ``cap_within=False`` for pass@k, whose item estimates all read 1 where the answers cannot tell
-    a problem solved 16 times in 16 from one solved 80% of the time, so that their spread bounds nothing (its
-    caller bounds the interval instead: :func:`from_sums`).
+    With ``cap_within`` (mean@k) it is the two-stage estimator (Cochran), ``((1 - f) S^2 + f W) / n`` with ``S^2``
+    the item means' variance and ``W`` the within part, which never subtracts one estimate from the other: where
+    the item means happen to spread less than their answers' noise says (``S^2 < W``) it lies between the two,
+    and a whole suite's is ``W / n``.  (It capped ``W`` at ``S^2``, so that a whole suite of 10 problems whose
+    partial-credit answers varied, sd 0.41, but whose means all read 0.5 had an interval of zero width; a probe.)
+    ``cap_within=False`` for pass@k, whose item estimates all read 1 where the answers cannot tell a problem
+    solved 16 times in 16 from one solved 80% of the time, so that their spread bounds nothing: the between part
+    is ``S^2 - W`` at least 0 (its caller bounds the interval instead: :func:`from_sums`).
 
     >>> mean_over_items_var(0.4, 30), mean_over_items_var(0.4, 30, within_var=0.16, samples_per_item=16, population=30)
     (0.005333333333333334, 0.0003333333333333333)
@@ -1102,11 +1106,10 @@ def mean_over_items_var(std: float, n: int, within_var: float = math.nan, sample
     var_means = std * std
     if population and population > 0 and math.isfinite(within_var) and samples_per_item > 0:
         within = within_var / samples_per_item
-        if cap_within:
-            within = min(within, var_means)
-        between = max(var_means - within, 0.0)
         f = min(n / population, 1.0)
-        return ((1.0 - f) * between + within) / n
+        if cap_within:
+            return ((1.0 - f) * var_means + f * within) / n
+        return ((1.0 - f) * max(var_means - within, 0.0) + within) / n
     return var_means / n
 
 
@@ -1221,13 +1224,12 @@ def _within_df(std, n, within_var, samples_per_item, population, within_ss, with
         return df
     var_means = std * std if math.isfinite(std) else 0.0
     within = within_var / samples_per_item
-    if cap_within:
-        within = min(within, var_means)
     if not within > 0:
         return df
     f = min(n / population, 1.0)
-    # ((1 - f) (S^2 - W) + W; where S^2 < W, pass@k's uncapped within part, the between part is 0 and W is all)
-    spread, inside = ((1.0 - f) * var_means, f * within) if var_means >= within else (0.0, within)
+    # ((1 - f) S^2 + f W, as mean_over_items_var; pass@k's (1 - f) (S^2 - W) + W: where S^2 < W, its between part
+    # is 0 and W is all)
+    spread, inside = ((1.0 - f) * var_means, f * within) if cap_within or var_means >= within else (0.0, within)
     df_within = within_ss * within_ss / within_ss2
     return (spread + inside) ** 2 / (spread * spread / max(df, 1) + inside * inside / df_within)
 
@@ -1331,7 +1333,7 @@ def short_rows_warning(label: str, lengths: np.ndarray, ks=(1,), asked: int | No
 
 def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarray, ks=(1,),
                    confidence: float = 0.95, population: int = 0, ids=None,
-                   both: bool = False) -> dict[str, MetricSummary]:
+                   both: bool = False, kind: str | None = None) -> dict[str, MetricSummary]:
     """The summaries of one items x samples metric: ``name`` (mean@k: the mean of the per-item means) and,
     for 0/1 values, ``name/pass@<k>`` for each k in ``ks``, else ``name/best@<k>`` and ``name/worst@<k>``;
     ``both``: best@k and worst@k for 0/1 values too (a shard of a process group, whose 0/1 values may be another
@@ -1342,6 +1344,11 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
     sample counts as not evaluated); so does a shorter row (an item that returned fewer answers than the others):
     its pass@k is pass@m of its m answers.  A k above the samples returned for *every* item is a ``ValueError``
     naming ``label`` and the longest row's item (its index in ``ids``, the request's, when given).
+
+    ``kind`` (``evaluation.metric_kinds``) sets mean@k's interval as declared: ``"proportion"`` for answers in [0, 1]
+    (partial credit), ``"mean"`` for 0/1 answers taken as a mean (Student t over the problems); None: a
+    proportion where every answer is 0 or 1.  pass@k (0/1 answers) and best@k/worst@k (others) go by the values.
+    (It was ignored for items x samples metrics, silently; a probe.)
     """
     finite = ~np.isnan(padded)
     m = finite.sum(axis=1)
@@ -1369,7 +1376,8 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         sums = float(im.sum()), float(np.dot(im, im))
     im_mean = stable_mean(im)
     inv_samples = float(np.sum(1.0 / m[live]))  # (items of unequal counts: MetricSummary.effective_samples_per_item)
-    out = {name: from_sums(*sums, int(im.size), binary, confidence, clustered=True, samples=samples,
+    proportion = binary if kind is None else kind == "proportion"
+    out = {name: from_sums(*sums, int(im.size), proportion, confidence, clustered=True, samples=samples,
                            within_ss=within_ss, within_ss2=within_ss2, nan_count=nan_count, population=population,
                            inv_samples=inv_samples,
                            m2=deviations(im, im_mean), mean=im_mean, **_moments(im, im_mean))}

@@ -1517,11 +1517,50 @@ def test_a_stratum_whose_every_item_came_back_short_of_a_k_keeps_the_evaluation(
 def test_a_whole_suite_whose_problems_all_read_the_same_mean_is_not_a_zero_width_interval():
     """A probe: ten problems answered [1, 0, 1] each, a whole suite: the spread of their means was rounding residue
     (~1e-33, 2/3 not exact in floats), read as an effective size of ~1e31 and a zero-width interval, while [1, 0, 1, 1]
-    (3/4, exact) read the answers' count.  Both now read the answers' count."""
-    for row, low, high in (([1, 0, 1], 0.4391, 0.8486), ([1, 0, 1, 1], 0.5591, 0.8890)):
-        s = summarize_outputs({"s/acc": [row] * 10}, None, suites={"s": list(range(10))}, populations={"s": 10},
-                              pass_at_k={"s": (1,)})["s/acc"]
-        assert s.ci == pytest.approx((low, high), abs=1e-4)
+    (3/4, exact) read the answers' count.  Both now read the answers' own variance within their problems, as a whole
+    suite whose problems' means differ does (the two-stage estimator; it read the answers' count, 30, where one
+    problem answered [1, 1, 1] instead read an effective size near 20: a later probe), so one answer more or less
+    moves the interval by as little as it moves the mean."""
+    def ci(rows):
+        return summarize_outputs({"s/acc": rows}, None, suites={"s": list(range(10))}, populations={"s": 10},
+                                 pass_at_k={"s": (1,)})["s/acc"].ci
+
+    for row, low, high in (([1, 0, 1], 0.3839, 0.8817), ([1, 0, 1, 1], 0.5248, 0.9061)):
+        assert ci([row] * 10) == pytest.approx((low, high), abs=1e-4)
+    same, one_more = ci([[1, 0, 1]] * 10), ci([[1, 0, 1]] * 9 + [[1, 1, 1]])
+    assert abs((same[1] - same[0]) - (one_more[1] - one_more[0])) < 0.03
+
+
+def test_a_whole_suite_of_varying_answers_whose_problem_means_coincide_keeps_the_answers_noise():
+    """A probe: a whole suite of 10 problems x 4 partial-credit answers (sd 0.41 within a problem) whose means all read
+    0.5 had an interval of zero width (the within part was capped at the spread of the problem means, 0): the
+    answers' own noise, about +-0.13, is what a whole suite has left."""
+    patterns = [[1, .5, .5, 0], [1, 1, 0, 0], [.5, .5, .5, .5], [0, 1, .5, .5], [.5, 0, 1, .5]]
+    s = summarize_outputs({"s/score": [patterns[i % 5] for i in range(10)]}, None, suites={"s": list(range(10))},
+                          populations={"s": 10}, pass_at_k={"s": (1,)})["s/score"]
+    assert s.mean == 0.5 and 0.12 < (s.ci[1] - s.ci[0]) / 2 < 0.17, s.ci
+
+
+def test_metric_kinds_set_the_interval_of_an_items_by_answers_metric_as_of_a_one_answer_one():
+    """A probe: ``evaluation.metric_kinds`` changed the interval of a 1-D metric but was silently ignored for an
+    items x answers one: 0/1 answers declared a mean kept the proportion's (asymmetric) interval, partial credit
+    declared a proportion kept Student t."""
+    rng = np.random.default_rng(0)
+    answers = (rng.random((30, 4)) < rng.beta(1, 1, 30)[:, None]).astype(float)
+    partial = np.clip(answers * 0.9 + 0.05, 0, 1)
+
+    def summary(kinds):
+        return summarize_outputs({"s/acc": answers, "s/pc": partial}, None, suites={"s": list(range(30))},
+                                 populations={"s": 400}, pass_at_k={"s": (1,)}, kinds=kinds)
+
+    guessed = summary({})
+    declared = summary({"s/acc": "mean", "s/pc": "proportion"})
+    acc, pc = declared["s/acc"], declared["s/pc"]
+    assert guessed["s/acc"].binary and not acc.binary and acc.mean == guessed["s/acc"].mean
+    assert acc.ci[1] - acc.mean == pytest.approx(acc.mean - acc.ci[0])  # Student t: symmetric
+    assert acc.ci != pytest.approx(guessed["s/acc"].ci, abs=1e-3)
+    assert not guessed["s/pc"].binary and pc.binary and pc.ci != pytest.approx(guessed["s/pc"].ci, abs=1e-3)
+    assert "s/acc/pass@1" in declared  # (pass@k goes by the values: 0/1 answers)
 
 
 def test_a_state_taken_under_another_suite_size_says_so_at_load(caplog):
