@@ -1040,7 +1040,8 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     over the design effect, kept between 1 and ``samples``) scaled by ``(z / t_{n-1})^2`` for few items.
     At p = 0 or 1 the effective size is ``n`` (the samples of an item may be one answer repeated; ``p(1-p)``
     reads 0 there whatever the variance), and ``samples`` when the item means do not vary otherwise.  One
-    item gives no between-item spread: effective size 1 for a proportion, a NaN interval otherwise.
+    item gives no between-item spread: effective size 1 for a proportion, a NaN interval otherwise, unless a
+    finite ``var_mean`` comes with ``df`` (a whole suite of one problem: its answers' variance).
     ``cap=False`` (a suite with the finite population correction: the spread left is the answers' within each
     item, which is below a Bernoulli's) lets the effective size exceed ``samples``.  For pass@k the caller
     passes the answers' k-answer trials as ``samples`` (:func:`from_sums`).  ``df``: the degrees of freedom
@@ -1057,14 +1058,17 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
     """
     if n <= 0 or not math.isfinite(mean):
         return (math.nan, math.nan)
+    # One item: no interval from a spread between items, unless the caller has the variance and its degrees of
+    # freedom otherwise (a whole suite of one problem: its answers', :func:`_clustered_from_sums`).
+    alone = n < 2 and not (df is not None and df > 0 and math.isfinite(var_mean))
     if not proportion:
-        if n < 2 or not math.isfinite(var_mean):
+        if alone or not math.isfinite(var_mean):
             return (math.nan, math.nan)
         half = t_quantile(confidence, n - 1 if df is None else df) * math.sqrt(max(var_mean, 0.0))
         return (mean - half, mean + half)
     p = min(max(mean, 0.0), 1.0)
     limit = max(float(samples), float(n))
-    if n < 2 or not math.isfinite(var_mean):
+    if alone or not math.isfinite(var_mean):
         n_eff = 1.0
     elif var_mean > 1e-12 * p * (1.0 - p) and 0.0 < p < 1.0:
         # (a spread of rounding residue, ~1e-33 where every problem's mean read 2/3, is none: it read n_eff ~1e31,
@@ -1074,7 +1078,7 @@ def clustered_interval(mean: float, var_mean: float, n: int, samples: int, propo
             n_eff = min(n_eff, limit)
     else:
         n_eff = (float(n) if extreme is None else float(extreme)) if p in (0.0, 1.0) else limit
-    if n >= 2:
+    if not alone:
         n_eff *= (normal_quantile(confidence) / t_quantile(confidence, n - 1 if df is None else df)) ** 2
     return clopper_pearson(p * n_eff, n_eff, confidence)
 
@@ -1101,8 +1105,14 @@ def mean_over_items_var(std: float, n: int, within_var: float = math.nan, sample
     >>> mean_over_items_var(0.4, 30), mean_over_items_var(0.4, 30, within_var=0.16, samples_per_item=16, population=30)
     (0.005333333333333334, 0.0003333333333333333)
     """
-    if n <= 0 or not math.isfinite(std):
+    if n <= 0:
         return math.nan
+    if not math.isfinite(std):  # (one item: no spread between items)
+        whole = population and population > 0 and n >= population
+        # a whole suite of one problem has the variance of its answers left (it was NaN, an effective size of 1:
+        # [0.0004, 0.9996] for 8 of 16 answers right, whatever the answers; a probe)
+        return within_var / samples_per_item / n if whole and math.isfinite(within_var) and samples_per_item > 0 \
+            else math.nan
     var_means = std * std
     if population and population > 0 and math.isfinite(within_var) and samples_per_item > 0:
         within = within_var / samples_per_item
@@ -1173,8 +1183,10 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
             summary.within_var) else 0.0
     df = n - 1 if whole or (proportion and k > 1) else kurtosis_df(n, _m2(std, n), m4, weight)
     if fpc:
-        df = min(df, _within_df(std, n, summary.within_var, spi, population, within_ss,
-                                within_ss2, df, cap_within=not pass_fpc))
+        df = _within_df(std, n, summary.within_var, spi, population, within_ss, within_ss2, df,
+                        cap_within=not pass_fpc) if whole and n < 2 else \
+            min(df, _within_df(std, n, summary.within_var, spi, population, within_ss,
+                               within_ss2, df, cap_within=not pass_fpc))
     if proportion and k > 1:
         # pass@k: an item's m answers hold m / k disjoint k-answer trials, and the effective size is capped at
         # those, not at the answers.  The spread of per-item pass@k, mostly near 1 with a rare hard problem

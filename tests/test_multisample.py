@@ -1563,6 +1563,33 @@ def test_metric_kinds_set_the_interval_of_an_items_by_answers_metric_as_of_a_one
     assert "s/acc/pass@1" in declared  # (pass@k goes by the values: 0/1 answers)
 
 
+def test_a_whole_suite_of_one_problem_reads_its_answers_and_keeps_the_aggregate_finite():
+    """A probe: a "sanity" suite of 1 problem, evaluated whole with 16 answers (8 right), read [0.0004, 0.9996] whatever
+    its answers (an effective size of 1), a continuous score's interval was NaN, and that NaN made the aggregate over
+    the suites NaN.  A whole suite's variance is its answers' (as for 10 problems); one problem *sampled* from 10
+    still says nothing about the others."""
+    rng = np.random.default_rng(0)
+    big = (rng.random((50, 4)) < rng.beta(2, 2, 50)[:, None]).astype(float)
+    one = np.array([[1.0] * 8 + [0.0] * 8])
+    outputs = {"sanity/acc": one, "sanity/score": one * 0.8 + 0.1 + 0.01 * np.arange(16), "math/acc": big,
+               "math/score": big * 0.8 + 0.1}
+
+    def summary(sanity_size):
+        from adaptive_eval.suites import weighted_aggregate
+
+        out = summarize_outputs(outputs, None, suites={"sanity": [0], "math": list(range(50))},
+                                populations={"sanity": sanity_size, "math": 200},
+                                pass_at_k={"sanity": (1,), "math": (1,)})
+        return {**out, **weighted_aggregate(out, {"sanity": {"weight": 1.0}, "math": {"weight": 1.0}}, "all")}
+
+    whole = summary(1)
+    lo, hi = whole["sanity/acc"].ci
+    assert 0.2 < lo < 0.25 and 0.75 < hi < 0.8  # (Clopper-Pearson of the 16 answers: [0.247, 0.753])
+    assert all(math.isfinite(x) for key in ("sanity/score", "all/acc", "all/score") for x in whole[key].ci)
+    sampled = summary(10)
+    assert sampled["sanity/acc"].ci[0] < 0.01 and math.isnan(sampled["sanity/score"].ci[0])
+
+
 def test_a_state_taken_under_another_suite_size_says_so_at_load(caplog):
     """A probe: a renamed or added suite, or another seed, was said at load; a suite's size changed (500 -> 300)
     loaded unsaid, and the first plan after it still read N=500."""
