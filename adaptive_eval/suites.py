@@ -14,6 +14,7 @@ sample, optional strata and a schedule (``every``: run at every m-th evaluation)
 from __future__ import annotations
 
 import functools
+import re
 import zlib
 from collections.abc import Mapping, Sequence
 
@@ -148,6 +149,9 @@ def suite_requests(suites: Mapping[str, Mapping], plans: Sequence[SuitePlan], se
     return out
 
 
+_QUANTILE_NAME = re.compile(r"p\d{1,2}")
+
+
 def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: str,
                        confidence: float = 0.95) -> dict:
     """``"<prefix>/<metric>"``: the ``weight``-weighted mean over suites of each ``"<suite>/<metric>"`` that
@@ -157,7 +161,8 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
     mean of proportions stays within [0, 1] (a symmetric normal interval read all/acc 0.0083 [-0.052, 0.069], and
     0.9875 [0.950, 1.026]; a new user's probe); ``n`` counts the items of the suites of non-zero weight.  Empty
     unless every suite is in ``metrics`` (an evaluation that skipped a suite has no aggregate: the series stays
-    comparable).  ``confidence`` is the suites' own intervals' (kept for the signature).
+    comparable).  Not for a quantile aggregation (``"<metric>/p90"`` beside ``"<metric>"``): a weighted mean of
+    quantiles is no quantile.  ``confidence`` is the suites' own intervals' (kept for the signature).
 
     >>> from adaptive_eval.types import MetricSummary
     >>> m = {"a/acc": MetricSummary(0.5, 100, (0.4, 0.6)), "b/acc": MetricSummary(0.2, 30, (0.1, 0.3))}
@@ -184,6 +189,12 @@ def weighted_aggregate(metrics: Mapping, suites: Mapping[str, Mapping], prefix: 
         return out
     for metric, parts in by_metric.items():
         if set(parts) != set(suites):
+            continue
+        base, _, last = metric.rpartition("/")
+        if base in by_metric and _QUANTILE_NAME.fullmatch(last):
+            # a quantile of the per-item values (evaluation.aggregations' p90): the weighted mean of the suites' p90s
+            # is no 90th percentile of anything (576.9 for two suites of lengths near 100 and 1,000, whose pooled
+            # p90 is 1,032; a probe): each suite's stays its own
             continue
         share = {k: float(suites[k]["weight"]) / total_w for k in parts}
         weighed = [(share[k], p) for k, p in parts.items() if share[k] > 0]

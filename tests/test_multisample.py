@@ -1214,6 +1214,22 @@ def test_weighted_aggregate_over_suites_when_asked():
         load_config(overrides=SUITES + ["evaluation.suite_aggregate=aime24"])
 
 
+def test_the_aggregate_over_suites_leaves_out_quantiles_a_weighted_mean_of_which_is_no_quantile():
+    """A probe: all/len/p90 was the weighted mean of the suites' p90s, 576.9 for two suites of lengths near 100 and
+    1,000 (the pooled 90th percentile 1,032); the mean's aggregate stays."""
+    from adaptive_eval.suites import weighted_aggregate
+
+    rng = np.random.default_rng(0)
+    lengths = {"short": rng.normal(100, 10, (40, 2)), "long": rng.normal(1000, 50, (40, 2))}
+    out = summarize_outputs({f"{n}/len": v for n, v in lengths.items()}, None,
+                            suites={n: list(range(40)) for n in lengths}, populations={n: 40 for n in lengths},
+                            pass_at_k={n: (1,) for n in lengths}, aggregations={"len": ["p90", "p50"]})
+    assert {"short/len/p90", "long/len/p50"} <= set(out)
+    agg = weighted_aggregate(out, {n: {"weight": 1.0} for n in lengths}, "all")
+    assert set(agg) == {"all/len"} and agg["all/len"].mean == pytest.approx((out["short/len"].mean
+                                                                             + out["long/len"].mean) / 2)
+
+
 def test_nan_answers_are_no_votes_in_maj_at_k_however_they_are_stored():
     """Found in review: each distinct NaN object was a vote of its own and one np.nan repeated a single
     vote, so the same answers gave maj@5 1.0 from an array and 0.0 from a list; and an item whose answers
