@@ -1938,6 +1938,53 @@ def test_fit_again_on_the_same_trainer_continues_the_evaluators_run():
     assert cb.evaluator.summary()["evals"] == len(again) and again[len(first)] != (104, "trigger:steps")
 
 
+def test_ctrl_c_with_an_evaluation_in_flight_resumes_from_the_exception_checkpoint_as_the_run_that_never_stopped(
+        tmp_path):
+    """A probe: Lightning runs the checkpoint callbacks' on_exception last, after the adapter's, whose close()
+    integrated the asynchronous evaluation in flight at the interrupted step: OnExceptionCheckpoint saved that
+    closed state, and the resumed run's alarm evaluation came at 42, not where the uninterrupted run's came.  The
+    results closing drained reach the trainer's logger too (they were in adaptive_eval's TensorBoard file only)."""
+    from lightning.pytorch.callbacks import OnExceptionCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    class CtrlC(Callback):
+        def __init__(self, at):
+            self.at = at
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == self.at:
+                raise KeyboardInterrupt
+
+    def run(name, stop=None, ckpt=None):
+        train, val = loaders(n_train=320, n_val=100)
+        # (every training batch alike: Lightning restarts an epoch's batches on a mid-epoch resume, so that only
+        # the weights, which the checkpoint restores exactly, make the losses)
+        train = DataLoader([train.dataset[0]] * 320, batch_size=4)
+        torch.manual_seed(1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + [
+            "trigger.freq_steps=10", "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=8"])
+        more = [CtrlC(stop)] if stop is not None else []
+        trainer = L.Trainer(max_steps=70, logger=CSVLogger(tmp_path, name=name),
+                            callbacks=[cb, DataFault(35), *more,
+                                       OnExceptionCheckpoint(dirpath=tmp_path / name, filename="ctrlc")], **QUIET)
+        run.cb = cb
+        trainer.fit(Model(), train, val, ckpt_path=ckpt)
+        return [(r.step, r.reason.split(" [")[0], r.sample_size) for r in cb.evaluator.history]
+
+    full = run("full")
+    pending = [s for s, _, _ in full if s <= 40 < s + 8]
+    assert pending, full  # an evaluation in flight at the interrupted step
+    with pytest.raises(SystemExit):
+        run("stopped", stop=41)
+    stopped = [r.step for r in run.cb.evaluator.history]
+    with open(next(tmp_path.glob("stopped/*/metrics.csv"))) as f:
+        logged = [int(r["step"]) for r in csv.DictReader(f) if r.get("adaptive_eval/val_loss")]
+    # (the one in flight, integrated at close, logged at the last step trained, as a result drained at train end)
+    assert stopped[-1] == pending[-1] and len(logged) == len(stopped) and logged[-1] == 40
+    resumed = run("resumed", ckpt=str(tmp_path / "stopped" / "ctrlc.ckpt"))
+    assert resumed == full
+
+
 def test_validating_a_checkpoint_by_hand_leaves_the_next_fit_its_own_run(tmp_path):
     """trainer.validate(ckpt_path=...) restores the callbacks' states too, and the next fit() took that checkpoint's:
     a new run started at the old run's step 79 (every call after refused as going backwards: no evaluation) and a

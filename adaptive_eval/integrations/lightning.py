@@ -232,6 +232,8 @@ class AdaptiveEvalCallback(Callback):
         self._files_at: dict[int, list] = {}  # every file written at a recent step: the look back's other choices
         self._monitors_unsure = False  # a monitor with Lightning's validation off that the training may log
         self._stashed: dict | None = None
+        self._at_exception: dict | None = None  # the evaluator's state at on_exception, before it closed
+        self._twin_before: tuple | None = None  # the loss twin when this fit started (see on_train_start)
         self._stage = "fit"  # the stage Lightning set up last (setup): a checkpoint restored for another is not ours
         self._stashed_ranks: list | None = None  # every rank's state, from a checkpoint written under DDP
         self._stashed_twin: list | None = None  # [the key found to log the step's loss, its aliases] (_step_values)
@@ -278,6 +280,9 @@ class AdaptiveEvalCallback(Callback):
         self.hooks_called.add("on_train_start")
         if not self._active(trainer):
             return
+        # (the last fit's loss twin, for a fit() again that continues it: _build keeps it, as a resume from a
+        # checkpoint does; read after the reset below, it was gone, and train/loss was observed beside it; a probe)
+        self._twin_before = (self._twin, sorted(self._aliases)) if self._twin is not None else None
         self._reset_stream_state()
         self._fit_thread = threading.current_thread()
         self._guard("on_train_start", self._build, trainer)
@@ -386,10 +391,30 @@ class AdaptiveEvalCallback(Callback):
                 # distributed.timeout_s or meeting another rank's evaluate(); what is in flight fails instead; review)
                 self.evaluator._group_failed = (f"the fit raised {type(exception).__name__} on rank "
                                                 f"{trainer.global_rank}")
+            else:
+                # The state as the run stood at the exception: Lightning runs the checkpoint callbacks' on_exception
+                # after this one (OnExceptionCheckpoint), and close() below integrates what is in flight at this
+                # step, not at the one the run would have: a Ctrl-C'd run resumed from that checkpoint decided
+                # otherwise than the run that never stopped (its alarm's evaluation at 102, not 105; a probe)
+                self._at_exception = self._guard("state", self.evaluator.state_dict)
+            drained = []
+
+            def drain(event):
+                if event["kind"] == "eval":
+                    drained.append(event["result"])
+
+            self.evaluator.add_listener(drain)
             try:
                 self.evaluator.close(timeout_s=EXCEPTION_DRAIN_S)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
                 log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
+            finally:
+                self.evaluator._listeners.remove(drain)
+            # (the results closing integrated reach the trainer's loggers as at train end: Lightning finalizes them
+            # after this; they were in our TensorBoard file only; a probe)
+            last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
+            for result in drained:
+                self._guard("report", self._report, trainer, result, last)
         self.teardown(trainer, pl_module, "fit")
 
     def teardown(self, trainer, pl_module, stage):
@@ -410,8 +435,9 @@ class AdaptiveEvalCallback(Callback):
             # goes on from the state it had, as a resume from the checkpoint of that step does (it started afresh,
             # its detectors warming up again and the first fit's history gone from it; a new user's probe)
             # (this rank's own state: state_dict() would gather every rank's, a collective; review)
-            self._stashed, self._stashed_ranks = previous.state_dict(), None
-            self._stashed_twin = (self._twin, sorted(self._aliases)) if self._twin is not None else None
+            self._stashed, self._stashed_ranks = (self._at_exception if self._at_exception is not None and
+                                                  previous._closed else previous.state_dict()), None
+            self._stashed_twin = self._twin_before
             if trainer.is_global_zero:
                 log.info("adaptive_eval: fit() continues at step %d: the evaluator goes on from its state there",
                          trainer.global_step)
@@ -456,6 +482,7 @@ class AdaptiveEvalCallback(Callback):
             cfg, executor = synchronous_for_sharded(cfg)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, resource_monitor=self.resource_monitor)
+        self._at_exception = None
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
         # when only a loss is left to track as higher-is-better.
@@ -974,6 +1001,8 @@ class AdaptiveEvalCallback(Callback):
     def state_dict(self) -> dict:
         if self.evaluator is None:
             state, ranks = self._stashed, self._stashed_ranks
+        elif self._at_exception is not None and self.evaluator._closed:  # (saved after on_exception closed it)
+            state, ranks = self._at_exception, None
         else:
             state, ranks = self.evaluator.state_dict(), None
             if self.evaluator.dist.distributed:
