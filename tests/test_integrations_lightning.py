@@ -1938,6 +1938,28 @@ def test_fit_again_on_the_same_trainer_continues_the_evaluators_run():
     assert cb.evaluator.summary()["evals"] == len(again) and again[len(first)] != (104, "trigger:steps")
 
 
+def test_fit_again_keeps_the_loss_twin_as_a_resume_does():
+    """A probe: the module logs train_loss, which the adapter finds to be outputs["loss"] and observes alone; fit()
+    again on the same trainer forgot that (the stream state was reset before it was kept), and train/loss was
+    observed beside it again, one quantity under two names, which a checkpoint resume does not do."""
+    seen = []
+
+    class Spy(Callback):
+        def on_train_start(self, trainer, pl_module):
+            observe = cb.evaluator.observe
+            cb.evaluator.observe = lambda metrics, step: (seen.append((step, sorted(metrics))), observe(metrics,
+                                                                                                     step))[1]
+
+    train, val = loaders(n_train=160, n_val=40)
+    cb, model = AdaptiveEvalCallback("default", overrides=FAST), Model()
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[cb, Spy()], **QUIET)
+    trainer.fit(model, train, val)
+    assert seen[-1] == (39, ["train_loss"])
+    trainer.fit_loop.max_epochs = 2
+    trainer.fit(model, train, val)
+    assert [names for step, names in seen if step >= 40] == [["train_loss"]] * 40
+
+
 def test_ctrl_c_with_an_evaluation_in_flight_resumes_from_the_exception_checkpoint_as_the_run_that_never_stopped(
         tmp_path):
     """A probe: Lightning runs the checkpoint callbacks' on_exception last, after the adapter's, whose close()
