@@ -125,6 +125,20 @@ def test_an_int_beyond_float_range_from_evaluate_fn_is_an_infinite_value(value):
     ev.observe({"train/loss": 10**400}, 1)  # and on the per-step side
 
 
+def test_huge_per_item_values_at_several_evaluations_raise_no_warning_into_the_training_step():
+    """A probe (AReaL drop-in, pytest's filterwarnings=error): per-item rewards of +-1e308 made the second evaluation's
+    comparison with the first (scipy's Welch test) warn "overflow encountered in square", raised out of evaluate()."""
+    import warnings
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["trigger.freq_steps=5", "policy.budget.enabled=false"]),
+                                       total_steps=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [r for g in range(20) if (r := ev.evaluate(lambda req: {"reward": [1e308, -1e308, 1e308, 5.0]},
+                                                             0, g, g)) is not None]
+    assert len(results) >= 3 and ev.summary()["eval_errors"] == 0
+
+
 @pytest.mark.parametrize("value,mean", [(np.bool_(True), 1.0), (__import__("fractions").Fraction(1, 4), 0.25),
                                         (__import__("decimal").Decimal("0.5"), 0.5), (np.float16(0.5), 0.5)])
 def test_any_real_scalar_is_a_metric_value(value, mean):
