@@ -1520,7 +1520,11 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     ``trigger.independent`` true: several frequencies count on their own, as AReaL's do.
 
     A negative or non-numeric frequency is a :class:`ConfigError` naming the field
-    (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.
+    (``EvaluatorConfig.freq_steps: ...``).  0 fires at every step, as in AReaL.  As AReaL's own ``Evaluator``:
+    every frequency None evaluates nothing (``trigger.eval_at_end`` off), and the ``evaluate_fn`` runs as AReaL
+    calls it, ``evaluation.precision`` ``none`` where the preset's is ``fp32`` (under ``torch.inference_mode`` a
+    tensor its engine's forward cached broke the next training step's backward, "Inference tensors cannot be
+    saved for backward"; a precision that autocasts, bf16 or fp16, is the preset's ask and stays).
     """
     evaluator_config = areal_view(evaluator_config) or evaluator_config
     name = getattr(evaluator_config, "__areal_name__", type(evaluator_config).__name__)
@@ -1544,7 +1548,12 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     # (a DictConfig as it is: a node of the user's own config, cfg.adaptive_eval, or one made of a few keys, was taken
     # for a whole config and failed its check with a TypeError; read onto the schema as a mapping is; a probe)
     base = as_config(preset) if isinstance(preset, DictConfig) else load_config(preset)
-    merged = OmegaConf.merge(base, {"trigger": trigger})
+    # (both were the AReaL shim's alone: AdaptiveEvaluator.from_config(config.evaluator) kept fp32, and AReaL's
+    # evaluate_fn broke the next step's backward; a probe)
+    if all(trigger[f] is None for f in _AREAL_FREQS):
+        trigger["eval_at_end"] = False
+    extra = {"evaluation": {"precision": "none"}} if base.evaluation.precision == "fp32" else {}
+    merged = OmegaConf.merge(base, {"trigger": trigger}, extra)
     validate(merged)
     OmegaConf.set_readonly(merged, True)
     return merged

@@ -238,6 +238,11 @@ def test_patch_areal_replaces_the_name_the_trainers_build(caplog):
         sys.modules[mod.__name__] = mod
         names.append(mod.__name__)
     try:
+        # a misspelt preset: refused here, before anything is patched (it was refused when the trainer built its
+        # evaluator, after the model had loaded; a probe)
+        with pytest.raises(ConfigError, match="agressive"):
+            shim.patch_areal("agressive", modules=names)
+        assert sys.modules[names[0]].Evaluator is AREAL.Evaluator
         assert shim.patch_areal("default", modules=names) == names
         built = sys.modules[names[0]].Evaluator(areal_config(freq_steps=5), spec(10))  # the trainers' call
         assert isinstance(built, shim.AdaptiveEvaluator) and built.total_steps == 30
@@ -424,6 +429,18 @@ def test_areals_evaluate_fn_runs_as_areals_evaluator_calls_it_not_under_inferenc
             ev.evaluate(evaluate_fn, 0, g, g)
             model(torch.ones(2, 4)).sum().backward()  # the next training step
         assert seen and not any(seen)
+    # and the core evaluator given AReaL's config itself (a later probe: from_config kept fp32, and the next
+    # step's backward raised; with every frequency None it evaluated the last step, where AReaL's never evaluates)
+    from adaptive_eval import AdaptiveEvaluator
+
+    model.cache, seen[:] = None, []
+    ev = AdaptiveEvaluator.from_config(areal_config(freq_steps=5, eval_before_train=True), total_steps=10)
+    for g in range(3):
+        ev.evaluate(evaluate_fn, 0, g, g)
+        model(torch.ones(2, 4)).sum().backward()
+    assert seen and not any(seen)
+    quiet = AdaptiveEvaluator.from_config(areal_config(), total_steps=10)
+    assert [g for g in range(10) if quiet.evaluate(evaluate_fn, 0, g, g) is not None] == []
 
 
 def test_the_time_triggers_interval_counts_the_evaluations_own_time_as_areals_does():

@@ -41,7 +41,8 @@ from omegaconf import OmegaConf
 
 from adaptive_eval import adaptive as _adaptive
 from adaptive_eval import evaluators as _evaluators
-from adaptive_eval.config import ConfigError, areal_view, as_config, from_areal, is_areal_evaluator_config
+from adaptive_eval.config import (ConfigError, areal_view, as_config, from_areal, is_areal_evaluator_config,
+                                  load_config)
 
 __all__ = ["AREAL_TRAINER_MODULES", "AdaptiveEvaluator", "Evaluator", "areal_state", "patch_areal",
            "rollout_evaluate_fn", "spec_steps"]
@@ -76,7 +77,6 @@ def spec_steps(ft_spec) -> tuple[int, int | None]:
     return spe, total
 
 
-_FREQS = ("freq_epochs", "freq_steps", "freq_secs")
 
 
 def _last_of(spec_total: int | None, total_train_steps) -> int | None:
@@ -199,17 +199,15 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
         spe, total = spec_steps(ft_spec)
         total = _last_of(total, total_train_steps)
         areal = areal_view(config)
+        # AReaL's EvaluatorConfig: from_areal evaluates nothing when every frequency is None, as AReaL's Evaluator
+        # (the preset's eval_at_end made one at the last step: found by a new user), and runs evaluate_fn as AReaL
+        # calls it, precision none for the presets' fp32 (under torch.inference_mode a tensor the model cached
+        # broke the next training step's backward, "Inference tensors cannot be saved for backward"; a new user's
+        # probe; FSDP and ZeRO-3 fail so too).
         cfg = from_areal(areal, preset) if areal is not None else as_config(config)
-        if areal is not None and all(getattr(areal, f, None) is None for f in _FREQS):
-            # AReaL's default EvaluatorConfig, every frequency None: AReaL's Evaluator never evaluates, so neither
-            # does the shim at the last step (the preset's eval_at_end made one there: found by a new user)
-            cfg = as_config(OmegaConf.merge(cfg, {"trigger": {"eval_at_end": False}}))
-        if areal is not None or cfg.evaluation.precision == "fp32":
-            # AReaL's evaluate_fn runs its engine's forward as it means to, as AReaL's own Evaluator calls it: under
-            # torch.inference_mode (evaluation.precision fp32, every preset's) a tensor the model cached there broke
-            # the next training step's backward, "Inference tensors cannot be saved for backward" (a new user's
-            # probe; FSDP and ZeRO-3 fail so too).  So with a config of ours at its presets' fp32 (a probe: a config
-            # given where AReaL's was still ran it so); a precision that autocasts (bf16, fp16) is the user's ask.
+        if cfg.evaluation.precision == "fp32":
+            # so with a config of ours at its presets' fp32 too (a probe: a config given where AReaL's was still ran
+            # it so); a precision that autocasts (bf16, fp16) is the user's ask.
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"precision": "none"}}))
         if executor is not None and not cfg.evaluation.asynchronous:
             cfg = as_config(OmegaConf.merge(cfg, {"evaluation": {"asynchronous": True}}))
@@ -245,7 +243,10 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
     ``Evaluator(config.evaluator, ft_spec)``: replaces the name ``Evaluator`` in each trainer module (and in
     ``areal.utils.recover``'s annotations nothing changes: it only calls ``state_dict``/``load_state_dict``).
     Call it before the trainer is built.  Returns the modules patched; a module that does not import is
-    skipped with a warning (AReaL's trainers need its full set of dependencies)."""
+    skipped with a warning (AReaL's trainers need its full set of dependencies).  A ``preset`` that does not load
+    (a misspelt name, a bad file) is a :class:`~adaptive_eval.config.ConfigError` here, not when the trainer
+    builds its evaluator, after minutes of loading the model (a probe)."""
+    load_config(preset)
 
     def make(config, ft_spec):
         # AReaL's trainers stop at config.total_train_steps, which FinetuneSpec does not know: the last step
