@@ -4,7 +4,9 @@ AReaL's trainers build `Evaluator(config.evaluator, ft_spec)`; `patch_areal("def
 `adaptive_eval.integrations.areal.AdaptiveEvaluator` instead (same constructor, same `evaluate` call).  This
 example runs the loop AReaL's trainers run, with AReaL's config and spec shapes (plain dataclasses here, so
 that it runs without AReaL's GPU stack), a reward stream that collapses at step 120, and the recover
-handler's round trip: the state it saves keeps the keys AReaL's own Evaluator reads.
+handler's round trip: the state it saves keeps the keys AReaL's own Evaluator reads.  Its clock is simulated (10 s
+a training step, 0.05 s an eval item), so that the eval budget sees a training step's real cost and the output is
+the same on every run; a real loop leaves `clock` out (wall time).
 
     python examples/areal_loop.py
 """
@@ -44,16 +46,20 @@ class FinetuneSpec:  # areal.api.io_struct.FinetuneSpec
 def main() -> None:
     rng = random.Random(0)
     ft_spec = FinetuneSpec(total_train_epochs=2, dataset_size=6400, train_batch_size=64)  # 100 steps/epoch
-    evaluator = AdaptiveEvaluator(EvaluatorConfig(), ft_spec, preset="default")  # 2
+    now = [0.0]  # the simulated clock: a microsecond-long loop read on the wall clock left the budget no room
+    evaluator = AdaptiveEvaluator(EvaluatorConfig(), ft_spec, preset="default", clock=lambda: now[0])  # 2
     quality = {"p": 0.3}
 
     def evaluate_fn(request):  # AReaL would submit these items to its eval rollout (rollout_evaluate_fn)
-        return {"reward": [float(rng.random() < quality["p"]) for _ in request.indices(500)]}
+        items = request.indices(500)
+        now[0] += 0.05 * len(items)
+        return {"reward": [float(rng.random() < quality["p"]) for _ in items]}
 
     for global_step in range(ft_spec.total_train_steps):
         epoch, step = divmod(global_step, ft_spec.steps_per_epoch)
         quality["p"] = min(0.8, 0.3 + global_step * 0.004) if global_step < 120 else 0.1  # collapse at 120
         reward = quality["p"] + rng.gauss(0, 0.03)
+        now[0] += 10.0  # the training step
         evaluator.observe({"train/reward": reward}, global_step)  # AReaL's stats_logger.commit has these
         result = evaluator.evaluate(evaluate_fn, epoch, step, global_step)  # 3: AReaL's call
         if result is not None:

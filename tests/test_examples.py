@@ -25,6 +25,17 @@ def test_train_loop_is_the_quick_start_loop_with_observe_and_evaluate(capsys):
     assert "evaluations" in capsys.readouterr().out
 
 
+def test_the_areal_loop_evaluates_the_collapse_when_its_alarm_asks_and_prints_the_same_each_run(capsys):
+    """A probe: on the wall clock the example's microsecond-long loop left the eval budget no room, so the alarm at
+    step 122 was evaluated 71 steps late or only at the last step, under the alarm's reason, and its output changed
+    from run to run.  Its clock is simulated now."""
+    _load("areal_loop").main()
+    first = capsys.readouterr().out
+    _load("areal_loop").main()
+    assert capsys.readouterr().out == first
+    assert "step 122  alarm:train/reward:cusum:down" in first and "step 199  trigger:final" in first
+
+
 def test_torchrun_example_docstring_gives_the_real_default():
     text = (EXAMPLES / "torchrun_eval.py").read_text()
     default = text.split('"--sample-size", type=int, default=')[1].split(")")[0]
