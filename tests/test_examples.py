@@ -2,6 +2,7 @@
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
@@ -9,8 +10,9 @@ EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up there)
     spec.loader.exec_module(module)
     return module
 
