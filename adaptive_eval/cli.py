@@ -678,9 +678,13 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
                 # still rose was scored "up", confirmed at once; found by a new-user probe)
                 directions = [e.direction for e in found]
                 named = {str(e.metric).removeprefix("eval/") for e in found if e.metric}
-                if len(named) == 1 and base.evaluation.metric is None:
+                if len(named) > 1:
+                    raise TuneError(f"{sidecar}: its events name {' and '.join(sorted(named))}: tune scores a run on "
+                                    "one metric; keep one metric's events there (check judges each on its own)")
+                if named:
                     # the metric its events name is what they are scored on, as check scores them (tune took
-                    # the first eval column, another suite's)
+                    # the first eval column, another suite's; and with --config's evaluation.metric set, that one,
+                    # a misspelt name in the events file unsaid; a probe).  The trials still track the config's.
                     from omegaconf import OmegaConf
 
                     case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})

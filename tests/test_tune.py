@@ -450,6 +450,31 @@ def _named_csv(folder, name, column, scale):
     return str(path)
 
 
+def test_the_metric_an_events_file_names_is_what_tune_scores_even_beside_a_configs_metric(tmp_path, capsys):
+    """A probe: with --config's evaluation.metric set, tune scored the events on that metric, not on the one their
+    events file names (check judged the same event on the file's: 15 steps against tune's 2), and a misspelt metric
+    there ran unsaid, exit 0.  Now the file's metric is scored (the trials still track the config's), a misspelt
+    one is exit 2, and an events file naming two metrics is refused, saying so."""
+    path = tmp_path / "run.csv"
+    rows = ["step,train/reward,eval/math/acc,eval/aime/acc"]
+    rows += [f"{s},{1.0 if s < 150 else 0.2},0.6,{0.5 if s < 150 else 0.1}" for s in range(300)]
+    path.write_text("\n".join(rows) + "\n")
+    events = tmp_path / "run.csv.events.yaml"
+    args = ["tune", str(path), "--set", "evaluation.metric=math/acc", "--trials", "1", "--no-progress"]
+    events.write_text("events:\n  - {step: 150, direction: down, metric: aime/acc}\n")
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    assert f"scored on {path}: aime/acc" in capsys.readouterr().err
+    trial = json.loads((tmp_path / "a" / "trials.jsonl").read_text().splitlines()[0])
+    assert trial["fold_values"][0][1] < 100  # the aime drop confirmed (math never moves: scored there, a miss)
+    events.write_text("events:\n  - {step: 150, direction: down, metric: aime/acx}\n")
+    assert main([*args, "--out", str(tmp_path / "b")]) == 2
+    assert "no eval ground truth for aime/acx" in capsys.readouterr().err
+    events.write_text("events:\n  - {step: 150, direction: down, metric: aime/acc}\n"
+                      "  - {step: 150, direction: down, metric: math/acc}\n")
+    assert main([*args, "--out", str(tmp_path / "c")]) == 2
+    assert "its events name aime/acc and math/acc: tune scores a run on one metric" in capsys.readouterr().err
+
+
 def test_traces_that_name_their_ground_truth_differently_get_one_eval_each(tmp_path, capsys):
     """tune and check applied one --eval to every trace, so runs logged by two tools (HF's eval_acc, a percent
     val_acc) could not be tuned on together.  --eval TRACE=COL[:scale] names each trace's own."""
