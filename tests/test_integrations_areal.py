@@ -364,7 +364,7 @@ def test_areals_default_config_with_every_frequency_none_evaluates_nothing_as_ar
     assert fired[0] == 6 and fired[-1] == 19 and configured.history[-1].reason == "trigger:final"
 
 
-def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_the_trainer_make():
+def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_the_trainer_make(tmp_path):
     """AReaL's trainers stop at config.total_train_steps (here 25), while FinetuneSpec.total_train_steps is epochs x
     steps per epoch (30): the final weights (step 24) were never evaluated."""
     ev = shim.AdaptiveEvaluator(areal_config(freq_steps=10), spec(10, epochs=3), total_train_steps=25)
@@ -389,6 +389,21 @@ def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_t
         assert Trainer(config, spec(10, epochs=3)).evaluator.total_steps == 25
         config.total_train_steps = None  # not set: FinetuneSpec's
         assert Trainer(config, spec(10, epochs=3)).evaluator.total_steps == 30
+        # the trainer's own TensorBoard folder (AReaL's stats_logger.tensorboard.path) gets the decisions and alarms
+        # when the preset names none (nothing reached TensorBoard under AReaL by default; a probe)
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        config.stats_logger = types.SimpleNamespace(tensorboard=types.SimpleNamespace(path=str(tmp_path / "tb")))
+        built = Trainer(config, spec(10, epochs=3)).evaluator
+        assert built.cfg.logging.tensorboard_dir == str(tmp_path / "tb")
+        for g in range(10):
+            built.evaluate(lambda: {"reward": [1.0, 0.0, 1.0]}, 0, g, g)
+        built.close()
+        assert "decisions" in str(EventAccumulator(str(tmp_path / "tb")).Reload().Tags())
+        from adaptive_eval import load_config
+
+        shim.patch_areal(load_config(overrides=[f"logging.tensorboard_dir={tmp_path / 'mine'}"]), modules=[mod.__name__])
+        assert Trainer(config, spec(10, epochs=3)).evaluator.cfg.logging.tensorboard_dir == str(tmp_path / "mine")
     finally:
         sys.modules.pop(mod.__name__)
 

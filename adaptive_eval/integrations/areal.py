@@ -91,18 +91,25 @@ def _last_of(spec_total: int | None, total_train_steps) -> int | None:
     return total_train_steps if spec_total is None else min(spec_total, total_train_steps)
 
 
-def _trainer_total_steps(evaluator_config):
-    """AReaL's ``config.total_train_steps`` of the trainer building ``Evaluator(config.evaluator, ft_spec)`` (the
-    trainers' ``__init__`` holds its ``config`` as a local and in ``self.config``), or None."""
-    frame = sys._getframe(2)
+def _trainer_config(evaluator_config, depth: int = 2):
+    """The config of the AReaL trainer building ``Evaluator(config.evaluator, ft_spec)`` (the trainers' ``__init__``
+    holds its ``config`` as a local and in ``self.config``), or None; ``depth``: the frames from here to that call."""
+    frame = sys._getframe(depth)
     for _ in range(4):
         if frame is None:
             break
         for candidate in (frame.f_locals.get("config"), getattr(frame.f_locals.get("self"), "config", None)):
             if candidate is not None and getattr(candidate, "evaluator", None) is evaluator_config:
-                return getattr(candidate, "total_train_steps", None)
+                return candidate
         frame = frame.f_back
     return None
+
+
+def _trainer_tensorboard(trainer_config) -> str | None:
+    """The trainer's own TensorBoard folder, ``config.stats_logger.tensorboard.path`` (AReaL's StatsLogger writes
+    there), or None."""
+    path = getattr(getattr(getattr(trainer_config, "stats_logger", None), "tensorboard", None), "path", None)
+    return path if isinstance(path, str) and path else None
 
 
 def _frequency_control(freq, steps: int, last_steps: int, initial: bool, *, seconds: bool = False,
@@ -251,7 +258,16 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
     def make(config, ft_spec):
         # AReaL's trainers stop at config.total_train_steps, which FinetuneSpec does not know: the last step
         # evaluated (trigger.eval_at_end) is the last step they train
-        evaluator = AdaptiveEvaluator(config, ft_spec, preset=preset, total_train_steps=_trainer_total_steps(config))
+        trainer_config = _trainer_config(config)
+        chosen, tensorboard = preset, _trainer_tensorboard(trainer_config)
+        if tensorboard is not None:
+            # decisions and alarms beside the trainer's own charts, as the HF and Lightning adapters write them
+            # (none reached TensorBoard under AReaL unless the preset named a folder; a probe)
+            loaded = load_config(preset)
+            if loaded.logging.tensorboard_dir is None:
+                chosen = OmegaConf.merge(loaded, {"logging": {"tensorboard_dir": tensorboard}})
+        evaluator = AdaptiveEvaluator(config, ft_spec, preset=chosen,
+                                      total_train_steps=getattr(trainer_config, "total_train_steps", None))
         if evaluator.cfg.evaluation.asynchronous:
             log.warning("adaptive_eval: patch_areal with an asynchronous preset: AReaL's trainers evaluate the live "
                         "weights through their rollout engine and never call evaluator.close(), so results may "
