@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import logging
 import math
 import os
 import re
@@ -23,6 +24,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+log = logging.getLogger("adaptive_eval")
 
 __all__ = [
     "Config",
@@ -1514,6 +1517,19 @@ def areal_view(obj):
     return obj if is_areal_evaluator_config(obj) else None
 
 
+def _say_trigger_replaced(base: DictConfig, trigger: dict, name: str) -> None:
+    """Warn where the preset's own schedule (a frequency it sets otherwise than the default preset) gives way to
+    AReaL's config: a preset of ``trigger.freq_steps: 50`` beside AReaL's default EvaluatorConfig, every frequency
+    None, evaluated nothing in 200 steps, unsaid (a probe)."""
+    shipped = load_config().trigger
+    replaced = [f"trigger.{f} {base.trigger[f]!r} -> {trigger[f]!r}" for f in _AREAL_FREQS
+                if base.trigger[f] != shipped[f] and base.trigger[f] != trigger[f]]
+    if replaced:
+        log.warning("adaptive_eval: the schedule is AReaL's %s, not the preset's: %s (the drop-in keeps AReaL's "
+                    "frequencies; set them in %s, or build adaptive_eval.AdaptiveEvaluator.from_config(preset) "
+                    "for the preset's)", name, ", ".join(replaced), name)
+
+
 def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None = None) -> DictConfig:
     """The config ``preset`` (a name, a file, a loaded config; default: ``default``) with ``trigger.*`` taken
     from AReaL's ``EvaluatorConfig`` (``freq_epochs``, ``freq_steps``, ``freq_secs``, ``eval_before_train``), and
@@ -1548,6 +1564,7 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     # (a DictConfig as it is: a node of the user's own config, cfg.adaptive_eval, or one made of a few keys, was taken
     # for a whole config and failed its check with a TypeError; read onto the schema as a mapping is; a probe)
     base = as_config(preset) if isinstance(preset, DictConfig) else load_config(preset)
+    _say_trigger_replaced(base, trigger, name)
     # (both were the AReaL shim's alone: AdaptiveEvaluator.from_config(config.evaluator) kept fp32, and AReaL's
     # evaluate_fn broke the next step's backward; a probe)
     if all(trigger[f] is None for f in _AREAL_FREQS):

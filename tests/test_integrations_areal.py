@@ -364,6 +364,24 @@ def test_areals_default_config_with_every_frequency_none_evaluates_nothing_as_ar
     assert fired[0] == 6 and fired[-1] == 19 and configured.history[-1].reason == "trigger:final"
 
 
+def test_a_presets_own_schedule_replaced_by_areals_config_is_said(caplog):
+    """A probe: a preset of trigger.freq_steps 50 beside AReaL's default EvaluatorConfig (every frequency None)
+    evaluated nothing in 200 steps, unsaid.  The drop-in keeps AReaL's frequencies, and now says so; a shipped
+    preset's schedule giving way is not said (it is every drop-in's)."""
+    from adaptive_eval import load_config
+
+    mine = load_config(overrides=["trigger.freq_steps=50"])
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        ev = shim.AdaptiveEvaluator(areal_config(), spec(10, epochs=2), preset=mine)
+    assert ev.cfg.trigger.freq_steps is None
+    assert "the schedule is AReaL's" in caplog.text and "trigger.freq_steps 50 -> None" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        shim.AdaptiveEvaluator(areal_config(freq_steps=50), spec(10, epochs=2), preset=mine)  # the same: unsaid
+        shim.AdaptiveEvaluator(areal_config(freq_steps=7), spec(10, epochs=2), preset="default")
+    assert "the schedule is AReaL's" not in caplog.text
+
+
 def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_the_trainer_make(tmp_path):
     """AReaL's trainers stop at config.total_train_steps (here 25), while FinetuneSpec.total_train_steps is epochs x
     steps per epoch (30): the final weights (step 24) were never evaluated."""
