@@ -1182,11 +1182,16 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
         weight = min(between / var_means, 1.0) if math.isfinite(between) and var_means > 0 and math.isfinite(
             summary.within_var) else 0.0
     df = n - 1 if whole or (proportion and k > 1) else kurtosis_df(n, _m2(std, n), m4, weight)
-    if fpc:
+    if fpc and whole and n < 2:
+        # one problem, the whole suite: its answers' degrees of freedom (their count less one where they do not
+        # vary: 16 alike read NaN, or an effective size of 1 for a proportion, beside 15 of 16's [0.65, 1]; a
+        # review).  (Several problems keep the cap at n - 1 below: lifted for whole suites, mean@k's coverage fell
+        # to 0.945-0.952 on rows of benchmarks/pass_at_k_coverage.py, SIMULATED.)
         df = _within_df(std, n, summary.within_var, spi, population, within_ss, within_ss2, df,
-                        cap_within=not pass_fpc) if whole and n < 2 else \
-            min(df, _within_df(std, n, summary.within_var, spi, population, within_ss,
-                               within_ss2, df, cap_within=not pass_fpc))
+                        cap_within=not pass_fpc) if within_ss > 0 else max(int(samples) - 1, 0)
+    elif fpc:
+        df = min(df, _within_df(std, n, summary.within_var, spi, population, within_ss,
+                                within_ss2, df, cap_within=not pass_fpc))
     if proportion and k > 1:
         # pass@k: an item's m answers hold m / k disjoint k-answer trials, and the effective size is capped at
         # those, not at the answers.  The spread of per-item pass@k, mostly near 1 with a rare hard problem
@@ -1205,7 +1210,7 @@ def _clustered_from_sums(total, total_sq, n, proportion, confidence, samples, wi
     # likelier than the answers' binomial at the mean rate; with answers repeated, greedy decoding, the value is
     # known exactly).  For pass@k its k-answer trials.
     extreme = None
-    if proportion and fpc and n >= 2:
+    if proportion and fpc and (n >= 2 or whole):  # (one problem, the whole suite: its answers; a review)
         f = min(n / population, 1.0)
         trials = samples / k
         extreme = trials if f >= 1.0 else min(n / (1.0 - f), trials)

@@ -975,6 +975,29 @@ def _repeating_streams() -> dict:
     }
 
 
+def _bf16(x: float) -> float:
+    """``x`` rounded to bfloat16 (round to nearest even), as ``.item()`` of a bf16 tensor reads it."""
+    import struct
+
+    b = struct.unpack("<I", struct.pack("<f", x))[0]
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", b))[0]
+
+
+def _drifting_streams() -> dict:
+    """Healthy streams that drift and are stored at low precision, as ``(rng, t) -> value`` (a review's)."""
+    loss = lambda rng, t: 1.0 + 2.0 * math.exp(-t / 300) + rng.gauss(0, 0.003)  # noqa: E731
+    return {
+        "loss, bf16": lambda rng, t: _bf16(loss(rng, t)),
+        "loss, fp16": lambda rng, t: float(np.float16(loss(rng, t))),
+        "loss, 4 significant digits": lambda rng, t: float(f"{loss(rng, t):.4g}"),
+        "grad norm, bf16, shrinking": lambda rng, t: _bf16(0.5 * math.exp(-t / 2000) + rng.gauss(0, 0.001)),
+        "entropy, bf16, drifting": lambda rng, t: _bf16(0.3 + 0.0001 * t + rng.gauss(0, 0.002)),
+        "reward to 2 places, drifting": lambda rng, t: round(0.3 + 0.0001 * t + rng.gauss(0, 0.01), 2),
+        "reward 0 for 40 steps, then N(.5,.1)": lambda rng, t: 0.0 if t < 40 else rng.gauss(0.5, 0.1),
+    }
+
+
 def _stuck_delay(spec: dict, batch: int, p: float, seed: int, onset: int = 300, after: int = 200) -> int | None:
     """Values after ``onset`` up to and including the first alarm (1: the first stuck value) of a batch-mean reward
     (``batch`` answers right with chance ``p``) that is exactly 0 from ``onset`` on; None: none within ``after``.
@@ -1025,13 +1048,24 @@ def stuck_tables(quick: bool = False) -> None:
                 problems.append(f"{name} arl0={arl0}: {mean:.0f} steps to a false alarm < 0.7 x arl0")
             cells.append(f"{mean:>9,.0f} +-{se:6,.0f}{f' {capped}c':>4s}")
         print(f"{name:24s}" + "".join(f"{c:>22s}" for c in cells))
+    seeds, steps = (3, 5000) if quick else (10, 5000)
+    print(f"\nSIMULATED: stuck at its defaults (arl0 100,000) on healthy streams that drift and are stored at low "
+          f"precision (a review's); false alarms in {seeds} runs x {steps:,} values [95% exact Poisson]")
+    for name, draw in _drifting_streams().items():
+        alarms = 0
+        for seed in range(seeds):
+            rng, det = random.Random(seed), Stuck()
+            alarms += sum(det.update(draw(rng, t), t) is not None for t in range(steps))
+        lo, hi = _poisson_ci(alarms, seeds * steps)
+        print(f"{name:38s} {alarms:3d} alarms: {1000 * alarms / (seeds * steps):.3f} per 1,000 steps "
+              f"[{lo:.3f}, {hi:.3f}]")
     n = 50 if quick else 200
     cusum = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
     rows = (("default cusum", [cusum]), ("stuck", [{"type": "stuck"}]), ("stuck, then cusum", [{"type": "stuck"}, cusum]))
     print(f"\nSIMULATED: a batch-mean reward (answers right with chance 0.3) exactly 0 from value 300 on; median values "
           f"after the onset to the first alarm [>= 90% CI, order statistics], and the share caught within 25; n = {n} "
           "runs per cell (a run alarming before the onset redrawn: 'r', how many); default settings (stuck arl0 "
-          "30,000)")
+          "100,000)")
     batches = (4, 8, 16, 32, 128)
     head = f"{'detectors':20s}" + "".join(f"{'batch ' + str(b):>27s}" for b in batches)
     print(head)

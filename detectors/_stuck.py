@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import itertools
 import math
-import operator
 
 from adaptive_eval.detectors._base import Alarm, Detector, check_arl0, check_int
 
@@ -25,13 +24,19 @@ class Stuck(Detector):
     fourth call) learns how often it does.
 
     The test: from the last ``window`` values before the current run, the chance that a value ``v`` repeats is
-    taken as the larger of its share of those values (``(occurrences + 1) / (n + 1)``: what i.i.d. values repeat
-    with) and its own repeat rate, ``(repeats of v + 2 q) / (occurrences of v + 2)``, shrunk towards the stream's
-    pooled repeat rate ``q = (repeats + 1) / (transitions + 2)`` (a stream logged every fourth call repeats more
-    than its values' shares say).  A run of ``v`` alarms at the length ``r`` where ``q_v ** (r - 1) <= 1 / arl0``
-    (and ``r >= min_run``): with values that repeat as in their history, a run begins at most once a step and
-    lasts that long with probability at most ``1 / arl0``, so false alarms come at most once in ``arl0`` steps.
-    A float stream that never repeated alarms after ``min_run`` equal values; a 0/1 stream half ones after 16.
+    taken as the largest of: its share of those values (``(occurrences + 1) / (n + 1)``: what i.i.d. values
+    repeat with); its own repeat rate, ``(repeats of v + 2 q) / (occurrences of v + 2)``, shrunk towards the
+    stream's pooled repeat rate ``q = (repeats + 1) / (transitions + 2)`` (a stream logged every fourth call
+    repeats more than its values' shares say); and ``q`` itself, over the window and over its last 50 values (a
+    bf16 loss drifting down repeats its few current values as often as the stream repeats anything, however
+    rarely the window saw them: read by their shares, 33 false alarms in 50,000 steps; a review).  A run of ``v``
+    alarms at the length ``r`` where ``q_v ** (r - 1) <= 1 / arl0`` (and ``r >= min_run``): with values that
+    repeat as in their history, a run begins at most once a step and lasts that long with probability at most
+    ``1 / arl0``, so false alarms come at most once in ``arl0`` steps.  A float stream that never repeated
+    alarms after ``min_run`` equal values; a 0/1 stream half ones after 16.
+
+    Cost: a float stream's update is an append and a comparison (~0.1 us); a stream that repeats by nature
+    counts its window (C-level ``deque.count``) at each run that reaches ``min_run``, a few microseconds a step.
 
     One alarm per run, located at the run's first value, with no direction; a different value re-arms it.  A
     run that begins before ``warmup`` values have been seen never alarms (a KL of exactly 0 before the first
@@ -43,7 +48,7 @@ class Stuck(Detector):
         In-control average run length: expected steps between false alarms on a stream whose values repeat
         as in its history.
     window
-        Values the repeat rates are counted over.
+        Values the repeat rates are counted over (the cost of a count grows with it).
     min_run
         No alarm on a run shorter than this, however rare its repeats.
     warmup
@@ -58,13 +63,14 @@ class Stuck(Detector):
     >>> det = Stuck(stream="train/reward")
     >>> values = [rng.choice([0.0, 0.125, 0.25, 0.375, 0.5]) for _ in range(100)] + [0.0] * 30
     >>> [(a.step, a.location) for step, x in enumerate(values) if (a := det.update(x, step))]
-    [(108, 100)]
+    [(109, 100)]
     """
 
     name = "stuck"
-    _state = ("_values", "_last", "_run", "_start", "_run_start", "_need_at", "_judged")
+    _state = ("_values", "_reps", "_last", "_run", "_start", "_need_at", "_q")
+    _RECENT = 50  # the values of the recent pooled repeat rate
 
-    def __init__(self, arl0: float = 30000.0, window: int = 500, min_run: int = 4, warmup: int = 30,
+    def __init__(self, arl0: float = 100000.0, window: int = 200, min_run: int = 4, warmup: int = 30,
                  stream: str = ""):
         owner = self.name
         self.arl0 = check_arl0(owner, arl0)
@@ -77,21 +83,17 @@ class Stuck(Detector):
 
     def _reset(self) -> None:
         self._values: collections.deque = collections.deque(maxlen=self.window)
+        # the value at each position that repeats the one before it, else None: its count(v) is v's repeats
+        self._reps: collections.deque = collections.deque(maxlen=self.window)
         self._last: float | None = None
-        self._run = 0  # values in the current run (counted from its first repeat on)
-        self._start = -1  # the step of the last new value: the current run's first
-        self._run_start = -1  # the run that _run counts (its first step)
+        self._run = 0  # values in the current run (a new value: 1)
+        self._start = -1  # the step of the current run's first value
         self._need_at = self.min_run  # the run length of the next look (the first: min_run)
-        self._judged = False  # this run's alarm length is known (_need_at holds it)
-        self._q: float | None = None  # that run's repeat chance (for the message)
+        self._q: float | None = None  # the current run's repeat chance, once judged
 
     @property
     def armed(self) -> bool:
-        return len(self._values) - self._current_run() >= self.warmup
-
-    def _current_run(self) -> int:
-        """The length of the run the last value is in (1: it is new)."""
-        return self._run if self._run_start == self._start else min(1, len(self._values))
+        return len(self._values) - self._run >= self.warmup
 
     def update(self, value: float, step: int) -> Alarm | None:
         if type(value) is not float:
@@ -106,38 +108,41 @@ class Stuck(Detector):
     def _update_finite(self, value: float, step: int) -> Alarm | None:
         self._values.append(value)
         if value != self._last:  # most steps: a new value
+            self._reps.append(None)
             self._last = value
             self._start = step
-            return None
+            self._run = 1  # (a run is counted in values, not told by its step: several calls at one step are
+            return None    # several values; a review)
         return self._repeated(value, step)
 
     def _chain(self, then):
         """:meth:`_update_finite` followed by ``then`` (the next detector's finite path) in one call: the per-step
-        hot path of ``AdaptiveEvaluator.observe`` for a stream this detector watches before another (the default
-        preset's stuck, then cusum: 0.15 us a stream less than two calls).  It returns the alarm of either, or
-        both in a list when both alarm at once."""
-        def update(value: float, step: int):
-            self._values.append(value)
-            if value != self._last:
-                self._last = value
-                self._start = step
-                return then(value, step)
-            alarm, other = self._repeated(value, step), then(value, step)
-            return other if alarm is None else alarm if other is None else [alarm, other]
+        hot path of ``AdaptiveEvaluator.observe`` for a stream this detector watches before one other.  It returns
+        the alarm of either, or both in a list when both alarm at once.  (A ``functools.partial`` of a method: it
+        pickles and deep-copies with the detectors it holds; a closure did neither, a review.)"""
+        import functools
 
-        return update
+        return functools.partial(Stuck._chained, self, then)
+
+    def _chained(self, then, value: float, step: int):
+        self._values.append(value)
+        if value != self._last:
+            self._reps.append(None)
+            self._last = value
+            self._start = step
+            self._run = 1
+            return then(value, step)
+        alarm, other = self._repeated(value, step), then(value, step)
+        return other if alarm is None else alarm if other is None else [alarm, other]
 
     def _repeated(self, value: float, step: int) -> Alarm | None:
-        """The update of a value equal to the one before it."""
-        if self._run_start != self._start:  # the first repeat of a new run
-            self._run_start = self._start
-            self._run = 2
+        """The update of a value equal to the one before it (already in the window)."""
+        self._reps.append(value)
+        run = self._run = self._run + 1
+        if run == 2:  # the first repeat of a new run
             self._need_at = self.min_run
-            self._judged = False
             self._q = None
-        else:
-            self._run += 1
-        if self._run >= self._need_at:
+        if run >= self._need_at:
             return self._judge(value, step)
         return None
 
@@ -145,43 +150,35 @@ class Stuck(Detector):
         """``(q_v, q, n)``: the chance taken that ``value`` repeats, the pooled repeat rate, and the number of
         values before the current run that they come from (the current run, when ``value`` is its value, is
         left out)."""
-        run = self._current_run() if value == self._last else 0
-        values = list(self._values)
-        if run:
-            del values[-run:]
-        n = len(values)
-        after = itertools.islice(values, 1, None)
-        q = (sum(map(operator.eq, values, after)) + 1.0) / (max(n - 1, 0) + 2.0)
-        is_v = list(map(value.__eq__, values))
-        repeats_v = sum(map(operator.and_, is_v, itertools.islice(is_v, 1, None)))
-        seen = sum(is_v)
-        # (the last value before the run differs from it: each of v's occurrences there has a successor).  At
-        # least v's share of the values: what i.i.d. values repeat with, and steadier than v's few transitions (a
-        # batch mean of 0.25 seen 14 times in 58 without a repeat read 0.013, and a run of 4 alarmed; a test)
-        q_v = max((repeats_v + 2.0 * q) / (seen + 2.0), (seen + 1.0) / (n + 1.0))
+        run = self._run if value == self._last else 0
+        values, reps = self._values, self._reps
+        n = max(len(values) - run, 0)
+        inside = max(run - 1, 0)  # the run's own repeats, at the end of reps
+        repeats = len(reps) - reps.count(None) - inside
+        q = (repeats + 1.0) / (max(n - 1, 0) + 2.0)
+        lo = max(n - self._RECENT, 0)
+        recent = sum(x is not None for x in itertools.islice(reps, lo + 1, n))
+        q_recent = (recent + 1.0) / (max(n - lo - 1, 0) + 2.0)
+        seen = max(values.count(value) - run, 0)
+        # (the last value before the run differs from it: each of v's occurrences there has a successor)
+        repeats_v = max(reps.count(value) - inside, 0)
+        q_v = max((repeats_v + 2.0 * q) / (seen + 2.0), (seen + 1.0) / (n + 1.0), q, q_recent)
         return q_v, q, n
 
     def _judge(self, value: float, step: int) -> Alarm | None:
         run = self._run
-        if not self._judged:
-            self._judged = True
-            q_v, q, n = self.repeat_rates(value)
+        if self._q is None:
+            q_v, _, n = self.repeat_rates(value)
             if n < self.warmup:
                 self._need_at = _NEVER
                 return None
+            self._q = q_v
             need = 1 + math.ceil(self._log_arl / -math.log(q_v))
             self._need_at = max(need, self.min_run)
-            self._q = q_v
             if run < self._need_at:
                 return None
         self._need_at = _NEVER  # one alarm per run
-        q_v = self._q
-        if q_v is None:  # (a state loaded mid-run: the rate again, from the loaded window)
-            q_v = self.repeat_rates(value)[0]
         return Alarm(step, self.name, self.stream, None, self._start,
                      f"{self.stream or 'stream'} has been exactly {value:.6g} for {run} values since step "
-                     f"{self._start} (before, {value:.6g} repeated with chance {q_v:.2g}: a run this long once in "
+                     f"{self._start} (before, {value:.6g} repeated with chance {self._q:.2g}: a run this long once in "
                      f"more than {self.arl0:g} steps)")
-
-    def _after_load(self) -> None:
-        self._q = None

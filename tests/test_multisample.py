@@ -1228,6 +1228,10 @@ def test_the_aggregate_over_suites_leaves_out_quantiles_a_weighted_mean_of_which
     agg = weighted_aggregate(out, {n: {"weight": 1.0} for n in lengths}, "all")
     assert set(agg) == {"all/len"} and agg["all/len"].mean == pytest.approx((out["short/len"].mean
                                                                              + out["long/len"].mean) / 2)
+    # so tracking it is refused at load, naming the key (accepted, the policies tracked nothing; a review)
+    with pytest.raises(ConfigError, match=r"evaluation.metric: 'all/acc/p90': a quantile aggregation has no "
+                                          r"aggregate over the suites"):
+        load_config(overrides=SUITES + ["evaluation.suite_aggregate=all", "evaluation.metric=all/acc/p90"])
 
 
 def test_nan_answers_are_no_votes_in_maj_at_k_however_they_are_stored():
@@ -1604,6 +1608,15 @@ def test_a_whole_suite_of_one_problem_reads_its_answers_and_keeps_the_aggregate_
     assert all(math.isfinite(x) for key in ("sanity/score", "all/acc", "all/score") for x in whole[key].ci)
     sampled = summary(10)
     assert sampled["sanity/acc"].ci[0] < 0.01 and math.isnan(sampled["sanity/score"].ci[0])
+    # answers that do not vary (a review: 16 of 16 right read [0.013, 1] beside 15 of 16's [0.65, 1], 16 equal
+    # scores NaN): the answers' own count, monotone in the number right
+    lows = []
+    for right in (14, 15, 16):
+        outputs["sanity/acc"] = np.array([[1.0] * right + [0.0] * (16 - right)])
+        lows.append(summary(1)["sanity/acc"].ci[0])
+    assert lows == sorted(lows) and lows[-1] > 0.7
+    outputs["sanity/score"] = np.full((1, 16), 0.7)
+    assert summary(1)["sanity/score"].ci == pytest.approx((0.7, 0.7)) and math.isfinite(summary(1)["all/score"].ci[0])
 
 
 def test_a_state_taken_under_another_suite_size_says_so_at_load(caplog):
