@@ -463,6 +463,12 @@ class _SuiteSimulatedEval:
                              f"{', '.join(map(repr, empty))} (no eval/<suite>/<metric> column); the trace's suites: "
                              f"{', '.join(sorted(covered)) or 'none'}; leave "
                              + ", ".join(f"evaluation.suites.{name}" for name in empty) + " out of the config")
+        if empty and not any(c.startswith("eval/") for c in columns):
+            # (none at all: every evaluation measured nothing, exit 0, and the log blamed "evaluate_fn", which a
+            # replay has not; a probe)
+            raise ValueError(f"{source}: no ground truth for any eval suite ({', '.join(map(repr, empty))}): the trace "
+                             "has no eval/ column (recorded while every evaluation failed?); replay it without "
+                             "evaluation.suites to see the decisions on its streams alone")
         self.truth: dict[tuple[str, str], np.ndarray] = {}
         self.given: dict[tuple[str, str], np.ndarray] = {}
         self.std: dict[tuple[str, str], float] = {}

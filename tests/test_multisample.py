@@ -1132,6 +1132,13 @@ def test_a_run_recorded_with_a_suite_aggregate_replays_with_its_own_config(tmp_p
     more = load_config("areal", overrides + ["evaluation.suites.c.size=5"])
     with pytest.raises(ValueError, match=r"no ground truth for eval suite 'c' .* leave evaluation.suites.c out"):
         replay(trace, more, seed=0)
+    # and a trace of no eval column at all (every evaluation failed while recording): it replayed, exit 0, every
+    # evaluation measuring nothing, the log blaming "evaluate_fn" (a probe)
+    bare = tmp_path / "bare.csv"
+    bare.write_text("step,train/reward\n" + "".join(f"{s},{s % 3}\n" for s in range(40)))
+    with pytest.raises(ValueError, match=r"no ground truth for any eval suite \('a', 'b'\): the trace has no eval/ "
+                                         r"column .* replay it without evaluation.suites"):
+        replay(read_trace(bare), cfg, seed=0)
 
 
 def test_report_strata_without_strata_is_a_config_error_and_strata_stay_out_of_cross_suite_aggregates():
