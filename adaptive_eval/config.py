@@ -1162,6 +1162,10 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
                             f"already; write {lhs[1:].lstrip('+')}={rhs}")
             continue
         lhs = lhs.strip()
+        if re.search(r"\[\d+\]", lhs):
+            # a list item as Hydra and Python write it, streams.default[1].arl0: the same as streams.default.1.arl0
+            # (it read as a mapping key: "streams.default: expected a list ..., got a mapping"; a probe)
+            lhs = re.sub(r"\[(\d+)\]", r".\1", lhs)
         failed.add(lhs)  # (until it merges)
         # (each was taken without a word: an empty value as null, an unset shell variable turning the schedule
         # off; 010 as octal 8; ??? as "keep the default"; a new user's probe)

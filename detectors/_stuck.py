@@ -75,8 +75,15 @@ class Stuck(Detector):
         owner = self.name
         self.arl0 = check_arl0(owner, arl0)
         self.window = check_int(owner, "window", window, 10, 1_000_000)
-        self.min_run = check_int(owner, "min_run", min_run, 2, 1_000_000)
-        self.warmup = check_int(owner, "warmup", warmup, 2, self.window)
+        self.min_run = check_int(owner, "min_run", min_run, 2, max(self.window - 2, 2))
+        # (a run is judged on the window's values before it, at most window - min_run: a warmup above that was
+        # accepted and never alarmed; a probe)
+        most = self.window - self.min_run
+        warmup = check_int(owner, "warmup", warmup, 2, 1_000_000)
+        if warmup > most:
+            raise ValueError(f"{owner}: warmup must be an integer in [2, {most}] (window {self.window} - min_run "
+                             f"{self.min_run}: the values a run is judged on), got {warmup!r}")
+        self.warmup = warmup
         self.stream = stream
         self._log_arl = math.log(self.arl0)
         self._reset()
@@ -179,6 +186,6 @@ class Stuck(Detector):
                 return None
         self._need_at = _NEVER  # one alarm per run
         return Alarm(step, self.name, self.stream, None, self._start,
-                     f"{self.stream or 'stream'} has been exactly {value:.6g} for {run} values since step "
-                     f"{self._start} (before, {value:.6g} repeated with chance {self._q:.2g}: a run this long once in "
-                     f"more than {self.arl0:g} steps)")
+                     f"{self.stream or 'stream'} has been exactly {value!r} for {run} values since step "
+                     f"{self._start} (a value repeating with chance {self._q:.2g}, as the stream's history has it: a "
+                     f"run this long once in more than {self.arl0:g} steps)")

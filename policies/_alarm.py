@@ -99,12 +99,17 @@ class AlarmPolicy(Policy):
         self._retried: list[tuple] = []  # pending alarms put back after a failed evaluation (not again)
         self._last_alarm_eval: int | None = None
         self._last_urgent_eval: dict[str, int] = {}
+        # the detector of each stream's last urgent evaluation (habituation is of the pair), and each urgent
+        # detector's last evaluation but nonfinite's (a cooldown its streams share: see on_alarm)
+        self._urgent_detector: dict[str, str] = {}
+        self._last_urgent_by: dict[str, int] = {}
         self.absorbed = 0  # alarms that cost no evaluation (cooldown)
         self._recent: list[tuple[str, int, str | None]] = []  # (stream, step, direction): alarms in the window
         self._moved: dict[str, str] = {}  # stream -> direction of its last corroborated alarm
         self._taken: int | None = None  # step of the last alarm taken after corroboration (or abrupt)
         self.held = 0  # alarms held for want of corroboration
-        self._habituated: set[str] = set()  # streams whose urgent alarm's evaluation showed no change
+        self._habituated: set[tuple[str, str]] = set()  # (stream, detector): urgent alarms whose evaluation showed
+        #                                                   no change
         self._last_summary: dict | None = None  # the tracked metric at the last evaluation learned from
 
     def admit(self, alarm, ctx: Context) -> bool:
@@ -145,8 +150,10 @@ class AlarmPolicy(Policy):
         return False
 
     def quiet(self, alarm) -> bool:
-        """An urgent detector's alarm on a habituated stream: it waits for another stream and widens nothing."""
-        return alarm.stream in self._habituated and alarm.detector in self.urgent_detectors
+        """An urgent detector's alarm on a stream habituated to that detector's alarms: it waits for another stream
+        and widens nothing.  (Of the pair: a stuck alarm whose evaluation showed nothing held the stream's later
+        NaN, which then brought no evaluation; a probe.)"""
+        return (alarm.stream, alarm.detector) in self._habituated and alarm.detector in self.urgent_detectors
 
     def learn(self, result) -> None:
         """What the evaluation of ``result.step`` showed (synchronous: from :meth:`on_eval`; asynchronous: when
@@ -160,7 +167,9 @@ class AlarmPolicy(Policy):
         if streams and self.habituate:
             p = change_p(result, name, cur, self._last_summary)
             if p == p and p >= self.significance:
-                self._habituated.update(streams)
+                self._habituated.update((s, self._urgent_detector.get(s, d)) for s in streams
+                                        for d in ((self._urgent_detector[s],) if s in self._urgent_detector
+                                                  else self.urgent_detectors))
             elif p == p:  # a change: what was learned of every stream no longer holds (a habituated grad_norm
                 self._habituated.clear()  # that goes NaN beside the dying loss was not undone; found in review)
         self._last_summary = remembered(cur)
@@ -173,7 +182,13 @@ class AlarmPolicy(Policy):
         # dying, and the evaluation it brings may undo the habituation; found in review)
         urgent = alarm.detector in self.urgent_detectors
         if urgent:
-            cooling = self._cooling(self._last_urgent_eval.get(alarm.stream), ctx.step)
+            # Its own cooldown per stream (a stream stuck at NaN does not evaluate at every step); an urgent detector
+            # other than nonfinite shares one across its streams too: one verifier scoring everything 0 freezes the
+            # reward, its spread, the loss and the grad norm a few steps apart, and each stuck alarm bought an
+            # evaluation of its own, over budget, of the same weights (5 in 40 steps; a probe).  (A NaN on one stream
+            # and then on another still brings each its evaluation.)
+            cooling = self._cooling(self._last_urgent_eval.get(alarm.stream), ctx.step) or (
+                alarm.detector != "nonfinite" and self._cooling(self._last_urgent_by.get(alarm.detector), ctx.step))
         else:
             cooling = self._cooling(self._last_alarm_eval, ctx.step)
         if cooling:
@@ -192,9 +207,12 @@ class AlarmPolicy(Policy):
     def on_eval(self, result, ctx: Context) -> None:
         if self._pending:
             self._last_alarm_eval = ctx.step
-            for stream, _, _, urgent in self._pending:
+            for stream, detector, _, urgent in self._pending:
                 if urgent:
                     self._last_urgent_eval[stream] = ctx.step
+                    self._urgent_detector[stream] = detector
+                    if detector != "nonfinite":
+                        self._last_urgent_by[detector] = ctx.step
             self._answered[ctx.step] = [(tuple(p), tuple(p) in self._retried) for p in self._pending]
             for old in sorted(self._answered)[:-_ANSWERED_KEPT]:
                 del self._answered[old]
@@ -226,17 +244,20 @@ class AlarmPolicy(Policy):
 
     def state_dict(self) -> dict:
         return {"pending": [list(p) for p in self._pending], "last_alarm_eval": self._last_alarm_eval,
-                "last_urgent_eval": dict(self._last_urgent_eval), "absorbed": self.absorbed,
+                "last_urgent_eval": dict(self._last_urgent_eval), "urgent_detector": dict(self._urgent_detector),
+                "last_urgent_by": dict(self._last_urgent_by), "absorbed": self.absorbed,
                 "recent": [list(r) for r in self._recent], "moved": dict(self._moved), "taken": self._taken,
                 "held": self.held, "retried": [list(a) for a in self._retried],
                 "answered": {str(k): [[list(a), r] for a, r in v] for k, v in self._answered.items()},
-                "habituated": sorted(self._habituated), "last_summary": self._last_summary}
+                "habituated": [list(p) for p in sorted(self._habituated)], "last_summary": self._last_summary}
 
     def load_state_dict(self, sd: Mapping) -> None:
         self._pending = [tuple(p) for p in sd.get("pending", [])]
         last = sd.get("last_alarm_eval")
         self._last_alarm_eval = None if last is None else int(last)
         self._last_urgent_eval = {str(k): int(v) for k, v in sd.get("last_urgent_eval", {}).items()}
+        self._urgent_detector = {str(k): str(v) for k, v in sd.get("urgent_detector", {}).items()}
+        self._last_urgent_by = {str(k): int(v) for k, v in sd.get("last_urgent_by", {}).items()}
         self.absorbed = int(sd.get("absorbed", 0))
         self._recent = [(str(r[0]), int(r[1]), None if r[2] is None else str(r[2])) for r in sd.get("recent", [])]
         self._moved = {str(k): str(v) for k, v in sd.get("moved", {}).items()}
@@ -250,6 +271,9 @@ class AlarmPolicy(Policy):
         self._retried = [tuple(a) for a in sd.get("retried", [])]
         habituated = sd.get("habituated", [])
         if isinstance(habituated, (str, bytes)) or not isinstance(habituated, (list, tuple, set)):
-            raise TypeError(f"habituated: a list of stream names, got {type(habituated).__name__}")
-        self._habituated = {str(x) for x in habituated}
+            raise TypeError(f"habituated: a list of [stream, detector] pairs, got {type(habituated).__name__}")
+        # (a state from before the pairs: a stream name, habituated to every urgent detector as it then was)
+        self._habituated = {(str(x), d) for x in habituated if isinstance(x, str) for d in self.urgent_detectors}
+        self._habituated |= {(str(x[0]), str(x[1])) for x in habituated
+                             if isinstance(x, (list, tuple)) and len(x) == 2}
         self._last_summary = loaded_summary(sd.get("last_summary"))

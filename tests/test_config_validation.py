@@ -110,6 +110,10 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
     cfg = load_config(overrides=["streams.default.1.adapt=0.02", "policy.alarm.urgent_detectors.0=cusum"])
     assert cfg.streams.default[1].adapt == 0.02 and cfg.streams.default[1].threshold == 8.0
     assert list(cfg.policy.alarm.urgent_detectors) == ["cusum", "stuck"]
+    # Hydra's and Python's bracket for the item, streams.default[1].arl0 (it read as a mapping key; a probe)
+    bracket = load_config("aggressive", ["streams.default[1].arl0=1000", "streams.default[2].threshold=7.0"])
+    assert dict(bracket.streams.default[1]) == {"type": "stuck", "arl0": 1000}
+    assert bracket.streams.default[2].threshold == 7.0
     with pytest.raises(ConfigError, match=r"override 'streams.default.5.adapt=0.02': streams.default.5.adapt: no "
                                           r"such list item"):
         load_config(overrides=["streams.default.5.adapt=0.02"])

@@ -206,3 +206,49 @@ def test_stuck_is_no_witness_a_lone_level_alarm_of_another_stream_waits_for():
     for seed in range(12):
         assert evaluations(f"{{type: nonfinite}}, {{type: stuck}}, {cusum}", seed) == \
             evaluations(f"{{type: nonfinite}}, {cusum}", seed), seed
+
+
+def test_linked_streams_freezing_a_few_steps_apart_buy_one_urgent_evaluation_and_a_nan_later_still_counts():
+    """A probe: a verifier scoring everything 0 froze the reward, its spread, the loss and the grad norm a few steps
+    apart; each stuck alarm was urgent with its own stream's cooldown and bought its own evaluation, over budget, of
+    the same weights (5 in 40 steps).  Stuck alarms now share a cooldown across streams.  And a stuck alarm whose
+    evaluation showed no change habituated the stream to NaN too: its later NaN was held, never evaluated."""
+    from adaptive_eval.detectors import Alarm
+    from adaptive_eval.policies import AlarmPolicy
+    from adaptive_eval.policies._base import Context
+    from adaptive_eval.stats import summarize
+    from adaptive_eval.types import Decision, EvalResult
+
+    def alarm(stream, detector, s):
+        return Alarm(step=s, detector=detector, stream=stream, direction=None, location=s - 4, message="")
+
+    def result(s, mean):
+        return EvalResult(step=s, sample_size=500, reason="alarm", seconds=0.0,
+                          metrics={"acc": summarize([1.0] * round(mean * 500) + [0.0] * (500 - round(mean * 500)))})
+
+    c = lambda s: Context(step=s, elapsed=0.0, eval_seconds=0.0, streams=3)  # noqa: E731
+    p = AlarmPolicy(cooldown_steps=33, corroborate=2, corroborate_steps=20, abrupt_steps=2, habituate=True)
+    p.on_eval(result(0, 0.6), c(0))
+    evaluated = []
+    for s, stream in ((602, "reward"), (603, "reward_std"), (605, "loss"), (616, "grad_norm")):
+        if p.admit(alarm(stream, "stuck", s), c(s)):
+            p.on_alarm(alarm(stream, "stuck", s), c(s))
+        if p.propose(Decision(False), c(s)).evaluate:
+            evaluated.append(s)
+            p.on_eval(result(s, 0.6), c(s))  # (the accuracy did not move: the reward stream is habituated)
+    assert evaluated == [602]
+    nan = alarm("reward", "nonfinite", 700)
+    assert not p.quiet(nan) and p.admit(nan, c(700))
+    p.on_alarm(nan, c(700))
+    assert p.propose(Decision(False), c(700)).urgent
+    assert p.quiet(alarm("reward", "stuck", 700))  # (its own stuck alarms wait, as before)
+
+
+def test_a_warmup_no_run_could_reach_is_refused_naming_the_bound():
+    """A probe: warmup above window - min_run loaded and the detector never alarmed (a run is judged on the window's
+    values before it, at most window - min_run)."""
+    with pytest.raises(ValueError, match=r"stuck: warmup must be an integer in \[2, 196\] \(window 200 - min_run 4"):
+        make_detector({"type": "stuck", "warmup": 200})
+    det = make_detector({"type": "stuck", "warmup": 196})
+    values = [float(i) for i in range(300)] + [7.5] * 10
+    assert any(det.update(x, s) is not None for s, x in enumerate(values))

@@ -859,7 +859,7 @@ def test_an_urgent_alarm_whose_evaluation_showed_no_change_makes_its_stream_wait
     p.on_alarm(nan("grad_norm", 50), c(50))
     assert p.propose(Decision(False), c(50)).urgent
     p.on_eval(_acc(50, 0.79), c(50))  # the accuracy did not move: grad_norm's NaN alarms wait from now on
-    assert p.state_dict()["habituated"] == ["grad_norm"]
+    assert p.state_dict()["habituated"] == [["grad_norm", "nonfinite"]]
     assert not p.admit(nan("grad_norm", 100), c(100)) and p.quiet(nan("grad_norm", 100)) and not p.pending
     saved = json.loads(json.dumps(p.state_dict()))
     q = AlarmPolicy(cooldown_steps=10, corroborate=2, corroborate_steps=5, abrupt_steps=2, habituate=True)
