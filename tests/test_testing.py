@@ -340,6 +340,10 @@ def test_a_shipped_trace_replays_in_its_metrics_direction_and_under_the_cost_mod
     assert json.loads((tmp_path / "b" / "summary.json").read_text())["best"]["step"] != run.summary["best"]["step"]
     # and a value of the user's wins in check and replay_trace too (they were merged over it; a review)
     assert replay_trace("sb3_pong", load_config(overrides=["replay.eval_set_size=40"])).config.replay.eval_set_size == 40
+    # a trace shipped with several eval columns tracks the one it ships with, as tune scores it (it tracked the
+    # first, arc_challenge, beside lambada_openai; a probe)
+    pythia = replay_trace("pythia_160m", "default")
+    assert pythia.config.evaluation.metric == "lambada_openai" and pythia.summary["best"]["metric"] == "lambada_openai"
 
 
 # ------------------------------------------------------------------------------------------- the CLI

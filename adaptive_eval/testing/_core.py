@@ -399,12 +399,15 @@ def shipped_settings(real) -> list[str]:
     """The settings a shipped real trace (a ``RealTrace``) replays under wherever it is replayed (``replay``,
     ``check``, :func:`replay_trace`), as ``tune`` scores it: its eval cost model and eval set size
     (:func:`adaptive_eval.tune.cost_overrides`: sb3_pong's return is the mean of 10 episodes, not 500 items) and
-    its metric's direction (nanogpt_124m's validation loss was replayed as higher-is-better: its pick was the
+    its metric and its direction (nanogpt_124m's validation loss was replayed as higher-is-better: its pick was the
     worst checkpoint; and a preset ``tune`` wrote did not replay to the figures it reported; a new-user probe)."""
     from adaptive_eval.tune import case_of_real, cost_overrides
 
     out = [o for o in cost_overrides(case_of_real(real)) if not o.startswith("logging.")]
-    return out + ([] if real.higher_is_better else ["evaluation.higher_is_better=false"])
+    # and its metric: pythia's and bigscience's traces ship with several eval columns, and replay tracked the first
+    # (arc_challenge) where tune and check score lambada (a probe)
+    metric = [f"evaluation.metric={real.eval_metric[len('eval/'):]}"] if real.eval_metric else []
+    return out + metric + ([] if real.higher_is_better else ["evaluation.higher_is_better=false"])
 
 
 def with_shipped(cfg, real, given: Sequence[str] = ()):
