@@ -586,7 +586,7 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
     if step_column != "step" and trace_format(path) != "jsonl":
         raise ValueError(f"{path}: step_column= applies to a JSONL or JSON trace; a CSV's step column: "
                          "adaptive_eval.convert.from_columns(path, step=...); a TensorBoard run has its steps")
-    as_read = promote_validation if validation_truth else (lambda trace: trace)
+    as_read = (lambda trace: _nan_gaps(promote_validation(trace))) if validation_truth else _nan_gaps
     if trace_format(path) == "tensorboard":
         return as_read(_read_tensorboard(path, keep_last))
     if not path.exists():
@@ -1666,6 +1666,30 @@ def eval_like(trace: Trace) -> list[str]:
     """The streams of ``trace`` named like eval results (``eval_acc``, ``val/loss``, ``test-acc``, verl's
     ``val-core/...``): named to a user whose trace has no ground truth, as the columns ``--eval`` may take."""
     return [n for n in trace.stream_names() if re.match(r"(eval|val|test)[-_/]", n, re.IGNORECASE)]
+
+
+def _nan_gaps(trace: Trace) -> Trace:
+    """``trace`` with an eval column's NaN cells left out where they outnumber its values: an export's way of writing
+    "no evaluation here" (pandas' ``na_rep="NaN"``, ``json.dumps`` of a W&B history), with a warning.  Read as
+    values, the last row's NaN overrode the carried-forward truth and every simulated evaluation measured nothing,
+    unsaid (a probe).  A NaN among as many values or more is a result (an evaluation that returned NaN) and stays."""
+    counts: dict[str, list[int]] = {}
+    for rec in trace.records:
+        for name, value in rec.metrics.items():
+            if name.startswith("eval/"):
+                c = counts.setdefault(name, [0, 0])
+                c[0 if value != value else 1] += 1
+    gaps = {name for name, (nan, finite) in counts.items() if finite and nan > finite}
+    if not gaps:
+        return trace
+    records = [rec if gaps.isdisjoint(rec.metrics) else dataclasses.replace(
+        rec, metrics={k: v for k, v in rec.metrics.items() if not (k in gaps and v != v)}) for rec in trace.records]
+    some = ", ".join(sorted(gaps)[:4]) + (" ..." if len(gaps) > 4 else "")
+    warnings.warn(f"{trace.source or 'trace'}: {some}: NaN in "
+                  f"{'most' if len(gaps) > 1 else format(counts[min(gaps)][0], ',')} of the rows, values in the others: "
+                  "read as rows without an evaluation (an export's missing values), not as NaN results",
+                  RuntimeWarning, stacklevel=3)
+    return dataclasses.replace(trace, records=records)
 
 
 def promote_validation(trace: Trace) -> Trace:

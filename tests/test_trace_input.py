@@ -309,3 +309,26 @@ def test_na_null_and_friends_are_missing_cells_not_errors_and_nan_stays_a_value(
     path.write_text("step,loss\n0,1.0\n1,missing\n")
     with pytest.raises(TraceError, match=r"na.csv:3: column 'loss': 'missing' is not a number"):
         read_trace(path)
+
+
+def test_an_eval_column_whose_gaps_are_written_nan_reads_as_one_whose_gaps_are_empty(tmp_path):
+    """A probe: a W&B history exported with pandas' na_rep="NaN" (or as JSON, which writes NaN) marks every step
+    without an evaluation NaN; read as values, the last NaN overrode the carried-forward truth and every simulated
+    evaluation measured nothing, unsaid.  Read as gaps now, with a warning; a NaN among values is a result and stays."""
+    import warnings
+
+    from adaptive_eval.replay import ground_truth
+    from adaptive_eval.trace import read_trace
+
+    rows = [(s, 1.0 - 0.001 * s, (0.7 if s < 50 else 0.3) if s % 10 == 0 else None) for s in range(100)]
+    empty, nan = tmp_path / "empty.csv", tmp_path / "nan.csv"
+    empty.write_text("step,train/loss,eval/acc\n" + "".join(f"{s},{x},{'' if a is None else a}\n" for s, x, a in rows))
+    nan.write_text("step,train/loss,eval/acc\n" + "".join(f"{s},{x},{'NaN' if a is None else a}\n" for s, x, a in rows))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = ground_truth(read_trace(nan))
+    assert got == ground_truth(read_trace(empty)) == {"acc": [(s, a) for s, _, a in rows if a is not None]}
+    assert any("eval/acc: NaN in 90 of the rows" in str(w.message) for w in caught)
+    few = tmp_path / "few.csv"  # two NaN results among ten values: results, kept
+    few.write_text("step,eval/acc\n" + "".join(f"{s},{'nan' if s in (3, 7) else 0.5}\n" for s in range(10)))
+    assert sum(v != v for _, v in ground_truth(read_trace(few))["acc"]) == 2
