@@ -1542,6 +1542,33 @@ def _listed(paths: Sequence[str], most: int = 5) -> str:
     return ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
+def _say_damaged(file: pathlib.Path, events: list) -> None:
+    """Warn when ``file`` holds whole records past one TensorBoard's reader stopped at: it ends a file at the first
+    damaged record without a word (a debug log), and a run whose file was damaged a third of the way in read as a
+    shorter run, its collapse gone (a probe).  A torn last record (a run still writing) is not said."""
+    import struct
+
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+
+    try:
+        data = file.read_bytes()
+        read = sum(1 for _ in RawEventFileLoader(str(file)).Load())
+    except Exception:  # noqa: BLE001 - not ours to judge: the reader above decided what it could read
+        return
+    frames, pos = 0, 0
+    while frames < read and pos + 12 <= len(data):  # a record: its length (8 bytes), CRC (4), data, CRC (4)
+        pos += 12 + struct.unpack_from("<Q", data, pos)[0] + 4
+        frames += 1
+    left = len(data) - pos
+    # (what is left past the records read: a torn last record is at most a record or so; more is a damaged one, its
+    # length field too perhaps, and the records after it)
+    if read and left > max(4 * pos / read, 1024):
+        last = max((e[1] for e in events), default=None)
+        warnings.warn(f"{file}: damaged after record {read}: TensorBoard's reader stops there, so the {left:,} bytes "
+                      "after it are left out" + (f" (this file's steps end at {last})" if last is not None else ""),
+                      RuntimeWarning, stacklevel=5)
+
+
 def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such TensorBoard directory or event file")
@@ -1558,6 +1585,7 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
     own_tags = set()
     for file in _event_files(path):
         events = [e for e in _scalar_events(file) if e[0] not in _HF_TB_BOOKKEEPING]
+        _say_damaged(file, events)
         own_tags.update(e[0] for e in events)
         if events:
             chunks.append(events)

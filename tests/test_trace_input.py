@@ -332,3 +332,37 @@ def test_an_eval_column_whose_gaps_are_written_nan_reads_as_one_whose_gaps_are_e
     few = tmp_path / "few.csv"  # two NaN results among ten values: results, kept
     few.write_text("step,eval/acc\n" + "".join(f"{s},{'nan' if s in (3, 7) else 0.5}\n" for s in range(10)))
     assert sum(v != v for _, v in ground_truth(read_trace(few))["acc"]) == 2
+
+
+def test_a_tensorboard_file_damaged_mid_way_is_said_and_a_torn_last_record_is_not(tmp_path):
+    """A probe: 4 damaged bytes a third of the way into an event file, and TensorBoard's reader stopped there
+    without a word (a debug log): the run read as 100 steps of 300, its collapse at step 200 gone."""
+    import warnings
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from adaptive_eval.trace import read_trace
+
+    def written(name):
+        writer = SummaryWriter(str(tmp_path / name))
+        for s in range(300):
+            writer.add_scalar("train/reward", 0.5 + 0.001 * (s % 7), s)
+        writer.close()
+        return next((tmp_path / name).glob("events*"))
+
+    def said(folder):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trace = read_trace(folder)
+        return trace, [str(w.message) for w in caught if "damaged" in str(w.message)]
+
+    damaged = written("damaged")
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 3: len(data) // 3 + 4] = b"\xff\xff\xff\xff"
+    damaged.write_bytes(bytes(data))
+    trace, messages = said(tmp_path / "damaged")
+    assert len(trace.records) < 150 and len(messages) == 1 and "damaged after record" in messages[0]
+    torn = written("torn")
+    torn.write_bytes(torn.read_bytes()[:-5])  # a run still writing its last record
+    trace, messages = said(tmp_path / "torn")
+    assert len(trace.records) == 299 and messages == []
