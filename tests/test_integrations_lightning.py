@@ -2007,6 +2007,47 @@ def test_ctrl_c_with_an_evaluation_in_flight_resumes_from_the_exception_checkpoi
     assert resumed == full
 
 
+class StateModel(Model):
+    """Training state an evaluation may read: a non-persistent buffer and a plain attribute the training step sets,
+    and the step itself (generation code seeds its sampling by it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("seen", torch.zeros(()), persistent=False)
+        self.temperature = 0.0
+
+    def training_step(self, batch, batch_idx):
+        self.seen.fill_(float(self.global_step))
+        self.temperature = float(self.global_step)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch, batch_idx):
+        super().validation_step(batch, batch_idx)
+        self.log("val_step", float(self.global_step))
+        self.log("val_seen", float(self.seen))
+        self.log("val_temperature", float(self.temperature))
+
+
+def test_an_asynchronous_replica_reads_the_step_buffers_and_attributes_of_its_weights_as_a_synchronous_run():
+    """A probe: the replica read self.global_step from the live trainer (43.98 for the weights of step 39, varying
+    item by item), and kept its first copy's non-persistent buffers and plain attributes forever (19 at every
+    evaluation, where the synchronous run read 19, 39, 59, ...)."""
+    def run(extra):
+        train, val = loaders(n_train=400, n_val=20)
+        torch.manual_seed(1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + [
+            "trigger.freq_steps=20", "policy.interval.enabled=false", "policy.alarm.enabled=false",
+            "evaluation.metric=val_loss", *extra])
+        L.Trainer(max_steps=100, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
+            StateModel(), train, val)
+        return [(r.step, r.mean("val_step"), r.mean("val_seen"), r.mean("val_temperature"))
+                for r in cb.evaluator.history]
+
+    sync = run([])
+    assert [row[1:] for row in sync] == [(s + 1.0, float(s), float(s)) for s, *_ in sync]
+    assert run(["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=5"]) == sync
+
+
 def test_validating_a_checkpoint_by_hand_leaves_the_next_fit_its_own_run(tmp_path):
     """trainer.validate(ckpt_path=...) restores the callbacks' states too, and the next fit() took that checkpoint's:
     a new run started at the old run's step 79 (every call after refused as going backwards: no evaluation) and a

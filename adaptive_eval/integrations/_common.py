@@ -308,6 +308,22 @@ def synchronous_for_sharded(cfg):
     return load_config(cfg, ["evaluation.asynchronous=false"]), None
 
 
+def _copy_the_rest(module, replica) -> None:
+    """What ``load_state_dict`` leaves as the first copy had it: non-persistent buffers, and the module's own plain
+    attributes of one value (a temperature, a counter: ``int``, ``float``, ``bool``, ``str``, None; not those whose
+    name begins with ``_``, the framework's).  A reused replica saw its first copy's forever (a probe: a buffer the
+    training step updates read 19 at every asynchronous evaluation, 19 to 99 in the synchronous run)."""
+    saved = set(module.state_dict(keep_vars=True))
+    mine = dict(replica.named_buffers())
+    for name, buf in module.named_buffers():
+        if name not in saved and name in mine and mine[name].shape == buf.shape:
+            mine[name].copy_(buf)
+    plain = (int, float, bool, str, type(None))
+    for key, value in vars(module).items():
+        if not key.startswith("_") and type(value) in plain and key in vars(replica):
+            setattr(replica, key, value)
+
+
 class ReplicaEval(SnapshotEval):
     """The adapters' default evaluation made asynchronous: evaluate a copy of the live module, never the
     module that keeps training.
@@ -339,6 +355,7 @@ class ReplicaEval(SnapshotEval):
                 replica.eval()
             else:
                 replica.load_state_dict(self.module.state_dict())  # copies into the replica's own tensors
+                _copy_the_rest(self.module, replica)
         weights = WeightSnapshot(replica.state_dict(), step)
         weights.replica = replica
         return weights

@@ -1349,11 +1349,16 @@ class _ModuleEval:
         ``self.log`` is captured), and detached while its batch is moved to the device (with a trainer,
         Lightning would run the live module's transfer hooks from the worker thread)."""
         trainer = self.trainer
+        # (the trainer as it stood at the evaluation's step: the live one's global_step had moved on, item by item,
+        # 43.98 and 44.51 for the weights of step 39, and a generation seeded with it measured other values than
+        # the synchronous run's; a probe)
+        replica._adaptive_eval_at = None if trainer is None else _TrainerAt(
+            trainer, request.step + 1, request.step // max(self.callback._steps_per_epoch, 1))
         if trainer is not None and "validation_step" not in vars(replica):
             step = type(replica).validation_step
 
             def validation_step(*args, **kwargs):  # (an instance attribute of the replica, kept with it)
-                replica._trainer = trainer
+                replica._trainer = replica._adaptive_eval_at
                 try:
                     return step(replica, *args, **kwargs)
                 finally:
@@ -1361,3 +1366,16 @@ class _ModuleEval:
 
             replica.validation_step = validation_step
         return self.callback.evaluate_with_module(trainer, replica, request)
+
+
+class _TrainerAt:
+    """The live trainer as an asynchronous replica's ``validation_step`` sees it: everything the trainer's, but
+    ``global_step`` and ``current_epoch``, which are those of the step the replica's weights are from."""
+
+    __slots__ = ("_live", "global_step", "current_epoch")
+
+    def __init__(self, live, global_step: int, current_epoch: int):
+        self._live, self.global_step, self.current_epoch = live, global_step, current_epoch
+
+    def __getattr__(self, name):
+        return getattr(self._live, name)
