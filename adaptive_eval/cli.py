@@ -791,7 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay a recorded trace offline and write what would have been decided")
     p.add_argument("trace", help="a trace: CSV, JSONL, or a TensorBoard event folder; or a shipped real trace "
-                                 "by name (real:NAME)")
+                                 "by name (real:NAME, or the bare NAME)")
     _add_config_args(p)
     p.add_argument("--out", default="runs/replay", help="output folder (default: runs/replay)")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the simulated evaluations")
@@ -820,12 +820,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trace_args(p)
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("plot", help="draw a PNG of a run, or of several runs on shared axes")
+    p = sub.add_parser("plot", help="draw a run, or several runs on shared axes (PNG; PDF or SVG by --out's suffix)")
     p.add_argument("dir", nargs="+", help="a run folder written by replay or demo (evals.jsonl, alarms.jsonl, tb/), "
                                           "your run's logging.tensorboard_dir, or a folder of runs (runs/demo: its "
                                           "adaptive and fixed runs)")
-    p.add_argument("--out", default=None, help="the PNG to write (default: DIR/run.png for one run, runs.png in "
-                                               "the common folder for several)")
+    p.add_argument("--out", default=None, help="the file to write, its format by its suffix: .png, .pdf, .svg "
+                                               "(default: DIR/run.png for one run, runs.png in the common folder "
+                                               "for several)")
     p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("demo", help="train a model with a fault midway (rlvr: a GRPO policy; digits: a classifier); "
@@ -835,7 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo", help="output folder (default: runs/demo)")
     _add_config_args(p)
     p.add_argument("--steps", type=int, default=None,
-                   help="training steps; the fault comes halfway (default: rlvr 200, digits 3000)")
+                   help="training steps, at least 20; the fault comes halfway (default: rlvr 200, digits 3000)")
     p.add_argument("--fault", default=None,
                    help="rlvr: reward_hack (default), lr_blowup, entropy_collapse or none; digits: lr_blowup")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the data split, weights and batches (default: 0)")
