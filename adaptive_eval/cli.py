@@ -377,6 +377,12 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
+    evals = trace.eval_names()
+    tracked = (s.get("best") or {}).get("metric")
+    if cfg.evaluation.metric is None and not cfg.evaluation.suites and len(evals) > 1 and tracked:
+        # (which one, said: it showed only in summary.json, where check asks "which eval metric?"; a probe)
+        print(f"  tracked {tracked} of the trace's {len(evals)} eval columns ({', '.join(n[5:] for n in evals[:4])}"
+              f"{' ...' if len(evals) > 4 else ''}); another: --set evaluation.metric=NAME")
     if len(trace) > 1:
         _stride_note(trace.source, len(trace), trace.records[0].step, trace.records[-1].step, cfg)
     _truth_note(trace, cfg, _eval_names(args, args.trace))

@@ -581,3 +581,16 @@ def test_a_result_moved_to_its_weights_step_lands_on_a_record_with_its_epoch_and
     moved = at_weights_steps(Trace(records, "k.csv")).records
     assert [r.step for r in moved] == [r.step for r in records] and moved[3].metrics["eval/acc"] == 0.5
     assert all(r.epoch is not None and r.time is not None for r in moved) and "eval/acc" not in moved[4].metrics
+
+
+def test_replay_says_which_of_several_eval_columns_it_tracks(tmp_path, capsys):
+    """A probe: with eval/f1 and eval/accuracy, replay tracked accuracy without a word (summary.json alone said so),
+    where check asks which."""
+    path = tmp_path / "two.csv"
+    path.write_text("step,loss,eval/f1,eval/accuracy\n"
+                    + "".join(f"{s},1.0,{'0.5,0.6' if s % 10 == 0 else ','}\n" for s in range(50)))
+    assert main(["replay", str(path), "--out", str(tmp_path / "out"), "--no-tensorboard"]) == 0
+    assert "tracked accuracy of the trace's 2 eval columns (f1, accuracy)" in capsys.readouterr().out
+    assert main(["replay", str(path), "--out", str(tmp_path / "out"), "--no-tensorboard",
+                 "--set", "evaluation.metric=f1"]) == 0
+    assert "tracked" not in capsys.readouterr().out
