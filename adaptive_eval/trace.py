@@ -1628,6 +1628,7 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
         return _own_log(by_step, path)
     t0 = min(wall.values())
     records = []
+    renamed: set[str] = set()
     for step in sorted(by_step):
         row = by_step[step]
         epoch = None
@@ -1637,7 +1638,18 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
                 epoch = _epoch(value, value, path, None) if math.isfinite(value) else None
         for tag in _STEP_TAGS.intersection(row):
             del row[tag]
+        for tag in ("step", "time"):
+            # a scalar tagged as a trace's own column: a metric named with "_", as record_to names it (read as the
+            # stream "time", the trace could not be written back: "reserved column names"; a probe)
+            if tag in row:
+                row[f"{tag}_"] = row.pop(tag)
+                renamed.add(tag)
         records.append(TraceRecord(step, row, epoch, wall[step] - t0))
+    if renamed:
+        warnings.warn(f"{path}: scalar{'s' if len(renamed) > 1 else ''} "
+                      f"{' and '.join(repr(t) for t in sorted(renamed))} read as "
+                      f"{' and '.join(repr(t + '_') for t in sorted(renamed))}: 'step' and 'time' are a trace's own "
+                      "columns (its steps and the events' wall times)", RuntimeWarning, stacklevel=3)
     return Trace(records, str(path))
 
 

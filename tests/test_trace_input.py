@@ -366,3 +366,27 @@ def test_a_tensorboard_file_damaged_mid_way_is_said_and_a_torn_last_record_is_no
     torn.write_bytes(torn.read_bytes()[:-5])  # a run still writing its last record
     trace, messages = said(tmp_path / "torn")
     assert len(trace.records) == 299 and messages == []
+
+
+def test_tensorboard_scalars_named_step_or_time_are_metrics_named_with_an_underscore(tmp_path):
+    """A probe: add_scalar("time", ...) and add_scalar("step", ...) read as streams literally named 'time' and 'step'
+    (a CSV's time column is its clock), and write_trace then refused the trace: "reserved column names"."""
+    import warnings
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    from adaptive_eval.trace import read_trace, write_trace
+
+    writer = SummaryWriter(str(tmp_path / "run"))
+    for s in range(20):
+        writer.add_scalar("reward", 0.5, s)
+        writer.add_scalar("time", 0.5 * s, s)
+        writer.add_scalar("step", float(s), s)
+    writer.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = read_trace(tmp_path / "run")
+    assert trace.records[10].metrics["time_"] == 5.0 and "step_" in trace.records[10].metrics
+    assert "time" not in trace.stream_names() and any("read as 'step_' and 'time_'" in str(w.message) for w in caught)
+    write_trace(trace, tmp_path / "back.csv")
+    assert read_trace(tmp_path / "back.csv").records[10].metrics["time_"] == 5.0
