@@ -1668,6 +1668,7 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
     any tag, at that step and after.  Files are taken in the order they began (their first wall time)."""
     order = sorted(range(len(chunks)), key=lambda i: (min(e[2] for e in chunks[i]), i))
     restarts = []
+    dropped: list = []  # (None, step, previous step, steps dropped) per restart kept_last: warn_restarts says them
     kept: list = []
     for i in order:
         chunk = chunks[i]
@@ -1676,8 +1677,10 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
             start = min(e[1] for e in chunk)
             reached = max((e[1] for e in kept if e[2] < began), default=None)
             if reached is not None and start < reached:
+                gone = {e[1] for e in kept if e[1] >= start and e[2] < began}
                 kept = [e for e in kept if not (e[1] >= start and e[2] < began)]
                 restarts.append((start, reached))
+                dropped.append((None, start, reached, len(gone)))
         kept.extend(chunk)
     per_tag: dict[str, list] = {}
     for event in kept:
@@ -1694,7 +1697,10 @@ def _purge_orphaned(chunks: list[list], path, keep_last: bool) -> list:
                       "back to on are dropped.  Values of tags the later run did not log again stay: "
                       "--keep-last-run (read_trace(..., on_restart='keep_last')) keeps the later run alone from its "
                       "first step on", RuntimeWarning, stacklevel=4)
-    return [event for series in per_tag.values() for event in series]
+    out = [event for series in per_tag.values() for event in series]
+    # (counted in steps, a TensorBoard run's records: the CSV reader said its drops, this one dropped unsaid; a probe)
+    warn_restarts(path, dropped, len({e[1] for e in out}), stacklevel=4)
+    return out
 
 
 # verl logs its validation results (val-core/<data source>/<var>/<metric>, val-aux/...) beside the step's own
