@@ -76,14 +76,23 @@ class NopPolicy(Policy):
     """
 
 
-_BOOKKEEPING_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second")
+_BOOKKEEPING_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "__count")
 
 
 def is_bookkeeping(name: str) -> bool:
     """Whether a metric name is bookkeeping rather than a measure of the model (HF's ``eval_runtime``,
-    ``eval_samples_per_second``, ``epoch``, ...): never chosen as the tracked metric by default."""
-    last = name.rsplit("/", 1)[-1]
-    return last in ("epoch", "step", "global_step") or last.endswith(_BOOKKEEPING_SUFFIXES)
+    ``eval_samples_per_second``, ``epoch``, AReaL's ``timeperf/...`` timings and ``stats_tracker`` counts
+    ``<key>__count``, ...): never chosen as the tracked metric by default.  (AReaL's were: a stats dict whose first
+    key was ``timeperf/eval_rollout`` tracked that as higher-is-better; a probe.)
+
+    >>> [is_bookkeeping(n) for n in ("eval_runtime", "timeperf/eval_rollout", "eval-rollout/reward__count",
+    ...                                "eval-rollout/reward", "accuracy")]
+    [True, True, True, False, False]
+    """
+    parts = name.split("/")
+    last = parts[-1]
+    return (last in ("epoch", "step", "global_step") or last.endswith(_BOOKKEEPING_SUFFIXES)
+            or parts[0] == "timeperf")
 
 
 _LOWER_IS_BETTER = re.compile(r"(?:^|[_/.\-])(loss|nll|wer|cer|perplexity|ppl|error|err|mse|mae|rmse|bpb|bpc)"

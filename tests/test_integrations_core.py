@@ -77,6 +77,12 @@ def test_the_tracked_metric_is_never_bookkeeping_and_prefers_per_item_values():
                               metrics={k: v for k, v in s.items() if k != "eval_loss"})
     assert primary_metric(only_scalars, None)[0] == "eval_score"
     assert primary_metric(result, "eval_runtime")[0] == "eval_runtime"  # named explicitly: as asked
+    # AReaL's stats_tracker dict: its timings and counts first, then the reward (it tracked timeperf/eval_rollout
+    # as higher-is-better; a probe)
+    areal = summarize_outputs({"timeperf/eval_rollout": 12.5, "eval-rollout/reward__count": 64.0,
+                               "eval-rollout/reward": 0.42}, 64)
+    assert primary_metric(EvalResult(step=0, sample_size=64, reason="", seconds=0.0, metrics=areal), None)[0] == \
+        "eval-rollout/reward"
 
 
 def test_freq_zero_is_every_step_as_in_areal():
