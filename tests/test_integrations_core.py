@@ -190,4 +190,4 @@ def test_an_adapters_overrides_are_checked_whatever_the_config_is_given_as(given
                        ("trigger.freq_steps=010", "octal"), ("trigger.freq_stepz=5", "did you mean")):
         with pytest.raises(ConfigError, match=f"override {item!r}: .*{says}"):
             build_config(config, [item])
-    assert build_config(config, ["trigger.freq_steps=7", "streams.default.1.adapt=0"]).trigger.freq_steps == 7
+    assert build_config(config, ["trigger.freq_steps=7", "streams.default.0.repeat=true"]).trigger.freq_steps == 7
