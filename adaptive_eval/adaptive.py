@@ -2134,7 +2134,9 @@ class AdaptiveEvaluator:
             self._logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
                                            "controller/deferred": 0.0})
             self._logger.text(global_step, "decisions",
-                              f"submitted: {decision.reason} (n={decision.sample_size}){self._deferred_since()}")
+                              f"submitted: {decision.reason} (n="
+                              f"{'all' if decision.sample_size is None else decision.sample_size})"
+                              f"{self._deferred_since()}")
         self._check_down(global_step)
 
     def _say_budget_deferring(self, global_step: int) -> None:

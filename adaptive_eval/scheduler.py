@@ -183,22 +183,35 @@ def shortages(snapshot: ResourceSnapshot, section) -> list[str]:
     >>> shortages(ResourceSnapshot(accelerator_free_gb=2.0, accelerator_total_gb=80.0, host_cpu_percent=97.0),
     ...           ResourcesConfig(min_free_accelerator_gb=8.0, max_host_cpu_percent=90.0))
     ['accelerator free 2.00 GB < 8.00 GB', 'host CPU 97% > 90%']
+    >>> shortages(ResourceSnapshot(accelerator_free_gb=3.999, host_cpu_percent=90.4),
+    ...           ResourcesConfig(min_free_accelerator_gb=4.0, max_host_cpu_percent=90.0))  # apart, to the digit
+    ['accelerator free 3.999 GB < 4.000 GB', 'host CPU 90.4% > 90.0%']
     """
     found = []
     need_gb = float(_setting(section, "min_free_accelerator_gb", 0.0))
     if need_gb > 0 and snapshot.accelerator_free_gb is not None and snapshot.accelerator_free_gb < need_gb:
-        found.append(f"accelerator free {snapshot.accelerator_free_gb:.2f} GB < {need_gb:.2f} GB")
+        found.append("accelerator free {} GB < {} GB".format(*_apart(snapshot.accelerator_free_gb, need_gb, 2)))
     need_fraction = float(_setting(section, "min_free_accelerator_fraction", 0.0))
     fraction = snapshot.accelerator_free_fraction
     if need_fraction > 0 and fraction is not None and fraction < need_fraction:
-        found.append(f"accelerator free {fraction:.1%} < {need_fraction:.1%}")
+        found.append("accelerator free {}% < {}%".format(*_apart(100 * fraction, 100 * need_fraction, 1)))
     need_host = float(_setting(section, "min_free_host_gb", 0.0))
     if need_host > 0 and snapshot.host_free_gb is not None and snapshot.host_free_gb < need_host:
-        found.append(f"host free {snapshot.host_free_gb:.2f} GB < {need_host:.2f} GB")
+        found.append("host free {} GB < {} GB".format(*_apart(snapshot.host_free_gb, need_host, 2)))
     max_cpu = float(_setting(section, "max_host_cpu_percent", 100.0))
     if max_cpu < 100 and snapshot.host_cpu_percent is not None and snapshot.host_cpu_percent > max_cpu:
-        found.append(f"host CPU {snapshot.host_cpu_percent:.0f}% > {max_cpu:.0f}%")
+        found.append("host CPU {}% > {}%".format(*_apart(snapshot.host_cpu_percent, max_cpu, 0)))
     return found
+
+
+def _apart(value: float, limit: float, digits: int) -> tuple[str, str]:
+    """``value`` and ``limit`` to ``digits`` decimals, or more until they read apart (90.4 against a 90% limit read
+    "host CPU 90% > 90%", 3.999 GB against 4 "4.00 GB < 4.00 GB"; a probe)."""
+    for d in range(digits, digits + 8):
+        a, b = f"{value:.{d}f}", f"{limit:.{d}f}"
+        if a != b:
+            return a, b
+    return repr(value), repr(limit)
 
 
 class ResourceScheduler:

@@ -1544,3 +1544,17 @@ def test_the_evaluator_called_from_inside_its_own_asynchronous_evaluation_fails_
     assert time.monotonic() - start < 10
     assert ev.history == [] and len(errors) == ev.summary()["eval_errors"] >= 2
     assert all(f"{call}() called from inside" in e for e in errors), errors
+
+
+def test_a_submitted_evaluation_of_the_whole_set_reads_n_all_in_the_decisions_text(tmp_path):
+    """A probe: with sample_size null (the whole set) the text read "submitted: trigger:steps (n=None)"."""
+    from adaptive_eval.tensorboard import read_texts
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.asynchronous=true", "policy.sample_size.enabled=false", "policy.budget.enabled=false",
+        "trigger.freq_steps=5", f"logging.tensorboard_dir={tmp_path}"]))
+    for g in range(8):
+        ev.evaluate(lambda: {"acc": [1.0, 0.0]}, 0, g, g)
+    ev.close()
+    submitted = [t for _, t in read_texts(tmp_path, "decisions") if t.startswith("submitted: ")]
+    assert submitted and all("(n=all)" in t for t in submitted), submitted
