@@ -597,6 +597,34 @@ def test_a_note_said_once_per_evaluator_is_said_once_per_tune(tmp_path, monkeypa
     assert any("said again" in r.getMessage() for r in caplog.records)
 
 
+def test_a_replay_warning_said_every_trial_is_said_once_per_tune_numbers_and_plurals_aside(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """A probe: replay's warnings.warn, "N evaluations of suite ... (steps ...) did not measure ...", came once per
+    trial, trace and suite: 78 of 92 stderr lines of a 12-trial tune."""
+    import warnings
+
+    import adaptive_eval.tune as tune_module
+
+    real = tune_module.tune
+
+    def noisy(*args, **kwargs):
+        for steps in ("4, 9", "8", "13, 17, 21"):
+            n = len(steps.split(","))
+            warnings.warn(f"run.csv: {n} evaluation{'s' if n > 1 else ''} of suite 'math' (step"
+                          f"{'s' if n > 1 else ''} {steps}) did not measure math/acc", RuntimeWarning)
+        warnings.warn("run.csv: something else entirely", RuntimeWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "tune", noisy)
+    path, onset = collapse_csv(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "1", "--out", str(tmp_path / "t"),
+                     "--no-progress"]) == 0
+    said = capsys.readouterr().err  # (the CLI prints warnings as "adaptive-eval: warning: ...")
+    assert said.count("did not measure") == 1 and said.count("something else") == 1
+
+
 def test_a_warning_said_once_a_run_is_said_once_a_command(tmp_path, caplog):
     """Each trial replays every trace with an evaluator of its own, so "the budget holds back the evaluation the
     alarm asked for ... (said once)" came 14 times in the README's 30 trials (a fresh-clone check)."""
