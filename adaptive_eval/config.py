@@ -1515,6 +1515,10 @@ def areal_view(obj):
                                for k in unknown for close in [difflib.get_close_matches(k, sorted(_AREAL_FIELDS), 1)]])
         if isinstance(obj, DictConfig):
             plain, _, unresolved = _plain_node(obj)  # (a problem in resolving it is a ConfigError naming the node)
+            # (only of the fields read: a copy of the evaluator: section detached from the experiment's config
+            # failed on experiment_name: ${experiment_name}, which AReaL's own Evaluator never reads; a probe)
+            unresolved = [(key, msg) for key, msg in unresolved
+                          if str(key).rpartition(".")[2] in (*_AREAL_FREQS, "eval_before_train")]
             if unresolved:
                 raise ConfigError([f"EvaluatorConfig: {key}: {msg}" for key, msg in unresolved])
             kind = OmegaConf.get_type(obj)
@@ -1564,7 +1568,14 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
             problems.append(f"{name}.{f}: must be a whole number, got {v!r}")
         else:
             trigger[f] = v if v is None or f == "freq_secs" else int(v)
-    trigger["eval_before_train"] = bool(getattr(evaluator_config, "eval_before_train", False))
+    before = getattr(evaluator_config, "eval_before_train", False)
+    if isinstance(before, str) and before.strip().lower() in ("true", "false"):
+        # (YAML text in an untyped node: 'false' read as true, an evaluation of the initial weights; AReaL's typed
+        # config reads it as false; a probe)
+        before = before.strip().lower() == "true"
+    if before is not None and not isinstance(before, (bool, int)):
+        problems.append(f"{name}.eval_before_train: must be true or false, got {before!r}")
+    trigger["eval_before_train"] = bool(before) if isinstance(before, (bool, int)) else False
     # AReaL's counters fire on their own (an epoch end right after a step-triggered evaluation still fires): its
     # schedule, as the drop-in promises (the default preset's joint counting lost those epoch ends; found by a
     # new-user probe)

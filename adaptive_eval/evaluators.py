@@ -858,6 +858,12 @@ def _plain_config(config):
         from adaptive_eval.config import as_config
 
         return as_config(dict(config))
+    from adaptive_eval.config import _AREAL_FIELDS, areal_view
+
+    if any(str(k) in _AREAL_FIELDS and k not in _FREQ_KEYS for k in config):
+        # AReaL's EvaluatorConfig as a dict (dataclasses.asdict, a YAML section): its experiment_name, trial_name
+        # and fileroot were "unknown keys" here, where the shim took them (a probe)
+        return areal_view(config)
     unknown = sorted(str(k) for k in config if k not in _FREQ_KEYS)
     if unknown:
         hints = [f"{k!r} (did you mean {close[0]!r}?)" if close else repr(k)
@@ -868,6 +874,16 @@ def _plain_config(config):
         raise ValueError(f"Evaluator config {dict(config)!r} has none of freq_epochs, freq_steps, freq_secs: it would "
                          "never evaluate (None disables one)")
     return types.SimpleNamespace(**{k: config.get(k) for k in _FREQ_KEYS})
+
+
+def _flag(value) -> bool:
+    """``eval_before_train`` as a flag: YAML's text 'true'/'false' of an untyped node as AReaL's typed config reads it
+    ('false' read as true: an evaluation of the initial weights; a probe)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if value is not None and not isinstance(value, (bool, int)):
+        raise ValueError(f"eval_before_train must be true or false, got {value!r}")
+    return bool(value)
 
 
 def _freqs_from(config) -> tuple:
@@ -887,7 +903,7 @@ def _freqs_from(config) -> tuple:
         # AReaL's Evaluator and as every other evaluator reads it (this one counted two frequencies jointly)
         independent = getattr(src, "independent", None)
         return (getattr(src, "freq_epochs", None), getattr(src, "freq_steps", None),
-                getattr(src, "freq_secs", None), bool(getattr(src, "eval_before_train", False)),
+                getattr(src, "freq_secs", None), _flag(getattr(src, "eval_before_train", False)),
                 bool(independent) if independent is not None else src is config)
     except ValueError:
         raise

@@ -562,3 +562,24 @@ def test_a_section_of_the_users_own_config_is_a_preset_as_a_mapping_is():
     with pytest.raises(ConfigError, match=r"policy\.interval\.max_factr: unknown key .*did you mean"):
         shim.AdaptiveEvaluator(areal_config(freq_steps=5), spec(8, epochs=2),
                                preset=OmegaConf.create({"policy": {"interval": {"max_factr": 3}}}))
+
+
+def test_areals_evaluator_section_as_a_dict_a_detached_copy_or_yaml_text_reads_as_areal_reads_it():
+    """Probes: AReaL's EvaluatorConfig as a dict (dataclasses.asdict, a YAML section) was refused by the plain
+    Evaluator for its experiment_name, trial_name and fileroot ("unknown keys"); a copy of the evaluator: section
+    detached from the experiment's config failed on experiment_name: ${experiment_name}, a field nobody reads; and
+    eval_before_train: 'false' (text in an untyped node) read as true.  AReaL's own Evaluator runs each."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from adaptive_eval import Evaluator
+
+    expected = run(AREAL.Evaluator(areal_config(freq_steps=3), spec(10)), 0, 9, 10)
+    as_dict = dataclasses.asdict(areal_config(freq_steps=3))
+    detached = OmegaConf.create({"experiment_name": "${experiment_name}", "trial_name": "t", "fileroot": "/",
+                                 "freq_steps": 3, "eval_before_train": "false"})
+    for config in (as_dict, detached):
+        for make in (lambda c: Evaluator(c, steps_per_epoch=10), lambda c: shim.Evaluator(c, spec(10)),
+                     lambda c: shim.AdaptiveEvaluator(c, spec(10), preset="areal")):
+            assert run(make(config), 0, 9, 10) == expected == [2, 5, 8], (config, make)
