@@ -543,7 +543,11 @@ def _tracked_metric_problems(ev) -> list[str]:
     if ev.suite_aggregate:
         prefixes.append(str(ev.suite_aggregate))
     if rest and head in prefixes:
-        if ev.suite_aggregate and head == str(ev.suite_aggregate) and re.fullmatch(r".+/p\d{1,2}", rest):
+        base, _, last = rest.rpartition("/")
+        asked = [str(a) for a in ((ev.aggregations or {}).get(base) or ())]
+        if ev.suite_aggregate and head == str(ev.suite_aggregate) and re.fullmatch(r"p\d{1,2}", last) and last in asked:
+            # (an aggregation the config asks for, not a metric of the user's named so: all/ret/p5, precision@5,
+            # is reported; a review)
             # (never reported: a weighted mean of the suites' quantiles is no quantile, suites.weighted_aggregate;
             # accepted, the policies tracked nothing, a RuntimeWarning once at run time; a review)
             return [f"evaluation.metric: {metric!r}: a quantile aggregation has no aggregate over the suites (a "
@@ -1585,7 +1589,10 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     # (a DictConfig as it is: a node of the user's own config, cfg.adaptive_eval, or one made of a few keys, was taken
     # for a whole config and failed its check with a TypeError; read onto the schema as a mapping is; a probe)
     base = as_config(preset) if isinstance(preset, DictConfig) else load_config(preset)
-    _say_trigger_replaced(base, trigger, name)
+    if not (preset is None or (isinstance(preset, str) and preset in preset_names())):
+        # (a shipped preset's schedule is every drop-in's to replace: said for areal, aggressive and budget, the
+        # areal preset's whole point being AReaL's schedule; a review)
+        _say_trigger_replaced(base, trigger, name)
     # (both were the AReaL shim's alone: AdaptiveEvaluator.from_config(config.evaluator) kept fp32, and AReaL's
     # evaluate_fn broke the next step's backward; a probe)
     if all(trigger[f] is None for f in _AREAL_FREQS):

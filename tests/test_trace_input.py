@@ -332,6 +332,12 @@ def test_an_eval_column_whose_gaps_are_written_nan_reads_as_one_whose_gaps_are_e
     few = tmp_path / "few.csv"  # two NaN results among ten values: results, kept
     few.write_text("step,eval/acc\n" + "".join(f"{s},{'nan' if s in (3, 7) else 0.5}\n" for s in range(10)))
     assert sum(v != v for _, v in ground_truth(read_trace(few))["acc"]) == 2
+    # a record_to trace: eval cells on its evaluations' rows alone, most of them NaN (the run diverged): results,
+    # kept (read as gaps, the diverged run replayed as a healthy one; a review)
+    sparse = tmp_path / "sparse.csv"
+    sparse.write_text("step,train/loss,eval/acc\n" + "".join(
+        f"{s},1.0,{('0.5' if s < 30 else 'nan') if s % 10 == 0 else ''}\n" for s in range(100)))
+    assert sum(v != v for _, v in ground_truth(read_trace(sparse))["acc"]) == 7
 
 
 def test_a_tensorboard_file_damaged_mid_way_is_said_and_a_torn_last_record_is_not(tmp_path):

@@ -309,19 +309,32 @@ def synchronous_for_sharded(cfg):
 
 
 def _copy_the_rest(module, replica) -> None:
-    """What ``load_state_dict`` leaves as the first copy had it: non-persistent buffers, and the module's own plain
-    attributes of one value (a temperature, a counter: ``int``, ``float``, ``bool``, ``str``, None; not those whose
-    name begins with ``_``, the framework's).  A reused replica saw its first copy's forever (a probe: a buffer the
-    training step updates read 19 at every asynchronous evaluation, 19 to 99 in the synchronous run)."""
+    """What ``load_state_dict`` leaves as the first copy had it: non-persistent buffers, and each submodule's own plain
+    attributes of one value (a temperature, a counter, a cached length: ``int``, ``float``, ``bool``, ``str``, None;
+    not those whose name begins with ``_``, the framework's).  A reused replica saw its first copy's forever (a probe:
+    a buffer the training step updates read 19 at every asynchronous evaluation, 19 to 99 in the synchronous run).
+    Of every submodule, so that a buffer and the attribute that goes with it (a rotary embedding's ``inv_freq`` and
+    ``max_seq_len_cached``) come together; a buffer the evaluation's forward made an inference tensor is replaced,
+    not copied into (that raised at every other submission; a review)."""
     saved = set(module.state_dict(keep_vars=True))
-    mine = dict(replica.named_buffers())
-    for name, buf in module.named_buffers():
-        if name not in saved and name in mine and mine[name].shape == buf.shape:
-            mine[name].copy_(buf)
     plain = (int, float, bool, str, type(None))
-    for key, value in vars(module).items():
-        if not key.startswith("_") and type(value) in plain and key in vars(replica):
-            setattr(replica, key, value)
+    mine = dict(replica.named_modules())
+    for prefix, sub in module.named_modules():
+        twin = mine.get(prefix)
+        if twin is None:
+            continue
+        for leaf, buf in sub._buffers.items():
+            name = f"{prefix}.{leaf}" if prefix else leaf
+            theirs = twin._buffers.get(leaf)
+            if buf is None or name in saved or theirs is None:
+                continue
+            if theirs.shape == buf.shape and theirs.dtype == buf.dtype and not theirs.is_inference():
+                theirs.copy_(buf)
+            else:
+                twin._buffers[leaf] = buf.detach().clone()
+        for key, value in vars(sub).items():
+            if not key.startswith("_") and type(value) in plain and key in vars(twin):
+                setattr(twin, key, value)
 
 
 class ReplicaEval(SnapshotEval):
@@ -335,9 +348,10 @@ class ReplicaEval(SnapshotEval):
     Thread executors only: the replica does not travel to another process.
     """
 
-    def __init__(self, module, fn):
+    def __init__(self, module, fn, stamp=None):
         super().__init__(module, self._run)
         self._user_fn = fn
+        self._stamp = stamp  # () -> what the framework's state read at submission (the replica's own, at its run)
         self._free: list = []
         self._lock = threading.Lock()
 
@@ -358,15 +372,18 @@ class ReplicaEval(SnapshotEval):
                 _copy_the_rest(self.module, replica)
         weights = WeightSnapshot(replica.state_dict(), step)
         weights.replica = replica
+        weights.stamp = self._stamp() if self._stamp is not None else None
         return weights
 
     def _run(self, request, weights):
         replica = weights.replica
+        replica._adaptive_eval_stamp = getattr(weights, "stamp", None)
         try:
             out = self._user_fn(request, replica)
             weights.check()  # here: once the replica is back in the pool the next submission overwrites it
             return out
         finally:
+            replica._adaptive_eval_stamp = None
             weights._versions = {}
             with self._lock:
                 self._free.append(replica)

@@ -74,6 +74,7 @@ import math
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
@@ -290,7 +291,8 @@ class AdaptiveEvalCallback(Callback):
         if trainer.is_global_zero:
             self._monitors_unsure = bool(self._guard("on_train_start", _say_monitors, trainer))
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
-        self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on) if self._async
+        self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on,
+                                         stamp=lambda: (trainer.global_step, trainer.current_epoch)) if self._async
                              else _ModuleEval(self, trainer, pl_module))
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
@@ -386,6 +388,7 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluator is not None and not self.evaluator._closed:
             from adaptive_eval.adaptive import EXCEPTION_DRAIN_S
 
+            left = EXCEPTION_DRAIN_S
             if self.evaluator._distributed and self.evaluator._group_failed is None:
                 # (one rank's exception: a collective of close() would run on that rank alone, waiting out
                 # distributed.timeout_s or meeting another rank's evaluate(); what is in flight fails instead; review)
@@ -396,7 +399,13 @@ class AdaptiveEvalCallback(Callback):
                 # after this one (OnExceptionCheckpoint), and close() below integrates what is in flight at this
                 # step, not at the one the run would have: a Ctrl-C'd run resumed from that checkpoint decided
                 # otherwise than the run that never stopped (its alarm's evaluation at 102, not 105; a probe)
-                self._at_exception = self._guard("state", self.evaluator.state_dict)
+                # (within the drain's bound: state_dict() waits for the evaluations in flight, and unbounded it held
+                # a Ctrl-C'd fit for a 20 s generation, where 5 s was the promise, before the checkpoint was written;
+                # a review)
+                began = time.monotonic()
+                self._at_exception = self._guard(
+                    "state", lambda: self.evaluator.state_dict(timeout_s=EXCEPTION_DRAIN_S))
+                left = max(EXCEPTION_DRAIN_S - (time.monotonic() - began), 0.0)
             drained = []
 
             def drain(event):
@@ -405,7 +414,7 @@ class AdaptiveEvalCallback(Callback):
 
             self.evaluator.add_listener(drain)
             try:
-                self.evaluator.close(timeout_s=EXCEPTION_DRAIN_S)
+                self.evaluator.close(timeout_s=left)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
                 log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
             finally:
@@ -1349,11 +1358,12 @@ class _ModuleEval:
         ``self.log`` is captured), and detached while its batch is moved to the device (with a trainer,
         Lightning would run the live module's transfer hooks from the worker thread)."""
         trainer = self.trainer
-        # (the trainer as it stood at the evaluation's step: the live one's global_step had moved on, item by item,
-        # 43.98 and 44.51 for the weights of step 39, and a generation seeded with it measured other values than
-        # the synchronous run's; a probe)
-        replica._adaptive_eval_at = None if trainer is None else _TrainerAt(
-            trainer, request.step + 1, request.step // max(self.callback._steps_per_epoch, 1))
+        # (the trainer as it stood when the evaluation was submitted, its global_step and current_epoch read then: the
+        # live one's had moved on, item by item, 43.98 and 44.51 for the weights of step 39, and a generation seeded
+        # with it measured other values than the synchronous run's; a probe)
+        stamp = getattr(replica, "_adaptive_eval_stamp", None) or (
+            request.step + 1, request.step // max(self.callback._steps_per_epoch, 1))
+        at = None if trainer is None else _trainer_at(trainer, *stamp)
         if trainer is not None and "validation_step" not in vars(replica):
             step = type(replica).validation_step
 
@@ -1365,17 +1375,46 @@ class _ModuleEval:
                     replica._trainer = None
 
             replica.validation_step = validation_step
-        return self.callback.evaluate_with_module(trainer, replica, request)
+        replica._adaptive_eval_at = at
+        try:
+            return self.callback.evaluate_with_module(trainer, replica, request)
+        finally:
+            replica._adaptive_eval_at = None  # (a replica in the pool holds no trainer: it pickles, copies)
 
 
-class _TrainerAt:
-    """The live trainer as an asynchronous replica's ``validation_step`` sees it: everything the trainer's, but
-    ``global_step`` and ``current_epoch``, which are those of the step the replica's weights are from."""
+_AT_CLASSES: dict[type, type] = {}
 
-    __slots__ = ("_live", "global_step", "current_epoch")
 
-    def __init__(self, live, global_step: int, current_epoch: int):
-        self._live, self.global_step, self.current_epoch = live, global_step, current_epoch
+def _trainer_at(live, global_step: int, current_epoch: int):
+    """The live trainer as an asynchronous replica's ``validation_step`` sees it: an instance of the trainer's own
+    class (``isinstance`` holds), every attribute read from and written to the live trainer, but ``global_step`` and
+    ``current_epoch``, which are those read when the evaluation was submitted."""
+    cls = _AT_CLASSES.get(type(live))
+    if cls is None:
+        def read(self, name):
+            try:
+                live = object.__getattribute__(self, "_at_live")
+            except AttributeError:  # (a copy being made: nothing to forward to)
+                raise AttributeError(name) from None
+            return getattr(live, name)
 
-    def __getattr__(self, name):
-        return getattr(self._live, name)
+        def write(self, name, value):
+            if name.startswith("_at_"):
+                object.__setattr__(self, name, value)
+            else:
+                setattr(object.__getattribute__(self, "_at_live"), name, value)
+
+        cls = _AT_CLASSES[type(live)] = type(f"{type(live).__name__}AtStep", (type(live),), {
+            "__getattr__": read, "__setattr__": write,
+            "global_step": property(lambda self: object.__getattribute__(self, "_at_step")),
+            "current_epoch": property(lambda self: object.__getattribute__(self, "_at_epoch")),
+            "__reduce__": lambda self: (_live_of, (object.__getattribute__(self, "_at_live"),)),
+        })
+    at = object.__new__(cls)
+    at._at_live, at._at_step, at._at_epoch = live, int(global_step), int(current_epoch)
+    return at
+
+
+def _live_of(live):
+    """A copy or pickle of a trainer-at-step is the live trainer (it is never kept)."""
+    return live
