@@ -1745,8 +1745,8 @@ def _nan_gaps(trace: Trace) -> Trace:
     records = [rec if gaps.isdisjoint(rec.metrics) else dataclasses.replace(
         rec, metrics={k: v for k, v in rec.metrics.items() if not (k in gaps and v != v)}) for rec in trace.records]
     some = ", ".join(sorted(gaps)[:4]) + (" ..." if len(gaps) > 4 else "")
-    warnings.warn(f"{trace.source or 'trace'}: {some}: NaN in "
-                  f"{'most' if len(gaps) > 1 else format(counts[min(gaps)][0], ',')} of the rows, values in the others: "
+    share = "most" if len(gaps) > 1 else format(counts[min(gaps)][0], ",")
+    warnings.warn(f"{trace.source or 'trace'}: {some}: NaN in {share} of the rows, values in the others: "
                   "read as rows without an evaluation (an export's missing values), not as NaN results",
                   RuntimeWarning, stacklevel=3)
     return dataclasses.replace(trace, records=records)

@@ -23,9 +23,9 @@ For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibr
 
 Targets (issue 3): measured ARL0 >= 0.7 x arl0; cusum and bocpd delays within 1.5 x the bound for shifts
 >= 1 sd; cusum, page_hinkley, spike and nonfinite at >= 200,000 updates/s.  ``nonfinite`` has no threshold
-and never alarms on finite data, so it only gets a speed; so does ``stuck`` (its arl0 is in closed form and it never
-alarms on a float stream that does not repeat: ``--stuck`` has its tables).  Slow detectors (bocpd, kswin, window_test) get
-fewer runs; the run counts are printed.  Everything is seeded.
+and never alarms on finite data, so it only gets a speed; so does ``stuck`` (its arl0 is in closed form and it
+never alarms on a float stream that does not repeat: ``--stuck`` has its tables).  Slow detectors (bocpd, kswin,
+window_test) get fewer runs; the run counts are printed.  Everything is seeded.
 """
 
 from __future__ import annotations
@@ -1061,11 +1061,12 @@ def stuck_tables(quick: bool = False) -> None:
               f"[{lo:.3f}, {hi:.3f}]")
     n = 50 if quick else 200
     cusum = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
-    rows = (("default cusum", [cusum]), ("stuck", [{"type": "stuck"}]), ("stuck, then cusum", [{"type": "stuck"}, cusum]))
-    print(f"\nSIMULATED: a batch-mean reward (answers right with chance 0.3) exactly 0 from value 300 on; median values "
-          f"after the onset to the first alarm [>= 90% CI, order statistics], and the share caught within 25; n = {n} "
-          "runs per cell (a run alarming before the onset redrawn: 'r', how many); default settings (stuck arl0 "
-          "100,000)")
+    rows = (("default cusum", [cusum]), ("stuck", [{"type": "stuck"}]),
+            ("stuck, then cusum", [{"type": "stuck"}, cusum]))
+    print(f"\nSIMULATED: a batch-mean reward (answers right with chance 0.3) exactly 0 from value 300 on; median "
+          "values after the onset to the first alarm [>= 90% CI, order statistics], and the share caught within 25; "
+          f"n = {n} runs per cell (a run alarming before the onset redrawn: 'r', how many); default settings "
+          "(stuck arl0 100,000)")
     batches = (4, 8, 16, 32, 128)
     head = f"{'detectors':20s}" + "".join(f"{'batch ' + str(b):>27s}" for b in batches)
     print(head)
@@ -1195,7 +1196,8 @@ def main(argv=None) -> None:
     problems = []
     for name in names:
         if name in ("nonfinite", "stuck"):
-            print(f"{name:12s} {'-':>6s} {'no threshold' if name == 'nonfinite' else 'see --stuck':>16s} {'':>6s} {'':>9s}   "
+            what = "no threshold" if name == "nonfinite" else "see --stuck"
+            print(f"{name:12s} {'-':>6s} {what:>16s} {'':>6s} {'':>9s}   "
                   + "   ".join(f"{'-':>13s}" for _ in SHIFTS) + f"   {speed[name]:10,.0f}")
             continue
         for arl0 in ARL0S:

@@ -420,7 +420,8 @@ def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_t
         assert "decisions" in str(EventAccumulator(str(tmp_path / "tb")).Reload().Tags())
         from adaptive_eval import load_config
 
-        shim.patch_areal(load_config(overrides=[f"logging.tensorboard_dir={tmp_path / 'mine'}"]), modules=[mod.__name__])
+        mine = load_config(overrides=[f"logging.tensorboard_dir={tmp_path / 'mine'}"])
+        shim.patch_areal(mine, modules=[mod.__name__])
         assert Trainer(config, spec(10, epochs=3)).evaluator.cfg.logging.tensorboard_dir == str(tmp_path / "mine")
     finally:
         sys.modules.pop(mod.__name__)

@@ -79,7 +79,7 @@ def test_tune_reads_per_item_truth_and_counts_cost_in_the_suites_units(collapse,
     bare = tmp_path / "bare.csv"
     write_trace(with_column(collapse.trace, lambda m, s: {k: v for k, v in m.items() if not k.startswith("eval/")}),
                 bare)
-    with pytest.raises(TuneError, match=r"no ground truth for any eval suite \('math', 'aime'\): the trace has no eval/"):
+    with pytest.raises(TuneError, match=r"no ground truth for any eval suite \('math', 'aime'\): the trace has no "):
         check_input([case_from_file(str(bare), base)], ["cost"], 2)
     with pytest.raises(TuneError, match="per-item ground truth"):  # per-item columns without suites
         case_from_file(str(path), load_config())
