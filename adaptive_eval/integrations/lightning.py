@@ -421,10 +421,15 @@ class AdaptiveEvalCallback(Callback):
                 self.evaluator._listeners.remove(drain)
             # (the results closing integrated reach the trainer's loggers as at train end: Lightning finalizes them
             # after this; they were in our TensorBoard file only; a probe)
-            last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
-            for result in drained:
-                self._guard("report", self._report, trainer, result, last)
+            if drained:
+                self._guard("report", self._report_drained, trainer, drained)
         self.teardown(trainer, pl_module, "fit")
+
+    def _report_drained(self, trainer, drained) -> None:
+        """The results ``close()`` integrated at an exception, on the loggers' axis at the last step trained."""
+        last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
+        for result in drained:
+            self._guard("report", self._report, trainer, result, last)
 
     def teardown(self, trainer, pl_module, stage):
         self._fit_thread = None  # (a thread does not pickle: a later fit with ddp_spawn failed at its launch)
