@@ -2026,6 +2026,7 @@ class StateModel(Model):
         self.log("val_step", float(self.global_step))
         self.log("val_seen", float(self.seen))
         self.log("val_temperature", float(self.temperature))
+        self.log("val_training", float(self.training))
 
 
 def test_an_asynchronous_replica_reads_the_step_buffers_and_attributes_of_its_weights_as_a_synchronous_run():
@@ -2040,6 +2041,7 @@ def test_an_asynchronous_replica_reads_the_step_buffers_and_attributes_of_its_we
             "trigger.eval_before_train=true", "evaluation.metric=val_loss", *extra])
         L.Trainer(max_steps=100, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(
             StateModel(), train, val)
+        assert all(r.mean("val_training") == 0.0 for r in cb.evaluator.history)  # (in eval mode, both ways)
         return [(r.step, r.mean("val_step"), r.mean("val_seen"), r.mean("val_temperature"))
                 for r in cb.evaluator.history]
 

@@ -333,7 +333,8 @@ def _copy_the_rest(module, replica) -> None:
             else:
                 twin._buffers[leaf] = buf.detach().clone()
         for key, value in vars(sub).items():
-            if not key.startswith("_") and type(value) in plain and key in vars(twin):
+            # (not ``training``: the replica stays in eval mode, the live module trains)
+            if not key.startswith("_") and key != "training" and type(value) in plain and key in vars(twin):
                 setattr(twin, key, value)
 
 
