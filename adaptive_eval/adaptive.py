@@ -645,15 +645,12 @@ class AdaptiveEvaluator:
         call is :meth:`_observe_one`, which ends the run."""
         from adaptive_eval.detectors._nonfinite import NonFinite
 
-        finite_dets = [d for d in dets if type(d) is not NonFinite]
-        finite = tuple(d._finite_path() for d in finite_dets)
+        finite = tuple(d._finite_path() for d in dets if type(d) is not NonFinite)
         entry = self._watchers[stream] = (finite, tuple(d.update for d in dets))
         if stream in self._in_nonfinite_run:
             self._on_finite[stream] = functools.partial(self._observe_one, stream)
         elif len(finite) == 1:
             self._on_finite[stream] = finite[0]
-        elif len(finite) == 2 and hasattr(finite_dets[0], "_chain"):  # the default preset's stuck, then cusum
-            self._on_finite[stream] = finite_dets[0]._chain(finite[1])
         else:
             self._on_finite[stream] = functools.partial(self._update_each, finite) if finite else _no_alarm
         return entry
@@ -852,10 +849,6 @@ class AdaptiveEvaluator:
                 self._raised(alarm, global_step)
 
     def _raised(self, alarm, global_step: int) -> None:
-        if type(alarm) is list:  # (two detectors of one fast path alarming at once: see Stuck._chain)
-            for one in alarm:
-                self._raised(one, global_step)
-            return
         if self._distributed:  # shared with the other ranks at the next evaluate()
             self._unsynced.append((alarm, global_step))
         else:
@@ -985,16 +978,11 @@ class AdaptiveEvaluator:
             self._logger.text(step, "alarms", f"{where}{head}: {message}".strip() + why)
 
     def _witnesses(self) -> int:
-        """Streams whose level detectors are past their warm-up (``Context.streams``: those that could
-        corroborate an alarm; a stream logged every few hundred steps is not one of them for a long while).  Not
-        ``nonfinite`` nor ``stuck``, which see no level change: counted, stuck made a stream of no level detector a
-        witness, and a lone CUSUM alarm of another stream then waited for it (held: 11 of 40 runs lost an
-        evaluation when stuck was added; a review)."""
-        from adaptive_eval.detectors._nonfinite import NonFinite
-        from adaptive_eval.detectors._stuck import Stuck
-
-        return sum(1 for dets in self._detectors.values()
-                   if any(type(d) is not NonFinite and type(d) is not Stuck and d.armed for d in dets))
+        """Streams whose level detectors (``Detector.sees_level``) are past their warm-up (``Context.streams``: those
+        that could corroborate an alarm; a stream logged every few hundred steps is not one of them for a long while).
+        (Not stuck's: counted, it made a stream a witness while its CUSUM warmed up again, and a lone CUSUM alarm of
+        another stream then waited for it: 11 of 40 runs lost an evaluation when stuck was added; a review.)"""
+        return sum(1 for dets in self._detectors.values() if any(d.sees_level and d.armed for d in dets))
 
     def _alarms_waiting(self) -> bool:
         alarm_policy = self.policies.by_name.get("alarm")

@@ -730,23 +730,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           file=sys.stderr)
     # Every trial replays every trace with a new evaluator, whose notes "(said once)" are once per evaluator: said
     # once per tune here, whatever their values (a note on a suite's pass@k came 3 times in 4 trials, the budget's
-    # held alarm 14 times in 30; found by a new-user probe and a fresh-clone check).
-    # So are replay's warnings, once per text and trace (one per trial, trace and suite: 78 of 92 lines of a 12-trial
-    # tune said that evaluations "did not measure" a suite yet, the steps in each; a probe).
-    import warnings
-
+    # held alarm 14 times in 30; found by a new-user probe and a fresh-clone check); so are replay's warnings.
     from adaptive_eval.types import SaidOnce
 
-    shown, show = set(), warnings.showwarning
-
-    def show_once(message, category, filename, lineno, file=None, line=None):
-        key = (category, re.sub(r"\([^)]*\)|\d+|s\b", "", str(message)))  # (numbers and plurals aside)
-        if key not in shown:
-            shown.add(key)
-            show(message, category, filename, lineno, file, line)
-
-    with SaidOnce(templates=True), warnings.catch_warnings():
-        warnings.showwarning = show_once
+    with SaidOnce(templates=True):
         result = tune(cases, base, objectives=objectives, trials=args.trials, seed=args.seed, out_dir=args.out,
                       progress=not args.no_progress, n_folds=args.folds)
     names = [os.path.relpath(p, args.out) for p in (result.written or [])]

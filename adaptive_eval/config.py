@@ -1535,6 +1535,17 @@ def areal_view(obj):
     return obj if is_areal_evaluator_config(obj) else None
 
 
+def areal_flag(value) -> bool:
+    """AReaL's ``eval_before_train`` as a flag: YAML's text 'true'/'false' of an untyped node as AReaL's typed config
+    reads it ('false' read as true: an evaluation of the initial weights; a probe); anything else not a flag is a
+    ``ValueError`` naming the field."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if value is not None and not isinstance(value, (bool, int)):
+        raise ValueError(f"eval_before_train: must be true or false, got {value!r}")
+    return bool(value)
+
+
 def _say_trigger_replaced(base: DictConfig, trigger: dict, name: str) -> None:
     """Warn where the preset's own schedule (a frequency it sets otherwise than the default preset) gives way to
     AReaL's config: a preset of ``trigger.freq_steps: 50`` beside AReaL's default EvaluatorConfig, every frequency
@@ -1572,14 +1583,10 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
             problems.append(f"{name}.{f}: must be a whole number, got {v!r}")
         else:
             trigger[f] = v if v is None or f == "freq_secs" else int(v)
-    before = getattr(evaluator_config, "eval_before_train", False)
-    if isinstance(before, str) and before.strip().lower() in ("true", "false"):
-        # (YAML text in an untyped node: 'false' read as true, an evaluation of the initial weights; AReaL's typed
-        # config reads it as false; a probe)
-        before = before.strip().lower() == "true"
-    if before is not None and not isinstance(before, (bool, int)):
-        problems.append(f"{name}.eval_before_train: must be true or false, got {before!r}")
-    trigger["eval_before_train"] = bool(before) if isinstance(before, (bool, int)) else False
+    try:
+        trigger["eval_before_train"] = areal_flag(getattr(evaluator_config, "eval_before_train", False))
+    except ValueError as exc:
+        problems.append(f"{name}.{exc}")
     # AReaL's counters fire on their own (an epoch end right after a step-triggered evaluation still fires): its
     # schedule, as the drop-in promises (the default preset's joint counting lost those epoch ends; found by a
     # new-user probe)

@@ -876,22 +876,14 @@ def _plain_config(config):
     return types.SimpleNamespace(**{k: config.get(k) for k in _FREQ_KEYS})
 
 
-def _flag(value) -> bool:
-    """``eval_before_train`` as a flag: YAML's text 'true'/'false' of an untyped node as AReaL's typed config reads it
-    ('false' read as true: an evaluation of the initial weights; a probe)."""
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    if value is not None and not isinstance(value, (bool, int)):
-        raise ValueError(f"eval_before_train must be true or false, got {value!r}")
-    return bool(value)
-
-
 def _freqs_from(config) -> tuple:
     """(freq_epochs, freq_steps, freq_secs, eval_before_train, independent) of AReaL's ``EvaluatorConfig``, an
     adaptive_eval config (its ``trigger`` section) or AReaL's frequencies as attributes (a dict: through
     :func:`_plain_config` first).  An object with none of the three frequencies (a misspelt ``freq_step``) is an
     error: it read as "never evaluate"."""
     src = getattr(config, "trigger", config)
+    from adaptive_eval.config import areal_flag
+
     try:
         if not any(hasattr(src, k) for k in _FREQ_KEYS[:3]):
             names = [n for n in dir(src) if not n.startswith("_")]
@@ -903,7 +895,7 @@ def _freqs_from(config) -> tuple:
         # AReaL's Evaluator and as every other evaluator reads it (this one counted two frequencies jointly)
         independent = getattr(src, "independent", None)
         return (getattr(src, "freq_epochs", None), getattr(src, "freq_steps", None),
-                getattr(src, "freq_secs", None), _flag(getattr(src, "eval_before_train", False)),
+                getattr(src, "freq_secs", None), areal_flag(getattr(src, "eval_before_train", False)),
                 bool(independent) if independent is not None else src is config)
     except ValueError:
         raise

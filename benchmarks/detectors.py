@@ -976,12 +976,10 @@ def _repeating_streams() -> dict:
 
 
 def _bf16(x: float) -> float:
-    """``x`` rounded to bfloat16 (round to nearest even), as ``.item()`` of a bf16 tensor reads it."""
-    import struct
+    """``x`` as ``.item()`` of a bf16 tensor reads it."""
+    import torch
 
-    b = struct.unpack("<I", struct.pack("<f", x))[0]
-    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", b))[0]
+    return torch.tensor(x, dtype=torch.bfloat16).item()
 
 
 def _drifting_streams() -> dict:

@@ -49,6 +49,9 @@ class Detector:
     _state: tuple[str, ...] = ()
     # Name of the raw threshold parameter that arl0 calibrates (None: the detector has no threshold).
     _threshold_param: str | None = None
+    # Whether its alarms are of a change in the stream's level or distribution: such a detector past its warm-up
+    # makes its stream a witness that can corroborate another's alarm (not nonfinite's NaN, nor stuck's repeats).
+    sees_level: bool = True
 
     stream: str
 

@@ -36,6 +36,7 @@ class NonFinite(Detector):
     """
 
     name = "nonfinite"
+    sees_level = False
     _state = ("_in_run",)
 
     def __init__(self, repeat: bool = False, stream: str = ""):

@@ -67,6 +67,7 @@ class Stuck(Detector):
     """
 
     name = "stuck"
+    sees_level = False
     _state = ("_values", "_reps", "_last", "_run", "_start", "_need_at", "_q")
     _RECENT = 50  # the values of the recent pooled repeat rate
 
@@ -121,26 +122,6 @@ class Stuck(Detector):
             self._run = 1  # (a run is counted in values, not told by its step: several calls at one step are
             return None    # several values; a review)
         return self._repeated(value, step)
-
-    def _chain(self, then):
-        """:meth:`_update_finite` followed by ``then`` (the next detector's finite path) in one call: the per-step
-        hot path of ``AdaptiveEvaluator.observe`` for a stream this detector watches before one other.  It returns
-        the alarm of either, or both in a list when both alarm at once.  (A ``functools.partial`` of a method: it
-        pickles and deep-copies with the detectors it holds; a closure did neither, a review.)"""
-        import functools
-
-        return functools.partial(Stuck._chained, self, then)
-
-    def _chained(self, then, value: float, step: int):
-        self._values.append(value)
-        if value != self._last:
-            self._reps.append(None)
-            self._last = value
-            self._start = step
-            self._run = 1
-            return then(value, step)
-        alarm, other = self._repeated(value, step), then(value, step)
-        return other if alarm is None else alarm if other is None else [alarm, other]
 
     def _repeated(self, value: float, step: int) -> Alarm | None:
         """The update of a value equal to the one before it (already in the window)."""

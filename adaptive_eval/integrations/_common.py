@@ -175,11 +175,12 @@ def result_scalars(result, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def close_and_drain(evaluator, guard: StepGuard, report) -> None:
-    """At train end: close ``evaluator`` under ``guard`` (asynchronous evaluations still in flight, the final
-    one among them, are waited for and integrated) and ``report(result)`` each result closing integrated, like the
-    others: also when closing raises (``on_error: raise``, a failure among them), before it goes up (the results
-    that came back beside the failure were lost to the trainer's logs; a review)."""
+def close_and_drain(evaluator, guard: StepGuard, report, timeout_s: float | None = None) -> None:
+    """At train end (or at an exception, waiting ``timeout_s`` at most): close ``evaluator`` under ``guard``
+    (asynchronous evaluations still in flight, the final one among them, are waited for and integrated) and
+    ``report(result)`` each result closing integrated, like the others: also when closing raises (``on_error:
+    raise``, a failure among them), before it goes up (the results that came back beside the failure were lost to
+    the trainer's logs; a review)."""
     drained = []
 
     def drain(event):
@@ -188,7 +189,7 @@ def close_and_drain(evaluator, guard: StepGuard, report) -> None:
 
     evaluator.add_listener(drain)
     try:
-        guard("close", evaluator.close)
+        guard("close", evaluator.close, *(() if timeout_s is None else (timeout_s,)))
     finally:  # (left on, it kept the evaluator and the callback that holds it from pickling: Lightning's ddp_spawn
         evaluator._listeners.remove(drain)  # of a callback used in an earlier fit failed; a multi-process probe)
         for result in drained:

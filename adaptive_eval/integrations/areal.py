@@ -91,10 +91,10 @@ def _last_of(spec_total: int | None, total_train_steps) -> int | None:
     return total_train_steps if spec_total is None else min(spec_total, total_train_steps)
 
 
-def _trainer_config(evaluator_config, depth: int = 2):
+def _trainer_config(evaluator_config):
     """The config of the AReaL trainer building ``Evaluator(config.evaluator, ft_spec)`` (the trainers' ``__init__``
-    holds its ``config`` as a local and in ``self.config``), or None; ``depth``: the frames from here to that call."""
-    frame = sys._getframe(depth)
+    holds its ``config`` as a local and in ``self.config``), or None (called from ``patch_areal``'s ``make``)."""
+    frame = sys._getframe(2)
     for _ in range(4):
         if frame is None:
             break

@@ -406,30 +406,18 @@ class AdaptiveEvalCallback(Callback):
                 self._at_exception = self._guard(
                     "state", lambda: self.evaluator.state_dict(timeout_s=EXCEPTION_DRAIN_S))
                 left = max(EXCEPTION_DRAIN_S - (time.monotonic() - began), 0.0)
-            drained = []
-
-            def drain(event):
-                if event["kind"] == "eval":
-                    drained.append(event["result"])
-
-            self.evaluator.add_listener(drain)
-            try:
-                self.evaluator.close(timeout_s=left)
-            except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
-                log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
-            finally:
-                self.evaluator._listeners.remove(drain)
             # (the results closing integrated reach the trainer's loggers as at train end: Lightning finalizes them
             # after this; they were in our TensorBoard file only; a probe)
-            if drained:
-                self._guard("report", self._report_drained, trainer, drained)
+            try:
+                close_and_drain(self.evaluator, self._guard, lambda result: self._report_drained(trainer, result),
+                                timeout_s=left)
+            except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
+                log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
         self.teardown(trainer, pl_module, "fit")
 
-    def _report_drained(self, trainer, drained) -> None:
-        """The results ``close()`` integrated at an exception, on the loggers' axis at the last step trained."""
-        last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
-        for result in drained:
-            self._guard("report", self._report, trainer, result, last)
+    def _report_drained(self, trainer, result) -> None:
+        """A result ``close()`` integrated at an exception, on the loggers' axis at the last step trained."""
+        self._report(trainer, result, max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0))
 
     def teardown(self, trainer, pl_module, stage):
         self._fit_thread = None  # (a thread does not pickle: a later fit with ddp_spawn failed at its launch)
