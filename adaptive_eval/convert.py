@@ -54,12 +54,14 @@ from adaptive_eval.trace import (
     _parse_epoch,
     _parse_int,
     _parse_time,
+    _text_columns,
     check_separator,
     date_hint,
     warn_restarts,
     read_text,
     skip_comment_lines,
     warn_clashes,
+    warn_text_columns,
 )
 
 _NO_CELL = MISSING_CELLS | {""}
@@ -247,7 +249,8 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     ``on_restart``: what a decreasing step means.  ``"error"`` (default) raises; ``"keep_last"`` treats it as
     a restarted or resumed run and keeps the later run: the earlier records at or after the restart step are
     dropped (TensorBoard does the same).  Empty cells are "not recorded"; a non-numeric cell raises
-    :class:`TraceError` with its file, line and column.  ``validation_truth``: with no ``evals`` named and no
+    :class:`TraceError` with its file, line and column, except in a column of text alone that ``streams`` did not
+    name (a run's name), which is left out with a warning.  ``validation_truth``: with no ``evals`` named and no
     ``eval/`` column, a CSV's one ``val-core/`` column (verl's validation result) not named as a stream is the eval
     ground truth, with a warning, as :func:`adaptive_eval.trace.read_trace` reads it.
     """
@@ -315,6 +318,11 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         # eval result, not a step's; select_columns does the same for the other formats)
         streams = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
                    and not c.startswith("Unnamed: ") and not (evals and c.startswith(("eval/", "eval_")))]
+        # (a column of text alone, a run's name, is metadata, as read_trace reads a CSV's; named, it is an error)
+        text_only = _text_columns(rows, header, only={header.index(c) for c in streams if c in header})
+        if text_only:
+            warn_text_columns(path, header, text_only, stacklevel=2)
+            streams = [c for c in streams if c not in {header[i] for i in text_only}]
     else:
         streams = list(streams)
     missing = [c for c in [*named, *streams] if c not in index]

@@ -575,7 +575,8 @@ def read_trace(path: str | os.PathLike, *, on_restart: str = "error", step_colum
     result) has it as its eval ground truth, ``eval/val-core/...``, with a warning (:func:`promote_validation`).
 
     Raises :class:`TraceError` for a malformed line (file and line number), a missing ``step`` column,
-    decreasing steps, a non-numeric cell, or a file without records.
+    decreasing steps, a non-numeric cell, or a file without records.  A CSV column of text alone (a run's name) is
+    left out with a warning, as a flat JSONL record's text fields are.
     """
     if on_restart not in ("error", "keep_last"):
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
@@ -1172,6 +1173,13 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
     rows = []
     for row in reader:
         rows.append((skipped + reader.line_num, row))
+    text_only = _text_columns(rows, names)
+    if text_only:
+        # A column of text alone (a run's name, a phase) is a record's metadata, as the JSONL reader reads a flat
+        # record's text fields: left out, said once (it refused the whole file; a probe).  A column of numbers
+        # with one text cell in it is still an error naming its line.
+        warn_text_columns(path, names, text_only, stacklevel=4)
+        names = [f"{_UNNAMED}{i}" if i in text_only else n for i, n in enumerate(names)]
     records: list[TraceRecord] = []
     restarts: list = []
     clashes: list = []
@@ -1196,6 +1204,41 @@ def _read_csv_careful(path, text: str, names: list[str], keep_last: bool = False
     warn_restarts(path, restarts, len(records), stacklevel=4)
     warn_clashes(path, clashes, stacklevel=4)
     return records
+
+
+def _text_columns(rows: list, names: list[str], only=None) -> dict[int, str]:
+    """The metric columns (``only``: among these indices) whose every filled cell is text, neither a number nor a
+    missing-value mark, each with its first cell; over ``(line, cells)`` rows of the header's width (a torn row
+    says its own error)."""
+    candidates = {i for i, n in enumerate(names) if n not in RESERVED and not n.startswith(_UNNAMED)
+                  and (only is None or i in only)}
+    first: dict[int, str] = {}
+    for _, row in rows:
+        if len(row) != len(names):
+            continue
+        for i in list(candidates):
+            cell = row[i].strip()
+            if not cell or cell in MISSING_CELLS:
+                continue
+            try:
+                float(cell)
+            except ValueError:
+                first.setdefault(i, cell)
+                continue
+            candidates.discard(i)
+        if not candidates:
+            return {}
+    return {i: first[i] for i in sorted(candidates) if i in first}
+
+
+def warn_text_columns(path, names: list[str], text_only: dict[int, str], stacklevel: int) -> None:
+    """Say once which columns of text alone a CSV reader left out (a date column: how to read it as the clock)."""
+    dates = [names[i] for i, cell in text_only.items() if date_hint(cell).startswith(" (a date")]
+    note = (f"; {', '.join(map(repr, dates))} held dates: a date column named 'time' is the run's clock "
+            "(convert.from_columns(..., time=COL) names another)" if dates else "")
+    warnings.warn(f"{path}: left out {len(text_only)} column{'s' if len(text_only) > 1 else ''} that held text "
+                  f"alone ({', '.join(repr(names[i]) for i in text_only)}): a record's metadata, not metrics{note}",
+                  RuntimeWarning, stacklevel=stacklevel + 1)
 
 
 def _json_number(value, key: str, path, line) -> float | None:

@@ -1,5 +1,6 @@
 """Trace files as users have them: other line endings and encodings; bad requests."""
 
+import json
 import math
 import re
 import subprocess
@@ -63,16 +64,46 @@ def test_a_date_column_read_as_a_number_says_it_is_a_date_and_how_to_read_it(tmp
     path.write_text("date,value\n" + "".join(f"2000-01-{d:02d},{d % 3}\n" for d in range(1, 29)))
     with pytest.raises(TraceError, match=r"dated\.csv:2: column 'date': '2000-01-01' is not a number \(a date, not "
                                          r"a metric: name the columns to watch with --stream COL"):
-        from_columns(path, step=None)
+        from_columns(path, step=None, streams=["date", "value"])
+    with pytest.warns(RuntimeWarning, match=r"left out 1 column that held text alone \('date'\).*'date' held dates: "
+                                            r"a date column named 'time' is the run's clock"):
+        assert [sorted(r.metrics) for r in from_columns(path, step=None).records] == [["value"]] * 28
     with pytest.raises(TraceError, match=r"'date' '2000-01-01' is not a number \(a date is not a step: "
                                          r"--step-column none numbers the rows"):
         from_columns(path, step="date")
     assert len(from_columns(path, step=None, streams=["value"]).records) == 28
-    path.write_text("step,date,value\n0,2000-01-01,1\n")  # the native format
+    path.write_text("step,date,value\n0,2000-01-01,1\n1,5,2\n")  # the native format, a date among numbers
     with pytest.raises(TraceError, match=r"'2000-01-01' is not a number \(a date, not a metric"):
         read_trace(path)
-    path.write_text("step,name,value\n0,2000-13-45x,1\n")  # not a date: no hint
-    with pytest.raises(TraceError, match=r"is not a number$"):
+    path.write_text("step,name,value\n0,1.5,1\n1,2000-13-45x,1\n")  # not a date: no hint
+    with pytest.raises(TraceError, match=r"dated\.csv:3: column 'name': '2000-13-45x' is not a number$"):
+        read_trace(path)
+
+
+def test_a_csv_column_of_text_alone_is_left_out_said_as_jsonl_text_is(tmp_path):
+    """A run's name or phase in a CSV refused the whole file, while a JSONL record's text fields were left out
+    (found by a new-user probe); a column of numbers with a text cell is still an error naming its line, and the
+    per-problem hint still comes with rows that repeat a step."""
+    path = tmp_path / "run.csv"
+    path.write_text("step,run,loss,phase\n1,a,0.5,warm\n2,a,0.4,\n3,a,0.3,NA\n4,a,0.2,main\n")
+    with pytest.warns(RuntimeWarning, match=r"run\.csv: left out 2 columns that held text alone \('run', 'phase'\): "
+                                            r"a record's metadata, not metrics$"):
+        trace = read_trace(path)
+    assert [r.metrics for r in trace.records] == [{"loss": v} for v in (0.5, 0.4, 0.3, 0.2)]
+    jsonl = tmp_path / "run.jsonl"
+    jsonl.write_text("".join(json.dumps({"step": s, "run": "a", "loss": v}) + "\n"
+                             for s, v in ((1, 0.5), (2, 0.4), (3, 0.3), (4, 0.2))))
+    with pytest.warns(RuntimeWarning, match="left out 1 field that held text"):
+        assert [r.metrics for r in read_trace(jsonl).records] == [r.metrics for r in trace.records]
+    # W&B's export (from_columns, its streams found by itself) reads the same way; a column named is still read
+    wandb = tmp_path / "wandb.csv"
+    wandb.write_text("_step,run,train/loss\n1,a,0.5\n2,a,0.4\n")
+    with pytest.warns(RuntimeWarning, match=r"left out 1 column that held text alone \('run'\)"):
+        assert [r.metrics for r in read_trace(wandb).records] == [{"train/loss": 0.5}, {"train/loss": 0.4}]
+    with pytest.raises(TraceError, match=r"wandb\.csv:2: column 'run': 'a' is not a number"):
+        from_columns(wandb, step="_step", streams=["run", "train/loss"])
+    path.write_text("step,loss\n1,0.5\n2,0.4\n3,oops\n")
+    with pytest.raises(TraceError, match=r"run\.csv:4: column 'loss': 'oops' is not a number \(text, not a metric"):
         read_trace(path)
 
 
