@@ -507,8 +507,10 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
     ``answer``: a column numbering each answer of a problem (a sample index); a row repeating a step, problem and
     answer replaces the earlier one (a resumed eval job that appended a checkpoint twice), said once.  Without it,
     rows on different lines with every cell alike are counted as further answers, said once.  The training log's
-    eval columns other than whole per-item sets (``eval/<suite>/<metric>@0..N-1``) are left out, said once (verl's
-    ``val-core/.../mean@4`` read as item 4 of a suite).
+    eval columns named like items but not whole per-item sets (``eval/<suite>/<metric>@0..N-1``) are left out, said
+    once (verl's ``val-core/.../mean@4`` read as item 4 of a suite), and so are its eval results of no suite
+    (``eval/accuracy``) or of ``suite`` as a whole: the items are that suite's truth.  Another suite's
+    ``eval/<other>/<metric>`` stays, that suite's ground truth.
 
     Replay draws fresh answers from each problem's fraction correct, so its pass@k of a problem solved once in 4 is
     ``1 - (3/4)^k``-like, not the 1 the answers on disk give: compare replayed pass@k with the model of the
@@ -676,6 +678,19 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
         warnings.warn(f"streams: left out {len(dropped)} eval column(s) of the training log named like items but "
                       f"not a whole item set ({', '.join(sorted(dropped)[:3])}{', ...' if len(dropped) > 3 else ''}): "
                       "replay would read '<name>@<n>' as item n of a suite", RuntimeWarning, stacklevel=2)
+    # The log's own eval result of no suite (W&B's eval/accuracy) or of this suite's whole set: the items are the
+    # suite's truth, and replay with evaluation.suites refused the trace for a column that "belongs to no suite"
+    # (a new-user probe; the docstring promised them left out).  Another suite's eval/<suite>/... stays its truth.
+    whole_set = set() if streams is None else {
+        k for r in streams.records for k in r.metrics if k.startswith("eval/") and k not in dropped
+        and not k.removesuffix(":std").rpartition("@")[2].isdigit()
+        and (k[len("eval/"):].count("/") == 0 or k[len("eval/"):].partition("/")[0] == suite)}
+    if whole_set:
+        warnings.warn(f"streams: left out {len(whole_set)} eval column(s) of the training log that belong to no suite "
+                      f"or to suite {suite!r} as a whole ({', '.join(sorted(whole_set)[:3])}"
+                      f"{', ...' if len(whole_set) > 3 else ''}): the per-item results are the suite's ground truth",
+                      RuntimeWarning, stacklevel=2)
+        dropped = dropped | whole_set
     for step_, rec in log.items():
         merged = by_step.setdefault(step_, {})
         for k, v in rec.metrics.items():

@@ -1231,11 +1231,24 @@ def _text_columns(rows: list, names: list[str], only=None) -> dict[int, str]:
     return {i: first[i] for i in sorted(candidates) if i in first}
 
 
+_ITEM_ID = re.compile(r"(?:^|[_/ .-])(?:id|problem|doc|item|question|prompt|sample|task|uid)s?(?:$|[_/ .-])",
+                      re.IGNORECASE)
+_PER_ITEM_HINT = ("; per-problem results, a row per checkpoint x problem x answer, are read by "
+                  "adaptive_eval.convert.from_item_results")
+
+
+def _per_item_hint(names) -> str:
+    """The pointer to :func:`adaptive_eval.convert.from_item_results` when a field left out is named like a
+    problem's id (per-problem results read as a trace replayed as one with nothing in it, unsaid; a probe)."""
+    return _PER_ITEM_HINT if any(_ITEM_ID.search(n) or n.lower().endswith("id") for n in names) else ""
+
+
 def warn_text_columns(path, names: list[str], text_only: dict[int, str], stacklevel: int) -> None:
     """Say once which columns of text alone a CSV reader left out (a date column: how to read it as the clock)."""
     dates = [names[i] for i, cell in text_only.items() if date_hint(cell).startswith(" (a date")]
     note = (f"; {', '.join(map(repr, dates))} held dates: a date column named 'time' is the run's clock "
             "(convert.from_columns(..., time=COL) names another)" if dates else "")
+    note += _per_item_hint([names[i] for i in text_only])
     warnings.warn(f"{path}: left out {len(text_only)} column{'s' if len(text_only) > 1 else ''} that held text "
                   f"alone ({', '.join(repr(names[i]) for i in text_only)}): a record's metadata, not metrics{note}",
                   RuntimeWarning, stacklevel=stacklevel + 1)
@@ -1507,7 +1520,7 @@ def _warn_skipped(path, skipped: dict) -> None:
         warnings.warn(f"{path}: left out {len(skipped)} field{'s' if len(skipped) > 1 else ''} that held text, "
                       f"true/false or lists in flat records ({', '.join(map(repr, sorted(skipped)))}"
                       f"{f'; first on line {first}' if first is not None else ''}): a record's metadata, not "
-                      "metrics", RuntimeWarning, stacklevel=4)
+                      f"metrics{_per_item_hint(skipped)}", RuntimeWarning, stacklevel=4)
 
 
 def _scalar_events(run: pathlib.Path):
@@ -1672,13 +1685,21 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
                       stacklevel=3)
     by_step: dict[int, dict[str, float]] = {}
     wall: dict[int, float] = {}
+    twice: list = []  # (step, tag, earlier, later): a tag logged twice at one step with another value
     for tag, step, wall_time, value in _purge_orphaned(chunks, path, keep_last):
-        by_step.setdefault(step, {})[tag] = value
+        row = by_step.setdefault(step, {})
+        old = row.get(tag)
+        if old is not None and old != value and not (old != old and value != value):
+            twice.append((step, tag, old, value))
+        row[tag] = value
         wall[step] = min(wall.get(step, wall_time), wall_time)
     if not by_step:
         raise TraceError("no records (no scalar events)", path)
     if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):
         return _own_log(by_step, path)
+    # (gradient-accumulation micro-steps logged at one global step read as the last alone, unsaid, where the same
+    # rows in a CSV are said; a probe)
+    warn_clashes(path, twice, stacklevel=3)
     t0 = min(wall.values())
     records = []
     renamed: set[str] = set()

@@ -2,6 +2,7 @@
 them: the answers' real spread, problems without a scored answer, item numbers, bad scale (review findings
 1, 2, 8 and 10)."""
 
+import json
 import math
 import warnings
 
@@ -226,7 +227,6 @@ def test_answers_in_percent_and_problems_missing_from_a_checkpoint_are_said(tmp_
 
 def lm_eval_samples(path, scores, filters=("strict-match",), step=None):
     """lm-evaluation-harness ``--log_samples`` rows: one per document and filter, ``metrics`` a list of names."""
-    import json
 
     rows = []
     for doc, score in enumerate(scores):
@@ -311,10 +311,20 @@ def test_the_training_logs_own_eval_columns_are_left_out_but_another_suites_item
         warnings.simplefilter("error")  # (a whole item set, another suite's, is not left out)
         both, _ = from_item_results(f, suite="t", item="problem", value="score", streams=trace)
     assert both.records[0].metrics["eval/s/accuracy@0"] == 1.0 and both.records[0].metrics["eval/t/accuracy@0"] == 1.0
+    # A W&B log's own whole-set accuracy, of no suite (or of this suite as a whole): the items are the suite's truth,
+    # and replay with evaluation.suites refused the trace for a column that "belongs to no suite" (a probe)
+    log = Trace([TraceRecord(s, {"reward": 0.1 * s, "eval/accuracy": 0.5, "eval/s/accuracy": 0.4,
+                                 "eval/gsm8k/accuracy": 0.3}) for s in (0, 1, 2)])
+    with pytest.warns(RuntimeWarning, match=r"left out 2 eval column.* belong to no suite or to suite 's' as a whole "
+                                            r"\(eval/accuracy, eval/s/accuracy\): the per-item results are"):
+        trace, _ = from_item_results(f, suite="s", item="problem", value="score", streams=log)
+    assert trace.records[1].metrics == {"reward": 0.1, "eval/gsm8k/accuracy": 0.3}
+    config = load_config(overrides=["evaluation.suites.s.size=1", "evaluation.suites.gsm8k.size=10",
+                                     "evaluation.metric=s/accuracy"])
+    assert replay(trace, config, seed=0).evals  # (it was refused: 'eval/accuracy' belongs to no suite)
 
 
 def test_a_problem_added_later_is_not_said_to_lack_rows_and_float_ids_are_integers(tmp_path):
-    import json
 
     f = write_results(tmp_path / "r.csv", [(0, "a", 1), (10, "a", 1), (10, "b", 0)])
     with warnings.catch_warnings():
@@ -333,8 +343,20 @@ def test_per_problem_results_read_as_a_trace_point_to_from_item_results(tmp_path
     from adaptive_eval.trace import TraceError, read_trace
 
     f = write_results(tmp_path / "long.csv", [(0, "aime_I_9", 1)], header="step,problem_id,score")
-    with pytest.raises(TraceError, match=r"long\.csv:2: column 'problem_id'.*from_item_results"):
+    # (a column of text ids alone is left out, as any text column, said with the pointer; a probe found the JSONL
+    # form, k answers as a list, replayed as a trace with nothing in it, and no word of from_item_results)
+    with pytest.warns(RuntimeWarning, match=r"long\.csv: left out 1 column that held text alone \('problem_id'\).*"
+                                            r"per-problem results.*from_item_results"):
         read_trace(f)
+    j = tmp_path / "k.jsonl"
+    j.write_text("".join(json.dumps({"step": s, "problem_id": f"p{i}", "correct": [True, False]}) + "\n"
+                         for s in (0, 10) for i in range(2)))
+    with pytest.warns(RuntimeWarning, match=r"left out 2 fields .*\('correct', 'problem_id'.*from_item_results"):
+        read_trace(j)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a run's name is not a problem's id: no pointer)
+        with pytest.warns(RuntimeWarning, match=r"\('run'\): a record's metadata, not metrics$"):
+            read_trace(write_results(tmp_path / "run.csv", [(0, "ppo-7", 1)], header="step,run,score"))
     s = lm_eval_samples(tmp_path / "s.jsonl", [1], step=0)
     with pytest.raises(TraceError, match=r"s\.jsonl:1: unexpected key.*lm-evaluation-harness samples.*from_item"):
         read_trace(s)
@@ -365,7 +387,6 @@ def test_review_of_the_new_inputs_suite_values_constant_columns_list_answers_and
     was left out (replay then had no ground truth for it); a constant task column made two right answers a
     "repeat"; answer= with a JSONL list of answers kept the last; all-zero percent scores were said to be 0/1;
     CSV ids 1.0 and 1 were two problems."""
-    import json
 
     log = Trace([TraceRecord(s, {"reward": 0.5, "eval/gsm8k/accuracy": 0.4}) for s in (0, 10)])
     f = write_results(tmp_path / "r.csv", [(0, "q", 1), (10, "q", 0)])

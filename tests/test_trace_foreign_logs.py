@@ -138,3 +138,19 @@ def test_text_true_false_and_lists_inside_verls_data_are_left_out_with_one_warni
     path.write_text(json.dumps({"step": 1, "metrics": {"a": True}}) + "\n")
     with pytest.raises(TraceError, match="metric 'a': True is not a number"):  # the native box stays strict
         read_trace(path)
+
+
+def test_a_tensorboard_tag_logged_twice_at_one_step_with_another_value_is_said_as_in_a_csv(tmp_path):
+    """Gradient-accumulation micro-steps logged at one global step read as the last alone, unsaid, where the same
+    rows in a CSV are said (a probe); the same value twice (a callback and the trainer) is no clash."""
+    with SummaryWriter(str(tmp_path)) as w:
+        for step in range(5):
+            w.add_scalar("train/reward", 1.0, step)
+            w.add_scalar("train/reward", 100.0, step)
+            w.add_scalar("train/loss", 0.5, step)
+            w.add_scalar("train/loss", 0.5, step)
+    with pytest.warns(RuntimeWarning, match=r"5 values written twice at one step with a different value; the later is "
+                                            r"kept \(the first: step 0, 'train/reward': 1, then 100\)") as caught:
+        trace = read_trace(tmp_path)
+    assert len([w for w in caught if "written twice" in str(w.message)]) == 1
+    assert list(trace.column("train/reward")[1]) == [100.0] * 5
