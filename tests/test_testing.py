@@ -273,6 +273,23 @@ def test_an_expectation_that_needs_eval_ground_truth_on_a_trace_without_it(tmp_p
                                                r"ground truth, but the trace has no eval/<metric> column"):
         assert_confirmed(run, 50, within=10)
     assert_quiet(run, 0, 40)  # what needs no ground truth still works
+    # The command line's hints, in the error a test sees too (it named neither the column nor eval=; a probe): an
+    # eval-like column, and an accuracy in percent
+    path = tmp_path / "val.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5, "val/acc": 0.6 if i < 50 else 0.3}) for i in range(100)]),
+                path)
+    with pytest.raises(ExpectationError, match=r"no eval/<metric> column \(replay has nothing to evaluate\); "
+                                               r"eval-like columns here: val/acc: name one with eval= \(replay_trace"
+                                               r"\(\.\.\., eval='val/acc'\)"):
+        assert_confirmed(replay_trace(path), 50, within=10, direction="down")
+    assert assert_confirmed(replay_trace(path, eval="val/acc"), 50, within=30, direction="down") <= 30
+    path = tmp_path / "pct.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5, "eval/accuracy": 60.0 if i < 50 else 30.0})
+                       for i in range(100)]), path)
+    with pytest.raises(ExpectationError, match=r"so nothing can confirm it; a percentage\? scale it: "
+                                               r"eval='eval/accuracy:0\.01'"):
+        assert_confirmed(replay_trace(path), 50, within=10, direction="down")
+    assert assert_confirmed(replay_trace(path, eval="eval/accuracy:0.01"), 50, within=30, direction="down") <= 30
 
 
 def test_an_event_step_outside_the_trace(collapse, collapse_run, tmp_path):

@@ -14,7 +14,7 @@ from typing import Any
 from adaptive_eval import scoring
 from adaptive_eval.config import _bare, as_config, load_config
 from adaptive_eval.replay import ReplayResult, every_step, ground_truth, replay, replay_units
-from adaptive_eval.trace import Trace, read_trace
+from adaptive_eval.trace import Trace, eval_like, read_trace
 from adaptive_eval.types import log_once
 
 __all__ = [
@@ -243,6 +243,8 @@ class ReplayRun:
     expectations: Expectations
     # the trace file whose sidecar events file was looked for and not found (said when .events is read)
     no_sidecar: str | None = dataclasses.field(default=None, repr=False)
+    # streams named like eval results, offered when the trace has no ground truth (as the command line offers them)
+    eval_like: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def evals(self) -> list[dict]:
@@ -585,7 +587,7 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
         metric = next(iter(truth))
     run = ReplayRun(name=name, config_name=config_name, seed=seed, config=cfg, result=ReplayResult(),
                     steps=len(trace), first_step=trace.records[0].step, last_step=trace.records[-1].step,
-                    truth=truth, metric=metric, expectations=exp)
+                    truth=truth, metric=metric, expectations=exp, eval_like=tuple(eval_like(trace)))
     if (events is None and exp.source is None and isinstance(given, (str, os.PathLike)) and os.path.exists(given)
             and shipped_trace_name(given) is None):
         run.no_sidecar = os.fspath(given)
@@ -655,8 +657,12 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
         raise ExpectationError(f"{run.name}: {what} {ev.describe()}: within={ev.within} is negative (a change "
                                f"cannot be confirmed before it happens)")
     if not run.truth:
+        # (the command line names the eval-like columns; this said nothing of them nor of eval=; a probe)
+        likely = (f"; eval-like columns here: {', '.join(run.eval_like[:6])}: name one with eval= (replay_trace(..., "
+                  f"eval={run.eval_like[0]!r}), the marker's eval=, --eval COL)" if run.eval_like else
+                  "; name the column that holds it with eval= (replay_trace(..., eval='COL'), --eval COL)")
         raise ExpectationError(f"{run.name}: {what} {ev.describe()} needs eval ground truth, but the trace has "
-                               f"no eval/<metric> column (replay has nothing to evaluate)")
+                               f"no eval/<metric> column (replay has nothing to evaluate){likely}")
     if ev.metric is None:
         raise ExpectationError(f"{run.name}: {what} {ev.describe()}: which eval metric? the trace has "
                                f"{', '.join(sorted(run.truth))}; pass metric= (or metric: in the events file), or set "
@@ -683,9 +689,15 @@ def _pre_level(run: ReplayRun, ev: Event) -> tuple[float, str]:
 def _confirmation(run: ReplayRun, ev: Event) -> tuple[int | None, float, str]:
     """(delay or None, level before the event, where that level came from)."""
     if not any(all(math.isfinite(c) for c in e.get("ci", {}).get(ev.metric, (math.nan,))) for e in run.evals):
+        values = [v for _, v in run.truth.get(ev.metric, ()) if math.isfinite(v)]
+        # (the command line says "a percentage? scale it"; this did not; a probe)
+        hint = (f"; a percentage? scale it: eval='eval/{ev.metric}:0.01' (--eval eval/{ev.metric}:0.01)"
+                if values and 1.0 < max(values) <= 100.0 and min(values) >= 0.0 and "loss" not in ev.metric.lower()
+                else "")
         raise ExpectationError(
             f"{run.name}: {ev.describe()}: no replayed evaluation has a finite interval for {ev.metric} (eval/"
-            f"{ev.metric} is not a proportion and has no eval/{ev.metric}:std column), so nothing can confirm it")
+            f"{ev.metric} is not a proportion and has no eval/{ev.metric}:std column), so nothing can confirm it"
+            f"{hint}")
     level, origin = _pre_level(run, ev)
     # (a measured level is the last evaluation's, whose own error confirmed_delay counts when it picks it itself)
     known = None if origin.startswith("measured") else level
