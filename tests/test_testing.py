@@ -238,6 +238,14 @@ def test_reading_the_events_of_a_trace_without_its_events_file_says_so_and_names
         assert replay_trace(collapse, "default").events  # with its sidecar: nothing to say
         assert replay_trace(trace, "default", events=[ONSET]).events  # events given: nothing to say
         assert replay_trace("grpo_kl_collapse", "default").events  # a shipped trace: its own events
+    # a TensorBoard folder: its stem is its name, said once ("tb.events.yaml, .yml or .json, or tb.events.yaml")
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(str(tmp_path / "tb")) as w:
+        for step in range(40):
+            w.add_scalar("train/reward", 0.5, step)
+    with pytest.warns(RuntimeWarning, match=r"tb: no events file beside it \(tb\.events\.yaml, \.yml or \.json\): "):
+        assert replay_trace(tmp_path / "tb", "default").events == ()
 
 
 @pytest.mark.parametrize("text, message", [

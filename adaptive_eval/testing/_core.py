@@ -269,8 +269,10 @@ class ReplayRun:
             p = pathlib.Path(self.no_sidecar)
             near = sorted(f.name for f in p.parent.glob(f"{p.stem}*") if "event" in f.name.lower() and f != p)
             unread = f"; not read: {', '.join(near)}" if near else ""
-            warnings.warn(f"{self.no_sidecar}: no events file beside it ({p.name}.events.yaml, .yml or .json, or "
-                          f"{p.stem}.events.yaml){unread}: this run's events are none, and a check that loops over "
+            # (a TensorBoard folder's stem is its name: "tb_run.events.yaml, ..., or tb_run.events.yaml"; a probe)
+            stem = f", or {p.stem}.events.yaml" if p.stem != p.name else ""
+            warnings.warn(f"{self.no_sidecar}: no events file beside it ({p.name}.events.yaml, .yml or .json"
+                          f"{stem}){unread}: this run's events are none, and a check that loops over "
                           "them checks nothing", RuntimeWarning, stacklevel=2)
             self.no_sidecar = None  # (said once per run)
         return self.expectations.events
