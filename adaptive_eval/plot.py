@@ -351,6 +351,13 @@ def _load(run_dir: Path) -> _Run:
             raise PlotError(f"{summary_path}: expected a JSON object, got {type(summary).__name__}")
         run.summary = summary
     scalars, texts = _read_tb(tb_dir) if tb_dir.is_dir() else ({}, {})
+    if not evals_path.is_file() and not any(texts.values()) and not any(t.startswith(("streams/", "controller/"))
+                                                                         for t in scalars):
+        # (another trainer's TensorBoard folder, nothing of adaptive_eval's in it, was drawn as its run: its eval/
+        # scalars as "4 evaluations, 0 samples, 0 alarms", its streams not at all; found in review)
+        raise PlotError(f"{tb_dir}: no adaptive_eval run in these event files (no decisions, alarms, streams/ or "
+                        f"controller/ tags: another trainer's log?); to see what adaptive_eval decides on it, replay "
+                        f"it and draw that: adaptive-eval replay {tb_dir} --out DIR, then adaptive-eval plot DIR")
     run.evals = _read_evals(evals_path) if evals_path.is_file() else _evals_from_tb(scalars, texts)
     run.alarms = _read_alarms(alarms_path) if alarms_path.is_file() else _alarms_from_tb(texts)
     alarmed = {a["stream"] for a in run.alarms}

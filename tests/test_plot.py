@@ -273,6 +273,15 @@ def test_hf_bookkeeping_in_a_tensorboard_folder_is_not_an_evaluated_metric(tmp_p
         logger.log(step, {"eval/accuracy": 0.5 + step / 1000, "eval/runtime": 3.2, "eval/samples_per_second": 90.0,
                           "eval/loss": 1.0})
     logger.close()
+    # HF's log alone, nothing of adaptive_eval's in it, was drawn as its run ("4 evaluations, 0 samples, 0 alarms",
+    # its streams not at all; found in review): refused, with the way to see what adaptive_eval decides on it
+    with pytest.raises(PlotError, match=r"tb: no adaptive_eval run in these event files .* adaptive-eval replay "
+                                        r".*tb --out DIR, then adaptive-eval plot DIR"):
+        _load(tmp_path)
+    logger = TensorBoardLogger(tmp_path / "tb", flush_secs=3600)  # (adaptive_eval's evaluator beside it, as the
+    for step in range(0, 200, 50):                                 # HF callback writes into HF's folder)
+        logger.log(step, {"controller/sample_size": 64.0})
+    logger.close()
     drawn = _load(tmp_path)
     assert [e["step"] for e in drawn.evals] == [0, 50, 100, 150]
     assert all(set(e["metrics"]) == {"accuracy", "loss"} for e in drawn.evals), drawn.evals

@@ -245,6 +245,7 @@ class ReplayRun:
     no_sidecar: str | None = dataclasses.field(default=None, repr=False)
     # streams named like eval results, offered when the trace has no ground truth (as the command line offers them)
     eval_like: tuple[str, ...] = dataclasses.field(default=(), repr=False)
+    shipped: bool = dataclasses.field(default=False, repr=False)  # a shipped trace (read options refused)
 
     @property
     def evals(self) -> list[dict]:
@@ -589,7 +590,8 @@ def replay_trace(path_or_trace, config=None, seed: int = 0, *,
         metric = next(iter(truth))
     run = ReplayRun(name=name, config_name=config_name, seed=seed, config=cfg, result=ReplayResult(),
                     steps=len(trace), first_step=trace.records[0].step, last_step=trace.records[-1].step,
-                    truth=truth, metric=metric, expectations=exp, eval_like=tuple(eval_like(trace)))
+                    truth=truth, metric=metric, expectations=exp, eval_like=tuple(eval_like(trace)),
+                    shipped=real is not None)
     if (events is None and exp.source is None and isinstance(given, (str, os.PathLike)) and os.path.exists(given)
             and shipped_trace_name(given) is None):
         run.no_sidecar = os.fspath(given)
@@ -660,7 +662,9 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
                                f"cannot be confirmed before it happens)")
     if not run.truth:
         # (the command line names the eval-like columns; this said nothing of them nor of eval=; a probe)
-        likely = (f"; eval-like columns here: {', '.join(run.eval_like[:6])}: name one with eval= (replay_trace(..., "
+        likely = ("; a shipped trace without one: its alarms and decisions replay, its evaluations measure nothing"
+                  if run.shipped else
+                  f"; eval-like columns here: {', '.join(run.eval_like[:6])}: name one with eval= (replay_trace(..., "
                   f"eval={run.eval_like[0]!r}), the marker's eval=, --eval COL)" if run.eval_like else
                   "; name the column that holds it with eval= (replay_trace(..., eval='COL'), --eval COL)")
         raise ExpectationError(f"{run.name}: {what} {ev.describe()} needs eval ground truth, but the trace has "
