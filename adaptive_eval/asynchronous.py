@@ -914,6 +914,7 @@ class AsyncEvaluations:
         from adaptive_eval.evaluators import (
             EvalOutcome,
             RemoteEvaluationError,
+            answers_short_of_k,
             mixed_shapes_error,
             no_value_on_any_rank,
         )
@@ -935,8 +936,10 @@ class AsyncEvaluations:
                 continue
             error = mixed_shapes_error([p[3] for p in parts])  # (as a synchronous evaluation says them)
             if error is None:
-                combined, means, counts = combine_rank_summaries([p[3] for p in parts], confidence)
-                error = None if suites else no_value_on_any_rank(combined, job.step, job.sample_size)
+                error, wires = answers_short_of_k([p[3] for p in parts])
+                combined, means, counts = combine_rank_summaries(wires, confidence)
+                if error is None and not suites:
+                    error = no_value_on_any_rank(combined, job.step, job.sample_size)
             if error is not None:
                 out.append((job, EvalOutcome(None, error, failed_ranks=tuple(range(len(parts))), attempts=attempts)))
                 continue

@@ -536,7 +536,7 @@ def summaries_to_wire(summaries: Mapping[str, MetricSummary]) -> dict[str, tuple
             wire += (f"agg:{s.aggregate}", tuple(float(x) for x in s.payload))
         elif s.clustered:
             wire += (int(s.samples), float(s.within_ss), int(s.nan_count), int(s.population), int(s.k),
-                     float(s.within_ss2), float(s.inv_samples))
+                     float(s.within_ss2), float(s.inv_samples), int(s.most))
         elif s.nan_count:
             wire += ("nan", int(s.nan_count))
         out[name] = wire
@@ -607,6 +607,8 @@ def combine_rank_summaries(
                                                      for p in clustered),
                                 inv_samples=fsum(p[_EXTRA + 6] if len(p) > _EXTRA + 6 else math.nan
                                                  for p in clustered))
+            summary = dataclasses.replace(summary, most=max(p[_EXTRA + 7] if len(p) > _EXTRA + 7 else 0
+                                                            for p in clustered))
         else:
             m2, std = overflowed_spread(m2, [(p[2], p[0] / p[2], p[8]) for p in live])
             summary = from_sums(total, total_sq, n, binary, confidence, m2=m2, nan_count=nans, m3=m3, m4=m4, std=std)
@@ -636,7 +638,7 @@ def reduce_values(kind: str, values: Sequence[float]) -> float:
     return max(values) if kind == "max" else min(values)
 
 
-_KIND_OF = re.compile(r"^(?P<base>.+)/(?P<kind>pass|best|worst)@\d+$")
+_KIND_OF = re.compile(r"^(?P<base>.+)/(?P<kind>pass|best|worst)@(?P<k>\d+)$")
 
 
 def _other_kind(combined: Mapping[str, MetricSummary]) -> list[str]:
@@ -654,6 +656,33 @@ def _other_kind(combined: Mapping[str, MetricSummary]) -> list[str]:
         if base is not None and base.clustered and ((found["kind"] == "pass") != base.binary or not base.n):
             out.append(name)
     return out
+
+
+def short_of_k(per_rank: Sequence[Mapping[str, tuple]]) -> tuple[str | None, set[str]]:
+    """``(error text or None, names to leave out)`` for the derived ``<m>/pass@<k>`` (best@k, worst@k) of items x
+    answers metrics, judged on every rank's shard together (their wires) as one process judges its rows: a k above
+    the answers every item returned, on every rank, is an error (every list empty: "no answer at all"); a stratum's
+    (``<m>/stratum=<label>/pass@<k>``) is left out, as one process leaves it out.  A shard judged alone failed the
+    whole evaluation, on every rank, where its items alone came back short (a probe)."""
+    most: dict[str, int] = {}
+    k_of: dict[str, int] = {}
+    for row in per_rank:
+        for name, p in row.items():
+            if _KIND_OF.match(name) and len(p) > _EXTRA + 7 and not isinstance(p[_EXTRA], str):
+                most[name] = max(most.get(name, 0), int(p[_EXTRA + 7]))
+                k_of[name] = max(k_of.get(name, 1), int(p[_EXTRA + 4]), int(_KIND_OF.match(name)["k"]))
+    short = [name for name in most if most[name] < k_of[name]]
+    drop = {name for name in short if "/stratum=" in name}
+    errors = [name for name in short if name not in drop]
+    if not errors:
+        return None, drop
+    name = errors[0]
+    base = _KIND_OF.match(name)["base"]
+    if most[name] == 0:
+        return (f"metric {base!r}: every item's list of answers is empty on every rank: evaluate_fn returned no answer "
+                "at all"), drop
+    return (f"metric {base!r}: k={k_of[name]} (evaluation.pass_at_k) is larger than the samples returned for every "
+            f"item on every rank (at most {most[name]})"), drop
 
 
 def mixed_shapes(per_rank: Sequence[Mapping[str, tuple]]) -> str | None:

@@ -529,6 +529,18 @@ def mixed_shapes_error(per_rank) -> ValueError | None:
                       "same way on every rank (k answers per item, or one value)")
 
 
+def answers_short_of_k(per_rank: list) -> tuple[ValueError | None, list]:
+    """Sharded: the error of a pass@k whose k lies above the answers of every item on every rank (one process's,
+    judged on its rows; :func:`adaptive_eval.distributed.short_of_k`), and the ranks' wires without a stratum's
+    pass@k of the same kind, which one process leaves out."""
+    from adaptive_eval.distributed import short_of_k
+
+    text, drop = short_of_k(per_rank)
+    if drop:
+        per_rank = [{k: v for k, v in row.items() if k not in drop} for row in per_rank]
+    return (None if text is None else ValueError(text)), per_rank
+
+
 def no_value_on_any_rank(metrics, step: int, sample_size: int | None) -> ValueError | None:
     """Sharded, without suites: the error of :func:`_check_not_empty` for the ranks' combined ``metrics`` when
     every per-sample metric came back with no value at all from every rank (each rank may return empty lists for a
@@ -756,8 +768,10 @@ def _run_evaluation_outcome(
             return EvalOutcome(None, shape_error, failed_ranks=tuple(r for r, _, _ in bad), attempts=attempt + 1)
         failed = tuple(r for r, (kind, _, _) in enumerate(everyone) if kind == "error")
         if not failed:
-            combined, means, counts = combine_rank_summaries([payload for _, _, payload in everyone], confidence)
-            empty = None if request.suites else no_value_on_any_rank(combined, request.step, request.sample_size)
+            empty, wires = answers_short_of_k([payload for _, _, payload in everyone])
+            combined, means, counts = combine_rank_summaries(wires, confidence)
+            if empty is None and not request.suites:
+                empty = no_value_on_any_rank(combined, request.step, request.sample_size)
             if empty is not None:  # (alike on every rank: from what they all gathered)
                 if on_error == "raise":
                     raise empty

@@ -620,9 +620,11 @@ def summarize_outputs(
             for key, mask, size in _stratum_masks(strata, name, item_ids):  # (pass@k too; the stratum's own FPC)
                 # (a k above every answer list of the stratum, the others' reaching it, is no pass@k of the
                 # stratum: it raised, which failed the whole evaluation for a stratum shown, not watched; a probe)
+                # (sharded: every k, each shard's stratum judged with the others' once they combine,
+                # answers_short_of_k; a shard's own filter made the ranks' keys differ)
                 most = int(rows[1][mask].max(initial=0))
                 summaries.update(summarize_rows(label, key, rows[0][mask], rows[1][mask],
-                                                [k for k in ks if int(k) <= most], confidence,
+                                                [k for k in ks if sharded or int(k) <= most], confidence,
                                                 size if population else 0, both=sharded,
                                                 ids=None if item_ids is None else np.asarray(item_ids)[mask],
                                                 kind=kinds.get(name)))
@@ -1403,10 +1405,12 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
         # the evaluate_fn did not meet; NaN answers (a grader's timeouts) are data, and an item short of k by
         # them counts as pass@m with the warning of short_rows_warning (an error there dropped the whole
         # evaluation, every metric of every suite, for one NaN answer per item; found in review).
-        if lengths.size and int(lengths.max()) == 0:  # (it read "k=1 is larger than the samples returned")
+        # (A shard's rows are judged with every rank's, after they combine: answers_short_of_k.  One rank whose items
+        # all came back short, or empty, failed the whole evaluation that one process takes; a probe.)
+        if not both and lengths.size and int(lengths.max()) == 0:  # (it read "k=1 is larger than the samples")
             raise ValueError(f"{label}: every item's list of answers is empty ({lengths.size} items): evaluate_fn "
                              "returned no answer at all")
-        if lengths.size and int(lengths.max()) < k:
+        if not both and lengths.size and int(lengths.max()) < k:
             i = int(np.argmax(lengths))
             raise ValueError(f"{label}: k={k} (evaluation.pass_at_k) is larger than the samples returned for every "
                              f"item (at most {int(lengths[i])}, for {_item_name(i, ids, lengths.size)})")
@@ -1449,6 +1453,9 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                   samples=int(m[ok].sum()), nan_count=nan_count,
                                                   population=population, m2=deviations(per_item, per_mean),
                                                   mean=per_mean, **_moments(per_item, per_mean))
+    if both:
+        most = int(lengths.max(initial=0))
+        out = {key: dataclasses.replace(v, most=most) for key, v in out.items()}
     return out
 
 

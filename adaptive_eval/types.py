@@ -319,6 +319,10 @@ class MetricSummary:
     # Multi-sample metrics: the sum over items of 1 / m_i (m_i an item's samples), for the within part of the
     # variance of the mean where items hold different numbers of samples (timed-out answers); NaN: unknown.
     inv_samples: float = math.nan
+    # Multi-sample metrics: the most answers any item returned (its row's length, NaN answers counted); a shard's
+    # k of pass@k is checked against the largest over every rank, not its own (a rank of short rows failed a
+    # whole evaluation one process takes; a probe).  0: unknown (one value per item).
+    most: int = 0
 
     @property
     def half_width(self) -> float:

@@ -738,8 +738,30 @@ def _ranks_scenarios(rank, world):
         r = _strata_evaluator().evaluate(_strata_fn, 0, 0, 0)
         return {k: (v.mean, v.n, v.samples, list(v.ci)) for k, v in r.metrics.items()}
 
+    def ragged():
+        # Item 3 alone returns both answers, the others one (cut off): the rank without item 3 holds only short rows,
+        # which failed the whole evaluation on both ranks where one process takes it (a probe); every item short
+        # is still an error, on both; sync and async alike.
+        from adaptive_eval import AdaptiveEvaluator, load_config
+
+        base = ["evaluation.pass_at_k=[1,2]", "evaluation.suites={s: {size: 4, samples_per_item: 2}}",
+                "policy.budget.enabled=false", "evaluation.on_error=raise"]
+        fn = lambda req: {"s/acc": [[1.0, 0.0] if i == 3 else [1.0] for i in req.suites["s"].indices]}  # noqa
+        out = {}
+        for mode in ([], ["evaluation.asynchronous=true", "evaluation.precision=none"]):
+            ev = AdaptiveEvaluator.from_config(load_config(overrides=base + mode), total_steps=1)
+            ev.evaluate(fn, 0, 0, 0)
+            ev.close()
+            out["async" if mode else "sync"] = {k: (v.mean, v.n) for k, v in ev.history[-1].metrics.items()}
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=base), total_steps=1)
+        try:
+            ev.evaluate(lambda req: {"s/acc": [[1.0] for _ in req.suites["s"].indices]}, 0, 0, 0)
+        except ValueError as exc:
+            out["short"] = str(exc)
+        return out
+
     out = {}
-    for name, run in {"sharded": sharded, "bad_rows": bad_rows, "strata": strata}.items():
+    for name, run in {"sharded": sharded, "bad_rows": bad_rows, "strata": strata, "ragged": ragged}.items():
         try:
             out[name] = ("ok", run())
         except Exception:  # noqa: BLE001
@@ -791,6 +813,21 @@ def test_report_strata_adds_each_metric_per_stratum_and_two_ranks_agree_with_one
         # pass@k per stratum too, and the finite population correction of the stratum's own 100 items
         assert r.metrics[f"math500/acc/stratum=level{lv}/pass@1"].mean == pytest.approx(acc.mean)
         assert acc.population == 100 and r.metrics["math500/acc"].population == 500
+
+
+def test_a_rank_of_short_answer_lists_is_judged_with_the_others_as_one_process_judges_them(ranks):
+    a, b = ranks("ragged")
+    assert a == b
+    assert a["sync"] == a["async"] == {"s/acc": (0.875, 4), "s/acc/pass@1": (0.875, 4), "s/acc/pass@2": (1.0, 4)}
+    assert a["short"] == ("metric 's/acc': k=2 (evaluation.pass_at_k) is larger than the samples returned for every "
+                          "item on every rank (at most 1)")
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[
+        "evaluation.pass_at_k=[1,2]", "evaluation.suites={s: {size: 4, samples_per_item: 2}}",
+        "policy.budget.enabled=false"]), total_steps=1)
+    r = ev.evaluate(lambda req: {"s/acc": [[1.0, 0.0] if i == 3 else [1.0] for i in req.suites["s"].indices]}, 0, 0, 0)
+    assert {k: (v.mean, v.n) for k, v in r.metrics.items()} == a["sync"]  # (one process)
 
 
 def test_a_wrong_row_count_on_one_rank_is_a_value_error_on_both(ranks):
