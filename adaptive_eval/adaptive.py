@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
-from adaptive_eval.config import as_config
+from adaptive_eval.config import ConfigError, as_config
 from adaptive_eval.distributed import CollectiveError, DistContext
 from adaptive_eval.asynchronous import job_step
 from adaptive_eval.evaluators import EvalTimeout, _wants_request, check_step, run_evaluation_outcome
@@ -1230,9 +1230,16 @@ class AdaptiveEvaluator:
         # checkpoints and whether it can load one: policy.lookback, see _lookback_votes).
         # (and the step each rank was given: ranks one step apart stored the same evaluations under different steps
         # and picked different bests, said 30 steps later if ever; found by a probe)
-        new_alarms, due, self._now, vote, top, bottom, *lookback = self.dist.all_reduce_max(
+        # (its length is the same whatever the config: a rank whose evaluation.asynchronous alone differed sent a
+        # shorter one, and gloo aborted its process, "collective mismatch"; a probe.  The mode rides it, compared.)
+        mode = 1.0 if self._async is not None else 0.0
+        new_alarms, due, self._now, vote, top, bottom, on, off, *lookback = self.dist.all_reduce_max(
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
-             float(global_step), -float(global_step), *self._lookback_votes(evaluate_fn)])
+             float(global_step), -float(global_step), mode, -mode, *self._lookback_votes(evaluate_fn)])
+        if on != -off:
+            raise ConfigError([f"evaluation.asynchronous differs between the ranks of the group (it is "
+                               f"{'true' if mode else 'false'} on rank {self._rank} and {'false' if mode else 'true'} "
+                               "on another): give every rank the same configuration"])
         if top != -bottom:
             self._say_steps_differ(global_step, int(-bottom), int(top))
         self._lookback_agreed(lookback, global_step)
@@ -1883,10 +1890,10 @@ class AdaptiveEvaluator:
         """In a process group, for the step's one all-reduce (max): what the trainer told this rank of its kept
         checkpoints (the count of ``checkpoint_saved`` calls and a hash of their steps in order), whether this
         ``evaluate_fn`` can load one and whether the look back is off, each also negated (their minimum).  Equal on every rank, the ranks' look backs are too: the policy decides
-        on shared values.  Empty without the policy (alike on every rank: the config is)."""
+        on shared values.  Zeros without the policy, or asynchronously (the all-reduce is as long on every rank)."""
         policy = self.policies.by_name.get("lookback")
         if policy is None or self._async is not None:
-            return []
+            return [0.0] * 8  # (the all-reduce's length is the same on every rank, whatever the config)
         can = 1.0  # (asked only once checkpoints were given: signature inspection is not free on every step)
         if policy.told[0] and not (_wants_request(evaluate_fn)
                                    and getattr(evaluate_fn, "evaluates_checkpoints", True) is not False):
@@ -1897,9 +1904,9 @@ class AdaptiveEvaluator:
     def _lookback_agreed(self, votes: list[float], global_step: int) -> None:
         """After the step's all-reduce: ranks told of different checkpoints (or one whose evaluate_fn cannot load
         them) turn the look back off on every rank for the rest of the run, said once."""
-        if not votes:
+        policy = self.policies.by_name.get("lookback")
+        if policy is None or self._async is not None:
             return
-        policy = self.policies.by_name["lookback"]
         if policy.off is None and any(votes[i] != -votes[i + 1] for i in range(0, len(votes), 2)):
             policy.off = f"the ranks disagreed at step {global_step}"
             policy.take()

@@ -260,3 +260,28 @@ def test_a_lightning_fit_raising_on_one_rank_closes_without_a_collective():
     the rank that raised alone: it waited distributed.timeout_s or met another rank's evaluate(); it fails them."""
     (errors0, collective0), _ = run_ranks(_lightning_exception_on_one_rank, timeout_s=90, collective_timeout_s=10)
     assert not collective0 and errors0 and "the fit raised RuntimeError on rank 0" in errors0[0]
+
+
+def _asynchronous_on_one_rank(rank, world):
+    from adaptive_eval.config import ConfigError
+
+    overrides = ["trigger.freq_steps=4", "distributed.timeout_s=20", "evaluation.precision=none"]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=overrides + (["evaluation.asynchronous=true"] * rank)),
+                                       total_steps=8, clock=FakeClock())
+    try:  # (no close() after it: the ranks' configs still differ, and its collectives would too)
+        ev.observe({"train/loss": 1.0}, 0)
+        ev.evaluate(lambda req: {"acc": [1.0] * len(req.indices(10))}, 0, 0, 0)
+    except ConfigError as exc:
+        return str(exc)
+    ev.close(timeout_s=5)
+    return None
+
+
+def test_evaluation_asynchronous_on_one_rank_alone_is_a_config_error_on_every_rank_not_an_abort():
+    """A probe: rank 1 alone asynchronous sent a shorter all-reduce (no look-back votes), and gloo aborted its
+    process at the first evaluate() ("collective mismatch", SIGABRT), rank 0 waiting out its timeout.  The step's
+    all-reduce is as long whatever the config, and carries the mode, compared on every rank."""
+    said0, said1 = run_ranks(_asynchronous_on_one_rank, timeout_s=90)
+    assert said0 == ("evaluation.asynchronous differs between the ranks of the group (it is false on rank 0 and true "
+                     "on another): give every rank the same configuration")
+    assert said1 is not None and "it is true on rank 1 and false on another" in said1
