@@ -15,6 +15,7 @@ import time
 import traceback
 import types
 import typing
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
@@ -998,6 +999,14 @@ class Evaluator:
         self.metric_kinds = dict(kinds) if kinds else {}
         aggs = getattr(evaluation, "aggregations", None) if evaluation is not None else None
         self.aggregations = {k: list(v) for k, v in aggs.items()} if aggs else {}
+        # (read from the same config and not used: request.suites came back empty, the results {}, the evaluation
+        # synchronous, without a word; a probe)
+        unread = [key for key in ("suites", "asynchronous") if evaluation is not None and getattr(evaluation, key, None)]
+        if unread:
+            keys = " or ".join("evaluation." + k for k in unread)
+            what = "request.suites is empty" if "suites" in unread else "it evaluates synchronously"
+            warnings.warn(f"Evaluator, the plain schedule, does not read {keys} (ignored here: {what}); "
+                          "AdaptiveEvaluator.from_config(config) does", RuntimeWarning, stacklevel=2)
         self.dist = DistContext.from_config(config, group)
         if rank_discrepancy_threshold is None:
             rank_discrepancy_threshold = getattr(getattr(config, "distributed", None), "rank_discrepancy_threshold",

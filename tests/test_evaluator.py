@@ -477,3 +477,19 @@ def test_a_clock_set_back_counts_on_from_its_last_reading_said_once(caplog):
     assert steps[-1] == 59 and max(b - a for a, b in zip(steps, steps[1:])) <= 4, steps
     said = [r.getMessage() for r in caplog.records if "clock= went back" in r.getMessage()]
     assert len(said) == 1 and "counts on from its last reading" in said[0]
+
+
+def test_the_drop_in_evaluator_says_it_does_not_read_suites_or_asynchronous():
+    """A probe: Evaluator read sample_size, pass_at_k and aggregations from a config with evaluation.suites and
+    evaluation.asynchronous, and ignored those two without a word (request.suites empty, the results {})."""
+    import warnings
+
+    from adaptive_eval import load_config
+
+    with pytest.warns(RuntimeWarning, match=r"Evaluator, the plain schedule, does not read evaluation\.suites or "
+                                            r"evaluation\.asynchronous \(ignored here: request\.suites is empty\); "
+                                            r"AdaptiveEvaluator\.from_config\(config\) does"):
+        Evaluator(load_config(overrides=["evaluation.suites={s: {size: 4}}", "evaluation.asynchronous=true"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (the packaged defaults: neither)
+        Evaluator(load_config())
