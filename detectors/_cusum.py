@@ -14,6 +14,7 @@ from adaptive_eval.detectors._base import (
     check_in_control,
     check_int,
     huge_factor,
+    last_regime,
     screened_moments,
     check_warmup_test,
     t_to_z,
@@ -147,7 +148,7 @@ class CUSUM(Detector):
                  "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart")
     _threshold_param = "threshold"
     _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts",
-              "_floor")
+              "_floor", "_restarted")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -257,6 +258,7 @@ class CUSUM(Detector):
         self._sums = [0.0] * len(self._sides)
         self._starts: list[int | None] = [None] * len(self._sides)
         self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
+        self._restarted = False  # this warm-up began again on its last regime (last_regime; once a warm-up)
 
     def _track(self, z: float) -> None:
         """Follow a slowly moving stream (``adapt``): EWMA steps of the level and of the scale (an M-estimate
@@ -433,11 +435,21 @@ class CUSUM(Detector):
                     alarm = self._warmup_alarm(warm, step)
                     if alarm is not None:
                         return alarm
+                elif not self._restarted and (i := last_regime(warm)):
+                    # Without the warm-up test (a tracking detector): a warm-up of two regimes far apart, the
+                    # rest of a burst of huge values and then the stream (the burst's first value alarmed, and this
+                    # warm-up began inside it), warms up again on the last regime, once.  Its moments, floored at
+                    # 5% for good, made the stream's scale 8.6e36 against an sd of 0.05: every later change went
+                    # unalarmed for the rest of the run (a probe).
+                    self._restarted = True
+                    self._warm, self._warm_steps = warm[i:], (self._warm_steps or [])[-(len(warm) - i):]
+                    return None
                 self._level, self._scale, self._n = screened_moments(warm)
                 f = self._factor = huge_factor(self._scale)
                 self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
                 self._inv = 1.0 / self._scale
                 self._warm = self._warm_steps = None
+                self._restarted = False
                 self._floor = 0.05 * self._scale if self._adapt else 0.0
                 # A tracking detector (adapt > 0) follows the stream from here instead of refining fixed estimates.
                 self._phase = _LEARNING if self._n < self.reference and not self._adapt else _FIXED
