@@ -506,23 +506,28 @@ def huge_factor(scale: float) -> float:
     return 2.0 ** -math.frexp(scale)[1] if scale > _HUGE else 1.0
 
 
-def last_regime(values: Sequence[float], ratio: float = 50.0) -> int:
+def last_regime(values: Sequence[float], ratio: float = 50.0, least: int = 3) -> int:
     """The index where the last of two regimes of ``values`` begins, or 0 for one regime: at the largest jump
     between neighbours, when every value after it lies more than ``ratio`` times the typical step between
-    neighbours (the median non-zero one, the jump left out) away from every value before it.  A trend, a spike
-    that comes back or a noisy stream is one regime; a burst of huge values and then the stream again is two.
+    neighbours (the median non-zero one, the jump left out) away from every value before it, each side at least
+    ``least`` values.  A trend, a spike that comes back, one odd first value (a first step's grad norm) or a noisy
+    stream is one regime; a burst of huge values and then the stream again is two.
 
     >>> last_regime([3.4e38] * 5 + [3.0, 3.1, 2.9]), last_regime([1.0, 2.0, 3.0, 4.0]), last_regime([0, 0, 9, 0, 0])
     (5, 0, 0)
+    >>> last_regime([50.0, 2.0, 2.1, 1.9, 2.0])
+    0
     """
     n = len(values)
-    if n < 3:
+    if n < 2 * least:
         return 0
     steps = [abs(b - a) for a, b in zip(values, values[1:])]  # (inf beyond float range: still the largest)
     j = max(range(n - 1), key=steps.__getitem__)
     rest = sorted(d for i, d in enumerate(steps) if i != j and d > 0.0)
     typical = rest[len(rest) // 2] if rest else 0.0
     before, after = values[: j + 1], values[j + 1:]
+    if len(before) < least or len(after) < least:
+        return 0
     gap = max(min(after) - max(before), min(before) - max(after))
     return j + 1 if gap > ratio * typical and gap > 0.0 else 0
 

@@ -436,14 +436,12 @@ class CUSUM(Detector):
                     if alarm is not None:
                         return alarm
                 elif not self._restarted and (i := last_regime(warm)):
-                    # Without the warm-up test (a tracking detector): a warm-up of two regimes far apart, the
-                    # rest of a burst of huge values and then the stream (the burst's first value alarmed, and this
-                    # warm-up began inside it), warms up again on the last regime, once.  Its moments, floored at
-                    # 5% for good, made the stream's scale 8.6e36 against an sd of 0.05: every later change went
-                    # unalarmed for the rest of the run (a probe).
-                    self._restarted = True
-                    self._warm, self._warm_steps = warm[i:], (self._warm_steps or [])[-(len(warm) - i):]
-                    return None
+                    # Without the warm-up test (a tracking detector): a warm-up of two regimes far apart (the rest
+                    # of a burst of huge values and then the stream, the burst's first value alarmed and this
+                    # warm-up begun inside it; a change in the first warm-up) is a change, and the last regime
+                    # warms up again, once.  Its moments, floored at 5% for good, made the stream's scale 8.6e36
+                    # against an sd of 0.05: every later change went unalarmed for the rest of the run (a probe).
+                    return self._two_regimes(warm, i, step)
                 self._level, self._scale, self._n = screened_moments(warm)
                 f = self._factor = huge_factor(self._scale)
                 self._m2 = (self._scale * f) * (self._scale * f) * (self._n - 1)
@@ -509,6 +507,21 @@ class CUSUM(Detector):
         self._reset()
         self._warm, self._warm_steps = list(warm[i:]), list(steps[i:])
         return Alarm(step, self.name, self.stream, side, location, message)
+
+    def _two_regimes(self, warm: list[float], i: int, step: int) -> Alarm:
+        """The alarm of a warm-up whose values from ``i`` on lie far from those before (:func:`last_regime`);
+        those values start the next warm-up, which does not split again."""
+        steps = list(self._warm_steps or [])[-len(warm):]
+        steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        m = len(warm) - i
+        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
+        side = "up" if after > before else "down"
+        self._reset()
+        self._restarted = True
+        self._warm, self._warm_steps = list(warm[i:]), steps[i:]
+        return Alarm(step, self.name, self.stream, side, steps[i],
+                     f"{self.stream or 'stream'}: level {side} inside the warm-up (mean {before:.6g} over {i} values, "
+                     f"then {after:.6g} over {m}: two regimes far apart), change near step {steps[i]}")
 
     def _alarm(self, step: int, side: int, stat: float) -> Alarm:
         kk, sign = self._sides[side]
