@@ -713,7 +713,14 @@ def _run_evaluation_outcome(
             if timeout is None:
                 outputs = _attempt(evaluate_fn, request, precision)
             else:
-                outputs = timeout.call(_attempt, evaluate_fn, request, precision, step=request.step)
+                from adaptive_eval.asynchronous import SnapshotEval, _WithWeights
+
+                fn = evaluate_fn
+                if isinstance(evaluate_fn, SnapshotEval) and evaluate_fn.fn is not None:
+                    # The step's weights copied here, in the training thread, before the timed thread starts: copied
+                    # in it, a copy longer than timeout_s went on reading weights the optimizer was updating.
+                    fn = _WithWeights(evaluate_fn.fn, evaluate_fn.snapshot(request.step))
+                outputs = timeout.call(_attempt, fn, request, precision, step=request.step)
         except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
             if not evaluation_failure(exc):
                 raise  # (a Ctrl-C, a SystemExit: the user's, as ever)

@@ -1558,3 +1558,26 @@ def test_a_submitted_evaluation_of_the_whole_set_reads_n_all_in_the_decisions_te
     ev.close()
     submitted = [t for _, t in read_texts(tmp_path, "decisions") if t.startswith("submitted: ")]
     assert submitted and all("(n=all)" in t for t in submitted), submitted
+
+
+def test_a_synchronous_evaluation_under_timeout_s_copies_its_weights_in_the_training_thread():
+    """A SnapshotEval (and the adapters' replica) called synchronously under evaluation.timeout_s: its copy was
+    taken inside the timed thread, so one longer than timeout_s went on reading weights the optimizer was
+    updating.  Now taken in the calling thread, before the timed thread starts; the evaluation runs on it."""
+    module = torch.nn.Linear(2, 1)
+    threads = []
+
+    class Recording(SnapshotEval):
+        def snapshot(self, step=None):
+            threads.append(threading.current_thread().name)
+            return super().snapshot(step)
+
+    def fn(request, weights):
+        threads.append(threading.current_thread().name)
+        return {"acc": [float(weights["weight"].sum() == module.weight.sum())] * len(request.indices(4))}
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.timeout_s=5", "trigger.freq_steps=1",
+                                                              "policy.budget.enabled=false"]), total_steps=3)
+    result = ev.evaluate(Recording(module, fn), 0, 0, 0)
+    assert threads[0] == threading.current_thread().name and threads[1].startswith("adaptive_eval")
+    assert result["acc"].mean == 1.0

@@ -1346,3 +1346,33 @@ def test_logging_that_leaves_the_logged_streams_warming_up_most_of_the_run_is_sa
     if said:
         assert f"a detector's 30-value warm-up takes {30 * every} of this run's 12 steps" in caplog.text
         assert ("set logging_strategy='steps' and logging_steps=1" in caplog.text) == (logging_steps == "epoch")
+
+
+def test_under_evaluation_timeout_s_the_trainers_evaluation_runs_on_a_replica_never_the_training_model(tmp_path):
+    """A probe: a timed-out evaluation went on running forward passes on trainer.model in its daemon thread, in
+    train mode once HF switched it back, its dropout drawing from the training's generator: two runs of one seed
+    diverged from the step after it.  Under evaluation.timeout_s (one process) the evaluation runs on a copy of the
+    weights of its step, as asynchronously; the training model sees no forward pass from an evaluation thread."""
+    import threading
+
+    calls = []
+    release = threading.Event()
+
+    def slow(pred):
+        release.wait(5)  # (the first evaluation times out and runs on after the step stopped waiting)
+        return accuracy(pred)
+
+    torch.manual_seed(0)
+    model = Tiny()
+    model.register_forward_pre_hook(lambda m, a: calls.append((threading.current_thread().name, m is model)))
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.timeout_s=0.2", "trigger.freq_steps=4"])
+    trainer = Trainer(model, make_args(tmp_path, max_steps=12), train_dataset=Points(400, 0),
+                      eval_dataset=Points(100, 1), compute_metrics=slow, callbacks=[cb])
+    trainer.train()
+    release.set()
+    for t in threading.enumerate():  # (a thread in torch code at interpreter exit aborts it)
+        if t.name.startswith("adaptive_eval"):
+            t.join(10)
+    evaluating = [live for name, live in calls if name.startswith("adaptive_eval")]
+    assert evaluating and not any(evaluating)  # forward passes of the evaluation, none on the training model
+    assert cb.evaluator.summary()["eval_errors"] >= 1  # (the one that timed out)

@@ -2161,3 +2161,41 @@ def test_beside_lightnings_tensorboard_logger_the_decisions_and_alarms_are_writt
     assert "controller/sample_size" in tags and not [t for t in tags if t.startswith("adaptive_eval/")]  # (once)
     cb, folder = run(tmp_path / "off", tensorboard=False)
     assert not list((tmp_path / "off").rglob("*.adaptive_eval"))
+
+
+class SlowValModel(Model):
+    """validation_step waits for ``release`` after its first batch: the evaluation times out and runs on."""
+
+    release = None
+
+    def validation_step(self, batch, batch_idx):
+        out = super().validation_step(batch, batch_idx)
+        if batch_idx == 0 and self.release is not None:
+            self.release.wait(5)
+        return out
+
+
+def test_under_evaluation_timeout_s_validation_runs_on_a_replica_never_the_training_module(tmp_path):
+    """As in the HF adapter (a probe): a timed-out evaluation left running in its thread went on calling the
+    training module's forward beside training.  Under evaluation.timeout_s (one process) validation_step runs on a
+    copy of the weights of its step."""
+    import threading
+
+    model = SlowValModel()
+    SlowValModel.release = threading.Event()  # (off the instance: the replica is a deepcopy of it)
+    calls = []
+    model.register_forward_pre_hook(lambda m, a: calls.append((threading.current_thread().name, m is model)))
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.timeout_s=0.2", "trigger.freq_steps=4"])
+    trainer = L.Trainer(max_steps=12, logger=False, callbacks=[cb], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    try:
+        trainer.fit(model)
+    finally:
+        SlowValModel.release.set()
+        SlowValModel.release = None
+        for t in threading.enumerate():  # (a thread in torch code at interpreter exit aborts it)
+            if t.name.startswith("adaptive_eval"):
+                t.join(10)
+    evaluating = [live for name, live in calls if name.startswith("adaptive_eval")]
+    assert evaluating and not any(evaluating)
+    assert cb.evaluator.summary()["eval_errors"] >= 1

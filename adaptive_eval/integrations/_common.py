@@ -231,6 +231,15 @@ def asynchronous(cfg, executor) -> bool:
     return bool(cfg.evaluation.asynchronous) or executor is not None
 
 
+def timed_alone(cfg, world: int) -> bool:
+    """Whether a synchronous evaluation may be left running by ``evaluation.timeout_s`` (one process: in a group the
+    collective timeout bounds it and no thread is left behind).  The adapters then evaluate a replica, as
+    asynchronously: a timed-out evaluation went on running forward passes on the training model, in train mode once
+    the trainer switched it back, its dropout drawing from the training's generator (two runs of one seed diverged
+    from the step after it; a probe)."""
+    return cfg.evaluation.timeout_s is not None and int(world or 1) <= 1
+
+
 def forward_collectives(module) -> bool:
     """Whether a forward pass of ``module`` runs collectives every rank must join: FSDP (``FullyShardedDataParallel``
     or ``fully_shard``), DTensor (tensor-parallel) parameters, DeepSpeed ZeRO-3 parameters.  Then the ranks must
@@ -364,7 +373,13 @@ class ReplicaEval(SnapshotEval):
             replica = self._free.pop() if self._free else None
         with torch.no_grad(), torch.inference_mode(False):
             if replica is None:
-                replica = copy.deepcopy(self.module)
+                try:
+                    replica = copy.deepcopy(self.module)
+                except Exception as exc:  # noqa: BLE001 - said with what to do (it read "cannot pickle ...")
+                    raise TypeError(f"the module cannot be copied for the evaluation's replica ({type(exc).__name__}: "
+                                    f"{exc}): asynchronously and under evaluation.timeout_s the evaluation runs on a "
+                                    "copy of the weights of its step (copy.deepcopy of the module); keep what cannot "
+                                    "be copied (a lock, an open file) off the module, or pass evaluate_fn=") from exc
                 for p in replica.parameters():
                     p.grad = None
                     p.requires_grad_(False)

@@ -88,6 +88,7 @@ from adaptive_eval.integrations._common import (
     say_suites_need_evaluate_fn,
     scalar,
     synchronous_for_sharded,
+    timed_alone,
     watched,
 )
 
@@ -618,9 +619,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                                                        resource_monitor=self.resource_monitor)
         if getattr(state, "is_world_process_zero", True) and _logs_rl_stats(trainer):
             _say_sparse_logging(args, cfg, total, spe)
-        # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker.
+        # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker; and so
+        # under evaluation.timeout_s, which may leave it running beside training (timed_alone).
         self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
-                            and asynchronous(cfg, executor) else self._evaluate_with_trainer)
+                            and (asynchronous(cfg, executor) or timed_alone(cfg, getattr(args, "world_size", 1)))
+                            else self._evaluate_with_trainer)
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)
         if isinstance(stored, list):

@@ -97,6 +97,7 @@ from adaptive_eval.integrations._common import (
     say_suites_need_evaluate_fn,
     scalar,
     synchronous_for_sharded,
+    timed_alone,
     watched,
 )
 from adaptive_eval.distributed import reduce_values
@@ -290,9 +291,12 @@ class AdaptiveEvalCallback(Callback):
         self._monitors_unsure = False
         if trainer.is_global_zero:
             self._monitors_unsure = bool(self._guard("on_train_start", _say_monitors, trainer))
-        # Asynchronous: validation_step runs in the worker on a copy of the weights of its step.
+        # Asynchronous: validation_step runs in the worker on a copy of the weights of its step; and so under
+        # evaluation.timeout_s, which may leave it running beside training (timed_alone).
+        replica = self._async or (self.evaluator is not None
+                                  and timed_alone(self.evaluator.cfg, getattr(trainer, "world_size", 1)))
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on,
-                                         stamp=lambda: (trainer.global_step, trainer.current_epoch)) if self._async
+                                         stamp=lambda: (trainer.global_step, trainer.current_epoch)) if replica
                              else _ModuleEval(self, trainer, pl_module))
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
