@@ -215,6 +215,21 @@ class _Inside(threading.local):
 _INSIDE = _Inside()  # (whose, step) of the evaluation this worker thread runs (job_step)
 
 
+def cancel_requested() -> bool:
+    """Whether the asynchronous evaluation this thread runs was cancelled (an urgent one took its place,
+    ``evaluation.max_in_flight``): an evaluate_fn that scores items in a loop may stop there (the adapters' own
+    evaluations do, between batches, raising :class:`EvaluationCancelled`).  Python cannot stop a thread: one that
+    ran on to its end held its replica beside the urgent one's, 3 evaluations running at ``max_in_flight: 1``
+    (a probe).  False outside an asynchronous evaluation, and for one in another process."""
+    job = _INSIDE.job
+    return job is not None and job[2] is not None and job[2].is_set()
+
+
+class EvaluationCancelled(RuntimeError):
+    """Raised by an evaluation that stopped because it was cancelled (:func:`cancel_requested`); its result was
+    never going to be integrated."""
+
+
 def job_step(whose) -> int | None:
     """The step of the asynchronous evaluation of ``whose`` (an evaluator's evaluations) this thread is running, or
     None (not inside one of theirs: another evaluator's evaluation may call this one; a review)."""
@@ -226,7 +241,7 @@ def _run_job(fn, request: EvalRequest, weights, options: Mapping):
     """Run one evaluation in a worker (a thread, another process, an eval rank): an EvalOutcome."""
     from adaptive_eval.evaluators import run_evaluation_outcome
 
-    outer, _INSIDE.job = _INSIDE.job, (options.get("whose"), request.step)
+    outer, _INSIDE.job = _INSIDE.job, (options.get("whose"), request.step, options.get("stop"))
     try:
         return _run_job_here(fn, request, weights, options, run_evaluation_outcome)
     finally:  # (the outer job's back: an evaluator run inline inside another's evaluation cleared its marker)
@@ -325,10 +340,17 @@ class DaemonThreadExecutor(cf.Executor):
 _IN_PROCESS = (InlineExecutor, DaemonThreadExecutor, cf.ThreadPoolExecutor)
 
 
-def check_executor(executor) -> None:
-    """Refuse an executor that cannot take work, before training (a shut-down pool)."""
+def check_executor(executor, replica: bool = False) -> None:
+    """Refuse an executor that cannot take work, before training (a shut-down pool); with ``replica`` (an adapter's
+    own evaluation, on a copy of the live module) one that runs it in another process."""
     if not isinstance(executor, cf.Executor):
         raise TypeError(f"executor must be a concurrent.futures.Executor, got {type(executor).__name__}")
+    if replica and isinstance(executor, cf.ProcessPoolExecutor):
+        # (accepted, then every evaluation of the run failed on "cannot pickle 'weakref.ReferenceType' object"; a
+        # probe)
+        raise TypeError("executor is a ProcessPoolExecutor: the trainer's own evaluation runs on a replica of the "
+                        "module, which does not travel to another process (thread executors only); pass a "
+                        "ThreadPoolExecutor, or an evaluate_fn= that pickles")
     if getattr(executor, "_shutdown", False) or getattr(executor, "_shutdown_thread", False):
         raise RuntimeError(f"executor {type(executor).__name__} is shut down: it cannot run asynchronous "
                            "evaluations (evaluation.asynchronous)")
@@ -600,6 +622,7 @@ class _Job:
     outcome: object = None  # a finished EvalOutcome (restored from a state, or timed out)
     held_up: int = 0  # evaluate() calls at which a due evaluation waited for this one (async:waiting), for a log
     held_up_since: int | None = None  # the first of them
+    stop: threading.Event | None = None  # set when cancelled: an evaluation in a thread of this process may stop
 
     def record(self) -> dict:
         return {"id": self.id, "step": self.step, "epoch": self.epoch, "sample_size": self.sample_size,
@@ -727,6 +750,8 @@ class AsyncEvaluations:
         self.jobs.remove(job)
         if job.future is not None:
             job.future.cancel()  # only stops one that has not started; a running one is dropped when done
+        if job.stop is not None:
+            job.stop.set()  # (and asks a running one to stop: cancel_requested)
 
     def submit(self, evaluate_fn: Callable, request: EvalRequest, *, epoch, urgent: bool) -> _Job:
         """Record the evaluation of ``request.step`` and, on the owner, start it (the snapshot is taken
@@ -773,6 +798,7 @@ class AsyncEvaluations:
             options = dict(self.options, epoch=epoch, whose=id(self))
             if isinstance(self.executor, _IN_PROCESS):  # another process times with its own monotonic clock
                 options["clock"] = self.eval_clock
+                job.stop = options["stop"] = threading.Event()
             try:
                 if self.closed:
                     raise RuntimeError(_CLOSED)

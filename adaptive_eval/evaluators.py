@@ -724,6 +724,12 @@ def _run_evaluation_outcome(
         except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything
             if not evaluation_failure(exc):
                 raise  # (a Ctrl-C, a SystemExit: the user's, as ever)
+            from adaptive_eval.asynchronous import EvaluationCancelled
+
+            if isinstance(exc, EvaluationCancelled) and not sharded:
+                # (cancelled, it stopped at a batch: its result was never to be integrated; not an error to log or
+                # retry)
+                return EvalOutcome(None, exc, attempts=attempt + 1)
             if on_error == "raise" and not sharded:
                 raise
             error = exc

@@ -1581,3 +1581,39 @@ def test_a_synchronous_evaluation_under_timeout_s_copies_its_weights_in_the_trai
     result = ev.evaluate(Recording(module, fn), 0, 0, 0)
     assert threads[0] == threading.current_thread().name and threads[1].startswith("adaptive_eval")
     assert result["acc"].mean == 1.0
+
+
+def test_a_cancelled_evaluation_that_already_runs_may_stop_at_cancel_requested(caplog):
+    """A probe: at max_in_flight 1 an urgent evaluation cancelled the one in flight, which ran on to its end in its
+    thread beside the urgent one (and the final one): 3 replicas of the model evaluating at once.  An evaluate_fn
+    that scores in a loop (the adapters' own do, between batches) stops when asked; not an error to log."""
+    from adaptive_eval.asynchronous import EvaluationCancelled, cancel_requested
+
+    started, stopped = threading.Event(), []
+
+    def fn(request):
+        started.set()
+        for _ in range(500 if request.step == 4 else 0):
+            if cancel_requested():
+                stopped.append(request.step)
+                raise EvaluationCancelled("stopped")
+            time.sleep(0.01)
+        return {"acc": [1.0] * len(request.indices(10))}
+
+    assert not cancel_requested()  # (outside an evaluation)
+    cfg = load_config(overrides=["evaluation.asynchronous=true", "evaluation.max_in_flight=1", "trigger.freq_steps=5",
+                                 "policy.budget.enabled=false", "evaluation.precision=none"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=20)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(8):
+            ev.observe({"train/loss": float("nan") if g == 6 else 1.0}, g)
+            ev.evaluate(fn, 0, g, g)
+            if g == 4:
+                assert started.wait(5)
+        deadline = time.monotonic() + 5
+        while not stopped and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ev.close()
+    assert stopped == [4]
+    assert [r.step for r in ev.history] == [6]  # (the urgent one; the cancelled one never integrated)
+    assert not any("evaluate_fn failed at step 4" in r.getMessage() for r in caplog.records)

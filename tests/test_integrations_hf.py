@@ -1376,3 +1376,21 @@ def test_under_evaluation_timeout_s_the_trainers_evaluation_runs_on_a_replica_ne
     evaluating = [live for name, live in calls if name.startswith("adaptive_eval")]
     assert evaluating and not any(evaluating)  # forward passes of the evaluation, none on the training model
     assert cb.evaluator.summary()["eval_errors"] >= 1  # (the one that timed out)
+
+
+def test_a_process_pool_for_the_trainers_own_evaluation_is_refused_at_construction():
+    """A probe: accepted, then every evaluation of the run failed on "cannot pickle 'weakref.ReferenceType'
+    object" (the replica does not travel to another process); with an evaluate_fn= of the user's it is fine."""
+    import concurrent.futures as cf
+
+    from adaptive_eval.integrations.lightning import AdaptiveEvalCallback as LightningCallback
+
+    pool = cf.ProcessPoolExecutor(1)
+    try:
+        for callback in (AdaptiveEvalCallback, LightningCallback):
+            with pytest.raises(TypeError, match=r"executor is a ProcessPoolExecutor: the trainer's own evaluation runs "
+                                                r"on a replica .* \(thread executors only\)"):
+                callback("default", executor=pool)
+            assert callback("default", evaluate_fn=lambda: {"acc": 1.0}, executor=pool).executor is pool
+    finally:
+        pool.shutdown()

@@ -68,6 +68,7 @@ import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 
+from adaptive_eval.asynchronous import EvaluationCancelled, cancel_requested
 from adaptive_eval.integrations._common import (
     ReplicaEval,
     StepGuard,
@@ -236,6 +237,14 @@ class _Joined:
         if self.tensors:
             return dict(self._last)
         return {k: c.get_arrays() for k, c in self.parts.items()}
+
+
+def _stop_if_cancelled(step: int | None) -> None:
+    """Raise :class:`~adaptive_eval.asynchronous.EvaluationCancelled` when the asynchronous evaluation of ``step``
+    this thread runs was cancelled (None: never: ranks in lockstep make every forward call)."""
+    if step is not None and cancel_requested():
+        raise EvaluationCancelled(f"the evaluation of step {step} was cancelled (an urgent one took its place); it "
+                                  "stopped at a batch")
 
 
 def _tensorboard_beside(cfg, trainer):
@@ -457,7 +466,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if executor is not None:  # (a shut-down pool: refused now, in the user's set-up, not logged at the start)
             from adaptive_eval.asynchronous import check_executor
 
-            check_executor(executor)
+            check_executor(executor, replica=evaluate_fn is None)
         self.look_back = flag("look_back", look_back)
         self.tensorboard = flag("tensorboard", tensorboard)
         self.evaluate_fn = evaluate_fn
@@ -946,13 +955,17 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             for name, raw in named:
                 dataset, collator = self._prepared(trainer, raw)
                 indices = request.indices(len(dataset))
+                # (cancelled, an urgent evaluation taking its place, it stops at a batch: it ran on to its end beside
+                # the urgent one, 3 replicas evaluating at max_in_flight 1; a probe.  Not in lockstep: every rank
+                # must make its forward calls)
+                stop = None if lockstep else request.step
                 if self.per_item:
                     pad = lockstep_padding(request, len(dataset), len(indices)) if lockstep else 0
-                    part = self._per_item(trainer, model, dataset, collator, indices, pad)
+                    part = self._per_item(trainer, model, dataset, collator, indices, pad, stop)
                 else:  # (batched in the set's order, as HF's: the token-weighted loss of a batch depends on it)
                     bs = max(int(trainer.args.per_device_eval_batch_size), 1)
                     pad = lockstep_padding(request, len(dataset), len(indices), bs) if lockstep else 0
-                    part = self._aggregate(trainer, model, dataset, collator, sorted(indices), pad)
+                    part = self._aggregate(trainer, model, dataset, collator, sorted(indices), pad, stop)
                 if name is not None:  # HF's metric_key_prefix f"eval_{name}": eval_<name>_<metric>
                     part = {f"eval_{name}_{k[len('eval_'):]}": v for k, v in part.items()}
                     request._from_set(part, name)  # (the evaluation's items: the sets' added up)
@@ -1063,11 +1076,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                         ", ".join(repr(k) for k in new), "is" if len(new) == 1 else "are")
         return out
 
-    def _per_item(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
+    def _per_item(self, trainer, model, dataset, collator, indices, pad: int = 0, stop: int | None = None) -> dict:
         metrics: dict[str, list] = {}
         losses: list[float] = []
         want = _wants_metrics(trainer)
         for i in indices:
+            _stop_if_cancelled(stop)
             batch = collator([dataset[i]])
             loss, logits, labels, inputs = self._predict(trainer, model, batch, want)
             if loss is not None:
@@ -1082,7 +1096,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             metrics["eval_loss"] = losses  # after compute_metrics' keys: with metric null, those are tracked
         return metrics
 
-    def _aggregate(self, trainer, model, dataset, collator, indices, pad: int = 0) -> dict:
+    def _aggregate(self, trainer, model, dataset, collator, indices, pad: int = 0, stop: int | None = None) -> dict:
         bs = max(int(trainer.args.per_device_eval_batch_size), 1)
         want = _wants_metrics(trainer)
         batched = trainer.args.batch_eval_metrics
@@ -1090,6 +1104,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         every = trainer.args.eval_accumulation_steps
         joined = _Joined(trainer.args.eval_do_concat_batches, batched)
         for k, start in enumerate(range(0, len(indices), bs)):
+            _stop_if_cancelled(stop)
             chunk = [dataset[i] for i in indices[start:start + bs]]
             loss, logits, labels, inputs = self._predict(trainer, model, collator(chunk), want)
             if loss is not None:  # (no loss returned: no eval_loss, as HF; it read 0.0)

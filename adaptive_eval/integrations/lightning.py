@@ -100,6 +100,7 @@ from adaptive_eval.integrations._common import (
     timed_alone,
     watched,
 )
+from adaptive_eval.asynchronous import EvaluationCancelled, cancel_requested
 from adaptive_eval.distributed import reduce_values
 from adaptive_eval.types import log_once
 
@@ -210,7 +211,7 @@ class AdaptiveEvalCallback(Callback):
         if executor is not None:  # (a shut-down pool: refused now, in the user's set-up, not logged at the start)
             from adaptive_eval.asynchronous import check_executor
 
-            check_executor(executor)
+            check_executor(executor, replica=evaluate_fn is None)
         self.name = name
         self.executor = executor
         self.clock = clock
@@ -859,6 +860,9 @@ class AdaptiveEvalCallback(Callback):
             # As Lightning's own validation: the precision plugin converts the batch (bf16-true: to bf16) and
             # runs the step in its context (bf16-mixed: autocast); without them every evaluation of a bf16-true
             # module failed, and a bf16-mixed one ran in float32 (found by a new user).
+            if not sharded and cancel_requested():  # (cancelled: it ran on to its end beside the urgent one)
+                raise EvaluationCancelled(f"the evaluation of step {request.step} was cancelled (an urgent one took "
+                                          "its place); it stopped at a batch")
             if precision is not None:
                 batch = precision.convert_input(batch)
             batch = pl_module._apply_batch_transfer_handler(batch, dataloader_idx=dl_idx)
