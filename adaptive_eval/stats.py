@@ -656,6 +656,13 @@ def summarize_outputs(
         else:
             summaries[name] = scalar_summary(scalar, (items_of or {}).get(name, items), confidence, kinds.get(name),
                                              name)
+    if suites is None and not isinstance(pass_at_k, Mapping) and max(map(int, pass_at_k or (1,))) > 1 and summaries \
+            and not any(v.clustered for v in summaries.values()):
+        # (the trainer's own evaluation, one value per item: pass@4 vanished without a word, where a suite's is
+        # said; a probe)
+        log_once(("1-D", "pass_at_k"), "evaluation.pass_at_k asks for %s, but this evaluation returned no items x "
+                 "answers metric (one value per item, or a scalar): no pass@k; return a row of each item's answers' "
+                 "scores per item for it (said once)", "/".join(f"pass@{int(k)}" for k in pass_at_k if int(k) > 1))
     return summaries
 
 

@@ -1694,3 +1694,24 @@ def test_a_shard_with_no_items_returning_an_empty_list_is_not_told_it_lacks_pass
         out = summarize_outputs({"one/acc": []}, None, suites={"one": []}, populations={"one": 1},
                                 pass_at_k={"one": (1, 2)}, samples_asked={"one": 4}, sharded=True)
     assert out["one/acc"].n == 0 and "one value per item" not in caplog.text
+
+
+def test_pass_at_k_with_one_value_per_item_and_no_suites_is_said_once(caplog):
+    """A probe (HF's own evaluation, evaluation.pass_at_k [1, 4]): no pass@4, without a word, where a suite's
+    metric of one value per item is said."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.pass_at_k=[1,4]",
+                                                              "policy.budget.enabled=false"]), total_steps=3)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        for g in range(3):
+            r = ev.evaluate(lambda req: {"acc": [float(i % 2) for i in req.indices(10)]}, 0, g, g)
+    said = [m for m in caplog.messages if "evaluation.pass_at_k asks for pass@4, but this evaluation returned no "
+                                            "items x answers metric" in m]
+    assert len(said) == 1 and not any("pass@" in k for k in r.metrics)
+    caplog.clear()
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=["evaluation.pass_at_k=[1,4]"]), total_steps=1)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):  # (items x answers: pass@4, nothing said)
+        assert "acc/pass@4" in ev.evaluate(lambda req: {"acc": [[1.0, 0.0, 1.0, 1.0]] * len(req.indices(10))},
+                                           0, 0, 0).metrics
+    assert not any("pass_at_k asks" in m for m in caplog.messages)
