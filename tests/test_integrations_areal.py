@@ -427,6 +427,59 @@ def test_the_last_step_evaluated_is_the_last_one_areals_total_train_steps_lets_t
         sys.modules.pop(mod.__name__)
 
 
+def test_ppo_trainer_train_total_epochs_moves_the_final_evaluation_to_the_runs_last_step():
+    """PPOTrainer.train(total_epochs=N) runs N epochs whatever config.total_train_epochs (the FinetuneSpec the
+    evaluator was built from) says: the final evaluation went to the config's last step, mid-run for more epochs and
+    not at all for fewer.  patch_areal wraps train, once, as AReaL's own signature has it."""
+    import inspect
+
+    mod = types.ModuleType("_patched_epochs_trainer")
+    mod.Evaluator = AREAL.Evaluator
+    sys.modules[mod.__name__] = mod
+
+    class PPOTrainer:  # AReaL's __init__ and train loop (rl_trainer.py 1.0.4), without the rollout
+        def __init__(self, config, ft_spec, steps_per_epoch):
+            self.config = config
+            self.train_dataloader = list(range(steps_per_epoch))
+            self.evaluator = mod.Evaluator(config.evaluator, ft_spec)
+            self.fired = []
+
+        def train(self, workflow=None, eval_workflow=None, workflow_kwargs=None, eval_workflow_kwargs=None,
+                  dynamic_filter_fn=None, total_epochs=None):
+            total_epochs = self.config.total_train_epochs if total_epochs is None else total_epochs
+            spe = len(self.train_dataloader)
+            for g in range(total_epochs * spe):
+                if self.config.total_train_steps is not None and g >= self.config.total_train_steps:
+                    break
+                self.evaluator.evaluate(lambda req: self.fired.append((req.step, req.reason)) or {"acc": [1.0]},
+                                        g // spe, g % spe, g)
+
+    mod.PPOTrainer = PPOTrainer
+    real = areal_code._root() / "trainer" / "rl_trainer.py"
+    try:
+        assert shim.patch_areal("default", modules=[mod.__name__]) == [mod.__name__]
+        shim.patch_areal("default", modules=[mod.__name__])  # (wrapped once)
+        assert PPOTrainer.train.__wrapped__.__name__ == "train" and not hasattr(PPOTrainer.train.__wrapped__,
+                                                                                 "__wrapped__")
+        assert list(inspect.signature(PPOTrainer.train).parameters)[-1] == "total_epochs"
+
+        def trained(epochs, cap=None):
+            config = types.SimpleNamespace(evaluator=areal_config(freq_steps=4), total_train_epochs=3,
+                                           total_train_steps=cap)
+            trainer = PPOTrainer(config, spec(10, epochs=3), 10)
+            trainer.train(None, total_epochs=epochs)
+            return [s for s, r in trainer.fired if r == "trigger:final"], trainer.evaluator.total_steps
+
+        assert trained(2) == ([19], 20)  # (none at all before: the config's last step, 29, never came)
+        assert trained(4) == ([39], 40)  # (step 29 was a "final" one mid-run)
+        assert trained(None) == ([29], 30)
+        assert trained(4, cap=35) == ([34], 35)  # AReaL stops at config.total_train_steps
+    finally:
+        sys.modules.pop(mod.__name__)
+    # (the signature is AReaL's own: total_epochs, a keyword of PPOTrainer.train, sets max_steps)
+    assert "total_epochs: int | None = None" in real.read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize("preset", ["areal", "default"])
 def test_areals_evaluate_fn_runs_as_areals_evaluator_calls_it_not_under_inference_mode(preset):
     """A new user's probe: built from AReaL's EvaluatorConfig (patch_areal), the adaptive evaluator ran AReaL's

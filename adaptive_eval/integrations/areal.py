@@ -286,8 +286,57 @@ def patch_areal(preset: str | None = "default", modules: Sequence[str] = AREAL_T
             log.warning("adaptive_eval: patch_areal: %s has no name Evaluator; not patched", name)
             continue
         module.Evaluator = make
+        trainer = getattr(module, "PPOTrainer", None)
+        if trainer is not None and callable(getattr(trainer, "train", None)):
+            trainer.train = _with_total_epochs(trainer.train)
         patched.append(name)
     return patched
+
+
+def _with_total_epochs(train: Callable) -> Callable:
+    """AReaL's ``PPOTrainer.train`` that tells the trainer's adaptive evaluator its last step when ``total_epochs=``
+    overrides ``config.total_train_epochs`` (the evaluator, built in ``__init__`` from the ``FinetuneSpec``, put the
+    final evaluation at the config's last step: mid-run for more epochs, none at all for fewer; a session note).
+    The run's steps as ``train`` counts them: ``total_epochs x len(train_dataloader)``, cut to
+    ``config.total_train_steps``.  Wrapped once; nothing it does raises into ``train``."""
+    import functools
+    import inspect
+
+    if getattr(train, "_adaptive_eval_total_epochs", False):
+        return train
+    try:
+        signature = inspect.signature(train)
+    except (TypeError, ValueError):
+        return train
+    if "total_epochs" not in signature.parameters:
+        return train
+
+    @functools.wraps(train)
+    def wrapped(self, *args, **kwargs):
+        try:
+            epochs = signature.bind(self, *args, **kwargs).arguments.get("total_epochs")
+            evaluator = getattr(self, "evaluator", None)
+            if isinstance(evaluator, _adaptive.AdaptiveEvaluator) and isinstance(epochs, int) \
+                    and not isinstance(epochs, bool) and epochs > 0:
+                try:
+                    per_epoch = len(self.train_dataloader)
+                except Exception:  # noqa: BLE001 - no dataloader (AReaL's online mode): the spec's
+                    per_epoch = evaluator.steps_per_epoch
+                if per_epoch:
+                    config = getattr(self, "config", None)
+                    total = _last_of(epochs * int(per_epoch), getattr(config, "total_train_steps", None))
+                    if total != evaluator.total_steps:
+                        log.info("adaptive_eval: train(total_epochs=%d): the run's last step is %d (the evaluator "
+                                 "was built for %s)", epochs, total - 1,
+                                 "no known end" if evaluator.total_steps is None else evaluator.total_steps - 1)
+                        evaluator.total_steps = total
+        except Exception as exc:  # noqa: BLE001 - never into the user's train()
+            log.warning("adaptive_eval: train(total_epochs=...): the evaluator's last step is left as it was (%s)",
+                        exc)
+        return train(self, *args, **kwargs)
+
+    wrapped._adaptive_eval_total_epochs = True
+    return wrapped
 
 
 def rollout_evaluate_fn(engine, dataset, workflow, workflow_kwargs: Mapping | None = None, *, n_samples: int = 1,
