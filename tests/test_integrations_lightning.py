@@ -2199,3 +2199,21 @@ def test_under_evaluation_timeout_s_validation_runs_on_a_replica_never_the_train
     evaluating = [live for name, live in calls if name.startswith("adaptive_eval")]
     assert evaluating and not any(evaluating)
     assert cb.evaluator.summary()["eval_errors"] >= 1
+
+
+def test_a_gradient_accumulation_scheduler_moves_the_epoch_trigger_to_each_epochs_last_step(tmp_path):
+    """A session note: under a GradientAccumulationScheduler each epoch has its own optimizer steps (8 batches at
+    accumulation 1, then 4: 8, 8, 2, 2, 2 steps), and one steps_per_epoch, read at the start, put the epoch trigger
+    mid-epoch and the final evaluation past the run's end.  From the schedule: each epoch's last step, and the
+    run's last one final."""
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
+
+    cb = AdaptiveEvalCallback("areal", overrides=FAST + ["trigger.freq_steps=null", "trigger.freq_epochs=1",
+                                                         "trigger.eval_at_end=true"])
+    trainer = L.Trainer(max_epochs=5, logger=False, enable_checkpointing=False, limit_train_batches=8,
+                        callbacks=[GradientAccumulationScheduler({0: 1, 2: 4}), cb], **QUIET)
+    trainer.fit(Model())
+    assert trainer.global_step == 22 and cb.evaluator.total_steps == 22
+    assert [(r.step, r.reason) for r in cb.evaluator.history] == [
+        (7, "trigger:epochs"), (15, "trigger:epochs"), (17, "trigger:epochs"), (19, "trigger:epochs"),
+        (21, "trigger:final")]

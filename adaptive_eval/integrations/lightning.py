@@ -244,6 +244,10 @@ class AdaptiveEvalCallback(Callback):
         self._last_global_step = -1
         self._per_batch = False  # (manual optimization with several optimizers: see _build)
         self._steps_per_epoch = 1
+        # A GradientAccumulationScheduler's (its schedule, batches an epoch) and the epoch found last (epoch, its first
+        # step, its steps): each epoch's steps differ, and one steps_per_epoch put the epoch trigger mid-epoch
+        self._accumulation = None
+        self._epoch_at = (0, 0, 1)
         self._module_eval = None
         self._async = False
         self._val = None  # [(dataset, collate_fn, batch size)] of this fit, one per validation dataloader
@@ -473,6 +477,19 @@ class AdaptiveEvalCallback(Callback):
             spe = max(math.ceil(batches / max(trainer.accumulate_grad_batches, 1)), 1)
         else:
             spe = total
+        self._accumulation = None
+        scheduler = next((c for c in getattr(trainer, "callbacks", None) or ()
+                          if isinstance(c, lightning.pytorch.callbacks.GradientAccumulationScheduler)), None)
+        if scheduler is not None and batches is not None and math.isfinite(batches) and int(batches) > 0:
+            # (the accumulation changes by epoch: so do the optimizer steps of an epoch, and the run's total)
+            self._accumulation = (scheduler, int(batches))
+            self._epoch_at = (0, 0, self._epoch_steps(0))
+            spe = self._epoch_at[2]
+            epochs = getattr(trainer, "max_epochs", None)
+            if epochs is not None and 0 < epochs < 100_000:
+                by_epochs = sum(self._epoch_steps(e) for e in range(int(epochs)))
+                max_steps = getattr(trainer, "max_steps", -1)
+                total = min(by_epochs, int(max_steps)) if max_steps not in (-1, None) and max_steps > 0 else by_epochs
         self._steps_per_epoch = spe or 1
         # Manual optimization with several optimizers (a GAN's generator and discriminator): Lightning's global_step
         # counts every optimizer's step() (192 after 96 batches, past estimated_stepping_batches), so the steps
@@ -575,13 +592,36 @@ class AdaptiveEvalCallback(Callback):
         values = self._guard("observe", self._step_values, trainer.callback_metrics)
         if values:
             self._guard("observe", self.evaluator.observe, values, global_step)
-        epoch, step = divmod(global_step, self._steps_per_epoch)
+        epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
+                       else self._position(global_step))
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
         seen = len(self.evaluator.history)
         result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
         if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
             self._guard("report", self._report, trainer, result)
             self._guard("report", self._report_look_backs, trainer, seen)
+
+    def _epoch_steps(self, epoch: int) -> int:
+        """The optimizer steps of ``epoch`` under the GradientAccumulationScheduler (a last window short of it steps
+        too, as Lightning's)."""
+        scheduler, batches = self._accumulation
+        return max(math.ceil(batches / max(int(scheduler.get_accumulate_grad_batches(epoch)), 1)), 1)
+
+    def _position(self, global_step: int) -> tuple[int, int]:
+        """``(epoch, step within it)`` of ``global_step`` under the GradientAccumulationScheduler, and the
+        evaluator's ``steps_per_epoch`` that epoch's (its epoch trigger fires at the epoch's last step).  From the
+        schedule alone, so a resume finds the same; the epoch found last is kept (one step a call)."""
+        epoch, first, steps = self._epoch_at
+        if global_step < first:
+            epoch, first, steps = 0, 0, self._epoch_steps(0)
+        while global_step >= first + steps:
+            epoch, first = epoch + 1, first + steps
+            steps = self._epoch_steps(epoch)
+        self._epoch_at = (epoch, first, steps)
+        self._steps_per_epoch = steps
+        if self.evaluator is not None:
+            self.evaluator.steps_per_epoch = self.evaluator.trigger.steps_per_epoch = steps
+        return epoch, global_step - first
 
     def _step_values(self, metrics) -> dict[str, float]:
         """What this optimizer step observes: ``train/loss`` (unless the module logs the step's loss itself)
