@@ -148,7 +148,7 @@ class CUSUM(Detector):
                  "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart")
     _threshold_param = "threshold"
     _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts",
-              "_floor", "_restarted")
+              "_floor", "_restarted", "_after_alarm")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -259,6 +259,8 @@ class CUSUM(Detector):
         self._starts: list[int | None] = [None] * len(self._sides)
         self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
         self._restarted = False  # this warm-up began again on its last regime (last_regime; once a warm-up)
+        self._after_alarm = getattr(self, "_alarmed", False)  # this warm-up follows an alarm (_two_regimes)
+        self._alarmed = False
 
     def _track(self, z: float) -> None:
         """Follow a slowly moving stream (``adapt``): EWMA steps of the level and of the scale (an M-estimate
@@ -435,12 +437,12 @@ class CUSUM(Detector):
                     alarm = self._warmup_alarm(warm, step)
                     if alarm is not None:
                         return alarm
-                elif not self._restarted and (i := last_regime(warm)):
-                    # Without the warm-up test (a tracking detector): a warm-up of two regimes far apart (the rest
-                    # of a burst of huge values and then the stream, the burst's first value alarmed and this
-                    # warm-up begun inside it; a change in the first warm-up) is a change, and the last regime
-                    # warms up again, once.  Its moments, floored at 5% for good, made the stream's scale 8.6e36
-                    # against an sd of 0.05: every later change went unalarmed for the rest of the run (a probe).
+                elif not self._restarted and self._h != _INF and (i := last_regime(warm)):
+                    # Without the warm-up test (a tracking detector): a warm-up of two regimes far apart warms up
+                    # again on the last one, once.  Its moments, floored at 5% for good, made the stream's scale
+                    # 8.6e36 against an sd of 0.05 after a burst of huge values (the burst's first value alarmed,
+                    # this warm-up began inside it): every later change went unalarmed for the rest of the run (a
+                    # probe).  See _two_regimes for when the split is an alarm.
                     return self._two_regimes(warm, i, step)
                 self._level, self._scale, self._n = screened_moments(warm)
                 f = self._factor = huge_factor(self._scale)
@@ -508,17 +510,26 @@ class CUSUM(Detector):
         self._warm, self._warm_steps = list(warm[i:]), list(steps[i:])
         return Alarm(step, self.name, self.stream, side, location, message)
 
-    def _two_regimes(self, warm: list[float], i: int, step: int) -> Alarm:
-        """The alarm of a warm-up whose values from ``i`` on lie far from those before (:func:`last_regime`);
-        those values start the next warm-up, which does not split again."""
+    def _two_regimes(self, warm: list[float], i: int, step: int) -> Alarm | None:
+        """A warm-up whose values from ``i`` on lie far from those before (:func:`last_regime`): those values start
+        the next warm-up, which does not split again.  An alarm only for a change late in the first warm-up (the
+        earlier regime more than half of it), in a direction the detector watches, the warm-up test not turned off
+        (``warmup_test: false``): a warm-up after an alarm (a burst's end: it alarmed twice per burst) and a
+        start-up transient (a grad norm high for its first 4 steps brought an urgent evaluation at step 29; a
+        review) only warm up again."""
         steps = list(self._warm_steps or [])[-len(warm):]
         steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
         m = len(warm) - i
         before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
         side = "up" if after > before else "down"
+        alarm = (not self._after_alarm and 2 * i > len(warm) and self.warmup_test is not False
+                 and self.direction in ("both", side))
         self._reset()
         self._restarted = True
         self._warm, self._warm_steps = list(warm[i:]), steps[i:]
+        if not alarm:
+            return None
+        self._after_alarm = True
         return Alarm(step, self.name, self.stream, side, steps[i],
                      f"{self.stream or 'stream'}: level {side} inside the warm-up (mean {before:.6g} over {i} values, "
                      f"then {after:.6g} over {m}: two regimes far apart), change near step {steps[i]}")
@@ -528,6 +539,7 @@ class CUSUM(Detector):
         direction = "up" if sign > 0 else "down"
         location = self._starts[side]
         level, scale, h = self._level, self._scale, self._hs[side]
+        self._alarmed = True  # (the warm-up that follows knows it: _two_regimes)
         self._reset()
         chart = f"k={kk:g} " if len(self._ks) > 1 else ""
         return Alarm(step, self.name, self.stream, direction, location,
