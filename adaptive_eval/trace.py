@@ -1210,8 +1210,10 @@ def _text_columns(rows: list, names: list[str], only=None) -> dict[int, str]:
     """The metric columns (``only``: among these indices) whose every filled cell is text, neither a number nor a
     missing-value mark, each with its first cell; over ``(line, cells)`` rows of the header's width (a torn row
     says its own error)."""
+    # (not an eval column: "40.0%" there is a result written as text, an error naming its cell, not metadata left
+    # out and then "no eval/<metric> column"; a review)
     candidates = {i for i, n in enumerate(names) if n not in RESERVED and not n.startswith(_UNNAMED)
-                  and (only is None or i in only)}
+                  and not n.startswith(("eval/", "eval_")) and (only is None or i in only)}
     first: dict[int, str] = {}
     for _, row in rows:
         if len(row) != len(names):

@@ -105,6 +105,9 @@ def test_a_csv_column_of_text_alone_is_left_out_said_as_jsonl_text_is(tmp_path):
     path.write_text("step,loss\n1,0.5\n2,0.4\n3,oops\n")
     with pytest.raises(TraceError, match=r"run\.csv:4: column 'loss': 'oops' is not a number \(text, not a metric"):
         read_trace(path)
+    path.write_text("step,loss,eval/acc\n1,0.5,40.0%\n2,0.4,\n")  # (an eval result as text: an error; a review)
+    with pytest.raises(TraceError, match=r"run\.csv:2: column 'eval/acc': '40\.0%' is not a number"):
+        read_trace(path)
 
 
 @pytest.mark.parametrize("kwargs, message", [
