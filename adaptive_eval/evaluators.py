@@ -716,7 +716,8 @@ def _run_evaluation_outcome(
                 from adaptive_eval.asynchronous import SnapshotEval, _WithWeights
 
                 fn = evaluate_fn
-                if isinstance(evaluate_fn, SnapshotEval) and evaluate_fn.fn is not None:
+                if isinstance(evaluate_fn, SnapshotEval) and evaluate_fn.fn is not None \
+                        and not timeout.rejoins(request.step):  # (a re-run step takes the running one's outcome)
                     # The step's weights copied here, in the training thread, before the timed thread starts: copied
                     # in it, a copy longer than timeout_s went on reading weights the optimizer was updating.
                     fn = _WithWeights(evaluate_fn.fn, evaluate_fn.snapshot(request.step))

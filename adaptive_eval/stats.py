@@ -657,7 +657,8 @@ def summarize_outputs(
             summaries[name] = scalar_summary(scalar, (items_of or {}).get(name, items), confidence, kinds.get(name),
                                              name)
     if suites is None and not isinstance(pass_at_k, Mapping) and max(map(int, pass_at_k or (1,))) > 1 and summaries \
-            and not any(v.clustered for v in summaries.values()):
+            and not any(v.clustered for v in summaries.values()) \
+            and not (sharded and not any(v.n or v.nan_count for v in summaries.values())):  # (a rank of no items)
         # (the trainer's own evaluation, one value per item: pass@4 vanished without a word, where a suite's is
         # said; a probe)
         log_once(("1-D", "pass_at_k"), "evaluation.pass_at_k asks for %s, but this evaluation returned no items x "
@@ -1460,10 +1461,8 @@ def summarize_rows(label: str, name: str, padded: np.ndarray, lengths: np.ndarra
                                                   samples=int(m[ok].sum()), nan_count=nan_count,
                                                   population=population, m2=deviations(per_item, per_mean),
                                                   mean=per_mean, **_moments(per_item, per_mean))
-    if both:
-        most = int(lengths.max(initial=0))
-        out = {key: dataclasses.replace(v, most=most) for key, v in out.items()}
-    return out
+    most = int(lengths.max(initial=0))  # (in one process too: a summary does not depend on the world size; review)
+    return {key: dataclasses.replace(v, most=most) for key, v in out.items()}
 
 
 def _pass_within_ss(m: np.ndarray, c: np.ndarray, k: int) -> tuple[float, float]:

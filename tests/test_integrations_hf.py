@@ -1394,3 +1394,22 @@ def test_a_process_pool_for_the_trainers_own_evaluation_is_refused_at_constructi
             assert callback("default", evaluate_fn=lambda: {"acc": 1.0}, executor=pool).executor is pool
     finally:
         pool.shutdown()
+
+
+def test_under_evaluation_timeout_s_a_module_that_cannot_be_copied_is_evaluated_itself_said_once(tmp_path, caplog):
+    """A review: the replica under evaluation.timeout_s made every evaluation fail for a model holding a lock
+    (2 results before, none after).  It evaluates the training module itself, as without the timeout, said once."""
+    import threading
+
+    torch.manual_seed(0)
+    model = Tiny()
+    model.lock = threading.Lock()  # (what deepcopy cannot copy)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["evaluation.timeout_s=60", "trigger.freq_steps=4"])
+    trainer = Trainer(model, make_args(tmp_path, max_steps=12), train_dataset=Points(400, 0),
+                      eval_dataset=Points(100, 1), compute_metrics=accuracy, callbacks=[cb])
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.train()
+    summary = cb.evaluator.summary()
+    assert summary["evals"] >= 2 and summary["eval_errors"] == 0
+    assert sum("the module cannot be copied for the evaluation's replica (TypeError" in m
+               for m in caplog.messages) == 1

@@ -348,6 +348,13 @@ def _copy_the_rest(module, replica) -> None:
                 setattr(twin, key, value)
 
 
+def _live_weights(step) -> WeightSnapshot:
+    """The snapshot of no replica: :class:`ReplicaEval` evaluates the live module (synchronous, uncopyable)."""
+    weights = WeightSnapshot({}, step)
+    weights.replica = None
+    return weights
+
+
 class ReplicaEval(SnapshotEval):
     """The adapters' default evaluation made asynchronous: evaluate a copy of the live module, never the
     module that keeps training.
@@ -359,12 +366,16 @@ class ReplicaEval(SnapshotEval):
     Thread executors only: the replica does not travel to another process.
     """
 
-    def __init__(self, module, fn, stamp=None):
+    def __init__(self, module, fn, stamp=None, live=None):
         super().__init__(module, self._run)
         self._user_fn = fn
         self._stamp = stamp  # () -> what the framework's state read at submission (the replica's own, at its run)
         self._free: list = []
         self._lock = threading.Lock()
+        # Synchronous under evaluation.timeout_s: ``live(request)`` evaluates the training module itself when it
+        # cannot be copied (said once), as without the timeout (every evaluation failed; a review)
+        self._live = live
+        self._uncopyable: str | None = None
 
     def snapshot(self, step=None) -> WeightSnapshot:
         import torch
@@ -372,14 +383,26 @@ class ReplicaEval(SnapshotEval):
         with self._lock:
             replica = self._free.pop() if self._free else None
         with torch.no_grad(), torch.inference_mode(False):
+            if replica is None and self._uncopyable is not None:
+                return _live_weights(step)
             if replica is None:
                 try:
                     replica = copy.deepcopy(self.module)
                 except Exception as exc:  # noqa: BLE001 - said with what to do (it read "cannot pickle ...")
-                    raise TypeError(f"the module cannot be copied for the evaluation's replica ({type(exc).__name__}: "
-                                    f"{exc}): asynchronously and under evaluation.timeout_s the evaluation runs on a "
-                                    "copy of the weights of its step (copy.deepcopy of the module); keep what cannot "
-                                    "be copied (a lock, an open file) off the module, or pass evaluate_fn=") from exc
+                    what = f"{type(exc).__name__}: {exc}"
+                    if self._live is not None:
+                        self._uncopyable = what
+                        log.warning("adaptive_eval: the module cannot be copied for the evaluation's replica (%s): "
+                                    "under evaluation.timeout_s the evaluation runs on the training module itself, "
+                                    "as without it, and one that times out runs on beside training (said once)",
+                                    what)
+                        return _live_weights(step)
+                    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+                        raise  # (out of memory is said as such: "keep a lock off the module" misled; a review)
+                    raise TypeError(f"the module cannot be copied for the evaluation's replica ({what}): "
+                                    "asynchronously the evaluation runs on a copy of the weights of its step "
+                                    "(copy.deepcopy of the module); keep what cannot be copied (a lock, an open "
+                                    "file) off the module, or pass evaluate_fn=") from exc
                 for p in replica.parameters():
                     p.grad = None
                     p.requires_grad_(False)
@@ -394,6 +417,8 @@ class ReplicaEval(SnapshotEval):
 
     def _run(self, request, weights):
         replica = weights.replica
+        if replica is None:  # (the module could not be copied: the live one, synchronously)
+            return self._live(request)
         replica._adaptive_eval_stamp = getattr(weights, "stamp", None)
         try:
             out = self._user_fn(request, replica)

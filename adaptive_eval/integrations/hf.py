@@ -630,8 +630,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             _say_sparse_logging(args, cfg, total, spe)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker; and so
         # under evaluation.timeout_s, which may leave it running beside training (timed_alone).
-        self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on) if trainer is not None
-                            and (asynchronous(cfg, executor) or timed_alone(cfg, getattr(args, "world_size", 1)))
+        timed = not asynchronous(cfg, executor) and timed_alone(cfg, getattr(args, "world_size", 1))
+        self._default_fn = (ReplicaEval(trainer.model, self._evaluate_on,
+                                        live=self._evaluate_with_trainer if timed else None)
+                            if trainer is not None and (timed or asynchronous(cfg, executor))
                             else self._evaluate_with_trainer)
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)

@@ -298,11 +298,12 @@ class AdaptiveEvalCallback(Callback):
             self._monitors_unsure = bool(self._guard("on_train_start", _say_monitors, trainer))
         # Asynchronous: validation_step runs in the worker on a copy of the weights of its step; and so under
         # evaluation.timeout_s, which may leave it running beside training (timed_alone).
-        replica = self._async or (self.evaluator is not None
-                                  and timed_alone(self.evaluator.cfg, getattr(trainer, "world_size", 1)))
+        timed = not self._async and (self.evaluator is not None
+                                     and timed_alone(self.evaluator.cfg, getattr(trainer, "world_size", 1)))
+        live = _ModuleEval(self, trainer, pl_module)
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on,
-                                         stamp=lambda: (trainer.global_step, trainer.current_epoch)) if replica
-                             else _ModuleEval(self, trainer, pl_module))
+                                         stamp=lambda: (trainer.global_step, trainer.current_epoch),
+                                         live=live if timed else None) if self._async or timed else live)
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
         if self.evaluator is not None and self.evaluate_fn is None:
