@@ -54,6 +54,7 @@ from adaptive_eval.trace import (
     _parse_epoch,
     _parse_int,
     _parse_time,
+    _WANDB_STEPS,
     _text_columns,
     check_separator,
     date_hint,
@@ -65,6 +66,8 @@ from adaptive_eval.trace import (
 )
 
 _NO_CELL = MISSING_CELLS | {""}
+# A trainer's own step, logged as a metric beside W&B's row counter: HF's and TRL's, verl's
+_TRAINER_STEPS = ("train/global_step", "trainer/global_step", "training/global_step", "global_step")
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
 _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
 # A clock column, when there is no ``time``: TensorBoard's CSV export, then W&B's (seconds since the run started;
@@ -262,10 +265,17 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
         # W&B's step column ("Step" from the UI, "_step" from its API), found as read_trace finds it: naming a
         # stream or an eval column must not lose it (found by a new-user probe: --eval on a W&B export was
         # "no column 'step'", and a misspelt column was blamed on the step too)
-        from adaptive_eval.trace import _WANDB_STEPS
-
         wandb_step = next((c for c in _WANDB_STEPS if c in header), None)
-        if wandb_step is not None:
+        trainers = next((c for c in _TRAINER_STEPS if c in header), None)
+        if wandb_step is not None and trainers is not None and "Wall time" not in header:
+            # (W&B's Step counts its rows, one more for each evaluation's row: the alarms and the picked checkpoint
+            # of a TRL run's export were 6 steps off at step 200, "step 203" the row of training step 197, and its
+            # global_step was watched as a stream; a probe)
+            warnings.warn(f"{path}: no 'step' column: read {trainers!r} (the trainer's) as the step, not "
+                          f"{wandb_step!r} (W&B's row counter; --step-column {wandb_step} reads that)", RuntimeWarning,
+                          stacklevel=2)
+            step = trainers
+        elif wandb_step is not None:
             whose = ("TensorBoard's CSV download" if wandb_step == "Step" and "Wall time" in header
                      else "W&B's")  # (TensorBoard's "Wall time,Step,Value" was called W&B's; a probe)
             warnings.warn(f"{path}: no 'step' column: read {wandb_step!r} ({whose}) as the step", RuntimeWarning,
@@ -316,7 +326,11 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     named = [c for c in (step, epoch, time) if c is not None] + list(evals) + list(stds.values())
     if streams is None:  # (with evals named, another eval/ or eval_ column is not ground truth, nor a stream: an
         # eval result, not a step's; select_columns does the same for the other formats)
+        # (W&B's row counter when another column is the step, and a trainer's step counter beside W&B's: counters,
+        # not streams; watched, "Step" was the plot's top panel and a warning about values written twice; a probe)
+        counters = {c for c in (*_WANDB_STEPS, *_TRAINER_STEPS) if c != step and any(w in header for w in _WANDB_STEPS)}
         streams = [c for c in header if c not in named and c not in RESERVED and c not in _BOOKKEEPING
+                   and c not in counters
                    and not c.startswith("Unnamed: ") and not (evals and c.startswith(("eval/", "eval_")))]
         # (a column of text alone, a run's name, is metadata, as read_trace reads a CSV's; named, it is an error)
         text_only = _text_columns(rows, header, only={header.index(c) for c in streams if c in header})

@@ -154,3 +154,27 @@ def test_a_tensorboard_tag_logged_twice_at_one_step_with_another_value_is_said_a
         trace = read_trace(tmp_path)
     assert len([w for w in caught if "written twice" in str(w.message)]) == 1
     assert list(trace.column("train/reward")[1]) == [100.0] * 5
+
+
+def test_a_wandb_export_with_the_trainers_global_step_is_read_by_it_not_by_wandbs_row_counter(tmp_path):
+    """A probe (a TRL run's W&B export): W&B's Step counts its rows, one more for each evaluation's row, so the
+    alarms and the picked checkpoint were 6 steps off at step 200 ("step 203", the row of training step 197), and
+    train/global_step was watched as a stream; named with --step-column, W&B's Step was the stream instead."""
+    rows = ["Step,train/global_step,train/reward,eval/accuracy"]
+    k = 0
+    for g in range(1, 61):
+        rows.append(f"{k},{g},{0.5 + 0.001 * g},")
+        k += 1
+        if g % 25 == 0:
+            rows.append(f"{k},{g},,0.7")
+            k += 1
+    path = tmp_path / "wandb.csv"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.warns(RuntimeWarning, match=r"read 'train/global_step' \(the trainer's\) as the step, not 'Step' "
+                                            r"\(W&B's row counter; --step-column Step reads that\)"):
+        trace = read_trace(path)
+    assert [r.step for r in trace.records] == list(range(1, 61))
+    assert trace.stream_names() == ["train/reward"]
+    assert list(trace.column("eval/accuracy")[0]) == [25, 50]
+    args = build_parser().parse_args(["check", str(path), "--step-column", "train/global_step"])
+    assert _load_trace_file(str(path), args).stream_names() == ["train/reward"]  # (not W&B's Step)
