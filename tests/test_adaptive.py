@@ -1188,6 +1188,31 @@ def test_a_learning_rate_and_counters_in_the_stats_dict_are_not_watched_unless_n
     assert is_schedule("lr-Adam/pg1") and is_schedule("lr-SGD") and not is_schedule("train/reward")
 
 
+def test_verls_reward_twin_does_not_corroborate_its_own_reward_alarm():
+    """A probe: verl logs critic/score/mean and critic/rewards/mean, the same series under GRPO (no KL in the
+    reward); both watched, one moving reward corroborated itself (policy.alarm.corroborate: 2) and brought an
+    evaluation forward that the same data with one reward column holds.  The twin is left out unless named."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+
+    def run(*overrides):
+        cfg = load_config(overrides=["policy.budget.enabled=false", "trigger.freq_steps=100", *overrides])
+        ev = AdaptiveEvaluator.from_config(cfg, total_steps=300)
+        rng = random.Random(5)  # (the probe's: only the reward shifts, 4 sd at step 200, not abruptly alarmed)
+        for g in range(300):
+            r = (0.6 if g < 200 else 0.4) + rng.gauss(0, 0.05)
+            ev.observe({"actor/entropy": 0.8 + rng.gauss(0, 0.02), "actor/kl_loss": 0.01 + rng.gauss(0, 0.001),
+                        "response_length/mean": 200 + rng.gauss(0, 8), "critic/score/mean": r,
+                        "critic/rewards/mean": r}, g)
+            ev.evaluate(lambda: {"acc": [1.0, 0.0] * 50}, 0, g, g)
+        return ev
+
+    quiet = run()
+    assert not quiet._detectors["critic/rewards/mean"] and quiet._detectors["critic/score/mean"]
+    assert not any(r.reason.startswith("alarm:") for r in quiet.history)  # (held: one stream alone)
+    named = run("streams.watch={critic/rewards/mean: [{type: cusum, k: 1.0, threshold: 8.0, adapt: 0.05, warmup: 30}]}")
+    assert any(r.reason.startswith("alarm:") for r in named.history)  # (as before: the twin corroborates)
+
+
 def test_evaluate_called_from_inside_evaluate_fn_fails_that_evaluation_saying_why():
     """A nested evaluation ran: the history came out of order ([5, 4, 30, 29], a step past total_steps) and the loop's
     own call at the nested step was a no-op (a new user's probe).  The call is refused inside evaluate_fn."""
