@@ -298,6 +298,29 @@ def _load_trace_file(path: str, args: argparse.Namespace):
     return trace
 
 
+def _say_warmup_covers(trace, cfg) -> None:
+    """Say on stderr when the default detectors' warm-up takes more than half of a stream's values (a TRL log at
+    logging_steps=10: 30 records, a collapse at step 200 alarmed at the last record, 100 steps late, unsaid, where
+    the HF callback says it; a probe)."""
+    warmup = max([int(spec.get("warmup", 0) or 0) for spec in (cfg.streams.default or ()) if hasattr(spec, "get")]
+                 or [0])
+    if warmup <= 0:
+        return
+    counts: dict[str, int] = {}
+    for rec in trace.records:
+        for name, value in rec.metrics.items():
+            if not name.startswith("eval/") and value == value:
+                counts[name] = counts.get(name, 0) + 1
+    short = sorted(n for n, c in counts.items() if c < 2 * warmup)
+    if not short or len(short) < len(counts) / 2:
+        return
+    fewest = min(counts[n] for n in short)
+    print(f"  note: {len(short)} of the trace's {len(counts)} streams have fewer than {2 * warmup} values "
+          f"({', '.join(short[:3])}{', ...' if len(short) > 3 else ''}; the fewest {fewest}): the detectors' "
+          f"{warmup}-value warm-up takes more than half of them, and a change inside it is not alarmed (log every "
+          "step, or a smaller warm-up: in the default preset --set streams.default.1.warmup=10)", file=sys.stderr)
+
+
 def _no_truth_warning(trace, shipped: bool = False) -> None:
     """Say on stderr that a replay measured nothing, and which columns might be the ground truth (a shipped
     trace's are as shipped: --eval, refused for them, was the advice; a probe)."""
@@ -377,6 +400,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     s = result.summary
     frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
+    _say_warmup_covers(trace, cfg)
     evals = trace.eval_names()
     tracked = (s.get("best") or {}).get("metric")
     if cfg.evaluation.metric is None and not cfg.evaluation.suites and len(evals) > 1 and tracked:

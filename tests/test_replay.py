@@ -594,3 +594,19 @@ def test_replay_says_which_of_several_eval_columns_it_tracks(tmp_path, capsys):
     assert main(["replay", str(path), "--out", str(tmp_path / "out"), "--no-tensorboard",
                  "--set", "evaluation.metric=f1"]) == 0
     assert "tracked" not in capsys.readouterr().out
+
+
+def test_replay_says_when_the_warm_up_takes_more_than_half_of_the_streams_values(tmp_path, capsys):
+    """A probe: a TRL log at logging_steps=10 (30 records) replayed every step; the collapse at step 200 was
+    alarmed at the last record, 100 steps late, and nothing said the 30-value warm-up covered the run (the HF
+    callback says it)."""
+    sparse = tmp_path / "sparse.csv"
+    write_trace(Trace([TraceRecord(10 * i, {"train/reward": 0.5, "train/kl": 0.01}) for i in range(30)]), sparse)
+    assert main(["replay", str(sparse), "--out", str(tmp_path / "a"), "--no-tensorboard"]) == 0
+    err = capsys.readouterr().err
+    assert ("2 of the trace's 2 streams have fewer than 60 values (train/kl, train/reward; the fewest 30): the "
+            "detectors' 30-value warm-up takes more than half of them") in err
+    dense = tmp_path / "dense.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5}) for i in range(200)]), dense)
+    assert main(["replay", str(dense), "--out", str(tmp_path / "b"), "--no-tensorboard"]) == 0
+    assert "warm-up takes more than half" not in capsys.readouterr().err
