@@ -978,8 +978,11 @@ class AdaptiveEvaluator:
             head = " ".join(x for x in (alarm.stream, alarm.detector, alarm.direction) if x)
             why = ""  # (an alarm that brings no evaluation says why: no decision does; found by new users)
             if alarm_policy is not None and alarm_policy.held > held:
-                why = (f" [held: no evaluation unless another stream agrees within policy.alarm.corroborate_steps="
-                       f"{alarm_policy.corroborate_steps} (policy.alarm.corroborate={alarm_policy.corroborate})"
+                # ("when raised": another stream's alarm at the same step may admit it, and the evaluation then runs;
+                # "[held: no evaluation ...]" beside that evaluation misled a probe)
+                why = (f" [held when raised: no evaluation unless another stream agrees within "
+                       f"policy.alarm.corroborate_steps={alarm_policy.corroborate_steps} (policy.alarm.corroborate="
+                       f"{alarm_policy.corroborate}; the decisions say whether one did)"
                        + ("; an earlier one's evaluation showed no change, policy.alarm.habituate"
                           if alarm_policy.quiet(alarm) else "") + "]")
             elif alarm_policy is not None and alarm_policy.absorbed > absorbed:

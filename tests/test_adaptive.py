@@ -816,9 +816,10 @@ def test_an_alarm_held_for_corroboration_says_so():
     alarm = ev.policies.by_name["alarm"]
     texts = [t for _, tag, t in logger.texts if tag == "alarms"]
     assert alarm.held >= 1 and not [r for r in ev.history if r.reason.startswith("alarm:")]
-    held = [t for t in texts if t.endswith(f"[held: no evaluation unless another stream agrees within "
+    held = [t for t in texts if t.endswith(f"[held when raised: no evaluation unless another stream agrees within "
                                            f"policy.alarm.corroborate_steps={alarm.corroborate_steps} "
-                                           f"(policy.alarm.corroborate={alarm.corroborate})]")]
+                                           f"(policy.alarm.corroborate={alarm.corroborate}; the decisions say "
+                                           f"whether one did)]")]
     assert len(held) == alarm.held
 
 
