@@ -1374,7 +1374,9 @@ _WANDB_JSON = ("_runtime", "_timestamp", "_wandb")
 
 def _step_hint(obj: dict, step_key: str) -> str:
     """What to do about a record without its step: the keys that look like one, and the option naming it."""
-    steps = [k for k in obj if isinstance(k, str) and k != step_key and re.search(r"step$", k, re.IGNORECASE)]
+    # (not a timing of the step, verl's timing_s/step: seconds, offered as the step; a probe)
+    steps = [k for k in obj if isinstance(k, str) and k != step_key and re.search(r"step$", k, re.IGNORECASE)
+             and not k.startswith(BOOKKEEPING_PREFIXES)]
     if not steps:
         return f" (keys: {', '.join(map(repr, list(obj)[:6]))})"
     return (f"; the step looks to be {' or '.join(map(repr, steps[:3]))}: name it with --step-column "
@@ -1439,7 +1441,7 @@ def _json_document(path, text: str) -> list | Trace | None:
     if not isinstance(rows, list):
         keys = ", ".join(map(repr, list(doc)[:6])) if isinstance(doc, dict) else type(doc).__name__
         if one_line and str(path).endswith(".jsonl"):  # a one-record JSONL trace without its step
-            raise TraceError(f"missing 'step' (keys: {keys})", path, 1)
+            raise TraceError(f"missing 'step'{_step_hint(doc, 'step')}", path, 1)
         raise TraceError(f"one JSON document, not one object a line (JSONL), and no 'log_history' list in it "
                          f"(keys: {keys}); write one record a line, or a list of records", path)
     return rows

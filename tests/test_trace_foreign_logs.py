@@ -117,6 +117,12 @@ def test_a_jsonl_log_whose_step_key_is_not_step_is_read_with_step_column(tmp_pat
     with pytest.raises(TraceError, match=r":1: missing 'step'; the step looks to be 'train/global_step': name it "
                                          r"with --step-column train/global_step"):
         read_trace(path)
+    verl = tmp_path / "verl.jsonl"  # (its timing_s/step, seconds, was offered as the step too; a probe)
+    for lines in (1, 2):  # (one record alone: it said only the keys)
+        verl.write_text("".join(json.dumps({"timing_s/step": 3.2, "training/global_step": s, "actor/kl_loss": 0.1})
+                                + "\n" for s in range(1, lines + 1)))
+        with pytest.raises(TraceError, match=r"missing 'step'; the step looks to be 'training/global_step': name it"):
+            read_trace(verl)
     trace = read_trace(path, step_column="train/global_step")
     # The eval row's eval/global_step is its step; neither step key is a metric.
     assert [(r.step, r.metrics) for r in trace.records][1] == (2, {"train/reward": 0.2, "eval/math500_pass1": 0.5})
