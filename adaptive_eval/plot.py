@@ -446,7 +446,7 @@ def _draw_eval_panel(ax, metric: str, evals: list[dict], size_range: tuple[float
             ax.scatter(steps[sel], means[sel], s=area[sel], color=_REASON_COLORS.get(kind, _OTHER_REASON_COLOR),
                        edgecolor="black", linewidth=0.5, zorder=3, label=f"eval: {kind} ({int(sel.sum())})")
     _mark_nonfinite(ax, steps, means)
-    ax.set_ylabel(f"eval/{metric}", fontsize=9)
+    ax.set_ylabel(_label(f"eval/{metric}"), fontsize=9)
     handles, labels = ax.get_legend_handles_labels()
     if np.isfinite(smax):  # a key to the marker sizes
         for n in sorted({smin, smax}):
@@ -466,7 +466,7 @@ def _draw_stream_panel(ax, name: str, steps: np.ndarray, values: np.ndarray) -> 
     else:
         ax.plot(steps, values, color="tab:blue", linewidth=1.0, marker="." if len(steps) < 60 else None)
     marked = _mark_nonfinite(ax, steps, values)
-    ax.set_ylabel(name, fontsize=9)
+    ax.set_ylabel(_label(name), fontsize=9)
     if len(steps) > 200 or marked:
         ax.legend(loc="best", fontsize=7, framealpha=0.85)
     finite = values[np.isfinite(values)]
@@ -528,6 +528,22 @@ def _items(rows: list[dict], metric: str) -> int:
     return int(sum((e.get("n") or {}).get(metric, e["sample_size"] or 0) for e in rows))
 
 
+def _label(name: str, width: int = 28) -> str:
+    """A panel's y-label: a long name (verl's eval/val-core/openai/gsm8k/reward/mean@1) broken at its slashes onto
+    lines of about ``width`` characters (it ran into the panel above; a probe)."""
+    if len(name) <= width:
+        return name
+    lines, line = [], ""
+    for part in name.split("/"):
+        piece = part if not line else "/" + part
+        if line and len(line) + len(piece) > width:
+            lines.append(line + "/")
+            line = part
+        else:
+            line += piece
+    return "\n".join(lines + [line])
+
+
 def _title(run: _Run) -> str:
     s = run.summary
     evals = s.get("evals", len(run.evals))
@@ -549,7 +565,9 @@ def _title(run: _Run) -> str:
     if str(s.get("simulated", "")).startswith("every evaluation drawn"):
         # (a replay's: its points looked like a real run's measured evaluations, "simulated" said only of the
         # eval time; a probe)
-        parts.insert(0, "SIMULATED evaluations (drawn from the trace's ground truth)")
+        measured = any(e.get("metrics") for e in run.evals)  # (with no ground truth they measured nothing; a probe)
+        parts.insert(0, "SIMULATED evaluations (drawn from the trace's ground truth)" if measured else
+                     "SIMULATED schedule (the trace has no eval ground truth: nothing measured)")
     return f"{run.name}: " + ", ".join(p for p in parts if p)
 
 
@@ -724,7 +742,7 @@ def _draw_comparison(runs: list[_Run]):
             ax.scatter(steps, means, s=np.where(np.isfinite(n), _area(n, size_range), 40.0), color=color,
                        edgecolor="black", linewidth=0.4, zorder=3, alpha=0.85,
                        label=f"{run.name}: {_count(len(rows), 'eval')}, {_count(_items(rows, metric), 'item')}")
-        ax.set_ylabel(f"eval/{metric}", fontsize=9)
+        ax.set_ylabel(_label(f"eval/{metric}"), fontsize=9)
         ax.legend(loc="lower left", fontsize=7, framealpha=0.9)
     for ax, name in zip(axes[len(metrics):], stream_names):
         _draw_stream_panel(ax, f"{name} ({with_streams.name})", *with_streams.streams[name])

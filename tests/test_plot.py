@@ -427,3 +427,20 @@ def test_a_replays_plot_says_its_evaluations_are_simulated(tmp_path):
     summary["simulated"] = "every evaluation drawn from the trace's ground truth; eval_seconds ... (replay.*)"
     (run / "summary.json").write_text(json.dumps(summary))
     assert _title(_load(run)).startswith("run: SIMULATED evaluations (drawn from the trace's ground truth), ")
+
+
+def test_a_replay_without_ground_truth_is_titled_as_a_schedule_and_long_labels_wrap(tmp_path):
+    """A probe: a replay of a trace with no eval ground truth was titled "SIMULATED evaluations (drawn from the
+    trace's ground truth), 1 evaluation, 512 samples": that evaluation measured nothing; and verl's
+    eval/val-core/openai/gsm8k/reward/mean@1 as a y-label ran into the panel above."""
+    from adaptive_eval.cli import main
+    from adaptive_eval.plot import _label, _title
+    from adaptive_eval.trace import Trace, TraceRecord, write_trace
+
+    path = tmp_path / "no_truth.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5 + 0.01 * (i % 3)}) for i in range(60)]), path)
+    assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
+    assert _title(_load(tmp_path / "o")).startswith(
+        "o: SIMULATED schedule (the trace has no eval ground truth: nothing measured), ")
+    assert _label("eval/val-core/openai/gsm8k/reward/mean@1") == "eval/val-core/openai/gsm8k/\nreward/mean@1"
+    assert _label("eval/accuracy") == "eval/accuracy"
