@@ -610,7 +610,8 @@ class AdaptiveEvaluator:
                          "count), not a stream the run's health shows in: not watched (list it in streams.watch to "
                          "watch it)", stream)
             return []
-        if stream.startswith("critic/rewards/") and f"critic/score/{stream[len('critic/rewards/'):]}" in self._detectors:
+        twin = f"critic/score/{stream[len('critic/rewards/'):]}" if stream.startswith("critic/rewards/") else None
+        if twin is not None and twin in self._detectors:
             # verl's critic/rewards/<stat>: its critic/score/<stat> (less the KL penalty, when the reward has one): the
             # two corroborated each other, one moving reward bringing an evaluation forward that one alone would not
             # (policy.alarm.corroborate; a probe), as TRL's rewards/<f>/mean twin did
@@ -618,7 +619,7 @@ class AdaptiveEvaluator:
                 self._schedule_said.add(stream)
                 log.info("observe(): %r is verl's twin of %r (the same reward, less any KL penalty): not watched, so "
                          "that a reward alarm is not corroborated by its own twin (list it in streams.watch to watch "
-                         "it)", stream, f"critic/score/{stream[len('critic/rewards/'):]}")
+                         "it)", stream, twin)
             return []
         return self._streams["default"]
 

@@ -1015,7 +1015,8 @@ class Evaluator:
         self.aggregations = {k: list(v) for k, v in aggs.items()} if aggs else {}
         # (read from the same config and not used: request.suites came back empty, the results {}, the evaluation
         # synchronous, without a word; a probe)
-        unread = [key for key in ("suites", "asynchronous") if evaluation is not None and getattr(evaluation, key, None)]
+        unread = [key for key in ("suites", "asynchronous")
+                  if evaluation is not None and getattr(evaluation, key, None)]
         if unread:
             keys = " or ".join("evaluation." + k for k in unread)
             what = "request.suites is empty" if "suites" in unread else "it evaluates synchronously"
