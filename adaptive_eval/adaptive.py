@@ -610,11 +610,12 @@ class AdaptiveEvaluator:
                          "count), not a stream the run's health shows in: not watched (list it in streams.watch to "
                          "watch it)", stream)
             return []
-        twin = f"critic/score/{stream[len('critic/rewards/'):]}" if stream.startswith("critic/rewards/") else None
-        if twin is not None and twin in self._detectors:
+        if stream.startswith("critic/rewards/"):
             # verl's critic/rewards/<stat>: its critic/score/<stat> (less the KL penalty, when the reward has one): the
             # two corroborated each other, one moving reward bringing an evaluation forward that one alone would not
-            # (policy.alarm.corroborate; a probe), as TRL's rewards/<f>/mean twin did
+            # (policy.alarm.corroborate; a probe), as TRL's rewards/<f>/mean twin did.  By its name alone: decided by
+            # which of the two came first, a sorted CSV watched it, and a sorted state did not load (a review).
+            twin = f"critic/score/{stream[len('critic/rewards/'):]}"
             if stream not in self._schedule_said:
                 self._schedule_said.add(stream)
                 log.info("observe(): %r is verl's twin of %r (the same reward, less any KL penalty): not watched, so "

@@ -299,26 +299,42 @@ def _load_trace_file(path: str, args: argparse.Namespace):
 
 
 def _say_warmup_covers(trace, cfg) -> None:
-    """Say on stderr when the default detectors' warm-up takes more than half of a stream's values (a TRL log at
+    """Say on stderr when the detectors' warm-up takes more than half of most streams' values (a TRL log at
     logging_steps=10: 30 records, a collapse at step 200 alarmed at the last record, 100 steps late, unsaid, where
-    the HF callback says it; a probe)."""
-    warmup = max([int(spec.get("warmup", 0) or 0) for spec in (cfg.streams.default or ()) if hasattr(spec, "get")]
-                 or [0])
-    if warmup <= 0:
-        return
+    the HF callback says it; a probe).  Each stream's warm-up is its detectors' largest (``streams.watch``'s for a
+    stream named there; a detector's own default where its spec gives none)."""
+    import inspect
+
+    from adaptive_eval.detectors._registry import _lookup
+
+    def warmup(specs) -> int:
+        most = 0
+        for spec in specs or ():
+            try:
+                given = spec.get("warmup") if hasattr(spec, "get") else None
+                if given is None:
+                    given = inspect.signature(_lookup(spec.get("type")).__init__).parameters["warmup"].default
+                most = max(most, int(given))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # (a detector without a warm-up)
+        return most
+
+    default = warmup(cfg.streams.default)
     counts: dict[str, int] = {}
     for rec in trace.records:
         for name, value in rec.metrics.items():
             if not name.startswith("eval/") and value == value:
                 counts[name] = counts.get(name, 0) + 1
-    short = sorted(n for n, c in counts.items() if c < 2 * warmup)
+    watch = cfg.streams.watch or {}
+    need = {n: (warmup(watch[n]) if n in watch else default) for n in counts}
+    short = sorted(n for n, c in counts.items() if need[n] and c < 2 * need[n])
     if not short or len(short) < len(counts) / 2:
         return
     fewest = min(counts[n] for n in short)
-    print(f"  note: {len(short)} of the trace's {len(counts)} streams have fewer than {2 * warmup} values "
-          f"({', '.join(short[:3])}{', ...' if len(short) > 3 else ''}; the fewest {fewest}): the detectors' "
-          f"{warmup}-value warm-up takes more than half of them, and a change inside it is not alarmed (log every "
-          "step, or a smaller warm-up: in the default preset --set streams.default.1.warmup=10)", file=sys.stderr)
+    print(f"  note: {len(short)} of the trace's {len(counts)} streams have fewer values than twice their detectors' "
+          f"warm-up ({', '.join(short[:3])}{', ...' if len(short) > 3 else ''}; the fewest {fewest} values, a "
+          f"{max(need[n] for n in short)}-value warm-up): a change before it ends may go unalarmed (log every step, "
+          "or give the detectors in streams.default a smaller warmup)", file=sys.stderr)
 
 
 def _no_truth_warning(trace, shipped: bool = False) -> None:

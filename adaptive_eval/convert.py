@@ -67,7 +67,7 @@ from adaptive_eval.trace import (
 
 _NO_CELL = MISSING_CELLS | {""}
 # A trainer's own step, logged as a metric beside W&B's row counter: HF's and TRL's, verl's
-_TRAINER_STEPS = ("train/global_step", "trainer/global_step", "training/global_step", "global_step")
+_TRAINER_STEPS = ("train/global_step", "trainer/global_step", "training/global_step")
 # Columns another tool writes for itself, not metrics of the run: W&B's bookkeeping and a pandas index.
 _BOOKKEEPING = ("_step", "_runtime", "_timestamp", "_wandb", "")
 # A clock column, when there is no ``time``: TensorBoard's CSV export, then W&B's (seconds since the run started;
@@ -261,6 +261,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if on_restart not in ("error", "keep_last"):
         raise ValueError(f"on_restart must be 'error' or 'keep_last', not {on_restart!r}")
     header, header_line, rows = _read_rows(path)
+    carried = None  # W&B's step column, when the trainer's is the step: its rows without one are at the last one
     if step == "step" and "step" not in header:
         # W&B's step column ("Step" from the UI, "_step" from its API), found as read_trace finds it: naming a
         # stream or an eval column must not lose it (found by a new-user probe: --eval on a W&B export was
@@ -274,7 +275,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
             warnings.warn(f"{path}: no 'step' column: read {trainers!r} (the trainer's) as the step, not "
                           f"{wandb_step!r} (W&B's row counter; --step-column {wandb_step} reads that)", RuntimeWarning,
                           stacklevel=2)
-            step = trainers
+            step, carried = trainers, wandb_step
         elif wandb_step is not None:
             whose = ("TensorBoard's CSV download" if wandb_step == "Step" and "Wall time" in header
                      else "W&B's")  # (TensorBoard's "Wall time,Step,Value" was called W&B's; a probe)
@@ -358,6 +359,7 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
     if clash:
         raise ValueError(f"output column name(s) {clash} are duplicated or reserved (step, epoch, time)")
     i_step = None if step is None else index[step]
+    i_carried = None if carried is None else index.get(carried)
     i_epoch = None if epoch is None else index[epoch]
     i_time = None if time is None else index[time]
     to_seconds = _scaler(time_scale)
@@ -373,9 +375,15 @@ def from_columns(path: str | os.PathLike, *, step: str | None = "step", streams:
             s = k
         else:
             if not cells[i_step].strip():  # (a W&B export's system-metrics rows have no step)
-                stepless += 1
-                continue
-            s = _parse_int(cells[i_step], repr(step), path, line)
+                if i_carried is not None and records and cells[i_carried].strip():
+                    # (an evaluation logged with wandb.log beside the trainer's logger: its row has W&B's step and
+                    # not the trainer's; dropped as a system row, the ground truth was lost unsaid; a review)
+                    s = records[-1].step
+                else:
+                    stepless += 1
+                    continue
+            else:
+                s = _parse_int(cells[i_step], repr(step), path, line)
         metrics = {}
         for i, name, col, convert in outputs:
             cell = cells[i].strip()

@@ -1210,6 +1210,14 @@ def test_verls_reward_twin_does_not_corroborate_its_own_reward_alarm():
     quiet = run()
     assert not quiet._detectors["critic/rewards/mean"] and quiet._detectors["critic/score/mean"]
     assert not any(r.reason.startswith("alarm:") for r in quiet.history)  # (held: one stream alone)
+    # by its name, whichever comes first (a sorted CSV watched it), and a state saved with sorted keys resumes (a
+    # review: "0 detectors for stream 'critic/rewards/mean', the config 2")
+    first = AdaptiveEvaluator.from_config(load_config())
+    first.observe({"critic/rewards/mean": 0.5, "critic/score/mean": 0.5}, 0)
+    assert not first._detectors["critic/rewards/mean"] and first._detectors["critic/score/mean"]
+    resumed = AdaptiveEvaluator.from_config(load_config())
+    resumed.load_state_dict(json.loads(json.dumps(quiet.state_dict(), sort_keys=True)))
+    assert not resumed._detectors["critic/rewards/mean"] and resumed._detectors["critic/score/mean"]
     named = run("streams.watch={critic/rewards/mean: [{type: cusum, k: 1.0, threshold: 8.0, adapt: 0.05, warmup: 30}]}")
     assert any(r.reason.startswith("alarm:") for r in named.history)  # (as before: the twin corroborates)
 
