@@ -607,7 +607,8 @@ def test_replay_says_when_the_warm_up_takes_more_than_half_of_the_streams_values
     assert ("2 of the trace's 2 streams have fewer values than twice their detectors' warm-up (train/kl, "
             "train/reward; the fewest 30 values, a 30-value warm-up)") in err
     # each stream's own detectors (a review: it read the default's literal warmup key alone)
-    watched = ["--set", "streams.watch={train/kl: [{type: cusum, warmup: 5}], train/reward: [{type: cusum, warmup: 5}]}"]
+    watched = ["--set", "streams.watch={train/kl: [{type: cusum, warmup: 5}], "
+                        "train/reward: [{type: cusum, warmup: 5}]}"]
     assert main(["replay", str(sparse), "--out", str(tmp_path / "c"), "--no-tensorboard", *watched]) == 0
     assert "warm-up" not in capsys.readouterr().err
     dense = tmp_path / "dense.csv"

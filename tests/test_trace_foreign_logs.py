@@ -186,7 +186,8 @@ def test_a_wandb_export_with_the_trainers_global_step_is_read_by_it_not_by_wandb
     assert _load_trace_file(str(path), args).stream_names() == ["train/reward"]  # (not W&B's Step)
     # an evaluation logged with wandb.log beside the trainer: its row has no train/global_step, and is at the last
     # one (it was dropped as a system row, the ground truth lost; a review); a row without W&B's step still is one
-    path.write_text("Step,train/global_step,train/reward,eval/accuracy\n0,1,0.5,\n1,2,0.5,\n2,,,0.7\n,,0.9,\n3,3,0.4,\n")
+    path.write_text("Step,train/global_step,train/reward,eval/accuracy\n"
+                    "0,1,0.5,\n1,2,0.5,\n2,,,0.7\n,,0.9,\n3,3,0.4,\n")
     with pytest.warns(UserWarning, match="1 row without a 'train/global_step' value skipped"):
         trace = read_trace(path)
     assert [(r.step, r.metrics.get("eval/accuracy")) for r in trace.records] == [(1, None), (2, 0.7), (3, None)]
