@@ -404,8 +404,12 @@ def test_a_one_line_jsonl_trace_without_its_step_says_so(tmp_path):
     """After one-line JSON documents were read as documents, a one-line .jsonl without 'step' said "one JSON
     document ... no 'log_history'" instead of naming the missing step (found in review)."""
     (tmp_path / "b.jsonl").write_text('{"_step": 0, "loss": 1.0}\n')
-    with pytest.raises(TraceError, match=r"b.jsonl:1: missing 'step' \(keys: '_step', 'loss'\)"):
+    with pytest.raises(TraceError, match=r"b.jsonl:1: missing 'step'; the step looks to be '_step': name it with "
+                                         r"--step-column _step"):
         read_trace(tmp_path / "b.jsonl")
+    (tmp_path / "c.jsonl").write_text('{"loss": 1.0}\n')
+    with pytest.raises(TraceError, match=r"c.jsonl:1: missing 'step' \(keys: 'loss'\)"):
+        read_trace(tmp_path / "c.jsonl")
 
 
 def test_dates_in_a_time_column_are_seconds_since_the_first_record(tmp_path):
