@@ -1252,6 +1252,9 @@ class AdaptiveEvaluator:
             [1.0 if mine else 0.0, 1.0 if maybe_due else 0.0, self._now, 1.0 if vote else 0.0,
              float(global_step), -float(global_step), mode, -mode, *self._lookback_votes(evaluate_fn)])
         if on != -off:
+            # (no collective after it, close() included: the asynchronous rank's drain raised a CollectiveError there,
+            # which hid this error in a `finally: close()`; a review)
+            self._group_failed = f"step {global_step}: evaluation.asynchronous differs between the ranks"
             raise ConfigError([f"evaluation.asynchronous differs between the ranks of the group (it is "
                                f"{'true' if mode else 'false'} on rank {self._rank} and {'false' if mode else 'true'} "
                                "on another): give every rank the same configuration"])
