@@ -303,21 +303,7 @@ def _say_warmup_covers(trace, cfg) -> None:
     logging_steps=10: 30 records, a collapse at step 200 alarmed at the last record, 100 steps late, unsaid, where
     the HF callback says it; a probe).  Each stream's warm-up is its detectors' largest (``streams.watch``'s for a
     stream named there; a detector's own default where its spec gives none)."""
-    import inspect
-
-    from adaptive_eval.detectors._registry import _lookup
-
-    def warmup(specs) -> int:
-        most = 0
-        for spec in specs or ():
-            try:
-                given = spec.get("warmup") if hasattr(spec, "get") else None
-                if given is None:
-                    given = inspect.signature(_lookup(spec.get("type")).__init__).parameters["warmup"].default
-                most = max(most, int(given))
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue  # (a detector without a warm-up)
-        return most
+    from adaptive_eval.detectors._registry import warmup_of as warmup
 
     default = warmup(cfg.streams.default)
     counts: dict[str, int] = {}

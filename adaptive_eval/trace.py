@@ -670,6 +670,11 @@ def _new_record(step, metrics, epoch, time, _new=object.__new__, _set=object.__s
 _ASYNC_LATENCY = "async/latency_steps"  # (record_to's column of an asynchronous result)
 
 
+def _overwrites(old: float | None, new: float) -> bool:
+    """Whether ``new`` written at a step where ``old`` was overwrites it with another value (NaN over NaN: no)."""
+    return old is not None and old != new and not (old != old and new != new)
+
+
 def _merge(prev: TraceRecord, rec: TraceRecord, clashes: list | None = None) -> TraceRecord:
     """One record of two at the same step (the later value of a metric written twice); ``clashes`` collects
     ``(step, metric, earlier, later)`` for each value overwritten by a different one."""
@@ -678,7 +683,7 @@ def _merge(prev: TraceRecord, rec: TraceRecord, clashes: list | None = None) -> 
         # one: the later, of the newer weights, is the step's value; a warning to aggregate episodes misled a probe)
         for k, v in rec.metrics.items():
             old = prev.metrics.get(k)
-            if old is not None and old != v and not (old != old and v != v):
+            if _overwrites(old, v):
                 clashes.append((rec.step, k, old, v))
     metrics = {**prev.metrics, **rec.metrics}
     return _new_record(rec.step, metrics, prev.epoch if rec.epoch is None else rec.epoch,
@@ -1693,7 +1698,7 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
     for tag, step, wall_time, value in _purge_orphaned(chunks, path, keep_last):
         row = by_step.setdefault(step, {})
         old = row.get(tag)
-        if old is not None and old != value and not (old != old and value != value):
+        if _overwrites(old, value):
             twice.append((step, tag, old, value))
         row[tag] = value
         wall[step] = min(wall.get(step, wall_time), wall_time)

@@ -152,15 +152,23 @@ class Detector:
         if found is None:
             return None
         i, side, p = found
-        steps = list(steps)[-len(warm):]
-        if len(steps) < len(warm):  # a state saved before warm-up steps were kept, or a longer warm-up
-            steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        steps, before, after = self._split(warm, steps, step, i)
         m = len(warm) - i
-        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
         message = (f"{self.stream or 'stream'}: level {side} inside the warm-up (mean {before:.6g} over {i} "
                    f"values, then {after:.6g} over {m}; permutation p {p:.2g} <= {level:.2g}), change near step "
                    f"{steps[i]}")
         return i, side, steps[i], steps, message
+
+    @staticmethod
+    def _split(warm: list[float], steps, step: int, i: int) -> tuple[list, float, float]:
+        """``(steps, mean before i, mean from i on)`` of a warm-up split at ``i``: ``steps`` the warm-up values'
+        own, the last ``len(warm)`` of them (a state saved before warm-up steps were kept, or a longer warm-up:
+        padded with the first)."""
+        steps = list(steps or [])[-len(warm):]
+        if len(steps) < len(warm):
+            steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        m = len(warm) - i
+        return steps, sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
 
     def _statistic(self) -> float:
         """The alarm statistic: the detector alarms on the first update where it exceeds the threshold."""

@@ -259,8 +259,7 @@ class CUSUM(Detector):
         self._starts: list[int | None] = [None] * len(self._sides)
         self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
         self._restarted = False  # this warm-up began again on its last regime (last_regime; once a warm-up)
-        self._after_alarm = getattr(self, "_alarmed", False)  # this warm-up follows an alarm (_two_regimes)
-        self._alarmed = False
+        self._after_alarm = False  # this warm-up follows an alarm (_two_regimes; set by the alarms)
 
     def _track(self, z: float) -> None:
         """Follow a slowly moving stream (``adapt``): EWMA steps of the level and of the scale (an M-estimate
@@ -517,10 +516,8 @@ class CUSUM(Detector):
         (``warmup_test: false``): a warm-up after an alarm (a burst's end: it alarmed twice per burst) and a
         start-up transient (a grad norm high for its first 4 steps brought an urgent evaluation at step 29; a
         review) only warm up again."""
-        steps = list(self._warm_steps or [])[-len(warm):]
-        steps = [steps[0] if steps else step] * (len(warm) - len(steps)) + steps
+        steps, before, after = self._split(warm, self._warm_steps, step, i)
         m = len(warm) - i
-        before, after = sum(v / i for v in warm[:i]), sum(v / m for v in warm[i:])  # (no overflow)
         side = "up" if after > before else "down"
         alarm = (not self._after_alarm and 2 * i > len(warm) and self.warmup_test is not False
                  and self.direction in ("both", side))
@@ -539,8 +536,8 @@ class CUSUM(Detector):
         direction = "up" if sign > 0 else "down"
         location = self._starts[side]
         level, scale, h = self._level, self._scale, self._hs[side]
-        self._alarmed = True  # (the warm-up that follows knows it: _two_regimes)
         self._reset()
+        self._after_alarm = True
         chart = f"k={kk:g} " if len(self._ks) > 1 else ""
         return Alarm(step, self.name, self.stream, direction, location,
                      f"{self.stream or 'stream'}: level {direction} (CUSUM {chart}{stat:.2f} > {h:.2f} sd-units; "

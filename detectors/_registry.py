@@ -45,6 +45,21 @@ def parameters(name: str) -> list[str]:
     return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "stream")]
 
 
+def warmup_of(specs) -> int:
+    """The longest warm-up of the detectors ``specs`` describe (a spec's ``warmup``, else its type's default; 0 for a
+    detector without one, or none): the values a stream takes before they can alarm."""
+    most = 0
+    for spec in specs or ():
+        try:
+            given = spec.get("warmup")
+            if given is None:
+                given = inspect.signature(_lookup(spec.get("type")).__init__).parameters["warmup"].default
+            most = max(most, int(given))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            continue
+    return most
+
+
 def _lookup(name) -> type[Detector]:
     try:
         return _REGISTRY[name]

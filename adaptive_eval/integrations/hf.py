@@ -344,8 +344,9 @@ def _say_sparse_logging(args, cfg, total: int | None, steps_per_epoch: int | Non
     if not total or not isinstance(every, (int, float)) or isinstance(every, bool) or every <= 0:
         return
     every = math.ceil(total * every) if every < 1 else int(every)  # (HF reads a value below 1 as a share of the run)
-    warmup = max([int(spec.get("warmup", 0) or 0) for spec in (cfg.streams.default or ()) if hasattr(spec, "get")]
-                 or [0])
+    from adaptive_eval.detectors._registry import warmup_of
+
+    warmup = warmup_of(cfg.streams.default)
     if every <= 1 or warmup * every <= total / 2:
         return
     log.warning("adaptive_eval: %s: the streams the trainer logs (reward, kl, entropy, ...; train/loss is observed "
