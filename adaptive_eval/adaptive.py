@@ -562,7 +562,7 @@ class AdaptiveEvaluator:
         self._track(self._evaluation["metric"])  # (evaluation.metric: null is chosen at the first evaluation)
         self._deferred_error: BaseException | None = None  # on_error: raise, integrated: raised at the step's end
         self._async_down_logged = False
-        self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, text)
+        self._deferring: tuple[int, str] | None = None  # the logged deferral still going on: (first step, key)
         self._deferred_span: list[int] | None = None  # its [first, last] step as controller/deferred charts it
         self._group_failed: str | None = None  # a collective of evaluate() failed (CollectiveError): why
         if self._async is not None:
@@ -1499,11 +1499,14 @@ class AdaptiveEvaluator:
                         self._deferred_span = [global_step, global_step]
                     self._deferred_span[1] = global_step
                     # (what was due: the policy's reason, else the trigger's; "(was None)" hid a peak:confirm)
-                    text = f"deferred: {decision.reason} (was {decision.deferred or reason or 'due'})"
-                    # Once per deferral, not at every step it lasts (nor is controller/deferred's 1: see above).
-                    if self._deferring is None or self._deferring[1] != text:
-                        self._deferring = (global_step, text)
-                        self._logger.text(global_step, "decisions", text)
+                    was = decision.deferred or reason or "due"
+                    # Once per deferral, not at every step it lasts (nor is controller/deferred's 1: see above); a
+                    # new line when its cause or what was due changes, not its reading ("accelerator free 1.1 GB"
+                    # after 1.0 wrote a line a step and moved "deferred since" on: a probe), and its first step kept
+                    key = f"{decision.reason.split(' (', 1)[0]} (was {was})"
+                    if self._deferring is None or self._deferring[1] != key:
+                        self._deferring = (global_step if self._deferring is None else self._deferring[0], key)
+                        self._logger.text(global_step, "decisions", f"deferred: {decision.reason} (was {was})")
             else:
                 self._deferring = None  # nothing due any more
                 if self._deferred_span is not None:

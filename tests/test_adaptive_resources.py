@@ -112,6 +112,22 @@ def test_deferrals_are_logged_and_a_resumed_run_continues_the_same_deferral():
     assert resumed.resources.state_dict() == ev.resources.state_dict()
 
 
+def test_a_wobbling_reading_stays_one_deferral_and_a_new_cause_keeps_its_first_step():
+    """The decisions line was keyed on the whole text, reading included: a free-memory reading of 1.0, 1.1, 1.2 GB
+    wrote a line at every step and moved "deferred since" to the last one (a probe: 371 rows for 2 deferrals)."""
+    wobbling = [{**LOW, "accelerator_free_gb": 1.0 + 0.1 * (i % 3)} for i in range(30)]
+    logger = RecordingLogger()
+    ev = AdaptiveEvaluator.from_config(cfg(max_deferral_steps=8, alarm_bypass=False),
+                                       resource_monitor=FakeResourceMonitor(wobbling), logger=logger)
+    assert run(ev, 20, nan_at=(12,)) == {17: "resources:forced (alarm:loss:nonfinite)"}
+    decisions = [(s, t) for s, tag, t in logger.texts if tag == "decisions"]
+    # one line where it starts, one where an alarm takes it over (what was due changed), none for the readings
+    assert [s for s, _ in decisions] == [9, 12, 17], decisions
+    assert decisions[0][1] == f"deferred: {SHORT} (was trigger:steps)"
+    assert decisions[1][1].endswith("(was alarm:loss:nonfinite)")
+    assert decisions[2][1].endswith(", deferred since step 9")
+
+
 def test_old_state_without_resources_still_loads():
     ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     run(ev, 11)
