@@ -2461,6 +2461,22 @@ class AdaptiveEvaluator:
         if zero:
             self._logger.log(step, {"controller/deferred": 0.0})
 
+    def _say_deferred_at_close(self) -> None:
+        """An evaluation deferred at the last ``evaluate()`` (the resources, the budget, a full slot) that never ran:
+        said at ``close()`` (it was lost unsaid, ``controller/deferred`` 1 at the end the only trace; a probe)."""
+        d, step = self.last_decision, self._last_call_step
+        if (d is None or d.evaluate or not d.reason or d.reason.startswith("async:down") or step is None
+                or (self._last_eval_step is not None and self._last_eval_step >= step) or self._rank != 0
+                or self._closed):
+            return
+        since = f" since step {self._deferring[0]}" if self._deferring is not None else ""
+        text = (f"closed while deferred: the evaluation due{since} ({d.reason}, was {d.deferred or 'due'}) never ran; "
+                + ("evaluator.after_train(evaluate_fn, step) before close() evaluates the last weights"
+                   if self._eval_at_end else "trigger.eval_at_end is false"))
+        log.warning("%s", text)
+        if self._logging:
+            self._logger.text(step, "decisions", text)
+
     def _deferred_since(self) -> str:
         """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""
         if self._deferring is None:
@@ -2857,6 +2873,7 @@ class AdaptiveEvaluator:
                 self._async.close(timeout_s)
         if self._deferred_span is not None and self._logging:  # (a deferral going on at the end: its last step's 1)
             self._end_deferred_span(self._deferred_span[1] + 1, zero=False)
+        self._say_deferred_at_close()
         self._log_pick()
         try:
             self._say_unobserved_streams()

@@ -117,9 +117,16 @@ class ResourceMonitor:
         )
 
 
-def _as_snapshot(reading) -> ResourceSnapshot:
-    """A reading as a :class:`ResourceSnapshot`: one as it is, a mapping of its fields made one; else ``TypeError``."""
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ResourceSnapshot))
+
+
+def _as_snapshot(reading, extra: set | None = None) -> ResourceSnapshot:
+    """A reading as a :class:`ResourceSnapshot`: one as it is, a mapping of its fields made one; else ``TypeError``.
+    ``extra``: a set that gets the mapping's keys that are not fields, left out (else they are a ``TypeError``)."""
     if isinstance(reading, Mapping):
+        if extra is not None:
+            extra.update(str(k) for k in reading if k not in _FIELDS)
+            reading = {k: v for k, v in reading.items() if k in _FIELDS}
         reading = ResourceSnapshot(**reading)
     if not isinstance(reading, ResourceSnapshot):
         raise TypeError(f"snapshot() returned {type(reading).__name__}, not a ResourceSnapshot (or a mapping of its "
@@ -140,7 +147,8 @@ def _possible(snapshot: ResourceSnapshot) -> tuple[ResourceSnapshot, dict]:
         if value is None or isinstance(value, (str, bytes)):  # (text: a reading that fails, read_errors)
             continue
         try:
-            fine = not isinstance(value, bool) and 0 <= float(value) < math.inf
+            # (numpy's bool_ too: it read as 1 GB where a plain True was not checked; a probe)
+            fine = type(value).__name__ not in ("bool", "bool_") and 0 <= float(value) < math.inf
         except (TypeError, ValueError):
             continue
         if not fine:
@@ -239,7 +247,8 @@ class ResourceScheduler:
             raise ValueError(f"resources.max_deferral_steps must be non-negative, got {self.max_deferral_steps}")
         self._monitor = monitor
         self._unread_said = False  # an accelerator threshold with no reading: said once
-        self._impossible_said: set[str] = set()  # the fields of readings that cannot be, said once each
+        self._impossible_said: set[str] = set()  # the fields of readings that cannot be (or unknown), said once each
+        self._impossible_now: set[str] = set()  # the fields of the last reading that could not be
         self._slow_said = False  # a reading slower than SLOW_READING_S: said once
         self.says = True  # whether the deferrals it decides are said in the log (in a process group: rank 0 alone)
         self._reset()
@@ -284,7 +293,8 @@ class ResourceScheduler:
                             "each step an evaluation is due (and, in a process group, must return within "
                             "distributed.timeout_s); make snapshot() cheaper (said once)", type(self._monitor).__name__,
                             took)
-        if not self._unread_said and self.last_snapshot.accelerator_free_gb is None:
+        if (not self._unread_said and self.last_snapshot.accelerator_free_gb is None
+                and "accelerator_free_gb" not in self._impossible_now):  # (a NaN is said as such, not as unread)
             # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)
             keys = [k for k in ("min_free_accelerator_gb", "min_free_accelerator_fraction")
                     if float(_setting(self.section, k, 0.0)) > 0]
@@ -304,7 +314,14 @@ class ResourceScheduler:
         function was never called: found by a new user)."""
         monitor = self.monitor
         reading = monitor() if callable(monitor) and not hasattr(monitor, "snapshot") else monitor.snapshot()
-        snapshot, impossible = _possible(_as_snapshot(reading))
+        extra: set[str] = set()
+        snapshot, impossible = _possible(_as_snapshot(reading, extra))
+        self._impossible_now = set(impossible)
+        if extra - self._impossible_said:  # (a mapping with one more field raised TypeError: no check all run; a probe)
+            self._impossible_said.update(extra)
+            log.warning("the resource monitor (%s) read %s, which ResourceSnapshot has no field for: left out (its "
+                        "fields: %s; said once)", type(monitor).__name__, ", ".join(sorted(extra)),
+                        ", ".join(_READINGS))
         for name, value in impossible.items():
             if name not in self._impossible_said:
                 self._impossible_said.add(name)

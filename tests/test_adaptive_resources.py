@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
@@ -128,6 +129,28 @@ def test_a_wobbling_reading_stays_one_deferral_and_a_new_cause_keeps_its_first_s
     assert decisions[2][1].endswith(", deferred since step 9")
 
 
+def test_close_says_an_evaluation_still_deferred_unless_after_train_ran_it(caplog):
+    """close() during a deferral, without total_steps, lost the evaluation unsaid (a probe)."""
+    said = "closed while deferred: the evaluation due since step 9 (" + SHORT + ", was trigger:steps) never ran"
+    for call_after_train in (False, True):
+        logger = RecordingLogger()
+        ev = AdaptiveEvaluator.from_config(cfg(max_deferral_steps=50), resource_monitor=FakeResourceMonitor([LOW]),
+                                           logger=logger)
+        run(ev, 15)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            if call_after_train:
+                assert ev.after_train(lambda req: {"acc": [1.0] * len(req.indices(20))}, 14).reason == "trigger:final"
+            ev.close()
+        warned = [r.getMessage() for r in caplog.records if "closed while deferred" in r.getMessage()]
+        texts = [(st, t) for st, tag, t in logger.texts if "closed while deferred" in t]
+        if call_after_train:
+            assert warned == texts == []
+        else:
+            assert len(warned) == 1 and warned[0].startswith(said), warned
+            assert texts == [(14, warned[0])]
+
+
 def test_old_state_without_resources_still_loads():
     ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     run(ev, 11)
@@ -177,6 +200,37 @@ def test_an_alarm_driven_evaluation_bypasses_the_shortage_and_a_forced_one_keeps
     texts = [t for s, tag, t in logger.texts if tag == "decisions" and t.startswith("evaluated: ")]
     assert len(texts) == 1 and texts[0].startswith(f"evaluated: resources:forced ({reason}) (n=")
     assert texts[0].endswith(f", deferred since step {alarm['step']}")
+
+
+def test_a_look_back_is_deferred_and_forced_with_the_evaluation_that_asked_for_it():
+    """With alarm_bypass: false the alarm's evaluation waits out the shortage; the kept checkpoint's evaluation
+    (policy.lookback) then runs in the same call, as part of it (README, the resource scheduler): not a second
+    deferral of its own after the first one's max_deferral_steps."""
+    from adaptive_eval import load_config
+
+    config = load_config(overrides=[
+        "trigger.freq_steps=20", "resources.enabled=true", "resources.min_free_accelerator_gb=4",
+        "resources.max_deferral_steps=5", "resources.alarm_bypass=false", "policy.alarm.corroborate=1",
+        "policy.budget.enabled=false"])
+    ev = AdaptiveEvaluator.from_config(config, resource_monitor=FakeResourceMonitor([OK, LOW]))
+    asked = []
+
+    def evaluate_fn(request):
+        asked.append((request.step, request.checkpoint, request.reason))
+        good = request.step < 60
+        return {"acc": [1.0 if good or i % 3 == 0 else 0.0 for i in request.indices(300)]}
+
+    for g in range(75):
+        noise = 0.05 * ((g * 7919) % 11 - 5) / 5
+        ev.observe({"train/reward": (0.5 if g < 60 else -1.5) + noise}, g)
+        if g % 5 == 0:
+            ev.checkpoint_saved(g, f"ckpt-{g}")
+        ev.evaluate(evaluate_fn, 0, g, g)
+    first, forced, looked = asked  # (the first, at step 19, on a machine with room)
+    assert first[2] == "trigger:steps"
+    assert forced[2].startswith("resources:forced (alarm:train/reward:cusum:") and forced[1] is None
+    assert looked[:2] == (55, "ckpt-55") and looked[2] == "lookback:" + forced[2]
+    assert ev.resources.forced == 1 and ev.resources.deferrals == 5
 
 
 def test_a_monitor_that_raises_never_raises_in_the_training_step_and_defers_nothing(caplog):
@@ -312,10 +366,23 @@ def test_an_evaluation_the_shortage_forced_is_read_by_its_cause_not_as_a_quiet_o
     assert [m for _, m, _ in shrunk_estimates(rows("resources:forced (alarm:train/loss:cusum:up)"), "acc")] == alarm
 
 
-@pytest.mark.parametrize("free", [math.nan, -3.0, -math.inf, math.inf, True])
+def test_a_reading_with_a_field_the_snapshot_lacks_is_still_checked_and_the_field_said_once(caplog):
+    """A monitor's mapping with one more field (gpu_util_percent) was "raised TypeError": no check all run (a probe)."""
+    ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=lambda: {**LOW, "gpu_util_percent": 97.0})
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        assert run(ev, 30) == {14: FORCED, 29: FORCED}  # deferred as LOW is
+    said = [r.getMessage() for r in caplog.records if "gpu_util_percent" in r.getMessage()]
+    assert said == ["the resource monitor (function) read gpu_util_percent, which ResourceSnapshot has no field for: "
+                    "left out (its fields: accelerator_free_gb, accelerator_total_gb, host_free_gb, host_cpu_percent; "
+                    "said once)"]
+    assert ev.resources.read_errors == 0
+
+
+@pytest.mark.parametrize("free", [math.nan, -3.0, -math.inf, math.inf, True, np.bool_(True)])
 def test_a_reading_that_cannot_be_is_not_checked_and_said_once_and_the_first_deferral_is_said(free, caplog):
     """A probe: NaN free memory never deferred, unsaid; -3 GB deferred every evaluation until forced ("accelerator
-    free -3.00 GB < 4.00 GB"); True read as 1 GB; and no deferral ever reached the log."""
+    free -3.00 GB < 4.00 GB"); True (numpy's too) read as 1 GB; and no deferral ever reached the log.  A later
+    probe: the NaN was also said as "the monitor reads no accelerator memory here", which it does."""
     monitor = FakeResourceMonitor([{**LOW, "accelerator_free_gb": free}])
     ev = AdaptiveEvaluator.from_config(cfg(), resource_monitor=monitor)
     with caplog.at_level("WARNING", logger="adaptive_eval"):
@@ -324,6 +391,7 @@ def test_a_reading_that_cannot_be_is_not_checked_and_said_once_and_the_first_def
     said = [r.getMessage() for r in caplog.records if "cannot be" in r.getMessage()]
     assert said == [f"the resource monitor (FakeResourceMonitor) read accelerator_free_gb = {free!r}, which cannot "
                     "be (a finite number >= 0): that reading is not checked, never deferring (said once)"]
+    assert not [r for r in caplog.records if "reads no accelerator memory" in r.getMessage()]
     short = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     caplog.clear()
     with caplog.at_level("WARNING", logger="adaptive_eval"):
