@@ -2081,7 +2081,7 @@ class AdaptiveEvaluator:
         items both share (this rank's items; in a group one all-gather combines the ranks' sums: an item
         keeps its rank from one evaluation to the next, see ``EvalRequest.indices``)."""
         from adaptive_eval.distributed import combine_rank_summaries, summaries_to_wire
-        from adaptive_eval.stats import from_sums
+        from adaptive_eval.stats import from_sums, fsum
 
         local = {}
         for name, values in item_values.items():
@@ -2090,7 +2090,8 @@ class AdaptiveEvaluator:
                 shared = [i for i in values if i in prev]
                 if shared:
                     d = [values[i] - prev[i] for i in shared]
-                    local[name] = from_sums(math.fsum(d), math.fsum(x * x for x in d), len(d), False,
+                    # (stats.fsum: math.fsum raised OverflowError into the training step on items of 1e308; a probe)
+                    local[name] = from_sums(fsum(d), fsum(x * x for x in d), len(d), False,
                                             self._evaluation["confidence"])
             self._item_values[name] = dict(values)
         # Items are known only for suites and items x samples metrics; the result (the same on every rank)

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
+from adaptive_eval.stats import fsum
 from adaptive_eval.synthetic import Event
 from adaptive_eval.trace import (
     MISSING_CELLS,
@@ -690,10 +691,10 @@ def from_item_results(path: str | os.PathLike | Sequence | Mapping, *, suite: st
             if not vs:
                 out[f"{column}@{i}"] = math.nan
                 continue
-            mean = math.fsum(vs) / len(vs)
+            mean = fsum(vs) / len(vs)  # (stats.fsum, and d * d: huge rewards are data, not an OverflowError)
             out[f"{column}@{i}"] = mean
             if spread:
-                out[f"{column}@{i}:std"] = math.sqrt(math.fsum((v - mean) ** 2 for v in vs) / len(vs))
+                out[f"{column}@{i}:std"] = math.sqrt(fsum((v - mean) * (v - mean) for v in vs) / len(vs))
     log = {r.step: r for r in streams.records} if streams is not None else {}
     dropped = _not_item_truth(streams) if streams is not None else set()
     if dropped:

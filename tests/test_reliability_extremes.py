@@ -139,6 +139,30 @@ def test_huge_per_item_values_at_several_evaluations_raise_no_warning_into_the_t
     assert len(results) >= 3 and ev.summary()["eval_errors"] == 0
 
 
+@pytest.mark.parametrize("suites", [False, True])
+def test_huge_items_x_answers_values_at_two_evaluations_are_paired_without_raising(suites):
+    """A probe (AReaL call site): items x answers of +-1e308 at the second evaluation made the paired difference
+    with the first (math.fsum of the per-item differences) raise OverflowError into the training step."""
+    over = ["trigger.freq_steps=5", "policy.budget.enabled=false"]
+    if suites:
+        over += ["evaluation.suites.math.size=50", "evaluation.suites.math.samples_per_item=2",
+                 "evaluation.metric=math/reward"]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=over), total_steps=20)
+
+    def evaluate_fn(request):
+        huge = request.step >= 9
+        items = request.suites["math"].indices if suites else request.indices(50)
+        return {"math/reward" if suites else "reward": [[1e308 if huge and i % 3 == 0 else 0.5,
+                                                           -1e308 if huge and i % 3 == 1 else 0.4] for i in items]}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [r for g in range(20) if (r := ev.evaluate(evaluate_fn, 0, g, g)) is not None]
+    assert len(results) >= 3 and ev.summary()["eval_errors"] == 0
+    paired = [r.paired for r in results if r.step >= 9 and r.paired]
+    assert paired and all(math.isfinite(p.n) and p.n > 0 for d in paired for p in d.values())
+
+
 @pytest.mark.parametrize("value,mean", [(np.bool_(True), 1.0), (__import__("fractions").Fraction(1, 4), 0.25),
                                         (__import__("decimal").Decimal("0.5"), 0.5), (np.float16(0.5), 0.5)])
 def test_any_real_scalar_is_a_metric_value(value, mean):
