@@ -1401,10 +1401,10 @@ class AdaptiveEvaluator:
     def _after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
         if not self._eval_at_end or self._last_eval_step == global_step:
             return None
-        if self.total_steps is not None and global_step >= self.total_steps - 1 and not (
-                self._last_call_step is not None and self._last_call_step > self.total_steps - 1):
+        if self.total_steps is not None and global_step >= self.total_steps - 1 == self._last_call_step:
             return None  # the last step: evaluate() took it (unless evaluate() itself went past it: a loop that
-            # ran longer than total_steps said; an after_train(total_steps) after it did not, the same weights)
+            # ran longer than total_steps said; an after_train(total_steps) after it did not, the same weights; or
+            # never reached it: resumed from a state saved before the last step's evaluate(), AReaL's order)
         if self._last_call_step is not None and global_step < self._last_call_step:
             raise ValueError(f"after_train: global_step {global_step} is below the last step evaluate() saw "
                              f"({self._last_call_step})")
@@ -2478,6 +2478,23 @@ class AdaptiveEvaluator:
         if self._logging:
             self._logger.text(step, "decisions", text)
 
+    def _say_final_lost_at_close(self) -> None:
+        """Resumed from a state saved before the last step's ``evaluate()`` (AReaL's RecoverHandler saves there) and
+        closed with no call since: the loop had no step left, so the last step's evaluation (``trigger.eval_at_end``)
+        is in no run; said, with what evaluates it (it was lost unsaid; a probe)."""
+        last, total = self._loaded_last, self.total_steps
+        if (last is None or total is None or not self._eval_at_end or self._last_call_step != last
+                or not total - 2 <= last < total - 1 or self._last_eval_step == total - 1 or self._rank != 0
+                or self._closed):
+            return
+        text = (f"closed with no evaluate() call since the state loaded, saved after step {last}'s call: the run's "
+                f"last step, {total - 1} (total_steps {total}), was not evaluated (trigger:final); a state saved "
+                f"before the last step's evaluate(), as AReaL's RecoverHandler saves it, resumes with no step left. "
+                f"evaluator.after_train(evaluate_fn, {total - 1}) before close() evaluates it")
+        log.warning("%s", text)
+        if self._logging:
+            self._logger.text(last, "decisions", text)
+
     def _deferred_since(self) -> str:
         """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""
         if self._deferring is None:
@@ -2875,6 +2892,7 @@ class AdaptiveEvaluator:
         if self._deferred_span is not None and self._logging:  # (a deferral going on at the end: its last step's 1)
             self._end_deferred_span(self._deferred_span[1] + 1, zero=False)
         self._say_deferred_at_close()
+        self._say_final_lost_at_close()
         self._log_pick()
         try:
             self._say_unobserved_streams()

@@ -600,6 +600,35 @@ def test_a_state_saved_before_the_steps_evaluate_resumes_as_areals_own_evaluator
            "evaluation is due every 10 steps" in said[0]
 
 
+def test_resumed_from_the_last_steps_state_close_says_the_final_evaluation_and_after_train_runs_it(caplog):
+    """A probe: killed in its final evaluation, an AReaL run resumes from the state dumped before that step's
+    evaluate() with no step left (range(20, 20)); close() evaluated nothing and said nothing, and after_train(19) did
+    nothing either (it took the last step for one evaluate() had seen).  (The default preset: the areal one keeps
+    AReaL's own trigger.eval_at_end: false.)"""
+    cfg = areal_config(freq_steps=50)
+    fn = lambda request: {"acc": [1.0, 0.0, 1.0]}  # noqa: E731
+    first = shim.AdaptiveEvaluator(cfg, spec(20, epochs=1), preset="default")
+    for g in range(19):
+        first.evaluate(fn, 0, g, g)
+    dump = json.dumps(first.state_dict())  # RecoverHandler.dump before step 19's evaluate(); killed in it
+    for call_after_train in (False, True):
+        resumed = shim.AdaptiveEvaluator(cfg, spec(20, epochs=1), preset="default")
+        resumed.load_state_dict(json.loads(dump))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            if call_after_train:
+                assert (resumed.after_train(fn, 19).step, resumed.history[-1].reason) == (19, "trigger:final")
+            resumed.close()
+        said = [r.getMessage() for r in caplog.records if "was not evaluated" in r.getMessage()]
+        if call_after_train:
+            assert said == []
+        else:
+            assert [r.step for r in resumed.history] == [] and len(said) == 1
+            assert said[0].startswith("closed with no evaluate() call since the state loaded, saved after step 18's "
+                                      "call: the run's last step, 19 (total_steps 20), was not evaluated")
+            assert said[0].endswith("evaluator.after_train(evaluate_fn, 19) before close() evaluates it")
+
+
 def test_a_section_of_the_users_own_config_is_a_preset_as_a_mapping_is():
     """``preset=cfg.adaptive_eval`` (an OmegaConf node of the user's AReaL config) or a DictConfig of a few keys was
     taken for a whole config and failed with "TypeError: '>=' not supported between NoneType and int"; a plain dict
