@@ -2007,6 +2007,42 @@ def test_ctrl_c_with_an_evaluation_in_flight_resumes_from_the_exception_checkpoi
     assert resumed == full
 
 
+def test_ctrl_c_inside_the_adapters_own_evaluation_resumes_with_that_evaluation_at_its_step(tmp_path):
+    """A probe: a Ctrl-C in validation_step while the adapter evaluated step 60 saved a checkpoint (global_step 61)
+    whose state held that evaluation as interrupted; Lightning never repeats the step, so it ran a step late and
+    every later decision moved, unsaid.  The weights are that step's: on_train_start makes its call again."""
+    from lightning.pytorch.callbacks import OnExceptionCheckpoint
+
+    class Interrupted(Model):
+        at = None
+
+        def validation_step(self, batch, batch_idx):
+            if batch_idx == 3 and self.global_step - 1 == self.at:
+                Interrupted.at = None  # (once)
+                raise KeyboardInterrupt
+            return super().validation_step(batch, batch_idx)
+
+    def run(name, stop=None, ckpt=None):
+        train, val = loaders(n_train=320, n_val=100)
+        train = DataLoader([train.dataset[0]] * 320, batch_size=4)  # (see the asynchronous test above)
+        torch.manual_seed(1)
+        cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+        Interrupted.at = stop
+        trainer = L.Trainer(max_steps=70, logger=False, callbacks=[
+            cb, DataFault(35), OnExceptionCheckpoint(dirpath=tmp_path / name, filename="ctrlc")], **QUIET)
+        run.cb = cb
+        trainer.fit(Interrupted(), train, val, ckpt_path=ckpt)
+        return [(r.step, r.reason, r.sample_size, r.metrics["val_loss"].mean) for r in cb.evaluator.history]
+
+    full = run("full")
+    at = full[1][0]  # the second evaluation's step
+    with pytest.raises(SystemExit):
+        run("stopped", stop=at)
+    assert [r.step for r in run.cb.evaluator.history] == [full[0][0]]
+    resumed = run("resumed", ckpt=str(tmp_path / "stopped" / "ctrlc.ckpt"))
+    assert resumed == full
+
+
 class StateModel(Model):
     """Training state an evaluation may read: a non-persistent buffer and a plain attribute the training step sets,
     and the step itself (generation code seeds its sampling by it)."""

@@ -315,6 +315,8 @@ class AdaptiveEvalCallback(Callback):
             except Exception as exc:  # noqa: BLE001 - said, never raised into the fit
                 if trainer.is_global_zero:
                     log.warning("adaptive_eval: %s; every evaluation of this run will fail", exc)
+        if self.evaluator is not None and self._done(trainer) > 0:
+            self._guard("evaluate", self._rerun_interrupted, trainer)
         if self.evaluator is not None and self._done(trainer) == 0:
             # trigger.eval_before_train: the initial weights, before the first step (it came after the first
             # optimizer step, at that step's evaluate(); found by a probe of the HF adapter)
@@ -322,6 +324,24 @@ class AdaptiveEvalCallback(Callback):
             result = self._guard("evaluate", self.evaluator.before_train, fn, 0)
             if result is not None:
                 self._guard("report", self._report, trainer, result)
+
+    def _rerun_interrupted(self, trainer) -> None:
+        """Resumed from a checkpoint written while the evaluation of its last step ran (``OnExceptionCheckpoint``
+        after a Ctrl-C in it): the state holds that evaluation as interrupted and the weights are its step's, so
+        its call is made again here, as the uninterrupted run made it.  (Lightning never repeats the step: it ran a
+        step late, at the next one's, and every later decision moved; a probe.)"""
+        global_step = self._done(trainer) - 1
+        waiting = self.evaluator._waiting_to_run()
+        if waiting is None or waiting[0] != global_step:
+            return
+        epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
+                       else self._position(global_step))
+        fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
+        seen = len(self.evaluator.history)
+        result = self.evaluator.evaluate(fn, epoch, step, global_step)
+        if result is not None:
+            self._report(trainer, result)
+            self._report_look_backs(trainer, seen)
 
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
