@@ -7,6 +7,7 @@ import datetime
 import json
 import logging
 import math
+import os
 import pickle
 from types import SimpleNamespace
 
@@ -2197,6 +2198,27 @@ def test_beside_lightnings_tensorboard_logger_the_decisions_and_alarms_are_writt
     assert "controller/sample_size" in tags and not [t for t in tags if t.startswith("adaptive_eval/")]  # (once)
     cb, folder = run(tmp_path / "off", tensorboard=False)
     assert not list((tmp_path / "off").rglob("*.adaptive_eval"))
+
+    # Two named callbacks (two eval sets): each evaluator's file a run of its own under the logger's folder, and
+    # their results in the logger's run under adaptive_eval/<name>/ (both shared that folder: one eval/val_loss
+    # series mixed the two sets' points, and the logger's run had no adaptive_eval/<name>/ tag; a probe)
+    train, val = loaders(n_train=80, n_val=40)
+    easy = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], name="easy")
+    hard = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4"], name="hard")
+    trainer = L.Trainer(max_steps=12, default_root_dir=tmp_path / "two", enable_checkpointing=False,
+                        callbacks=[easy, hard], log_every_n_steps=1, **QUIET)
+    trainer.fit(Model(), train, val)
+    folder = trainer.logger.log_dir
+    for cb in (easy, hard):
+        mine = os.path.join(folder, cb.name)
+        assert cb.evaluator.logger.log_dir.samefile(mine)
+        acc = EventAccumulator(mine)
+        acc.Reload()
+        assert [e.step for e in acc.Scalars("eval/val_loss")] == [r.step for r in cb.evaluator.history]
+    acc = EventAccumulator(folder)
+    acc.Reload()
+    for cb in (easy, hard):
+        assert [e.step for e in acc.Scalars(f"adaptive_eval/{cb.name}/val_loss")] == [r.step for r in cb.evaluator.history]
 
 
 class SlowValModel(Model):

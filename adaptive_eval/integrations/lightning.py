@@ -479,6 +479,10 @@ class AdaptiveEvalCallback(Callback):
             # (the trainer logs to TensorBoard and no folder of ours is set: the decisions, alarms and errors reached
             # no TensorBoard; a run whose evaluations all failed left no adaptive_eval tag at all; a new user's probe)
             folder = _their_tensorboard_folder(trainer)
+            if folder is not None and self.name is not None:
+                # (a named callback: a run of its own under theirs, <log_dir>/<name>; two named ones shared theirs,
+                # and one eval/val_acc series mixed both eval sets' points; a probe)
+                folder = os.path.join(folder, *str(self.name).split("/"))
             if folder is not None:
                 cfg = build_config(cfg, defaults={"logging.tensorboard_dir": folder})
         monitored = _monitored(trainer) if cfg.evaluation.metric is None and self.evaluate_fn is None else None
