@@ -332,7 +332,19 @@ class AdaptiveEvalCallback(Callback):
         step late, at the next one's, and every later decision moved; a probe.)"""
         global_step = self._done(trainer) - 1
         waiting = self.evaluator._waiting_to_run()
-        if waiting is None or waiting[0] != global_step:
+        last = self.evaluator._last_call_step
+        if waiting is not None and waiting[0] == global_step:
+            pass
+        elif last is not None and last == global_step - 1 and waiting is None:
+            # The checkpoint's last step trained, but its on_train_batch_end never reached the adapter (a callback
+            # listed before it raised there: a Ctrl-C): its call is made here, on that step's weights, so that the
+            # schedule goes on as the uninterrupted run's (every later evaluation came a step late, and the gap was
+            # said as AReaL's save order; a probe).  That step's logged values are not in the checkpoint.
+            if trainer.is_global_zero:
+                log.info("adaptive_eval: resumed at step %d, whose end-of-step hook never reached the callback: its "
+                         "evaluate() call is made now, on that step's weights (its logged values are lost)",
+                         global_step)
+        else:
             return
         epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
                        else self._position(global_step))
