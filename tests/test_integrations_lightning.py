@@ -1724,6 +1724,27 @@ def test_per_item_false_under_ddp_combines_a_max_a_min_and_a_sum_across_ranks_as
     assert {k: n for k, (_, n) in got.items()} == dict.fromkeys(got, 44)
 
 
+def test_a_vector_of_one_value_per_item_under_per_item_false_is_said_as_such(caplog):
+    """A probe: validation_step returning {"correct": (B,) tensor} with per_item=False was told that "several answers
+    per item (k samples) need evaluate_fn="; it is one value per item, which per_item=True reads."""
+
+    class Vector(Model):
+        def validation_step(self, batch, batch_idx):
+            super().validation_step(batch, batch_idx)
+            return {"correct": (self(batch)[:, 0] > 0).float()}
+
+    train, val = loaders(n_train=40, n_val=40)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], per_item=False)
+    trainer = L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        trainer.fit(Vector(), train, val)
+    said = [r.getMessage() for r in caplog.records if "'correct'" in r.getMessage()]
+    assert said == ["adaptive_eval: validation_step gave 'correct' as shape (4,), not one number per batch: left out "
+                    "of the evaluation; per_item=True reads one value per item (with an interval over items) (said "
+                    "once)"]
+    assert cb.evaluator.history and "val_loss" in cb.evaluator.history[0].metrics
+
+
 def test_per_item_false_runs_validation_step_on_batches_and_reduces_as_lightnings_own_validation(caplog):
     """A step that needs several items (a metric over the batch, a squeeze()) could only be scored through an
     evaluate_fn of one's own: per_item=False batches the requested items as the validation loader does."""

@@ -910,11 +910,15 @@ class AdaptiveEvalCallback(Callback):
                 # another metric; a new user's probe)
                 self._dropped_said.add(name)
                 shape = getattr(value, "shape", None)
+                # (a vector of one value per item under per_item=False was told of k answers per item; a probe)
+                why = ("per_item=True reads one value per item (with an interval over items)"
+                       if not self.per_item and shape is not None and len(tuple(shape)) == 1 else
+                       "several answers per item (k samples) need evaluate_fn= returning an items x answers array "
+                       "per metric (README: eval suites, k answers per problem)")
                 log.warning("adaptive_eval: validation_step gave %r as %s, not one number%s: left out of the "
-                            "evaluation; several answers per item (k samples) need evaluate_fn= returning an items x "
-                            "answers array per metric (README: eval suites, k answers per problem) (said once)", name,
+                            "evaluation; %s (said once)", name,
                             f"shape {tuple(shape)}" if shape is not None else type(value).__name__,
-                            " per item" if self.per_item else " per batch")
+                            " per item" if self.per_item else " per batch", why)
 
         def capture_dict(dictionary, *args, add_dataloader_idx=True, **kwargs):
             for k, v in dictionary.items():
