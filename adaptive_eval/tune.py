@@ -511,6 +511,17 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
                             f"{', '.join(map(str, blind))}: no ground truth of {metric} before "
                             f"{'them' if len(blind) > 1 else 'it'} to compare with (as check says)"
                             + (f"; eval/{metric} starts at step {start}" if start is not None else ""))
+        # ... and its mirror: none at or after it, so no evaluation can show the change (every trial scored it a
+        # miss, and tune picked a "best delay" among misses, exit 0; a probe)
+        late = [int(e) for e in events if len(trace.records) > 1
+                and not any(step >= int(e) and math.isfinite(v) for step, v in known[metric])]
+        if late:
+            end = max((step for step, v in known[metric] if math.isfinite(v)), default=None)
+            raise TuneError(f"{path}: event{'s' if len(late) > 1 else ''} at step{'s' if len(late) > 1 else ''} "
+                            f"{', '.join(map(str, late))}: no ground truth of {metric} at or after "
+                            f"{'them' if len(late) > 1 else 'it'}, so no evaluation can confirm "
+                            f"{'them' if len(late) > 1 else 'it'} and every trial would score a miss (as check "
+                            "says)" + (f"; eval/{metric} ends at step {end}" if end is not None else ""))
     indices, at = _index_events(trace, events, with_steps=True)
     return Case(str(path), trace, indices, truth, metric, bool(base.evaluation.higher_is_better),
                 int(base.replay.eval_set_size), overrides=[], event_steps=at)

@@ -110,6 +110,16 @@ def no_eval_csv(tmp_path):
     return str(path)
 
 
+def truth_until_csv(tmp_path, until):
+    """collapse_csv's run with its eval ground truth up to step ``until`` only."""
+    st = make_trace("collapse", steps=300, seed=3)
+    records = [TraceRecord(r.step, {k: v for k, v in r.metrics.items() if r.step <= until or not k.startswith("eval/")})
+               for r in st.trace.records]
+    path = tmp_path / "until.csv"
+    write_trace(Trace(records), path)
+    return str(path)
+
+
 @pytest.mark.parametrize(("make", "extra", "message"), [
     (no_eval_csv, ["--events", "{p}=10"], "no eval ground truth"),
     (lambda t: collapse_csv(t)[0], [], "no events in any trace"),
@@ -131,6 +141,10 @@ def no_eval_csv(tmp_path):
     # every trial, exit 0)
     (lambda t: collapse_csv(t)[0], ["--events", "{p}=0"],
      "event at step 0: no ground truth of accuracy before it to compare with (as check says)"),
+    # (its mirror, a probe: an event after the trace's last ground truth; every trial scored it a miss, exit 0)
+    (lambda t: truth_until_csv(t, 100), ["--events", "{p}=250"],
+     "event at step 250: no ground truth of accuracy at or after it, so no evaluation can confirm it and every trial "
+     "would score a miss (as check says); eval/accuracy ends at step "),
 ])
 def test_bad_input_exits_2_before_any_trial(tmp_path, capsys, make, extra, message):
     path = make(tmp_path)
