@@ -668,6 +668,10 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     def objective(trial):
         params = _suggest(trial, base)
+        if trial.number == 0 and _cusum(base) is None:
+            # (trial 0 is the base config: one without a CUSUM got one, its values drawn, and its row and preset
+            # said "the base config" of a config it was not; a probe)
+            params = {k: v for k, v in params.items() if not k.startswith("cusum.")}
         try:
             cfg = apply_params(base, params)
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search
@@ -834,7 +838,8 @@ def table(result: TuneResult) -> str:
         p = t["params"]
         cells = [f"point-{n}.yaml", str(t["number"]), rule, *(_fmt(o, v) for o, v in zip(obj, t["values"])),
                  *((_fmt(o, v) for o, v in zip(obj, held)) if held else ["-"] * len(obj)),
-                 str(p.get("trigger.freq_steps")), f"{p.get('cusum.threshold', math.nan):.2f}",
+                 str(p.get("trigger.freq_steps")),
+                 f"{p['cusum.threshold']:.2f}" if "cusum.threshold" in p else "-",
                  f"{p.get('policy.sample_size.target_half_width', math.nan):.3f}", str(p.get("policy.peak.confirm_size"))]
         lines.append("| " + " | ".join(cells) + " |")
     if result.cv:  # (a sceptical review: read as a held-out test of the row's preset, which it is not)
