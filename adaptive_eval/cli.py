@@ -721,8 +721,18 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
 
                     case_base = OmegaConf.merge(base, {"evaluation": {"metric": named.pop()}})
             as_named = _eval_names(args, t)  # (--eval's columns, for tune's hints)
-            case = case_from_file(t, case_base, steps, trace=_load_trace_file(t, args) if _foreign(args) else None,
-                                  eval_columns=as_named)
+            try:
+                case = case_from_file(t, case_base, steps,
+                                      trace=_load_trace_file(t, args) if _foreign(args) else None,
+                                      eval_columns=as_named)
+            except TuneError as exc:
+                if directions is None:  # (--events: the steps are the command line's)
+                    raise
+                # (the events file read beside the trace: an event step, or the metric its events name, is its
+                # doing; the error named neither it nor that, "evaluation.metric: 'acc' is not ..."; a probe)
+                raise TuneError(f"{exc} (events from {sidecar}"
+                                + (f", whose events name the metric {case_base.evaluation.metric}" if named or
+                                   case_base is not base else "") + ")") from None
             if directions is not None and any(directions):
                 case.directions = list(directions)  # (case_from_file kept every event, in this order)
             if len(case.trace) > 1:

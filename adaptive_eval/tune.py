@@ -550,6 +550,12 @@ def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *
             likely = eval_like(c.trace) if c.trace is not None else []
             hint = (f"; name the eval column with --eval TRACE=COL: {', '.join(likely[:6])}"
                     + (f" and {len(likely) - 6} more" if len(likely) > 6 else "")) if likely else ""
+            has = [n.removeprefix("eval/") for n in (c.trace.eval_names() if c.trace is not None else [])
+                   if n.removeprefix("eval/") != c.metric]
+            if c.metric and has:  # (a metric named that the trace lacks: what it has, as check says; a probe)
+                hint += (f"; the trace's eval metrics are {', '.join(has[:6])}"
+                         + (f" and {len(has) - 6} more" if len(has) > 6 else "")
+                         + " (--set evaluation.metric=NAME)")
             raise TuneError(f"{c.name}: no eval ground truth for {c.metric or 'any metric'} (no eval/<metric> column "
                             "with a value, or per-item eval/<suite>/<metric>@<item> columns of an eval suite in "
                             "evaluation.suites): replay cannot simulate evaluations, so there is nothing to score"

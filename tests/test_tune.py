@@ -822,3 +822,28 @@ def test_trial_0_is_the_base_config_even_one_without_a_cusum(tmp_path, capsys):
     assert re.search(rf"\b{cost:.0f}\b", checked), (cost, checked)  # check's samples/1k of the base config
     preset = load_config(str(next((out / "presets").glob("*.yaml"))))
     assert [d["type"] for d in preset.streams.default] == ["nonfinite"]
+
+
+def test_an_error_of_the_events_file_beside_the_trace_names_it(tmp_path, capsys):
+    """A probe: tune said "event step 5000 outside the trace's steps 0-299" of an events file it read unasked,
+    without naming it (check names it)."""
+    path, _ = collapse_csv(tmp_path)
+    sidecar = pathlib.Path(path + ".events.yaml")
+    sidecar.write_text("events:\n  - step: 5000\n")
+    assert main(["tune", path, "--trials", "1", "--out", str(tmp_path / "t"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "event step 5000 outside the trace's steps 0-299" in err and f"(events from {sidecar})" in err
+
+
+def test_a_metric_the_trace_lacks_is_told_with_the_metrics_it_has(tmp_path, capsys):
+    """A probe: --set evaluation.metric=acc on a trace of eval/accuracy said "no eval ground truth for acc" and never
+    what the trace has (check names it); a CSV without a step column was sent to replay's --step-column."""
+    path, onset = collapse_csv(tmp_path)
+    assert main(["tune", path, "--events", f"{path}={onset}", "--set", "evaluation.metric=acc", "--trials", "1",
+                 "--out", str(tmp_path / "t"), "--no-progress"]) == 2
+    assert "no eval ground truth for acc" in (err := capsys.readouterr().err)
+    assert "the trace's eval metrics are accuracy (--set evaluation.metric=NAME)" in err
+    other = tmp_path / "iter.csv"
+    other.write_text("iteration,train/loss\n0,1.0\n1,0.9\n")
+    assert main(["tune", str(other), "--trials", "1", "--out", str(tmp_path / "u"), "--no-progress"]) == 2
+    assert "adaptive-eval replay (or check, or tune) --step-column COL" in capsys.readouterr().err
