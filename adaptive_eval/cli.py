@@ -784,7 +784,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if not result.trials:
         why = "interrupted before any trial finished" if result.interrupted else "no trial was scored"
         print(f"{why}: nothing to choose, no preset written", file=sys.stderr)
-        print(f"wrote {args.out}/: {wrote}")
+        if wrote:  # (listed as written, a blank plot and header-only tables read as results; a probe)
+            print(f"wrote {args.out}/: {wrote} (with no trial in them)")
         return 130 if result.interrupted else 1
     print(table(result))
     if result.interrupted:

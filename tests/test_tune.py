@@ -359,6 +359,7 @@ def test_interrupted_before_any_trial_says_nothing_was_chosen(tmp_path, capsys, 
     captured = capsys.readouterr()
     assert "interrupted before any trial finished: nothing to choose, no preset written" in captured.err
     assert "| preset |" not in captured.out and "presets/point-*.yaml" not in captured.out
+    assert captured.out.rstrip().endswith("(with no trial in them)")  # (not read as results; a probe)
     assert json.loads((out / "summary.json").read_text())["trials"] == 0 and not os.listdir(out / "presets")
 
 
