@@ -2519,7 +2519,7 @@ class AdaptiveEvaluator:
             raise ValueError(f"state_dict(timeout_s=...) takes a number of seconds >= 0 or None, got {timeout_s!r}")
         self._not_inside_a_job("state_dict")
         try:
-            return self._state_dict(timeout_s)
+            state = self._state_dict(timeout_s)
         except RuntimeError as exc:
             if "changed size during iteration" not in str(exc) or _get_ident() == self._owner:
                 raise
@@ -2527,6 +2527,11 @@ class AdaptiveEvaluator:
             raise RuntimeError(f"state_dict() was called from another thread than the training loop's, and the loop "
                                f"changed the state while it was read ({exc}): take it in the training thread (a "
                                "checkpoint hook of the trainer runs there)") from exc
+        if self._logging and _get_ident() == self._owner:
+            # What the state covers is on disk too: a run killed after its checkpoint lost the stream points logged
+            # since the last flush for good, though the state had them (a probe: steps 89-98 of train/loss)
+            self._logger.flush()  # (guarded: a checkpoint is never failed by its log)
+        return state
 
     def _not_inside_a_job(self, what: str) -> None:
         """Refuse ``what`` from inside an asynchronous evaluation: it waits for the evaluations in flight, its own
@@ -2992,6 +2997,10 @@ class _GuardedLogger:
 
     def log_config(self, config_yaml) -> None:
         self._call("log_config", config_yaml)
+
+    def flush(self) -> None:
+        if callable(getattr(self.inner, "flush", None)):  # (a logger of the user's may have none)
+            self._call("flush")
 
     def close(self) -> None:
         self._call("close")

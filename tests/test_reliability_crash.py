@@ -226,6 +226,33 @@ def test_adaptive_evaluator_record_to_survives_sigkill(tmp_path):
     assert trace.column("eval/acc")[0].tolist() == [4, 9, 14, 19, 24, 29, 34, 39]
 
 
+def test_what_a_saved_state_covers_is_in_tensorboard_after_a_sigkill(tmp_path):
+    """A probe (AReaL's checkpoint, then the job killed): state_dict() flushed nothing, so the stream points logged
+    since the last flush (steps 32-39 of 40) were lost from TensorBoard for good, though the state covered them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = tmp_path / "tb"
+    code = textwrap.dedent("""
+        import json, sys
+        from adaptive_eval import AdaptiveEvaluator, load_config
+        ev = AdaptiveEvaluator.from_config(load_config(overrides=[f"logging.tensorboard_dir={sys.argv[1]}",
+                                                                  "trigger.freq_steps=10"]), total_steps=100)
+        for g in range(40):
+            ev.observe({"train/loss": 1.0 + 0.01 * (g % 3)}, g)
+            ev.evaluate(lambda: {"acc": 1.0}, 0, g, g)
+        json.dumps(ev.state_dict())  # the checkpoint of step 39
+        print("ready", flush=True)
+        import time; time.sleep(60)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("streams/train/loss")] == list(range(40))
+
+
 def test_a_forked_child_leaving_the_evaluators_with_block_neither_hangs_nor_writes_the_parents_files(tmp_path):
     """A child forked with an asynchronous evaluation in flight (os.fork, a DataLoader worker) that leaves the
     training script's ``with AdaptiveEvaluator(...)`` block: its close() waited for an evaluation thread that does
