@@ -611,8 +611,10 @@ def summarize_outputs(
             summaries.update({k: v for k, v in derived.items() if k == name or k not in outputs})
             _say_nearly_binary(label, name, rows[0], item_ids)
             scored = np.sum(~np.isnan(rows[0]), axis=1)  # (NaN answers are not scored: a NaN-padded row is short)
+            # (a reward's is best@m and worst@m: it said pass@m of a metric reporting no pass@k; a probe)
+            counts = ("best@m and worst@m of its m" if any("/best@" in k for k in derived) else "pass@m of its m")
             short = short_rows_warning(label, scored, ks, (samples_asked or {}).get(name.partition("/")[0]),
-                                       item_ids, nan=bool(np.any(scored < rows[1])))
+                                       item_ids, nan=bool(np.any(scored < rows[1])), counts=counts)
             if short:
                 log.warning(short)
             _say_more_answers(label, name, int(rows[1].max(initial=0)),

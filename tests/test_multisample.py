@@ -161,6 +161,11 @@ def test_nan_padded_rows_short_of_k_warn_and_count_as_pass_at_m(caplog):
         summarize_outputs({"acc": padded}, None, pass_at_k=(1, 4))
     assert "metric 'acc': 1 of 3 items returned fewer than 4 answers" in caplog.text
     assert "NaN answers not counted" in caplog.text and "the fewest: 2, for item 1" in caplog.text
+    assert "(pass@m of its m)" in caplog.text
+    caplog.clear()  # (a reward reports best@k and worst@k: it said pass@m of its m; a probe)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        summarize_outputs({"r": [[0.3, -0.7, math.nan, math.nan], [0.1, 0.9, -0.2, 0.4]]}, None, pass_at_k=(1, 4))
+    assert "each counts with the answers it returned (best@m and worst@m of its m)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
         summarize_outputs({"acc": [[1, 0, 1], [], [0, 0, 1]]}, None, pass_at_k=(1, 3))
