@@ -755,7 +755,8 @@ def _csv_header(path, text, line: int = 1) -> tuple[list[str], csv.reader]:
                              "with adaptive_eval.trace.write_trace), or replay it as it is: adaptive-eval replay "
                              f"{path} --step-column none --stream r --stream l", path, line)
         raise TraceError(f"missing 'step' column (header: {names}); another tool's CSV: name its columns with "
-                         "adaptive-eval replay (or check, or tune) --step-column COL --stream COL --eval COL (--step-column none: the row "
+                         "adaptive-eval replay (or check, or tune) --step-column COL --stream COL --eval COL "
+                         "(--step-column none: the row "
                          "number)", path, line)
     dup = sorted({n for n in names if n and names.count(n) > 1})
     if dup:

@@ -2280,7 +2280,8 @@ def test_beside_lightnings_tensorboard_logger_the_decisions_and_alarms_are_writt
     acc = EventAccumulator(folder)
     acc.Reload()
     for cb in (easy, hard):
-        assert [e.step for e in acc.Scalars(f"adaptive_eval/{cb.name}/val_loss")] == [r.step for r in cb.evaluator.history]
+        steps = [e.step for e in acc.Scalars(f"adaptive_eval/{cb.name}/val_loss")]
+        assert steps == [r.step for r in cb.evaluator.history]
 
 
 class SlowValModel(Model):
