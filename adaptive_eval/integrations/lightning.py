@@ -1283,7 +1283,7 @@ def _say_monitors(trainer, logged=None) -> list[str]:
                 continue
             why = "with limit_val_batches=0: Lightning validates never, and the monitor never sees"
         elif str(monitor).startswith("adaptive_eval/"):  # (a crash at the first validation, unsaid; a probe)
-            why = "names a key of AdaptiveEvalCallback's, which the monitor never sees:"
+            why = "names one of"  # (it read "names a key of AdaptiveEvalCallback's, which ... sees: ...'s results")
         else:
             continue
         log.warning("adaptive_eval: %s(monitor=%r) %s AdaptiveEvalCallback's results (they go to the loggers as "
