@@ -1017,7 +1017,10 @@ def _huge_integers(node, prefix: str = "") -> list[tuple[str, int, Any, Any]]:
     for k, value in items:
         key = f"{prefix}.{k}" if prefix else str(k)
         if isinstance(value, (DictConfig, ListConfig)):
-            out += _huge_integers(value, key)
+            # (an interpolation of a list, streams.eval: ${streams.default}, is no list to walk: AttributeError out
+            # of load_config, a 25-line traceback on the CLI; a probe.  What it points at is walked there.)
+            if not (value._is_interpolation() or value._is_none() or value._is_missing()):
+                out += _huge_integers(value, key)
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
             out.append((key, len(str(abs(value))), node, k))
     return out

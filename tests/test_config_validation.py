@@ -492,6 +492,22 @@ def test_a_dotted_yaml_key_says_to_nest_it_not_did_you_mean_itself(tmp_path):
     assert "did you mean" not in text
 
 
+def test_an_interpolation_of_a_list_loads_as_the_list_it_points_at(tmp_path):
+    """A probe: `streams: {eval: ${streams.default}}` (the default detectors on the eval metrics too) raised
+    AttributeError out of load_config, a 25-line traceback on the CLI; as an override and as a dict alike."""
+    from adaptive_eval.cli import main
+
+    (tmp_path / "c.yaml").write_text("streams:\n  eval: ${streams.default}\n"
+                                     "  watch:\n    train/loss: ${streams.default}\n")
+    default = [dict(d) for d in load_config().streams.default]
+    for cfg in (load_config(tmp_path / "c.yaml"), load_config(None, ["streams.eval=${streams.default}"]),
+                load_config({"streams": {"eval": "${streams.default}"}})):
+        assert [dict(d) for d in cfg.streams.eval] == default
+    assert [dict(d) for d in load_config(tmp_path / "c.yaml").streams.watch["train/loss"]] == default
+    AdaptiveEvaluator.from_config({"streams": {"eval": "${streams.default}"}})
+    assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0
+
+
 def test_a_misspelt_preset_is_named_with_the_nearest_and_tensorboard_dir_true_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"agressive: no such config file .*; did you mean 'aggressive'\?"):
         load_config("agressive")
