@@ -300,6 +300,7 @@ _COUNTS = ("policy.peak.confirm_size", "policy.peak.confirm_steps", "policy.alar
            "policy.lookback.lag_steps")
 _RANGES = {"resources.max_host_cpu_percent": (0.0, 100.0), "resources.min_free_accelerator_fraction": (0.0, 1.0),
            "replay.eval_set_size": (1, 1_000_000)}
+MAX_RETRY_BACKOFF_S = 3600.0  # evaluation.retry_backoff_s: longer, a retry is no retry (and 1e300 broke sleep())
 MAX_ITEMS = 1_000_000  # an eval suite's (and replay's simulated eval set's) items: an order of them all is kept
 _MIN_MAX = (("policy.sample_size.min", "policy.sample_size.max"),
             ("policy.interval.min_factor", "policy.interval.max_factor"))
@@ -358,6 +359,11 @@ def validate(cfg: DictConfig | Config) -> None:
         v = _get(cfg, key)
         if not (v >= 0 and math.isfinite(v)):
             problems.append(f"{key}: must be non-negative, got {v!r}")
+    backoff = _get(cfg, "evaluation.retry_backoff_s")
+    if backoff is not None and math.isfinite(backoff) and backoff > MAX_RETRY_BACKOFF_S:
+        # (1e300 passed, then sleep() raised OverflowError inside the training step at the first retry; a probe)
+        problems.append(f"evaluation.retry_backoff_s: at most {MAX_RETRY_BACKOFF_S:g} s (an hour) between two "
+                        f"attempts, got {backoff!r}")
     for key in _UNIT:
         v = _get(cfg, key)
         closed = key.startswith("policy.budget.max_eval")  # (1: evaluations may take all the time)

@@ -47,6 +47,8 @@ def test_an_override_of_a_list_names_the_key():
     ("resources.max_host_cpu_percent=nan", "resources.max_host_cpu_percent: must lie in [0, 100], got nan"),
     ("resources.max_host_cpu_percent=150", "resources.max_host_cpu_percent: must lie in [0, 100], got 150.0"),
     ("resources.min_free_accelerator_fraction=2", "resources.min_free_accelerator_fraction: must lie in [0, 1]"),
+    # (a probe: accepted, then sleep() raised OverflowError inside the training step at the first retry)
+    ("evaluation.retry_backoff_s=1e300", "evaluation.retry_backoff_s: at most 3600 s (an hour) between two attempts"),
 ])
 def test_impossible_values_fail_at_load_naming_the_key(override, message):
     with pytest.raises(ConfigError) as info:
