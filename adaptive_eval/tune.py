@@ -319,7 +319,10 @@ def apply_params(base, params: dict):
         if found is None:
             specs.append({"type": "cusum", "warmup": 30, **cusum})
         else:
-            specs[found[0]] = {**specs[found[0]], **cusum}
+            spec = {**specs[found[0]], **cusum}
+            if "threshold" in cusum:  # (the searched threshold stands for its arl0: both were refused, every trial)
+                spec.pop("arl0", None)
+            specs[found[0]] = spec
         cfg.streams.default = specs
     # Keep the sample-size bounds consistent: min <= initial <= max (a preset held initial 46 beside min 68, a value
     # nothing reads; a new user's probe)
@@ -674,10 +677,10 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
 
     def objective(trial):
         params = _suggest(trial, base)
-        if trial.number == 0 and _cusum(base) is None:
+        if trial.number == 0:
             # (trial 0 is the base config: one without a CUSUM got one, its values drawn, and its row and preset
-            # said "the base config" of a config it was not; a probe)
-            params = {k: v for k, v in params.items() if not k.startswith("cusum.")}
+            # said "the base config" of a config it was not; one set by arl0 got a threshold beside it; probes)
+            params = {k: v for k, v in params.items() if not k.startswith("cusum.") or _get(base, k) is not None}
         try:
             cfg = apply_params(base, params)
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search

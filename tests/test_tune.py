@@ -804,25 +804,28 @@ def test_a_switch_checked_before_a_ctrl_c_is_not_said_unchecked():
     assert _unchecked_switches(result, base) == {0: ["policy.interval.tighten_per_stream", "policy.alarm.habituate"]}
 
 
-def test_trial_0_is_the_base_config_even_one_without_a_cusum(tmp_path, capsys):
-    """A probe: with a --config whose streams have no CUSUM, trial 0 ("the base config") got one, its threshold, k
-    and adapt drawn, and scored another config than check scores; its preset added a detector the user never had."""
+@pytest.mark.parametrize("streams", ["  - type: nonfinite\n",
+                                     "  - {type: nonfinite}\n  - {type: cusum, arl0: 2000, k: 0.5}\n"])
+def test_trial_0_is_the_base_config_even_one_without_a_cusum_or_with_its_arl0(tmp_path, capsys, streams):
+    """Probes: with a --config whose streams have no CUSUM, trial 0 ("the base config") got one, its threshold, k
+    and adapt drawn, and scored another config than check scores; its preset added a detector the user never had.
+    With a CUSUM set by arl0 every trial got a threshold beside it, refused: "give either threshold or arl0"."""
     path, onset = collapse_csv(tmp_path)
-    config = tmp_path / "nocusum.yaml"
-    config.write_text("streams:\n  default:\n  - type: nonfinite\n")
+    config = tmp_path / "base.yaml"
+    config.write_text("streams:\n  default:\n" + streams)
     events = tmp_path / "events.yaml"
     events.write_text(f"events:\n  - step: {onset}\n")
     assert main(["check", path, "--events", str(events), "--config", str(config)]) == 0
     checked = capsys.readouterr().out
     out = tmp_path / "t"
-    assert main(["tune", path, "--events", f"{path}={onset}", "--config", str(config), "--trials", "1",
+    assert main(["tune", path, "--events", f"{path}={onset}", "--config", str(config), "--trials", "2",
                  "--out", str(out), "--no-progress"]) == 0
-    (row,) = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
-    assert not [k for k in row["params"] if k.startswith("cusum.")]
+    row, other = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert "cusum.threshold" not in row["params"] and "cusum.threshold" in other["params"]
     cost = row["values"][0]
     assert re.search(rf"\b{cost:.0f}\b", checked), (cost, checked)  # check's samples/1k of the base config
-    preset = load_config(str(next((out / "presets").glob("*.yaml"))))
-    assert [d["type"] for d in preset.streams.default] == ["nonfinite"]
+    base = [dict(d) for d in load_config(str(config)).streams.default]
+    assert [dict(d) for d in apply_params(load_config(str(config)), row["params"]).streams.default] == base
 
 
 def test_an_error_of_the_events_file_beside_the_trace_names_it(tmp_path, capsys):
