@@ -1104,6 +1104,18 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     ...
     adaptive_eval.config.ConfigError: override 'trigger.freq_stepz=50': unknown key 'trigger.freq_stepz' (did you ...
     """
+    try:
+        return _load_config(path, overrides)
+    except RecursionError:
+        # (an alias that contains itself, `ignore: &a [*a]`, or a file nested hundreds deep: a RecursionError and a
+        # 30-line traceback, exit 1, on the CLI; a probe)
+        where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else "the config"
+        raise ConfigError([f"{where}: nested too deeply to read (an alias that contains itself, such as "
+                           "`ignore: &a [*a]`, or hundreds of levels of mappings)"]) from None
+
+
+def _load_config(path, overrides: Sequence[str]) -> DictConfig:
+    """:func:`load_config`'s work."""
     import yaml
 
     if dataclasses.is_dataclass(path) and not isinstance(path, type):

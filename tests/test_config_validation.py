@@ -510,6 +510,20 @@ def test_an_interpolation_of_a_list_loads_as_the_list_it_points_at(tmp_path):
     assert main(["config", "--config", str(tmp_path / "c.yaml")]) == 0
 
 
+def test_a_recursive_alias_or_a_file_nested_hundreds_deep_is_a_config_error(tmp_path, capsys):
+    """A probe: RecursionError out of load_config, a 30-line traceback and exit 1 on the CLI."""
+    from adaptive_eval.cli import main
+
+    alias, deep = tmp_path / "alias.yaml", tmp_path / "deep.yaml"
+    alias.write_text("streams:\n  ignore: &a [*a]\n")
+    deep.write_text("trigger:\n" + "".join("  " * (i + 1) + f"a{i}:\n" for i in range(300)) + "  " * 301 + "x: 1\n")
+    for path in (alias, deep):
+        with pytest.raises(ConfigError, match=r"nested too deeply to read \(an alias that contains itself"):
+            load_config(path)
+    assert main(["config", "--config", str(alias)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
 def test_a_misspelt_preset_is_named_with_the_nearest_and_tensorboard_dir_true_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"agressive: no such config file .*; did you mean 'aggressive'\?"):
         load_config("agressive")
