@@ -434,7 +434,8 @@ def _async_problems(cfg: DictConfig) -> list[str]:
     if folder in ("True", "False", "true", "false"):  # (OmegaConf has turned YAML's true into the string "True")
         problems.append(f"logging.tensorboard_dir: a folder to write to, or null, not {folder.lower()}; e.g. "
                         "tensorboard_dir: runs/tb")
-    elif folder is not None and folder.strip() in ("", "None", "none"):
+    elif folder is not None and folder.strip() in ("", "None", "none", "null", "Null", "NULL", "~"):
+        # ('null' quoted, or from ${oc.env:TB_DIR} set to null, wrote into a folder ./null; a probe)
         # (Python's None written into YAML or an f-string wrote into a folder ./None; "" into the working directory)
         problems.append(f"logging.tensorboard_dir: a folder to write to, or null (no TensorBoard), not {folder!r}; "
                         "YAML's None is null")
@@ -460,7 +461,7 @@ def _evaluation_problems(ev) -> list[str]:
     elif ev.suite_aggregate is not None and not ev.suites:
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r} is the mean over evaluation.suites, and "
                         "there are none: set suites, or leave it null")
-    elif ev.suite_aggregate in ("None", "none"):
+    elif ev.suite_aggregate in ("None", "none", "null", "Null", "NULL"):
         problems.append(f"evaluation.suite_aggregate: {ev.suite_aggregate!r}: a name for the mean over the suites, or "
                         "null (none); YAML's None is null")
     elif ev.suite_aggregate is not None and all(isinstance(s.weight, (int, float)) and s.weight == 0

@@ -348,7 +348,7 @@ class TensorBoardLogger(MetricLogger):
             raise ValueError(f"flush_secs must be a number >= 0, got {flush_secs!r}")
         if rank is not None:
             rank = operator.index(rank)
-        self.log_dir = Path(log_dir)
+        self.log_dir = Path(log_dir).expanduser()  # (~/runs wrote into a folder ./~ here; a probe)
         self.flush_secs = float(flush_secs)
         self.rank = rank
         # torch's SummaryWriter (used by HF's and Lightning's TensorBoard loggers) names its files

@@ -538,6 +538,10 @@ def test_a_misspelt_preset_is_named_with_the_nearest_and_tensorboard_dir_true_is
     with pytest.raises(ConfigError, match=r"logging.tensorboard_dir: a folder .* not false"):
         load_config(None, ["logging.tensorboard_dir=false"])
     assert load_config(None, ["logging.tensorboard_dir=runs/tb"]).logging.tensorboard_dir == "runs/tb"
+    # 'null' as text (quoted, or ${oc.env:TB_DIR} with TB_DIR=null) wrote into a folder ./null (a probe)
+    with pytest.raises(ConfigError, match=r"logging.tensorboard_dir: a folder to write to, or null \(no TensorBoard\), "
+                                          r"not 'null'"):
+        load_config(None, ["logging.tensorboard_dir='null'"])
 
 
 def test_load_state_dict_refuses_json_text_and_another_version_by_name():

@@ -69,6 +69,16 @@ def test_every_scalar_round_trips_with_its_step(tmp_path):
         assert all(same_float32(a, b) for (_, a), (_, b) in zip(got[tag], points)), (tag, got[tag], points)
 
 
+def test_a_folder_under_home_written_with_a_tilde_is_that_folder(tmp_path, monkeypatch):
+    """A probe: logging.tensorboard_dir: ~/runs wrote into a folder named ~ in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    with make_logger("~/runs/tb") as logger:
+        logger.log(0, {"x": 1.0})
+    assert logger.log_dir == tmp_path / "home" / "runs" / "tb" and not (tmp_path / "~").exists()
+    assert [e.step for e in read(logger.log_dir).Scalars("x")] == [0]
+
+
 def test_text_markers_and_config(tmp_path):
     with TensorBoardLogger(tmp_path) as logger:
         logger.log_config("trigger:\n  freq_steps: 50\nnote: '```'\n")
