@@ -1425,7 +1425,7 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
             _numbers_in_specs(merged)
         try:
             validate(merged)
-        except ConfigError:
+        except (ConfigError, OverflowError):  # (an integer beyond float range: load_config names it; a probe)
             return load_config(plain)
         return merged
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):

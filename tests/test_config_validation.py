@@ -824,6 +824,9 @@ def test_an_integer_beyond_any_float_is_a_config_error_naming_the_key(tmp_path, 
                 "evaluation.suites.m.cost", "distributed.timeout_s"):
         with pytest.raises(ConfigError, match=re.escape(f"{key}: an integer beyond any number this takes")):
             load_config(overrides=[f"{key}={big}"])
+    # (from_config of the same, as a dict: a bare OverflowError; a probe)
+    with pytest.raises(ConfigError, match=re.escape("trigger.freq_steps: an integer beyond any number this takes")):
+        AdaptiveEvaluator.from_config({"trigger": {"freq_steps": 10**400}})
     (tmp_path / "big.yaml").write_text(f"evaluation:\n  seed: {big}\ndistributed:\n  timeout_s: {big}\n")
     with pytest.raises(ConfigError) as err:
         load_config(tmp_path / "big.yaml")
