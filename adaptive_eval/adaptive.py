@@ -2482,18 +2482,25 @@ class AdaptiveEvaluator:
         """Resumed from a state saved before the last step's ``evaluate()`` (AReaL's RecoverHandler saves there) and
         closed with no call since: the loop had no step left, so the last step's evaluation (``trigger.eval_at_end``)
         is in no run; said, with what evaluates it (it was lost unsaid; a probe)."""
-        last, total = self._loaded_last, self.total_steps
-        if (last is None or total is None or not self._eval_at_end or self._last_call_step != last
-                or not total - 2 <= last < total - 1 or self._last_eval_step == total - 1 or self._rank != 0
-                or self._closed):
+        last, total, called = self._loaded_last, self.total_steps, self._last_call_step
+        if total is None or not self._eval_at_end or self._rank != 0 or self._closed or called is None:
             return
-        text = (f"closed with no evaluate() call since the state loaded, saved after step {last}'s call: the run's "
-                f"last step, {total - 1} (total_steps {total}), was not evaluated (trigger:final); a state saved "
-                f"before the last step's evaluate(), as AReaL's RecoverHandler saves it, resumes with no step left. "
-                f"evaluator.after_train(evaluate_fn, {total - 1}) before close() evaluates it")
+        if called == last and total - 2 <= last < total - 1 and self._last_eval_step != total - 1:
+            text = (f"closed with no evaluate() call since the state loaded, saved after step {last}'s call: the "
+                    f"run's last step, {total - 1} (total_steps {total}), was not evaluated (trigger:final); a state "
+                    f"saved before the last step's evaluate(), as AReaL's RecoverHandler saves it, resumes with no "
+                    f"step left. evaluator.after_train(evaluate_fn, {total - 1}) before close() evaluates it")
+        elif called < total - 1 and self._last_eval_step != called and called != last:
+            # (a loop that stopped early, a break, and closed: the last weights were never evaluated, unsaid; the
+            # framework adapters call after_train() themselves; a probe)
+            text = (f"closed at step {called}, before the run's last step ({total - 1}, total_steps {total}): the "
+                    f"last weights trained were not evaluated (trigger:final); evaluator.after_train(evaluate_fn, "
+                    f"{called}) before close() evaluates them")
+        else:
+            return
         log.warning("%s", text)
         if self._logging:
-            self._logger.text(last, "decisions", text)
+            self._logger.text(called, "decisions", text)
 
     def _deferred_since(self) -> str:
         """", deferred since step S" for the decisions text of an evaluation that ends a deferral."""

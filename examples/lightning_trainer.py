@@ -65,13 +65,14 @@ def main() -> None:
                         logger=CSVLogger(a.out), limit_val_batches=0, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
                         devices=a.devices, strategy="ddp_spawn" if a.devices > 1 else "auto")
+    log_dir = trainer.logger.log_dir  # (read before fit: after ddp_spawn the parent's logger picks the next version)
     trainer.fit(Model(), train, val)
     if a.devices == 1:
         print(f"target flipped at step {a.steps // 2}; evaluations (step, why, items, val_loss [95% CI]):")
         for r in cb.evaluator.history:
             m = r["val_loss"]
             print(f"  {r.step:4d}  {r.reason:28s} n={m.n:4d}  {m.mean:.3f} [{m.ci[0]:.3f}, {m.ci[1]:.3f}]")
-    print(f"results also in {trainer.logger.log_dir}/metrics.csv (adaptive_eval/* columns)")
+    print(f"results also in {log_dir}/metrics.csv (adaptive_eval/* columns)")
 
 
 if __name__ == "__main__":

@@ -498,6 +498,30 @@ def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
             lambda r: {}, 100)
 
 
+def test_close_says_the_last_weights_of_a_loop_stopped_early_were_not_evaluated_unless_after_train_ran(caplog):
+    """A probe: a loop of one's own that stopped early (a break at step 119 of 200) and closed lost the final
+    evaluation without a word (the framework adapters call after_train themselves)."""
+    streams = {"train/loss": noisy(lambda g: 1.0, 0.1, 3)}
+    for call in (False, True):
+        run = Run(load_config("default"), lambda g: 0.6, streams, total_steps=200).run(0, 120)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            if call:
+                run.ev.after_train(run.evaluate_fn, 119)
+            run.ev.close()
+        said = [r.getMessage() for r in caplog.records if "were not evaluated" in r.getMessage()]
+        assert said == ([] if call else [
+            "closed at step 119, before the run's last step (199, total_steps 200): the last weights trained were not "
+            "evaluated (trigger:final); evaluator.after_train(evaluate_fn, 119) before close() evaluates them"])
+    # (a run that reached its last step, or with trigger.eval_at_end false, has nothing to say)
+    for cfg, stop in ((load_config("default"), 50), (load_config("default", ["trigger.eval_at_end=false"]), 30)):
+        run = Run(cfg, lambda g: 0.6, streams, total_steps=50).run(0, stop)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            run.ev.close()
+        assert not [r for r in caplog.records if "were not evaluated" in r.getMessage()]
+
+
 def test_a_loop_counting_past_total_steps_is_told_once_and_after_train_evaluates_its_last_weights(caplog):
     """A loop counting from 1 (or running longer than it said) had its final evaluation at total_steps - 1, the
     weights before its last step, without a word (a new user's probe); after_train at its last step did nothing."""
@@ -949,7 +973,9 @@ def test_calls_after_close_are_said_once(caplog, tmp_path):
     with caplog.at_level("WARNING", logger="adaptive_eval"):
         ev.close()
         ev.close()
-        assert not caplog.records
+        # (the first close() says the run stopped before its last step, its last weights not evaluated; once)
+        assert [r.getMessage()[:19] for r in caplog.records] == ["closed at step 4, b"]
+        caplog.clear()
         for g in range(5, 8):
             ev.observe({"train/loss": 1.0}, g)
             ev.evaluate(lambda request: {"acc": [1.0, 0.0] * 8}, 0, g, g)
