@@ -399,6 +399,37 @@ def test_asynchronous_evaluation_through_the_trainer_runs_on_the_weights_of_its_
     assert [(h["eval_adaptive_step"], h["step"]) for h in logged] == [(r.step, r.integrated_step + 1) for r in history]
 
 
+def test_train_again_after_a_ctrl_c_closes_the_evaluator_the_exception_left_open(tmp_path, caplog):
+    """A probe: HF has no hook for an exception in train(), so a Ctrl-C with an asynchronous evaluation in flight
+    left the evaluator open; at exit it said "never closed ... call close()", which an HF user never could.  A
+    train() again (a notebook's next cell) closes it first, giving up what was in flight."""
+    from conftest import DeferredExecutor
+
+    class CtrlC(TrainerCallback):
+        def __init__(self):
+            self.armed = True
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.armed and state.global_step == 9:
+                self.armed = False
+                raise KeyboardInterrupt
+
+    torch.manual_seed(0)
+    cb = AdaptiveEvalCallback("default", executor=DeferredExecutor(),
+                              overrides=FAST + ["trigger.freq_steps=6", "evaluation.async_integrate_after_steps=5"])
+    trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=20), train_dataset=Points(400, 0),
+                      eval_dataset=Points(100, 1), callbacks=[cb, CtrlC()])
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    first = cb.evaluator
+    assert not first._closed and first._async.jobs  # (the evaluation of step 5, in flight)
+    with caplog.at_level("INFO", logger="adaptive_eval"):
+        trainer.train()
+    assert first._closed and not first._async.jobs and cb.evaluator is not first
+    assert any("is closed now" in r.getMessage() for r in caplog.records)
+    assert cb.evaluator.history[-1].reason == "trigger:final"
+
+
 def test_a_callback_rebuilt_without_the_instance_it_replaces_says_what_is_lost(caplog):
     def _load_callback_state():  # what HF's Trainer._load_callback_state would be if it named its local otherwise
         return AdaptiveEvalCallback(**{"config": "areal", "overrides": [], "per_item": True})

@@ -624,6 +624,14 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if (self.evaluate_fn is None and trainer is not None and asynchronous(cfg, executor)
                 and forward_collectives(trainer.model)):
             cfg, executor = synchronous_for_sharded(cfg)
+        previous = self.evaluator
+        if previous is not None and not previous._closed:
+            # The last train() raised (a Ctrl-C) and HF has no hook for that: its evaluator was left open, and at
+            # exit it said "never closed ... call close()", which an HF user never could (a probe).  Closed here,
+            # what is still in flight is given up at once (its outcome belongs to a run that ended).
+            log.info("adaptive_eval: the evaluator of the last train(), which ended without on_train_end (an "
+                     "exception), is closed now")
+            self._guard("close", previous.close, 0.0)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),
                                                        resource_monitor=self.resource_monitor)
