@@ -742,9 +742,11 @@ class AsyncEvaluations:
         return (f"step {step}: the asynchronous evaluation of step {job.step} ({job.reason}) still runs "
                 f"{self.timer() - job.submitted_at:.3g} s after its submission, and due evaluations have waited for "
                 f"it at {job.held_up} evaluate() calls since step {job.held_up_since} (async:waiting, "
-                f"evaluation.max_in_flight={self.max_in_flight}): no evaluation starts until it finishes; {limit}. "
-                "Set evaluation.timeout_s to fail an evaluation that takes longer (close() and state_dict() wait "
-                f"for it up to {self.wait_limit_s:g} s otherwise) (said once)")
+                f"evaluation.max_in_flight={self.max_in_flight}): no evaluation starts until it finishes; {limit}"
+                # (with timeout_s set it said "Set evaluation.timeout_s" all the same; a probe)
+                + (". Set evaluation.timeout_s to fail an evaluation that takes longer (close() and state_dict() "
+                   f"wait for it up to {self.wait_limit_s:g} s otherwise)" if self.timeout_s is None else
+                   ", after which it fails") + " (said once)")
 
     def cancel(self, job: _Job) -> None:
         self.jobs.remove(job)

@@ -996,6 +996,19 @@ def test_an_evaluation_that_holds_up_due_ones_is_warned_about_once_at_a_step_set
     finally:
         release.set()
     ev.close()
+    # With evaluation.timeout_s set it still said "Set evaluation.timeout_s" (a probe)
+    release, hangs = hanging()
+    caplog.clear()
+    try:
+        ev, events = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false",
+                              "evaluation.timeout_s=1000"))
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            train(ev, model_at(0), 60, fn=hangs)
+        (said,) = _held_up_warnings(caplog)
+        assert said.endswith("evaluation.timeout_s is 1000 s, after which it fails (said once)"), said
+    finally:
+        release.set()
+    ev.close()
     caplog.clear()
     ev, events = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false"), InlineExecutor())
     with caplog.at_level("WARNING", logger="adaptive_eval"):
