@@ -490,8 +490,17 @@ def summarize(values: Iterable[float] | np.ndarray, confidence: float = 0.95, ki
         total, total_sq = float(arr.sum()), float(np.dot(arr, arr))
     mean = stable_mean(arr)
     m2 = deviations(arr, mean)
-    return from_sums(total, total_sq, int(arr.size), binary, confidence, m2=m2, mean=mean,
-                     nan_count=nan_count, std=scaled_std(arr, mean) if m2 == math.inf else None, **_moments(arr, mean))
+    out = from_sums(total, total_sq, int(arr.size), binary, confidence, m2=m2, mean=mean,
+                    nan_count=nan_count, std=scaled_std(arr, mean) if m2 == math.inf else None, **_moments(arr, mean))
+    if kind is None and not binary and arr.size and (out.ci[0] < 0.0 or out.ci[1] > 1.0) \
+            and 0.0 <= float(arr.min()) and float(arr.max()) <= 1.0:
+        # (a token accuracy, k of 7 per item: 0.0089 [-0.0083, 0.026], an accuracy below 0, and nothing said the
+        # fix; a probe)
+        log_once(("bounded", name), "metric %r: its values lie in [0, 1] but are not all 0/1, so its interval is "
+                 "Student t's, which here leaves [0, 1] (%.4g, %.4g); if it is a proportion (a share per item), "
+                 "declare evaluation.metric_kinds.%s: proportion for a Wilson-type interval inside it (said once)",
+                 name or "?", out.ci[0], out.ci[1], name or "NAME")
+    return out
 
 
 def _moments(values: np.ndarray, mean: float) -> dict:

@@ -8,6 +8,7 @@ from scipy import stats as sps
 from statsmodels.stats.proportion import proportion_confint
 
 from adaptive_eval import AdaptiveEvaluator, EvalRequest, EvalResult, Evaluator, load_config
+from adaptive_eval.stats import summarize
 
 
 @dataclasses.dataclass
@@ -66,6 +67,19 @@ def test_request_evaluate_fn_gets_a_nested_sample_and_metrics_are_summarized():
     assert not r["loss"].binary and r["acc"].binary
     # A scalar declared a proportion (evaluation.metric_kinds) gets a Wilson interval over the requested items.
     assert r["score"].n == 100 and r["score"].ci[0] < 0.25 < r["score"].ci[1]
+
+
+def test_a_share_per_item_whose_t_interval_leaves_0_1_is_told_the_metric_kind_that_keeps_it_inside(caplog):
+    """A probe: a token accuracy (k of 7 tokens per item) read 0.0089 [-0.0083, 0.026], an accuracy below 0, and
+    nothing said that evaluation.metric_kinds: proportion gives an interval inside [0, 1]."""
+    values = [0.0] * 31 + [2 / 7]
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        assert summarize(values, name="tok_acc_probe").ci[0] < 0
+        summarize(values, name="tok_acc_probe")  # (once)
+        summarize([0.2, 0.5, 0.9, 0.4], name="tok_acc_probe2")  # (inside [0, 1]: nothing to say)
+    said = [r.getMessage() for r in caplog.records if "tok_acc_probe" in r.getMessage()]
+    assert len(said) == 1 and "declare evaluation.metric_kinds.tok_acc_probe: proportion" in said[0]
+    assert 0 <= summarize(values, kind="proportion", name="tok_acc_probe").ci[0]
 
 
 def test_eval_before_train_evaluates_initial_weights_before_step_zero():
