@@ -2462,40 +2462,36 @@ class AdaptiveEvaluator:
         if zero:
             self._logger.log(step, {"controller/deferred": 0.0})
 
-    def _say_deferred_at_close(self) -> None:
-        """An evaluation deferred at the last ``evaluate()`` (the resources, the budget, a full slot) that never ran:
-        said at ``close()`` (it was lost unsaid, ``controller/deferred`` 1 at the end the only trace; a probe)."""
-        d, step = self.last_decision, self._last_call_step
-        if (d is None or d.evaluate or not d.reason or d.reason.startswith("async:down") or step is None
-                or (self._last_eval_step is not None and self._last_eval_step >= step) or self._rank != 0
-                or self._closed):
+    def _say_unevaluated_at_close(self, crashing: bool) -> None:
+        """What ``close()`` finds never evaluated, said once (each was lost unsaid; probes): an evaluation still
+        deferred at the last ``evaluate()`` (the resources, the budget, a full slot); else the run's last step of a
+        state saved before that step's ``evaluate()`` (AReaL's RecoverHandler saves there) resumed with no step left;
+        else the last weights of a loop that stopped early (a ``break``).  Each with the ``after_train`` call that
+        evaluates them.  Not on the way out of an exception (``crashing``: a ``with`` block a crash leaves, an
+        adapter's close on an exception: advice there is noise, and a framework's user never calls after_train)."""
+        d, total, called, last = self.last_decision, self.total_steps, self._last_call_step, self._loaded_last
+        done = self._last_eval_step
+        if crashing or called is None or self._rank != 0 or self._closed:
             return
-        since = f" since step {self._deferring[0]}" if self._deferring is not None else ""
-        text = (f"closed while deferred: the evaluation due{since} ({d.reason}, was {d.deferred or 'due'}) never ran; "
-                + ("evaluator.after_train(evaluate_fn, step) before close() evaluates the last weights"
-                   if self._eval_at_end else "trigger.eval_at_end is false"))
-        log.warning("%s", text)
-        if self._logging:
-            self._logger.text(step, "decisions", text)
-
-    def _say_final_lost_at_close(self) -> None:
-        """Resumed from a state saved before the last step's ``evaluate()`` (AReaL's RecoverHandler saves there) and
-        closed with no call since: the loop had no step left, so the last step's evaluation (``trigger.eval_at_end``)
-        is in no run; said, with what evaluates it (it was lost unsaid; a probe)."""
-        last, total, called = self._loaded_last, self.total_steps, self._last_call_step
-        if total is None or not self._eval_at_end or self._rank != 0 or self._closed or called is None:
+        then = (f"; evaluator.after_train(evaluate_fn, {called}) before close() evaluates the last weights"
+                if self._eval_at_end else "; trigger.eval_at_end is false")
+        if (d is not None and not d.evaluate and d.reason and not d.reason.startswith("async:down")
+                and (done is None or done < called)):
+            # (what was due, as the decisions line said it when the deferral began: "was due" read otherwise)
+            was = (self._deferring[1].partition(" (was ")[2][:-1] if self._deferring is not None
+                   else d.deferred or "due")
+            since = f" since step {self._deferring[0]}" if self._deferring is not None else ""
+            text = f"closed while deferred: the evaluation due{since} ({d.reason}, was {was}) never ran" + then
+        elif total is None or not self._eval_at_end:
             return
-        if called == last and total - 2 <= last < total - 1 and self._last_eval_step != total - 1:
+        elif called == last and total - 2 <= last < total - 1 and (done is None or done < total - 1):
             text = (f"closed with no evaluate() call since the state loaded, saved after step {last}'s call: the "
                     f"run's last step, {total - 1} (total_steps {total}), was not evaluated (trigger:final); a state "
                     f"saved before the last step's evaluate(), as AReaL's RecoverHandler saves it, resumes with no "
                     f"step left. evaluator.after_train(evaluate_fn, {total - 1}) before close() evaluates it")
-        elif called < total - 1 and self._last_eval_step != called and called != last:
-            # (a loop that stopped early, a break, and closed: the last weights were never evaluated, unsaid; the
-            # framework adapters call after_train() themselves; a probe)
+        elif called < total - 1 and (done is None or done < called) and called != last:
             text = (f"closed at step {called}, before the run's last step ({total - 1}, total_steps {total}): the "
-                    f"last weights trained were not evaluated (trigger:final); evaluator.after_train(evaluate_fn, "
-                    f"{called}) before close() evaluates them")
+                    f"last weights trained were not evaluated (trigger:final)" + then)
         else:
             return
         log.warning("%s", text)
@@ -2534,9 +2530,11 @@ class AdaptiveEvaluator:
             raise RuntimeError(f"state_dict() was called from another thread than the training loop's, and the loop "
                                f"changed the state while it was read ({exc}): take it in the training thread (a "
                                "checkpoint hook of the trainer runs there)") from exc
-        if self._logging and _get_ident() == self._owner:
+        if self._logging and _get_ident() == self._owner and _own_tensorboard(self.logger):
             # What the state covers is on disk too: a run killed after its checkpoint lost the stream points logged
-            # since the last flush for good, though the state had them (a probe: steps 89-98 of train/loss)
+            # since the last flush for good, though the state had them (a probe: steps 89-98 of train/loss).  Only
+            # the library's own writer, which takes no lock: a user's logger that does deadlocked when a preemption
+            # handler's state_dict() came while the training thread was inside its log() (a review).
             self._logger.flush()  # (guarded: a checkpoint is never failed by its log)
         return state
 
@@ -2857,6 +2855,8 @@ class AdaptiveEvaluator:
         self._close_lock = _Lock()
 
     def _close(self, timeout_s: float | None) -> None:
+        crashing = (self.__dict__.get("_going_up") is not None or sys.exc_info()[1] is not None
+                    or self.__dict__.get("_exception_close", False))
         if self._unclosed is not None:  # (close() was called, whatever its drain meets)
             self._unclosed.detach()
         if self.__dict__.get("_forked_at") == (self._last_step, self._last_call_step):
@@ -2903,8 +2903,7 @@ class AdaptiveEvaluator:
                 self._async.close(timeout_s)
         if self._deferred_span is not None and self._logging:  # (a deferral going on at the end: its last step's 1)
             self._end_deferred_span(self._deferred_span[1] + 1, zero=False)
-        self._say_deferred_at_close()
-        self._say_final_lost_at_close()
+        self._say_unevaluated_at_close(crashing)
         self._log_pick()
         try:
             self._say_unobserved_streams()
@@ -3032,6 +3031,12 @@ def _mark_forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_mark_forked)
+
+
+def _own_tensorboard(logger) -> bool:
+    """Whether ``logger`` is the library's own TensorBoard writer (imported only if the module was)."""
+    module = sys.modules.get("adaptive_eval.tensorboard")
+    return module is not None and isinstance(logger, module.TensorBoardLogger)
 
 
 def _say_lost_in_flight(evaluations, rank: int, pid: int) -> None:

@@ -1401,6 +1401,15 @@ def _locate(problem: str, source: str, lines: dict[str, int], overridden: dict[s
 
 def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     """Accept a loaded config, a :class:`Config`, a plain nested dict, or None (the defaults)."""
+    try:
+        return _as_config(cfg)
+    except RecursionError:  # (from_config of a mapping that contains itself: a bare RecursionError; a review)
+        raise ConfigError(["config: nested too deeply to read (a mapping that contains itself, or hundreds of "
+                           "levels of mappings)"]) from None
+
+
+def _as_config(cfg):
+    """:func:`as_config`'s work."""
     if cfg is None:
         return load_config()
     if isinstance(cfg, (Mapping, DictConfig)) and is_areal_evaluator_config(cfg):

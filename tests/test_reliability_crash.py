@@ -253,6 +253,27 @@ def test_what_a_saved_state_covers_is_in_tensorboard_after_a_sigkill(tmp_path):
     assert [e.step for e in acc.Scalars("streams/train/loss")] == list(range(40))
 
 
+def test_state_dict_flushes_the_librarys_own_writer_only():
+    """A review: flushing a user's logger from state_dict() deadlocked when a preemption handler took the state while
+    the training thread was inside that logger's log(), both under its lock; the library's own writer takes none."""
+    from adaptive_eval import AdaptiveEvaluator, load_config
+    from adaptive_eval.loggers import MetricLogger
+
+    class Mine(MetricLogger):
+        flushes = 0
+
+        def log(self, step, scalars):
+            pass
+
+        def flush(self):
+            Mine.flushes += 1
+
+    ev = AdaptiveEvaluator.from_config(load_config(), logger=Mine())
+    ev.observe({"train/loss": 1.0}, 0)
+    ev.state_dict()
+    assert Mine.flushes == 0
+
+
 def test_a_forked_child_leaving_the_evaluators_with_block_neither_hangs_nor_writes_the_parents_files(tmp_path):
     """A child forked with an asynchronous evaluation in flight (os.fork, a DataLoader worker) that leaves the
     training script's ``with AdaptiveEvaluator(...)`` block: its close() waited for an evaluation thread that does

@@ -258,7 +258,8 @@ def _tensorboard_beside(cfg, trainer):
     if folder is None or trainer is None:
         return None
     theirs = _their_tensorboard_folder(trainer)
-    if theirs is not None and os.path.realpath(theirs) == os.path.realpath(os.fspath(folder)):
+    if theirs is not None and (os.path.realpath(os.path.expanduser(theirs))
+                               == os.path.realpath(os.path.expanduser(os.fspath(folder)))):  # (~/x is theirs too)
         from adaptive_eval.loggers import NullLogger
         from adaptive_eval.tensorboard import make_logger
 
@@ -628,9 +629,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if previous is not None and not previous._closed:
             # The last train() raised (a Ctrl-C) and HF has no hook for that: its evaluator was left open, and at
             # exit it said "never closed ... call close()", which an HF user never could (a probe).  Closed here,
-            # what is still in flight is given up at once (its outcome belongs to a run that ended).
+            # waiting for nothing more than what the evaluation in flight still needs to finish (its outcome
+            # belongs to a run that ended; HF's own state() at the exception already waited for it).
             log.info("adaptive_eval: the evaluator of the last train(), which ended without on_train_end (an "
                      "exception), is closed now")
+            previous._exception_close = True  # (no after_train advice at this close: HF's user never calls it)
             self._guard("close", previous.close, 0.0)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),

@@ -450,6 +450,7 @@ class AdaptiveEvalCallback(Callback):
                 left = max(EXCEPTION_DRAIN_S - (time.monotonic() - began), 0.0)
             # (the results closing integrated reach the trainer's loggers as at train end: Lightning finalizes them
             # after this; they were in our TensorBoard file only; a probe)
+            self.evaluator._exception_close = True  # (close() gives no after_train advice on an exception)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report_drained(trainer, result),
                                 timeout_s=left)
