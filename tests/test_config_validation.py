@@ -522,6 +522,10 @@ def test_a_recursive_alias_or_a_file_nested_hundreds_deep_is_a_config_error(tmp_
             load_config(path)
     assert main(["config", "--config", str(alias)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    looped: dict = {"trigger": {}}
+    looped["trigger"]["self"] = looped  # (from_config of it: a bare RecursionError; a review)
+    with pytest.raises(ConfigError, match=r"nested too deeply to read"):
+        AdaptiveEvaluator.from_config(looped)
 
 
 def test_a_misspelt_preset_is_named_with_the_nearest_and_tensorboard_dir_true_is_refused(tmp_path):
