@@ -1495,6 +1495,11 @@ class AdaptiveEvaluator:
                     # A deferral's first step and (when it ends) its last: a 1 at every step it lasted crowded
                     # the evaluations' 0s out of TensorBoard's 1,000 points a chart keeps (a new user's probe)
                     if self._deferred_span is None:
+                        zero = self.__dict__.get("_deferred_zero")
+                        if zero is not None and zero < global_step - 1:
+                            # (a 0 the step before: from the last evaluation's 0 the chart rose as a slope, 0.5
+                            # halfway, where nothing was deferred; the rising edge a step, as the falling one is)
+                            self._logger.log(global_step - 1, {"controller/deferred": 0.0})
                         self._logger.log(global_step, {"controller/deferred": 1.0})
                         self._deferred_span = [global_step, global_step]
                     self._deferred_span[1] = global_step
@@ -2150,6 +2155,7 @@ class AdaptiveEvaluator:
             self._end_deferred_span(global_step, zero=False)
             self._logger.log(global_step, {"controller/async_in_flight": float(len(self._async.jobs)),
                                            "controller/deferred": 0.0})
+            self._deferred_zero = global_step
             self._logger.text(global_step, "decisions",
                               f"submitted: {decision.reason} (n="
                               f"{'all' if decision.sample_size is None else decision.sample_size})"
@@ -2421,6 +2427,7 @@ class AdaptiveEvaluator:
         scalars = {"controller/sample_size": float(items),
                    "controller/eval_fraction": self.eval_fraction, "controller/deferred": 0.0,
                    "controller/eval_errors": float(self._eval_errors)}
+        self._deferred_zero = max(step, self.__dict__.get("_deferred_zero") or step)
         if self._alarms_point(step):
             scalars["controller/alarms"] = float(self._alarm_count)
         if self.interval is not None:
@@ -2461,6 +2468,7 @@ class AdaptiveEvaluator:
             self._logger.log(span[1], {"controller/deferred": 1.0})
         if zero:
             self._logger.log(step, {"controller/deferred": 0.0})
+            self._deferred_zero = step
 
     def _say_unevaluated_at_close(self, crashing: bool) -> None:
         """What ``close()`` finds never evaluated, said once (each was lost unsaid; probes): an evaluation still

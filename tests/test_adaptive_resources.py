@@ -105,8 +105,9 @@ def test_deferrals_are_logged_and_a_resumed_run_continues_the_same_deferral():
     whole = run(ev, 40, start=12)
     evaluated = [(st, t) for st, tag, t in logger.texts if t.startswith("evaluated: ")]
     assert evaluated[0][0] == 14 and evaluated[0][1].endswith(", deferred since step 9"), evaluated
-    assert [(s, v["controller/deferred"]) for s, v in logger.scalars if "controller/deferred" in v][:3] == [
-        (9, 1.0), (13, 1.0), (14, 0.0)]  # (a step on the chart, not a slope from 9 to 14)
+    assert [(s, v["controller/deferred"]) for s, v in logger.scalars if "controller/deferred" in v][:6] == [
+        (9, 1.0), (13, 1.0), (14, 0.0), (23, 0.0), (24, 1.0), (28, 1.0)]  # (a step on the chart, not a slope from
+    # 9 to 14; nor, rising, from the evaluation's 0 at 14 to the 1 at 24: the 0 at 23; a probe in Chromium)
     resumed = AdaptiveEvaluator.from_config(cfg(), resource_monitor=FakeResourceMonitor([LOW]))
     resumed.load_state_dict(state)
     assert run(resumed, 40, start=12) == whole == {14: FORCED, 29: FORCED}
