@@ -341,5 +341,6 @@ def format_comparison(report: dict) -> str:
               "scoring only" + ("" if peak is None else f" (the run's peak: {peak:.3f} at step {a['peak_step']})"),
               f"wrote {out}/adaptive/ and {out}/fixed/: evals.jsonl, alarms.jsonl, summary.json, tb/, run.png; "
               f"the run as a trace: {out}/{TRACE_NAME}",
-              f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
+              f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0 (the dashboard, "
+              "unsmoothed: http://localhost:6006/#custom_scalars&_smoothingWeight=0)"]
     return "\n".join(lines)

@@ -867,5 +867,6 @@ def format_comparison(report: dict) -> str:
               f"{out}/comparison.png, {out}/comparison.json; the run as a trace: {out}/{TRACE_NAME} (its fault: "
               f"{out}/{TRACE_NAME}.events.yaml)",
               f"replay it: {_replay_command(report, out)}",
-              f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0"]
+              f"look: tensorboard --logdir {out}, and open http://localhost:6006/?smoothing=0 (the dashboard, "
+              "unsmoothed: http://localhost:6006/#custom_scalars&_smoothingWeight=0)"]
     return "\n".join(lines)
