@@ -2962,6 +2962,12 @@ class AdaptiveEvaluator:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._going_up = exc  # (close() then waits at most EXCEPTION_DRAIN_S for what is in flight)
+        if (exc is not None and self._distributed and self._async is not None and self._group_failed is None
+                and not isinstance(exc, CollectiveError)):
+            # One rank's exception (a Ctrl-C, an OOM): close()'s gather of what is in flight would run on this rank
+            # alone, waiting out distributed.timeout_s, then raise CollectiveError over the exception itself (a
+            # probe, two gloo ranks); what is in flight fails here instead, as the Lightning adapter's close does.
+            self._group_failed = f"rank {self._rank} left its `with` block on {type(exc).__name__}"
         self.close()
 
 

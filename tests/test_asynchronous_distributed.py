@@ -262,6 +262,43 @@ def test_a_lightning_fit_raising_on_one_rank_closes_without_a_collective():
     assert not collective0 and errors0 and "the fit raised RuntimeError on rank 0" in errors0[0]
 
 
+def _with_block_left_on_one_rank(rank, world):
+    import threading
+
+    cfg = load_config(overrides=["trigger.freq_steps=5", "distributed.timeout_s=4", "evaluation.asynchronous=true",
+                                 "evaluation.async_integrate_after_steps=20", "policy.budget.enabled=false",
+                                 "evaluation.precision=none"])
+    ev = AdaptiveEvaluator.from_config(cfg, total_steps=40, clock=FakeClock())
+    release = threading.Event()
+
+    def fn(request):
+        release.wait(5)
+        return {"acc": [1.0] * len(request.indices(100))}
+
+    try:
+        with ev:
+            for g in range(6):  # (an evaluation submitted at step 4, in flight on both ranks)
+                ev.observe({"train/loss": 1.0}, g)
+                ev.evaluate(fn, 0, g, g)
+            if rank == 1:
+                raise RuntimeError("CUDA out of memory")  # its step raised; rank 0 trains on, never closing here
+            release.set()
+            time.sleep(8)  # (past rank 1's drain and distributed.timeout_s: no close() of this rank to meet)
+    except Exception as exc:  # noqa: BLE001 - what went up, reported
+        release.set()
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def test_an_exception_leaving_the_with_block_on_one_rank_goes_up_as_it_is_without_a_collective():
+    """A probe (two gloo ranks, a Ctrl-C under torchrun): the `with` block's close() gathered the shards in flight
+    on the rank that raised alone, waited distributed.timeout_s, and raised CollectiveError over the exception (an
+    `except KeyboardInterrupt` never ran); what is in flight fails there instead, as the Lightning adapter's does."""
+    out0, out1 = run_ranks(_with_block_left_on_one_rank, timeout_s=90, collective_timeout_s=10)
+    assert out1 == ("RuntimeError", "CUDA out of memory")
+    assert out0[0] == "CollectiveError"  # (the rank left alone: its own close() finds no partner, as documented)
+
+
 def _asynchronous_on_one_rank(rank, world):
     from adaptive_eval.config import ConfigError
 
