@@ -1382,6 +1382,7 @@ class AdaptiveEvaluator:
         check), sized by the policies.  None otherwise: a run that reached its last step evaluated it in
         :meth:`evaluate`.  In a process group every rank calls it (the same decision on every rank: the same
         steps).  Asynchronously it submits; :meth:`close` waits for it."""
+        self._after_train_at = global_step  # (tried, even if it raises: close() gives no advice to call it again)
         try:
             result = self._after_train(evaluate_fn, check_step("global_step", global_step))
         except BaseException:
@@ -2479,7 +2480,9 @@ class AdaptiveEvaluator:
         adapter's close on an exception: advice there is noise, and a framework's user never calls after_train)."""
         d, total, called, last = self.last_decision, self.total_steps, self._last_call_step, self._loaded_last
         done = self._last_eval_step
-        if crashing or called is None or self._rank != 0 or self._closed:
+        tried = self.__dict__.get("_after_train_at")
+        if crashing or called is None or self._rank != 0 or self._closed or (
+                isinstance(tried, int) and tried >= called):  # (after_train was called: raised, under raise)
             return
         then = (f"; evaluator.after_train(evaluate_fn, {called}) before close() evaluates the last weights"
                 if self._eval_at_end else "; trigger.eval_at_end is false")

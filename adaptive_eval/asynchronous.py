@@ -722,8 +722,9 @@ class AsyncEvaluations:
             victim = next((j for j in self.jobs if not j.urgent), None)
             if victim is not None:
                 return decision, victim
+        # (what waits kept as ``deferred``: close() said "was due" of it where the decisions line said its reason)
         return (Decision(False, decision.sample_size, f"async:waiting ({len(self.jobs)} in flight)",
-                         decision.urgent), None)
+                         decision.urgent, deferred=decision.deferred or decision.reason), None)
 
     def held_up(self, step: int) -> str | None:
         """A due evaluation waits at ``step`` (``async:waiting``): count it against the oldest evaluation in

@@ -521,6 +521,15 @@ def test_close_says_the_last_weights_of_a_loop_stopped_early_were_not_evaluated_
         assert run.ev.after_train(run.evaluate_fn, 120).step == 120
         run.ev.close()
     assert not [r for r in caplog.records if "were not evaluated" in r.getMessage()]
+    # (nor after an after_train that raised, under on_error: raise: that is the call the advice names; a probe)
+    run = Run(load_config("default", ["evaluation.on_error=raise"]), lambda g: 0.6, streams, total_steps=200)
+    run.run(0, 120)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="adaptive_eval"):
+        with pytest.raises(RuntimeError, match="grader down"):
+            run.ev.after_train(lambda request: (_ for _ in ()).throw(RuntimeError("grader down")), 119)
+        run.ev.close()
+    assert not [r for r in caplog.records if "were not evaluated" in r.getMessage()]
     # (nor on the way out of an exception: a crash leaving a `with` block; advice there is noise; a review)
     run = Run(load_config("default"), lambda g: 0.6, streams, total_steps=200)
     caplog.clear()

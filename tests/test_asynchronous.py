@@ -973,6 +973,23 @@ def test_evaluate_after_close_says_the_evaluator_was_closed(caplog, executor):
         pool.shutdown()
 
 
+def test_close_says_an_evaluation_waiting_for_a_full_slot_with_what_was_due(caplog):
+    """A probe: "the evaluation due (async:waiting (1 in flight), was due) never ran", where the decisions line said
+    what was due; an async:waiting decision keeps it."""
+    release, hangs = hanging()
+    try:
+        ev, _ = make(cfg("policy.budget.enabled=false", "policy.interval.enabled=false"))
+        train(ev, model_at(0), 12, fn=hangs)  # (step 4's in flight, step 9's waits)
+        assert ev.last_decision.reason == "async:waiting (1 in flight)"
+        with caplog.at_level("WARNING", logger="adaptive_eval"):
+            ev.close(timeout_s=0.5)
+    finally:
+        release.set()
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("closed while deferred")]
+    assert said == ["closed while deferred: the evaluation due (async:waiting (1 in flight), was trigger:steps) "
+                    "never ran; evaluator.after_train(evaluate_fn, 11) before close() evaluates the last weights"]
+
+
 def _held_up_warnings(caplog):
     return [r.getMessage() for r in caplog.records if "due evaluations have waited for it" in r.getMessage()]
 
