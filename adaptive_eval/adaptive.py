@@ -1466,7 +1466,7 @@ class AdaptiveEvaluator:
                         "it failed by the wait for its result, distributed.timeout_s")
         self._waiting_said = busy
         return Decision(False, decision.sample_size, f"waiting:timed-out-eval-still-running (step {busy}; "
-                        f"{decision.reason})", decision.urgent)
+                        f"{decision.reason})", decision.urgent, deferred=decision.deferred or decision.reason)
 
     def _act(self, evaluate_fn, decision: Decision, reason, epoch, global_step, final: bool = False
              ) -> EvalResult | None:
@@ -2488,9 +2488,8 @@ class AdaptiveEvaluator:
                 if self._eval_at_end else "; trigger.eval_at_end is false")
         if (d is not None and not d.evaluate and d.reason and not d.reason.startswith("async:down")
                 and (done is None or done < called)):
-            # (what was due, as the decisions line said it when the deferral began: "was due" read otherwise)
-            was = (self._deferring[1].partition(" (was ")[2][:-1] if self._deferring is not None
-                   else d.deferred or "due")
+            # (what was due: every deferring decision keeps it, as the decisions line says it)
+            was = d.deferred or "due"
             since = f" since step {self._deferring[0]}" if self._deferring is not None else ""
             text = f"closed while deferred: the evaluation due{since} ({d.reason}, was {was}) never ran" + then
         elif total is None or not self._eval_at_end:

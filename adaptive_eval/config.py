@@ -1110,9 +1110,12 @@ def load_config(path: str | os.PathLike | Mapping | DictConfig | None = None, ov
     except RecursionError:
         # (an alias that contains itself, `ignore: &a [*a]`, or a file nested hundreds deep: a RecursionError and a
         # 30-line traceback, exit 1, on the CLI; a probe)
-        where = os.fspath(path) if isinstance(path, (str, os.PathLike)) else "the config"
-        raise ConfigError([f"{where}: nested too deeply to read (an alias that contains itself, such as "
-                           "`ignore: &a [*a]`, or hundreds of levels of mappings)"]) from None
+        raise _too_deep(os.fspath(path) if isinstance(path, (str, os.PathLike)) else "the config") from None
+
+
+def _too_deep(where: str) -> ConfigError:
+    return ConfigError([f"{where}: nested too deeply to read (an alias that contains itself, such as "
+                        "`ignore: &a [*a]`, or hundreds of levels of mappings)"])
 
 
 def _load_config(path, overrides: Sequence[str]) -> DictConfig:
@@ -1404,8 +1407,7 @@ def as_config(cfg: DictConfig | Config | dict | None) -> DictConfig:
     try:
         return _as_config(cfg)
     except RecursionError:  # (from_config of a mapping that contains itself: a bare RecursionError; a review)
-        raise ConfigError(["config: nested too deeply to read (a mapping that contains itself, or hundreds of "
-                           "levels of mappings)"]) from None
+        raise _too_deep("config") from None
 
 
 def _as_config(cfg):

@@ -506,28 +506,33 @@ def case_from_file(path: str, base, events: Sequence[int] = (), *, trace=None,
             truth.append(float(last))
         # an event with no ground truth before it is one check refuses: nothing to compare with, so every trial
         # scored it a miss (found by a new-user probe: tune ran on, exit 0)
-        blind = [int(e) for e in events if len(trace.records) > 1  # (one step: check_input says so)
-                 and not any(step < int(e) and math.isfinite(v) for step, v in known[metric])]
+        measured = [step for step, v in known[metric] if math.isfinite(v)]
+        steps = [int(e) for e in events] if len(trace.records) > 1 else []  # (one step: check_input says so)
+        blind = [e for e in steps if not any(step < e for step in measured)]
         if blind:
-            start = min((step for step, v in known[metric] if math.isfinite(v)), default=None)
-            raise TuneError(f"{path}: event{'s' if len(blind) > 1 else ''} at step{'s' if len(blind) > 1 else ''} "
-                            f"{', '.join(map(str, blind))}: no ground truth of {metric} before "
-                            f"{'them' if len(blind) > 1 else 'it'} to compare with (as check says)"
-                            + (f"; eval/{metric} starts at step {start}" if start is not None else ""))
+            raise TuneError(f"{path}: {_events_at(blind)}: no ground truth of {metric} before "
+                            f"{_them(blind)} to compare with (as check says)"
+                            + (f"; eval/{metric} starts at step {min(measured)}" if measured else ""))
         # ... and its mirror: none at or after it, so no evaluation can show the change (every trial scored it a
         # miss, and tune picked a "best delay" among misses, exit 0; a probe)
-        late = [int(e) for e in events if len(trace.records) > 1
-                and not any(step >= int(e) and math.isfinite(v) for step, v in known[metric])]
+        late = [e for e in steps if not any(step >= e for step in measured)]
         if late:
-            end = max((step for step, v in known[metric] if math.isfinite(v)), default=None)
-            raise TuneError(f"{path}: event{'s' if len(late) > 1 else ''} at step{'s' if len(late) > 1 else ''} "
-                            f"{', '.join(map(str, late))}: no ground truth of {metric} at or after "
-                            f"{'them' if len(late) > 1 else 'it'}, so no evaluation can confirm "
-                            f"{'them' if len(late) > 1 else 'it'} and every trial would score a miss (as check "
-                            "says)" + (f"; eval/{metric} ends at step {end}" if end is not None else ""))
+            raise TuneError(f"{path}: {_events_at(late)}: no ground truth of {metric} at or after {_them(late)}, so "
+                            f"no evaluation can confirm {_them(late)} and every trial would score a miss (as check "
+                            "says)" + (f"; eval/{metric} ends at step {max(measured)}" if measured else ""))
     indices, at = _index_events(trace, events, with_steps=True)
     return Case(str(path), trace, indices, truth, metric, bool(base.evaluation.higher_is_better),
                 int(base.replay.eval_set_size), overrides=[], event_steps=at)
+
+
+def _events_at(steps: Sequence[int]) -> str:
+    """``"event at step 5"`` or ``"events at steps 5, 9"``."""
+    many = "s" if len(steps) > 1 else ""
+    return f"event{many} at step{many} {', '.join(map(str, steps))}"
+
+
+def _them(steps: Sequence[int]) -> str:
+    return "them" if len(steps) > 1 else "it"
 
 
 def check_input(cases: Sequence[Case], objectives: Sequence[str], trials: int, *, to: str = "to tune on") -> None:
