@@ -355,6 +355,15 @@ class AdaptiveEvaluator:
         if self.total_steps is not None and self.total_steps < 1:  # (0 and -1 were taken: no final evaluation)
             raise ValueError(f"total_steps must be >= 1 (the run's number of steps) or None, got {self.total_steps}")
         self.clock = _FiniteClock(clock) if clock is not None else time.monotonic
+        if eval_ranks is not None and getattr(eval_ranks, "is_eval_rank", False):
+            # (before the group's own check, whose "not a member of the given process group" said nothing of it)
+            raise RuntimeError(f"rank {eval_ranks.rank} is an eval rank (distributed.eval_ranks): it runs "
+                               "EvalRanks.serve(...), not an AdaptiveEvaluator")
+        if eval_ranks is not None and group is None:
+            # The training ranks' group is the only one that fits: without it the evaluator took the whole world,
+            # the eval ranks included, and its first collective waited distributed.timeout_s (600 s) for a rank
+            # that never calls evaluate(), then raised CollectiveError into the training step (a probe).
+            group = eval_ranks.train_group
         self.dist = DistContext.from_config(self.cfg, group)
         # Decided once: a single process pays nothing for the distributed machinery, step after step.
         self._distributed = _group_exists(group)

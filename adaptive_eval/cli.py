@@ -304,12 +304,16 @@ def _say_warmup_covers(trace, cfg) -> None:
     the HF callback says it; a probe).  Each stream's warm-up is its detectors' largest (``streams.watch``'s for a
     stream named there; a detector's own default where its spec gives none)."""
     from adaptive_eval.detectors._registry import warmup_of as warmup
+    from adaptive_eval.replay import _split_columns
 
     default = warmup(cfg.streams.default)
+    # (the streams replay watches: an asynchronous run's async/latency_steps, one value per result, was said to be
+    # a stream too short for its warm-up; a probe)
+    watched = set(_split_columns(trace.metric_names())[0]) - set(cfg.streams.ignore or ())
     counts: dict[str, int] = {}
     for rec in trace.records:
         for name, value in rec.metrics.items():
-            if not name.startswith("eval/") and value == value:
+            if name in watched and value == value:
                 counts[name] = counts.get(name, 0) + 1
     watch = cfg.streams.watch or {}
     need = {n: (warmup(watch[n]) if n in watch else default) for n in counts}

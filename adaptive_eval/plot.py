@@ -157,6 +157,12 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
         acc.Reload()
     except Exception as exc:  # noqa: BLE001 - a damaged event file: say which folder
         raise PlotError(f"{tb_dir}: cannot read the TensorBoard event files: {exc}") from None
+    # TensorBoard's reader ends a file at a damaged record without a word: a run damaged a third of the way in was
+    # drawn as a run of 1 evaluation and no alarm (of 6 and 1), unsaid, where replay says it (a probe)
+    from adaptive_eval.trace import _event_files, _say_damaged, _scalar_events
+
+    for file in _event_files(tb_dir):
+        _say_damaged(file, _scalar_events(file))
     tags = acc.Tags()
     scalars = {}
     for tag in tags.get("scalars", []):
@@ -566,7 +572,10 @@ def _title(run: _Run) -> str:
         # (a replay's: its points looked like a real run's measured evaluations, "simulated" said only of the
         # eval time; a probe)
         measured = any(e.get("metrics") for e in run.evals)  # (with no ground truth they measured nothing; a probe)
-        parts.insert(0, "SIMULATED evaluations (drawn from the trace's ground truth)" if measured else
+        # (with no evaluation at all, a schedule that never fired, the title said the trace had no ground truth; a
+        # probe)
+        parts.insert(0, "SIMULATED schedule (no evaluation made)" if not run.evals else
+                     "SIMULATED evaluations (drawn from the trace's ground truth)" if measured else
                      "SIMULATED schedule (the trace has no eval ground truth: nothing measured)")
     return f"{run.name}: " + ", ".join(p for p in parts if p)
 

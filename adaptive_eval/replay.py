@@ -768,6 +768,10 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     evaluator._evaluation["precision"] = "none"
     evaluator._budget_deferring_said = True  # (replay's own note says what a step and an evaluation take: _budget_note)
     evaluator._gap_said = True  # a trace logged every k steps: replay and check note the stride themselves
+    if cfg.resources.enabled:
+        # (the warning above says no resource is read: the stand-in monitor's "reads no accelerator memory here
+        # (FakeResourceMonitor's readings ...)", of a monitor the user never gave, added only noise; a probe)
+        evaluator.resources._unread_said = True
     sim.evaluator = evaluator
     if asynchronous:
         evaluator._async.options["precision"] = "none"

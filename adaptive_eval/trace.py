@@ -1862,8 +1862,9 @@ _OWN_EVAL_SUFFIXES = ("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")
 
 def _own_log(by_step: dict, path) -> Trace:
     """An adaptive_eval run's own TensorBoard log as the trace it was recorded from: ``streams/<name>`` are the
-    streams ``<name>`` again, ``eval/<metric>`` the measured means (the eval ground truth replay can have), and
-    the controller and alarm tags and the intervals are dropped (replay makes its own).  No time
+    streams ``<name>`` again, ``eval/<metric>`` the measured means (the eval ground truth replay can have),
+    ``controller/async_latency_steps`` the ``async/latency_steps`` of an asynchronous run's trace, and the other
+    controller and alarm tags and the intervals are dropped (replay makes its own).  No time
     column: the event wall times are the logging machine's, while replay charges simulated eval seconds, so
     replay runs on its simulated clock (``replay.step_seconds`` per record), as it does for the run's trace."""
     records = []
@@ -1874,6 +1875,11 @@ def _own_log(by_step: dict, path) -> Trace:
                 metrics[tag[len("streams/"):]] = value
             elif tag.startswith("eval/") and not tag.endswith(_OWN_EVAL_SUFFIXES) and "/paired_diff" not in tag:
                 metrics[tag] = value
+            elif tag == "controller/async_latency_steps":
+                # an asynchronous run's latency where its result came back, as record_to writes it: replay's
+                # latency model (the run's tb/ replayed as asynchronous was refused, "needs a latency model"; a
+                # probe).  Its eval means are on the weights' steps already.
+                metrics[_ASYNC_LATENCY] = value
         if metrics:
             records.append(TraceRecord(step, metrics, None, None))
     if not records:

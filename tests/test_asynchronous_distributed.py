@@ -3,9 +3,10 @@
 One spawn of three processes runs every case in turn, each on its own EvalRanks layout (fresh groups):
 
 * bad layouts (an eval rank outside the world, eval ranks covering every rank) are refused on every rank;
-* normal: the training ranks send the weights, keep training, and both integrate every result at the same
-  step; the results are those of a single-process run on a thread (same steps, same values, the same paired
-  differences on shared items: the eval rank sends its per-item values back);
+* normal (no group=: eval_ranks= takes its train_group): the training ranks send the weights, keep training, and
+  both integrate every result at the same step; the results are those of a single-process run on a thread (same
+  steps, same values, the same paired differences on shared items: the eval rank sends its per-item values
+  back); an evaluator built on the eval rank is refused, saying it serves;
 * hung: the eval rank sleeps through one evaluation: both training ranks get an error at the same step, within
   distributed.timeout_s, and train on without evaluations (async:down);
 * dead: the eval rank dies in an evaluation: the same, at once.
@@ -86,6 +87,12 @@ def _world(rank, world, out_dir):
         layout = EvalRanks.from_config(config(), idle_timeout_s=6.0)
         if layout.is_eval_rank:
             calls = []
+            if case == "normal":
+                try:
+                    AdaptiveEvaluator.from_config(config(), eval_ranks=layout)
+                    results["built on the eval rank"] = None
+                except RuntimeError as exc:
+                    results["built on the eval rank"] = str(exc)
 
             def fn(request, weights):
                 calls.append(request.step)
@@ -102,8 +109,11 @@ def _world(rank, world, out_dir):
             except Exception as exc:  # noqa: BLE001 - the hung case ends in its own timeout
                 results[case] = ("error", type(exc).__name__, calls)
         else:
-            ev = AdaptiveEvaluator.from_config(config(), clock=FakeClock(), group=layout.train_group,
-                                               eval_ranks=layout, total_steps=STEPS)
+            # (the normal case gives no group=: eval_ranks= takes layout.train_group; without that the first
+            # collective waited distributed.timeout_s for the eval rank and raised CollectiveError; a probe)
+            group = None if case == "normal" else layout.train_group
+            ev = AdaptiveEvaluator.from_config(config(), clock=FakeClock(), group=group, eval_ranks=layout,
+                                               total_steps=STEPS)
             results[case] = train(ev, pause=0.02)
             results[f"{case}:paired"] = paired(ev)
         with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
@@ -125,6 +135,11 @@ def test_bad_layouts_are_refused_on_every_rank_naming_the_key_and_rank(world):
     for r in range(3):
         assert "distributed.eval_ranks: rank 5 is outside the world of 3 ranks" in world[r]["bad[5]"]
         assert "covers every rank" in world[r]["bad[0, 1, 2]"]
+
+
+def test_an_evaluator_built_on_an_eval_rank_says_the_rank_serves(world):
+    assert world[2]["built on the eval rank"] == ("rank 2 is an eval rank (distributed.eval_ranks): it runs "
+                                                  "EvalRanks.serve(...), not an AdaptiveEvaluator")
 
 
 def test_both_training_ranks_integrate_each_result_of_the_eval_rank_at_the_same_step(world):

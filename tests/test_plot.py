@@ -416,6 +416,18 @@ def test_runs_that_evaluated_the_same_steps_alike_are_drawn_apart_not_one_over_t
     assert len(xs) == 2 and all(a < b for a, b in zip(*xs))
 
 
+def test_a_damaged_event_file_is_said_as_replay_says_it(tmp_path):
+    """A probe: one damaged byte a third of the way into a run's event file, and plot drew the part before it as the
+    whole run (1 evaluation and no alarm of 6 and 1), unsaid; replay said it."""
+    run = make_run(tmp_path / "run")
+    (events,) = (run / "tb").glob("events*")
+    data = bytearray(events.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    events.write_bytes(bytes(data))
+    with pytest.warns(RuntimeWarning, match=r"damaged after record \d+: TensorBoard's reader stops there"):
+        _load(run)
+
+
 def test_a_replays_plot_says_its_evaluations_are_simulated(tmp_path):
     """A probe: a replay's run.png said "simulated" only of its eval time; its points and intervals looked like a
     real run's measured evaluations."""
@@ -442,5 +454,12 @@ def test_a_replay_without_ground_truth_is_titled_as_a_schedule_and_long_labels_w
     assert main(["replay", str(path), "--out", str(tmp_path / "o"), "--no-tensorboard"]) == 0
     assert _title(_load(tmp_path / "o")).startswith(
         "o: SIMULATED schedule (the trace has no eval ground truth: nothing measured), ")
+    # a trace with ground truth whose schedule never fired: no evaluation, not "no ground truth" (a probe)
+    truth = tmp_path / "truth.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5 + 0.01 * (i % 3), "eval/accuracy": 0.5})
+                       for i in range(60)]), truth)
+    assert main(["replay", str(truth), "--out", str(tmp_path / "n"), "--no-tensorboard",
+                 "--set", "trigger.freq_steps=null", "--set", "trigger.eval_at_end=false"]) == 0
+    assert _title(_load(tmp_path / "n")).startswith("n: SIMULATED schedule (no evaluation made), 0 evaluations")
     assert _label("eval/val-core/openai/gsm8k/reward/mean@1") == "eval/val-core/openai/gsm8k/\nreward/mean@1"
     assert _label("eval/accuracy") == "eval/accuracy"

@@ -1,6 +1,7 @@
 """Replay through the CLI and the API: outputs as ARCHITECTURE.md says, determinism, bad input."""
 
 import json
+import logging
 import pathlib
 
 import numpy as np
@@ -433,7 +434,8 @@ def test_replay_takes_what_the_cli_takes_and_refuses_a_bad_seed(tmp_path):
             replay(trace, seed=bad)
 
 
-def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(collapse_trace, tmp_path, capsys):
+def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(collapse_trace, tmp_path, capsys,
+                                                                            caplog):
     """Replay read this machine's memory and CPU (psutil), so one command gave 8 evaluations, then 9; and a
     host below resources.min_free_host_gb deferred 174 evaluations, which the note blamed on the budget."""
     short = ["resources.enabled=true", "resources.min_free_host_gb=1e9", "resources.max_host_cpu_percent=1"]
@@ -442,6 +444,10 @@ def test_replay_with_the_resource_scheduler_on_reads_no_machine_and_says_so(coll
     with pytest.warns(RuntimeWarning, match="a trace holds no resource readings, so replay never defers"):
         on = replay(st.trace, load_config(overrides=short), seed=3)
     assert on.evals == plain.evals and not on.deferrals
+    # and only that: not that replay's own stand-in monitor "reads no accelerator memory here" (a probe)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"), pytest.warns(RuntimeWarning):
+        replay(st.trace, load_config(overrides=[*short, "resources.min_free_accelerator_gb=8"]), seed=3)
+    assert "reads no accelerator memory" not in caplog.text
     # an asynchronous run whose due evaluations wait on the one in flight: those are not the budget's
     waiting = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=60", "trigger.freq_steps=2",
                "policy.interval.enabled=false", "policy.budget.enabled=false"]
@@ -571,6 +577,29 @@ def test_an_asynchronous_runs_recorded_results_are_the_truth_of_the_weights_they
     assert truth[19] == 0.8 and truth[24] == 0.2 and 26 not in truth
 
 
+def test_an_asynchronous_runs_own_tensorboard_log_replays_with_its_recorded_latencies_as_its_trace_does(tmp_path):
+    """A probe: a run's tb/ replays as its trace does, but an asynchronous run's, replayed as asynchronous, was
+    refused ("needs a latency model: ... replay a trace recorded by an asynchronous run"): its latencies are there,
+    as controller/async_latency_steps."""
+    from adaptive_eval import AdaptiveEvaluator
+    from adaptive_eval.trace import read_trace
+
+    sets = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "trigger.freq_steps=10"]
+    ev = AdaptiveEvaluator.from_config(load_config(overrides=[*sets, f"logging.tensorboard_dir={tmp_path / 'tb'}"]),
+                                       total_steps=120, clock=iter(range(10**6)).__next__)
+    ev.record_to(tmp_path / "trace.csv")
+    for g in range(120):
+        ev.observe({"train/loss": 1.0 + 0.01 * (g % 3) + (1.0 if g >= 60 else 0.0)}, g)
+        ev.evaluate(lambda r: {"acc": [float(i % 2) for i in r.indices(100)]}, 0, g, g)
+    ev.close()
+    as_async = load_config(overrides=["evaluation.asynchronous=true"])
+    from_tb = replay(read_trace(tmp_path / "tb"), as_async, seed=0)
+    from_trace = replay(read_trace(tmp_path / "trace.csv"), as_async, seed=0)
+    assert from_tb.alarms == from_trace.alarms and from_tb.alarms
+    steps = lambda out: [(e["step"], e.get("integrated_step")) for e in out.evals]  # noqa: E731
+    assert steps(from_tb) == steps(from_trace) and all(b == a + 3 for a, b in steps(from_tb)[:-1])
+
+
 def test_a_result_moved_to_its_weights_step_lands_on_a_record_with_its_epoch_and_time():
     """(A review.)  On a trace logged every 10 steps there is no record at the weights' step s - L: the record made
     there had no epoch nor time, which fired a false epoch trigger and turned the trace's time off."""
@@ -614,4 +643,12 @@ def test_replay_says_when_the_warm_up_takes_more_than_half_of_the_streams_values
     dense = tmp_path / "dense.csv"
     write_trace(Trace([TraceRecord(i, {"train/reward": 0.5}) for i in range(200)]), dense)
     assert main(["replay", str(dense), "--out", str(tmp_path / "b"), "--no-tensorboard"]) == 0
+    assert "twice their detectors' warm-up" not in capsys.readouterr().err
+    # An asynchronous run's record_to column async/latency_steps (one value per result) is no stream replay watches
+    # (it was said to be one, too short for its warm-up; a probe)
+    latency = tmp_path / "latency.csv"
+    write_trace(Trace([TraceRecord(i, {"train/reward": 0.5, **({"eval/acc": 0.5, "async/latency_steps": 2.0}
+                                                                 if i % 25 == 2 else {})}) for i in range(200)]),
+                latency)
+    assert main(["replay", str(latency), "--out", str(tmp_path / "d"), "--no-tensorboard"]) == 0
     assert "twice their detectors' warm-up" not in capsys.readouterr().err

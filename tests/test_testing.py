@@ -144,6 +144,23 @@ def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run)
         assert_confirmed(kl_collapse_run, 56, direction="up")
 
 
+def test_a_late_asynchronous_confirmation_fails_with_its_message_in_pytest_and_in_check(capsys):
+    """An asynchronous run's delay counts to the step its result came back: the message looked the confirming
+    evaluation up at that step, found none (it was submitted earlier), and raised a bare StopIteration (a probe)."""
+    sets = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=5"]
+    run = replay_trace("grpo_kl_collapse", load_config(overrides=sets))
+    delay = run.confirmed_after(56)
+    assert delay is not None and delay > 10
+    with pytest.raises(AssertionError) as err:
+        assert_confirmed(run, 56, within=10)
+    first = next(e for e in run.evals if e.get("integrated_step") == 56 + delay)
+    assert f"first confirming evaluation: step {first['step']} " in str(err.value)
+    assert f"(its result came back at step {56 + delay})" in str(err.value)
+    args = ["check", "grpo_kl_collapse", "--within", "10"] + [a for s in sets for a in ("--set", s)]
+    assert main(args) == 1
+    assert "grpo_kl_collapse" in capsys.readouterr().out
+
+
 def test_assert_quiet(collapse_run):
     assert_quiet(collapse_run, 30, 80)  # no alarm before the collapse
     assert_quiet(collapse_run, 30, 80, max_evals=10)
@@ -298,6 +315,17 @@ def test_an_expectation_that_needs_eval_ground_truth_on_a_trace_without_it(tmp_p
                                                r"eval='eval/accuracy:0\.01'"):
         assert_confirmed(replay_trace(path), 50, within=10, direction="down")
     assert assert_confirmed(replay_trace(path, eval="eval/accuracy:0.01"), 50, within=30, direction="down") <= 30
+
+
+def test_an_eval_column_of_nan_alone_is_said_to_be_that(tmp_path):
+    """A recorded run whose evaluate_fn failed at every evaluation: its eval column is NaN throughout, and the
+    message said it "is not a proportion and has no :std column" (a probe)."""
+    path = tmp_path / "nan_eval.csv"
+    path.write_text("step,train/loss,eval/accuracy\n" + "".join(
+        f"{s},{1.0 + 0.01 * (s % 7)},{'nan' if s % 25 == 0 else ''}\n" for s in range(200)))
+    with pytest.raises(ExpectationError, match=r"eval/accuracy has no finite value: its 8 logged values are all NaN "
+                                               r"or inf\), so nothing can confirm it"):
+        assert_confirmed(replay_trace(path), 100, within=50, direction="down")
 
 
 def test_an_event_step_outside_the_trace(collapse, collapse_run, tmp_path):

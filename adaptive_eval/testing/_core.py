@@ -700,10 +700,14 @@ def _confirmation(run: ReplayRun, ev: Event) -> tuple[int | None, float, str]:
         hint = (f"; a percentage? scale it: eval='eval/{ev.metric}:0.01' (--eval eval/{ev.metric}:0.01)"
                 if values and 1.0 < max(values) <= 100.0 and min(values) >= 0.0 and "loss" not in ev.metric.lower()
                 else "")
+        # (a column of NaN alone, an evaluate_fn that failed every time, was said to be "not a proportion"; a probe)
+        logged = run.truth.get(ev.metric, ())
+        why = (f"eval/{ev.metric} has no finite value: its {len(logged)} logged values are all NaN or inf"
+               if not values and logged else
+               f"eval/{ev.metric} is not a proportion and has no eval/{ev.metric}:std column")
         raise ExpectationError(
-            f"{run.name}: {ev.describe()}: no replayed evaluation has a finite interval for {ev.metric} (eval/"
-            f"{ev.metric} is not a proportion and has no eval/{ev.metric}:std column), so nothing can confirm it"
-            f"{hint}")
+            f"{run.name}: {ev.describe()}: no replayed evaluation has a finite interval for {ev.metric} ({why}), so "
+            f"nothing can confirm it{hint}")
     level, origin = _pre_level(run, ev)
     # (a measured level is the last evaluation's, whose own error confirmed_delay counts when it picks it itself)
     known = None if origin.startswith("measured") else level
@@ -762,9 +766,14 @@ def assert_confirmed(run: ReplayRun, event_step: Event | int, within: int | None
                      + ("; budget:deferred is policy.budget.max_eval_fraction against the trace's clock (a log "
                         "written in a tight loop: --set replay.trace_time=false)" if "budget:deferred" in kinds
                         else ""))
-    if delay is not None:
-        first = next(e for e in run.evals if e["step"] == ev.step + delay)
-        lines.append(f"  first confirming evaluation: {_eval_text(first, ev.metric)}")
+    # (an asynchronous evaluation's delay counts to the step its result came back, not to its own step: looked up by
+    # the evaluation's step, the failure message was a bare StopIteration, in pytest and in adaptive-eval check; a
+    # probe)
+    first = None if delay is None else next((e for e in run.evals if scoring._came_back(e) == ev.step + delay), None)
+    if first is not None:
+        lines.append(f"  first confirming evaluation: {_eval_text(first, ev.metric)}"
+                     + (f" (its result came back at step {ev.step + delay})" if first["step"] != ev.step + delay
+                        else ""))
     raise AssertionError("\n".join(lines))
 
 

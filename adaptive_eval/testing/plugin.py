@@ -3,8 +3,11 @@
 Opt in with one of::
 
     pytest -p adaptive_eval.testing.plugin
-    pytest_plugins = ["adaptive_eval.testing.plugin"]      # in your test module or top-level conftest.py
+    pytest_plugins = ["adaptive_eval.testing.plugin"]      # in your top-level conftest.py
     [tool.pytest.ini_options]  adaptive_eval_plugin = true  # pyproject.toml / pytest.ini
+
+(Not ``pytest_plugins`` in a test module: pytest loads it after the module's decorators ran, so the
+``replay_traces`` marker is unknown there, a warning, and a collection error under ``--strict-markers``.)
 
 Then::
 
