@@ -8,6 +8,7 @@ Run: python benchmarks/detectors.py [--quick] [--jobs N] [--only cusum,bocpd]
      python benchmarks/detectors.py --tradeoff  (the default CUSUM's settings on synthetic streams; see tradeoff)
      python benchmarks/detectors.py --warmup    (the test for a change inside the warm-up; see warmup_changes)
      python benchmarks/detectors.py --stuck     (stuck: false alarms on streams that repeat, and a reward stuck at 0)
+     python benchmarks/detectors.py --climb     (a drop after a steady climb: the CUSUM's trend; see climb_tables)
 
 For every registered detector built with ``arl0`` = 1,000 and 10,000 (its calibrated threshold):
 
@@ -497,6 +498,13 @@ def _median_ci(values: list[float]) -> tuple[float, float, float]:
     return xs[j - 1], xs[n - j], 1 - 2 * binom.cdf(j - 1, n, 0.5)
 
 
+def _preset_cusum() -> dict:
+    """The default preset's CUSUM spec (so that a table labelled 'default cusum' follows the preset)."""
+    from adaptive_eval import load_config
+
+    return next(dict(s) for s in load_config().streams.default if s["type"] == "cusum")
+
+
 def _specs_of(cfg):
     """stream -> its detector specs under ``cfg``: the evaluator's own resolution (``streams.ignore``: none;
     ``streams.watch``: its own list; else ``streams.default``)."""
@@ -764,7 +772,8 @@ def _dominates(a: list[list[float]], b: list[list[float]]) -> bool:
 
 
 def tradeoff() -> None:
-    """The default CUSUM's ``k`` / ``adapt`` / ``warmup`` against alternatives, on synthetic streams only.
+    """The default CUSUM's ``k`` / ``adapt`` / ``warmup`` against alternatives, on synthetic streams only (each with
+    the default's ``trend``; and the default without it, re-thresholded alike).
 
     For each setting the ``threshold`` is the lowest (bisection, 2-30) whose false alarms on the synthetic
     tuning suite's quiet stretches (seeds 0-3) are no more than the default preset's there; then its delays:
@@ -783,16 +792,19 @@ def tradeoff() -> None:
     others = [s for s in base if s["type"] != "cusum"]
     specs_of = lambda cfg: others + [{**cusum, **cfg}]  # noqa: E731
     tune, held = _Synthetic(TUNING_SEEDS), _Synthetic(HELDOUT_SEEDS)
-    default = {key: cusum[key] for key in ("k", "threshold", "adapt", "warmup")}
+    default = {key: cusum.get(key, 0.0) for key in ("k", "threshold", "adapt", "warmup", "trend")}
     k0, n0, _, per0 = tune.score(specs_of(default))
-    settings = [default] + [dict(k=k, adapt=a, warmup=w) for k in (0.5, 0.75, 1.0, 1.5) for a in (0.02, 0.05, 0.1)
-                            for w in (30, 50) if (k, a, w) != (default["k"], default["adapt"], default["warmup"])]
-    head = (f"{'k':>5s} {'adapt':>5s} {'warmup':>6s} {'thresh':>6s} {'FA/1k [95%]':>17s} "
+    # (the slope off, as the default was before its trend; then the grid, each with the default's trend)
+    settings = [default, {**default, "trend": 0.0, "threshold": None}] + [
+        dict(k=k, adapt=a, warmup=w) for k in (0.5, 0.75, 1.0, 1.5) for a in (0.02, 0.05, 0.1) for w in (30, 50)
+        if (k, a, w) != (default["k"], default["adapt"], default["warmup"])]
+    head = (f"{'k':>5s} {'adapt':>5s} {'trend':>5s} {'warmup':>6s} {'thresh':>6s} {'FA/1k [95%]':>17s} "
             f"{'collapse':>14s} {'recovery':>14s} " + " ".join(f"{f'shift {d:g} sd':>18s}" for d in INJECT_SHIFTS)
             + f" {f'early {INJECT_SHIFTS[-1]:g} sd':>18s}")
 
     def row(cfg, k, n, cols, per, mark=""):
-        print(f"{cfg['k']:5g} {cfg['adapt']:5g} {cfg['warmup']:6d} {cfg['threshold']:6g} "
+        print(f"{cfg['k']:5g} {cfg['adapt']:5g} {cfg.get('trend', default['trend']):5g} {cfg['warmup']:6d} "
+              f"{cfg['threshold']:6g} "
               f"{_rate(per):>18s} " + " ".join(f"{_cell(c):>14s}" for c in cols[:2]) + " "
               + " ".join(f"{_cell(c):>18s}" for c in cols[2:]) + mark, flush=True)
 
@@ -806,7 +818,7 @@ def tradeoff() -> None:
     print("-" * len(head))
     results = []
     for cfg in settings:
-        if "threshold" not in cfg:
+        if cfg.get("threshold", None) is None:
             lo, hi = 2.0, 30.0  # invariant: hi meets the false-alarm count (or is the cap)
             for _ in range(10):
                 mid = 0.5 * (lo + hi)
@@ -818,7 +830,7 @@ def tradeoff() -> None:
         k, n, cols, per = tune.score(specs_of(cfg))
         results.append((cfg, k, n, cols))
         row(cfg, k, n, cols, per, " (default)" if cfg is default else " (FA above the default's at threshold 30)"
-            if k > k0 else "")
+            if k > k0 else " (the default without its trend)" if len(results) == 2 else "")
     ref = results[0][3]
     onsets = warming = offset = 0
     for trace, streams, _, events in tune.quiet:
@@ -830,8 +842,8 @@ def tradeoff() -> None:
             warming += "train/reward" in warm
     print(f"\nDefault: the event's stream (train/reward) was still warming up at {warming} of the tuning half's "
           f"{onsets} collapse and recovery onsets.")
-    better = [r for r in results[1:] if r[1] <= k0 and _dominates(r[3], ref)]
-    midrun = [r for r in results[1:] if r[1] <= k0 and r not in better and _dominates(r[3][:-1], ref[:-1])]
+    better = [r for r in results[2:] if r[1] <= k0 and _dominates(r[3], ref)]
+    midrun = [r for r in results[2:] if r[1] <= k0 and r not in better and _dominates(r[3][:-1], ref[:-1])]
     print(f"\nBeat the default on every column of the tuning half at no more false alarms: {len(better)} setting(s); "
           f"on every column but the early shifts: {len(midrun)}.")
     print(f"Those on the held-out half (suite seeds {HELDOUT_SEEDS[0]}-{HELDOUT_SEEDS[-1]}), thresholds as above: "
@@ -839,9 +851,9 @@ def tradeoff() -> None:
           f"{len(held.cases)} injected shifts per size")
     print(head)
     print("-" * len(head))
-    for i, (cfg, *_rest) in enumerate([results[0]] + better + midrun):
-        row(cfg, *held.score(specs_of(cfg)), " (default)" if i == 0 else " (all columns)" if i <= len(better)
-            else " (all but early)")
+    for i, (cfg, *_rest) in enumerate(results[:2] + better + midrun):
+        row(cfg, *held.score(specs_of(cfg)), " (default)" if i == 0 else " (the default without its trend)" if i == 1
+            else " (all columns)" if i <= len(better) + 1 else " (all but early)")
     print(f"\n{time.perf_counter() - t0:.0f} s; 'Nm' = N missed (not caught within {INJECT_CAP} records / by the end)")
 
 
@@ -1058,7 +1070,7 @@ def stuck_tables(quick: bool = False) -> None:
         print(f"{name:38s} {alarms:3d} alarms: {1000 * alarms / (seeds * steps):.3f} per 1,000 steps "
               f"[{lo:.3f}, {hi:.3f}]")
     n = 50 if quick else 200
-    cusum = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
+    cusum = _preset_cusum()
     rows = (("default cusum", [cusum]), ("stuck", [{"type": "stuck"}]),
             ("stuck, then cusum", [{"type": "stuck"}, cusum]))
     print(f"\nSIMULATED: a batch-mean reward (answers right with chance 0.3) exactly 0 from value 300 on; median "
@@ -1088,6 +1100,65 @@ def stuck_tables(quick: bool = False) -> None:
     print("targets met" if not problems else "targets missed:\n  " + "\n  ".join(problems))
 
 
+CLIMBS = (0.0, 0.03, 0.06, 0.1, 0.2)  # sd of noise per step
+DROPS = (3.0, 5.0, 8.0)  # sd of noise
+CLIMB_ONSET, CLIMB_WITHIN = 150, 20
+
+
+def _climb_then_drop(seed: int, climb: float, drop: float) -> list[float]:
+    """Noise N(0, 1) around a level that climbs ``climb`` a step for CLIMB_ONSET steps, then falls ``drop``."""
+    rng = np.random.default_rng([seed, int(1000 * climb), int(10 * drop)])
+    noise = rng.normal(size=CLIMB_ONSET + CLIMB_WITHIN)
+    level = [climb * min(t, CLIMB_ONSET) - (drop if t >= CLIMB_ONSET else 0.0) for t in range(len(noise))]
+    return [float(x + e) for x, e in zip(level, noise)]
+
+
+def climb_tables(quick: bool = False) -> None:
+    """A reward that climbs steadily, then drops: caught within CLIMB_WITHIN steps, and false alarms on the climb.
+
+    The default CUSUM tracks its stream (``adapt``): a tracked level alone lags a climb by slope / adapt, and that
+    lag widens the tracked scale, so a drop after a climb must be larger to be seen.  ``trend`` (the default
+    preset's 0.02) follows the slope too.  Rows: the default preset's CUSUM, the same without ``trend`` at the
+    threshold it had (8, the default before the slope), and river's ADWIN and Page-Hinkley at their defaults on
+    values standardized by their first 30 (as ``--real`` feeds them).  Each run is one seeded series; a run that
+    alarms before the drop counts as a false alarm and, when it alarms again within the window after the drop, as
+    caught.  Shares with 95% Wilson intervals over the runs (independent series).  SIMULATED.
+    """
+    from river import drift
+
+    from adaptive_eval.stats import wilson_interval
+
+    n = 20 if quick else 100
+    cusum = _preset_cusum()
+    rows = (("default preset (trend %g)" % cusum.get("trend", 0.0), lambda: _Preset([cusum], "x")),
+            ("no trend, threshold 8", lambda: _Preset([{**cusum, "trend": 0.0, "threshold": 8.0}], "x")),
+            ("river ADWIN()", lambda: _River(drift.ADWIN(), standardize=True)),
+            ("river PageHinkley()", lambda: _River(drift.PageHinkley(), standardize=True)))
+    cells = [(c, d) for c in CLIMBS for d in DROPS]
+    print(f"SIMULATED: noise N(0, 1); the level climbs c sd a step for {CLIMB_ONSET} steps, then drops d sd; caught: "
+          f"an alarm within {CLIMB_WITHIN} steps of the drop; n = {n} runs a cell; [95% Wilson over runs]")
+    print(f"{'detector':30s} {'climb c':>7s} " + " ".join(f"{f'caught, drop {d:g}':>20s}" for d in DROPS)
+          + f" {'alarm on the climb':>20s}")
+
+    def share(k: int) -> str:
+        lo, hi = wilson_interval(k, n)
+        return f"{k / n:4.0%} [{lo:.0%}, {hi:.0%}]"
+
+    for label, build in rows:
+        for c in CLIMBS:
+            caught, early = [], 0
+            for d in DROPS:
+                k = 0
+                for seed in range(n):
+                    det = build()
+                    hits = [t for t, v in enumerate(_climb_then_drop(seed, c, d)) if det(v, t)]
+                    k += any(t >= CLIMB_ONSET for t in hits)
+                    early += d == DROPS[0] and any(t < CLIMB_ONSET for t in hits)
+                caught.append(share(k))
+            print(f"{label:30s} {c:7g} " + " ".join(f"{x:>20s}" for x in caught) + f" {share(early):>20s}",
+                  flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = ap.add_mutually_exclusive_group()
@@ -1098,6 +1169,9 @@ def main(argv=None) -> None:
     mode.add_argument("--stuck", action="store_true",
                       help="only the stuck detector: false alarms on streams that repeat by nature, and the delay to a "
                            "batch-mean reward stuck at exactly 0, beside the default CUSUM")
+    mode.add_argument("--climb", action="store_true",
+                      help="only a drop after a steady climb: the default CUSUM with and without its trend, beside "
+                           "river's ADWIN and Page-Hinkley (SIMULATED)")
     mode.add_argument("--tradeoff", action="store_true",
                       help="only the default CUSUM's settings against alternatives, on synthetic streams")
     ap.add_argument("--quick", action="store_true", help="about 8x fewer runs (a rough check in well under a minute); "
@@ -1166,6 +1240,9 @@ def main(argv=None) -> None:
         return
     if args.stuck:
         stuck_tables(quick=args.quick)
+        return
+    if args.climb:
+        climb_tables(quick=args.quick)
         return
 
     from adaptive_eval.detectors import available
