@@ -290,6 +290,7 @@ SPACE = [
     ("cusum.threshold", float, 3.0, 16.0, True),
     ("cusum.k", float, 0.25, 2.0, True),
     ("cusum.adapt", float, 0.0, 0.2, False),
+    ("cusum.trend", float, 0.0, 0.2, False),  # (the slope's rate; nothing with adapt 0)
 ]
 
 
