@@ -129,8 +129,7 @@ class StreamsConfig:
 
     # Detectors for cheap per-step streams that ``watch`` does not name.
     default: list[dict[str, Any]] = _detectors(
-        {"type": "nonfinite"},
-        {"type": "cusum", "k": 1.0, "threshold": 7.85, "adapt": 0.05, "warmup": 30, "trend": 0.02})
+        {"type": "nonfinite"}, {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30})
     # Stream name -> its own detector list (replaces ``default`` for that stream).
     watch: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     # Streams fed to ``observe`` that no detector should watch (exact names).

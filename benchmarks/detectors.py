@@ -772,8 +772,8 @@ def _dominates(a: list[list[float]], b: list[list[float]]) -> bool:
 
 
 def tradeoff() -> None:
-    """The default CUSUM's ``k`` / ``adapt`` / ``warmup`` against alternatives, on synthetic streams only (each with
-    the default's ``trend``; and the default without it, re-thresholded alike).
+    """The default CUSUM's ``k`` / ``adapt`` / ``warmup`` against alternatives, on synthetic streams only (and the
+    default with ``trend``, re-thresholded alike).
 
     For each setting the ``threshold`` is the lowest (bisection, 2-30) whose false alarms on the synthetic
     tuning suite's quiet stretches (seeds 0-3) are no more than the default preset's there; then its delays:
@@ -794,8 +794,8 @@ def tradeoff() -> None:
     tune, held = _Synthetic(TUNING_SEEDS), _Synthetic(HELDOUT_SEEDS)
     default = {key: cusum.get(key, 0.0) for key in ("k", "threshold", "adapt", "warmup", "trend")}
     k0, n0, _, per0 = tune.score(specs_of(default))
-    # (the slope off, as the default was before its trend; then the grid, each with the default's trend)
-    settings = [default, {**default, "trend": 0.0, "threshold": None}] + [
+    # (the default with the slope, --climb's CLIMB_TREND re-thresholded here; then the grid)
+    settings = [default, {**default, "trend": CLIMB_TREND["trend"], "threshold": None}] + [
         dict(k=k, adapt=a, warmup=w) for k in (0.5, 0.75, 1.0, 1.5) for a in (0.02, 0.05, 0.1) for w in (30, 50)
         if (k, a, w) != (default["k"], default["adapt"], default["warmup"])]
     head = (f"{'k':>5s} {'adapt':>5s} {'trend':>5s} {'warmup':>6s} {'thresh':>6s} {'FA/1k [95%]':>17s} "
@@ -830,7 +830,7 @@ def tradeoff() -> None:
         k, n, cols, per = tune.score(specs_of(cfg))
         results.append((cfg, k, n, cols))
         row(cfg, k, n, cols, per, " (default)" if cfg is default else " (FA above the default's at threshold 30)"
-            if k > k0 else " (the default without its trend)" if len(results) == 2 else "")
+            if k > k0 else f" (the default with trend {CLIMB_TREND['trend']:g})" if len(results) == 2 else "")
     ref = results[0][3]
     onsets = warming = offset = 0
     for trace, streams, _, events in tune.quiet:
@@ -852,7 +852,7 @@ def tradeoff() -> None:
     print(head)
     print("-" * len(head))
     for i, (cfg, *_rest) in enumerate(results[:2] + better + midrun):
-        row(cfg, *held.score(specs_of(cfg)), " (default)" if i == 0 else " (the default without its trend)" if i == 1
+        row(cfg, *held.score(specs_of(cfg)), " (default)" if i == 0 else " (with trend)" if i == 1
             else " (all columns)" if i <= len(better) + 1 else " (all but early)")
     print(f"\n{time.perf_counter() - t0:.0f} s; 'Nm' = N missed (not caught within {INJECT_CAP} records / by the end)")
 
@@ -1100,29 +1100,34 @@ def stuck_tables(quick: bool = False) -> None:
     print("targets met" if not problems else "targets missed:\n  " + "\n  ".join(problems))
 
 
-CLIMBS = (0.0, 0.03, 0.06, 0.1, 0.2)  # sd of noise per step
+CLIMBS = (0.0, 0.03, 0.06, 0.1, 0.2, 0.3)  # sd of noise per step
+CLIMB_TREND = {"trend": 0.02, "threshold": 7.8}  # the slope-following CUSUM (--tradeoff's threshold for it)
 DROPS = (3.0, 5.0, 8.0)  # sd of noise
-CLIMB_ONSET, CLIMB_WITHIN = 150, 20
+CLIMB_ONSET, CLIMB_WITHIN, CLIMB_FLAT = 150, 20, 100
 
 
-def _climb_then_drop(seed: int, climb: float, drop: float) -> list[float]:
-    """Noise N(0, 1) around a level that climbs ``climb`` a step for CLIMB_ONSET steps, then falls ``drop``."""
-    rng = np.random.default_rng([seed, int(1000 * climb), int(10 * drop)])
-    noise = rng.normal(size=CLIMB_ONSET + CLIMB_WITHIN)
-    level = [climb * min(t, CLIMB_ONSET) - (drop if t >= CLIMB_ONSET else 0.0) for t in range(len(noise))]
-    return [float(x + e) for x, e in zip(level, noise)]
+def _climb_then_drop(seed: int, climb: float, drop: float, after: int = CLIMB_WITHIN, flat: int = 0) -> list[float]:
+    """Noise N(0, 1) around a level that climbs ``climb`` a step for CLIMB_ONSET steps, stays ``flat`` steps, then
+    falls ``drop`` (0: no drop), ``after`` values after the drop."""
+    rng = np.random.default_rng([seed, int(1000 * climb), int(10 * drop), after, flat])
+    n = CLIMB_ONSET + flat + after
+    top = climb * CLIMB_ONSET
+    level = [climb * t if t < CLIMB_ONSET else top - (drop if t >= CLIMB_ONSET + flat else 0.0) for t in range(n)]
+    return [float(x + e) for x, e in zip(level, rng.normal(size=n))]
 
 
 def climb_tables(quick: bool = False) -> None:
     """A reward that climbs steadily, then drops: caught within CLIMB_WITHIN steps, and false alarms on the climb.
 
-    The default CUSUM tracks its stream (``adapt``): a tracked level alone lags a climb by slope / adapt, and that
-    lag widens the tracked scale, so a drop after a climb must be larger to be seen.  ``trend`` (the default
-    preset's 0.02) follows the slope too.  Rows: the default preset's CUSUM, the same without ``trend`` at the
-    threshold it had (8, the default before the slope), and river's ADWIN and Page-Hinkley at their defaults on
+    The presets' CUSUM tracks its stream (``adapt``): a tracked level alone lags a climb by slope / adapt, and that
+    lag widens the tracked scale, so a drop right after a climb must be larger to be seen.  ``trend``
+    (``CLIMB_TREND``) follows the slope too; its costs are the last two columns: a climb that stops with no drop
+    (the extrapolated reference overshoots the level that stays; an alarm within CLIMB_FLAT values of the stop),
+    and a drop of DROPS[1] sd CLIMB_FLAT values after the stop (the overshoot widened the scale).  Rows: the
+    default preset's CUSUM, the same with ``CLIMB_TREND``, and river's ADWIN and Page-Hinkley at their defaults on
     values standardized by their first 30 (as ``--real`` feeds them).  Each run is one seeded series; a run that
-    alarms before the drop counts as a false alarm and, when it alarms again within the window after the drop, as
-    caught.  Shares with 95% Wilson intervals over the runs (independent series).  SIMULATED.
+    alarms before the drop counts as an alarm on the climb and, when it alarms again within the window after the
+    drop, as caught.  Shares with 95% Wilson intervals over the runs (independent series).  SIMULATED.
     """
     from river import drift
 
@@ -1130,33 +1135,36 @@ def climb_tables(quick: bool = False) -> None:
 
     n = 20 if quick else 100
     cusum = _preset_cusum()
-    rows = (("default preset (trend %g)" % cusum.get("trend", 0.0), lambda: _Preset([cusum], "x")),
-            ("no trend, threshold 8", lambda: _Preset([{**cusum, "trend": 0.0, "threshold": 8.0}], "x")),
+    rows = (("default preset", lambda: _Preset([cusum], "x")),
+            ("trend 0.02, threshold 7.8", lambda: _Preset([{**cusum, **CLIMB_TREND}], "x")),
             ("river ADWIN()", lambda: _River(drift.ADWIN(), standardize=True)),
             ("river PageHinkley()", lambda: _River(drift.PageHinkley(), standardize=True)))
-    cells = [(c, d) for c in CLIMBS for d in DROPS]
     print(f"SIMULATED: noise N(0, 1); the level climbs c sd a step for {CLIMB_ONSET} steps, then drops d sd; caught: "
           f"an alarm within {CLIMB_WITHIN} steps of the drop; n = {n} runs a cell; [95% Wilson over runs]")
-    print(f"{'detector':30s} {'climb c':>7s} " + " ".join(f"{f'caught, drop {d:g}':>20s}" for d in DROPS)
-          + f" {'alarm on the climb':>20s}")
+    print(f"{'detector':26s} {'climb c':>7s} " + " ".join(f"{f'caught, drop {d:g}':>19s}" for d in DROPS)
+          + f" {'alarm on the climb':>19s} {'climb stops: alarm':>19s} {f'+{CLIMB_FLAT}, drop {DROPS[1]:g}':>19s}")
 
     def share(k: int) -> str:
         lo, hi = wilson_interval(k, n)
         return f"{k / n:4.0%} [{lo:.0%}, {hi:.0%}]"
 
+    def runs(build, c, d, after=CLIMB_WITHIN, flat=0) -> tuple[int, int]:
+        """(runs alarmed from the drop on, runs alarmed before it)."""
+        hit = early = 0
+        for seed in range(n):
+            det = build()
+            alarms = [t for t, v in enumerate(_climb_then_drop(seed, c, d, after, flat)) if det(v, t)]
+            hit += any(t >= CLIMB_ONSET + flat for t in alarms)
+            early += any(t < CLIMB_ONSET for t in alarms)
+        return hit, early
+
     for label, build in rows:
         for c in CLIMBS:
-            caught, early = [], 0
-            for d in DROPS:
-                k = 0
-                for seed in range(n):
-                    det = build()
-                    hits = [t for t, v in enumerate(_climb_then_drop(seed, c, d)) if det(v, t)]
-                    k += any(t >= CLIMB_ONSET for t in hits)
-                    early += d == DROPS[0] and any(t < CLIMB_ONSET for t in hits)
-                caught.append(share(k))
-            print(f"{label:30s} {c:7g} " + " ".join(f"{x:>20s}" for x in caught) + f" {share(early):>20s}",
-                  flush=True)
+            cells = [runs(build, c, d) for d in DROPS]
+            stops, _ = runs(build, c, 0.0, CLIMB_FLAT)
+            later, _ = runs(build, c, DROPS[1], CLIMB_WITHIN, CLIMB_FLAT)
+            print(f"{label:26s} {c:7g} " + " ".join(f"{share(k):>19s}" for k, _ in cells)
+                  + f" {share(cells[0][1]):>19s} {share(stops):>19s} {share(later):>19s}", flush=True)
 
 
 def main(argv=None) -> None:

@@ -112,9 +112,14 @@ class CUSUM(Detector):
         tracked scale, so a drop after a steady climb must be larger to be seen (a reward that climbs 0.1 sd a
         step and then falls 8 sd went unalarmed).  A rate in (0, 1] (with ``adapt``; ignored when it is 0, the
         reference fixed): the reference also follows the level's slope, as Holt's linear method does (its beta:
-        the slope moves by ``trend`` times the level's correction at each step, a memory of about
-        ``1 / (adapt * trend)`` steps), so a climb leaves no lag and the scale stays the noise's; each value is
-        compared with the level extrapolated one step.  The default preset sets 0.02.
+        the slope moves by ``trend`` times the level's correction at each step; at adapt 0.05 and trend 0.02 it
+        has 54% of a new climb's slope 50 steps in, 92% by 100, learned anew after each warm-up and alarm), so a
+        long climb leaves no lag and the scale stays the noise's; each value is compared with the level
+        extrapolated one step; such a detector takes the general update, not the unrolled one-chart path.  A sum
+        that crosses the threshold against the reference's own move (down while it climbs) alarms only if it
+        still would with that move taken back: a climb that stops is not a drop.  Off in the presets: where a
+        steep climb stops, the slope overshoots the plateau and widens the scale for about 100 steps, so a
+        collapse there is missed (README, *Detectors*); 0.02 is the value measured.
     direction
         ``"both"``, ``"up"`` (increases only) or ``"down"``.
     in_control, block_size
@@ -153,10 +158,10 @@ class CUSUM(Detector):
     # hyper-parameters, calibration and chart constants), and then every attribute access goes through a
     # dict lookup.  Slot access stays an indexed load whatever the count (about 10% of the hot path).
     __slots__ = ("_phase", "_level", "_scale", "_inv", "_sums", "_starts", "_adapt", "_floor", "_clip",
-                 "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart", "_slope", "_trend")
+                 "_nclip", "_band", "_nband", "_k0", "_nk0", "_h0", "_one_chart", "_slope", "_trend", "_anchors")
     _threshold_param = "threshold"
     _state = ("_phase", "_warm", "_warm_steps", "_level", "_scale", "_n", "_m2", "_factor", "_sums", "_starts",
-              "_floor", "_restarted", "_after_alarm", "_slope")
+              "_floor", "_restarted", "_after_alarm", "_slope", "_anchors")
     _default_arl0 = 5000.0
     _table_max_arl = 30000.0
     _calibration_runs = 400
@@ -250,7 +255,9 @@ class CUSUM(Detector):
             self._hs = [h if kk == self._ks[0] else _h_for_log_arl(kk, target) for kk, _ in self._sides]
         self._plan = tuple((i, kk, sign, hh) for i, ((kk, sign), hh) in enumerate(zip(self._sides, self._hs)))
         self._two_charts = len(self._ks) == 2 and self.direction == "both"
-        self._one_chart = len(self._ks) == 1 and self.direction == "both"
+        # (a slope-following detector, trend > 0, takes the general path: the unrolled one below is the presets',
+        # and the slope's two more operations a step there cost every preset user 3-5% of the step for nothing)
+        self._one_chart = len(self._ks) == 1 and self.direction == "both" and not self._trend
         self._pairs = tuple((kk, sign, hh) for _, kk, sign, hh in self._plan[::2])
         self._k0, _, self._h0 = self._pairs[0]  # the one chart of _one_chart
         # The one-chart path's quiet band: with both sums at zero, a z within +-band leaves them at zero and
@@ -272,6 +279,7 @@ class CUSUM(Detector):
         self._factor = 1.0  # the running variance is kept scaled by it (see huge_factor)
         self._sums = [0.0] * len(self._sides)
         self._starts: list[int | None] = [None] * len(self._sides)
+        self._anchors = [0.0] * len(self._sides)  # the reference each sum's first value was compared with
         self._floor = 0.0  # with adapt: the tracked scale stays above this share of the warm-up's
         self._restarted = False  # this warm-up began again on its last regime (last_regime; once a warm-up)
         self._after_alarm = False  # this warm-up follows an alarm (_two_regimes; set by the alarms)
@@ -294,6 +302,24 @@ class CUSUM(Detector):
 
     def _after_load(self) -> None:
         self._inv = 1.0 / self._scale
+        if not self._trend:  # (a slope saved with trend, loaded without it, was added to the level at every step)
+            self._slope = 0.0
+
+    def _beyond_trend(self, step: int, side: int, sign: float, stat: float) -> bool:
+        """Whether a sum that crossed its threshold while the tracked reference moved against it (rose, for a down
+        sum) still crosses it with that move taken back: over the sum's n values the reference moved ``rise`` (the
+        slope's extrapolation, less the corrections), and each value is credited the whole move, ``stat - |rise| n
+        / scale`` (half of it, the average of a linear move, left 8% of such plateaus alarmed).  A climb that stops
+        (a reward reaching its ceiling) leaves the extrapolated reference above the values and its down sum
+        growing: 70% of steady climbs of 0.2 sd a step that stopped brought a false "level down" alarm, none
+        without the slope (a review).  A drop passes, the reference falling with it.  A sum with the reference's
+        move, or none, always passes."""
+        rise = self._level + self._slope - self._anchors[side]
+        if sign * rise >= 0.0:
+            return True
+        start = self._starts[side]
+        n = step - start + 1 if start is not None else 1
+        return stat - (rise if rise > 0.0 else -rise) * n / self._scale > self._hs[side]
 
     @property
     def armed(self) -> bool:
@@ -318,9 +344,9 @@ class CUSUM(Detector):
         are plain attributes (see threshold_), which saves the tuple unpacking."""
         if self._phase:
             return self._update_slow(value, step)
-        level = self._level + self._slope  # (the slope stays 0.0 without trend: level + 0.0 is level)
+        level = self._level  # (no slope: a detector with trend takes _update_finite)
         # (divided by the scale, kept in a local for the tracking step below: one load, and no stored 1 / scale to
-        # update, against multiplying by that stored inverse; 5% of the update, which the slope's step costs)
+        # update, against multiplying by that stored inverse: about 5% of the update)
         scale = self._scale
         z = (value - level) / scale
         sums = self._sums
@@ -344,8 +370,8 @@ class CUSUM(Detector):
                 if v > 0.0:
                     if s0 == 0.0:
                         self._starts[0] = step
-                    if v > self._h0:
-                        return self._alarm(step, 0, v)
+                    if v > self._h0 and (alarm := self._alarm(step, 0, v)) is not None:
+                        return alarm
                     sums[0] = v
                 else:
                     sums[0] = 0.0
@@ -354,8 +380,8 @@ class CUSUM(Detector):
                 if v > 0.0:
                     if s1 == 0.0:
                         self._starts[1] = step
-                    if v > self._h0:
-                        return self._alarm(step, 1, v)
+                    if v > self._h0 and (alarm := self._alarm(step, 1, v)) is not None:
+                        return alarm
                     sums[1] = v
                 else:
                     sums[1] = 0.0
@@ -364,7 +390,6 @@ class CUSUM(Detector):
             a *= scale
             e = a * z
             self._level = level + e
-            self._slope += self._trend * e
             # scale * (1 + adapt * (c |z| - 1)) as scale - adapt scale + c |e|, in fewer operations (-c * e is c * -e
             # exactly: the negation is folded into the constant)
             scale += (1.2533141373155001 * e if e >= 0.0 else -1.2533141373155001 * e) - a
@@ -383,7 +408,8 @@ class CUSUM(Detector):
             return self._update_one_chart(value, step)
         if self._phase:
             return self._update_slow(value, step)
-        z = (value - (self._level + self._slope)) / self._scale  # (as the one-chart path rounds it)
+        pred = self._level + self._slope
+        z = (value - pred) / self._scale  # (as the one-chart path rounds it)
         sums = self._sums
         c = self._clip
         if z > c:
@@ -398,8 +424,10 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[0] = step
-                if v > h0:
-                    return self._alarm(step, 0, v)
+                    if self._trend:  # (only a slope-following sum needs it: _beyond_trend)
+                        self._anchors[0] = pred
+                if v > h0 and (alarm := self._alarm(step, 0, v)) is not None:
+                    return alarm
                 sums[0] = v
             elif s != 0.0:
                 sums[0] = 0.0
@@ -408,8 +436,10 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[1] = step
-                if v > h0:
-                    return self._alarm(step, 1, v)
+                    if self._trend:  # (only a slope-following sum needs it: _beyond_trend)
+                        self._anchors[1] = pred
+                if v > h0 and (alarm := self._alarm(step, 1, v)) is not None:
+                    return alarm
                 sums[1] = v
             elif s != 0.0:
                 sums[1] = 0.0
@@ -418,8 +448,10 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[2] = step
-                if v > h1:
-                    return self._alarm(step, 2, v)
+                    if self._trend:  # (only a slope-following sum needs it: _beyond_trend)
+                        self._anchors[2] = pred
+                if v > h1 and (alarm := self._alarm(step, 2, v)) is not None:
+                    return alarm
                 sums[2] = v
             elif s != 0.0:
                 sums[2] = 0.0
@@ -428,8 +460,10 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[3] = step
-                if v > h1:
-                    return self._alarm(step, 3, v)
+                    if self._trend:  # (only a slope-following sum needs it: _beyond_trend)
+                        self._anchors[3] = pred
+                if v > h1 and (alarm := self._alarm(step, 3, v)) is not None:
+                    return alarm
                 sums[3] = v
             elif s != 0.0:
                 sums[3] = 0.0
@@ -442,8 +476,10 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[i] = step
-                if v > h:
-                    return self._alarm(step, i, v)
+                    if self._trend:
+                        self._anchors[i] = pred
+                if v > h and (alarm := self._alarm(step, i, v)) is not None:
+                    return alarm
                 sums[i] = v
             elif s != 0.0:
                 sums[i] = 0.0
@@ -494,8 +530,8 @@ class CUSUM(Detector):
             if v > 0.0:
                 if s == 0.0:
                     self._starts[i] = step
-                if v > h:
-                    return self._alarm(step, i, v)
+                if v > h and (alarm := self._alarm(step, i, v)) is not None:
+                    return alarm
                 sums[i] = v
             elif s != 0.0:
                 sums[i] = 0.0
@@ -556,8 +592,13 @@ class CUSUM(Detector):
                      f"{self.stream or 'stream'}: level {side} inside the warm-up (mean {before:.6g} over {i} values, "
                      f"then {after:.6g} over {m}: two regimes far apart), change near step {steps[i]}")
 
-    def _alarm(self, step: int, side: int, stat: float) -> Alarm:
+    def _alarm(self, step: int, side: int, stat: float) -> Alarm | None:
+        """The alarm of chart ``side`` whose sum ``stat`` crossed its threshold; None (no alarm yet, the sum kept) when
+        that sum opposes the tracked slope and would not cross it against the level held flat since the sum left
+        zero: the end of a climb, not a change of level (see :meth:`_beyond_trend`)."""
         kk, sign = self._sides[side]
+        if self._trend and not self._beyond_trend(step, side, sign, stat):
+            return None
         direction = "up" if sign > 0 else "down"
         location = self._starts[side]
         level, scale, h = self._level, self._scale, self._hs[side]

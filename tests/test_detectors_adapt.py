@@ -11,7 +11,8 @@ from adaptive_eval import load_config
 from adaptive_eval.detectors import make_detector
 from adaptive_eval.synthetic import make_trace
 
-SPEC = {"type": "cusum", "k": 1.0, "threshold": 7.85, "adapt": 0.05, "warmup": 30, "trend": 0.02}
+SPEC = {"type": "cusum", "k": 1.0, "threshold": 8.0, "adapt": 0.05, "warmup": 30}
+TREND = {**SPEC, "threshold": 7.8, "trend": 0.02}  # the slope-following setting README measures (opt-in)
 
 
 def trend(n=2000, seed=0, slope=0.0006, sd=0.05, phi=0.6):
@@ -53,26 +54,39 @@ def climb_then_drop(seed, climb=0.1, drop=8.0, n=150, after=40):
 
 @pytest.mark.parametrize("climb", [0.06, 0.1, 0.2])
 def test_a_drop_after_a_steady_climb_is_caught(climb):
-    # Without the slope (trend: 0) the tracked level lags the climb by climb / adapt, that lag widens the tracked
-    # scale, and the 8 sd drop is missed (climbing 0.1 and 0.2 sd a step: 0 of 10 caught, 0.06: 10 of 10).
+    # Without the slope (trend: 0, the presets') the tracked level lags the climb by climb / adapt, that lag widens
+    # the tracked scale, and the 8 sd drop is missed (climbing 0.1 and 0.2 sd a step: 0 of 10 caught, 0.06: 10 of 10).
     caught, old = 0, 0
     for seed in range(10):
         values = climb_then_drop(seed, climb)
-        found = [a.step for a in alarms(SPEC, values) if 150 <= a.step < 170]
+        found = [a.step for a in alarms(TREND, values) if 150 <= a.step < 170]
         caught += bool(found) and found[0] <= 156
-        old += any(150 <= a.step < 170 for a in alarms({**SPEC, "trend": 0.0}, values))
+        old += any(150 <= a.step < 170 for a in alarms(SPEC, values))
     assert caught == 10
     assert climb == 0.06 or old == 0
 
 
+@pytest.mark.parametrize("climb", [0.1, 0.2, 0.3])
+def test_a_climb_that_stops_is_not_a_drop(climb):
+    # The slope's extrapolation overshoots a level that stops climbing: without the check of the sum against the
+    # reference's own move (CUSUM._beyond_trend) 70% of 0.2 sd climbs and 98% of 0.3 sd ones that stopped raised
+    # "level down" (a review); the drop after a climb is still caught (test above).
+    alarmed = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        values = [climb * min(t, 150) + rng.gauss(0, 1) for t in range(300)]
+        alarmed += any(a.step >= 150 for a in alarms(TREND, values))
+    assert alarmed <= 2
+
+
 def test_the_tracked_slope_is_state_and_a_resumed_detector_decides_alike():
     values = climb_then_drop(3, 0.2)
-    full = [(a.step, a.direction) for a in alarms(SPEC, values)]
-    det = make_detector(SPEC, stream="train/reward")
+    full = [(a.step, a.direction) for a in alarms(TREND, values)]
+    det = make_detector(TREND, stream="train/reward")
     got = [(a.step, a.direction) for t, v in enumerate(values[:120]) if (a := det.update(v, t))]
     sd = json.loads(json.dumps(det.state_dict()))
     assert sd["slope"] > 0.1  # it follows the climb of 0.2 a step
-    clone = make_detector(SPEC, stream="train/reward")
+    clone = make_detector(TREND, stream="train/reward")
     clone.load_state_dict(sd)
     got += [(a.step, a.direction) for t, v in enumerate(values[120:], start=120) if (a := clone.update(v, t))]
     assert got == full and (150, "down") <= full[-1] <= (156, "down")
@@ -80,11 +94,21 @@ def test_the_tracked_slope_is_state_and_a_resumed_detector_decides_alike():
 
 def test_trend_is_a_rate_in_range_and_does_nothing_without_adapt():
     values = climb_then_drop(1, 0.1)
-    fixed = [(a.step, a.message) for a in alarms({**SPEC, "adapt": 0.0, "trend": 0.0}, values)]
-    assert fixed == [(a.step, a.message) for a in alarms({**SPEC, "adapt": 0.0}, values)] and fixed
+    fixed = [(a.step, a.message) for a in alarms({**TREND, "adapt": 0.0, "trend": 0.0}, values)]
+    assert fixed == [(a.step, a.message) for a in alarms({**TREND, "adapt": 0.0}, values)] and fixed
+    # (so it shares the fixed reference's calibration too)
+    assert "trend" not in make_detector({**TREND, "adapt": 0.0})._calibration_params()
+    assert make_detector(TREND)._calibration_params()["trend"] == 0.02
+    # A slope saved with trend and loaded without it is not added to the level at every step (a review)
+    det = make_detector(TREND, stream="r")
+    for t, v in enumerate(climb_then_drop(2, 0.2)[:120]):
+        det.update(v, t)
+    plain = make_detector(SPEC, stream="r")
+    plain.load_state_dict(det.state_dict())
+    assert det.state_dict()["slope"] > 0.1 and plain.state_dict()["slope"] == 0.0
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="trend"):
-            make_detector({**SPEC, "trend": bad})
+            make_detector({**TREND, "trend": bad})
 
 
 def test_the_default_preset_watches_streams_with_it():
