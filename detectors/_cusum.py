@@ -196,8 +196,8 @@ class CUSUM(Detector):
         self.adapt = check_float(owner, "adapt", adapt, 0.0, 0.5)
         self._adapt = self.adapt
         self.trend = check_float(owner, "trend", trend, 0.0, 1.0)
-        # (with adapt 0 the reference is fixed and trend does nothing: `--set streams.default.1.adapt=0` on the
-        # default preset, whose CUSUM sets trend, gives the fixed-reference CUSUM it asks for)
+        # (with adapt 0 the reference is fixed and trend does nothing: `--set streams.watch...adapt=0` on a spec that
+        # sets trend gives the fixed-reference CUSUM it asks for, with no error for the trend left in it)
         self._trend = self.trend if self.adapt else 0.0
         self.direction = check_choice(owner, "direction", direction, _DIRECTIONS)
         self.warmup_test = warmup_test = check_warmup_test(owner, warmup_test)

@@ -291,3 +291,20 @@ def test_a_benchmarks_bad_arguments_are_refused_naming_the_option_before_any_wor
                           timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []  # (nothing written)
+
+
+def test_climb_prints_what_the_slope_buys_and_costs(capsys):
+    """``--climb``: the presets' CUSUM misses a drop right after a steep climb, ``trend`` catches it, and the table
+    shows its price (a collapse on the plateau after a steep climb) beside it; the cells are shares of runs."""
+    mod = _module()
+    mod.main(["--climb", "--quick"])
+    rows = {}
+    for line in capsys.readouterr().out.splitlines():
+        for label in ("default preset", "trend 0.02, threshold 7.8"):
+            if line.startswith(label):
+                cells = line[len(label):].split()
+                rows[(label, float(cells[0]))] = [int(c.rstrip("%")) for c in cells[1:] if c.endswith("%")]
+    # columns: caught after drops of 3, 5, 8 sd, an alarm on the climb, the climb stops, a 5 sd drop 100 steps later
+    assert rows[("default preset", 0.1)][1:3] == [0, 0] and rows[("trend 0.02, threshold 7.8", 0.1)][1:3] == [100, 100]
+    assert rows[("default preset", 0.3)][5] == 100 and rows[("trend 0.02, threshold 7.8", 0.3)][5] <= 20
+    assert all(r[4] <= 10 for r in rows.values())  # a climb that stops is no drop, with or without the slope
