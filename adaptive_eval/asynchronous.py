@@ -1120,9 +1120,7 @@ def build_async(plain: Mapping, *, executor=None, eval_ranks: EvalRanks | None =
         if list(eval_ranks.eval_ranks) != configured:
             raise ValueError(f"distributed.eval_ranks is {configured} but the EvalRanks given has "
                              f"{eval_ranks.eval_ranks}")
-        if eval_ranks.is_eval_rank:
-            raise RuntimeError(f"rank {eval_ranks.rank} is an eval rank (distributed.eval_ranks): it runs "
-                               "EvalRanks.serve(evaluate_fn), not an AdaptiveEvaluator")
+        # (an eval rank's own evaluator is refused by AdaptiveEvaluator before its process group is checked)
         needs_snapshot = ("distributed.eval_ranks: the training ranks send the weights to the eval ranks, so "
                           "evaluate_fn must be adaptive_eval.asynchronous.SnapshotEval(model) (the eval rank "
                           "runs its own fn(request, weights))")

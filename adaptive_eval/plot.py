@@ -159,10 +159,10 @@ def _read_tb(tb_dir: Path) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], di
         raise PlotError(f"{tb_dir}: cannot read the TensorBoard event files: {exc}") from None
     # TensorBoard's reader ends a file at a damaged record without a word: a run damaged a third of the way in was
     # drawn as a run of 1 evaluation and no alarm (of 6 and 1), unsaid, where replay says it (a probe)
-    from adaptive_eval.trace import _event_files, _say_damaged, _scalar_events
+    from adaptive_eval.trace import _event_files, _say_damaged
 
-    for file in _event_files(tb_dir):
-        _say_damaged(file, _scalar_events(file))
+    for file in _event_files(tb_dir):  # (its own read of the bytes: the events are read above, not again)
+        _say_damaged(file)
     tags = acc.Tags()
     scalars = {}
     for tag in tags.get("scalars", []):

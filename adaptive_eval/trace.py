@@ -1611,12 +1611,13 @@ def _listed(paths: Sequence[str], most: int = 5) -> str:
 _DAMAGE_CHECKED_BYTES = 16 * 2**20  # event files up to this size are checked (TensorBoard's CRCs, in pure Python)
 
 
-def _say_damaged(file: pathlib.Path, events: list) -> None:
+def _say_damaged(file: pathlib.Path, last: int | None = None) -> None:
     """Warn when TensorBoard's reader stopped at a damaged record of ``file`` with whole records after it: it ends a
     file at the first bad record without a word (a debug log), and a run whose file was damaged a third of the way in
     read as a shorter run, its collapse gone (a probe).  A torn last record (a run still writing, or killed) is not
     said: its length is sound and it runs past the end.  Files above 16 MiB are not checked (the check reads the file
-    again, its CRCs in pure Python: +60% on a 4 MB file; a review)."""
+    again, its CRCs in pure Python: +60% on a 4 MB file; a review).  ``last``: the step the file's events end at,
+    said when given."""
     import struct
 
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
@@ -1638,7 +1639,6 @@ def _say_damaged(file: pathlib.Path, events: list) -> None:
     sound = struct.unpack_from("<I", data, pos + 8)[0] == masked_crc32c(data[pos:pos + 8])
     if sound and pos + 12 + length + 4 > len(data):
         return  # a torn last record: it runs past the end
-    last = max((e[1] for e in events), default=None)
     warnings.warn(f"{file}: damaged after record {read}: TensorBoard's reader stops there, so the "
                   f"{len(data) - pos:,} bytes after it are left out"
                   + (f" (this file's steps end at {last})" if last is not None else ""),
@@ -1661,7 +1661,7 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
     own_tags = set()
     for file in _event_files(path):
         events = [e for e in _scalar_events(file) if e[0] not in _HF_TB_BOOKKEEPING]
-        _say_damaged(file, events)
+        _say_damaged(file, max((e[1] for e in events), default=None))
         own_tags.update(e[0] for e in events)
         if events:
             chunks.append(events)
