@@ -273,6 +273,11 @@ def _check_kind(det: Detector, key: str, fresh, value) -> None:
     def number(v):
         return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
+    if not _all_finite(value):
+        # (no detector holds NaN or inf in its state, whatever it was fed: a saved level edited to NaN loaded and
+        # blinded the detector for good, never alarming again; found in review)
+        raise ValueError(f"{det.stream or 'stream'}: {det.name} state field {key!r}: expected finite numbers, "
+                         f"got {_plain(value)!r}")
     if value is None or fresh is None:
         return
     if isinstance(fresh, bool):
@@ -292,6 +297,14 @@ def _check_kind(det: Detector, key: str, fresh, value) -> None:
     if not ok:
         raise ValueError(f"{det.stream or 'stream'}: {det.name} state field {key!r}: expected a value like "
                          f"{_plain(fresh)!r}, got {value!r}")
+
+
+def _all_finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple, collections.deque)):
+        return all(_all_finite(v) for v in value)
+    return True
 
 
 def _plain(value):
