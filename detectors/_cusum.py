@@ -301,9 +301,17 @@ class CUSUM(Detector):
         self._scale = scale  # (the updates divide by it; the learning phase, never tracking, keeps its 1 / scale)
 
     def _after_load(self) -> None:
+        if not self._scale > 0.0:  # (0 raised a bare ZeroDivisionError naming nothing; a probe)
+            raise ValueError(f"{self.stream or 'stream'}: cusum state field 'scale': expected a number > 0, "
+                             f"got {self._scale!r}")
         self._inv = 1.0 / self._scale
         if not self._trend:  # (a slope saved with trend, loaded without it, was added to the level at every step)
             self._slope = 0.0
+        elif self._slope == 0.0 and not any(self._anchors):
+            # A state saved without a slope (trend 0, or from before trend): its sums in progress were measured
+            # against the level, which is their reference.  (Left at 0, _beyond_trend read the level's distance
+            # from 0 as the reference's move and held back for good the alarm of a collapse under way; a probe.)
+            self._anchors = [self._level if s else 0.0 for s in self._sums]
 
     def _beyond_trend(self, step: int, side: int, sign: float, stat: float) -> bool:
         """Whether a sum that crossed its threshold while the tracked reference moved against it (rose, for a down

@@ -111,6 +111,30 @@ def test_trend_is_a_rate_in_range_and_does_nothing_without_adapt():
             make_detector({**TREND, "trend": bad})
 
 
+def test_a_state_saved_without_the_slope_resumes_under_trend_and_catches_the_collapse_under_way():
+    """A state saved by a trend-0 detector (or from before trend) one step into a 20 sd drop, loaded into a trend
+    detector: its down sum was measured against the level, but the saved reference of that sum read 0, so the
+    check against the reference's own move took the level's distance from 0 for a climb and held the alarm back for
+    good (100 steps, no alarm; a probe).  It now alarms where the uninterrupted trend run does."""
+    rng = random.Random(0)
+    xs = [10.0 + rng.gauss(0, 0.1) for _ in range(200)] + [8.0 + rng.gauss(0, 0.1) for _ in range(100)]
+    whole = [(a.step, a.direction) for a in alarms(TREND, xs)]
+    for saver in (SPEC, TREND):
+        det = make_detector(saver, stream="train/reward")
+        assert not [a for t, v in enumerate(xs[:201]) if (a := det.update(v, t))]
+        sd = json.loads(json.dumps(det.state_dict()))
+        assert sd["sums"][1] > 0.0, saver  # the down sum is building at the save
+        if saver is SPEC:
+            del sd["slope"], sd["anchors"]  # as a release before trend saved it
+        resumed = make_detector(TREND, stream="train/reward")
+        resumed.load_state_dict(sd)
+        got = [(a.step, a.direction) for t, v in enumerate(xs[201:], start=201) if (a := resumed.update(v, t))]
+        assert got == whole == [(202, "down")], saver
+    # A scale of 0 is refused naming its field (a bare ZeroDivisionError)
+    with pytest.raises(ValueError, match="train/reward: cusum state field 'scale': expected a number > 0"):
+        make_detector(TREND, stream="train/reward").load_state_dict({**sd, "scale": 0.0})
+
+
 def test_the_default_preset_watches_streams_with_it():
     specs = [dict(s) for s in load_config().streams.default]
     assert {"type": "nonfinite"} in specs and SPEC in specs
