@@ -747,7 +747,7 @@ def _tune_cases(args: argparse.Namespace, base) -> list:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from adaptive_eval.tune import TuneError, check_base, check_input, table, tune
+    from adaptive_eval.tune import TuneError, check_base, check_input, clipped_base, table, tune
 
     base = load_config(args.config, args.overrides)
     objectives = args.objective or ["cost", "delay", "regret"]
@@ -768,6 +768,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           f"{', '.join(objectives)}, {args.trials} trials, seed {args.seed}; scored on "
           + ", ".join(f"{c.name}: {c.metric}" for c in cases[:6]) + (" ..." if len(cases) > 6 else ""),
           file=sys.stderr)
+    if clipped := clipped_base(base):
+        print("trial 0, the base config, runs its values outside the searched ranges clipped into them: "
+              + "; ".join(clipped), file=sys.stderr)
     # Every trial replays every trace with a new evaluator, whose notes "(said once)" are once per evaluator: said
     # once per tune here, whatever their values (a note on a suite's pass@k came 3 times in 4 trials, the budget's
     # held alarm 14 times in 30; found by a new-user probe and a fresh-clone check); so are replay's warnings.

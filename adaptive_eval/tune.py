@@ -364,6 +364,21 @@ def base_params(base) -> dict:
     return out
 
 
+def clipped_base(base) -> list[str]:
+    """The base config's values of the searched keys that lie outside :data:`SPACE`, as trial 0 runs them:
+    ``"trigger.freq_steps 250 -> 100 (searched 5-100)"``.  (Trial 0, "the base config", ran those clipped values
+    and said nothing, so a user compared the trials with a baseline they never ran; a probe.)"""
+    out = []
+    for key, kind, low, high, _ in SPACE:
+        v = _get(base, key)
+        if v is None or kind is bool:
+            continue
+        ran = kind(min(max(v, low), high))
+        if ran != v:
+            out.append(f"{key} {kind(v)} -> {ran} (searched {low}-{high})")
+    return out
+
+
 def folds(n: int, k: int = 3) -> list[list[int]]:
     """Round-robin folds of the runs (``k`` at most ``n``)."""
     k = max(1, min(k, n))
@@ -603,6 +618,7 @@ class TuneResult:
     checked: dict = dataclasses.field(default_factory=dict)  # chosen trial index -> the switches whose check ran
     # trial 0, the base config: per run (case, its config as replayed, its deferral lines, its evaluation count)
     first: list = dataclasses.field(default_factory=list)
+    clipped: list[str] = dataclasses.field(default_factory=list)  # the base's values trial 0 ran clipped (clipped_base)
 
 
 def _rule_pick(values: Sequence[Sequence[float]], idx: Sequence[int], rule: str,
@@ -737,6 +753,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         result = summarize(done, objectives, fold_idx, interrupted)
         result.refused = refused
         result.first = first
+        result.clipped = clipped_base(base)
         if not interrupted:
             result.kept_base = _inert_switches(result, base, cases, run_scores, stop)
             # (a Ctrl-C there: the points checked so far keep what was found, the others their drawn values; exit 130)
@@ -861,6 +878,9 @@ def table(result: TuneResult) -> str:
         lines.append("\n(held-out: each rule picked on all folds but one and scored on the one left out, the mean "
                      "over folds; the search itself saw every fold, so these are optimistic, and in each fold the "
                      "rule may pick another trial than this row's)")
+    if result.clipped:
+        lines.append("\ntrial 0 (the base config) ran its values outside the searched ranges clipped into them: "
+                     + "; ".join(result.clipped))
     for i, n in numbers.items():
         for key, v in result.kept_base.get(i, {}).items():
             lines.append(f"\npoint-{n}.yaml keeps the base config's {key}: {str(v).lower()} (trial "

@@ -830,6 +830,27 @@ def test_trial_0_is_the_base_config_even_one_without_a_cusum_or_with_its_arl0(tm
     assert [dict(d) for d in apply_params(load_config(str(config)), row["params"]).streams.default] == base
 
 
+def test_base_values_outside_the_searched_ranges_are_said_clipped_in_trial_0(tmp_path, capsys):
+    """A probe: with trigger.freq_steps 250 and a CUSUM threshold of 20 in the base, trial 0, "the base config", ran
+    100 and 16.0 and said nothing, before the search or in its table: a baseline the user never ran."""
+    path, onset = collapse_csv(tmp_path)
+    out = tmp_path / "t"
+    assert main(["tune", path, "--events", f"{path}={onset}", "--set", "trigger.freq_steps=250",
+                 "--set", "streams.default.1.threshold=20", "--trials", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    said = capsys.readouterr()
+    row = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
+    assert row["params"]["trigger.freq_steps"] == 100 and row["params"]["cusum.threshold"] == 16.0
+    clipped = "trigger.freq_steps 250 -> 100 (searched 5-100); cusum.threshold 20.0 -> 16.0 (searched 3.0-16.0)"
+    assert f"trial 0, the base config, runs its values outside the searched ranges clipped into them: {clipped}" \
+        in said.err
+    assert f"trial 0 (the base config) ran its values outside the searched ranges clipped into them: {clipped}" \
+        in said.out
+    assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "2", "--out", str(tmp_path / "u"),
+                 "--no-progress"]) == 0
+    assert "clipped" not in capsys.readouterr().err  # the default preset lies inside every range
+
+
 def test_an_error_of_the_events_file_beside_the_trace_names_it(tmp_path, capsys):
     """A probe: tune said "event step 5000 outside the trace's steps 0-299" of an events file it read unasked,
     without naming it (check names it)."""
