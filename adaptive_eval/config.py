@@ -382,9 +382,9 @@ def validate(cfg: DictConfig | Config) -> None:
         lo, hi = _get(cfg, lo_key), _get(cfg, hi_key)
         if lo > hi and lo_key not in already and hi_key not in already:
             problems.append(f"{lo_key}: {lo!r} is larger than {hi_key}: {hi!r}")
-    if cfg.policy.interval.relax < 1:
+    if cfg.policy.interval.relax < 1 and "policy.interval.relax" not in already:  # (said twice when not positive)
         problems.append(f"policy.interval.relax: must be >= 1, got {cfg.policy.interval.relax!r}")
-    if not cfg.policy.sample_size.alarm_factor >= 1:
+    if not cfg.policy.sample_size.alarm_factor >= 1 and "policy.sample_size.alarm_factor" not in already:
         problems.append(f"policy.sample_size.alarm_factor: must be >= 1, got {cfg.policy.sample_size.alarm_factor!r}")
     problems += _urgent_problems(cfg.policy.alarm.urgent_detectors)
     problems += _evaluation_problems(cfg.evaluation)
@@ -394,9 +394,11 @@ def validate(cfg: DictConfig | Config) -> None:
     specs += [(f"streams.watch.{stream}[{i}]", spec) for stream, lst in cfg.streams.watch.items()
               for i, spec in enumerate(lst)]
     for key, spec in specs:
-        problem = _detector_problem(spec)
+        named: list[str] = []
+        problem = _detector_problem(spec, named)
         if problem:
-            problems.append(f"{key}: {problem}")
+            # (one bad parameter: named by its own key, so its own line; it was the line of the spec's "- type:")
+            problems.append(f"{key}.{named[0]}: {problem}" if len(named) == 1 else f"{key}: {problem}")
     if bad:  # (a default standing in for a bad interpolation is not reported again)
         named = {key for key, _, _, _ in bad}
         problems = [f"{key}: {msg}" for key, msg, _, _ in bad] + [
@@ -607,10 +609,10 @@ def _pass_at_k_problems(cfg: DictConfig) -> list[str]:
     return problems
 
 
-def _detector_problem(spec) -> str | None:
+def _detector_problem(spec, named: list[str] | None = None) -> str | None:
     """Why a detector spec cannot be built (None if it can): checked at load time, not at the first
     ``observe`` of a stream hours into a run.  Building is cheap for shipped settings; an unusual ``arl0``
-    is calibrated (and cached) here rather than mid-run."""
+    is calibrated (and cached) here rather than mid-run.  The parameters refused alone are added to ``named``."""
     if "type" not in spec:
         keys = [str(k) for k in spec]
         if not keys:
@@ -637,6 +639,8 @@ def _detector_problem(spec) -> str | None:
                 make_detector({"type": params["type"], key: value})
             except (TypeError, ValueError) as one:
                 alone.append(str(one))
+                if named is not None:
+                    named.append(str(key))
         return "; ".join(dict.fromkeys(alone)) if len(alone) > 1 else str(exc)
     return None
 
@@ -712,7 +716,8 @@ def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]
         if isinstance(node, yaml.MappingNode):
             for k, v in node.value:
                 key = f"{prefix}.{k.value}" if prefix else str(k.value)
-                if key in lines and duplicates is not None and not any(key.startswith(d + ".") for d in seen):
+                if key in lines and duplicates is not None and not any(key.startswith((d + ".", d + "["))
+                                                                           for d in seen):
                     seen.append(key)
                     duplicates.append(f"{k.start_mark.line + 1}: {key}: given twice (also at line {lines[key]}; "
                                       "YAML would keep only the last)")
@@ -1172,7 +1177,14 @@ def _load_config(path, overrides: Sequence[str]) -> DictConfig:
         duplicates: list[str] = []
         lines = _key_lines(text, duplicates) if not given else {}
         problems += [f"{source}:{d}" for d in duplicates]
+        before = len(problems)
         cfg = _merge_loaded(cfg, loaded, source, lines, problems, failed)
+        if any("YAML reads the name" in d for d in duplicates):
+            # (the name said already as YAML's boolean or number: OmegaConf's "Key True (bool) is incompatible
+            # with (str)" about it again, at another line, is the same problem; a probe)
+            problems[before:] = [p for p in problems[before:]
+                                 if not re.search(r"Key .* \((bool|int|float|NoneType|date|datetime)\) is "
+                                                  r"incompatible with \(str\)", p)]
         problems += [f"{source}: {key}: {msg}" for key, msg in unresolved]
         failed.update(key for key, _ in unresolved)
     from_file = len(problems)

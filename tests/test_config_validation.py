@@ -124,7 +124,7 @@ def test_an_override_of_a_list_item_sets_it_or_names_the_problem():
     # (a new-user probe: the detector's problem did not name the override that set it, as other keys' do)
     with pytest.raises(ConfigError) as info:
         load_config(overrides=["streams.default.1.threshold=high"])
-    assert info.value.problems == ["override 'streams.default.1.threshold=high': streams.default[1]: cusum: "
+    assert info.value.problems == ["override 'streams.default.1.threshold=high': streams.default[1].threshold: cusum: "
                                    "threshold must be a number in (0.0, 1000000.0], got 'high'"]
     # a name of digits is a name where no list is (a suite named 2024 took the list path: "no such list item or
     # key (Invalid type assigned: dict is not a subclass of SuiteConfig...)"; a probe)
@@ -310,7 +310,8 @@ def test_a_misspelt_urgent_detector_and_every_bad_parameter_of_one_spec_are_name
                            "page_hinkley, adwin, kswin, bocpd, spike, nonfinite, stuck, window_test, rank_discrepancy")
     assert problems[1].startswith(f"{path}:8: streams.default[0]: ") and "threshold must be" in problems[1] \
         and "k must be" in problems[1]
-    assert problems[2].startswith(f"{path}:11: streams.default[1]: ") and "threshold must be" in problems[2]
+    # one bad parameter: named by its own key and line (it was the line of the spec's "- type:", 11; a probe)
+    assert problems[2].startswith(f"{path}:12: streams.default[1].threshold: cusum: threshold must be")
     assert len(problems) == 3
     assert list(load_config(overrides=["policy.alarm.urgent_detectors=[nonfinite,cusum]"]).policy.alarm
                 .urgent_detectors) == ["nonfinite", "cusum"]
@@ -868,3 +869,23 @@ def test_a_dotted_stream_name_and_a_defaults_key_say_the_way_on(tmp_path):
                                           r"keys it changes, on the default preset; to start from another preset give "
                                           r"it as --config PRESET"):
         load_config(tmp_path / "d.yaml")
+
+
+def test_each_problem_of_a_file_is_said_once(tmp_path):
+    """A probe: a stream given twice under watch was said again for its first detector ("...[0].type: given twice"),
+    a stream named on: again as OmegaConf's "Key True (bool) is incompatible with (str)" at another line, and
+    relax: -1 twice ("a positive finite number" and "must be >= 1")."""
+    cases = {
+        "streams:\n  watch:\n    train/reward: [{type: cusum}]\n    train/reward: [{type: cusum}]\n":
+            ["4: streams.watch.train/reward: given twice (also at line 3; YAML would keep only the last)"],
+        "streams:\n  watch:\n    on: [{type: cusum}]\n":
+            ["3: streams.watch.on: YAML reads the name 'on' as a boolean: quote it (\"on\":) to use it as a name"],
+        "policy:\n  interval:\n    relax: -1\n":
+            ["3: policy.interval.relax: must be a positive finite number, got -1.0"],
+    }
+    for i, (text, expected) in enumerate(cases.items()):
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(ConfigError) as info:
+            load_config(path)
+        assert info.value.problems == [f"{path}:{e}" for e in expected]
