@@ -2661,11 +2661,13 @@ class AdaptiveEvaluator:
                         f": the asynchronous evaluations of steps {lost} in flight at the save are dropped"
                         if lost else "")
 
-    def load_state_dict(self, sd: Mapping) -> None:
+    def load_state_dict(self, state_dict: Mapping) -> None:
         """Restore a state from :meth:`state_dict` (also after a JSON round trip); later decisions are
         the same as those of the run that never stopped.  A state that does not load (another config's, or
         edited) is a ``ValueError`` naming its key, and leaves this evaluator as it was (it was left half-loaded:
-        a fixed schedule resumed "relaxed"; a new user's probe)."""
+        a fixed schedule resumed "relaxed"; a new user's probe).  (The parameter is AReaL's name, so that
+        ``load_state_dict(state_dict=...)`` works as on AReaL's ``Evaluator``; a probe.)"""
+        sd = state_dict
         if isinstance(sd, (str, bytes)):
             raise ValueError("load_state_dict takes the state_dict mapping, not its JSON text: "
                              "load_state_dict(json.loads(text))")

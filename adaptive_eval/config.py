@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import logging
 import math
+import numbers
 import os
 import re
 import types
@@ -1621,7 +1622,9 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
     problems, trigger = [], {}
     for f in _AREAL_FREQS:
         v = getattr(evaluator_config, f, None)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+        # (numbers.Real: numpy's integers too, which AReaL's own Evaluator takes; they were refused as "not a
+        # non-negative number"; a probe)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0
                               or not math.isfinite(v)):
             problems.append(f"{name}.{f}: must be a non-negative number or null (0: every step), got {v!r}")
         elif v is not None and f != "freq_secs" and v != int(v):

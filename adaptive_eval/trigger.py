@@ -20,6 +20,7 @@ Differences from ``areal.utils.timeutil.EpochStepTimeFreqCtl`` (each has a test)
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Mapping
 
@@ -31,11 +32,13 @@ _EPS = 1e-9
 def _check_freq(name: str, value):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a non-negative number or None, got {value!r}")
     if not value >= 0 or value != value or value == float("inf"):
         raise ValueError(f"{name} must be non-negative (0: every step, as in AReaL; None disables it), got {value!r}")
-    return value
+    # (numpy's numbers, which AReaL's own Evaluator takes, as Python's: np.int64(3) was refused; a probe)
+    return value if isinstance(value, (int, float)) else int(value) if isinstance(value, numbers.Integral) \
+        else float(value)
 
 
 class EpochStepTimeFreqCtl:
@@ -264,19 +267,24 @@ class EpochStepTimeFreqCtl:
             return
         try:
             self._initial_pending = bool(state_dict["initial_pending"])
-            self._steps_since = int(state_dict["steps_since"])
-            self._epochs_since = float(state_dict["epochs_since"])
-            self._steps_in_epoch = int(state_dict.get("steps_in_epoch", 0))
-            self._steps_in_epoch_since = int(state_dict.get("steps_in_epoch_since", 0))
-            seconds_since = float(state_dict.get("seconds_since", 0.0))
+            steps_since = _number(state_dict, "steps_since", int)
+            epochs_since = _number(state_dict, "epochs_since", float)
+            steps_in_epoch = _number(state_dict, "steps_in_epoch", int, 0)
+            steps_in_epoch_since = _number(state_dict, "steps_in_epoch_since", int, 0)
+            seconds_since = _number(state_dict, "seconds_since", float, 0.0)
         except KeyError as exc:
             raise ValueError(f"trigger state_dict: missing key {exc.args[0]!r}") from None
+        self._steps_since, self._epochs_since = steps_since, epochs_since
+        self._steps_in_epoch, self._steps_in_epoch_since = steps_in_epoch, steps_in_epoch_since
         self._last_time = self.clock() - seconds_since if self.freq_sec is not None else 0.0
 
     def _load_areal(self, sd: Mapping) -> None:
         def counter(part: str) -> tuple[int, bool]:
             ctl = sd.get(part) or {}
-            return int(ctl.get("steps", 0)) - int(ctl.get("last_steps", 0)), bool(ctl.get("initial_value", False))
+            if not isinstance(ctl, Mapping):
+                raise ValueError(f"trigger state_dict (AReaL's): {part!r}: expected a mapping, got {ctl!r}")
+            return (_number(ctl, "steps", int, 0, part) - _number(ctl, "last_steps", int, 0, part),
+                    bool(ctl.get("initial_value", False)))
 
         epochs_since, initial = counter("epoch")
         self._steps_since, _ = counter("step")
@@ -287,19 +295,39 @@ class EpochStepTimeFreqCtl:
         position = 0
         spe = self.steps_per_epoch
         if spe and "steps" in (sd.get("step") or {}) and "steps" in (sd.get("epoch") or {}):
-            position = int(sd["step"]["steps"]) - int(sd["epoch"]["steps"]) * int(spe)
+            position = _number(sd["step"], "steps", int, 0, "step") - _number(sd["epoch"], "steps", int, 0,
+                                                                            "epoch") * int(spe)
             position = position if 0 <= position < spe else 0
         self._steps_in_epoch = position
         self._steps_in_epoch_since = position
         time_ctl = sd.get("time") or {}
         if self.freq_sec is not None:
-            last_wall = time_ctl.get("last_time")
-            seconds_since = max(0.0, time.time() - float(last_wall)) if last_wall is not None else 0.0
+            last_wall = _number(time_ctl, "last_time", float, None, "time") if isinstance(time_ctl, Mapping) else None
+            seconds_since = max(0.0, time.time() - last_wall) if last_wall is not None else 0.0
             self._last_time = self.clock() - seconds_since
 
     def __repr__(self) -> str:
         return (f"EpochStepTimeFreqCtl(freq_epoch={self.freq_epoch}, freq_step={self.freq_step}, "
                 f"freq_sec={self.freq_sec})")
+
+
+def _number(sd: Mapping, key: str, kind, default=KeyError, part: str | None = None):
+    """``sd[key]`` as ``kind`` (``default`` when missing or None, a ``KeyError`` without one), or a ``ValueError``
+    naming the key: a damaged evaluator_info.json said "invalid literal for int() with base 10: 'abc'", naming
+    nothing (a probe)."""
+    value = sd.get(key) if default is not KeyError else sd[key]
+    if value is None and default is not KeyError:
+        return default
+    try:
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+            raise TypeError
+        out = kind(value)
+        if not math.isfinite(out):
+            raise ValueError
+        return out
+    except (TypeError, ValueError, OverflowError):
+        label, where = ("trigger state_dict (AReaL's)", f"{part}.{key}") if part else ("trigger state_dict", key)
+        raise ValueError(f"{label}: {where!r}: expected a number, got {value!r}") from None
 
 
 def _max_over_ranks(value: float, group) -> float:

@@ -666,3 +666,40 @@ def test_areals_evaluator_section_as_a_dict_a_detached_copy_or_yaml_text_reads_a
         for make in (lambda c: Evaluator(c, steps_per_epoch=10), lambda c: shim.Evaluator(c, spec(10)),
                      lambda c: shim.AdaptiveEvaluator(c, spec(10), preset="areal")):
             assert run(make(config), 0, 9, 10) == expected == [2, 5, 8], (config, make)
+
+
+def test_numpy_frequencies_are_taken_and_a_damaged_saved_state_names_its_key():
+    """Probes: ``EvaluatorConfig(freq_steps=np.int64(3))``, which AReaL's own Evaluator takes, was refused as "not a
+    non-negative number"; ``load_state_dict(state_dict=...)``, AReaL's keyword, was a TypeError on the adaptive shim;
+    a damaged evaluator_info.json said "invalid literal for int() with base 10: 'abc'" or a bare KeyError."""
+    import numpy as np
+
+    areal = AREAL.Evaluator(areal_config(freq_steps=3), spec(4))
+    expected = run(areal, 0, 12, 4)
+
+    def adaptive(config, ft_spec):  # (the areal preset: AReaL's schedule, nothing adaptive)
+        return shim.AdaptiveEvaluator(config, ft_spec, preset="areal")
+
+    for make in (shim.Evaluator, adaptive):
+        for freq in (np.int64(3), np.int32(3)):
+            assert run(make(areal_config(freq_steps=freq), spec(4)), 0, 12, 4) == expected == [2, 5, 8, 11]
+    for make in (shim.Evaluator, adaptive):
+        source = make(areal_config(freq_steps=3), spec(4))
+        run(source, 0, 7, 4)
+        resumed = make(areal_config(freq_steps=3), spec(4))
+        resumed.load_state_dict(state_dict=json.loads(json.dumps(source.state_dict())))
+        assert run(resumed, 7, 12, 4) == [8, 11]
+    good = json.loads(json.dumps(areal.state_dict()))
+    for edit, says in [
+        (lambda sd: sd["step"].update(steps="abc"), r"trigger state_dict \(AReaL's\): 'step.steps': expected a "
+                                                    r"number, got 'abc'"),
+        (lambda sd: sd["step"].update(last_steps=[1]), r"'step.last_steps': expected a number, got \[1\]"),
+        (lambda sd: sd["time"].update(last_time="x"), r"'time.last_time': expected a number, got 'x'"),
+    ]:
+        sd = json.loads(json.dumps(good))
+        edit(sd)
+        for make in (shim.Evaluator, shim.AdaptiveEvaluator):
+            with pytest.raises(ValueError, match=says):
+                make(areal_config(freq_steps=3, freq_secs=100), spec(4)).load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"state_dict\['adaptive_eval'\] must be a mapping with a 'trigger'"):
+        shim.Evaluator(areal_config(freq_steps=3), spec(4)).load_state_dict({**good, "adaptive_eval": {}})

@@ -43,6 +43,7 @@ from adaptive_eval import adaptive as _adaptive
 from adaptive_eval import evaluators as _evaluators
 from adaptive_eval.config import (ConfigError, areal_view, as_config, from_areal, is_areal_evaluator_config,
                                   load_config)
+from adaptive_eval.trigger import _number
 
 __all__ = ["AREAL_TRAINER_MODULES", "AdaptiveEvaluator", "Evaluator", "areal_state", "patch_areal",
            "rollout_evaluate_fn", "spec_steps"]
@@ -173,12 +174,16 @@ class Evaluator(_evaluators.Evaluator):
     def load_state_dict(self, state_dict: Mapping) -> None:
         if isinstance(state_dict, Mapping) and "adaptive_eval" in state_dict:
             ours = state_dict["adaptive_eval"]
+            if not isinstance(ours, Mapping) or not isinstance(ours.get("trigger"), Mapping):
+                # (a bare KeyError: 'trigger', or "state_dict must be a mapping, got int"; a probe)
+                raise ValueError("load_state_dict: state_dict['adaptive_eval'] must be a mapping with a 'trigger' "
+                                 f"mapping (as state_dict() writes it), got {ours!r}")
             self.freq_ctl.load_state_dict(ours["trigger"])
-            self._calls = int(ours.get("calls", 0))
+            self._calls = _number(ours, "calls", int, 0, "adaptive_eval")
             return
         self.freq_ctl.load_state_dict(state_dict)
         if _is_areal_state(state_dict):
-            self._calls = int(state_dict["step"].get("steps", 0))
+            self._calls = _number(state_dict["step"], "steps", int, 0, "step")
 
 
 class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
@@ -232,12 +237,13 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
         sd.update(areal_state(self.trigger, self._steps_taken(), self.steps_per_epoch))
         return sd
 
-    def load_state_dict(self, sd: Mapping) -> None:
+    def load_state_dict(self, state_dict: Mapping) -> None:
         """Our state, or AReaL's (``evaluator_info.json``): the schedule continues from AReaL's counters."""
+        sd = state_dict
         if isinstance(sd, Mapping) and "trigger" not in sd and _is_areal_state(sd):
             self._reset()
             self.trigger.load_state_dict(sd)
-            steps = int(sd["step"].get("steps", 0))
+            steps = _number(sd["step"], "steps", int, 0, "step")
             if steps > 0:
                 self._last_step = self._last_call_step = steps - 1
             self._loaded_last = self._last_call_step
