@@ -1860,6 +1860,32 @@ _OWN_TAGS = ("streams/", "controller/")
 _OWN_EVAL_SUFFIXES = ("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")
 
 
+_HF_WEIGHTS_STEP = "eval/adaptive_step"  # the HF adapter's eval_adaptive_step, as HF's TensorBoard writer names it
+
+
+def _hf_results_at_their_steps(by_step: dict) -> dict:
+    """The HF adapter's results in HF's own TensorBoard folder (``report_to=["tensorboard"]``, where the evaluator
+    writes its ``streams/``) at the steps of the weights they measured: HF logs them at its 1-based step, one after
+    the streams' 0-based one (``eval/adaptive_step`` holds the weights' step), beside their bookkeeping
+    (``eval/<metric>_ci_low``, ``_ci_high``, ``_n``, ``eval/adaptive_items``, ``eval/lookback_*``).  Replayed as
+    they were, each result's truth came a step late (an evaluation at step 9 measured nothing, and a final one was
+    added at step 50 of a run of steps 0-49) and the bookkeeping became eval metrics (a ``accuracy_ci_low`` above
+    ``accuracy``; a probe)."""
+    out: dict[int, dict[str, float]] = {}
+    for step, row in by_step.items():
+        at = row.get(_HF_WEIGHTS_STEP)
+        at = int(at) if at is not None and math.isfinite(at) else None
+        for tag, value in row.items():
+            if tag.startswith("eval/"):
+                if at is None or tag.startswith(("eval/adaptive_", "eval/lookback_")) or tag.endswith(
+                        ("_ci_low", "_ci_high", "_n")):
+                    continue
+                out.setdefault(at, {})[tag] = value
+            else:
+                out.setdefault(step, {})[tag] = value
+    return out
+
+
 def _own_log(by_step: dict, path) -> Trace:
     """An adaptive_eval run's own TensorBoard log as the trace it was recorded from: ``streams/<name>`` are the
     streams ``<name>`` again, ``eval/<metric>`` the measured means (the eval ground truth replay can have),
@@ -1867,6 +1893,8 @@ def _own_log(by_step: dict, path) -> Trace:
     controller and alarm tags and the intervals are dropped (replay makes its own).  No time
     column: the event wall times are the logging machine's, while replay charges simulated eval seconds, so
     replay runs on its simulated clock (``replay.step_seconds`` per record), as it does for the run's trace."""
+    if any(_HF_WEIGHTS_STEP in row for row in by_step.values()):
+        by_step = _hf_results_at_their_steps(by_step)
     records = []
     for step in sorted(by_step):
         metrics = {}

@@ -202,6 +202,27 @@ def test_two_callbacks_each_resume_their_own_state_and_a_state_that_does_not_loa
     assert all(r.step >= 10 for r in ran.evaluator.history)
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_callback_added_to_a_run_resumed_from_a_checkpoint_saved_without_it_saves_its_state(tmp_path, count):
+    """A probe: a run trained and saved without the callback, resumed with it, died at its first save with HF's
+    ``KeyError: 'AdaptiveEvalCallback'`` (the checkpoint's TrainerState had no entry of ours in stateful_callbacks,
+    which _save_checkpoint indexes), losing the steps since the last checkpoint."""
+    torch.manual_seed(0)
+    args = dict(max_steps=20, save_strategy="steps", save_steps=5)
+    Trainer(Tiny(), make_args(tmp_path, **{**args, "max_steps": 10}), train_dataset=Points(400, 0)).train()
+    cbs = [AdaptiveEvalCallback("default", overrides=FAST + [f"trigger.freq_steps={3 + i}"]) for i in range(count)]
+    trainer = Trainer(Tiny(), make_args(tmp_path, **args), train_dataset=Points(400, 0),
+                      eval_dataset=Points(60, 1), callbacks=cbs)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-10"))
+    assert trainer.state.global_step == 20
+    saved = json.loads((tmp_path / "checkpoint-20" / "trainer_state.json").read_text())["stateful_callbacks"]
+    ours = saved["AdaptiveEvalCallback"]
+    last = ours[-count:] if count > 1 else [ours]
+    assert all(e["attributes"]["_saved_state"]["history"] for e in last)
+    ran = [c for c in trainer.callback_handler.callbacks if isinstance(c, AdaptiveEvalCallback)]
+    assert len(ran) == count and all(c.evaluator.history and c.evaluator.history[-1].step == 19 for c in ran)
+
+
 def test_aggregates_only_are_reported_with_n_and_no_guessed_interval(tmp_path):
     from adaptive_eval import EvalRequest
     from adaptive_eval.evaluators import run_evaluation_outcome
@@ -1275,6 +1296,16 @@ def test_with_report_to_tensorboard_the_decisions_go_into_hfs_folder_by_default(
     decisions = read_texts(tmp_path / "on", "decisions")
     assert [s for s, t in decisions if t.startswith("evaluated: ")] == [r.step for r in cb.evaluator.history]
     assert cb.state()["args"]["tensorboard"] is True
+    # Read back as a trace, HF's folder has each result at the step of the weights it measured, without its
+    # bookkeeping (each came at HF's 1-based step, a step late, and accuracy_ci_low, _n, adaptive_step and
+    # adaptive_items were eval metrics; a probe)
+    from adaptive_eval.trace import read_trace
+
+    trace = read_trace(tmp_path / "on")
+    assert trace.eval_names() == ["eval/accuracy", "eval/loss"]
+    measured = {r.step: r.metrics["eval/accuracy"] for r in trace.records if "eval/accuracy" in r.metrics}
+    assert measured == {r.step: pytest.approx(r.mean("eval_accuracy")) for r in cb.evaluator.history}
+    assert max(r.step for r in trace.records) == 11
     run(tmp_path / "off", tensorboard=False)
     assert list((tmp_path / "off").iterdir()) and not list((tmp_path / "off").glob("*.adaptive_eval"))
 

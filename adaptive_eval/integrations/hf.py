@@ -558,6 +558,20 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return []  # null: the first compute_metrics key (per-item, so it has an interval)
 
     # -- hooks ------------------------------------------------------------------------------------------
+    def _seat_state(self, state, trainer) -> None:
+        """A checkpoint of a run without this callback, resumed with it: HF's TrainerState, read from the checkpoint,
+        has no entry of ours in ``stateful_callbacks``, and its ``_save_checkpoint`` indexes it, so the first save
+        raised ``KeyError: 'AdaptiveEvalCallback'`` and the run died, losing the steps since the last checkpoint (a
+        probe; HF's own EarlyStoppingCallback fails so).  The entry is seated as HF's TrainerState seats it: each
+        instance's state, a list of them for several."""
+        name = type(self).__name__
+        held = getattr(state, "stateful_callbacks", None)
+        if not isinstance(held, dict) or name in held:
+            return
+        mine = [c for c in (trainer.callback_handler.callbacks if trainer is not None else [])
+                if type(c).__name__ == name] or [self]
+        held[name] = [c.state() for c in mine] if len(mine) > 1 else mine[0].state()
+
     def on_train_begin(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_begin")
         # (a run that died between on_step_end and on_log left its step pending: decided on the next train()'s
@@ -670,6 +684,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                 stored = stored[-k:][at] if len(stored) >= k else (stored[-1] if stored else None)
         if isinstance(stored, Mapping) and stored.get("attributes", {}).get("_saved_state"):
             saved = stored["attributes"]["_saved_state"]
+        self._guard("on_train_begin", self._seat_state, state, trainer)
         if saved and state.global_step > 0:  # resuming from a checkpoint
             if args.world_size > 1 and args.process_index > 0:
                 saved = self._own_state(args, state, saved)
