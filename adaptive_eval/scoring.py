@@ -594,7 +594,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
         if fit is None:
             return None
         m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])
-        candidates = [j for j in range(len(m_s)) if among is None or int(fit.rows[j]["step"]) in among]
+        candidates = [j for j in range(len(m_s)) if among is None or _kept(fit.rows[j], among)]
         if not candidates:
             return _none_among(among, [int(r["step"]) for r in fit.rows])
         # The best posterior mean (the Bayes pick under a random-walk prior); an exact tie goes to the more
@@ -610,7 +610,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
                     metric, fit.rows[i], higher_is_better)
     measured = _measured(_rows(evals), metric)
     if among is not None and measured:
-        kept = [e for e in measured if int(e["step"]) in among]
+        kept = [e for e in measured if _kept(e, among)]
         if not kept:
             return _none_among(among, [int(e["step"]) for e in measured])
         measured = kept
@@ -656,6 +656,14 @@ def _steps_among(steps) -> set[int]:
                         "evaluate() (with the Hugging Face and Lightning adapters, 0-based: HF's checkpoint-N folder "
                         "holds step N - 1)")
     return {int(s) for s in steps}
+
+
+def _kept(row: Mapping, among: set[int]) -> bool:
+    """An evaluation of one of the checkpoints kept (``steps=``): its step among them, and not the initial weights'
+    (``trigger.eval_before_train``, reason ``before_train``): those are recorded at the first step, which names the
+    weights after it, and no checkpoint holds them (HF's checkpoint-1 was picked, at 125.2 loss, for the initial
+    weights' 2.45; a probe)."""
+    return int(row["step"]) in among and row.get("reason") != "before_train"
 
 
 def _none_among(among: set[int], evaluated: Sequence[int]) -> None:

@@ -440,6 +440,24 @@ def test_pick_best_reads_a_losss_direction_off_its_name_and_picks_among_the_step
             pick_best(evals, "eval_loss", by=by, steps=["checkpoint-10"])
 
 
+def test_among_the_steps_kept_the_initial_weights_evaluation_is_no_checkpoints():
+    """A probe: with trigger.eval_before_train the initial weights are evaluated at the first step, 0, which also
+    names the weights after the first step (HF's checkpoint-1); picking among the checkpoints kept,
+    best(steps=[n - 1 for n in saved]) picked step 0 for the initial weights' loss 2.45 where checkpoint-1 held a
+    model at 125.2.  Among steps= the before_train evaluation is left out; without steps= it is a model like any."""
+    from adaptive_eval.scoring import pick_best
+
+    rows = [{"step": 0, "reason": "before_train", "sample_size": 100, "metrics": {"eval_loss": 2.45},
+             "ci": {"eval_loss": [2.35, 2.55]}}]
+    rows += [{"step": s, "reason": "trigger:steps", "sample_size": 100, "metrics": {"eval_loss": m},
+              "ci": {"eval_loss": [m - 0.1, m + 0.1]}} for s, m in [(0, 125.2), (9, 90.0), (19, 60.0)]]
+    for by in ("shrunk", "mean", "bound"):
+        assert pick_best(rows, "eval_loss", by=by).eval["reason"] == "before_train"
+        kept = pick_best(rows, "eval_loss", by=by, steps=[0, 9])
+        assert kept.step == 9 and kept.eval["reason"] == "trigger:steps", by
+        assert pick_best(rows, "eval_loss", by=by, steps=[0, 9, 19]).step == 19
+
+
 def test_values_too_large_to_smooth_are_picked_by_their_bound_with_a_warning_not_an_overflow():
     """A probe: items of 1e200 raised OverflowError from ``best()`` after training (their squares overflow): a huge
     metric is data, not a crash."""
