@@ -206,6 +206,12 @@ class _WithWeights:
         self.weights.check()
         return out
 
+    @property
+    def evaluation_name(self) -> str:
+        from adaptive_eval.evaluators import evaluation_name
+
+        return evaluation_name(self.fn)
+
 
 class _Inside(threading.local):
     job: tuple | None = None  # (a class default: the training thread never sets it, and a getattr default raised

@@ -381,8 +381,21 @@ def _seen_before(exc: BaseException, request: EvalRequest, said: dict | None) ->
     return first
 
 
+def evaluation_name(evaluate_fn) -> str:
+    """What ``evaluate_fn`` is called in messages: ``evaluate_fn``, or a framework adapter's own words for the
+    evaluation it runs (its ``evaluation_name``: Lightning's ``validation_step``, which a failure was reported as
+    "evaluate_fn failed", a function the user never wrote; a probe)."""
+    try:
+        name = getattr(evaluate_fn, "evaluation_name", None)
+        if name is None:  # (a bound method of such an object: the asynchronous worker's fn(request, weights))
+            name = getattr(getattr(evaluate_fn, "__self__", None), "evaluation_name", None)
+    except Exception:  # noqa: BLE001 - a user's object whose __getattr__ raises: the usual words
+        return "evaluate_fn"
+    return name if isinstance(name, str) and name else "evaluate_fn"
+
+
 def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempts: int, where: str = "",
-                 said: dict | None = None) -> None:
+                 said: dict | None = None, what: str = "evaluate_fn") -> None:
     if isinstance(exc, CheckpointUnavailable):
         log.warning("the kept checkpoint of step %d was not evaluated%s (reason %s): %s", request.step, where,
                     request.reason, exc)
@@ -391,13 +404,13 @@ def _log_failure(exc: BaseException, request: EvalRequest, attempt: int, attempt
     # (an attempt with another to come is a warning: a retry that then succeeded was logged as an error; a probe)
     say = log.warning if attempt + 1 < attempts else log.error
     if first is not None:
-        say("evaluate_fn failed%s at step %d (attempt %d/%d, reason %s): %s (the same failure as at step "
-            "%d, whose traceback is logged there)", where, request.step, attempt + 1, attempts, request.reason,
+        say("%s failed%s at step %d (attempt %d/%d, reason %s): %s (the same failure as at step "
+            "%d, whose traceback is logged there)", what, where, request.step, attempt + 1, attempts, request.reason,
             error_text(exc), first)
         return
     say(
-        "evaluate_fn failed%s at step %d (attempt %d/%d, reason %s):\n%s",
-        where, request.step, attempt + 1, attempts, request.reason,
+        "%s failed%s at step %d (attempt %d/%d, reason %s):\n%s",
+        what, where, request.step, attempt + 1, attempts, request.reason,
         "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
     )
 
@@ -737,7 +750,7 @@ def _run_evaluation_outcome(
         if not sharded:
             if error is None:
                 break
-            _log_failure(error, request, attempt, attempts, said=failures_said)
+            _log_failure(error, request, attempt, attempts, said=failures_said, what=evaluation_name(evaluate_fn))
             if timeout is not None and timeout.still_running is not None:
                 return EvalOutcome(None, error, attempts=attempt + 1)  # no retry beside the running call
             if isinstance(error, CheckpointUnavailable):
@@ -764,7 +777,8 @@ def _run_evaluation_outcome(
         if error is not None:
             # Said before the exchange: a rank still inside a collective of evaluate_fn's own (AReaL's ends in a
             # barrier) holds it up to the group's timeout, and the error was said after it, so never (a probe)
-            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}", said=failures_said)
+            _log_failure(error, request, attempt, attempts, where=f" on rank {request.rank}", said=failures_said,
+                         what=evaluation_name(evaluate_fn))
         everyone = dist_context.gather_objects(mine)
         bad = [(r, kind, text) for r, (kind, _, text) in enumerate(everyone) if kind == "bad_output"]
         mixed = None if bad else mixed_shapes_error([p if kind == "ok" else {} for kind, _, p in everyone])

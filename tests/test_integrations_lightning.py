@@ -2339,3 +2339,57 @@ def test_a_gradient_accumulation_scheduler_moves_the_epoch_trigger_to_each_epoch
     assert [(r.step, r.reason) for r in cb.evaluator.history] == [
         (7, "trigger:epochs"), (15, "trigger:epochs"), (17, "trigger:epochs"), (19, "trigger:epochs"),
         (21, "trigger:final")]
+
+
+class FrozenNorm(Model):
+    """A frozen BatchNorm the module keeps in eval mode (a pretrained backbone's, a distillation teacher's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(32)
+        self.norm.requires_grad_(False)
+        self.modes = []
+
+    def forward(self, x):
+        return super().forward(self.norm(x))
+
+    def on_train_start(self):
+        self.norm.eval()
+
+    def training_step(self, batch, batch_idx):
+        self.modes.append(self.norm.training)
+        return super().training_step(batch, batch_idx)
+
+
+def test_the_callbacks_evaluation_gives_every_submodule_back_its_own_mode(tmp_path):
+    """A probe: the evaluation ended with ``pl_module.train(was_training)``, which set every submodule training, so
+    a frozen BatchNorm kept in eval mode trained on after the first evaluation (35 of 60 steps), its running
+    statistics moving.  Each submodule's mode is put back, as Lightning's own validation does."""
+    train, _ = loaders()
+    model = FrozenNorm()
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=10"])
+    trainer = L.Trainer(max_steps=40, callbacks=[cb], logger=False, default_root_dir=tmp_path, **QUIET)
+    trainer.fit(model, train, DataLoader(RandomDataset(32, 40), batch_size=4))
+    assert len(cb.evaluator.history) >= 3 and len(model.modes) == 40
+    assert not any(model.modes) and not model.norm.training
+    assert float(model.norm.running_mean.abs().sum()) == 0.0
+
+
+class MissingFeature(Model):
+    def validation_step(self, batch, batch_idx):
+        raise KeyError("missing_feature")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_failing_validation_step_is_said_by_its_name_not_as_an_evaluate_fn_the_user_never_wrote(caplog,
+                                                                                                   asynchronous):
+    """A probe: every failure of the module's own validation_step was logged as "evaluate_fn failed at step 24"."""
+    train, val = loaders(n_train=80, n_val=20)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5",
+                                                           f"evaluation.asynchronous={str(asynchronous).lower()}"])
+    trainer = L.Trainer(max_steps=12, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with caplog.at_level(logging.WARNING, logger="adaptive_eval"):
+        trainer.fit(MissingFeature(), train, val)
+    assert "validation_step failed at step 4 (attempt 1/1, reason trigger:steps)" in caplog.text
+    assert "KeyError: 'missing_feature'" in caplog.text and "evaluate_fn failed" not in caplog.text
+    assert trainer.global_step == 12 and cb.evaluator.summary()["eval_errors"] >= 2

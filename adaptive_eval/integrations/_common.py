@@ -270,6 +270,23 @@ def forward_collectives(module) -> bool:
                for p in module.parameters())
 
 
+def evaluation_mode(module) -> dict:
+    """Put ``module`` in eval mode; returns every submodule's ``training`` flag, for :func:`restore_modes`.  As
+    Lightning's own validation keeps them (``_ModuleMode``): ``module.train(was_training)`` after the evaluation set
+    every submodule training, and a frozen BatchNorm the module kept in eval mode (a frozen backbone, a distillation
+    teacher) trained on for the rest of the run, its running statistics moving (a probe)."""
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    return modes
+
+
+def restore_modes(modes: dict) -> None:
+    """Each submodule's ``training`` flag as :func:`evaluation_mode` found it (set, as Lightning sets it: no
+    ``train()`` of a module of the user's called)."""
+    for m, training in modes.items():
+        m.training = training
+
+
 def tensor_parallel(module) -> bool:
     """Whether ``module`` has tensor-parallel parameters (DTensors not sharded by FSDP2 alone: without a
     ``fully_shard`` module, or on a mesh of more than one dimension).  Every rank of its group must then see the

@@ -74,6 +74,8 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    evaluation_mode,
+    restore_modes,
     flag,
     checkpoint_path,
     close_and_drain,
@@ -971,8 +973,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         trainer = _evaluating(trainer, model)
         refuse_tensor_parallel(model, request)
         lockstep = request.world_size > 1 and forward_collectives(model)
-        was_training = model.training
-        model.eval()
+        modes = evaluation_mode(model)
         out = {}
         # TRL's trainers keep their evaluation's per-batch metrics in _metrics["eval"] until their own log() pops
         # them; ours run through prediction_step too, and a user's trainer.evaluate() then averaged ours in
@@ -1002,7 +1003,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                     request._scored(part, len(indices))
                 out.update(part)
         finally:
-            model.train(was_training)
+            restore_modes(modes)
             if lengths is not None:
                 for key in [k for k in kept if k not in lengths and isinstance(kept[k], list)]:
                     del kept[key]

@@ -82,6 +82,8 @@ from adaptive_eval.integrations._common import (
     StepGuard,
     asynchronous,
     build_config,
+    evaluation_mode,
+    restore_modes,
     flag,
     checkpoint_path,
     close_and_drain,
@@ -304,6 +306,7 @@ class AdaptiveEvalCallback(Callback):
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on,
                                          stamp=lambda: (trainer.global_step, trainer.current_epoch),
                                          live=live if timed else None) if self._async or timed else live)
+        self._module_eval.evaluation_name = _ModuleEval.evaluation_name
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
         if self.evaluator is not None and self.evaluate_fn is None:
@@ -956,8 +959,7 @@ class AdaptiveEvalCallback(Callback):
         # A sharded module (FSDP) all-gathers in forward: every rank makes as many calls as the largest shard.
         refuse_tensor_parallel(pl_module, request)
         sharded = request.world_size > 1 and _sharded(trainer, pl_module)
-        was_training = pl_module.training
-        pl_module.eval()
+        modes = evaluation_mode(pl_module)
         module_metrics = _MetricStates(pl_module, Metric)  # their state now, restored after: the user's to keep
         output_lists = _OutputLists(pl_module)  # (self.validation_step_outputs and the like: put back after)
         pl_module.log, pl_module.log_dict = capture, capture_dict  # instance attributes, removed below
@@ -1016,7 +1018,7 @@ class AdaptiveEvalCallback(Callback):
             del pl_module.log, pl_module.log_dict
             module_metrics.restore()
             output_lists.restore()
-            pl_module.train(was_training)
+            restore_modes(modes)
         for k, pairs in batches.items():  # as Lightning reduces what a validation epoch logged
             how = reduce_of.get(k, "mean")
             total = sum(w for _, w in pairs)
@@ -1050,8 +1052,8 @@ class AdaptiveEvalCallback(Callback):
         drops the batch dimension failed every evaluation, with an error that did not say why; a new user's probe)."""
         if not self._one_item_said and not self._one_item_ran:  # (not after one-item calls that ran: a probe)
             self._one_item_said = True
-            log.warning("adaptive_eval: validation_step failed on a batch of ONE item, which may be why: the callback "
-                        "calls it one item at a time, so that each metric has a per-item value and a real interval; "
+            log.warning("adaptive_eval: validation_step failed on a batch of ONE item; if the error that follows is "
+                        "about shapes or sizes, that may be why: the callback calls it one item at a time, so that each metric has a per-item value and a real interval; "
                         "a step that needs several items (a squeeze() that drops the batch dimension, a metric over "
                         "the batch) fails or differs here: make it work on one item, pass per_item=False (batches, as "
                         "Lightning's own validation; no interval), or evaluate_fn= (said once; the error follows)")
@@ -1424,6 +1426,7 @@ class _ModuleEval:
     """``evaluate_fn(request)`` running the module's ``validation_step`` (a class, not a lambda: the
     signature detection sees one positional parameter)."""
 
+    evaluation_name = "validation_step"  # (its failures read "evaluate_fn failed", which the user never wrote)
     evaluates_checkpoints = False  # the module in memory, unless look_back sets it on the instance (it loads them)
 
     def __init__(self, callback, trainer, pl_module):
