@@ -2393,3 +2393,31 @@ def test_a_failing_validation_step_is_said_by_its_name_not_as_an_evaluate_fn_the
     assert "validation_step failed at step 4 (attempt 1/1, reason trigger:steps)" in caplog.text
     assert "KeyError: 'missing_feature'" in caplog.text and "evaluate_fn failed" not in caplog.text
     assert trainer.global_step == 12 and cb.evaluator.summary()["eval_errors"] >= 2
+
+
+class EpochEndMetric(Model):
+    """Lightning 2's pattern: outputs gathered in validation_step, the metric logged in on_validation_epoch_end."""
+
+    def __init__(self):
+        super().__init__()
+        self.validation_step_outputs = []
+
+    def validation_step(self, batch, batch_idx):
+        self.validation_step_outputs.append(self.step(batch))
+
+    def on_validation_epoch_end(self):
+        self.log("val_loss", torch.stack(self.validation_step_outputs).mean())
+        self.validation_step_outputs.clear()
+
+
+def test_a_metric_logged_at_the_validation_epochs_end_is_said_not_read():
+    """A probe: the callback "evaluated" with no metric at all, and the one warning said validation_step logged no
+    number, not that on_validation_epoch_end's log is what it does not read."""
+    train, val = loaders(n_train=80, n_val=20)
+    cb = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"])
+    trainer = L.Trainer(max_steps=10, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET)
+    with pytest.warns(RuntimeWarning, match="what on_validation_epoch_end logs is not read: the callback runs "
+                                            r"validation_step alone, so log the metric there \(per item, self.log\), "
+                                            "or pass evaluate_fn="):
+        trainer.fit(EpochEndMetric(), train, val)
+    assert cb.evaluator.history and not any(r.metrics for r in cb.evaluator.history)

@@ -554,6 +554,14 @@ class AdaptiveEvalCallback(Callback):
         if self.evaluate_fn is None:  # (its words were an evaluate_fn's, which the user never wrote; a probe)
             self.evaluator.no_metric_hint = ("validation_step logged no number and returned none (on the requested "
                                              "items of the val_dataloaders)")
+            module = trainer.lightning_module
+            if module is not None and (type(module).on_validation_epoch_end
+                                       is not lightning.pytorch.LightningModule.on_validation_epoch_end):
+                # (Lightning 2's pattern, outputs gathered in validation_step and the metric logged at the epoch's
+                # end: "evaluated" with no metric, said as if nothing were logged anywhere; a probe)
+                self.evaluator.no_metric_hint += (
+                    "; what on_validation_epoch_end logs is not read: the callback runs validation_step alone, so log "
+                    "the metric there (per item, self.log), or pass evaluate_fn=")
         self._beside = _tensorboard_beside(self.evaluator.logger, trainer)
         self._pick_metric = cfg.evaluation.metric is None
         self._loss_warned = not bool(cfg.evaluation.higher_is_better)
