@@ -637,14 +637,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tune_cases(args: argparse.Namespace, base) -> list:
+def _tune_cases(args: argparse.Namespace, base,
+                why: str = "cross-validation would score a preset on a run it was tuned on") -> list:
     from adaptive_eval.tune import TuneError, case_from_file, case_from_real, case_from_synthetic
 
     def key(trace: str) -> str:  # (./run.csv and run.csv are one trace)
         return trace if trace.startswith(("real:", "synthetic:")) else os.path.realpath(trace)
 
     try:
-        _refuse_repeated_traces(args.trace, "cross-validation would score a preset on a run it was tuned on")
+        _refuse_repeated_traces(args.trace, why)
     except ValueError as exc:
         raise TuneError(str(exc)) from None
     events: dict[str, list[int]] = {}

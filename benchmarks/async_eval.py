@@ -91,6 +91,17 @@ def train_step(model, opt, g: int) -> None:
     opt.step()
 
 
+def _positive_float(text: str) -> float:
+    """A positive finite number (-5 ran as "~ -5 steps", nan and inf raised tracebacks; a probe)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def calibrate(eval_steps: float) -> tuple[int, float]:
     """How many eval batches cost ``eval_steps`` training steps; and the seconds of one training step."""
     model = make_model()
@@ -250,7 +261,8 @@ def main() -> None:
     ap.add_argument("--steps", type=_at_least(1), default=300)
     ap.add_argument("--every", type=_at_least(2), default=10,
                     help="an evaluation every N steps, integrated N - 1 steps after its step (at least 2)")
-    ap.add_argument("--eval-steps", type=float, default=5.0)
+    ap.add_argument("--eval-steps", type=_positive_float, default=5.0,
+                    help="what one evaluation costs, in training steps (a positive number; default 5)")
     ap.add_argument("--repeat", type=_at_least(1), default=10)
     ap.add_argument("--no-eval-rank", action="store_true")
     args = ap.parse_args()

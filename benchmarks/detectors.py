@@ -1208,6 +1208,9 @@ def main(argv=None) -> None:
         unknown = [n for n in args.only.split(",") if n not in available()]
         if unknown:  # (a typo ran no detector and printed "targets met"; a probe)
             ap.error(f"--only: unknown detector {unknown[0]!r} (known: {', '.join(available())})")
+    if args.only and (args.real or args.stuck or args.climb):
+        # (taken and ignored: --climb --only cusum still printed river's rows; a probe)
+        ap.error("--only picks the detectors of the synthetic tables, not of --real, --stuck or --climb")
     if args.traces and not args.real:
         ap.error("trace files are read with --real only")
     if (args.config is not None or args.overrides) and not args.real:

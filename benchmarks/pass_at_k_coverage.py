@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from multiprocessing import Pool
@@ -135,11 +136,20 @@ def main() -> None:
     ap.add_argument("--json", default="", help="also write the rows here")
     args = ap.parse_args()
     try:
-        picked = [int(r) for r in args.rows.split(",")] if args.rows else range(len(ROWS))
+        # (a row given twice ran and printed twice; a probe)
+        picked = list(dict.fromkeys(int(r) for r in args.rows.split(","))) if args.rows else range(len(ROWS))
     except ValueError:
         ap.error(f"--rows: comma-separated row numbers, got {args.rows!r}")
     if any(not 0 <= r < len(ROWS) for r in picked):
         ap.error(f"--rows: the rows are 0-{len(ROWS) - 1}, got {args.rows}")
+    if args.json:  # (a folder that does not exist: a traceback after the whole computation; a probe)
+        folder = os.path.dirname(os.path.abspath(args.json))
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            ap.error(f"--json {args.json}: cannot write there ({exc})")
+        if not os.access(folder, os.W_OK):
+            ap.error(f"--json {args.json}: the folder {folder} is not writable")
     start, out = time.time(), []
     print(f"SIMULATED: seeded draws of items x answers, {args.reps} per row; coverage of the 95% interval")
     if args.markdown:

@@ -80,6 +80,9 @@ from adaptive_eval.cli import _at_least
 PRESETS = ("default", "aggressive", "budget")
 FIXED_K = (2, 3, 5, 10, 25, 50, 100, 250)
 SPLIT = {"tune": (0, 1, 2, 3), "heldout": (4, 5, 6, 7)}
+# The shortest synthetic runs every kind's draws fit in: a recovery at least 30 steps after an onset at up to 70% of
+# the run must start before its last step (100-105 raised "leaves no room to recover" in make_trace; a probe).
+MIN_STEPS = 106
 # grpo_tracking is grpo_no_kl's own run with more streams logged (benchmarks/detectors.py REPEATS): counted once.
 REAL_WITH_STREAMS = ("grpo_no_kl", "grpo_clip_ratio", "grpo_kl_collapse", "grpo_format_reward",
                      "nanogpt_124m", "nanogpt_1b", "distill_r1", "sb3_pong")
@@ -481,7 +484,7 @@ def main(argv=None) -> int:
                     help="which synthetic half to report (tune: the one the defaults were chosen on)")
     ap.add_argument("--quick", action="store_true", help="one trace per kind, no 20k-step trace, 50 resamples")
     ap.add_argument("--no-real", action="store_true", help="skip the real traces")
-    ap.add_argument("--steps", type=int, default=1000,
+    ap.add_argument("--steps", type=_at_least(MIN_STEPS), default=1000,
                     help="length of the synthetic runs (default 1000, the length the defaults were tuned on; other "
                          "lengths ask how the preset carries over to shorter or longer runs)")
     ap.add_argument("--boot", type=_at_least(10), default=200, help="bootstrap resamples")
@@ -498,7 +501,7 @@ def main(argv=None) -> int:
     ap.add_argument("--items", action="store_true",
                     help="only the item-level variant: the same runs with 500 Rasch items per suite, results with "
                          "paired differences (confirmation by the paired test too); no real traces, no figure")
-    ap.add_argument("--lookback", type=int, metavar="K",
+    ap.add_argument("--lookback", type=_at_least(1), metavar="K",
                     help="only the first preset with and without a checkpoint kept every K steps (policy.lookback "
                          "evaluates one after a fall): cost and regret by kind, paired")
     ap.add_argument("traces", nargs="*", metavar="TRACE",
@@ -514,6 +517,11 @@ def main(argv=None) -> int:
     global SEEDS
     SEEDS = max(1, args.seeds)
     chosen = tuple(p for p in args.presets.split(",") if p)
+    if not chosen:  # (an IndexError after a minute of fixed-schedule replays; a probe)
+        ap.error(f"--presets {args.presets!r}: name at least one preset")
+    if args.traces and (args.items or args.lookback is not None or args.steps != 1000 or args.half != "heldout"):
+        # (each was taken and ignored, the tables of the traces printed as if it applied; a probe)
+        ap.error("--items, --lookback, --steps and --half apply to the synthetic suite, not to TRACE files")
     if args.png and (args.traces or args.items or args.lookback is not None):
         # (it was taken and nothing drawn, unsaid; a probe)
         ap.error("--png draws the synthetic suite's cost against delay: not with TRACE files, --items or --lookback")
@@ -521,8 +529,6 @@ def main(argv=None) -> int:
         return your_traces(args, chosen, reps)
     if args.events or _foreign(args):
         ap.error("--events and the trace options apply to TRACE files")
-    if args.steps < 100:
-        ap.error(f"--steps {args.steps}: the synthetic runs need at least 100 steps")
     from adaptive_eval.config import ConfigError
 
     for name in chosen:  # (a misspelt preset or --set key: a traceback after minutes of replays; a probe)
@@ -570,7 +576,7 @@ def main(argv=None) -> int:
             print("(no figure: this is not the README's run, whose figure is benchmarks/policies.png; --png PATH "
                   "draws this one's)")
     if png:
-        draw(res, png)
+        draw(res, png, chosen, args.half)
         print(f"wrote {png}")
     return 0
 
@@ -585,7 +591,8 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
         base = load_config(chosen[0], args.overrides)
         cases = _tune_cases(argparse.Namespace(trace=args.traces, events=args.events, stream=args.stream,
                                                eval=args.eval, step_column=args.step_column,
-                                               keep_last_run=args.keep_last_run), base)
+                                               keep_last_run=args.keep_last_run), base,
+                            why="its costs, evaluations and events would count twice in the tables")
         check_input(cases, ["cost", "regret"], 1, to="to score")  # (no event is fine: false alarms and cost only)
     except (TuneError, ConfigError, ValueError, OSError) as exc:
         print(f"policies.py: {exc}", file=sys.stderr)
@@ -626,7 +633,8 @@ def your_traces(args, chosen: tuple, reps: int) -> int:
     return 0
 
 
-def draw(res: dict, path: str) -> None:
+def draw(res: dict, path: str, chosen: Sequence[str] = ("default",), half: str = "heldout") -> None:
+    """Cost against confirmed delay: the fixed schedules (whole set; the first preset's size) and each preset."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -636,15 +644,18 @@ def draw(res: dict, path: str) -> None:
     whole = res["_whole"]
     ax.plot([a["median_delay"] for a in whole.values()], [a["per_1k"] for a in whole.values()], "o-", color="gray",
             label="fixed every k, whole set")
-    d = res["default"]
+    # (the default preset's, which a run of other presets has not: a KeyError after the replays; a probe)
+    first = "default" if "default" in res else chosen[0]
+    d = res[first]
     ax.plot([a["median_delay"] for a in d["same"].values()], [a["per_1k"] for a in d["same"].values()], "s--",
-            color="tab:blue", alpha=0.6, label=f"fixed every k, {d['size']} items (default's size)")
-    for name in [n for n in PRESETS if n in res]:
+            color="tab:blue", alpha=0.6, label=f"fixed every k, {d['size']} items ({first}'s size)")
+    for name in [n for n in dict.fromkeys([*PRESETS, *chosen]) if n in res]:
         p = res[name]["preset"]
         ax.plot([p["median_delay"]], [p["per_1k"]], "*", markersize=14, label=f"preset {name}")
     ax.set_xscale("symlog", linthresh=1)
     ax.set_yscale("log")
-    ax.set_xlabel("median confirmed detection delay (steps; held-out synthetic half)")
+    ax.set_xlabel(f"median confirmed detection delay (steps; {'held-out' if half == 'heldout' else 'tuning'} "
+                  "synthetic half)")
     ax.set_ylabel("eval samples per 1,000 training steps")
     ax.set_title("Eval cost against confirmed delay (lower left is better)")
     ax.grid(True, which="both", alpha=0.3)

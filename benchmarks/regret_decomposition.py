@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from policies import SPLIT, kind_of, synthetic_cases  # noqa: E402
+from policies import MIN_STEPS, SPLIT, kind_of, synthetic_cases  # noqa: E402
 
 from adaptive_eval import load_config  # noqa: E402
 from adaptive_eval.tune import replay_case, score_case  # noqa: E402
@@ -46,7 +46,7 @@ def decompose(case, cfg, seeds: int) -> tuple[float, float, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--half", choices=sorted(SPLIT), default="heldout")
-    ap.add_argument("--steps", type=_at_least(100), default=1000)
+    ap.add_argument("--steps", type=_at_least(MIN_STEPS), default=1000)
     ap.add_argument("--seeds", type=_at_least(1), default=3)
     ap.add_argument("--quick", action="store_true", help="one run per kind and seed of the half, not two")
     args = ap.parse_args(argv)

@@ -283,6 +283,17 @@ def test_real_reads_tcpd_datasets_with_their_annotations(tmp_path):
     ("outside_traces2.py", [], "usage: python"),
     ("outside_traces.py", ["--out", "x"], "usage: python"),
     ("pick_coverage.py", ["--seed", "-1"], "argument --seed: must be an integer in [0, 2**32), got -1"),
+    # (probes of the forty-first session: each was a traceback, or taken and ignored)
+    ("detectors.py", ["--climb", "--only", "cusum"], "--only picks the detectors of the synthetic tables"),
+    ("pass_at_k_coverage.py", ["--json", "/dev/null/x.json"], "--json /dev/null/x.json: cannot write there"),
+    ("async_eval.py", ["--eval-steps", "nan"], "argument --eval-steps: must be a positive number, got 'nan'"),
+    ("async_eval.py", ["--eval-steps", "-5"], "argument --eval-steps: must be a positive number, got '-5'"),
+    ("policies.py", ["--steps", "100"], "argument --steps: must be at least 106, got 100"),
+    ("policies.py", ["--lookback", "0"], "argument --lookback: must be at least 1, got 0"),
+    ("policies.py", ["--presets", ","], "--presets ',': name at least one preset"),
+    ("policies.py", ["real:grpo_tracking", "--steps", "300"], "--items, --lookback, --steps and --half apply to "
+                                                              "the synthetic suite, not to TRACE files"),
+    ("regret_decomposition.py", ["--steps", "100"], "argument --steps: must be at least 106, got 100"),
 ])
 def test_a_benchmarks_bad_arguments_are_refused_naming_the_option_before_any_work(tmp_path, script, args, said):
     """A sceptical reader's probe: a misspelt --only ran no detector and printed "targets met"; --reps 0 was a

@@ -255,3 +255,30 @@ def test_kinds_of_your_own_runs_are_their_names_less_run_numbers_whatever_their_
     assert [kind(n) for n in ("real/collapse-0.csv", "real/collapse-1.csv", "items/foo-1.csv", "runs/seed_2.jsonl",
                               "synthetic/collapse-s4", "real/grpo_no_kl", "items/items-nan-s5")] == [
         "collapse", "collapse", "foo", "seed", "collapse", "grpo_no_kl", "nan"]
+
+
+def test_the_figure_of_a_run_without_the_default_preset_draws_the_first_preset_and_names_the_half(tmp_path,
+                                                                                                monkeypatch):
+    """A probe: ``--png PATH --presets aggressive`` raised KeyError: 'default' after every replay, and the figure of
+    ``--half tune`` said "held-out synthetic half" on its axis."""
+    import importlib.util
+
+    import matplotlib.image
+
+    spec = importlib.util.spec_from_file_location("policies_bench", REPO / "benchmarks" / "policies.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    point = lambda d, c: {"median_delay": d, "per_1k": c}  # noqa: E731
+    res = {"_whole": {2: point(1.0, 250000), 50: point(30.0, 10000)},
+           "aggressive": {"preset": point(2.0, 6000), "size": 300, "same": {2: point(1.0, 150000), 50: point(31.0, 6000)}}}
+    path = tmp_path / "figs" / "tune.png"
+    mod.draw(res, str(path), ("aggressive",), "tune")
+    assert matplotlib.image.imread(str(path)).shape[0] > 100
+    import matplotlib.pyplot as plt
+
+    labels = []
+    original = plt.Axes.set_xlabel
+    monkeypatch.setattr(plt.Axes, "set_xlabel",
+                        lambda self, text, *a, **k: labels.append(text) or original(self, text, *a, **k))
+    mod.draw(res, str(tmp_path / "again.png"), ("aggressive",), "tune")
+    assert labels == ["median confirmed detection delay (steps; tuning synthetic half)"]
