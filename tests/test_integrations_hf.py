@@ -250,7 +250,7 @@ def test_rank_branches_and_the_state_before_training():
 
     cb = AdaptiveEvalCallback("areal", evaluate_fn, overrides=["trigger.freq_steps=2"])
     assert cb.state() == {"args": {"config": "areal", "overrides": ["trigger.freq_steps=2"], "per_item": True,
-                                   "look_back": False, "tensorboard": True},
+                                   "look_back": False, "tensorboard": True, "name": None},
                           "attributes": {"_saved_state": None}}  # HF calls state() in Trainer.__init__
     args = SimpleNamespace(gradient_accumulation_steps=1, metric_for_best_model=None)
     control = SimpleNamespace(should_log=False, should_evaluate=False)
@@ -1475,3 +1475,36 @@ def test_under_evaluation_timeout_s_a_module_that_cannot_be_copied_is_evaluated_
     assert summary["evals"] >= 2 and summary["eval_errors"] == 0
     assert sum("the module cannot be copied for the evaluation's replica (TypeError" in m
                for m in caplog.messages) == 1
+
+
+def test_two_named_callbacks_on_two_eval_sets_log_two_series(tmp_path, monkeypatch):
+    """A probe: two callbacks, each with its eval_dataset=, logged both sets' results as one eval/accuracy series in
+    HF's TensorBoard and log_history (the Lightning adapter has name= for this).  With name= each is
+    eval_<name>_<metric>, and each evaluator's own file is a run of its own under HF's folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    torch.manual_seed(0)
+    a = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=4"], eval_dataset=Points(40, 1),
+                             name="easy")
+    b = AdaptiveEvalCallback("default", overrides=FAST + ["trigger.freq_steps=5"], eval_dataset=Points(40, 2),
+                             name="hard")
+    trainer = Trainer(Tiny(), make_args(tmp_path / "out", max_steps=12, report_to=["tensorboard"]),
+                      train_dataset=Points(400, 0), compute_metrics=accuracy, callbacks=[a, b])
+    trainer.train()
+    logged = {k for entry in trainer.state.log_history for k in entry}
+    assert {"eval_easy_accuracy", "eval_hard_accuracy", "eval_easy_adaptive_step"} <= logged
+    assert "eval_accuracy" not in logged
+    steps = {name: [e["eval_" + name + "_adaptive_step"] for e in trainer.state.log_history
+                    if "eval_" + name + "_adaptive_step" in e] for name in ("easy", "hard")}
+    assert steps == {"easy": [r.step for r in a.evaluator.history], "hard": [r.step for r in b.evaluator.history]}
+    hf = EventAccumulator(str(tmp_path / "tb"))
+    hf.Reload()
+    assert {"eval/easy_accuracy", "eval/hard_accuracy"} <= set(hf.Tags()["scalars"])
+    for name, cb in (("easy", a), ("hard", b)):
+        own = EventAccumulator(str(tmp_path / "tb" / name))
+        own.Reload()
+        assert [e.step for e in own.Scalars("eval/eval_accuracy")] == [r.step for r in cb.evaluator.history]
+    assert a.state()["args"]["name"] == "easy"
+    with pytest.raises(TypeError, match="name must be a non-empty string"):
+        AdaptiveEvalCallback("default", name="")

@@ -451,6 +451,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     ``eval_lookback_<metric>``; your ``evaluate_fn`` must load ``request.checkpoint`` itself.
     ``tensorboard``: with ``report_to=["tensorboard"]`` and no ``logging.tensorboard_dir``, the evaluator writes its
     TensorBoard file (decisions, alarms, controller state) into HF's folder, one run with HF's; False: nowhere.
+    ``name``: for two callbacks on two eval sets: the results are logged as ``eval_<name>_<metric>`` (as HF names a
+    dict of eval sets') and the evaluator's TensorBoard file is a run of its own, ``<HF's folder>/<name>``.
     ``resource_monitor``: what ``resources.enabled`` reads (anything with ``snapshot() -> ResourceSnapshot``;
     default: the accelerator's own memory), as :meth:`AdaptiveEvaluator.from_config` takes it.
     ``.evaluator`` is the :class:`~adaptive_eval.AdaptiveEvaluator` (None before training starts).
@@ -458,7 +460,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
 
     def __init__(self, config=None, evaluate_fn: Callable | None = None, *, overrides: Sequence[str] = (),
                  per_item: bool = True, eval_dataset=None, trainer=None, executor=None, clock=None,
-                 look_back: bool = False, resource_monitor=None, tensorboard: bool = True):
+                 look_back: bool = False, resource_monitor=None, tensorboard: bool = True, name: str | None = None):
         # Plain values only until training starts: HF calls state() already in Trainer.__init__, and the
         # evaluator must be built inside the process group the trainer sets up.
         self.config = plain_config(config)
@@ -473,6 +475,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             check_executor(executor, replica=evaluate_fn is None)
         self.look_back = flag("look_back", look_back)
         self.tensorboard = flag("tensorboard", tensorboard)
+        if name is not None and (not isinstance(name, str) or not name.strip("/ ")):
+            raise TypeError(f"name must be a non-empty string (or None), got {name!r}")
+        self.name = name
         self.evaluate_fn = evaluate_fn
         self.eval_dataset = eval_dataset
         self._trainer_ref = weakref.ref(trainer) if trainer is not None else None
@@ -612,6 +617,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             # (report_to=["tensorboard"] and no folder of ours: the decisions and alarms reached no TensorBoard, and a
             # user saw results without the why; a new user's probe of the Lightning adapter, alike here)
             folder = _their_tensorboard_folder(trainer)
+            if folder is not None and self.name is not None:
+                # (a named callback: a run of its own under HF's, <logging_dir>/<name>, as the Lightning adapter's)
+                folder = os.path.join(folder, *self.name.strip("/").split("/"))
             if folder is not None:
                 cfg = build_config(cfg, defaults={"logging.tensorboard_dir": folder})
         if getattr(state, "is_world_process_zero", True):
@@ -1163,21 +1171,25 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         checkpoint's step (0-based)."""
         for result in self.evaluator.history[seen:]:
             if result.evaluated_at is not None:
-                self._report(result, control, prefix="eval_lookback_")
+                self._report(result, control, look_back=True)
 
-    def _report(self, result, control, prefix: str = "eval_") -> None:
+    def _report(self, result, control, look_back: bool = False) -> None:
         trainer = self.trainer
         if trainer is None:
             return
+        # With name=, eval_<name>_<metric>, as HF names a dict of eval sets' (two callbacks on two eval sets logged
+        # into one eval/accuracy series, their points mixed; a probe)
+        prefix = "eval_" if self.name is None else f"eval_{self.name.strip('/')}_"
         scalars = {}
         for key, value in result_scalars(result).items():
-            scalars[prefix + key.removeprefix("eval_")] = value
-        if prefix == "eval_":
-            scalars["eval_adaptive_items"] = float(result.items)
-            scalars["eval_adaptive_step"] = float(result.step)  # the weights' step (0-based); asynchronous: before this
+            scalars[prefix + ("lookback_" if look_back else "") + key.removeprefix("eval_")] = value
+        if not look_back:
+            scalars[f"{prefix}adaptive_items"] = float(result.items)
+            # the weights' step (0-based); asynchronous: before this
+            scalars[f"{prefix}adaptive_step"] = float(result.step)
         else:
-            scalars[f"{prefix}items"] = float(result.items)
-            scalars[f"{prefix}step"] = float(result.step)  # the kept checkpoint's step (0-based)
+            scalars[f"{prefix}lookback_items"] = float(result.items)
+            scalars[f"{prefix}lookback_step"] = float(result.step)  # the kept checkpoint's step (0-based)
         should_log = control.should_log
         # Trainer.log itself, not a subclass's override: TRL's GRPOTrainer.log averages and clears the metrics it
         # gathers over logging_steps, so logging through it cut TRL's window short at every result (found by a
@@ -1192,5 +1204,5 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         evaluator's plain state (None before training started)."""
         saved = self.evaluator.state_dict() if self.evaluator is not None else self._saved_state
         return {"args": {"config": self.config, "overrides": list(self.overrides), "per_item": self.per_item,
-                         "look_back": self.look_back, "tensorboard": self.tensorboard},
+                         "look_back": self.look_back, "tensorboard": self.tensorboard, "name": self.name},
                 "attributes": {"_saved_state": saved}}
