@@ -168,14 +168,15 @@ def delay_table(seeds: int, steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=_at_least(1), default=400)
-    ap.add_argument("--seeds", type=_at_least(1), default=3)
+    ap.add_argument("--reps", type=_at_least(1), default=None, help="default 400 (--quick: 100)")
+    ap.add_argument("--seeds", type=_at_least(1), default=None, help="default 3 (--quick: 1)")
     ap.add_argument("--steps", type=_at_least(20), default=600)
-    ap.add_argument("--quick", action="store_true", help="100 reps, 1 seed")
+    ap.add_argument("--quick", action="store_true", help="100 reps, 1 seed, unless --reps or --seeds says")
     ap.add_argument("--delay-only", action="store_true", help="only the detection-delay table")
     args = ap.parse_args()
-    if args.quick:
-        args.reps, args.seeds = 100, 1
+    # (a value given wins over --quick's: --quick --reps 5 ran 100 reps, unsaid; a probe)
+    args.reps = args.reps if args.reps is not None else 100 if args.quick else 400
+    args.seeds = args.seeds if args.seeds is not None else 1 if args.quick else 3
     rng = np.random.default_rng(2026)
     t0 = time.perf_counter()
     if not args.delay_only:

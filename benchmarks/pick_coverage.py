@@ -80,11 +80,13 @@ def intervals(evals: list[dict], metric: str) -> dict[str, tuple[dict, tuple[flo
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--per-kind", type=_at_least(1), default=24, help="true curves per kind (default 24)")
+    ap.add_argument("--per-kind", type=_at_least(1), default=None,
+                    help="true curves per kind (default 24; --quick: 2)")
     ap.add_argument("--seed", type=_seed, default=0, help="seed of the curves and the simulated evaluations")
-    ap.add_argument("--quick", action="store_true", help="2 curves per kind, the 32-item schedule only")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 curves per kind (unless --per-kind says), the 32-item schedule only")
     args = ap.parse_args(argv)
-    per_kind = 2 if args.quick else args.per_kind
+    per_kind = args.per_kind if args.per_kind is not None else 2 if args.quick else 24  # (a value given wins)
     t0 = time.perf_counter()
     seeds = np.random.SeedSequence(args.seed).generate_state(per_kind).tolist()
     cases = [(kind, case_from_synthetic(make_trace(kind, steps=1000, seed=int(s)))) for kind in KINDS for s in seeds]

@@ -482,12 +482,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--half", choices=sorted(SPLIT), default="heldout",
                     help="which synthetic half to report (tune: the one the defaults were chosen on)")
-    ap.add_argument("--quick", action="store_true", help="one trace per kind, no 20k-step trace, 50 resamples")
+    ap.add_argument("--quick", action="store_true",
+                    help="one trace per kind, no 20k-step trace, 50 resamples (unless --boot says)")
     ap.add_argument("--no-real", action="store_true", help="skip the real traces")
     ap.add_argument("--steps", type=_at_least(MIN_STEPS), default=1000,
                     help="length of the synthetic runs (default 1000, the length the defaults were tuned on; other "
                          "lengths ask how the preset carries over to shorter or longer runs)")
-    ap.add_argument("--boot", type=_at_least(10), default=200, help="bootstrap resamples")
+    ap.add_argument("--boot", type=_at_least(10), default=None, help="bootstrap resamples (default 200; --quick: 50)")
     ap.add_argument("--seeds", type=_at_least(1), default=1,
                     help="replay every run under this many seeds of the simulated evaluations and pool them per run "
                          "(regret and the needless and >25 counts then average over seeds; default 1)")
@@ -513,7 +514,7 @@ def main(argv=None) -> int:
 
     _add_trace_args(ap)  # --stream, --eval, --step-column, --keep-last-run: as replay, check and tune read them
     args = ap.parse_args(argv)
-    reps = 50 if args.quick else args.boot
+    reps = args.boot if args.boot is not None else 50 if args.quick else 200  # (a value given wins over --quick's)
     global SEEDS
     SEEDS = max(1, args.seeds)
     chosen = tuple(p for p in args.presets.split(",") if p)
