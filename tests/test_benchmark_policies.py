@@ -146,7 +146,7 @@ def test_steps_sets_the_length_of_the_synthetic_runs(monkeypatch, capsys):
     assert "runs of 300 steps (the defaults were tuned on runs of 1000)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exc:
         bench.main(["--steps", "50"])
-    assert exc.value.code == 2 and "need at least 100 steps" in capsys.readouterr().err
+    assert exc.value.code == 2 and "argument --steps: must be at least 106, got 50" in capsys.readouterr().err
 
 
 def test_only_the_readmes_run_draws_the_readmes_figure(monkeypatch, tmp_path, capsys):
@@ -161,7 +161,7 @@ def test_only_the_readmes_run_draws_the_readmes_figure(monkeypatch, tmp_path, ca
     monkeypatch.setattr(bench, "report", lambda *a, **k: {})
     monkeypatch.setattr(bench, "confirmable", lambda cases: None)
     monkeypatch.setattr(bench, "replay_speed", lambda n: 1.0)
-    monkeypatch.setattr(bench, "draw", lambda res, path: drawn.append(path))
+    monkeypatch.setattr(bench, "draw", lambda res, path, *rest: drawn.append(path))
     assert bench.main(["--steps", "300", "--quick", "--no-real"]) == 0
     assert drawn == [] and "no figure: this is not the README's run" in capsys.readouterr().out
     assert bench.main(["--steps", "300", "--quick", "--no-real", "--png", str(tmp_path / "q.png")]) == 0
