@@ -369,13 +369,16 @@ def clipped_base(base) -> list[str]:
     ``"trigger.freq_steps 250 -> 100 (searched 5-100)"``.  (Trial 0, "the base config", ran those clipped values
     and said nothing, so a user compared the trials with a baseline they never ran; a probe.)"""
     out = []
+    found = _cusum(base)
     for key, kind, low, high, _ in SPACE:
         v = _get(base, key)
         if v is None or kind is bool:
             continue
         ran = kind(min(max(v, low), high))
         if ran != v:
-            out.append(f"{key} {kind(v)} -> {ran} (searched {low}-{high})")
+            # (the config's own key: cusum.threshold is the search space's name, and --set refused it; a probe)
+            named = f"streams.default.{found[0]}.{key.split('.', 1)[1]}" if key.startswith("cusum.") else key
+            out.append(f"{named} {kind(v)} -> {ran} (searched {low}-{high})")
     return out
 
 
@@ -701,8 +704,9 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
         params = _suggest(trial, base)
         if trial.number == 0:
             # (trial 0 is the base config: one without a CUSUM got one, its values drawn, and its row and preset
-            # said "the base config" of a config it was not; one set by arl0 got a threshold beside it; probes)
-            params = {k: v for k, v in params.items() if not k.startswith("cusum.") or _get(base, k) is not None}
+            # said "the base config" of a config it was not; one set by arl0 got a threshold beside it; a key the
+            # base sets to null, trigger.freq_steps off, ran a drawn 25; probes)
+            params = {k: v for k, v in params.items() if _get(base, k) is not None}
         try:
             cfg = apply_params(base, params)
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search

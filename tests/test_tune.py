@@ -841,7 +841,8 @@ def test_base_values_outside_the_searched_ranges_are_said_clipped_in_trial_0(tmp
     said = capsys.readouterr()
     row = json.loads((out / "trials.jsonl").read_text().splitlines()[0])
     assert row["params"]["trigger.freq_steps"] == 100 and row["params"]["cusum.threshold"] == 16.0
-    clipped = "trigger.freq_steps 250 -> 100 (searched 5-100); cusum.threshold 20.0 -> 16.0 (searched 3.0-16.0)"
+    clipped = ("trigger.freq_steps 250 -> 100 (searched 5-100); streams.default.1.threshold 20.0 -> 16.0 (searched "
+               "3.0-16.0)")  # (the config's own key, which --set takes: cusum.threshold was refused; a probe)
     assert f"trial 0, the base config, runs its values outside the searched ranges clipped into them: {clipped}" \
         in said.err
     assert f"trial 0 (the base config) ran its values outside the searched ranges clipped into them: {clipped}" \
@@ -849,6 +850,11 @@ def test_base_values_outside_the_searched_ranges_are_said_clipped_in_trial_0(tmp
     assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "2", "--out", str(tmp_path / "u"),
                  "--no-progress"]) == 0
     assert "clipped" not in capsys.readouterr().err  # the default preset lies inside every range
+    # A key the base sets to null (the step trigger off) stays null in trial 0: it ran a drawn 25, unsaid (a probe)
+    assert main(["tune", path, "--events", f"{path}={onset}", "--set", "trigger.freq_steps=null", "--trials", "2",
+                 "--out", str(tmp_path / "v"), "--no-progress"]) == 0
+    first, other = [json.loads(line) for line in (tmp_path / "v" / "trials.jsonl").read_text().splitlines()]
+    assert "trigger.freq_steps" not in first["params"] and "trigger.freq_steps" in other["params"]
 
 
 def test_an_error_of_the_events_file_beside_the_trace_names_it(tmp_path, capsys):
