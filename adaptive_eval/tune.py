@@ -974,6 +974,9 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
         for key, v in kept.items():
             header.append(f"# {key}: the trial drew {str(not v).lower()}, which changed no run's score: the base "
                           f"config's {str(v).lower()} is kept")
+        if t["number"] == 0 and result.clipped:  # (read as "my base", it was another config, unsaid; a probe)
+            header.append("# the base config's values outside the searched ranges, clipped into them: "
+                          + "; ".join(result.clipped))
         path = os.path.join(presets, f"point-{n}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write("\n".join(header) + "\n" + OmegaConf.to_yaml(cfg))
@@ -984,7 +987,7 @@ def write_outputs(result: TuneResult, base, out_dir: str) -> list[str]:
     path = os.path.join(out_dir, "summary.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(_strict({"objectives": obj, "trials": len(result.trials), "interrupted": result.interrupted,
-                   "folds": result.folds,
+                   "folds": result.folds, "clipped": list(result.clipped),
                    "front": [result.trials[i]["number"] for i in result.front],
                    "chosen": [{"preset": f"presets/point-{numbers[i]}.yaml", "trial": result.trials[i]["number"],
                                "rule": rule, "values": result.trials[i]["values"], "held_out": result.cv.get(rule),

@@ -847,6 +847,11 @@ def test_base_values_outside_the_searched_ranges_are_said_clipped_in_trial_0(tmp
         in said.err
     assert f"trial 0 (the base config) ran its values outside the searched ranges clipped into them: {clipped}" \
         in said.out
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["clipped"] == clipped.split("; ")
+    base_preset = next(c["preset"] for c in summary["chosen"] if c["trial"] == 0)
+    assert f"# the base config's values outside the searched ranges, clipped into them: {clipped}\n" in \
+        (out / base_preset).read_text()
     assert main(["tune", path, "--events", f"{path}={onset}", "--trials", "2", "--out", str(tmp_path / "u"),
                  "--no-progress"]) == 0
     assert "clipped" not in capsys.readouterr().err  # the default preset lies inside every range
