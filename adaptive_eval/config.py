@@ -642,6 +642,10 @@ def _detector_problem(spec, named: list[str] | None = None) -> str | None:
                 alone.append(str(one))
                 if named is not None:
                     named.append(str(key))
+        if named is not None and len(alone) == 1 and alone[0] != str(exc):
+            # (the spec fails for another reason than that parameter alone: reference 30 below the default warmup,
+            # beside "give either threshold or arl0", was named for the spec's error; a review)
+            named.clear()
         return "; ".join(dict.fromkeys(alone)) if len(alone) > 1 else str(exc)
     return None
 
@@ -1630,7 +1634,8 @@ def from_areal(evaluator_config, preset: str | os.PathLike | DictConfig | None =
         elif v is not None and f != "freq_secs" and v != int(v):
             problems.append(f"{name}.{f}: must be a whole number, got {v!r}")
         else:
-            trigger[f] = v if v is None or f == "freq_secs" else int(v)
+            # (a plain number: numpy's np.float32 reached OmegaConf, "UnsupportedValueType"; a review)
+            trigger[f] = None if v is None else float(v) if f == "freq_secs" else int(v)
     try:
         trigger["eval_before_train"] = areal_flag(getattr(evaluator_config, "eval_before_train", False))
     except ValueError as exc:

@@ -1860,29 +1860,44 @@ _OWN_TAGS = ("streams/", "controller/")
 _OWN_EVAL_SUFFIXES = ("/ci_low", "/ci_high", "/n", "/samples_per_item", "/nan")
 
 
-_HF_WEIGHTS_STEP = "eval/adaptive_step"  # the HF adapter's eval_adaptive_step, as HF's TensorBoard writer names it
+_HF_WEIGHTS_STEP = "adaptive_step"  # the HF adapter's eval[_<name>]_adaptive_step, as HF's TensorBoard names it
+
+
+def _is_hf_results(by_step: dict) -> bool:
+    return any(t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP) for row in by_step.values() for t in row)
 
 
 def _hf_results_at_their_steps(by_step: dict) -> dict:
     """The HF adapter's results in HF's own TensorBoard folder (``report_to=["tensorboard"]``, where the evaluator
     writes its ``streams/``) at the steps of the weights they measured: HF logs them at its 1-based step, one after
-    the streams' 0-based one (``eval/adaptive_step`` holds the weights' step), beside their bookkeeping
-    (``eval/<metric>_ci_low``, ``_ci_high``, ``_n``, ``eval/adaptive_items``, ``eval/lookback_*``).  Replayed as
-    they were, each result's truth came a step late (an evaluation at step 9 measured nothing, and a final one was
-    added at step 50 of a run of steps 0-49) and the bookkeeping became eval metrics (a ``accuracy_ci_low`` above
-    ``accuracy``; a probe)."""
+    the streams' 0-based one (``eval/[<name>_]adaptive_step`` holds the weights' step; ``name=`` callbacks'
+    ``eval/<name>_<metric>``), beside their bookkeeping (``<metric>_ci_low``, ``_ci_high``, ``_n``,
+    ``adaptive_items``, ``lookback_*``).  Replayed as they were, each result's truth came a step late (an evaluation
+    at step 9 measured nothing, and a final one was added at step 50 of a run of steps 0-49) and the bookkeeping
+    became eval metrics (an ``accuracy_ci_low`` above ``accuracy``; a probe).  HF's own evaluations beside them
+    (``eval_strategy="steps"``) go to the 0-based step of the weights they measured too, ``step - 1``; at a step both
+    measured, HF's, on its whole eval set, is the truth kept."""
     out: dict[int, dict[str, float]] = {}
+    hf_own: list[tuple[int, str, float]] = []
     for step, row in by_step.items():
-        at = row.get(_HF_WEIGHTS_STEP)
-        at = int(at) if at is not None and math.isfinite(at) else None
+        prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row
+                    if t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP)}
         for tag, value in row.items():
-            if tag.startswith("eval/"):
-                if at is None or tag.startswith(("eval/adaptive_", "eval/lookback_")) or tag.endswith(
-                        ("_ci_low", "_ci_high", "_n")):
-                    continue
-                out.setdefault(at, {})[tag] = value
-            else:
+            if not tag.startswith("eval/"):
                 out.setdefault(step, {})[tag] = value
+                continue
+            prefix = next((p for p in prefixes if tag.startswith(p)), None)
+            if prefix is None:  # HF's own evaluation: the weights after `step` (1-based) steps
+                hf_own.append((step - 1, tag, value))
+                continue
+            name, at = tag[len(prefix):], prefixes[prefix]
+            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at) or any(
+                    name.endswith(suffix) and prefix + name[:-len(suffix)] in row
+                    for suffix in ("_ci_low", "_ci_high", "_n")):
+                continue
+            out.setdefault(int(at), {})[tag] = value
+    for step, tag, value in hf_own:
+        out.setdefault(step, {})[tag] = value
     return out
 
 
@@ -1893,7 +1908,7 @@ def _own_log(by_step: dict, path) -> Trace:
     controller and alarm tags and the intervals are dropped (replay makes its own).  No time
     column: the event wall times are the logging machine's, while replay charges simulated eval seconds, so
     replay runs on its simulated clock (``replay.step_seconds`` per record), as it does for the run's trace."""
-    if any(_HF_WEIGHTS_STEP in row for row in by_step.values()):
+    if _is_hf_results(by_step):
         by_step = _hf_results_at_their_steps(by_step)
     records = []
     for step in sorted(by_step):

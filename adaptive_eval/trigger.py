@@ -262,7 +262,8 @@ class EpochStepTimeFreqCtl:
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict must be a mapping, got {type(state_dict).__name__}")
-        if "step" in state_dict and isinstance(state_dict["step"], Mapping):
+        if "step" in state_dict and "initial_pending" not in state_dict:  # AReaL's (ours has no "step")
+            check_areal_state(state_dict)  # (before any counter changes: a refused state leaves it as it was)
             self._load_areal(state_dict)
             return
         try:
@@ -311,7 +312,24 @@ class EpochStepTimeFreqCtl:
                 f"freq_sec={self.freq_sec})")
 
 
-def _number(sd: Mapping, key: str, kind, default=KeyError, part: str | None = None):
+_AREAL_FIELDS = (("epoch", "steps", int), ("epoch", "last_steps", int), ("step", "steps", int),
+                 ("step", "last_steps", int), ("time", "last_time", float))
+
+
+def check_areal_state(sd: Mapping) -> None:
+    """``ValueError`` naming the first field of AReaL's saved evaluator state (``evaluator_info.json``: ``epoch``,
+    ``step``, ``time``, each a ``FrequencyControl`` state) that is not what AReaL writes: a part that is not a
+    mapping (``"step": "abc"`` was "missing key 'initial_pending'", naming a key the file never had; a review), a
+    counter that is not a number."""
+    for part in ("epoch", "step", "time"):
+        if sd.get(part) is not None and not isinstance(sd[part], Mapping):
+            raise ValueError(f"trigger state_dict (AReaL's): {part!r}: expected a mapping (a FrequencyControl's "
+                             f"state), got {sd[part]!r}")
+    for part, key, kind in _AREAL_FIELDS:
+        _number(sd.get(part) or {}, key, kind, None, part)
+
+
+def _number(sd: Mapping, key: str, kind, default=KeyError, part: str | None = None, label: str | None = None):
     """``sd[key]`` as ``kind`` (``default`` when missing or None, a ``KeyError`` without one), or a ``ValueError``
     naming the key: a damaged evaluator_info.json said "invalid literal for int() with base 10: 'abc'", naming
     nothing (a probe)."""
@@ -326,7 +344,8 @@ def _number(sd: Mapping, key: str, kind, default=KeyError, part: str | None = No
             raise ValueError
         return out
     except (TypeError, ValueError, OverflowError):
-        label, where = ("trigger state_dict (AReaL's)", f"{part}.{key}") if part else ("trigger state_dict", key)
+        where = f"{part}.{key}" if part else key
+        label = label or ("trigger state_dict (AReaL's)" if part else "trigger state_dict")
         raise ValueError(f"{label}: {where!r}: expected a number, got {value!r}") from None
 
 

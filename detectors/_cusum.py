@@ -298,6 +298,8 @@ class CUSUM(Detector):
         scale += (1.2533141373155001 * e if e >= 0.0 else -1.2533141373155001 * e) - gain
         if scale < self._floor:
             scale = self._floor
+        elif scale > 1.7976931348623157e308:  # (inf: see the one-chart path)
+            scale = 1.7976931348623157e308
         self._scale = scale  # (the updates divide by it; the learning phase, never tracking, keeps its 1 / scale)
 
     def _after_load(self) -> None:
@@ -403,6 +405,10 @@ class CUSUM(Detector):
             scale += (1.2533141373155001 * e if e >= 0.0 else -1.2533141373155001 * e) - a
             if scale < self._floor:
                 scale = self._floor
+            elif scale > 1.7976931348623157e308:
+                # (the largest float: values alternating at +-1.79e308 grew it past, to inf, then the level and sums
+                # to NaN, a detector blind for good whose own saved state was refused at load; a review)
+                scale = 1.7976931348623157e308
             self._scale = scale
         return None
 

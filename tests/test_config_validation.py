@@ -882,6 +882,11 @@ def test_each_problem_of_a_file_is_said_once(tmp_path):
             ["3: streams.watch.on: YAML reads the name 'on' as a boolean: quote it (\"on\":) to use it as a name"],
         "policy:\n  interval:\n    relax: -1\n":
             ["3: policy.interval.relax: must be a positive finite number, got -1.0"],
+        # (one parameter refused alone only against another's default, the spec failing for another reason: the
+        # spec's line, not that parameter's; a review)
+        "streams:\n  default:\n  - type: nonfinite\n  - type: cusum\n    warmup: 20\n    reference: 30\n"
+        "    threshold: 8.0\n    arl0: 2000\n":
+            ["4: streams.default[1]: cusum: give either threshold or arl0, not both"],
     }
     for i, (text, expected) in enumerate(cases.items()):
         path = tmp_path / f"c{i}.yaml"

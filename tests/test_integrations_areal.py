@@ -683,6 +683,7 @@ def test_numpy_frequencies_are_taken_and_a_damaged_saved_state_names_its_key():
     for make in (shim.Evaluator, adaptive):
         for freq in (np.int64(3), np.int32(3)):
             assert run(make(areal_config(freq_steps=freq), spec(4)), 0, 12, 4) == expected == [2, 5, 8, 11]
+        make(areal_config(freq_steps=3, freq_secs=np.float32(100.0)), spec(4))  # (OmegaConf refused it; a review)
     for make in (shim.Evaluator, adaptive):
         source = make(areal_config(freq_steps=3), spec(4))
         run(source, 0, 7, 4)

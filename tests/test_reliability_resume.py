@@ -630,6 +630,15 @@ def test_a_detector_number_saved_as_nan_or_inf_is_refused_at_load_not_left_to_bl
     with pytest.raises(ValueError, match="train/reward: cusum state field 'level'"):
         ev.load_state_dict(state)
     assert json.dumps(ev.state_dict(), sort_keys=True) == before
+    # Finite values at the float's edge, alternating +-1.79e308, grew the tracked scale past the largest float:
+    # inf, then NaN, and the evaluator's own saved state was refused (a review).  It stays finite and resumes.
+    ev = AdaptiveEvaluator.from_config(config("default"), total_steps=400, clock=FakeClock())
+    for s in range(120):
+        ev.observe({"train/loss": 1.79e308 if s % 2 else -1.79e308}, s)
+    state = json.loads(json.dumps(ev.state_dict()))
+    resumed = AdaptiveEvaluator.from_config(config("default"), total_steps=400, clock=FakeClock())
+    resumed.load_state_dict(state)
+    assert json.dumps(resumed.state_dict(), sort_keys=True) == json.dumps(state, sort_keys=True)
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.01])

@@ -512,3 +512,32 @@ def test_rows_repeating_a_step_are_merged_by_the_fast_reader_as_by_the_careful_o
     path.write_text("\n".join(rows) + "\n")
     with pytest.warns(RuntimeWarning, match="written twice at one step with a different value"):
         assert read_trace(path).records[-1].metrics["train/loss"] == 2.0
+
+
+def test_hfs_tensorboard_folder_reads_each_result_at_its_weights_step_beside_hfs_own_evaluations(tmp_path):
+    """A review: HF's own evaluations beside the callback's (eval_strategy="steps") were dropped, and a metric of the
+    user's ending in _n was read as bookkeeping.  HF's go to the 0-based step of their weights (step - 1; HF's, on
+    the whole set, kept where both measured a step), the callback's to eval/adaptive_step, and only a metric's own
+    _ci_low/_ci_high/_n beside it are bookkeeping."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from adaptive_eval.trace import read_trace
+
+    with SummaryWriter(str(tmp_path)) as w:
+        for s in range(12):
+            w.add_scalar("streams/train/loss", 1.0 - s / 100, s)
+        # HF's own evaluation at its step 4 (the weights after 4 steps: 0-based 3), the callback's at 5 (of the
+        # weights of step 4), and both at 12, the callback's first, HF's after it (as HF logs them)
+        for tag, value, step in [("eval/accuracy", 0.48, 4), ("eval/accuracy", 0.41, 5),
+                                 ("eval/accuracy_ci_low", 0.3, 5), ("eval/accuracy_n", 32.0, 5),
+                                 ("eval/adaptive_step", 4.0, 5), ("eval/adaptive_items", 32.0, 5),
+                                 ("eval/recall_n", 0.7, 5), ("eval/accuracy", 0.47, 12),
+                                 ("eval/adaptive_step", 11.0, 12), ("eval/accuracy", 0.5, 12)]:
+            w.add_scalar(tag, value, step)
+    trace = read_trace(tmp_path)
+    measured = {r.step: {k: v for k, v in r.metrics.items() if k.startswith("eval/")} for r in trace.records}
+    assert {s: m for s, m in measured.items() if m} == {
+        3: {"eval/accuracy": pytest.approx(0.48)},
+        4: {"eval/accuracy": pytest.approx(0.41), "eval/recall_n": pytest.approx(0.7)},
+        11: {"eval/accuracy": pytest.approx(0.5)}}
+    assert max(r.step for r in trace.records) == 11

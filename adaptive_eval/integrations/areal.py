@@ -43,7 +43,7 @@ from adaptive_eval import adaptive as _adaptive
 from adaptive_eval import evaluators as _evaluators
 from adaptive_eval.config import (ConfigError, areal_view, as_config, from_areal, is_areal_evaluator_config,
                                   load_config)
-from adaptive_eval.trigger import _number
+from adaptive_eval.trigger import _number, check_areal_state
 
 __all__ = ["AREAL_TRAINER_MODULES", "AdaptiveEvaluator", "Evaluator", "areal_state", "patch_areal",
            "rollout_evaluate_fn", "spec_steps"]
@@ -178,8 +178,9 @@ class Evaluator(_evaluators.Evaluator):
                 # (a bare KeyError: 'trigger', or "state_dict must be a mapping, got int"; a probe)
                 raise ValueError("load_state_dict: state_dict['adaptive_eval'] must be a mapping with a 'trigger' "
                                  f"mapping (as state_dict() writes it), got {ours!r}")
+            calls = _number(ours, "calls", int, 0, "adaptive_eval", label="load_state_dict")  # (before any change)
             self.freq_ctl.load_state_dict(ours["trigger"])
-            self._calls = _number(ours, "calls", int, 0, "adaptive_eval")
+            self._calls = calls
             return
         self.freq_ctl.load_state_dict(state_dict)
         if _is_areal_state(state_dict):
@@ -240,6 +241,9 @@ class AdaptiveEvaluator(_adaptive.AdaptiveEvaluator):
     def load_state_dict(self, state_dict: Mapping) -> None:
         """Our state, or AReaL's (``evaluator_info.json``): the schedule continues from AReaL's counters."""
         sd = state_dict
+        if isinstance(sd, Mapping) and "trigger" not in sd and "step" in sd:
+            # AReaL's: checked before anything is reset (a refused one wiped the history; a review)
+            check_areal_state(sd)
         if isinstance(sd, Mapping) and "trigger" not in sd and _is_areal_state(sd):
             self._reset()
             self.trigger.load_state_dict(sd)
