@@ -207,7 +207,7 @@ class _WithWeights:
         return out
 
     @property
-    def evaluation_name(self) -> str:
+    def _adaptive_eval_name(self) -> str:
         from adaptive_eval.evaluators import evaluation_name
 
         return evaluation_name(self.fn)

@@ -383,12 +383,13 @@ def _seen_before(exc: BaseException, request: EvalRequest, said: dict | None) ->
 
 def evaluation_name(evaluate_fn) -> str:
     """What ``evaluate_fn`` is called in messages: ``evaluate_fn``, or a framework adapter's own words for the
-    evaluation it runs (its ``evaluation_name``: Lightning's ``validation_step``, which a failure was reported as
-    "evaluate_fn failed", a function the user never wrote; a probe)."""
+    evaluation it runs, its ``_adaptive_eval_name`` (a name no user's object holds; ``evaluation_name`` renamed a
+    user's failures after their own field; a review): Lightning's ``validation_step``, whose failures read
+    "evaluate_fn failed", a function the user never wrote (a probe)."""
     try:
-        name = getattr(evaluate_fn, "evaluation_name", None)
+        name = getattr(evaluate_fn, "_adaptive_eval_name", None)
         if name is None:  # (a bound method of such an object: the asynchronous worker's fn(request, weights))
-            name = getattr(getattr(evaluate_fn, "__self__", None), "evaluation_name", None)
+            name = getattr(getattr(evaluate_fn, "__self__", None), "_adaptive_eval_name", None)
     except Exception:  # noqa: BLE001 - a user's object whose __getattr__ raises: the usual words
         return "evaluate_fn"
     return name if isinstance(name, str) and name else "evaluate_fn"

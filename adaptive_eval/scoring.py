@@ -596,7 +596,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
         m_s, p_s, _, _ = fit.smooth(fit.grid[fit.best])
         candidates = [j for j in range(len(m_s)) if among is None or _kept(fit.rows[j], among)]
         if not candidates:
-            return _none_among(among, [int(r["step"]) for r in fit.rows])
+            return _none_among(among, fit.rows)
         # The best posterior mean (the Bayes pick under a random-walk prior); an exact tie goes to the more
         # precise estimate.  No wider tie band: the smoothed estimates of a plateau differ by small amounts that
         # still carry the trend, and resolving a band of them by precision prefers Wilson intervals away from 0.5
@@ -612,7 +612,7 @@ def pick_best(evals: Sequence[Mapping], metric: str, *, higher_is_better: bool |
     if among is not None and measured:
         kept = [e for e in measured if _kept(e, among)]
         if not kept:
-            return _none_among(among, [int(e["step"]) for e in measured])
+            return _none_among(among, measured)
         measured = kept
     if not measured:
         return None
@@ -666,12 +666,19 @@ def _kept(row: Mapping, among: set[int]) -> bool:
     return int(row["step"]) in among and row.get("reason") != "before_train"
 
 
-def _none_among(among: set[int], evaluated: Sequence[int]) -> None:
+def _none_among(among: set[int], rows: Sequence[Mapping]) -> None:
     """None, said: no evaluation measured the metric at any of the steps given (a silent None read as "no best";
-    the usual cause, checkpoints named 1-based against 0-based steps, or saved between evaluations)."""
-    shown = ", ".join(str(s) for s in sorted(set(evaluated))[:12]) + (" ..." if len(set(evaluated)) > 12 else "")
+    the usual cause, checkpoints named 1-based against 0-based steps, or saved between evaluations).  The initial
+    weights' evaluation is not among the steps' (see :func:`_kept`), and said so: "none of the steps given was
+    evaluated (the evaluations are at steps 0, ...)" read as a contradiction (a review)."""
+    evaluated = {int(r["step"]) for r in rows if r.get("reason") != "before_train"}
+    initial = sorted({int(r["step"]) for r in rows if r.get("reason") == "before_train"} & among)
+    shown = ", ".join(str(s) for s in sorted(evaluated)[:12]) + (" ..." if len(evaluated) > 12 else "")
     warnings.warn(f"pick_best: none of the {len(among)} steps given was evaluated (the evaluations are at steps "
-                  f"{shown}), so it returns None; an evaluation's step is the step passed to evaluate() (with the "
+                  f"{shown or 'none'}"
+                  + (f"; the one at step {initial[0]} is the initial weights' (before_train), which no checkpoint "
+                     "holds" if initial else "")
+                  + "), so it returns None; an evaluation's step is the step passed to evaluate() (with the "
                   "Hugging Face and Lightning adapters, 0-based: HF's checkpoint-N folder holds step N - 1), and a "
                   "checkpoint saved between two evaluations was not evaluated", RuntimeWarning, stacklevel=3)
     return None

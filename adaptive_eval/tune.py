@@ -358,10 +358,18 @@ def base_params(base) -> dict:
     out = {}
     for key, kind, low, high, _ in SPACE:
         v = _get(base, key)
-        if v is None:
+        if not _searchable(v):
             continue
         out[key] = kind(min(max(v, low), high))
     return out
+
+
+def _searchable(value) -> bool:
+    """A base value the search's range holds: a number (a bool for a switch), not None (the key off) nor a list
+    (a CUSUM's k: [0.5, 1.5] raised TypeError comparing it with the range; a review)."""
+    import numbers
+
+    return isinstance(value, numbers.Real)
 
 
 def clipped_base(base) -> list[str]:
@@ -372,7 +380,7 @@ def clipped_base(base) -> list[str]:
     found = _cusum(base)
     for key, kind, low, high, _ in SPACE:
         v = _get(base, key)
-        if v is None or kind is bool:
+        if not _searchable(v) or kind is bool:
             continue
         ran = kind(min(max(v, low), high))
         if ran != v:
@@ -706,7 +714,7 @@ def tune(cases: Sequence[Case], base, *, objectives: Sequence[str] = ("cost", "d
             # (trial 0 is the base config: one without a CUSUM got one, its values drawn, and its row and preset
             # said "the base config" of a config it was not; one set by arl0 got a threshold beside it; a key the
             # base sets to null, trigger.freq_steps off, ran a drawn 25; probes)
-            params = {k: v for k, v in params.items() if _get(base, k) is not None}
+            params = {k: v for k, v in params.items() if _searchable(_get(base, k))}  # (a list k: the base's too)
         try:
             cfg = apply_params(base, params)
         except ValueError as exc:  # a combination the schema refuses (ConfigError): this trial fails, not the search

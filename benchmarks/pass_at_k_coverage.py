@@ -143,6 +143,8 @@ def main() -> None:
     if any(not 0 <= r < len(ROWS) for r in picked):
         ap.error(f"--rows: the rows are 0-{len(ROWS) - 1}, got {args.rows}")
     if args.json:  # (a folder that does not exist: a traceback after the whole computation; a probe)
+        if os.path.isdir(args.json):
+            ap.error(f"--json {args.json}: a folder; give the file to write")
         folder = os.path.dirname(os.path.abspath(args.json))
         try:
             os.makedirs(folder, exist_ok=True)

@@ -286,6 +286,7 @@ def test_real_reads_tcpd_datasets_with_their_annotations(tmp_path):
     # (probes of the forty-first session: each was a traceback, or taken and ignored)
     ("detectors.py", ["--climb", "--only", "cusum"], "--only picks the detectors of the synthetic tables"),
     ("pass_at_k_coverage.py", ["--json", "/dev/null/x.json"], "--json /dev/null/x.json: cannot write there"),
+    ("pass_at_k_coverage.py", ["--json", "/"], "--json /: a folder; give the file to write"),
     ("async_eval.py", ["--eval-steps", "nan"], "argument --eval-steps: must be a positive number, got 'nan'"),
     ("async_eval.py", ["--eval-steps", "-5"], "argument --eval-steps: must be a positive number, got '-5'"),
     ("policies.py", ["--steps", "100"], "argument --steps: must be at least 106, got 100"),

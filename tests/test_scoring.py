@@ -456,6 +456,10 @@ def test_among_the_steps_kept_the_initial_weights_evaluation_is_no_checkpoints()
         kept = pick_best(rows, "eval_loss", by=by, steps=[0, 9])
         assert kept.step == 9 and kept.eval["reason"] == "trigger:steps", by
         assert pick_best(rows, "eval_loss", by=by, steps=[0, 9, 19]).step == 19
+        # only the initial weights' among the steps: None, said without contradicting itself (a review)
+        with pytest.warns(RuntimeWarning, match=r"\(the evaluations are at steps 9, 19; the one at step 0 is "
+                                                r"the initial weights' \(before_train\), which no checkpoint holds\)"):
+            assert pick_best(rows[:1] + rows[2:], "eval_loss", by=by, steps=[0]) is None
 
 
 def test_values_too_large_to_smooth_are_picked_by_their_bound_with_a_warning_not_an_overflow():

@@ -885,3 +885,14 @@ def test_a_metric_the_trace_lacks_is_told_with_the_metrics_it_has(tmp_path, caps
     other.write_text("iteration,train/loss\n0,1.0\n1,0.9\n")
     assert main(["tune", str(other), "--trials", "1", "--out", str(tmp_path / "u"), "--no-progress"]) == 2
     assert "adaptive-eval replay (or check, or tune) --step-column COL" in capsys.readouterr().err
+
+
+def test_a_base_cusum_with_a_list_of_k_is_trial_0_as_it_is(tmp_path, capsys):
+    """A review: --set 'streams.default.1.k=[0.5,1.5]' raised TypeError comparing the list with the searched range;
+    trial 0 keeps the base's list, the other trials draw one k."""
+    path, onset = collapse_csv(tmp_path)
+    out = tmp_path / "t"
+    assert main(["tune", path, "--events", f"{path}={onset}", "--set", "streams.default.1.k=[0.5,1.5]", "--trials",
+                 "2", "--out", str(out), "--no-progress"]) == 0
+    first, other = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert "cusum.k" not in first["params"] and "cusum.k" in other["params"]

@@ -306,7 +306,7 @@ class AdaptiveEvalCallback(Callback):
         self._module_eval = (ReplicaEval(pl_module, _ModuleEval(self, trainer, None).on,
                                          stamp=lambda: (trainer.global_step, trainer.current_epoch),
                                          live=live if timed else None) if self._async or timed else live)
-        self._module_eval.evaluation_name = _ModuleEval.evaluation_name
+        self._module_eval._adaptive_eval_name = _ModuleEval._adaptive_eval_name
         if self.look_back and self.evaluator is not None:
             self._guard("on_train_start", self._start_look_back, trainer, pl_module)
         if self.evaluator is not None and self.evaluate_fn is None:
@@ -1434,7 +1434,7 @@ class _ModuleEval:
     """``evaluate_fn(request)`` running the module's ``validation_step`` (a class, not a lambda: the
     signature detection sees one positional parameter)."""
 
-    evaluation_name = "validation_step"  # (its failures read "evaluate_fn failed", which the user never wrote)
+    _adaptive_eval_name = "validation_step"  # (its failures read "evaluate_fn failed", which the user never wrote)
     evaluates_checkpoints = False  # the module in memory, unless look_back sets it on the instance (it loads them)
 
     def __init__(self, callback, trainer, pl_module):
