@@ -1048,6 +1048,20 @@ class AdaptiveEvaluator:
     # ----------------------------------------------------------------------------------------------
     # Deciding and evaluating
 
+    _fn_checked = False  # evaluate()'s evaluate_fn checked once, at the first call (not at the first due step)
+
+    def _check_fn(self, evaluate_fn) -> None:
+        """At the first evaluate() call: with eval ranks, a plain ``evaluate_fn`` cannot be sent to them; refused
+        here, at the run's first step, not at the first due one (after 49 steps with freq_steps 50, hours into a
+        run with freq_secs 3600; a probe)."""
+        needs = getattr(self._async, "needs_snapshot", None) if self._async is not None else None
+        if needs is not None:
+            from adaptive_eval.asynchronous import SnapshotEval
+
+            if not isinstance(evaluate_fn, SnapshotEval):
+                raise ValueError(needs)
+        self._fn_checked = True
+
     def evaluate(self, evaluate_fn: Callable, epoch: int, step: int, global_step: int) -> EvalResult | None:
         """Evaluate if due at this step (AReaL's signature; ``step`` is the step within the epoch).
 
@@ -1073,6 +1087,8 @@ class AdaptiveEvaluator:
             self._apply_handed(global_step)
         if self._closed:
             self._say_closed("evaluate")
+        if not self._fn_checked:
+            self._check_fn(evaluate_fn)
         last = self._last_call_step
         if last is not None and global_step <= last:
             if global_step == last:  # called again in the same step: counted once

@@ -501,7 +501,15 @@ class EvalRanks:
 
         warm_statistics()  # (the first job's seconds are the training ranks' cost model's too)
         while True:
-            msg = broadcast_tensor_container(None, src_rank=self.leader, group=pair)  # waits for the next job
+            try:
+                msg = broadcast_tensor_container(None, src_rank=self.leader, group=pair)  # waits for the next job
+            except CollectiveError as exc:
+                # The training ranks went away without a stop: they gave up on this eval rank (its evaluation ran
+                # past distributed.timeout_s; its answer was sent, but nobody took it) and then exited.  Raised, it
+                # failed the eval rank's process at the end of a run whose training finished (a probe).
+                log.warning("eval rank %d: the training ranks went away without a stop (%s): they gave up on this "
+                            "eval rank after distributed.timeout_s, or exited; serve() returns", self.rank, exc)
+                return done
             if msg.get("stop"):
                 return done
             request = EvalRequest(**msg["request"])

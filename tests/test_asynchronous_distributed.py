@@ -338,3 +338,49 @@ def test_evaluation_asynchronous_on_one_rank_alone_is_a_config_error_on_every_ra
     assert said0 == ("evaluation.asynchronous differs between the ranks of the group (it is false on rank 0 and true "
                      "on another): give every rank the same configuration")
     assert said1 is not None and "it is true on rank 1 and false on another" in said1
+
+
+SLOW_S = 5.0  # the eval rank's slow evaluation: past distributed.timeout_s (2 s), done while the trainer lives
+
+
+def _slow_then_gone(rank, world):
+    from adaptive_eval.asynchronous import EvalRanks, SnapshotEval
+
+    cfg = load_config(overrides=["evaluation.asynchronous=true", "trigger.freq_steps=10", "distributed.timeout_s=2",
+                                 "policy.budget.enabled=false", "distributed.eval_ranks=[1]"])
+    layout = EvalRanks.from_config(cfg)
+    if layout.is_eval_rank:
+        def fn(request, weights):
+            if request.step == 9:
+                time.sleep(SLOW_S)
+            return {"acc": [1.0, 0.0]}
+
+        try:
+            return ("served", layout.serve(fn))
+        except Exception as exc:  # noqa: BLE001 - what the test looks at
+            return ("raised", f"{type(exc).__name__}: {exc}")
+    ev = AdaptiveEvaluator.from_config(cfg, clock=FakeClock(), total_steps=60, eval_ranks=layout)
+    model = torch.nn.Linear(2, 2)
+    try:  # a plain evaluate_fn: refused at the first call, not at the first due step (step 9; a probe)
+        ev.evaluate(lambda request: {"acc": [1.0]}, 0, 0, 0)
+        refused = None
+    except ValueError as exc:
+        refused = str(exc)
+    for g in range(60):
+        ev.observe({"train/loss": 1.0}, g)
+        ev.evaluate(SnapshotEval(model), 0, g, g)
+        time.sleep(0.02)
+    ev.close()
+    time.sleep(SLOW_S + 1.0)  # the eval rank answers (nobody takes it) and waits for a job while this rank lives
+    return ev.summary()["eval_errors"], refused
+
+
+def test_an_eval_rank_given_up_on_returns_from_serve_when_the_training_ranks_exit():
+    """Probes: a plain evaluate_fn with eval ranks was refused at the first due step, inside the training step (after
+    49 steps at freq_steps 50): now at the first call.  An eval rank whose evaluation ran past distributed.timeout_s sent its answer, which nobody took, then
+    waited for the next job; when the training rank exited, serve() raised CollectiveError ("Connection closed by
+    peer"): under torchrun the job exited 1.  It returns, with a warning, as its docstring says."""
+    (errors, refused), (status, served) = run_ranks(_slow_then_gone, world=2, timeout_s=90)
+    assert refused is not None and "evaluate_fn must be adaptive_eval.asynchronous.SnapshotEval(model)" in refused
+    assert errors >= 1  # (the slow one; then the final evaluation, with the eval rank given up on)
+    assert status == "served" and served == 1, served
