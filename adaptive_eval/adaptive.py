@@ -2228,9 +2228,10 @@ class AdaptiveEvaluator:
 
     def _cancel(self, job, global_step: int) -> None:
         self._async.cancel(job)
-        log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
-                    "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
-                    self._async.max_in_flight)
+        if self._rank == 0:  # (the group's decision: said by one rank, as its deferrals are, not by each; a probe)
+            log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
+                        "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
+                        self._async.max_in_flight)
         self._emit({"kind": "cancelled", "step": job.step, "reason": job.reason, "at_step": global_step})
         if self._logging:  # (the decisions text said only "submitted" for it: a result that never came, unexplained)
             self._logger.text(global_step, "decisions",

@@ -83,8 +83,17 @@ def drive(ev, rank, start, stop, fn, *, pause=0.0, close=True):
 
 
 def _world(rank, world):
+    import logging
+
     out = {}
     calls = []
+    said = []  # the adaptive_eval log lines of this rank
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    logging.getLogger("adaptive_eval").addHandler(Keep())
 
     def weight_sum(request, weights):  # runs on this rank's worker thread, for this rank's items
         items = request.indices(100)
@@ -197,6 +206,19 @@ def _world(rank, world):
                            for e in decisions(drive(second, rank, CUT, STEPS, weight_sum))
                            if e["kind"] in ("eval", "error")]
 
+    # an urgent evaluation (a NaN at step 6, on both ranks) cancels the slow one in flight (step 4's) to take its slot
+    def slow_first(request, weights):
+        if request.step == 4:
+            time.sleep(1.0)
+        return weight_sum(request, weights)
+
+    ev = make("evaluation.max_in_flight=1")
+    model = model_at(0)
+    for g in range(10):
+        ev.observe({"train/loss": float("nan") if g == 6 else 1.0 + 0.01 * (g % 3)}, g)
+        ev.evaluate(SnapshotEval(model, slow_first), 0, g, g)
+    ev.close()
+
     # the last case: close() after the group was destroyed (accelerate's end_training() first), an evaluation in
     # flight: each rank integrated its own shard as the whole result, silently
     def slower(request, weights):
@@ -208,6 +230,7 @@ def _world(rank, world):
     dist.destroy_process_group()
     ev.close()
     out["destroyed"] = [(e["kind"], e["step"], e.get("error", "")) for e in events if e["kind"] in ("eval", "error")]
+    out["cancel said"] = sum("is cancelled to make room for an urgent one" in m for m in said)
     return out
 
 
@@ -228,6 +251,9 @@ def test_two_training_ranks_evaluating_on_a_thread_integrate_each_result_at_the_
         "result is that rank's shard of the items, which cannot be used on rank 1 of 2" in first[2], first
     assert later and all(kind == "eval" and n == later[0][2] for kind, _, n in later), later
     (fixed0, calls0), (fixed1, calls1) = ranks[0]["fixed"], ranks[1]["fixed"]
+    # a cancellation (an urgent evaluation taking a full slot) is the group's: said by rank 0 alone (each said it)
+    assert ranks[0]["cancel said"] >= 1 and ranks[1]["cancel said"] == 0, (ranks[0]["cancel said"],
+                                                                           ranks[1]["cancel said"])
 
     # fixed latency: both ranks hold the same events, each result integrated 3 steps after its submission
     assert fixed0 == fixed1
