@@ -377,9 +377,10 @@ def _slow_then_gone(rank, world):
 
 def test_an_eval_rank_given_up_on_returns_from_serve_when_the_training_ranks_exit():
     """Probes: a plain evaluate_fn with eval ranks was refused at the first due step, inside the training step (after
-    49 steps at freq_steps 50): now at the first call.  An eval rank whose evaluation ran past distributed.timeout_s sent its answer, which nobody took, then
-    waited for the next job; when the training rank exited, serve() raised CollectiveError ("Connection closed by
-    peer"): under torchrun the job exited 1.  It returns, with a warning, as its docstring says."""
+    49 steps at freq_steps 50): now at the first call.  An eval rank whose evaluation ran past distributed.timeout_s
+    sent its answer, which nobody took, then waited for the next job; when the training rank exited, serve() raised
+    CollectiveError ("Connection closed by peer"): under torchrun the job exited 1.  It returns, with a warning, as
+    its docstring says."""
     (errors, refused), (status, served) = run_ranks(_slow_then_gone, world=2, timeout_s=90)
     assert refused is not None and "evaluate_fn must be adaptive_eval.asynchronous.SnapshotEval(model)" in refused
     assert errors >= 1  # (the slow one; then the final evaluation, with the eval rank given up on)

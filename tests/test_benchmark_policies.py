@@ -270,7 +270,8 @@ def test_the_figure_of_a_run_without_the_default_preset_draws_the_first_preset_a
     spec.loader.exec_module(mod)
     point = lambda d, c: {"median_delay": d, "per_1k": c}  # noqa: E731
     res = {"_whole": {2: point(1.0, 250000), 50: point(30.0, 10000)},
-           "aggressive": {"preset": point(2.0, 6000), "size": 300, "same": {2: point(1.0, 150000), 50: point(31.0, 6000)}}}
+           "aggressive": {"preset": point(2.0, 6000), "size": 300,
+                          "same": {2: point(1.0, 150000), 50: point(31.0, 6000)}}}
     path = tmp_path / "figs" / "tune.png"
     mod.draw(res, str(path), ("aggressive",), "tune")
     assert matplotlib.image.imread(str(path)).shape[0] > 100

@@ -1061,7 +1061,8 @@ class AdaptiveEvalCallback(Callback):
         if not self._one_item_said and not self._one_item_ran:  # (not after one-item calls that ran: a probe)
             self._one_item_said = True
             log.warning("adaptive_eval: validation_step failed on a batch of ONE item; if the error that follows is "
-                        "about shapes or sizes, that may be why: the callback calls it one item at a time, so that each metric has a per-item value and a real interval; "
+                        "about shapes or sizes, that may be why: the callback calls it one item at a time, so that "
+                        "each metric has a per-item value and a real interval; "
                         "a step that needs several items (a squeeze() that drops the batch dimension, a metric over "
                         "the batch) fails or differs here: make it work on one item, pass per_item=False (batches, as "
                         "Lightning's own validation; no interval), or evaluate_fn= (said once; the error follows)")
