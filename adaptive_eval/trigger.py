@@ -280,10 +280,8 @@ class EpochStepTimeFreqCtl:
         self._last_time = self.clock() - seconds_since if self.freq_sec is not None else 0.0
 
     def _load_areal(self, sd: Mapping) -> None:
-        def counter(part: str) -> tuple[int, bool]:
+        def counter(part: str) -> tuple[int, bool]:  # (each part checked already: check_areal_state)
             ctl = sd.get(part) or {}
-            if not isinstance(ctl, Mapping):
-                raise ValueError(f"trigger state_dict (AReaL's): {part!r}: expected a mapping, got {ctl!r}")
             return (_number(ctl, "steps", int, 0, part) - _number(ctl, "last_steps", int, 0, part),
                     bool(ctl.get("initial_value", False)))
 
@@ -303,7 +301,7 @@ class EpochStepTimeFreqCtl:
         self._steps_in_epoch_since = position
         time_ctl = sd.get("time") or {}
         if self.freq_sec is not None:
-            last_wall = _number(time_ctl, "last_time", float, None, "time") if isinstance(time_ctl, Mapping) else None
+            last_wall = _number(time_ctl, "last_time", float, None, "time")
             seconds_since = max(0.0, time.time() - last_wall) if last_wall is not None else 0.0
             self._last_time = self.clock() - seconds_since
 

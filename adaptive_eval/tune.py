@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import numbers
 import re
 import shlex
 import signal
@@ -367,8 +368,6 @@ def base_params(base) -> dict:
 def _searchable(value) -> bool:
     """A base value the search's range holds: a number (a bool for a switch), not None (the key off) nor a list
     (a CUSUM's k: [0.5, 1.5] raised TypeError comparing it with the range; a review)."""
-    import numbers
-
     return isinstance(value, numbers.Real)
 
 
@@ -378,11 +377,11 @@ def clipped_base(base) -> list[str]:
     and said nothing, so a user compared the trials with a baseline they never ran; a probe.)"""
     out = []
     found = _cusum(base)
+    ran_as = base_params(base)
     for key, kind, low, high, _ in SPACE:
-        v = _get(base, key)
-        if not _searchable(v) or kind is bool:
+        if key not in ran_as or kind is bool:
             continue
-        ran = kind(min(max(v, low), high))
+        v, ran = _get(base, key), ran_as[key]
         if ran != v:
             # (the config's own key: cusum.threshold is the search space's name, and --set refused it; a probe)
             named = f"streams.default.{found[0]}.{key.split('.', 1)[1]}" if key.startswith("cusum.") else key
