@@ -540,6 +540,7 @@ class AdaptiveEvaluator:
         self._sync_eval_seconds = 0.0  # (the training's own clock stood still for these: see _record)
         self._eval_errors = 0
         self._deferrals = 0
+        self._cancelled = 0  # asynchronous evaluations cancelled to make room for an urgent one
         self._alarm_count = 0
         self._alarm_pending = False
         self._last_step: int | None = None
@@ -2228,6 +2229,7 @@ class AdaptiveEvaluator:
 
     def _cancel(self, job, global_step: int) -> None:
         self._async.cancel(job)
+        self._cancelled += 1
         if self._rank == 0:  # (the group's decision: said by one rank, as its deferrals are, not by each; a probe)
             log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
                         "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
@@ -2401,14 +2403,15 @@ class AdaptiveEvaluator:
         """Counts of what happened so far (plain values); ``samples``: items evaluated (problems, over all suites);
         ``answers``: the answers scored, items x answers per item (per suite, its metric of the most answers:
         what generating them cost, which ``samples`` did not say; a new user's probe); ``lookbacks``: of ``evals``,
-        those of a kept checkpoint (``policy.lookback``)."""
+        those of a kept checkpoint (``policy.lookback``); ``cancelled``: asynchronous evaluations cancelled to
+        make room for an urgent one (never integrated, not in ``evals``)."""
         return {"evals": len(self.history), "samples": sum(r.items for r in self.history),
                 "answers": sum(_answers(r, self._suites) for r in self.history),
                 "lookbacks": sum(r.evaluated_at is not None for r in self.history),
                 "eval_seconds": self._eval_seconds, "elapsed_seconds": self._elapsed(),
-                "alarms": self._alarm_count, "deferrals": self._deferrals, "eval_errors": self._eval_errors,
-                "record_errors": self._record_errors, "listener_errors": self._listener_errors,
-                "logger_errors": self._logger.errors}
+                "alarms": self._alarm_count, "deferrals": self._deferrals, "cancelled": self._cancelled,
+                "eval_errors": self._eval_errors, "record_errors": self._record_errors,
+                "listener_errors": self._listener_errors, "logger_errors": self._logger.errors}
 
     def best(self, metric: str | None = None, *, by: str = "shrunk", steps=None):
         """The checkpoint to ship, as :func:`adaptive_eval.scoring.pick_best` picks it from :attr:`history` (a
@@ -2595,6 +2598,7 @@ class AdaptiveEvaluator:
             "sync_eval_seconds": self._sync_eval_seconds,
             "eval_errors": self._eval_errors,
             "deferrals": self._deferrals,
+            "cancelled": self._cancelled,
             "alarms": self._alarm_count,
             "alarm_pending": self._alarm_pending,
             "last_step": self._last_step,
@@ -2776,6 +2780,7 @@ class AdaptiveEvaluator:
         self._sync_eval_seconds = float(sd.get("sync_eval_seconds", 0.0))
         self._eval_errors = int(sd.get("eval_errors", 0))
         self._deferrals = int(sd.get("deferrals", 0))
+        self._cancelled = int(sd.get("cancelled", 0))
         self._alarm_count = int(sd.get("alarms", 0))
         self._alarm_pending = bool(sd.get("alarm_pending", False))
         self._last_step = sd.get("last_step")

@@ -147,9 +147,16 @@ def test_full_a_due_evaluation_waits_and_an_urgent_one_cancels_the_oldest_non_ur
     assert ("cancelled", 4, "trigger:steps") in kinds
     assert kinds[-1] == ("submitted", 11, "alarm:train/loss:nonfinite")
     assert [j.step for j in ev._async.jobs] == [11]
+    # counted in summary() (only the listener and the decisions text said so) and kept in the state
+    assert ev.summary()["cancelled"] == 1  # (state_dict() would wait for the one in flight)
     release.set()
     ev.close()
     assert [r.step for r in ev.history] == [11]  # the cancelled evaluation never counts
+    assert ev.summary()["evals"] == 1 and ev.summary()["cancelled"] == 1 and ev.state_dict()["cancelled"] == 1
+    again, _ = make(cfg("policy.budget.enabled=false", "policy.alarm.cooldown_steps=1"))
+    again.load_state_dict(ev.state_dict())
+    assert again.summary()["cancelled"] == 1
+    again.close()
 
 
 def test_an_exception_is_handled_by_on_error_at_the_step_it_is_noticed():

@@ -222,8 +222,9 @@ def log_summary(evaluator) -> None:
     """The one-line account of a run at train end (the adapter calls it on the main process only)."""
     s = evaluator.summary()
     back = f" ({s['lookbacks']} of kept checkpoints)" if s["lookbacks"] else ""
-    log.info("adaptive_eval: %d evaluations%s, %d items, %d alarms, %d deferrals, %d eval errors",
-             s["evals"], back, s["samples"], s["alarms"], s["deferrals"], s["eval_errors"])
+    cancelled = f", {s['cancelled']} cancelled for an urgent one" if s["cancelled"] else ""
+    log.info("adaptive_eval: %d evaluations%s, %d items, %d alarms, %d deferrals, %d eval errors%s",
+             s["evals"], back, s["samples"], s["alarms"], s["deferrals"], s["eval_errors"], cancelled)
 
 
 def asynchronous(cfg, executor) -> bool:
