@@ -403,6 +403,7 @@ class AdaptiveEvaluator:
                         "resources.enabled: true for the scheduler to defer evaluations on its readings")
         self.resources = ResourceScheduler(self.cfg.resources, resource_monitor)
         self.resources.says = self._rank == 0  # (its deferrals are the group's: said by one rank, not each; a review)
+        self.resources.where = f"rank {self._rank}: " if self._world > 1 else ""  # (which rank's monitor; a probe)
         self._eval_at_end = bool(trig.eval_at_end)
         # With the adaptive interval, a scheduled evaluation due this few steps before the final one (the
         # shortest interval the policy ever takes) is left to it: it would measure nearly the same weights

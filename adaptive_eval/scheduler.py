@@ -251,6 +251,7 @@ class ResourceScheduler:
         self._impossible_now: set[str] = set()  # the fields of the last reading that could not be
         self._slow_said = False  # a reading slower than SLOW_READING_S: said once
         self.says = True  # whether the deferrals it decides are said in the log (in a process group: rank 0 alone)
+        self.where = ""  # in a process group "rank R: ", before what its monitor says (each rank reads its own)
         self._reset()
 
     def _reset(self) -> None:
@@ -279,8 +280,8 @@ class ResourceScheduler:
             self.last_snapshot = None
             self.read_errors += 1
             if self.read_errors == 1:
-                log.warning("the resource monitor (%s) raised %s: %s; no reading, so nothing is deferred while it "
-                            "fails (said once; counted in ResourceScheduler.read_errors)",
+                log.warning("%sthe resource monitor (%s) raised %s: %s; no reading, so nothing is deferred while "
+                            "it fails (said once; counted in ResourceScheduler.read_errors)", self.where,
                             type(self._monitor).__name__, type(exc).__name__, exc, exc_info=True)
             return None
         finally:
@@ -289,10 +290,10 @@ class ResourceScheduler:
                 # (it is read inside the training step at each due step: a 0.5 s monitor held 11 steps back unsaid,
                 # and in a group one slower than distributed.timeout_s failed the collective, blaming evaluate_fn)
                 self._slow_said = True
-                log.warning("the resource monitor (%s) took %.3g s to read: it is read inside the training step at "
-                            "each step an evaluation is due (and, in a process group, must return within "
-                            "distributed.timeout_s); make snapshot() cheaper (said once)", type(self._monitor).__name__,
-                            took)
+                log.warning("%sthe resource monitor (%s) took %.3g s to read: it is read inside the training step "
+                            "at each step an evaluation is due (and, in a process group, must return within "
+                            "distributed.timeout_s); make snapshot() cheaper (said once)", self.where,
+                            type(self._monitor).__name__, took)
         if (not self._unread_said and self.last_snapshot.accelerator_free_gb is None
                 and "accelerator_free_gb" not in self._impossible_now):  # (a NaN is said as such, not as unread)
             # (it never deferred, unsaid, on a machine without CUDA or NVML; found by a new-user probe)
@@ -301,8 +302,8 @@ class ResourceScheduler:
             if keys:
                 self._unread_said = True
                 ours = isinstance(self._monitor, ResourceMonitor)
-                log.warning("resources.%s is set, but the monitor reads no accelerator memory here (%s): it is not "
-                            "checked (said once)", " and ".join(keys),
+                log.warning("%sresources.%s is set, but the monitor reads no accelerator memory here (%s): it is "
+                            "not checked (said once)", self.where, " and ".join(keys),
                             f"{self.last_snapshot.source or 'none'}: no CUDA device, no NVML" if ours else
                             f"{type(self._monitor).__name__}'s readings have no accelerator_free_gb")
         return "; ".join(found) if found else None
@@ -319,14 +320,15 @@ class ResourceScheduler:
         self._impossible_now = set(impossible)
         if extra - self._impossible_said:  # (a mapping with one more field raised TypeError: no check all run; a probe)
             self._impossible_said.update(extra)
-            log.warning("the resource monitor (%s) read %s, which ResourceSnapshot has no field for: left out (its "
-                        "fields: %s; said once)", type(monitor).__name__, ", ".join(sorted(extra)),
+            log.warning("%sthe resource monitor (%s) read %s, which ResourceSnapshot has no field for: left out "
+                        "(its fields: %s; said once)", self.where, type(monitor).__name__, ", ".join(sorted(extra)),
                         ", ".join(_READINGS))
         for name, value in impossible.items():
             if name not in self._impossible_said:
                 self._impossible_said.add(name)
-                log.warning("the resource monitor (%s) read %s = %r, which cannot be (a finite number >= 0): that "
-                            "reading is not checked, never deferring (said once)", type(monitor).__name__, name, value)
+                log.warning("%sthe resource monitor (%s) read %s = %r, which cannot be (a finite number >= 0): "
+                            "that reading is not checked, never deferring (said once)", self.where,
+                            type(monitor).__name__, name, value)
         return snapshot
 
     def bypasses(self, urgent: bool, reason: str = "") -> bool:

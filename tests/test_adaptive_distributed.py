@@ -259,6 +259,28 @@ def resources_cusum(rank, world):
     return drive(rank, config, 60, {"train/reward": reward}, monitor=monitor)
 
 
+def monitor_failing(rank, world):
+    """Rank 1's monitor raises; what its warning says is captured on each rank."""
+    import logging
+
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("adaptive_eval").addHandler(handler)
+
+    def monitor():
+        if rank == 1:
+            raise RuntimeError("NVML: driver not loaded")
+        return OK_GPU
+
+    config = cfg(trigger={"freq_steps": 10}, resources={"enabled": True, "min_free_accelerator_gb": 4.0})
+    try:
+        out = drive(rank, config, 25, {"train/loss": noise(70 + rank, lambda g: 1.0)}, monitor=monitor)
+    finally:
+        logging.getLogger("adaptive_eval").removeHandler(handler)
+    return out | {"said": [m for m in said if "resource monitor" in m]}
+
+
 def quiet(rank, world):
     return drive(rank, cfg(), 300, {"train/loss": noise(90 + rank, lambda g: 1.0),
                                     "train/reward": noise(95 + rank, lambda g: 0.5)})
@@ -357,6 +379,7 @@ def _scenarios_rank(rank, world, log_dir):
         "discrepancy": lambda: discrepancy(rank, world, log_dir),
         "resources": lambda: resources(rank, world),
         "resources_cusum": lambda: resources_cusum(rank, world),
+        "monitor_failing": lambda: monitor_failing(rank, world),
         "quiet": lambda: quiet(rank, world),
         "group_of_one": lambda: group_of_one(rank, world),
         "steps_apart": lambda: steps_apart(rank, world),
@@ -525,6 +548,17 @@ def test_an_alarm_on_one_rank_bypasses_a_shortage_on_the_other_on_both(group_run
     assert runs[0][1] == alarms[0][1] and runs[0][3] == f"alarm:train/reward:cusum:{alarms[0][4]}"
     assert not [e for e in a["events"] if e[0] == "deferred"]
     assert a["monitor_calls"] == b["monitor_calls"] == 0
+
+
+def test_a_monitor_failing_on_one_rank_is_said_by_that_rank_naming_it(group_run):
+    """Each rank reads its own monitor, so what a reading says names the rank (a warning "the resource monitor
+    raised" came from one of eight processes, unnamed; a probe).  Nothing is deferred on a reading not taken."""
+    a, b = group_run("monitor_failing")
+    same_on_both(a, b)
+    assert a["said"] == []
+    assert len(b["said"]) == 1 and b["said"][0].startswith("rank 1: the resource monitor (function) raised "
+                                                           "RuntimeError: NVML: driver not loaded; no reading")
+    assert [e[1] for e in evals(a)] == [9, 19] and not [e for e in a["events"] if e[0] == "deferred"]
 
 
 def test_collectives_per_step(group_run):
