@@ -1402,16 +1402,19 @@ class AdaptiveEvaluator:
         size = self.decide("before_train", global_step, urgent=True).sample_size
         return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step, resumable=False)
 
-    def after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
+    def after_train(self, evaluate_fn: Callable, global_step: int, *, epoch: int | None = None) -> EvalResult | None:
         """Evaluate the last trained weights (``global_step``) when training stopped before ``total_steps``
         (early stopping, a stop on a condition) or ran without a known total, if ``trigger.eval_at_end`` and
         that step has no evaluation yet; reason ``trigger:final``, urgent (through the budget and the resource
         check), sized by the policies.  None otherwise: a run that reached its last step evaluated it in
         :meth:`evaluate`.  In a process group every rank calls it (the same decision on every rank: the same
-        steps).  Asynchronously it submits; :meth:`close` waits for it."""
+        steps).  Asynchronously it submits; :meth:`close` waits for it.  ``epoch``: the evaluation's epoch (by
+        default ``global_step // steps_per_epoch`` where that is known: it was None, in the results and the trace,
+        after an early stop; a probe)."""
         self._after_train_at = global_step  # (tried, even if it raises: close() gives no advice to call it again)
         try:
-            result = self._after_train(evaluate_fn, check_step("global_step", global_step))
+            result = self._after_train(evaluate_fn, check_step("global_step", global_step),
+                                       None if epoch is None else check_step("epoch", epoch))
         except BaseException:
             self._deferred_error = None  # (its own exception goes up; the evaluation's error was logged)
             raise
@@ -1426,7 +1429,7 @@ class AdaptiveEvaluator:
         if error is not None and sys.exc_info()[1] is None:
             raise error
 
-    def _after_train(self, evaluate_fn: Callable, global_step: int) -> EvalResult | None:
+    def _after_train(self, evaluate_fn: Callable, global_step: int, epoch: int | None) -> EvalResult | None:
         if not self._eval_at_end or self._last_eval_step == global_step:
             return None
         if self.total_steps is not None and global_step >= self.total_steps - 1 == self._last_call_step:
@@ -1437,7 +1440,9 @@ class AdaptiveEvaluator:
             raise ValueError(f"after_train: global_step {global_step} is below the last step evaluate() saw "
                              f"({self._last_call_step})")
         size = self.decide("trigger:final", global_step, urgent=True).sample_size
-        return self._run(evaluate_fn, Decision(True, size, "trigger:final", urgent=True), None, global_step,
+        if epoch is None and self.trigger.steps_per_epoch:
+            epoch = global_step // self.trigger.steps_per_epoch
+        return self._run(evaluate_fn, Decision(True, size, "trigger:final", urgent=True), epoch, global_step,
                          resumable=False)
 
     def decide(self, reason: str | None, global_step: int, *, urgent: bool = False) -> Decision:

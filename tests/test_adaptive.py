@@ -488,6 +488,13 @@ def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
     r = run.ev.after_train(run.evaluate_fn, 119)
     assert r is not None and (r.step, r.reason) == (119, "trigger:final") and r.sample_size >= 48
     assert run.ev.after_train(run.evaluate_fn, 119) is None  # once: that step has its evaluation
+    assert r.epoch is None  # (no steps_per_epoch: none known) ...
+    by_epoch = Run(load_config("default"), lambda g: 0.6, streams, total_steps=200, steps_per_epoch=50).run(0, 120)
+    assert by_epoch.ev.after_train(by_epoch.evaluate_fn, 119).epoch == 2  # ... else from it, or as given
+    given = Run(load_config("default"), lambda g: 0.6, streams, total_steps=200).run(0, 120)
+    assert given.ev.after_train(given.evaluate_fn, 119, epoch=7).epoch == 7
+    with pytest.raises(ValueError, match="epoch"):
+        given.ev.after_train(given.evaluate_fn, 119, epoch=1.5)
     # A run that reached its last step evaluated it in evaluate(); eval_at_end false: nothing.
     done = Run(load_config("default"), lambda g: 0.6, streams, total_steps=50).run(0, 50)
     assert done.ev.history[-1].reason == "trigger:final" and done.ev.after_train(done.evaluate_fn, 49) is None

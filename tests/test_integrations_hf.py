@@ -515,6 +515,7 @@ def test_a_run_stopped_early_evaluates_its_last_weights(tmp_path):
     assert trainer.state.global_step == 30
     last = cb.evaluator.history[-1]
     assert (last.step, last.reason) == (29, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+    assert last.epoch == int(trainer.state.epoch)  # (it was None; a probe)
 
 
 class Scramble(TrainerCallback):

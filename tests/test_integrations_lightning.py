@@ -420,6 +420,7 @@ def test_a_run_stopped_early_evaluates_its_last_weights():
     assert trainer.global_step == 40
     last = cb.evaluator.history[-1]
     assert (last.step, last.reason) == (39, "trigger:final") and cb.evaluator.summary()["eval_errors"] == 0
+    assert last.epoch == 39 // len(train) == 0  # (it was None; a probe; Lightning's current_epoch reads 1 once stopped)
     # A callback used in a fit pickles, as ddp_spawn pickles it for a later fit (it failed at that launch: the
     # listener close() was given, the fit's thread; a multi-process probe), its evaluator's results with it
     again = pickle.loads(pickle.dumps(cb))

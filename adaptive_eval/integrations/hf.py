@@ -60,6 +60,7 @@ trainer was built), pass ``trainer=``.  Nothing here raises inside the training 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import math
@@ -911,7 +912,9 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if state.global_step > 0:
             fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
             seen = len(self.evaluator.history)
-            result = self._guard("evaluate", self.evaluator.after_train, fn, state.global_step - 1)
+            last = state.global_step - 1
+            at_epoch = functools.partial(self.evaluator.after_train, epoch=last // self._steps_per_epoch)
+            result = self._guard("evaluate", at_epoch, fn, last)
             if result is not None:
                 self._guard("report", self._report, result, control)
                 self._guard("report", self._report_look_backs, seen, control)

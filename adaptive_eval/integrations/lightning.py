@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import logging
 import math
@@ -757,7 +758,9 @@ class AdaptiveEvalCallback(Callback):
             if self._done(trainer) > 0:  # stopped early (EarlyStopping, should_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
                 seen = len(self.evaluator.history)
-                result = self._guard("evaluate", self.evaluator.after_train, fn, self._done(trainer) - 1)
+                done = self._done(trainer) - 1
+                epoch = (done // self._steps_per_epoch if self._accumulation is None else self._position(done)[0])
+                result = self._guard("evaluate", functools.partial(self.evaluator.after_train, epoch=epoch), fn, done)
                 if result is not None:
                     self._guard("report", self._report, trainer, result, last)
                     self._guard("report", self._report_look_backs, trainer, seen)
