@@ -702,8 +702,9 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
 
     near = difflib.get_close_matches(name, preset_names(), n=1) if os.sep not in p else []
     hint = f"; did you mean {near[0]!r}?" if near else ""
-    raise ConfigError([f"{p}: no such config file (and no preset of that name; presets: {', '.join(preset_names())})"
-                       + hint])
+    where = "" if os.path.isabs(p) else f" in {os.getcwd()}"  # (a relative path: from where? a probe's question)
+    raise ConfigError([f"{p}: no such config file{where} (and no preset of that name; presets: "
+                       f"{', '.join(preset_names())})" + hint])
 
 
 def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]:

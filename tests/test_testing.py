@@ -2,6 +2,7 @@
 ``adaptive-eval check`` CLI (subprocess) and the opt-in pytest plugin (pytester)."""
 
 import json
+import math
 import pathlib
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ from adaptive_eval.testing import (
     replay_trace,
     trace_files,
 )
-from adaptive_eval.trace import Trace, TraceRecord, write_trace
+from adaptive_eval.trace import Trace, TraceRecord, read_trace, write_trace
 
 pytest_plugins = ["pytester"]
 
@@ -121,6 +122,18 @@ def test_numpy_integers_are_steps_as_observe_takes_them(collapse, collapse_run):
     assert [e.step for e in run.events] == [ONSET, ONSET + 1] and all(type(e.step) is int for e in run.events)
     with pytest.raises(ExpectationError, match=r"events\[0\]\.step: expected an integer, got .*116\.5"):
         replay_trace(collapse, "default", events=[{"step": np.float64(116.5)}])
+
+
+def test_a_within_or_window_that_is_not_a_whole_number_of_steps_is_an_expectation_error(collapse_run):
+    """The events file refused them; the functions took 80.5, read True as 1 step, failed the preset "not within nan
+    steps", raised a bare TypeError on "80", and took a quiet window 10.0..40.5 (a probe)."""
+    for within in ("80", True, math.nan, 80.5):
+        with pytest.raises(ExpectationError, match=r"within: expected an integer, got "):
+            assert_confirmed(collapse_run, ONSET, within=within)
+    with pytest.raises(ExpectationError, match=r"quiet 10.0..40: start: expected an integer, got 10.0"):
+        assert_quiet(collapse_run, 10.0, 40)
+    with pytest.raises(ExpectationError, match=r"stop: expected an integer, got 40.5"):
+        assert_quiet(collapse_run, 10, 40.5)
 
 
 def test_assert_confirmed_failure_names_trace_event_and_figures(kl_collapse_run):
@@ -623,6 +636,42 @@ def test_a_shipped_name_is_the_shipped_trace_and_preset_from_any_directory(pytes
     cache = ReplayCache()
     shipped, here = cache.get("grpo_kl_collapse"), cache.get("./grpo_kl_collapse")
     assert (shipped.steps, here.steps, cache.replays) == (kl_collapse_run.steps, 300, 2)
+
+
+def test_the_cache_keys_a_mapping_config_by_its_content_not_its_id(collapse):
+    """Configs built in a loop: a freed dict's id is the next dict's, and 174 of 300 lookups got another
+    config's run (a probe).  By content, equal dicts share one replay and each run is its own config's."""
+    from adaptive_eval.testing.plugin import ReplayCache
+
+    cache = ReplayCache()
+    for freq in (7, 9, 7, 11, 9):
+        assert cache.get(collapse, {"trigger": {"freq_steps": freq}}).config.trigger.freq_steps == freq
+    assert cache.replays == 3
+    for _ in range(3):  # (a Trace object has no content key: by identity, held so that its id is never reused)
+        assert cache.get(read_trace(collapse), "default").steps == 300
+    trace = read_trace(collapse)
+    assert cache.get(trace, "default") is cache.get(trace, "default") and cache.replays == 7
+
+
+def test_the_caches_relative_paths_name_what_the_marker_names_beside_the_test_file(pytester, collapse):
+    """The same "mine.yaml" read tests/mine.yaml in the marker and ./mine.yaml in replay_cache.get, two configs
+    deciding differently in one test (a probe).  A bad seed in the marker is a usage error naming it."""
+    tests = pytester.mkdir("tests")
+    (tests / "t.csv").write_bytes(collapse.read_bytes())
+    (tests / "mine.yaml").write_text("trigger:\n  freq_steps: 10\n")
+    (pytester.path / "mine.yaml").write_text("trigger:\n  freq_steps: 50\n")
+    (tests / "test_rel.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.replay_traces('t.csv', config='mine.yaml')\n"
+        "def test_same(replay_run, replay_cache):\n"
+        "    assert replay_run.config.trigger.freq_steps == 10\n"
+        "    assert replay_cache.get('t.csv', 'mine.yaml') is replay_run\n"
+        "@pytest.mark.replay_traces('t.csv', seed=1.7)\n"
+        "def test_seed(replay_run):\n"
+        "    pass\n")
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*replay_traces: seed must be an integer, got 1.7*"])
 
 
 def test_plugin_without_a_trace_is_a_usage_error(pytester):

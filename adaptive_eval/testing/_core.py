@@ -636,6 +636,8 @@ def _check_window(run: ReplayRun, start: int, stop: int, what: str) -> int:
     """The window's start, clipped to the trace's first step: a log that counts from 1 (HF) has no step 0, and
     nothing can happen before its first step.  A stop past the last step stays an error: a trace cut short (a
     crash) would pass a quiet window over steps it never replayed."""
+    _int(start, f"{run.name}: {what}: start")  # (steps 10.0..40.5 passed, where an event's step 56.0 is refused)
+    _int(stop, f"{run.name}: {what}: stop")
     if start > stop:
         raise ExpectationError(f"{run.name}: {what}: start {start} is after stop {stop}")
     _check_in_trace(run, stop, what)
@@ -652,6 +654,9 @@ def _resolve_event(run: ReplayRun, event: Event | int, metric, direction, within
         step = _int(event, f"{run.name}: {what}: event_step")
         base = next((e for e in run.expectations.events if e.step == step), Event(step))
     # (the column's name, eval/<m>, names the metric <m>, as evaluation.metric=eval/<m> does)
+    # (within="80" was a bare TypeError, nan failed the preset "not within nan steps", True read as 1 step and
+    # 80.5 passed, where the events file refuses them all; a probe)
+    within = _opt_int(within, f"{run.name}: {what}: within")
     ev = dataclasses.replace(base, metric=(metric or base.metric or run.metric or "").removeprefix("eval/") or None,
                              direction=direction if direction is not None else base.direction,
                              within=within if within is not None else base.within)

@@ -34,8 +34,10 @@ Then::
 
 from __future__ import annotations
 
+import numbers
 import os
 import pathlib
+from collections.abc import Mapping
 
 import pytest
 
@@ -53,19 +55,28 @@ from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before
 MARKER = "replay_traces"
 
 
+_TEST_DIR: pathlib.Path | None = None  # the folder of the test being run (pytest_runtest_setup)
+
+
 class ReplayCache:
     """Replays each (trace, config, seed) once; later requests get the same :class:`ReplayRun`."""
 
     def __init__(self) -> None:
         self._runs: dict[tuple, ReplayRun] = {}
+        self._held: list = []  # what is keyed by identity, held so that its id is never another object's
         self.replays = 0  # how many replays really ran
 
     def get(self, trace, config=None, seed: int = 0, **read) -> ReplayRun:
         """``read``: how to read a trace file, the marker's ``eval``, ``stream``, ``step_column`` and
-        ``keep_last_run`` (:func:`read_options`)."""
+        ``keep_last_run`` (:func:`read_options`).  In a test, a relative path names a file or folder beside the
+        test file first, as the marker's do (the same ``"mine.yaml"`` read ``tests/mine.yaml`` in the marker and
+        ``./mine.yaml`` here; a probe)."""
         options = read_options(read)
+        if _TEST_DIR is not None:
+            trace = _relative_to(_TEST_DIR, trace)
+            config = _relative_to(_TEST_DIR, config)
         refuse_read_options_on_shipped(trace, options)
-        run = self._runs.get(key := (_key(trace), _key(config), seed, options))
+        run = self._runs.get(key := (self._key(trace), self._key(config), seed, options))
         if run is None:
             source = trace
             if options and isinstance(trace, (str, os.PathLike)) and os.path.exists(trace):
@@ -74,21 +85,27 @@ class ReplayCache:
             self.replays += 1
         return run
 
+    def _key(self, value):
+        """A cache key: a path by its resolved name and modification time, a config (a DictConfig or a mapping) by
+        its YAML, a preset or a shipped trace by its name, anything else (a ``Trace``) by identity, held.  (A dict
+        was keyed by its id, which a later dict takes once the first is freed: 174 of 300 lookups of configs
+        built in a loop got another config's run; a probe.)"""
+        if value is None or isinstance(value, str) and (not os.path.exists(value)
+                                                         or shipped_trace_name(value) is not None
+                                                         or _preset_named(value)):
+            return value  # (a shipped name is the shipped trace or preset, whatever lies in the working directory)
+        if isinstance(value, (str, os.PathLike)):
+            p = pathlib.Path(value).resolve()
+            return str(p), p.stat().st_mtime_ns
+        from omegaconf import DictConfig, OmegaConf
 
-def _key(value):
-    """A cache key: a path by its resolved name and modification time, a config by its YAML, a preset or a
-    shipped trace by its name, anything else by identity."""
-    if value is None or isinstance(value, str) and (not os.path.exists(value) or shipped_trace_name(value) is not None
-                                                     or _preset_named(value)):
-        return value  # (a shipped name is the shipped trace or preset, whatever lies in the working directory)
-    if isinstance(value, (str, os.PathLike)):
-        p = pathlib.Path(value).resolve()
-        return str(p), p.stat().st_mtime_ns
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(value, DictConfig):
-        return OmegaConf.to_yaml(value)
-    return id(value)
+        if isinstance(value, Mapping):
+            try:
+                return "config", OmegaConf.to_yaml(value if isinstance(value, DictConfig) else OmegaConf.create(value))
+            except Exception:  # noqa: BLE001 - not a config OmegaConf can write: by identity, below
+                pass
+        self._held.append(value)
+        return "id", id(value)
 
 
 def pytest_addoption(parser) -> None:
@@ -114,6 +131,18 @@ def _relative_to(base: pathlib.Path, value):
     if isinstance(value, (str, os.PathLike)) and not os.path.isabs(value) and (base / value).exists():
         return base / value
     return value
+
+
+@pytest.hookimpl(tryfirst=True)  # (before the fixtures are set up: a fixture of the test's may call get())
+def pytest_runtest_setup(item) -> None:
+    global _TEST_DIR
+    _TEST_DIR = pathlib.Path(item.path).parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item) -> None:
+    global _TEST_DIR
+    _TEST_DIR = None
 
 
 def _sources(marker, base: pathlib.Path) -> list:
@@ -188,4 +217,7 @@ def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: {exc}") from None
     config = kwargs.get("config")
     config = _relative_to(request.path.parent, config) if config is not None else _ini_config(request.config)
-    return replay_cache.get(recorded_trace, config, seed=int(kwargs.get("seed", 0)), **read)
+    seed = kwargs.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):  # (1.7 replayed as seed 1; None: TypeError)
+        raise pytest.UsageError(f"@pytest.mark.{MARKER}: seed must be an integer, got {seed!r}")
+    return replay_cache.get(recorded_trace, config, seed=int(seed), **read)
