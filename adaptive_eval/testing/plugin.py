@@ -41,7 +41,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from adaptive_eval.config import _preset_named
+from adaptive_eval.config import ConfigError, _preset_named
 from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
 from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before)
     READ_OPTIONS,
@@ -51,6 +51,7 @@ from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before
     refuse_read_options_on_shipped,
     shipped_trace_name,
 )
+from adaptive_eval.trace import TraceError
 
 MARKER = "replay_traces"
 
@@ -220,4 +221,8 @@ def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
     seed = kwargs.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):  # (1.7 replayed as seed 1; None: TypeError)
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: seed must be an integer, got {seed!r}")
-    return replay_cache.get(recorded_trace, config, seed=int(seed), **read)
+    try:
+        return replay_cache.get(recorded_trace, config, seed=int(seed), **read)
+    except (ConfigError, TraceError) as exc:  # the user's file: its message alone (it came under ~245 lines of ours)
+        error = f"{request.node.nodeid}: {type(exc).__name__}: {exc}"
+    pytest.fail(error, pytrace=False)
