@@ -1584,6 +1584,19 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
     z = normal_quantile(confidence)
     sb2 = max(float(between_var), 0.0) if math.isfinite(between_var) else 0.0
     sw2 = max(float(within_var), 0.0) if math.isfinite(within_var) else 0.0
+
+    def predicted(n: int, m: int) -> float:
+        """The half-width the result of ``n`` items x ``m`` samples will report, as :func:`_clustered_from_sums`
+        computes it: with the finite population correction (a suite, ``m > 1``) the effective size is not capped
+        at the answers.  (The plan capped it: a whole 5-problem suite was asked 5x64 answers where 5x25 reached the
+        target, and a 10-problem one 10x12-14 where 10x5 did; a probe.)"""
+        f = n / population if population and population > 0 and m > 1 else 0.0
+        var = ((1.0 - f) * sb2 + sw2 / m) / n
+        if proportion_mean is not None and 0.0 < proportion_mean < 1.0:
+            lo, hi = clustered_interval(proportion_mean, var, n, n * m, True, confidence, cap=f == 0.0)
+            return (hi - lo) / 2.0
+        return (t_quantile(confidence, n - 1) if n >= 2 else z) * math.sqrt(max(var, 0.0))
+
     cap = population if population and population > 0 else None
     if max_items is not None:
         cap = max_items if cap is None else min(cap, max_items)
@@ -1601,14 +1614,9 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
         if cap is not None and n > cap:
             continue
         if proportion_mean is not None and 0.0 < proportion_mean < 1.0:
-            def half(n):
-                f = n / population if population and m > 1 else 0.0
-                var = ((1.0 - f) * sb2 + sw2 / m) / n
-                lo, hi = clustered_interval(proportion_mean, var, n, n * m, True, confidence)
-                return (hi - lo) / 2.0
-            while half(n) > half_width and (cap is None or n < cap):
+            while predicted(n, m) > half_width and (cap is None or n < cap):
                 n = n + max(1, n // 50) if cap is None else min(cap, n + max(1, n // 50))
-            if half(n) > half_width:
+            if predicted(n, m) > half_width:
                 continue
         cost = n * (cost_per_item + m * cost_per_sample)
         if best is None or cost < best[2] - 1e-12:
@@ -1617,8 +1625,9 @@ def two_stage_size(between_var: float, within_var: float, half_width: float, *, 
               + (f" item_cost/sample_cost={cost_per_item / cost_per_sample:.3g}" if cost_per_item else ""))
     if best is None:
         n, m = (cap if cap is not None else int(min_items)), max(int(max_samples_per_item), 1)
-        var = (1.0 - (n / population if population and m > 1 else 0.0)) * sb2 / n + sw2 / (n * m)
-        return n, m, f"two-stage {detail}: +-{half_width:g} unreachable, +-{z * math.sqrt(var):.3g} at {n}x{m}"
+        # (the half-width the result will report: it said the normal one, +-0.032 "at 5x64" beside "+-0.075
+        # unreachable", where the result reported +-0.046; a probe)
+        return n, m, f"two-stage {detail}: +-{half_width:g} unreachable, +-{predicted(n, m):.3g} at {n}x{m}"
     n, m, cost = best
     return n, m, f"two-stage {detail}: {n}x{m} reach +-{half_width:g} at least cost ({cost:.4g})"
 

@@ -986,6 +986,31 @@ def test_two_stage_size_reaches_the_target_at_least_cost():
                     break
 
 
+@pytest.mark.parametrize("p, target", [([0.1, 0.5, 0.9, 1.0, 0.0], 0.075), ([0.1, 0.5, 0.9, 1.0, 0.0], 0.1),
+                                       ([0.3, 0.6, 0.7, 0.8, 0.4, 0.5, 0.9, 0.2, 0.6, 0.55], 0.1)])
+def test_a_whole_small_suites_plan_is_what_its_result_reports_not_two_to_three_times_more_answers(p, target):
+    """The plan of a whole suite predicts the interval its result reports (with the finite population
+    correction: the effective size is not capped at the answers).  It capped it: 5 problems at +-0.075 were asked
+    5x64 answers, reported +-0.045-0.054, where 5x26 reach the target, and its reason read "+-0.075 unreachable,
+    +-0.0321 at 5x64" (a probe).  Over 100 seeded draws the median reported half-width is the target's."""
+    from adaptive_eval.stats import summarize_rows, two_stage_size
+
+    p = np.array(p)
+    args = dict(population=len(p), max_samples_per_item=64, proportion_mean=float(p.mean()))
+    n, m, why = two_stage_size(float(p.var()), float(np.mean(p * (1 - p))), target, **args)
+    assert n == len(p) and m < 32 and "least cost" in why
+    rng = np.random.default_rng(0)
+    halves = [np.diff(summarize_rows("s", "acc", (rng.random((n, m)) < p[:, None]).astype(float), np.full(n, m),
+                                     population=n)["acc"].ci)[0] / 2 for _ in range(100)]
+    assert 0.85 * target <= np.median(halves) <= 1.05 * target
+    # Out of reach: the half-width said is the one the result would report, not the normal approximation's
+    _, _, why = two_stage_size(float(p.var()), float(np.mean(p * (1 - p))), 0.01, **args)
+    said = float(why.split("+-")[-1].split(" ")[0])
+    draws = [np.diff(summarize_rows("s", "acc", (rng.random((n, 64)) < p[:, None]).astype(float), np.full(n, 64),
+                                    population=n)["acc"].ci)[0] / 2 for _ in range(100)]
+    assert "unreachable" in why and abs(said - np.median(draws)) < 0.1 * said
+
+
 def _sized_run(cfg, seed: int, steps: int = 12):
     """12 steps of an evaluator over ``cfg``'s suites of Rasch-like items (seeded): each evaluation's plan per
     suite, ``{suite: (items, samples per item)}``, and the results."""
