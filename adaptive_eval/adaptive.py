@@ -552,6 +552,10 @@ class AdaptiveEvaluator:
         self._gap_said = False  # evaluate() called with steps skipped: said once (replay notes strides itself)
         self._loaded_last: int | None = None  # the last call step of the state last loaded (_say_gap)
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
+        # Suites whose turn measured nothing (the evaluation failed or was cancelled, or returned none of their
+        # metrics): covered by the next evaluation, whatever its turn (a failure at an every-4th suite's turn left it
+        # unmeasured for 8 evaluations, the reason reading "skipped, due in 2 evals"; a probe)
+        self._owed_suites: set[str] = set()
         # A synchronous evaluation running: (step, its decision, evals_run before it), which a state_dict() taken
         # meanwhile (a preemption's handler) saves as interrupted, and the resumed run's call at that step runs
         # again (it was skipped as a repeat, and every later decision came a step late; a new user's probe).
@@ -1559,7 +1563,7 @@ class AdaptiveEvaluator:
         from adaptive_eval.suites import SuitePlan, due_suites
 
         index = self._evals_run
-        due = due_suites(self._suites, index, decision.reason)
+        due = due_suites(self._suites, index, decision.reason, owed=self._owed_suites)
         sized = {p[0]: SuitePlan(*p) for p in decision.suites}
         plans = []
         for name in due:
@@ -1615,6 +1619,20 @@ class AdaptiveEvaluator:
                                 "not a cap: the sample-size policy chooses later ones, up to %s); set "
                                 "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
                                 req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
+
+    def _settle_suites(self, due: Sequence[str], result: EvalResult | None) -> None:
+        """The suites ``due`` in an evaluation that ended (``result`` None: failed or cancelled): those it measured
+        are settled, the others owed to the next evaluation (:func:`adaptive_eval.suites.due_suites`), once: a
+        retry that measures nothing either leaves the suite to its own turns (a grader that is down for good would
+        otherwise have it asked at every evaluation)."""
+        for name in due:
+            if int(self._suites[name]["every"]) <= 1:
+                continue  # (due at every evaluation anyway)
+            if (result is not None and any(key.startswith(f"{name}/") for key in result.metrics)
+                    or name in self._owed_suites):
+                self._owed_suites.discard(name)
+            else:
+                self._owed_suites.add(name)
 
     def _say_missing_suites(self, result: EvalResult, due: Sequence[str]) -> None:
         """A suite due in this evaluation none of whose metrics came back (an evaluate_fn that forgot it, or
@@ -1851,6 +1869,8 @@ class AdaptiveEvaluator:
                         "at once; raise trigger.freq_secs above an evaluation's time (said once)", global_step,
                         seconds, self.trigger.freq_sec * self.trigger.scale,
                         "" if self.trigger.scale == 1.0 else f", scaled x{self.trigger.scale:g}")
+        if self._suites:
+            self._settle_suites([str(p[0]) for p in decision.suites], result if error is None else None)
         if error is not None:
             self._eval_errors += 1
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
@@ -2236,6 +2256,8 @@ class AdaptiveEvaluator:
     def _cancel(self, job, global_step: int) -> None:
         self._async.cancel(job)
         self._cancelled += 1
+        if job.step in self._due_in_flight:  # (its suites measured nothing: the next evaluation covers them)
+            self._settle_suites(self._due_in_flight.pop(job.step), None)
         if self._rank == 0:  # (the group's decision: said by one rank, as its deferrals are, not by each; a probe)
             log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
                         "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
@@ -2311,9 +2333,11 @@ class AdaptiveEvaluator:
                 if not self._names_said:
                     self._say_unmatched_names(result)
                 if job.step in self._due_in_flight:
-                    self._say_missing_suites(result, self._due_in_flight.pop(job.step))
+                    self._say_missing_suites(result, self._due_in_flight[job.step])
                 learned = result
                 last = result
+            if job.step in self._due_in_flight:
+                self._settle_suites(self._due_in_flight.pop(job.step), result if error is None else None)
             self.last_outcome = outcome
             for p in self.policies.policies:  # the alarm policy learned at submission, but for what the result showed
                 if p.name != "alarm":
@@ -2613,6 +2637,7 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run if (running := self._running) is None or self._distributed else running[2],
+            "owed_suites": sorted(self._owed_suites),
             # (a loaded one not yet run again is saved again: preempted twice, it ran a step late)
             **({"interrupted": _interrupted_state(waiting)}
                if (waiting := self._waiting_to_run()) is not None and not self._distributed else {}),
@@ -2794,6 +2819,7 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
+        self._owed_suites = {str(n) for n in sd.get("owed_suites", ()) if n in self._suites}  # (another config's: not)
         got = sd.get("interrupted")
         self._interrupted = (int(got["step"]), _decision_from_state(got["decision"]) if got.get("decision") else None,
                              tuple(got["lookback"]) if got.get("lookback") else None) if got else None

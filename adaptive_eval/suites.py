@@ -79,9 +79,11 @@ def _ordinal_suffix(n: int) -> str:
     return "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
 
 
-def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[str, str]:
+def due_suites(suites: Mapping[str, Mapping], index: int, reason: str, owed=()) -> dict[str, str]:
     """The suites the ``index``-th evaluation (0-based) covers, each with why: ``every`` (a suite of every
-    evaluation), ``every <m>th`` (its turn), ``alarm``, ``final`` or ``before_train`` (these cover all).
+    evaluation), ``every <m>th`` (its turn), ``alarm``, ``final`` or ``before_train`` (these cover all), or
+    ``retry`` (a suite in ``owed``: its last turn measured nothing, the evaluation failed, was cancelled or returned
+    none of its metrics).
 
     >>> cfg = {"math500": {"every": 1}, "aime24": {"every": 4}}
     >>> due_suites(cfg, 0, "trigger:steps"), due_suites(cfg, 1, "trigger:steps")
@@ -96,6 +98,8 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
 
     >>> due_suites(cfg, 1, "resources:forced (trigger:final)")
     {'math500': 'every', 'aime24': 'final'}
+    >>> due_suites(cfg, 1, "trigger:steps", owed={"aime24"})
+    {'math500': 'every', 'aime24': 'retry'}
     """
     reason = reason_cause(reason)
     out = {}
@@ -107,6 +111,8 @@ def due_suites(suites: Mapping[str, Mapping], index: int, reason: str) -> dict[s
             out[name] = f"every {every}{_ordinal_suffix(every)}"
         elif reason.startswith(_ALL_SUITES):
             out[name] = "alarm" if reason.startswith("alarm:") else reason.split(":")[-1]
+        elif name in owed:
+            out[name] = "retry"
     return out
 
 

@@ -590,6 +590,53 @@ def test_expensive_suites_run_every_mth_eval_or_on_alarm_and_the_reason_says_whi
         == 9 * 500 + 3 * 30
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_suite_whose_turn_measured_nothing_is_retried_once_at_the_next_evaluation(asynchronous):
+    """aime24 (every 4th) at its turn: the evaluation fails, or returns no aime24 metric.  It was next evaluated
+    at its following turn, unmeasured for two turns, the reason in between saying "skipped, due in 3 evals" as if
+    measured (a probe).  Now the next evaluation covers it ("retry"), once: a retry that measures nothing either
+    leaves it to its own turns.  Kept in the state; the same in the asynchronous path."""
+    extra = ["evaluation.asynchronous=true"] if asynchronous else []
+    cfg = load_config("areal", ["trigger.freq_steps=2", "evaluation.on_error=skip", *SUITES, *extra])
+    broken = {4: "raise", 8: "drop", 20: "drop", 22: "drop", 24: "drop"}  # evaluations 0, 2, ... at steps 1, 3, ...
+
+    def run(ev, steps, seen):
+        def fn(req):
+            seen.append((req.step, sorted(req.suites)))
+            out = {f"{name}/acc": np.ones((len(s.indices), s.samples_per_item)) for name, s in req.suites.items()}
+            what = broken.get(len(seen) - 1)
+            if what == "raise":
+                raise RuntimeError("grader down")
+            if what == "drop":
+                out.pop("aime24/acc", None)
+            return out
+        for g in steps:
+            ev.evaluate(fn, 0, g, g)
+            if asynchronous and ev._async.jobs:
+                ev._async.jobs[0].future.result(10)  # (done before the next step: integrated there)
+
+    ev, seen = AdaptiveEvaluator.from_config(cfg), []
+    run(ev, range(60), seen)
+    ev.close()
+    has_aime = [i for i, (_, due) in enumerate(seen) if "aime24" in due]
+    # turns 0, 4, 8, ...; 4 failed -> 5 retried; 8 dropped it -> 9 retried; 20 dropped, 21 retried and dropped
+    # too (22), ...: back to its turns (24, itself dropped -> 25 retried)
+    assert has_aime == [0, 4, 5, 8, 9, 12, 16, 20, 21, 24, 25, 28]
+    assert [r.step for r in ev.history if "aime24: retry" in r.reason] == [seen[i][0] for i in (5, 9, 21, 25)]
+    # Resumed from the state saved after a failed turn: the same evaluations as the run that never stopped
+    cut = (seen[4][0] + seen[5][0]) // 2  # between the failed turn and its retry
+    first, again = AdaptiveEvaluator.from_config(cfg), []
+    run(first, range(cut + 1), again)
+    state = first.state_dict()
+    first.close()
+    assert state["owed_suites"] == ["aime24"]
+    resumed = AdaptiveEvaluator.from_config(cfg)
+    resumed.load_state_dict(state)
+    run(resumed, range(cut + 1, 60), again)
+    resumed.close()
+    assert again == seen
+
+
 def _suite_evaluator(extra=()):
     return AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", *SUITES, *extra]))
 
