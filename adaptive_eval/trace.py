@@ -1282,7 +1282,7 @@ def _epoch(x: float, text, path, line) -> int:
     first epoch), taken as the epoch in progress (its floor)."""
     if not math.isfinite(x):
         raise TraceError(f"epoch {text!r} is not a finite number", path, line)
-    return int(math.floor(x))
+    return _in_range(int(math.floor(x)), "epoch", text, path, line)
 
 
 def _json_epoch(value, path, line) -> int | None:
@@ -1290,6 +1290,8 @@ def _json_epoch(value, path, line) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TraceError(f"epoch {value!r} is not a number", path, line)
+    if isinstance(value, int):  # (10**400 raised OverflowError in float(), a traceback; a probe)
+        return _in_range(value, "epoch", _short_int(value), path, line)
     return _epoch(float(value), value, path, line)
 
 
@@ -1304,9 +1306,17 @@ def _parse_epoch(text: str, path, line) -> int:
 def _json_int(value, key: str, path, line) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not value.is_integer()):
         raise TraceError(f"{key} {value!r} is not an integer", path, line)
-    return _in_range(int(value), key, value, path, line)
+    # (an int beyond float range, 10**400: float(value) raised OverflowError, a traceback; a probe)
+    return _in_range(int(value), key, _short_int(value) if isinstance(value, int) else value, path, line)
+
+
+def _short_int(value: int) -> str:
+    """An integer as a message quotes it: 10**400's 401 digits shortened."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
 
 
 class _Stepless(TraceError):

@@ -255,6 +255,12 @@ def test_the_smallest_int64_step_is_read(tmp_path):
     ("t.csv", f"step,a\n0,0.5\n{2**63},0.5\n", r"t\.csv:3: step '9223372036854775808' is beyond the largest"),
     ("t.csv", "step,a\n0,0.5\n1e30,0.5\n", r"t\.csv:3: step '1e30' is beyond the largest"),
     ("t.jsonl", '{"step": 0}\n{"step": 1e30}\n', r"t\.jsonl:2: step 1e\+30 is beyond the largest"),
+    # (an integer beyond float range raised OverflowError in float(): a traceback, exit 1; a probe)
+    ("t.jsonl", '{"step": 0}\n{"step": 1%s}\n' % ("0" * 400), r"t\.jsonl:2: step '1000000000\.\.\.\(401 digits\)' is "
+     "beyond the largest"),
+    ("t.jsonl", '{"step": 0, "epoch": 1%s}\n' % ("0" * 400), r"t\.jsonl:1: epoch '1000000000\.\.\.\(401 digits\)' is "
+     "beyond the largest"),
+    ("t.csv", "step,epoch,a\n0,1e300,0.5\n", r"t\.csv:2: epoch '1e300' is beyond the largest"),
     ("t.csv", "step,a,a\n1,2,3\n", r"t\.csv:1: duplicate column"),
     ("t.jsonl", '{"step": 1, "reason": "x", "metrics": {}}\n', r"t\.jsonl:1: unexpected key"),
     ("t.csv", "", r"t\.csv: no records"),
