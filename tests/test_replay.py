@@ -387,6 +387,10 @@ def test_truth_step_is_per_metric_and_reaches_the_last_asynchronous_evaluation()
                                                                 "evaluation.async_integrate_after_steps=7"]))
     last = asyn.evals[-1]
     assert last["step"] == 399 and last["truth_step"] == {"accuracy": 350}
+    # the summary counts it, as evals.jsonl does (it was taken before close(): one evaluation and its samples
+    # short; a probe)
+    assert asyn.summary["evals"] == len(asyn.evals) and asyn.summary["samples"] == sum(
+        e["sample_size"] for e in asyn.evals)
 
 
 def test_tune_scores_truth_steps_as_record_indices_like_its_steps():
