@@ -1717,6 +1717,8 @@ def _read_tensorboard(path: pathlib.Path, keep_last: bool = False) -> Trace:
         raise TraceError("no records (no scalar events)", path)
     if any(tag.startswith(_OWN_TAGS) for row in by_step.values() for tag in row):
         return _own_log(by_step, path)
+    if _is_hf_results(by_step):  # HF's folder of a run whose callback wrote no event file of its own
+        by_step = _hf_results_at_their_steps(by_step, wall)
     # (gradient-accumulation micro-steps logged at one global step read as the last alone, unsaid, where the same
     # rows in a CSV are said; a probe)
     warn_clashes(path, twice, stacklevel=3)
@@ -1877,7 +1879,7 @@ def _is_hf_results(by_step: dict) -> bool:
     return any(t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP) for row in by_step.values() for t in row)
 
 
-def _hf_results_at_their_steps(by_step: dict) -> dict:
+def _hf_results_at_their_steps(by_step: dict, wall: dict | None = None) -> dict:
     """The HF adapter's results in HF's own TensorBoard folder (``report_to=["tensorboard"]``, where the evaluator
     writes its ``streams/``) at the steps of the weights they measured: HF logs them at its 1-based step, one after
     the streams' 0-based one (``eval/[<name>_]adaptive_step`` holds the weights' step; ``name=`` callbacks'
@@ -1886,28 +1888,45 @@ def _hf_results_at_their_steps(by_step: dict) -> dict:
     at step 9 measured nothing, and a final one was added at step 50 of a run of steps 0-49) and the bookkeeping
     became eval metrics (an ``accuracy_ci_low`` above ``accuracy``; a probe).  HF's own evaluations beside them
     (``eval_strategy="steps"``) go to the 0-based step of the weights they measured too, ``step - 1``; at a step both
-    measured, HF's, on its whole eval set, is the truth kept."""
+    measured, HF's, on its whole eval set, is the truth kept.
+
+    ``wall`` (HF's folder without the evaluator's own event file, ``tensorboard=False``, read as another tool's log):
+    HF's training scalars go to the 0-based step too, as the adapter observed them, and ``wall`` (step -> wall
+    time) is moved with the rows, in place (its results stayed at HF's steps and their bookkeeping was read as eval
+    metrics: the path above ran only beside the evaluator's own file; a probe)."""
     out: dict[int, dict[str, float]] = {}
     hf_own: list[tuple[int, str, float]] = []
+    moved: dict[int, float] = {}
+
+    def put(at: int, tag: str, value: float, step: int) -> None:
+        out.setdefault(at, {})[tag] = value
+        if wall is not None and step in wall:
+            moved[at] = min(moved.get(at, wall[step]), wall[step])
+
     for step, row in by_step.items():
         prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row
                     if t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP)}
         for tag, value in row.items():
             if not tag.startswith("eval/"):
-                out.setdefault(step, {})[tag] = value
+                put(step - 1 if wall is not None and step >= 1 else step, tag, value, step)
                 continue
-            prefix = next((p for p in prefixes if tag.startswith(p)), None)
+            # (the longest: eval/hard_ before eval/, a name= callback's hard_adaptive_items was read as a metric of
+            # the unnamed one's where both logged; a probe)
+            prefix = max((p for p in prefixes if tag.startswith(p)), key=len, default=None)
             if prefix is None:  # HF's own evaluation: the weights after `step` (1-based) steps
-                hf_own.append((step - 1, tag, value))
+                hf_own.append((step - 1, tag, value, step))
                 continue
             name, at = tag[len(prefix):], prefixes[prefix]
             if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at) or any(
                     name.endswith(suffix) and prefix + name[:-len(suffix)] in row
                     for suffix in ("_ci_low", "_ci_high", "_n")):
                 continue
-            out.setdefault(int(at), {})[tag] = value
-    for step, tag, value in hf_own:
-        out.setdefault(step, {})[tag] = value
+            put(int(at), tag, value, step)
+    for at, tag, value, step in hf_own:
+        put(at, tag, value, step)
+    if wall is not None:
+        wall.clear()
+        wall.update(moved)
     return out
 
 

@@ -547,3 +547,33 @@ def test_hfs_tensorboard_folder_reads_each_result_at_its_weights_step_beside_hfs
         4: {"eval/accuracy": pytest.approx(0.41), "eval/recall_n": pytest.approx(0.7)},
         11: {"eval/accuracy": pytest.approx(0.5)}}
     assert max(r.step for r in trace.records) == 11
+
+
+def test_hfs_folder_without_the_callbacks_own_file_and_with_a_named_callback_reads_results_at_their_steps(tmp_path):
+    """Probes: with AdaptiveEvalCallback(tensorboard=False) HF's folder has no streams/, and was read as another
+    tool's log: each result at HF's 1-based step and its bookkeeping (_ci_low, _n, adaptive_step) as 20 eval
+    metrics; and where an unnamed and a name="hard" callback logged at one step, eval/hard_adaptive_items was read
+    as a metric (the prefix eval/ matched first).  HF's training scalars go to the 0-based step, as observed."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from adaptive_eval.trace import read_trace
+
+    with SummaryWriter(str(tmp_path)) as w:
+        for s in range(1, 13):
+            w.add_scalar("train/loss", 1.0 - s / 100, s)
+        for tag, value, step in [("eval/accuracy", 0.41, 5), ("eval/accuracy_ci_low", 0.3, 5),
+                                 ("eval/accuracy_n", 32.0, 5), ("eval/adaptive_step", 4.0, 5),
+                                 ("eval/adaptive_items", 32.0, 5), ("eval/hard_accuracy", 0.2, 5),
+                                 ("eval/hard_accuracy_ci_high", 0.3, 5), ("eval/hard_adaptive_step", 4.0, 5),
+                                 ("eval/hard_adaptive_items", 16.0, 5), ("eval/accuracy", 0.5, 12),
+                                 ("eval/adaptive_step", 11.0, 12)]:
+            w.add_scalar(tag, value, step)
+    trace = read_trace(tmp_path)
+    assert trace.eval_names() == ["eval/accuracy", "eval/hard_accuracy"]
+    measured = {r.step: {k: v for k, v in r.metrics.items() if k.startswith("eval/")} for r in trace.records}
+    assert {s: m for s, m in measured.items() if m} == {
+        4: {"eval/accuracy": pytest.approx(0.41), "eval/hard_accuracy": pytest.approx(0.2)},
+        11: {"eval/accuracy": pytest.approx(0.5)}}
+    loss = {r.step: r.metrics["train/loss"] for r in trace.records if "train/loss" in r.metrics}
+    assert sorted(loss) == list(range(12)) and loss[0] == pytest.approx(0.99)
+    assert all(r.time is not None for r in trace.records)
