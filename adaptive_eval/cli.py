@@ -493,6 +493,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from adaptive_eval.demos import DemoError
 
     task = importlib.import_module(f"adaptive_eval.demos.{args.task}")
+    if not str(args.out).strip():  # (--out "" wrote every run into the working directory; a probe)
+        print("adaptive-eval: --out is empty: name the folder the demo writes its runs to (default runs/demo)",
+              file=sys.stderr)
+        return 2
     chosen = {key: value for key, value in (("steps", args.steps), ("fault", args.fault)) if value is not None}
     # Its runs are several evaluators of one preset, whose notes "(said once)" are once per evaluator: said once
     # per demo here (the note on the id suite's pass@k came twice; found by a new-user probe).

@@ -112,9 +112,20 @@ def test_demo_is_deterministic(tmp_path):
 
 def test_rerun_replaces_the_event_files(tmp_path):
     for _ in range(2):
-        demo.run_demo(tmp_path, steps=40, progress=False, plot=False)
+        report = demo.run_demo(tmp_path, steps=40, progress=False, plot=False)
     assert len(list((tmp_path / "adaptive" / "tb").glob("events.out.tfevents.*"))) == 1
     assert len(read_trace(tmp_path / "trace.csv")) == 40
+    # The adaptive run's first evaluation (step 24) comes after the fault (20): "caught" is by the accuracy
+    # threshold, said beside the delay (it read "4 steps" against the fixed run's 19 by an interval, unsaid; a probe)
+    assert report["adaptive"]["fault_rule"] == "accuracy below 0.5" and report["fixed"]["fault_rule"] == "interval"
+    assert "(accuracy below 0.5: no evaluation before the fault)" in demo.format_comparison(report)
+    summary = json.loads((tmp_path / "adaptive" / "summary.json").read_text())
+    assert "wall_seconds is this machine's real time" in summary["simulated"]
+
+
+def test_an_empty_out_exits_2(capsys):
+    assert main(["demo", "--task", "digits", "--out", "", "--no-progress"]) == 2
+    assert "--out is empty" in capsys.readouterr().err
 
 
 def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):

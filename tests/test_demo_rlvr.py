@@ -213,6 +213,18 @@ def test_unwritable_out_exits_2_before_training(tmp_path, capsys, monkeypatch):
     assert f"--out {blocker / 'runs'}: not writable" in capsys.readouterr().err
 
 
+def test_a_first_scheduled_evaluation_beyond_a_short_run_is_said_as_such(tmp_path, capsys, monkeypatch):
+    """--steps 60 --config areal: the note named "step 99" of a 60-step run, whose adaptive runs never evaluated
+    (eval_at_end false); a probe.  (The unwritable --out stops it before training, after the note.)"""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(rlvr, "_Training", lambda *a, **k: pytest.fail("training started"))
+    assert main(["demo", "--out", str(blocker / "runs"), "--steps", "60", "--config", "areal", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert ("first scheduled evaluation (trigger.freq_steps=100: step 99) lies beyond the run's last step, 59 (and "
+            "trigger.eval_at_end is false: they may not evaluate at all)") in err
+
+
 def test_digits_knows_only_its_fault(tmp_path, capsys):
     assert main(["demo", "--task", "digits", "--out", str(tmp_path), "--fault", "reward_hack"]) == 2
     assert "the digits task knows lr_blowup" in capsys.readouterr().err

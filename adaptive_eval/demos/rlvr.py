@@ -615,10 +615,14 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
     if freq and freq - 1 >= fault_step:
         # (--steps 40: the adaptive runs' first evaluation came at step 24, after the fault at 20, with nothing from
         # before it to confirm against or look back to, and they "never" confirmed it; a probe)
-        print(f"note: --steps {steps}: the adaptive runs' first scheduled evaluation (trigger.freq_steps={freq}: step "
-              f"{freq - 1}) comes after the fault at step {fault_step}, so there is none from before it to confirm the "
-              f"fall against; for a run this short pass --set trigger.freq_steps={max(1, fault_step // 3)}",
-              file=sys.stderr)
+        # (--steps 60 --config areal: "step 99" of a 60-step run, whose adaptive runs then never evaluated; a probe)
+        when = (f"step {freq - 1}) comes after the fault at step {fault_step}" if freq - 1 < steps else
+                f"step {freq - 1}) lies beyond the run's last step, {steps - 1}"
+                + ("" if adaptive_cfg.trigger.eval_at_end else
+                   " (and trigger.eval_at_end is false: they may not evaluate at all)"))
+        print(f"note: --steps {steps}: the adaptive runs' first scheduled evaluation (trigger.freq_steps={freq}: "
+              f"{when}, so there is none from before the fault to confirm the fall against; for a run this short "
+              f"pass --set trigger.freq_steps={max(1, fault_step // 3)}", file=sys.stderr)
     out = Path(out_dir)
     prepare_out(out, RUNS)
 
@@ -696,7 +700,9 @@ def run_demo(out_dir: str | os.PathLike = "runs/demo", *, steps: int = DEFAULT_S
                     "true": f["best_true"], "by": "shrunk"}
                 # (beside comparison.json's real wall_seconds, unlabelled; a probe)
                 results[name].summary["simulated"] = ("train_seconds and eval_seconds on the simulated clock (costs "
-                                                      "in comparison.json); the evaluations are the models' answers")
+                                                      "in comparison.json); the evaluations are the models' answers; "
+                                                      "wall_seconds is this machine's real time (it varies run to "
+                                                      "run; a probe)")
                 write_outputs(results[name], out / name)
     finally:
         torch.set_num_threads(threads)
