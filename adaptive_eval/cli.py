@@ -561,13 +561,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
             traces += [str(in_folder(trace, f)) for f in found]
         else:
             traces.append(trace)
-    from adaptive_eval.testing._core import _load
+    from adaptive_eval.testing._core import _load, misnamed_events
     from adaptive_eval.trace import Trace, read_trace
 
     _check_trace_prefixes(args, traces)
     names = [pathlib.Path(t).name for t in traces]
     rows, errors = [], []
     read_from: dict[str, str] = {}  # run name -> the events file it was checked against
+    on_disk: dict[str, str] = {}  # run name -> its trace file, where no events file was found beside it
     for trace in traces:
         try:
             source = trace
@@ -590,6 +591,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             used = events if events is not None else (events_path(trace) if _on_disk(trace) else None)
             if used is not None:
                 read_from[run.name] = str(used)
+            elif _on_disk(trace):
+                on_disk[run.name] = trace
             _stride_note(run.name, run.steps, run.first_step, run.last_step, cfg)
             loaded = source if isinstance(source, Trace) else _load(source)[0]  # (a shipped trace by name)
             # (the config the run was replayed under: a shipped trace's direction, not yours left at its default; a
@@ -627,9 +630,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"\n{len(failed)} of {len(rows)} expectations failed")
         return 1
     empty = [r.trace for r in rows if r.expectation == NO_EXPECTATIONS]
+    misnamed = {}
     for name in empty:
+        near = misnamed_events(on_disk[name]) if name in on_disk else []
+        if near:
+            misnamed[name] = near
         why = (f"{read_from[name]} lists no events, quiet windows or max_samples_per_1k" if name in read_from else
-               f"no events file beside it, such as {pathlib.Path(name).name}.events.yaml; no --events FILE")
+               f"no events file beside it, such as {pathlib.Path(name).name}.events.yaml"
+               + (f" (not read: {', '.join(near)})" if near else "") + "; no --events FILE")
         warnings.warn(f"{name}: no expectations, so nothing was checked but that it replays ({why}; no "
                       "--max-samples-per-1k)"
                       + ("; --within applies to events, and there are none" if args.within is not None else ""),
@@ -637,6 +645,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if rows and len(empty) == len(rows):
         # (a gate with nothing to check is not a pass: a misnamed events file turned CI green; found by a new user)
         print(f"\nnothing was checked: {'no trace has' if len(rows) > 1 else 'the trace has no'} expectations")
+        return 1
+    if misnamed:
+        # (one of several traces with its events file misnamed passed the gate, its expectation unread; a probe)
+        print("\n" + "\n".join(f"{name}: its events file is misnamed ({', '.join(near)}; read: "
+                                f"{pathlib.Path(name).name}.events.yaml, .yml or .json), so it was not checked"
+                                for name, near in misnamed.items()))
         return 1
     return 0
 

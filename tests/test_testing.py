@@ -856,6 +856,23 @@ def test_check_names_traces_of_the_same_file_name_by_their_paths(collapse, tmp_p
     assert f"({tmp_path / 'a' / 'run.csv.events.yaml'} lists no events, quiet windows or max_samples_per_1k" in err
 
 
+def test_check_of_a_folder_fails_where_one_traces_events_file_is_misnamed(collapse, tmp_path, capsys):
+    """A probe: run1 checked and passing, run3's events file misnamed (run3.csv.event.yaml, which would fail): the
+    gate exited 0, its warning not naming the file beside it.  Another trace's own events file (run30.csv's) is
+    not run3's misnamed one."""
+    for name in ("run1.csv", "run3.csv", "run30.csv"):
+        (tmp_path / name).write_bytes(collapse.read_bytes())
+    (tmp_path / "run1.csv.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 40}}\n")
+    (tmp_path / "run30.csv.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 40}}\n")
+    code, out, err = check_main(capsys, str(tmp_path), "--config", "default")
+    assert code == 0 and "misnamed" not in out  # (run3 has none: unchecked, said, as before)
+    (tmp_path / "run3.csv.event.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 0}}\n")
+    code, out, err = check_main(capsys, str(tmp_path), "--config", "default")
+    assert code == 1 and "(not read: run3.csv.event.yaml)" in err
+    assert ("run3.csv: its events file is misnamed (run3.csv.event.yaml; read: run3.csv.events.yaml, .yml or "
+            ".json), so it was not checked") in out
+
+
 def test_a_failed_confirmation_names_the_alarms_and_the_deferrals_in_its_window(tmp_path):
     """Found by a new-user probe: a log written in a tight loop (steps 1 ms apart) had its alarm at 202 and no
     evaluation until 399, and the failure said only "evaluations in steps 200..230: 0"; that the budget deferred

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import math
 import numbers
 import os
 import pathlib
+import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -95,6 +97,23 @@ def events_path(trace_path: str | os.PathLike) -> pathlib.Path | None:
             if candidate.is_file():
                 return candidate
     return None
+
+
+def misnamed_events(trace) -> list[str]:
+    """The files beside a trace with no events file that look like one misnamed (``run.csv.event.yaml``,
+    ``run_events.yaml``): named after it, with "event" in the name, and not another trace's own events file
+    (``run30.csv.events.yaml`` beside ``run30.csv`` is not ``run3.csv``'s)."""
+    p = pathlib.Path(trace)
+    out = []
+    for f in p.parent.glob(f"{glob.escape(p.stem)}*"):
+        rest = f.name[len(p.stem):]
+        if f == p or "event" not in f.name.lower() or rest[:1] not in (".", "_", "-", " "):
+            continue
+        owner = re.sub(r"\.events\.(ya?ml|json)$", "", f.name)
+        if owner != f.name and owner != p.name and (p.parent / owner).exists():
+            continue  # another trace's own events file
+        out.append(f.name)
+    return sorted(out)
 
 
 def _int(value: Any, where: str) -> int:
@@ -268,7 +287,7 @@ class ReplayRun:
         if self.no_sidecar is not None:  # (a misnamed events file: `for event in run.events:` checked nothing and
             # passed, where `adaptive-eval check` says so and fails; a new user's probe)
             p = pathlib.Path(self.no_sidecar)
-            near = sorted(f.name for f in p.parent.glob(f"{p.stem}*") if "event" in f.name.lower() and f != p)
+            near = misnamed_events(p)
             unread = f"; not read: {', '.join(near)}" if near else ""
             # (a TensorBoard folder's stem is its name: "tb_run.events.yaml, ..., or tb_run.events.yaml"; a probe)
             stem = f", or {p.stem}.events.yaml" if p.stem != p.name else ""
