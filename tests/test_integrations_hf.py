@@ -1184,6 +1184,9 @@ def test_an_empty_eval_dataset_fails_the_evaluation_saying_so(tmp_path, caplog):
         tiny_run(tmp_path, cb, eval_dataset=Points(0, 1))
     assert cb.evaluator.history == [] and cb.evaluator.summary()["eval_errors"] >= 1
     assert "eval_dataset has no items: pass one with items, or evaluate_fn=" in caplog.text
+    # the failure is the trainer's own evaluation's, not an "evaluate_fn" the user never wrote (a probe, TRL's)
+    assert "Trainer's own evaluation failed at step 3 (attempt 1/1" in caplog.text
+    assert "evaluate_fn failed" not in caplog.text
 
 
 class Poison(TrainerCallback):
@@ -1476,6 +1479,27 @@ def test_under_evaluation_timeout_s_a_module_that_cannot_be_copied_is_evaluated_
     assert summary["evals"] >= 2 and summary["eval_errors"] == 0
     assert sum("the module cannot be copied for the evaluation's replica (TypeError" in m
                for m in caplog.messages) == 1
+
+
+def test_the_second_of_two_callbacks_evaluates_an_alarms_step_as_the_first_does(tmp_path):
+    """A probe (TRL, two named callbacks): the first one's result, logged from its on_log, re-entered every callback's
+    on_log, and the second decided its pending step there, before that step's logged values: its NaN alarm's
+    evaluation came a step late, on the next step's weights.  A logged stream (TRL's reward) goes NaN at step 6."""
+    class Logging(Trainer):
+        def log(self, logs, *args, **kwargs):
+            if "loss" in logs:
+                logs = {**logs, "reward": math.nan if self.state.global_step - 1 >= 6 else 0.5}
+            return super().log(logs, *args, **kwargs)
+
+    over = FAST + ["trigger.freq_steps=100"]
+    torch.manual_seed(0)
+    a = AdaptiveEvalCallback("default", overrides=over, eval_dataset=Points(40, 1), name="a")
+    b = AdaptiveEvalCallback("default", overrides=over, eval_dataset=Points(40, 2), name="b")
+    trainer = Logging(Tiny(), make_args(tmp_path, max_steps=10, logging_steps=1), train_dataset=Points(400, 0),
+                      compute_metrics=accuracy, callbacks=[a, b])
+    trainer.train()
+    for cb in (a, b):
+        assert [(r.step, r.reason) for r in cb.evaluator.history][:1] == [(6, "alarm:train/reward:nonfinite")]
 
 
 def test_two_named_callbacks_on_two_eval_sets_log_two_series(tmp_path, monkeypatch):

@@ -435,6 +435,9 @@ def _eval_sets(dataset) -> list:
     return sets
 
 
+_REPORTING: list = []  # the callbacks logging a result now (Trainer.log calls every callback's on_log in it)
+
+
 class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     """Adaptive evaluation inside a Hugging Face ``Trainer`` (see the module documentation).
 
@@ -672,6 +675,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
                                         live=self._evaluate_with_trainer if timed else None)
                             if trainer is not None and (timed or asynchronous(cfg, executor))
                             else self._evaluate_with_trainer)
+        if isinstance(self._default_fn, ReplicaEval):  # (a bound method of ours is named by our property)
+            self._default_fn._adaptive_eval_name = self._adaptive_eval_name
         saved = self._saved_state
         stored = (state.stateful_callbacks or {}).get(type(self).__name__)
         if isinstance(stored, list):
@@ -808,7 +813,11 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         try:
             self._observe_log(state, logs)
         finally:  # (the step's decision, left for its logged values; reporting it logs again: not pending then)
-            self._decide_pending(control)
+            if not _REPORTING:
+                # Another callback's result, logged from inside its on_log (two callbacks, name="a" and "b"): this
+                # one's pending step waits for its own on_log of the step's values (decided in the nested call,
+                # before them, b evaluated the step after a's NaN alarm; a probe)
+                self._decide_pending(control)
 
     def _observe_log(self, state, logs) -> None:
         # (not after training: a trainer.evaluate() then was said "observe() after close()", a call the user never
@@ -1198,8 +1207,18 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         # gathers over logging_steps, so logging through it cut TRL's window short at every result (found by a
         # new user).  Every rank, as HF itself does; the reporters write on world zero only.
         log = transformers.Trainer.log if isinstance(trainer, transformers.Trainer) else type(trainer).log
-        log(trainer, scalars)
+        _REPORTING.append(self)
+        try:
+            log(trainer, scalars)
+        finally:
+            _REPORTING.pop()
         control.should_log = should_log  # DefaultFlowCallback.on_log cleared it: keep this step's training log
+
+    @property
+    def _adaptive_eval_name(self) -> str:
+        """What the trainer's own evaluation is called where it fails (it read "evaluate_fn failed", a function the
+        user never wrote, as Lightning's did; a probe)."""
+        return f"{type(self.trainer).__name__ if self.trainer is not None else 'the trainer'}'s own evaluation"
 
     # -- state ------------------------------------------------------------------------------------------
     def state(self) -> dict:
