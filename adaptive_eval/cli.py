@@ -404,7 +404,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     result = replay(trace, cfg, seed=args.seed, logger=logger, streams=streams)
     write_outputs(result, out)
     s = result.summary
-    frac = s["eval_seconds"] / (s["train_seconds"] + s["eval_seconds"]) if s["train_seconds"] else 0.0
+    total = s["train_seconds"] + s["eval_seconds"]  # (a clock that never moved: all of it evaluating, not 0.0%)
+    frac = s["eval_seconds"] / total if total > 0 else 0.0
     print(f"replayed {s['steps']} steps of {trace.source}")
     _say_warmup_covers(trace, cfg)
     evals = trace.eval_names()
@@ -944,6 +945,10 @@ def main(argv: list[str] | None = None) -> int:
     shown, warnings.showwarning = warnings.showwarning, _show_warning
     try:
         return args.func(args)
+    except BrokenPipeError:  # (`adaptive-eval config | head`: "[Errno 32] Broken pipe", exit 2; a probe)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (Python's own flush at exit would raise it again)
+        return 0
     except (ConfigError, ValueError, OSError) as exc:
         print(f"adaptive-eval: {exc}", file=sys.stderr)
         return 2

@@ -693,6 +693,7 @@ def _save(fig, out: Path) -> None:
     if suffix and suffix not in formats:
         raise PlotError(f"{out}: .{suffix} is not a picture format matplotlib writes ({', '.join(sorted(formats))})")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # (as replay makes its --out folder: it failed; a probe)
         fig.savefig(out, format=suffix or "png")
     except OSError as exc:
         raise PlotError(f"{out}: cannot write the picture: {exc.strerror or exc}") from None

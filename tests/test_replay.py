@@ -656,3 +656,28 @@ def test_replay_says_when_the_warm_up_takes_more_than_half_of_the_streams_values
                 latency)
     assert main(["replay", str(latency), "--out", str(tmp_path / "d"), "--no-tensorboard"]) == 0
     assert "twice their detectors' warm-up" not in capsys.readouterr().err
+
+
+def test_cli_small_outputs_found_by_a_probe(tmp_path, capsys):
+    """A trace whose clock never moved read "simulated eval time 0.0% of the run" (all of it was evaluating);
+    `plot --out` into a folder not yet made failed; `adaptive-eval config | head` said "[Errno 32] Broken pipe",
+    exit 2."""
+    import os
+    import subprocess
+    import sys
+
+    rows = ["step,time,train/loss,eval/accuracy"] + [
+        f"{s},0.0,{1.0 if s < 100 else 2.0},{(0.8 if s < 100 else 0.4) if s % 10 == 0 else ''}" for s in range(200)]
+    (tmp_path / "zero.csv").write_text("\n".join(rows) + "\n")
+    assert main(["replay", str(tmp_path / "zero.csv"), "--out", str(tmp_path / "run")]) == 0
+    assert "simulated eval time 100.0% of the run" in capsys.readouterr().out
+    assert main(["plot", str(tmp_path / "run"), "--out", str(tmp_path / "new" / "deeper" / "run.png")]) == 0
+    assert (tmp_path / "new" / "deeper" / "run.png").stat().st_size > 0
+    read, write = os.pipe()
+    os.close(read)  # (no reader: the first write fails with EPIPE, deterministically)
+    try:
+        done = subprocess.run([sys.executable, "-m", "adaptive_eval", "config"], stdout=write,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and "Broken pipe" not in done.stderr and "Traceback" not in done.stderr
