@@ -148,8 +148,9 @@ def test_non_finite_values_and_unwritable_output(tmp_path):
              "ci": {"acc": [0.3, math.inf]}}]
     (tmp_path / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _check_png(plot_run(tmp_path), min_h=200)
-    with pytest.raises(PlotError, match="cannot write"):
-        plot_run(tmp_path, tmp_path / "no" / "such" / "dir.png")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(PlotError, match="cannot write"):  # (a missing folder is made, as replay makes its --out)
+        plot_run(tmp_path, tmp_path / "a-file" / "such" / "dir.png")
 
 
 def test_panels_in_name_order_and_no_line_across_a_gap(tmp_path):
@@ -463,3 +464,23 @@ def test_a_replay_without_ground_truth_is_titled_as_a_schedule_and_long_labels_w
     assert _title(_load(tmp_path / "n")).startswith("n: SIMULATED schedule (no evaluation made), 0 evaluations")
     assert _label("eval/val-core/openai/gsm8k/reward/mean@1") == "eval/val-core/openai/gsm8k/\nreward/mean@1"
     assert _label("eval/accuracy") == "eval/accuracy"
+
+
+def test_one_huge_value_among_two_hundred_leaves_the_axis_on_the_others():
+    """A probe: a loss of 1e30 at one step among 200 set the axis' top at 5e27 (interpolated percentiles), and the
+    loss's jump from 1 to 2 was a flat line; the value is off the axis, marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from adaptive_eval.plot import _draw_stream_panel
+
+    steps = np.arange(200)
+    values = np.where(steps < 100, 1.0, 2.0)
+    values[150] = 1e30
+    fig, ax = plt.subplots()
+    _draw_stream_panel(ax, "train/loss", steps, values)
+    low, high = ax.get_ylim()
+    plt.close(fig)
+    assert low < 1.0 and 2.0 < high < 3.0
