@@ -707,6 +707,25 @@ def _resolve_path(path: str | os.PathLike) -> tuple[str, str]:
                        f"{', '.join(preset_names())})" + hint])
 
 
+def _unclosed_line(text: str) -> int | None:
+    """The line of the first ``[`` or ``{`` never closed in a YAML text (outside quotes and comments), or None."""
+    stack: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        quote = None
+        for i, ch in enumerate(line):
+            if quote is not None:
+                quote = None if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+                break
+            elif ch in "[{":
+                stack.append(number)
+            elif ch in "]}" and stack:
+                stack.pop()
+    return stack[0] if stack else None
+
+
 def _key_lines(text: str, duplicates: list[str] | None = None) -> dict[str, int]:
     """Map each dotted key of a YAML document to its 1-based line number; a key given twice in one mapping
     (YAML keeps the last silently) is added to ``duplicates`` as ``"<line>: <key> ... line <first>"``, and so is a
@@ -1166,7 +1185,9 @@ def _load_config(path, overrides: Sequence[str]) -> DictConfig:
             opened = getattr(exc, "context_mark", None)
             left_open = str(getattr(exc, "context", "")).startswith(("while parsing a flow", "while scanning a quoted"))
             if mark is not None and mark.line + 1 > last and opened is not None and left_open:
-                problem += f" (at the end of the file: what opens at line {opened.line + 1} is never closed)"
+                opens = _unclosed_line(text) or min(opened.line + 1, last)  # (PyYAML's mark of "while parsing
+                # a flow node" is the end of the file: it said "line 5" of a 4-line file; a probe)
+                problem += f" (at the end of the file: what opens at line {opens} is never closed)"
             raise ConfigError([f"{source}{line}: YAML does not parse: {problem}"]) from None
         if loaded is None:
             loaded = {}

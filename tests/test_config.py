@@ -57,6 +57,10 @@ def test_yaml_that_does_not_parse_names_file_and_line(tmp_path):
     with pytest.raises(ConfigError, match=rf"{f}:3: YAML does not parse: .*\(at the end of the file: what opens at "
                                           r"line 2 is never closed\)"):
         load_config(f)
+    # "[1," ending the file: PyYAML's mark of what opens is the end too (it said "line 5" of a 4-line file; a probe)
+    f.write_text("policy:\n  budget: {max_eval_fraction: 0.1}\ntrigger:\n  freq_steps: [1,\n")
+    with pytest.raises(ConfigError, match=r"what opens at line 4 is never closed"):
+        load_config(f)
     f.write_text("a: b\nc\n")  # (an end-of-file error with nothing left open: no such note)
     with pytest.raises(ConfigError) as info:
         load_config(f)
