@@ -191,6 +191,42 @@ _LOOKBACK_TEXT = re.compile(r"evaluated the checkpoint of step (\d+) \((.*), (?:
 _ALARM_TEXT = re.compile(r"(?:rank \d+: )?(.+?) (\S+?)(?: (up|down))?(?:: |:?$)", re.DOTALL)
 
 
+def _hf_scalars(scalars: Mapping) -> dict:
+    """The HF adapter's results as HF's TensorBoard folder holds them (``eval/[<name>_]<m>`` at HF's 1-based step,
+    ``<m>_ci_low``/``_ci_high``/``_n`` beside it, ``adaptive_step`` the weights' step) as the evaluator's own tags
+    (``eval/[<name>_]<m>``, ``/ci_low``, ``/ci_high``, ``/n``) at the weights' step; HF's own evaluations (no
+    ``adaptive_step`` at their step) at the weights' 0-based step, ``step - 1``.  (Drawn as they were, the
+    intervals were metrics of their own, every reason unknown and each point a step after its decision; a probe.)"""
+    from adaptive_eval.trace import _HF_WEIGHTS_STEP
+
+    rows: dict[int, dict[str, float]] = {}
+    for tag, (steps, values) in scalars.items():
+        if tag.startswith("eval/"):
+            for s, v in zip(steps.tolist(), values.tolist()):
+                rows.setdefault(int(s), {})[tag] = v
+    out: dict[str, dict[int, float]] = {}
+    for step, row in rows.items():
+        prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row if t.endswith(_HF_WEIGHTS_STEP)}
+        for tag, value in row.items():
+            prefix = max((p for p in prefixes if tag.startswith(p)), key=len, default=None)
+            if prefix is None:  # HF's own evaluation, of the weights after `step` (1-based) steps
+                out.setdefault(tag, {})[step - 1] = value
+                continue
+            name, at = tag[len(prefix):], prefixes[prefix]
+            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at):
+                continue
+            for hf, ours in (("_ci_low", "/ci_low"), ("_ci_high", "/ci_high"), ("_n", "/n")):
+                if name.endswith(hf) and prefix + name[:-len(hf)] in row:
+                    tag = prefix + name[:-len(hf)] + ours
+                    break
+            out.setdefault(tag, {})[int(at)] = value
+    kept = {t: v for t, v in scalars.items() if not t.startswith("eval/")}
+    for tag, points in out.items():
+        steps = sorted(points)
+        kept[tag] = (np.array(steps), np.array([points[s] for s in steps]))
+    return kept
+
+
 def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
     """Evaluations rebuilt from ``eval/<m>`` scalars (and a kept checkpoint's, ``lookback/<m>``, on its step),
     for a folder with ``tb/`` but no ``evals.jsonl``: each metric's mean and interval, the reason from the
@@ -200,6 +236,8 @@ def _evals_from_tb(scalars: Mapping, texts: Mapping) -> list[dict]:
                                            PAIRED_SUFFIX)
     from adaptive_eval.trace import _HF_TB_BOOKKEEPING
 
+    if any(t.startswith("eval/") and t.endswith("adaptive_step") for t in scalars):
+        scalars = _hf_scalars(scalars)
     reasons, looked_back, async_sizes = {}, {}, {}
     for step, text in texts.get("decisions", []):
         if back := _LOOKBACK_TEXT.match(text):

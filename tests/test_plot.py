@@ -484,3 +484,23 @@ def test_one_huge_value_among_two_hundred_leaves_the_axis_on_the_others():
     low, high = ax.get_ylim()
     plt.close(fig)
     assert low < 1.0 and 2.0 < high < 3.0
+
+
+def test_hfs_folder_with_the_callbacks_results_draws_them_at_their_weights_steps_with_their_intervals(tmp_path):
+    """A probe: HF's TensorBoard folder (report_to=["tensorboard"], the callback's decisions beside HF's scalars)
+    was drawn with accuracy_ci_low and _ci_high as metrics of their own, every reason unknown, "0 samples", and
+    each point at HF's 1-based step, one after its decision.  HF's own evaluation goes to its weights' step."""
+    logger = TensorBoardLogger(tmp_path / "tb", flush_secs=3600)
+    for step, size in ((9, 32.0), (19, 48.0)):
+        logger.log(step, {"controller/sample_size": size})
+        logger.text(step, "decisions", f"evaluated: trigger:steps (n={int(size)})")
+        logger.log(step + 1, {"eval/accuracy": 0.5, "eval/accuracy_ci_low": 0.4, "eval/accuracy_ci_high": 0.6,
+                              "eval/accuracy_n": size, "eval/adaptive_items": size, "eval/adaptive_step": float(step)})
+    logger.log(15, {"eval/accuracy": 0.55})  # HF's own (eval_strategy="steps"): the weights after 15 steps
+    logger.close()
+    drawn = _load(tmp_path)
+    assert [(e["step"], e["reason"], e["sample_size"], set(e["metrics"])) for e in drawn.evals] == [
+        (9, "trigger:steps", 32.0, {"accuracy"}), (14, "", None, {"accuracy"}),
+        (19, "trigger:steps", 48.0, {"accuracy"})]
+    assert tuple(drawn.evals[0]["ci"]["accuracy"]) == pytest.approx((0.4, 0.6))
+    _check_png(plot_run(tmp_path), min_h=200)
