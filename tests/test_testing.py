@@ -281,6 +281,9 @@ def test_reading_the_events_of_a_trace_without_its_events_file_says_so_and_names
 @pytest.mark.parametrize("text, message", [
     ("events:\n- {step: 5, kind: collapse, directon: down}\n",
      ":2: events[0]: unknown key 'directon' (an event has direction, kind, metric, step, within)"),
+    # (the key's own line, not the entry's first: a probe)
+    ("events:\n- step: 5\n  kind: collapse\n  withn: 3\n", ":4: events[0]: unknown key 'withn'"),
+    ("quiet:\n- start: 1\n  stop: 4\n  max_alarm: 0\n", ":4: quiet[0]: unknown key 'max_alarm'"),
     ("events:\n- {kind: collapse}\n", ":2: events[0]: an event needs a 'step'"),
     ("events:\n- {step: 5, direction: sideways}\n",
      ":2: events[0].direction: direction must be up, down or omitted (either), got 'sideways'"),

@@ -139,7 +139,7 @@ def _check_direction(direction: Any, where: str) -> str | None:
     return direction
 
 
-def _event_from(item: Any, where: str) -> Event:
+def _event_from(item: Any, where: str, at=None) -> Event:
     if isinstance(item, Event):
         return item
     if isinstance(item, bool):
@@ -153,7 +153,8 @@ def _event_from(item: Any, where: str) -> Event:
                          _check_direction(getattr(item, "direction", None), where))
         raise ExpectationError(f"{where}: expected a step or a mapping with 'step', got {item!r}")
     unknown = sorted(set(map(str, item)) - _EVENT_KEYS)
-    if unknown:
+    if unknown:  # (``at``: the file's "FILE:LINE: KEY" of a key; the entry's first line was said; a probe)
+        where = at(unknown[0]) if at is not None else where
         raise ExpectationError(f"{where}: unknown key {unknown[0]!r} (an event has {', '.join(sorted(_EVENT_KEYS))})")
     if "step" not in item:
         raise ExpectationError(f"{where}: an event needs a 'step'")
@@ -167,13 +168,14 @@ def _event_from(item: Any, where: str) -> Event:
                  within=within)
 
 
-def _quiet_from(item: Any, where: str) -> QuietWindow:
+def _quiet_from(item: Any, where: str, at=None) -> QuietWindow:
     if isinstance(item, QuietWindow):
         return item
     if not isinstance(item, Mapping):
         raise ExpectationError(f"{where}: expected a mapping with 'start' and 'stop', got {item!r}")
     unknown = sorted(set(map(str, item)) - _QUIET_KEYS)
     if unknown:
+        where = at(unknown[0]) if at is not None else where
         raise ExpectationError(f"{where}: unknown key {unknown[0]!r} (a quiet window has "
                                f"{', '.join(sorted(_QUIET_KEYS))})")
     for key in ("start", "stop"):
@@ -229,8 +231,11 @@ def load_expectations(path: str | os.PathLike) -> Expectations:
     for key, value in (("events", events_list), ("quiet", quiet_list)):
         if not isinstance(value, list):
             raise ExpectationError(f"{where(key)}: expected a list, got {type(value).__name__}")
-    events = tuple(_event_from(e, where(f"events[{i}]")) for i, e in enumerate(events_list))
-    quiet = tuple(_quiet_from(q, where(f"quiet[{i}]")) for i, q in enumerate(quiet_list))
+    def entry(key: str):  # its keys' lines, named as the entry's
+        return lambda k: f"{p}:{lines[f'{key}.{k}']}: {key}" if f"{key}.{k}" in lines else where(key)
+
+    events = tuple(_event_from(e, where(f"events[{i}]"), entry(f"events[{i}]")) for i, e in enumerate(events_list))
+    quiet = tuple(_quiet_from(q, where(f"quiet[{i}]"), entry(f"quiet[{i}]")) for i, q in enumerate(quiet_list))
     limit = data.get("max_samples_per_1k")
     limit = None if limit is None else _number(limit, where("max_samples_per_1k"))
     return Expectations(events, quiet, limit, str(p))
