@@ -684,6 +684,30 @@ def test_the_caches_relative_paths_name_what_the_marker_names_beside_the_test_fi
     assert "plugin.py" not in typo and "During handling" not in typo  # (the user's error alone, not ~245 lines)
 
 
+def test_each_test_gets_its_own_view_of_a_cached_run(pytester, collapse):
+    """A probe: tests share the cached run, so one that cleared replay_run.evals emptied them for the next, and the
+    missing events file was warned in the first test only (the next looped over no events, in silence)."""
+    (pytester.path / "t.csv").write_bytes(collapse.read_bytes())
+    pytester.makepyfile(test_shared="""
+        import pytest, warnings
+
+        @pytest.mark.replay_traces("t.csv")
+        def test_a(replay_run, replay_cache):
+            with pytest.warns(RuntimeWarning, match="no events file beside it"):
+                assert replay_run.events == ()
+            assert replay_run.evals
+            replay_run.evals.clear()
+
+        @pytest.mark.replay_traces("t.csv")
+        def test_b(replay_run, replay_cache):
+            with pytest.warns(RuntimeWarning, match="no events file beside it"):
+                assert replay_run.events == ()
+            assert replay_run.evals and replay_cache.replays == 1
+        """)
+    result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+
+
 def test_plugin_without_a_trace_is_a_usage_error(pytester):
     pytester.makepyfile("def test_x(replay_run):\n    pass\n")
     result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin")

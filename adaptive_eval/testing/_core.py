@@ -231,6 +231,7 @@ def load_expectations(path: str | os.PathLike) -> Expectations:
     for key, value in (("events", events_list), ("quiet", quiet_list)):
         if not isinstance(value, list):
             raise ExpectationError(f"{where(key)}: expected a list, got {type(value).__name__}")
+
     def entry(key: str):  # its keys' lines, named as the entry's
         return lambda k: f"{p}:{lines[f'{key}.{k}']}: {key}" if f"{key}.{k}" in lines else where(key)
 

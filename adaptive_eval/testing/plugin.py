@@ -202,6 +202,20 @@ def _ini_config(config) -> str | None:
     return _relative_to(pathlib.Path(config.rootpath), value)
 
 
+def _own_copy(run: ReplayRun) -> ReplayRun:
+    """A test's own view of a cached run: its lists copied (a test that cleared ``replay_run.evals`` emptied them for
+    every later test), and its once-per-run notes said in each test (a missing events file was warned in the first
+    test only, the others passing over no events in silence; a probe)."""
+    import copy
+    import dataclasses
+
+    r = run.result
+    result = dataclasses.replace(r, evals=copy.deepcopy(r.evals), alarms=copy.deepcopy(r.alarms),
+                                 deferrals=copy.deepcopy(r.deferrals), summary=copy.deepcopy(r.summary),
+                                 results=list(r.results))
+    return dataclasses.replace(run, result=result)
+
+
 @pytest.fixture
 def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
     """The replayed run of ``recorded_trace`` under the marker's (or ini's) config and seed, cached per session."""
@@ -222,7 +236,7 @@ def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):  # (1.7 replayed as seed 1; None: TypeError)
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: seed must be an integer, got {seed!r}")
     try:
-        return replay_cache.get(recorded_trace, config, seed=int(seed), **read)
+        return _own_copy(replay_cache.get(recorded_trace, config, seed=int(seed), **read))
     except (ConfigError, TraceError) as exc:  # the user's file: its message alone (it came under ~245 lines of ours)
         error = f"{request.node.nodeid}: {type(exc).__name__}: {exc}"
     pytest.fail(error, pytrace=False)
