@@ -554,8 +554,9 @@ class AdaptiveEvaluator:
         self._evals_run = 0  # evaluations run (failed ones too): the suites' every-m-th schedule counts them
         # Suites whose turn measured nothing (the evaluation failed or was cancelled, or returned none of their
         # metrics): covered by the next evaluation, whatever its turn (a failure at an every-4th suite's turn left it
-        # unmeasured for 8 evaluations, the reason reading "skipped, due in 2 evals"; a probe)
-        self._owed_suites: set[str] = set()
+        # unmeasured for 8 evaluations, the reason reading "skipped, due in 2 evals"; a probe).  name -> None (owed)
+        # or the step of the evaluation that retries it (in flight: not asked again meanwhile; a review)
+        self._owed_suites: dict[str, int | None] = {}
         # A synchronous evaluation running: (step, its decision, evals_run before it), which a state_dict() taken
         # meanwhile (a preemption's handler) saves as interrupted, and the resumed run's call at that step runs
         # again (it was skipped as a repeat, and every later decision came a step late; a new user's probe).
@@ -1563,7 +1564,8 @@ class AdaptiveEvaluator:
         from adaptive_eval.suites import SuitePlan, due_suites
 
         index = self._evals_run
-        due = due_suites(self._suites, index, decision.reason, owed=self._owed_suites)
+        due = due_suites(self._suites, index, decision.reason,
+                         owed={name for name, at in self._owed_suites.items() if at is None})
         sized = {p[0]: SuitePlan(*p) for p in decision.suites}
         plans = []
         for name in due:
@@ -1620,19 +1622,25 @@ class AdaptiveEvaluator:
                                 "evaluation.suites.%s.min_samples_per_item: %d to keep it (said once)", name, k, k,
                                 req.samples_per_item, int(suite["samples_per_item"]), why, name, k)
 
-    def _settle_suites(self, due: Sequence[str], result: EvalResult | None) -> None:
-        """The suites ``due`` in an evaluation that ended (``result`` None: failed or cancelled): those it measured
-        are settled, the others owed to the next evaluation (:func:`adaptive_eval.suites.due_suites`), once: a
-        retry that measures nothing either leaves the suite to its own turns (a grader that is down for good would
-        otherwise have it asked at every evaluation)."""
+    def _retrying(self, due: Sequence[str], global_step: int) -> None:
+        """An evaluation of ``global_step`` covering ``due`` starts: the owed suites among them are being retried."""
+        for name in due:
+            if name in self._owed_suites and self._owed_suites[name] is None:
+                self._owed_suites[name] = global_step
+
+    def _settle_suites(self, due: Sequence[str], result: EvalResult | None, step: int) -> None:
+        """The suites ``due`` in the evaluation of ``step`` that ended (``result`` None: failed or cancelled): those
+        it measured are settled, the others owed to the next evaluation (:func:`adaptive_eval.suites.due_suites`),
+        once: a retry that measures nothing either leaves the suite to its own turns (a grader that is down for good
+        would otherwise have it asked at every evaluation); one whose retry is in flight waits for that."""
         for name in due:
             if int(self._suites[name]["every"]) <= 1:
                 continue  # (due at every evaluation anyway)
-            if (result is not None and any(key.startswith(f"{name}/") for key in result.metrics)
-                    or name in self._owed_suites):
-                self._owed_suites.discard(name)
-            else:
-                self._owed_suites.add(name)
+            at = self._owed_suites.get(name, -1)
+            if result is not None and any(key.startswith(f"{name}/") for key in result.metrics) or at == step:
+                self._owed_suites.pop(name, None)
+            elif at == -1:
+                self._owed_suites[name] = None
 
     def _say_missing_suites(self, result: EvalResult, due: Sequence[str]) -> None:
         """A suite due in this evaluation none of whose metrics came back (an evaluate_fn that forgot it, or
@@ -1819,10 +1827,14 @@ class AdaptiveEvaluator:
             return self._submit(evaluate_fn, decision, epoch, global_step)
         ev = self._evaluation
         suites = {}
-        running = (global_step, decision, self._evals_run) if resumable else None
+        # (and the owed suites before it: a state saved while it runs resumes to decide it alike)
+        running = (global_step, decision, self._evals_run, dict(self._owed_suites)) if resumable else None
+        due = []
         if self._suites:
             decision, suites = self._suite_plan(decision)
             self.last_decision = decision
+            due = [str(p[0]) for p in decision.suites]
+            self._retrying(due, global_step)
         self._evals_run += 1
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=ev["seed"],
                               reason=decision.reason, rank=self._rank, world_size=self._world, suites=suites)
@@ -1842,6 +1854,7 @@ class AdaptiveEvaluator:
                             "error": error_text(exc)})
                 if self._logging:  # (in TensorBoard as under skip, as the asynchronous path writes it; a probe)
                     self._log_eval(global_step, decision, None, exc)
+                self._settle_suites(due, None, global_step)  # (its suites owed, as under skip; a review)
             raise
         except BaseException:  # (an interrupt: the state saved by its handler holds the evaluation as interrupted)
             self._running = None
@@ -1849,6 +1862,7 @@ class AdaptiveEvaluator:
                 # A Ctrl-C in evaluate_fn, the loop run again from this step (a notebook cell): evaluate() at this
                 # step runs the evaluation, as after a resume from a state saved in it; it came a step late (a probe)
                 self._evals_run, self._interrupted = running[2], (global_step, running[1], None)
+                self._owed_suites = dict(running[3])
             raise
         self._running = None
         self.last_outcome = outcome
@@ -1870,7 +1884,7 @@ class AdaptiveEvaluator:
                         seconds, self.trigger.freq_sec * self.trigger.scale,
                         "" if self.trigger.scale == 1.0 else f", scaled x{self.trigger.scale:g}")
         if self._suites:
-            self._settle_suites([str(p[0]) for p in decision.suites], result if error is None else None)
+            self._settle_suites(due, result if error is None else None, global_step)
         if error is not None:
             self._eval_errors += 1
             self._emit({"kind": "error", "step": global_step, "reason": decision.reason,
@@ -2176,11 +2190,12 @@ class AdaptiveEvaluator:
         if self._suites:
             decision, suites = self._suite_plan(decision, rank=rank, world=world)
             self.last_decision = decision
-            # (the suites due, for the warning on a due suite with no result back when it is integrated; not in the
-            # state: a resumed run's jobs in flight go unchecked)
+            # (the suites due: the warning on a due suite with no result back when it is integrated, and the suites
+            # owed when it failed; in the state with the jobs in flight)
             self._due_in_flight[global_step] = list(suites)
             for old in sorted(self._due_in_flight)[:-64]:
                 del self._due_in_flight[old]
+            self._retrying(list(suites), global_step)
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
                               reason=decision.reason, rank=rank, world_size=world, suites=suites)
         try:
@@ -2257,7 +2272,7 @@ class AdaptiveEvaluator:
         self._async.cancel(job)
         self._cancelled += 1
         if job.step in self._due_in_flight:  # (its suites measured nothing: the next evaluation covers them)
-            self._settle_suites(self._due_in_flight.pop(job.step), None)
+            self._settle_suites(self._due_in_flight.pop(job.step), None, job.step)
         if self._rank == 0:  # (the group's decision: said by one rank, as its deferrals are, not by each; a probe)
             log.warning("step %d: the asynchronous evaluation of step %d (%s) is cancelled to make room for an "
                         "urgent one (evaluation.max_in_flight=%d)", global_step, job.step, job.reason,
@@ -2337,7 +2352,7 @@ class AdaptiveEvaluator:
                 learned = result
                 last = result
             if job.step in self._due_in_flight:
-                self._settle_suites(self._due_in_flight.pop(job.step), result if error is None else None)
+                self._settle_suites(self._due_in_flight.pop(job.step), result if error is None else None, job.step)
             self.last_outcome = outcome
             for p in self.policies.policies:  # the alarm policy learned at submission, but for what the result showed
                 if p.name != "alarm":
@@ -2637,7 +2652,12 @@ class AdaptiveEvaluator:
             "last_eval_step": self._last_eval_step,
             "last_call_step": self._last_call_step,
             "evals_run": self._evals_run if (running := self._running) is None or self._distributed else running[2],
-            "owed_suites": sorted(self._owed_suites),
+            "owed_suites": dict(sorted((self._owed_suites if running is None or self._distributed
+                                        else running[3]).items())),
+            # the suites due in the asynchronous evaluations in flight (integrated after a resume: owed if failed)
+            "suites_in_flight": {str(job.step): list(self._due_in_flight[job.step])
+                                 for job in (self._async.jobs if self._async is not None else ())
+                                 if job.step in self._due_in_flight},
             # (a loaded one not yet run again is saved again: preempted twice, it ran a step late)
             **({"interrupted": _interrupted_state(waiting)}
                if (waiting := self._waiting_to_run()) is not None and not self._distributed else {}),
@@ -2819,7 +2839,12 @@ class AdaptiveEvaluator:
         self._last_eval_step = sd.get("last_eval_step")
         self._last_call_step = sd.get("last_call_step")
         self._evals_run = int(sd.get("evals_run", len(sd.get("history", []))))
-        self._owed_suites = {str(n) for n in sd.get("owed_suites", ()) if n in self._suites}  # (another config's: not)
+        owed = sd.get("owed_suites", {})
+        owed = dict.fromkeys(owed) if isinstance(owed, list) else owed  # (a list: this round's first form)
+        self._owed_suites = {str(n): (None if at is None else int(at)) for n, at in owed.items()
+                             if n in self._suites}  # (another config's suites: not)
+        self._due_in_flight = {int(step): [str(n) for n in names if n in self._suites]
+                               for step, names in sd.get("suites_in_flight", {}).items()}
         got = sd.get("interrupted")
         self._interrupted = (int(got["step"]), _decision_from_state(got["decision"]) if got.get("decision") else None,
                              tuple(got["lookback"]) if got.get("lookback") else None) if got else None

@@ -629,12 +629,62 @@ def test_a_suite_whose_turn_measured_nothing_is_retried_once_at_the_next_evaluat
     run(first, range(cut + 1), again)
     state = first.state_dict()
     first.close()
-    assert state["owed_suites"] == ["aime24"]
+    assert state["owed_suites"] == {"aime24": None}
     resumed = AdaptiveEvaluator.from_config(cfg)
     resumed.load_state_dict(state)
     run(resumed, range(cut + 1, 60), again)
     resumed.close()
     assert again == seen
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+def test_a_failed_suite_turn_is_retried_once_with_evaluations_in_flight_and_after_any_resume(on_error, asynchronous):
+    """A review: with evaluations in flight an owed suite was asked at every submission until the first retry came
+    back (4 retries at max_in_flight 4); a state saved with the failed turn in flight resumed without the retry; and
+    under on_error: raise a synchronous failure owed nothing.  Fixed latency 3, up to 4 in flight, aime24 every 4th;
+    its turn at evaluation 4 fails.  Every cut point resumes to the same evaluate_fn calls."""
+    asyn = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=3", "evaluation.max_in_flight=4"]
+    cfg = load_config("areal", ["trigger.freq_steps=1", f"evaluation.on_error={on_error}", *SUITES,
+                                *(asyn if asynchronous else [])])
+
+    def run(ev, steps, calls):
+        def fn(req):
+            calls.append((req.step, tuple(sorted(req.suites))))
+            if req.step == 4:
+                raise RuntimeError("grader down")
+            return {f"{name}/acc": np.ones((len(s.indices), s.samples_per_item)) for name, s in req.suites.items()}
+        for g in steps:
+            try:
+                ev.evaluate(fn, 0, g, g)
+            except RuntimeError:
+                assert on_error == "raise"
+            for job in list(ev._async.jobs) if asynchronous else ():
+                if job.future is not None:
+                    job.future.exception(10)  # (done: integrated at its step)
+
+    def shut(ev):
+        try:
+            ev.close()
+        except RuntimeError:  # (under raise: an evaluation in flight that failed, integrated by close)
+            assert on_error == "raise"
+
+    full, calls = AdaptiveEvaluator.from_config(cfg), []
+    run(full, range(20), calls)
+    shut(full)
+    aime = [step for step, due in calls if "aime24" in due]
+    assert aime[:3] == [0, 4, 7 if asynchronous else 5]  # its turn at 4 failed (known at 7: latency 3): retried once
+    assert aime[3:] == [step for step in range(8, 20) if step % 4 == 0]
+    for cut in range(3, 12):
+        first, again = AdaptiveEvaluator.from_config(cfg), []
+        run(first, range(cut + 1), again)
+        state = first.state_dict()
+        shut(first)
+        resumed = AdaptiveEvaluator.from_config(cfg)
+        resumed.load_state_dict(state)
+        run(resumed, range(cut + 1, 20), again)
+        shut(resumed)
+        assert again == calls, cut
 
 
 def _suite_evaluator(extra=()):
