@@ -888,17 +888,20 @@ def test_check_of_a_folder_fails_where_one_traces_events_file_is_misnamed(collap
     """A probe: run1 checked and passing, run3's events file misnamed (run3.csv.event.yaml, which would fail): the
     gate exited 0, its warning not naming the file beside it.  Another trace's own events file (run30.csv's) is
     not run3's misnamed one."""
-    for name in ("run1.csv", "run3.csv", "run30.csv"):
+    for name in ("run1.csv", "run3.csv", "run30.csv", "run3_b.csv"):
         (tmp_path / name).write_bytes(collapse.read_bytes())
-    (tmp_path / "run1.csv.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 40}}\n")
-    (tmp_path / "run30.csv.events.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 40}}\n")
+    for events in ("run1.csv.events.yaml", "run30.csv.events.yaml", "run3_b.events.yaml"):  # (the stem form too)
+        (tmp_path / events).write_text(f"- {{step: {ONSET}, direction: down, within: 40}}\n")
     code, out, err = check_main(capsys, str(tmp_path), "--config", "default")
     assert code == 0 and "misnamed" not in out  # (run3 has none: unchecked, said, as before)
     (tmp_path / "run3.csv.event.yaml").write_text(f"- {{step: {ONSET}, direction: down, within: 0}}\n")
     code, out, err = check_main(capsys, str(tmp_path), "--config", "default")
     assert code == 1 and "(not read: run3.csv.event.yaml)" in err
     assert ("run3.csv: its events file is misnamed (run3.csv.event.yaml; read: run3.csv.events.yaml, .yml or "
-            ".json), so it was not checked") in out
+            ".json, or run3.events.yaml), so its events were not checked") in out
+    # with a cost limit the trace has an expectation (its cost row): still a failed gate (a review)
+    code, out, err = check_main(capsys, str(tmp_path), "--config", "default", "--max-samples-per-1k", "100000")
+    assert code == 1 and "run3.csv: its events file is misnamed" in out
 
 
 def test_a_failed_confirmation_names_the_alarms_and_the_deferrals_in_its_window(tmp_path):
