@@ -422,7 +422,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     units = replay_units(result, cfg)  # with eval suites: the cost units check, tune and the budget count
     samples = (f"samples {s['samples']}" if units is None else
                f"samples {s['samples']} items, {sum(units):,.0f} cost units (answers x cost + items x item_cost)")
-    print(f"  evaluations {s['evals']}, {samples}, alarms {s['alarms']}, deferrals {s['deferrals']}, "
+    cancelled = f", cancelled {s['cancelled']}" if s.get("cancelled") else ""  # (asynchronous: for an urgent one)
+    print(f"  evaluations {s['evals']}, {samples}, alarms {s['alarms']}, deferrals {s['deferrals']}{cancelled}, "
           f"simulated eval time {frac:.1%} of the run")
     _budget_note(trace, cfg, result.deferrals, s["evals"])
     reasons: dict[str, int] = {}

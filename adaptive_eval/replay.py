@@ -855,6 +855,7 @@ def replay(trace, cfg=None, *, seed: int = 0, logger: MetricLogger | None = None
     out.summary = {"steps": len(records), "evals": s["evals"], "samples": samples, "answers": s["answers"],
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time,
                    "alarms": s["alarms"], "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
+                   "cancelled": s["cancelled"],
                    "best": _best(out.evals, cfg, evaluator._tracked),
                    # (summary.json, the picture and the table never said the evaluations were draws; a probe)
                    "simulated": "every evaluation drawn from the trace's ground truth; eval_seconds and train_seconds "

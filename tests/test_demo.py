@@ -268,3 +268,13 @@ def test_plot_marks_values_off_the_axis_and_says_eval_time_is_simulated(demo_run
     legends = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert any("off the axis (above" in t for t in legends)  # the blow-up after the fault is not cut off silently
     assert "simulated eval time" in fig._suptitle.get_text()
+
+
+def test_an_asynchronous_runs_summary_counts_the_evaluation_close_integrates(tmp_path):
+    """A review: the summary was taken before close(), so an asynchronous run's summary.json counted one evaluation
+    fewer than its evals.jsonl (the final one, integrated by close())."""
+    demo.run_demo(tmp_path, steps=60, progress=False, plot=False,
+                  overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=5"])
+    summary = json.loads((tmp_path / "adaptive" / "summary.json").read_text())
+    evals = [json.loads(line) for line in (tmp_path / "adaptive" / "evals.jsonl").read_text().splitlines()]
+    assert summary["evals"] == len(evals) and summary["cancelled"] == 0

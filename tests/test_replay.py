@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 import pathlib
 
 import numpy as np
@@ -391,6 +392,16 @@ def test_truth_step_is_per_metric_and_reaches_the_last_asynchronous_evaluation()
     # short; a probe)
     assert asyn.summary["evals"] == len(asyn.evals) and asyn.summary["samples"] == sum(
         e["sample_size"] for e in asyn.evals)
+
+
+def test_an_asynchronous_replays_summary_counts_the_evaluations_cancelled_for_an_urgent_one():
+    """A review: summary() counts them; replay's summary (summary.json) said nothing of them."""
+    recs = [TraceRecord(s, {"train/loss": math.nan if s == 60 else 1.0 - s / 400, "eval/accuracy": 0.6}, None, None)
+            for s in range(200)]
+    cfg = load_config("default", ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=30",
+                                  "evaluation.max_in_flight=1", "trigger.freq_steps=50"])
+    out = replay(Trace(recs, "synthetic"), cfg, seed=0)
+    assert out.summary["cancelled"] == 1
 
 
 def test_tune_scores_truth_steps_as_record_indices_like_its_steps():

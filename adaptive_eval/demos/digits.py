@@ -171,11 +171,11 @@ def _run(name: str, cfg, *, steps: int, seed: int, fault_step: int, run_dir: Pat
         bar.close()
         if recorder is not None:
             recorder.close()
+        evaluator.close()  # (before the summary: an asynchronous run's last evaluation joins here; a review)
         s = evaluator.summary()
-        evaluator.close()
     out.summary = {"steps": steps, "evals": s["evals"], "samples": sum(e["sample_size"] or 0 for e in out.evals),
                    "eval_seconds": s["eval_seconds"], "train_seconds": clock.trace_time, "alarms": s["alarms"],
-                   "deferrals": s["deferrals"], "eval_errors": s["eval_errors"],
+                   "deferrals": s["deferrals"], "eval_errors": s["eval_errors"], "cancelled": s["cancelled"],
                    "wall_seconds": round(time.perf_counter() - started, 3)}
     return out, truth
 

@@ -531,7 +531,8 @@ class _Run:
             "samples": sum(e["sample_size"] or 0 for e in self.result.evals),
             "answers": sum(self.evaluation.generated.values()), "eval_seconds": self.eval_clock.eval_time,
             "train_seconds": self.clock.trace_time, "alarms": s["alarms"], "deferrals": s["deferrals"],
-            "eval_errors": s["eval_errors"], "wall_seconds": round(time.perf_counter() - self.started, 3)}
+            "eval_errors": s["eval_errors"], "cancelled": s["cancelled"],
+            "wall_seconds": round(time.perf_counter() - self.started, 3)}
         write_outputs(self.result, self.run_dir)
         return self.result
 
