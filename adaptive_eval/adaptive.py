@@ -1405,7 +1405,9 @@ class AdaptiveEvaluator:
             return None
         # Sized by the policies like any evaluation (within policy.sample_size.max), never deferred.
         size = self.decide("before_train", global_step, urgent=True).sample_size
-        return self._run(evaluate_fn, Decision(True, size, "before_train"), None, global_step, resumable=False)
+        spe = self.trigger.steps_per_epoch  # (its epoch as after_train's: it was None; a review)
+        return self._run(evaluate_fn, Decision(True, size, "before_train"), global_step // spe if spe else None,
+                         global_step, resumable=False)
 
     def after_train(self, evaluate_fn: Callable, global_step: int, *, epoch: int | None = None) -> EvalResult | None:
         """Evaluate the last trained weights (``global_step``) when training stopped before ``total_steps``

@@ -495,6 +495,10 @@ def test_after_train_evaluates_the_last_weights_of_a_run_stopped_early_once():
     assert given.ev.after_train(given.evaluate_fn, 119, epoch=7).epoch == 7
     with pytest.raises(ValueError, match="epoch"):
         given.ev.after_train(given.evaluate_fn, 119, epoch=1.5)
+    # before_train's too (a review): the epoch of the step about to be trained
+    first = Run(load_config("default", ["trigger.eval_before_train=true"]), lambda g: 0.6, streams, total_steps=200,
+                steps_per_epoch=50)
+    assert first.ev.before_train(first.evaluate_fn, 0).epoch == 0
     # A run that reached its last step evaluated it in evaluate(); eval_at_end false: nothing.
     done = Run(load_config("default"), lambda g: 0.6, streams, total_steps=50).run(0, 50)
     assert done.ev.history[-1].reason == "trigger:final" and done.ev.after_train(done.evaluate_fn, 49) is None

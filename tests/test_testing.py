@@ -675,12 +675,17 @@ def test_the_caches_relative_paths_name_what_the_marker_names_beside_the_test_fi
         "    pass\n"
         "@pytest.mark.replay_traces('t.csv', config='typo.yaml')\n"
         "def test_typo(replay_run):\n"
+        "    pass\n"
+        "@pytest.mark.replay_traces('t.csv', config='nope.yaml')\n"
+        "def test_missing(replay_run):\n"
         "    pass\n")
     (tests / "typo.yaml").write_text("trigger:\n  freq_stepz: 10\n")
     result = pytester.runpytest_inprocess("-p", "adaptive_eval.testing.plugin", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, errors=2)
+    result.assert_outcomes(passed=1, errors=3)
     result.stdout.fnmatch_lines(["*replay_traces: seed must be an integer, got 1.7*",
-                                 "*test_typo*: ConfigError: *typo.yaml:2: trigger.freq_stepz: unknown key*"])
+                                 "*test_typo*: ConfigError: *typo.yaml:2: trigger.freq_stepz: unknown key*",
+                                 "*test_missing*: ConfigError: nope.yaml: no such config file in * (nor beside the "
+                                 "test file, in *tests)"])
     typo = result.stdout.str().split("ERROR at setup of test_typo")[1].split("short test summary")[0]
     assert "plugin.py" not in typo and "During handling" not in typo  # (the user's error alone, not ~245 lines)
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 import pytest
 
 from adaptive_eval.config import ConfigError, _preset_named
-from adaptive_eval.testing import ReplayRun, replay_trace, trace_files
+from adaptive_eval.testing import ExpectationError, ReplayRun, replay_trace, trace_files
 from adaptive_eval.testing._core import (  # noqa: F401 (READ_OPTIONS: as before)
     READ_OPTIONS,
     in_folder,
@@ -237,6 +237,8 @@ def replay_run(request, recorded_trace, replay_cache) -> ReplayRun:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: seed must be an integer, got {seed!r}")
     try:
         return _own_copy(replay_cache.get(recorded_trace, config, seed=int(seed), **read))
-    except (ConfigError, TraceError) as exc:  # the user's file: its message alone (it came under ~245 lines of ours)
-        error = f"{request.node.nodeid}: {type(exc).__name__}: {exc}"
+    except (ConfigError, TraceError, ExpectationError) as exc:  # the user's file: its message alone (it came under
+        error = f"{request.node.nodeid}: {type(exc).__name__}: {exc}"  # ~245 lines of ours; a probe)
+        if isinstance(config, str) and "no such config file" in str(exc):  # (where the marker looked first)
+            error += f" (nor beside the test file, in {request.path.parent})"
     pytest.fail(error, pytrace=False)
