@@ -1533,3 +1533,41 @@ def test_two_named_callbacks_on_two_eval_sets_log_two_series(tmp_path, monkeypat
     assert a.state()["args"]["name"] == "easy"
     with pytest.raises(TypeError, match="name must be a non-empty string"):
         AdaptiveEvalCallback("default", name="")
+
+
+def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_trainers_log(tmp_path):
+    """A soak probe: with evaluations in flight side by side, a slow one and a later fast one came back together and
+    were integrated at one step; evaluate() returns one, and only that one reached trainer.log (log_history, HF's
+    TensorBoard, W&B): the other was in the evaluator's history alone.  Step 1's evaluation waits for step 3's; a
+    callback before ours waits, with both in flight, until both are done."""
+    import threading
+
+    three = threading.Event()
+
+    def evaluate_fn(request):
+        if request.step == 1:
+            assert three.wait(30)
+        if request.step == 3:
+            three.set()
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    cb = AdaptiveEvalCallback("default", evaluate_fn=evaluate_fn, overrides=[
+        "evaluation.asynchronous=true", "evaluation.max_in_flight=2", "trigger.freq_steps=2",
+        "policy.budget.enabled=false", "policy.interval.enabled=false"])
+
+    class BothDone(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            jobs = cb.evaluator._async.jobs
+            if len(jobs) == 2:
+                for job in jobs:
+                    job.future.exception(30)
+
+    torch.manual_seed(0)
+    trainer = Trainer(Tiny(), make_args(tmp_path, max_steps=8, logging_steps=1), train_dataset=Points(400, 0),
+                      callbacks=[BothDone(), cb])
+    trainer.train()
+    history = [(r.step, r.integrated_step) for r in cb.evaluator.history]
+    assert history[:2] == [(1, 4), (3, 4)]  # integrated at one step
+    logged = [(int(h["eval_adaptive_step"]), h["step"] - 1) for h in trainer.state.log_history
+              if "eval_adaptive_step" in h]
+    assert logged == history

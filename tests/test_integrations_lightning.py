@@ -2422,3 +2422,43 @@ def test_a_metric_logged_at_the_validation_epochs_end_is_said_not_read():
                                             "or pass evaluate_fn="):
         trainer.fit(EpochEndMetric(), train, val)
     assert cb.evaluator.history and not any(r.metrics for r in cb.evaluator.history)
+
+
+def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_loggers(tmp_path):
+    """A soak probe: two results integrated at one step (a slow one and a later fast one), and only the one
+    evaluate() returns reached the trainer's loggers.  Step 1's evaluation waits for step 3's; a callback before ours
+    waits, with both in flight, until both are done."""
+    import threading
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    three = threading.Event()
+
+    def evaluate_fn(request):
+        if request.step == 1:
+            assert three.wait(30)
+        if request.step == 3:
+            three.set()
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    cb = AdaptiveEvalCallback("default", evaluate_fn=evaluate_fn, overrides=[
+        "evaluation.asynchronous=true", "evaluation.max_in_flight=2", "trigger.freq_steps=2",
+        "policy.budget.enabled=false", "policy.interval.enabled=false"])
+
+    class BothDone(Callback):
+        def on_train_batch_end(self, *args, **kwargs):
+            jobs = cb.evaluator._async.jobs
+            if len(jobs) == 2:
+                for job in jobs:
+                    job.future.exception(30)
+
+    train, val = loaders()
+    logger = CSVLogger(tmp_path, name="run")
+    trainer = L.Trainer(max_steps=8, logger=logger, enable_checkpointing=False, callbacks=[BothDone(), cb],
+                        log_every_n_steps=1, **QUIET)
+    trainer.fit(Model(), train, val)
+    history = [(r.step, r.integrated_step) for r in cb.evaluator.history]
+    assert history[:2] == [(1, 4), (3, 4)]  # integrated at one step
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        logged = [int(float(row["adaptive_eval/step"])) for row in csv.DictReader(f) if row.get("adaptive_eval/step")]
+    assert logged == [step for step, _ in history]

@@ -175,24 +175,46 @@ def result_scalars(result, prefix: str = "") -> dict[str, float]:
     return out
 
 
-def close_and_drain(evaluator, guard: StepGuard, report, timeout_s: float | None = None) -> None:
+class Integrated:
+    """A listener keeping the results the evaluator integrated since they were last taken: an adapter reports
+    them all, not only the one ``evaluate()`` returns (two asynchronous results integrated at one step, or one by
+    the step's ``observe()``: the earlier never reached the trainer's loggers; a probe).  A plain object, so a
+    callback holding the evaluator still pickles (Lightning's ``ddp_spawn``)."""
+
+    def __init__(self) -> None:
+        self.results: list = []
+
+    def __call__(self, event: dict) -> None:
+        if event.get("kind") == "eval":
+            self.results.append(event["result"])
+
+    def take(self) -> list:
+        out, self.results = self.results, []
+        return out
+
+
+def close_and_drain(evaluator, guard: StepGuard, report, timeout_s: float | None = None,
+                    integrated: Integrated | None = None) -> None:
     """At train end (or at an exception, waiting ``timeout_s`` at most): close ``evaluator`` under ``guard``
     (asynchronous evaluations still in flight, the final one among them, are waited for and integrated) and
     ``report(result)`` each result closing integrated, like the others: also when closing raises (``on_error:
     raise``, a failure among them), before it goes up (the results that came back beside the failure were lost to
-    the trainer's logs; a review)."""
+    the trainer's logs; a review).  ``integrated``: the adapter's :class:`Integrated`, whose results not yet reported
+    are reported too (and taken, so that a later fit does not report them again)."""
     drained = []
 
     def drain(event):
         if event["kind"] == "eval":
             drained.append(event["result"])
 
-    evaluator.add_listener(drain)
+    if integrated is None:
+        evaluator.add_listener(drain)
     try:
         guard("close", evaluator.close, *(() if timeout_s is None else (timeout_s,)))
     finally:  # (left on, it kept the evaluator and the callback that holds it from pickling: Lightning's ddp_spawn
-        evaluator._listeners.remove(drain)  # of a callback used in an earlier fit failed; a multi-process probe)
-        for result in drained:
+        if integrated is None:  # of a callback used in an earlier fit failed; a multi-process probe)
+            evaluator._listeners.remove(drain)
+        for result in drained if integrated is None else integrated.take():
             guard("report", report, result)
 
 

@@ -71,6 +71,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.asynchronous import EvaluationCancelled, cancel_requested
 from adaptive_eval.integrations._common import (
+    Integrated,
     ReplicaEval,
     StepGuard,
     asynchronous,
@@ -497,6 +498,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self._wrapped_training_step = None
         self.hooks_called: set[str] = set()  # which hooks ran (tests: a renamed hook is never called)
         self._default_fn = None
+        self._integrated: Integrated | None = None
         self._warned_trial = False
         self._look_back_said = False
         self._prepared_cache: dict = {}  # id(eval set) -> (it, prepared as HF's evaluate() does, collator, ...)
@@ -666,6 +668,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, logger=_tensorboard_beside(cfg, trainer),
                                                        resource_monitor=self.resource_monitor)
+        self._integrated = Integrated()  # (every result integrated, reported: see _report_integrated)
+        self.evaluator.add_listener(self._integrated)
         if getattr(state, "is_world_process_zero", True) and _logs_rl_stats(trainer):
             _say_sparse_logging(args, cfg, total, spe)
         # Asynchronous: the trainer's evaluation runs on a copy of the weights of its step, in the worker; and so
@@ -795,11 +799,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _decide(self, global_step: int, control) -> None:
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
-        seen = len(self.evaluator.history)
-        result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
-            self._guard("report", self._report, result, control)
-            self._guard("report", self._report_look_backs, seen, control)
+        self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        self._guard("report", self._report_integrated, control)
 
     def _decide_pending(self, control) -> None:
         """The decision of a step left for its log (on_step_end), where no log came: before anything else."""
@@ -920,13 +921,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         final evaluation already ran at this step."""
         if state.global_step > 0:
             fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
-            seen = len(self.evaluator.history)
             last = state.global_step - 1
             at_epoch = functools.partial(self.evaluator.after_train, epoch=last // self._steps_per_epoch)
-            result = self._guard("evaluate", at_epoch, fn, last)
-            if result is not None:
-                self._guard("report", self._report, result, control)
-                self._guard("report", self._report_look_backs, seen, control)
+            self._guard("evaluate", at_epoch, fn, last)
+            self._guard("report", self._report_integrated, control)
 
     def on_train_end(self, args, state, control, **kwargs):
         self.hooks_called.add("on_train_end")
@@ -938,7 +936,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         if self.evaluator is not None:
             self._evaluate_last(state, control)  # (done at on_epoch_end, unless training stopped elsewhere)
             try:
-                close_and_drain(self.evaluator, self._guard, lambda result: self._report(result, control))
+                close_and_drain(self.evaluator, self._guard, lambda result: self._report(result, control),
+                                integrated=self._integrated)
             finally:  # (on_error: raise, a failure closing integrated: the state and the summary all the same)
                 self._saved_state = self._guard("state", self.evaluator.state_dict)
                 if state.is_world_process_zero:
@@ -1177,13 +1176,12 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return out
 
     # -- reporting --------------------------------------------------------------------------------------
-    def _report_look_backs(self, seen: int, control) -> None:
-        """The look backs the last evaluate() ran (``history[seen:]``), through ``trainer.log`` at the step they ran
-        (its axis is the current step), as ``eval_lookback_<metric>`` with ``eval_lookback_step``: the kept
-        checkpoint's step (0-based)."""
-        for result in self.evaluator.history[seen:]:
-            if result.evaluated_at is not None:
-                self._report(result, control, look_back=True)
+    def _report_integrated(self, control) -> None:
+        """Every result integrated since the last report (:class:`Integrated`), through ``trainer.log`` at this step
+        (its axis is the current step); a look back as ``eval_lookback_<metric>`` with ``eval_lookback_step``: the
+        kept checkpoint's step (0-based)."""
+        for result in self._integrated.take() if self._integrated is not None else ():
+            self._report(result, control, look_back=result.evaluated_at is not None)
 
     def _report(self, result, control, look_back: bool = False) -> None:
         trainer = self.trainer

@@ -79,6 +79,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from adaptive_eval.integrations._common import (
+    Integrated,
     ReplicaEval,
     StepGuard,
     asynchronous,
@@ -252,6 +253,7 @@ class AdaptiveEvalCallback(Callback):
         self._accumulation = None
         self._epoch_at = (0, 0, 1)
         self._module_eval = None
+        self._integrated: Integrated | None = None
         self._async = False
         self._val = None  # [(dataset, collate_fn, batch size)] of this fit, one per validation dataloader
         self._fit_thread = None  # the thread that runs the fit (on_train_start): precision contexts only there
@@ -353,11 +355,8 @@ class AdaptiveEvalCallback(Callback):
         epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
                        else self._position(global_step))
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
-        seen = len(self.evaluator.history)
-        result = self.evaluator.evaluate(fn, epoch, step, global_step)
-        if result is not None:
-            self._report(trainer, result)
-            self._report_look_backs(trainer, seen)
+        self.evaluator.evaluate(fn, epoch, step, global_step)
+        self._report_integrated(trainer)
 
     def _start_look_back(self, trainer, pl_module) -> None:
         """``look_back``: hear of every checkpoint the trainer writes from now on (``strategy.save_checkpoint``,
@@ -457,7 +456,7 @@ class AdaptiveEvalCallback(Callback):
             self.evaluator._exception_close = True  # (close() gives no after_train advice on an exception)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report_drained(trainer, result),
-                                timeout_s=left)
+                                timeout_s=left, integrated=self._integrated)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
                 log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
         self.teardown(trainer, pl_module, "fit")
@@ -546,8 +545,10 @@ class AdaptiveEvalCallback(Callback):
         if (self.evaluate_fn is None and asynchronous(cfg, executor) and trainer.lightning_module is not None
                 and _sharded(trainer, trainer.lightning_module)):
             cfg, executor = synchronous_for_sharded(cfg)
+        self._integrated = Integrated()  # (every result integrated, reported: see _report_integrated)
         self.evaluator = AdaptiveEvaluator.from_config(cfg, steps_per_epoch=spe, total_steps=total, clock=self.clock,
                                                        executor=executor, resource_monitor=self.resource_monitor)
+        self.evaluator.add_listener(self._integrated)
         self._at_exception = None
         # evaluation.metric null: the first metric validation_step logs is tracked; prefer one that is not a loss
         # (val_acc over val_loss, as the HF adapter prefers compute_metrics' keys over eval_loss), and say so
@@ -645,11 +646,8 @@ class AdaptiveEvalCallback(Callback):
         epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
                        else self._position(global_step))
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
-        seen = len(self.evaluator.history)
-        result = self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        if result is not None:  # (a look back only follows an evaluation: nothing more on a quiet step)
-            self._guard("report", self._report, trainer, result)
-            self._guard("report", self._report_look_backs, trainer, seen)
+        self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        self._guard("report", self._report_integrated, trainer)
 
     def _epoch_steps(self, epoch: int) -> int:
         """The optimizer steps of ``epoch`` under the GradientAccumulationScheduler (a last window short of it steps
@@ -757,15 +755,13 @@ class AdaptiveEvalCallback(Callback):
             last = max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0)
             if self._done(trainer) > 0:  # stopped early (EarlyStopping, should_stop): its last weights
                 fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
-                seen = len(self.evaluator.history)
                 done = self._done(trainer) - 1
                 epoch = (done // self._steps_per_epoch if self._accumulation is None else self._position(done)[0])
-                result = self._guard("evaluate", functools.partial(self.evaluator.after_train, epoch=epoch), fn, done)
-                if result is not None:
-                    self._guard("report", self._report, trainer, result, last)
-                    self._guard("report", self._report_look_backs, trainer, seen)
+                self._guard("evaluate", functools.partial(self.evaluator.after_train, epoch=epoch), fn, done)
+                self._guard("report", self._report_integrated, trainer, last)
             try:
-                close_and_drain(self.evaluator, self._guard, lambda result: self._report(trainer, result, last))
+                close_and_drain(self.evaluator, self._guard, lambda result: self._report(trainer, result, last),
+                                integrated=self._integrated)
             finally:  # (on_error: raise, a failure closing integrated: the summary all the same, nothing kept)
                 if trainer.is_global_zero:
                     log_summary(self.evaluator)
@@ -1088,12 +1084,14 @@ class AdaptiveEvalCallback(Callback):
             if id(logger) not in self._beside:
                 logger.log_metrics(scalars, step=step)
 
-    def _report_look_backs(self, trainer, seen: int) -> None:
-        """The look backs the last evaluate() ran (``history[seen:]``), to every logger at the kept checkpoint's
-        step on the trainer's axis, as ``adaptive_eval/lookback/<metric>`` (a tag of its own: under
+    def _report_integrated(self, trainer, step: int | None = None) -> None:
+        """Every result integrated since the last report (:class:`Integrated`: two asynchronous results integrated
+        at one step, the earlier was lost to the loggers; a probe); a look back to every logger at the kept
+        checkpoint's step on the trainer's axis, as ``adaptive_eval/lookback/<metric>`` (a tag of its own: under
         ``adaptive_eval/<metric>`` a point at an earlier step would interleave with the evaluations of now)."""
-        for result in self.evaluator.history[seen:]:
+        for result in self._integrated.take() if self._integrated is not None else ():
             if result.evaluated_at is None:
+                self._report(trainer, result, step)
                 continue
             prefix = f"{self._prefix}/lookback"
             scalars = {f"{prefix}/{k}": v for k, v in result_scalars(result).items()}
