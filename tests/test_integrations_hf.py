@@ -1571,3 +1571,25 @@ def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_trainers
     logged = [(int(h["eval_adaptive_step"]), h["step"] - 1) for h in trainer.state.log_history
               if "eval_adaptive_step" in h]
     assert logged == history
+
+
+def test_a_result_reported_at_train_end_leaves_no_tensorboard_writer_open(tmp_path, monkeypatch):
+    """A soak probe: the final asynchronous result, reported in on_train_end through trainer.log, reached HF's
+    TensorBoardCallback after its on_train_end had closed its writer: its on_log opened a new one, which nothing
+    closed (its writer thread alive after train()).  Closed again; the result is on disk."""
+    import threading
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / "tb"))
+    before = set(threading.enumerate())
+    cb = AdaptiveEvalCallback("default", evaluate_fn=lambda r: {"acc": [1.0, 0.0]},
+                              overrides=["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=50"])
+    trainer = Trainer(Tiny(), make_args(tmp_path / "out", max_steps=12, report_to=["tensorboard"]),
+                      train_dataset=Points(400, 0), callbacks=[cb])
+    trainer.train()
+    left = [t for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not left, left
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("eval/adaptive_step")][-1] == 11  # the final one, drained at train end

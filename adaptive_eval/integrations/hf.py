@@ -934,11 +934,13 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             trainer.__dict__.pop("training_step", None)  # back to the class's method
             self._wrapped_training_step = None
         if self.evaluator is not None:
+            closed = self._closed_writers()
             self._evaluate_last(state, control)  # (done at on_epoch_end, unless training stopped elsewhere)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report(result, control),
                                 integrated=self._integrated)
             finally:  # (on_error: raise, a failure closing integrated: the state and the summary all the same)
+                self._guard("report", self._close_reopened, closed)
                 self._saved_state = self._guard("state", self.evaluator.state_dict)
                 if state.is_world_process_zero:
                     log_summary(self.evaluator)
@@ -1176,6 +1178,23 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
         return out
 
     # -- reporting --------------------------------------------------------------------------------------
+    def _closed_writers(self) -> list:
+        """HF's TensorBoard callbacks whose writer its on_train_end closed already (it runs before ours)."""
+        trainer = self.trainer
+        callbacks = trainer.callback_handler.callbacks if trainer is not None else []
+        return [cb for cb in callbacks if type(cb).__name__ == "TensorBoardCallback"
+                and getattr(cb, "tb_writer", True) is None]
+
+    @staticmethod
+    def _close_reopened(closed: list) -> None:
+        """A result reported at train end went through ``trainer.log`` to HF's TensorBoardCallback, whose on_log
+        opened a new writer that nothing closed (a second event file, its writer thread alive after ``train()``; a
+        soak probe): closed again here, its result written."""
+        for cb in closed:
+            writer, cb.tb_writer = cb.tb_writer, None
+            if writer is not None:
+                writer.close()
+
     def _report_integrated(self, control) -> None:
         """Every result integrated since the last report (:class:`Integrated`), through ``trainer.log`` at this step
         (its axis is the current step); a look back as ``eval_lookback_<metric>`` with ``eval_lookback_step``: the
