@@ -2187,6 +2187,7 @@ class AdaptiveEvaluator:
 
     def _submit(self, evaluate_fn, decision: Decision, epoch, global_step) -> None:
         suites = {}
+        asked = decision
         # Sharded (a group without eval ranks): each rank's worker evaluates its shard; else one worker all of it.
         rank, world = (self._rank, self._world) if self._async.sharded else (0, 1)
         if self._suites:
@@ -2197,7 +2198,6 @@ class AdaptiveEvaluator:
             self._due_in_flight[global_step] = list(suites)
             for old in sorted(self._due_in_flight)[:-64]:
                 del self._due_in_flight[old]
-            self._retrying(list(suites), global_step)
         request = EvalRequest(step=global_step, sample_size=decision.sample_size, seed=self._evaluation["seed"],
                               reason=decision.reason, rank=rank, world_size=world, suites=suites)
         try:
@@ -2207,10 +2207,14 @@ class AdaptiveEvaluator:
             # schedule included; a review)
             if not any(job.step == global_step for job in self._async.jobs):
                 self._due_in_flight.pop(global_step, None)
+                if not self._distributed:  # (the loop run again from this step submits it: it read as a repeat,
+                    self._interrupted = (global_step, asked, None)  # the step never evaluated; a review)
                 raise
             self._evals_run += 1
+            self._retrying(list(suites), global_step)
             raise
         self._evals_run += 1
+        self._retrying(list(suites), global_step)  # (once submitted: a Ctrl-C before it left the mark; a review)
         self.trigger.fired()
         self._last_eval_step = global_step
         self._alarm_pending = False
@@ -2901,6 +2905,14 @@ class AdaptiveEvaluator:
                         f"{self._world}")], 0]}
                     for rec in held.get("jobs", [])]}
             self._async.load_state_dict(held)
+        # A retry whose evaluation this state does not hold (an asynchronous state loaded synchronously, its jobs
+        # dropped; a group's state saved inside the evaluation, which the resumed run does not run again) left its
+        # suite neither owed nor retried for good: owed again, the next evaluation covers it (a review)
+        live = {job.step for job in self._async.jobs} if self._async is not None else set()
+        self._due_in_flight = {step: names for step, names in self._due_in_flight.items() if step in live}
+        for name, at in self._owed_suites.items():
+            if at is not None and at not in live:
+                self._owed_suites[name] = None
         if say:
             self._say_other_shape(sd)
 

@@ -1654,3 +1654,28 @@ def test_a_cancelled_evaluation_that_already_runs_may_stop_at_cancel_requested(c
     assert stopped == [4]
     assert [r.step for r in ev.history] == [6]  # (the urgent one; the cancelled one never integrated)
     assert not any("evaluate_fn failed at step 4" in r.getMessage() for r in caplog.records)
+
+
+def test_a_ctrl_c_before_submission_then_the_step_run_again_submits_it():
+    """A review: a Ctrl-C in the submission of step 6's evaluation (before its worker got it), the loop running step
+    6 again: the call read as a repeat of the step, which was never evaluated."""
+    ev, _ = make(cfg("trigger.freq_steps=1", "evaluation.async_integrate_after_steps=1", "policy.budget.enabled=false",
+                     "policy.interval.enabled=false"))
+    calls, real, fired = [], ev._async.submit, []
+
+    def submit(fn, request, **kw):
+        if request.step == 6 and not fired:
+            fired.append(1)
+            raise KeyboardInterrupt
+        return real(fn, request, **kw)
+
+    ev._async.submit = submit
+    g = 0
+    while g < 10:
+        try:
+            ev.evaluate(lambda request: calls.append(request.step) or {"acc": [1.0, 0.0]}, 0, g, g)
+        except KeyboardInterrupt:
+            continue  # (the loop runs the step again)
+        g += 1
+    ev.close()
+    assert fired and calls == list(range(10))

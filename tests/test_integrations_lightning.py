@@ -1854,7 +1854,7 @@ def test_suites_without_an_evaluate_fn_are_said_at_the_start(caplog):
     assert "evaluation.suites (a) needs AdaptiveEvalCallback(evaluate_fn=...)" in caplog.text
 
 
-def test_eval_before_train_evaluates_the_initial_weights():
+def test_eval_before_train_evaluates_the_initial_weights(tmp_path):
     """As in the HF adapter (found by a probe there): trigger.eval_before_train's evaluation came after the first
     optimizer step; now the initial weights, before the first step."""
     train, val = loaders(n_train=40, n_val=20)
@@ -1864,10 +1864,16 @@ def test_eval_before_train_evaluates_the_initial_weights():
         initial = float(torch.stack([model.step(val.dataset[i][None]) for i in range(len(val.dataset))]).mean())
     cb = AdaptiveEvalCallback("default", overrides=["trigger.eval_before_train=true", "trigger.freq_steps=50",
                                                     "policy.sample_size.enabled=false", "evaluation.sample_size=null"])
-    L.Trainer(max_steps=6, logger=False, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train, val)
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path, name="run")
+    L.Trainer(max_steps=6, logger=logger, enable_checkpointing=False, callbacks=[cb], **QUIET).fit(model, train, val)
     first = cb.evaluator.history[0]
     assert (first.step, first.reason) == (0, "before_train")
     assert first.mean("val_loss") == pytest.approx(initial, rel=1e-5)
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:  # reported once each (twice; a review)
+        logged = [int(float(row["adaptive_eval/step"])) for row in csv.DictReader(f) if row.get("adaptive_eval/step")]
+    assert logged == [r.step for r in cb.evaluator.history]
 
 
 def test_what_the_adapters_calls_append_to_the_modules_lists_is_removed_after_them(caplog):

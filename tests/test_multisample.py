@@ -687,6 +687,35 @@ def test_a_failed_suite_turn_is_retried_once_with_evaluations_in_flight_and_afte
         assert again == calls, cut
 
 
+def test_a_retry_whose_evaluation_a_loaded_state_does_not_hold_is_owed_again():
+    """A review: an asynchronous state loaded into a synchronous evaluator drops the evaluations in flight, the
+    retry among them, and the suite was left neither owed nor retried for good (its next failed turn too)."""
+    asyn = ["evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=2", "evaluation.max_in_flight=4"]
+    cfg = load_config("areal", ["trigger.freq_steps=1", "evaluation.on_error=skip", *SUITES, *asyn])
+    calls = []
+
+    def fn(req):
+        calls.append((req.step, tuple(sorted(req.suites))))
+        if req.step == 4:
+            raise RuntimeError("grader down")
+        return {f"{name}/acc": np.ones((len(s.indices), s.samples_per_item)) for name, s in req.suites.items()}
+
+    ev = AdaptiveEvaluator.from_config(cfg)
+    for g in range(7):  # step 4 fails (known at 6), aime24 retried at 6, in flight at the save
+        ev.evaluate(fn, 0, g, g)
+        for job in ev._async.jobs:
+            job.future.exception(10)
+    state = ev.state_dict()
+    ev.close()
+    assert state["owed_suites"] == {"aime24": 6}
+    sync = AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", *SUITES]))
+    sync.load_state_dict(state)  # (its jobs in flight dropped, said)
+    calls.clear()
+    for g in range(7, 12):
+        sync.evaluate(fn, 0, g, g)
+    assert [step for step, due in calls if "aime24" in due][:1] == [7]  # owed again: the next evaluation
+
+
 def _suite_evaluator(extra=()):
     return AdaptiveEvaluator.from_config(load_config("areal", ["trigger.freq_steps=1", *SUITES, *extra]))
 

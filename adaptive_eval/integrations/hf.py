@@ -606,9 +606,8 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             # trigger.eval_before_train: the initial weights, before the first step, as HF's eval_on_start (it came
             # after the first optimizer step, at that step's decision; found by a probe)
             fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
-            result = self._guard("evaluate", self.evaluator.before_train, fn, 0)
-            if result is not None:
-                self._guard("report", self._report, result, control)
+            self._guard("evaluate", self.evaluator.before_train, fn, 0)
+            self._guard("report", self._report_integrated, control)  # (once: it was reported twice; a review)
 
     def _build(self, args, state, trainer, train_dataloader) -> None:
         from adaptive_eval import AdaptiveEvaluator
@@ -799,8 +798,10 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
     def _decide(self, global_step: int, control) -> None:
         epoch, step = divmod(global_step, self._steps_per_epoch)
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._default_fn
-        self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        self._guard("report", self._report_integrated, control)
+        try:
+            self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        finally:  # (on_error: raise: the results integrated beside the failure, reported before it goes up; a review)
+            self._guard("report", self._report_integrated, control)
 
     def _decide_pending(self, control) -> None:
         """The decision of a step left for its log (on_step_end), where no log came: before anything else."""

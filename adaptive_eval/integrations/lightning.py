@@ -327,9 +327,8 @@ class AdaptiveEvalCallback(Callback):
             # trigger.eval_before_train: the initial weights, before the first step (it came after the first
             # optimizer step, at that step's evaluate(); found by a probe of the HF adapter)
             fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
-            result = self._guard("evaluate", self.evaluator.before_train, fn, 0)
-            if result is not None:
-                self._guard("report", self._report, trainer, result)
+            self._guard("evaluate", self.evaluator.before_train, fn, 0)
+            self._guard("report", self._report_integrated, trainer)  # (once: it was reported twice; a review)
 
     def _rerun_interrupted(self, trainer) -> None:
         """Resumed from a checkpoint written while the evaluation of its last step ran (``OnExceptionCheckpoint``
@@ -646,8 +645,10 @@ class AdaptiveEvalCallback(Callback):
         epoch, step = (divmod(global_step, self._steps_per_epoch) if self._accumulation is None
                        else self._position(global_step))
         fn = self.evaluate_fn if self.evaluate_fn is not None else self._module_eval
-        self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
-        self._guard("report", self._report_integrated, trainer)
+        try:
+            self._guard("evaluate", self.evaluator.evaluate, fn, epoch, step, global_step)
+        finally:  # (on_error: raise: the results integrated beside the failure, reported before it goes up; a review)
+            self._guard("report", self._report_integrated, trainer)
 
     def _epoch_steps(self, epoch: int) -> int:
         """The optimizer steps of ``epoch`` under the GradientAccumulationScheduler (a last window short of it steps
