@@ -97,3 +97,22 @@ def clock():
 def traces_dir():
     assert TRACES.is_dir(), f"recorded traces not found at {TRACES}"
     return TRACES
+
+
+def step_one_after_step_three(fails: bool = False):
+    """An ``evaluate_fn`` whose evaluation of step 1 finishes only after step 3's (two asynchronous results then
+    integrated at one step); ``fails``: step 3's raises."""
+    import threading
+
+    three = threading.Event()
+
+    def evaluate_fn(request):
+        if request.step == 1:
+            assert three.wait(30)
+        if request.step == 3:
+            three.set()
+            if fails:
+                raise RuntimeError("grader down")
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    return evaluate_fn

@@ -1545,20 +1545,9 @@ def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_trainers
     TensorBoard, W&B): the other was in the evaluator's history alone.  Step 1's evaluation waits for step 3's; a
     callback before ours waits, with both in flight, until both are done.  ``fails``: step 3's fails under
     on_error: raise, which goes up at the step they are integrated: step 1's was lost to trainer.log (a review)."""
-    import threading
+    from conftest import step_one_after_step_three
 
-    three = threading.Event()
-
-    def evaluate_fn(request):
-        if request.step == 1:
-            assert three.wait(30)
-        if request.step == 3:
-            three.set()
-            if fails:
-                raise RuntimeError("grader down")
-        return {"acc": [1.0, 0.0, 1.0]}
-
-    cb = AdaptiveEvalCallback("default", evaluate_fn=evaluate_fn, overrides=[
+    cb = AdaptiveEvalCallback("default", evaluate_fn=step_one_after_step_three(fails), overrides=[
         "evaluation.asynchronous=true", "evaluation.max_in_flight=2", "trigger.freq_steps=2",
         "policy.budget.enabled=false", "policy.interval.enabled=false",
         f"evaluation.on_error={'raise' if fails else 'skip'}"])

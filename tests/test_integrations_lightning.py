@@ -2434,20 +2434,11 @@ def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_loggers(
     """A soak probe: two results integrated at one step (a slow one and a later fast one), and only the one
     evaluate() returns reached the trainer's loggers.  Step 1's evaluation waits for step 3's; a callback before ours
     waits, with both in flight, until both are done."""
-    import threading
-
     from lightning.pytorch.loggers import CSVLogger
 
-    three = threading.Event()
+    from conftest import step_one_after_step_three
 
-    def evaluate_fn(request):
-        if request.step == 1:
-            assert three.wait(30)
-        if request.step == 3:
-            three.set()
-        return {"acc": [1.0, 0.0, 1.0]}
-
-    cb = AdaptiveEvalCallback("default", evaluate_fn=evaluate_fn, overrides=[
+    cb = AdaptiveEvalCallback("default", evaluate_fn=step_one_after_step_three(), overrides=[
         "evaluation.asynchronous=true", "evaluation.max_in_flight=2", "trigger.freq_steps=2",
         "policy.budget.enabled=false", "policy.interval.enabled=false"])
 
