@@ -1826,7 +1826,7 @@ class AdaptiveEvaluator:
         """Run the evaluation ``decision`` asks for.  ``resumable``: a state saved while it runs holds it as
         interrupted (an evaluation evaluate() decided; before_train and after_train run again when called again)."""
         if self._async is not None:
-            return self._submit(evaluate_fn, decision, epoch, global_step)
+            return self._submit(evaluate_fn, decision, epoch, global_step, resumable=resumable)
         ev = self._evaluation
         suites = {}
         # (and the owed suites before it: a state saved while it runs resumes to decide it alike)
@@ -2185,7 +2185,7 @@ class AdaptiveEvaluator:
     # Asynchronous evaluation: the machinery is adaptive_eval.asynchronous; here only what it means for the
     # decisions (submitted: the trigger fires and the alarms are consumed; integrated: the policies learn).
 
-    def _submit(self, evaluate_fn, decision: Decision, epoch, global_step) -> None:
+    def _submit(self, evaluate_fn, decision: Decision, epoch, global_step, *, resumable: bool = True) -> None:
         suites = {}
         asked = decision
         # Sharded (a group without eval ranks): each rank's worker evaluates its shard; else one worker all of it.
@@ -2207,8 +2207,9 @@ class AdaptiveEvaluator:
             # schedule included; a review)
             if not any(job.step == global_step for job in self._async.jobs):
                 self._due_in_flight.pop(global_step, None)
-                if not self._distributed:  # (the loop run again from this step submits it: it read as a repeat,
-                    self._interrupted = (global_step, asked, None)  # the step never evaluated; a review)
+                if resumable and not self._distributed:  # (the loop run again from this step submits it: it read
+                    self._interrupted = (global_step, asked, None)  # as a repeat, never evaluated; a review.  Not
+                    # before_train/after_train's, called again as they are: their step's observe() was dropped)
                 raise
             self._evals_run += 1
             self._retrying(list(suites), global_step)

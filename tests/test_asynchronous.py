@@ -1679,3 +1679,36 @@ def test_a_ctrl_c_before_submission_then_the_step_run_again_submits_it():
         g += 1
     ev.close()
     assert fired and calls == list(range(10))
+
+
+def test_a_ctrl_c_in_before_trains_submission_then_called_again_keeps_step_zeros_values():
+    """A review: the mark that makes a step run again after a Ctrl-C in its submission was set for before_train's
+    too, which is called again as it is: step 0's observe() then read as a repeat and was dropped (a NaN at step 0
+    raised no alarm)."""
+    def go(interrupt):
+        ev, events = make(load_config(overrides=["trigger.freq_steps=5", "evaluation.asynchronous=true",
+                                                 "trigger.eval_before_train=true"]), total_steps=16)
+        real, fired = ev._async.submit, []
+
+        def submit(fn, request, **kw):
+            if interrupt and request.step == 0 and not fired:
+                fired.append(1)
+                raise KeyboardInterrupt
+            return real(fn, request, **kw)
+
+        ev._async.submit = submit
+        fn = lambda request: {"acc": [1.0, 0.0]}  # noqa: E731
+        while True:
+            try:
+                ev.before_train(fn, 0)
+                break
+            except KeyboardInterrupt:
+                continue  # (the cell run again)
+        for g in range(3):
+            ev.observe({"loss": math.nan if g == 0 else 1.0}, g)
+            ev.evaluate(fn, 0, g, g)
+        ev.close()
+        return [(e["kind"], e["step"], e.get("reason")) for e in events if e["kind"] in ("alarm", "submitted")]
+
+    assert go(True) == go(False) == [("submitted", 0, "before_train"), ("alarm", 0, None),
+                                     ("submitted", 0, "alarm:loss:nonfinite")]

@@ -2459,3 +2459,38 @@ def test_two_asynchronous_results_integrated_at_one_step_both_reach_the_loggers(
     with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
         logged = [int(float(row["adaptive_eval/step"])) for row in csv.DictReader(f) if row.get("adaptive_eval/step")]
     assert logged == [step for step, _ in history]
+
+
+def test_results_drained_at_our_own_on_error_raise_are_logged_at_the_step_they_were_integrated(tmp_path):
+    """A review: step 4's evaluation fails under on_error: raise, raised at its integration (step 6) from our own
+    hook; close() at the exception integrated steps 5 and 6, logged at step 5 (Lightning had not counted step 6 yet:
+    the "last step trained" was read one early).  Each result is logged once, at the step it was integrated."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    def fn(request):
+        if request.step == 4:
+            raise RuntimeError("grader down")
+        return {"acc": [1.0, 0.0, 1.0]}
+
+    cb = AdaptiveEvalCallback("default", evaluate_fn=fn, overrides=[
+        "evaluation.asynchronous=true", "evaluation.max_in_flight=4", "trigger.freq_steps=1",
+        "evaluation.async_integrate_after_steps=2", "policy.budget.enabled=false", "policy.interval.enabled=false",
+        "evaluation.on_error=raise"])
+
+    class AllDone(Callback):
+        def on_train_batch_end(self, *args, **kwargs):
+            for job in list(cb.evaluator._async.jobs):
+                if job.future is not None:
+                    job.future.exception(10)
+
+    train, _ = loaders()
+    logger = CSVLogger(tmp_path, name="run")
+    with pytest.raises(RuntimeError, match="grader down"):
+        L.Trainer(max_steps=20, logger=logger, enable_checkpointing=False, callbacks=[AllDone(), cb],
+                  **QUIET).fit(Model(), train)
+    history = [(r.step, r.integrated_step) for r in cb.evaluator.history]
+    assert history[-2:] == [(5, 6), (6, 6)]
+    with open(os.path.join(logger.log_dir, "metrics.csv")) as f:
+        logged = [(int(float(r["adaptive_eval/step"])), int(r["step"])) for r in csv.DictReader(f)
+                  if r.get("adaptive_eval/step")]
+    assert logged == history

@@ -461,8 +461,11 @@ class AdaptiveEvalCallback(Callback):
         self.teardown(trainer, pl_module, "fit")
 
     def _report_drained(self, trainer, result) -> None:
-        """A result ``close()`` integrated at an exception, on the loggers' axis at the last step trained."""
-        self._report(trainer, result, max(trainer.fit_loop.epoch_loop._batches_that_stepped - 1, 0))
+        """A result ``close()`` integrated at an exception, on the loggers' axis at the last step trained: the step our
+        hook handled last, where our own evaluate raised in it (on_error: raise), before Lightning counted it (one
+        step early; a review)."""
+        counted = trainer.fit_loop.epoch_loop._batches_that_stepped
+        self._report(trainer, result, max(counted - 1, self._last_global_step - 1, 0))
 
     def teardown(self, trainer, pl_module, stage):
         self._fit_thread = None  # (a thread does not pickle: a later fit with ddp_spawn failed at its launch)
