@@ -213,8 +213,9 @@ def _hf_scalars(scalars: Mapping) -> dict:
                 out.setdefault(tag, {})[step - 1] = value
                 continue
             name, at = tag[len(prefix):], prefixes[prefix]
-            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at):
-                continue
+            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at) or prefix != "eval/":
+                continue  # (a name= callback's results are drawn from its own run, with its reasons and sizes: here
+                #          they took the unnamed one's at the same step)
             for hf, ours in (("_ci_low", "/ci_low"), ("_ci_high", "/ci_high"), ("_n", "/n")):
                 if name.endswith(hf) and prefix + name[:-len(hf)] in row:
                     tag = prefix + name[:-len(hf)] + ours

@@ -495,7 +495,9 @@ def test_hfs_folder_with_the_callbacks_results_draws_them_at_their_weights_steps
         logger.log(step, {"controller/sample_size": size})
         logger.text(step, "decisions", f"evaluated: trigger:steps (n={int(size)})")
         logger.log(step + 1, {"eval/accuracy": 0.5, "eval/accuracy_ci_low": 0.4, "eval/accuracy_ci_high": 0.6,
-                              "eval/accuracy_n": size, "eval/adaptive_items": size, "eval/adaptive_step": float(step)})
+                              "eval/accuracy_n": size, "eval/adaptive_items": size, "eval/adaptive_step": float(step),
+                              # a name="hard" callback's, drawn from its own run (here it took these reasons)
+                              "eval/hard_accuracy": 0.3, "eval/hard_adaptive_step": float(step)})
     logger.log(15, {"eval/accuracy": 0.55})  # HF's own (eval_strategy="steps"): the weights after 15 steps
     logger.close()
     drawn = _load(tmp_path)
