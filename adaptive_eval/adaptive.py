@@ -1103,7 +1103,11 @@ class AdaptiveEvaluator:
                     _, decision, wanted = self._interrupted  # (unless its evaluation was interrupted by a saved
                     self._interrupted = None  # state: then it runs, the rest as it went on)
                     if decision is not None:
-                        return self._run(evaluate_fn, decision, epoch, global_step)
+                        out = self._run(evaluate_fn, decision, epoch, global_step)
+                        if self._async is None:
+                            return out
+                        out, self._unreturned = self._unreturned, None  # (what this step integrated before)
+                        return out
                     self._look_back_at(evaluate_fn, wanted, epoch, global_step)
                     # (the step's own result, as the uninterrupted call returned it after its look back: the loop
                     # got None and never received it; found by a resume fuzzer)
@@ -1204,6 +1208,8 @@ class AdaptiveEvaluator:
             return out if self._async is None else got
         except BaseException:
             raised = None  # (the step's own exception, a Ctrl-C, goes up as it is; the evaluation's error was logged)
+            if got is not None and self._async is not None:
+                self._unreturned = got  # (integrated at this step: returned by the call that runs it again; a review)
             raise
         finally:
             if raised is not None:
