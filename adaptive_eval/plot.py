@@ -197,7 +197,7 @@ def _hf_scalars(scalars: Mapping) -> dict:
     (``eval/[<name>_]<m>``, ``/ci_low``, ``/ci_high``, ``/n``) at the weights' step; HF's own evaluations (no
     ``adaptive_step`` at their step) at the weights' 0-based step, ``step - 1``.  (Drawn as they were, the
     intervals were metrics of their own, every reason unknown and each point a step after its decision; a probe.)"""
-    from adaptive_eval.trace import _HF_WEIGHTS_STEP
+    from adaptive_eval.trace import hf_eval_tags
 
     rows: dict[int, dict[str, float]] = {}
     for tag, (steps, values) in scalars.items():
@@ -206,21 +206,11 @@ def _hf_scalars(scalars: Mapping) -> dict:
                 rows.setdefault(int(s), {})[tag] = v
     out: dict[str, dict[int, float]] = {}
     for step, row in rows.items():
-        prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row if t.endswith(_HF_WEIGHTS_STEP)}
-        for tag, value in row.items():
-            prefix = max((p for p in prefixes if tag.startswith(p)), key=len, default=None)
-            if prefix is None:  # HF's own evaluation, of the weights after `step` (1-based) steps
-                out.setdefault(tag, {})[step - 1] = value
-                continue
-            name, at = tag[len(prefix):], prefixes[prefix]
-            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at) or prefix != "eval/":
+        for tag, value, at, prefix, kind in hf_eval_tags(step, row):
+            if kind != "hf" and prefix != "eval/":
                 continue  # (a name= callback's results are drawn from its own run, with its reasons and sizes: here
                 #          they took the unnamed one's at the same step)
-            for hf, ours in (("_ci_low", "/ci_low"), ("_ci_high", "/ci_high"), ("_n", "/n")):
-                if name.endswith(hf) and prefix + name[:-len(hf)] in row:
-                    tag = prefix + name[:-len(hf)] + ours
-                    break
-            out.setdefault(tag, {})[int(at)] = value
+            out.setdefault(tag if kind in ("hf", "metric") else f"{tag}/{kind}", {})[at] = value
     kept = {t: v for t, v in scalars.items() if not t.startswith("eval/")}
     for tag, points in out.items():
         steps = sorted(points)

@@ -1879,6 +1879,31 @@ def _is_hf_results(by_step: dict) -> bool:
     return any(t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP) for row in by_step.values() for t in row)
 
 
+def hf_eval_tags(step: int, row: Mapping[str, float]):
+    """The ``eval/`` tags of one step's row of HF's TensorBoard folder that holds the HF adapter's results, each as
+    ``(tag, value, the weights' step, its callback's prefix, kind)``: ``kind`` ``"metric"``, or ``"ci_low"``,
+    ``"ci_high"``, ``"n"`` (then ``tag`` is the metric's), or ``"hf"`` (HF's own evaluation: prefix ``""``, the
+    weights after ``step`` 1-based steps, ``step - 1``).  The callback's prefix is the longest ``eval/[<name>_]`` whose
+    ``adaptive_step`` the row holds (``eval/hard_`` before ``eval/``: a ``name=`` callback's ``hard_adaptive_items``
+    was read as the unnamed one's metric; a probe); its bookkeeping (``adaptive_*``, ``lookback_*``) is left out."""
+    prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row
+                if t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP)}
+    for tag, value in row.items():
+        if not tag.startswith("eval/"):
+            continue
+        prefix = max((p for p in prefixes if tag.startswith(p)), key=len, default=None)
+        if prefix is None:
+            yield tag, value, step - 1, "", "hf"
+            continue
+        name, at = tag[len(prefix):], prefixes[prefix]
+        if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at):
+            continue
+        kind = next((k for k in ("ci_low", "ci_high", "n")
+                     if name.endswith(f"_{k}") and prefix + name[:-len(k) - 1] in row), None)
+        yield (tag, value, int(at), prefix, "metric") if kind is None else (
+            prefix + name[:-len(kind) - 1], value, int(at), prefix, kind)
+
+
 def _hf_results_at_their_steps(by_step: dict, wall: dict | None = None) -> dict:
     """The HF adapter's results in HF's own TensorBoard folder (``report_to=["tensorboard"]``, where the evaluator
     writes its ``streams/``) at the steps of the weights they measured: HF logs them at its 1-based step, one after
@@ -1904,24 +1929,14 @@ def _hf_results_at_their_steps(by_step: dict, wall: dict | None = None) -> dict:
             moved[at] = min(moved.get(at, wall[step]), wall[step])
 
     for step, row in by_step.items():
-        prefixes = {t[:-len(_HF_WEIGHTS_STEP)]: row[t] for t in row
-                    if t.startswith("eval/") and t.endswith(_HF_WEIGHTS_STEP)}
         for tag, value in row.items():
             if not tag.startswith("eval/"):
                 put(step - 1 if wall is not None and step >= 1 else step, tag, value, step)
-                continue
-            # (the longest: eval/hard_ before eval/, a name= callback's hard_adaptive_items was read as a metric of
-            # the unnamed one's where both logged; a probe)
-            prefix = max((p for p in prefixes if tag.startswith(p)), key=len, default=None)
-            if prefix is None:  # HF's own evaluation: the weights after `step` (1-based) steps
-                hf_own.append((step - 1, tag, value, step))
-                continue
-            name, at = tag[len(prefix):], prefixes[prefix]
-            if name.startswith(("adaptive_", "lookback_")) or not math.isfinite(at) or any(
-                    name.endswith(suffix) and prefix + name[:-len(suffix)] in row
-                    for suffix in ("_ci_low", "_ci_high", "_n")):
-                continue
-            put(int(at), tag, value, step)
+        for tag, value, at, _, kind in hf_eval_tags(step, row):
+            if kind == "hf":
+                hf_own.append((at, tag, value, step))
+            elif kind == "metric":
+                put(at, tag, value, step)
     for at, tag, value, step in hf_own:
         put(at, tag, value, step)
     if wall is not None:

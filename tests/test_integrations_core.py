@@ -154,7 +154,7 @@ def test_counters_and_timings_the_trainers_log_are_not_watched():
 def test_closing_reports_what_it_drained_before_a_failure_among_it_goes_up():
     """A review: under on_error: raise, a failure close() integrated (the final evaluation's) went up before the
     adapter reported the other results the drain integrated with it: lost to the trainer's logs."""
-    from adaptive_eval.integrations._common import StepGuard, close_and_drain
+    from adaptive_eval.integrations._common import Integrated, StepGuard, close_and_drain
 
     ev = AdaptiveEvaluator.from_config(load_config(overrides=[
         "evaluation.asynchronous=true", "evaluation.async_integrate_after_steps=5", "trigger.freq_steps=4",
@@ -166,14 +166,17 @@ def test_closing_reports_what_it_drained_before_a_failure_among_it_goes_up():
             raise ConnectionError("the grader is down")
         return {"acc": [1.0, 0.0] * 10}
 
+    integrated = Integrated()  # (as an adapter: what each step integrated, reported at that step)
+    ev.add_listener(integrated)
     for g in range(20):
         ev.observe({"loss": 1.0}, g)
         ev.evaluate(fn, 0, g, g)
+        integrated.take()
     in_flight = [job.step for job in ev._async.jobs]
     assert in_flight[-1] == 19 and len(in_flight) >= 2
     reported = []
     with pytest.raises(ConnectionError, match="grader is down"):
-        close_and_drain(ev, StepGuard("raise"), lambda result: reported.append(result.step))
+        close_and_drain(ev, StepGuard("raise"), lambda result: reported.append(result.step), integrated)
     assert reported == in_flight[:-1]  # the results that came back beside the failure, reported first
 
 

@@ -193,28 +193,18 @@ class Integrated:
         return out
 
 
-def close_and_drain(evaluator, guard: StepGuard, report, timeout_s: float | None = None,
-                    integrated: Integrated | None = None) -> None:
+def close_and_drain(evaluator, guard: StepGuard, report, integrated: Integrated,
+                    timeout_s: float | None = None) -> None:
     """At train end (or at an exception, waiting ``timeout_s`` at most): close ``evaluator`` under ``guard``
     (asynchronous evaluations still in flight, the final one among them, are waited for and integrated) and
-    ``report(result)`` each result closing integrated, like the others: also when closing raises (``on_error:
-    raise``, a failure among them), before it goes up (the results that came back beside the failure were lost to
-    the trainer's logs; a review).  ``integrated``: the adapter's :class:`Integrated`, whose results not yet reported
-    are reported too (and taken, so that a later fit does not report them again)."""
-    drained = []
-
-    def drain(event):
-        if event["kind"] == "eval":
-            drained.append(event["result"])
-
-    if integrated is None:
-        evaluator.add_listener(drain)
+    ``report(result)`` each result ``integrated`` (the adapter's :class:`Integrated`) holds not yet reported, those
+    closing integrated among them: also when closing raises (``on_error: raise``, a failure among them), before it
+    goes up (the results that came back beside the failure were lost to the trainer's logs; a review).  Taken, so
+    that a later fit does not report them again."""
     try:
         guard("close", evaluator.close, *(() if timeout_s is None else (timeout_s,)))
-    finally:  # (left on, it kept the evaluator and the callback that holds it from pickling: Lightning's ddp_spawn
-        if integrated is None:  # of a callback used in an earlier fit failed; a multi-process probe)
-            evaluator._listeners.remove(drain)
-        for result in drained if integrated is None else integrated.take():
+    finally:
+        for result in integrated.take():
             guard("report", report, result)
 
 

@@ -939,7 +939,7 @@ class AdaptiveEvalCallback(TrainerCallback, ExportableState):
             self._evaluate_last(state, control)  # (done at on_epoch_end, unless training stopped elsewhere)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report(result, control),
-                                integrated=self._integrated)
+                                self._integrated)
             finally:  # (on_error: raise, a failure closing integrated: the state and the summary all the same)
                 self._guard("report", self._close_reopened, closed)
                 self._saved_state = self._guard("state", self.evaluator.state_dict)

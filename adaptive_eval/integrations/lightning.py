@@ -455,7 +455,7 @@ class AdaptiveEvalCallback(Callback):
             self.evaluator._exception_close = True  # (close() gives no after_train advice on an exception)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report_drained(trainer, result),
-                                timeout_s=left, integrated=self._integrated)
+                                self._integrated, timeout_s=left)
             except Exception:  # noqa: BLE001 - the training's own exception is the one that goes up
                 log.exception("adaptive_eval: closing the evaluator after the training's exception failed")
         self.teardown(trainer, pl_module, "fit")
@@ -765,7 +765,7 @@ class AdaptiveEvalCallback(Callback):
                 self._guard("report", self._report_integrated, trainer, last)
             try:
                 close_and_drain(self.evaluator, self._guard, lambda result: self._report(trainer, result, last),
-                                integrated=self._integrated)
+                                self._integrated)
             finally:  # (on_error: raise, a failure closing integrated: the summary all the same, nothing kept)
                 if trainer.is_global_zero:
                     log_summary(self.evaluator)
